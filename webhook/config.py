@@ -1,0 +1,311 @@
+"""One typed settings object, loaded from a YAML file and/or the environment and validated at start.
+
+Every area has its own frozen dataclass with a docstring per field. Keys may be written in camelCase (as Helm values
+are) or snake_case. Unknown keys and mistyped values are errors that name the key, e.g.
+``cuda.mode: must be one of enforce, warn, off (got 'block')``.
+
+Environment overrides: ``GPU_ADMISSION_<SECTION>__<FIELD>=value`` for scalar fields, e.g.
+``GPU_ADMISSION_CUDA__MODE=warn``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+import yaml
+
+from webhook.errors import ConfigError
+
+Mode = Literal["enforce", "warn", "off"]
+Effect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+@dataclass(frozen=True)
+class TaintSpec:
+    """A taint as it stands on nodes: ``key[=value]:effect``."""
+
+    key: str
+    value: str = ""
+    effect: Effect = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """A node pool declared in configuration, for pools that scale to zero or carry no GFD labels (GKE)."""
+
+    name: str
+    """The pool's name, as it shows in messages and in ``gpu-admission pools``."""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    """Node labels that select the pool's nodes (and that steering and spot affinity use)."""
+    taints: list[TaintSpec] = field(default_factory=list)
+    """Taints the pool's nodes carry."""
+    gpu_product: str = ""
+    """GPU product as GFD names it, e.g. NVIDIA-A100-SXM4-80GB."""
+    gpu_memory_mib: int = 0
+    """Memory of one GPU in MiB (0: unknown)."""
+    gpu_count: int = 0
+    """GPUs per node."""
+    driver_version: str = ""
+    """NVIDIA driver version on the pool's nodes, e.g. 550.54.15 (needed on GKE, which runs no GFD)."""
+    mig_strategy: Literal["none", "single", "mixed", "gke"] = "none"
+    """How MIG devices are exposed: none, single, mixed (NVIDIA device plugin) or gke (partition-size label)."""
+    mig_profiles: dict[str, int] = field(default_factory=dict)
+    """MIG profiles offered per node and how many, e.g. {3g.40gb: 2}."""
+    sharing: Literal["none", "time-slicing", "mps"] = "none"
+    """GPU sharing strategy (time-slicing or MPS replicas)."""
+    spot: bool = False
+    """The pool is spot / preemptible capacity."""
+
+
+@dataclass(frozen=True)
+class ExemptionSettings:
+    """Who is never reviewed. Exemptions come only from configuration, never from the pod itself."""
+
+    namespaces: list[str] = field(default_factory=lambda: ["kube-system", "kube-node-lease", "kube-public"])
+    """Namespaces whose objects pass untouched."""
+    users: list[str] = field(default_factory=list)
+    """User names (request userInfo.username) whose requests pass untouched."""
+    groups: list[str] = field(default_factory=list)
+    """Groups (request userInfo.groups) whose requests pass untouched."""
+    allow_opt_out_label: bool = False
+    """Honour the label gpu-admission.io/ignore=true on the object itself."""
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """How the cluster is seen: node sources, pool identity, declared pools."""
+
+    pools: list[PoolSettings] = field(default_factory=list)
+    """Pools declared here; live or listed nodes that match a pool's nodeSelector add to and refine it."""
+    providers: list[str] = field(default_factory=lambda: ["all"])
+    """Provider presets to use for pool labels and spot taints/labels (gke, eks, karpenter, aks, oke, ...; all)."""
+    pool_label_keys: list[str] = field(default_factory=list)
+    """Extra node label keys that name a node's pool (tried before the presets), e.g. for k3s clusters."""
+    volatile_labels: list[str] = field(
+        default_factory=lambda: ["kubernetes.io/hostname", "nvidia.com/gfd.timestamp"]
+    )
+    """Per-node label keys that do not make nodes different for scheduling purposes (grouping ignores them)."""
+    extended_resource_toleration: bool = True
+    """The apiserver runs the ExtendedResourceToleration plugin (on in GKE, AKS, EKS): taints keyed by a requested
+    extended resource count as tolerated."""
+    resync_seconds: int = 300
+    """Relist Nodes at least this often, whatever the watch says."""
+
+
+@dataclass(frozen=True)
+class CudaSettings:
+    """The CUDA-versus-driver check."""
+
+    mode: Mode = "enforce"
+    """enforce: deny incompatible pods; warn: admit with warnings and audit annotations; off: do nothing."""
+    namespace_modes: dict[str, Mode] = field(default_factory=dict)
+    """Per-namespace override of ``mode``."""
+    compatibility: Literal["strict", "minor"] = "strict"
+    """strict: the driver must support the pod's major.minor; minor: NVIDIA minor-version compatibility."""
+    unknown_version: Literal["warn", "deny", "allow"] = "warn"
+    """What to do with a GPU container whose CUDA version cannot be found."""
+    unknown_driver: Literal["warn", "deny", "allow"] = "warn"
+    """What to do when an eligible pool's driver version is unknown."""
+    steer: bool = True
+    """Narrow required node affinity to compatible nodes when only some are compatible."""
+    driver_table: dict[str, str] = field(default_factory=dict)
+    """Extra rows for the CUDA -> minimum driver table, e.g. {"13.4": "620.10.01"}."""
+
+
+@dataclass(frozen=True)
+class MigSettings:
+    """Fractional and GPU-memory requests turned into MIG profiles."""
+
+    enabled: bool = True
+    """Convert fractions and memory requests at all."""
+    coverage: Literal["memory", "compute", "both"] = "memory"
+    """A fraction f is covered by a profile whose memory share (eighths), compute share (sevenths) or both is >= f."""
+    fallback: Literal["deny", "whole", "shared"] = "deny"
+    """When no offered profile fits: deny, give a whole GPU, or a time-sliced shared GPU where one exists."""
+
+
+@dataclass(frozen=True)
+class SpotSettings:
+    """Spot / preemptible tolerations on request."""
+
+    default: Literal["off", "tolerate", "prefer", "require"] = "off"
+    """What a pod gets when it does not ask (off: nothing)."""
+    namespace_defaults: dict[str, Literal["off", "tolerate", "prefer", "require"]] = field(default_factory=dict)
+    """Per-namespace default."""
+    owner_defaults: dict[str, Literal["off", "tolerate", "prefer", "require"]] = field(default_factory=dict)
+    """Per owner kind default (Job, CronJob, ...), from the pod's controller ownerReference or the workload kind."""
+    extra_taints: list[TaintSpec] = field(default_factory=list)
+    """Spot taints beyond the provider presets (e.g. a k3s cluster's own)."""
+    extra_labels: dict[str, str] = field(default_factory=dict)
+    """Spot capacity labels beyond the presets, for prefer/require."""
+    gpu_taint_presets: list[str] = field(default_factory=list)
+    """Also tolerate documented GPU taints that ExtendedResourceToleration does not cover (e.g. aks-sku-gpu)."""
+    only_cluster_taints: bool = True
+    """Add only the spot tolerations whose taints the cluster actually has, when the cluster is known."""
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """Where decisions are reported."""
+
+    events: bool = True
+    """Create Events on pods (from the validating side)."""
+    event_queue_size: int = 1000
+    """Bounded queue of Events waiting to be sent; a full queue drops and counts."""
+    decision_log: bool = True
+    """Write one JSON line per request to stderr."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All settings of gpu-admission."""
+
+    exemptions: ExemptionSettings = field(default_factory=ExemptionSettings)
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    cuda: CudaSettings = field(default_factory=CudaSettings)
+    mig: MigSettings = field(default_factory=MigSettings)
+    spot: SpotSettings = field(default_factory=SpotSettings)
+    audit: AuditSettings = field(default_factory=AuditSettings)
+    max_body_bytes: int = 7 * 1024 * 1024
+    """Largest AdmissionReview accepted (controller-runtime's limit); larger bodies get 413."""
+
+
+T = TypeVar("T")
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def _snake(key: str) -> str:
+    return _CAMEL.sub("_", key).lower()
+
+
+def _describe(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in get_args(tp))
+    if origin in (list, dict):
+        return "a list" if origin is list else "a mapping"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return {str: "a string", int: "an integer", bool: "true or false", float: "a number"}.get(tp, str(tp))
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    origin = get_origin(tp)
+    if origin is Literal:
+        if value in get_args(tp):
+            return value
+        raise ConfigError(f"{path}: must be {_describe(tp)} (got {value!r})")
+    if origin in (types.UnionType, typing.Union):
+        options = [a for a in get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(options[0], value, path)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: must be a list (got {type(value).__name__})")
+        (item,) = get_args(tp)
+        return [_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: must be a mapping (got {type(value).__name__})")
+        _, item = get_args(tp)
+        return {str(k): _convert(item, v, f"{path}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return build(tp, value, path)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    raise ConfigError(f"{path}: must be {_describe(tp)} (got {value!r})")
+
+
+def build(cls: type[T], data: Any, path: str = "") -> T:
+    """Build dataclass ``cls`` from a mapping, strictly: unknown keys and wrong types raise ConfigError."""
+    where = path or "settings"
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: must be a mapping (got {type(data).__name__})")
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    for raw_key, raw_value in data.items():
+        key = _snake(str(raw_key))
+        sub = f"{path}.{raw_key}" if path else str(raw_key)
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            raise ConfigError(f"{sub}: unknown setting (known here: {known})")
+        values[key] = _convert(hints[key], raw_value, sub)
+    missing = [
+        n for n, f in fields.items()
+        if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(f"{where}: missing required setting {', '.join(missing)}")
+    return cls(**values)
+
+
+ENV_PREFIX = "GPU_ADMISSION_"
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__") if p]
+        if not parts:
+            continue
+        node = tree
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{name}: conflicts with another variable")
+        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+    return tree
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = {_snake(str(k)): v for k, v in base.items()}
+    for key, value in extra.items():
+        k = _snake(str(key))
+        if isinstance(value, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _merge(dict(out[k]), value)
+        else:
+            out[k] = value
+    return out
+
+
+def load_settings(path: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Load settings from ``path`` (YAML) and the environment; raise ConfigError naming the bad key."""
+    data: dict[str, Any] = {}
+    if path:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read settings file: {err.strerror}") from err
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML: {err}") from err
+        if loaded is not None and not isinstance(loaded, Mapping):
+            raise ConfigError(f"{path}: must hold a mapping of settings")
+        data = dict(loaded or {})
+    env = _env_overrides(os.environ if environ is None else environ)
+    return build(Settings, _merge(data, env))

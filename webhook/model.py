@@ -1,0 +1,187 @@
+"""What every policy works on: the pod (or a workload's pod template), the request context, and the outcome.
+
+Policies are pure: ``(PodView, Context, Outcome) -> None``. They change the PodView's dicts in place (the pipeline
+hands them a working copy and diffs once at the end) and record what they did and why in the Outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from webhook import PREFIX
+
+if TYPE_CHECKING:
+    from webhook.cluster import ClusterView
+    from webhook.config import Settings
+
+JSON = dict[str, Any]
+
+# Keys users write (inputs). Every other key under PREFIX is the webhook's own output and is never taken from a pod.
+INPUT_ANNOTATIONS = ("spot", "gpu-fraction", "gpu-fraction-container", "cuda-version")
+IGNORE_LABEL = PREFIX + "ignore"
+GPU_MEMORY_RESOURCE = PREFIX + "gpu-memory"
+
+# Where the pod template sits in each workload kind this webhook converts.
+TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
+    "Pod": (),
+    "PodTemplate": ("template",),
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "ReplicationController": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+}
+# The kind that will own the pods a workload creates (for owner-kind defaults).
+POD_OWNER = {"Deployment": "ReplicaSet", "CronJob": "Job"}
+
+
+def is_input_annotation(key: str) -> bool:
+    """True for the annotation keys a user writes (``gpu-admission.io/cuda-version.<container>`` included)."""
+    if not key.startswith(PREFIX):
+        return False
+    name = key[len(PREFIX):]
+    return name in INPUT_ANNOTATIONS or name.startswith("cuda-version.")
+
+
+def as_dict(value: object) -> dict[str, Any]:
+    """The value if it is a mapping, else an empty dict (objects arrive with any shape)."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def as_str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+@dataclass
+class PodView:
+    """A pod, or the pod template inside a workload, over the working copy (edits land in the object)."""
+
+    kind: str
+    """Kind of the admitted object (Pod, Deployment, ...)."""
+    metadata: JSON
+    """The pod's (or template's) metadata: a live reference into the working copy."""
+    spec: JSON
+    """The pod's (or template's) spec: a live reference into the working copy."""
+    namespace: str
+    owner_kind: str = ""
+    """Kind of the pod's controller (from ownerReferences), or of the pods' future owner for a template."""
+
+    @property
+    def is_template(self) -> bool:
+        return self.kind != "Pod"
+
+    @property
+    def name(self) -> str:
+        return as_str(self.metadata.get("name")) or as_str(self.metadata.get("generateName"))
+
+    @property
+    def annotations(self) -> Mapping[str, Any]:
+        """Read-only view of the annotations (use ``set_annotation`` to write)."""
+        return as_dict(self.metadata.get("annotations"))
+
+    @property
+    def labels(self) -> Mapping[str, Any]:
+        return as_dict(self.metadata.get("labels"))
+
+    def annotation(self, name: str) -> str | None:
+        """The value of ``gpu-admission.io/<name>`` if it is a string."""
+        value = self.annotations.get(PREFIX + name)
+        return value if isinstance(value, str) else None
+
+    def set_annotation(self, key: str, value: str) -> None:
+        if not isinstance(self.metadata.get("annotations"), dict):
+            self.metadata["annotations"] = {}
+        self.metadata["annotations"][key] = value
+
+    def containers(self, init: bool = True) -> Iterator[tuple[str, JSON]]:
+        """(list name, container) for every container that is a mapping: initContainers first, then containers."""
+        for list_name in ("initContainers", "containers") if init else ("containers",):
+            for container in as_list(self.spec.get(list_name)):
+                if isinstance(container, dict):
+                    yield list_name, container
+
+    def spec_dict(self, key: str) -> JSON:
+        """``spec[key]`` as a dict, created in the working copy when absent or not a mapping."""
+        value = self.spec.get(key)
+        if not isinstance(value, dict):
+            value = {}
+            self.spec[key] = value
+        return value
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a policy may know besides the pod: settings, the cluster snapshot, and the request's facts."""
+
+    settings: Settings
+    cluster: ClusterView
+    namespace: str = ""
+    operation: str = "CREATE"
+    username: str = ""
+    groups: tuple[str, ...] = ()
+    dry_run: bool = False
+    prior: Mapping[str, str] = field(default_factory=dict)
+    """The webhook's output annotations as they stood on the incoming object. Not trustworthy on their own (a user
+    may have written them): a policy may reuse a prior line only after checking it against the object."""
+
+
+EventType = Literal["Normal", "Warning"]
+
+
+@dataclass(frozen=True)
+class Denial:
+    policy: str
+    """Which policy refused (cuda, mig, spot): enforcement modes apply per policy."""
+    reason: str
+    """Short CamelCase reason, used in metrics and audit annotations (CUDAIncompatible, MIGNoProfile, ...)."""
+    message: str
+    """What was wrong and what to change, in words a user can act on."""
+
+
+@dataclass(frozen=True)
+class Event:
+    reason: str
+    message: str
+    type: EventType = "Normal"
+
+
+@dataclass
+class Outcome:
+    """What the policies decided, collected over one request."""
+
+    annotations: dict[str, str] = field(default_factory=dict)
+    """Output annotations by name under the prefix (``cuda`` -> ``gpu-admission.io/cuda``)."""
+    warnings: list[str] = field(default_factory=list)
+    denials: list[Denial] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    audit: dict[str, str] = field(default_factory=dict)
+    """auditAnnotations (key: a qualified name part, <= 63 characters)."""
+    mutations: list[str] = field(default_factory=list)
+    """Kinds of change made (for metrics): spot-toleration, spot-affinity, mig, cuda-affinity, ..."""
+    reasons: list[str] = field(default_factory=list)
+    """Short reason codes of every decision, for the decision log."""
+
+    def annotate(self, name: str, text: str) -> None:
+        self.annotations[name] = text
+
+    def warn(self, text: str) -> None:
+        if text not in self.warnings:
+            self.warnings.append(text)
+
+    def deny(self, policy: str, reason: str, message: str) -> None:
+        self.denials.append(Denial(policy, reason, message))
+        self.reasons.append(reason)
+
+    def event(self, reason: str, message: str, type: EventType = "Normal") -> None:
+        self.events.append(Event(reason, message, type))
+
+    def mutated(self, kind: str) -> None:
+        self.mutations.append(kind)

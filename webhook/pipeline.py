@@ -1,0 +1,252 @@
+"""One path for every object: guards, the policies over one working copy, one diff, the enforcement modes.
+
+The same functions serve ``/mutate``, ``/validate`` and ``gpu-admission review``:
+
+    mutate:   guards -> strip forged output annotations -> spot -> mig -> cuda.steer -> annotations -> one diff
+    validate: guards -> spot.validate, mig.validate, cuda.validate over the final object -> allowed or denied
+
+Spot runs first because the tolerations it adds change where the pod may land; MIG before CUDA because the MIG
+resource it picks narrows the nodes that CUDA then checks.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonpatch
+
+from webhook import PREFIX
+from webhook.model import (
+    IGNORE_LABEL,
+    JSON,
+    POD_OWNER,
+    TEMPLATE_PATHS,
+    Context,
+    Denial,
+    Outcome,
+    PodView,
+    as_dict,
+    as_list,
+    as_str,
+    is_input_annotation,
+)
+from webhook.policies import cuda, mig, spot
+
+Step = Callable[[PodView, Context, Outcome], None]
+
+MUTATORS: tuple[tuple[str, Step], ...] = (("spot", spot.mutate), ("mig", mig.mutate), ("cuda", cuda.steer))
+VALIDATORS: tuple[tuple[str, Step], ...] = (("spot", spot.validate), ("mig", mig.validate), ("cuda", cuda.validate))
+
+WARNING_LIMIT = 119
+"""kubectl shows each warning on a line of its own; the apiserver advises under 120 characters."""
+WARNINGS_TOTAL = 4000
+"""Warnings over 4096 characters in total are cut by the apiserver."""
+AUDIT_VALUE_LIMIT = 2000
+
+
+@dataclass
+class Result:
+    """What the pipeline decided for one object."""
+
+    allowed: bool = True
+    message: str = ""
+    code: int = 200
+    reason: str = ""
+    warnings: list[str] = field(default_factory=list)
+    audit: dict[str, str] = field(default_factory=dict)
+    patch: list[JSON] = field(default_factory=list)
+    object: Any = None
+    """The object after mutation (the input itself on validate)."""
+    outcome: Outcome = field(default_factory=Outcome)
+    skipped: str = ""
+    """Why the object was passed untouched (exempt, not handled, ...); empty when the policies ran."""
+
+    @property
+    def decision(self) -> str:
+        if self.skipped:
+            return "skipped"
+        if not self.allowed:
+            return "denied"
+        return "patched" if self.patch else "allowed"
+
+
+def pod_view(obj: JSON, namespace: str) -> PodView | None:
+    """The pod, or the pod template of a workload, inside ``obj`` (live references); None for other objects."""
+    kind = as_str(obj.get("kind"))
+    path = TEMPLATE_PATHS.get(kind)
+    if path is None:
+        return None
+    node: Any = obj
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    if not isinstance(node, dict):
+        return None
+    if kind == "Pod" and not isinstance(obj.get("spec"), dict):
+        return None
+    if not isinstance(node.get("metadata"), dict):
+        if kind == "Pod" or "metadata" in node:
+            return None
+        node["metadata"] = {}
+    spec = node.get("spec")
+    if not isinstance(spec, dict):
+        return None
+    metadata = node["metadata"]
+    if kind == "Pod":
+        owners = [o for o in as_list(metadata.get("ownerReferences")) if isinstance(o, dict)]
+        controller = next((o for o in owners if o.get("controller") is True), owners[0] if owners else {})
+        owner = as_str(controller.get("kind"))
+    else:
+        owner = POD_OWNER.get(kind, kind)
+    ns = namespace or as_str(as_dict(obj.get("metadata")).get("namespace"))
+    return PodView(kind=kind, metadata=metadata, spec=spec, namespace=ns, owner_kind=owner)
+
+
+def _guard(obj: Any, ctx: Context, settings_exempt: Any) -> str:
+    """Why this request is not reviewed, or '' to review it."""
+    if not isinstance(obj, dict):
+        return "no object"
+    ex = settings_exempt
+    if ctx.namespace and ctx.namespace in ex.namespaces:
+        return f"namespace {ctx.namespace} is exempt"
+    if ctx.username and ctx.username in ex.users:
+        return f"user {ctx.username} is exempt"
+    exempt_groups = set(ctx.groups) & set(ex.groups)
+    if exempt_groups:
+        return f"group {sorted(exempt_groups)[0]} is exempt"
+    kind = as_str(obj.get("kind"))
+    if kind not in TEMPLATE_PATHS:
+        return f"kind {kind or '(none)'} is not handled"
+    if ctx.operation not in ("CREATE", "UPDATE") or (kind == "Pod" and ctx.operation != "CREATE"):
+        return f"operation {ctx.operation} is not reviewed"
+    if ex.allow_opt_out_label:
+        labels = as_dict(as_dict(obj.get("metadata")).get("labels"))
+        if labels.get(IGNORE_LABEL) == "true":
+            return f"label {IGNORE_LABEL}=true (opt-out allowed by settings)"
+    return ""
+
+
+def _prior_outputs(view: PodView) -> dict[str, str]:
+    return {
+        k[len(PREFIX):]: v for k, v in view.annotations.items()
+        if isinstance(k, str) and k.startswith(PREFIX) and not is_input_annotation(k) and isinstance(v, str)
+    }
+
+
+def _mode(policy: str, ctx: Context) -> str:
+    if policy == "cuda":
+        cs = ctx.settings.cuda
+        return cs.namespace_modes.get(ctx.namespace, cs.mode)
+    return "enforce"
+
+
+def _short(text: str, limit: int = WARNING_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Result:
+    """Apply enforcement modes and the response limits to what the policies said."""
+    enforced: list[Denial] = []
+    for d in outcome.denials:
+        mode = _mode(d.policy, ctx)
+        if mode == "enforce":
+            enforced.append(d)
+        elif mode == "warn":
+            outcome.warn(f"would be denied ({d.reason}): {d.message}")
+            result.audit[f"{d.policy}-would-deny"] = d.message
+    warnings: list[str] = []
+    total = 0
+    for w in outcome.warnings:
+        w = _short(w)
+        if total + len(w) > WARNINGS_TOTAL:
+            break
+        warnings.append(w)
+        total += len(w)
+    result.warnings = warnings
+    result.outcome = outcome
+    for key, value in outcome.audit.items():
+        result.audit[key[:63]] = value[:AUDIT_VALUE_LIMIT]
+    if enforced:
+        result.allowed = False
+        result.code = 403
+        result.reason = enforced[0].reason
+        result.message = "\n".join(d.message for d in enforced)
+        result.audit["decision"] = f"denied ({', '.join(d.reason for d in enforced)})"
+        result.audit["reason"] = result.message[:AUDIT_VALUE_LIMIT]
+    else:
+        result.audit["decision"] = steps
+    return result
+
+
+def _context_for(ctx: Context, view: PodView, prior: Mapping[str, str]) -> Context:
+    return Context(
+        settings=ctx.settings, cluster=ctx.cluster, namespace=view.namespace or ctx.namespace,
+        operation=ctx.operation, username=ctx.username, groups=ctx.groups, dry_run=ctx.dry_run, prior=prior,
+    )
+
+
+def mutate(obj: Any, ctx: Context) -> Result:
+    """Run the mutating policies over a copy of ``obj``; the patch turns ``obj`` into ``result.object``."""
+    skipped = _guard(obj, ctx, ctx.settings.exemptions)
+    if skipped:
+        return Result(object=obj, skipped=skipped)
+    working = copy.deepcopy(obj)
+    view = pod_view(working, ctx.namespace)
+    if view is None:
+        return Result(object=obj, skipped="no pod spec to review")
+    prior = _prior_outputs(view)
+    annotations = view.metadata.get("annotations")
+    had_annotations = isinstance(annotations, dict)
+    if isinstance(annotations, dict):
+        for name in prior:
+            del annotations[PREFIX + name]  # forged or stale: the policies write them afresh
+    pctx = _context_for(ctx, view, prior)
+    outcome = Outcome()
+    for _, step in MUTATORS:
+        step(view, pctx, outcome)
+    for name, text in sorted(outcome.annotations.items()):
+        view.set_annotation(PREFIX + name, text)
+    if not had_annotations and view.metadata.get("annotations") == {}:
+        del view.metadata["annotations"]  # do not leave behind an empty map that we created
+    result = Result(object=working)
+    _finish(result, ctx, outcome, "mutated" if outcome.mutations else "unchanged")
+    if result.allowed:
+        result.patch = jsonpatch.make_patch(obj, working).patch
+    else:
+        result.object = obj
+    return result
+
+
+def validate(obj: Any, ctx: Context) -> Result:
+    """Run the validating policies over the final object; never changes it."""
+    skipped = _guard(obj, ctx, ctx.settings.exemptions)
+    if skipped:
+        return Result(object=obj, skipped=skipped)
+    working = copy.deepcopy(obj)
+    view = pod_view(working, ctx.namespace)
+    if view is None:
+        return Result(object=obj, skipped="no pod spec to review")
+    pctx = _context_for(ctx, view, _prior_outputs(view))
+    outcome = Outcome()
+    for _, step in VALIDATORS:
+        step(view, pctx, outcome)
+    result = Result(object=obj)
+    return _finish(result, ctx, outcome, "admitted")
+
+
+def review(obj: Any, ctx: Context) -> Result:
+    """What the apiserver would end with: mutate, then validate the mutated object (the CLI's path)."""
+    mutated = mutate(obj, ctx)
+    if not mutated.allowed or mutated.skipped:
+        return mutated
+    checked = validate(mutated.object, ctx)
+    warnings = list(dict.fromkeys(mutated.warnings + checked.warnings))
+    checked.warnings = warnings
+    checked.patch = mutated.patch
+    checked.object = mutated.object if checked.allowed else obj
+    checked.audit = {**mutated.audit, **checked.audit}
+    if not checked.allowed:
+        checked.patch = []
+    return checked

@@ -1,0 +1,79 @@
+"""Provider presets (data: ``data/providers.yaml``): pool label keys, spot labels and taints, GPU taints."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from webhook.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TaintPreset:
+    key: str
+    value: str | None
+    """None: the value is not documented; tolerate with operator Exists."""
+    effect: str
+    provider: str
+
+
+@dataclass(frozen=True)
+class Presets:
+    """The presets in force: those of the configured providers, plus the user's own from settings."""
+
+    pool_labels: tuple[str, ...]
+    pool_annotations: tuple[str, ...]
+    spot_labels: tuple[tuple[str, str, str], ...]
+    """(key, value, provider)"""
+    spot_taints: tuple[TaintPreset, ...]
+    gpu_taints: Mapping[str, TaintPreset]
+
+
+@lru_cache(maxsize=1)
+def _raw() -> dict[str, Any]:
+    text = resources.files("webhook.data").joinpath("providers.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    assert isinstance(data, dict)
+    return data
+
+
+def known_providers() -> tuple[str, ...]:
+    return tuple(_raw())
+
+
+def load_presets(
+    providers: Sequence[str] = ("all",),
+    extra_pool_labels: Sequence[str] = (),
+    extra_spot_taints: Sequence[tuple[str, str, str]] = (),
+    extra_spot_labels: Mapping[str, str] | None = None,
+) -> Presets:
+    raw = _raw()
+    names = list(raw) if "all" in providers else list(providers)
+    unknown = [n for n in names if n not in raw]
+    if unknown:
+        raise ConfigError(
+            f"cluster.providers: unknown provider {', '.join(unknown)} (known: all, {', '.join(raw)})"
+        )
+    pool_labels: list[str] = list(extra_pool_labels)
+    pool_annotations: list[str] = []
+    spot_labels: list[tuple[str, str, str]] = []
+    spot_taints: list[TaintPreset] = [TaintPreset(k, v or None, e, "settings") for k, v, e in extra_spot_taints]
+    gpu_taints: dict[str, TaintPreset] = {}
+    for name in names:
+        entry = raw[name] or {}
+        pool_labels += [k for k in entry.get("pool_labels", []) if k not in pool_labels]
+        pool_annotations += entry.get("pool_annotations", [])
+        spot_labels += [(k, str(v), name) for k, v in entry.get("spot_labels", {}).items()]
+        spot_taints += [
+            TaintPreset(t["key"], None if t.get("value") is None else str(t["value"]), t["effect"], name)
+            for t in entry.get("spot_taints", [])
+        ]
+        for preset, t in entry.get("gpu_taints", {}).items():
+            gpu_taints[preset] = TaintPreset(t["key"], t.get("value"), t["effect"], name)
+    spot_labels += [(k, v, "settings") for k, v in (extra_spot_labels or {}).items()]
+    return Presets(tuple(pool_labels), tuple(pool_annotations), tuple(spot_labels), tuple(spot_taints), gpu_taints)
