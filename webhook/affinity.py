@@ -1,0 +1,106 @@
+"""Node affinity edits shared by the policies: narrow required affinity, add preferred terms, idempotently.
+
+Required node affinity is an OR of terms, each an AND of expressions. Narrowing a pod to "any of these
+alternatives" is therefore a product: every existing term ANDed with every alternative. Expressions already present
+are not added twice, so applying the same narrowing again changes nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+from webhook.model import JSON, PodView, as_dict, as_list
+
+Expression = JSON
+"""{"key": ..., "operator": ..., "values": [...]}"""
+
+
+def expression(key: str, operator: str, values: Sequence[str] = ()) -> Expression:
+    e: Expression = {"key": key, "operator": operator}
+    if operator in ("In", "NotIn", "Gt", "Lt"):
+        e["values"] = list(values)
+    return e
+
+
+def _required(pod: PodView) -> JSON:
+    affinity = pod.spec_dict("affinity")
+    node = affinity.get("nodeAffinity")
+    if not isinstance(node, dict):
+        node = affinity["nodeAffinity"] = {}
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(required, dict):
+        required = node["requiredDuringSchedulingIgnoredDuringExecution"] = {}
+    return required
+
+
+def required_terms(pod: PodView) -> list[JSON]:
+    """The pod's required node selector terms as they stand (empty when there is no required affinity)."""
+    required = as_dict(as_dict(as_dict(pod.spec.get("affinity")).get("nodeAffinity")).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"))
+    return [t for t in as_list(required.get("nodeSelectorTerms")) if isinstance(t, dict)]
+
+
+def _with(term: JSON, extra: Sequence[Expression]) -> JSON:
+    out = copy.deepcopy(term)
+    exprs = out.get("matchExpressions")
+    if not isinstance(exprs, list):
+        exprs = out["matchExpressions"] = []
+    for e in extra:
+        if e not in exprs:
+            exprs.append(copy.deepcopy(e))
+    return out
+
+
+def _implied(term: JSON, alternative: Sequence[Expression]) -> bool:
+    exprs = as_list(term.get("matchExpressions"))
+    return all(e in exprs for e in alternative)
+
+
+def narrow(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool:
+    """Require the pod to land where one of ``alternatives`` (each an AND of expressions) holds.
+
+    Existing terms are kept and each is combined with each alternative. Returns whether the pod changed.
+    A term that already implies one of the alternatives is kept as it is (so a second run is a no-op).
+    """
+    if not alternatives:
+        return False
+    existing = required_terms(pod)
+    if existing and all(any(_implied(t, alt) for alt in alternatives) for t in existing):
+        return False
+    base = existing or [{}]
+    terms: list[JSON] = []
+    for term in base:
+        if any(_implied(term, alt) for alt in alternatives) and term:
+            terms.append(copy.deepcopy(term))
+            continue
+        for alt in alternatives:
+            combined = _with(term, alt)
+            if combined not in terms:
+                terms.append(combined)
+    _required(pod)["nodeSelectorTerms"] = terms
+    return True
+
+
+def require(pod: PodView, expressions: Sequence[Expression]) -> bool:
+    """AND ``expressions`` into every required term (creating one when there is none)."""
+    return narrow(pod, [list(expressions)])
+
+
+def prefer(pod: PodView, expressions: Sequence[Expression], weight: int = 100) -> bool:
+    """Add a preferred node affinity term unless an equal one is already there."""
+    affinity = pod.spec_dict("affinity")
+    node = affinity.get("nodeAffinity")
+    if not isinstance(node, dict):
+        node = affinity["nodeAffinity"] = {}
+    preferred = node.get("preferredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(preferred, list):
+        preferred = node["preferredDuringSchedulingIgnoredDuringExecution"] = []
+    term = {"weight": weight, "preference": {"matchExpressions": [copy.deepcopy(e) for e in expressions]}}
+    for existing in preferred:
+        if isinstance(existing, dict) and as_dict(existing.get("preference")).get("matchExpressions") == term[
+            "preference"
+        ]["matchExpressions"]:
+            return False
+    preferred.append(term)
+    return True
