@@ -1,0 +1,445 @@
+"""A small in-memory Kubernetes API server for tests, spoken to by the real ``kubernetes`` client and ``kubectl``.
+
+It keeps objects by collection path, hands out resourceVersions, and serves: discovery (``/api``, ``/apis``,
+``/api/v1``, ``/apis/<group>/<version>``), list (with ``labelSelector`` / ``fieldSelector`` equality), watch
+(``?watch=true`` from a resourceVersion, streamed as JSON lines), get, create (``generateName`` included), replace,
+patch (merge, strategic-merge treated as merge, JSON patch) and delete. Faults for tests: ``expire(rv)`` makes
+watches from an older resourceVersion get 410 Gone, ``drop_watches()`` cuts every open watch stream,
+``fail_next(n, code)`` answers the next n requests with an error, ``stop()/start()`` take it off the air.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import jsonpatch
+
+JSON = dict[str, Any]
+
+# resource -> (kind, namespaced) per group/version
+RESOURCES: dict[str, dict[str, tuple[str, bool]]] = {
+    "v1": {
+        "nodes": ("Node", False), "pods": ("Pod", True), "events": ("Event", True), "secrets": ("Secret", True),
+        "namespaces": ("Namespace", False), "configmaps": ("ConfigMap", True), "services": ("Service", True),
+    },
+    "events.k8s.io/v1": {"events": ("Event", True)},
+    "admissionregistration.k8s.io/v1": {
+        "mutatingwebhookconfigurations": ("MutatingWebhookConfiguration", False),
+        "validatingwebhookconfigurations": ("ValidatingWebhookConfiguration", False),
+    },
+    "apps/v1": {"deployments": ("Deployment", True)},
+}
+
+
+class _Watch:
+    def __init__(self, collection: str, namespace: str | None) -> None:
+        self.collection = collection
+        self.namespace = namespace
+        self.events: queue.Queue[JSON | None] = queue.Queue()
+
+
+class KubeAPI:
+    """Start with ``KubeAPI().start()``; ``url`` is ``http://127.0.0.1:<port>``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.objects: dict[str, dict[tuple[str, str], JSON]] = {}  # collection key -> (namespace, name) -> obj
+        self.log: list[tuple[int, str, str, JSON]] = []  # (rv, type, collection, obj)
+        self.rv = 100
+        self.expired_before = 0
+        self.watches: list[_Watch] = []
+        self.requests: list[tuple[str, str]] = []
+        self._failures: list[int] = []
+        self.server: ThreadingHTTPServer | None = None
+        self.port = 0
+        self.thread: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> KubeAPI:
+        api = self
+
+        class Handler(_Handler):
+            pass
+
+        Handler.api = api
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.drop_watches()
+        if self.server:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def kubeconfig(self, path: str) -> str:
+        """Write a kubeconfig for this server to ``path`` and return it."""
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": self.url}}],
+            "users": [{"name": "test", "user": {"token": "test-token"}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test", "namespace": "default"}}],
+        }
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(config, f)
+        return path
+
+    # -- faults -----------------------------------------------------------------------------------------------
+    def expire(self, rv: int | None = None) -> None:
+        """Watches that start from a resourceVersion older than ``rv`` (default: now) get 410 Gone."""
+        with self.lock:
+            self.expired_before = self.rv if rv is None else rv
+
+    def drop_watches(self) -> None:
+        with self.lock:
+            for w in self.watches:
+                w.events.put(None)
+            self.watches = []
+
+    def gone_watches(self) -> None:
+        """Send a 410 Gone ERROR event on every open watch, as an apiserver does when history is compacted."""
+        with self.lock:
+            self.expired_before = self.rv + 1
+            for w in self.watches:
+                w.events.put({"type": "ERROR", "object": _status(410, "Expired", "too old resource version")})
+                w.events.put(None)
+            self.watches = []
+
+    def fail_next(self, count: int, code: int = 500) -> None:
+        with self.lock:
+            self._failures += [code] * count
+
+    # -- store ------------------------------------------------------------------------------------------------
+    def _next_rv(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    def _emit(self, type_: str, collection: str, obj: JSON) -> None:
+        rv = int(obj["metadata"]["resourceVersion"])
+        self.log.append((rv, type_, collection, copy.deepcopy(obj)))
+        ns = obj["metadata"].get("namespace")
+        for w in self.watches:
+            if w.collection == collection and (w.namespace is None or w.namespace == ns):
+                w.events.put({"type": type_, "object": copy.deepcopy(obj)})
+
+    def put(self, gv: str, resource: str, obj: JSON, namespace: str | None = None) -> JSON:
+        """Create or replace an object directly (test set-up); emits ADDED or MODIFIED."""
+        kind, namespaced = RESOURCES[gv][resource]
+        key = f"{gv}/{resource}"
+        with self.lock:
+            obj = copy.deepcopy(obj)
+            meta = obj.setdefault("metadata", {})
+            if namespaced:
+                meta["namespace"] = namespace or meta.get("namespace") or "default"
+            obj.setdefault("apiVersion", gv)
+            obj.setdefault("kind", kind)
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            meta["resourceVersion"] = self._next_rv()
+            store = self.objects.setdefault(key, {})
+            ident = (meta.get("namespace", ""), meta["name"])
+            existed = ident in store
+            store[ident] = obj
+            self._emit("MODIFIED" if existed else "ADDED", key, obj)
+            return copy.deepcopy(obj)
+
+    def delete(self, gv: str, resource: str, name: str, namespace: str = "") -> None:
+        key = f"{gv}/{resource}"
+        with self.lock:
+            obj = self.objects.get(key, {}).pop((namespace, name))
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+            self._emit("DELETED", key, obj)
+
+    def get(self, gv: str, resource: str, name: str, namespace: str = "") -> JSON | None:
+        with self.lock:
+            obj = self.objects.get(f"{gv}/{resource}", {}).get((namespace, name))
+            return copy.deepcopy(obj) if obj else None
+
+    def list(self, gv: str, resource: str, namespace: str | None = None) -> list[JSON]:
+        with self.lock:
+            return [copy.deepcopy(o) for (ns, _), o in self.objects.get(f"{gv}/{resource}", {}).items()
+                    if namespace is None or ns == namespace]
+
+
+def _status(code: int, reason: str, message: str) -> JSON:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
+            "message": message, "metadata": {}}
+
+
+def _field(obj: JSON, path: str) -> str:
+    node: Any = obj
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return "" if node is None else str(node)
+
+
+def _selected(obj: JSON, query: dict[str, list[str]]) -> bool:
+    for name, source in (("fieldSelector", obj), ("labelSelector", obj.get("metadata", {}).get("labels") or {})):
+        for clause in ",".join(query.get(name, [])).split(","):
+            if not clause:
+                continue
+            negate = "!=" in clause
+            k, _, v = clause.replace("!=", "=").replace("==", "=").partition("=")
+            have = _field(source, k) if name == "fieldSelector" else str(source.get(k, ""))
+            if (have == v) == negate:
+                return False
+    return True
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api: KubeAPI
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+    def _send(self, code: int, body: JSON) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"null")
+
+    def _route(self) -> tuple[str, str, str | None, str | None, dict[str, list[str]]] | None:
+        """(gv, resource, namespace, name, query) for resource paths."""
+        url = urlparse(self.path)
+        parts = [p for p in url.path.split("/") if p]
+        query = parse_qs(url.query)
+        if parts[:2] == ["api", "v1"]:
+            gv, rest = "v1", parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            gv, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+        else:
+            return None
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if not rest or gv not in RESOURCES or rest[0] not in RESOURCES[gv]:
+            return None
+        return gv, rest[0], namespace, rest[1] if len(rest) > 1 else None, query
+
+    def _discovery(self) -> bool:
+        path = urlparse(self.path).path.rstrip("/")
+        if path == "/api":
+            self._send(200, {"kind": "APIVersions", "versions": ["v1"],
+                             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]})
+            return True
+        if path == "/apis":
+            groups = []
+            for gv in RESOURCES:
+                if "/" in gv:
+                    g, v = gv.split("/")
+                    groups.append({"name": g, "versions": [{"groupVersion": gv, "version": v}],
+                                   "preferredVersion": {"groupVersion": gv, "version": v}})
+            self._send(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+            return True
+        gv = "v1" if path == "/api/v1" else path[len("/apis/"):] if path.startswith("/apis/") else ""
+        if gv in RESOURCES:
+            resources = [
+                {"name": r, "singularName": k.lower(), "namespaced": ns, "kind": k,
+                 "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}
+                for r, (k, ns) in RESOURCES[gv].items()
+            ]
+            self._send(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
+                             "resources": resources})
+            return True
+        if path == "/version":
+            self._send(200, {"major": "1", "minor": "34", "gitVersion": "v1.34.0", "platform": "linux/amd64"})
+            return True
+        return False
+
+    def _fault(self) -> bool:
+        with self.api.lock:
+            self.api.requests.append((self.command, self.path))
+            if self.api._failures:
+                code = self.api._failures.pop(0)
+                self._send(code, _status(code, "InternalError", "injected failure"))
+                return True
+        return False
+
+    # -- verbs ------------------------------------------------------------------------------------------------
+    def do_GET(self) -> None:
+        if self._fault() or self._discovery():
+            return
+        route = self._route()
+        if route is None:
+            self._send(404, _status(404, "NotFound", f"no route {self.path}"))
+            return
+        gv, resource, namespace, name, query = route
+        key = f"{gv}/{resource}"
+        if name:
+            obj = self.api.get(gv, resource, name, namespace or "")
+            if obj is None:
+                self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
+            else:
+                self._send(200, obj)
+            return
+        if query.get("watch", ["false"])[0] in ("true", "1"):
+            self._watch(key, namespace, query)
+            return
+        kind = RESOURCES[gv][resource][0]
+        with self.api.lock:
+            items = [o for o in self.api.list(gv, resource, namespace) if _selected(o, query)]
+            rv = str(self.api.rv)
+        self._send(200, {"kind": f"{kind}List", "apiVersion": gv, "metadata": {"resourceVersion": rv},
+                         "items": items})
+
+    def _watch(self, key: str, namespace: str | None, query: dict[str, list[str]]) -> None:
+        since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        timeout = float(query.get("timeoutSeconds", ["30"])[0])
+        w = _Watch(key, namespace)
+        with self.api.lock:
+            gone = since and since < self.api.expired_before
+            if not gone:
+                for rv, type_, coll, obj in self.api.log:
+                    if rv > since and coll == key and (namespace is None or obj["metadata"].get("namespace") ==
+                                                       namespace):
+                        w.events.put({"type": type_, "object": copy.deepcopy(obj)})
+                self.api.watches.append(w)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            if gone:
+                self._chunk({"type": "ERROR", "object": _status(410, "Expired", "too old resource version")})
+                return
+            for event in self._drain(w, timeout):
+                self._chunk(event)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            with self.api.lock:
+                if w in self.api.watches:
+                    self.api.watches.remove(w)
+            try:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except OSError:
+                pass
+            self.close_connection = True
+
+    def _drain(self, w: _Watch, timeout: float) -> Iterator[JSON]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                event = w.events.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if event is None:
+                return
+            yield event
+
+    def _chunk(self, event: JSON) -> None:
+        data = json.dumps(event).encode() + b"\n"
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def do_POST(self) -> None:
+        if self._fault():
+            return
+        route = self._route()
+        if route is None or route[3]:
+            self._send(404, _status(404, "NotFound", f"no route {self.path}"))
+            return
+        gv, resource, namespace, _, query = route
+        obj = self._body()
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        if not meta.get("name"):
+            self._send(422, _status(422, "Invalid", "metadata.name: Required value"))
+            return
+        with self.api.lock:
+            if self.api.get(gv, resource, meta["name"], namespace or ""):
+                self._send(409, _status(409, "AlreadyExists", f'{resource} "{meta["name"]}" already exists'))
+                return
+            if query.get("dryRun"):
+                self._send(201, obj)
+                return
+            self._send(201, self.api.put(gv, resource, obj, namespace))
+
+    def do_PUT(self) -> None:
+        if self._fault():
+            return
+        route = self._route()
+        if route is None or not route[3]:
+            self._send(404, _status(404, "NotFound", f"no route {self.path}"))
+            return
+        gv, resource, namespace, name, _ = route
+        if self.api.get(gv, resource, name, namespace or "") is None:
+            self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
+            return
+        obj = self._body()
+        obj.setdefault("metadata", {})["name"] = name
+        self._send(200, self.api.put(gv, resource, obj, namespace))
+
+    def do_PATCH(self) -> None:
+        if self._fault():
+            return
+        route = self._route()
+        if route is None or not route[3]:
+            self._send(404, _status(404, "NotFound", f"no route {self.path}"))
+            return
+        gv, resource, namespace, name, _ = route
+        with self.api.lock:
+            current = self.api.get(gv, resource, name, namespace or "")
+            if current is None:
+                self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
+                return
+            body = self._body()
+            if "json-patch" in (self.headers.get("Content-Type") or ""):
+                patched = jsonpatch.apply_patch(current, body)
+            else:
+                patched = _merge(current, body)
+            self._send(200, self.api.put(gv, resource, patched, namespace))
+
+    def do_DELETE(self) -> None:
+        if self._fault():
+            return
+        route = self._route()
+        if route is None or not route[3]:
+            self._send(404, _status(404, "NotFound", f"no route {self.path}"))
+            return
+        gv, resource, namespace, name, _ = route
+        if self.api.get(gv, resource, name, namespace or "") is None:
+            self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
+            return
+        self.api.delete(gv, resource, name, namespace or "")
+        self._send(200, _status(200, "", "deleted") | {"status": "Success"})
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (strategic merge patch is treated the same: good enough for tests)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = _merge(out.get(k), v)
+    return out
