@@ -28,8 +28,13 @@ JSON = dict[str, Any]
 # resource -> (kind, namespaced) per group/version
 RESOURCES: dict[str, dict[str, tuple[str, bool]]] = {
     "v1": {
-        "nodes": ("Node", False), "pods": ("Pod", True), "events": ("Event", True), "secrets": ("Secret", True),
-        "namespaces": ("Namespace", False), "configmaps": ("ConfigMap", True), "services": ("Service", True),
+        "nodes": ("Node", False),
+        "pods": ("Pod", True),
+        "events": ("Event", True),
+        "secrets": ("Secret", True),
+        "namespaces": ("Namespace", False),
+        "configmaps": ("ConfigMap", True),
+        "services": ("Service", True),
     },
     "events.k8s.io/v1": {"events": ("Event", True)},
     "admissionregistration.k8s.io/v1": {
@@ -92,7 +97,9 @@ class KubeAPI:
     def kubeconfig(self, path: str) -> str:
         """Write a kubeconfig for this server to ``path`` and return it."""
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "test",
             "clusters": [{"name": "test", "cluster": {"server": self.url}}],
             "users": [{"name": "test", "user": {"token": "test-token"}}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test", "namespace": "default"}}],
@@ -174,13 +181,23 @@ class KubeAPI:
 
     def list(self, gv: str, resource: str, namespace: str | None = None) -> list[JSON]:
         with self.lock:
-            return [copy.deepcopy(o) for (ns, _), o in self.objects.get(f"{gv}/{resource}", {}).items()
-                    if namespace is None or ns == namespace]
+            return [
+                copy.deepcopy(o)
+                for (ns, _), o in self.objects.get(f"{gv}/{resource}", {}).items()
+                if namespace is None or ns == namespace
+            ]
 
 
 def _status(code: int, reason: str, message: str) -> JSON:
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
-            "message": message, "metadata": {}}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+        "metadata": {},
+    }
 
 
 def _field(obj: JSON, path: str) -> str:
@@ -244,27 +261,42 @@ class _Handler(BaseHTTPRequestHandler):
     def _discovery(self) -> bool:
         path = urlparse(self.path).path.rstrip("/")
         if path == "/api":
-            self._send(200, {"kind": "APIVersions", "versions": ["v1"],
-                             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]})
+            self._send(
+                200,
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}],
+                },
+            )
             return True
         if path == "/apis":
             groups = []
             for gv in RESOURCES:
                 if "/" in gv:
                     g, v = gv.split("/")
-                    groups.append({"name": g, "versions": [{"groupVersion": gv, "version": v}],
-                                   "preferredVersion": {"groupVersion": gv, "version": v}})
+                    groups.append(
+                        {
+                            "name": g,
+                            "versions": [{"groupVersion": gv, "version": v}],
+                            "preferredVersion": {"groupVersion": gv, "version": v},
+                        }
+                    )
             self._send(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
             return True
-        gv = "v1" if path == "/api/v1" else path[len("/apis/"):] if path.startswith("/apis/") else ""
+        gv = "v1" if path == "/api/v1" else path[len("/apis/") :] if path.startswith("/apis/") else ""
         if gv in RESOURCES:
             resources = [
-                {"name": r, "singularName": k.lower(), "namespaced": ns, "kind": k,
-                 "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}
+                {
+                    "name": r,
+                    "singularName": k.lower(),
+                    "namespaced": ns,
+                    "kind": k,
+                    "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+                }
                 for r, (k, ns) in RESOURCES[gv].items()
             ]
-            self._send(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
-                             "resources": resources})
+            self._send(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
             return True
         if path == "/version":
             self._send(200, {"major": "1", "minor": "34", "gitVersion": "v1.34.0", "platform": "linux/amd64"})
@@ -291,7 +323,7 @@ class _Handler(BaseHTTPRequestHandler):
         gv, resource, namespace, name, query = route
         key = f"{gv}/{resource}"
         if name:
-            obj = self.api.get(gv, resource, name, namespace or "")
+            obj = self.api.get(gv, resource, name or "", namespace or "")
             if obj is None:
                 self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
             else:
@@ -304,8 +336,7 @@ class _Handler(BaseHTTPRequestHandler):
         with self.api.lock:
             items = [o for o in self.api.list(gv, resource, namespace) if _selected(o, query)]
             rv = str(self.api.rv)
-        self._send(200, {"kind": f"{kind}List", "apiVersion": gv, "metadata": {"resourceVersion": rv},
-                         "items": items})
+        self._send(200, {"kind": f"{kind}List", "apiVersion": gv, "metadata": {"resourceVersion": rv}, "items": items})
 
     def _watch(self, key: str, namespace: str | None, query: dict[str, list[str]]) -> None:
         since = int(query.get("resourceVersion", ["0"])[0] or 0)
@@ -315,8 +346,11 @@ class _Handler(BaseHTTPRequestHandler):
             gone = since and since < self.api.expired_before
             if not gone:
                 for rv, type_, coll, obj in self.api.log:
-                    if rv > since and coll == key and (namespace is None or obj["metadata"].get("namespace") ==
-                                                       namespace):
+                    if (
+                        rv > since
+                        and coll == key
+                        and (namespace is None or obj["metadata"].get("namespace") == namespace)
+                    ):
                         w.events.put({"type": type_, "object": copy.deepcopy(obj)})
                 self.api.watches.append(w)
         self.send_response(200)
@@ -390,7 +424,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, _status(404, "NotFound", f"no route {self.path}"))
             return
         gv, resource, namespace, name, _ = route
-        if self.api.get(gv, resource, name, namespace or "") is None:
+        if self.api.get(gv, resource, name or "", namespace or "") is None:
             self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
             return
         obj = self._body()
@@ -406,7 +440,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         gv, resource, namespace, name, _ = route
         with self.api.lock:
-            current = self.api.get(gv, resource, name, namespace or "")
+            current = self.api.get(gv, resource, name or "", namespace or "")
             if current is None:
                 self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
                 return
@@ -425,10 +459,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, _status(404, "NotFound", f"no route {self.path}"))
             return
         gv, resource, namespace, name, _ = route
-        if self.api.get(gv, resource, name, namespace or "") is None:
+        if self.api.get(gv, resource, name or "", namespace or "") is None:
             self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
             return
-        self.api.delete(gv, resource, name, namespace or "")
+        self.api.delete(gv, resource, name or "", namespace or "")
         self._send(200, _status(200, "", "deleted") | {"status": "Success"})
 
 

@@ -36,8 +36,11 @@ def _required(pod: PodView) -> JSON:
 
 def required_terms(pod: PodView) -> list[JSON]:
     """The pod's required node selector terms as they stand (empty when there is no required affinity)."""
-    required = as_dict(as_dict(as_dict(pod.spec.get("affinity")).get("nodeAffinity")).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"))
+    required = as_dict(
+        as_dict(as_dict(pod.spec.get("affinity")).get("nodeAffinity")).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+    )
     return [t for t in as_list(required.get("nodeSelectorTerms")) if isinstance(t, dict)]
 
 
@@ -96,11 +99,9 @@ def prefer(pod: PodView, expressions: Sequence[Expression], weight: int = 100) -
     preferred = node.get("preferredDuringSchedulingIgnoredDuringExecution")
     if not isinstance(preferred, list):
         preferred = node["preferredDuringSchedulingIgnoredDuringExecution"] = []
-    term = {"weight": weight, "preference": {"matchExpressions": [copy.deepcopy(e) for e in expressions]}}
+    wanted = [copy.deepcopy(e) for e in expressions]
     for existing in preferred:
-        if isinstance(existing, dict) and as_dict(existing.get("preference")).get("matchExpressions") == term[
-            "preference"
-        ]["matchExpressions"]:
+        if isinstance(existing, dict) and as_dict(existing.get("preference")).get("matchExpressions") == wanted:
             return False
-    preferred.append(term)
+    preferred.append({"weight": weight, "preference": {"matchExpressions": wanted}})
     return True

@@ -92,7 +92,8 @@ class NodeGroup:
     def has_gpu(self) -> bool:
         return bool(self.gpu_product) or any(
             k == GPU_RESOURCE or k.startswith(MIG_RESOURCE_PREFIX) or k == GPU_RESOURCE + ".shared"
-            for k, v in self.allocatable.items() if v > 0
+            for k, v in self.allocatable.items()
+            if v > 0
         )
 
     @property
@@ -317,9 +318,7 @@ def toleration_tolerates(tol: JSON, taint: Taint) -> bool:
     return False
 
 
-def _tolerates(
-    taints: Sequence[Taint], tolerations: Sequence[JSON], requested: set[str], extended_rule: bool
-) -> bool:
+def _tolerates(taints: Sequence[Taint], tolerations: Sequence[JSON], requested: set[str], extended_rule: bool) -> bool:
     for taint in taints:
         if taint.effect not in ("NoSchedule", "NoExecute"):
             continue
@@ -348,16 +347,23 @@ class _Rules:
     def of(spec: JSON, volatile: frozenset[str]) -> _Rules:
         node_name = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) and spec.get("nodeName") else None
         selector = {str(k): v for k, v in as_dict(spec.get("nodeSelector")).items()}
-        required = as_dict(as_dict(as_dict(spec.get("affinity")).get("nodeAffinity")).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"))
+        required = as_dict(
+            as_dict(as_dict(spec.get("affinity")).get("nodeAffinity")).get(
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            )
+        )
         terms: tuple[JSON, ...] | None = None
         if required and isinstance(required.get("nodeSelectorTerms"), list):
             terms = tuple(t if isinstance(t, dict) else {} for t in required["nodeSelectorTerms"])
         tolerations = tuple(t for t in as_list(spec.get("tolerations")) if isinstance(t, dict))
-        per_node = node_name is not None or any(k in volatile for k in selector) or any(
-            bool(as_list(t.get("matchFields"))) or any(
-                isinstance(e, dict) and e.get("key") in volatile for e in as_list(t.get("matchExpressions")))
-            for t in terms or ()
+        per_node = (
+            node_name is not None
+            or any(k in volatile for k in selector)
+            or any(
+                bool(as_list(t.get("matchFields")))
+                or any(isinstance(e, dict) and e.get("key") in volatile for e in as_list(t.get("matchExpressions")))
+                for t in terms or ()
+            )
         )
         return _Rules(node_name, selector, terms, tolerations, volatile, per_node)
 
@@ -376,9 +382,7 @@ class _Rules:
         if self.node_name is not None and self.node_name not in group.node_labels:
             return None
         names = (self.node_name,) if self.node_name is not None else group.nodes
-        kept = tuple(
-            n for n in names if self._match({**group.labels, **group.node_labels.get(n, {})}, n)
-        )
+        kept = tuple(n for n in names if self._match({**group.labels, **group.node_labels.get(n, {})}, n))
         return kept or None
 
 
@@ -439,7 +443,8 @@ def parse_node(obj: object) -> Node | None:
     annotations = {str(k): v for k, v in as_dict(meta.get("annotations")).items() if isinstance(v, str)}
     taints = tuple(
         Taint(as_str(t.get("key")), as_str(t.get("value")), as_str(t.get("effect")))
-        for t in as_list(as_dict(obj.get("spec")).get("taints")) if isinstance(t, dict) and t.get("key")
+        for t in as_list(as_dict(obj.get("spec")).get("taints"))
+        if isinstance(t, dict) and t.get("key")
     )
     allocatable: dict[str, Decimal] = {}
     for key, value in as_dict(as_dict(obj.get("status")).get("allocatable")).items():
@@ -497,7 +502,7 @@ def _mig_profiles(labels: Mapping[str, str], allocatable: Mapping[str, Decimal])
     offers: dict[str, MigOffer] = {}
     for resource, amount in allocatable.items():
         if resource.startswith(MIG_RESOURCE_PREFIX) and amount > 0:
-            profile = resource[len(MIG_RESOURCE_PREFIX):]
+            profile = resource[len(MIG_RESOURCE_PREFIX) :]
             memory = _int_label(labels, f"{GFD}mig-{profile}.memory")
             offers[profile] = MigOffer(int(amount), memory)
     return offers
@@ -514,8 +519,10 @@ class _Builder:
         cs = settings.cluster
         self.settings = settings
         self.presets = load_presets(
-            cs.providers, cs.pool_label_keys,
-            [(t.key, t.value, t.effect) for t in settings.spot.extra_taints], settings.spot.extra_labels,
+            cs.providers,
+            cs.pool_label_keys,
+            [(t.key, t.value, t.effect) for t in settings.spot.extra_taints],
+            settings.spot.extra_labels,
         )
         self.table: DriverTable = builtin_table().with_rows(settings.cuda.driver_table)
         self.volatile = frozenset(cs.volatile_labels)
@@ -527,8 +534,9 @@ class _Builder:
                 return pool
         return None
 
-    def pool_name(self, node: Node, declared: PoolSettings | None, product: str, driver: Version | None,
-                  strategy: str) -> str:
+    def pool_name(
+        self, node: Node, declared: PoolSettings | None, product: str, driver: Version | None, strategy: str
+    ) -> str:
         if declared:
             return declared.name
         for key in self.presets.pool_labels:
@@ -622,17 +630,30 @@ class _Builder:
         driver = parse_version(pool.driver_version)
         cuda = self.table.cuda_for_driver(driver) if driver else None
         return NodeGroup(
-            pool=pool.name, labels=labels, taints=taints, allocatable=allocatable, nodes=(), node_labels={},
-            gpu_product=product, gpu_memory_mib=pool.gpu_memory_mib, gpu_count=pool.gpu_count, driver=driver,
+            pool=pool.name,
+            labels=labels,
+            taints=taints,
+            allocatable=allocatable,
+            nodes=(),
+            node_labels={},
+            gpu_product=product,
+            gpu_memory_mib=pool.gpu_memory_mib,
+            gpu_count=pool.gpu_count,
+            driver=driver,
             driver_source=f"settings (pool {pool.name})" if driver else "",
-            cuda=cuda, cuda_source=f"driver {show(driver)} via the CUDA/driver table" if cuda and driver else "",
-            mig_strategy=pool.mig_strategy, mig_profiles=profiles, sharing=pool.sharing,
-            spot=pool.spot or self.is_spot(labels, taints), declared=True,
+            cuda=cuda,
+            cuda_source=f"driver {show(driver)} via the CUDA/driver table" if cuda and driver else "",
+            mig_strategy=pool.mig_strategy,
+            mig_profiles=profiles,
+            sharing=pool.sharing,
+            spot=pool.spot or self.is_spot(labels, taints),
+            declared=True,
         )
 
 
-def build_view(node_objects: Iterable[object], settings: Settings, source: str = "node list",
-               known: bool = True) -> ClusterView:
+def build_view(
+    node_objects: Iterable[object], settings: Settings, source: str = "node list", known: bool = True
+) -> ClusterView:
     """Fold Node objects and the pools declared in settings into a ClusterView."""
     builder = _Builder(settings)
     buckets: dict[Any, list[Node]] = {}
@@ -654,7 +675,11 @@ def build_view(node_objects: Iterable[object], settings: Settings, source: str =
     groups += [builder.declared_group(p) for p in builder.pools if p.name not in seen_pools]
     groups.sort(key=lambda g: (g.pool, g.nodes))
     return ClusterView(
-        groups=tuple(groups), node_count=count, source=source, presets=builder.presets,
+        groups=tuple(groups),
+        node_count=count,
+        source=source,
+        presets=builder.presets,
         extended_resource_toleration=settings.cluster.extended_resource_toleration,
-        volatile_labels=builder.volatile, known=known or bool(groups),
+        volatile_labels=builder.volatile,
+        known=known or bool(groups),
     )

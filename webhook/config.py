@@ -89,9 +89,7 @@ class ClusterSettings:
     """Provider presets to use for pool labels and spot taints/labels (gke, eks, karpenter, aks, oke, ...; all)."""
     pool_label_keys: list[str] = field(default_factory=list)
     """Extra node label keys that name a node's pool (tried before the presets), e.g. for k3s clusters."""
-    volatile_labels: list[str] = field(
-        default_factory=lambda: ["kubernetes.io/hostname", "nvidia.com/gfd.timestamp"]
-    )
+    volatile_labels: list[str] = field(default_factory=lambda: ["kubernetes.io/hostname", "nvidia.com/gfd.timestamp"])
     """Per-node label keys that do not make nodes different for scheduling purposes (grouping ignores them)."""
     extended_resource_toleration: bool = True
     """The apiserver runs the ExtendedResourceToleration plugin (on in GKE, AKS, EKS): taints keyed by a requested
@@ -179,6 +177,7 @@ class Settings:
 
 
 T = TypeVar("T")
+_SCALARS: dict[Any, tuple[type, ...]] = {int: (int,), float: (int, float), str: (str, int, float)}
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 
 
@@ -220,18 +219,11 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         return {str(k): _convert(item, v, f"{path}.{k}") for k, v in value.items()}
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return build(tp, value, path)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif tp is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
+    accepted = _SCALARS.get(tp)
+    if (accepted is not None and isinstance(value, accepted) and not isinstance(value, bool)) or (
+        tp is bool and isinstance(value, bool)
+    ):
+        return tp(value)
     raise ConfigError(f"{path}: must be {_describe(tp)} (got {value!r})")
 
 
@@ -253,7 +245,8 @@ def build(cls: type[T], data: Any, path: str = "") -> T:
             raise ConfigError(f"{sub}: unknown setting (known here: {known})")
         values[key] = _convert(hints[key], raw_value, sub)
     missing = [
-        n for n, f in fields.items()
+        n
+        for n, f in fields.items()
         if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     if missing:
@@ -269,7 +262,7 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     for name, raw in environ.items():
         if not name.startswith(ENV_PREFIX):
             continue
-        parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__") if p]
+        parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__") if p]
         if not parts:
             continue
         node = tree

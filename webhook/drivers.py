@@ -80,6 +80,8 @@ def builtin_table() -> DriverTable:
         assert d is not None
         floors[int(major)] = d
     return DriverTable(
-        tuple(sorted(rows, reverse=True)), floors, frozenset(int(b) for b in raw["forward_compat_branches"]),
+        tuple(sorted(rows, reverse=True)),
+        floors,
+        frozenset(int(b) for b in raw["forward_compat_branches"]),
         str(raw["source"]),
     )

@@ -43,7 +43,7 @@ def is_input_annotation(key: str) -> bool:
     """True for the annotation keys a user writes (``gpu-admission.io/cuda-version.<container>`` included)."""
     if not key.startswith(PREFIX):
         return False
-    name = key[len(PREFIX):]
+    name = key[len(PREFIX) :]
     return name in INPUT_ANNOTATIONS or name.startswith("cuda-version.")
 
 

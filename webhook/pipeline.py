@@ -130,7 +130,8 @@ def _guard(obj: Any, ctx: Context, settings_exempt: Any) -> str:
 
 def _prior_outputs(view: PodView) -> dict[str, str]:
     return {
-        k[len(PREFIX):]: v for k, v in view.annotations.items()
+        k[len(PREFIX) :]: v
+        for k, v in view.annotations.items()
         if isinstance(k, str) and k.startswith(PREFIX) and not is_input_annotation(k) and isinstance(v, str)
     }
 
@@ -182,8 +183,14 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
 
 def _context_for(ctx: Context, view: PodView, prior: Mapping[str, str]) -> Context:
     return Context(
-        settings=ctx.settings, cluster=ctx.cluster, namespace=view.namespace or ctx.namespace,
-        operation=ctx.operation, username=ctx.username, groups=ctx.groups, dry_run=ctx.dry_run, prior=prior,
+        settings=ctx.settings,
+        cluster=ctx.cluster,
+        namespace=view.namespace or ctx.namespace,
+        operation=ctx.operation,
+        username=ctx.username,
+        groups=ctx.groups,
+        dry_run=ctx.dry_run,
+        prior=prior,
     )
 
 

@@ -56,9 +56,7 @@ def load_presets(
     names = list(raw) if "all" in providers else list(providers)
     unknown = [n for n in names if n not in raw]
     if unknown:
-        raise ConfigError(
-            f"cluster.providers: unknown provider {', '.join(unknown)} (known: all, {', '.join(raw)})"
-        )
+        raise ConfigError(f"cluster.providers: unknown provider {', '.join(unknown)} (known: all, {', '.join(raw)})")
     pool_labels: list[str] = list(extra_pool_labels)
     pool_annotations: list[str] = []
     spot_labels: list[tuple[str, str, str]] = []

@@ -1,0 +1,172 @@
+"""The AdmissionReview contract and every kind of bad input, through the Flask app."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from tests.conftest import gpu_pod, review
+
+
+def post(client: Any, path: str, body: Any, content_type: str = "application/json") -> Any:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return client.post(path, data=data, content_type=content_type)
+
+
+@pytest.mark.parametrize("path", ["/mutate", "/validate"])
+def test_answer_echoes_uid_and_kind(client: Any, path: str) -> None:
+    r = post(client, path, review(gpu_pod(), uid="1234-abcd"))
+    assert r.status_code == 200
+    body = r.get_json()
+    assert body["apiVersion"] == "admission.k8s.io/v1"
+    assert body["kind"] == "AdmissionReview"
+    assert body["response"]["uid"] == "1234-abcd"
+    assert body["response"]["allowed"] is True
+
+
+def test_unchanged_object_has_no_patch(client: Any) -> None:
+    cpu_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+    }
+    response = post(client, "/mutate", review(cpu_pod)).get_json()["response"]
+    assert "patch" not in response and "patchType" not in response
+    assert "warnings" not in response
+
+
+def test_forged_output_annotation_is_removed_by_a_patch_that_applies(client: Any) -> None:
+    pod = gpu_pod(annotations={"gpu-admission.io/mig": "trainer: forged", "team": "ml"})
+    response = post(client, "/mutate", review(pod)).get_json()["response"]
+    assert response["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(response["patch"]))
+    result = jsonpatch.apply_patch(pod, patch)
+    assert "gpu-admission.io/mig" not in result["metadata"].get("annotations", {})
+    assert result["metadata"]["annotations"]["team"] == "ml"
+
+
+@pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])
+def test_delete_and_connect_pass_without_patch(client: Any, operation: str) -> None:
+    body = review(None, operation=operation)
+    body["request"]["oldObject"] = gpu_pod(annotations={"gpu-admission.io/mig": "forged"})
+    response = post(client, "/mutate", body).get_json()["response"]
+    assert response["allowed"] is True and "patch" not in response
+
+
+def test_objects_not_handled_pass_untouched(client: Any) -> None:
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "x", "annotations": {"gpu-admission.io/mig": "x"}},
+        "data": {},
+    }
+    response = post(client, "/mutate", review(cm)).get_json()["response"]
+    assert response["allowed"] is True
+    assert "patch" not in response and "warnings" not in response
+
+
+def _review_with(**request: Any) -> dict[str, Any]:
+    body = review(gpu_pod())
+    for k, v in request.items():
+        if v is ...:
+            del body["request"][k]
+        else:
+            body["request"][k] = v
+    return body
+
+
+BAD = [
+    pytest.param(b"{not json", "application/json", 400, "not valid JSON", id="not-json"),
+    pytest.param(b"", "application/json", 400, "empty body", id="empty"),
+    pytest.param(json.dumps(review(gpu_pod())).encode(), "text/plain", 415, "Content-Type", id="content-type"),
+    pytest.param(b"[1, 2]", "application/json", 400, "JSON object", id="array"),
+    pytest.param(
+        json.dumps({**review(gpu_pod()), "apiVersion": "admission.k8s.io/v1beta1"}).encode(),
+        "application/json",
+        400,
+        "apiVersion",
+        id="v1beta1",
+    ),
+    pytest.param(
+        json.dumps({**review(gpu_pod()), "kind": "Pod"}).encode(), "application/json", 400, "kind", id="wrong-kind"
+    ),
+    pytest.param(
+        json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(),
+        "application/json",
+        400,
+        "request",
+        id="no-request",
+    ),
+    pytest.param(json.dumps(_review_with(uid=...)).encode(), "application/json", 400, "uid", id="no-uid"),
+    pytest.param(json.dumps(_review_with(uid=7)).encode(), "application/json", 400, "uid", id="uid-not-string"),
+    pytest.param(
+        json.dumps(_review_with(object=[1])).encode(),
+        "application/json",
+        400,
+        "request.object",
+        id="object-not-mapping",
+    ),
+    pytest.param(
+        json.dumps(_review_with(operation="PATCH")).encode(), "application/json", 400, "operation", id="bad-operation"
+    ),
+    pytest.param(
+        b'{"apiVersion": "admission.k8s.io/v1", "apiVersion": "x"}',
+        "application/json",
+        400,
+        "duplicate key",
+        id="duplicate-key",
+    ),
+    pytest.param(b'{"a": NaN}', "application/json", 400, "NaN", id="nan"),
+    pytest.param(b'{"a": "\xff\xfe"}', "application/json", 400, "UTF-8", id="invalid-utf8"),
+    pytest.param(b"[" * 10000 + b"]" * 10000, "application/json", 400, "nested", id="deep-nesting"),
+]
+
+
+@pytest.mark.parametrize(("body", "content_type", "status", "words"), BAD)
+@pytest.mark.parametrize("path", ["/mutate", "/validate"])
+def test_bad_input_gets_4xx_json_naming_the_problem(
+    client: Any, path: str, body: bytes, content_type: str, status: int, words: str
+) -> None:
+    r = post(client, path, body, content_type)
+    assert r.status_code == status
+    assert words in r.get_json()["error"]
+
+
+def test_body_over_limit_is_413(client: Any) -> None:
+    r = post(client, "/mutate", b"x" * (7 * 1024 * 1024 + 1))
+    assert r.status_code == 413
+    assert "limit" in r.get_json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [("get", "/mutate", 405), ("put", "/validate", 405), ("post", "/healthz", 405), ("get", "/nope", 404)],
+)
+def test_wrong_method_or_path_is_json(client: Any, method: str, path: str, status: int) -> None:
+    r = getattr(client, method)(path)
+    assert r.status_code == status
+    assert r.get_json()["error"]
+
+
+def test_health_and_ready(client: Any) -> None:
+    assert client.get("/healthz").status_code == 200
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and ready.get_json()["nodes"] == 2
+
+
+def test_not_ready_until_synced(settings: Any) -> None:
+    from webhook.app import create_app
+    from webhook.cluster import StaticCluster, build_view
+
+    class Unsynced(StaticCluster):
+        def ready(self) -> bool:
+            return False
+
+    client = create_app(settings, cluster=Unsynced(build_view([], settings))).test_client()
+    r = client.get("/readyz")
+    assert r.status_code == 503 and "synced" in r.get_json()["error"]

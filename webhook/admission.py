@@ -1,0 +1,190 @@
+"""AdmissionReview admission.k8s.io/v1 at the edge: parse strictly, answer exactly as the apiserver expects.
+
+The wire format is typed here once (TypedDicts); inside, objects stay plain dicts. A request that cannot be reviewed
+raises ``BadRequest`` (answered 4xx with ``{"error": ...}``, so the webhook's failurePolicy decides), never 500.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NotRequired, TypedDict
+
+from webhook.errors import BadRequest, PayloadTooLarge
+from webhook.pipeline import Result
+
+API_VERSION = "admission.k8s.io/v1"
+MAX_DEPTH = 200
+"""Deeper JSON than this is not a Kubernetes object; refusing it keeps every later walk (copy, diff) safe."""
+
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+class UserInfo(TypedDict, total=False):
+    username: str
+    uid: str
+    groups: list[str]
+
+
+class Status(TypedDict, total=False):
+    code: int
+    message: str
+    reason: str
+
+
+class Response(TypedDict):
+    uid: str
+    allowed: bool
+    status: NotRequired[Status]
+    patch: NotRequired[str]
+    patchType: NotRequired[Literal["JSONPatch"]]
+    warnings: NotRequired[list[str]]
+    auditAnnotations: NotRequired[dict[str, str]]
+
+
+class ResponseReview(TypedDict):
+    apiVersion: str
+    kind: Literal["AdmissionReview"]
+    response: Response
+
+
+@dataclass(frozen=True)
+class ReviewRequest:
+    """The facts of ``request`` that the webhook uses."""
+
+    uid: str
+    operation: str
+    namespace: str
+    name: str
+    kind: str
+    """request.kind.kind (the object's kind as the apiserver names it)."""
+    username: str
+    groups: tuple[str, ...]
+    dry_run: bool
+    object: Any
+    old_object: Any
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise BadRequest(f"duplicate key {key[:60]!r} in JSON object")
+        out[key] = value
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise BadRequest(f"{name} is not valid JSON")
+
+
+def _check_depth(value: Any) -> None:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise BadRequest(f"JSON nested deeper than {MAX_DEPTH} levels")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+
+
+def decode_json(body: bytes) -> Any:
+    """Strict JSON: UTF-8 only, no duplicate keys, no NaN/Infinity, bounded depth."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise BadRequest(f"body is not valid UTF-8 (byte {err.start})") from err
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    except RecursionError as err:
+        raise BadRequest(f"JSON nested deeper than {MAX_DEPTH} levels") from err
+    except json.JSONDecodeError as err:
+        raise BadRequest(f"body is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}") from err
+    _check_depth(value)
+    return value
+
+
+def _str(value: Any, where: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BadRequest(f"{where} must be a string")
+    return value
+
+
+def parse_review(body: bytes, content_type: str | None, max_bytes: int) -> ReviewRequest:
+    """Parse an AdmissionReview request body; raise BadRequest naming what is wrong."""
+    mime = (content_type or "").split(";")[0].strip().lower()
+    if mime != "application/json":
+        raise BadRequest(f"Content-Type must be application/json (got {mime or 'none'})", status=415)
+    if len(body) > max_bytes:
+        raise PayloadTooLarge(f"body of {len(body)} bytes is over the limit of {max_bytes}")
+    if not body:
+        raise BadRequest("empty body: expected an AdmissionReview")
+    review = decode_json(body)
+    if not isinstance(review, dict):
+        raise BadRequest("body must be a JSON object (an AdmissionReview)")
+    if review.get("kind") != "AdmissionReview":
+        raise BadRequest(f"kind must be AdmissionReview (got {str(review.get('kind'))[:60]!r})")
+    if review.get("apiVersion") != API_VERSION:
+        raise BadRequest(
+            f"apiVersion must be {API_VERSION} (got {str(review.get('apiVersion'))[:60]!r}); "
+            "set admissionReviewVersions: [v1] in the webhook configuration"
+        )
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise BadRequest("request is missing or not an object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadRequest("request.uid is missing or not a non-empty string")
+    operation = _str(request.get("operation"), "request.operation")
+    if operation not in OPERATIONS:
+        raise BadRequest(f"request.operation must be one of {', '.join(OPERATIONS)} (got {operation[:30]!r})")
+    obj = request.get("object")
+    if operation in ("CREATE", "UPDATE") and not isinstance(obj, dict):
+        raise BadRequest(f"request.object must be an object for {operation}")
+    if obj is not None and not isinstance(obj, dict):
+        raise BadRequest("request.object must be an object or null")
+    user = request.get("userInfo")
+    user = user if isinstance(user, dict) else {}
+    groups = user.get("groups")
+    kind = request.get("kind")
+    dry_run = request.get("dryRun", False)
+    if not isinstance(dry_run, bool) and dry_run is not None:
+        raise BadRequest("request.dryRun must be true or false")
+    return ReviewRequest(
+        uid=uid,
+        operation=operation,
+        namespace=_str(request.get("namespace"), "request.namespace"),
+        name=_str(request.get("name"), "request.name"),
+        kind=_str(kind.get("kind"), "request.kind.kind") if isinstance(kind, dict) else "",
+        username=_str(user.get("username"), "request.userInfo.username"),
+        groups=tuple(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else (),
+        dry_run=bool(dry_run),
+        object=obj,
+        old_object=request.get("oldObject"),
+    )
+
+
+def build_response(uid: str, result: Result, mutating: bool) -> ResponseReview:
+    """The AdmissionReview answer: uid echoed; patch and patchType together and only when there is a change."""
+    response: Response = {"uid": uid, "allowed": result.allowed}
+    if not result.allowed:
+        response["status"] = {"code": max(result.code, 400), "message": result.message, "reason": result.reason}
+    if mutating and result.allowed and result.patch:
+        response["patch"] = base64.b64encode(json.dumps(result.patch).encode()).decode()
+        response["patchType"] = "JSONPatch"
+    if result.warnings:
+        response["warnings"] = list(result.warnings)
+    if result.audit:
+        response["auditAnnotations"] = dict(result.audit)
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def error_body(message: str) -> Mapping[str, str]:
+    return {"error": message}

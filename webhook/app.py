@@ -1,0 +1,107 @@
+"""The Flask app, built by a factory; routes stay thin: parse, run the pipeline, answer, record.
+
+Nothing is bound, started or read at import time (gunicorn forks workers after importing).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Flask, Response, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from webhook import pipeline
+from webhook.admission import ReviewRequest, build_response, error_body, parse_review
+from webhook.audit import DecisionLog, Recorder
+from webhook.cluster import ClusterSource, ClusterView, StaticCluster, build_view
+from webhook.config import Settings
+from webhook.errors import BadRequest
+from webhook.model import Context
+
+
+@dataclass
+class Runtime:
+    """The collaborators a request uses, hung on ``app.extensions["gpu_admission"]``."""
+
+    settings: Settings
+    cluster: ClusterSource
+    recorder: Recorder
+
+
+def context_for(review: ReviewRequest, settings: Settings, view: ClusterView) -> Context:
+    return Context(
+        settings=settings,
+        cluster=view,
+        namespace=review.namespace,
+        operation=review.operation,
+        username=review.username,
+        groups=review.groups,
+        dry_run=review.dry_run,
+    )
+
+
+def create_app(
+    settings: Settings | None = None, cluster: ClusterSource | None = None, recorder: Recorder | None = None
+) -> Flask:
+    settings = settings or Settings()
+    cluster = cluster or StaticCluster(build_view([], settings, source="settings", known=False))
+    runtime = Runtime(settings, cluster, recorder or DecisionLog(settings))
+    app = Flask("gpu_admission")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions["gpu_admission"] = runtime
+
+    def review_route(endpoint: str, step: Callable[[Any, Context], pipeline.Result]) -> tuple[Response, int]:
+        started = time.perf_counter()
+        review: ReviewRequest | None = None
+        try:
+            body = request.get_data(cache=False)
+            review = parse_review(body, request.content_type, settings.max_body_bytes)
+            result = step(review.object, context_for(review, settings, cluster.snapshot()))
+        except BadRequest as err:
+            runtime.recorder.record(endpoint, review, None, err.status, time.perf_counter() - started, str(err))
+            return jsonify(error_body(str(err))), err.status
+        answer = build_response(review.uid, result, mutating=endpoint == "mutate")
+        runtime.recorder.record(endpoint, review, result, 200, time.perf_counter() - started)
+        return jsonify(answer), 200
+
+    @app.post("/mutate")
+    def mutate() -> tuple[Response, int]:
+        return review_route("mutate", pipeline.mutate)
+
+    @app.post("/validate")
+    def validate() -> tuple[Response, int]:
+        return review_route("validate", pipeline.validate)
+
+    @app.get("/healthz")
+    def healthz() -> tuple[Response, int]:
+        return jsonify({"status": "ok"}), 200
+
+    @app.get("/readyz")
+    def readyz() -> tuple[Response, int]:
+        if cluster.ready():
+            view = cluster.snapshot()
+            return jsonify({"status": "ready", "nodes": view.node_count, "source": view.source}), 200
+        return jsonify({"status": "not ready", "error": "the node list has not synced yet"}), 503
+
+    @app.errorhandler(HTTPException)
+    def http_error(err: HTTPException) -> tuple[Response, int]:
+        code = err.code or 500
+        messages = {
+            404: f"no such endpoint {request.path}: use POST /mutate, POST /validate, GET /healthz, GET /readyz",
+            405: f"method {request.method} is not allowed on {request.path}",
+            413: f"body is over the limit of {settings.max_body_bytes} bytes",
+        }
+        return jsonify(error_body(messages.get(code, err.description or err.name))), code
+
+    @app.errorhandler(Exception)
+    def unexpected(err: Exception) -> tuple[Response, int]:
+        # A bug, not the caller's fault: still answer in JSON, and say so; the failurePolicy decides.
+        app.logger.exception("unexpected error while reviewing")
+        runtime.recorder.record(request.path.strip("/"), None, None, 500, 0.0, f"internal: {type(err).__name__}")
+        return jsonify(error_body(f"internal error ({type(err).__name__}); see the webhook's log")), 500
+
+    return app

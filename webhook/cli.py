@@ -1,0 +1,212 @@
+"""gpu-admission serve | review | pools | certs | selftest."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook import pipeline
+from webhook.cluster import ClusterSource, ClusterView, StaticCluster, build_view, nodes_from_document
+from webhook.config import Settings, load_settings
+from webhook.errors import ConfigError, InputError
+from webhook.model import TEMPLATE_PATHS, Context, as_dict
+
+EXIT_ADMITTED, EXIT_DENIED, EXIT_UNUSABLE = 0, 1, 2
+
+
+def _read_documents(path: str) -> list[Any]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise InputError(f"{path}: cannot read: {err.strerror}") from err
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 text") from err
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as err:
+        raise InputError(f"{path}: not valid YAML or JSON: {err}") from err
+
+
+def load_nodes(path: str, settings: Settings) -> ClusterView:
+    nodes: list[Any] = []
+    for doc in _read_documents(path):
+        found = nodes_from_document(doc)
+        if not found and not (isinstance(doc, dict) and doc.get("kind") in ("List", "NodeList")):
+            kind = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
+            raise InputError(f"{path}: expected a Node, a NodeList or a List of Nodes (found {kind})")
+        nodes += found
+    return build_view(nodes, settings, source=f"node list {path}")
+
+
+def cluster_source(settings: Settings, nodes: str | None) -> ClusterSource:
+    """--nodes FILE, else in-cluster credentials, else KUBECONFIG, else the configured pools only."""
+    if nodes:
+        return StaticCluster(load_nodes(nodes, settings))
+    from webhook.watch import live_cluster_from_environment
+
+    live = live_cluster_from_environment(settings)
+    if live is not None:
+        return live
+    return StaticCluster(build_view([], settings, source="settings"))
+
+
+def _settings(path: str | None) -> Settings:
+    return load_settings(path)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from webhook.app import create_app
+    from webhook.audit import DecisionLog
+    from webhook.server import GunicornServer, ServeOptions
+
+    settings = _settings(args.config)
+    if args.nodes:
+        load_nodes(args.nodes, settings)  # fail before forking when the file is unusable
+    for path in (args.cert, args.key):
+        if not Path(path).is_file():
+            raise InputError(f"{path}: certificate or key file not found (make one: gpu-admission certs issue)")
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="gpu-admission-metrics-"))
+    Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+    options = ServeOptions(
+        config=args.config,
+        nodes=args.nodes,
+        cert=args.cert,
+        key=args.key,
+        port=args.port,
+        metrics_port=args.metrics_port,
+        workers=args.workers,
+        host=args.host,
+    )
+
+    def factory() -> tuple[Any, ClusterSource]:
+        cluster = cluster_source(settings, args.nodes)
+        return create_app(settings, cluster=cluster, recorder=DecisionLog(settings)), cluster
+
+    GunicornServer(options, factory).run()
+    return 0
+
+
+def _object_kind(obj: Any) -> str:
+    return str(obj.get("kind")) if isinstance(obj, dict) else type(obj).__name__
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    settings = _settings(args.config)
+    docs = _read_documents(args.file)
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise InputError(f"{args.file}: expected exactly one object (a Pod or a workload), found {len(docs)}")
+    obj = docs[0]
+    if obj.get("kind") not in TEMPLATE_PATHS:
+        kinds = ", ".join(k for k in TEMPLATE_PATHS if k != "PodTemplate")
+        raise InputError(f"{args.file}: kind {_object_kind(obj)!r} is not reviewed (expected one of {kinds})")
+    view = load_nodes(args.nodes, settings)
+    namespace = args.namespace or str(as_dict(obj.get("metadata")).get("namespace") or "default")
+    ctx = Context(settings=settings, cluster=view, namespace=namespace, operation="CREATE")
+    result = pipeline.review(obj, ctx)
+    if args.output == "json":
+        print(
+            json.dumps(
+                {
+                    "allowed": result.allowed,
+                    "message": result.message,
+                    "warnings": result.warnings,
+                    "patch": result.patch,
+                    "object": result.object,
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(("ADMITTED" if result.allowed else "DENIED") + (f" ({result.skipped})" if result.skipped else ""))
+        if result.message:
+            print(result.message)
+        for w in result.warnings:
+            print(f"Warning: {w}")
+        annotations = result.object.get("metadata", {}).get("annotations", {}) if result.allowed else {}
+        for key, value in sorted((annotations or {}).items()):
+            if key.startswith("gpu-admission.io/"):
+                print(f"{key}: {value}")
+        if result.patch:
+            print("patch:")
+            print(json.dumps(result.patch, indent=2))
+    return EXIT_ADMITTED if result.allowed else EXIT_DENIED
+
+
+def cmd_pools(args: argparse.Namespace) -> int:
+    settings = _settings(args.config)
+    view = load_nodes(args.nodes, settings)
+    if args.output == "json":
+        print(json.dumps([p.as_json() for p in view.pools], indent=2))
+        return 0
+    try:
+        from webhook.cluster import format_pools  # type: ignore[attr-defined]
+    except ImportError:
+        for p in view.pools:
+            print(json.dumps(p.as_json()))
+    else:
+        print(format_pools(view))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpu-admission", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="serve the webhook over HTTPS with gunicorn")
+    serve.add_argument("--config", help="settings file (YAML)")
+    serve.add_argument("--nodes", help="node list file instead of the live cluster")
+    serve.add_argument("--cert", default="/tls/tls.crt")
+    serve.add_argument("--key", default="/tls/tls.key")
+    serve.add_argument("--port", type=int, default=8443)
+    serve.add_argument("--metrics-port", type=int, default=9090)
+    serve.add_argument("--workers", type=int, default=2)
+    serve.add_argument("--host", default="0.0.0.0")
+    serve.set_defaults(func=cmd_serve)
+
+    review = sub.add_parser("review", help="show what the webhook would do with a manifest")
+    review.add_argument("-f", "--file", required=True, help="a Pod or workload manifest (YAML or JSON; - for stdin)")
+    review.add_argument("--nodes", required=True, help="node list (kubectl get nodes -o yaml)")
+    review.add_argument("--config")
+    review.add_argument("--namespace")
+    review.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    review.set_defaults(func=cmd_review)
+
+    pools = sub.add_parser("pools", help="show how the webhook sees a cluster's GPU pools")
+    pools.add_argument("--nodes", required=True)
+    pools.add_argument("--config")
+    pools.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    pools.set_defaults(func=cmd_pools)
+
+    for module in ("certs.cli", "webhook.selftest"):
+        try:
+            mod = __import__(module, fromlist=["register"])
+        except ImportError:
+            continue
+        if hasattr(mod, "register"):
+            mod.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (ConfigError, InputError) as err:
+        print(f"gpu-admission: {err}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

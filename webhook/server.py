@@ -1,0 +1,141 @@
+"""gunicorn with the production settings: gthread workers (keep-alive), TLS 1.2+, certificates reloaded from disk.
+
+Each worker builds its own app and cluster source after the fork (threads do not survive a fork), so a live node
+watch runs in every worker. The Prometheus metrics endpoint runs in the master and aggregates every worker's
+samples (prometheus_client multiprocess mode).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+from webhook.cluster import ClusterSource
+
+log = logging.getLogger("gpu_admission.server")
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    config: str | None
+    nodes: str | None
+    cert: str
+    key: str
+    port: int = 8443
+    metrics_port: int = 9090
+    workers: int = 2
+    threads: int = 4
+    host: str = "0.0.0.0"
+    graceful_timeout: int = 25
+
+
+class ReloadingTLS:
+    """One SSL context per worker, rebuilt when the certificate or key file changes on disk.
+
+    gunicorn asks for a context on every new connection; building one (load_cert_chain) on each would cost a
+    millisecond or more, so it is cached and the files' mtimes are checked at most once a second. A file caught
+    half-written keeps the previous context until the next check.
+    """
+
+    CHECK_EVERY = 1.0
+
+    def __init__(self, cert: str, key: str) -> None:
+        self.cert, self.key = cert, key
+        self._lock = threading.Lock()
+        self._stamp: tuple[float, float] = (0.0, 0.0)
+        self._checked = 0.0
+        self._context: ssl.SSLContext | None = None
+
+    def _mtimes(self) -> tuple[float, float]:
+        return os.stat(self.cert).st_mtime_ns, os.stat(self.key).st_mtime_ns
+
+    def build(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(certfile=self.cert, keyfile=self.key)
+        context.set_alpn_protocols(["http/1.1"])
+        return context
+
+    def context(self) -> ssl.SSLContext:
+        now = time.monotonic()
+        if self._context is not None and now - self._checked < self.CHECK_EVERY:
+            return self._context
+        with self._lock:
+            self._checked = now
+            try:
+                stamp = self._mtimes()
+                if self._context is None or stamp != self._stamp:
+                    self._context = self.build()
+                    if self._stamp != (0.0, 0.0):
+                        log.info("serving certificate reloaded from %s", self.cert)
+                    self._stamp = stamp
+            except (OSError, ssl.SSLError) as err:
+                if self._context is None:
+                    raise
+                log.warning("certificate files unreadable (%s); keeping the previous certificate", err)
+            assert self._context is not None
+            return self._context
+
+
+class GunicornServer(BaseApplication):  # type: ignore[misc]
+    def __init__(self, options: ServeOptions, app_factory: Callable[[], tuple[Any, ClusterSource]]) -> None:
+        self.options = options
+        self.app_factory = app_factory
+        self.tls = ReloadingTLS(options.cert, options.key)
+        super().__init__()
+
+    def load_config(self) -> None:
+        from webhook import audit
+
+        o = self.options
+        tls = self.tls
+
+        def ssl_context(conf: Any, default: Any) -> ssl.SSLContext:
+            return tls.context()
+
+        def when_ready(server: Any) -> None:
+            audit.start_metrics_server(o.metrics_port)
+            log.info(
+                "serving on https://%s:%d with %d workers; metrics on :%d", o.host, o.port, o.workers, o.metrics_port
+            )
+
+        def child_exit(server: Any, worker: Any) -> None:
+            audit.worker_exited(worker.pid)
+
+        settings = {
+            "bind": f"{o.host}:{o.port}",
+            "workers": o.workers,
+            "worker_class": "gthread",
+            "threads": o.threads,
+            "keepalive": 75,  # longer than the apiserver's idle connection reuse, so it is the one that closes
+            "timeout": 30,
+            "graceful_timeout": o.graceful_timeout,
+            "certfile": o.cert,
+            "keyfile": o.key,
+            "ssl_context": ssl_context,
+            "when_ready": when_ready,
+            "child_exit": child_exit,
+            "accesslog": None,
+            "errorlog": "-",
+            "loglevel": "info",
+            "worker_tmp_dir": tempfile.gettempdir(),
+            "control_socket_disable": True,
+            "limit_request_line": 8190,
+        }
+        for key, value in settings.items():
+            if key in self.cfg.settings:
+                self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        app, cluster = self.app_factory()
+        cluster.start()
+        return app
