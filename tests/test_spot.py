@@ -1,0 +1,831 @@
+"""The spot policy through the pipeline: per provider and mode, existing tolerations, affinity, defaults, narrowing,
+idempotency, review and validate."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from webhook import pipeline
+from webhook.cluster import build_view
+from webhook.config import ClusterSettings, PoolSettings, Settings, SpotSettings, TaintSpec
+from webhook.model import Context
+from webhook.policies import spot
+
+ANNOTATION = "gpu-admission.io/spot"
+APPLIED = "gpu-admission.io/spot-applied"
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+
+GKE_SPOT = "cloud.google.com/gke-spot"
+GKE_PREEMPTIBLE = "cloud.google.com/gke-preemptible"
+AKS_SCALESET = "kubernetes.azure.com/scalesetpriority"
+AKS_PRIORITY = "kubernetes.azure.com/priority"
+OKE = "oci.oraclecloud.com/oke-is-preemptible"
+EKS = "eks.amazonaws.com/capacityType"
+KARPENTER = "karpenter.sh/capacity-type"
+USER_KEY = "example.com/spot"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Builders
+
+
+def taint(text: str) -> dict[str, str]:
+    """'key=value:Effect' or 'key:Effect' -> a Node taint."""
+    head, _, effect = text.rpartition(":")
+    key, _, value = head.partition("=")
+    out = {"key": key, "effect": effect}
+    if value:
+        out["value"] = value
+    return out
+
+
+def node(name: str, labels: dict[str, str] | None = None, taints: tuple[str, ...] = (), gpus: int = 1) -> Any:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-L4", **(labels or {})}},
+        "spec": {"taints": [taint(t) for t in taints]},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}},
+    }
+
+
+def equal(key: str, value: str, effect: str = "NoSchedule") -> dict[str, str]:
+    return {"key": key, "operator": "Equal", "value": value, "effect": effect}
+
+
+def exists(key: str, effect: str = "NoSchedule") -> dict[str, str]:
+    return {"key": key, "operator": "Exists", "effect": effect}
+
+
+def expr(key: str, *values: str) -> dict[str, Any]:
+    return {"key": key, "operator": "In", "values": list(values)}
+
+
+def pod(
+    mode: str | None = None,
+    *,
+    annotations: dict[str, Any] | None = None,
+    tolerations: Any = None,
+    affinity: Any = None,
+    owner: str | None = None,
+    gpu: str | None = "1",
+    namespace: str = "ml",
+) -> Any:
+    meta: dict[str, Any] = {"name": "trainer", "namespace": namespace}
+    notes = dict(annotations or {})
+    if mode is not None:
+        notes[ANNOTATION] = mode
+    if notes:
+        meta["annotations"] = notes
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": owner, "name": "x", "uid": "u", "controller": True}]
+    container: dict[str, Any] = {"name": "main", "image": "nvcr.io/nvidia/pytorch:24.05-py3"}
+    if gpu is not None:
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpu}}
+    spec: dict[str, Any] = {"containers": [container]}
+    if tolerations is not None:
+        spec["tolerations"] = tolerations
+    if affinity is not None:
+        spec["affinity"] = affinity
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def workload(kind: str, mode: str | None = None) -> Any:
+    template = pod(mode)
+    template.pop("apiVersion")
+    template.pop("kind")
+    template["metadata"].pop("namespace")
+    if kind == "CronJob":
+        spec: dict[str, Any] = {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": template}}}
+    else:
+        spec = {"template": template}
+    api = {"Deployment": "apps/v1", "Job": "batch/v1", "CronJob": "batch/v1"}[kind]
+    return {"apiVersion": api, "kind": kind, "metadata": {"name": "w", "namespace": "ml"}, "spec": spec}
+
+
+def context(
+    nodes: list[Any] | None = None,
+    namespace: str = "ml",
+    providers: tuple[str, ...] = ("all",),
+    pools: tuple[PoolSettings, ...] = (),
+    **spot_settings: Any,
+) -> Context:
+    settings = Settings(
+        spot=SpotSettings(**spot_settings),
+        cluster=ClusterSettings(providers=list(providers), pools=list(pools)),
+    )
+    return Context(settings=settings, cluster=build_view(nodes or [], settings), namespace=namespace)
+
+
+def mutate(obj: Any, ctx: Context) -> pipeline.Result:
+    """Mutate, check the patch turns the input into the output, and that a second pass changes nothing."""
+    before = copy.deepcopy(obj)
+    result = pipeline.mutate(obj, ctx)
+    assert obj == before, "the pipeline must not change its input"
+    assert jsonpatch.apply_patch(obj, result.patch) == result.object
+    again = pipeline.mutate(result.object, ctx)
+    assert again.patch == [], f"second pass must be a no-op, got {again.patch}"
+    assert again.outcome.annotations == result.outcome.annotations
+    for warning in result.warnings:
+        assert len(warning) < 120, warning
+    return result
+
+
+def tolerations_of(obj: Any) -> Any:
+    return obj["spec"].get("tolerations", [])
+
+
+def preferred_of(obj: Any) -> Any:
+    return (
+        obj["spec"]
+        .get("affinity", {})
+        .get("nodeAffinity", {})
+        .get("preferredDuringSchedulingIgnoredDuringExecution", [])
+    )
+
+
+def required_of(obj: Any) -> list[Any] | None:
+    node_affinity = obj["spec"].get("affinity", {}).get("nodeAffinity", {})
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    return None if required is None else required["nodeSelectorTerms"]
+
+
+def applied(result: pipeline.Result) -> str | None:
+    """The spot-applied annotation on the pod (or the workload's pod template)."""
+    view = pipeline.pod_view(result.object, "")
+    assert view is not None
+    value = view.annotations.get(APPLIED)
+    return value if isinstance(value, str) else None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Per provider preset and mode
+
+ON_DEMAND = node("on-demand")
+
+PROVIDERS: dict[str, tuple[list[Any], dict[str, Any], list[Any], list[Any]]] = {
+    # name: (spot nodes, extra settings, expected tolerations, expected label expressions)
+    "gke": (
+        [
+            node(
+                "gke-spot",
+                {GKE_SPOT: "true", "cloud.google.com/gke-nodepool": "spot-l4"},
+                (f"{GKE_SPOT}=true:NoSchedule",),
+            )
+        ],
+        {},
+        [equal(GKE_SPOT, "true")],
+        [expr(GKE_SPOT, "true")],
+    ),
+    "gke-preemptible": (
+        [node("gke-old", {GKE_PREEMPTIBLE: "true"}, (f"{GKE_PREEMPTIBLE}=true:NoSchedule",))],
+        {},
+        [equal(GKE_PREEMPTIBLE, "true")],
+        [expr(GKE_PREEMPTIBLE, "true")],
+    ),
+    "aks": (
+        [node("aks-spot", {AKS_PRIORITY: "spot", AKS_SCALESET: "spot"}, (f"{AKS_SCALESET}=spot:NoSchedule",))],
+        {},
+        [equal(AKS_SCALESET, "spot")],
+        [expr(AKS_PRIORITY, "spot"), expr(AKS_SCALESET, "spot")],
+    ),
+    "oke": (
+        # the taint's value is not documented: tolerated with Exists whatever it is
+        [node("oke-pre", {OKE: "true"}, (f"{OKE}=true:NoSchedule",))],
+        {},
+        [exists(OKE)],
+        [expr(OKE, "true")],
+    ),
+    "eks": ([node("eks-spot", {EKS: "SPOT"})], {}, [], [expr(EKS, "SPOT")]),
+    "karpenter": ([node("kp-spot", {KARPENTER: "spot"})], {}, [], [expr(KARPENTER, "spot")]),
+    "user-defined": (
+        [node("k3s-spot", {USER_KEY: "yes"}, (f"{USER_KEY}=yes:NoExecute",))],
+        {"extra_taints": [TaintSpec(USER_KEY, "yes", "NoExecute")], "extra_labels": {USER_KEY: "yes"}},
+        [equal(USER_KEY, "yes", "NoExecute")],
+        [expr(USER_KEY, "yes")],
+    ),
+}
+
+
+def expected_affinity(mode: str, labels: list[Any]) -> tuple[list[Any], list[Any] | None]:
+    if mode == "prefer":
+        return [{"weight": 100, "preference": {"matchExpressions": [e]}} for e in labels], None
+    if mode == "require":
+        return [], [{"matchExpressions": [e]} for e in labels]
+    return [], None
+
+
+@pytest.mark.parametrize("mode", ["tolerate", "true", "prefer", "require", "Require "])
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+def test_provider_and_mode(provider: str, mode: str) -> None:
+    spot_nodes, extra, want_tolerations, labels = PROVIDERS[provider]
+    ctx = context([ON_DEMAND, *spot_nodes], **extra)
+    result = mutate(pod(mode), ctx)
+    assert tolerations_of(result.object) == want_tolerations
+    normal = {"true": "tolerate", "Require ": "require"}.get(mode, mode)
+    want_preferred, want_required = expected_affinity(normal, labels)
+    assert preferred_of(result.object) == want_preferred
+    assert required_of(result.object) == want_required
+    text = applied(result)
+    assert text is not None and text.startswith(f"{normal} (asked by annotation)")
+    assert ("spot-toleration" in result.outcome.mutations) == bool(want_tolerations)
+    assert ("spot-affinity" in result.outcome.mutations) == (normal != "tolerate")
+    assert result.warnings == []
+
+
+@pytest.mark.parametrize(
+    "value",
+    [pytest.param("never", id="never"), pytest.param("false", id="false"), pytest.param(None, id="not-asked")],
+)
+def test_no_spot_changes_nothing(value: str | None) -> None:
+    spot_nodes = PROVIDERS["aks"][0]
+    obj = pod(value, tolerations=[{"key": "x", "operator": "Exists"}])
+    result = mutate(obj, context(spot_nodes))
+    assert result.patch == []
+    assert result.outcome.annotations == {}
+    assert result.outcome.mutations == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Existing tolerations of every shape (AKS cluster: wants scalesetpriority=spot:NoSchedule)
+
+AKS_WANT = equal(AKS_SCALESET, "spot")
+
+
+@pytest.mark.parametrize(
+    ("existing", "added"),
+    [
+        pytest.param([], True, id="none"),
+        pytest.param([{"key": AKS_SCALESET, "operator": "Exists"}], False, id="same-key-exists-any-effect"),
+        pytest.param([exists(AKS_SCALESET)], False, id="same-key-exists-same-effect"),
+        pytest.param([exists(AKS_SCALESET, "NoExecute")], True, id="same-key-exists-other-effect"),
+        pytest.param([{"operator": "Exists"}], False, id="empty-key-exists"),
+        pytest.param([{"key": "", "operator": "Exists", "effect": "NoSchedule"}], False, id="empty-key-exists-effect"),
+        pytest.param([{"operator": "Exists", "effect": "NoExecute"}], True, id="empty-key-exists-other-effect"),
+        pytest.param([{"key": AKS_SCALESET, "operator": "Equal", "value": "spot"}], False, id="equal-empty-effect"),
+        pytest.param([{"key": AKS_SCALESET, "value": "spot", "effect": "NoSchedule"}], False, id="operator-omitted"),
+        pytest.param([dict(AKS_WANT)], False, id="exact-duplicate"),
+        pytest.param([equal(AKS_SCALESET, "regular")], True, id="different-value"),
+        pytest.param([equal("other", "spot")], True, id="different-key"),
+        pytest.param([{"key": AKS_SCALESET, "operator": "Bogus"}], True, id="unknown-operator"),
+        pytest.param(["garbage", None, 3], True, id="garbage-entries"),
+        pytest.param(
+            [{**exists(AKS_SCALESET, "NoSchedule"), "tolerationSeconds": 30}], False, id="exists-with-seconds"
+        ),
+    ],
+)
+def test_existing_tolerations(existing: list[Any], added: bool) -> None:
+    result = mutate(pod("tolerate", tolerations=copy.deepcopy(existing)), context(PROVIDERS["aks"][0]))
+    # the user's tolerations stay first and unchanged; ours come after, only when not covered
+    assert tolerations_of(result.object) == [*existing, AKS_WANT] if added else existing
+    assert ("spot-toleration" in result.outcome.mutations) == added
+    assert pipeline.validate(result.object, context(PROVIDERS["aks"][0])).outcome.events[0].reason == "SpotTolerated"
+
+
+@pytest.mark.parametrize(
+    ("existing", "added"),
+    [
+        pytest.param([equal(OKE, "true")], True, id="equal-does-not-cover-exists"),
+        pytest.param([{"key": OKE, "operator": "Exists"}], False, id="exists-covers-exists"),
+        pytest.param([{"operator": "Exists"}], False, id="empty-key-exists-covers-exists"),
+        pytest.param([exists(OKE, "NoExecute")], True, id="exists-other-effect"),
+    ],
+)
+def test_existing_tolerations_against_exists(existing: list[Any], added: bool) -> None:
+    result = mutate(pod("tolerate", tolerations=copy.deepcopy(existing)), context(PROVIDERS["oke"][0]))
+    assert tolerations_of(result.object) == ([*existing, exists(OKE)] if added else existing)
+
+
+def test_tolerations_not_a_list_are_left_alone() -> None:
+    result = mutate(pod("tolerate", tolerations="oops"), context(PROVIDERS["aks"][0]))
+    assert result.object["spec"]["tolerations"] == "oops"
+    assert "not a list" in (applied(result) or "")
+    assert pipeline.validate(result.object, context(PROVIDERS["aks"][0])).outcome.events == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Affinity merging
+
+ZONE_A = {"matchExpressions": [expr("topology.kubernetes.io/zone", "a")]}
+ZONE_B = {"matchExpressions": [expr("topology.kubernetes.io/zone", "b")]}
+HOST = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+PREF = {"weight": 7, "preference": {"matchExpressions": [expr("gpu", "fast")]}}
+
+
+def with_terms(*terms: Any) -> Any:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}}
+
+
+def and_(term: Any, *exprs: Any) -> Any:
+    out = copy.deepcopy(term)
+    out.setdefault("matchExpressions", []).extend(exprs)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("provider", "affinity", "want_required"),
+    [
+        pytest.param("gke", with_terms(ZONE_A), [and_(ZONE_A, expr(GKE_SPOT, "true"))], id="one-term"),
+        pytest.param(
+            "gke",
+            with_terms(ZONE_A, ZONE_B),
+            [and_(ZONE_A, expr(GKE_SPOT, "true")), and_(ZONE_B, expr(GKE_SPOT, "true"))],
+            id="into-every-term",
+        ),
+        pytest.param(
+            "aks",
+            with_terms(ZONE_A, ZONE_B),
+            [
+                and_(ZONE_A, expr(AKS_PRIORITY, "spot")),
+                and_(ZONE_A, expr(AKS_SCALESET, "spot")),
+                and_(ZONE_B, expr(AKS_PRIORITY, "spot")),
+                and_(ZONE_B, expr(AKS_SCALESET, "spot")),
+            ],
+            id="several-keys-or-per-term",
+        ),
+        pytest.param("gke", with_terms(HOST), [and_(HOST, expr(GKE_SPOT, "true"))], id="match-fields-term-kept"),
+        pytest.param(
+            "gke",
+            with_terms(and_(ZONE_A, expr(GKE_SPOT, "true"))),
+            [and_(ZONE_A, expr(GKE_SPOT, "true"))],
+            id="already-required",
+        ),
+    ],
+)
+def test_require_merges_into_existing_terms(provider: str, affinity: Any, want_required: list[Any]) -> None:
+    ctx = context([ON_DEMAND, *PROVIDERS[provider][0]])
+    obj = pod("require", affinity=copy.deepcopy(affinity))
+    obj["spec"]["affinity"]["podAntiAffinity"] = {"x": 1}
+    result = mutate(obj, ctx)
+    assert required_of(result.object) == want_required
+    assert result.object["spec"]["affinity"]["podAntiAffinity"] == {"x": 1}
+
+
+def test_require_over_several_clouds_is_an_or() -> None:
+    ctx = context([node("g", {GKE_SPOT: "true"}), node("k", {KARPENTER: "spot"})])
+    result = mutate(pod("require"), ctx)
+    assert required_of(result.object) == [
+        {"matchExpressions": [expr(GKE_SPOT, "true")]},
+        {"matchExpressions": [expr(KARPENTER, "spot")]},
+    ]
+    assert "requires cloud.google.com/gke-spot=true or karpenter.sh/capacity-type=spot" in (applied(result) or "")
+
+
+@pytest.mark.parametrize(
+    ("preferred", "want"),
+    [
+        pytest.param(
+            [PREF],
+            [PREF, {"weight": 100, "preference": {"matchExpressions": [expr(GKE_SPOT, "true")]}}],
+            id="appended-after-existing",
+        ),
+        pytest.param(
+            [{"weight": 5, "preference": {"matchExpressions": [expr(GKE_SPOT, "true")]}}],
+            [{"weight": 5, "preference": {"matchExpressions": [expr(GKE_SPOT, "true")]}}],
+            id="equal-term-not-duplicated",
+        ),
+    ],
+)
+def test_prefer_with_existing_preferred_terms(preferred: list[Any], want: list[Any]) -> None:
+    affinity = with_terms(ZONE_A)
+    affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = copy.deepcopy(preferred)
+    result = mutate(pod("prefer", affinity=affinity), context(PROVIDERS["gke"][0]))
+    assert preferred_of(result.object) == want
+    assert required_of(result.object) == [ZONE_A], "prefer leaves required affinity alone"
+
+
+def test_karpenter_on_demand_only_still_counts_as_a_key() -> None:
+    # Karpenter labels every node with its capacity type; it can launch spot nodes for a pod that requires them
+    result = mutate(pod("require"), context([node("od", {KARPENTER: "on-demand"})]))
+    assert required_of(result.object) == [{"matchExpressions": [expr(KARPENTER, "spot")]}]
+    assert result.warnings == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Defaults and precedence
+
+SPOT_AKS = PROVIDERS["aks"][0]
+
+
+@pytest.mark.parametrize(
+    ("obj", "settings", "namespace", "want"),
+    [
+        pytest.param(pod(), {}, "ml", None, id="global-default-off"),
+        pytest.param(pod(), {"default": "tolerate"}, "ml", "tolerate (global default)", id="global-default"),
+        pytest.param(
+            pod(),
+            {"namespace_defaults": {"ml": "prefer"}},
+            "ml",
+            "prefer (default for namespace ml)",
+            id="namespace-default",
+        ),
+        pytest.param(pod(), {"namespace_defaults": {"other": "prefer"}}, "ml", None, id="other-namespace"),
+        pytest.param(
+            pod(owner="Job"),
+            {"owner_defaults": {"Job": "tolerate"}},
+            "ml",
+            "tolerate (default for Job pods)",
+            id="owner-default",
+        ),
+        pytest.param(
+            pod(owner="Job"),
+            {"owner_defaults": {"Job": "require"}, "namespace_defaults": {"ml": "tolerate"}, "default": "prefer"},
+            "ml",
+            "require (default for Job pods)",
+            id="owner-over-namespace",
+        ),
+        pytest.param(
+            pod(owner="ReplicaSet"),
+            {"owner_defaults": {"Job": "require"}, "namespace_defaults": {"ml": "tolerate"}},
+            "ml",
+            "tolerate (default for namespace ml)",
+            id="namespace-when-owner-has-none",
+        ),
+        pytest.param(
+            pod(),
+            {"namespace_defaults": {"ml": "off"}, "default": "tolerate"},
+            "ml",
+            None,
+            id="namespace-off-over-global",
+        ),
+        pytest.param(
+            pod(owner="Job"),
+            {"owner_defaults": {"Job": "off"}, "namespace_defaults": {"ml": "tolerate"}},
+            "ml",
+            None,
+            id="owner-off-over-namespace",
+        ),
+        pytest.param(
+            pod("prefer", owner="Job"),
+            {"owner_defaults": {"Job": "require"}},
+            "ml",
+            "prefer (asked by annotation)",
+            id="annotation-over-owner",
+        ),
+        pytest.param(
+            pod("never", owner="Job"),
+            {"owner_defaults": {"Job": "require"}, "namespace_defaults": {"ml": "tolerate"}, "default": "prefer"},
+            "ml",
+            None,
+            id="never-over-every-default",
+        ),
+        pytest.param(
+            pod("false"),
+            {"default": "require"},
+            "ml",
+            None,
+            id="false-over-global",
+        ),
+        pytest.param(
+            workload("Deployment"),
+            {"owner_defaults": {"ReplicaSet": "tolerate"}},
+            "ml",
+            "tolerate (default for ReplicaSet pods)",
+            id="deployment-template-owner-replicaset",
+        ),
+        pytest.param(
+            workload("CronJob"),
+            {"owner_defaults": {"Job": "prefer"}},
+            "ml",
+            "prefer (default for Job pods)",
+            id="cronjob-template-owner-job",
+        ),
+        pytest.param(
+            workload("Job"),
+            {"owner_defaults": {"Job": "tolerate"}},
+            "ml",
+            "tolerate (default for Job pods)",
+            id="job-template",
+        ),
+        pytest.param(
+            workload("Deployment", "never"),
+            {"owner_defaults": {"ReplicaSet": "tolerate"}},
+            "ml",
+            None,
+            id="template-never",
+        ),
+        pytest.param(
+            pod(namespace="batch"),
+            {"namespace_defaults": {"batch": "tolerate"}},
+            "",
+            "tolerate (default for namespace batch)",
+            id="namespace-from-object",
+        ),
+    ],
+)
+def test_defaults_and_precedence(obj: Any, settings: dict[str, Any], namespace: str, want: str | None) -> None:
+    result = mutate(obj, context(SPOT_AKS, namespace=namespace, **settings))
+    text = applied(result)
+    if want is None:
+        assert result.patch == []
+        assert text is None
+    else:
+        assert text is not None and text.startswith(want + ";"), text
+        view = pipeline.pod_view(result.object, "ml")
+        assert view is not None
+        assert view.spec["tolerations"] == [AKS_WANT]
+
+
+@pytest.mark.parametrize(
+    ("value", "settings", "want_mode"),
+    [
+        pytest.param("yes", {}, None, id="unknown-nothing"),
+        pytest.param("always", {"namespace_defaults": {"ml": "tolerate"}}, "tolerate", id="unknown-defaults-apply"),
+        pytest.param("x" * 300, {}, None, id="long-value"),
+        pytest.param("", {}, None, id="empty"),
+        pytest.param(True, {}, "tolerate", id="yaml-boolean-true"),
+        pytest.param(7, {}, None, id="number"),
+    ],
+)
+def test_unknown_values_warn(value: Any, settings: dict[str, Any], want_mode: str | None) -> None:
+    obj = pod(annotations={ANNOTATION: value})
+    result = pipeline.mutate(obj, context(SPOT_AKS, **settings))
+    text = applied(result)
+    assert (text.split(" ", 1)[0] if text else None) == want_mode
+    if value is True:
+        assert result.warnings == []
+        return
+    assert len(result.warnings) == 1
+    warning = result.warnings[0]
+    assert len(warning) < 120
+    assert ANNOTATION in warning and "tolerate" in warning and "never" in warning
+    if isinstance(value, str) and len(value) < 20:
+        assert repr(value) in warning
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Narrowing to the cluster's taints
+
+
+ALL_PRESET_TOLERATIONS = [
+    equal(GKE_SPOT, "true"),
+    equal(GKE_PREEMPTIBLE, "true"),
+    equal(AKS_SCALESET, "spot"),
+    exists(OKE),
+]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "kwargs", "want"),
+    [
+        pytest.param(SPOT_AKS, {}, [AKS_WANT], id="aks-only-not-other-clouds"),
+        pytest.param([], {}, ALL_PRESET_TOLERATIONS, id="unknown-cluster-all-presets"),
+        pytest.param(SPOT_AKS, {"only_cluster_taints": False}, ALL_PRESET_TOLERATIONS, id="narrowing-off"),
+        pytest.param([], {"providers": ("aks",)}, [AKS_WANT], id="unknown-cluster-one-provider"),
+        pytest.param(PROVIDERS["gke"][0], {"providers": ("aks",)}, [], id="taint-of-a-provider-not-configured"),
+        pytest.param([ON_DEMAND], {}, [], id="no-spot-taint-on-cluster"),
+        pytest.param(
+            [node("o", {}, (f"{OKE}=yes:NoExecute", f"{OKE}=yes:NoSchedule"))],
+            {},
+            [exists(OKE, "NoExecute"), exists(OKE, "NoSchedule")],
+            id="undocumented-value-cluster-effects",
+        ),
+        pytest.param([node("g", {}, (f"{GKE_SPOT}=false:NoSchedule",))], {}, [], id="documented-value-mismatch"),
+        pytest.param(
+            [node("g", {}, (f"{GKE_SPOT}=true:NoExecute",))],
+            {},
+            [equal(GKE_SPOT, "true", "NoExecute")],
+            id="cluster-effect-used",
+        ),
+        pytest.param(
+            [node("a", {}, (f"{AKS_SCALESET}=spot:NoSchedule",)), node("b", {}, (f"{GKE_SPOT}=true:NoSchedule",))],
+            {},
+            [equal(GKE_SPOT, "true"), AKS_WANT],
+            id="two-clouds-preset-order",
+        ),
+        pytest.param(
+            [ON_DEMAND],
+            {
+                "pools": (
+                    PoolSettings(
+                        name="spot-zero",
+                        node_selector={AKS_SCALESET: "spot"},
+                        taints=[TaintSpec(AKS_SCALESET, "spot", "NoSchedule")],
+                        spot=True,
+                    ),
+                )
+            },
+            [AKS_WANT],
+            id="declared-pool-scaled-to-zero",
+        ),
+        pytest.param(
+            [ON_DEMAND],
+            {"extra_taints": [TaintSpec(USER_KEY, "", "NoSchedule")]},
+            [],
+            id="user-taint-not-on-cluster",
+        ),
+        pytest.param(
+            [],
+            {"extra_taints": [TaintSpec(USER_KEY, "", "NoSchedule")], "providers": ("eks",)},
+            [exists(USER_KEY)],
+            id="user-taint-unknown-cluster-exists",
+        ),
+    ],
+)
+def test_narrowing(nodes: list[Any], kwargs: dict[str, Any], want: list[Any]) -> None:
+    result = mutate(pod("tolerate"), context(nodes, **kwargs))
+    assert tolerations_of(result.object) == want
+    text = applied(result) or ""
+    if want:
+        assert "tolerates " in text
+    else:
+        assert "no spot taint" in text and "spec" in result.object and "tolerations" not in result.object["spec"]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "providers", "mode", "want_required", "warned"),
+    [
+        pytest.param(
+            [ON_DEMAND],
+            ("gke",),
+            "require",
+            [{"matchExpressions": [expr(GKE_SPOT, "true")]}, {"matchExpressions": [expr(GKE_PREEMPTIBLE, "true")]}],
+            True,
+            id="require-no-label-still-added",
+        ),
+        pytest.param([ON_DEMAND], ("gke",), "prefer", None, False, id="prefer-no-label-nothing"),
+        pytest.param(
+            [],
+            ("eks", "karpenter"),
+            "require",
+            [{"matchExpressions": [expr(EKS, "SPOT")]}, {"matchExpressions": [expr(KARPENTER, "spot")]}],
+            False,
+            id="unknown-cluster-all-labels",
+        ),
+    ],
+)
+def test_spot_labels(
+    nodes: list[Any], providers: tuple[str, ...], mode: str, want_required: list[Any] | None, warned: bool
+) -> None:
+    result = mutate(pod(mode), context(nodes, providers=providers))
+    assert required_of(result.object) == want_required
+    if mode == "prefer":
+        assert preferred_of(result.object) == []
+        assert "no spot capacity label" in (applied(result) or "")
+    assert any("Pending" in w for w in result.warnings) == warned
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU taint presets
+
+SKU = equal("sku", "gpu")
+AKS_GPU_NODES = [node("aks-gpu", {AKS_SCALESET: "spot"}, (f"{AKS_SCALESET}=spot:NoSchedule", "sku=gpu:NoSchedule"))]
+
+
+@pytest.mark.parametrize(
+    ("presets", "gpu", "nodes", "want"),
+    [
+        pytest.param([], "1", AKS_GPU_NODES, [AKS_WANT], id="off-by-default"),
+        pytest.param(["aks-sku-gpu"], "1", AKS_GPU_NODES, [AKS_WANT, SKU], id="gpu-pod"),
+        pytest.param(["aks-sku-gpu"], "500m", AKS_GPU_NODES, [AKS_WANT, SKU], id="fractional-gpu-pod"),
+        pytest.param(["aks-sku-gpu"], None, AKS_GPU_NODES, [AKS_WANT], id="cpu-pod"),
+        pytest.param(["aks-sku-gpu"], "1", SPOT_AKS, [AKS_WANT], id="cluster-without-sku-taint"),
+        pytest.param(["aks-sku-gpu"], "1", [], [*ALL_PRESET_TOLERATIONS, SKU], id="unknown-cluster"),
+        pytest.param(["no-such-preset"], "1", AKS_GPU_NODES, [AKS_WANT], id="unknown-preset-ignored"),
+    ],
+)
+def test_gpu_taint_presets(presets: list[str], gpu: str | None, nodes: list[Any], want: list[Any]) -> None:
+    result = mutate(pod("tolerate", gpu=gpu), context(nodes, gpu_taint_presets=presets))
+    assert tolerations_of(result.object) == want
+
+
+def test_gpu_taint_presets_not_for_non_spot_pods() -> None:
+    result = mutate(pod(), context(AKS_GPU_NODES, gpu_taint_presets=["aks-sku-gpu"]))
+    assert result.patch == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Warnings, review, validate
+
+
+@pytest.mark.parametrize(
+    ("mode", "evict", "warned"),
+    [
+        pytest.param("require", "false", True, id="require"),
+        pytest.param("tolerate", "false", True, id="tolerate"),
+        pytest.param("tolerate", "true", False, id="safe-to-evict-true"),
+        pytest.param("never", "false", False, id="never"),
+    ],
+)
+def test_safe_to_evict_warning(mode: str, evict: str, warned: bool) -> None:
+    result = mutate(pod(mode, annotations={SAFE_TO_EVICT: evict}), context(SPOT_AKS))
+    hits = [w for w in result.warnings if SAFE_TO_EVICT in w]
+    assert bool(hits) == warned
+    assert all(len(w) < 120 for w in hits)
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+@pytest.mark.parametrize("mode", ["tolerate", "prefer", "require"])
+def test_review(provider: str, mode: str) -> None:
+    spot_nodes, extra, want_tolerations, _ = PROVIDERS[provider]
+    ctx = context([ON_DEMAND, *spot_nodes], **extra)
+    obj = pod(mode)
+    result = pipeline.review(obj, ctx)
+    assert result.allowed
+    assert jsonpatch.apply_patch(obj, result.patch) == result.object
+    assert tolerations_of(result.object) == want_tolerations
+    events = [e for e in result.outcome.events if e.reason == "SpotTolerated"]
+    assert len(events) == 1 and events[0].message == f"spot {applied(result)}"
+    # the pod now schedules onto the spot nodes, and for require only there
+    names = {n for c in ctx.cluster.eligible(result.object["spec"]) for n in c.nodes}
+    spot_names = {n["metadata"]["name"] for n in spot_nodes}
+    assert names == spot_names if mode == "require" else names == spot_names | {"on-demand"}
+    again = pipeline.review(result.object, ctx)
+    assert again.patch == [] and again.object == result.object
+
+
+def test_review_of_a_pod_that_does_not_ask() -> None:
+    result = pipeline.review(pod(), context(SPOT_AKS))
+    assert result.patch == [] and result.outcome.events == [] and result.warnings == []
+
+
+@pytest.mark.parametrize(
+    ("obj", "events"),
+    [
+        pytest.param(
+            pod(annotations={APPLIED: f"tolerate (x); tolerates {AKS_SCALESET}=spot:NoSchedule"}),
+            0,
+            id="named-toleration-missing",
+        ),
+        pytest.param(
+            pod(
+                annotations={APPLIED: f"tolerate (x); tolerates {AKS_SCALESET}=spot:NoSchedule (y)"},
+                tolerations=[{"operator": "Exists"}],
+            ),
+            1,
+            id="named-toleration-covered",
+        ),
+        pytest.param(pod(annotations={APPLIED: "tolerate (x); tolerates ???"}), 0, id="unreadable"),
+        pytest.param(pod(annotations={APPLIED: "prefer (x); prefers a=b (weight 100)"}), 1, id="names-none"),
+        pytest.param(pod(), 0, id="no-annotation"),
+    ],
+)
+def test_validate_event(obj: Any, events: int) -> None:
+    result = pipeline.validate(obj, context(SPOT_AKS))
+    assert result.allowed
+    assert [e.reason for e in result.outcome.events] == ["SpotTolerated"] * events
+
+
+def test_forged_applied_annotation_is_rewritten() -> None:
+    obj = pod(annotations={APPLIED: "require (forged)"})
+    result = mutate(obj, context(SPOT_AKS))
+    assert applied(result) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "tolerate (asked by annotation); tolerates a=b:NoSchedule, c:NoExecute (taints on the cluster)",
+        "tolerate (global default); no spot taint on the cluster's nodes or pools to tolerate",
+    ],
+)
+def test_named_tolerations_round_trip(text: str) -> None:
+    named = spot.named_tolerations(text)
+    assert named is not None
+    assert [str(w) for w in named] == (["a=b:NoSchedule", "c:NoExecute"] if "tolerates" in text else [])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Real objects with every field set
+
+FIXTURES = next(
+    (
+        p
+        for p in (Path(__file__).resolve().parents[1] / "shared", Path(__file__).resolve().parents[2] / "shared")
+        if (p / "fixtures" / "kubernetes-api").is_dir()
+    ),
+    None,
+)
+FIXTURE_FILES = [
+    "core.v1.Pod.json",
+    "core.v1.PodTemplate.json",
+    "apps.v1.Deployment.json",
+    "apps.v1.StatefulSet.json",
+    "apps.v1.DaemonSet.json",
+    "apps.v1.ReplicaSet.json",
+    "batch.v1.Job.json",
+    "batch.v1.CronJob.json",
+]
+
+
+@pytest.mark.parametrize("name", FIXTURE_FILES)
+@pytest.mark.parametrize("mode", ["tolerate", "prefer", "require"])
+def test_fixtures(name: str, mode: str) -> None:
+    if FIXTURES is None:
+        pytest.skip("shared/fixtures/kubernetes-api is not in this checkout")
+    obj = json.loads((FIXTURES / "fixtures" / "kubernetes-api" / name).read_text())
+    view = pipeline.pod_view(obj, "ml")
+    assert view is not None
+    view.set_annotation(ANNOTATION, mode)
+    before = copy.deepcopy(view.spec.get("tolerations"))
+    result = mutate(obj, context([ON_DEMAND, *SPOT_AKS]))
+    out = pipeline.pod_view(result.object, "ml")
+    assert out is not None
+    assert out.spec["tolerations"][: len(before or [])] == (before or [])
+    assert AKS_WANT in out.spec["tolerations"]
