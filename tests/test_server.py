@@ -1,0 +1,127 @@
+"""End to end: the real gunicorn server over real TLS on loopback, verified the way kube-apiserver does."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from tests.conftest import EXAMPLES, gpu_pod, review
+from tests.serving import SERVER_NAME, Server, serve
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with serve(tmp_path_factory.mktemp("server"), config=EXAMPLES / "config.yaml", workers=2) as s:
+        yield s
+
+
+def test_certificate_verifies_as_the_apiserver_checks_it(server: Server) -> None:
+    client = server.client()
+    status, body = client.request("GET", "/healthz")
+    assert status == 200 and body == {"status": "ok"}
+    sock = client.conn.sock  # type: ignore[union-attr]
+    assert isinstance(sock, ssl.SSLSocket)
+    sans = [v for k, v in sock.getpeercert()["subjectAltName"]]  # type: ignore[index]
+    assert SERVER_NAME in sans and f"{SERVER_NAME}.cluster.local" in sans
+    assert sock.version() in ("TLSv1.2", "TLSv1.3")
+
+
+def test_wrong_server_name_is_refused(server: Server) -> None:
+    with pytest.raises(ssl.SSLCertVerificationError):
+        server.client(server_name="other.default.svc").request("GET", "/healthz")
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1])
+def test_old_tls_is_refused(server: Server, version: ssl.TLSVersion) -> None:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        ctx.minimum_version = ctx.maximum_version = version
+        ctx.set_ciphers("ALL:@SECLEVEL=0")
+    except (ValueError, ssl.SSLError):
+        pytest.fail("this Python cannot even offer the old TLS version")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw, pytest.raises(
+        (ssl.SSLError, ConnectionResetError)
+    ):
+        ctx.wrap_socket(raw, server_hostname=SERVER_NAME).do_handshake()
+
+
+def test_plaintext_http_is_refused(server: Server) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            data = s.recv(100)
+        except ConnectionResetError:
+            data = b""
+    assert b"200 OK" not in data
+
+
+def test_keep_alive_connection_is_reused(server: Server) -> None:
+    client = server.client()
+    client.request("GET", "/healthz")
+    first = client.conn
+    for _ in range(5):
+        status, _ = client.post("/validate", review(gpu_pod()))
+        assert status == 200
+    assert client.conn is first
+
+
+def test_example_review_from_readme(server: Server) -> None:
+    body = json.loads((EXAMPLES / "admission-review.json").read_text())
+    status, answer = server.client().post("/mutate", body)
+    assert status == 200
+    response = answer["response"]
+    assert response["uid"] == body["request"]["uid"]
+    assert response["allowed"] is True
+
+
+@pytest.mark.parametrize(("raw", "content_type", "status"), [
+    pytest.param(b"{", "application/json", 400, id="truncated"),
+    pytest.param(b"{}", "text/yaml", 415, id="content-type"),
+    pytest.param(b'{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}', "application/json", 400,
+                 id="no-request"),
+])
+def test_bad_input_over_https(server: Server, raw: bytes, content_type: str, status: int) -> None:
+    code, body = server.client().request("POST", "/mutate", raw=raw, content_type=content_type)
+    assert code == status and body["error"]
+
+
+def test_body_over_7mib_is_413_over_https(server: Server) -> None:
+    code, body = server.client().request("POST", "/validate", raw=b" " * (8 * 1024 * 1024))
+    assert code == 413 and "limit" in body["error"]
+
+
+@pytest.mark.parametrize("path", ["/mutate", "/validate"])
+def test_patch_only_from_mutate_and_it_applies(server: Server, path: str) -> None:
+    pod = gpu_pod(annotations={"gpu-admission.io/cuda": "forged"})
+    status, answer = server.client().post(path, review(pod))
+    assert status == 200
+    response: dict[str, Any] = answer["response"]
+    if path == "/validate":
+        assert "patch" not in response
+    else:
+        patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
+        assert patched["metadata"].get("annotations", {}).get("gpu-admission.io/cuda") != "forged"
+
+
+def test_server_log_has_decision_lines(server: Server) -> None:
+    server.client().post("/validate", review(gpu_pod(), uid="log-line-uid"))
+    lines = [json.loads(line) for line in server.output().splitlines() if line.startswith("{")]
+    assert any(line.get("uid") == "log-line-uid" and line["endpoint"] == "validate" for line in lines)
+
+
+def test_unusable_nodes_file_fails_before_serving(tmp_path: Path) -> None:
+    bad = tmp_path / "nodes.yaml"
+    bad.write_text("kind: ConfigMap\n")
+    with serve(tmp_path, nodes=bad, wait=False) as s:
+        assert s.proc.wait(timeout=30) == 2
+        assert "expected a Node" in s.output()
