@@ -116,6 +116,10 @@ class CudaSettings:
     """Narrow required node affinity to compatible nodes when only some are compatible."""
     driver_table: dict[str, str] = field(default_factory=dict)
     """Extra rows for the CUDA -> minimum driver table, e.g. {"13.4": "620.10.01"}."""
+    forward_compatibility: bool = True
+    """Honour the forward-compatibility alternatives (driver branch and brand) of a container's NVIDIA_REQUIRE_CUDA."""
+    image_references: bool = True
+    """Read the CUDA version from well-known image references (nvidia/cuda, pytorch, NGC ...) when nothing says it."""
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,598 @@
-"""The cuda policy (placeholder until its issue lands): pure functions of (pod, context)."""
+"""The cuda policy: a pod whose CUDA needs a newer driver than every node it can land on is denied; one that some
+eligible nodes cannot run is steered (required node affinity narrowed) to those that can.
 
-from webhook.model import Context, Outcome, PodView
+``steer`` runs last of the mutators (after spot and MIG, whose changes decide where the pod may land) and writes the
+``gpu-admission.io/cuda`` annotation; ``validate`` checks the final object, denies, warns and records events.
+
+Both describe the pod as it stands, never the change made: after steering, the annotation is written from the
+steered pod, so a second mutation finds every eligible pool compatible and writes the same text (empty patch).
+Nodes are evaluated per node group (``ClusterView.eligible``), never per node.
+
+In ``warn`` mode nothing is steered (a safe roll-out changes no pod); would-be denials become warnings.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import lru_cache
+from typing import Literal
+
+from webhook import PREFIX
+from webhook.affinity import Expression, expression, narrow
+from webhook.cluster import GFD, GPU_RESOURCE, MIG_RESOURCE_PREFIX, NodeGroup, requested_resources
+from webhook.config import CudaSettings
+from webhook.cuda_version import (
+    Declared,
+    Requirement,
+    accepted_by,
+    declared_cuda,
+    env_values,
+    evaluate,
+    facts_of,
+    forward_branches,
+    show_mm,
+)
+from webhook.drivers import DriverTable, Version, builtin_table, show
+from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_str
+from webhook.quantity import QuantityError, parse_quantity
+
+POLICY = "cuda"
+GPU_RESOURCES = (GPU_RESOURCE, GPU_RESOURCE + ".shared", GPU_MEMORY_RESOURCE)
+NO_DEVICES = ("", "void", "none")
+"""NVIDIA_VISIBLE_DEVICES values that expose no GPU (nvidia-container-toolkit)."""
+CUDA_LABEL_PREFIXES = ("cuda.runtime-version", "cuda.runtime")
+"""GFD's labels for the newest CUDA the driver supports: current first, then the deprecated ones."""
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+MAX_LISTED = 6
+"""Pools named in one sentence; the rest are counted."""
+
+Status = Literal["ok", "old", "unknown"]
+"""Of a container on a node group: supported; not supported; the group's driver is unknown."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the pod asks
+
+
+def is_gpu_container(container: JSON) -> bool:
+    """Asks for nvidia.com/gpu, nvidia.com/mig-*, gpu-admission.io/gpu-memory (or nvidia.com/gpu.shared), or sets
+    NVIDIA_VISIBLE_DEVICES to devices."""
+    resources = as_dict(container.get("resources"))
+    for section in ("limits", "requests"):
+        for name, value in as_dict(resources.get(section)).items():
+            if not isinstance(name, str) or not (name in GPU_RESOURCES or name.startswith(MIG_RESOURCE_PREFIX)):
+                continue
+            try:
+                if parse_quantity(value) > 0:
+                    return True
+            except QuantityError:
+                return True  # an amount that is not a quantity still asks for a GPU (MIG reports it)
+    devices = env_values(container).get("NVIDIA_VISIBLE_DEVICES")
+    return devices is not None and devices.strip() not in NO_DEVICES
+
+
+def gpu_resources(spec: JSON) -> dict[str, Decimal]:
+    """The pod's nvidia.com/* requests for eligibility; a fraction still left counts as 'some GPU'."""
+    return {
+        k: (v if v == v.to_integral_value() else Decimal(0))
+        for k, v in requested_resources(spec).items()
+        if k.startswith("nvidia.com/")
+    }
+
+
+@lru_cache(maxsize=8)
+def _table(extra: tuple[tuple[str, str], ...]) -> DriverTable:
+    return builtin_table().with_rows(dict(extra))
+
+
+def driver_table(cs: CudaSettings) -> DriverTable:
+    return _table(tuple(sorted(cs.driver_table.items())))
+
+
+def mode_of(ctx: Context) -> str:
+    cs = ctx.settings.cuda
+    return cs.namespace_modes.get(ctx.namespace, cs.mode)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The assessment: every GPU container against every eligible group
+
+
+@dataclass(frozen=True)
+class Check:
+    declared: Declared
+    init: bool
+    requirement: Requirement | None
+    """The requirement in force (forward-compatibility terms dropped when settings say so)."""
+
+    @property
+    def label(self) -> str:
+        name = self.declared.container or "(unnamed)"
+        return f"{name} (init)" if self.init else name
+
+
+@dataclass(frozen=True)
+class Assessment:
+    checks: tuple[Check, ...]
+    eligible: tuple[NodeGroup, ...]
+    status: tuple[tuple[Status, ...], ...]
+    """status[i][j]: check i on eligible group j (only checks with a requirement are meaningful)."""
+    unknown_driver_ok: bool
+
+    @property
+    def known(self) -> tuple[int, ...]:
+        """Indexes of the checks with a requirement."""
+        return tuple(i for i, c in enumerate(self.checks) if c.requirement is not None)
+
+    def allowed(self, status: Status) -> bool:
+        return status == "ok" or (status == "unknown" and self.unknown_driver_ok)
+
+    def pod_allowed(self, j: int) -> bool:
+        return all(self.allowed(self.status[i][j]) for i in self.known)
+
+    @property
+    def allowed_groups(self) -> tuple[NodeGroup, ...]:
+        return tuple(g for j, g in enumerate(self.eligible) if self.pod_allowed(j))
+
+    @property
+    def blocked_groups(self) -> tuple[NodeGroup, ...]:
+        return tuple(g for j, g in enumerate(self.eligible) if not self.pod_allowed(j))
+
+
+def _eligible(spec: JSON, ctx: Context) -> tuple[NodeGroup, ...]:
+    seen: set[int] = set()
+    out: list[NodeGroup] = []
+    for candidate in ctx.cluster.eligible(spec, gpu_resources(spec)):
+        if id(candidate.group) not in seen:
+            seen.add(id(candidate.group))
+            out.append(candidate.group)
+    return tuple(out)
+
+
+def _status(requirement: Requirement, group: NodeGroup, ctx: Context) -> Status:
+    cs = ctx.settings.cuda
+    verdict = evaluate(requirement, facts_of(group), driver_table(cs), cs.compatibility)
+    if verdict is True:
+        return "ok"
+    if verdict is None and group.driver is None and group.cuda is None:
+        return "unknown"
+    return "old"  # not satisfied, or undecidable on a known driver (brand or arch unknown): not trusted
+
+
+def checks_of(pod: PodView, ctx: Context) -> tuple[Check, ...]:
+    cs = ctx.settings.cuda
+    out: list[Check] = []
+    for list_name, container in pod.containers():
+        if not is_gpu_container(container):
+            continue
+        declared = declared_cuda(container, pod.annotations, cs.image_references)
+        requirement = declared.requirement
+        if requirement is not None and not cs.forward_compatibility:
+            requirement = requirement.without_forward()
+        out.append(Check(declared, list_name == "initContainers", requirement))
+    return tuple(out)
+
+
+def assess(checks: tuple[Check, ...], spec: JSON, ctx: Context) -> Assessment:
+    eligible = _eligible(spec, ctx) if ctx.cluster.known else ()
+    status = tuple(tuple(_status(c.requirement, g, ctx) if c.requirement else "ok" for g in eligible) for c in checks)
+    return Assessment(checks, eligible, status, ctx.settings.cuda.unknown_driver != "deny")
+
+
+def _kept_off(a: Assessment, spec: JSON, ctx: Context) -> tuple[NodeGroup, ...]:
+    """Incompatible groups the pod could land on but for its required node affinity (steering's, or its own)."""
+    node_affinity = as_dict(as_dict(spec.get("affinity")).get("nodeAffinity"))
+    if REQUIRED not in node_affinity or not a.known:
+        return ()
+    loose = dict(spec)
+    loose["affinity"] = {
+        **as_dict(spec.get("affinity")),
+        "nodeAffinity": {k: v for k, v in node_affinity.items() if k != REQUIRED},
+    }
+    now = {id(g) for g in a.eligible}
+    out: list[NodeGroup] = []
+    for g in _eligible(loose, ctx):
+        if id(g) in now:
+            continue
+        requirements = [r for r in (a.checks[i].requirement for i in a.known) if r is not None]
+        if not all(a.allowed(_status(r, g, ctx)) for r in requirements):
+            out.append(g)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Words
+
+
+def driver_text(version: Version | None) -> str:
+    """NVIDIA's spelling: the third part has two digits (535.104.05; 570.26 has none)."""
+    if version is None:
+        return "unknown"
+    if len(version) == 3:
+        return f"{version[0]}.{version[1]}.{version[2]:02d}"
+    return show(version)
+
+
+def describe(group: NodeGroup) -> str:
+    return f"pool {group.pool} (driver {driver_text(group.driver)}, CUDA {group.cuda_text})"
+
+
+def listing(groups: Iterable[NodeGroup], limit: int = MAX_LISTED) -> str:
+    texts = sorted(dict.fromkeys(describe(g) for g in groups))
+    if len(texts) > limit:
+        return ", ".join(texts[:limit]) + f" and {len(texts) - limit} more"
+    return ", ".join(texts)
+
+
+def pool_names(groups: Iterable[NodeGroup]) -> str:
+    """'pool a' or 'pools a, b'."""
+    names = sorted({g.pool for g in groups})
+    return ("pool " if len(names) == 1 else "pools ") + ", ".join(names)
+
+
+def _source(d: Declared) -> str:
+    return f"from {d.source}" if d.source else ""
+
+
+def _found(c: Check) -> str:
+    d = c.declared
+    if d.error:
+        return f"{c.label}: {d.source} unusable: {d.error}"
+    if d.disabled:
+        return f"{c.label}: CUDA requirement disabled by {d.source}; not checked"
+    if c.requirement is None:
+        return f"{c.label}: CUDA version unknown (image {d.image or '(none)'}); not checked"
+    return f"{c.label}: {d.version_text} {_source(d)}"
+
+
+def _container_line(a: Assessment, i: int, ctx: Context) -> str:
+    c = a.checks[i]
+    line = _found(c)
+    if c.requirement is None or not a.eligible:
+        return line
+    table = driver_table(ctx.settings.cuda)
+    parts: list[str] = []
+    ok = [g for j, g in enumerate(a.eligible) if a.status[i][j] == "ok"]
+    if ok:
+        forward = [g for g in ok if accepted_by(c.requirement, facts_of(g), table) == "forward"]
+        minor = [g for g in ok if g not in forward and accepted_by(c.requirement, facts_of(g), table) == "minor"]
+        text = f"supported by {listing(ok)}"
+        if forward:
+            text += f" (forward compatibility on {pool_names(forward)})"
+        if minor:
+            text += f" (minor-version compatibility on {pool_names(minor)})"
+        parts.append(text)
+    old = [g for j, g in enumerate(a.eligible) if a.status[i][j] == "old"]
+    if old:
+        parts.append(f"not supported by {listing(old)}")
+    unknown = [g for j, g in enumerate(a.eligible) if a.status[i][j] == "unknown"]
+    if unknown:
+        parts.append(f"driver unknown on {pool_names(unknown)}")
+    return "; ".join([line, *parts])
+
+
+def _decision(a: Assessment, kept_off: Sequence[NodeGroup], mode: str) -> str:
+    if not a.checks:
+        return ""
+    if not a.eligible:
+        text = "not checked: no known GPU node matches the pod's scheduling constraints"
+    elif not a.known:
+        text = "not checked: no CUDA requirement known"
+    elif not a.allowed_groups:
+        verb = "would be denied (cuda mode warn)" if mode == "warn" else "denied"
+        text = f"{verb}: no pool the pod can land on supports its CUDA"
+    elif a.blocked_groups:
+        text = f"admitted, but the pod may land on {pool_names(a.blocked_groups)}, which cannot run it"
+    else:
+        text = "admitted: every pool the pod can land on supports its CUDA"
+    if kept_off:
+        text += f"; required node affinity keeps it off {listing(kept_off)}"
+    return f"decision: {text}"
+
+
+def annotation(a: Assessment, kept_off: Sequence[NodeGroup], ctx: Context, mode: str) -> str:
+    lines = [_container_line(a, i, ctx) for i in range(len(a.checks))]
+    lines.append(_decision(a, kept_off, mode))
+    return "\n".join(line for line in lines if line)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Steering
+
+
+def _cuda_labels(group: NodeGroup) -> dict[str, Version]:
+    out: dict[str, Version] = {}
+    for prefix in CUDA_LABEL_PREFIXES:
+        major, minor = group.labels.get(f"{GFD}{prefix}.major", ""), group.labels.get(f"{GFD}{prefix}.minor", "")
+        if major.isdigit() and minor.isdigit():
+            out[prefix] = (int(major), int(minor))
+    return out
+
+
+def pool_selector(group: NodeGroup, ctx: Context) -> dict[str, str]:
+    """Node labels that select the group's pool: a declared pool's nodeSelector, else a provider pool label."""
+    for pool in ctx.settings.cluster.pools:
+        if pool.name == group.pool and pool.node_selector:
+            return dict(pool.node_selector)
+    for key in ctx.cluster.presets.pool_labels:
+        if group.labels.get(key) == group.pool:
+            return {key: group.pool}
+    driver = group.labels.get(GFD + "cuda.driver-version.full")
+    return {GFD + "cuda.driver-version.full": driver} if driver else {}
+
+
+def _range(prefix: str, lowest: Version) -> list[list[Expression]]:
+    major, minor = f"{GFD}{prefix}.major", f"{GFD}{prefix}.minor"
+    if lowest[1] == 0:
+        return [[expression(major, "Gt", [str(lowest[0] - 1)])]]
+    return [
+        [expression(major, "In", [str(lowest[0])]), expression(minor, "Gt", [str(lowest[1] - 1)])],
+        [expression(major, "Gt", [str(lowest[0])])],
+    ]
+
+
+def _by_cuda_labels(a: Assessment, ctx: Context) -> list[list[Expression]]:
+    """ORed terms on GFD's CUDA labels for the allowed groups that carry them, pool terms for the others.
+
+    A range (``>= lowest allowed``) when no blocked group carries a value in it, so that nodes added later with a
+    newer driver stay eligible; else the exact values."""
+    values: dict[str, set[Version]] = {}
+    rest: list[NodeGroup] = []
+    for g in a.allowed_groups:
+        labels = _cuda_labels(g)
+        prefix = next((p for p in CUDA_LABEL_PREFIXES if p in labels), "")
+        if prefix:
+            values.setdefault(prefix, set()).add(labels[prefix])
+        else:
+            rest.append(g)
+    alternatives: list[list[Expression]] = []
+    for prefix in CUDA_LABEL_PREFIXES:
+        if prefix not in values:
+            continue
+        lowest = min(values[prefix])
+        blocked = [_cuda_labels(b).get(prefix) for b in a.blocked_groups]
+        if all(v is None or v < lowest for v in blocked):
+            alternatives += _range(prefix, lowest)
+            continue
+        for major in sorted({v[0] for v in values[prefix]}):
+            minors = sorted({v[1] for v in values[prefix] if v[0] == major})
+            alternatives.append(
+                [
+                    expression(f"{GFD}{prefix}.major", "In", [str(major)]),
+                    expression(f"{GFD}{prefix}.minor", "In", [str(m) for m in minors]),
+                ]
+            )
+    return alternatives + _by_pool(rest, ctx)
+
+
+def _by_pool(groups: Iterable[NodeGroup], ctx: Context) -> list[list[Expression]]:
+    alternatives: list[list[Expression]] = []
+    for g in groups:
+        selector = pool_selector(g, ctx)
+        if not selector:
+            continue
+        alt = [expression(k, "In", [v]) for k, v in sorted(selector.items())]
+        if alt not in alternatives:
+            alternatives.append(alt)
+    return alternatives
+
+
+def _works(pod: PodView, alternatives: list[list[Expression]], a: Assessment, ctx: Context) -> bool:
+    """Would the narrowed pod still land somewhere, and only on allowed groups?"""
+    if not alternatives:
+        return False
+    trial = PodView(pod.kind, {}, copy.deepcopy(pod.spec), pod.namespace, pod.owner_kind)
+    narrow(trial, alternatives)
+    allowed = {id(g) for g in a.allowed_groups}
+    groups = _eligible(trial.spec, ctx)
+    return bool(groups) and all(id(g) in allowed for g in groups)
+
+
+def steer_alternatives(pod: PodView, a: Assessment, ctx: Context) -> list[list[Expression]] | None:
+    for alternatives in (_by_cuda_labels(a, ctx), _by_pool(a.allowed_groups, ctx)):
+        if _works(pod, alternatives, a, ctx):
+            return alternatives
+    return None
+
+
+def _keys(alternatives: list[list[Expression]]) -> str:
+    return ", ".join(sorted({as_str(e.get("key")) for alt in alternatives for e in alt}))
 
 
 def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
-    """Change the working copy of the pod and say why in ``out``."""
+    """Narrow required node affinity to the compatible nodes when only some are; write ``gpu-admission.io/cuda``."""
+    mode = mode_of(ctx)
+    if mode == "off":
+        return
+    checks = checks_of(pod, ctx)
+    if not checks:
+        return
+    a = assess(checks, pod.spec, ctx)
+    if mode == "enforce" and ctx.settings.cuda.steer and a.allowed_groups and a.blocked_groups:
+        alternatives = steer_alternatives(pod, a, ctx)
+        if alternatives and narrow(pod, alternatives):
+            out.mutated("cuda-affinity")
+            out.reasons.append("CUDASteered")
+            out.audit["cuda-steered"] = (
+                f"to {pool_names(a.allowed_groups)}, away from {pool_names(a.blocked_groups)} "
+                f"(required node affinity on {_keys(alternatives)})"
+            )
+            a = assess(checks, pod.spec, ctx)
+    out.annotate(POLICY, annotation(a, _kept_off(a, pod.spec, ctx), ctx, mode))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Validation
+
+
+def _upgrade(c: Check, groups: Sequence[NodeGroup], ctx: Context) -> str:
+    version = c.declared.version
+    known = [g for g in groups if g.driver is not None]
+    if version is None or not known:
+        return ""
+    need = driver_table(ctx.settings.cuda).minimum_driver(version)
+    newer = f"one that supports CUDA {show(version)} (newer than the table knows)"
+    target = f">= {driver_text(need)}" if need else newer
+    return f"upgrade the driver of {pool_names(known)} to {target}"
+
+
+def _targets(c: Check, a: Assessment, ctx: Context) -> list[str]:
+    """Compatible pools the pod's own constraints keep it from, with the selector that reaches them."""
+    assert c.requirement is not None
+    eligible = {id(g) for g in a.eligible}
+    out: list[str] = []
+    for g in ctx.cluster.gpu_groups:
+        if id(g) in eligible or _status(c.requirement, g, ctx) != "ok":
+            continue
+        selector = pool_selector(g, ctx)
+        hint = f" with nodeSelector {', '.join(f'{k}: {v}' for k, v in sorted(selector.items()))}" if selector else ""
+        text = f"target {describe(g)}{hint}"
+        if text not in out:
+            out.append(text)
+    return sorted(out)[:3]
+
+
+def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> str:
+    """What a user reads when the pod is denied: container, image, version and source, pools, what to do."""
+    d = c.declared
+    assert c.requirement is not None
+    blocked = [g for j, g in enumerate(a.eligible) if not a.allowed(a.status[i][j])]
+    unknown = [g for g in blocked if g.driver is None and g.cuda is None]
+    head = (
+        f"container {c.label} (image {d.image or '(none)'}) needs {d.version_text} ({_source(d)}), but no node it "
+        f"can run on supports it: {listing(blocked)}."
+    )
+    branches = forward_branches(c.requirement)
+    if branches and ctx.settings.cuda.forward_compatibility:
+        head += f" Its forward-compatibility alternatives (driver branches {', '.join(branches)}) do not match either."
+    remedies: list[str] = []
+    newest = sorted(g.cuda for g in a.eligible if g.cuda)
+    if newest and d.version:
+        remedies.append(f"use an image built for CUDA <= {show_mm(newest[-1])}")
+    remedies += _targets(c, a, ctx)
+    upgrade = _upgrade(c, [g for g in blocked if g not in unknown], ctx)
+    if upgrade:
+        remedies.append(upgrade)
+    if unknown:
+        remedies.append(f"declare the driver of {pool_names(unknown)} in settings (cluster.pools[].driverVersion)")
+    if not remedies:
+        remedies.append("declare the CUDA version the image really needs (annotation gpu-admission.io/cuda-version)")
+    text = "; or ".join(remedies)
+    return f"{head} To fix: {text[0].upper()}{text[1:]}."
+
+
+def _no_common_pool(a: Assessment) -> str:
+    parts = []
+    for i in a.known:
+        c = a.checks[i]
+        ok = [g for j, g in enumerate(a.eligible) if a.allowed(a.status[i][j])]
+        parts.append(f"{c.label} ({c.declared.version_text} {_source(c.declared)}) runs on {pool_names(ok)}")
+    return (
+        "the GPU containers of this pod have no pool in common that supports all of them: "
+        + "; ".join(parts)
+        + ". To fix: Use images built for the same CUDA, or one that the pools' drivers all support."
+    )
+
+
+def _denials(a: Assessment, ctx: Context) -> list[tuple[str, str]]:
+    cs = ctx.settings.cuda
+    out: list[tuple[str, str]] = []
+    for c in a.checks:
+        d = c.declared
+        if d.error:
+            out.append(
+                (
+                    "CUDARequirementInvalid",
+                    (
+                        f"container {c.label} (image {d.image or '(none)'}): {d.source} is unusable: {d.error}. The NVIDIA "
+                        f'runtime refuses such a requirement; fix it (e.g. cuda>=12.4 or "12.4") or remove it.'
+                    ),
+                )
+            )
+        elif c.requirement is None and not d.disabled and cs.unknown_version == "deny":
+            out.append(
+                (
+                    "CUDAVersionUnknown",
+                    (
+                        f"container {c.label} (image {d.image or '(none)'}): its CUDA version is unknown (no annotation, no "
+                        f"NVIDIA_REQUIRE_CUDA or CUDA_VERSION in its env, and the image reference matches no known pattern). "
+                        f'To fix: Declare it with the pod annotation {PREFIX}cuda-version.{d.container}: "<major.minor>".'
+                    ),
+                )
+            )
+    if not a.eligible:
+        return out
+    single = False
+    for i in a.known:
+        if not any(a.allowed(s) for s in a.status[i]):
+            blocked_only_unknown = all(s == "unknown" for s in a.status[i])
+            reason = "CUDADriverUnknown" if blocked_only_unknown else "CUDAIncompatible"
+            out.append((reason, incompatible_message(a.checks[i], a, i, ctx)))
+            single = True
+    if not single and a.known and not a.allowed_groups:
+        out.append(("CUDAIncompatible", _no_common_pool(a)))
+    return out
+
+
+def _warnings(a: Assessment, ctx: Context, denied: bool) -> list[str]:
+    cs = ctx.settings.cuda
+    out: list[str] = []
+    for c in a.checks:
+        if c.requirement is None and not c.declared.error and not c.declared.disabled and cs.unknown_version == "warn":
+            name = c.declared.container
+            declare = f'set pod annotation {PREFIX}cuda-version.{name}: "X.Y"'
+            out.append(f"cuda: {c.label}: CUDA version unknown; {declare}")
+    unknown = [g for j, g in enumerate(a.eligible) if any(a.status[i][j] == "unknown" for i in a.known)]
+    if cs.unknown_driver == "warn":
+        for pool in sorted({g.pool for g in unknown}):
+            out.append(f"cuda: driver of pool {pool} unknown; declare cluster.pools[].driverVersion or run GFD")
+    if not denied and a.allowed_groups and a.blocked_groups:
+        for i in a.known:
+            bad = [g for j, g in enumerate(a.eligible) if not a.allowed(a.status[i][j])]
+            if bad:
+                c = a.checks[i]
+                out.append(
+                    f"cuda: {c.label} ({c.declared.version_text}) cannot run on {pool_names(bad)}, "
+                    f"where it may land; target {pool_names(a.allowed_groups)}"
+                )
+    return out
+
+
+def _audit_decision(a: Assessment, denials: Sequence[tuple[str, str]]) -> str:
+    if denials:
+        return "denied (" + ", ".join(sorted({r for r, _ in denials})) + ")"
+    if not a.eligible:
+        return "not checked (no eligible GPU node)"
+    if not a.known:
+        return "not checked (CUDA version unknown)"
+    if a.blocked_groups:
+        return f"admitted, may land on incompatible {pool_names(a.blocked_groups)}"
+    return f"compatible ({pool_names(a.eligible)})"
 
 
 def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
-    """Check the final pod; record denials, warnings and events in ``out``."""
+    """Deny what no eligible node can run; warn about unknowns; record the check as an event."""
+    mode = mode_of(ctx)
+    if mode == "off":
+        return
+    checks = checks_of(pod, ctx)
+    if not checks:
+        return
+    a = assess(checks, pod.spec, ctx)
+    denials = _denials(a, ctx)
+    for reason, message in denials:
+        out.deny(POLICY, reason, message)
+    for warning in _warnings(a, ctx, bool(denials)):
+        out.warn(warning)
+    decision = _audit_decision(a, denials)
+    out.audit["cuda-decision"] = decision
+    if denials:
+        if mode == "warn":
+            out.event("CUDAIncompatible", " ".join(m for _, m in denials)[:1000], "Warning")
+        return
+    out.reasons.append("CUDAChecked")
+    lines = [_container_line(a, i, ctx) for i in range(len(a.checks))]
+    out.event("CUDAChecked", ("; ".join(lines) + f" ({decision})")[:1000])

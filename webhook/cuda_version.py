@@ -1,0 +1,486 @@
+"""The CUDA a container needs, where that came from, and whether a node group satisfies it.
+
+A container's requirement comes from, in order (the first that says anything wins):
+
+1. the pod annotation ``gpu-admission.io/cuda-version.<container>``, then ``gpu-admission.io/cuda-version``;
+2. ``NVIDIA_REQUIRE_CUDA`` in the container's env: a requirement expression (below);
+3. ``CUDA_VERSION`` in the container's env: the runtime reads an image with it and no ``NVIDIA_REQUIRE_CUDA`` as
+   ``cuda>=<major.minor>``;
+4. ``NVIDIA_DISABLE_REQUIRE`` (a Go boolean) set true: the container asks for no check, so its image name is not
+   read for a guess;
+5. the image reference, through the rules of ``data/cuda-images.yaml``.
+
+The requirement expression is libnvidia-container's (``src/cli/dsl.c``): space-separated terms are ORed, the
+comma-separated conditions of a term are ANDed; a condition is ``<key><op><value>`` with key ``cuda``, ``driver``,
+``arch`` or ``brand`` (any case) and op one of ``= != < <= > >=``; versions compare numerically part by part
+(trailing ``.0`` parts ignored), brands as strings without case and only with ``=`` / ``!=``. Anything else is an
+invalid expression: an error, never a pass. Unlike the runtime, which stops at the first term that holds, the whole
+expression is checked, so a bad term is reported whatever the node.
+
+``cuda`` compares with the newest CUDA the node's driver supports, at major.minor (every 12.4.x image says
+``cuda>=12.4``; a driver reports ``12.4``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Literal
+
+import yaml
+
+from webhook import PREFIX
+from webhook.cluster import GFD, NodeGroup
+from webhook.drivers import DriverTable, Version, show
+from webhook.model import JSON, as_dict, as_list, as_str
+
+Compatibility = Literal["strict", "minor"]
+Verdict = bool | None
+"""True: satisfied; False: not; None: a fact the requirement needs is unknown for the node group."""
+
+KEYS = ("arch", "brand", "cuda", "driver")
+OPERATORS = ("=", "!=", "<", "<=", ">", ">=")
+_OPERATOR_CHARS = "<>=!"
+_VERSION_TEXT = re.compile(r"^[0-9]+(?:\.[0-9]+)*$")
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+"""strconv.ParseBool's true spellings (nvidia-container-toolkit reads NVIDIA_DISABLE_REQUIRE with it)."""
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+MAX_EXPRESSION = 4096
+MAX_IMAGE = 512
+DOCKER_HUB = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"})
+
+
+class RequirementError(ValueError):
+    """A requirement expression or declared version that cannot be used; the message says which part and why."""
+
+
+def _version(text: str) -> Version | None:
+    return tuple(int(p) for p in text.split(".")) if _VERSION_TEXT.match(text) else None
+
+
+def compare(a: Version, b: Version) -> int:
+    """-1, 0, 1 as dsl_compare_version: numerically part by part, missing parts count as 0."""
+    n = max(len(a), len(b))
+    pa, pb = a + (0,) * (n - len(a)), b + (0,) * (n - len(b))
+    return (pa > pb) - (pa < pb)
+
+
+def _holds(order: int, op: str) -> bool:
+    return {
+        "=": order == 0,
+        "!=": order != 0,
+        "<": order < 0,
+        "<=": order <= 0,
+        ">": order > 0,
+        ">=": order >= 0,
+    }[op]
+
+
+def major_minor(version: Version) -> Version:
+    return (*version, 0)[:2]
+
+
+def show_mm(version: Version) -> str:
+    return show(major_minor(version))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Requirement expressions
+
+
+@dataclass(frozen=True)
+class Condition:
+    key: str
+    """arch, brand, cuda or driver (lower case)."""
+    op: str
+    value: str
+    version: Version | None = None
+    """The value as a version, for every key but brand."""
+
+    def __str__(self) -> str:
+        return f"{self.key}{self.op}{self.value}"
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """An OR of AND-terms."""
+
+    terms: tuple[tuple[Condition, ...], ...]
+    text: str
+
+    @property
+    def cuda(self) -> Version | None:
+        """The lowest CUDA (major.minor) any term accepts through a lower bound; None when no term bounds cuda."""
+        floors: list[Version] = []
+        for term in self.terms:
+            bounds = [
+                major_minor(c.version)
+                for c in term
+                if c.key == "cuda" and c.version is not None and c.op in (">=", ">", "=")
+            ]
+            if bounds:
+                floors.append(max(bounds))
+        return min(floors) if floors else None
+
+    @property
+    def forward_terms(self) -> tuple[tuple[Condition, ...], ...]:
+        """Terms that accept a node without asking its CUDA (the forward-compatibility alternatives)."""
+        return tuple(t for t in self.terms if not any(c.key == "cuda" for c in t))
+
+    def without_forward(self) -> Requirement:
+        """Only the terms that ask the node's CUDA (forward compatibility not honoured); unchanged if none does."""
+        kept = tuple(t for t in self.terms if any(c.key == "cuda" for c in t))
+        return Requirement(kept, self.text) if kept else self
+
+
+def _condition(text: str) -> Condition:
+    start = next((i for i, ch in enumerate(text) if ch in _OPERATOR_CHARS), -1)
+    if start < 0:
+        raise RequirementError(f"{text!r} has no operator (one of {' '.join(OPERATORS)})")
+    if start == 0:
+        raise RequirementError(f"{text!r} has no key before its operator")
+    end = start
+    while end < len(text) and text[end] in _OPERATOR_CHARS:
+        end += 1
+    key, op, value = text[:start].lower(), text[start:end], text[end:]
+    if op not in OPERATORS:
+        raise RequirementError(f"{text!r}: {op!r} is not an operator (use one of {' '.join(OPERATORS)})")
+    if key not in KEYS:
+        raise RequirementError(f"{text!r}: unknown key {text[:start]!r} (known: {', '.join(KEYS)})")
+    if not value:
+        raise RequirementError(f"{text!r} has no value")
+    if key == "brand":
+        if op not in ("=", "!="):
+            raise RequirementError(f"{text!r}: brand compares only with = or !=")
+        return Condition(key, op, value)
+    version = _version(value)
+    if version is None:
+        raise RequirementError(f"{text!r}: {value!r} is not a version")
+    return Condition(key, op, value, version)
+
+
+def parse_requirement(text: str) -> Requirement:
+    """Parse an NVIDIA_REQUIRE_CUDA expression; RequirementError names the bad part."""
+    if len(text) > MAX_EXPRESSION:
+        raise RequirementError(f"longer than {MAX_EXPRESSION} characters")
+    terms: list[tuple[Condition, ...]] = []
+    for or_part in text.split(" "):
+        conditions = tuple(_condition(p) for p in or_part.split(",") if p)
+        if conditions:
+            terms.append(conditions)
+    if not terms:
+        raise RequirementError("empty expression")
+    return Requirement(tuple(terms), text)
+
+
+def at_least(version: Version) -> Requirement:
+    """``cuda>=<major.minor>``: what a declared version requires."""
+    mm = major_minor(version)
+    return Requirement(((Condition("cuda", ">=", show(mm), mm),),), f"cuda>={show(mm)}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Image references (data: data/cuda-images.yaml)
+
+
+@dataclass(frozen=True)
+class ImageRule:
+    name: str
+    source: str
+    repository: re.Pattern[str]
+    tag: re.Pattern[str]
+    releases: Mapping[str, Version]
+    secondary_releases: Mapping[str, Version]
+
+
+@dataclass(frozen=True)
+class ImageMatch:
+    version: Version
+    rule: ImageRule
+    secondary: bool
+    detail: str
+    """What in the reference said it, e.g. 'NGC framework container release 25.01'."""
+
+
+def _versions(raw: object) -> dict[str, Version]:
+    out: dict[str, Version] = {}
+    for k, v in as_dict(raw).items():
+        version = _version(str(v))
+        assert version is not None, (k, v)
+        out[str(k)] = version
+    return out
+
+
+@lru_cache(maxsize=1)
+def _data() -> dict[str, Any]:
+    text = resources.files("webhook.data").joinpath("cuda-images.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    assert isinstance(data, dict)
+    return data
+
+
+@lru_cache(maxsize=1)
+def image_rules() -> tuple[ImageRule, ...]:
+    """The image rules, parsed and compiled once."""
+    return tuple(
+        ImageRule(
+            name=str(r["name"]),
+            source=str(r["source"]),
+            repository=re.compile(str(r["repository"])),
+            tag=re.compile(str(r["tag"])),
+            releases=_versions(r.get("releases")),
+            secondary_releases=_versions(r.get("secondary_releases")),
+        )
+        for r in _data()["rules"]
+    )
+
+
+@lru_cache(maxsize=1)
+def _brand_rules() -> tuple[tuple[re.Pattern[str], frozenset[str]], ...]:
+    return tuple(
+        (re.compile(str(r["product"])), frozenset(str(b).lower() for b in r["brands"])) for r in _data()["brands"]
+    )
+
+
+def split_image(image: str) -> tuple[str, str]:
+    """'nvidia/cuda:12.4.1-base-ubuntu22.04' -> ('nvidia/cuda', '12.4.1-base-ubuntu22.04'); Docker Hub's registry
+    and ``library/`` are dropped, other registries kept (lower case). The tag is '' when there is none."""
+    name = image.strip().split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    tag = ""
+    if colon > slash:
+        name, tag = name[:colon], name[colon + 1 :]
+    parts = name.split("/")
+    if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+        registry, path = parts[0].lower(), "/".join(parts[1:])
+        if registry in DOCKER_HUB:
+            registry = ""
+    else:
+        registry, path = "", name
+    if not registry and path.startswith("library/"):
+        path = path[len("library/") :]
+    return (f"{registry}/{path}" if registry else path), tag
+
+
+def image_cuda(image: str) -> ImageMatch | None:
+    """The CUDA an image reference reveals, by the first rule that matches; None when none does."""
+    if not image or len(image) > MAX_IMAGE:
+        return None
+    repository, tag = split_image(image)
+    if not tag:
+        return None
+    for rule in image_rules():
+        if not rule.repository.fullmatch(repository):
+            continue
+        m = rule.tag.fullmatch(tag)
+        if m is None:
+            continue
+        found = m.groupdict()
+        if found.get("cuda"):
+            version = _version(found["cuda"])
+            if version:
+                return ImageMatch(version, rule, False, f"{rule.name} {tag}")
+        elif found.get("major") and found.get("minor"):
+            version = (int(found["major"]), int(found["minor"]))
+            return ImageMatch(version, rule, False, f"{rule.name} suffix cu{found['major']}{found['minor']}")
+        elif found.get("release"):
+            release = found["release"]
+            if release in rule.releases:
+                return ImageMatch(rule.releases[release], rule, False, f"{rule.name} release {release}")
+            if release in rule.secondary_releases:
+                return ImageMatch(rule.secondary_releases[release], rule, True, f"{rule.name} release {release}")
+        return None  # the image's own rule matched but does not know this tag: no other rule applies
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a container declares
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A GPU container's CUDA requirement and where it came from."""
+
+    container: str
+    image: str
+    requirement: Requirement | None = None
+    """None: unknown, disabled, or unusable (see ``error``)."""
+    source: str = ""
+    """Where it came from, in words: 'env NVIDIA_REQUIRE_CUDA', 'image tag, nvidia/cuda 12.4.1-base-ubuntu22.04'."""
+    disabled: bool = False
+    """NVIDIA_DISABLE_REQUIRE is true: no check wanted."""
+    error: str = ""
+    """Why the declaration cannot be used (an invalid expression or version); empty when fine."""
+    secondary: bool = False
+    """The version comes from a secondary data row."""
+
+    @property
+    def version(self) -> Version | None:
+        return self.requirement.cuda if self.requirement else None
+
+    @property
+    def version_text(self) -> str:
+        """'CUDA 12.8', or the expression when it bounds no CUDA version."""
+        if self.requirement is None:
+            return "CUDA unknown"
+        v = self.version
+        return f"CUDA {show(v)}" if v else f"requirement {self.requirement.text}"
+
+
+def env_values(container: JSON) -> dict[str, str]:
+    """The container's literal env values by name (a later entry of the same name wins, as in the kubelet);
+    valueFrom entries are unknown here and left out."""
+    out: dict[str, str] = {}
+    for item in as_list(container.get("env")):
+        item = as_dict(item)
+        name, value = item.get("name"), item.get("value")
+        if isinstance(name, str) and isinstance(value, str):
+            out[name] = value
+        elif isinstance(name, str):
+            out.pop(name, None)
+    return out
+
+
+def declared_cuda(container: JSON, annotations: Mapping[str, Any], use_image: bool = True) -> Declared:
+    """What ``container`` needs, looked up in the documented order (see the module docstring)."""
+    name = as_str(container.get("name"))
+    image = as_str(container.get("image"))
+    for key in (f"{PREFIX}cuda-version.{name}", f"{PREFIX}cuda-version"):
+        value = annotations.get(key)
+        if not isinstance(value, str) or not value.strip():
+            continue
+        source = f"annotation {key}"
+        version = _version(value.strip())
+        if version is None:
+            return Declared(name, image, source=source, error=f'{value!r} is not a CUDA version (write e.g. "12.4")')
+        return Declared(name, image, at_least(version), source)
+    env = env_values(container)
+    text = env.get("NVIDIA_REQUIRE_CUDA", "")
+    if text.strip():
+        source = "env NVIDIA_REQUIRE_CUDA"
+        try:
+            return Declared(name, image, parse_requirement(text), source)
+        except RequirementError as err:
+            return Declared(name, image, source=source, error=f"invalid expression: {err}")
+    text = env.get("CUDA_VERSION", "").strip()
+    if text:
+        version = _version(text)
+        if version is None:
+            return Declared(name, image, source="env CUDA_VERSION", error=f"{text!r} is not a CUDA version")
+        return Declared(name, image, at_least(version), "env CUDA_VERSION")
+    disable = env.get("NVIDIA_DISABLE_REQUIRE", "").strip()
+    if disable in _TRUE:
+        return Declared(name, image, source="env NVIDIA_DISABLE_REQUIRE", disabled=True)
+    if use_image:
+        found = image_cuda(image)
+        if found:
+            secondary = ", secondary source" if found.secondary else ""
+            source = f"image tag, {found.detail}{secondary}"
+            return Declared(name, image, at_least(found.version), source, secondary=found.secondary)
+    return Declared(name, image)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a node group offers, and the evaluation
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    cuda: Version | None
+    """Newest CUDA (major.minor) the driver supports."""
+    driver: Version | None
+    brands: frozenset[str]
+    """The brands the group's GPU may report (empty: unknown)."""
+    arch: Version | None
+    """Compute capability (nvidia.com/gpu.compute.major/minor)."""
+
+
+def brands_of(product: str) -> frozenset[str]:
+    for pattern, brands in _brand_rules():
+        if pattern.fullmatch(product):
+            return brands
+    return frozenset()
+
+
+def facts_of(group: NodeGroup) -> NodeFacts:
+    major, minor = group.labels.get(GFD + "gpu.compute.major", ""), group.labels.get(GFD + "gpu.compute.minor", "")
+    arch = (int(major), int(minor)) if major.isdigit() and minor.isdigit() else None
+    return NodeFacts(
+        cuda=major_minor(group.cuda) if group.cuda else None,
+        driver=group.driver,
+        brands=brands_of(group.gpu_product) if group.gpu_product else frozenset(),
+        arch=arch,
+    )
+
+
+def _condition_holds(c: Condition, facts: NodeFacts, table: DriverTable, compatibility: Compatibility) -> Verdict:
+    if c.key == "brand":
+        if not facts.brands:
+            return None
+        inside = c.value.lower() in facts.brands
+        return inside if c.op == "=" else not inside
+    assert c.version is not None
+    if c.key == "cuda":
+        if facts.cuda is None:
+            return None
+        want = major_minor(c.version)
+        if _holds(compare(facts.cuda, want), c.op):
+            return True
+        floor = table.minor_floor.get(want[0])
+        if compatibility == "minor" and c.op in (">=", ">") and floor and facts.driver is not None:
+            # Minor-version compatibility: any <major>.x application runs on a driver at or above the floor.
+            return compare(facts.driver, floor) >= 0
+        return False
+    have = facts.driver if c.key == "driver" else facts.arch
+    if have is None:
+        return None
+    return _holds(compare(have, c.version), c.op)
+
+
+def evaluate(
+    requirement: Requirement, facts: NodeFacts, table: DriverTable, compatibility: Compatibility = "strict"
+) -> Verdict:
+    """Does a node group with ``facts`` satisfy ``requirement``? Three-valued: OR of ANDs over True/False/None."""
+    result: Verdict = False
+    for term in requirement.terms:
+        term_result: Verdict = True
+        for c in term:
+            held = _condition_holds(c, facts, table, compatibility)
+            if held is False:
+                term_result = False
+                break
+            if held is None:
+                term_result = None
+        if term_result is True:
+            return True
+        if term_result is None:
+            result = None
+    return result
+
+
+def accepted_by(requirement: Requirement, facts: NodeFacts, table: DriverTable) -> str:
+    """How the requirement accepts a node it accepts: 'cuda' through the node's CUDA, 'forward' through a
+    forward-compatibility alternative (driver branch and brand only), 'minor' through minor-version compatibility."""
+    if any(
+        evaluate(Requirement((t,), ""), facts, table) is True
+        for t in requirement.terms
+        if any(c.key == "cuda" for c in t)
+    ):
+        return "cuda"
+    if any(evaluate(Requirement((t,), ""), facts, table) is True for t in requirement.forward_terms):
+        return "forward"
+    return "minor"
+
+
+def forward_branches(requirement: Requirement) -> Sequence[str]:
+    """Driver branches the forward-compatibility alternatives name ('470', '535', ...), for messages."""
+    out: list[str] = []
+    for term in requirement.forward_terms:
+        for c in term:
+            if c.key == "driver" and c.op in (">=", "=") and c.value not in out:
+                out.append(c.value)
+    return out
