@@ -1,11 +1,793 @@
-"""The mig policy (placeholder until its issue lands): pure functions of (pod, context)."""
+"""The mig policy: fractional GPU and GPU-memory requests become MIG profile resources. Pure: (pod, context).
 
-from webhook.model import Context, Outcome, PodView
+What users write, per container (DESIGN "What users write"):
+
+- a fraction of a GPU, ``nvidia.com/gpu: 0.5`` (or ``500m``), in limits and/or requests;
+- a memory size, ``gpu-admission.io/gpu-memory: 20Gi`` (a whole number of bytes, so valid in every workload kind);
+- the pod annotation ``gpu-admission.io/gpu-fraction: "0.25"`` for the container named in
+  ``gpu-admission.io/gpu-fraction-container``, else the first container.
+
+Kubernetes validates a workload's pod template when the workload is created and rejects a fraction there, so a
+fractional ``nvidia.com/gpu`` is converted in Deployment, StatefulSet, DaemonSet, ReplicaSet, Job and CronJob
+templates too. The memory resource and the annotation leave templates unchanged (what GitOps users prefer: the
+manifest in git stays what the cluster holds); the pods are converted when they are created, and the template only
+gets a warning when nothing offered now would cover the request.
+
+How a profile is chosen, per container (init containers included), each on its own:
+
+1. The options are the MIG profiles that the pod's eligible nodes actually offer (allocatable > 0; stale
+   zero-capacity resources are ignored) or that declared pools declare, under the strategy of their nodes: mixed
+   (``nvidia.com/mig-<p>``), single (``nvidia.com/gpu`` + the ``<product>-MIG-<p>`` product label) or GKE
+   (``nvidia.com/gpu`` + ``cloud.google.com/gke-gpu-partition-size``). Names are taken from the nodes
+   (``7g.79gb`` stays ``7g.79gb``). Eligibility is the pod's own rules (nodeSelector, affinity, tolerations,
+   ExtendedResourceToleration) with the rewritten request, so a mixed node's ``nvidia.com/gpu: 0`` does not hide it.
+2. A profile covers a fraction f when its memory share (eighths) is >= f (``mig.coverage: memory``, the default),
+   its compute share (sevenths, or quarters on 4-slice GPUs) is >= f (``compute``) or both (``both``); it covers a
+   memory request when its nominal size (the name's GB, read as GiB) is >= the request.
+3. Among covering profiles the smallest wins, across GPU models too: least nominal memory, then fewest compute
+   slices, then mixed before single before GKE, plain before variants (``.me``), then by name. So the choice is
+   deterministic and spends the least GPU.
+4. When the same profile name is also offered by eligible nodes of another GPU model on which it does not cover the
+   request (``1g.10gb`` is 2/8 of an A100-40GB but 1/8 of an A100-80GB), the pod is pinned to the covering GPU
+   model(s) on ``nvidia.com/gpu.product`` (or the GKE accelerator, or the pool label).
+
+Nothing is rounded silently: a fraction above 1 that is not whole, request != limit, a value <= 0, a fraction
+together with a memory request, or nothing offered that covers it, are denied from the mutating side (so the user
+reads this message, not Kubernetes' "must be an integer"). ``mig.fallback`` may instead give a whole GPU
+(``whole``) or a time-sliced shared GPU (``shared``) when nothing covers the request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Literal
+
+from webhook import PREFIX
+from webhook.affinity import expression, require
+from webhook.cluster import (
+    GFD,
+    GKE_PARTITION_LABEL,
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    Candidate,
+    NodeGroup,
+    requested_resources,
+)
+from webhook.mig_profiles import Profile, derive, load_table, parse_name
+from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_str
+from webhook.quantity import QuantityError, format_quantity, parse_quantity
+
+POLICY = "mig"
+ANNOTATION = "mig"
+PRODUCT_LABEL = GFD + "gpu.product"
+SHARING_LABEL = GFD + "gpu.sharing-strategy"
+GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+SHARED_RESOURCE = GPU_RESOURCE + ".shared"
+FRACTION_ANNOTATION = PREFIX + "gpu-fraction"
+GIB = Decimal(2**30)
+MIB = 2**20
+STRATEGY_ORDER = {"mixed": 0, "single": 1, "gke": 2}
+LINE_SEPARATOR = "; "
+"""Between the containers' lines of the annotation; a line itself never holds it."""
+
+Kind = Literal["fraction", "memory"]
+
+
+@dataclass
+class Ask:
+    """What one container asks for, before conversion."""
+
+    list_name: str
+    name: str
+    container: JSON
+    kind: Kind
+    amount: Decimal
+    """The fraction f, or the memory in bytes."""
+    asked: str
+    """As the user wrote it: 'nvidia.com/gpu 500m', 'gpu-admission.io/gpu-memory 20Gi'."""
+    source: Literal["resource", "annotation"] = "resource"
+
+    @property
+    def what(self) -> str:
+        if self.kind == "memory":
+            return f"{_gib(self.amount)} of GPU memory"
+        return f"{format_quantity(self.amount)} of a GPU"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to give a container a device: a profile under a strategy, or a fallback."""
+
+    strategy: str
+    """mixed, single, gke; whole or shared for fallbacks."""
+    profile: str
+    resource: str
+    selector: tuple[str, str] | None = None
+
+    @property
+    def given(self) -> str:
+        """How the annotation names what the container got (checked against the object on a later pass)."""
+        if self.strategy == "mixed":
+            return self.resource
+        if self.selector:
+            return f"{self.resource} 1 with nodeSelector {self.selector[0]}={self.selector[1]}"
+        return f"{self.resource} 1"
+
+
+@dataclass
+class Placement:
+    group: NodeGroup
+    profile: Profile | None
+    covers: bool
+    usable_mib: int = 0
+
+
+@dataclass
+class Choice:
+    option: Option
+    places: list[Placement]
+    pin: tuple[str, list[str]] | None = None
+    profile: Profile | None = None
+    note: str = ""
+
+
+@dataclass
+class _Request:
+    """Per-request memo: options and profile facts are computed once."""
+
+    ctx: Context
+    options: list[Option] = field(default_factory=list)
+    profiles: dict[tuple[int, str], Profile | None] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading what the containers ask for
+
+
+def _sections(container: JSON) -> tuple[dict[str, object], dict[str, object]]:
+    resources = as_dict(container.get("resources"))
+    return as_dict(resources.get("limits")), as_dict(resources.get("requests"))
+
+
+def _raw(value: object) -> str:
+    return value if isinstance(value, str) else str(value)
+
+
+@dataclass
+class _Read:
+    amount: Decimal | None = None
+    text: str = ""
+    error: tuple[str, str] | None = None
+
+
+def _read(container: JSON, key: str, name: str) -> _Read | None:
+    """The amount of ``key`` the container asks for (limit and request must agree); None when it asks none."""
+    limits, requests = _sections(container)
+    values = [(s, v) for s, v in (("limit", limits.get(key)), ("request", requests.get(key))) if v is not None]
+    if not values:
+        return None
+    parsed: list[Decimal] = []
+    for _, value in values:
+        try:
+            parsed.append(parse_quantity(value))
+        except QuantityError:
+            return _Read(
+                text=_raw(value),
+                error=(
+                    "MIGInvalidRequest",
+                    f"container {name}: {key} {_raw(value)!r} is not a quantity; write e.g. 0.5, 500m or 1.",
+                ),
+            )
+    if len(parsed) == 2 and parsed[0] != parsed[1]:
+        limit, request = _raw(values[0][1]), _raw(values[1][1])
+        return _Read(
+            text=limit,
+            error=(
+                "MIGRequestLimitMismatch",
+                f"container {name} asks for {key} with request {request} and limit {limit}: they must be equal "
+                f"(extended resources cannot be overcommitted); set both to {limit} or both to {request}.",
+            ),
+        )
+    return _Read(amount=parsed[0], text=_raw(values[0][1]))
+
+
+def _fraction_error(name: str, asked: str, amount: Decimal) -> tuple[str, str] | None:
+    if amount <= 0:
+        return (
+            "MIGInvalidFraction",
+            f"container {name} asks for {asked}: a GPU fraction must be above 0 (e.g. 0.5 or 500m).",
+        )
+    if amount > 1:
+        low = int(amount)
+        return (
+            "MIGInvalidFraction",
+            f"container {name} asks for {asked}: a fraction above 1 cannot be given (a container gets at most "
+            f"one MIG device, and a MIG device is at most one GPU); ask for a whole number of GPUs ({low} or "
+            f"{low + 1}) or a fraction up to 1.",
+        )
+    return None
+
+
+def _mig_resources(container: JSON) -> list[str]:
+    limits, requests = _sections(container)
+    found = set()
+    for key, value in [*limits.items(), *requests.items()]:
+        if isinstance(key, str) and key.startswith(MIG_RESOURCE_PREFIX):
+            try:
+                if parse_quantity(value) > 0:
+                    found.add(key)
+            except QuantityError:
+                continue
+    return sorted(found)
+
+
+def _state_tokens(container: JSON, spec: JSON) -> list[str]:
+    """How the annotation may name what the container has now (most specific first)."""
+    limits, requests = _sections(container)
+    merged = {**requests, **limits}
+    tokens: list[str] = []
+
+    def one(key: str) -> bool:
+        try:
+            return key in merged and parse_quantity(merged[key]) == 1
+        except QuantityError:
+            return False
+
+    tokens += [r for r in _mig_resources(container) if one(r)]
+    if one(SHARED_RESOURCE):
+        tokens.append(f"{SHARED_RESOURCE} 1")
+    if one(GPU_RESOURCE):
+        selector = as_dict(spec.get("nodeSelector"))
+        for key in (PRODUCT_LABEL, GKE_PARTITION_LABEL, SHARING_LABEL):
+            value = selector.get(key)
+            if isinstance(value, str) and (key != PRODUCT_LABEL or "-MIG-" in value):
+                tokens.append(f"{GPU_RESOURCE} 1 with nodeSelector {key}={value}")
+        tokens.append(f"{GPU_RESOURCE} 1")
+    return tokens
+
+
+def _assigned(container: JSON, spec: JSON) -> bool:
+    """The container has a MIG device (or a shared GPU) as its GPU: nothing left to convert."""
+    return any(t != f"{GPU_RESOURCE} 1" for t in _state_tokens(container, spec))
+
+
+def _prior_lines(ctx: Context) -> dict[str, str]:
+    lines: dict[str, str] = {}
+    for line in ctx.prior.get(ANNOTATION, "").split(LINE_SEPARATOR):
+        name, sep, _ = line.partition(": ")
+        if sep and name and name not in lines:
+            lines[name] = line
+    return lines
+
+
+def _given(line: str) -> str:
+    _, _, rest = line.partition(": ")
+    if " -> " in rest:
+        rest = rest.split(" -> ", 1)[1]
+    return rest.split(" (", 1)[0]
+
+
+def _verified(line: str | None, container: JSON, spec: JSON) -> bool:
+    return bool(line) and _given(line or "") in _state_tokens(container, spec)
+
+
+def _named(pod: PodView) -> Iterator[tuple[str, str, JSON]]:
+    """(list name, container name, container); a container without a name is called by its position (#0 ...)."""
+    for index, (list_name, container) in enumerate(pod.containers()):
+        yield list_name, as_str(container.get("name")) or f"#{index}", container
+
+
+def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
+    """The asks of every container; refusals of malformed asks go to ``out`` as denials."""
+    asks: list[Ask] = []
+    for list_name, name, container in _named(pod):
+        gpu = _read(container, GPU_RESOURCE, name)
+        memory = _read(container, GPU_MEMORY_RESOURCE, name)
+        for read in (gpu, memory):
+            if read is not None and read.error:
+                out.deny(POLICY, *read.error)
+        if (gpu and gpu.error) or (memory and memory.error):
+            continue
+        fraction = None
+        if (
+            gpu is not None
+            and gpu.amount is not None
+            and (gpu.amount != gpu.amount.to_integral_value() or gpu.amount < 0)
+        ):
+            fraction = gpu
+        has_whole = gpu is not None and gpu.amount is not None and gpu.amount > 0 and fraction is None
+        if memory is not None and memory.amount is not None:
+            asked = f"{GPU_MEMORY_RESOURCE} {memory.text}"
+            if fraction is not None or has_whole:
+                out.deny(
+                    POLICY,
+                    "MIGConflictingRequest",
+                    f"container {name} asks for both {GPU_RESOURCE} {gpu.text if gpu else ''} and {asked}: "
+                    f"ask for a fraction or a memory size, not both.",
+                )
+                continue
+            if memory.amount <= 0 or memory.amount != memory.amount.to_integral_value():
+                out.deny(
+                    POLICY,
+                    "MIGInvalidRequest",
+                    f"container {name} asks for {asked}: GPU memory must be a positive whole number of bytes "
+                    f"(e.g. 20Gi or 10G).",
+                )
+                continue
+            if _mig_resources(container):
+                out.deny(
+                    POLICY,
+                    "MIGMultipleDevices",
+                    f"container {name} asks for {asked} and already has {_mig_resources(container)[0]}: a "
+                    f"container can use one MIG device; remove one of them.",
+                )
+                continue
+            asks.append(Ask(list_name, name, container, "memory", memory.amount, asked))
+        elif fraction is not None and fraction.amount is not None:
+            asked = f"{GPU_RESOURCE} {fraction.text}"
+            error = _fraction_error(name, asked, fraction.amount)
+            if error:
+                out.deny(POLICY, *error)
+                continue
+            if _mig_resources(container):
+                out.deny(
+                    POLICY,
+                    "MIGMultipleDevices",
+                    f"container {name} asks for {asked} and already has {_mig_resources(container)[0]}: a "
+                    f"container can use one MIG device; remove one of them.",
+                )
+                continue
+            asks.append(Ask(list_name, name, container, "fraction", fraction.amount, asked))
+    annotated = _annotation_ask(pod, ctx, out, asks)
+    if annotated is not None:
+        asks.append(annotated)
+    return asks
+
+
+def _annotation_ask(pod: PodView, ctx: Context, out: Outcome, asks: Sequence[Ask]) -> Ask | None:
+    raw = pod.annotation("gpu-fraction")
+    if raw is None:
+        return None
+    target_name = pod.annotation("gpu-fraction-container")
+    containers = [c for _, c in pod.containers(init=False)]
+    if target_name:
+        matching = [c for c in containers if c.get("name") == target_name]
+        if not matching:
+            names = ", ".join(as_str(c.get("name")) for c in containers) or "none"
+            out.deny(
+                POLICY,
+                "MIGUnknownContainer",
+                f"annotation {PREFIX}gpu-fraction-container names container {target_name!r}, which the pod "
+                f"does not have (containers: {names}).",
+            )
+            return None
+        target = matching[0]
+    elif containers:
+        target = containers[0]
+    else:
+        return None
+    name = next(n for _, n, c in _named(pod) if c is target)
+    asked = f"{FRACTION_ANNOTATION} {raw}"
+    if _verified(_prior_lines(ctx).get(name), target, pod.spec) or _assigned(target, pod.spec):
+        return None  # converted on an earlier pass
+    try:
+        amount = parse_quantity(raw)
+    except QuantityError:
+        out.deny(
+            POLICY,
+            "MIGInvalidFraction",
+            f'annotation {FRACTION_ANNOTATION} {raw!r} is not a number; write e.g. "0.25" or "250m".',
+        )
+        return None
+    if amount <= 0 or amount > 1:
+        out.deny(
+            POLICY,
+            "MIGInvalidFraction",
+            f"annotation {FRACTION_ANNOTATION} {raw!r} must be above 0 and at most 1 (for whole GPUs, request "
+            f"{GPU_RESOURCE}: 1 or more in the container's limits).",
+        )
+        return None
+    own = _read(target, GPU_RESOURCE, name)
+    memory = _read(target, GPU_MEMORY_RESOURCE, name)
+    if any(a.container is target for a in asks) or (own and own.amount != 0) or memory is not None:
+        out.deny(
+            POLICY,
+            "MIGConflictingRequest",
+            f"container {name} is given {asked} by annotation but also requests {GPU_RESOURCE} or "
+            f"{GPU_MEMORY_RESOURCE} itself: use one of them.",
+        )
+        return None
+    return Ask("containers", name, target, "fraction", amount, asked, "annotation")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the cluster offers
+
+
+def _options(ctx: Context) -> list[Option]:
+    seen: dict[Option, None] = {}
+    for group in ctx.cluster.gpu_groups:
+        strategy = group.mig_strategy
+        for profile, offer in sorted(group.mig_profiles.items()):
+            if offer.count <= 0 or parse_name(profile) is None:
+                continue
+            if strategy == "mixed":
+                seen[Option("mixed", profile, MIG_RESOURCE_PREFIX + profile.replace("+", "."))] = None
+            elif strategy == "single":
+                label = group.labels.get(PRODUCT_LABEL, "")
+                if label.endswith("-MIG-" + profile):
+                    seen[Option("single", profile, GPU_RESOURCE, (PRODUCT_LABEL, label))] = None
+            elif strategy == "gke" and group.labels.get(GKE_PARTITION_LABEL) == profile:
+                seen[Option("gke", profile, GPU_RESOURCE, (GKE_PARTITION_LABEL, profile))] = None
+    return list(seen)
+
+
+def _profile(req: _Request, group: NodeGroup, name: str) -> Profile | None:
+    key = (id(group), name)
+    if key not in req.profiles:
+        memory = group.gpu_memory_mib if group.mig_strategy != "single" else 0
+        model = load_table().model_for(
+            group.gpu_product, group.labels.get(GKE_ACCELERATOR_LABEL, ""), memory, group.mig_profiles
+        )
+        found = model.lookup(name) if model else None
+        if found is None:
+            full_gb = model.memory_gb if model else memory / 1024
+            found = derive(name, full_gb, model.compute_slices if model else 0)
+        req.profiles[key] = found
+    return req.profiles[key]
+
+
+def _covers(ask: Ask, profile: Profile, coverage: str) -> bool:
+    if ask.kind == "memory":
+        return Decimal(profile.gb) * GIB >= ask.amount
+    by_memory = Decimal(profile.eighths) >= ask.amount * 8
+    by_compute = Decimal(profile.slices) >= ask.amount * profile.total_slices
+    return {"memory": by_memory, "compute": by_compute}.get(coverage, by_memory and by_compute)
+
+
+def _gpu_only(resources: Mapping[str, Decimal]) -> dict[str, Decimal]:
+    return {k: v for k, v in resources.items() if k.startswith("nvidia.com/")}
+
+
+def _trial(pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option | None) -> JSON:
+    """A slim copy of the spec for eligibility: the pending asks stripped, ``ask`` given ``option``."""
+    spec = pod.spec
+    trial: JSON = {k: spec[k] for k in ("nodeName", "affinity", "tolerations") if k in spec}
+    selector = dict(as_dict(spec.get("nodeSelector")))
+    if option is not None and option.selector:
+        selector[option.selector[0]] = option.selector[1]
+    if selector:
+        trial["nodeSelector"] = selector
+    stripped = {id(a.container) for a in pending}
+    for list_name, container in pod.containers():
+        limits, requests = _sections(container)
+        merged = {k: v for k, v in {**requests, **limits}.items() if isinstance(k, str) and k.startswith("nvidia.com/")}
+        if id(container) in stripped:
+            merged.pop(GPU_RESOURCE, None)
+        if ask is not None and option is not None and container is ask.container:
+            merged.pop(GPU_RESOURCE, None)
+            merged[option.resource] = "1"
+        slim: JSON = {"resources": {"limits": merged}}
+        if container.get("restartPolicy") == "Always":
+            slim["restartPolicy"] = "Always"
+        trial.setdefault(list_name, []).append(slim)
+    return trial
+
+
+def _eligible(ctx: Context, trial: JSON) -> list[Candidate]:
+    return ctx.cluster.eligible(trial, resources=_gpu_only(requested_resources(trial)), gpu_only=True)
+
+
+def _pin_keys(ctx: Context) -> list[str]:
+    return [PRODUCT_LABEL, GKE_ACCELERATOR_LABEL, *ctx.cluster.presets.pool_labels]
+
+
+def _pin(good: Sequence[NodeGroup], bad: Sequence[NodeGroup], keys: Sequence[str]) -> tuple[str, list[str]] | None:
+    """A label whose values on the good groups exclude every bad group; None when there is none."""
+    for key in keys:
+        values = {g.labels.get(key) for g in good}
+        if None in values or not values:
+            continue
+        if any(g.labels.get(key) in values for g in bad):
+            continue
+        return key, sorted(v for v in values if v is not None)
+    return None
+
+
+def _rank(option: Option, places: Sequence[Placement]) -> tuple[object, ...]:
+    covering = [p.profile for p in places if p.covers and p.profile]
+    smallest = min(((p.gb, p.slices) for p in covering), default=(1 << 30, 99))
+    variant = (parse_name(option.profile) or (0, 0, "?"))[2]
+    return (
+        *smallest,
+        STRATEGY_ORDER.get(option.strategy, 9),
+        variant != "",
+        option.profile,
+        option.selector or ("", ""),
+    )
+
+
+def _choose(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> tuple[Choice | None, list[Placement]]:
+    """The smallest covering option (and any pin it needs), and every placement seen (for the refusal message)."""
+    ctx = req.ctx
+    coverage = ctx.settings.mig.coverage
+    seen: list[Placement] = []
+    ranked: list[tuple[tuple[object, ...], Option, list[Placement]]] = []
+    for option in req.options:
+        places: list[Placement] = []
+        for cand in _eligible(ctx, _trial(pod, pending, ask, option)):
+            group = cand.group
+            if option.profile not in group.mig_profiles:
+                continue
+            profile = _profile(req, group, option.profile)
+            if profile is None:
+                continue
+            usable = group.mig_profiles[option.profile].memory_mib or profile.usable_mib
+            places.append(Placement(group, profile, _covers(ask, profile, coverage), usable))
+        seen += places
+        if any(p.covers for p in places):
+            ranked.append((_rank(option, places), option, places))
+    ranked.sort(key=lambda r: r[0])
+    for _, option, places in ranked:
+        good = [p for p in places if p.covers]
+        bad = [p.group for p in places if not p.covers]
+        pin = None
+        if bad:
+            pin = _pin([p.group for p in good], bad, _pin_keys(ctx))
+            if pin is None:
+                continue
+        best = min((p.profile for p in good if p.profile), key=lambda p: (p.gb, p.slices))
+        return Choice(option, good, pin, best), seen
+    return None, seen
+
+
+def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> Choice | None:
+    ctx = req.ctx
+    mode = ctx.settings.mig.fallback
+    if mode == "whole":
+        option = Option("whole", "", GPU_RESOURCE)
+        cands = _eligible(ctx, _trial(pod, pending, ask, option))
+        good = [c.group for c in cands if c.group.mig_strategy in ("none", "mixed")]
+        bad = [c.group for c in cands if c.group.mig_strategy not in ("none", "mixed")]
+        note = "whole GPU: no MIG profile covers it"
+    elif mode == "shared":
+        option = Option("shared", "", SHARED_RESOURCE)
+        cands = _eligible(ctx, _trial(pod, pending, ask, option))
+        good, bad = [c.group for c in cands], []
+        if not good:
+            option = Option("shared", "", GPU_RESOURCE)
+            cands = _eligible(ctx, _trial(pod, pending, ask, option))
+            good = [c.group for c in cands if c.group.sharing == "time-slicing"]
+            bad = [c.group for c in cands if c.group.sharing != "time-slicing"]
+        note = "time-sliced shared GPU: no MIG profile covers it"
+    else:
+        return None
+    if not good:
+        return None
+    pin = _pin(good, bad, [SHARING_LABEL, *_pin_keys(ctx)]) if bad else None
+    if bad and pin is None:
+        return None
+    return Choice(option, [Placement(g, None, True) for g in good], pin, None, note)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rewriting and explaining
+
+
+def _apply(pod: PodView, ask: Ask, choice: Choice) -> None:
+    container = ask.container
+    resources = container.get("resources")
+    if not isinstance(resources, dict):
+        resources = container["resources"] = {}
+    for section in ("limits", "requests"):
+        values = resources.get(section)
+        if not isinstance(values, dict):
+            values = resources[section] = {}
+        values.pop(GPU_RESOURCE, None)
+        values.pop(GPU_MEMORY_RESOURCE, None)
+        values[choice.option.resource] = "1"
+    if choice.option.selector:
+        key, value = choice.option.selector
+        pod.spec_dict("nodeSelector")[key] = value
+    if choice.pin:
+        key, values = choice.pin
+        if len(values) == 1:
+            pod.spec_dict("nodeSelector")[key] = values[0]
+        else:
+            require(pod, [expression(key, "In", values)])
+
+
+def _product(group: NodeGroup) -> str:
+    return group.gpu_product or group.labels.get(GKE_ACCELERATOR_LABEL, "") or "GPU model unknown"
+
+
+def _where(places: Sequence[Placement]) -> str:
+    """'NVIDIA-A100-SXM4-80GB, pool a100' or 'A, pools p, q or B, pool r'."""
+    pools: dict[str, list[str]] = {}
+    for p in places:
+        names = pools.setdefault(_product(p.group), [])
+        if p.group.pool not in names:
+            names.append(p.group.pool)
+    parts = []
+    for product, names in sorted(pools.items()):
+        shown = ", ".join(sorted(names)[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        parts.append(f"{product}, pool{'s' if len(names) > 1 else ''} {shown}")
+    return " or ".join(parts).replace(LINE_SEPARATOR, ", ")
+
+
+def _line(ask: Ask, choice: Choice) -> str:
+    where = _where(choice.places)
+    if choice.note:
+        where = f"{choice.note}, {where}"
+    return f"{ask.name}: {ask.asked} -> {choice.option.given} ({where})"
+
+
+def _gib(amount: Decimal) -> str:
+    gib = amount / GIB
+    return f"{format_quantity(gib)}Gi" if gib == gib.to_integral_value() else f"{format_quantity(amount / MIB)}Mi"
+
+
+def _offered(places: Sequence[Placement], ask: Ask) -> str:
+    by_pool: dict[str, list[str]] = {}
+    for p in places:
+        if p.profile is None:
+            continue
+        label = f"{p.group.pool} ({_product(p.group)}, {p.group.mig_strategy})"
+        shares = f"{p.profile.memory_share} memory, {p.profile.compute_share} compute"
+        text = f"{p.profile.name} ({shares})" if ask.kind == "fraction" else f"{p.profile.name}"
+        if text not in by_pool.setdefault(label, []):
+            by_pool[label].append(text)
+    return "; ".join(f"pool {k}: {', '.join(v)}" for k, v in sorted(by_pool.items()))
+
+
+def _refusal(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask, seen: Sequence[Placement]) -> str:
+    ctx = req.ctx
+    coverage = ctx.settings.mig.coverage
+    if ask.kind == "fraction":
+        rule = {"memory": "memory share", "compute": "compute share", "both": "memory and compute shares"}[coverage]
+        wanted = f"a MIG profile whose {rule} is at least {format_quantity(ask.amount)}"
+    else:
+        wanted = f"a MIG profile of at least {_gib(ask.amount)}"
+    head = f"container {ask.name} asks for {ask.asked}; no eligible node offers {wanted}."
+    if not ctx.cluster.known:
+        return head + " The webhook does not know the cluster's nodes yet (none listed, no pool declared)."
+    if seen:
+        tail = f" Eligible nodes offer: {_offered(seen, ask)}."
+    else:
+        gpus = _eligible(ctx, _trial(pod, [*pending, ask], None, None))
+        if gpus:
+            described = ", ".join(sorted({c.group.describe() for c in gpus})[:4])
+            tail = f" Eligible GPU nodes offer no MIG profiles: {described}."
+        else:
+            tail = " No GPU node matches the pod's nodeSelector, node affinity and tolerations."
+    advice = " Ask for less, for a whole GPU (nvidia.com/gpu: 1), or a profile the nodes offer."
+    if ctx.settings.mig.fallback != "deny":
+        advice = f" The {ctx.settings.mig.fallback} fallback found no GPU either." + advice
+    return head + tail + advice
+
+
+def _warn_usable(out: Outcome, ask: Ask, choice: Choice) -> None:
+    if ask.kind != "memory":
+        return
+    usable = [p.usable_mib for p in choice.places if p.usable_mib]
+    if usable and min(usable) * MIB < ask.amount:
+        out.warn(
+            f"{ask.name}: {choice.option.resource if choice.option.strategy == 'mixed' else choice.option.profile}"
+            f" has {min(usable)} MiB usable, less than the {_gib(ask.amount)} asked"
+        )
+
+
+def _state_line(name: str, container: JSON, spec: JSON) -> str | None:
+    tokens = _state_tokens(container, spec)
+    return f"{name}: {tokens[0]} (as found on the object)" if tokens else None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The policy
 
 
 def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
-    """Change the working copy of the pod and say why in ``out``."""
+    """Turn each container's fraction or memory request into a MIG device, or refuse it with a reason."""
+    if not ctx.settings.mig.enabled:
+        return
+    asks = _collect(pod, ctx, out)
+    req = _Request(ctx)
+    if asks:
+        req.options = _options(ctx)
+    prior = _prior_lines(ctx)
+    converted: dict[int, str] = {}
+    pending = list(asks)
+    for ask in asks:
+        pending.remove(ask)
+        deferred = pod.is_template and (ask.kind == "memory" or ask.source == "annotation")
+        choice, seen = _choose(req, pod, pending, ask)
+        if choice is None:
+            choice = _fallback(req, pod, pending, ask)
+        if deferred:
+            # Templates keep memory and annotation requests (Kubernetes accepts them); the pods get converted.
+            pending.append(ask)
+            if choice is None:
+                out.warn(f"{ask.name}: nothing offered now covers {ask.asked}; its pods would be refused"[:119])
+            continue
+        if choice is None:
+            out.deny(POLICY, "MIGNoProfile", _refusal(req, pod, pending, ask, seen))
+            pending.append(ask)
+            continue
+        _apply(pod, ask, choice)
+        converted[id(ask.container)] = _line(ask, choice)
+        _warn_usable(out, ask, choice)
+        if choice.note:
+            out.warn(f"{ask.name}: {ask.asked} -> {choice.option.given} ({choice.note})"[:119])
+        out.mutated("mig")
+        out.reasons.append("MIGConverted" if not choice.note else "MIGFallback")
+    lines: list[str] = []
+    for _, name, container in _named(pod):
+        if id(container) in converted:
+            lines.append(converted[id(container)])
+        elif _verified(prior.get(name), container, pod.spec):
+            lines.append(prior[name])
+        elif name in prior:
+            state = _state_line(name, container, pod.spec)
+            if state:
+                lines.append(state)
+    if lines:
+        text = LINE_SEPARATOR.join(lines)
+        out.annotate(ANNOTATION, text)
+        if converted:
+            out.audit["mig"] = text
 
 
 def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
-    """Check the final pod; record denials, warnings and events in ``out``."""
+    """Refuse what the mutator could not convert, and two MIG devices in one container; report assignments."""
+    if not ctx.settings.mig.enabled:
+        return
+    verified: list[str] = []
+    prior = _prior_lines(ctx)
+    for _, name, container in _named(pod):
+        gpu = _read(container, GPU_RESOURCE, name)
+        if gpu and gpu.amount is not None and gpu.amount != gpu.amount.to_integral_value():
+            out.deny(
+                POLICY,
+                "MIGUnconverted",
+                f"container {name} still asks for {GPU_RESOURCE} {gpu.text}: the mutating webhook did not turn "
+                f"it into a MIG profile (was it bypassed?); ask for a whole GPU or a MIG resource such as "
+                f"{MIG_RESOURCE_PREFIX}3g.40gb.",
+            )
+        memory = _read(container, GPU_MEMORY_RESOURCE, name)
+        if memory is not None and not pod.is_template:
+            out.deny(
+                POLICY,
+                "MIGUnconverted",
+                f"container {name} still asks for {GPU_MEMORY_RESOURCE} {memory.text}: the mutating webhook did "
+                f"not turn it into a MIG profile, and no node offers that resource; ask for a MIG resource.",
+            )
+        migs = _mig_resources(container)
+        if len(migs) > 1:
+            out.deny(
+                POLICY,
+                "MIGMultipleDevices",
+                f"container {name} asks for {' and '.join(migs)}: a container can use one MIG device "
+                f"(k8s-device-plugin#728); split the work over containers or ask for one profile.",
+            )
+        if _verified(prior.get(name), container, pod.spec):
+            verified.append(prior[name])
+    if not pod.is_template and pod.annotation("gpu-fraction") is not None:
+        target_name = pod.annotation("gpu-fraction-container")
+        containers = [c for _, c in pod.containers(init=False)]
+        target = next((c for c in containers if not target_name or c.get("name") == target_name), None)
+        if (
+            target is not None
+            and not _assigned(target, pod.spec)
+            and not _verified(prior.get(as_str(target.get("name"))), target, pod.spec)
+        ):
+            out.deny(
+                POLICY,
+                "MIGUnconverted",
+                f"annotation {FRACTION_ANNOTATION} asks for a GPU fraction for container "
+                f"{as_str(target.get('name'))}, but it has no MIG device: the mutating webhook did not convert "
+                f"it.",
+            )
+    if verified:
+        out.event("MIGAssigned", "MIG devices: " + LINE_SEPARATOR.join(verified))
