@@ -429,7 +429,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         obj = self._body()
         obj.setdefault("metadata", {})["name"] = name
-        self._send(200, self.api.put(gv, resource, obj, namespace))
+        with self.api.lock:  # optimistic concurrency, as the apiserver: a stale resourceVersion is a 409 Conflict
+            current = (self.api.get(gv, resource, name or "", namespace or "") or {}).get("metadata", {})
+            if obj["metadata"].get("resourceVersion") not in (None, "", current.get("resourceVersion")):
+                self._send(409, _status(409, "Conflict", "the object has been modified; please apply your changes"))
+                return
+            self._send(200, self.api.put(gv, resource, obj, namespace))
 
     def do_PATCH(self) -> None:
         if self._fault():
