@@ -27,10 +27,12 @@ def gpu_node(
     taints: list[dict[str, str]] | None = None,
     allocatable: dict[str, str] | None = None,
     pool_label: str = POOL_LABEL,
+    runtime_labels: bool = True,
 ) -> dict[str, Any]:
     """A GPU node; ``gfd``: 'new' (cuda.driver-version.full, cuda.runtime-version.*), 'old' (cuda.driver.*,
     cuda.runtime.*) or 'none' (no GFD labels at all, as on GKE). The CUDA label is derived from the driver through
-    the reference table unless ``cuda`` is given."""
+    the reference table unless ``cuda`` is given; ``runtime_labels=False`` leaves it out (the webhook then derives
+    it from the driver itself)."""
     node_labels: dict[str, str] = {"kubernetes.io/hostname": name, pool_label: pool}
     if gfd != "none":
         node_labels.update(
@@ -49,16 +51,18 @@ def gpu_node(
             major, minor = runtime.split(".")
             if gfd == "new":
                 node_labels["nvidia.com/cuda.driver-version.full"] = driver
-                node_labels["nvidia.com/cuda.runtime-version.major"] = major
-                node_labels["nvidia.com/cuda.runtime-version.minor"] = minor
-                node_labels["nvidia.com/cuda.runtime-version.full"] = runtime
+                if runtime_labels:
+                    node_labels["nvidia.com/cuda.runtime-version.major"] = major
+                    node_labels["nvidia.com/cuda.runtime-version.minor"] = minor
+                    node_labels["nvidia.com/cuda.runtime-version.full"] = runtime
             else:
                 parts = driver.split(".")
                 node_labels["nvidia.com/cuda.driver.major"] = parts[0]
                 node_labels["nvidia.com/cuda.driver.minor"] = parts[1]
                 node_labels["nvidia.com/cuda.driver.rev"] = parts[2] if len(parts) > 2 else ""
-                node_labels["nvidia.com/cuda.runtime.major"] = major
-                node_labels["nvidia.com/cuda.runtime.minor"] = minor
+                if runtime_labels:
+                    node_labels["nvidia.com/cuda.runtime.major"] = major
+                    node_labels["nvidia.com/cuda.runtime.minor"] = minor
     node_labels.update(labels or {})
     return {
         "apiVersion": "v1",

@@ -461,10 +461,13 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> str:
     assert c.requirement is not None
     blocked = [g for j, g in enumerate(a.eligible) if not a.allowed(a.status[i][j])]
     unknown = [g for g in blocked if g.driver is None and g.cuda is None]
-    head = (
-        f"container {c.label} (image {d.image or '(none)'}) needs {d.version_text} ({_source(d)}), but no node it "
-        f"can run on supports it: {listing(blocked)}."
+    why = (
+        "the driver of every node it can run on is unknown"
+        if len(unknown) == len(blocked)
+        else ("no node it can run on supports it")
     )
+    head = f"container {c.label} (image {d.image or '(none)'}) needs {d.version_text} ({_source(d)}), but {why}: "
+    head += f"{listing(blocked)}."
     branches = forward_branches(c.requirement)
     if branches and ctx.settings.cuda.forward_compatibility:
         head += f" Its forward-compatibility alternatives (driver branches {', '.join(branches)}) do not match either."
@@ -497,32 +500,31 @@ def _no_common_pool(a: Assessment) -> str:
     )
 
 
+def _invalid_message(c: Check) -> str:
+    d = c.declared
+    return (
+        f"container {c.label} (image {d.image or '(none)'}): {d.source} is unusable: {d.error}. "
+        'The NVIDIA runtime refuses such a requirement; fix it (e.g. cuda>=12.4 or "12.4") or remove it.'
+    )
+
+
+def _unknown_message(c: Check) -> str:
+    d = c.declared
+    return (
+        f"container {c.label} (image {d.image or '(none)'}): its CUDA version is unknown (no annotation, "
+        "no NVIDIA_REQUIRE_CUDA or CUDA_VERSION in its env, and the image reference matches no known pattern). "
+        f'To fix: Declare it with the pod annotation {PREFIX}cuda-version.{d.container}: "<major.minor>".'
+    )
+
+
 def _denials(a: Assessment, ctx: Context) -> list[tuple[str, str]]:
     cs = ctx.settings.cuda
     out: list[tuple[str, str]] = []
     for c in a.checks:
-        d = c.declared
-        if d.error:
-            out.append(
-                (
-                    "CUDARequirementInvalid",
-                    (
-                        f"container {c.label} (image {d.image or '(none)'}): {d.source} is unusable: {d.error}. The NVIDIA "
-                        f'runtime refuses such a requirement; fix it (e.g. cuda>=12.4 or "12.4") or remove it.'
-                    ),
-                )
-            )
-        elif c.requirement is None and not d.disabled and cs.unknown_version == "deny":
-            out.append(
-                (
-                    "CUDAVersionUnknown",
-                    (
-                        f"container {c.label} (image {d.image or '(none)'}): its CUDA version is unknown (no annotation, no "
-                        f"NVIDIA_REQUIRE_CUDA or CUDA_VERSION in its env, and the image reference matches no known pattern). "
-                        f'To fix: Declare it with the pod annotation {PREFIX}cuda-version.{d.container}: "<major.minor>".'
-                    ),
-                )
-            )
+        if c.declared.error:
+            out.append(("CUDARequirementInvalid", _invalid_message(c)))
+        elif c.requirement is None and not c.declared.disabled and cs.unknown_version == "deny":
+            out.append(("CUDAVersionUnknown", _unknown_message(c)))
     if not a.eligible:
         return out
     single = False
@@ -561,9 +563,10 @@ def _warnings(a: Assessment, ctx: Context, denied: bool) -> list[str]:
     return out
 
 
-def _audit_decision(a: Assessment, denials: Sequence[tuple[str, str]]) -> str:
+def _audit_decision(a: Assessment, denials: Sequence[tuple[str, str]], mode: str) -> str:
     if denials:
-        return "denied (" + ", ".join(sorted({r for r, _ in denials})) + ")"
+        verb = "would be denied" if mode == "warn" else "denied"
+        return f"{verb} (" + ", ".join(sorted({r for r, _ in denials})) + ")"
     if not a.eligible:
         return "not checked (no eligible GPU node)"
     if not a.known:
@@ -587,10 +590,20 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
         out.deny(POLICY, reason, message)
     for warning in _warnings(a, ctx, bool(denials)):
         out.warn(warning)
-    decision = _audit_decision(a, denials)
+    decision = _audit_decision(a, denials, mode)
     out.audit["cuda-decision"] = decision
     if denials:
         if mode == "warn":
+            # The pipeline's "would be denied" warning is cut at kubectl's line length: say the gist in one line.
+            for i in a.known:
+                if not any(a.allowed(st) for st in a.status[i]):
+                    c = a.checks[i]
+                    newest = sorted(g.cuda for g in a.eligible if g.cuda)
+                    reach = f"CUDA <= {show_mm(newest[-1])}" if newest else "unknown drivers"
+                    out.warn(
+                        f"cuda: {c.label} needs {c.declared.version_text}; it can land only on {reach} "
+                        f"({pool_names(a.eligible)})"
+                    )
             out.event("CUDAIncompatible", " ".join(m for _, m in denials)[:1000], "Warning")
         return
     out.reasons.append("CUDAChecked")

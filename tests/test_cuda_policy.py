@@ -1,0 +1,689 @@
+"""The cuda policy through the pipeline: deny, steer, admit, annotate, warn; idempotent mutation."""
+
+from __future__ import annotations
+
+import copy
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cuda_fixtures import POOL_LABEL, container, context, gpu_node, pod, settings
+from webhook import pipeline
+from webhook.model import Context
+from webhook.policies import cuda
+
+CUDA_KEY = "gpu-admission.io/cuda"
+NEW_MAJOR, NEW_MINOR = "nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor"
+OLD_MAJOR, OLD_MINOR = "nvidia.com/cuda.runtime.major", "nvidia.com/cuda.runtime.minor"
+
+IMAGE_128 = "nvcr.io/nvidia/pytorch:25.03-py3"  # CUDA 12.8.1 (secondary row)
+IMAGE_124 = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+
+# Pools: gpu-a on R535 (CUDA 12.2), gpu-b on R560 (CUDA 12.6), gpu-c on R570 (CUDA 12.8).
+A = gpu_node("a-1", "gpu-a", "535.104.05")
+B = gpu_node("b-1", "gpu-b", "560.35.03")
+C = gpu_node("c-1", "gpu-c", "570.124.06")
+
+
+def required_terms(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = obj["spec"] if obj.get("kind") == "Pod" else obj["spec"]["template"]["spec"]
+    node = spec.get("affinity", {}).get("nodeAffinity", {})
+    terms: list[dict[str, Any]] = node.get("requiredDuringSchedulingIgnoredDuringExecution", {}).get(
+        "nodeSelectorTerms", []
+    )
+    return terms
+
+
+def annotation_of(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"] if obj.get("kind") == "Pod" else obj["spec"]["template"]["metadata"]
+    text: str = meta.get("annotations", {}).get(CUDA_KEY, "")
+    return text
+
+
+def assert_idempotent(result: pipeline.Result, ctx: Context) -> None:
+    again = pipeline.mutate(copy.deepcopy(result.object), ctx)
+    assert again.patch == [], again.patch
+    assert pipeline.validate(result.object, ctx).allowed
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Which containers are GPU containers
+
+
+@pytest.mark.parametrize(
+    ("c", "gpu"),
+    [
+        pytest.param(container(gpu="1"), True, id="nvidia-gpu"),
+        pytest.param(container(gpu=None, resources={"nvidia.com/mig-3g.40gb": "1"}), True, id="mig-resource"),
+        pytest.param(container(gpu=None, resources={"gpu-admission.io/gpu-memory": "20Gi"}), True, id="gpu-memory"),
+        pytest.param(container(gpu="500m"), True, id="fraction"),
+        pytest.param(container(gpu="half"), True, id="garbage-amount-still-asks"),
+        pytest.param(container(gpu="0"), False, id="zero"),
+        pytest.param(container(gpu=None, env={"NVIDIA_VISIBLE_DEVICES": "all"}), True, id="visible-devices-all"),
+        pytest.param(container(gpu=None, env={"NVIDIA_VISIBLE_DEVICES": "void"}), False, id="visible-devices-void"),
+        pytest.param(container(gpu=None, env={"NVIDIA_VISIBLE_DEVICES": "none"}), False, id="visible-devices-none"),
+        pytest.param(container(gpu=None), False, id="cpu-only"),
+    ],
+)
+def test_gpu_containers(c: dict[str, Any], gpu: bool) -> None:
+    assert cuda.is_gpu_container(c) is gpu
+
+
+def test_fraction_counts_as_some_gpu_for_eligibility() -> None:
+    spec = pod(container(gpu="500m"), container("side", gpu=None, resources={"nvidia.com/mig-1g.10gb": "2"}))["spec"]
+    assert cuda.gpu_resources(spec) == {"nvidia.com/gpu": Decimal(0), "nvidia.com/mig-1g.10gb": Decimal(2)}
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pytest.param(pod(container(gpu=None, image=IMAGE_128)), id="cpu-pod"),
+        pytest.param(pod(container(gpu=None, image=IMAGE_128, env={"NVIDIA_VISIBLE_DEVICES": "void"})), id="void"),
+    ],
+)
+def test_non_gpu_pods_pass_untouched(obj: dict[str, Any]) -> None:
+    result = pipeline.review(obj, context([A]))
+    assert result.allowed and result.patch == [] and result.warnings == []
+    assert not result.outcome.events
+    assert "cuda-decision" not in result.audit
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The reference table's boundaries: a driver exactly at a minor's minimum and one below
+
+
+@pytest.mark.parametrize(
+    ("driver", "image", "allowed"),
+    [
+        pytest.param("570.26", "nvidia/cuda:12.8.0-base-ubuntu22.04", True, id="12.8-at-minimum"),
+        pytest.param("570.25", "nvidia/cuda:12.8.0-base-ubuntu22.04", False, id="12.8-one-below"),
+        pytest.param("550.54.14", "nvidia/cuda:12.4.1-base-ubuntu22.04", True, id="12.4-at-minimum"),
+        pytest.param("550.54.13", "nvidia/cuda:12.4.1-base-ubuntu22.04", False, id="12.4-one-below"),
+        pytest.param("535.54.03", "nvidia/cuda:12.2.2-base-ubuntu22.04", True, id="12.2-at-minimum"),
+        pytest.param("535.54.02", "nvidia/cuda:12.2.2-base-ubuntu22.04", False, id="12.2-one-below"),
+        pytest.param("580.65.06", "nvidia/cuda:13.0.2-base-ubuntu24.04", True, id="13.0-at-minimum-ga-row"),
+        pytest.param("580.65.05", "nvidia/cuda:13.0.2-base-ubuntu24.04", False, id="13.0-one-below"),
+        pytest.param("520.61.05", "nvidia/cuda:11.8.0-base-ubuntu22.04", True, id="11.8-at-minimum"),
+        pytest.param("520.61.04", "nvidia/cuda:11.8.0-base-ubuntu22.04", False, id="11.8-one-below"),
+        pytest.param("610.43.02", "nvidia/cuda:13.3.0-base-ubuntu24.04", True, id="13.3-secondary-row"),
+        pytest.param("999.1", "nvidia/cuda:13.9.0-base-ubuntu24.04", False, id="release-newer-than-table"),
+    ],
+)
+@pytest.mark.parametrize("runtime_labels", [True, False], ids=["gfd-cuda-label", "cuda-from-driver-table"])
+def test_table_boundaries(driver: str, image: str, allowed: bool, runtime_labels: bool) -> None:
+    ctx = context([gpu_node("n", "pool-x", driver, runtime_labels=runtime_labels)])
+    result = pipeline.review(pod(container(image=image)), ctx)
+    assert result.allowed is allowed, result.message
+    if not allowed:
+        assert result.reason == "CUDAIncompatible"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Decisions
+
+
+def test_all_compatible_admits_without_changing_placement() -> None:
+    ctx = context([B, C])
+    result = pipeline.review(pod(container(image=IMAGE_124)), ctx)
+    assert result.allowed and result.warnings == []
+    assert required_terms(result.object) == []
+    text = annotation_of(result.object)
+    assert text.startswith("trainer: CUDA 12.4 from image tag, nvidia/cuda 12.4.1-runtime-ubuntu22.04; supported by")
+    assert "decision: admitted: every pool the pod can land on supports its CUDA" in text
+    assert [e.reason for e in result.outcome.events] == ["CUDAChecked"]
+    assert result.audit["cuda-decision"] == "compatible (pools gpu-b, gpu-c)"
+    assert_idempotent(result, ctx)
+
+
+def test_none_compatible_denies_with_an_actionable_message() -> None:
+    # gpu-c could run it, but the pod's nodeSelector keeps it on gpu-a / gpu-b.
+    nodes = [A, B, gpu_node("c-1", "gpu-c", "570.124.06", labels={"tier": "prod"})]
+    ctx = context(nodes)
+    obj = pod(container(image=IMAGE_128))
+    obj["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}]
+            }
+        }
+    }
+    result = pipeline.review(obj, ctx)
+    assert not result.allowed and result.reason == "CUDAIncompatible" and result.code == 403
+    msg = result.message
+    for part in (
+        "container trainer",  # which container
+        f"image {IMAGE_128}",  # which image
+        "needs CUDA 12.8",  # which version
+        "from image tag, NGC framework container release 25.03, secondary source",  # where it came from
+        "pool gpu-a (driver 535.104.05, CUDA 12.2)",  # the pools with driver and CUDA
+        "pool gpu-b (driver 560.35.03, CUDA 12.6)",
+        "Use an image built for CUDA <= 12.6",  # what to do
+        "target pool gpu-c (driver 570.124.06, CUDA 12.8) with nodeSelector eks.amazonaws.com/nodegroup: gpu-c",
+        "upgrade the driver of pools gpu-a, gpu-b to >= 570.26",
+    ):
+        assert part in msg, (part, msg)
+    assert result.patch == [] and result.object == obj
+    assert result.audit["decision"].startswith("denied (CUDAIncompatible")
+    assert not result.outcome.events  # the pod will not exist: nothing to attach an event to
+
+
+def test_some_compatible_steers_on_gfd_cuda_labels() -> None:
+    ctx = context([A, B, C])
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed, result.message
+    assert required_terms(result.object) == [
+        {
+            "matchExpressions": [
+                {"key": NEW_MAJOR, "operator": "In", "values": ["12"]},
+                {"key": NEW_MINOR, "operator": "Gt", "values": ["7"]},
+            ]
+        },
+        {"matchExpressions": [{"key": NEW_MAJOR, "operator": "Gt", "values": ["12"]}]},
+    ]
+    text = annotation_of(result.object)
+    assert "supported by pool gpu-c (driver 570.124.06, CUDA 12.8)" in text
+    assert (
+        "required node affinity keeps it off pool gpu-a (driver 535.104.05, CUDA 12.2), "
+        "pool gpu-b (driver 560.35.03, CUDA 12.6)"
+    ) in text
+    assert "cuda-steered" in result.audit and "to pool gpu-c" in result.audit["cuda-steered"]
+    assert [c.group.pool for c in ctx.cluster.eligible(result.object["spec"])] == ["gpu-c"]
+    assert_idempotent(result, ctx)
+
+
+def test_steering_keeps_future_newer_nodes_eligible() -> None:
+    ctx = context([A, B])
+    result = pipeline.review(pod(container(image=IMAGE_124)), ctx)
+    later = context([A, B, gpu_node("d-1", "gpu-d", "580.95.05")])  # a CUDA 13.0 pool added afterwards
+    assert {c.group.pool for c in later.cluster.eligible(result.object["spec"])} == {"gpu-b", "gpu-d"}
+
+
+def test_steering_with_old_gfd_labels() -> None:
+    nodes = [gpu_node("a-1", "gpu-a", "535.104.05", gfd="old"), gpu_node("c-1", "gpu-c", "570.26", gfd="old")]
+    ctx = context(nodes)
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed
+    keys = {e["key"] for t in required_terms(result.object) for e in t["matchExpressions"]}
+    assert keys == {OLD_MAJOR, OLD_MINOR}
+    assert "pool gpu-c (driver 570.26, CUDA 12.8)" in annotation_of(result.object)
+    assert_idempotent(result, ctx)
+
+
+def test_steering_with_old_and_new_labels_mixed() -> None:
+    nodes = [A, gpu_node("c-1", "gpu-c", "570.124.06", gfd="old"), gpu_node("d-1", "gpu-d", "575.51.03")]
+    ctx = context(nodes)
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed
+    assert {c.group.pool for c in ctx.cluster.eligible(result.object["spec"])} == {"gpu-c", "gpu-d"}
+    assert_idempotent(result, ctx)
+
+
+def test_exact_values_when_a_newer_pool_is_blocked() -> None:
+    # gpu-c has the newest CUDA but compute capability 7.0, which the arch condition rules out: no range works.
+    nodes = [A, gpu_node("b-1", "gpu-b", "520.61.05"), gpu_node("c-1", "gpu-c", "570.124.06", compute=("7", "0"))]
+    ctx = context(nodes)
+    obj = pod(container(image="ubuntu:22.04", env={"NVIDIA_REQUIRE_CUDA": "cuda>=11.8,arch>=8.0"}))
+    result = pipeline.review(obj, ctx)
+    assert result.allowed
+    assert {c.group.pool for c in ctx.cluster.eligible(result.object["spec"])} == {"gpu-a", "gpu-b"}
+    assert required_terms(result.object) == [
+        {
+            "matchExpressions": [
+                {"key": NEW_MAJOR, "operator": "In", "values": ["11"]},
+                {"key": NEW_MINOR, "operator": "In", "values": ["8"]},
+            ]
+        },
+        {
+            "matchExpressions": [
+                {"key": NEW_MAJOR, "operator": "In", "values": ["12"]},
+                {"key": NEW_MINOR, "operator": "In", "values": ["2"]},
+            ]
+        },
+    ]
+    assert_idempotent(result, ctx)
+
+
+ZONE_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}]},
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z2"]}]},
+            ]
+        }
+    },
+    "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "wrap"),
+    [
+        pytest.param("Pod", lambda p: p, id="pod"),
+        pytest.param(
+            "Deployment",
+            lambda p: {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "d", "namespace": "ml"},
+                "spec": {"template": {"metadata": p["metadata"], "spec": p["spec"]}},
+            },
+            id="deployment-template",
+        ),
+    ],
+)
+def test_steering_merges_into_existing_affinity(kind: str, wrap: Any) -> None:
+    zoned = [
+        gpu_node(f"{p}-{z}", f"gpu-{p}", d, labels={"topology.kubernetes.io/zone": z})
+        for p, d in (("a", "535.104.05"), ("c", "570.124.06"))
+        for z in ("z1", "z2", "z3")
+    ]
+    ctx = context(zoned)
+    obj = wrap(pod(container(image=IMAGE_128), affinity=copy.deepcopy(ZONE_AFFINITY)))
+    result = pipeline.review(obj, ctx)
+    assert result.allowed and result.object["kind"] == kind
+    terms = required_terms(result.object)
+    assert len(terms) == 4  # each zone term ANDed with each CUDA alternative
+    for term in terms:
+        keys = [e["key"] for e in term["matchExpressions"]]
+        assert keys[0] == "topology.kubernetes.io/zone" and NEW_MAJOR in keys
+    spec = result.object["spec"] if kind == "Pod" else result.object["spec"]["template"]["spec"]
+    assert "podAntiAffinity" in spec["affinity"]
+    assert {(c.group.pool, c.group.labels["topology.kubernetes.io/zone"]) for c in ctx.cluster.eligible(spec)} == {
+        ("gpu-c", "z1"),
+        ("gpu-c", "z2"),
+    }
+    assert_idempotent(result, ctx)
+
+
+def test_gke_pools_without_gfd_steer_by_declared_pool_selector() -> None:
+    s = settings(
+        cluster={
+            "pools": [
+                {
+                    "name": "t4-old",
+                    "nodeSelector": {"cloud.google.com/gke-nodepool": "t4-old"},
+                    "driverVersion": "535.104.05",
+                    "gpuProduct": "Tesla-T4",
+                },
+                {
+                    "name": "l4-new",
+                    "nodeSelector": {"cloud.google.com/gke-nodepool": "l4-new"},
+                    "driverVersion": "570.124.06",
+                    "gpuProduct": "NVIDIA-L4",
+                },
+            ]
+        }
+    )
+    gke = [
+        gpu_node("gke-t4-1", "t4-old", None, gfd="none", pool_label="cloud.google.com/gke-nodepool"),
+        gpu_node("gke-l4-1", "l4-new", None, gfd="none", pool_label="cloud.google.com/gke-nodepool"),
+    ]
+    ctx = context(gke, s)
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed, result.message
+    assert required_terms(result.object) == [
+        {"matchExpressions": [{"key": "cloud.google.com/gke-nodepool", "operator": "In", "values": ["l4-new"]}]}
+    ]
+    assert "pool l4-new (driver 570.124.06, CUDA 12.8)" in annotation_of(result.object)
+    assert_idempotent(result, ctx)
+    # Pinned to the old pool: denied, naming the driver declared in settings and the pool that would do.
+    pinned = pod(container(image=IMAGE_128), node_selector={"cloud.google.com/gke-nodepool": "t4-old"})
+    denied = pipeline.review(pinned, ctx)
+    assert not denied.allowed
+    assert "pool t4-old (driver 535.104.05, CUDA 12.2)" in denied.message
+    assert (
+        "target pool l4-new (driver 570.124.06, CUDA 12.8) with nodeSelector cloud.google.com/gke-nodepool: "
+        "l4-new" in denied.message
+    )
+
+
+def test_declared_pool_scaled_to_zero_is_eligible() -> None:
+    s = settings(
+        cluster={
+            "pools": [
+                {
+                    "name": "h100",
+                    "nodeSelector": {"pool": "h100"},
+                    "driverVersion": "580.95.05",
+                    "gpuProduct": "NVIDIA-H100-80GB-HBM3",
+                    "gpuCount": 8,
+                }
+            ]
+        }
+    )
+    ctx = context([A], s)
+    result = pipeline.review(pod(container(image="nvidia/cuda:13.0.2-base-ubuntu24.04")), ctx)
+    assert result.allowed
+    assert required_terms(result.object) == [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["h100"]}]}
+    ]
+    assert_idempotent(result, ctx)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Expressions: forward compatibility, invalid ones, minor-version compatibility
+
+FORWARD = "cuda>=12.8 brand=tesla,driver>=535,driver<536 brand=tesla,driver>=570,driver<571"
+
+
+@pytest.mark.parametrize(
+    ("node", "cuda_settings", "allowed"),
+    [
+        pytest.param(A, None, True, id="tesla-on-listed-branch"),
+        pytest.param(
+            gpu_node("g", "geforce", "535.104.05", product="NVIDIA-GeForce-RTX-4090"),
+            None,
+            False,
+            id="geforce-not-accepted",
+        ),
+        pytest.param(B, None, False, id="branch-not-listed"),
+        pytest.param(A, {"forwardCompatibility": False}, False, id="forward-compat-switched-off"),
+    ],
+)
+def test_forward_compatibility_alternatives(
+    node: dict[str, Any], cuda_settings: dict[str, Any] | None, allowed: bool
+) -> None:
+    ctx = context([node], settings(cuda_settings))
+    obj = pod(container(image="vllm/vllm-openai:v0.10.1", env={"NVIDIA_REQUIRE_CUDA": FORWARD}))
+    result = pipeline.review(obj, ctx)
+    assert result.allowed is allowed, result.message
+    if allowed:
+        assert "forward compatibility on pool gpu-a" in annotation_of(result.object)
+    else:
+        assert "env NVIDIA_REQUIRE_CUDA" in result.message and "needs CUDA 12.8" in result.message
+
+
+def test_forward_alternatives_named_in_the_denial() -> None:
+    result = pipeline.review(pod(container(env={"NVIDIA_REQUIRE_CUDA": FORWARD})), context([B]))
+    assert "forward-compatibility alternatives (driver branches 535, 570) do not match" in result.message
+
+
+@pytest.mark.parametrize(
+    ("annotations", "env"),
+    [
+        pytest.param({}, {"NVIDIA_REQUIRE_CUDA": "cuda>=12.4 brnd=tesla"}, id="unknown-key"),
+        pytest.param({}, {"NVIDIA_REQUIRE_CUDA": "cuda=>12.4"}, id="bad-operator"),
+        pytest.param({}, {"CUDA_VERSION": "twelve"}, id="bad-cuda-version"),
+        pytest.param({"gpu-admission.io/cuda-version.trainer": "12.4-ish"}, {}, id="bad-annotation"),
+    ],
+)
+def test_invalid_declarations_are_denied(annotations: dict[str, str], env: dict[str, str]) -> None:
+    result = pipeline.review(
+        pod(container(image="nvidia/cuda:12.4.1-base", env=env), annotations=annotations), context([C])
+    )
+    assert not result.allowed and result.reason == "CUDARequirementInvalid"
+    assert "container trainer (image nvidia/cuda:12.4.1-base)" in result.message
+    assert "fix it" in result.message
+
+
+def test_minor_compatibility_mode() -> None:
+    obj = pod(container(image=IMAGE_128))
+    assert not pipeline.review(obj, context([A])).allowed
+    result = pipeline.review(obj, context([A], settings({"compatibility": "minor"})))
+    assert result.allowed
+    assert "minor-version compatibility on pool gpu-a" in annotation_of(result.object)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Containers: every source, init containers, several containers
+
+
+@pytest.mark.parametrize(
+    ("c", "annotations", "source"),
+    [
+        pytest.param(
+            container(image="ubuntu:22.04"),
+            {"gpu-admission.io/cuda-version.trainer": "12.8"},
+            "annotation gpu-admission.io/cuda-version.trainer",
+            id="container-annotation",
+        ),
+        pytest.param(
+            container(image="ubuntu:22.04"),
+            {"gpu-admission.io/cuda-version": "12.8"},
+            "annotation gpu-admission.io/cuda-version",
+            id="pod-annotation",
+        ),
+        pytest.param(
+            container(image="ubuntu:22.04", env={"NVIDIA_REQUIRE_CUDA": "cuda>=12.8"}),
+            {},
+            "env NVIDIA_REQUIRE_CUDA",
+            id="require-cuda",
+        ),
+        pytest.param(
+            container(image="ubuntu:22.04", env={"CUDA_VERSION": "12.8.1"}), {}, "env CUDA_VERSION", id="cuda-version"
+        ),
+        pytest.param(
+            container(image="nvidia/cuda:12.8.1-devel-ubuntu24.04"),
+            {},
+            "image tag, nvidia/cuda 12.8.1-devel-ubuntu24.04",
+            id="image",
+        ),
+    ],
+)
+def test_every_source_reaches_the_denial(c: dict[str, Any], annotations: dict[str, str], source: str) -> None:
+    result = pipeline.review(pod(c, annotations=annotations), context([A]))
+    assert not result.allowed
+    assert f"needs CUDA 12.8 (from {source})" in result.message
+
+
+def test_disable_require_is_not_checked() -> None:
+    obj = pod(container(image=IMAGE_128, env={"NVIDIA_DISABLE_REQUIRE": "true"}))
+    result = pipeline.review(obj, context([A]))
+    assert result.allowed and result.warnings == []
+    assert "CUDA requirement disabled by env NVIDIA_DISABLE_REQUIRE; not checked" in annotation_of(result.object)
+
+
+def test_init_containers_are_checked() -> None:
+    obj = pod(container(image=IMAGE_124), init=[container("warmup", image=IMAGE_128)])
+    result = pipeline.review(obj, context([A, B]))
+    assert not result.allowed
+    assert "container warmup (init) (image nvcr.io/nvidia/pytorch:25.03-py3) needs CUDA 12.8" in result.message
+    ok = pipeline.review(obj, context([A, B, C]))
+    assert ok.allowed and "warmup (init): CUDA 12.8" in annotation_of(ok.object)
+
+
+def test_multi_container_pod_steers_to_what_all_can_run() -> None:
+    obj = pod(
+        container("a", image=IMAGE_124),
+        container("b", image="ubuntu:22.04", env={"CUDA_VERSION": "12.6.3"}),
+        container("sidecar", image="busybox", gpu=None),
+    )
+    ctx = context([A, B, C])
+    result = pipeline.review(obj, ctx)
+    assert result.allowed
+    assert {c.group.pool for c in ctx.cluster.eligible(result.object["spec"])} == {"gpu-b", "gpu-c"}
+    lines = annotation_of(result.object).splitlines()
+    assert lines[0].startswith("a: CUDA 12.4 from image tag")
+    assert lines[1].startswith("b: CUDA 12.6 from env CUDA_VERSION")
+    assert not any(line.startswith("sidecar") for line in lines)  # not a GPU container
+    assert_idempotent(result, ctx)
+
+
+def test_containers_without_a_common_pool_are_denied() -> None:
+    obj = pod(
+        container("old", image="ubuntu:22.04", env={"NVIDIA_REQUIRE_CUDA": "cuda>=12.0,cuda<12.3"}),
+        container("new", image=IMAGE_128),
+    )
+    result = pipeline.review(obj, context([A, C]))
+    assert not result.allowed
+    assert "no pool in common" in result.message
+    assert "old (requirement" not in result.message and "runs on pool gpu-a" in result.message
+    assert "runs on pool gpu-c" in result.message
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Unknowns
+
+
+def test_unknown_version_warns_how_to_declare_it() -> None:
+    obj = pod(container(image="registry.example.com/team/train:v3"))
+    result = pipeline.review(obj, context([A]))
+    assert result.allowed
+    assert result.warnings == [
+        'cuda: trainer: CUDA version unknown; set pod annotation gpu-admission.io/cuda-version.trainer: "X.Y"'
+    ]
+    assert all(len(w) < 120 for w in result.warnings)
+    assert "trainer: CUDA version unknown (image registry.example.com/team/train:v3); not checked" in annotation_of(
+        result.object
+    )
+
+
+def test_unknown_version_can_be_denied() -> None:
+    result = pipeline.review(pod(container(image="team/train:v3")), context([A], settings({"unknownVersion": "deny"})))
+    assert not result.allowed and result.reason == "CUDAVersionUnknown"
+    assert 'gpu-admission.io/cuda-version.trainer: "<major.minor>"' in result.message
+
+
+def test_unknown_version_can_be_allowed_silently() -> None:
+    result = pipeline.review(pod(container(image="team/train:v3")), context([A], settings({"unknownVersion": "allow"})))
+    assert result.allowed and result.warnings == []
+
+
+NO_DRIVER = gpu_node("x-1", "gpu-x", None)  # GFD labels but no driver label
+
+
+@pytest.mark.parametrize(
+    ("setting", "allowed", "warned"),
+    [
+        pytest.param("warn", True, True, id="warn"),
+        pytest.param("allow", True, False, id="allow"),
+        pytest.param("deny", False, False, id="deny"),
+    ],
+)
+def test_unknown_driver(setting: str, allowed: bool, warned: bool) -> None:
+    ctx = context([NO_DRIVER], settings({"unknownDriver": setting}))
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed is allowed
+    warning = "cuda: driver of pool gpu-x unknown; declare cluster.pools[].driverVersion or run GFD"
+    assert (warning in result.warnings) is warned
+    if not allowed:
+        assert result.reason == "CUDADriverUnknown"
+        assert "the driver of every node it can run on is unknown: pool gpu-x" in result.message
+        assert "Declare the driver of pool gpu-x in settings (cluster.pools[].driverVersion)" in result.message
+
+
+def test_unknown_driver_pool_is_kept_when_steering() -> None:
+    ctx = context([A, C, NO_DRIVER])
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed
+    assert {c.group.pool for c in ctx.cluster.eligible(result.object["spec"])} == {"gpu-c", "gpu-x"}
+    assert_idempotent(result, ctx)
+
+
+def test_no_eligible_node_is_not_checked() -> None:
+    result = pipeline.review(pod(container(image=IMAGE_128), node_selector={"pool": "nowhere"}), context([A]))
+    assert result.allowed
+    assert "decision: not checked: no known GPU node matches" in annotation_of(result.object)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Enforcement modes
+
+
+def test_warn_mode_admits_with_warning_event_and_audit() -> None:
+    ctx = context([A], settings({"mode": "warn"}))
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed
+    assert any(w.startswith("would be denied (CUDAIncompatible): container trainer") for w in result.warnings)
+    assert "needs CUDA 12.8" in result.audit["cuda-would-deny"]
+    assert result.audit["cuda-decision"] == "would be denied (CUDAIncompatible)"
+    assert "cuda: trainer needs CUDA 12.8; it can land only on CUDA <= 12.2 (pool gpu-a)" in result.warnings
+    assert all(len(w) < 120 for w in result.warnings)
+    assert [(e.reason, e.type) for e in result.outcome.events] == [("CUDAIncompatible", "Warning")]
+    assert "would be denied (cuda mode warn)" in annotation_of(result.object)
+    assert_idempotent(result, ctx)
+
+
+def test_warn_mode_does_not_steer_but_says_where_it_may_fail() -> None:
+    ctx = context([A, C], settings({"mode": "enforce", "namespaceModes": {"ml": "warn"}}))
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed and required_terms(result.object) == []
+    assert "cuda: trainer (CUDA 12.8) cannot run on pool gpu-a, where it may land; target pool gpu-c" in result.warnings
+    assert "admitted, but the pod may land on pool gpu-a, which cannot run it" in annotation_of(result.object)
+
+
+def test_off_mode_does_nothing() -> None:
+    ctx = context([A], settings({"mode": "off"}))
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed and result.patch == [] and result.warnings == [] and not result.outcome.events
+
+
+def test_namespace_override_enforces() -> None:
+    ctx = context([A], settings({"mode": "warn", "namespaceModes": {"ml": "enforce"}}))
+    assert not pipeline.review(pod(container(image=IMAGE_128)), ctx).allowed
+
+
+def test_steering_can_be_switched_off() -> None:
+    ctx = context([A, C], settings({"steer": False}))
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed and required_terms(result.object) == []
+    assert any("cannot run on pool gpu-a" in w for w in result.warnings)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Idempotency and robustness
+
+
+def test_forged_annotation_is_rewritten() -> None:
+    ctx = context([C])
+    obj = pod(container(image=IMAGE_124), annotations={CUDA_KEY: "all fine, trust me"})
+    result = pipeline.mutate(obj, ctx)
+    assert annotation_of(result.object).startswith("trainer: CUDA 12.4")
+    assert_idempotent(result, ctx)
+
+
+def test_mutate_then_validate_separately_match_review() -> None:
+    ctx = context([A, B, C])
+    obj = pod(container(image=IMAGE_128))
+    mutated = pipeline.mutate(obj, ctx)
+    validated = pipeline.validate(mutated.object, ctx)
+    assert validated.allowed and validated.warnings == []
+    assert [e.reason for e in validated.outcome.events] == ["CUDAChecked"]
+
+
+FIXTURES = Path("/work/shared/fixtures/kubernetes-api")
+
+
+@pytest.mark.skipif(not FIXTURES.exists(), reason="shared fixtures not present")
+@pytest.mark.parametrize("name", ["core.v1.Pod.json", "apps.v1.Deployment.json", "batch.v1.CronJob.json"])
+def test_full_objects_do_not_crash(name: str) -> None:
+    obj = json.loads((FIXTURES / name).read_text())
+    ctx = context([A, C])
+    result = pipeline.review(obj, ctx)
+    assert isinstance(result.allowed, bool)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({"containers": "nope"}, id="containers-not-a-list"),
+        pytest.param(
+            {"containers": [None, 3, {"name": 7, "image": ["x"], "env": "x", "resources": []}]}, id="garbage-containers"
+        ),
+        pytest.param(
+            {
+                "containers": [
+                    {
+                        "name": "t",
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        "env": [{"name": "NVIDIA_REQUIRE_CUDA", "value": 12.4}],
+                    }
+                ],
+                "affinity": "x",
+            },
+            id="garbage-env-and-affinity",
+        ),
+    ],
+)
+def test_garbage_never_crashes(spec: dict[str, Any]) -> None:
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "g"}, "spec": spec}
+    result = pipeline.review(obj, context([A, C]))
+    assert isinstance(result.allowed, bool)
+
+
+def test_pool_label_used_for_hints() -> None:
+    assert POOL_LABEL in cuda.pool_selector(context([A]).cluster.groups[0], context([A]))

@@ -1,0 +1,359 @@
+"""Where a container's CUDA version comes from, the NVIDIA_REQUIRE_CUDA grammar, and its evaluation on node groups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.cuda_fixtures import container
+from webhook.cuda_version import (
+    NodeFacts,
+    RequirementError,
+    brands_of,
+    compare,
+    declared_cuda,
+    evaluate,
+    image_cuda,
+    image_rules,
+    parse_requirement,
+    split_image,
+)
+from webhook.drivers import builtin_table, parse_version
+
+TABLE = builtin_table()
+DC = frozenset({"tesla", "nvidia"})
+
+
+def facts(cuda: str | None, driver: str | None, brands: frozenset[str] = DC, arch: str | None = "8.0") -> NodeFacts:
+    return NodeFacts(
+        cuda=parse_version(cuda) if cuda else None,
+        driver=parse_version(driver) if driver else None,
+        brands=brands,
+        arch=parse_version(arch) if arch else None,
+    )
+
+
+# Forward-compatibility alternatives as the nvidia/cuda 12.4.1 images carry them (abridged).
+CUDA_124_REQUIRE = (
+    "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=525,driver<526 "
+    "brand=tesla,driver>=535,driver<536"
+)
+
+
+@pytest.mark.parametrize(
+    ("expression", "node", "expected"),
+    [
+        pytest.param("cuda>=12.4", facts("12.4", "550.54.14"), True, id="cuda-equal"),
+        pytest.param("cuda>=12.4", facts("12.3", "545.23.06"), False, id="cuda-below"),
+        pytest.param("cuda>=12.4.1", facts("12.4", "550.54.14"), True, id="cuda-compared-at-major-minor"),
+        pytest.param("CUDA>=12.4", facts("12.6", "560.35.03"), True, id="key-any-case"),
+        pytest.param("cuda>=12.4  cuda>=99.0", facts("12.4", "550.54.14"), True, id="double-space-skipped"),
+        pytest.param("cuda>12.4", facts("12.4", "550.54.14"), False, id="strictly-greater"),
+        pytest.param("cuda<13", facts("12.8", "570.26"), True, id="upper-bound"),
+        pytest.param("cuda=12.4.0", facts("12.4", "550.54.14"), True, id="trailing-zero-equal"),
+        pytest.param("cuda!=12.4", facts("12.4", "550.54.14"), False, id="not-equal"),
+        pytest.param(CUDA_124_REQUIRE, facts("12.2", "535.104.05"), True, id="forward-compat-tesla-535"),
+        pytest.param(
+            CUDA_124_REQUIRE,
+            facts("12.2", "535.104.05", frozenset({"geforce"})),
+            False,
+            id="forward-compat-needs-brand",
+        ),
+        pytest.param(CUDA_124_REQUIRE, facts("12.3", "545.23.06"), False, id="forward-compat-branch-not-listed"),
+        pytest.param(CUDA_124_REQUIRE, facts("11.4", "470.82.01"), True, id="forward-compat-470"),
+        pytest.param("driver>=470,driver<471", facts("11.5", "471.0"), False, id="driver-branch-upper-bound"),
+        pytest.param("driver>=570.26", facts("12.8", "570.124.06"), True, id="driver-parts-numeric"),
+        pytest.param("arch>=9.0", facts("12.4", "550.54.14", arch="8.0"), False, id="arch-below"),
+        pytest.param("arch>=9.0", facts("12.4", "550.54.14", arch="9.0"), True, id="arch-equal"),
+        pytest.param("brand!=geforce", facts("12.4", "550.54.14"), True, id="brand-not-equal"),
+        pytest.param("brand=TESLA", facts("12.4", "550.54.14"), True, id="brand-any-case"),
+        pytest.param("cuda>=12.4", facts(None, None), None, id="unknown-driver-unknown"),
+        pytest.param("brand=tesla", facts("12.4", "550", frozenset()), None, id="unknown-brand-unknown"),
+        pytest.param("arch>=8.0", facts("12.4", "550", arch=None), None, id="unknown-arch-unknown"),
+        pytest.param("cuda>=12.8 brand=tesla", facts("12.2", "535", frozenset()), None, id="or-with-unknown"),
+        pytest.param("cuda>=12.8,brand=tesla", facts("12.2", "535", frozenset()), False, id="and-false-wins"),
+    ],
+)
+def test_evaluate(expression: str, node: NodeFacts, expected: bool | None) -> None:
+    assert evaluate(parse_requirement(expression), node, TABLE) is expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "driver", "cuda", "strict", "minor"),
+    [
+        pytest.param("cuda>=12.8", "535.104.05", "12.2", False, True, id="12x-on-535"),
+        pytest.param("cuda>=12.8", "525.60.13", "12.0", False, True, id="12x-at-floor"),
+        pytest.param("cuda>=12.8", "520.61.05", "11.8", False, False, id="12x-on-11x-driver"),
+        pytest.param("cuda>=11.8", "450.80.02", "11.0", False, True, id="11x-at-floor"),
+        pytest.param("cuda>=11.8", "450.51.06", "11.0", False, False, id="11x-below-floor"),
+        pytest.param("cuda>=13.2", "580.65.06", "13.0", False, True, id="13x-at-floor"),
+        pytest.param("cuda>=10.2", "418.39", "10.1", False, False, id="10x-has-no-floor"),
+    ],
+)
+def test_minor_version_compatibility(expression: str, driver: str, cuda: str, strict: bool, minor: bool) -> None:
+    req = parse_requirement(expression)
+    assert evaluate(req, facts(cuda, driver), TABLE, "strict") is strict
+    assert evaluate(req, facts(cuda, driver), TABLE, "minor") is minor
+
+
+@pytest.mark.parametrize(
+    ("expression", "fragment"),
+    [
+        pytest.param("", "empty", id="empty"),
+        pytest.param("   ", "empty", id="blank"),
+        pytest.param("cuda", "no operator", id="no-operator"),
+        pytest.param(">=12.4", "no key", id="no-key"),
+        pytest.param("cuda>=", "no value", id="no-value"),
+        pytest.param("cuda=>12.4", "not an operator", id="reversed-operator"),
+        pytest.param("cuda==12.4", "not an operator", id="double-equal"),
+        pytest.param("foo>=1", "unknown key", id="unknown-key"),
+        pytest.param("cuda>=12.4 foo>=1", "unknown key", id="bad-term-after-good"),
+        pytest.param("brand>=tesla", "only with = or !=", id="brand-ordered"),
+        pytest.param("cuda>=twelve", "not a version", id="version-not-numeric"),
+        pytest.param("driver>=535.x", "not a version", id="version-with-letter"),
+        pytest.param("cuda >= 12.4", "no operator", id="spaces-split-terms"),
+    ],
+)
+def test_invalid_expressions_are_errors(expression: str, fragment: str) -> None:
+    with pytest.raises(RequirementError, match=fragment):
+        parse_requirement(expression)
+
+
+def test_requirement_lowest_cuda_and_forward_terms() -> None:
+    req = parse_requirement(CUDA_124_REQUIRE)
+    assert req.cuda == (12, 4)
+    assert len(req.forward_terms) == 3
+    assert req.without_forward().terms == req.terms[:1]
+    assert parse_requirement("driver>=535").cuda is None
+    assert parse_requirement("cuda>=12.0,cuda<12.3").cuda == (12, 0)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        pytest.param("570.26", "570.124.06", -1, id="parts-numeric-not-text"),
+        pytest.param("535.104.05", "535.104.5", 0, id="leading-zero-not-octal"),
+        pytest.param("12.4", "12.4.0", 0, id="trailing-zero"),
+        pytest.param("13.0", "12.9", 1, id="major-wins"),
+    ],
+)
+def test_compare(a: str, b: str, expected: int) -> None:
+    va, vb = parse_version(a), parse_version(b)
+    assert va is not None and vb is not None
+    assert compare(va, vb) == expected
+
+
+def env(**values: str) -> dict[str, str]:
+    return values
+
+
+@pytest.mark.parametrize(
+    ("c", "annotations", "version", "source"),
+    [
+        pytest.param(
+            container(env=env(CUDA_VERSION="12.4.1")),
+            {"gpu-admission.io/cuda-version.trainer": "12.8"},
+            (12, 8),
+            "annotation gpu-admission.io/cuda-version.trainer",
+            id="container-annotation-first",
+        ),
+        pytest.param(
+            container(),
+            {"gpu-admission.io/cuda-version": "12.6", "gpu-admission.io/cuda-version.other": "11.8"},
+            (12, 6),
+            "annotation gpu-admission.io/cuda-version",
+            id="pod-annotation",
+        ),
+        pytest.param(
+            container(env=env(NVIDIA_REQUIRE_CUDA="cuda>=12.8", CUDA_VERSION="12.4")),
+            {},
+            (12, 8),
+            "env NVIDIA_REQUIRE_CUDA",
+            id="require-before-cuda-version",
+        ),
+        pytest.param(
+            container(image="ubuntu:22.04", env=env(CUDA_VERSION="13.2.0.046")),
+            {},
+            (13, 2),
+            "env CUDA_VERSION",
+            id="ngc-four-part-cuda-version",
+        ),
+        pytest.param(
+            container(image="nvidia/cuda:12.4.1-base-ubuntu22.04", env=env(CUDA_VERSION="12.8")),
+            {},
+            (12, 8),
+            "env CUDA_VERSION",
+            id="env-before-image",
+        ),
+        pytest.param(
+            container(image="nvidia/cuda:12.4.1-base-ubuntu22.04"),
+            {},
+            (12, 4),
+            "image tag, nvidia/cuda 12.4.1-base-ubuntu22.04",
+            id="image-nvidia-cuda",
+        ),
+        pytest.param(
+            container(image="nvidia/cuda:12.4.1-base", env=env(NVIDIA_DISABLE_REQUIRE="false")),
+            {},
+            (12, 4),
+            "image tag, nvidia/cuda 12.4.1-base",
+            id="disable-require-false",
+        ),
+        pytest.param(
+            container(image="x:1", env=env(CUDA_VERSION="12.1", NVIDIA_REQUIRE_CUDA="")),
+            {},
+            (12, 1),
+            "env CUDA_VERSION",
+            id="empty-require-is-absent",
+        ),
+        pytest.param(
+            container(image="x:1", env=env(CUDA_VERSION="12.1")),
+            {"gpu-admission.io/cuda-version": " "},
+            (12, 1),
+            "env CUDA_VERSION",
+            id="blank-annotation-is-absent",
+        ),
+    ],
+)
+def test_sources_in_order(
+    c: dict[str, Any], annotations: dict[str, str], version: tuple[int, ...], source: str
+) -> None:
+    d = declared_cuda(c, annotations)
+    assert (d.version, d.source, d.error) == (version, source, "")
+
+
+def test_disable_require_stops_the_image_guess() -> None:
+    for value in ("true", "1", "T", "TRUE", "True"):
+        d = declared_cuda(container(image="nvidia/cuda:12.8.0-base", env=env(NVIDIA_DISABLE_REQUIRE=value)), {})
+        assert d.disabled and d.requirement is None and d.source == "env NVIDIA_DISABLE_REQUIRE", value
+    d = declared_cuda(container(image="nvidia/cuda:12.8.0-base", env=env(NVIDIA_DISABLE_REQUIRE="yes")), {})
+    assert not d.disabled and d.version == (12, 8)  # not a Go boolean: ignored, as the toolkit does
+
+
+def test_env_value_from_and_duplicates() -> None:
+    c = container(image="ubuntu:22.04")
+    c["env"] = [
+        {"name": "CUDA_VERSION", "value": "11.8"},
+        {"name": "CUDA_VERSION", "value": "12.6"},  # the later entry wins
+        {"name": "NVIDIA_REQUIRE_CUDA", "valueFrom": {"configMapKeyRef": {"name": "x", "key": "y"}}},
+        "garbage",
+        {"name": 5, "value": "cuda>=99"},
+    ]
+    assert declared_cuda(c, {}).version == (12, 6)
+
+
+@pytest.mark.parametrize(
+    ("c", "annotations", "fragment"),
+    [
+        pytest.param(container(), {"gpu-admission.io/cuda-version": "twelve"}, "not a CUDA version", id="annotation"),
+        pytest.param(container(env=env(CUDA_VERSION="12.x")), {}, "not a CUDA version", id="cuda-version"),
+        pytest.param(
+            container(env=env(NVIDIA_REQUIRE_CUDA="cuda>=12.4 bogus")), {}, "invalid expression", id="require-cuda"
+        ),
+    ],
+)
+def test_unusable_declarations_are_errors(c: dict[str, Any], annotations: dict[str, str], fragment: str) -> None:
+    d = declared_cuda(c, annotations)
+    assert d.requirement is None and fragment in d.error
+
+
+@pytest.mark.parametrize(
+    ("image", "version", "secondary"),
+    [
+        pytest.param("nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04", (12, 4), False, id="nvidia-cuda-cudnn"),
+        pytest.param("nvidia/cuda:11.0-base", (11, 0), False, id="nvidia-cuda-two-part"),
+        pytest.param("docker.io/nvidia/cuda:12.2.0-base-ubuntu22.04", (12, 2), False, id="docker-io-prefix"),
+        pytest.param("mirror.gcr.io/nvidia/cuda:11.8.0-devel-ubuntu22.04", (11, 8), False, id="mirror"),
+        pytest.param("nvcr.io/nvidia/cuda:12.6.2-runtime-ubuntu24.04", (12, 6), False, id="nvcr-cuda"),
+        pytest.param("localhost:5000/nvidia/cuda:12.1.0-base", (12, 1), False, id="registry-with-port"),
+        pytest.param("nvidia/cuda:12.4.1-base@sha256:" + "a" * 64, (12, 4), False, id="tag-and-digest"),
+        pytest.param("pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime", (12, 1), False, id="pytorch"),
+        pytest.param("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-devel", (12, 4), False, id="pytorch-devel"),
+        pytest.param("tensorflow/tensorflow:2.15.0-gpu", (12, 2), False, id="tensorflow-2.15"),
+        pytest.param("tensorflow/tensorflow:2.13.1-gpu-jupyter", (11, 8), False, id="tensorflow-jupyter"),
+        pytest.param("tensorflow/tensorflow:2.17.0-gpu", (12, 3), False, id="tensorflow-2.17"),
+        pytest.param("tensorflow/tensorflow:2.18.0-gpu", (12, 5), False, id="tensorflow-2.18"),
+        pytest.param("nvcr.io/nvidia/pytorch:24.05-py3", (12, 4), False, id="ngc-primary"),
+        pytest.param("nvcr.io/nvidia/tritonserver:24.06-vllm-python-py3", (12, 4), False, id="ngc-triton-variant"),
+        pytest.param("nvcr.io/nvidia/pytorch:26.05-py3", (13, 2), False, id="ngc-26.05"),
+        pytest.param("nvcr.io/nvidia/pytorch:25.01-py3", (12, 8), True, id="ngc-secondary"),
+        pytest.param("vllm/vllm-openai:v0.10.1-cu126", (12, 6), False, id="vllm-suffix"),
+        pytest.param("vllm/vllm-openai:nightly-cu129", (12, 9), False, id="vllm-nightly-suffix"),
+    ],
+)
+def test_image_rules(image: str, version: tuple[int, ...], secondary: bool) -> None:
+    found = image_cuda(image)
+    assert found is not None
+    assert found.version[:2] == version and found.secondary is secondary
+    d = declared_cuda(container(image=image), {})
+    assert d.version == version and d.source.startswith("image tag, ")
+    assert ("secondary source" in d.source) is secondary
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        pytest.param("vllm/vllm-openai:v0.10.1", id="vllm-plain-tag-no-cuda"),
+        pytest.param("nvidia/cuda:latest", id="no-version-in-tag"),
+        pytest.param("nvidia/cuda@sha256:" + "b" * 64, id="digest-only"),
+        pytest.param("ubuntu:22.04", id="unrelated"),
+        pytest.param("tensorflow/tensorflow:2.15.0", id="tensorflow-cpu"),
+        pytest.param("tensorflow/tensorflow:latest-gpu", id="tensorflow-latest"),
+        pytest.param("tensorflow/tensorflow:2.99.0-gpu", id="tensorflow-unknown-release"),
+        pytest.param("nvcr.io/nvidia/pytorch:99.99-py3", id="ngc-unknown-release"),
+        pytest.param("nvcr.io/nvidia/nemo:24.05", id="ngc-other-product"),
+        pytest.param("example.com/nvidia/pytorch:24.05-py3", id="ngc-name-elsewhere"),
+        pytest.param("", id="empty"),
+        pytest.param("nvidia/cuda:" + "1" * 600, id="absurdly-long"),
+    ],
+)
+def test_image_rules_unknown(image: str) -> None:
+    assert image_cuda(image) is None
+    assert declared_cuda(container(image=image), {}).requirement is None
+
+
+def test_image_references_can_be_switched_off() -> None:
+    assert declared_cuda(container(image="nvidia/cuda:12.4.1-base"), {}, use_image=False).requirement is None
+
+
+def test_every_rule_names_its_source() -> None:
+    rules = image_rules()
+    assert {r.name for r in rules} >= {"nvidia/cuda", "pytorch/pytorch", "tensorflow/tensorflow", "vLLM"}
+    assert all(r.source for r in rules)
+
+
+@pytest.mark.parametrize(
+    ("image", "expected"),
+    [
+        pytest.param("nvidia/cuda:12.4.1-base", ("nvidia/cuda", "12.4.1-base"), id="hub"),
+        pytest.param("docker.io/library/ubuntu:22.04", ("ubuntu", "22.04"), id="library"),
+        pytest.param("NVCR.IO/nvidia/pytorch:24.05-py3", ("nvcr.io/nvidia/pytorch", "24.05-py3"), id="registry-case"),
+        pytest.param("localhost:5000/a/b", ("localhost:5000/a/b", ""), id="port-no-tag"),
+        pytest.param("a/b@sha256:0", ("a/b", ""), id="digest"),
+    ],
+)
+def test_split_image(image: str, expected: tuple[str, str]) -> None:
+    assert split_image(image) == expected
+
+
+@pytest.mark.parametrize(
+    ("product", "brand"),
+    [
+        pytest.param("NVIDIA-A100-SXM4-80GB", "tesla", id="a100"),
+        pytest.param("NVIDIA-H100-80GB-HBM3", "tesla", id="h100"),
+        pytest.param("NVIDIA-H200", "nvidia", id="h200"),
+        pytest.param("Tesla-T4", "tesla", id="t4"),
+        pytest.param("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "tesla", id="single-strategy-product"),
+        pytest.param("NVIDIA-GeForce-RTX-4090", "geforcertx", id="geforce-rtx"),
+        pytest.param("NVIDIA-RTX-A6000", "nvidiartx", id="rtx-a6000"),
+        pytest.param("Quadro-RTX-6000", "quadrortx", id="quadro-rtx"),
+    ],
+)
+def test_brands(product: str, brand: str) -> None:
+    assert brand in brands_of(product)
+    assert ("tesla" in brands_of(product)) is (brand in ("tesla", "nvidia"))
+
+
+def test_unknown_product_has_no_brand() -> None:
+    assert brands_of("Some-Future-GPU") == frozenset()
