@@ -687,3 +687,33 @@ def test_garbage_never_crashes(spec: dict[str, Any]) -> None:
 
 def test_pool_label_used_for_hints() -> None:
     assert POOL_LABEL in cuda.pool_selector(context([A]).cluster.groups[0], context([A]))
+
+
+def test_after_mig_conversion_the_mig_resource_decides_eligibility() -> None:
+    labels = {
+        "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/mig-3g.40gb.count": "2",
+        "nvidia.com/mig-3g.40gb.memory": "40192",
+    }
+    offers = {"nvidia.com/mig-3g.40gb": "2"}
+    nodes = [
+        gpu_node("a", "gpu-a", "535.104.05", labels=labels, allocatable=offers, gpus="0"),
+        gpu_node("c", "gpu-c", "570.124.06", labels=labels, allocatable=offers, gpus="0"),
+        gpu_node("w", "whole", "535.104.05"),
+    ]
+    ctx = context(nodes)
+    obj = pod(container(gpu=None, image=IMAGE_128, resources={"nvidia.com/mig-3g.40gb": "1"}))
+    result = pipeline.review(obj, ctx)
+    assert result.allowed, result.message
+    assert [c.group.pool for c in ctx.cluster.eligible(result.object["spec"])] == ["gpu-c"]
+    assert "whole" not in annotation_of(result.object)  # offers no MIG device: never eligible, never named
+    assert_idempotent(result, ctx)
+
+
+def test_cluster_size_does_not_change_the_work() -> None:
+    nodes = [gpu_node(f"a-{i}", "gpu-a", "535.104.05") for i in range(300)]
+    nodes += [gpu_node(f"c-{i}", "gpu-c", "570.124.06") for i in range(300)]
+    ctx = context(nodes)
+    assert len(ctx.cluster.groups) == 2  # 600 nodes, two groups: the policy evaluates two
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed and "pool gpu-c (driver 570.124.06, CUDA 12.8)" in annotation_of(result.object)
