@@ -89,12 +89,6 @@ class Ask:
     """As the user wrote it: 'nvidia.com/gpu 500m', 'gpu-admission.io/gpu-memory 20Gi'."""
     source: Literal["resource", "annotation"] = "resource"
 
-    @property
-    def what(self) -> str:
-        if self.kind == "memory":
-            return f"{_gib(self.amount)} of GPU memory"
-        return f"{format_quantity(self.amount)} of a GPU"
-
 
 @dataclass(frozen=True)
 class Option:
@@ -515,7 +509,10 @@ def _choose(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> tu
     coverage = ctx.settings.mig.coverage
     seen: list[Placement] = []
     ranked: list[tuple[tuple[object, ...], Option, list[Placement]]] = []
+    selector = as_dict(pod.spec.get("nodeSelector"))
     for option in req.options:
+        if option.selector and selector.get(option.selector[0], option.selector[1]) != option.selector[1]:
+            continue  # another container (or the user) already chose a different profile or product
         places: list[Placement] = []
         for cand in _eligible(ctx, _trial(pod, pending, ask, option)):
             group = cand.group
@@ -624,6 +621,12 @@ def _line(ask: Ask, choice: Choice) -> str:
     return f"{ask.name}: {ask.asked} -> {choice.option.given} ({where})"
 
 
+def _plain(amount: Decimal) -> str:
+    """0.5 -> '0.5' (a fraction as people write it)."""
+    text = format(amount.normalize(), "f")
+    return text
+
+
 def _gib(amount: Decimal) -> str:
     gib = amount / GIB
     return f"{format_quantity(gib)}Gi" if gib == gib.to_integral_value() else f"{format_quantity(amount / MIB)}Mi"
@@ -631,7 +634,9 @@ def _gib(amount: Decimal) -> str:
 
 def _offered(places: Sequence[Placement], ask: Ask) -> str:
     by_pool: dict[str, list[str]] = {}
-    for p in places:
+    for p in sorted(
+        places, key=lambda p: (p.profile.gb, p.profile.slices, p.profile.name) if p.profile else (0, 0, "")
+    ):
         if p.profile is None:
             continue
         label = f"{p.group.pool} ({_product(p.group)}, {p.group.mig_strategy})"
@@ -647,11 +652,11 @@ def _refusal(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask, seen
     coverage = ctx.settings.mig.coverage
     if ask.kind == "fraction":
         rule = {"memory": "memory share", "compute": "compute share", "both": "memory and compute shares"}[coverage]
-        wanted = f"a MIG profile whose {rule} is at least {format_quantity(ask.amount)}"
+        wanted = f"a MIG profile whose {rule} is at least {_plain(ask.amount)}"
     else:
         wanted = f"a MIG profile of at least {_gib(ask.amount)}"
     head = f"container {ask.name} asks for {ask.asked}; no eligible node offers {wanted}."
-    if not ctx.cluster.known:
+    if not ctx.cluster.known or not ctx.cluster.groups:
         return head + " The webhook does not know the cluster's nodes yet (none listed, no pool declared)."
     if seen:
         tail = f" Eligible nodes offer: {_offered(seen, ask)}."
@@ -662,6 +667,15 @@ def _refusal(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask, seen
             tail = f" Eligible GPU nodes offer no MIG profiles: {described}."
         else:
             tail = " No GPU node matches the pod's nodeSelector, node affinity and tolerations."
+    seen_groups = {id(p.group) for p in seen}
+    elsewhere = [g for g in ctx.cluster.gpu_groups if g.mig_profiles and id(g) not in seen_groups]
+    if elsewhere:
+        shown = ", ".join(
+            f"{g.pool} ({', '.join(sorted(g.mig_profiles))}"
+            + (f"; taints {', '.join(str(t) for t in g.taints)})" if g.taints else ")")
+            for g in elsewhere[:3]
+        )
+        tail += f" MIG pools this pod cannot use (selectors, affinity, taints): {shown}."
     advice = " Ask for less, for a whole GPU (nvidia.com/gpu: 1), or a profile the nodes offer."
     if ctx.settings.mig.fallback != "deny":
         advice = f" The {ctx.settings.mig.fallback} fallback found no GPU either." + advice

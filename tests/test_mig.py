@@ -1,0 +1,1043 @@
+"""The mig policy through the pipeline: fractions and GPU-memory requests become MIG devices, or are refused."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from tests.mig_fixtures import (
+    FIXTURES,
+    WORKLOAD_FILES,
+    container,
+    context,
+    gke_node,
+    mig_annotation,
+    mixed_node,
+    mutate_twice,
+    pod,
+    resources_of,
+    review,
+    settings,
+    single_node,
+    template_of,
+    whole_node,
+    workload,
+)
+from webhook import pipeline
+from webhook.config import PoolSettings
+
+GPU = "nvidia.com/gpu"
+MEM = "gpu-admission.io/gpu-memory"
+A100_40 = "NVIDIA-A100-SXM4-40GB"
+A100_80 = "NVIDIA-A100-SXM4-80GB"
+H100 = "NVIDIA-H100-80GB-HBM3"
+A100_40_ALL = {"1g.5gb": 7, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1, "7g.40gb": 1}
+A100_40_USABLE = {
+    "1g.5gb": 4864,
+    "1g.10gb": 9856,
+    "2g.10gb": 9856,
+    "3g.20gb": 19968,
+    "4g.20gb": 19968,
+    "7g.40gb": 40192,
+}
+
+
+def mig(profile: str) -> dict[str, Any]:
+    """What a converted mixed-strategy container holds."""
+    return {"limits": {f"nvidia.com/mig-{profile}": "1"}, "requests": {f"nvidia.com/mig-{profile}": "1"}}
+
+
+def frac(value: object, name: str = "trainer") -> dict[str, Any]:
+    return pod(container(name, limits={GPU: value}))
+
+
+def memreq(value: str, name: str = "trainer") -> dict[str, Any]:
+    return pod(container(name, limits={MEM: value}))
+
+
+def a100_40(**kw: Any) -> dict[str, Any]:
+    return mixed_node("a100-40-0", A100_40, dict(A100_40_ALL), "a100-40", 40960, A100_40_USABLE, **kw)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Every GPU model in the reference, mixed strategy: (product, GPU MiB, profiles, half by memory, half by compute,
+# an eighth, a memory request and what covers it).
+
+MODELS = [
+    ("NVIDIA-A30", 24576, ["1g.6gb", "2g.12gb", "4g.24gb"], "2g.12gb", "2g.12gb", "1g.6gb", ("12Gi", "2g.12gb")),
+    (A100_40, 40960, list(A100_40_ALL), "3g.20gb", "4g.20gb", "1g.5gb", ("20Gi", "3g.20gb")),
+    (
+        A100_80,
+        81920,
+        ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
+        "3g.40gb",
+        "4g.40gb",
+        "1g.10gb",
+        ("20Gi", "1g.20gb"),
+    ),
+    (
+        H100,
+        81559,
+        ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
+        "3g.40gb",
+        "4g.40gb",
+        "1g.10gb",
+        ("40Gi", "3g.40gb"),
+    ),
+    (
+        "NVIDIA-H100-NVL",
+        95830,
+        ["1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"],
+        "3g.47gb",
+        "4g.47gb",
+        "1g.12gb",
+        ("24Gi", "1g.24gb"),
+    ),
+    (
+        "NVIDIA-H20",
+        97871,
+        ["1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"],
+        "3g.48gb",
+        "4g.48gb",
+        "1g.12gb",
+        ("48Gi", "3g.48gb"),
+    ),
+    (
+        "NVIDIA-GH200-144G-HBM3e",
+        146000,
+        ["1g.18gb", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"],
+        "3g.72gb",
+        "4g.72gb",
+        "1g.18gb",
+        ("100Gi", "7g.144gb"),
+    ),
+    (
+        "NVIDIA-H200",
+        143771,
+        ["1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"],
+        "3g.71gb",
+        "4g.71gb",
+        "1g.18gb",
+        ("35Gi", "1g.35gb"),
+    ),
+    (
+        "NVIDIA-B200",
+        183359,
+        ["1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"],
+        "3g.90gb",
+        "4g.90gb",
+        "1g.23gb",
+        ("23Gi", "1g.23gb"),
+    ),
+    (
+        "NVIDIA-GB200",
+        189471,
+        ["1g.23gb", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"],
+        "3g.93gb",
+        "4g.93gb",
+        "1g.23gb",
+        ("50Gi", "3g.93gb"),
+    ),
+    (
+        "NVIDIA-B300-SXM6-AC",
+        275040,
+        ["1g.34gb", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"],
+        "3g.135gb",
+        "4g.135gb",
+        "1g.34gb",
+        ("135Gi", "3g.135gb"),
+    ),
+    (
+        "NVIDIA-GB300",
+        284208,
+        ["1g.35gb", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb"],
+        "3g.139gb",
+        "4g.139gb",
+        "1g.35gb",
+        ("200Gi", "7g.278gb"),
+    ),
+    (
+        "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
+        97887,
+        ["1g.24gb", "2g.48gb", "4g.96gb"],
+        "2g.48gb",
+        "2g.48gb",
+        "1g.24gb",
+        ("48Gi", "2g.48gb"),
+    ),
+]
+
+
+def model_node(product: str, memory: int, profiles: list[str]) -> dict[str, Any]:
+    return mixed_node("n0", product, dict.fromkeys(profiles, 1), "pool-0", memory)
+
+
+@pytest.mark.parametrize("row", MODELS, ids=[r[0] for r in MODELS])
+@pytest.mark.parametrize(
+    ("ask", "coverage", "pick"),
+    [
+        pytest.param({GPU: "0.5"}, "memory", 3, id="half-by-memory"),
+        pytest.param({GPU: "500m"}, "compute", 4, id="half-by-compute"),
+        pytest.param({GPU: "125m"}, "memory", 5, id="an-eighth"),
+        pytest.param("memory-request", "memory", 6, id="memory-request"),
+    ],
+)
+def test_every_reference_model_mixed(row, ask, coverage, pick):
+    product, memory, profiles = row[0], row[1], row[2]
+    if ask == "memory-request":
+        ask, expected = {MEM: row[6][0]}, row[6][1]
+    else:
+        expected = row[pick]
+    result = review(pod(container(limits=ask)), [model_node(product, memory, profiles)], settings(coverage=coverage))
+    assert result.allowed, result.message
+    assert resources_of(result.object) == mig(expected)
+    assert mig_annotation(result.object) == (
+        f"trainer: {next(f'{k} {v}' for k, v in ask.items())} -> nvidia.com/mig-{expected} ({product}, pool pool-0)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Coverage and boundaries on one A100-40GB (reference: "half a GPU" by memory is 3g.20gb, by compute 4g.20gb)
+
+
+@pytest.mark.parametrize(
+    ("value", "coverage", "expected"),
+    [
+        pytest.param("0.5", "memory", "3g.20gb", id="half-memory"),
+        pytest.param("0.5", "compute", "4g.20gb", id="half-compute"),
+        pytest.param("0.5", "both", "4g.20gb", id="half-both"),
+        pytest.param("0.25", "memory", "1g.10gb", id="quarter-memory-equal-to-2/8"),
+        pytest.param("0.25", "compute", "2g.10gb", id="quarter-compute"),
+        pytest.param("0.25", "both", "2g.10gb", id="quarter-both"),
+        pytest.param("0.125", "memory", "1g.5gb", id="eighth-equal-to-1g.5gb"),
+        pytest.param("126m", "memory", "1g.10gb", id="just-above-an-eighth"),
+        pytest.param("0.428", "compute", "3g.20gb", id="just-under-3/7"),
+        pytest.param("0.43", "compute", "4g.20gb", id="just-above-3/7"),
+        pytest.param("0.51", "memory", "7g.40gb", id="just-above-half"),
+        pytest.param("999m", "both", "7g.40gb", id="almost-whole"),
+        pytest.param(0.5, "memory", "3g.20gb", id="a-number-not-a-string"),
+    ],
+)
+def test_fraction_coverage_and_boundaries(value, coverage, expected):
+    result = review(frac(value), [a100_40()], settings(coverage=coverage))
+    assert result.allowed, result.message
+    assert resources_of(result.object) == mig(expected)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected", "warning"),
+    [
+        pytest.param("20Gi", "3g.20gb", "19968 MiB usable, less than the 20Gi asked", id="20Gi-is-3g.20gb-not-7g"),
+        pytest.param("5Gi", "1g.5gb", "4864 MiB usable", id="equal-to-1g.5gb"),
+        pytest.param("4Gi", "1g.5gb", None, id="below-usable"),
+        pytest.param("10G", "1g.10gb", None, id="decimal-gigabytes"),
+        pytest.param("21Gi", "7g.40gb", None, id="above-20"),
+        pytest.param("40Gi", "7g.40gb", "40192 MiB usable", id="equal-to-7g.40gb"),
+        pytest.param("19968Mi", "3g.20gb", None, id="exactly-usable"),
+    ],
+)
+def test_memory_request_boundaries(value, expected, warning):
+    result = review(memreq(value), [a100_40()])
+    assert result.allowed, result.message
+    assert resources_of(result.object) == mig(expected)
+    if warning:
+        assert any(warning in w for w in result.warnings), result.warnings
+        assert all(len(w) < 120 for w in result.warnings)
+    else:
+        assert not result.warnings
+
+
+def test_stale_zero_capacity_profiles_are_ignored():
+    node = mixed_node("n0", A100_80, {"3g.40gb": 0, "1g.10gb": 0, "7g.80gb": 1}, "a100", 81920)
+    result = review(frac("0.25"), [node])
+    assert resources_of(result.object) == mig("7g.80gb")
+
+
+@pytest.mark.parametrize(
+    ("ask", "expected"),
+    [
+        pytest.param({GPU: "0.9"}, "7g.79gb", id="fraction"),
+        pytest.param({MEM: "79Gi"}, "7g.79gb", id="memory-79"),
+        pytest.param({MEM: "80Gi"}, "7g.79gb", id="memory-80-is-the-same-row"),
+    ],
+)
+def test_7g_79gb_name_is_taken_from_the_node(ask, expected):
+    node = mixed_node("n0", "NVIDIA-A100-80GB-PCIe", {"7g.79gb": 1, "3g.40gb": 2}, "a100", 81920, {"7g.79gb": 80128})
+    result = review(pod(container(limits=ask)), [node])
+    assert result.allowed, result.message
+    assert resources_of(result.object) == mig(expected)
+
+
+def test_media_extension_variant_is_used_only_when_it_is_the_only_fit():
+    node = mixed_node("n0", H100, {"1g.10gb": 1, "1g.10gb.me": 1}, "h100", 81559)
+    assert resources_of(review(frac("0.1"), [node]).object) == mig("1g.10gb")
+    node = mixed_node("n0", H100, {"1g.10gb.me": 1, "7g.80gb": 1}, "h100", 81559)
+    assert resources_of(review(frac("0.1"), [node]).object) == mig("1g.10gb.me")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Strategies: single, GKE, declared pools
+
+
+def test_single_strategy_gives_a_gpu_and_a_product_selector():
+    nodes = [
+        single_node("s0", A100_40, "1g.5gb", 7, "small", 4864),
+        single_node("s1", A100_40, "3g.20gb", 2, "half", 19968),
+    ]
+    result = review(frac("500m"), nodes)
+    assert result.allowed, result.message
+    assert resources_of(result.object) == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
+    assert result.object["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": f"{A100_40}-MIG-3g.20gb"}
+    assert mig_annotation(result.object) == (
+        f"trainer: nvidia.com/gpu 500m -> nvidia.com/gpu 1 with nodeSelector nvidia.com/gpu.product="
+        f"{A100_40}-MIG-3g.20gb ({A100_40}, pool half)"
+    )
+    small = review(frac("0.1"), nodes)
+    assert small.object["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": f"{A100_40}-MIG-1g.5gb"}
+
+
+def test_single_strategy_second_container_lands_on_the_same_profile():
+    nodes = [single_node("s0", A100_40, "1g.5gb", 7, "small"), single_node("s1", A100_40, "3g.20gb", 2, "half")]
+    obj = pod(container("a", limits={GPU: "0.5"}), container("b", limits={GPU: "0.1"}))
+    result = review(obj, nodes)
+    assert result.allowed, result.message
+    assert result.object["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": f"{A100_40}-MIG-3g.20gb"}
+    assert resources_of(result.object, "b") == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
+
+
+def test_gke_partition_size_selector():
+    nodes = [
+        gke_node("g0", "nvidia-tesla-a100", "1g.5gb", 7, "mig-small"),
+        gke_node("g1", "nvidia-tesla-a100", "3g.20gb", 2, "mig-half"),
+    ]
+    result = review(frac("0.5"), nodes)
+    assert result.allowed, result.message
+    assert resources_of(result.object) == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
+    assert result.object["spec"]["nodeSelector"] == {"cloud.google.com/gke-gpu-partition-size": "3g.20gb"}
+    assert "tolerations" not in result.object["spec"]  # ExtendedResourceToleration adds nvidia.com/gpu's
+    assert mig_annotation(result.object) == (
+        "trainer: nvidia.com/gpu 0.5 -> nvidia.com/gpu 1 with nodeSelector cloud.google.com/gke-gpu-partition-size="
+        "3g.20gb (nvidia-tesla-a100, pool mig-half)"
+    )
+
+
+def test_gke_pins_the_accelerator_when_the_partition_name_means_less_elsewhere():
+    nodes = [
+        gke_node("g0", "nvidia-tesla-a100", "1g.10gb", 4, "a100-40"),
+        gke_node("g1", "nvidia-a100-80gb", "1g.10gb", 7, "a100-80"),
+    ]
+    result = review(frac("0.25"), nodes)  # 1g.10gb is 2/8 of an A100-40GB, 1/8 of an A100-80GB
+    assert result.object["spec"]["nodeSelector"] == {
+        "cloud.google.com/gke-gpu-partition-size": "1g.10gb",
+        "cloud.google.com/gke-accelerator": "nvidia-tesla-a100",
+    }
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected_resources", "expected_selector"),
+    [
+        pytest.param("mixed", mig("3g.40gb"), None, id="mixed"),
+        pytest.param(
+            "single",
+            {"limits": {GPU: "1"}, "requests": {GPU: "1"}},
+            {"pool": "a100", "nvidia.com/gpu.product": f"{A100_80}-MIG-3g.40gb"},
+            id="single",
+        ),
+        pytest.param(
+            "gke",
+            {"limits": {GPU: "1"}, "requests": {GPU: "1"}},
+            {"pool": "a100", "cloud.google.com/gke-gpu-partition-size": "3g.40gb"},
+            id="gke",
+        ),
+    ],
+)
+def test_declared_pool_without_nodes(strategy, expected_resources, expected_selector):
+    pools = [
+        PoolSettings(
+            name="a100",
+            node_selector={"pool": "a100"},
+            gpu_product=A100_80,
+            mig_strategy=strategy,
+            mig_profiles={"3g.40gb": 2},
+        )
+    ]
+    obj = frac("0.5")
+    obj["spec"]["nodeSelector"] = {"pool": "a100"}
+    result = review(obj, [], settings(pools=pools))
+    assert result.allowed, result.message
+    assert resources_of(result.object) == expected_resources
+    assert result.object["spec"]["nodeSelector"] == (expected_selector or {"pool": "a100"})
+    assert "pool a100" in (mig_annotation(result.object) or "")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Several GPU models: deterministic choice, pinning only when the profile alone does not say enough
+
+
+def test_smallest_gpu_wins_across_models():
+    nodes = [a100_40(), mixed_node("h0", H100, {"3g.40gb": 2}, "h100", 81559)]
+    result = review(frac("0.5"), nodes)
+    assert resources_of(result.object) == mig("3g.20gb")
+    assert "nodeSelector" not in result.object["spec"]  # only A100-40GB offers 3g.20gb
+
+
+def test_pins_the_model_when_a_profile_name_covers_less_on_another_gpu():
+    nodes = [
+        mixed_node("a0", A100_40, {"1g.10gb": 4}, "a100-40", 40960),
+        mixed_node("a1", A100_80, {"1g.10gb": 7}, "a100-80", 81920),
+    ]
+    result = review(frac("0.25"), nodes)
+    assert resources_of(result.object) == mig("1g.10gb")
+    assert result.object["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": A100_40}
+    assert (
+        mig_annotation(result.object)
+        == f"trainer: nvidia.com/gpu 0.25 -> nvidia.com/mig-1g.10gb ({A100_40}, pool a100-40)"
+    )
+
+
+def test_pins_several_products_with_required_affinity():
+    nodes = [
+        mixed_node("a0", A100_80, {"1g.20gb": 4, "1g.10gb": 7}, "sxm", 81920),
+        mixed_node("a1", "NVIDIA-A100-80GB-PCIe", {"1g.20gb": 4}, "pcie", 81920),
+        mixed_node("a2", A100_40, {"1g.20gb": 0, "1g.10gb": 4}, "a100-40", 40960),
+    ]
+    # 0.2: 1g.10gb covers on A100-40GB (2/8) only; 1g.10gb is also on A100-80GB: pin to A100-40GB.
+    result = review(frac("0.2"), nodes)
+    assert result.object["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": A100_40}
+    # A profile both A100-80GB products offer with the same share needs no pin and names both.
+    result = review(frac("0.25"), nodes[:2])
+    assert resources_of(result.object) == mig("1g.20gb")
+    assert "nodeSelector" not in result.object["spec"] and "affinity" not in result.object["spec"]
+    assert mig_annotation(result.object) == (
+        f"trainer: nvidia.com/gpu 0.25 -> nvidia.com/mig-1g.20gb (NVIDIA-A100-80GB-PCIe, pool pcie or {A100_80}, "
+        f"pool sxm)"
+    )
+
+
+def test_affinity_pin_for_two_products():
+    nodes = [
+        mixed_node("a0", A100_40, {"1g.10gb": 4}, "p1", 40960),
+        mixed_node("a1", "NVIDIA-A100-PCIE-40GB", {"1g.10gb": 4}, "p2", 40960),
+        mixed_node("a2", A100_80, {"1g.10gb": 7}, "p3", 81920),
+    ]
+    result = review(frac("0.25"), nodes)
+    terms = result.object["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {
+            "matchExpressions": [
+                {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-PCIE-40GB", A100_40]}
+            ]
+        }
+    ]
+
+
+def test_user_selector_narrows_the_choice():
+    nodes = [a100_40(), mixed_node("h0", H100, {"3g.40gb": 2}, "h100", 81559)]
+    obj = frac("0.5")
+    obj["spec"]["nodeSelector"] = {"cloud.google.com/gke-nodepool": "h100"}
+    result = review(obj, nodes)
+    assert resources_of(result.object) == mig("3g.40gb")
+
+
+def test_tainted_pool_needs_a_toleration():
+    taint = [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+    nodes = [
+        mixed_node("a0", A100_40, {"3g.20gb": 2}, "tainted", 40960, taints=taint),
+        mixed_node("h0", H100, {"3g.40gb": 2}, "h100", 81559),
+    ]
+    assert resources_of(review(frac("0.5"), nodes).object) == mig("3g.40gb")
+    obj = frac("0.5")
+    obj["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+    assert resources_of(review(obj, nodes).object) == mig("3g.20gb")
+
+
+def test_mig_resource_taint_is_tolerated_by_extended_resource_toleration():
+    taint = [{"key": "nvidia.com/mig-3g.20gb", "effect": "NoSchedule"}]
+    nodes = [mixed_node("a0", A100_40, {"3g.20gb": 2}, "a100", 40960, taints=taint)]
+    result = review(frac("0.5"), nodes)
+    assert resources_of(result.object) == mig("3g.20gb")
+    assert "tolerations" not in result.object["spec"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Containers: each on its own; init containers; whole numbers untouched
+
+
+def test_multi_container_and_init_containers():
+    obj = pod(
+        container("trainer", limits={GPU: "0.5"}, requests={GPU: "500m"}),
+        container("sidecar"),
+        container("whole", limits={GPU: "1"}),
+        container("embed", limits={MEM: "20Gi"}),
+        init=[container("warmup", limits={GPU: "0.25"})],
+    )
+    node = mixed_node("n0", A100_80, {"1g.10gb": 7, "1g.20gb": 4, "3g.40gb": 2}, "a100", 81920, gpus=2)
+    result = review(obj, [node])
+    assert result.allowed, result.message
+    assert resources_of(result.object, "trainer") == mig("3g.40gb")
+    assert resources_of(result.object, "warmup") == mig("1g.20gb")
+    assert resources_of(result.object, "embed") == mig("1g.20gb")
+    assert resources_of(result.object, "whole") == {"limits": {GPU: "1"}}
+    assert "resources" not in next(c for c in result.object["spec"]["containers"] if c["name"] == "sidecar")
+    assert mig_annotation(result.object) == "; ".join(
+        [
+            f"warmup: nvidia.com/gpu 0.25 -> nvidia.com/mig-1g.20gb ({A100_80}, pool a100)",
+            f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.40gb ({A100_80}, pool a100)",
+            f"embed: gpu-admission.io/gpu-memory 20Gi -> nvidia.com/mig-1g.20gb ({A100_80}, pool a100)",
+        ]
+    )
+
+
+def test_containers_must_fit_on_one_node():
+    # The whole GPU of the other container is only on the A100-80GB node, so the fraction goes there too.
+    nodes = [a100_40(), mixed_node("n1", A100_80, {"3g.40gb": 2}, "a100-80", 81920, gpus=4)]
+    obj = pod(container("whole", limits={GPU: "1"}), container("trainer", limits={GPU: "0.5"}))
+    assert resources_of(review(obj, nodes).object) == mig("3g.40gb")
+
+
+def test_other_resource_keys_are_kept():
+    obj = pod(container(limits={GPU: "0.5", "cpu": "2", "memory": "8Gi"}, requests={"cpu": "1", GPU: "0.5"}))
+    result = review(obj, [a100_40()])
+    assert resources_of(result.object) == {
+        "limits": {"cpu": "2", "memory": "8Gi", "nvidia.com/mig-3g.20gb": "1"},
+        "requests": {"cpu": "1", "nvidia.com/mig-3g.20gb": "1"},
+    }
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        pytest.param({GPU: "1"}, id="one"),
+        pytest.param({GPU: 2}, id="two-as-number"),
+        pytest.param({GPU: "1.0"}, id="one-point-zero"),
+        pytest.param({GPU: "0"}, id="zero"),
+        pytest.param({"nvidia.com/mig-3g.20gb": "1"}, id="mig-asked-directly"),
+        pytest.param({"cpu": "500m"}, id="no-gpu"),
+    ],
+)
+def test_whole_numbers_and_direct_mig_requests_are_untouched(limits):
+    obj = pod(container(limits=limits))
+    result = review(obj, [a100_40(gpus=2), whole_node("w", A100_80, 8, "whole")])
+    assert result.allowed, result.message
+    assert result.patch == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The annotation syntax
+
+
+@pytest.mark.parametrize(
+    ("annotations", "target"),
+    [
+        pytest.param({"gpu-admission.io/gpu-fraction": "0.5"}, "first", id="first-container"),
+        pytest.param(
+            {"gpu-admission.io/gpu-fraction": "500m", "gpu-admission.io/gpu-fraction-container": "second"},
+            "second",
+            id="named-container",
+        ),
+    ],
+)
+def test_fraction_annotation(annotations, target):
+    obj = pod(container("first"), container("second"), annotations=annotations)
+    result = review(obj, [a100_40()])
+    assert result.allowed, result.message
+    assert resources_of(result.object, target) == mig("3g.20gb")
+    value = annotations["gpu-admission.io/gpu-fraction"]
+    assert mig_annotation(result.object) == (
+        f"{target}: gpu-admission.io/gpu-fraction {value} -> nvidia.com/mig-3g.20gb ({A100_40}, pool a100-40)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Workload kinds: a fraction in the template is converted (Kubernetes would reject it there); the memory resource
+# and the annotation leave templates unchanged.
+
+
+@pytest.mark.parametrize("kind", sorted(WORKLOAD_FILES))
+def test_workload_template_fraction_is_converted(kind):
+    obj = workload(kind, frac("0.5"))
+    result = review(obj, [a100_40()])
+    assert result.allowed, result.message
+    assert resources_of(result.object) == mig("3g.20gb")
+    assert (
+        mig_annotation(result.object)
+        == f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb ({A100_40}, pool a100-40)"
+    )
+    assert template_of(result.object)["metadata"]["annotations"]["annotationsKey"] == "annotationsValue"
+    # A pod made from the converted template arrives converted and passes unchanged.
+    template = template_of(result.object)
+    made = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": copy.deepcopy(template["metadata"]),
+        "spec": copy.deepcopy(template["spec"]),
+    }
+    made["metadata"]["namespace"] = "ml"
+    assert pipeline.mutate(made, context([a100_40()])).patch == []
+
+
+@pytest.mark.parametrize("kind", sorted(WORKLOAD_FILES))
+@pytest.mark.parametrize(
+    "template",
+    [
+        pytest.param(memreq("20Gi"), id="memory"),
+        pytest.param(pod(container(), annotations={"gpu-admission.io/gpu-fraction": "0.5"}), id="annotation"),
+    ],
+)
+def test_workload_template_memory_and_annotation_stay(kind, template):
+    obj = workload(kind, template)
+    result = review(obj, [a100_40()])
+    assert result.allowed, result.message
+    assert result.patch == []
+    # ... and the pods made from it are converted when they are created.
+    made = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": copy.deepcopy(template_of(obj)["metadata"]),
+        "spec": copy.deepcopy(template_of(obj)["spec"]),
+    }
+    made["metadata"]["namespace"] = "ml"
+    assert resources_of(review(made, [a100_40()]).object) == mig("3g.20gb")
+
+
+def test_workload_template_memory_that_nothing_covers_warns():
+    result = review(workload("Deployment", memreq("500Gi")), [a100_40()])
+    assert result.allowed and result.patch == []
+    assert any("500Gi" in w and "refused" in w for w in result.warnings), result.warnings
+
+
+def test_workload_template_fraction_that_nothing_covers_is_denied():
+    result = review(workload("Job", frac("0.5")), [mixed_node("n0", A100_80, {"1g.10gb": 7}, "small", 81920)])
+    assert not result.allowed and result.reason == "MIGNoProfile"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Refusals, never silent rounding
+
+
+@pytest.mark.parametrize(
+    ("obj", "reason", "words"),
+    [
+        pytest.param(frac("1.5"), "MIGInvalidFraction", ["trainer", "nvidia.com/gpu 1.5", "(1 or 2)"], id="above-one"),
+        pytest.param(frac("2500m"), "MIGInvalidFraction", ["2500m", "(2 or 3)"], id="above-one-milli"),
+        pytest.param(frac("-0.5"), "MIGInvalidFraction", ["above 0"], id="negative"),
+        pytest.param(frac("-1"), "MIGInvalidFraction", ["above 0"], id="negative-whole"),
+        pytest.param(frac("half"), "MIGInvalidRequest", ["'half' is not a quantity"], id="not-a-quantity"),
+        pytest.param(
+            pod(container(limits={GPU: "0.5"}, requests={GPU: "0.25"})),
+            "MIGRequestLimitMismatch",
+            ["request 0.25 and limit 0.5", "must be equal"],
+            id="request-not-limit",
+        ),
+        pytest.param(
+            pod(container(limits={MEM: "20Gi"}, requests={MEM: "10Gi"})),
+            "MIGRequestLimitMismatch",
+            ["gpu-admission.io/gpu-memory"],
+            id="memory-request-not-limit",
+        ),
+        pytest.param(
+            pod(container(limits={GPU: "0.5", MEM: "20Gi"})),
+            "MIGConflictingRequest",
+            ["nvidia.com/gpu 0.5", "gpu-admission.io/gpu-memory 20Gi", "not both"],
+            id="fraction-and-memory",
+        ),
+        pytest.param(
+            pod(container(limits={GPU: "1", MEM: "20Gi"})), "MIGConflictingRequest", ["not both"], id="whole-and-memory"
+        ),
+        pytest.param(memreq("0"), "MIGInvalidRequest", ["positive whole number of bytes"], id="memory-zero"),
+        pytest.param(memreq("500m"), "MIGInvalidRequest", ["positive whole number of bytes"], id="memory-milli"),
+        pytest.param(
+            pod(container(limits={GPU: "0.5", "nvidia.com/mig-1g.5gb": "1"})),
+            "MIGMultipleDevices",
+            ["one MIG device"],
+            id="fraction-and-mig",
+        ),
+        pytest.param(
+            pod(container(), annotations={"gpu-admission.io/gpu-fraction": "1.5"}),
+            "MIGInvalidFraction",
+            ["at most 1"],
+            id="annotation-above-one",
+        ),
+        pytest.param(
+            pod(container(), annotations={"gpu-admission.io/gpu-fraction": "0"}),
+            "MIGInvalidFraction",
+            ["above 0"],
+            id="annotation-zero",
+        ),
+        pytest.param(
+            pod(container(), annotations={"gpu-admission.io/gpu-fraction": "lots"}),
+            "MIGInvalidFraction",
+            ["not a number"],
+            id="annotation-garbage",
+        ),
+        pytest.param(
+            pod(
+                container(),
+                annotations={"gpu-admission.io/gpu-fraction": "0.5", "gpu-admission.io/gpu-fraction-container": "nope"},
+            ),
+            "MIGUnknownContainer",
+            ["'nope'", "containers: trainer"],
+            id="annotation-unknown-container",
+        ),
+        pytest.param(
+            pod(container(limits={GPU: "1"}), annotations={"gpu-admission.io/gpu-fraction": "0.5"}),
+            "MIGConflictingRequest",
+            ["by annotation"],
+            id="annotation-and-whole-gpu",
+        ),
+        pytest.param(
+            memreq("41Gi"),
+            "MIGNoProfile",
+            [
+                "asks for gpu-admission.io/gpu-memory 41Gi",
+                "at least 41Gi",
+                f"pool a100-40 ({A100_40}, mixed): 1g.5gb, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb",
+            ],
+            id="memory-too-big",
+        ),
+    ],
+)
+def test_refusals(obj, reason, words):
+    result = review(obj, [a100_40()])
+    assert not result.allowed
+    assert result.reason == reason
+    assert result.patch == []
+    for word in words:
+        assert word in result.message, result.message
+
+
+@pytest.mark.parametrize(
+    ("nodes", "words"),
+    [
+        pytest.param(
+            [mixed_node("n0", A100_80, {"1g.10gb": 7, "2g.20gb": 0}, "small", 81920)],
+            [
+                "memory share is at least 0.5",
+                "pool small (NVIDIA-A100-SXM4-80GB, mixed): 1g.10gb (1/8 memory, 1/7 compute)",
+            ],
+            id="only-small-profiles",
+        ),
+        pytest.param(
+            [whole_node("w", "Tesla-T4", 4, "t4")],
+            ["Eligible GPU nodes offer no MIG profiles: pool t4 (1 node, Tesla-T4"],
+            id="no-mig-at-all",
+        ),
+        pytest.param([], ["does not know the cluster's nodes"], id="no-cluster"),
+        pytest.param(
+            [{"kind": "Node", "metadata": {"name": "cpu"}, "status": {"allocatable": {"cpu": "8"}}}],
+            ["No GPU node matches"],
+            id="no-gpu-nodes",
+        ),
+    ],
+)
+def test_nothing_covers(nodes, words):
+    result = review(frac("0.5"), nodes)
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    for word in words:
+        assert word in result.message, result.message
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Fallbacks
+
+
+def test_fallback_whole_gpu_pins_away_from_mig_single_nodes():
+    nodes = [whole_node("w", A100_80, 8, "whole"), single_node("s", A100_80, "1g.10gb", 7, "single")]
+    result = review(frac("0.5"), nodes, settings(fallback="whole"))
+    assert result.allowed, result.message
+    assert resources_of(result.object) == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
+    assert result.object["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": A100_80}
+    assert mig_annotation(result.object) == (
+        f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/gpu 1 (whole GPU: no MIG profile covers it, {A100_80}, pool whole)"
+    )
+    assert any("whole GPU" in w for w in result.warnings)
+    assert "MIGFallback" in pipeline.mutate(frac("0.5"), context(nodes, settings(fallback="whole"))).outcome.reasons
+
+
+@pytest.mark.parametrize(
+    ("nodes", "resources", "selector"),
+    [
+        pytest.param(
+            [whole_node("t", A100_80, 0, "ts", "time-slicing", shared_resource=4)],
+            {"limits": {"nvidia.com/gpu.shared": "1"}, "requests": {"nvidia.com/gpu.shared": "1"}},
+            None,
+            id="renamed-shared-resource",
+        ),
+        pytest.param(
+            [whole_node("t", A100_80, 4, "ts", "time-slicing"), whole_node("w", A100_80, 8, "whole")],
+            {"limits": {GPU: "1"}, "requests": {GPU: "1"}},
+            {"nvidia.com/gpu.sharing-strategy": "time-slicing"},
+            id="time-slicing",
+        ),
+    ],
+)
+def test_fallback_shared_gpu(nodes, resources, selector):
+    result = review(frac("0.5"), nodes, settings(fallback="shared"))
+    assert result.allowed, result.message
+    assert resources_of(result.object) == resources
+    assert result.object["spec"].get("nodeSelector") == selector
+    _, second = mutate_twice(frac("0.5"), nodes, settings(fallback="shared"))
+    assert second == []
+
+
+@pytest.mark.parametrize("fallback", ["whole", "shared"])
+def test_fallback_without_a_gpu_to_give_denies(fallback):
+    nodes = [mixed_node("n0", A100_80, {"1g.10gb": 7}, "small", 81920)]
+    result = review(frac("0.5"), nodes, settings(fallback=fallback))
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert f"The {fallback} fallback found no GPU either" in result.message
+
+
+def test_fallback_does_not_round_invalid_requests():
+    result = review(frac("1.5"), [whole_node("w", A100_80, 8, "whole")], settings(fallback="whole"))
+    assert not result.allowed and result.reason == "MIGInvalidFraction"
+
+
+def test_disabled_changes_nothing():
+    result = review(frac("0.5"), [a100_40()], settings(enabled=False))
+    assert result.patch == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Idempotency: mutating the result again gives an empty patch
+
+
+IDEMPOTENT = [
+    pytest.param(frac("500m"), [a100_40()], {}, id="mixed"),
+    pytest.param(memreq("20Gi"), [a100_40()], {}, id="memory-with-warning"),
+    pytest.param(frac("0.5"), [single_node("s", A100_40, "3g.20gb", 2, "half")], {}, id="single"),
+    pytest.param(frac("0.5"), [gke_node("g", "nvidia-tesla-a100", "3g.20gb", 2, "half")], {}, id="gke"),
+    pytest.param(
+        frac("0.25"),
+        [
+            mixed_node("a0", A100_40, {"1g.10gb": 4}, "p1", 40960),
+            mixed_node("a1", "NVIDIA-A100-PCIE-40GB", {"1g.10gb": 4}, "p2", 40960),
+            mixed_node("a2", A100_80, {"1g.10gb": 7}, "p3", 81920),
+        ],
+        {},
+        id="affinity-pin",
+    ),
+    pytest.param(
+        pod(
+            container("a", limits={GPU: "0.5"}),
+            container("b", limits={MEM: "5Gi"}),
+            init=[container("i", limits={GPU: "0.1"})],
+        ),
+        [a100_40()],
+        {},
+        id="multi-container",
+    ),
+    pytest.param(
+        pod(container(), annotations={"gpu-admission.io/gpu-fraction": "0.25"}), [a100_40()], {}, id="annotation"
+    ),
+    pytest.param(
+        frac("0.5"),
+        [whole_node("w", A100_80, 8, "whole"), single_node("s", A100_80, "1g.10gb", 7, "s")],
+        {"fallback": "whole"},
+        id="fallback-whole",
+    ),
+    pytest.param(
+        pod(container(), annotations={"gpu-admission.io/gpu-fraction": "0.9"}),
+        [whole_node("w", A100_80, 8, "whole")],
+        {"fallback": "whole"},
+        id="fallback-whole-annotation",
+    ),
+    pytest.param(workload("CronJob", frac("0.5")), [a100_40()], {}, id="cronjob"),
+]
+
+
+@pytest.mark.parametrize(("obj", "nodes", "mig_settings"), IDEMPOTENT)
+def test_mutating_twice_equals_once(obj, nodes, mig_settings):
+    first, second = mutate_twice(obj, nodes, settings(**mig_settings))
+    assert first.patch, "the first pass converts"
+    assert second == []
+
+
+def test_a_stale_prior_line_is_replaced_by_the_state():
+    obj = pod(
+        container(limits={"nvidia.com/mig-1g.5gb": "1"}),
+        annotations={"gpu-admission.io/mig": "trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-7g.40gb (x, pool y)"},
+    )
+    first, second = mutate_twice(obj, [a100_40()])
+    assert mig_annotation(first.object) == "trainer: nvidia.com/mig-1g.5gb (as found on the object)"
+    assert second == []
+
+
+def test_a_forged_prior_line_for_an_unconverted_container_is_dropped():
+    obj = pod(
+        container(limits={GPU: "1"}),
+        container("other"),
+        annotations={"gpu-admission.io/mig": "other: nvidia.com/gpu 0.5 -> nvidia.com/mig-7g.40gb (x, pool y)"},
+    )
+    result = review(obj, [a100_40(gpus=1)])
+    assert mig_annotation(result.object) is None
+
+
+def test_a_prior_line_is_reused_only_for_the_resource_it_names():
+    converted = review(frac("0.5"), [a100_40()]).object
+    line = mig_annotation(converted)
+    edited = copy.deepcopy(converted)
+    edited["spec"]["containers"][0]["resources"] = mig("4g.20gb")
+    result = review(edited, [a100_40()])
+    assert mig_annotation(result.object) == "trainer: nvidia.com/mig-4g.20gb (as found on the object)" != line
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# validate: leftovers and two devices; the MIGAssigned event
+
+
+@pytest.mark.parametrize(
+    ("obj", "reason", "word"),
+    [
+        pytest.param(frac("0.5"), "MIGUnconverted", "still asks for nvidia.com/gpu 0.5", id="fraction-left"),
+        pytest.param(memreq("20Gi"), "MIGUnconverted", "gpu-admission.io/gpu-memory 20Gi", id="memory-left"),
+        pytest.param(
+            pod(container(limits={"nvidia.com/mig-1g.5gb": "1", "nvidia.com/mig-3g.20gb": "1"})),
+            "MIGMultipleDevices",
+            "nvidia.com/mig-1g.5gb and nvidia.com/mig-3g.20gb",
+            id="two-mig",
+        ),
+        pytest.param(
+            pod(container(), annotations={"gpu-admission.io/gpu-fraction": "0.5"}),
+            "MIGUnconverted",
+            "no MIG device",
+            id="annotation-left",
+        ),
+        pytest.param(
+            workload("Deployment", frac("0.5")), "MIGUnconverted", "nvidia.com/gpu 0.5", id="template-fraction-left"
+        ),
+    ],
+)
+def test_validate_denies_leftovers(obj, reason, word):
+    result = pipeline.validate(obj, context([a100_40()]))
+    assert not result.allowed and result.reason == reason
+    assert word in result.message
+
+
+def test_validate_lets_a_template_keep_its_memory_request():
+    assert pipeline.validate(workload("Deployment", memreq("20Gi")), context([a100_40()])).allowed
+
+
+def test_validate_reports_a_verified_assignment():
+    converted = review(frac("0.5"), [a100_40()]).object
+    result = pipeline.validate(converted, context([a100_40()]))
+    assert result.allowed
+    events = [e for e in result.outcome.events if e.reason == "MIGAssigned"]
+    assert len(events) == 1 and "nvidia.com/mig-3g.20gb" in events[0].message
+    forged = pod(
+        container(limits={GPU: "1"}),
+        annotations={"gpu-admission.io/mig": "trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb (x)"},
+    )
+    assert not [e for e in pipeline.validate(forged, context([a100_40()])).outcome.events if e.reason == "MIGAssigned"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bad input never crashes
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({"containers": "nope"}, id="containers-not-a-list"),
+        pytest.param({"containers": [None, 3, {"name": "c", "resources": []}]}, id="garbage-containers"),
+        pytest.param(
+            {"containers": [{"name": "c", "resources": {"limits": "0.5", "requests": None}}]}, id="limits-not-a-map"
+        ),
+        pytest.param({"containers": [{"resources": {"limits": {GPU: "0.5"}}}]}, id="no-name"),
+        pytest.param({"containers": [{"name": "c", "resources": {"limits": {GPU: True}}}]}, id="bool-quantity"),
+        pytest.param(
+            {
+                "containers": [{"name": "c", "resources": {"limits": {GPU: "0.5"}}}],
+                "nodeSelector": "x",
+                "affinity": [],
+                "tolerations": {},
+            },
+            id="garbage-scheduling",
+        ),
+    ],
+)
+def test_garbage_does_not_crash(spec):
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "p",
+            "annotations": {"gpu-admission.io/mig": 5, "gpu-admission.io/gpu-fraction-container": ["x"]},
+        },
+        "spec": spec,
+    }
+    result = pipeline.review(obj, context([a100_40()]))
+    if result.allowed:
+        assert jsonpatch.apply_patch(obj, result.patch) == result.object
+
+
+@pytest.mark.parametrize("name", ["core.v1.Pod.json", *WORKLOAD_FILES.values()])
+def test_api_fixtures_pass_through(name):
+    import json
+
+    obj = json.loads((FIXTURES / name).read_text())
+    result = pipeline.review(obj, context([a100_40()]))
+    assert result.allowed or result.reason.startswith(("MIG", "CUDA", "Spot")), result.message
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Taints keyed by nvidia.com/gpu: a pod converted to nvidia.com/mig-<p> no longer gets that toleration from
+# ExtendedResourceToleration, so such a node is not eligible unless the pod tolerates the taint itself.
+
+
+GPU_TAINT = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+
+
+def test_gpu_tainted_mixed_node_needs_a_toleration_after_conversion():
+    nodes = [mixed_node("n0", A100_80, {"3g.40gb": 16}, "a100-spot", 81920, taints=GPU_TAINT)]
+    result = review(workload("Deployment", frac("0.5")), nodes)
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert (
+        "MIG pools this pod cannot use (selectors, affinity, taints): a100-spot (3g.40gb; taints "
+        "nvidia.com/gpu=present:NoSchedule)" in result.message
+    )
+    # A bare Pod reaches the webhook after ExtendedResourceToleration added the toleration for nvidia.com/gpu.
+    obj = frac("0.5")
+    obj["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    result = review(obj, nodes)
+    assert result.allowed and resources_of(result.object) == mig("3g.40gb")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The patched objects are valid Kubernetes objects (schema) with whole-number GPU resources
+
+
+def _minimal(kind: str, template: dict[str, Any]) -> dict[str, Any]:
+    template = {"metadata": {"labels": {"app": "x"}, **template["metadata"]}, "spec": template["spec"]}
+    template["metadata"].pop("name", None)
+    template["metadata"].pop("namespace", None)
+    spec: dict[str, Any] = {"selector": {"matchLabels": {"app": "x"}}, "template": template}
+    api = "apps/v1"
+    if kind == "StatefulSet":
+        spec["serviceName"] = "x"
+    if kind in ("Job", "CronJob"):
+        api = "batch/v1"
+        template["spec"]["restartPolicy"] = "Never"
+        spec = {"template": template}
+    if kind == "CronJob":
+        spec = {"schedule": "0 * * * *", "jobTemplate": {"spec": spec}}
+    return {"apiVersion": api, "kind": kind, "metadata": {"name": "x", "namespace": "ml"}, "spec": spec}
+
+
+@pytest.mark.parametrize("kind", ["Pod", *sorted(WORKLOAD_FILES)])
+def test_patched_objects_are_schema_valid(kind):
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    base = pod(container("a", limits={GPU: "0.5"}), container("b", limits={GPU: "250m"}, requests={GPU: "250m"}))
+    obj = base if kind == "Pod" else _minimal(kind, base)
+    result = review(obj, [a100_40()])
+    assert result.allowed, result.message
+    kubernetes_validate.validate(result.object, "1.34.0", strict=True)
+    spec = template_of(result.object)["spec"]
+    for c in spec["containers"]:
+        for section in ("limits", "requests"):
+            values = c["resources"][section]
+            assert all(v == "1" for k, v in values.items() if k.startswith("nvidia.com/")), values
+        assert c["resources"]["limits"] == c["resources"]["requests"]
