@@ -1,35 +1,52 @@
 """The cluster as the policies see it: GPU node groups and pools, and where a pod could be scheduled.
 
-Nodes come from a live watch (``webhook.watch``), a node-list file, or pools declared in settings. Whenever the node
-set changes, nodes are folded into *groups*: nodes with the same labels (ignoring per-node ones such as the
-hostname), taints and GPU resources look the same to every scheduling rule, so a request is evaluated against each
-group once, and its cost does not grow with the number of nodes. Groups belong to *pools* (a provider's node pool,
-a declared pool, or the nodes that share GPU product, driver and MIG layout).
+Nodes come from a live watch (``webhook.watch``), a node-list file (``cluster_from_file``), or pools declared in
+settings. Whenever the node set changes, nodes are folded into *groups*: nodes with the same labels (ignoring
+per-node ones such as the hostname), taints and GPU resources look the same to every scheduling rule, so a request is
+evaluated against each group once, and its cost does not grow with the number of nodes. Groups belong to *pools* (a
+declared pool, a provider's node pool named by a label or annotation, or else the nodes that share GPU product,
+driver and MIG layout).
 
-Scheduling rules evaluated (k8s.io/component-helpers ``scheduling/corev1``): ``nodeName``, ``nodeSelector``,
-required node affinity (terms ORed, expressions ANDed; In NotIn Exists DoesNotExist Gt Lt; ``matchFields`` on
-``metadata.name``), NoSchedule/NoExecute taints against tolerations, the ExtendedResourceToleration admission
-plugin, and whether the node offers the extended resources asked for.
+Scheduling rules evaluated, as k8s.io/component-helpers ``scheduling/corev1`` and the scheduler's plugins do:
+``nodeName`` (which bypasses the scheduler: the kubelet then checks only NoExecute taints), ``nodeSelector``,
+required node affinity (terms ORed, expressions ANDed; In NotIn Exists DoesNotExist Gt Lt; ``matchFields`` only on
+``metadata.name`` with In/NotIn and one value), NoSchedule/NoExecute taints against tolerations (Equal, Exists, and
+the numeric Lt/Gt of the TaintTolerationComparisonOperators gate), the ExtendedResourceToleration admission plugin,
+and whether the node offers the extended resources asked for. A rule that the apiserver would reject (unknown
+operator, malformed value, wrong type) matches nothing and never raises.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, Protocol
+
+import yaml
 
 from webhook.config import PoolSettings, Settings
 from webhook.drivers import DriverTable, Version, builtin_table, parse_version, show
+from webhook.errors import InputError
 from webhook.model import JSON, as_dict, as_list, as_str
 from webhook.presets import Presets, load_presets
 from webhook.quantity import QuantityError, parse_quantity
 
 GFD = "nvidia.com/"
 GPU_RESOURCE = "nvidia.com/gpu"
+SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 GKE_PARTITION_LABEL = "cloud.google.com/gke-gpu-partition-size"
+GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+GKE_DRIVER_LABEL = "cloud.google.com/gke-gpu-driver-version"
+MIG_CONFIG_LABEL = GFD + "mig.config"
+MIG_CONFIG_STATE_LABEL = GFD + "mig.config.state"
+MIG_CHANGING_STATES = frozenset({"pending", "rebooting"})
+"""MIG Manager states in which the node's MIG layout is being replaced (node-labels.md)."""
+SHARED_SUFFIX = "-SHARED"
 
 
 @dataclass(frozen=True)
@@ -69,12 +86,15 @@ class NodeGroup:
     """Labels shared by every node of the group (volatile per-node labels removed)."""
     taints: tuple[Taint, ...]
     allocatable: Mapping[str, Decimal]
+    """Extended resources each node offers (MIG resources withheld while the MIG layout is changing)."""
     nodes: tuple[str, ...]
     """Node names; empty for a pool declared in settings that has no node now (scaled to zero)."""
     node_labels: Mapping[str, Mapping[str, str]]
     """Per-node volatile labels (hostname ...), by node name."""
     gpu_product: str = ""
+    """GPU product as GFD names it, without the ``-SHARED`` and ``-MIG-<profile>`` suffixes."""
     gpu_memory_mib: int = 0
+    """``nvidia.com/gpu.memory`` (under the single MIG strategy GFD describes the MIG device), else settings."""
     gpu_count: int = 0
     driver: Version | None = None
     driver_source: str = ""
@@ -83,26 +103,51 @@ class NodeGroup:
     """Newest CUDA major.minor the driver supports."""
     cuda_source: str = ""
     mig_strategy: str = "none"
+    """none, single, mixed (NVIDIA device plugin) or gke (cloud.google.com/gke-gpu-partition-size)."""
     mig_profiles: Mapping[str, MigOffer] = field(default_factory=dict)
+    """MIG profiles each node offers now (allocatable > 0)."""
     sharing: str = "none"
+    """none, time-slicing or mps."""
     spot: bool = False
     declared: bool = False
+    """A pool declared in settings with no node now: what its nodes will look like."""
+    mig_capable: bool = False
+    """``nvidia.com/mig.capable=true``, a MIG strategy in use, or a declared MIG pool."""
+    mig_config: str = ""
+    """MIG Manager's ``nvidia.com/mig.config`` (the layout asked for, e.g. all-1g.10gb)."""
+    mig_config_state: str = ""
+    """MIG Manager's ``nvidia.com/mig.config.state``: success, pending, rebooting, failed ('' when absent)."""
+    gpu_replicas: int = 0
+    """Time-slicing / MPS replicas per GPU (``nvidia.com/gpu.replicas``), 0 when not shared or unknown."""
+    pool_source: str = ""
+    """What named the pool: 'settings', 'label <key>', 'annotation <key>', or 'GPU product, driver and MIG layout'."""
+    notes: tuple[str, ...] = ()
+    """Facts a user should know about the group, in words (unknown driver, MIG layout changing ...)."""
+    driver_version_text: str = ""
+    """The driver version as the node or settings wrote it (570.124.06; ``show(driver)`` drops the leading 0)."""
 
     @property
     def has_gpu(self) -> bool:
         return bool(self.gpu_product) or any(
-            k == GPU_RESOURCE or k.startswith(MIG_RESOURCE_PREFIX) or k == GPU_RESOURCE + ".shared"
+            k in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or k.startswith(MIG_RESOURCE_PREFIX)
             for k, v in self.allocatable.items()
             if v > 0
         )
 
     @property
     def driver_text(self) -> str:
-        return show(self.driver) if self.driver else "unknown"
+        if not self.driver:
+            return "unknown"
+        return self.driver_version_text if parse_version(self.driver_version_text) == self.driver else show(self.driver)
 
     @property
     def cuda_text(self) -> str:
         return show(self.cuda) if self.cuda else "unknown"
+
+    @property
+    def mig_changing(self) -> bool:
+        """MIG Manager is replacing the layout (pending / rebooting): its MIG devices are not offered."""
+        return self.mig_config_state in MIG_CHANGING_STATES
 
     def describe(self) -> str:
         """'pool a100 (2 nodes, NVIDIA-A100-SXM4-80GB, driver 550.54.15, CUDA 12.4)'"""
@@ -126,14 +171,18 @@ class Pool:
     name: str
     groups: tuple[NodeGroup, ...]
 
-    def as_json(self) -> JSON:
-        gs = self.groups
+    def mig_profile_counts(self) -> dict[str, int]:
+        """Offered MIG devices per profile over the pool's nodes (a declared pool with no node: per node)."""
         profiles: dict[str, int] = {}
-        for g in gs:
+        for g in self.groups:
             per_node = max(len(g.nodes), 1)
             for p, offer in g.mig_profiles.items():
                 profiles[p] = profiles.get(p, 0) + offer.count * per_node
-        drivers = sorted({g.driver for g in gs if g.driver})
+        return dict(sorted(profiles.items()))
+
+    def as_json(self) -> JSON:
+        gs = self.groups
+        drivers = sorted({(g.driver, g.driver_text) for g in gs if g.driver})
         cudas = sorted({g.cuda for g in gs if g.cuda})
         products = sorted({g.gpu_product for g in gs if g.gpu_product})
         strategies = sorted({g.mig_strategy for g in gs})
@@ -141,10 +190,10 @@ class Pool:
             "name": self.name,
             "nodes": sum(len(g.nodes) for g in gs),
             "gpu": ", ".join(products) or None,
-            "driver": ", ".join(show(d) for d in drivers) or None,
+            "driver": ", ".join(dict.fromkeys(text for _, text in drivers)) or None,
             "cuda": show(cudas[-1]) if cudas else None,
             "migStrategy": strategies[0] if len(strategies) == 1 else ", ".join(strategies),
-            "migProfiles": dict(sorted(profiles.items())),
+            "migProfiles": self.mig_profile_counts(),
             "spot": any(g.spot for g in gs),
         }
 
@@ -190,18 +239,22 @@ class ClusterView:
         """The groups (and nodes) a pod with this spec could be scheduled on.
 
         ``resources`` are the extended resources to check the nodes offer (with amounts when a mapping);
-        ``gpu_only`` keeps only groups with GPUs.
+        ``gpu_only`` keeps only groups with GPUs. A candidate of a declared pool without nodes has ``nodes == ()``.
         """
-        wanted = dict(resources) if isinstance(resources, Mapping) else {r: Decimal(0) for r in resources}
-        requested_extended = set(requested_resources(spec))
+        if not isinstance(spec, dict):
+            return []
+        wanted = _wanted(resources)
         rules = _Rules.of(spec, self.volatile_labels)
+        if rules.impossible:
+            return []
+        tolerated_by_plugin = extended_resource_names(spec) if self.extended_resource_toleration else frozenset()
         out: list[Candidate] = []
         for group in self.groups:
             if gpu_only and not group.has_gpu:
                 continue
             if not _offers(group, wanted):
                 continue
-            if not _tolerates(group.taints, rules.tolerations, requested_extended, self.extended_resource_toleration):
+            if not _tolerates(group.taints, rules.tolerations, tolerated_by_plugin, rules.node_name is not None):
                 continue
             nodes = rules.nodes_of(group)
             if nodes is None:
@@ -240,48 +293,98 @@ class StaticCluster:
     def stop(self) -> None:
         pass
 
+    @property
+    def snapshot_age_seconds(self) -> float:
+        return 0.0
+
+    @property
+    def node_count(self) -> int:
+        return self._view.node_count
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # Requests
 
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_INT64 = re.compile(r"^[+-]?[0-9]+$")
+
+
+def is_qualified_name(name: object) -> bool:
+    """k8s.io/apimachinery IsQualifiedName: ``[prefix/]name``, the shape of label keys and resource names."""
+    if not isinstance(name, str) or not name:
+        return False
+    prefix, sep, rest = name.rpartition("/")
+    if sep and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(rest) <= 63 and bool(_QUALIFIED_NAME.match(rest))
+
+
+def is_label_value(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= 63 and bool(_LABEL_VALUE.match(value))
+
+
+def parse_int64(text: object) -> int | None:
+    """strconv.ParseInt(text, 10, 64): an optional sign and decimal digits, within int64; else None."""
+    if not isinstance(text, str) or not _INT64.match(text):
+        return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
+
+
+def is_extended_resource_name(name: object) -> bool:
+    """pkg/apis/core/helper IsExtendedResourceName: has a '/', outside ``*kubernetes.io/``, not ``requests.*``."""
+    if not isinstance(name, str) or "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
+        return False
+    return is_qualified_name("requests." + name)
+
 
 def requested_resources(spec: JSON) -> dict[str, Decimal]:
-    """Effective extended-resource request of a pod: max(largest init container, sum of app containers plus
-    restartable init containers), as the scheduler computes it (k8s.io/component-helpers resource helpers).
-    Values that are not quantities are left out; limits stand in for absent requests (as Kubernetes defaults them).
+    """Effective extended-resource request of a pod, as the scheduler computes it (k8s.io/component-helpers
+    ``resource.PodRequests``): the larger of (app containers + restartable init containers, i.e. sidecars) and, for
+    each regular init container, its own request plus the sidecars started before it. Values that are not
+    quantities are left out; limits stand in for absent requests (as Kubernetes defaults them).
     """
-    app: dict[str, Decimal] = {}
-    init_max: dict[str, Decimal] = {}
+    if not isinstance(spec, dict):
+        return {}
+    total: dict[str, Decimal] = {}
+    for c in as_list(spec.get("containers")):
+        if isinstance(c, dict):
+            for k, v in container_resources(c).items():
+                total[k] = total.get(k, Decimal(0)) + v
     sidecars: dict[str, Decimal] = {}
-    for list_name in ("initContainers", "containers"):
-        for c in as_list(spec.get(list_name)):
-            if not isinstance(c, dict):
-                continue
-            amounts = container_resources(c)
-            if list_name == "containers":
-                target = app
-            elif c.get("restartPolicy") == "Always":
-                target = sidecars
-            else:
-                for k, v in amounts.items():
-                    init_max[k] = max(init_max.get(k, Decimal(0)), v)
-                continue
+    init_peak: dict[str, Decimal] = {}
+    for c in as_list(spec.get("initContainers")):
+        if not isinstance(c, dict):
+            continue
+        amounts = container_resources(c)
+        if c.get("restartPolicy") == "Always":
             for k, v in amounts.items():
-                target[k] = target.get(k, Decimal(0)) + v
-    total = {k: app.get(k, Decimal(0)) + sidecars.get(k, Decimal(0)) for k in set(app) | set(sidecars)}
-    for k, v in init_max.items():
+                sidecars[k] = sidecars.get(k, Decimal(0)) + v
+                init_peak[k] = max(init_peak.get(k, Decimal(0)), sidecars[k])
+        else:
+            for k in set(amounts) | set(sidecars):
+                need = amounts.get(k, Decimal(0)) + sidecars.get(k, Decimal(0))
+                init_peak[k] = max(init_peak.get(k, Decimal(0)), need)
+    for k, v in sidecars.items():
+        total[k] = total.get(k, Decimal(0)) + v
+    for k, v in init_peak.items():
         total[k] = max(total.get(k, Decimal(0)), v)
     return {k: v for k, v in total.items() if v > 0}
 
 
 def container_resources(container: JSON) -> dict[str, Decimal]:
     """A container's extended resources (limits, else requests), as Decimals; unparseable values skipped."""
+    if not isinstance(container, dict):
+        return {}
     resources = as_dict(container.get("resources"))
     merged = dict(as_dict(resources.get("requests")))
     merged.update(as_dict(resources.get("limits")))
     out: dict[str, Decimal] = {}
     for name, value in merged.items():
-        if not isinstance(name, str) or "/" not in name or name.startswith("kubernetes.io/"):
+        if not is_extended_resource_name(name):
             continue
         try:
             out[name] = parse_quantity(value)
@@ -290,10 +393,33 @@ def container_resources(container: JSON) -> dict[str, Decimal]:
     return out
 
 
+def extended_resource_names(spec: JSON) -> frozenset[str]:
+    """Extended resources named in any container's or init container's requests or limits, whatever the amount:
+    the ones the ExtendedResourceToleration admission plugin adds ``<name>:NoSchedule Exists`` tolerations for."""
+    names: set[str] = set()
+    for list_name in ("containers", "initContainers"):
+        for c in as_list(spec.get(list_name)):
+            resources = as_dict(as_dict(c).get("resources"))
+            for part in ("requests", "limits"):
+                names.update(n for n in as_dict(resources.get(part)) if is_extended_resource_name(n))
+    return frozenset(names)
+
+
+def _wanted(resources: Mapping[str, Decimal] | Iterable[str]) -> dict[str, Decimal]:
+    if isinstance(resources, Mapping):
+        return {str(k): v if isinstance(v, Decimal) else Decimal(0) for k, v in resources.items()}
+    if isinstance(resources, str):
+        return {resources: Decimal(0)}
+    return {str(r): Decimal(0) for r in resources}
+
+
 def _offers(group: NodeGroup, wanted: Mapping[str, Decimal]) -> bool:
+    """Each wanted resource is offered (> 0); a whole amount must fit on one node."""
     for name, amount in wanted.items():
         have = group.allocatable.get(name, Decimal(0))
-        if have <= 0 or (amount == amount.to_integral_value() and have < amount):
+        if have <= 0:
+            return False
+        if amount.is_finite() and amount == amount.to_integral_value() and have < amount:
             return False
     return True
 
@@ -301,29 +427,55 @@ def _offers(group: NodeGroup, wanted: Mapping[str, Decimal]) -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 # Taints and tolerations
 
+_TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
+
 
 def toleration_tolerates(tol: JSON, taint: Taint) -> bool:
-    """v1.Toleration.ToleratesTaint: effect empty matches all; empty key with Exists matches all keys."""
-    effect = tol.get("effect") or ""
+    """v1.Toleration.ToleratesTaint (k8s.io/component-helpers ``scheduling/corev1``): an empty effect matches every
+    effect; an empty key with Exists matches every key; Equal (the default) compares values, an absent value being
+    ''; Lt/Gt compare the taint's value with the toleration's as int64 (TaintTolerationComparisonOperators: the
+    apiserver accepted the pod, so the gate is on). Anything the apiserver would reject (an empty key without Exists,
+    non-string fields, unknown operators, malformed numbers) tolerates nothing.
+    """
+    if not isinstance(tol, dict):
+        return False
+    effect, key, operator, value = (tol.get(k) for k in ("effect", "key", "operator", "value"))
+    if any(v is not None and not isinstance(v, str) for v in (effect, key, operator, value)):
+        return False
+    effect, key, operator, value = effect or "", key or "", operator or "Equal", value or ""
     if effect and effect != taint.effect:
         return False
-    key = tol.get("key") or ""
-    operator = tol.get("operator") or "Equal"
-    if key != taint.key and not (key == "" and operator == "Exists"):
+    if key:
+        if key != taint.key:
+            return False
+    elif operator != "Exists":
         return False
     if operator == "Exists":
         return True
     if operator == "Equal":
-        return as_str(tol.get("value")) == taint.value
+        return value == taint.value
+    if operator in ("Lt", "Gt"):
+        bound, have = parse_int64(value), parse_int64(taint.value)
+        if bound is None or have is None:
+            return False
+        return have < bound if operator == "Lt" else have > bound
     return False
 
 
-def _tolerates(taints: Sequence[Taint], tolerations: Sequence[JSON], requested: set[str], extended_rule: bool) -> bool:
+def _tolerates(
+    taints: Sequence[Taint], tolerations: Sequence[JSON], extended: frozenset[str], bound_to_node: bool
+) -> bool:
+    """No NoSchedule/NoExecute taint is left untolerated. A pod with ``nodeName`` skips the scheduler: the kubelet
+    then checks only NoExecute taints. ExtendedResourceToleration adds ``key=<resource>, operator=Exists,
+    effect=NoSchedule`` for each extended resource the pod names: it covers NoSchedule taints only."""
     for taint in taints:
-        if taint.effect not in ("NoSchedule", "NoExecute"):
-            continue
-        if extended_rule and taint.effect == "NoSchedule" and taint.key in requested:
-            continue  # ExtendedResourceToleration adds key=<resource>, operator=Exists, effect=NoSchedule
+        if taint.effect == "NoExecute":
+            pass
+        elif taint.effect == "NoSchedule":
+            if bound_to_node or taint.key in extended:
+                continue
+        else:
+            continue  # PreferNoSchedule and unknown effects do not filter
         if not any(toleration_tolerates(t, taint) for t in tolerations):
             return False
     return True
@@ -332,40 +484,151 @@ def _tolerates(taints: Sequence[Taint], tolerations: Sequence[JSON], requested: 
 # ---------------------------------------------------------------------------------------------------------------
 # Node selection rules
 
+_LABEL_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+
+
+@dataclass(frozen=True)
+class _Requirement:
+    """One parsed NodeSelectorRequirement on labels (labels.NewRequirement has accepted it)."""
+
+    key: str
+    operator: str
+    values: frozenset[str]
+    bound: int = 0
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        value = labels.get(self.key)
+        if self.operator == "In":
+            return value is not None and value in self.values
+        if self.operator == "NotIn":
+            return value is None or value not in self.values
+        if self.operator == "Exists":
+            return value is not None
+        if self.operator == "DoesNotExist":
+            return value is None
+        have = parse_int64(value)
+        if have is None:
+            return False
+        return have > self.bound if self.operator == "Gt" else have < self.bound
+
+
+def _requirement(expr: object) -> _Requirement | None:
+    """Parse one matchExpressions entry; None when the apiserver or the scheduler would reject it."""
+    if not isinstance(expr, dict):
+        return None
+    key, operator, raw = expr.get("key"), expr.get("operator"), expr.get("values")
+    if not is_qualified_name(key) or operator not in _LABEL_OPERATORS:
+        return None
+    values = [] if raw is None else raw
+    if not isinstance(values, list) or not all(is_label_value(v) for v in values):
+        return None
+    assert isinstance(key, str) and isinstance(operator, str)
+    if operator in ("In", "NotIn"):
+        return _Requirement(key, operator, frozenset(values)) if values else None
+    if operator in ("Exists", "DoesNotExist"):
+        return None if values else _Requirement(key, operator, frozenset())
+    bound = parse_int64(values[0]) if len(values) == 1 else None
+    return None if bound is None else _Requirement(key, operator, frozenset(values), bound)
+
+
+def _field_requirement(expr: object) -> tuple[bool, str] | None:
+    """Parse one matchFields entry: (is In, node name); only ``metadata.name`` with In/NotIn and one value."""
+    if not isinstance(expr, dict) or expr.get("key") != "metadata.name":
+        return None
+    values = expr.get("values")
+    if expr.get("operator") not in ("In", "NotIn") or not isinstance(values, list) or len(values) != 1:
+        return None
+    if not isinstance(values[0], str):
+        return None
+    return expr.get("operator") == "In", values[0]
+
+
+@dataclass(frozen=True)
+class _Term:
+    requirements: tuple[_Requirement, ...]
+    fields: tuple[tuple[bool, str], ...]
+
+    def matches(self, labels: Mapping[str, str], name: str | None) -> bool:
+        if self.fields and name is None:
+            return False  # a pool without nodes now cannot satisfy a field selector on a node's name
+        for is_in, value in self.fields:
+            if (name == value) != is_in:
+                return False
+        return all(r.matches(labels) for r in self.requirements)
+
+    def names(self) -> frozenset[str] | None:
+        """The only node names this term can match (from ``metadata.name In``), None when not narrowed."""
+        named = [value for is_in, value in self.fields if is_in]
+        return frozenset(named[:1]) if len(set(named)) == 1 else (frozenset() if named else None)
+
+
+def _term(raw: object) -> _Term | None:
+    """One nodeSelectorTerm; None when it matches no node (empty, or any part the scheduler could not parse)."""
+    if not isinstance(raw, dict):
+        return None
+    expressions, fields = raw.get("matchExpressions"), raw.get("matchFields")
+    if expressions is None:
+        expressions = []
+    if fields is None:
+        fields = []
+    if not isinstance(expressions, list) or not isinstance(fields, list) or not (expressions or fields):
+        return None
+    requirements = [_requirement(e) for e in expressions]
+    field_reqs = [_field_requirement(f) for f in fields]
+    if any(r is None for r in requirements) or any(f is None for f in field_reqs):
+        return None
+    return _Term(tuple(r for r in requirements if r), tuple(f for f in field_reqs if f))
+
 
 @dataclass(frozen=True)
 class _Rules:
     node_name: str | None
     selector: Mapping[str, str]
-    terms: tuple[JSON, ...] | None
-    """None: no required affinity; () : required affinity that matches nothing."""
+    terms: tuple[_Term, ...] | None
+    """None: no required affinity; (): required affinity that matches no node."""
     tolerations: tuple[JSON, ...]
     volatile: frozenset[str]
     per_node: bool
+    impossible: bool = False
+    """The spec asks for something no node can satisfy (a rule the apiserver would reject)."""
 
     @staticmethod
     def of(spec: JSON, volatile: frozenset[str]) -> _Rules:
-        node_name = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) and spec.get("nodeName") else None
-        selector = {str(k): v for k, v in as_dict(spec.get("nodeSelector")).items()}
-        required = as_dict(
-            as_dict(as_dict(spec.get("affinity")).get("nodeAffinity")).get(
-                "requiredDuringSchedulingIgnoredDuringExecution"
-            )
+        impossible = False
+        raw_name = spec.get("nodeName")
+        node_name = raw_name if isinstance(raw_name, str) and raw_name else None
+        if raw_name is not None and not isinstance(raw_name, str):
+            impossible = True
+        raw_selector = spec.get("nodeSelector")
+        selector: dict[str, str] = {}
+        if isinstance(raw_selector, dict):
+            for k, v in raw_selector.items():
+                if isinstance(k, str) and isinstance(v, str):
+                    selector[k] = v
+                else:
+                    impossible = True  # a value that is not a string never equals a label
+        elif raw_selector is not None:
+            impossible = True
+        terms: tuple[_Term, ...] | None = None
+        affinity = spec.get("affinity")
+        node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+        required = (
+            node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+            if isinstance(node_affinity, dict)
+            else None
         )
-        terms: tuple[JSON, ...] | None = None
-        if required and isinstance(required.get("nodeSelectorTerms"), list):
-            terms = tuple(t if isinstance(t, dict) else {} for t in required["nodeSelectorTerms"])
+        if any(v is not None and not isinstance(v, dict) for v in (affinity, node_affinity, required)):
+            impossible = True
+        elif isinstance(required, dict):
+            parsed = [_term(t) for t in as_list(required.get("nodeSelectorTerms"))]
+            terms = tuple(t for t in parsed if t is not None)
         tolerations = tuple(t for t in as_list(spec.get("tolerations")) if isinstance(t, dict))
         per_node = (
             node_name is not None
             or any(k in volatile for k in selector)
-            or any(
-                bool(as_list(t.get("matchFields")))
-                or any(isinstance(e, dict) and e.get("key") in volatile for e in as_list(t.get("matchExpressions")))
-                for t in terms or ()
-            )
+            or any(t.fields or any(r.key in volatile for r in t.requirements) for t in terms or ())
         )
-        return _Rules(node_name, selector, terms, tolerations, volatile, per_node)
+        return _Rules(node_name, selector, terms, tolerations, volatile, per_node, impossible)
 
     def _match(self, labels: Mapping[str, str], name: str | None) -> bool:
         for k, v in self.selector.items():
@@ -373,62 +636,36 @@ class _Rules:
                 return False
         if self.terms is None:
             return True
-        return any(_term_matches(t, labels, name) for t in self.terms)
+        return any(t.matches(labels, name) for t in self.terms)
+
+    def _names(self, group: NodeGroup) -> Iterable[str]:
+        """The group's nodes worth checking one by one (narrowed by nodeName and matchFields ``In``)."""
+        if self.node_name is not None:
+            return (self.node_name,) if _has_node(group, self.node_name) else ()
+        if self.terms:
+            narrowed = [t.names() for t in self.terms]
+            if all(n is not None for n in narrowed):
+                wanted = frozenset().union(*(n for n in narrowed if n is not None))
+                return tuple(n for n in sorted(wanted) if _has_node(group, n))
+        return group.nodes
 
     def nodes_of(self, group: NodeGroup) -> tuple[str, ...] | None:
-        """The group's nodes these rules allow; None when none."""
-        if not self.per_node:
+        """The group's nodes these rules allow; None when none. A declared group without nodes is judged on the
+        labels its nodes will have (per-node labels unknown: absent)."""
+        if not self.per_node or not group.nodes:
+            if self.node_name is not None and not group.nodes:
+                return None
             return group.nodes if self._match(group.labels, None) else None
-        if self.node_name is not None and self.node_name not in group.node_labels:
-            return None
-        names = (self.node_name,) if self.node_name is not None else group.nodes
-        kept = tuple(n for n in names if self._match({**group.labels, **group.node_labels.get(n, {})}, n))
+        kept = tuple(n for n in self._names(group) if self._match({**group.labels, **group.node_labels.get(n, {})}, n))
         return kept or None
 
 
-def _term_matches(term: JSON, labels: Mapping[str, str], name: str | None) -> bool:
-    expressions = as_list(term.get("matchExpressions"))
-    fields = as_list(term.get("matchFields"))
-    if not expressions and not fields:
-        return False  # an empty term matches no node
-    for e in expressions:
-        if not isinstance(e, dict) or not _expression_matches(e, labels.get(as_str(e.get("key")))):
-            return False
-    for f in fields:
-        if not isinstance(f, dict) or f.get("key") != "metadata.name":
-            return False
-        if name is None:
-            return False  # a group without a concrete node cannot satisfy a field selector
-        if not _expression_matches(f, name):
-            return False
-    return True
-
-
-def _expression_matches(expr: JSON, value: str | None) -> bool:
-    """One NodeSelectorRequirement; unknown operators and malformed values match nothing."""
-    operator = expr.get("operator")
-    values = [v for v in as_list(expr.get("values")) if isinstance(v, str)]
-    if operator == "In":
-        return value is not None and value in values
-    if operator == "NotIn":
-        return value is None or value not in values
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    if operator in ("Gt", "Lt"):
-        if value is None or len(values) != 1:
-            return False
-        try:
-            have, bound = int(value), int(values[0])
-        except ValueError:
-            return False
-        return have > bound if operator == "Gt" else have < bound
-    return False
+def _has_node(group: NodeGroup, name: str) -> bool:
+    return name in group.node_labels or name in group.nodes
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Building the view
+# Node objects and node-list files
 
 
 def parse_node(obj: object) -> Node | None:
@@ -439,13 +676,15 @@ def parse_node(obj: object) -> Node | None:
     name = as_str(meta.get("name"))
     if not name:
         return None
-    labels = {str(k): v for k, v in as_dict(meta.get("labels")).items() if isinstance(v, str)}
-    annotations = {str(k): v for k, v in as_dict(meta.get("annotations")).items() if isinstance(v, str)}
-    taints = tuple(
-        Taint(as_str(t.get("key")), as_str(t.get("value")), as_str(t.get("effect")))
+    labels = {k: v for k, v in as_dict(meta.get("labels")).items() if isinstance(k, str) and isinstance(v, str)}
+    annotations = {
+        k: v for k, v in as_dict(meta.get("annotations")).items() if isinstance(k, str) and isinstance(v, str)
+    }
+    taints = {
+        Taint(t["key"], as_str(t.get("value")), as_str(t.get("effect")))
         for t in as_list(as_dict(obj.get("spec")).get("taints"))
-        if isinstance(t, dict) and t.get("key")
-    )
+        if isinstance(t, dict) and isinstance(t.get("key"), str) and t.get("key")
+    }
     allocatable: dict[str, Decimal] = {}
     for key, value in as_dict(as_dict(obj.get("status")).get("allocatable")).items():
         if isinstance(key, str) and "/" in key:
@@ -453,7 +692,8 @@ def parse_node(obj: object) -> Node | None:
                 allocatable[key] = parse_quantity(value)
             except QuantityError:
                 continue
-    return Node(name, labels, taints, allocatable, annotations)
+    ordered = tuple(sorted(taints, key=lambda t: (t.key, t.effect, t.value)))
+    return Node(name, labels, ordered, allocatable, annotations)
 
 
 def nodes_from_document(doc: object) -> list[JSON]:
@@ -465,25 +705,86 @@ def nodes_from_document(doc: object) -> list[JSON]:
     return [i for i in as_list(doc.get("items")) if isinstance(i, dict) and i.get("kind", "Node") == "Node"]
 
 
-def _int_label(labels: Mapping[str, str], key: str) -> int:
+def read_node_file(path: str | Path) -> list[JSON]:
+    """The Node objects of a file as ``kubectl get nodes -o yaml|json`` writes it (a Node, a NodeList or a
+    ``kind: List``; several YAML documents allowed). Raises InputError saying what is wrong."""
+    where = str(path)
     try:
-        return int(labels.get(key, "0"))
-    except ValueError:
-        return 0
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise InputError(f"{where}: cannot read the node list: {err.strerror or err}") from err
+    except UnicodeDecodeError as err:
+        raise InputError(f"{where}: the node list is not UTF-8 text") from err
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as err:
+        raise InputError(f"{where}: the node list is not valid YAML or JSON: {err}") from err
+    if not documents:
+        raise InputError(f"{where}: the node list is empty (make one with: kubectl get nodes -o yaml > {where})")
+    nodes: list[JSON] = []
+    for number, doc in enumerate(documents, 1):
+        at = f"{where}: document {number}" if len(documents) > 1 else where
+        if not isinstance(doc, dict):
+            raise InputError(f"{at}: expected a Node, a NodeList or a List of Nodes (found {type(doc).__name__})")
+        kind = doc.get("kind")
+        if kind == "Node":
+            items: list[Any] = [doc]
+        elif kind in ("NodeList", "List") or (kind is None and "items" in doc):
+            raw = doc.get("items")
+            if raw is not None and not isinstance(raw, list):
+                raise InputError(f"{at}: items must be a list of Nodes (found {type(raw).__name__})")
+            items = raw or []
+        else:
+            raise InputError(f"{at}: expected a Node, a NodeList or a List of Nodes (found kind {kind!r})")
+        for index, item in enumerate(items):
+            label = at if item is doc else f"{at}: items[{index}]"
+            item_kind = item.get("kind", "Node") if isinstance(item, dict) else type(item).__name__
+            if item_kind != "Node":
+                raise InputError(f"{label}: expected a Node (found {item_kind!r}); list only nodes: kubectl get nodes")
+            if parse_node(item) is None:
+                raise InputError(f"{label}: a Node needs metadata.name")
+            nodes.append(item)
+    return nodes
 
 
-def _driver_from_labels(labels: Mapping[str, str]) -> tuple[Version | None, str]:
+def cluster_from_file(path: str | Path, settings: Settings) -> StaticCluster:
+    """A fixed cluster from a node-list file plus the pools declared in settings (``--nodes``)."""
+    return StaticCluster(build_view(read_node_file(path), settings, source=f"node list {path}"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU facts from labels
+
+
+def _int_label(labels: Mapping[str, str], key: str) -> int:
+    value = parse_int64(labels.get(key))
+    return value if value is not None and value > 0 else 0
+
+
+def _driver_from_labels(labels: Mapping[str, str]) -> tuple[Version | None, str, str, str]:
+    """(driver, its text, the label it came from, a note when a label is there but is not a version, e.g. Tegra's
+    'unknown.unknown.unknown')."""
+    candidates: list[tuple[str, str]] = []
     full = labels.get(GFD + "cuda.driver-version.full")
-    version = parse_version(full)
-    if version:
-        return version, GFD + "cuda.driver-version.full"
-    major, minor = labels.get(GFD + "cuda.driver.major"), labels.get(GFD + "cuda.driver.minor")
-    if major and minor:
-        rev = labels.get(GFD + "cuda.driver.rev", "")
-        version = parse_version(".".join(p for p in (major, minor, rev) if p))
+    if full is not None:
+        candidates.append((full, GFD + "cuda.driver-version.full"))
+    for prefix, rev_key, source in (
+        ("cuda.driver-version", "revision", GFD + "cuda.driver-version.*"),
+        ("cuda.driver", "rev", GFD + "cuda.driver.*"),
+    ):
+        major, minor = labels.get(f"{GFD}{prefix}.major"), labels.get(f"{GFD}{prefix}.minor")
+        if major is not None or minor is not None:
+            rev = labels.get(f"{GFD}{prefix}.{rev_key}", "")
+            candidates.append((".".join(p for p in (major or "", minor or "", rev) if p), source))
+    for text, source in candidates:
+        version = parse_version(text)
         if version:
-            return version, GFD + "cuda.driver.*"
-    return None, ""
+            return version, text.strip(), source, ""
+    if candidates:
+        text, source = candidates[0]
+        hint = " (Tegra / Jetson: GFD cannot read the driver)" if "unknown" in text else ""
+        return None, "", "", f"label {source} is {text!r}, not a driver version{hint}"
+    return None, "", "", ""
 
 
 def _cuda_from_labels(labels: Mapping[str, str]) -> tuple[Version | None, str]:
@@ -499,19 +800,24 @@ def _cuda_from_labels(labels: Mapping[str, str]) -> tuple[Version | None, str]:
 
 
 def _mig_profiles(labels: Mapping[str, str], allocatable: Mapping[str, Decimal]) -> dict[str, MigOffer]:
+    """Mixed strategy: each ``nvidia.com/mig-<p>`` resource with allocatable > 0 (stale zeros linger after a
+    reconfiguration, kubernetes#92396), with usable memory from ``nvidia.com/mig-<p>.memory``."""
     offers: dict[str, MigOffer] = {}
     for resource, amount in allocatable.items():
-        if resource.startswith(MIG_RESOURCE_PREFIX) and amount > 0:
+        if resource.startswith(MIG_RESOURCE_PREFIX) and amount >= 1:
             profile = resource[len(MIG_RESOURCE_PREFIX) :]
-            memory = _int_label(labels, f"{GFD}mig-{profile}.memory")
-            offers[profile] = MigOffer(int(amount), memory)
-    return offers
+            offers[profile] = MigOffer(int(amount), _int_label(labels, f"{GFD}mig-{profile}.memory"))
+    return dict(sorted(offers.items()))
 
 
 def _single_profile(product: str) -> tuple[str, str]:
     """'NVIDIA-A100-SXM4-40GB-MIG-1g.5gb' -> ('NVIDIA-A100-SXM4-40GB', '1g.5gb')."""
     base, sep, profile = product.partition("-MIG-")
     return (base, profile) if sep else (product, "")
+
+
+def _whole(amount: Decimal | None) -> int:
+    return int(amount) if amount is not None and amount.is_finite() and amount >= 1 else 0
 
 
 class _Builder:
@@ -535,75 +841,136 @@ class _Builder:
         return None
 
     def pool_name(
-        self, node: Node, declared: PoolSettings | None, product: str, driver: Version | None, strategy: str
-    ) -> str:
+        self,
+        node: Node,
+        declared: PoolSettings | None,
+        product: str,
+        driver: Version | None,
+        driver_text: str,
+        strategy: str,
+        profiles: Mapping[str, MigOffer],
+    ) -> tuple[str, str]:
+        """(pool name, what named it)."""
         if declared:
-            return declared.name
+            return declared.name, "settings"
         for key in self.presets.pool_labels:
             if node.labels.get(key):
-                return node.labels[key]
+                return node.labels[key], f"label {key}"
         for key in self.presets.pool_annotations:
             if node.annotations.get(key):
-                return node.annotations[key]
-        if not product:
-            return "no-gpu"
-        parts = [product, f"driver-{show(driver)}" if driver else "driver-unknown"]
+                return node.annotations[key], f"annotation {key}"
+        if not product and not profiles:
+            return "no-gpu", "no GPU"
+        parts = [product or "gpu", f"driver-{driver_text}" if driver else "driver-unknown"]
         if strategy != "none":
-            parts.append(f"mig-{strategy}")
-        return "/".join(parts)
+            parts.append("mig-" + "-".join([strategy, *profiles]))
+        return "/".join(parts), "GPU product, driver and MIG layout"
 
     def is_spot(self, labels: Mapping[str, str], taints: Iterable[Taint]) -> bool:
         if any(labels.get(k) == v for k, v, _ in self.presets.spot_labels):
             return True
-        spot_keys = {t.key for t in self.presets.spot_taints}
-        return any(t.key in spot_keys for t in taints)
+        return any(
+            t.key == p.key and (p.value is None or p.value == t.value) for t in taints for p in self.presets.spot_taints
+        )
 
     def group(self, members: list[Node]) -> NodeGroup:
         first = members[0]
         labels = {k: v for k, v in first.labels.items() if k not in self.volatile}
         declared = self.declared_pool(first.labels)
-        product = labels.get(GFD + "gpu.product", "") or (declared.gpu_product if declared else "")
+        notes: list[str] = []
+        allocatable = dict(first.allocatable)
+
+        product = labels.get(GFD + "gpu.product", "")
+        sharing = labels.get(GFD + "gpu.sharing-strategy", "")
+        shared_hint = product.endswith(SHARED_SUFFIX) or allocatable.get(SHARED_GPU_RESOURCE, Decimal(0)) > 0
+        if product.endswith(SHARED_SUFFIX):
+            product = product[: -len(SHARED_SUFFIX)]
+        if not sharing:
+            # GFD before v0.15 wrote no sharing-strategy label, and MPS came with that version: time-slicing.
+            sharing = "time-slicing" if shared_hint else (declared.sharing if declared else "none")
+
         strategy = labels.get(GFD + "mig.strategy", "none")
-        if declared and declared.mig_strategy != "none" and strategy == "none":
-            strategy = declared.mig_strategy
         if first.labels.get(GKE_PARTITION_LABEL):
             strategy = "gke"
-        profiles = _mig_profiles(first.labels, first.allocatable)
+        elif strategy == "none" and declared and declared.mig_strategy != "none":
+            strategy = declared.mig_strategy
+        profiles = _mig_profiles(labels, allocatable)
         if strategy == "single":
             product, profile = _single_profile(product)
-            gpus = int(first.allocatable.get(GPU_RESOURCE, Decimal(0)))
-            if profile and gpus > 0:
-                profiles = {profile: MigOffer(gpus, _int_label(labels, GFD + "gpu.memory"))}
+            devices = _whole(allocatable.get(GPU_RESOURCE))
+            if profile and devices:
+                profiles = {profile: MigOffer(devices, _int_label(labels, GFD + "gpu.memory"))}
         elif strategy == "gke":
-            gpus = int(first.allocatable.get(GPU_RESOURCE, Decimal(0)))
+            devices = _whole(allocatable.get(GPU_RESOURCE))
             profile = first.labels.get(GKE_PARTITION_LABEL, "")
-            if profile and gpus > 0:
-                profiles = {profile: MigOffer(gpus)}
-        driver, driver_source = _driver_from_labels(first.labels)
+            if profile and devices:
+                profiles = {profile: MigOffer(devices)}
+        if not product and declared:
+            product = declared.gpu_product
+        mig_capable = labels.get(GFD + "mig.capable") == "true" or strategy != "none" or bool(profiles)
+
+        state = labels.get(MIG_CONFIG_STATE_LABEL, "")
+        if state in MIG_CHANGING_STATES and (profiles or strategy in ("mixed", "single")):
+            target = labels.get(MIG_CONFIG_LABEL, "")
+            notes.append(
+                f"MIG layout is changing ({MIG_CONFIG_STATE_LABEL}={state}"
+                + (f", to {target}" if target else "")
+                + "): its MIG devices are not offered until MIG Manager reports success"
+            )
+            profiles = {}
+            allocatable = {k: v for k, v in allocatable.items() if not k.startswith(MIG_RESOURCE_PREFIX)}
+        elif state == "failed":
+            notes.append(
+                f"MIG Manager failed to apply {labels.get(MIG_CONFIG_LABEL, 'the layout')}: offers as reported"
+            )
+
+        driver, driver_text, driver_source, driver_note = _driver_from_labels(labels)
         if driver is None and declared and parse_version(declared.driver_version):
             driver, driver_source = parse_version(declared.driver_version), f"settings (pool {declared.name})"
-        cuda, cuda_source = _cuda_from_labels(first.labels)
+            driver_text = declared.driver_version.strip()
+        elif driver is None:
+            if driver_note:
+                notes.append(f"driver unknown: {driver_note}")
+            elif labels.get(GKE_DRIVER_LABEL) or labels.get(GKE_ACCELERATOR_LABEL):
+                notes.append(
+                    "driver unknown: GKE runs no GPU Feature Discovery; declare driverVersion in cluster.pools"
+                )
+            elif product or profiles or allocatable.get(GPU_RESOURCE, Decimal(0)) > 0:
+                notes.append("driver unknown: no nvidia.com/cuda.driver* label and no declared pool")
+        cuda, cuda_source = _cuda_from_labels(labels)
         if cuda is None and driver is not None:
             cuda = self.table.cuda_for_driver(driver)
-            cuda_source = f"driver {show(driver)} via the CUDA/driver table" if cuda else ""
+            cuda_source = f"driver {driver_text} via the CUDA/driver table" if cuda else ""
+
+        gpu_count = _int_label(labels, GFD + "gpu.count") or (declared.gpu_count if declared else 0)
+        if not gpu_count and strategy == "none" and sharing == "none":
+            gpu_count = _whole(allocatable.get(GPU_RESOURCE))
+        pool, pool_source = self.pool_name(first, declared, product, driver, driver_text, strategy, profiles)
         return NodeGroup(
-            pool=self.pool_name(first, declared, product, driver, strategy),
+            pool=pool,
             labels=labels,
             taints=first.taints,
-            allocatable=first.allocatable,
+            allocatable=allocatable,
             nodes=tuple(sorted(n.name for n in members)),
             node_labels={n.name: {k: v for k, v in n.labels.items() if k in self.volatile} for n in members},
             gpu_product=product,
             gpu_memory_mib=_int_label(labels, GFD + "gpu.memory") or (declared.gpu_memory_mib if declared else 0),
-            gpu_count=_int_label(labels, GFD + "gpu.count") or (declared.gpu_count if declared else 0),
+            gpu_count=gpu_count,
             driver=driver,
             driver_source=driver_source,
             cuda=cuda,
             cuda_source=cuda_source,
             mig_strategy=strategy,
             mig_profiles=profiles,
-            sharing=labels.get(GFD + "gpu.sharing-strategy", declared.sharing if declared else "none"),
+            sharing=sharing,
             spot=self.is_spot(first.labels, first.taints) or bool(declared and declared.spot),
+            mig_capable=mig_capable,
+            mig_config=labels.get(MIG_CONFIG_LABEL, ""),
+            mig_config_state=state,
+            gpu_replicas=_int_label(labels, GFD + "gpu.replicas") if sharing != "none" else 0,
+            pool_source=pool_source,
+            notes=tuple(notes),
+            driver_version_text=driver_text,
         )
 
     def declared_group(self, pool: PoolSettings) -> NodeGroup:
@@ -612,7 +979,7 @@ class _Builder:
         allocatable: dict[str, Decimal] = {}
         count = pool.gpu_count or 1
         product = pool.gpu_product
-        profiles = {p: MigOffer(n) for p, n in pool.mig_profiles.items() if n > 0}
+        profiles = {p: MigOffer(n) for p, n in sorted(pool.mig_profiles.items()) if n > 0}
         if pool.mig_strategy == "mixed":
             allocatable.update({MIG_RESOURCE_PREFIX + p: Decimal(o.count) for p, o in profiles.items()})
             allocatable[GPU_RESOURCE] = Decimal(0)
@@ -626,9 +993,10 @@ class _Builder:
             labels.setdefault(GFD + "gpu.product", product)
         if pool.mig_strategy in ("mixed", "single"):
             labels.setdefault(GFD + "mig.strategy", pool.mig_strategy)
-        taints = tuple(Taint(t.key, t.value, t.effect) for t in pool.taints)
+        taints = tuple(sorted({Taint(t.key, t.value, t.effect) for t in pool.taints}, key=lambda t: (t.key, t.effect)))
         driver = parse_version(pool.driver_version)
         cuda = self.table.cuda_for_driver(driver) if driver else None
+        notes = () if driver else (f"driver unknown: pool {pool.name} declares no driverVersion",)
         return NodeGroup(
             pool=pool.name,
             labels=labels,
@@ -648,13 +1016,18 @@ class _Builder:
             sharing=pool.sharing,
             spot=pool.spot or self.is_spot(labels, taints),
             declared=True,
+            mig_capable=pool.mig_strategy != "none",
+            pool_source="settings",
+            notes=notes,
+            driver_version_text=pool.driver_version.strip() if driver else "",
         )
 
 
 def build_view(
     node_objects: Iterable[object], settings: Settings, source: str = "node list", known: bool = True
 ) -> ClusterView:
-    """Fold Node objects and the pools declared in settings into a ClusterView."""
+    """Fold Node objects and the pools declared in settings into a ClusterView (objects that are not usable Nodes
+    are skipped)."""
     builder = _Builder(settings)
     buckets: dict[Any, list[Node]] = {}
     count = 0
@@ -663,11 +1036,13 @@ def build_view(
         if node is None:
             continue
         count += 1
+        declared = builder.declared_pool(node.labels)
         key = (
             frozenset((k, v) for k, v in node.labels.items() if k not in builder.volatile),
             node.taints,
             frozenset(node.allocatable.items()),
             frozenset((k, node.annotations[k]) for k in builder.presets.pool_annotations if k in node.annotations),
+            declared.name if declared else None,
         )
         buckets.setdefault(key, []).append(node)
     groups = [builder.group(members) for members in buckets.values()]
@@ -683,3 +1058,61 @@ def build_view(
         volatile_labels=builder.volatile,
         known=known or bool(groups),
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The pools view (``gpu-admission pools``)
+
+
+def _driver_cell(groups: Sequence[NodeGroup]) -> str:
+    cells = []
+    for g in groups:
+        text = g.driver_text
+        if g.driver and g.driver_source.startswith("settings"):
+            text += " (config)"
+        if text not in cells:
+            cells.append(text)
+    return ", ".join(cells)
+
+
+def _mig_cell(pool: Pool) -> str:
+    strategies = sorted({g.mig_strategy for g in pool.groups} - {"none"})
+    if not strategies:
+        return "-"
+    counts = pool.mig_profile_counts()
+    offered = ", ".join(f"{p} x{n}" for p, n in counts.items()) or "nothing offered now"
+    return f"{'/'.join(strategies)}: {offered}"
+
+
+def format_pools(view: ClusterView) -> str:
+    """A readable table of the pools as the webhook sees them, with notes (unknown drivers, MIG changes)."""
+    headers = ("POOL", "NODES", "GPU", "DRIVER", "CUDA", "MIG", "SPOT")
+    rows: list[tuple[str, ...]] = []
+    notes: list[str] = []
+    for pool in view.pools:
+        data = pool.as_json()
+        size = str(data["nodes"]) if data["nodes"] or not any(g.declared for g in pool.groups) else "0 (declared)"
+        sharing = sorted({g.sharing for g in pool.groups} - {"none"})
+        gpu = str(data["gpu"] or "-") + (f" ({', '.join(sharing)})" if sharing else "")
+        rows.append(
+            (
+                pool.name,
+                size,
+                gpu,
+                _driver_cell(pool.groups) if any(g.has_gpu for g in pool.groups) else "-",
+                str(data["cuda"] or "-"),
+                _mig_cell(pool),
+                "yes" if data["spot"] else "no",
+            )
+        )
+        for g in pool.groups:
+            where = f"{', '.join(g.nodes[:3])}{' ...' if len(g.nodes) > 3 else ''}" if g.nodes else "declared"
+            notes += [f"  {pool.name} ({where}): {n}" for n in g.notes]
+    widths = [max(len(r[i]) for r in (headers, *rows)) for i in range(len(headers))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in (headers, *rows)]
+    lines.append(f"{view.node_count} node{'s' if view.node_count != 1 else ''} from {view.source}")
+    if not view.known:
+        lines.append("the cluster is not known yet: no node list has synced and no pool is declared")
+    if notes:
+        lines += ["notes:", *notes]
+    return "\n".join(lines)

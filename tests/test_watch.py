@@ -1,0 +1,306 @@
+"""The live node watch, with the real ``kubernetes`` client against the in-test API server (tests/kubeapi.py)."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import config as k8s_config
+
+from tests.kubeapi import KubeAPI
+from webhook.config import ClusterSettings, Settings
+from webhook.errors import ConfigError
+from webhook.watch import Backoff, LiveCluster, kubeconfig_paths, live_cluster_from_environment
+
+DEADLINE = 10.0
+
+
+def node(name: str, driver: str = "550.54.15", pool: str = "h100", **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "eks.amazonaws.com/nodegroup": pool,
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                "nvidia.com/cuda.driver-version.full": driver,
+                **labels,
+            },
+        },
+        "status": {"allocatable": {"cpu": "8", "nvidia.com/gpu": "8"}},
+    }
+
+
+def wait_for(check: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if check():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def names(live: LiveCluster) -> set[str]:
+    return {n for g in live.snapshot().groups for n in g.nodes}
+
+
+def drivers(live: LiveCluster) -> dict[str, str]:
+    return {n: g.driver_text for g in live.snapshot().groups for n in g.nodes}
+
+
+def lists(api: KubeAPI) -> int:
+    return sum(1 for method, path in api.requests if method == "GET" and "/nodes" in path and "watch=" not in path)
+
+
+def make_live(kubeconfig: str, resync: int = 300, **kwargs: Any) -> LiveCluster:
+    settings = Settings(cluster=ClusterSettings(resync_seconds=resync))
+    defaults: dict[str, Any] = {
+        "debounce_seconds": 0.05,
+        "backoff_initial": 0.05,
+        "backoff_max": 0.3,
+        "watch_timeout_seconds": 5,
+        "connect_timeout": 1.0,
+    }
+    defaults.update(kwargs)
+    return LiveCluster(settings, lambda: k8s_config.new_client_from_config(config_file=kubeconfig), **defaults)
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[KubeAPI]:
+    server = KubeAPI().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def kubeconfig(api: KubeAPI, tmp_path: Path) -> str:
+    return api.kubeconfig(str(tmp_path / "kubeconfig"))
+
+
+@pytest.fixture
+def live(kubeconfig: str) -> Iterator[LiveCluster]:
+    cluster = make_live(kubeconfig)
+    yield cluster
+    cluster.stop()
+
+
+def test_lists_then_follows_adds_label_changes_and_deletes(api: KubeAPI, live: LiveCluster) -> None:
+    api.put("v1", "nodes", node("a"))
+    api.put("v1", "nodes", node("b"))
+    assert not live.ready()
+    assert not live.snapshot().known
+    live.start()
+    wait_for(live.ready, "the first list")
+    assert names(live) == {"a", "b"}
+    assert live.node_count == 2
+    api.put("v1", "nodes", node("c"))
+    wait_for(lambda: names(live) == {"a", "b", "c"}, "an added node")
+    api.put("v1", "nodes", node("b", driver="570.124.06"))
+    wait_for(lambda: drivers(live).get("b") == "570.124.06", "a label change")
+    assert {g.cuda_text for g in live.snapshot().groups if "b" in g.nodes} == {"12.8"}
+    api.delete("v1", "nodes", "a")
+    wait_for(lambda: names(live) == {"b", "c"}, "a deleted node")
+    assert lists(api) == 1, "events alone must not cause a relist"
+    assert live.snapshot_age_seconds < 1
+
+
+def test_gone_error_event_on_an_open_watch_relists(api: KubeAPI, live: LiveCluster) -> None:
+    api.put("v1", "nodes", node("a"))
+    live.start()
+    wait_for(live.ready, "the first list")
+    wait_for(lambda: len(api.watches) == 1, "the watch")
+    api.gone_watches()  # ERROR 410 on the stream; watches from older versions are now refused too
+    api.put("v1", "nodes", node("late"))
+    wait_for(lambda: lists(api) >= 2, "a relist after 410 Gone")
+    wait_for(lambda: names(live) == {"a", "late"}, "the node added around the 410")
+    assert live.ready()
+
+
+def test_gone_status_on_watch_start_relists(api: KubeAPI, live: LiveCluster) -> None:
+    api.put("v1", "nodes", node("a"))
+    live.start()
+    wait_for(live.ready, "the first list")
+    wait_for(lambda: len(api.watches) == 1, "the watch")
+    api.fail_next(1, 410)  # the next request, the new watch, gets HTTP 410
+    api.drop_watches()
+    wait_for(lambda: lists(api) >= 2, "a relist after a 410 on watch start")
+    api.put("v1", "nodes", node("b"))
+    wait_for(lambda: names(live) == {"a", "b"}, "events after the relist")
+
+
+def test_expired_version_on_rewatch_relists(api: KubeAPI, live: LiveCluster) -> None:
+    api.put("v1", "nodes", node("a"))
+    live.start()
+    wait_for(live.ready, "the first list")
+    wait_for(lambda: len(api.watches) == 1, "the watch")
+    api.put("v1", "nodes", node("b"))
+    wait_for(lambda: names(live) == {"a", "b"}, "b")
+    api.expire(api.rv + 1)  # history up to now is compacted: the re-watch gets an ERROR 410 at once
+    api.drop_watches()
+    wait_for(lambda: lists(api) >= 2, "a relist")
+    api.delete("v1", "nodes", "a")
+    wait_for(lambda: names(live) == {"b"}, "a delete after the relist")
+
+
+def test_dropped_stream_reconnects_from_the_last_version(api: KubeAPI, live: LiveCluster) -> None:
+    api.put("v1", "nodes", node("a"))
+    live.start()
+    wait_for(live.ready, "the first list")
+    wait_for(lambda: len(api.watches) == 1, "the watch")
+    api.drop_watches()
+    api.put("v1", "nodes", node("b"))  # happens while no watch is open: the next watch replays it
+    wait_for(lambda: names(live) == {"a", "b"}, "an event from the gap")
+    api.fail_next(3, 503)
+    api.drop_watches()
+    api.put("v1", "nodes", node("c"))
+    wait_for(lambda: names(live) == {"a", "b", "c"}, "recovery after 503s")
+    assert lists(api) == 1, "a dropped stream resumes the watch; it does not relist"
+
+
+def test_server_down_at_start_then_back(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    api = KubeAPI().start()
+    kubeconfig = api.kubeconfig(str(tmp_path / "kubeconfig"))
+    api.put("v1", "nodes", node("a"))
+    api.stop()
+    live = make_live(kubeconfig)
+    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+    try:
+        live.start()
+        time.sleep(0.5)
+        assert not live.ready()
+        assert all(t.is_alive() for t in live._threads), "no exception may kill the threads"
+        assert live.snapshot_age_seconds >= 0.4
+        assert any("not ready" in r.getMessage() for r in caplog.records)
+        api.start()  # same port
+        wait_for(live.ready, "readiness once the server is back")
+        assert names(live) == {"a"}
+        assert any("synced 1 nodes" in r.getMessage() and "ready" in r.getMessage() for r in caplog.records)
+    finally:
+        live.stop()
+        api.stop()
+
+
+def test_server_gone_after_sync_keeps_the_snapshot_and_readiness(api: KubeAPI, kubeconfig: str) -> None:
+    api.put("v1", "nodes", node("a"))
+    live = make_live(kubeconfig)
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        wait_for(lambda: len(api.watches) == 1, "the watch")
+        api.stop()
+        wait_for(lambda: live.snapshot_age_seconds > 0.2, "the snapshot ageing")
+        assert live.ready() and names(live) == {"a"}
+        api.start()
+        api.put("v1", "nodes", node("b"))
+        wait_for(lambda: names(live) == {"a", "b"}, "events once the server is back")
+    finally:
+        live.stop()
+
+
+def test_burst_of_events_is_debounced(api: KubeAPI, kubeconfig: str) -> None:
+    live = make_live(kubeconfig, debounce_seconds=0.2)
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        wait_for(lambda: len(api.watches) == 1, "the watch")
+        before = live.builds
+        for i in range(1500):
+            api.put("v1", "nodes", node(f"n{i}", pool=f"p{i % 3}"))
+        wait_for(lambda: live.node_count == 1500, "all nodes", deadline=30)
+        assert live.builds - before < 40, f"{live.builds - before} rebuilds for 1500 events"
+        assert {g.pool for g in live.snapshot().groups} == {"p0", "p1", "p2"}
+    finally:
+        live.stop()
+
+
+def test_periodic_resync_relists(api: KubeAPI, kubeconfig: str) -> None:
+    api.put("v1", "nodes", node("a"))
+    live = make_live(kubeconfig, resync=1)
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        wait_for(lambda: lists(api) >= 3, "two resyncs", deadline=6)
+        assert names(live) == {"a"}
+    finally:
+        live.stop()
+
+
+def test_stop_is_prompt_and_start_is_idempotent(api: KubeAPI, live: LiveCluster) -> None:
+    live.start()
+    wait_for(live.ready, "the first list")
+    threads = list(live._threads)
+    live.start()
+    assert live._threads == threads
+    wait_for(lambda: len(api.watches) == 1, "the watch")
+    began = time.monotonic()
+    live.stop()
+    assert time.monotonic() - began < 3
+    assert not any(t.is_alive() for t in threads)
+
+
+def _child(live: LiveCluster, out: Any) -> None:
+    live.start()
+    end = time.monotonic() + DEADLINE
+    while not live.ready() and time.monotonic() < end:
+        time.sleep(0.02)
+    out.put((live.ready(), live.node_count, threading.active_count() > 1))
+    live.stop()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_start_after_fork_runs_in_the_child(api: KubeAPI, kubeconfig: str) -> None:
+    """As in a gunicorn worker: made in the master, started after the fork."""
+    api.put("v1", "nodes", node("a"))
+    live = make_live(kubeconfig)
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_child, args=(live, out))
+    child.start()
+    try:
+        assert out.get(timeout=DEADLINE + 5) == (True, 1, True)
+    finally:
+        child.join(timeout=5)
+    assert not live.ready(), "the master itself never started watching"
+
+
+def test_backoff_grows_caps_and_jitters() -> None:
+    b = Backoff(0.5, 4.0)
+    delays = [b.next() for _ in range(8)]
+    assert 0.25 <= delays[0] <= 0.5
+    assert all(2.0 <= d <= 4.0 for d in delays[4:])
+    b.reset()
+    assert b.next() <= 0.5
+
+
+def test_environment_without_credentials_gives_none(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "missing")}
+    assert kubeconfig_paths(env) == []
+    assert live_cluster_from_environment(Settings(), env) is None
+
+
+def test_environment_with_kubeconfig_gives_a_live_cluster(api: KubeAPI, kubeconfig: str, tmp_path: Path) -> None:
+    api.put("v1", "nodes", node("a"))
+    env = {"KUBECONFIG": os.pathsep.join([str(tmp_path / "missing"), kubeconfig])}
+    live = live_cluster_from_environment(Settings(), env)
+    assert live is not None
+    assert api.url in live.description
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        assert names(live) == {"a"}
+    finally:
+        live.stop()
+
+
+def test_unusable_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
+    bad = tmp_path / "config"
+    bad.write_text("apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n")
+    with pytest.raises(ConfigError, match="kubeconfig"):
+        live_cluster_from_environment(Settings(), {"KUBECONFIG": str(bad)})

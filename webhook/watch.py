@@ -1,0 +1,467 @@
+"""The live cluster source: a list-and-watch of Nodes with the ``kubernetes`` client, folded into ClusterViews.
+
+One ``LiveCluster`` per process. gunicorn forks its workers and threads do not survive a fork, so ``start()`` is
+called in each worker after the fork (``post_worker_init``); a ``start()`` in a process other than the one that
+started the threads begins afresh. Two daemon threads:
+
+- the *watcher* lists Nodes (in pages), then watches from the list's resourceVersion with bookmarks; a watch that
+  ends is resumed from the last resourceVersion seen; a 410 Gone (an ERROR event on the stream, or the status of the
+  watch request) means the apiserver no longer has that history, so it lists again; any other failure (a dropped
+  stream, an unreachable apiserver, a 5xx) is retried with capped, jittered exponential backoff. Every
+  ``resync_seconds`` it lists again whatever the watch says.
+- the *builder* folds the node objects into an immutable ClusterView (``build_view``) at most every
+  ``debounce_seconds``, so a burst of thousands of node events costs a few rebuilds, and swaps it in atomically.
+
+``ready()`` is False until the first list has succeeded (a log line says so, and another when synced); after that it
+stays True while the apiserver is unreachable, with the last snapshot (its age is ``snapshot_age_seconds``, for
+metrics): failing readiness on every replica at once would block every GPU pod in the cluster. Nothing raises out
+of the threads.
+
+Node objects stay plain dicts (``_preload_content=False``): no round trip through ``V1Node`` models.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from webhook.cluster import ClusterView, build_view
+from webhook.config import Settings
+from webhook.errors import ConfigError
+from webhook.model import JSON, as_dict, as_list, as_str
+
+log = logging.getLogger("gpu_admission.cluster")
+
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+ApiClientFactory = Callable[[], Any]
+"""Returns a new ``kubernetes.client.ApiClient``; called in the watcher thread (after the fork), again after errors."""
+
+
+class _Gone(Exception):
+    """410 Gone: the resourceVersion is too old; list again."""
+
+
+class _StreamError(Exception):
+    """The watch stream reported an error other than 410."""
+
+
+class Backoff:
+    """Capped exponential backoff with full jitter (the delay is uniform in [base/2, base])."""
+
+    def __init__(self, initial: float, maximum: float, rng: random.Random | None = None) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.failures = 0
+        self._rng = rng or random.Random()
+
+    def next(self) -> float:
+        base = min(self.maximum, self.initial * float(2 ** min(self.failures, 30)))
+        self.failures += 1
+        return base / 2 + self._rng.random() * base / 2
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class LiveCluster:
+    """A ClusterSource that follows the cluster's Nodes. ``snapshot()`` never blocks and never calls the API."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        api_client_factory: ApiClientFactory,
+        *,
+        description: str = "the API server",
+        debounce_seconds: float = 0.5,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+        watch_timeout_seconds: int = 300,
+        page_size: int = 500,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.settings = settings
+        self.factory = api_client_factory
+        self.description = description
+        self.debounce_seconds = debounce_seconds
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.watch_timeout_seconds = max(1, watch_timeout_seconds)
+        self.page_size = page_size
+        self.connect_timeout = connect_timeout
+        self.resync_seconds = max(1, settings.cluster.resync_seconds)
+        self._pid: int | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        """Fresh state for this process (locks held by threads of the parent are not inherited safely)."""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._dirty = threading.Event()
+        self._nodes: dict[str, JSON] = {}
+        self._rv = ""
+        self._synced = False
+        self._view = build_view(
+            [], self.settings, source=f"live watch of {self.description} (not synced yet)", known=False
+        )
+        self._threads: list[threading.Thread] = []
+        self._response: Any = None
+        self._started_at = time.monotonic()
+        self._fresh_at: float | None = None
+        self._watching = False
+        self._last_list = 0.0
+        self._generation = 0
+        self._published = -1
+        self.builds = 0
+        """Views built since start (for tests and metrics)."""
+        self.lists = 0
+        """Successful full lists since start."""
+
+    # -- ClusterSource ------------------------------------------------------------------------------------------
+    def snapshot(self) -> ClusterView:
+        return self._view
+
+    def ready(self) -> bool:
+        return self._synced
+
+    def start(self) -> None:
+        """Start the threads in this process (idempotent; after a fork, starts afresh in the child)."""
+        if self._pid == os.getpid() and any(t.is_alive() for t in self._threads):
+            return
+        self._reset()
+        self._pid = os.getpid()
+        log.info(
+            "cluster: listing nodes from %s; /readyz reports not ready until the first list succeeds",
+            self.description,
+        )
+        for name, target in (("node-watch", self._watch_loop), ("node-view", self._build_loop)):
+            thread = threading.Thread(target=self._guard(target), name=f"gpu-admission-{name}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._dirty.set()
+        self._interrupt()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=5)
+
+    # -- metrics ------------------------------------------------------------------------------------------------
+    @property
+    def snapshot_age_seconds(self) -> float:
+        """How stale the snapshot may be: 0 while a watch is open, else the time since the nodes were last known
+        current (since start when they never were)."""
+        if self._watching:
+            return 0.0
+        return time.monotonic() - (self._fresh_at if self._fresh_at is not None else self._started_at)
+
+    @property
+    def node_count(self) -> int:
+        return self._view.node_count
+
+    # -- threads ------------------------------------------------------------------------------------------------
+    def _guard(self, target: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            while not self._stop.is_set():
+                try:
+                    target()
+                    return
+                except Exception:  # never let the thread die: log and go on
+                    log.exception("cluster: unexpected error in the node watch; continuing")
+                    self._stop.wait(1.0)
+
+        return run
+
+    def _watch_loop(self) -> None:
+        backoff = Backoff(self.backoff_initial, self.backoff_max)
+        client: Any = None
+        need_list = True
+        gone_streak = 0
+        while not self._stop.is_set():
+            delay = 0.0
+            try:
+                if client is None:
+                    client = self.factory()
+                from kubernetes import client as k8s
+
+                core = k8s.CoreV1Api(client)
+                if need_list or time.monotonic() - self._last_list >= self.resync_seconds:
+                    self._list(core)
+                    need_list = False
+                    backoff.reset()
+                events, early = self._watch(core)
+                if events:
+                    backoff.reset()
+                    gone_streak = 0
+                elif early and not self._stop.is_set():
+                    delay = backoff.next()  # a stream that closes at once, again and again: do not hammer
+            except Exception as err:
+                if self._stop.is_set():
+                    break
+                status = 410 if isinstance(err, _Gone) else getattr(err, "status", None)
+                if status == 410:
+                    # The apiserver no longer holds the history from our resourceVersion (compaction, restart):
+                    # only a new list tells what changed meanwhile.
+                    log.info("cluster: the node watch's history expired (410 Gone); listing again")
+                    need_list = True
+                    gone_streak += 1
+                    delay = backoff.next() if gone_streak > 1 else 0.0
+                else:
+                    delay = backoff.next()
+                    what = "list" if need_list else "watch"
+                    state = "" if self._synced else "; not ready"
+                    log.warning(
+                        "cluster: cannot %s nodes from %s: %s%s; retrying in %.1fs",
+                        what,
+                        self.description,
+                        _brief(err),
+                        state,
+                        delay,
+                    )
+                    if not isinstance(err, _StreamError) and status in (None, 401, 403):
+                        _close(client)
+                        client = None  # a new client reloads credentials and connections
+            if delay:
+                self._stop.wait(delay)
+        _close(client)
+
+    def _list(self, core: Any) -> None:
+        started = time.monotonic()
+        nodes: dict[str, JSON] = {}
+        token: str | None = None
+        rv = ""
+        while True:
+            kwargs: dict[str, Any] = {
+                "limit": self.page_size,
+                "_preload_content": False,
+                "_request_timeout": (self.connect_timeout, 120),
+            }
+            if token:
+                kwargs["_continue"] = token
+            response = core.list_node(**kwargs)
+            try:
+                body = json.loads(response.data)
+            finally:
+                response.release_conn()
+            meta = as_dict(as_dict(body).get("metadata"))
+            for item in as_list(as_dict(body).get("items")):
+                name = as_str(as_dict(as_dict(item).get("metadata")).get("name"))
+                if name:
+                    nodes[name] = item
+            rv = as_str(meta.get("resourceVersion")) or rv
+            token = as_str(meta.get("continue")) or None
+            if not token:
+                break
+        first = not self._synced
+        with self._lock:
+            self._nodes = nodes
+            self._rv = rv
+            self._generation += 1
+        self._last_list = time.monotonic()
+        self._fresh_at = self._last_list
+        self.lists += 1
+        self._publish()  # at once: readiness follows the first list, not the debounce
+        if first:
+            view = self._view
+            log.info(
+                "cluster: synced %d nodes (%d GPU groups in %d pools) from %s in %.2fs; ready",
+                view.node_count,
+                len(view.gpu_groups),
+                len({g.pool for g in view.gpu_groups}),
+                self.description,
+                time.monotonic() - started,
+            )
+
+    def _watch(self, core: Any) -> tuple[int, bool]:
+        """Follow one watch request until it ends: (events it brought, whether it ended at once and empty)."""
+        timeout = max(
+            1, min(self.watch_timeout_seconds, int(self.resync_seconds - (time.monotonic() - self._last_list)) + 1)
+        )
+        started = time.monotonic()
+        response = core.list_node(
+            watch=True,
+            resource_version=self._rv or None,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout,
+            _preload_content=False,
+            _request_timeout=(self.connect_timeout, timeout + 30),
+        )
+        self._response = response
+        self._watching = True
+        count = 0
+        try:
+            if self._stop.is_set():
+                return 0, False
+            for line in _lines(response):
+                if self._stop.is_set():
+                    break
+                self._apply(line)
+                count += 1
+        finally:
+            self._watching = False
+            self._fresh_at = time.monotonic()
+            self._response = None
+            try:
+                response.close()
+                response.release_conn()
+            except Exception:
+                pass
+        return count, count == 0 and time.monotonic() - started < 1.0
+
+    def _apply(self, line: str) -> None:
+        try:
+            event = json.loads(line)
+        except ValueError as err:
+            raise _StreamError(f"unreadable watch event: {line[:80]!r}") from err
+        kind = as_str(as_dict(event).get("type"))
+        obj = as_dict(as_dict(event).get("object"))
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise _Gone()
+            raise _StreamError(f"{obj.get('code')} {obj.get('reason')}: {obj.get('message')}")
+        meta = as_dict(obj.get("metadata"))
+        rv = as_str(meta.get("resourceVersion"))
+        name = as_str(meta.get("name"))
+        with self._lock:
+            if kind in ("ADDED", "MODIFIED") and name:
+                self._nodes[name] = obj
+            elif kind == "DELETED" and name:
+                self._nodes.pop(name, None)
+            elif kind != "BOOKMARK":
+                return
+            if rv:
+                self._rv = rv
+            if kind != "BOOKMARK":
+                self._generation += 1
+        if kind != "BOOKMARK":
+            self._dirty.set()
+
+    def _build_loop(self) -> None:
+        last = 0.0
+        while not self._stop.is_set():
+            if not self._dirty.wait(timeout=1.0):
+                continue
+            wait = last + self.debounce_seconds - time.monotonic()
+            if wait > 0 and self._stop.wait(wait):
+                break
+            if self._stop.is_set():
+                break
+            if self._synced:
+                self._publish()
+            else:
+                self._dirty.clear()
+            last = time.monotonic()
+
+    def _publish(self) -> None:
+        """Build a view from the current nodes and swap it in (a reference assignment: atomic for readers); a view
+        built from older nodes than the one in place (the two threads raced) is dropped."""
+        with self._lock:
+            self._dirty.clear()
+            nodes = list(self._nodes.values())
+            generation = self._generation
+        view = build_view(nodes, self.settings, source=f"live watch of {self.description}")
+        with self._lock:
+            if generation < self._published:
+                return
+            self._published = generation
+            self._view = view
+            self._synced = True
+            self.builds += 1
+
+    def _interrupt(self) -> None:
+        """Unblock a watcher waiting on the stream (shut the socket down, as kubernetes.watch.Watch.stop does)."""
+        response = self._response
+        if response is None:
+            return
+        try:
+            sock = getattr(getattr(response, "connection", None), "sock", None)
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def _lines(response: Any) -> Iterator[str]:
+    """Newline-delimited JSON events from a watch response (a chunk may hold part of a line or several)."""
+    buffer = b""
+    for chunk in response.stream(amt=None, decode_content=False):
+        buffer += chunk if isinstance(chunk, bytes) else str(chunk).encode()
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if line.strip():
+                yield line.decode("utf-8", errors="replace")
+    if buffer.strip():
+        yield buffer.decode("utf-8", errors="replace")
+
+
+def _brief(err: BaseException) -> str:
+    status = getattr(err, "status", None)
+    reason = getattr(err, "reason", None)
+    if status:
+        return f"HTTP {status} {reason or ''}".strip()
+    text = str(err) or type(err).__name__
+    return text if len(text) < 200 else text[:200] + "..."
+
+
+def _close(client: Any) -> None:
+    try:
+        if client is not None:
+            client.close()
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Credentials
+
+
+def kubeconfig_paths(environ: dict[str, str] | None = None) -> list[str]:
+    """Existing kubeconfig files: ``KUBECONFIG`` (a path list), else ``~/.kube/config``."""
+    env = os.environ if environ is None else environ
+    raw = env.get("KUBECONFIG")
+    candidates = [p for p in raw.split(os.pathsep) if p] if raw else [str(Path("~/.kube/config").expanduser())]
+    return [p for p in candidates if Path(p).expanduser().is_file()]
+
+
+def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | None = None) -> LiveCluster | None:
+    """In-cluster credentials (a pod's service account), else the standard kubeconfig; None when neither exists.
+    Raises ConfigError when the credentials exist but cannot be loaded. Connects nothing: call ``start()``."""
+    from kubernetes import client, config
+
+    env = os.environ if environ is None else environ
+    if env.get("KUBERNETES_SERVICE_HOST") and Path(SERVICE_ACCOUNT_TOKEN).is_file():
+        try:
+            cfg = client.Configuration()
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except config.ConfigException as err:
+            raise ConfigError(f"in-cluster credentials: {err}") from err
+
+        def in_cluster() -> Any:
+            return client.ApiClient(cfg)  # the loader refreshes the rotated service-account token
+
+        return LiveCluster(settings, in_cluster, description=f"in-cluster API server {cfg.host}")
+    paths = kubeconfig_paths(dict(env))
+    if not paths:
+        return None
+    joined = os.pathsep.join(paths)
+
+    def from_kubeconfig() -> Any:
+        cfg = client.Configuration()
+        # Loaded again for each new client, so that exec-plugin and OIDC tokens are fresh.
+        config.load_kube_config(config_file=joined, client_configuration=cfg)  # type: ignore[no-untyped-call]
+        return client.ApiClient(cfg)
+
+    try:
+        probe = client.Configuration()
+        config.load_kube_config(config_file=joined, client_configuration=probe)  # type: ignore[no-untyped-call]
+    except (config.ConfigException, OSError, ValueError) as err:
+        raise ConfigError(f"kubeconfig {joined}: {err}") from err
+    return LiveCluster(settings, from_kubeconfig, description=f"{probe.host} (kubeconfig {joined})")
