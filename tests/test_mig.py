@@ -1041,3 +1041,28 @@ def test_patched_objects_are_schema_valid(kind):
             values = c["resources"][section]
             assert all(v == "1" for k, v in values.items() if k.startswith("nvidia.com/")), values
         assert c["resources"]["limits"] == c["resources"]["requests"]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "mig_settings", "event"),
+    [
+        pytest.param([a100_40()], {}, True, id="mixed"),
+        pytest.param([single_node("s", A100_40, "3g.20gb", 2, "half")], {}, True, id="single"),
+        pytest.param([gke_node("g", "nvidia-tesla-a100", "3g.20gb", 2, "half")], {}, True, id="gke"),
+        pytest.param([whole_node("w", A100_80, 8, "whole")], {"fallback": "whole"}, False, id="whole-is-not-mig"),
+    ],
+)
+def test_mig_assigned_event_only_for_mig_devices(nodes, mig_settings, event):
+    s = settings(**mig_settings)
+    result = review(frac("0.5"), nodes, s)
+    assert result.allowed, result.message
+    events = [e for e in result.outcome.events if e.reason == "MIGAssigned"]
+    assert bool(events) is event
+
+
+def test_no_state_line_for_a_plain_whole_gpu():
+    obj = pod(
+        container(limits={GPU: "1"}),
+        annotations={"gpu-admission.io/mig": "trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-7g.40gb (x, pool y)"},
+    )
+    assert mig_annotation(review(obj, [a100_40(gpus=1)]).object) is None

@@ -123,7 +123,6 @@ class Choice:
     option: Option
     places: list[Placement]
     pin: tuple[str, list[str]] | None = None
-    profile: Profile | None = None
     note: str = ""
 
 
@@ -535,8 +534,7 @@ def _choose(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> tu
             pin = _pin([p.group for p in good], bad, _pin_keys(ctx))
             if pin is None:
                 continue
-        best = min((p.profile for p in good if p.profile), key=lambda p: (p.gb, p.slices))
-        return Choice(option, good, pin, best), seen
+        return Choice(option, good, pin), seen
     return None, seen
 
 
@@ -566,7 +564,7 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
     pin = _pin(good, bad, [SHARING_LABEL, *_pin_keys(ctx)]) if bad else None
     if bad and pin is None:
         return None
-    return Choice(option, [Placement(g, None, True) for g in good], pin, None, note)
+    return Choice(option, [Placement(g, None, True) for g in good], pin, note)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -694,8 +692,15 @@ def _warn_usable(out: Outcome, ask: Ask, choice: Choice) -> None:
 
 
 def _state_line(name: str, container: JSON, spec: JSON) -> str | None:
+    """What a container with a MIG device (or shared GPU) holds, when its prior line no longer says it."""
     tokens = _state_tokens(container, spec)
-    return f"{name}: {tokens[0]} (as found on the object)" if tokens else None
+    if not tokens or not _assigned(container, spec):
+        return None
+    return f"{name}: {tokens[0]} (as found on the object)"
+
+
+def _is_mig(given: str) -> bool:
+    return given.startswith(MIG_RESOURCE_PREFIX) or "-MIG-" in given or GKE_PARTITION_LABEL in given
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -785,8 +790,9 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
                 f"container {name} asks for {' and '.join(migs)}: a container can use one MIG device "
                 f"(k8s-device-plugin#728); split the work over containers or ask for one profile.",
             )
-        if _verified(prior.get(name), container, pod.spec):
-            verified.append(prior[name])
+        line = prior.get(name)
+        if line and _verified(line, container, pod.spec) and _is_mig(_given(line)):
+            verified.append(line)
     if not pod.is_template and pod.annotation("gpu-fraction") is not None:
         target_name = pod.annotation("gpu-fraction-container")
         containers = [c for _, c in pod.containers(init=False)]
