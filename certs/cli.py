@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -165,7 +166,10 @@ def api_client_from_environment() -> Any:
         config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException as in_cluster:
         try:
-            config.load_kube_config(client_configuration=configuration)
+            # KUBECONFIG read now, not when the kubernetes package was imported (it caches it then)
+            config.load_kube_config(
+                config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration
+            )
         except (config.ConfigException, OSError) as kubeconfig:
             raise CertsError(
                 f"no Kubernetes credentials: not in a cluster ({in_cluster}) and no usable kubeconfig ({kubeconfig})"

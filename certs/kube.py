@@ -123,8 +123,15 @@ class _Api:
         self.core = client.CoreV1Api(api_client)
         self.adm = client.AdmissionregistrationV1Api(api_client)
         self.deadline = deadline
+        self.started = time.monotonic()
         self.poll = poll
         self.log = log
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def pause(self) -> None:
+        time.sleep(max(0.0, min(self.poll, self.remaining())))
 
     def call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
         """``fn(...)`` as a dict; ApiException for non-transient statuses, CertsError once the deadline passes."""
@@ -140,12 +147,12 @@ class _Api:
                 problem = f"HTTP {err.status} {err.reason}"
             except (urllib3.exceptions.HTTPError, OSError, json.JSONDecodeError) as err:
                 problem = f"{type(err).__name__}: {err}"
-            if time.monotonic() + self.poll > self.deadline:
+            if self.remaining() <= 0:
                 raise CertsError(f"{what}: the API server kept failing ({problem})")
             if not warned:
                 self.log(f"{what}: {problem}; retrying")
                 warned = True
-            time.sleep(self.poll)
+            self.pause()
 
 
 def _api_error(what: str, err: client.ApiException) -> CertsError:
@@ -281,15 +288,16 @@ def _inject(
         except client.ApiException as err:
             if err.status != 404:
                 raise _api_error(f"reading {what}", err) from err
-            if time.monotonic() + api.poll > api.deadline:
+            if api.remaining() <= 0:
+                waited = time.monotonic() - api.started
                 raise CertsError(
-                    f"{what} not found: waited for it and gave up (is the chart's webhook configuration named so, "
-                    "and installed before this Job finishes?)"
+                    f"{what} not found ({waited:.0f}s after start; gave up): is the chart's webhook configuration "
+                    "named so, and created before this Job's deadline (--wait-seconds)?"
                 ) from err
             if not waiting:
                 api.log(f"waiting for {what} to be created")
                 waiting = True
-            time.sleep(api.poll)
+            api.pause()
             continue
         webhooks = obj.get("webhooks")
         webhooks = webhooks if isinstance(webhooks, list) else []
