@@ -1,0 +1,293 @@
+{{/* Names */}}
+{{- define "gpu-admission.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gpu-admission.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gpu-admission.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gpu-admission.labels" -}}
+helm.sh/chart: {{ include "gpu-admission.chart" . }}
+app.kubernetes.io/name: {{ include "gpu-admission.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "gpu-admission.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpu-admission.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: webhook
+{{- end }}
+
+{{- define "gpu-admission.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "gpu-admission.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "gpu-admission.certsServiceAccountName" -}}
+{{- printf "%s-certs" (include "gpu-admission.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gpu-admission.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The TLS Secret the server mounts. */}}
+{{- define "gpu-admission.tlsSecretName" -}}
+{{- if eq .Values.certs.mode "provided" }}
+{{- required "certs.provided.secretName is required when certs.mode is provided" .Values.certs.provided.secretName }}
+{{- else }}
+{{- printf "%s-tls" (include "gpu-admission.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* Webhook names the apiserver shows in denials: 'admission webhook "validate.gpu-admission.io" denied ...'. */}}
+{{- define "gpu-admission.mutatingWebhookName" -}}mutate.gpu-admission.io{{- end }}
+{{- define "gpu-admission.validatingWebhookName" -}}validate.gpu-admission.io{{- end }}
+
+{{/* Restricted-profile container securityContext shared by every container of the chart. */}}
+{{- define "gpu-admission.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "gpu-admission.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/*
+Namespaces never sent to the webhook: the release's own (the webhook must always be able to start its own pods),
+kube-system and kube-node-lease (system pods and leases must never wait on a webhook), the configured exemptions
+(the server would pass them untouched anyway) and webhook.excludeNamespaces.
+*/}}
+{{- define "gpu-admission.excludedNamespaces" -}}
+{{- $ex := list .Release.Namespace "kube-system" "kube-node-lease" }}
+{{- $cfgEx := (.Values.config.exemptions | default dict).namespaces | default list }}
+{{- concat $ex $cfgEx .Values.webhook.excludeNamespaces | uniq | toJson }}
+{{- end }}
+
+{{/* The settings file: values.config with the release namespace added to exemptions.namespaces. */}}
+{{- define "gpu-admission.settings" -}}
+{{- $cfg := deepCopy (.Values.config | default dict) }}
+{{- $ex := $cfg.exemptions | default dict }}
+{{- $ns := $ex.namespaces | default list }}
+{{- $_ := set $ex "namespaces" (append $ns .Release.Namespace | uniq) }}
+{{- $_ := set $cfg "exemptions" $ex }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+CEL for matchConditions. `object` is untyped (DynType) in webhook matchConditions, so reading an absent field is an
+error, and an error under failurePolicy Fail rejects the request: every field is guarded with has().
+*/}}
+{{- define "gpu-admission.cel.resource" -}}
+({{ . }} == 'nvidia.com/gpu' || {{ . }}.startsWith('nvidia.com/gpu.') || {{ . }}.startsWith('nvidia.com/mig-') || {{ . }}.startsWith('gpu-admission.io/'))
+{{- end }}
+
+{{- define "gpu-admission.cel.container" -}}
+((has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, {{ include "gpu-admission.cel.resource" "r" }})) || (has(c.resources.requests) && c.resources.requests.exists(r, {{ include "gpu-admission.cel.resource" "r" }})))) || (has(c.env) && c.env.exists(e, has(e.name) && e.name == 'NVIDIA_VISIBLE_DEVICES')))
+{{- end }}
+
+{{/* Argument: the CEL path of a PodSpec. */}}
+{{- define "gpu-admission.cel.podSpec" -}}
+((has({{ . }}.containers) && {{ . }}.containers.exists(c, {{ include "gpu-admission.cel.container" . }})) || (has({{ . }}.initContainers) && {{ . }}.initContainers.exists(c, {{ include "gpu-admission.cel.container" . }})))
+{{- end }}
+
+{{/* Argument: the CEL path of an ObjectMeta. */}}
+{{- define "gpu-admission.cel.annotated" -}}
+(has({{ . }}.annotations) && {{ . }}.annotations.exists(a, a.startsWith('gpu-admission.io/')))
+{{- end }}
+
+{{/* Argument: the CEL path of a PodTemplateSpec. */}}
+{{- define "gpu-admission.cel.template" -}}
+((has({{ . }}.metadata) && {{ include "gpu-admission.cel.annotated" (printf "%s.metadata" .) }}) || (has({{ . }}.spec) && {{ include "gpu-admission.cel.podSpec" (printf "%s.spec" .) }}))
+{{- end }}
+
+{{/*
+True for an object that asks for a GPU (nvidia.com/gpu, nvidia.com/gpu.*, nvidia.com/mig-*, gpu-admission.io/*
+resources in any container or init container), sets NVIDIA_VISIBLE_DEVICES, or carries a gpu-admission.io/
+annotation (fractions, CUDA version, spot), whether it is a Pod (object.spec), an apps/v1 workload or Job
+(object.spec.template) or a CronJob (object.spec.jobTemplate.spec.template). Spot defaults in config widen it.
+*/}}
+{{- define "gpu-admission.matchExpression" -}}
+{{- $spot := .Values.config.spot | default dict }}
+{{- $default := $spot.default | default "off" }}
+{{- if ne $default "off" -}}
+true
+{{- else -}}
+{{- $terms := list }}
+{{- $terms = append $terms (printf "(has(object.metadata) && %s)" (include "gpu-admission.cel.annotated" "object.metadata")) }}
+{{- $terms = append $terms (printf "(has(object.spec) && %s)" (include "gpu-admission.cel.podSpec" "object.spec")) }}
+{{- $terms = append $terms (printf "(has(object.spec) && has(object.spec.template) && %s)" (include "gpu-admission.cel.template" "object.spec.template")) }}
+{{- $terms = append $terms (printf "(has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) && has(object.spec.jobTemplate.spec.template) && %s)" (include "gpu-admission.cel.template" "object.spec.jobTemplate.spec.template")) }}
+{{- $namespaces := list }}
+{{- range $ns, $mode := ($spot.namespaceDefaults | default dict) }}
+{{- if ne $mode "off" }}{{ $namespaces = append $namespaces (printf "'%s'" $ns) }}{{ end }}
+{{- end }}
+{{- if $namespaces }}
+{{- $terms = append $terms (printf "request.namespace in [%s]" (join ", " $namespaces)) }}
+{{- end }}
+{{- $kinds := list }}
+{{- range $kind, $mode := ($spot.ownerDefaults | default dict) }}
+{{- if ne $mode "off" }}
+{{- $kinds = append $kinds (printf "'%s'" $kind) }}
+{{- /* A CronJob's pods are owned by the Job it creates. */}}
+{{- if eq $kind "CronJob" }}{{ $kinds = append $kinds "'Job'" }}{{ end }}
+{{- end }}
+{{- end }}
+{{- if $kinds }}
+{{- $k := join ", " (uniq $kinds) }}
+{{- $terms = append $terms (printf "request.kind.kind in [%s] || (has(object.metadata) && has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, has(o.kind) && o.kind in [%s]))" $k $k) }}
+{{- end }}
+{{- join "\n|| " $terms }}
+{{- end }}
+{{- end }}
+
+{{/* Fields shared by both webhooks. */}}
+{{- define "gpu-admission.webhookCommon" -}}
+admissionReviewVersions: [v1]
+sideEffects: NoneOnDryRun
+failurePolicy: {{ .Values.webhook.failurePolicy }}
+matchPolicy: Equivalent
+rules:
+  - apiGroups: [""]
+    apiVersions: [v1]
+    operations: [CREATE]
+    resources: [pods]
+    scope: Namespaced
+  {{- if .Values.webhook.workloads }}
+  - apiGroups: [apps]
+    apiVersions: [v1]
+    operations: [CREATE, UPDATE]
+    resources: [deployments, statefulsets, daemonsets, replicasets]
+    scope: Namespaced
+  - apiGroups: [batch]
+    apiVersions: [v1]
+    operations: [CREATE, UPDATE]
+    resources: [jobs, cronjobs]
+    scope: Namespaced
+  {{- end }}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: {{ include "gpu-admission.excludedNamespaces" . }}
+    - key: gpu-admission.io/ignore
+      operator: NotIn
+      values: ["true"]
+{{- if .Values.webhook.objectOptOut }}
+objectSelector:
+  matchExpressions:
+    - key: gpu-admission.io/ignore
+      operator: NotIn
+      values: ["true"]
+{{- end }}
+matchConditions:
+  - name: gpu-related
+    expression: |-
+      {{- include "gpu-admission.matchExpression" . | nindent 6 }}
+{{- end }}
+
+{{- define "gpu-admission.clientConfig" -}}
+clientConfig:
+  service:
+    name: {{ include "gpu-admission.fullname" .root }}
+    namespace: {{ .root.Release.Namespace }}
+    path: {{ .path }}
+    port: {{ .root.Values.service.port }}
+  {{- if eq .root.Values.certs.mode "provided" }}
+  caBundle: {{ required "certs.provided.caBundle is required when certs.mode is provided" .root.Values.certs.provided.caBundle }}
+  {{- end }}
+{{- end }}
+
+{{/* Pod spec of the certs hook Job and of the renewal CronJob. */}}
+{{- define "gpu-admission.certsPodSpec" -}}
+serviceAccountName: {{ include "gpu-admission.certsServiceAccountName" . }}
+restartPolicy: Never
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- include "gpu-admission.podSecurityContext" . | nindent 2 }}
+containers:
+  - name: certs
+    image: {{ include "gpu-admission.image" . }}
+    imagePullPolicy: {{ .Values.image.pullPolicy }}
+    args:
+      - certs
+      - ensure
+      - --namespace
+      - {{ .Release.Namespace | quote }}
+      - --service
+      - {{ include "gpu-admission.fullname" . | quote }}
+      - --secret
+      - {{ include "gpu-admission.tlsSecretName" . | quote }}
+      - --mutating-config
+      - {{ include "gpu-admission.fullname" . | quote }}
+      - --validating-config
+      - {{ include "gpu-admission.fullname" . | quote }}
+      - --days
+      - {{ .Values.certs.selfSigned.days | quote }}
+      - --renew-within-days
+      - {{ .Values.certs.selfSigned.renewWithinDays | quote }}
+    env:
+      - name: PYTHONDONTWRITEBYTECODE
+        value: "1"
+    securityContext:
+      {{- include "gpu-admission.containerSecurityContext" . | nindent 6 }}
+    resources:
+      {{- toYaml .Values.certs.selfSigned.resources | nindent 6 }}
+    volumeMounts:
+      - name: tmp
+        mountPath: /tmp
+volumes:
+  - name: tmp
+    emptyDir:
+      sizeLimit: 16Mi
+{{- end }}

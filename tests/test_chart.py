@@ -1,0 +1,572 @@
+"""The Helm chart, rendered by the real helm: lint, Kubernetes schema validation (1.30 to 1.34), safety properties.
+
+Each value set in tests/chart_values/ is rendered once (cached) and shared by every test.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "charts" / "gpu-admission"
+VALUES = Path(__file__).resolve().parent / "chart_values"
+NAMESPACE = "gpu-admission"
+RELEASE = "r"
+FULLNAME = "r-gpu-admission"
+KUBERNETES_VERSIONS = ["1.30", "1.31", "1.32", "1.33", "1.34"]
+VALUE_SETS = sorted(p.stem for p in VALUES.glob("*.yaml"))
+# CRDs: no schema in kubernetes-validate; their fields are checked by hand below.
+CRD_KINDS = {"ServiceMonitor", "Issuer", "Certificate"}
+POD_SPEC_PATHS = {
+    "Deployment": ("spec", "template", "spec"),
+    "Job": ("spec", "template", "spec"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+    "Pod": ("spec",),
+}
+
+
+def helm_binary() -> str:
+    found = shutil.which("helm") or str(ROOT / ".tools" / "helm")
+    if not Path(found).exists():
+        pytest.skip("helm not installed (make tools)")
+    return found
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([helm_binary(), *args], capture_output=True, text=True, timeout=60, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stderr}")
+    return proc
+
+
+def template(*args: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    proc = helm("template", RELEASE, str(CHART), "-n", namespace, *args)
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+@functools.cache
+def _render(name: str) -> str:
+    return json.dumps(template("-f", str(VALUES / f"{name}.yaml")))
+
+
+def render_values(name: str) -> list[dict[str, Any]]:
+    """The objects rendered for value set ``name`` (a fresh copy: tests may not share mutations)."""
+    objects: list[dict[str, Any]] = json.loads(_render(name))
+    return objects
+
+
+def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    matches = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(matches) == 1, f"expected one {kind} {name or ''}, found {len(matches)}"
+    return matches[0]
+
+
+def find_all(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def dig(obj: Any, *path: str) -> Any:
+    for key in path:
+        obj = obj[key]
+    return obj
+
+
+def hooks(obj: dict[str, Any]) -> set[str]:
+    value = obj["metadata"].get("annotations", {}).get("helm.sh/hook", "")
+    return {h for h in value.split(",") if h}
+
+
+def pod_specs(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{o['kind']}/{o['metadata']['name']}", dig(o, *POD_SPEC_PATHS[o["kind"]]))
+        for o in objects
+        if o["kind"] in POD_SPEC_PATHS
+    ]
+
+
+def webhooks(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in find(objects, kind)["webhooks"]:
+            out.append((kind, hook))
+    return out
+
+
+@pytest.fixture(scope="module", params=VALUE_SETS)
+def rendered(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
+    return request.param, render_values(request.param)
+
+
+# --- helm lint and Kubernetes schemas ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_helm_lint(name):
+    proc = helm("lint", "--strict", str(CHART), "-n", NAMESPACE, "-f", str(VALUES / f"{name}.yaml"), check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_kubernetes_validate_has_the_supported_versions():
+    from kubernetes_validate import utils
+
+    available = {utils.major_minor(v) for v in utils.all_versions()}
+    assert set(KUBERNETES_VERSIONS) <= available
+
+
+@pytest.fixture(scope="module")
+def validate() -> Any:
+    """kubernetes_validate.validate, with its schema files parsed once (it re-reads megabytes of JSON per call) and
+    each distinct object validated once per version (most objects are the same in every value set)."""
+    from kubernetes_validate import utils
+
+    original = utils.schema_contents
+    utils.schema_contents = functools.cache(original)
+
+    @functools.cache
+    def check(obj_json: str, version: str) -> str:
+        try:
+            kubernetes_validate.validate(json.loads(obj_json), version, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            return f"{'.'.join(str(p) for p in err.path)}: {err.message}"
+        return ""
+
+    yield check
+    utils.schema_contents = original
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_every_object_validates(rendered, version, validate):
+    _, objects = rendered
+    checked = 0
+    for obj in objects:
+        if obj["kind"] in CRD_KINDS:
+            continue
+        error = validate(json.dumps(obj, sort_keys=True), version)
+        assert not error, f"{obj['kind']}/{obj['metadata']['name']} invalid for {version}: {error}"
+        checked += 1
+    assert checked >= 10
+
+
+def test_crds_have_their_required_fields(rendered):
+    _, objects = rendered
+    for obj in objects:
+        if obj["kind"] == "Certificate":
+            assert obj["apiVersion"] == "cert-manager.io/v1"
+            assert obj["spec"]["secretName"] and obj["spec"]["issuerRef"]["name"]
+            assert f"{FULLNAME}.{NAMESPACE}.svc" in obj["spec"]["dnsNames"]
+        elif obj["kind"] == "Issuer":
+            assert obj["apiVersion"] == "cert-manager.io/v1"
+            assert obj["spec"] == {"selfSigned": {}}
+        elif obj["kind"] == "ServiceMonitor":
+            assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+            (endpoint,) = obj["spec"]["endpoints"]
+            assert endpoint["port"] == "metrics"
+
+
+# --- webhook configurations -------------------------------------------------------------------------------------
+
+
+def test_webhook_configurations_are_release_resources_so_uninstall_removes_them(rendered):
+    _, objects = rendered
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        obj = find(objects, kind)
+        assert hooks(obj) == set(), f"{kind} is a hook: helm uninstall would leave it behind"
+        assert "helm.sh/resource-policy" not in obj["metadata"].get("annotations", {})
+
+
+def test_webhook_safety_fields(rendered):
+    name, objects = rendered
+    for kind, hook in webhooks(objects):
+        assert hook["name"].endswith(".gpu-admission.io") and hook["name"].count(".") >= 2
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["sideEffects"] == "NoneOnDryRun"
+        assert 1 <= hook["timeoutSeconds"] <= 5, "a slow webhook holds every GPU pod create"
+        assert hook["failurePolicy"] == ("Ignore" if name == "ha-off" else "Fail")
+        assert hook["matchPolicy"] == "Equivalent"
+        if kind == "MutatingWebhookConfiguration":
+            assert hook["reinvocationPolicy"] == "IfNeeded"
+        assert [c["name"] for c in hook["matchConditions"]] == ["gpu-related"]
+
+
+def test_webhook_rules(rendered):
+    _, objects = rendered
+    expected = {
+        ("", "pods"): ["CREATE"],
+        **{("apps", r): ["CREATE", "UPDATE"] for r in ("deployments", "statefulsets", "daemonsets", "replicasets")},
+        **{("batch", r): ["CREATE", "UPDATE"] for r in ("jobs", "cronjobs")},
+    }
+    for _, hook in webhooks(objects):
+        seen = {}
+        for rule in hook["rules"]:
+            assert rule["apiVersions"] == ["v1"] and rule["scope"] == "Namespaced"
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    assert "*" not in resource and "/" not in resource
+                    seen[(group, resource)] = rule["operations"]
+        assert seen == expected
+
+
+@pytest.mark.parametrize("namespace", ["gpu-system", "platform"])
+def test_namespace_selector_excludes_release_and_system_namespaces(namespace):
+    objects = template(namespace=namespace)
+    for _, hook in webhooks(objects):
+        exprs = {e["key"]: e for e in hook["namespaceSelector"]["matchExpressions"]}
+        by_name = exprs["kubernetes.io/metadata.name"]
+        assert by_name["operator"] == "NotIn"
+        assert {namespace, "kube-system", "kube-node-lease"} <= set(by_name["values"])
+        assert exprs["gpu-admission.io/ignore"] == {
+            "key": "gpu-admission.io/ignore",
+            "operator": "NotIn",
+            "values": ["true"],
+        }
+
+
+def test_excluded_namespaces_follow_settings_exemptions():
+    objects = render_values("all-on")
+    for _, hook in webhooks(objects):
+        (by_name,) = [
+            e for e in hook["namespaceSelector"]["matchExpressions"] if e["key"] == "kubernetes.io/metadata.name"
+        ]
+        assert "monitoring" in by_name["values"]
+        assert len(by_name["values"]) == len(set(by_name["values"]))
+
+
+@pytest.mark.parametrize(("name", "present"), [("defaults", True), ("all-on", False)])
+def test_object_selector_opt_out(name, present):
+    for _, hook in webhooks(render_values(name)):
+        if present:
+            assert hook["objectSelector"]["matchExpressions"] == [
+                {"key": "gpu-admission.io/ignore", "operator": "NotIn", "values": ["true"]}
+            ]
+        else:
+            assert "objectSelector" not in hook
+
+
+def test_webhooks_call_the_service(rendered):
+    _, objects = rendered
+    service = find(objects, "Service")
+    https = next(p for p in service["spec"]["ports"] if p["name"] == "https")
+    assert https["port"] == 443 and https["targetPort"] == "https"
+    for kind, hook in webhooks(objects):
+        svc = hook["clientConfig"]["service"]
+        assert (svc["name"], svc["namespace"], svc["port"]) == (service["metadata"]["name"], NAMESPACE, 443)
+        assert svc["path"] == ("/mutate" if kind.startswith("Mutating") else "/validate")
+
+
+@pytest.mark.parametrize(
+    ("name", "ca"),
+    [
+        pytest.param("defaults", "job", id="self-signed-job-injects"),
+        pytest.param("cert-manager", "cert-manager", id="cert-manager-injects"),
+        pytest.param("cert-manager-issuer", "cert-manager", id="cert-manager-own-issuer"),
+        pytest.param("provided", "values", id="provided-bundle"),
+    ],
+)
+def test_ca_bundle_per_cert_mode(name, ca):
+    objects = render_values(name)
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        obj = find(objects, kind)
+        annotations = obj["metadata"].get("annotations", {})
+        bundles = [h["clientConfig"].get("caBundle") for h in obj["webhooks"]]
+        if ca == "values":
+            assert all(b and b.startswith("LS0t") for b in bundles)
+        else:
+            # Helm must never own the field, or an upgrade would blank the injected CA.
+            assert bundles == [None] * len(bundles)
+        if ca == "cert-manager":
+            assert annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/{FULLNAME}"
+            assert find(objects, "Certificate")["metadata"]["name"] == FULLNAME
+        else:
+            assert "cert-manager.io/inject-ca-from" not in annotations
+    kinds = {o["kind"] for o in objects}
+    assert ("Issuer" in kinds) == (name == "cert-manager")
+    assert ("Certificate" in kinds) == (ca == "cert-manager")
+
+
+# --- certificates -----------------------------------------------------------------------------------------------
+
+
+def _tls_secret(objects: list[dict[str, Any]]) -> str:
+    deployment = find(objects, "Deployment")
+    (volume,) = [v for v in dig(deployment, "spec", "template", "spec", "volumes") if v["name"] == "tls"]
+    return str(volume["secret"]["secretName"])
+
+
+def _arg(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def test_self_signed_job_runs_certs_ensure_after_the_webhook_configurations_exist():
+    objects = render_values("defaults")
+    jobs = {tuple(sorted(hooks(j))): j for j in find_all(objects, "Job")}
+    job = jobs[("post-install", "post-upgrade")]
+    assert "before-hook-creation" in job["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[:2] == ["certs", "ensure"]
+    assert _arg(args, "--namespace") == NAMESPACE
+    assert _arg(args, "--service") == find(objects, "Service")["metadata"]["name"]
+    assert _arg(args, "--secret") == _tls_secret(objects)
+    assert _arg(args, "--mutating-config") == find(objects, "MutatingWebhookConfiguration")["metadata"]["name"]
+    assert _arg(args, "--validating-config") == find(objects, "ValidatingWebhookConfiguration")["metadata"]["name"]
+    assert int(_arg(args, "--days")) > int(_arg(args, "--renew-within-days"))
+    # The ServiceAccount it runs as is a regular resource: it exists before post-install hooks run.
+    sa = find(objects, "ServiceAccount", job["spec"]["template"]["spec"]["serviceAccountName"])
+    assert hooks(sa) == set()
+
+
+def test_self_signed_renewal_cron_job_runs_the_same_command():
+    objects = render_values("defaults")
+    cron = find(objects, "CronJob")
+    job = next(j for j in find_all(objects, "Job") if "post-install" in hooks(j))
+    assert (
+        dig(cron, "spec", "jobTemplate", "spec", "template", "spec", "containers")[0]["args"]
+        == (job["spec"]["template"]["spec"]["containers"][0]["args"])
+    )
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    no_cron = template("--set", "certs.selfSigned.renewSchedule=")
+    assert find_all(no_cron, "CronJob") == []
+
+
+def test_uninstall_deletes_the_secret_the_job_made():
+    objects = render_values("defaults")
+    cleanup = next(j for j in find_all(objects, "Job") if hooks(j) == {"pre-delete"})
+    (container,) = cleanup["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["SECRET"] == _tls_secret(objects) and env["NAMESPACE"] == NAMESPACE
+    assert "delete_namespaced_secret" in container["args"][0]
+    compile(container["args"][0], "cleanup", "exec")
+
+
+@pytest.mark.parametrize("name", ["cert-manager", "provided"])
+def test_no_certs_job_outside_self_signed(name):
+    objects = render_values(name)
+    assert [j["metadata"]["name"] for j in find_all(objects, "Job")] == []
+    assert find_all(objects, "CronJob") == []
+
+
+def test_provided_mode_mounts_the_users_secret():
+    assert _tls_secret(render_values("provided")) == "my-webhook-tls"
+
+
+# --- RBAC -------------------------------------------------------------------------------------------------------
+
+
+def _rules(objects: list[dict[str, Any]], kind: str, name: str) -> list[dict[str, Any]]:
+    return list(find(objects, kind, name)["rules"])
+
+
+def test_server_rbac_is_minimal(rendered):
+    _, objects = rendered
+    rules = _rules(objects, "ClusterRole", FULLNAME)
+    assert rules == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    ]
+    binding = find(objects, "ClusterRoleBinding", FULLNAME)
+    deployment = find(objects, "Deployment")
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": dig(deployment, "spec", "template", "spec", "serviceAccountName"),
+            "namespace": NAMESPACE,
+        }
+    ]
+
+
+def test_certs_rbac_is_limited_by_resource_names():
+    objects = render_values("defaults")
+    secret = _tls_secret(objects)
+    role = _rules(objects, "Role", f"{FULLNAME}-certs")
+    assert role == [
+        # create cannot be limited by resourceNames (Kubernetes does not know the name at authorization time).
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": [secret],
+            "verbs": ["get", "update", "patch", "delete"],
+        },
+    ]
+    cluster = _rules(objects, "ClusterRole", f"{FULLNAME}-certs")
+    assert cluster == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+            "resourceNames": [FULLNAME],
+            "verbs": ["get", "patch"],
+        }
+    ]
+
+
+def test_no_wildcards_in_any_rbac_rule(rendered):
+    _, objects = rendered
+    for obj in objects:
+        if obj["kind"] in ("Role", "ClusterRole"):
+            for rule in obj["rules"]:
+                for field in ("apiGroups", "resources", "verbs"):
+                    assert "*" not in rule[field], f"{obj['kind']}/{obj['metadata']['name']} {field}"
+
+
+# --- the Deployment ---------------------------------------------------------------------------------------------
+
+
+def test_every_pod_is_locked_down(rendered):
+    _, objects = rendered
+    specs = pod_specs(objects)
+    assert len(specs) >= 2
+    for where, spec in specs:
+        pod_ctx = spec["securityContext"]
+        assert pod_ctx["runAsNonRoot"] is True and pod_ctx["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        for c in spec["containers"] + spec.get("initContainers", []):
+            ctx = c["securityContext"]
+            assert ctx["runAsNonRoot"] is True, where
+            assert ctx["readOnlyRootFilesystem"] is True, where
+            assert ctx["allowPrivilegeEscalation"] is False, where
+            assert ctx["capabilities"] == {"drop": ["ALL"]}, where
+            assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}, where
+            assert ctx["runAsUser"] > 0, where
+            assert c["resources"]["requests"] and c["resources"]["limits"]["memory"], where
+
+
+def _server(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    deployment = find(objects, "Deployment")
+    spec = dig(deployment, "spec", "template", "spec")
+    (container,) = spec["containers"]
+    return spec, container
+
+
+def test_server_container(rendered):
+    _, objects = rendered
+    spec, c = _server(objects)
+    assert c["args"][0] == "serve"
+    assert _arg(c["args"], "--cert") == "/tls/tls.crt" and _arg(c["args"], "--key") == "/tls/tls.key"
+    assert _arg(c["args"], "--port") == "8443" and _arg(c["args"], "--metrics-port") == "9090"
+    assert int(_arg(c["args"], "--workers")) >= 1
+    assert _arg(c["args"], "--config") == "/etc/gpu-admission/config.yaml"
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"https": 8443, "metrics": 9090}
+    for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert c[probe]["httpGet"] == {"scheme": "HTTPS", "path": path, "port": "https"}
+    assert c["lifecycle"]["preStop"]["sleep"]["seconds"] >= 1
+    assert spec["terminationGracePeriodSeconds"] > c["lifecycle"]["preStop"]["sleep"]["seconds"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["PROMETHEUS_MULTIPROC_DIR"] == "/tmp/metrics"
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]] and "emptyDir" in volumes[mounts["/tmp/metrics"]]
+    assert volumes[mounts["/tls"]]["secret"]["secretName"]
+    assert "subPath" not in json.dumps(c["volumeMounts"]), "subPath mounts never see a renewed certificate"
+    assert volumes[mounts["/etc/gpu-admission"]]["configMap"]["name"] == FULLNAME
+
+
+@pytest.mark.parametrize(("name", "replicas", "pdb"), [("defaults", 2, True), ("ha-off", 1, False)])
+def test_replicas_and_disruption_budget(name, replicas, pdb):
+    objects = render_values(name)
+    deployment = find(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == replicas
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    budgets = find_all(objects, "PodDisruptionBudget")
+    if pdb:
+        (budget,) = budgets
+        assert budget["spec"]["minAvailable"] == 1
+        labels = dig(deployment, "spec", "template", "metadata", "labels")
+        assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    else:
+        assert budgets == []
+
+
+def test_replicas_spread_over_nodes():
+    spec, _ = _server(render_values("defaults"))
+    by_key = {t["topologyKey"]: t for t in spec["topologySpreadConstraints"]}
+    assert by_key["kubernetes.io/hostname"]["whenUnsatisfiable"] == "DoNotSchedule"
+    assert by_key["kubernetes.io/hostname"]["maxSkew"] == 1
+    assert "topology.kubernetes.io/zone" in by_key
+
+
+def test_priority_class_settable():
+    assert "priorityClassName" not in _server(render_values("defaults"))[0]
+    assert _server(render_values("all-on"))[0]["priorityClassName"] == "system-cluster-critical"
+
+
+def test_image_by_tag_or_digest():
+    _, c = _server(render_values("defaults"))
+    assert c["image"].endswith(":0.1.0")
+    _, c = _server(render_values("all-on"))
+    assert c["image"].endswith("@sha256:" + "0123456789abcdef" * 4)
+
+
+def test_settings_config_map_adds_the_release_namespace_to_exemptions(rendered):
+    _, objects = rendered
+    settings = yaml.safe_load(find(objects, "ConfigMap", FULLNAME)["data"]["config.yaml"])
+    assert NAMESPACE in settings["exemptions"]["namespaces"]
+    assert len(settings["exemptions"]["namespaces"]) == len(set(settings["exemptions"]["namespaces"]))
+
+
+def test_config_checksum_rolls_the_pods_on_change():
+    def checksum(*args: str) -> str:
+        deployment = find(template(*args), "Deployment")
+        return str(dig(deployment, "spec", "template", "metadata", "annotations", "checksum/config"))
+
+    base = checksum()
+    assert len(base) == 64
+    int(base, 16)
+    assert checksum("--set", "config.cuda.mode=warn") != base
+    assert checksum("--set", "replicaCount=3") == base
+
+
+# --- optional objects and the helm test -------------------------------------------------------------------------
+
+
+def test_optional_objects_only_when_enabled():
+    defaults = {o["kind"] for o in render_values("defaults")}
+    assert not {"ServiceMonitor", "NetworkPolicy"} & defaults
+    objects = render_values("all-on")
+    monitor = find(objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    policy = find(objects, "NetworkPolicy")
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "webhook"
+    dashboards = [o for o in find_all(objects, "ConfigMap") if "gpu-admission.json" in o.get("data", {})]
+    (dashboard,) = dashboards
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["gpu-admission.json"])["panels"]
+
+
+def test_helm_test_hook_sends_a_dry_run_pod_to_a_covered_namespace(rendered):
+    name, objects = rendered
+    (pod,) = [o for o in find_all(objects, "Pod") if hooks(o) == {"test"}]
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[0] == "selftest"
+    target = _arg(args, "--namespace")
+    assert target != NAMESPACE, "the release namespace is never sent to the webhook"
+    names = {h["name"] for _, h in webhooks(objects)}
+    assert {args[i + 1] for i, a in enumerate(args) if a == "--webhook"} == names
+    role = next(o for o in find_all(objects, "Role") if hooks(o) == {"test"})
+    assert role["metadata"]["namespace"] == target
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]
+    assert _arg(args, "--probe") == ("spot" if name == "all-on" else "fraction")
+
+
+def test_dashboard_metrics_exist_in_the_server():
+    """Every metric the dashboard queries is defined by the server (once the server defines metrics at all)."""
+    import re
+
+    dashboard = (CHART / "dashboards" / "gpu-admission.json").read_text()
+    wanted = {re.sub(r"_bucket$", "", m) for m in re.findall(r"gpu_admission_[a-z_]+", dashboard)}
+    source = "\n".join(p.read_text() for p in (ROOT / "webhook").rglob("*.py"))
+    defined = set(re.findall(r"[\"'](gpu_admission_[a-z_]+)[\"']", source))
+    if not defined:
+        pytest.skip("the server defines no gpu_admission_* metrics yet")
+    defined |= {re.sub(r"_total$", "", d) for d in defined} | {d + "_total" for d in defined}
+    assert wanted <= defined, f"dashboard queries metrics the server does not define: {sorted(wanted - defined)}"

@@ -1,0 +1,242 @@
+"""The webhooks' matchConditions (CEL), evaluated with cel-python against a table of objects.
+
+In the apiserver `object` is untyped in matchConditions: reading an absent field is an error, and an error under
+failurePolicy Fail rejects the request. So every case also checks that evaluation does not error.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import celpy
+import pytest
+from celpy.adapter import json_to_cel
+
+from tests.test_chart import find, render_values
+
+FIXTURES = Path("/work/shared/fixtures/kubernetes-api")
+KINDS = {
+    "Pod": ("", "v1"),
+    "Deployment": ("apps", "v1"),
+    "StatefulSet": ("apps", "v1"),
+    "DaemonSet": ("apps", "v1"),
+    "ReplicaSet": ("apps", "v1"),
+    "Job": ("batch", "v1"),
+    "CronJob": ("batch", "v1"),
+}
+
+
+def expressions(value_set: str) -> list[str]:
+    objects = render_values(value_set)
+    out = []
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in find(objects, kind)["webhooks"]:
+            (condition,) = hook["matchConditions"]
+            out.append(condition["expression"])
+    return out
+
+
+def program(value_set: str) -> Any:
+    exprs = expressions(value_set)
+    assert len(set(exprs)) == 1, "both webhooks must select the same objects"
+    env = celpy.Environment()
+    return env.program(env.compile(exprs[0]))
+
+
+def sent(prog: Any, obj: dict[str, Any], namespace: str = "team") -> bool:
+    kind = str(obj.get("kind", "Pod"))
+    group, version = KINDS.get(kind, ("", "v1"))
+    request = {
+        "kind": {"group": group, "version": version, "kind": kind},
+        "namespace": namespace,
+        "operation": "CREATE",
+    }
+    result = prog.evaluate({"object": json_to_cel(obj), "request": json_to_cel(request)})
+    assert isinstance(result, celpy.celtypes.BoolType), f"CEL did not give a bool: {result!r}"
+    return bool(result)
+
+
+def container(
+    name: str = "main",
+    limits: dict[str, str] | None = None,
+    requests: dict[str, str] | None = None,
+    env: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": name, "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}
+    resources = {k: v for k, v in (("limits", limits), ("requests", requests)) if v is not None}
+    if resources:
+        c["resources"] = resources
+    if env is not None:
+        c["env"] = env
+    return c
+
+
+def pod(
+    *containers: dict[str, Any],
+    annotations: dict[str, str] | None = None,
+    init: list[dict[str, Any]] | None = None,
+    **meta: Any,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": list(containers)}
+    if init:
+        spec["initContainers"] = init
+    metadata: dict[str, Any] = {"name": "p", **meta}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def workload(kind: str, template_pod: dict[str, Any]) -> dict[str, Any]:
+    template = {"metadata": template_pod["metadata"], "spec": template_pod["spec"]}
+    if kind == "CronJob":
+        spec: dict[str, Any] = {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": template}}}
+    else:
+        spec = {"template": template}
+    group, version = KINDS[kind]
+    return {"apiVersion": f"{group}/{version}", "kind": kind, "metadata": {"name": "w"}, "spec": spec}
+
+
+GPU = {"nvidia.com/gpu": "1"}
+CPU = {"cpu": "1", "memory": "1Gi"}
+
+CASES = [
+    pytest.param(pod(container(limits=GPU)), True, id="gpu-pod-sent"),
+    pytest.param(pod(container(requests=GPU)), True, id="gpu-in-requests-only-sent"),
+    pytest.param(pod(container(limits={"nvidia.com/gpu": "500m"})), True, id="fraction-pod-sent"),
+    pytest.param(pod(container(limits={"nvidia.com/mig-3g.40gb": "1"})), True, id="mig-resource-sent"),
+    pytest.param(pod(container(limits={"nvidia.com/gpu.shared": "1"})), True, id="time-sliced-resource-sent"),
+    pytest.param(pod(container(limits={"gpu-admission.io/gpu-memory": "20Gi"})), True, id="gpu-memory-pod-sent"),
+    pytest.param(pod(container(limits=CPU)), False, id="cpu-pod-not-sent"),
+    pytest.param(pod(container(limits=CPU), annotations={"example.com/x": "1"}), False, id="other-annotation-not-sent"),
+    pytest.param(
+        pod(container(limits=CPU), annotations={"gpu-admission.io/spot": "tolerate"}), True, id="spot-pod-sent"
+    ),
+    pytest.param(
+        pod(container(), annotations={"gpu-admission.io/gpu-fraction": "0.25"}), True, id="fraction-annotation-sent"
+    ),
+    pytest.param(
+        pod(container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])), True, id="visible-devices-env-sent"
+    ),
+    pytest.param(
+        pod(container(env=[{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}])),
+        False,
+        id="env-without-value-not-sent",
+    ),
+    pytest.param(pod(container(limits=CPU), init=[container("init", limits=GPU)]), True, id="gpu-init-container-sent"),
+    pytest.param(pod(container("a", limits=CPU), container("b", limits=GPU)), True, id="second-container-gpu-sent"),
+    pytest.param(
+        workload("Deployment", pod(container(limits={"nvidia.com/gpu": "0.5"}))),
+        True,
+        id="deployment-with-fraction-sent",
+    ),
+    pytest.param(workload("Deployment", pod(container(limits=CPU))), False, id="cpu-deployment-not-sent"),
+    pytest.param(
+        workload("Deployment", pod(container(), annotations={"gpu-admission.io/spot": "prefer"})),
+        True,
+        id="deployment-template-spot-annotation-sent",
+    ),
+    pytest.param(workload("StatefulSet", pod(container(limits=GPU))), True, id="gpu-statefulset-sent"),
+    pytest.param(workload("DaemonSet", pod(container(limits=GPU))), True, id="gpu-daemonset-sent"),
+    pytest.param(workload("ReplicaSet", pod(container(limits=GPU))), True, id="gpu-replicaset-sent"),
+    pytest.param(workload("Job", pod(container(limits={"nvidia.com/gpu": "0.5"}))), True, id="job-fraction-sent"),
+    pytest.param(
+        workload("CronJob", pod(container(limits={"gpu-admission.io/gpu-memory": "20Gi"}))),
+        True,
+        id="cronjob-with-gpu-memory-sent",
+    ),
+    pytest.param(workload("CronJob", pod(container(limits=CPU))), False, id="cpu-cronjob-not-sent"),
+    # Absent fields: must evaluate (to false), never error.
+    pytest.param({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}, False, id="pod-without-spec"),
+    pytest.param({"kind": "Pod"}, False, id="pod-without-metadata-or-spec"),
+    pytest.param({"kind": "Pod", "metadata": {}, "spec": {}}, False, id="pod-without-containers"),
+    pytest.param(pod({"name": "c"}), False, id="container-without-resources"),
+    pytest.param(pod({"name": "c", "resources": {}}), False, id="resources-without-limits"),
+    pytest.param(pod({"name": "c", "env": [{"value": "x"}]}), False, id="env-entry-without-name"),
+    pytest.param(
+        {"kind": "Deployment", "metadata": {"name": "d"}, "spec": {"template": {}}},
+        False,
+        id="template-without-metadata-or-spec",
+    ),
+    pytest.param(
+        {"kind": "Deployment", "metadata": {"name": "d"}, "spec": {"template": {"metadata": {}}}},
+        False,
+        id="template-metadata-without-annotations",
+    ),
+    pytest.param(
+        {"kind": "CronJob", "metadata": {"name": "c"}, "spec": {"jobTemplate": {}}},
+        False,
+        id="cronjob-without-job-spec",
+    ),
+    pytest.param(
+        {"kind": "CronJob", "metadata": {"name": "c"}, "spec": {"jobTemplate": {"spec": {}}}},
+        False,
+        id="cronjob-without-pod-template",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def default_program() -> Any:
+    return program("defaults")
+
+
+@pytest.mark.parametrize(("obj", "expected"), CASES)
+def test_match_conditions(default_program, obj, expected):
+    assert sent(default_program, obj) is expected
+
+
+def _fixtures() -> list[Any]:
+    """The upstream round-trip objects of the kinds the webhook receives."""
+    paths = sorted(FIXTURES.glob("*.json")) if FIXTURES.is_dir() else []
+    return [pytest.param(p, id=p.stem) for p in paths if json.loads(p.read_text()).get("kind") in KINDS]
+
+
+def _pod_spec(obj: dict[str, Any]) -> Any:
+    if obj["kind"] == "Pod":
+        return obj["spec"]
+    if obj["kind"] == "CronJob":
+        return obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return obj["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("path", _fixtures())
+def test_fixtures_with_every_field_set_evaluate_without_error(default_program, path):
+    obj = json.loads(path.read_text())
+    assert sent(default_program, obj) is False  # placeholder keys: no GPU resource, no gpu-admission.io/ key
+    gpu = copy.deepcopy(obj)
+    _pod_spec(gpu)["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1"
+    assert sent(default_program, gpu) is True
+
+
+@pytest.mark.parametrize(
+    ("obj", "namespace", "expected"),
+    [
+        pytest.param(pod(container(limits=CPU)), "batch", True, id="namespace-with-spot-default-sent"),
+        pytest.param(pod(container(limits=CPU)), "interactive", False, id="namespace-spot-default-off-not-sent"),
+        pytest.param(pod(container(limits=CPU)), "team", False, id="other-namespace-cpu-pod-not-sent"),
+        pytest.param(workload("CronJob", pod(container(limits=CPU))), "team", True, id="owner-kind-default-sent"),
+        pytest.param(
+            pod(container(limits=CPU), ownerReferences=[{"kind": "Job", "name": "j"}]),
+            "team",
+            True,
+            id="pod-of-a-cronjobs-job-sent",
+        ),
+        pytest.param(
+            pod(container(limits=CPU), ownerReferences=[{"name": "no-kind"}]),
+            "team",
+            False,
+            id="owner-reference-without-kind",
+        ),
+        pytest.param(pod(container(limits=GPU)), "team", True, id="gpu-pod-still-sent"),
+    ],
+)
+def test_spot_defaults_widen_the_match(obj, namespace, expected):
+    assert sent(program("all-on"), obj, namespace) is expected
+
+
+def test_cluster_wide_spot_default_sends_every_pod():
+    assert expressions("spot-default") == ["true", "true"]
+    assert sent(program("spot-default"), pod(container(limits=CPU))) is True

@@ -1,0 +1,174 @@
+"""The chart's values.schema.json: its `config` part is generated from webhook/config.py, and helm enforces it.
+
+When a settings field is added to webhook/config.py, regenerate the schema's `config` part:
+    .venv/bin/python -m tests.test_chart_schema --write
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import itertools
+import json
+import sys
+import types
+import typing
+from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+import pytest
+
+from tests.test_chart import CHART, helm, render_values
+from webhook import config as settings_module
+
+SCHEMA_PATH = CHART / "values.schema.json"
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.capitalize() for p in rest)
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """Field docstrings (the string literal after each annotated field) read from the source."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for prev, node in itertools.pairwise(body):
+        if (
+            isinstance(prev, ast.AnnAssign)
+            and isinstance(prev.target, ast.Name)
+            and isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            docs[prev.target.id] = " ".join(node.value.value.split())
+    return docs
+
+
+def _type_schema(tp: Any) -> dict[str, Any]:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return {"enum": list(get_args(tp))}
+    if origin in (types.UnionType, typing.Union):
+        options = [a for a in get_args(tp) if a is not type(None)]
+        inner = _type_schema(options[0])
+        return {"anyOf": [inner, {"type": "null"}]}
+    if origin is list:
+        (item,) = get_args(tp)
+        return {"type": "array", "items": _type_schema(item)}
+    if origin is dict:
+        _, item = get_args(tp)
+        return {"type": "object", "additionalProperties": _type_schema(item)}
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return dataclass_schema(tp)
+    simple = {str: "string", bool: "boolean", int: "integer", float: "number"}
+    if tp in simple:
+        return {"type": simple[tp]}
+    raise TypeError(f"no schema for settings type {tp!r}")
+
+
+def dataclass_schema(cls: type) -> dict[str, Any]:
+    hints = get_type_hints(cls)
+    docs = _field_docs(cls)
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    for f in dataclasses.fields(cls):
+        prop = _type_schema(hints[f.name])
+        if f.name in docs:
+            prop = {"description": docs[f.name], **prop}
+        props[_camel(f.name)] = prop
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            required.append(_camel(f.name))
+    out: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": props}
+    if cls.__doc__:
+        out = {"description": " ".join(cls.__doc__.split()), **out}
+    if required:
+        out["required"] = required
+    return out
+
+
+def config_schema() -> dict[str, Any]:
+    schema = dataclass_schema(settings_module.Settings)
+    schema["description"] = "Settings of the server (webhook/config.py), camelCase keys."
+    return schema
+
+
+def _strip_descriptions(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _strip_descriptions(v) for k, v in node.items() if k != "description"}
+    if isinstance(node, list):
+        return [_strip_descriptions(v) for v in node]
+    return node
+
+
+def test_config_schema_matches_settings_dataclasses():
+    committed = json.loads(SCHEMA_PATH.read_text())["properties"]["config"]
+    assert _strip_descriptions(committed) == _strip_descriptions(config_schema()), (
+        "values.schema.json is out of date with webhook/config.py: run python -m tests.test_chart_schema --write"
+    )
+
+
+def _objects_without_closed_properties(node: Any, path: str = "") -> list[str]:
+    found: list[str] = []
+    if isinstance(node, dict):
+        if "properties" in node and node.get("additionalProperties") is not False:
+            found.append(path or "<root>")
+        for key, value in node.items():
+            found += _objects_without_closed_properties(value, f"{path}.{key}" if path else key)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _objects_without_closed_properties(value, f"{path}[{i}]")
+    return found
+
+
+def test_every_defined_object_is_closed():
+    schema = json.loads(SCHEMA_PATH.read_text())
+    # allOf/if/then fragments only narrow properties already defined and closed.
+    open_ = [p for p in _objects_without_closed_properties(schema) if ".allOf[" not in p]
+    assert open_ == []
+
+
+def test_defaults_conform_to_settings_loader(tmp_path):
+    """The rendered settings file loads with the server's own strict loader."""
+    rendered = render_values("defaults")
+    cm = next(o for o in rendered if o["kind"] == "ConfigMap" and "config.yaml" in o.get("data", {}))
+    path = tmp_path / "config.yaml"
+    path.write_text(cm["data"]["config.yaml"])
+    settings = settings_module.load_settings(path, environ={})
+    assert "gpu-admission" in settings.exemptions.namespaces
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--set", "replicaCont=2"], "replicaCont", id="unknown-top-level-key"),
+        pytest.param(["--set", "webhook.failurePolicy=Block"], "failurePolicy", id="bad-failure-policy"),
+        pytest.param(["--set", "replicaCount=two"], "replicaCount", id="mistyped-replicas"),
+        pytest.param(["--set", "webhook.timeoutSeconds.mutating=45"], "mutating", id="timeout-over-30"),
+        pytest.param(["--set", "certs.mode=vault"], "mode", id="unknown-cert-mode"),
+        pytest.param(["--set", "config.cuda.mode=block"], "mode", id="bad-settings-enum"),
+        pytest.param(["--set", "config.cuda.unknownKey=1"], "unknownKey", id="unknown-settings-key"),
+        pytest.param(["--set", "config.audit.eventQueueSize=many"], "eventQueueSize", id="mistyped-settings-value"),
+        pytest.param(["--set", "certs.mode=provided"], "secretName", id="provided-without-secret"),
+        pytest.param(["--set", "service.extra=1"], "extra", id="unknown-nested-key"),
+    ],
+)
+def test_schema_rejects(args, message):
+    proc = helm("template", "r", str(CHART), "-n", "gpu-admission", *args, check=False)
+    assert proc.returncode != 0, f"helm accepted {args}"
+    assert message in proc.stderr, proc.stderr
+
+
+def _write() -> None:
+    schema = json.loads(SCHEMA_PATH.read_text())
+    schema["properties"]["config"] = config_schema()
+    SCHEMA_PATH.write_text(json.dumps(schema, indent=2) + "\n")
+    print(f"wrote {SCHEMA_PATH}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--write"]:
+        _write()
+    else:
+        print(__doc__)
