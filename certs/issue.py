@@ -389,7 +389,7 @@ def plan(
     cas = load_certificates(current.ca_crt)
     if not found:
         text, dropped = _ca_text(cas[0], cas[1:], now)
-        bundle = replace(current, ca_crt=text)
+        bundle = replace(current, ca_crt=text) if dropped else current  # stored bytes kept: no rewrite for format
         left = days_left(load_certificates(current.tls_crt)[0], now)
         return Plan("reuse", bundle, f"valid for {left:.0f} more days", dropped)
     reason = "; ".join(found)
@@ -398,6 +398,7 @@ def plan(
     if ca is not None and ca[0].not_valid_after_utc - leaf_end > dt.timedelta(days=renew_within_days):
         cert, key = issue_leaf(ca[0], ca[1], names, days, key_type=key_type, now=now)
         text, dropped = _ca_text(ca[0], cas[1:], now)
+        text = text if dropped else current.ca_crt  # the caBundle stays byte for byte: no webhook patch
         return Plan("renew", Bundle(text, _cert_pem(cert), _key_pem(key), current.ca_key), reason, dropped)
     fresh = issue(service, namespace, days=days, dev=dev, key_type=key_type, now=now)
     new_ca = load_certificates(fresh.ca_crt)[0]

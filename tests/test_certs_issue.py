@@ -414,3 +414,11 @@ def test_expired_certificate_is_refused(tmp_path):
     ci.write_files(tmp_path, bundle)
     with tls_server(tmp_path) as port, pytest.raises(ssl.SSLCertVerificationError, match="expired"):
         connect(port, bundle.ca_crt, f"{SVC}.{NS}.svc")
+
+
+def test_plan_keeps_stored_ca_text_byte_for_byte():
+    """A CA file written by another tool (CRLF, trailing text) is not rewritten on reuse or a leaf renewal."""
+    for bundle, action in ((ci.issue(SVC, NS), "reuse"), (ci.issue(SVC, NS, days=1, ca_days=3650), "renew")):
+        odd = _with(bundle, ca_crt=bundle.ca_crt.replace(b"\n", b"\r\n") + b"\r\n# comment\r\n")
+        p = ci.plan(odd, SVC, NS)
+        assert p.action == action and p.bundle.ca_crt == odd.ca_crt
