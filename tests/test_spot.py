@@ -13,7 +13,7 @@ import pytest
 
 from webhook import pipeline
 from webhook.cluster import build_view
-from webhook.config import ClusterSettings, PoolSettings, Settings, SpotSettings, TaintSpec
+from webhook.config import ClusterSettings, CudaSettings, MigSettings, PoolSettings, Settings, SpotSettings, TaintSpec
 from webhook.model import Context
 from webhook.policies import spot
 
@@ -119,6 +119,9 @@ def context(
     settings = Settings(
         spot=SpotSettings(**spot_settings),
         cluster=ClusterSettings(providers=list(providers), pools=list(pools)),
+        # These tests look at spot alone; the pipeline with every policy is tested in test_e2e_policies.py.
+        cuda=CudaSettings(mode="off"),
+        mig=MigSettings(enabled=False),
     )
     return Context(settings=settings, cluster=build_view(nodes or [], settings), namespace=namespace)
 
