@@ -69,7 +69,11 @@ def make_live(kubeconfig: str, resync: int = 300, **kwargs: Any) -> LiveCluster:
         "connect_timeout": 1.0,
     }
     defaults.update(kwargs)
-    return LiveCluster(settings, lambda: k8s_config.new_client_from_config(config_file=kubeconfig), **defaults)
+    return LiveCluster(
+        settings,
+        lambda: k8s_config.new_client_from_config(config_file=kubeconfig),  # type: ignore[no-untyped-call]
+        **defaults,
+    )
 
 
 @pytest.fixture

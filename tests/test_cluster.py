@@ -1,0 +1,628 @@
+"""The cluster model: GPU facts from node labels, pools, declared pools, node-list files, the pools view."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from webhook.cluster import (
+    ClusterView,
+    MigOffer,
+    NodeGroup,
+    build_view,
+    cluster_from_file,
+    format_pools,
+    parse_node,
+    read_node_file,
+)
+from webhook.config import ClusterSettings, PoolSettings, Settings, TaintSpec, load_settings
+from webhook.errors import InputError
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def node(
+    name: str = "n1",
+    labels: dict[str, str] | None = None,
+    alloc: dict[str, Any] | None = None,
+    taints: list[Any] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+            "annotations": annotations or {},
+        },
+        "spec": {"taints": taints or []},
+        "status": {"allocatable": {"cpu": "8", **(alloc if alloc is not None else {"nvidia.com/gpu": "1"})}},
+    }
+
+
+def one(
+    labels: dict[str, str], alloc: dict[str, Any] | None = None, settings: Settings | None = None, **kw: Any
+) -> NodeGroup:
+    view = build_view([node(labels=labels, alloc=alloc, **kw)], settings or Settings())
+    (group,) = view.groups
+    return group
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The example cluster: GKE, EKS, AKS, Karpenter, k3s
+
+
+@pytest.fixture(scope="module")
+def example() -> ClusterView:
+    settings = load_settings(EXAMPLES / "config-cluster.yaml", environ={})
+    return cluster_from_file(EXAMPLES / "nodes.yaml", settings).snapshot()
+
+
+def pool_json(view: ClusterView) -> dict[str, dict[str, Any]]:
+    return {p.name: p.as_json() for p in view.pools}
+
+
+EXPECTED: dict[str, dict[str, Any]] = {
+    "a100-spot": {
+        "nodes": 2,
+        "gpu": "NVIDIA-A100-SXM4-80GB",
+        "driver": "550.90.07",
+        "cuda": "12.4",
+        "migStrategy": "gke",
+        "migProfiles": {"3g.40gb": 32},
+        "spot": True,
+    },
+    "h100-mixed": {
+        "nodes": 1,
+        "gpu": "NVIDIA-H100-80GB-HBM3",
+        "driver": "570.124.06",
+        "cuda": "12.8",
+        "migStrategy": "mixed",
+        "migProfiles": {"1g.10gb": 14, "3g.40gb": 4},
+        "spot": False,
+    },
+    "a100mig": {
+        "nodes": 1,
+        "gpu": "NVIDIA-A100-80GB-PCIe",
+        "driver": "535.161.08",
+        "cuda": "12.2",
+        "migStrategy": "single",
+        "migProfiles": {"1g.10gb": 7},
+        "spot": True,
+    },
+    "inference": {
+        "nodes": 2,
+        "gpu": "NVIDIA-L4, Tesla-T4",
+        "driver": "550.127.05, 560.35.03",
+        "cuda": "12.6",
+        "migStrategy": "none",
+        "migProfiles": {},
+        "spot": True,
+    },
+    "NVIDIA-GeForce-RTX-4090/driver-535.183.01": {
+        "nodes": 1,
+        "gpu": "NVIDIA-GeForce-RTX-4090",
+        "driver": "535.183.01",
+        "cuda": "12.2",
+        "migStrategy": "none",
+        "migProfiles": {},
+        "spot": False,
+    },
+    "h200-spot": {
+        "nodes": 0,
+        "gpu": "NVIDIA-H200",
+        "driver": "570.133.20",
+        "cuda": "12.8",
+        "migStrategy": "none",
+        "migProfiles": {},
+        "spot": True,
+    },
+    "default-pool": {
+        "nodes": 1,
+        "gpu": None,
+        "driver": None,
+        "cuda": None,
+        "migStrategy": "none",
+        "migProfiles": {},
+        "spot": False,
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(EXPECTED), ids=list(EXPECTED))
+def test_example_pools(example: ClusterView, name: str) -> None:
+    assert pool_json(example)[name] == {"name": name, **EXPECTED[name]}
+
+
+def test_example_has_exactly_these_pools(example: ClusterView) -> None:
+    assert set(pool_json(example)) == set(EXPECTED)
+    assert example.node_count == 8
+
+
+@pytest.mark.parametrize(
+    ("pool", "driver_source", "cuda_source"),
+    [
+        pytest.param("a100-spot", "settings (pool a100-spot)", "driver 550.90.07 via the CUDA/driver table", id="gke"),
+        pytest.param(
+            "h100-mixed", "nvidia.com/cuda.driver-version.full", "nvidia.com/cuda.runtime-version.*", id="eks-new-gfd"
+        ),
+        pytest.param("a100mig", "nvidia.com/cuda.driver.*", "nvidia.com/cuda.runtime.*", id="aks-old-gfd"),
+        pytest.param(
+            "NVIDIA-GeForce-RTX-4090/driver-535.183.01",
+            "nvidia.com/cuda.driver.*",
+            "nvidia.com/cuda.runtime.*",
+            id="k3s-old-gfd",
+        ),
+    ],
+)
+def test_example_sources(example: ClusterView, pool: str, driver_source: str, cuda_source: str) -> None:
+    (group,) = [g for g in example.groups if g.pool == pool]
+    assert (group.driver_source, group.cuda_source) == (driver_source, cuda_source)
+
+
+def test_example_facts(example: ClusterView) -> None:
+    groups = {(g.pool, g.gpu_product): g for g in example.groups}
+    h100 = groups["h100-mixed", "NVIDIA-H100-80GB-HBM3"]
+    assert h100.mig_profiles == {"1g.10gb": MigOffer(14, 9984), "3g.40gb": MigOffer(4, 40448)}
+    assert "7g.80gb" not in h100.mig_profiles, "allocatable 0 is stale and offered nowhere"
+    assert h100.mig_capable and h100.mig_config_state == "success" and h100.gpu_count == 8
+    aks = groups["a100mig", "NVIDIA-A100-80GB-PCIe"]
+    assert aks.mig_profiles == {"1g.10gb": MigOffer(7, 9728)} and aks.spot
+    t4 = groups["inference", "Tesla-T4"]
+    assert (t4.sharing, t4.gpu_replicas, t4.spot) == ("time-slicing", 4, False)
+    l4 = groups["inference", "NVIDIA-L4"]
+    assert (l4.sharing, l4.spot) == ("none", True)
+    gke = groups["a100-spot", "NVIDIA-A100-SXM4-80GB"]
+    assert gke.mig_profiles == {"3g.40gb": MigOffer(16)} and len(gke.nodes) == 2, "hostnames are volatile"
+    assert groups["h200-spot", "NVIDIA-H200"].declared
+
+
+def test_format_pools_table(example: ClusterView) -> None:
+    text = format_pools(example)
+    lines = text.splitlines()
+    assert lines[0].split() == ["POOL", "NODES", "GPU", "DRIVER", "CUDA", "MIG", "SPOT"]
+    row = next(line for line in lines if line.startswith("a100-spot"))
+    assert "550.90.07 (config)" in row and "gke: 3g.40gb x32" in row and row.endswith("yes")
+    assert any(line.startswith("h200-spot") and "0 (declared)" in line for line in lines)
+    assert "Tesla-T4 (time-slicing)" in text
+    assert "8 nodes from node list" in text
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU facts from labels
+
+
+@pytest.mark.parametrize(
+    ("labels", "driver", "cuda"),
+    [
+        pytest.param({"nvidia.com/cuda.driver-version.full": "550.107.02"}, "550.107.02", "12.4", id="new-full"),
+        pytest.param(
+            {"nvidia.com/cuda.driver-version.major": "570", "nvidia.com/cuda.driver-version.minor": "26"},
+            "570.26",
+            "12.8",
+            id="new-parts",
+        ),
+        pytest.param(
+            {
+                "nvidia.com/cuda.driver.major": "570",
+                "nvidia.com/cuda.driver.minor": "26",
+                "nvidia.com/cuda.driver.rev": "",
+            },
+            "570.26",
+            "12.8",
+            id="old-two-part-empty-rev",
+        ),
+        pytest.param(
+            {
+                "nvidia.com/cuda.driver.major": "535",
+                "nvidia.com/cuda.driver.minor": "104",
+                "nvidia.com/cuda.driver.rev": "05",
+            },
+            "535.104.05",
+            "12.2",
+            id="old-three-part",
+        ),
+        pytest.param(
+            {"nvidia.com/cuda.driver-version.full": "580.65.06", "nvidia.com/cuda.runtime-version.full": "13.0"},
+            "580.65.06",
+            "13.0",
+            id="runtime-label",
+        ),
+        pytest.param({"nvidia.com/cuda.driver-version.full": "525.85.12"}, "525.85.12", "12.0", id="table-12.0"),
+        pytest.param(
+            {
+                "nvidia.com/cuda.driver-version.full": "unknown.unknown.unknown",
+                "nvidia.com/cuda.driver-version.major": "unknown",
+            },
+            "unknown",
+            "unknown",
+            id="tegra",
+        ),
+        pytest.param({"nvidia.com/cuda.driver-version.full": "garbage"}, "unknown", "unknown", id="garbage"),
+        pytest.param({}, "unknown", "unknown", id="no-labels"),
+    ],
+)
+def test_driver_and_cuda(labels: dict[str, str], driver: str, cuda: str) -> None:
+    group = one({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", **labels})
+    assert (group.driver_text, group.cuda_text) == (driver, cuda)
+    if driver == "unknown":
+        assert any(n.startswith("driver unknown") for n in group.notes)
+
+
+def test_tegra_note_says_why() -> None:
+    group = one({"nvidia.com/gpu.product": "Orin", "nvidia.com/cuda.driver-version.full": "unknown.unknown.unknown"})
+    assert "Tegra" in group.notes[0] and group.driver is None and group.pool == "Orin/driver-unknown"
+
+
+def test_tegra_with_declared_driver_uses_settings() -> None:
+    pool = PoolSettings(name="jetson", node_selector={"jetson": "yes"}, driver_version="540.4.0")
+    group = one(
+        {"jetson": "yes", "nvidia.com/cuda.driver-version.full": "unknown.unknown.unknown"},
+        settings=Settings(cluster=ClusterSettings(pools=[pool])),
+    )
+    assert (group.pool, group.driver_text, group.driver_source) == ("jetson", "540.4.0", "settings (pool jetson)")
+
+
+@pytest.mark.parametrize(
+    ("labels", "alloc", "product", "sharing", "replicas"),
+    [
+        pytest.param(
+            {"nvidia.com/gpu.product": "Tesla-T4-SHARED", "nvidia.com/gpu.replicas": "4"},
+            {"nvidia.com/gpu": "4"},
+            "Tesla-T4",
+            "time-slicing",
+            4,
+            id="shared-suffix-old-gfd",
+        ),
+        pytest.param(
+            {
+                "nvidia.com/gpu.product": "NVIDIA-L4",
+                "nvidia.com/gpu.sharing-strategy": "mps",
+                "nvidia.com/gpu.replicas": "2",
+            },
+            {"nvidia.com/gpu.shared": "2"},
+            "NVIDIA-L4",
+            "mps",
+            2,
+            id="mps-renamed",
+        ),
+        pytest.param(
+            {"nvidia.com/gpu.product": "NVIDIA-L4"},
+            {"nvidia.com/gpu.shared": "4"},
+            "NVIDIA-L4",
+            "time-slicing",
+            0,
+            id="shared-resource-only",
+        ),
+        pytest.param(
+            {
+                "nvidia.com/gpu.product": "NVIDIA-L4",
+                "nvidia.com/gpu.sharing-strategy": "none",
+                "nvidia.com/gpu.replicas": "1",
+            },
+            {"nvidia.com/gpu": "1"},
+            "NVIDIA-L4",
+            "none",
+            0,
+            id="none",
+        ),
+        pytest.param(
+            {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED", "nvidia.com/mig.strategy": "single"},
+            {"nvidia.com/gpu": "28"},
+            "NVIDIA-A100-SXM4-40GB",
+            "time-slicing",
+            0,
+            id="single-mig-shared",
+        ),
+    ],
+)
+def test_sharing(labels: dict[str, str], alloc: dict[str, str], product: str, sharing: str, replicas: int) -> None:
+    group = one(labels, alloc)
+    assert (group.gpu_product, group.sharing, group.gpu_replicas) == (product, sharing, replicas)
+    assert group.has_gpu
+
+
+def test_mig_mixed_offers_only_allocatable_profiles_with_memory() -> None:
+    group = one(
+        {
+            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+            "nvidia.com/mig.strategy": "mixed",
+            "nvidia.com/mig.capable": "true",
+            "nvidia.com/mig-1g.5gb.memory": "4864",
+            "nvidia.com/mig-3g.20gb.memory": "19968",
+        },
+        {
+            "nvidia.com/gpu": "0",
+            "nvidia.com/mig-1g.5gb": "7",
+            "nvidia.com/mig-3g.20gb": "0",
+            "nvidia.com/mig-1g.5gb.me": "1",
+        },
+    )
+    assert group.mig_profiles == {"1g.5gb": MigOffer(7, 4864), "1g.5gb.me": MigOffer(1, 0)}
+    assert group.pool == "NVIDIA-A100-SXM4-40GB/driver-unknown/mig-mixed-1g.5gb-1g.5gb.me"
+
+
+@pytest.mark.parametrize("state", ["pending", "rebooting"])
+def test_mig_layout_changing_withholds_mig_offers(state: str) -> None:
+    group = one(
+        {
+            "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+            "nvidia.com/mig.strategy": "mixed",
+            "nvidia.com/mig.config": "all-1g.10gb",
+            "nvidia.com/mig.config.state": state,
+        },
+        {"nvidia.com/gpu": "2", "nvidia.com/mig-3g.40gb": "4"},
+    )
+    assert group.mig_profiles == {} and "nvidia.com/mig-3g.40gb" not in group.allocatable
+    assert group.mig_changing and "all-1g.10gb" in group.notes[0]
+    view = build_view(
+        [
+            node(
+                labels={"nvidia.com/mig.config.state": state, "nvidia.com/mig.strategy": "mixed"},
+                alloc={"nvidia.com/mig-3g.40gb": "4"},
+            )
+        ],
+        Settings(),
+    )
+    assert view.eligible({}, ["nvidia.com/mig-3g.40gb"]) == []
+
+
+def test_mig_failed_state_keeps_offers_with_a_note() -> None:
+    group = one(
+        {"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig.config.state": "failed"}, {"nvidia.com/mig-3g.40gb": "4"}
+    )
+    assert group.mig_profiles == {"3g.40gb": MigOffer(4)} and "failed" in group.notes[0]
+
+
+def test_single_strategy_product_and_profile() -> None:
+    group = one(
+        {
+            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+            "nvidia.com/mig.strategy": "single",
+            "nvidia.com/gpu.memory": "4864",
+        },
+        {"nvidia.com/gpu": "56"},
+    )
+    assert (group.gpu_product, group.mig_profiles) == ("NVIDIA-A100-SXM4-40GB", {"1g.5gb": MigOffer(56, 4864)})
+
+
+def test_gke_without_declared_pool_notes_the_driver() -> None:
+    group = one(
+        {
+            "cloud.google.com/gke-nodepool": "l4",
+            "cloud.google.com/gke-accelerator": "nvidia-l4",
+            "cloud.google.com/gke-gpu-driver-version": "latest",
+        }
+    )
+    assert group.pool == "l4" and group.driver is None and "declare driverVersion" in group.notes[0]
+    assert group.gpu_count == 1 and group.has_gpu
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "taints", "pool", "spot"),
+    [
+        pytest.param(
+            {"cloud.google.com/gke-nodepool": "p", "cloud.google.com/gke-spot": "true"},
+            {},
+            [],
+            "p",
+            True,
+            id="gke-spot-label",
+        ),
+        pytest.param(
+            {"cloud.google.com/gke-nodepool": "p"},
+            {},
+            [{"key": "cloud.google.com/gke-preemptible", "value": "true", "effect": "NoSchedule"}],
+            "p",
+            True,
+            id="gke-preemptible-taint",
+        ),
+        pytest.param(
+            {"eks.amazonaws.com/nodegroup": "g", "eks.amazonaws.com/capacityType": "SPOT"}, {}, [], "g", True, id="eks"
+        ),
+        pytest.param(
+            {"eks.amazonaws.com/nodegroup": "g", "eks.amazonaws.com/capacityType": "ON_DEMAND"},
+            {},
+            [],
+            "g",
+            False,
+            id="eks-on-demand",
+        ),
+        pytest.param(
+            {"karpenter.sh/nodepool": "k", "karpenter.sh/capacity-type": "spot"}, {}, [], "k", True, id="karpenter"
+        ),
+        pytest.param(
+            {"kubernetes.azure.com/agentpool": "a"},
+            {},
+            [{"key": "kubernetes.azure.com/scalesetpriority", "value": "spot", "effect": "NoSchedule"}],
+            "a",
+            True,
+            id="aks-taint",
+        ),
+        pytest.param({"agentpool": "legacy"}, {}, [], "legacy", False, id="aks-legacy"),
+        pytest.param(
+            {"oci.oraclecloud.com/oke-is-preemptible": "true"},
+            {"oci.oraclecloud.com/node-pool-id": "ocid1.nodepool.oc1.x"},
+            [],
+            "ocid1.nodepool.oc1.x",
+            True,
+            id="oke-annotation",
+        ),
+        pytest.param(
+            {},
+            {},
+            [{"key": "oci.oraclecloud.com/oke-is-preemptible", "effect": "NoSchedule"}],
+            "NVIDIA-L4/driver-unknown",
+            True,
+            id="oke-taint-any-value",
+        ),
+        pytest.param({"compute.coreweave.com/node-pool": "cw"}, {}, [], "cw", False, id="coreweave"),
+        pytest.param({"doks.digitalocean.com/node-pool": "do"}, {}, [], "do", False, id="doks"),
+        pytest.param({"vke.vultr.com/node-pool": "vk"}, {}, [], "vk", False, id="vke"),
+        pytest.param({"lke.linode.com/pool-id": "12345"}, {}, [], "12345", False, id="lke"),
+        pytest.param({"k8s.scaleway.com/pool-name": "sc"}, {}, [], "sc", False, id="scaleway"),
+        pytest.param({"nodepool": "ovh"}, {}, [], "ovh", False, id="ovh"),
+        pytest.param({"kubernetes.civo.com/civo-node-pool": "civo"}, {}, [], "civo", False, id="civo"),
+        pytest.param({"mk8s.nebius.com/node-group-id": "neb"}, {}, [], "neb", False, id="nebius"),
+    ],
+)
+def test_pool_identity_and_spot(
+    labels: dict[str, str], annotations: dict[str, str], taints: list[Any], pool: str, spot: bool
+) -> None:
+    group = one({"nvidia.com/gpu.product": "NVIDIA-L4", **labels}, annotations=annotations, taints=taints)
+    assert (group.pool, group.spot) == (pool, spot)
+
+
+def test_pool_label_keys_from_settings_come_first() -> None:
+    settings = Settings(cluster=ClusterSettings(pool_label_keys=["example.com/pool"]))
+    group = one({"example.com/pool": "mine", "nodepool": "ovh"}, settings=settings)
+    assert (group.pool, group.pool_source) == ("mine", "label example.com/pool")
+
+
+def test_unlabelled_nodes_group_by_product_driver_and_mig_layout() -> None:
+    base = {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/cuda.driver-version.full": "550.54.15"}
+    view = build_view(
+        [
+            node("a", base),
+            node("b", base),
+            node("c", {**base, "nvidia.com/cuda.driver-version.full": "535.54.03"}),
+            node("d", {"role": "cpu"}, alloc={}),
+        ],
+        Settings(),
+    )
+    pools = {p.name: p.as_json()["nodes"] for p in view.pools}
+    assert pools == {"NVIDIA-L4/driver-550.54.15": 2, "NVIDIA-L4/driver-535.54.03": 1, "no-gpu": 1}
+    assert len(view.gpu_groups) == 2
+
+
+def test_declared_pool_refined_by_live_nodes() -> None:
+    pool = PoolSettings(
+        name="train",
+        node_selector={"pool": "train"},
+        gpu_product="NVIDIA-A100-SXM4-80GB",
+        driver_version="535.54.03",
+        spot=True,
+        taints=[TaintSpec("dedicated", "train")],
+    )
+    settings = Settings(cluster=ClusterSettings(pools=[pool]))
+    declared_only = build_view([], settings, known=False)
+    (g,) = declared_only.groups
+    assert g.declared and g.nodes == () and g.driver_text == "535.54.03" and declared_only.known
+    live = build_view([node("x", {"pool": "train", "nvidia.com/cuda.driver-version.full": "550.54.15"})], settings)
+    (g,) = live.groups
+    assert (g.pool, g.declared, g.nodes, g.driver_text, g.spot) == ("train", False, ("x",), "550.54.15", True)
+    assert g.gpu_product == "NVIDIA-A100-SXM4-80GB", "a fact the node lacks comes from the declaration"
+
+
+def test_declared_mixed_pool_offers_its_profiles() -> None:
+    pool = PoolSettings(
+        name="zero",
+        node_selector={"pool": "zero"},
+        mig_strategy="mixed",
+        mig_profiles={"3g.40gb": 2, "1g.10gb": 0},
+        driver_version="570.26",
+    )
+    view = build_view([], Settings(cluster=ClusterSettings(pools=[pool])))
+    (c,) = view.eligible({"nodeSelector": {"pool": "zero"}}, ["nvidia.com/mig-3g.40gb"])
+    assert c.nodes == () and c.group.mig_profiles == {"3g.40gb": MigOffer(2)}
+    assert view.eligible({}, ["nvidia.com/mig-1g.10gb"]) == []
+
+
+def test_unknown_view_without_sources() -> None:
+    assert not build_view([], Settings(), known=False).known
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pytest.param(None, id="none"),
+        pytest.param([], id="list"),
+        pytest.param({"metadata": {}}, id="no-name"),
+        pytest.param({"metadata": {"name": 5}}, id="name-not-str"),
+    ],
+)
+def test_unusable_node_objects_are_skipped(obj: Any) -> None:
+    assert parse_node(obj) is None
+    assert build_view([obj, node("ok")], Settings()).node_count == 1
+
+
+def test_garbage_fields_do_not_crash() -> None:
+    weird = {
+        "metadata": {"name": "w", "labels": {"a": 1, "nvidia.com/gpu.count": "x"}, "annotations": []},
+        "spec": {"taints": [{"key": 3}, "x", {"key": "k", "effect": None}]},
+        "status": {"allocatable": {"nvidia.com/gpu": "lots", "nvidia.com/mig-1g.5gb": "0.5"}},
+    }
+    view = build_view([weird], Settings())
+    (g,) = view.groups
+    assert g.gpu_count == 0 and g.mig_profiles == {} and [str(t) for t in g.taints] == ["k:"]
+
+
+def test_the_api_fixture_node_reads() -> None:
+    fixture = json.loads(Path("/work/shared/fixtures/kubernetes-api/core.v1.Node.json").read_text())
+    view = build_view([fixture], Settings())
+    assert view.node_count == 1
+    view.eligible({"tolerations": [{"operator": "Exists"}]}, gpu_only=False)
+    format_pools(view)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Node-list files
+
+
+def write(tmp_path: Path, text: str, name: str = "nodes.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [
+        pytest.param("apiVersion: v1\nkind: Node\nmetadata: {name: a}\n", 1, id="node"),
+        pytest.param(
+            "apiVersion: v1\nkind: NodeList\nitems:\n- metadata: {name: a}\n- metadata: {name: b}\n", 2, id="nodelist"
+        ),
+        pytest.param("apiVersion: v1\nkind: List\nitems: []\n", 0, id="empty-list"),
+        pytest.param(
+            json.dumps({"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "a"}}]}), 1, id="json"
+        ),
+        pytest.param("kind: Node\nmetadata: {name: a}\n---\nkind: Node\nmetadata: {name: b}\n", 2, id="multi-doc"),
+    ],
+)
+def test_read_node_file(tmp_path: Path, text: str, count: int) -> None:
+    assert len(read_node_file(write(tmp_path, text))) == count
+    assert cluster_from_file(write(tmp_path, text), Settings()).snapshot().node_count == count
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param("", "empty", id="empty"),
+        pytest.param("kind: Pod\nmetadata: {name: p}\n", "found kind 'Pod'", id="pod"),
+        pytest.param("- a\n- b\n", "found list", id="yaml-list"),
+        pytest.param("kind: List\nitems:\n- kind: Pod\n  metadata: {name: p}\n", r"items\[0\]", id="pod-in-list"),
+        pytest.param("kind: List\nitems: 5\n", "items must be a list", id="items-not-list"),
+        pytest.param("kind: Node\nmetadata: {}\n", "metadata.name", id="no-name"),
+        pytest.param("kind: Node\n  bad: [\n", "not valid YAML", id="bad-yaml"),
+    ],
+)
+def test_unusable_node_file(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        read_node_file(write(tmp_path, text))
+
+
+def test_missing_node_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="cannot read"):
+        read_node_file(tmp_path / "absent.yaml")
+
+
+def test_binary_node_file(tmp_path: Path) -> None:
+    path = tmp_path / "bin"
+    path.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(InputError, match="UTF-8"):
+        read_node_file(path)
