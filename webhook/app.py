@@ -15,7 +15,7 @@ from werkzeug.exceptions import HTTPException
 
 from webhook import pipeline
 from webhook.admission import ReviewRequest, build_response, error_body, parse_review
-from webhook.audit import DecisionLog, Recorder
+from webhook.audit import Recorder, build_recorder
 from webhook.cluster import ClusterSource, ClusterView, StaticCluster, build_view
 from webhook.config import Settings
 from webhook.errors import BadRequest
@@ -48,7 +48,7 @@ def create_app(
 ) -> Flask:
     settings = settings or Settings()
     cluster = cluster or StaticCluster(build_view([], settings, source="settings", known=False))
-    runtime = Runtime(settings, cluster, recorder or DecisionLog(settings))
+    runtime = Runtime(settings, cluster, recorder or build_recorder(settings, cluster))
     app = Flask("gpu_admission")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]

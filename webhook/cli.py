@@ -65,7 +65,7 @@ def _settings(path: str | None) -> Settings:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from webhook.app import create_app
-    from webhook.audit import DecisionLog
+    from webhook.audit import build_recorder
     from webhook.server import GunicornServer, ServeOptions
 
     settings = _settings(args.config)
@@ -89,7 +89,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     def factory() -> tuple[Any, ClusterSource]:
         cluster = cluster_source(settings, args.nodes)
-        return create_app(settings, cluster=cluster, recorder=DecisionLog(settings)), cluster
+        # --nodes (make run): no cluster, Events go to the log; else credentials decide (in-cluster, kubeconfig).
+        recorder = build_recorder(settings, cluster, discover=not args.nodes)
+        return create_app(settings, cluster=cluster, recorder=recorder), cluster
 
     GunicornServer(options, factory).run()
     return 0

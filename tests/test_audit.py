@@ -1,0 +1,252 @@
+"""The decision log (one JSON line per request, nothing secret in it), auditAnnotations keys and warnings as the
+apiserver takes them, the Reporter's fan-out, and where build_recorder sends Events."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+
+from tests.conftest import gpu_node, gpu_pod, review
+from tests.kubeapi import KubeAPI
+from webhook import pipeline
+from webhook.app import create_app
+from webhook.audit import DecisionLog, Reporter, build_recorder, decision_line, denial_actions, valid_audit_key
+from webhook.cluster import StaticCluster, build_view
+from webhook.config import AuditSettings, CudaSettings, Settings
+from webhook.metrics import Metrics
+from webhook.model import Context, Outcome
+
+SECRET = "hunter2-s3cr3t-value"
+SPOT_TAINT = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
+
+
+def cluster_of(settings: Settings) -> StaticCluster:
+    nodes = [
+        gpu_node("h100-a"),
+        gpu_node("spot-a", labels={"cloud.google.com/gke-spot": "true"}, taints=[SPOT_TAINT]),
+    ]
+    return StaticCluster(build_view(nodes, settings))
+
+
+def logged_app(settings: Settings | None = None) -> tuple[Any, io.StringIO]:
+    settings = settings or Settings()
+    stream = io.StringIO()
+    cluster = cluster_of(settings)
+    recorder = build_recorder(settings, cluster, stream=stream)
+    return create_app(settings, cluster=cluster, recorder=recorder), stream
+
+
+def lines(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def secret_pod(generate: bool = False) -> dict[str, Any]:
+    """A GPU pod full of things that must never reach a log: env values, a secret-looking annotation, args."""
+    pod = gpu_pod(annotations={"gpu-admission.io/spot": "tolerate", "example.com/api-token": SECRET})
+    container = pod["spec"]["containers"][0]
+    container["env"] = [
+        {"name": "HF_TOKEN", "value": SECRET},
+        {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": SECRET}}},
+        {"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=12.2 brand=tesla,driver>=470,driver<471"},
+        {"name": "EXTRA", "value": f"x{SECRET}"},
+    ]
+    container["args"] = ["--token", SECRET]
+    pod["metadata"]["labels"] = {"team": SECRET}
+    if generate:
+        del pod["metadata"]["name"]
+        pod["metadata"]["generateName"] = "trainer-"
+    return pod
+
+
+# -- decision log --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("endpoint", "generate", "dry_run"),
+    [
+        pytest.param("/mutate", False, False, id="mutate"),
+        pytest.param("/mutate", True, False, id="mutate-generateName"),
+        pytest.param("/validate", False, False, id="validate"),
+        pytest.param("/validate", False, True, id="validate-dry-run"),
+    ],
+)
+def test_decision_line_fields_and_nothing_secret(
+    endpoint: str, generate: bool, dry_run: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("DEBUG")
+    app, stream = logged_app()
+    pod = secret_pod(generate)
+    if endpoint == "/validate":  # as the apiserver sends it: mutated, named, with a uid
+        settings = Settings()
+        pod = pipeline.mutate(pod, Context(settings=settings, cluster=cluster_of(settings).snapshot())).object
+        pod["metadata"]["uid"] = "pod-uid-1"
+    body = review(pod, dry_run=dry_run, uid="uid-1")
+    response = app.test_client().post(endpoint, json=body)
+    assert response.status_code == 200
+    recorder = app.extensions["gpu_admission"].recorder
+    if recorder.events is not None:
+        recorder.events.drain(5)
+    text = stream.getvalue()
+    assert SECRET not in text
+    assert SECRET not in caplog.text, "nor in the event log lines"
+    if endpoint == "/validate" and not dry_run:
+        assert '"event":"SpotTolerated"' in caplog.text, "events went to the log (no cluster access)"
+    (line,) = lines(stream)
+    assert line["uid"] == "uid-1"
+    assert line["endpoint"] == endpoint.strip("/")
+    assert line["namespace"] == "default"
+    assert (line["name"], line["generateName"]) == (("", "trainer-") if generate else ("trainer", ""))
+    assert (line["kind"], line["operation"], line["dryRun"]) == ("Pod", "CREATE", dry_run)
+    assert line["decision"] in ("patched", "allowed")
+    assert isinstance(line["reasons"], list) and line["reasons"]
+    assert line["latency_ms"] >= 0
+    if endpoint == "/mutate":
+        assert line["patchOps"] > 0 and line["patchBytes"] > 0
+        assert "spot-toleration" in line["mutations"]
+
+
+def test_bad_request_is_logged_with_its_error() -> None:
+    app, stream = logged_app()
+    response = app.test_client().post("/validate", data=b"{", content_type="application/json")
+    assert response.status_code == 400
+    (line,) = lines(stream)
+    assert line["status"] == 400
+    assert "not valid JSON" in line["error"]
+    assert "uid" not in line
+
+
+def test_decision_log_can_be_turned_off() -> None:
+    app, stream = logged_app(Settings(audit=AuditSettings(decision_log=False)))
+    assert app.test_client().post("/validate", json=review(gpu_pod())).status_code == 200
+    assert stream.getvalue() == ""
+
+
+def test_decision_line_of_a_denial() -> None:
+    settings = Settings()
+    ctx = Context(settings=settings, cluster=cluster_of(settings).snapshot(), namespace="default")
+    result = pipeline.mutate(gpu_pod(limits={"nvidia.com/gpu": "1.5"}), ctx)
+    line = decision_line("mutate", None, result, 200, 0.0012)
+    assert line["decision"] == "denied"
+    assert line["reasons"] == ["MIGInvalidFraction"]
+    assert line["latency_ms"] == 1.2
+    assert "1.5" not in json.dumps(line), "messages are for the user, not the log"
+
+
+# -- what the apiserver takes: auditAnnotations keys, warnings ----------------------------------------------------
+POLICY_PODS = [
+    pytest.param(gpu_pod(), Settings(), id="cuda-compatible"),
+    pytest.param(gpu_pod(image="nvidia/cuda:12.8.0-base-ubuntu22.04"), Settings(), id="cuda-denied"),
+    pytest.param(
+        gpu_pod(image="nvidia/cuda:12.8.0-base-ubuntu22.04"), Settings(cuda=CudaSettings(mode="warn")), id="cuda-warn"
+    ),
+    pytest.param(gpu_pod(image="example.com/private/trainer:v3"), Settings(), id="cuda-unknown"),
+    pytest.param(gpu_pod(annotations={"gpu-admission.io/spot": "require"}), Settings(), id="spot-require"),
+    pytest.param(gpu_pod(limits={"nvidia.com/gpu": "0.5"}), Settings(), id="mig-fraction-nothing-offered"),
+    pytest.param(gpu_pod(limits={"nvidia.com/gpu": "1.5"}), Settings(), id="mig-impossible"),
+]
+
+
+@pytest.mark.parametrize(("pod", "settings"), POLICY_PODS)
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+def test_audit_keys_and_warnings_are_what_the_apiserver_keeps(pod: Any, settings: Settings, endpoint: str) -> None:
+    app, _ = logged_app(settings)
+    answer = app.test_client().post(endpoint, json=review(pod)).get_json()["response"]
+    audit = answer.get("auditAnnotations", {})
+    assert audit, "every reviewed pod leaves its decision in the audit log"
+    bad = [k for k in audit if not valid_audit_key(k)]
+    assert bad == [], f"the apiserver drops these auditAnnotations keys: {bad}"
+    assert all(isinstance(v, str) for v in audit.values())
+    for warning in answer.get("warnings", []):
+        assert len(warning) < 120, warning
+        assert not warning.lower().startswith("warning:")
+    assert sum(len(w) for w in answer.get("warnings", [])) <= 4096
+
+
+@pytest.mark.parametrize(
+    ("key", "valid"),
+    [
+        pytest.param("decision", True, id="word"),
+        pytest.param("cuda-would-deny", True, id="dashes"),
+        pytest.param("mig.profile_1", True, id="dot-underscore"),
+        pytest.param("a" * 63, True, id="63"),
+        pytest.param("a" * 64, False, id="64"),
+        pytest.param("gpu-admission.io/decision", False, id="prefixed"),
+        pytest.param("cuda-", False, id="trailing-dash"),
+        pytest.param("-cuda", False, id="leading-dash"),
+        pytest.param("", False, id="empty"),
+        pytest.param("cuda decision", False, id="space"),
+    ],
+)
+def test_valid_audit_key(key: str, valid: bool) -> None:
+    assert valid_audit_key(key) is valid
+
+
+# -- the Reporter --------------------------------------------------------------------------------------------------
+def test_denial_actions() -> None:
+    settings = Settings(cuda=CudaSettings(mode="warn"))
+    ctx = Context(settings=settings, cluster=cluster_of(settings).snapshot(), namespace="default")
+    warned = pipeline.validate(gpu_pod(image="nvidia/cuda:12.8.0-base-ubuntu22.04"), ctx)
+    assert denial_actions(warned) == [("CUDAIncompatible", "warned")]
+    denied = pipeline.mutate(gpu_pod(limits={"nvidia.com/gpu": "1.5"}), ctx)
+    assert denial_actions(denied) == [("MIGInvalidFraction", "denied")]
+    assert denial_actions(pipeline.Result(outcome=Outcome())) == []
+
+
+class Broken(DecisionLog):
+    def record(self, *args: Any, **kwargs: Any) -> None:
+        raise OSError("stderr closed")
+
+
+class BrokenMetrics(Metrics):
+    def request(self, endpoint: str, decision: str, seconds: float) -> None:
+        raise ValueError("bad label")
+
+
+def test_reporting_failures_never_fail_a_request(caplog: pytest.LogCaptureFixture) -> None:
+    settings = Settings()
+    cluster = cluster_of(settings)
+    recorder = Reporter(Broken(settings), BrokenMetrics(cluster), None, "i")
+    app = create_app(settings, cluster=cluster, recorder=recorder)
+    response = app.test_client().post("/validate", json=review(gpu_pod()))
+    assert response.status_code == 200
+    assert response.get_json()["response"]["allowed"] is True
+    assert "cannot write the decision log line" in caplog.text
+    assert "cannot update the metrics" in caplog.text
+
+
+@pytest.fixture
+def no_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+
+
+@pytest.mark.usefixtures("no_credentials")
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [
+        pytest.param("plain", "log", id="default-log"),
+        pytest.param("discover-nothing", "log", id="no-credentials-log"),
+        pytest.param("discover-kubeconfig", "api", id="kubeconfig-api"),
+        pytest.param("client", "api", id="client-given-api"),
+        pytest.param("disabled", None, id="events-off"),
+    ],
+)
+def test_build_recorder_chooses_the_sink(
+    how: str, expected: str | None, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    settings = Settings(audit=AuditSettings(events=how != "disabled"))
+    api = KubeAPI()  # not started: only its kubeconfig is needed
+    api.port = 1
+    kw: dict[str, Any] = {}
+    if how == "discover-kubeconfig":
+        monkeypatch.setenv("KUBECONFIG", api.kubeconfig(str(tmp_path / "kubeconfig")))
+    if how.startswith("discover"):
+        kw["discover"] = True
+    if how == "client":
+        from kubernetes import config
+
+        kw["api_client"] = config.new_client_from_config(config_file=api.kubeconfig(str(tmp_path / "kc")))  # type: ignore[no-untyped-call]
+    recorder = build_recorder(settings, cluster_of(settings), **kw)
+    assert (recorder.events.sink.name if recorder.events else None) == expected

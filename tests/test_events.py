@@ -1,0 +1,355 @@
+"""Events on pods: which answers call for one, the Event body, the bounded queue and its worker thread, the API sink
+through the real ``kubernetes`` client against tests/kubeapi.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+
+from tests.conftest import gpu_node, gpu_pod, review
+from tests.kubeapi import KubeAPI
+from webhook import pipeline
+from webhook.admission import ReviewRequest
+from webhook.app import create_app
+from webhook.audit import Reporter, build_recorder
+from webhook.cluster import StaticCluster, build_view
+from webhook.config import AuditSettings, CudaSettings, Settings
+from webhook.events import COMPONENT, ApiSink, EventQueue, LogSink, event_body, events_for
+from webhook.model import Context, Event, Outcome
+from webhook.pipeline import Result
+
+SPOT_TAINT = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
+
+
+def spot_cluster(settings: Settings) -> StaticCluster:
+    nodes = [
+        gpu_node("h100-a"),
+        gpu_node("spot-a", labels={"cloud.google.com/gke-spot": "true"}, taints=[SPOT_TAINT]),
+    ]
+    return StaticCluster(build_view(nodes, settings))
+
+
+def stored_pod(name: str = "trainer", uid: str = "0d6f3c1e-1111-4a7b-9c55-3f0e2a9b7c11", **kw: Any) -> dict[str, Any]:
+    """A GPU pod asking for spot, as the validating webhook sees it: mutated by the webhook, uid assigned."""
+    settings = Settings()
+    pod = gpu_pod(name=name, annotations={"gpu-admission.io/spot": "tolerate"}, **kw)
+    ctx = Context(settings=settings, cluster=spot_cluster(settings).snapshot(), namespace="default")
+    mutated: dict[str, Any] = pipeline.mutate(pod, ctx).object
+    mutated["metadata"]["uid"] = uid
+    return mutated
+
+
+class Recording:
+    """A sink that keeps what it was given."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+    def send(self, body: dict[str, Any]) -> None:
+        self.bodies.append(body)
+
+
+class Blocking:
+    """A sink that holds every send until released, and says when the first send began."""
+
+    name = "blocking"
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.count = 0
+
+    def send(self, body: dict[str, Any]) -> None:
+        self.started.set()
+        assert self.release.wait(10)
+        self.count += 1
+
+
+class Failing:
+    name = "failing"
+
+    def send(self, body: dict[str, Any]) -> None:
+        raise RuntimeError("apiserver away")
+
+
+def app_with(sink: Any, settings: Settings | None = None, queue_size: int = 100) -> tuple[Any, Reporter]:
+    settings = settings or Settings(audit=AuditSettings(event_queue_size=queue_size))
+    cluster = spot_cluster(settings)
+    recorder = build_recorder(settings, cluster, sink=sink)
+    return create_app(settings, cluster=cluster, recorder=recorder), recorder
+
+
+def request(obj: Any, dry_run: bool = False, name: str = "", operation: str = "CREATE") -> ReviewRequest:
+    meta = obj.get("metadata", {}) if isinstance(obj, dict) else {}
+    return ReviewRequest(
+        uid="u-1",
+        operation=operation,
+        namespace="default",
+        name=name or meta.get("name", ""),
+        kind="Pod",
+        username="alice",
+        groups=(),
+        dry_run=dry_run,
+        object=obj,
+        old_object=None,
+    )
+
+
+def result(events: list[Event], allowed: bool = True, skipped: str = "") -> Result:
+    out = Outcome()
+    out.events.extend(events)
+    return Result(allowed=allowed, skipped=skipped, outcome=out)
+
+
+CHECKED = Event("CUDAChecked", "trainer: CUDA 12.2 from image tag; supported by pool h100")
+
+
+# -- which answers call for an Event ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("req", "res", "count"),
+    [
+        pytest.param(request(stored_pod()), result([CHECKED]), 1, id="admitted-create"),
+        pytest.param(request(stored_pod(), dry_run=True), result([CHECKED]), 0, id="dry-run-none"),
+        pytest.param(request(stored_pod()), result([CHECKED], allowed=False), 0, id="denied-no-pod-to-attach-to"),
+        pytest.param(request(stored_pod()), result([CHECKED], skipped="exempt"), 0, id="skipped"),
+        pytest.param(request(stored_pod(), operation="DELETE"), result([CHECKED]), 0, id="delete"),
+        pytest.param(request({"metadata": {"generateName": "job-"}}), result([CHECKED]), 0, id="no-name-yet"),
+        pytest.param(request(stored_pod()), result([]), 0, id="nothing-to-say"),
+        pytest.param(request(stored_pod()), result([CHECKED, Event("SpotTolerated", "spot")]), 2, id="two"),
+    ],
+)
+def test_events_for(req: ReviewRequest, res: Result, count: int) -> None:
+    assert len(events_for(req, res, "pod-a")) == count
+
+
+def test_event_names_the_generated_pod_and_its_uid() -> None:
+    pod = stored_pod(name="")
+    pod["metadata"] = {"generateName": "job-", "namespace": "default", "uid": "uid-42"}
+    (body,) = events_for(request(pod, name="job-x7k2p"), result([CHECKED]), "gpu-admission-5d9c")
+    assert body["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "default",
+        "name": "job-x7k2p",
+        "uid": "uid-42",
+    }
+    assert body["metadata"]["name"].startswith("job-x7k2p.")
+    assert body["metadata"]["namespace"] == "default"
+    assert (body["reason"], body["type"], body["count"]) == ("CUDAChecked", "Normal", 1)
+    assert body["source"] == {"component": COMPONENT}
+    assert (body["reportingComponent"], body["reportingInstance"]) == (COMPONENT, "gpu-admission-5d9c")
+    assert body["firstTimestamp"] == body["lastTimestamp"]
+    assert body["firstTimestamp"].endswith("Z")
+
+
+def test_event_body_limits() -> None:
+    pod = stored_pod(name="p" * 253)
+    body = event_body(pod, "default", "p" * 253, Event("CUDAIncompatible", "x" * 5000, "Warning"), "i")
+    assert len(body["metadata"]["name"]) <= 253
+    assert len(body["message"]) == 1024
+    assert body["type"] == "Warning"
+    names = {event_body(pod, "default", "p", CHECKED, "i")["metadata"]["name"] for _ in range(50)}
+    assert len(names) == 50, "Event names must not collide"
+
+
+# -- through the app ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("dry_run", "endpoint", "expected"),
+    [
+        pytest.param(False, "/validate", {"SpotTolerated", "CUDAChecked"}, id="validate"),
+        pytest.param(True, "/validate", set(), id="validate-dry-run"),
+        pytest.param(False, "/mutate", set(), id="mutate-never"),
+    ],
+)
+def test_events_only_from_validate_and_never_on_dry_run(dry_run: bool, endpoint: str, expected: set[str]) -> None:
+    sink = Recording()
+    app, recorder = app_with(sink)
+    response = app.test_client().post(endpoint, json=review(stored_pod(), dry_run=dry_run, name="trainer"))
+    assert response.status_code == 200
+    assert recorder.events is not None
+    assert recorder.events.drain(5)
+    assert {b["reason"] for b in sink.bodies} == expected
+    assert recorder.events.sent == len(expected)
+
+
+def test_warn_mode_incompatible_cuda_is_a_warning_event() -> None:
+    sink = Recording()
+    settings = Settings(cuda=CudaSettings(mode="warn"))
+    app, recorder = app_with(sink, settings)
+    pod = stored_pod(image="nvidia/cuda:12.8.0-base-ubuntu22.04")
+    answer = app.test_client().post("/validate", json=review(pod, name="trainer")).get_json()["response"]
+    assert answer["allowed"] is True
+    assert recorder.events is not None and recorder.events.drain(5)
+    warnings = [b for b in sink.bodies if b["type"] == "Warning"]
+    assert [b["reason"] for b in warnings] == ["CUDAIncompatible"]
+    assert "12.8" in warnings[0]["message"]
+
+
+def test_events_disabled() -> None:
+    settings = Settings(audit=AuditSettings(events=False))
+    recorder = build_recorder(settings, spot_cluster(settings), sink=Recording())
+    assert recorder.events is None
+    app = create_app(settings, cluster=spot_cluster(settings), recorder=recorder)
+    assert app.test_client().post("/validate", json=review(stored_pod(), name="trainer")).status_code == 200
+
+
+# -- the queue -----------------------------------------------------------------------------------------------------
+def test_full_queue_drops_and_counts() -> None:
+    sink = Blocking()
+    counted: list[str] = []
+    q = EventQueue(sink, maxsize=1, counted=counted.append)
+    body = event_body(stored_pod(), "default", "trainer", CHECKED, "i")
+    assert q.submit(body)
+    assert sink.started.wait(5), "the worker took the first Event"
+    assert q.submit(body), "one waits in the queue"
+    started = time.monotonic()
+    dropped = [q.submit(body) for _ in range(5)]
+    assert time.monotonic() - started < 0.5, "a full queue never blocks"
+    assert dropped == [False] * 5
+    assert q.dropped == 5
+    sink.release.set()
+    assert q.drain(5)
+    assert (q.sent, q.dropped, q.failed) == (2, 5, 0)
+    assert counted.count("dropped") == 5 and counted.count("sent") == 2
+
+
+def test_full_queue_never_blocks_a_request_and_shows_in_metrics() -> None:
+    sink = Blocking()
+    app, recorder = app_with(sink, queue_size=1)
+    client = app.test_client()
+    slowest = 0.0
+    for _ in range(6):
+        started = time.monotonic()
+        assert client.post("/validate", json=review(stored_pod(), name="trainer")).status_code == 200
+        slowest = max(slowest, time.monotonic() - started)
+        sink.started.wait(5)
+    assert slowest < 1.0
+    assert recorder.events is not None
+    assert recorder.events.dropped == 10  # 12 Events (2 per request): one being sent, one queued, the rest dropped
+    text = recorder.metrics.text()
+    assert f'gpu_admission_events_total{{result="dropped"}} {float(recorder.events.dropped)}' in text
+    sink.release.set()
+    assert recorder.events.drain(5)
+
+
+def test_failures_are_counted_not_raised() -> None:
+    counted: list[str] = []
+    q = EventQueue(Failing(), counted=counted.append)
+    q.submit(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
+    assert q.drain(5)
+    assert (q.sent, q.failed) == (0, 1)
+    assert counted == ["failed"]
+
+
+def test_worker_thread_starts_on_first_use_and_leaves_when_idle() -> None:
+    def workers() -> int:
+        return sum(t.name == "gpu-admission-events" and t.is_alive() for t in threading.enumerate())
+
+    before = workers()
+    q = EventQueue(Recording(), idle=0.05)
+    assert workers() == before, "no thread before the first Event (gunicorn forks after the app is built)"
+    q.submit(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
+    assert q.drain(5)
+    deadline = time.monotonic() + 5
+    while q._thread is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert q._thread is None
+    q.submit(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
+    assert q.drain(5)
+    assert q.sent == 2
+
+
+def test_after_a_fork_the_queue_starts_afresh() -> None:
+    sink = Recording()
+    q = EventQueue(sink)
+    q._pid = -1  # as if built in the parent before gunicorn forked this worker
+    assert q.submit(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
+    assert q.drain(5)
+    assert len(sink.bodies) == 1
+
+
+def test_log_sink(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="gpu_admission.events")
+    LogSink().send(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
+    assert '"event":"CUDAChecked"' in caplog.text
+    assert '"object":"Pod/default/trainer"' in caplog.text
+
+
+# -- the API, through the real client -----------------------------------------------------------------------------
+@pytest.fixture
+def kubeapi() -> Any:
+    api = KubeAPI().start()
+    yield api
+    api.stop()
+
+
+def api_client(api: KubeAPI, tmp_path: Any) -> Any:
+    return kube_config.new_client_from_config(config_file=api.kubeconfig(str(tmp_path / "kubeconfig")))  # type: ignore[no-untyped-call]
+
+
+def test_events_reach_the_api_server(kubeapi: KubeAPI, tmp_path: Any) -> None:
+    settings = Settings()
+    cluster = spot_cluster(settings)
+    recorder = build_recorder(settings, cluster, api_client=api_client(kubeapi, tmp_path))
+    assert recorder.events is not None and recorder.events.sink.name == "api"
+    app = create_app(settings, cluster=cluster, recorder=recorder)
+    pod = kubeapi.put("v1", "pods", stored_pod())
+    assert app.test_client().post("/validate", json=review(pod, name="trainer")).status_code == 200
+    assert recorder.events.drain(10)
+    events = kubeapi.list("v1", "events", "default")
+    assert {e["reason"] for e in events} == {"SpotTolerated", "CUDAChecked"}
+    for e in events:
+        assert e["involvedObject"]["uid"] == pod["metadata"]["uid"]
+        assert e["involvedObject"]["name"] == "trainer"
+        assert e["source"]["component"] == COMPONENT
+    assert ("POST", "/api/v1/namespaces/default/events") in kubeapi.requests
+    assert 'gpu_admission_events_total{result="sent"} 2.0' in recorder.metrics.text()
+
+
+class FlakyApi:
+    """Stands in for CoreV1Api: fails the first ``failures`` calls with ``status``."""
+
+    def __init__(self, failures: int, status: int) -> None:
+        self.failures, self.status, self.calls = failures, status, 0
+
+    def create_namespaced_event(self, namespace: str, body: Any, _request_timeout: float = 0) -> None:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise ApiException(status=self.status, reason="injected")
+
+
+@pytest.mark.parametrize(
+    ("failures", "status", "calls", "sent", "failed"),
+    [
+        pytest.param(0, 500, 1, 1, 0, id="ok"),
+        pytest.param(1, 500, 2, 1, 0, id="one-500-retried"),
+        pytest.param(1, 429, 2, 1, 0, id="one-429-retried"),
+        pytest.param(2, 503, 2, 0, 1, id="two-503-given-up"),
+        pytest.param(1, 403, 1, 0, 1, id="403-not-retried"),
+        pytest.param(1, 422, 1, 0, 1, id="422-not-retried"),
+    ],
+)
+def test_api_sink_retries_once(failures: int, status: int, calls: int, sent: int, failed: int) -> None:
+    sink = ApiSink(None, backoff=0.001)
+    sink.api = fake = FlakyApi(failures, status)
+    q = EventQueue(sink)
+    q.submit(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
+    assert q.drain(10)
+    assert (fake.calls, q.sent, q.failed) == (calls, sent, failed)
+
+
+def test_api_sink_counts_an_api_server_that_is_away(tmp_path: Any) -> None:
+    api = KubeAPI().start()
+    client = api_client(api, tmp_path)
+    api.stop()
+    q = EventQueue(ApiSink(client, timeout=1, backoff=0.01))
+    q.submit(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
+    assert q.drain(10)
+    assert (q.sent, q.failed) == (0, 1)

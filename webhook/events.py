@@ -1,0 +1,275 @@
+"""Events on the reviewed object, so ``kubectl describe pod`` shows what the webhook decided under ``Events:``.
+
+Only the validating side creates them: there, on CREATE, the apiserver has generated the pod's name and
+``metadata.uid`` (``kubectl describe`` finds a pod's Events by name, namespace, kind and uid). Nothing is written on a
+dryRun request (the webhook declares ``sideEffects: NoneOnDryRun``).
+
+Sending is off the request path: the request puts a ready Event body on a bounded queue and returns; one daemon
+thread per worker, started on first use (after gunicorn's fork), hands bodies to a sink. A full queue drops the
+Event and counts it; it never blocks a request. Sinks: the API (core v1 Events through the ``kubernetes`` client;
+RBAC: ``events`` ``create`` and ``patch``) or the log (development, no cluster access).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from webhook.model import JSON, Event, as_dict, as_str
+
+if TYPE_CHECKING:
+    from webhook.admission import ReviewRequest
+    from webhook.pipeline import Result
+
+log = logging.getLogger("gpu_admission.events")
+
+COMPONENT = "gpu-admission"
+"""``source.component`` and ``reportingComponent``: the ``From`` column of ``kubectl describe``."""
+MESSAGE_LIMIT = 1024
+"""events.k8s.io limits a note to 1 kB; core v1 Events are kept to the same size."""
+NAME_LIMIT = 253
+
+
+def _timestamp(now: float) -> str:
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def event_body(obj: JSON, namespace: str, name: str, event: Event, instance: str, now: float | None = None) -> JSON:
+    """A core v1 Event about ``obj`` (a plain dict: the client sends it as it is)."""
+    now = time.time() if now is None else now
+    meta = as_dict(obj.get("metadata"))
+    involved: JSON = {
+        "apiVersion": as_str(obj.get("apiVersion")) or "v1",
+        "kind": as_str(obj.get("kind")) or "Pod",
+        "namespace": namespace,
+        "name": name,
+    }
+    uid = as_str(meta.get("uid"))
+    if uid:
+        involved["uid"] = uid
+    stamp = _timestamp(now)
+    suffix = f".{time.time_ns():x}{uuid.uuid4().hex[:6]}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name[: NAME_LIMIT - len(suffix)] + suffix, "namespace": namespace},
+        "involvedObject": involved,
+        "reason": event.reason,
+        "message": event.message[:MESSAGE_LIMIT],
+        "type": event.type,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": instance,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+def events_for(review: ReviewRequest | None, result: Result | None, instance: str) -> list[JSON]:
+    """The Event bodies a validating answer calls for: none on dryRun, on a denial, a skip, or with no name."""
+    if review is None or result is None or review.dry_run or not result.allowed or result.skipped:
+        return []
+    if review.operation not in ("CREATE", "UPDATE") or not isinstance(review.object, dict):
+        return []
+    obj = review.object
+    meta = as_dict(obj.get("metadata"))
+    name = review.name or as_str(meta.get("name"))
+    namespace = review.namespace or as_str(meta.get("namespace"))
+    if not name or not namespace:
+        return []
+    return [event_body(obj, namespace, name, e, instance) for e in result.outcome.events]
+
+
+class EventSink(Protocol):
+    """Delivers one Event body; raises when it could not."""
+
+    name: str
+
+    def send(self, body: JSON) -> None: ...
+
+
+class LogSink:
+    """Events as JSON log lines (``make run``, no cluster access)."""
+
+    name = "log"
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.logger = logger or log
+
+    def send(self, body: JSON) -> None:
+        involved = as_dict(body.get("involvedObject"))
+        line = {
+            "event": body.get("reason"),
+            "type": body.get("type"),
+            "object": f"{involved.get('kind')}/{involved.get('namespace')}/{involved.get('name')}",
+            "uid": involved.get("uid", ""),
+            "message": body.get("message"),
+        }
+        self.logger.info("%s", json.dumps(line, separators=(",", ":")))
+
+
+RETRY_STATUSES = frozenset({0, 429, 500, 502, 503, 504})
+
+
+class ApiSink:
+    """Creates core v1 Events through the ``kubernetes`` client (``create_namespaced_event``)."""
+
+    name = "api"
+
+    def __init__(self, api_client: Any, timeout: float = 5.0, attempts: int = 2, backoff: float = 0.2) -> None:
+        from kubernetes import client
+
+        self.api: Any = client.CoreV1Api(api_client)  # bodies are plain dicts, not the client's models
+        self.timeout, self.attempts, self.backoff = timeout, attempts, backoff
+
+    def send(self, body: JSON) -> None:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        namespace = as_str(as_dict(body.get("metadata")).get("namespace"))
+        for attempt in range(1, self.attempts + 1):
+            try:
+                self.api.create_namespaced_event(namespace, body, _request_timeout=self.timeout)
+                return
+            except ApiException as err:
+                if err.status not in RETRY_STATUSES or attempt == self.attempts:
+                    raise
+            except (HTTPError, OSError):
+                if attempt == self.attempts:
+                    raise
+            time.sleep(self.backoff * attempt)
+
+
+class EventQueue:
+    """A bounded queue per worker and one daemon thread that drains it into a sink.
+
+    The thread starts on the first submit (so never before gunicorn forks), leaves after ``idle`` seconds without
+    work, and starts again when needed. ``counted`` hears ``sent``, ``dropped`` or ``failed`` for every Event.
+    """
+
+    def __init__(
+        self,
+        sink: EventSink,
+        maxsize: int = 1000,
+        counted: Callable[[str], None] | None = None,
+        idle: float = 30.0,
+    ) -> None:
+        self.sink = sink
+        self.maxsize = max(1, maxsize)
+        self.counted = counted or (lambda result: None)
+        self.idle = idle
+        self.sent = self.dropped = self.failed = 0
+        self._counts = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._queue: queue.Queue[JSON] = queue.Queue(self.maxsize)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, body: JSON) -> bool:
+        """Queue one Event; False (and counted as dropped) when the queue is full. Never blocks."""
+        if self._pid != os.getpid():
+            self._reset()  # a forked child: the parent's thread and queue are not ours
+        try:
+            self._queue.put_nowait(body)
+        except queue.Full:
+            self._count("dropped")
+            return False
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="gpu-admission-events", daemon=True)
+                self._thread.start()
+        return True
+
+    def _count(self, result: str) -> None:
+        with self._counts:
+            setattr(self, result, getattr(self, result) + 1)
+        try:
+            self.counted(result)
+        except Exception:
+            log.exception("cannot count an event as %s", result)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                body = self._queue.get(timeout=self.idle)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():
+                        self._thread = None
+                        return
+                continue
+            try:
+                self.sink.send(body)
+                self._count("sent")
+            except Exception as err:
+                self._count("failed")
+                involved = as_dict(body.get("involvedObject"))
+                log.warning(
+                    "cannot create the %s event on %s/%s: %s",
+                    body.get("reason"),
+                    involved.get("namespace"),
+                    involved.get("name"),
+                    _short_error(err),
+                )
+            finally:
+                self._queue.task_done()
+
+    def pending(self) -> int:
+        return self._queue.unfinished_tasks
+
+    def drain(self, timeout: float = 5.0) -> bool:
+        """Wait until every queued Event was handled (tests, shutdown); False on timeout."""
+        deadline = time.monotonic() + timeout
+        done = self._queue.all_tasks_done
+        with done:
+            while self._queue.unfinished_tasks:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                done.wait(left)
+        return True
+
+
+def _short_error(err: Exception) -> str:
+    status = getattr(err, "status", None)
+    reason = getattr(err, "reason", None)
+    if status is not None:
+        return f"HTTP {status} {reason or ''}".strip()
+    return f"{type(err).__name__}: {str(err)[:200]}"
+
+
+def instance_name() -> str:
+    """``reportingInstance``: the pod's host name (the pod name in a cluster)."""
+    return os.environ.get("POD_NAME") or socket.gethostname() or COMPONENT
+
+
+def api_client_from_environment() -> Any | None:
+    """A ``kubernetes`` ApiClient from in-cluster credentials, else the kubeconfig; None without either."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        try:
+            # KUBECONFIG is read now, not when the kubernetes package was imported (it may be a list of files)
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration
+            )
+        except Exception as err:  # no file, no context, unreadable: all mean "no cluster access"
+            log.info("no cluster credentials (%s): events go to the log", str(err)[:200])
+            return None
+    return client.ApiClient(configuration)

@@ -1,0 +1,267 @@
+"""Prometheus metrics, correct across gunicorn workers (prometheus_client multiprocess mode).
+
+Each worker counts into its own :class:`Metrics`; with ``PROMETHEUS_MULTIPROC_DIR`` set (``gpu-admission serve`` sets
+it before gunicorn starts) every value is also written to a per-process file in that directory, and the master's
+``/metrics`` endpoint (:func:`start_metrics_server`) adds the files of all workers up. Without the variable (unit tests,
+the Flask test client) the values live in the app's own registry only, so two apps in one process never share a count.
+
+Gauges need a rule for combining workers: the node count is the largest any live worker sees, the snapshot timestamp
+the oldest any live worker holds (so the age shows the stalest worker). ``live*`` modes forget a worker once
+:func:`worker_exited` has marked it dead.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
+from prometheus_client.core import GaugeMetricFamily
+
+if TYPE_CHECKING:
+    from webhook.cluster import ClusterSource, ClusterView
+
+log = logging.getLogger("gpu_admission.metrics")
+
+ENV = "PROMETHEUS_MULTIPROC_DIR"
+NAMESPACE = "gpu_admission"
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+"""Seconds. Fine below 10 ms: the webhook answers in a few ms, and the apiserver's own histogram (5, 25, 100 ms
+buckets) cannot see that range."""
+ENDPOINTS = frozenset({"mutate", "validate"})
+AGE = f"{NAMESPACE}_cluster_snapshot_age_seconds"
+AGE_HELP = "Seconds since the oldest cluster snapshot held by a worker was built"
+SNAPSHOT_TIME = f"{NAMESPACE}_cluster_snapshot_timestamp_seconds"
+REFRESH_SECONDS = 5.0
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get(ENV) or None
+
+
+def _ensure_value_class() -> None:
+    """Make prometheus_client write to files when the multiprocess directory is set.
+
+    prometheus_client picks its value class when it is first imported; ``gpu-admission serve`` imports it (through
+    the app) before it sets ``PROMETHEUS_MULTIPROC_DIR``, so the choice is made again here, in the worker, before any
+    metric exists. Harmless when the choice was already right.
+    """
+    if multiprocess_dir() and not getattr(values.ValueClass, "_multiprocess", False):
+        values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+
+
+def endpoint_label(endpoint: str) -> str:
+    """Bounded label values: the two review endpoints, everything else ``other``."""
+    return endpoint if endpoint in ENDPOINTS else "other"
+
+
+class _SnapshotAge:
+    """In-process only: the age of the app's current snapshot, read at scrape time."""
+
+    def __init__(self, cluster: ClusterSource) -> None:
+        self.cluster = cluster
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            age = self.cluster.snapshot().age_seconds
+        except Exception:  # a scrape never fails because a snapshot cannot be read
+            return
+        yield GaugeMetricFamily(AGE, AGE_HELP, value=max(age, 0.0))
+
+    def describe(self) -> Iterable[Any]:
+        return []
+
+
+class Metrics:
+    """The webhook's metrics, in the app's own registry (and, in multiprocess mode, in the worker's files)."""
+
+    def __init__(self, cluster: ClusterSource | None = None) -> None:
+        _ensure_value_class()
+        self.multiprocess = multiprocess_dir() is not None
+        self.cluster = cluster
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "requests",
+            "Admission requests by endpoint and decision (allowed, patched, denied, skipped, rejected, error)",
+            ["endpoint", "decision"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.latency = Histogram(
+            "request_duration_seconds",
+            "Time from reading the request to the answer, by endpoint",
+            ["endpoint"],
+            namespace=NAMESPACE,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.mutations = Counter(
+            "mutations", "Changes made to admitted objects, by kind", ["kind"], namespace=NAMESPACE, registry=r
+        )
+        self.denials = Counter(
+            "denials",
+            "Policy refusals by endpoint, reason and action (denied: enforced; warned: admitted in warn mode)",
+            ["endpoint", "reason", "action"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.events = Counter(
+            "events",
+            "Events on objects, by result (sent, dropped: the queue was full, failed: the API refused or was away)",
+            ["result"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.nodes = Gauge(
+            "cluster_nodes",
+            "Nodes in the cluster snapshot (the largest count any live worker holds)",
+            namespace=NAMESPACE,
+            multiprocess_mode="livemax",
+            registry=r,
+        )
+        self.snapshot_time = Gauge(
+            "cluster_snapshot_timestamp_seconds",
+            "Unix time the cluster snapshot was built (the oldest any live worker holds)",
+            namespace=NAMESPACE,
+            multiprocess_mode="livemin",
+            registry=r,
+        )
+        for result in ("sent", "dropped", "failed"):
+            self.events.labels(result)  # present at 0 from the start, so rate() and alerts see them
+        if cluster is not None and not self.multiprocess:
+            # In one process the gauges can be read live; set_function is not supported across processes.
+            self.nodes.set_function(lambda: float(cluster.snapshot().node_count))
+            self.snapshot_time.set_function(lambda: time.time() - cluster.snapshot().age_seconds)
+            r.register(_SnapshotAge(cluster))
+        self._refresher: threading.Thread | None = None
+        self._refresher_pid = 0
+
+    # -- recording --------------------------------------------------------------------------------------------
+    def request(self, endpoint: str, decision: str, seconds: float) -> None:
+        label = endpoint_label(endpoint)
+        self.requests.labels(label, decision).inc()
+        self.latency.labels(label).observe(max(seconds, 0.0))
+
+    def mutation(self, kind: str) -> None:
+        self.mutations.labels(kind).inc()
+
+    def denial(self, endpoint: str, reason: str, action: str) -> None:
+        self.denials.labels(endpoint_label(endpoint), reason or "Unknown", action).inc()
+
+    def event(self, result: str) -> None:
+        self.events.labels(result).inc()
+
+    def cluster_view(self, view: ClusterView) -> None:
+        """Publish a snapshot's node count and build time (multiprocess mode; in-process gauges read live)."""
+        if not self.multiprocess:
+            return
+        self.nodes.set(view.node_count)
+        self.snapshot_time.set(time.time() - view.age_seconds)
+
+    def refresh(self) -> None:
+        if self.cluster is not None:
+            self.cluster_view(self.cluster.snapshot())
+
+    def start(self, every: float = REFRESH_SECONDS) -> None:
+        """Keep the snapshot gauges fresh between requests (multiprocess mode, in the worker, after the fork)."""
+        if not self.multiprocess or self.cluster is None:
+            return
+        if self._refresher is not None and self._refresher.is_alive() and self._refresher_pid == os.getpid():
+            return
+        self.refresh()
+
+        def run() -> None:
+            while True:
+                time.sleep(every)
+                try:
+                    self.refresh()
+                except Exception:
+                    log.exception("cannot refresh the cluster gauges")
+
+        self._refresher_pid = os.getpid()
+        self._refresher = threading.Thread(target=run, name="gpu-admission-gauges", daemon=True)
+        self._refresher.start()
+
+    def text(self) -> str:
+        """This app's metrics in the Prometheus text format (this process only)."""
+        return generate_latest(self.registry).decode()
+
+
+# -- the master ---------------------------------------------------------------------------------------------------
+class MasterCollector:
+    """Every worker's samples added up, plus the snapshot age derived at scrape time from the oldest snapshot."""
+
+    def __init__(self, path: str, clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self.clock = clock
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client import multiprocess
+
+        collector = multiprocess.MultiProcessCollector(None, self.path)  # type: ignore[no-untyped-call]
+        families = list(collector.collect())  # type: ignore[no-untyped-call]
+        oldest: float | None = None
+        for family in families:
+            if family.name == SNAPSHOT_TIME:
+                stamps = [s.value for s in family.samples]
+                oldest = min(stamps) if stamps else None
+            yield family
+        if oldest is not None:
+            yield GaugeMetricFamily(AGE, AGE_HELP, value=max(self.clock() - oldest, 0.0))
+
+    def describe(self) -> Iterable[Any]:
+        return []
+
+
+def clear_directory(path: str) -> int:
+    """Remove the previous run's sample files, so counts start at zero (before any worker starts)."""
+    removed = 0
+    for name in glob.glob(os.path.join(path, "*.db")):
+        try:
+            os.remove(name)
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def master_registry(path: str) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(MasterCollector(path))
+    return registry
+
+
+def start_metrics_server(port: int, addr: str = "0.0.0.0") -> None:
+    """Serve ``/metrics`` as plain HTTP on ``port`` from the gunicorn master, adding up every worker's samples.
+
+    Called in the master's ``when_ready``, before the workers are forked: stale files of an earlier run are removed.
+    A metrics port that cannot be bound is logged, not fatal: the webhook keeps answering.
+    """
+    from prometheus_client import start_http_server
+
+    path = multiprocess_dir()
+    if path is None:
+        log.warning("%s is not set: the metrics endpoint would not see the workers; not started", ENV)
+        return
+    os.makedirs(path, exist_ok=True)
+    clear_directory(path)
+    try:
+        start_http_server(port, addr=addr, registry=master_registry(path))
+    except OSError as err:
+        log.error("cannot serve metrics on %s:%d: %s", addr, port, err)
+
+
+def worker_exited(pid: int) -> None:
+    """A gunicorn worker died: its live gauges leave the sums (its counters stay, as counters must)."""
+    path = multiprocess_dir()
+    if path is None:
+        return
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
