@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +241,51 @@ def test_spot_defaults_widen_the_match(obj, namespace, expected):
 def test_cluster_wide_spot_default_sends_every_pod():
     assert expressions("spot-default") == ["true", "true"]
     assert sent(program("spot-default"), pod(container(limits=CPU))) is True
+
+
+# cel-python forgives more than the apiserver's cel-go: it answers has(a.b.c) with false when a.b is absent, where
+# cel-go fails with "no such key: b". So the guards are also checked on the text: every field read, and the operand
+# of every has(), must be guarded by an earlier has() of itself (or be a variable or an always-present request field).
+_PATH = re.compile(r"(has\()?\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(\s*\()?")
+_ALWAYS_PRESENT = ("request.",)
+
+
+def unguarded_reads(expression: str) -> list[str]:
+    text = re.sub(r"'[^']*'", "''", expression)
+    problems = []
+    for m in _PATH.finditer(text):
+        in_has, path, call = m.group(1), m.group(2), m.group(3)
+        parts = path.split(".")
+        if call and not in_has:
+            parts = parts[:-1]  # x.exists(...), r.startsWith(...): a method, not a field
+        if in_has:
+            parts = parts[:-1]  # has(a.b.c) reads a.b; it tests only c
+        if len(parts) < 2 or path.startswith(_ALWAYS_PRESENT):
+            continue
+        for n in range(2, len(parts) + 1):
+            read = ".".join(parts[:n])
+            if f"has({read})" not in text[: m.start()]:
+                problems.append(f"{read} (at {m.start()}: {text[m.start() : m.end() + 20]})")
+    return problems
+
+
+@pytest.mark.parametrize("value_set", ["defaults", "all-on"])
+def test_every_field_read_is_guarded_by_has(value_set):
+    (expression, *_) = expressions(value_set)
+    assert unguarded_reads(expression) == []
+
+
+@pytest.mark.parametrize(
+    ("expression", "bad"),
+    [
+        pytest.param("has(object.spec) && has(object.spec.containers)", [], id="guarded-chain"),
+        pytest.param("has(object.spec.containers)", ["object.spec"], id="has-of-unguarded-parent"),
+        pytest.param(
+            "object.spec.containers.exists(c, true)", ["object.spec", "object.spec.containers"], id="unguarded-read"
+        ),
+        pytest.param("has(c.env) && c.env.exists(e, e.name == 'A.B')", ["e.name"], id="unguarded-item-field"),
+        pytest.param("request.kind.kind in ['Job']", [], id="request-always-present"),
+    ],
+)
+def test_guard_checker(expression, bad):
+    assert [p.split(" ")[0] for p in unguarded_reads(expression)] == bad
