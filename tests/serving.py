@@ -31,12 +31,27 @@ def free_port() -> int:
         return port
 
 
-def issue_certs(directory: Path, days: int = 30) -> Path:
+def issue_certs(directory: Path, days: int = 365) -> Path:
     """Development certificates through the project's own certs tool."""
     subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "certs", "issue", "--dir", str(directory), "--service", SERVICE,
-         "--namespace", NAMESPACE, "--days", str(days)],
-        check=True, capture_output=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "certs",
+            "issue",
+            "--dir",
+            str(directory),
+            "--service",
+            SERVICE,
+            "--namespace",
+            NAMESPACE,
+            "--days",
+            str(days),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
     return directory
 
@@ -44,8 +59,14 @@ def issue_certs(directory: Path, days: int = 30) -> Path:
 class ApiserverClient:
     """HTTPS with keep-alive, verifying the server against ``ca`` under ``server_name``."""
 
-    def __init__(self, port: int, ca: Path, server_name: str = SERVER_NAME, timeout: float = 10.0,
-                 tls_version: ssl.TLSVersion | None = None) -> None:
+    def __init__(
+        self,
+        port: int,
+        ca: Path,
+        server_name: str = SERVER_NAME,
+        timeout: float = 10.0,
+        tls_version: ssl.TLSVersion | None = None,
+    ) -> None:
         self.context = ssl.create_default_context(cafile=str(ca))
         if tls_version is not None:
             self.context.minimum_version = self.context.maximum_version = tls_version
@@ -59,8 +80,9 @@ class ApiserverClient:
         conn.sock = tls
         return conn
 
-    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                raw: bytes | None = None) -> tuple[int, Any]:
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", raw: bytes | None = None
+    ) -> tuple[int, Any]:
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         for attempt in range(2):
             if self.conn is None:
@@ -139,15 +161,38 @@ def wait_ready(server: Server, deadline_s: float = 30.0, path: str = "/readyz") 
 
 
 @contextmanager
-def serve(tmp: Path, nodes: Path | None = REPO / "examples" / "nodes.yaml", config: Path | None = None,
-          workers: int = 1, env: dict[str, str] | None = None, certs: Path | None = None,
-          wait: bool = True, extra_args: list[str] | None = None) -> Iterator[Server]:
+def serve(
+    tmp: Path,
+    nodes: Path | None = REPO / "examples" / "nodes.yaml",
+    config: Path | None = None,
+    workers: int = 1,
+    env: dict[str, str] | None = None,
+    certs: Path | None = None,
+    wait: bool = True,
+    extra_args: list[str] | None = None,
+) -> Iterator[Server]:
     """Run ``gpu-admission serve`` on free loopback ports until the block ends (then SIGTERM, then SIGKILL)."""
     certs = certs or issue_certs(tmp / "certs")
     port, metrics_port = free_port(), free_port()
-    args = [sys.executable, "-m", "webhook.cli", "serve", "--cert", str(certs / "tls.crt"), "--key",
-            str(certs / "tls.key"), "--port", str(port), "--metrics-port", str(metrics_port), "--workers",
-            str(workers), "--host", "127.0.0.1", *(extra_args or [])]
+    args = [
+        sys.executable,
+        "-m",
+        "webhook.cli",
+        "serve",
+        "--cert",
+        str(certs / "tls.crt"),
+        "--key",
+        str(certs / "tls.key"),
+        "--port",
+        str(port),
+        "--metrics-port",
+        str(metrics_port),
+        "--workers",
+        str(workers),
+        "--host",
+        "127.0.0.1",
+        *(extra_args or []),
+    ]
     if nodes is not None:
         args += ["--nodes", str(nodes)]
     if config is not None:

@@ -49,8 +49,9 @@ def test_old_tls_is_refused(server: Server, version: ssl.TLSVersion) -> None:
         ctx.set_ciphers("ALL:@SECLEVEL=0")
     except (ValueError, ssl.SSLError):
         pytest.fail("this Python cannot even offer the old TLS version")
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw, pytest.raises(
-        (ssl.SSLError, ConnectionResetError)
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw,
+        pytest.raises((ssl.SSLError, ConnectionResetError)),
     ):
         ctx.wrap_socket(raw, server_hostname=SERVER_NAME).do_handshake()
 
@@ -84,12 +85,19 @@ def test_example_review_from_readme(server: Server) -> None:
     assert response["allowed"] is True
 
 
-@pytest.mark.parametrize(("raw", "content_type", "status"), [
-    pytest.param(b"{", "application/json", 400, id="truncated"),
-    pytest.param(b"{}", "text/yaml", 415, id="content-type"),
-    pytest.param(b'{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}', "application/json", 400,
-                 id="no-request"),
-])
+@pytest.mark.parametrize(
+    ("raw", "content_type", "status"),
+    [
+        pytest.param(b"{", "application/json", 400, id="truncated"),
+        pytest.param(b"{}", "text/yaml", 415, id="content-type"),
+        pytest.param(
+            b'{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}',
+            "application/json",
+            400,
+            id="no-request",
+        ),
+    ],
+)
 def test_bad_input_over_https(server: Server, raw: bytes, content_type: str, status: int) -> None:
     code, body = server.client().request("POST", "/mutate", raw=raw, content_type=content_type)
     assert code == status and body["error"]

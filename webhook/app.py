@@ -18,7 +18,7 @@ from webhook.admission import ReviewRequest, build_response, error_body, parse_r
 from webhook.audit import Recorder, build_recorder
 from webhook.cluster import ClusterSource, ClusterView, StaticCluster, build_view
 from webhook.config import Settings
-from webhook.errors import BadRequest
+from webhook.errors import BadRequest, PayloadTooLarge
 from webhook.model import Context
 
 
@@ -43,6 +43,28 @@ def context_for(review: ReviewRequest, settings: Settings, view: ClusterView) ->
     )
 
 
+DRAIN_FACTOR = 4
+"""An oversized body is read (and dropped) up to this many times the limit before answering 413, so the client,
+still sending, gets the answer instead of a reset connection; beyond that the connection is cut."""
+
+
+def read_body(limit: int) -> bytes:
+    """The request body, at most ``limit`` bytes; PayloadTooLarge (413) beyond it."""
+    if request.content_length is not None and request.content_length > DRAIN_FACTOR * limit:
+        raise PayloadTooLarge(f"body of {request.content_length} bytes is over the limit of {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := request.stream.read(64 * 1024):
+        size += len(chunk)
+        if size <= limit:
+            chunks.append(chunk)
+        elif size > DRAIN_FACTOR * limit:
+            break
+    if size > limit:
+        raise PayloadTooLarge(f"body of {size} bytes or more is over the limit of {limit}")
+    return b"".join(chunks)
+
+
 def create_app(
     settings: Settings | None = None, cluster: ClusterSource | None = None, recorder: Recorder | None = None
 ) -> Flask:
@@ -50,7 +72,6 @@ def create_app(
     cluster = cluster or StaticCluster(build_view([], settings, source="settings", known=False))
     runtime = Runtime(settings, cluster, recorder or build_recorder(settings, cluster))
     app = Flask("gpu_admission")
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["gpu_admission"] = runtime
 
@@ -58,7 +79,7 @@ def create_app(
         started = time.perf_counter()
         review: ReviewRequest | None = None
         try:
-            body = request.get_data(cache=False)
+            body = read_body(settings.max_body_bytes)
             review = parse_review(body, request.content_type, settings.max_body_bytes)
             result = step(review.object, context_for(review, settings, cluster.snapshot()))
         except BadRequest as err:
