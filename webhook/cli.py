@@ -14,8 +14,9 @@ from typing import Any
 
 import yaml
 
-from webhook import pipeline
-from webhook.cluster import ClusterSource, ClusterView, StaticCluster, build_view, nodes_from_document
+from certs import cli as certs_cli
+from webhook import pipeline, selftest
+from webhook.cluster import ClusterSource, ClusterView, StaticCluster, build_view, format_pools, nodes_from_document
 from webhook.config import Settings, load_settings
 from webhook.errors import ConfigError, InputError
 from webhook.model import TEMPLATE_PATHS, Context, as_dict
@@ -148,12 +149,6 @@ def cmd_pools(args: argparse.Namespace) -> int:
     view = load_nodes(args.nodes, settings)
     if args.output == "json":
         print(json.dumps([p.as_json() for p in view.pools], indent=2))
-        return 0
-    try:
-        from webhook.cluster import format_pools  # type: ignore[attr-defined]
-    except ImportError:
-        for p in view.pools:
-            print(json.dumps(p.as_json()))
     else:
         print(format_pools(view))
     return 0
@@ -188,13 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     pools.add_argument("-o", "--output", choices=["text", "json"], default="text")
     pools.set_defaults(func=cmd_pools)
 
-    for module in ("certs.cli", "webhook.selftest"):
-        try:
-            mod = __import__(module, fromlist=["register"])
-        except ImportError:
-            continue
-        if hasattr(mod, "register"):
-            mod.register(sub)
+    certs_cli.register(sub)
+    selftest.register(sub)
     return parser
 
 
