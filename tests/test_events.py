@@ -3,6 +3,7 @@ through the real ``kubernetes`` client against tests/kubeapi.py."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
-from tests.conftest import gpu_node, gpu_pod, review
+from tests.conftest import REPO, gpu_node, gpu_pod, review
 from tests.kubeapi import KubeAPI
 from webhook import pipeline
 from webhook.admission import ReviewRequest
@@ -353,3 +354,13 @@ def test_api_sink_counts_an_api_server_that_is_away(tmp_path: Any) -> None:
     q.submit(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
     assert q.drain(10)
     assert (q.sent, q.failed) == (0, 1)
+
+
+def test_every_event_reason_the_policies_emit_is_documented() -> None:
+    emitted = set()
+    for source in (REPO / "webhook" / "policies").glob("*.py"):
+        emitted |= set(re.findall(r"\.event\(\s*\"([A-Za-z]+)\"", source.read_text()))
+    assert {"SpotTolerated", "CUDAChecked"} <= emitted
+    docs = (REPO / "docs" / "observability.md").read_text()
+    missing = sorted(r for r in emitted if f"| `{r}` |" not in docs)
+    assert missing == [], f"document these Event reasons in docs/observability.md: {missing}"
