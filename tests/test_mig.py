@@ -985,25 +985,57 @@ def test_api_fixtures_pass_through(name):
 
 # ---------------------------------------------------------------------------------------------------------------
 # Taints keyed by nvidia.com/gpu: a pod converted to nvidia.com/mig-<p> no longer gets that toleration from
-# ExtendedResourceToleration, so such a node is not eligible unless the pod tolerates the taint itself.
+# ExtendedResourceToleration, so the conversion carries it over where the chosen nodes carry the taint.
 
 
 GPU_TAINT = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
-def test_gpu_tainted_mixed_node_needs_a_toleration_after_conversion():
+def test_conversion_keeps_the_gpu_taint_toleration_its_gpu_request_had():
     nodes = [mixed_node("n0", A100_80, {"3g.40gb": 16}, "a100-spot", 81920, taints=GPU_TAINT)]
-    result = review(workload("Deployment", frac("0.5")), nodes)
-    assert not result.allowed and result.reason == "MIGNoProfile"
-    assert (
-        "MIG pools this pod cannot use (selectors, affinity, taints): a100-spot (3g.40gb; taints "
-        "nvidia.com/gpu=present:NoSchedule)" in result.message
-    )
-    # A bare Pod reaches the webhook after ExtendedResourceToleration added the toleration for nvidia.com/gpu.
+    obj = workload("Deployment", frac("0.5"))
+    result = review(obj, nodes)
+    assert result.allowed, result.message
+    spec = template_of(result.object)["spec"]
+    assert resources_of(result.object) == mig("3g.40gb")
+    assert spec["tolerations"].count(GPU_TOLERATION) == 1
+    assert spec["tolerations"][: len(template_of(obj)["spec"].get("tolerations", []))] == template_of(obj)["spec"].get(
+        "tolerations", []
+    ), "the user's tolerations stay first and unchanged"
+    _, again = mutate_twice(obj, nodes)
+    assert again == []
+
+
+def test_bare_pod_with_the_plugins_toleration_gets_no_duplicate():
+    nodes = [mixed_node("n0", A100_80, {"3g.40gb": 16}, "a100-spot", 81920, taints=GPU_TAINT)]
     obj = frac("0.5")
-    obj["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    obj["spec"]["tolerations"] = [dict(GPU_TOLERATION)]  # ExtendedResourceToleration ran before the webhook
     result = review(obj, nodes)
     assert result.allowed and resources_of(result.object) == mig("3g.40gb")
+    assert result.object["spec"]["tolerations"] == [GPU_TOLERATION]
+
+
+def test_no_gpu_toleration_where_the_nodes_have_no_gpu_taint():
+    nodes = [mixed_node("n0", A100_80, {"3g.40gb": 16}, "a100", 81920)]
+    result = review(frac("0.5"), nodes)
+    assert result.allowed and "tolerations" not in result.object["spec"]
+
+
+def test_other_taints_still_need_the_users_toleration():
+    nodes = [
+        mixed_node(
+            "n0",
+            A100_80,
+            {"3g.40gb": 16},
+            "a100-spot",
+            81920,
+            taints=[*GPU_TAINT, {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
+        )
+    ]
+    result = review(workload("Deployment", frac("0.5")), nodes)
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert "dedicated=ml:NoSchedule" in result.message
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -54,9 +54,10 @@ from webhook.cluster import (
     Candidate,
     NodeGroup,
     requested_resources,
+    toleration_tolerates,
 )
 from webhook.mig_profiles import Profile, derive, load_table, parse_name
-from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_str
+from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_list, as_str
 from webhook.quantity import QuantityError, format_quantity, parse_quantity
 
 POLICY = "mig"
@@ -448,6 +449,8 @@ def _trial(pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option
     """A slim copy of the spec for eligibility: the pending asks stripped, ``ask`` given ``option``."""
     spec = pod.spec
     trial: JSON = {k: spec[k] for k in ("nodeName", "affinity", "tolerations") if k in spec}
+    if ask is not None and option is not None and option.resource != GPU_RESOURCE:
+        trial["tolerations"] = [*as_list(spec.get("tolerations")), GPU_TAINT_TOLERATION]
     selector = dict(as_dict(spec.get("nodeSelector")))
     if option is not None and option.selector:
         selector[option.selector[0]] = option.selector[1]
@@ -571,8 +574,33 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
 # Rewriting and explaining
 
 
+GPU_TAINT_TOLERATION: JSON = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+"""What ExtendedResourceToleration gives a pod that requests nvidia.com/gpu. GPU nodes are commonly tainted
+``nvidia.com/gpu:NoSchedule`` (GKE, OKE, DOKS, the GPU Operator's docs); a container whose ask for "a GPU" became
+``nvidia.com/mig-<p>`` no longer gets it from the plugin (a pod made from a converted template never had it), so the
+conversion carries it over, only where the chosen nodes carry that taint and nothing tolerates it yet."""
+
+
+def _keep_gpu_toleration(pod: PodView, choice: Choice) -> None:
+    if choice.option.resource == GPU_RESOURCE:
+        return  # the plugin still sees nvidia.com/gpu
+    taints = {t for p in choice.places for t in p.group.taints if t.key == GPU_RESOURCE and t.effect == "NoSchedule"}
+    if not taints:
+        return
+    tolerations = pod.spec.get("tolerations")
+    if tolerations is None:
+        tolerations = pod.spec["tolerations"] = []
+    if not isinstance(tolerations, list):
+        return
+    existing = [t for t in tolerations if isinstance(t, dict)]
+    if all(any(toleration_tolerates(t, taint) for t in existing) for taint in taints):
+        return
+    tolerations.append(dict(GPU_TAINT_TOLERATION))
+
+
 def _apply(pod: PodView, ask: Ask, choice: Choice) -> None:
     container = ask.container
+    _keep_gpu_toleration(pod, choice)
     resources = container.get("resources")
     if not isinstance(resources, dict):
         resources = container["resources"] = {}
