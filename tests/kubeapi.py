@@ -308,6 +308,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.api.requests.append((self.command, self.path))
             if self.api._failures:
                 code = self.api._failures.pop(0)
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))  # keep the connection usable
                 self._send(code, _status(code, "InternalError", "injected failure"))
                 return True
         return False

@@ -65,6 +65,9 @@ def _settings(path: str | None) -> Settings:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    # prometheus_client picks multiprocess mode when it is first imported: set its directory before the app is.
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="gpu-admission-metrics-"))
+    Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
     from webhook.app import create_app
     from webhook.audit import build_recorder
     from webhook.server import GunicornServer, ServeOptions
@@ -75,8 +78,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for path in (args.cert, args.key):
         if not Path(path).is_file():
             raise InputError(f"{path}: certificate or key file not found (make one: gpu-admission certs issue)")
-    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="gpu-admission-metrics-"))
-    Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
     options = ServeOptions(
         config=args.config,
         nodes=args.nodes,

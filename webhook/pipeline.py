@@ -12,6 +12,7 @@ resource it picks narrows the nodes that CUDA then checks.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,6 +144,15 @@ def _mode(policy: str, ctx: Context) -> str:
     return "enforce"
 
 
+_AUDIT_KEY_BAD = re.compile(r"[^-A-Za-z0-9_.]+")
+
+
+def audit_key(key: str) -> str:
+    """A valid auditAnnotations key (the name part of a qualified name, <= 63 characters); the apiserver drops
+    any other key from the audit log."""
+    return _AUDIT_KEY_BAD.sub("-", key)[:63].strip("-_.") or "note"
+
+
 def _short(text: str, limit: int = WARNING_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -168,7 +178,7 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
     result.warnings = warnings
     result.outcome = outcome
     for key, value in outcome.audit.items():
-        result.audit[key[:63]] = value[:AUDIT_VALUE_LIMIT]
+        result.audit[audit_key(key)] = value[:AUDIT_VALUE_LIMIT]
     if enforced:
         result.allowed = False
         result.code = 403

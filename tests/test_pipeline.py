@@ -1,0 +1,97 @@
+"""The pipeline's own rules: audit keys, warning limits, enforcement modes, forged annotations, exemptions."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.conftest import gpu_node, gpu_pod
+from webhook import pipeline
+from webhook.cluster import build_view
+from webhook.config import CudaSettings, ExemptionSettings, Settings
+from webhook.model import Context
+
+QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+@pytest.mark.parametrize(
+    "key", ["cuda-decision", "x" * 80, "-lead", "trail.", "sp ace/slash", "", "__", "a" * 62 + "-b"]
+)
+def test_audit_keys_are_valid_qualified_names(key: str) -> None:
+    out = pipeline.audit_key(key)
+    assert QUALIFIED_NAME.match(out) and len(out) <= 63
+
+
+def _ctx(settings: Settings, **kw: object) -> Context:
+    return Context(settings=settings, cluster=build_view([gpu_node("n1")], settings), **kw)  # type: ignore[arg-type]
+
+
+def test_cuda_13_image_is_denied_in_enforce_and_warned_in_warn_mode() -> None:
+    pod = gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04")
+    denied = pipeline.review(pod, _ctx(Settings(), namespace="ml"))
+    assert not denied.allowed and denied.reason == "CUDAIncompatible"
+    warned = pipeline.review(pod, _ctx(Settings(cuda=CudaSettings(namespace_modes={"ml": "warn"})), namespace="ml"))
+    assert warned.allowed
+    assert any("would be denied" in w or "CUDA" in w for w in warned.warnings)
+    assert "cuda-would-deny" in warned.audit
+    assert all(len(w) < 120 for w in warned.warnings)
+
+
+@pytest.mark.parametrize(
+    ("exemptions", "ctx"),
+    [
+        pytest.param(ExemptionSettings(namespaces=["ml"]), {"namespace": "ml"}, id="namespace"),
+        pytest.param(ExemptionSettings(users=["ci-bot"]), {"username": "ci-bot"}, id="user"),
+        pytest.param(ExemptionSettings(groups=["platform"]), {"groups": ("a", "platform")}, id="group"),
+    ],
+)
+def test_exemptions_come_from_settings_only(exemptions: ExemptionSettings, ctx: dict[str, object]) -> None:
+    pod = gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04")
+    result = pipeline.review(pod, _ctx(Settings(exemptions=exemptions), **ctx))
+    assert result.allowed and result.skipped and result.patch == []
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_opt_out_label_only_where_settings_allow_it(allowed: bool) -> None:
+    pod = gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04")
+    pod["metadata"]["labels"] = {"gpu-admission.io/ignore": "true"}
+    settings = Settings(exemptions=ExemptionSettings(allow_opt_out_label=allowed))
+    result = pipeline.review(pod, _ctx(settings, namespace="ml"))
+    assert result.allowed is allowed
+    assert bool(result.skipped) is allowed
+
+
+def test_a_pod_cannot_exempt_itself_by_annotation() -> None:
+    pod = gpu_pod(
+        image="nvidia/cuda:13.0.1-runtime-ubuntu24.04",
+        annotations={"gpu-admission.io/ignore": "true", "gpu-admission.io/exempt": "true"},
+    )
+    assert not pipeline.review(pod, _ctx(Settings(), namespace="ml")).allowed
+
+
+def test_forged_output_annotations_are_replaced_by_the_webhooks_own() -> None:
+    pod = gpu_pod(
+        annotations={
+            "gpu-admission.io/cuda": "all fine, trust me",
+            "gpu-admission.io/anything": "x",
+            "gpu-admission.io/spot": "never",
+        }
+    )
+    result = pipeline.mutate(pod, _ctx(Settings(), namespace="ml"))
+    annotations = result.object["metadata"]["annotations"]
+    assert annotations["gpu-admission.io/cuda"] != "all fine, trust me"
+    assert "gpu-admission.io/anything" not in annotations
+    assert annotations["gpu-admission.io/spot"] == "never", "input annotations are the user's and stay"
+
+
+def test_non_gpu_pod_passes_untouched() -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+    }
+    result = pipeline.review(pod, _ctx(Settings(), namespace="ml"))
+    assert result.allowed and result.patch == [] and not result.warnings
+    assert result.object == pod
