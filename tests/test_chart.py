@@ -194,7 +194,7 @@ def test_webhook_safety_fields(rendered):
         assert hook["matchPolicy"] == "Equivalent"
         if kind == "MutatingWebhookConfiguration":
             assert hook["reinvocationPolicy"] == "IfNeeded"
-        assert [c["name"] for c in hook["matchConditions"]] == ["gpu-related"]
+        assert [c["name"] for c in hook["matchConditions"]] == ["gpu-related", "spec-changed-on-update"]
 
 
 def test_webhook_rules(rendered):
@@ -202,7 +202,9 @@ def test_webhook_rules(rendered):
     expected = {
         ("", "pods"): ["CREATE"],
         **{("apps", r): ["CREATE", "UPDATE"] for r in ("deployments", "statefulsets", "daemonsets", "replicasets")},
-        **{("batch", r): ["CREATE", "UPDATE"] for r in ("jobs", "cronjobs")},
+        # A Job's template is immutable: UPDATE is never sent (a patch would make the apiserver reject it).
+        ("batch", "jobs"): ["CREATE"],
+        ("batch", "cronjobs"): ["CREATE", "UPDATE"],
     }
     for _, hook in webhooks(objects):
         seen = {}
@@ -213,6 +215,20 @@ def test_webhook_rules(rendered):
                     assert "*" not in resource and "/" not in resource
                     seen[(group, resource)] = rule["operations"]
         assert seen == expected
+
+
+def test_workloads_can_be_left_out():
+    for _, hook in webhooks(template("--set", "webhook.workloads=false")):
+        assert hook["rules"] == [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["pods"],
+                "scope": "Namespaced",
+            }
+        ]
+        assert [c["name"] for c in hook["matchConditions"]] == ["gpu-related"]
 
 
 @pytest.mark.parametrize("namespace", ["gpu-system", "platform"])
@@ -565,8 +581,12 @@ def test_dashboard_metrics_exist_in_the_server():
     dashboard = (CHART / "dashboards" / "gpu-admission.json").read_text()
     wanted = {re.sub(r"_bucket$", "", m) for m in re.findall(r"gpu_admission_[a-z_]+", dashboard)}
     source = "\n".join(p.read_text() for p in (ROOT / "webhook").rglob("*.py"))
-    defined = set(re.findall(r"[\"'](gpu_admission_[a-z_]+)[\"']", source))
+    # prometheus_client names: Counter("requests", ..., namespace="gpu_admission") is gpu_admission_requests_total.
+    short = re.findall(r"(?:Counter|Gauge|Histogram)\(\s*\"([a-z_]+)\"", source) if "gpu_admission" in source else []
+    defined = {f"gpu_admission_{n}" for n in short}
+    defined |= {f"gpu_admission_{n}" for n in re.findall(r"\{NAMESPACE\}_([a-z_]+)", source)}
+    defined |= set(re.findall(r"[\"'](gpu_admission_[a-z_]+)[\"']", source))
     if not defined:
         pytest.skip("the server defines no gpu_admission_* metrics yet")
-    defined |= {re.sub(r"_total$", "", d) for d in defined} | {d + "_total" for d in defined}
+    defined |= {d + "_total" for d in defined}
     assert wanted <= defined, f"dashboard queries metrics the server does not define: {sorted(wanted - defined)}"

@@ -30,34 +30,43 @@ KINDS = {
 }
 
 
-def expressions(value_set: str) -> list[str]:
+def conditions(value_set: str) -> list[list[str]]:
+    """Per webhook, its matchConditions expressions (the apiserver sends a request only when all are true)."""
     objects = render_values(value_set)
     out = []
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for hook in find(objects, kind)["webhooks"]:
-            (condition,) = hook["matchConditions"]
-            out.append(condition["expression"])
+            out.append([c["expression"] for c in hook["matchConditions"]])
     return out
 
 
-def program(value_set: str) -> Any:
-    exprs = expressions(value_set)
-    assert len(set(exprs)) == 1, "both webhooks must select the same objects"
+def expressions(value_set: str) -> list[str]:
+    """Per webhook, its gpu-related expression."""
+    return [exprs[0] for exprs in conditions(value_set)]
+
+
+def program(value_set: str) -> list[Any]:
+    per_hook = conditions(value_set)
+    assert all(exprs == per_hook[0] for exprs in per_hook), "both webhooks must select the same objects"
     env = celpy.Environment()
-    return env.program(env.compile(exprs[0]))
+    return [env.program(env.compile(e)) for e in per_hook[0]]
 
 
-def sent(prog: Any, obj: dict[str, Any], namespace: str = "team") -> bool:
+def sent(programs: list[Any], obj: dict[str, Any], namespace: str = "team", old: dict[str, Any] | None = None) -> bool:
     kind = str(obj.get("kind", "Pod"))
     group, version = KINDS.get(kind, ("", "v1"))
     request = {
         "kind": {"group": group, "version": version, "kind": kind},
         "namespace": namespace,
-        "operation": "CREATE",
+        "operation": "CREATE" if old is None else "UPDATE",
     }
-    result = prog.evaluate({"object": json_to_cel(obj), "request": json_to_cel(request)})
-    assert isinstance(result, celpy.celtypes.BoolType), f"CEL did not give a bool: {result!r}"
-    return bool(result)
+    activation = {"object": json_to_cel(obj), "oldObject": json_to_cel(old), "request": json_to_cel(request)}
+    results = []
+    for prog in programs:
+        result = prog.evaluate(activation)
+        assert isinstance(result, celpy.celtypes.BoolType), f"CEL did not give a bool: {result!r}"
+        results.append(bool(result))
+    return all(results)
 
 
 def container(
@@ -238,6 +247,29 @@ def test_spot_defaults_widen_the_match(obj, namespace, expected):
     assert sent(program("all-on"), obj, namespace) is expected
 
 
+def _deployment_update(change: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    old = workload("Deployment", pod(container(limits={"nvidia.com/gpu": "0.5"})))
+    new = copy.deepcopy(old)
+    if change == "metadata":
+        new["metadata"]["annotations"] = {"deployment.kubernetes.io/revision": "2"}
+    elif change == "template":
+        new["spec"]["template"]["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04"
+    return new, old
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        pytest.param("metadata", False, id="controller-metadata-update-not-sent"),
+        pytest.param("nothing", False, id="no-op-update-not-sent"),
+        pytest.param("template", True, id="template-update-sent"),
+    ],
+)
+def test_workload_updates_are_sent_only_when_the_spec_changed(default_program, change, expected):
+    new, old = _deployment_update(change)
+    assert sent(default_program, new, old=old) is expected
+
+
 def test_cluster_wide_spot_default_sends_every_pod():
     assert expressions("spot-default") == ["true", "true"]
     assert sent(program("spot-default"), pod(container(limits=CPU))) is True
@@ -247,7 +279,7 @@ def test_cluster_wide_spot_default_sends_every_pod():
 # cel-go fails with "no such key: b". So the guards are also checked on the text: every field read, and the operand
 # of every has(), must be guarded by an earlier has() of itself (or be a variable or an always-present request field).
 _PATH = re.compile(r"(has\()?\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(\s*\()?")
-_ALWAYS_PRESENT = ("request.",)
+_ALWAYS_PRESENT = ("request.",)  # oldObject is null on CREATE: guarded by request.operation
 
 
 def unguarded_reads(expression: str) -> list[str]:
@@ -271,8 +303,8 @@ def unguarded_reads(expression: str) -> list[str]:
 
 @pytest.mark.parametrize("value_set", ["defaults", "all-on"])
 def test_every_field_read_is_guarded_by_has(value_set):
-    (expression, *_) = expressions(value_set)
-    assert unguarded_reads(expression) == []
+    for expression in conditions(value_set)[0]:
+        assert unguarded_reads(expression) == []
 
 
 @pytest.mark.parametrize(

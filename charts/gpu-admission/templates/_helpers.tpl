@@ -195,10 +195,17 @@ rules:
     operations: [CREATE, UPDATE]
     resources: [deployments, statefulsets, daemonsets, replicasets]
     scope: Namespaced
+  # A Job's pod template is immutable once created: an UPDATE never carries a new one, and a patch to it would make
+  # the apiserver reject the update (the Job controller's own updates included).
+  - apiGroups: [batch]
+    apiVersions: [v1]
+    operations: [CREATE]
+    resources: [jobs]
+    scope: Namespaced
   - apiGroups: [batch]
     apiVersions: [v1]
     operations: [CREATE, UPDATE]
-    resources: [jobs, cronjobs]
+    resources: [cronjobs]
     scope: Namespaced
   {{- end }}
 namespaceSelector:
@@ -220,6 +227,13 @@ matchConditions:
   - name: gpu-related
     expression: |-
       {{- include "gpu-admission.matchExpression" . | nindent 6 }}
+  {{- if .Values.webhook.workloads }}
+  # A workload UPDATE is sent only when its spec changed: controllers' metadata updates (revision annotations,
+  # finalizers) of objects created before the webhook must not be converted, denied or rolled by it.
+  - name: spec-changed-on-update
+    expression: >-
+      request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) || object.spec != oldObject.spec
+  {{- end }}
 {{- end }}
 
 {{- define "gpu-admission.clientConfig" -}}
