@@ -29,7 +29,8 @@ def test_certificate_verifies_as_the_apiserver_checks_it(server: Server) -> None
     assert status == 200 and body == {"status": "ok"}
     sock = client.conn.sock  # type: ignore[union-attr]
     assert isinstance(sock, ssl.SSLSocket)
-    sans = [v for k, v in sock.getpeercert()["subjectAltName"]]  # type: ignore[index]
+    cert: Any = sock.getpeercert()
+    sans = [value for _, value in cert["subjectAltName"]]
     assert SERVER_NAME in sans and f"{SERVER_NAME}.cluster.local" in sans
     assert sock.version() in ("TLSv1.2", "TLSv1.3")
 
