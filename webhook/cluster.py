@@ -656,12 +656,36 @@ class _Rules:
             if self.node_name is not None and not group.nodes:
                 return None
             return group.nodes if self._match(group.labels, None) else None
-        kept = tuple(n for n in self._names(group) if self._match({**group.labels, **group.node_labels.get(n, {})}, n))
-        return kept or None
+        # Per-node rules: what the group's shared labels decide is decided once; only the volatile labels (and the
+        # name) are looked at node by node.
+        for k, v in self.selector.items():
+            if k not in self.volatile and group.labels.get(k) != v:
+                return None
+        node_selector = [(k, v) for k, v in self.selector.items() if k in self.volatile]
+        terms: list[tuple[tuple[_Requirement, ...], tuple[tuple[bool, str], ...]]] | None = None
+        if self.terms is not None:
+            terms = []
+            for t in self.terms:
+                if all(r.matches(group.labels) for r in t.requirements if r.key not in self.volatile):
+                    terms.append((tuple(r for r in t.requirements if r.key in self.volatile), t.fields))
+            if not terms:
+                return None
+        kept = []
+        for n in self._names(group):
+            own = group.node_labels.get(n, {})
+            if any(own.get(k) != v for k, v in node_selector):
+                continue
+            if terms is not None and not any(
+                all((n == value) == is_in for is_in, value in fields) and all(r.matches(own) for r in reqs)
+                for reqs, fields in terms
+            ):
+                continue
+            kept.append(n)
+        return tuple(kept) or None
 
 
 def _has_node(group: NodeGroup, name: str) -> bool:
-    return name in group.node_labels or name in group.nodes
+    return name in group.node_labels if group.node_labels else name in group.nodes
 
 
 # ---------------------------------------------------------------------------------------------------------------

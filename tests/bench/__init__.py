@@ -1,0 +1,1 @@
+"""Benchmarks (run by hand or by ``make bench``), not timed tests."""
