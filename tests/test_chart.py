@@ -590,3 +590,11 @@ def test_dashboard_metrics_exist_in_the_server():
         pytest.skip("the server defines no gpu_admission_* metrics yet")
     defined |= {d + "_total" for d in defined}
     assert wanted <= defined, f"dashboard queries metrics the server does not define: {sorted(wanted - defined)}"
+
+
+def test_server_pods_never_mount_the_ca_key() -> None:
+    # The self-signed Secret keeps ca.key (so renewals keep the CA); only the serving pair reaches the server.
+    objects = render_values("defaults")
+    deployment = find(objects, "Deployment", FULLNAME)
+    (tls,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls"]
+    assert sorted(item["key"] for item in tls["secret"]["items"]) == ["tls.crt", "tls.key"]
