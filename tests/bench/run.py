@@ -1,0 +1,761 @@
+"""The webhook's cost on the path of every pod create, measured against a no-op baseline on the same stack.
+
+    python -m tests.bench.run --out docs/benchmarks.md [--quick] [--json results.json]
+
+Starts the real server (``gpu-admission serve``: gunicorn, gthread, TLS, 2 workers, ``examples/config.yaml``, a
+generated node list) at each node count, and the no-op baseline (``tests.bench.noop``) on the same
+GunicornServer/TLS stack; drives each with keep-alive HTTPS load from ``wrk`` (a separate process; Lua script
+``wrk/review.lua`` checks every answer is a 200 echoing the uid); writes the tables between the markers
+``<!-- bench:start -->`` and ``<!-- bench:end -->`` of the output file, leaving the rest of it as it is.
+
+The /validate body is the pod as /mutate left it (the server's own patch applied), as the apiserver sends it.
+The baseline is measured with each pod's /mutate body at each concurrency (its /validate is the same code).
+Exit status 1 when any request failed (a socket error, a non-200, an answer without the uid).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import http.client
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+
+from tests.bench import nodes as node_lists
+from tests.bench import pods
+from tests.serving import REPO, Server, free_port, issue_certs, serve, wait_ready
+
+HERE = Path(__file__).resolve().parent
+LUA = HERE / "wrk" / "review.lua"
+CONFIG = REPO / "examples" / "config.yaml"
+WORKERS = 2
+READY_DEADLINE_S = 1800.0
+
+# Goals (issue 9).
+GOAL_THROUGHPUT = 0.80
+GOAL_P99_MS = 5.0
+GOAL_NODE_COST = 1.2
+GOAL_RSS_MB = 150.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    seconds: int
+    levels: tuple[tuple[int, int], ...]
+    """(connections, wrk threads)."""
+    node_counts: tuple[int, ...]
+    main_nodes: int
+    main_pods: tuple[str, ...]
+    scaling_pods: tuple[str, ...]
+    scaling_endpoints: tuple[str, ...]
+    scaling_level: tuple[int, int]
+    containers: tuple[int, ...]
+    container_endpoints: tuple[str, ...]
+    warmup_s: int
+    quick: bool
+
+
+FULL = Plan(
+    seconds=5,
+    levels=((1, 1), (4, 1), (16, 2)),
+    node_counts=(10, 1_000, 10_000),
+    main_nodes=1_000,
+    main_pods=("small", "training", "fixture"),
+    scaling_pods=("small", "training", "pinned"),
+    scaling_endpoints=("mutate", "validate"),
+    scaling_level=(4, 1),
+    containers=(1, 10, 50),
+    container_endpoints=("mutate", "validate"),
+    warmup_s=2,
+    quick=False,
+)
+QUICK = Plan(
+    seconds=1,
+    levels=((4, 1),),
+    node_counts=(10, 50),
+    main_nodes=10,
+    main_pods=("small", "training", "fixture"),
+    scaling_pods=("small",),
+    scaling_endpoints=("mutate",),
+    scaling_level=(4, 1),
+    containers=(1, 50),
+    container_endpoints=("mutate",),
+    warmup_s=0,
+    quick=True,
+)
+
+
+@dataclass
+class Point:
+    """One wrk run and what it measured (latencies in milliseconds)."""
+
+    section: str
+    target: str
+    """'webhook' or 'baseline'."""
+    nodes: int
+    pod: str
+    endpoint: str
+    connections: int
+    threads: int
+    seconds: int
+    requests: int = 0
+    rps: float = 0.0
+    p50: float = 0.0
+    p90: float = 0.0
+    p99: float = 0.0
+    max: float = 0.0
+    mean: float = 0.0
+    good: int = 0
+    bad: int = 0
+    bad_sample: str = ""
+    socket_errors: int = 0
+    status_errors: int = 0
+
+    @property
+    def failed(self) -> int:
+        return self.bad + self.socket_errors
+
+    @property
+    def answered(self) -> str:
+        return f"{self.good}/{self.requests}" if not self.failed else f"**{self.good}/{self.requests}**"
+
+
+@dataclass
+class Instance:
+    """A running server and what was measured about it outside the load."""
+
+    name: str
+    nodes: int
+    server: Server
+    ready_s: float
+    node_list_mb: float = 0.0
+    rss_ready_mb: list[float] = field(default_factory=list)
+    rss_after_mb: list[float] = field(default_factory=list)
+    master_rss_mb: float = 0.0
+
+    @property
+    def base(self) -> str:
+        return f"https://127.0.0.1:{self.server.port}"
+
+
+@dataclass
+class Answer:
+    """What the server answered one verified request (the apiserver's view of one review)."""
+
+    pod: str
+    endpoint: str
+    nodes: int
+    status: int
+    allowed: bool
+    patch_ops: int
+    warnings: int
+    message: str
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Processes
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        out = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(stat.parent.name))
+        return out
+
+
+def rss_mb(pid: int) -> float:
+    """VmRSS of a process in MB (10^6 bytes); 0 when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024 / 1e6
+    except OSError:
+        pass
+    return 0.0
+
+
+def worker_rss(server: Server) -> dict[int, float]:
+    return {pid: rss_mb(pid) for pid in sorted(children(server.proc.pid))}
+
+
+@contextlib.contextmanager
+def serve_noop(tmp: Path, certs: Path, workers: int = WORKERS, wait: bool = True) -> Iterator[Server]:
+    """The no-op baseline on free loopback ports until the block ends (SIGTERM, then SIGKILL)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    port, metrics_port = free_port(), free_port()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics")}
+    (tmp / "metrics").mkdir(exist_ok=True)
+    log = tmp / "server.log"
+    args = [
+        sys.executable,
+        "-m",
+        "tests.bench.noop",
+        "--cert",
+        str(certs / "tls.crt"),
+        "--key",
+        str(certs / "tls.key"),
+        "--port",
+        str(port),
+        "--metrics-port",
+        str(metrics_port),
+        "--workers",
+        str(workers),
+    ]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    server = Server(proc, port, metrics_port, certs, log, env)
+    try:
+        if wait:
+            wait_ready(server)
+        yield server
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+def start(stack: contextlib.ExitStack, name: str, count: int, tmp: Path, certs: Path) -> Instance:
+    """Start one server and time it from the process start to its first 200 on /readyz."""
+    work = tmp / name
+    work.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    if name == "baseline":
+        server = stack.enter_context(serve_noop(work, certs, wait=False))
+    else:
+        node_file = node_lists.write_nodes(work / "nodes.json", count)
+        began = time.monotonic()
+        server = stack.enter_context(
+            serve(work, nodes=node_file, config=CONFIG, workers=WORKERS, certs=certs, wait=False)
+        )
+    wait_ready(server, deadline_s=READY_DEADLINE_S)
+    ready = time.monotonic() - began
+    instance = Instance(name, count, server, ready)
+    if name != "baseline":
+        instance.node_list_mb = node_file.stat().st_size / 1e6
+    instance.rss_ready_mb = list(worker_rss(server).values())
+    return instance
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Load
+
+
+def wrk(base: str, bodies: Sequence[tuple[str, Path]], connections: int, threads: int, seconds: int) -> dict[str, Any]:
+    """One wrk run; the figures its Lua ``done`` printed."""
+    exe = shutil.which("wrk")
+    if exe is None:
+        raise SystemExit("wrk not found: install it (make tools does, from Debian's packages)")
+    args = [
+        exe,
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{seconds}s",
+        "--timeout",
+        "5s",
+        "-s",
+        str(LUA),
+        base,
+        "--",
+        pods.UID,
+        *(f"{path}={file}" for path, file in bodies),
+    ]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60)
+    for line in done.stdout.splitlines():
+        if line.startswith("BENCH_JSON "):
+            figures: dict[str, Any] = json.loads(line[len("BENCH_JSON ") :])
+            return figures
+    raise RuntimeError(f"wrk printed no figures (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
+
+
+def measure(point: Point, base: str, bodies: Sequence[tuple[str, Path]]) -> Point:
+    f = wrk(base, bodies, point.connections, point.threads, point.seconds)
+    lat = f["latency_us"]
+    errors = f["errors"]
+    point.requests = f["requests"]
+    point.rps = f["requests"] / (f["duration_us"] / 1e6) if f["duration_us"] else 0.0
+    point.p50, point.p90, point.p99 = lat["p50"] / 1000, lat["p90"] / 1000, lat["p99"] / 1000
+    point.max, point.mean = lat["max"] / 1000, lat["mean"] / 1000
+    point.good, point.bad, point.bad_sample = f["good"], f["bad"], f["bad_sample"]
+    point.socket_errors = errors["connect"] + errors["read"] + errors["write"] + errors["timeout"]
+    point.status_errors = errors["status"]
+    print(
+        f"  {point.target:8} {point.nodes:>6} nodes {point.pod:12} /{point.endpoint:8} c={point.connections:<3}"
+        f" {point.rps:8.0f} req/s  p50 {point.p50:6.2f}  p99 {point.p99:6.2f}  max {point.max:7.2f} ms"
+        f"  {point.good}/{point.requests} good",
+        flush=True,
+    )
+    return point
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bodies
+
+
+class Bodies:
+    """AdmissionReview files for each pod: /mutate gets the pod, /validate gets the pod as /mutate left it."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.dir = tmp / "bodies"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.answers: list[Answer] = []
+        self._mutated: dict[tuple[str, int], Path] = {}
+
+    @staticmethod
+    def pod(name: str) -> dict[str, Any]:
+        if name.startswith("containers-"):
+            return pods.containers(int(name.split("-")[1]))
+        if name == "pinned":
+            return pods.pinned(node_lists.node_name(1))
+        return pods.PODS[name]()
+
+    def mutate(self, name: str) -> Path:
+        path = self.dir / f"{name}.mutate.json"
+        if not path.exists():
+            pods.write_body(path, self.pod(name))
+        return path
+
+    def validate(self, name: str, instance: Instance) -> Path:
+        key = (name, instance.nodes)
+        if key not in self._mutated:
+            pod = self.pod(name)
+            _, body = self._ask(instance, "/mutate", pod, name)
+            response = body.get("response", {}) if isinstance(body, dict) else {}
+            if response.get("patch"):
+                patch = json.loads(base64.b64decode(response["patch"]))
+                pod = jsonpatch.apply_patch(pod, patch)
+            path = self.dir / f"{name}.validate.{instance.nodes}.json"
+            pods.write_body(path, pod)
+            self._ask(instance, "/validate", pod, name)
+            self._mutated[key] = path
+        return self._mutated[key]
+
+    def body(self, name: str, endpoint: str, instance: Instance) -> Path:
+        return self.validate(name, instance) if endpoint == "validate" else self.mutate(name)
+
+    def _ask(self, instance: Instance, path: str, pod: dict[str, Any], name: str) -> tuple[int, Any]:
+        """One request the way kube-apiserver makes it (CA-verified TLS, server name <svc>.<ns>.svc)."""
+        client = instance.server.client(timeout=30)
+        try:
+            status, body = client.post(path, pods.admission_review(pod))
+        except (OSError, http.client.HTTPException) as err:
+            status, body = 0, {"error": str(err)}
+        finally:
+            client.close()
+        response = body.get("response", {}) if isinstance(body, dict) else {}
+        patch = json.loads(base64.b64decode(response["patch"])) if response.get("patch") else []
+        message = (response.get("status") or {}).get("message", "") if isinstance(response, dict) else ""
+        self.answers.append(
+            Answer(
+                name,
+                path.strip("/"),
+                instance.nodes,
+                status,
+                bool(response.get("allowed")),
+                len(patch),
+                len(response.get("warnings") or []),
+                message,
+            )
+        )
+        return status, body
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The run
+
+
+@dataclass
+class Results:
+    plan: Plan
+    machine: dict[str, str]
+    points: list[Point] = field(default_factory=list)
+    instances: list[Instance] = field(default_factory=list)
+    answers: list[Answer] = field(default_factory=list)
+    total_s: float = 0.0
+
+    def find(self, section: str, target: str, **match: Any) -> Point | None:
+        for p in self.points:
+            if p.section == section and p.target == target and all(getattr(p, k) == v for k, v in match.items()):
+                return p
+        return None
+
+    def baseline(self, section: str, pod: str, connections: int) -> Point | None:
+        return self.find(section, "baseline", pod=pod, connections=connections)
+
+
+def machine() -> dict[str, str]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    memory = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    wrk_version = "not found"
+    if shutil.which("wrk"):
+        out = subprocess.run(["wrk", "-v"], capture_output=True, text=True, timeout=10)
+        text = (out.stdout or out.stderr).strip()
+        wrk_version = text.splitlines()[0].split(" Copyright")[0] if text else "?"
+    versions = {}
+    for module in ("gunicorn", "flask", "werkzeug"):
+        with contextlib.suppress(Exception):
+            from importlib.metadata import version
+
+            versions[module] = version(module)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    return {
+        "cpus": str(os.cpu_count() or "?"),
+        "nproc": subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip() or "?",
+        "cpu": cpu,
+        "memory": memory,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "packages": ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "wrk": wrk_version,
+        "commit": commit.stdout.strip() or "?",
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def run(plan: Plan, tmp: Path) -> Results:
+    began = time.monotonic()
+    results = Results(plan, machine())
+    certs = issue_certs(tmp / "certs")
+    bodies = Bodies(tmp)
+    with contextlib.ExitStack() as stack:
+        print("starting the no-op baseline", flush=True)
+        baseline = start(stack, "baseline", 0, tmp, certs)
+        results.instances.append(baseline)
+        servers: dict[int, Instance] = {}
+        for count in plan.node_counts:
+            print(f"starting the webhook with {count} nodes", flush=True)
+            servers[count] = start(stack, f"webhook-{count}", count, tmp, certs)
+            results.instances.append(servers[count])
+            print(f"  ready in {servers[count].ready_s:.1f} s; workers {servers[count].rss_ready_mb} MB", flush=True)
+        main = servers[plan.main_nodes]
+
+        if plan.warmup_s:
+            for inst in (baseline, *servers.values()):
+                wrk(inst.base, [("/mutate", bodies.mutate("small"))], 4, 1, plan.warmup_s)
+
+        def point(section: str, inst: Instance, pod: str, endpoint: str, level: tuple[int, int]) -> None:
+            target = "baseline" if inst is baseline else "webhook"
+            p = Point(section, target, inst.nodes, pod, endpoint, level[0], level[1], plan.seconds)
+            body = bodies.mutate(pod) if inst is baseline else bodies.body(pod, endpoint, inst)
+            results.points.append(measure(p, inst.base, [(f"/{endpoint}", body)]))
+
+        print("per pod, per endpoint, per concurrency", flush=True)
+        for level in plan.levels:
+            for pod in plan.main_pods:
+                point("main", baseline, pod, "mutate", level)
+                for endpoint in ("mutate", "validate"):
+                    point("main", main, pod, endpoint, level)
+
+        print("scaling with nodes", flush=True)
+        for pod in plan.scaling_pods:
+            for endpoint in plan.scaling_endpoints:
+                for count in plan.node_counts:
+                    point("nodes", servers[count], pod, endpoint, plan.scaling_level)
+
+        print("scaling with containers", flush=True)
+        for n in plan.containers:
+            name = f"containers-{n}"
+            point("containers", baseline, name, "mutate", plan.scaling_level)
+            for endpoint in plan.container_endpoints:
+                point("containers", main, name, endpoint, plan.scaling_level)
+
+        for inst in results.instances:
+            inst.rss_after_mb = list(worker_rss(inst.server).values())
+            inst.master_rss_mb = rss_mb(inst.server.proc.pid)
+        results.answers = bodies.answers
+    results.total_s = time.monotonic() - began
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The report
+
+
+def _n(count: int) -> str:
+    return f"{count:,}"
+
+
+def _ratio(value: float, base: float | None) -> str:
+    return f"{value / base:.2f}" if base else "-"
+
+
+def goals(r: Results) -> list[tuple[str, str, bool | None]]:
+    plan = r.plan
+    out: list[tuple[str, str, bool | None]] = []
+    worst: tuple[float, Point] | None = None
+    for p in r.points:
+        if p.section != "main" or p.target != "webhook":
+            continue
+        b = r.baseline("main", p.pod, p.connections)
+        if b and b.rps:
+            ratio = p.rps / b.rps
+            if worst is None or ratio < worst[0]:
+                worst = (ratio, p)
+    if worst:
+        p = worst[1]
+        out.append(
+            (
+                f"throughput >= {GOAL_THROUGHPUT:.0%} of the no-op baseline (every row of the first table)",
+                f"worst {worst[0]:.0%} ({p.pod} /{p.endpoint}, {p.connections} connections)",
+                worst[0] >= GOAL_THROUGHPUT,
+            )
+        )
+    small4 = [
+        p for p in r.points if p.section == "main" and p.target == "webhook" and p.pod == "small" and p.connections == 4
+    ]
+    if small4:
+        high = max(small4, key=lambda p: p.p99)
+        out.append(
+            (
+                f"p99 < {GOAL_P99_MS:g} ms at 4 keep-alive connections, small pod",
+                f"{high.p99:.2f} ms (/{high.endpoint})",
+                high.p99 < GOAL_P99_MS,
+            )
+        )
+    low, high_count = min(plan.node_counts), max(plan.node_counts)
+    ratios = []
+    for p in r.points:
+        if p.section == "nodes" and p.nodes == high_count:
+            q = r.find("nodes", "webhook", nodes=low, pod=p.pod, endpoint=p.endpoint)
+            if q and p.rps:
+                ratios.append((q.rps / p.rps, p))
+    if ratios:
+        ratio, p = max(ratios, key=lambda x: x[0])
+        out.append(
+            (
+                f"cost at {_n(high_count)} nodes within {GOAL_NODE_COST}x of {_n(low)} nodes "
+                f"(req/s at {low} / req/s at {high_count})",
+                f"worst {ratio:.2f}x ({p.pod} /{p.endpoint})",
+                ratio <= GOAL_NODE_COST,
+            )
+        )
+    big = next((i for i in r.instances if i.name == f"webhook-{high_count}"), None)
+    if big and big.rss_after_mb:
+        top = max(big.rss_after_mb)
+        out.append(
+            (
+                f"RSS per worker < {GOAL_RSS_MB:g} MB at {_n(high_count)} nodes",
+                f"{top:.0f} MB (largest worker)",
+                top < GOAL_RSS_MB,
+            )
+        )
+    failed = sum(p.failed for p in r.points)
+    out.append(("every request answered 200 with the uid echoed", f"{failed} failed", failed == 0))
+    return out
+
+
+def markdown(r: Results) -> str:
+    plan, m = r.plan, r.machine
+    lines: list[str] = []
+    add = lines.append
+    mode = "quick smoke run (figures not meaningful)" if plan.quick else "full run"
+    add(
+        f"_Generated by `python -m tests.bench.run{' --quick' if plan.quick else ''}` ({mode}) on {m['date']}, "
+        f"commit {m['commit']}, in {r.total_s / 60:.1f} minutes._"
+    )
+    add("")
+    add(
+        f"Machine: {m['nproc']} CPUs (nproc), {m['cpu']}, {m['memory']} memory, Python {m['python']}, "
+        f"Linux {m['kernel']}, {m['packages']}, {m['wrk']}. Load average at start: {m['load']} "
+        f"(the machine is shared; wrk runs on the same cores as the servers)."
+    )
+    add("")
+    add(
+        f"Servers: {WORKERS} gunicorn gthread workers × 4 threads, TLS 1.2+, keep-alive, settings "
+        f"`examples/config.yaml`. wrk: {plan.seconds} s per row, `--timeout 5s`, one AdmissionReview body per row."
+    )
+    add("")
+    add("### Goals")
+    add("")
+    add("| goal | figure | |")
+    add("|---|---|---|")
+    for goal, figure, met in goals(r):
+        add(f"| {goal} | {figure} | {'met' if met else 'not met'} |")
+    add("")
+
+    add(f"### Per request at {_n(plan.main_nodes)} nodes")
+    add("")
+    add(
+        "Ratios are to the no-op baseline with the same pod body and connections (req/s: higher is better; "
+        "latency: lower is better). Latencies in ms."
+    )
+    add("")
+    add("| pod | endpoint | conn | req/s | × baseline | p50 | p90 | p99 | max | p99 × baseline | good/requests |")
+    add("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for p in (p for p in r.points if p.section == "main"):
+        b = r.baseline("main", p.pod, p.connections)
+        endpoint = "no-op" if p.target == "baseline" else f"/{p.endpoint}"
+        rps_ratio = "1" if p.target == "baseline" else _ratio(p.rps, b.rps if b else None)
+        p99_ratio = "1" if p.target == "baseline" else _ratio(p.p99, b.p99 if b else None)
+        add(
+            f"| {p.pod} | {endpoint} | {p.connections} | {p.rps:,.0f} | {rps_ratio} | {p.p50:.2f} | {p.p90:.2f} | "
+            f"{p.p99:.2f} | {p.max:.2f} | {p99_ratio} | {p.answered} |"
+        )
+    add("")
+    shown = (*plan.main_pods, *plan.scaling_pods)
+    add("Pods: " + "; ".join(f"`{k}`: {v}" for k, v in pods.DESCRIPTIONS.items() if k in shown) + ".")
+    add("")
+
+    low = min(plan.node_counts)
+    add(f"### Scaling with nodes ({plan.scaling_level[0]} connections)")
+    add("")
+    add(f"Cost = req/s at {_n(low)} nodes / req/s at this count (1.00: no dearer per request).")
+    add("")
+    add("| pod | endpoint | nodes | req/s | p50 | p90 | p99 | max | cost vs " + _n(low) + " nodes | good/requests |")
+    add("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for p in (p for p in r.points if p.section == "nodes"):
+        q = r.find("nodes", "webhook", nodes=low, pod=p.pod, endpoint=p.endpoint)
+        cost = _ratio(q.rps, p.rps) if q else "-"
+        add(
+            f"| {p.pod} | /{p.endpoint} | {_n(p.nodes)} | {p.rps:,.0f} | {p.p50:.2f} | {p.p90:.2f} | {p.p99:.2f} | "
+            f"{p.max:.2f} | {cost} | {p.answered} |"
+        )
+    add("")
+
+    add(f"### Scaling with containers ({_n(plan.main_nodes)} nodes, {plan.scaling_level[0]} connections)")
+    add("")
+    add("The first eight containers ask for a GPU each (CUDA from the image tag), the rest are sidecars.")
+    add("")
+    add("| containers | endpoint | req/s | × baseline | p50 | p90 | p99 | max | p99 × baseline | good/requests |")
+    add("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for p in (p for p in r.points if p.section == "containers"):
+        b = r.baseline("containers", p.pod, p.connections)
+        endpoint = "no-op" if p.target == "baseline" else f"/{p.endpoint}"
+        rps_ratio = "1" if p.target == "baseline" else _ratio(p.rps, b.rps if b else None)
+        p99_ratio = "1" if p.target == "baseline" else _ratio(p.p99, b.p99 if b else None)
+        add(
+            f"| {p.pod.split('-')[1]} | {endpoint} | {p.rps:,.0f} | {rps_ratio} | {p.p50:.2f} | {p.p90:.2f} | "
+            f"{p.p99:.2f} | {p.max:.2f} | {p99_ratio} | {p.answered} |"
+        )
+    add("")
+
+    add("### Start and memory")
+    add("")
+    add(
+        "Start to ready: from starting the process to the first 200 on `/readyz` (polled every 0.1 s). RSS: "
+        "VmRSS of each gunicorn worker (MB = 10^6 bytes), after start and after all the load above."
+    )
+    add("")
+    add("| server | nodes | node list | start to ready | RSS per worker after start | after load | master |")
+    add("|---|--:|--:|--:|--:|--:|--:|")
+    for inst in r.instances:
+        size = f"{inst.node_list_mb:.1f} MB" if inst.node_list_mb else "-"
+        add(
+            f"| {'no-op baseline' if inst.name == 'baseline' else 'webhook'} | {_n(inst.nodes)} | {size} | "
+            f"{inst.ready_s:.1f} s | {', '.join(f'{x:.0f}' for x in inst.rss_ready_mb)} MB | "
+            f"{', '.join(f'{x:.0f}' for x in inst.rss_after_mb)} MB | {inst.master_rss_mb:.0f} MB |"
+        )
+    add("")
+
+    add("### What the webhook answered")
+    add("")
+    add(
+        "One CA-verified request per pod before the load (the /validate body is the pod with the /mutate patch "
+        "applied)."
+    )
+    add("")
+    add("| pod | endpoint | nodes | status | allowed | patch ops | warnings |")
+    add("|---|---|--:|--:|---|--:|--:|")
+    for a in r.answers:
+        add(
+            f"| {a.pod} | /{a.endpoint} | {_n(a.nodes)} | {a.status} | {'yes' if a.allowed else 'no'} | "
+            f"{a.patch_ops} | {a.warnings} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+DOC_HEAD = """# Benchmarks
+
+How to reproduce: `make bench` (about ten minutes), `make soak` (ten minutes). See the sections below.
+
+"""
+
+
+def write_section(path: Path, name: str, text: str) -> None:
+    """Replace what lies between ``<!-- name:start -->`` and ``<!-- name:end -->`` (append the pair if missing)."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    old = path.read_text() if path.exists() else DOC_HEAD
+    block = f"{start}\n{text.rstrip()}\n{end}"
+    if start in old and end in old and old.index(start) < old.index(end):
+        head, rest = old.split(start, 1)
+        new = head + block + rest.split(end, 1)[1]
+    else:
+        new = old.rstrip() + "\n\n" + block + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(new)
+
+
+def to_json(r: Results) -> dict[str, Any]:
+    return {
+        "plan": asdict(r.plan),
+        "machine": r.machine,
+        "points": [asdict(p) for p in r.points],
+        "instances": [
+            {
+                "name": i.name,
+                "nodes": i.nodes,
+                "ready_s": i.ready_s,
+                "rss_ready_mb": i.rss_ready_mb,
+                "rss_after_mb": i.rss_after_mb,
+                "master_rss_mb": i.master_rss_mb,
+            }
+            for i in r.instances
+        ],
+        "answers": [asdict(a) for a in r.answers],
+        "goals": [{"goal": g, "figure": f, "met": m} for g, f, m in goals(r)],
+        "total_s": r.total_s,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"), help="Markdown file to update")
+    parser.add_argument("--quick", action="store_true", help="a few seconds: one concurrency, small node lists")
+    parser.add_argument("--json", help="also write every figure to this JSON file")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    with tempfile.TemporaryDirectory(prefix="gpu-admission-bench-") as tmp:
+        results = run(plan, Path(tmp))
+    write_section(Path(args.out), "bench", markdown(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(to_json(results), indent=2))
+    failed = sum(p.failed for p in results.points)
+    print(f"wrote {args.out} in {results.total_s:.0f} s; {failed} failed requests")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
