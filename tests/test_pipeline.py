@@ -95,3 +95,17 @@ def test_non_gpu_pod_passes_untouched() -> None:
     result = pipeline.review(pod, _ctx(Settings(), namespace="ml"))
     assert result.allowed and result.patch == [] and not result.warnings
     assert result.object == pod
+
+
+@pytest.mark.parametrize("count", [pipeline.MAX_CONTAINERS, pipeline.MAX_CONTAINERS + 1])
+def test_pods_with_absurd_numbers_of_containers_are_refused_quickly(count: int) -> None:
+    containers = [
+        {"name": f"c{i}", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}} for i in range(count)
+    ]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": containers}}
+    result = pipeline.mutate(pod, _ctx(Settings(), namespace="ml"))
+    if count > pipeline.MAX_CONTAINERS:
+        assert not result.allowed and result.reason == "TooManyContainers"
+        assert f"{count} containers" in result.message and "split" in result.message
+    else:
+        assert result.allowed

@@ -81,6 +81,13 @@ def _no_constants(name: str) -> Any:
     raise BadRequest(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise BadRequest(f"number {text[:40]} is out of range")
+    return value
+
+
 def _check_depth(value: Any) -> None:
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
@@ -100,11 +107,15 @@ def decode_json(body: bytes) -> Any:
     except UnicodeDecodeError as err:
         raise BadRequest(f"body is not valid UTF-8 (byte {err.start})") from err
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        value = json.loads(
+            text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants, parse_float=_finite_float
+        )
     except RecursionError as err:
         raise BadRequest(f"JSON nested deeper than {MAX_DEPTH} levels") from err
     except json.JSONDecodeError as err:
         raise BadRequest(f"body is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}") from err
+    except ValueError as err:  # e.g. an integer of more digits than Python converts (int_max_str_digits)
+        raise BadRequest(f"body is not usable JSON: {str(err)[:100]}") from err
     _check_depth(value)
     return value
 

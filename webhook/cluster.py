@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import yaml
 
 from webhook.config import PoolSettings, Settings
-from webhook.drivers import DriverTable, Version, builtin_table, parse_version, show
+from webhook.drivers import DriverTable, Version, builtin_table, parse_version, show, show_driver
 from webhook.errors import InputError
 from webhook.model import JSON, as_dict, as_list, as_str
 from webhook.presets import Presets, load_presets
@@ -123,8 +123,6 @@ class NodeGroup:
     """What named the pool: 'settings', 'label <key>', 'annotation <key>', or 'GPU product, driver and MIG layout'."""
     notes: tuple[str, ...] = ()
     """Facts a user should know about the group, in words (unknown driver, MIG layout changing ...)."""
-    driver_version_text: str = ""
-    """The driver version as the node or settings wrote it (570.124.06; ``show(driver)`` drops the leading 0)."""
 
     @property
     def has_gpu(self) -> bool:
@@ -136,9 +134,7 @@ class NodeGroup:
 
     @property
     def driver_text(self) -> str:
-        if not self.driver:
-            return "unknown"
-        return self.driver_version_text if parse_version(self.driver_version_text) == self.driver else show(self.driver)
+        return show_driver(self.driver)
 
     @property
     def cuda_text(self) -> str:
@@ -994,7 +990,6 @@ class _Builder:
             gpu_replicas=_int_label(labels, GFD + "gpu.replicas") if sharing != "none" else 0,
             pool_source=pool_source,
             notes=tuple(notes),
-            driver_version_text=driver_text,
         )
 
     def declared_group(self, pool: PoolSettings) -> NodeGroup:
@@ -1034,7 +1029,7 @@ class _Builder:
             driver=driver,
             driver_source=f"settings (pool {pool.name})" if driver else "",
             cuda=cuda,
-            cuda_source=f"driver {show(driver)} via the CUDA/driver table" if cuda and driver else "",
+            cuda_source=f"driver {show_driver(driver)} via the CUDA/driver table" if cuda and driver else "",
             mig_strategy=pool.mig_strategy,
             mig_profiles=profiles,
             sharing=pool.sharing,
@@ -1043,7 +1038,6 @@ class _Builder:
             mig_capable=pool.mig_strategy != "none",
             pool_source="settings",
             notes=notes,
-            driver_version_text=pool.driver_version.strip() if driver else "",
         )
 
 

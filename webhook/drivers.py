@@ -21,13 +21,22 @@ def parse_version(text: object) -> Version | None:
     if not isinstance(text, str):
         return None
     text = text.strip()
-    if not _VERSION.match(text):
+    if len(text) > 40 or not _VERSION.match(text):
         return None
     return tuple(int(p) for p in text.split("."))
 
 
 def show(version: Version) -> str:
     return ".".join(str(p) for p in version)
+
+
+def show_driver(version: Version | None) -> str:
+    """A driver version in NVIDIA's spelling: the third part has two digits (535.104.05; 570.26 has none)."""
+    if version is None:
+        return "unknown"
+    if len(version) == 3:
+        return f"{version[0]}.{version[1]}.{version[2]:02d}"
+    return show(version)
 
 
 @dataclass(frozen=True)

@@ -168,12 +168,14 @@ class Outcome:
     """Kinds of change made (for metrics): spot-toleration, spot-affinity, mig, cuda-affinity, ..."""
     reasons: list[str] = field(default_factory=list)
     """Short reason codes of every decision, for the decision log."""
+    _warned: set[str] = field(default_factory=set, repr=False)
 
     def annotate(self, name: str, text: str) -> None:
         self.annotations[name] = text
 
     def warn(self, text: str) -> None:
-        if text not in self.warnings:
+        if text not in self._warned:
+            self._warned.add(text)
             self.warnings.append(text)
 
     def deny(self, policy: str, reason: str, message: str) -> None:

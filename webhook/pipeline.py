@@ -129,6 +129,33 @@ def _guard(obj: Any, ctx: Context, settings_exempt: Any) -> str:
     return ""
 
 
+MAX_CONTAINERS = 1000
+"""More containers than any real pod has; reviewing such a pod would hold a worker for seconds."""
+
+
+def _oversized(obj: JSON) -> Result | None:
+    """A denial for a pod (template) with more containers than the webhook reviews, else None."""
+    node: Any = obj
+    for key in TEMPLATE_PATHS.get(as_str(obj.get("kind")), ()):
+        node = node.get(key) if isinstance(node, dict) else None
+    spec = as_dict(as_dict(node).get("spec"))
+    count = len(as_list(spec.get("containers"))) + len(as_list(spec.get("initContainers")))
+    if count <= MAX_CONTAINERS:
+        return None
+    message = (
+        f"the pod has {count} containers and init containers; gpu-admission reviews pods of at most "
+        f"{MAX_CONTAINERS}: split the workload into smaller pods"
+    )
+    return Result(
+        allowed=False,
+        code=422,
+        reason="TooManyContainers",
+        message=message,
+        object=obj,
+        audit={"decision": "denied (TooManyContainers)"},
+    )
+
+
 def _prior_outputs(view: PodView) -> dict[str, str]:
     return {
         k[len(PREFIX) :]: v
@@ -209,6 +236,9 @@ def mutate(obj: Any, ctx: Context) -> Result:
     skipped = _guard(obj, ctx, ctx.settings.exemptions)
     if skipped:
         return Result(object=obj, skipped=skipped)
+    oversized = _oversized(obj)
+    if oversized is not None:
+        return oversized
     working = copy.deepcopy(obj)
     view = pod_view(working, ctx.namespace)
     if view is None:
@@ -241,6 +271,9 @@ def validate(obj: Any, ctx: Context) -> Result:
     skipped = _guard(obj, ctx, ctx.settings.exemptions)
     if skipped:
         return Result(object=obj, skipped=skipped)
+    oversized = _oversized(obj)
+    if oversized is not None:
+        return oversized
     working = copy.deepcopy(obj)
     view = pod_view(working, ctx.namespace)
     if view is None:

@@ -35,7 +35,7 @@ from webhook.cuda_version import (
     forward_branches,
     show_mm,
 )
-from webhook.drivers import DriverTable, Version, builtin_table, show
+from webhook.drivers import DriverTable, Version, builtin_table, show, show_driver
 from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_str
 from webhook.quantity import QuantityError, parse_quantity
 
@@ -207,13 +207,7 @@ def _kept_off(a: Assessment, spec: JSON, ctx: Context) -> tuple[NodeGroup, ...]:
 # Words
 
 
-def driver_text(version: Version | None) -> str:
-    """NVIDIA's spelling: the third part has two digits (535.104.05; 570.26 has none)."""
-    if version is None:
-        return "unknown"
-    if len(version) == 3:
-        return f"{version[0]}.{version[1]}.{version[2]:02d}"
-    return show(version)
+driver_text = show_driver
 
 
 def describe(group: NodeGroup) -> str:
