@@ -73,6 +73,8 @@ class PodView:
     namespace: str
     owner_kind: str = ""
     """Kind of the pod's controller (from ownerReferences), or of the pods' future owner for a template."""
+    root: JSON = field(default_factory=dict, repr=False)
+    """The whole admitted object (the working copy) that ``metadata`` and ``spec`` live in."""
 
     @property
     def is_template(self) -> bool:

@@ -102,7 +102,7 @@ def pod_view(obj: JSON, namespace: str) -> PodView | None:
     else:
         owner = POD_OWNER.get(kind, kind)
     ns = namespace or as_str(as_dict(obj.get("metadata")).get("namespace"))
-    return PodView(kind=kind, metadata=metadata, spec=spec, namespace=ns, owner_kind=owner)
+    return PodView(kind=kind, metadata=metadata, spec=spec, namespace=ns, owner_kind=owner, root=obj)
 
 
 def _guard(obj: Any, ctx: Context, settings_exempt: Any) -> str:
@@ -231,18 +231,27 @@ def _context_for(ctx: Context, view: PodView, prior: Mapping[str, str]) -> Conte
     )
 
 
-def mutate(obj: Any, ctx: Context) -> Result:
-    """Run the mutating policies over a copy of ``obj``; the patch turns ``obj`` into ``result.object``."""
+def _working_view(obj: Any, ctx: Context) -> tuple[Result | None, PodView | None]:
+    """The guards in their fixed order, then the pod inside a working copy: (early answer, None) or (None, view)."""
     skipped = _guard(obj, ctx, ctx.settings.exemptions)
     if skipped:
-        return Result(object=obj, skipped=skipped)
+        return Result(object=obj, skipped=skipped), None
     oversized = _oversized(obj)
     if oversized is not None:
-        return oversized
-    working = copy.deepcopy(obj)
-    view = pod_view(working, ctx.namespace)
+        return oversized, None
+    view = pod_view(copy.deepcopy(obj), ctx.namespace)
     if view is None:
-        return Result(object=obj, skipped="no pod spec to review")
+        return Result(object=obj, skipped="no pod spec to review"), None
+    return None, view
+
+
+def mutate(obj: Any, ctx: Context) -> Result:
+    """Run the mutating policies over a copy of ``obj``; the patch turns ``obj`` into ``result.object``."""
+    early, view = _working_view(obj, ctx)
+    if view is None:
+        assert early is not None
+        return early
+    working = view.root
     prior = _prior_outputs(view)
     annotations = view.metadata.get("annotations")
     had_annotations = isinstance(annotations, dict)
@@ -268,22 +277,15 @@ def mutate(obj: Any, ctx: Context) -> Result:
 
 def validate(obj: Any, ctx: Context) -> Result:
     """Run the validating policies over the final object; never changes it."""
-    skipped = _guard(obj, ctx, ctx.settings.exemptions)
-    if skipped:
-        return Result(object=obj, skipped=skipped)
-    oversized = _oversized(obj)
-    if oversized is not None:
-        return oversized
-    working = copy.deepcopy(obj)
-    view = pod_view(working, ctx.namespace)
+    early, view = _working_view(obj, ctx)
     if view is None:
-        return Result(object=obj, skipped="no pod spec to review")
+        assert early is not None
+        return early
     pctx = _context_for(ctx, view, _prior_outputs(view))
     outcome = Outcome()
     for _, step in VALIDATORS:
         step(view, pctx, outcome)
-    result = Result(object=obj)
-    return _finish(result, ctx, outcome, "admitted")
+    return _finish(Result(object=obj), ctx, outcome, "admitted")
 
 
 def review(obj: Any, ctx: Context) -> Result:
