@@ -832,3 +832,26 @@ def test_fixtures(name: str, mode: str) -> None:
     assert out is not None
     assert out.spec["tolerations"][: len(before or [])] == (before or [])
     assert AKS_WANT in out.spec["tolerations"]
+
+
+@pytest.mark.parametrize(
+    ("obj", "applies"),
+    [
+        pytest.param("deployment-pod", True, id="pod-of-a-deployment"),
+        pytest.param("deployment-template", True, id="deployment-template"),
+        pytest.param("bare-replicaset-pod", False, id="replicaset-without-deployment"),
+        pytest.param("job-pod", False, id="job-pod"),
+    ],
+)
+def test_deployment_owner_default_reaches_its_pods(obj: str, applies: bool) -> None:
+    # Pods are owned by the Deployment's ReplicaSet; the pod-template-hash label says a Deployment made it.
+    if obj == "deployment-template":
+        target = workload("Deployment")
+    else:
+        target = pod(owner="Job" if obj == "job-pod" else "ReplicaSet")
+        if obj == "deployment-pod":
+            target["metadata"]["labels"] = {"pod-template-hash": "5d8f9c7b6"}
+    result = mutate(target, context(PROVIDERS["gke"][0], owner_defaults={"Deployment": "tolerate"}))
+    assert bool(result.patch) is applies
+    if applies:
+        assert "default for Deployment pods" in result.outcome.annotations["spot-applied"]

@@ -126,6 +126,16 @@ def covered(tolerations: Iterable[object], wanted: Wanted) -> bool:
 # Deciding
 
 
+def _owner_kinds(pod: PodView) -> tuple[str, ...]:
+    """The owner kinds a default may name: the direct controller, and Deployment for the pods of its ReplicaSets
+    (they carry the ``pod-template-hash`` label; a Deployment's own template counts too)."""
+    owner = pod.owner_kind
+    if not owner:
+        return ()
+    from_deployment = pod.kind == "Deployment" or (owner == "ReplicaSet" and "pod-template-hash" in pod.labels)
+    return (owner, "Deployment") if from_deployment else (owner,)
+
+
 def _asked(pod: PodView, ctx: Context, out: Outcome) -> tuple[str, str]:
     """(mode, where it came from); mode is tolerate, prefer, require, never or off."""
     raw = pod.annotations.get(PREFIX + REQUEST)
@@ -140,9 +150,9 @@ def _asked(pod: PodView, ctx: Context, out: Outcome) -> tuple[str, str]:
     elif raw is not None:
         out.warn(f"{PREFIX}{REQUEST}: not a string; ignored (use {ACCEPTED})")
     settings = ctx.settings.spot
-    owner = pod.owner_kind
-    if owner and owner in settings.owner_defaults:
-        return settings.owner_defaults[owner], f"default for {owner} pods"
+    for owner in _owner_kinds(pod):
+        if owner in settings.owner_defaults:
+            return settings.owner_defaults[owner], f"default for {owner} pods"
     namespace = ctx.namespace or pod.namespace
     if namespace and namespace in settings.namespace_defaults:
         return settings.namespace_defaults[namespace], f"default for namespace {namespace}"
