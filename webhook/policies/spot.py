@@ -13,7 +13,8 @@ configured default that applies wins, most specific first (``SpotSettings``):
 
     1. the annotation on the pod
     2. ``owner_defaults[<owner kind>]``: the kind of the pod's controller (Job, ReplicaSet, ...) or, for a workload's
-       template, of the pods' future owner (Deployment -> ReplicaSet, CronJob -> Job, Job -> Job)
+       template, of the pods' future owner (Deployment -> ReplicaSet, CronJob -> Job, Job -> Job); a default for
+       Deployment also reaches the pods of its ReplicaSets (they carry ``pod-template-hash``)
     3. ``namespace_defaults[<namespace>]``
     4. ``default`` (off unless configured)
 
