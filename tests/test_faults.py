@@ -1,0 +1,304 @@
+"""Faults against the real server (issue 10): SIGTERM under load, and the certificate files replaced under load.
+
+Both run ``gpu-admission serve`` (gunicorn gthread, TLS) on loopback with two workers and several client threads
+that verify the server the way kube-apiserver does (``tests.serving.ApiserverClient``'s trust and server name).
+The node-watch faults (dropped watch, 410, API server unreachable at start) are in ``tests/test_watch.py``.
+
+What gunicorn's gthread worker does on SIGTERM (gunicorn/workers/gthread.py ``run``): it stops accepting, lets
+requests in flight finish (up to ``graceful_timeout``), keeps idle keep-alive connections open for at most
+``STOP_KEEPALIVE_LINGER`` (2 s) answering a request that arrives on one with ``Connection: close``, then closes the
+rest. A client sees a kept-alive connection closed between requests, which the apiserver (Go net/http) notices and
+redials; a request already sent is answered in full.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+
+from tests.serving import NAMESPACE, REPO, SERVER_NAME, SERVICE, Server, issue_certs, serve
+
+NODES = REPO / "examples" / "nodes.yaml"
+
+
+def heavy_review(containers: int = 600) -> bytes:
+    """A pod whose review takes long enough (tens to hundreds of ms) to be caught in flight."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "heavy", "namespace": "default", "annotations": {"gpu-admission.io/spot": "tolerate"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": f"c{i}",
+                    "image": "nvidia/cuda:12.2.2-base-ubuntu22.04",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+                for i in range(containers)
+            ]
+        },
+    }
+    return json.dumps(_review(pod)).encode()
+
+
+def _review(obj: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "UID",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "CREATE",
+            "namespace": "default",
+            "userInfo": {"username": "alice"},
+            "object": obj,
+        },
+    }
+
+
+def light_review() -> bytes:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "light"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "t",
+                    "image": "nvidia/cuda:12.2.2-base-ubuntu22.04",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ]
+        },
+    }
+    return json.dumps(_review(pod)).encode()
+
+
+class Conn:
+    """One keep-alive HTTPS connection verified as the apiserver does; records the peer certificate's serial."""
+
+    def __init__(self, server: Server, timeout: float = 30.0) -> None:
+        context = ssl.create_default_context(cafile=str(server.ca))
+        raw = socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+        self.sock = context.wrap_socket(raw, server_hostname=SERVER_NAME)
+        der = self.sock.getpeercert(binary_form=True)
+        assert der is not None
+        self.serial = x509.load_der_x509_certificate(der).serial_number
+        self.http = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
+        self.http.sock = self.sock
+
+    def send(self, body: bytes, path: str = "/mutate") -> str:
+        uid = str(uuid.uuid4())
+        self.http.request(
+            "POST",
+            path,
+            body=body.replace(b'"UID"', json.dumps(uid).encode()),
+            headers={"Content-Type": "application/json"},
+        )
+        return uid
+
+    def answer(self, uid: str) -> tuple[int, str]:
+        """Status and Connection header of a complete, valid answer to ``uid``; raises on anything less."""
+        response = self.http.getresponse()
+        payload = response.read()
+        assert len(payload) == int(response.getheader("Content-Length", "-1")), "answer cut short"
+        body = json.loads(payload)
+        assert response.status == 200, body
+        assert body["response"]["uid"] == uid
+        return response.status, (response.getheader("Connection") or "").lower()
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def serial_of(path: Path) -> int:
+    return x509.load_pem_x509_certificate(path.read_bytes()).serial_number
+
+
+# -- SIGTERM under load ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Load:
+    """Client threads sending keep-alive requests until told to stop; every request sent is recorded."""
+
+    server: Server
+    body: bytes
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    in_flight: int = 0
+    sent: list[tuple[float, str]] = field(default_factory=list)
+    """(time the request was fully written, uid)"""
+    answered: dict[str, float] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    """Requests that were sent and not answered in full, with why."""
+
+    def worker(self) -> None:
+        conn = Conn(self.server)
+        try:
+            while not self.stop.is_set():
+                uid = conn.send(self.body)
+                sent_at = time.monotonic()
+                with self.lock:
+                    self.sent.append((sent_at, uid))
+                    self.in_flight += 1
+                try:
+                    _, connection = conn.answer(uid)
+                except Exception as err:
+                    with self.lock:
+                        self.failures.append(f"{uid}: {type(err).__name__}: {err}")
+                    return
+                finally:
+                    with self.lock:
+                        self.in_flight -= 1
+                with self.lock:
+                    self.answered[uid] = time.monotonic()
+                if connection == "close":
+                    return
+        finally:
+            conn.close()
+
+
+def test_sigterm_under_load_completes_every_request_in_flight(tmp_path: Path) -> None:
+    with serve(tmp_path, nodes=NODES, workers=2) as server:
+        load = Load(server, heavy_review())
+        threads = [threading.Thread(target=load.worker, daemon=True) for _ in range(6)]
+        for t in threads:
+            t.start()
+        idle = [Conn(server) for _ in range(2)]  # kept-alive connections that are idle at SIGTERM
+        for c in idle:
+            c.answer(c.send(light_review()))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (len(load.answered) < 12 or load.in_flight < 4):
+            time.sleep(0.005)
+        assert load.in_flight >= 4, f"no load in flight to test with ({len(load.answered)} answered)"
+        term_at = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        load.stop.set()
+
+        # An idle kept-alive connection used right after SIGTERM is still answered, with Connection: close.
+        late = idle[0]
+        status, connection = late.answer(late.send(light_review()))
+        assert status == 200 and connection == "close"
+        for t in threads:
+            t.join(timeout=40)
+        assert server.proc.wait(timeout=40) == 0, server.output()[-2000:]
+
+        # An idle kept-alive connection left alone is closed by the server between requests (EOF, no bytes).
+        quiet = idle[1]
+        quiet.sock.settimeout(5)
+        try:
+            leftover = quiet.sock.recv(1)
+        except (ssl.SSLError, ConnectionResetError, OSError):
+            leftover = b""
+        assert leftover == b""
+
+    sent_before = [uid for at, uid in load.sent if at < term_at]
+    in_flight_at_term = [uid for at, uid in load.sent if at < term_at and load.answered.get(uid, 1e18) > term_at]
+    assert not load.failures, load.failures
+    assert all(uid in load.answered for uid in sent_before), "a request sent before SIGTERM got no full answer"
+    assert in_flight_at_term, "SIGTERM must have caught requests in flight"
+    assert "Traceback" not in server.output()
+
+
+# -- certificate files replaced under load ---------------------------------------------------------------------------
+
+
+def rotate(certs: Path) -> None:
+    """Renew the serving certificate in place with the project's tool (atomic replace; the CA is kept)."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "certs",
+            "issue",
+            "--dir",
+            str(certs),
+            "--service",
+            SERVICE,
+            "--namespace",
+            NAMESPACE,
+            "--days",
+            "400",
+            "--renew-within-days",
+            "399",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+        cwd=REPO,
+    )
+
+
+def test_certificate_files_replaced_under_load(tmp_path: Path) -> None:
+    certs = issue_certs(tmp_path / "certs", days=60)
+    old_serial = serial_of(certs / "tls.crt")
+    with serve(tmp_path, nodes=NODES, workers=2, certs=certs) as server:
+        stop = threading.Event()
+        failures: list[str] = []
+        handshakes: list[tuple[float, int]] = []
+        kept_alive = [0]
+        lock = threading.Lock()
+
+        def fresh_connections() -> None:
+            """A new TLS handshake for every request, as after the apiserver drops idle connections."""
+            while not stop.is_set():
+                try:
+                    conn = Conn(server)
+                    conn.answer(conn.send(light_review(), "/validate"))
+                    conn.close()
+                    with lock:
+                        handshakes.append((time.monotonic(), conn.serial))
+                except Exception as err:
+                    failures.append(f"fresh: {type(err).__name__}: {err}")
+                    return
+
+        def keep_alive() -> None:
+            """One connection for the whole test: the swap must not disturb it."""
+            conn = Conn(server)
+            try:
+                while not stop.is_set():
+                    conn.answer(conn.send(light_review()))
+                    kept_alive[0] += 1
+            except Exception as err:
+                failures.append(f"keep-alive: {type(err).__name__}: {err}")
+            finally:
+                conn.close()
+
+        threads = [
+            threading.Thread(target=f, daemon=True)
+            for f in (fresh_connections, fresh_connections, keep_alive, keep_alive)
+        ]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        rotate(certs)
+        rotated_at = time.monotonic()
+        new_serial = serial_of(certs / "tls.crt")
+        assert new_serial != old_serial, "the tool must have issued a new certificate"
+        time.sleep(3.5)
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+
+    assert not failures, failures
+    before = [s for at, s in handshakes if at < rotated_at - 0.5]
+    settled = [s for at, s in handshakes if at > rotated_at + 2.0]
+    assert before and set(before) == {old_serial}
+    assert len(settled) >= 5, "too few handshakes after the swap to judge"
+    assert set(settled) == {new_serial}, "new handshakes must present the new certificate within ~2 s"
+    assert kept_alive[0] > 10
