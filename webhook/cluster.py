@@ -123,6 +123,8 @@ class NodeGroup:
     """What named the pool: 'settings', 'label <key>', 'annotation <key>', or 'GPU product, driver and MIG layout'."""
     notes: tuple[str, ...] = ()
     """Facts a user should know about the group, in words (unknown driver, MIG layout changing ...)."""
+    driver_version_text: str = ""
+    """The driver version as the node or settings wrote it: the fact itself (Tegra's 540.4.0 has no padded part)."""
 
     @property
     def has_gpu(self) -> bool:
@@ -134,7 +136,7 @@ class NodeGroup:
 
     @property
     def driver_text(self) -> str:
-        return show_driver(self.driver)
+        return self.driver_version_text or show_driver(self.driver)
 
     @property
     def cuda_text(self) -> str:
@@ -978,6 +980,7 @@ class _Builder:
             gpu_count=gpu_count,
             driver=driver,
             driver_source=driver_source,
+            driver_version_text=driver_text if driver else "",
             cuda=cuda,
             cuda_source=cuda_source,
             mig_strategy=strategy,
@@ -1028,6 +1031,7 @@ class _Builder:
             gpu_count=pool.gpu_count,
             driver=driver,
             driver_source=f"settings (pool {pool.name})" if driver else "",
+            driver_version_text=pool.driver_version.strip() if driver else "",
             cuda=cuda,
             cuda_source=f"driver {show_driver(driver)} via the CUDA/driver table" if cuda and driver else "",
             mig_strategy=pool.mig_strategy,

@@ -211,7 +211,7 @@ driver_text = show_driver
 
 
 def describe(group: NodeGroup) -> str:
-    return f"pool {group.pool} (driver {driver_text(group.driver)}, CUDA {group.cuda_text})"
+    return f"pool {group.pool} (driver {group.driver_text}, CUDA {group.cuda_text})"
 
 
 def listing(groups: Iterable[NodeGroup], limit: int = MAX_LISTED) -> str:
