@@ -256,8 +256,9 @@ def test_excluded_namespaces_follow_settings_exemptions():
         assert len(by_name["values"]) == len(set(by_name["values"]))
 
 
-@pytest.mark.parametrize(("name", "present"), [("defaults", True), ("all-on", False)])
-def test_object_selector_opt_out(name, present):
+@pytest.mark.parametrize(("name", "present"), [("defaults", False), ("all-on", True)])
+def test_object_selector_opt_out_follows_the_servers_setting(name, present):
+    # One fact, one place: config.exemptions.allowOptOutLabel decides for the server and the apiserver alike.
     for _, hook in webhooks(render_values(name)):
         if present:
             assert hook["objectSelector"]["matchExpressions"] == [

@@ -130,14 +130,6 @@ def test_forged_output_annotation_of_any_type_is_replaced(client: Any, value: An
     assert outputs(result) == outputs(clean)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "webhook/policies/mig.py _verified/_prior_lines: a prior gpu-admission.io/mig line is reused when only "
-        "the part after ' -> ' matches the container's resource; the asked text before it and the '(...)' after "
-        "it are taken verbatim from the incoming pod, so a user's words are republished as the webhook's"
-    ),
-)
 @pytest.mark.parametrize(
     "line",
     [
@@ -423,15 +415,6 @@ def test_chart_never_sends_its_own_namespace_or_kube_system() -> None:
             assert hook["sideEffects"] in ("None", "NoneOnDryRun")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "charts/gpu-admission values.yaml webhook.objectOptOut defaults to true: the webhook configurations get an "
-        "objectSelector that skips any object labelled gpu-admission.io/ignore=true, so with default values every "
-        "pod can opt itself out although the server's exemptions.allowOptOutLabel is false; tie the objectSelector "
-        "to config.exemptions.allowOptOutLabel (or default objectOptOut to false)"
-    ),
-)
 def test_chart_defaults_let_no_pod_opt_itself_out() -> None:
     docs = render()
     config = next(d for d in docs if d.get("kind") == "ConfigMap" and "config.yaml" in d.get("data", {}))

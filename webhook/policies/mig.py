@@ -39,6 +39,7 @@ reads this message, not Kubernetes' "must be an integer"). ``mig.fallback`` may 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -265,6 +266,33 @@ def _given(line: str) -> str:
 
 def _verified(line: str | None, container: JSON, spec: JSON) -> bool:
     return bool(line) and _given(line or "") in _state_tokens(container, spec)
+
+
+_ASKED = re.compile(
+    r"^(nvidia\.com/gpu|gpu-admission\.io/gpu-memory|gpu-admission\.io/gpu-fraction) [0-9][0-9.]{0,15}[A-Za-z]{0,2}$"
+)
+_NOTES = ("whole GPU: no MIG profile covers it", "time-sliced shared GPU: no MIG profile covers it")
+
+
+def _where_now(pod: PodView, ctx: Context) -> str:
+    """Where the pod, as it stands, can get its GPU: the words a line written by ``_line`` ends with."""
+    places = [Placement(c.group, None, True) for c in _eligible(ctx, _trial(pod, [], None, None))]
+    return _where(places)
+
+
+def _republishable(line: str | None, name: str, container: JSON, pod: PodView, where_now: str) -> bool:
+    """A prior line that says nothing the object and the cluster do not confirm: this container's name, a request in
+    one of the forms the webhook writes, what the container has now, and where such a pod can land now. Only the
+    amount once asked is taken on trust (it is a bare number). A user's own words are never republished."""
+    if not line or not _verified(line, container, pod.spec):
+        return False
+    head, _, rest = line.partition(": ")
+    asked, arrow, tail = rest.partition(" -> ")
+    if head != name or not arrow or not _ASKED.match(asked):
+        return False
+    given = _given(line)
+    wheres = [where_now, *(f"{note}, {where_now}" for note in _NOTES)]
+    return tail in (f"{given} ({w})" for w in wheres)
 
 
 def _named(pod: PodView) -> Iterator[tuple[str, str, JSON]]:
@@ -770,10 +798,11 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         out.mutated("mig")
         out.reasons.append("MIGConverted" if not choice.note else "MIGFallback")
     lines: list[str] = []
+    where_now = _where_now(pod, ctx) if prior else ""
     for _, name, container in _named(pod):
         if id(container) in converted:
             lines.append(converted[id(container)])
-        elif _verified(prior.get(name), container, pod.spec):
+        elif _republishable(prior.get(name), name, container, pod, where_now):
             lines.append(prior[name])
         elif name in prior:
             state = _state_line(name, container, pod.spec)
@@ -792,6 +821,7 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
         return
     verified: list[str] = []
     prior = _prior_lines(ctx)
+    where_now: str | None = None
     for _, name, container in _named(pod):
         gpu = _read(container, GPU_RESOURCE, name)
         if gpu and gpu.amount is not None and gpu.amount != gpu.amount.to_integral_value():
@@ -819,8 +849,10 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
                 f"(k8s-device-plugin#728); split the work over containers or ask for one profile.",
             )
         line = prior.get(name)
-        if line and _verified(line, container, pod.spec) and _is_mig(_given(line)):
-            verified.append(line)
+        if line and _is_mig(_given(line)):
+            where_now = where_now if where_now is not None else _where_now(pod, ctx)
+            if _republishable(line, name, container, pod, where_now):
+                verified.append(line)
     if not pod.is_template and pod.annotation("gpu-fraction") is not None:
         target_name = pod.annotation("gpu-fraction-container")
         containers = [c for _, c in pod.containers(init=False)]

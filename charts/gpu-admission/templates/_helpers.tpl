@@ -216,7 +216,7 @@ namespaceSelector:
     - key: gpu-admission.io/ignore
       operator: NotIn
       values: ["true"]
-{{- if .Values.webhook.objectOptOut }}
+{{- if (.Values.config.exemptions | default dict).allowOptOutLabel }}
 objectSelector:
   matchExpressions:
     - key: gpu-admission.io/ignore

@@ -1,0 +1,74 @@
+"""The real server watching a live (in-test) API server: every gunicorn worker follows the Nodes it sees."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import gpu_node, gpu_pod, review
+from tests.kubeapi import KubeAPI
+from tests.serving import Server, free_port, serve, wait_ready
+
+CUDA_12_6_IMAGE = "nvidia/cuda:12.6.2-runtime-ubuntu22.04"
+
+
+@pytest.fixture
+def api() -> Iterator[KubeAPI]:
+    server = KubeAPI().start()
+    yield server
+    server.stop()
+
+
+def _allowed_everywhere(server: Server, pod: dict[str, Any], tries: int = 8) -> set[bool]:
+    """The answers of several fresh connections (gunicorn spreads them over its workers)."""
+    answers = set()
+    for _ in range(tries):
+        client = server.client()
+        status, body = client.post("/validate", review(pod))
+        client.close()
+        assert status == 200, body
+        answers.add(body["response"]["allowed"])
+    return answers
+
+
+def test_workers_follow_the_live_node_list(tmp_path: Path, api: KubeAPI) -> None:
+    api.put("v1", "nodes", gpu_node("old-driver"))  # driver 550.54.15: CUDA 12.4
+    env = {"KUBECONFIG": api.kubeconfig(str(tmp_path / "kubeconfig")), "KUBERNETES_SERVICE_HOST": ""}
+    pod = gpu_pod(image=CUDA_12_6_IMAGE)
+    with serve(tmp_path, nodes=None, workers=2, env=env) as server:
+        assert _allowed_everywhere(server, pod) == {False}
+        newer = gpu_node(
+            "new-driver",
+            labels={
+                "nvidia.com/cuda.driver-version.full": "560.35.03",
+                "nvidia.com/cuda.runtime-version.major": "12",
+                "nvidia.com/cuda.runtime-version.minor": "6",
+            },
+        )
+        api.put("v1", "nodes", newer)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and _allowed_everywhere(server, pod) != {True}:
+            time.sleep(0.3)
+        assert _allowed_everywhere(server, pod, tries=12) == {True}, "every worker must see the new node"
+        assert server.output().count("cluster: synced 1 nodes") == 2, "one watch per worker, each synced"
+
+
+def test_not_ready_until_the_api_server_answers(tmp_path: Path) -> None:
+    api = KubeAPI()
+    api.port = free_port()  # not listening yet
+    env = {"KUBECONFIG": api.kubeconfig(str(tmp_path / "kubeconfig")), "KUBERNETES_SERVICE_HOST": ""}
+    with serve(tmp_path, nodes=None, workers=1, env=env, wait=False) as server:
+        wait_ready(server, path="/healthz")
+        client = server.client()
+        status, body = client.request("GET", "/readyz")
+        assert status == 503 and "synced" in body["error"]
+        api.start()
+        api.put("v1", "nodes", gpu_node("n1"))
+        try:
+            wait_ready(server, deadline_s=40)
+        finally:
+            api.stop()
