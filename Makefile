@@ -40,7 +40,7 @@ certs: $(CERTS)/tls.crt
 
 run: install certs
 	$(BIN)/gpu-admission serve --config examples/config.yaml --nodes examples/nodes.yaml \
-	  --cert $(CERTS)/tls.crt --key $(CERTS)/tls.key --port $(PORT) --metrics-port $(METRICS_PORT) --workers 2
+	  --cert $(CERTS)/tls.crt --key $(CERTS)/tls.key --host 127.0.0.1 --port $(PORT) --metrics-port $(METRICS_PORT) --workers 2
 
 lint: install
 	$(BIN)/ruff check webhook certs tests

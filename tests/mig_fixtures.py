@@ -5,17 +5,16 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, cast
 
 import jsonpatch
 
+from tests.conftest import FIXTURES
 from webhook import pipeline
 from webhook.cluster import build_view
 from webhook.config import ClusterSettings, CudaSettings, MigSettings, PoolSettings, Settings
 from webhook.model import Context
 
-FIXTURES = Path("/work/shared/fixtures/kubernetes-api")
 POOL = "cloud.google.com/gke-nodepool"
 WORKLOAD_FILES = {
     "Deployment": "apps.v1.Deployment.json",

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import FIXTURES
 from webhook.cluster import (
     ClusterView,
     MigOffer,
@@ -563,7 +564,7 @@ def test_garbage_fields_do_not_crash() -> None:
 
 
 def test_the_api_fixture_node_reads() -> None:
-    fixture = json.loads(Path("/work/shared/fixtures/kubernetes-api/core.v1.Node.json").read_text())
+    fixture = json.loads((FIXTURES / "core.v1.Node.json").read_text())
     view = build_view([fixture], Settings())
     assert view.node_count == 1
     view.eligible({"tolerations": [{"operator": "Exists"}]}, gpu_only=False)

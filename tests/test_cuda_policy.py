@@ -5,11 +5,11 @@ from __future__ import annotations
 import copy
 import json
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import FIXTURES
 from tests.cuda_fixtures import POOL_LABEL, container, context, gpu_node, pod, settings
 from webhook import pipeline
 from webhook.model import Context
@@ -645,10 +645,6 @@ def test_mutate_then_validate_separately_match_review() -> None:
     assert [e.reason for e in validated.outcome.events] == ["CUDAChecked"]
 
 
-FIXTURES = Path("/work/shared/fixtures/kubernetes-api")
-
-
-@pytest.mark.skipif(not FIXTURES.exists(), reason="shared fixtures not present")
 @pytest.mark.parametrize("name", ["core.v1.Pod.json", "apps.v1.Deployment.json", "batch.v1.CronJob.json"])
 def test_full_objects_do_not_crash(name: str) -> None:
     obj = json.loads((FIXTURES / name).read_text())

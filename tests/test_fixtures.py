@@ -15,6 +15,13 @@ import pytest
 from tests.conftest import FIXTURES, review
 
 OBJECTS = sorted(p.name for p in FIXTURES.glob("*.json") if not p.name.startswith("admission."))
+
+
+def test_the_shared_fixtures_are_there() -> None:
+    # Everything below is parametrised over them: a missing shared/ folder must fail, not collect nothing.
+    assert len(OBJECTS) >= 9, f"expected the API fixtures in {FIXTURES}"
+
+
 REVIEWABLE = {"Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"}
 
 
