@@ -185,6 +185,11 @@ _SCALARS: dict[Any, tuple[type, ...]] = {int: (int,), float: (int, float), str: 
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 
 
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
 def _snake(key: str) -> str:
     return _CAMEL.sub("_", key).lower()
 
@@ -245,7 +250,7 @@ def build(cls: type[T], data: Any, path: str = "") -> T:
         key = _snake(str(raw_key))
         sub = f"{path}.{raw_key}" if path else str(raw_key)
         if key not in fields:
-            known = ", ".join(sorted(fields))
+            known = ", ".join(sorted(_camel(f) for f in fields))
             raise ConfigError(f"{sub}: unknown setting (known here: {known})")
         values[key] = _convert(hints[key], raw_value, sub)
     missing = [

@@ -1,0 +1,84 @@
+"""Settings: one typed object from YAML and the environment, strict, with errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLES
+from webhook.config import Settings, load_settings
+from webhook.errors import ConfigError
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_without_a_file() -> None:
+    assert load_settings(None, environ={}) == Settings()
+
+
+def test_example_settings_load() -> None:
+    settings = load_settings(EXAMPLES / "config.yaml", environ={})
+    assert settings.spot.owner_defaults == {"Job": "tolerate"}
+    assert {p.name for p in settings.cluster.pools} >= {"a100-spot"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("cuda:\n  namespaceModes: {research: warn}\n", id="camelCase"),
+        pytest.param("cuda:\n  namespace_modes: {research: warn}\n", id="snake_case"),
+    ],
+)
+def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
+    assert load_settings(_write(tmp_path, text), environ={}).cuda.namespace_modes == {"research": "warn"}
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        pytest.param("cuda:\n  mode: block\n", "cuda.mode: must be one of enforce, warn, off (got 'block')", id="enum"),
+        pytest.param("cuda:\n  moed: warn\n", "cuda.moed: unknown setting", id="unknown-key"),
+        pytest.param("audit:\n  eventQueueSize: lots\n", "audit.eventQueueSize: must be an integer", id="int"),
+        pytest.param("audit:\n  events: 'yes'\n", "audit.events: must be true or false", id="bool"),
+        pytest.param("cluster:\n  pools: [{driverVersion: '550'}]\n", "missing required setting name", id="required"),
+        pytest.param("cluster:\n  pools: {a: 1}\n", "cluster.pools: must be a list", id="list"),
+        pytest.param("- just\n- a list\n", "must hold a mapping", id="not-a-mapping"),
+        pytest.param("cuda: [unclosed\n", "not valid YAML", id="yaml"),
+        pytest.param(
+            "spot:\n  ownerDefaults: {Job: sometimes}\n", "spot.ownerDefaults.Job: must be one of", id="nested"
+        ),
+    ],
+)
+def test_bad_settings_name_the_key(tmp_path: Path, text: str, words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(_write(tmp_path, text), environ={})
+    assert words in str(err.value)
+
+
+def test_unknown_key_error_lists_the_known_ones_as_written_in_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(_write(tmp_path, "cuda:\n  moed: warn\n"), environ={})
+    assert "namespaceModes" in str(err.value)
+
+
+def test_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read settings file"):
+        load_settings(tmp_path / "nope.yaml", environ={})
+
+
+def test_environment_overrides_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, "cuda:\n  mode: enforce\n  compatibility: minor\n")
+    settings = load_settings(
+        path, environ={"GPU_ADMISSION_CUDA__MODE": "warn", "GPU_ADMISSION_AUDIT__EVENTS": "false", "OTHER": "x"}
+    )
+    assert (settings.cuda.mode, settings.cuda.compatibility, settings.audit.events) == ("warn", "minor", False)
+
+
+def test_bad_environment_value_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"cuda.mode: must be one of"):
+        load_settings(None, environ={"GPU_ADMISSION_CUDA__MODE": "block"})
