@@ -1,0 +1,123 @@
+"""The command line as users run it: review's exit codes and output, pools, and unusable input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import EXAMPLES
+
+NODES = EXAMPLES / "nodes.yaml"
+CONFIG = EXAMPLES / "config.yaml"
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True, timeout=60, input=stdin
+    )
+
+
+def _manifest(tmp_path: Path, obj: Any) -> str:
+    path = tmp_path / "manifest.yaml"
+    path.write_text(yaml.safe_dump(obj))
+    return str(path)
+
+
+def _pod(image: str, limits: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml"},
+        "spec": {"containers": [{"name": "main", "image": image, "resources": {"limits": limits}}]},
+    }
+
+
+def test_admitted_pod_exits_0_and_prints_its_annotations(tmp_path: Path) -> None:
+    pod = _pod("nvcr.io/nvidia/pytorch:24.05-py3", {"nvidia.com/gpu": "0.5"})
+    run = cli("review", "-f", _manifest(tmp_path, pod), "--nodes", str(NODES), "--config", str(CONFIG))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("ADMITTED")
+    assert "gpu-admission.io/mig: main: nvidia.com/gpu 0.5 -> nvidia.com/mig-" in run.stdout
+    assert '"op":' in run.stdout
+
+
+def test_denied_pod_exits_1_with_the_reason(tmp_path: Path) -> None:
+    pod = _pod("nvidia/cuda:13.0.1-runtime-ubuntu24.04", {"nvidia.com/gpu": "1"})
+    run = cli("review", "-f", _manifest(tmp_path, pod), "--nodes", str(NODES), "--config", str(CONFIG), "-o", "json")
+    assert run.returncode == 1
+    out = json.loads(run.stdout)
+    assert out["allowed"] is False and out["patch"] == []
+    assert "CUDA 13.0" in out["message"] and "main" in out["message"]
+
+
+def test_manifest_from_stdin(tmp_path: Path) -> None:
+    pod = _pod("nvidia/cuda:12.2.2-base-ubuntu22.04", {"nvidia.com/gpu": "1"})
+    run = cli("review", "-f", "-", "--nodes", str(NODES), "-o", "json", stdin=json.dumps(pod))
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["allowed"] is True
+
+
+@pytest.mark.parametrize(
+    ("manifest", "nodes", "words"),
+    [
+        pytest.param(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}},
+            None,
+            "kind 'ConfigMap' is not reviewed",
+            id="not-reviewable",
+        ),
+        pytest.param("two", None, "expected exactly one object", id="two-documents"),
+        pytest.param("not-yaml", None, "not valid YAML", id="garbage-manifest"),
+        pytest.param(None, "missing", "cannot read", id="missing-nodes"),
+        pytest.param(None, {"kind": "ConfigMap"}, "expected a Node", id="not-nodes"),
+    ],
+)
+def test_unusable_input_exits_2_naming_it(tmp_path: Path, manifest: Any, nodes: Any, words: str) -> None:
+    path = tmp_path / "m.yaml"
+    if manifest == "two":
+        path.write_text("kind: Pod\n---\nkind: Pod\n")
+    elif manifest == "not-yaml":
+        path.write_text("kind: [Pod\n")
+    else:
+        path.write_text(yaml.safe_dump(manifest or _pod("x", {"nvidia.com/gpu": "1"})))
+    nodes_path = NODES
+    if nodes == "missing":
+        nodes_path = tmp_path / "missing.yaml"
+    elif nodes is not None:
+        nodes_path = tmp_path / "nodes.yaml"
+        nodes_path.write_text(yaml.safe_dump(nodes))
+    run = cli("review", "-f", str(path), "--nodes", str(nodes_path))
+    assert run.returncode == 2
+    assert words in run.stderr and run.stdout == ""
+
+
+def test_bad_settings_exit_2_naming_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("cuda: {mode: block}\n")
+    run = cli("pools", "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 2 and "cuda.mode" in run.stderr
+
+
+def test_pools_json_has_the_contract_fields() -> None:
+    run = cli("pools", "--nodes", str(NODES), "--config", str(CONFIG), "-o", "json")
+    assert run.returncode == 0, run.stderr
+    pools = json.loads(run.stdout)
+    assert all(
+        set(p) == {"name", "nodes", "gpu", "driver", "cuda", "migStrategy", "migProfiles", "spot"} for p in pools
+    )
+    by_name = {p["name"]: p for p in pools}
+    assert by_name["h100-mixed"]["migStrategy"] == "mixed" and by_name["h100-mixed"]["migProfiles"]
+    assert by_name["a100-spot"]["spot"] is True and by_name["a100-spot"]["driver"] == "550.90.07"
+
+
+def test_pools_table_names_every_pool() -> None:
+    run = cli("pools", "--nodes", str(NODES), "--config", str(CONFIG))
+    assert run.returncode == 0
+    for name in ("a100-spot", "h100-mixed", "inference", "h200-spot"):
+        assert name in run.stdout
