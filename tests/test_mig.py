@@ -10,6 +10,7 @@ import pytest
 
 from tests.mig_fixtures import (
     FIXTURES,
+    POOL,
     WORKLOAD_FILES,
     container,
     context,
@@ -1098,3 +1099,20 @@ def test_no_state_line_for_a_plain_whole_gpu():
         annotations={"gpu-admission.io/mig": "trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-7g.40gb (x, pool y)"},
     )
     assert mig_annotation(review(obj, [a100_40(gpus=1)]).object) is None
+
+
+def test_refusal_on_gpu_tainted_whole_gpu_nodes_names_them_and_what_to_change():
+    # The pod's nodeSelector picks GPU nodes (tainted nvidia.com/gpu, as GKE/OKE/DOKS do) that offer no MIG;
+    # the MIG pool it cannot reach is named, and so is the change that would let it.
+    l4 = whole_node("l4", "NVIDIA-L4", 1, "inference")
+    l4["spec"]["taints"] = GPU_TAINT
+    nodes = [l4, mixed_node("m0", A100_80, {"3g.40gb": 2}, "a100", 81920)]
+    obj = frac("0.5")
+    obj["spec"]["nodeSelector"] = {POOL: "inference"}
+    obj["spec"]["tolerations"] = [dict(GPU_TOLERATION)]
+    result = review(obj, nodes)
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert "Eligible GPU nodes offer no MIG profiles: pool inference" in result.message
+    assert "No GPU node matches" not in result.message
+    assert "a100 (3g.40gb)" in result.message
+    assert "Change the pod's nodeSelector, node affinity or tolerations" in result.message

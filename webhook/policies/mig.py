@@ -715,7 +715,10 @@ def _refusal(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask, seen
     if seen:
         tail = f" Eligible nodes offer: {_offered(seen, ask)}."
     else:
-        gpus = _eligible(ctx, _trial(pod, [*pending, ask], None, None))
+        trial = _trial(pod, [*pending, ask], None, None)
+        # Without its GPU request the trial lost the toleration ExtendedResourceToleration gave it: keep it.
+        trial["tolerations"] = [*as_list(trial.get("tolerations")), GPU_TAINT_TOLERATION]
+        gpus = _eligible(ctx, trial)
         if gpus:
             described = ", ".join(sorted({c.group.describe() for c in gpus})[:4])
             tail = f" Eligible GPU nodes offer no MIG profiles: {described}."
@@ -730,7 +733,15 @@ def _refusal(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask, seen
             for g in elsewhere[:3]
         )
         tail += f" MIG pools this pod cannot use (selectors, affinity, taints): {shown}."
-    advice = " Ask for less, for a whole GPU (nvidia.com/gpu: 1), or a profile the nodes offer."
+    if seen:
+        advice = " Ask for at most what a profile offered here holds, or for a whole GPU (nvidia.com/gpu: 1)."
+    elif elsewhere:
+        advice = (
+            " Change the pod's nodeSelector, node affinity or tolerations so it can reach one of those pools, or ask"
+            " for a whole GPU (nvidia.com/gpu: 1)."
+        )
+    else:
+        advice = " Ask for a whole GPU (nvidia.com/gpu: 1), or add MIG-partitioned nodes (or declare their pool)."
     if ctx.settings.mig.fallback != "deny":
         advice = f" The {ctx.settings.mig.fallback} fallback found no GPU either." + advice
     return head + tail + advice
