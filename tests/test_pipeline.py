@@ -109,3 +109,28 @@ def test_pods_with_absurd_numbers_of_containers_are_refused_quickly(count: int) 
         assert f"{count} containers" in result.message and "split" in result.message
     else:
         assert result.allowed
+
+
+def test_spot_runs_first_because_its_tolerations_decide_where_mig_and_cuda_look() -> None:
+    # The only MIG nodes are spot nodes behind a spot taint: only after spot has added its toleration can MIG find
+    # a profile and CUDA find a compatible node. In any other order the pod would be refused.
+    spot_mig = gpu_node(
+        "spot-mig",
+        labels={
+            "cloud.google.com/gke-spot": "true",
+            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+            "nvidia.com/mig.strategy": "mixed",
+            "nvidia.com/mig-3g.40gb.memory": "40192",
+        },
+        allocatable={"nvidia.com/gpu": "0", "nvidia.com/mig-3g.40gb": "4"},
+        taints=[{"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}],
+    )
+    settings = Settings()
+    ctx = Context(settings=settings, cluster=build_view([spot_mig], settings), namespace="ml")
+    pod = gpu_pod(limits={"nvidia.com/gpu": "0.5"}, annotations={"gpu-admission.io/spot": "tolerate"})
+    result = pipeline.review(pod, ctx)
+    assert result.allowed, result.message
+    limits = result.object["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/mig-3g.40gb": "1"}
+    assert "supported by" in result.object["metadata"]["annotations"]["gpu-admission.io/cuda"]
+    assert [name for name, _ in pipeline.MUTATORS] == ["spot", "mig", "cuda"]
