@@ -35,13 +35,17 @@ def conditions(value_set: str) -> list[list[str]]:
     out = []
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for hook in find(objects, kind)["webhooks"]:
-            out.append([c["expression"] for c in hook["matchConditions"]])
+            if hook["name"] != PROTECT:  # that one guards the webhook's annotations on pod updates (tested below)
+                out.append([c["expression"] for c in hook["matchConditions"]])
     return out
 
 
 def expressions(value_set: str) -> list[str]:
     """Per webhook, its gpu-related expression."""
     return [exprs[0] for exprs in conditions(value_set)]
+
+
+PROTECT = "protect-annotations.gpu-admission.io"
 
 
 def program(value_set: str) -> list[Any]:
@@ -320,3 +324,42 @@ def test_every_field_read_is_guarded_by_has(value_set):
 )
 def test_guard_checker(expression, bad):
     assert [p.split(" ")[0] for p in unguarded_reads(expression)] == bad
+
+
+def _protect_program() -> list[Any]:
+    (hook,) = [
+        h for h in find(render_values("defaults"), "MutatingWebhookConfiguration")["webhooks"] if h["name"] == PROTECT
+    ]
+    assert [r["operations"] for r in hook["rules"]] == [["UPDATE"]] and hook["rules"][0]["resources"] == ["pods"]
+    env = celpy.Environment()
+    return [env.program(env.compile(c["expression"])) for c in hook["matchConditions"]]
+
+
+def _annotated(annotations: dict[str, str] | None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    obj = pod(container(limits={"nvidia.com/mig-3g.40gb": "1"}))
+    if annotations is not None:
+        obj["metadata"]["annotations"] = annotations
+    if labels:
+        obj["metadata"]["labels"] = labels
+    return obj
+
+
+MIG_LINE = {"gpu-admission.io/mig": "trainer: nvidia.com/gpu 500m -> nvidia.com/mig-3g.40gb (A100, pool a)"}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        pytest.param(MIG_LINE, {"gpu-admission.io/mig": "forged"}, True, id="changed"),
+        pytest.param(None, {"gpu-admission.io/cuda": "forged"}, True, id="added-to-a-pod-without-annotations"),
+        pytest.param({"team": "ml"}, {"team": "ml", "gpu-admission.io/cuda": "forged"}, True, id="added"),
+        pytest.param(MIG_LINE, {}, True, id="removed"),
+        pytest.param(MIG_LINE, None, True, id="annotations-dropped"),
+        pytest.param(MIG_LINE, MIG_LINE, False, id="unchanged"),
+        pytest.param({"team": "ml"}, {"team": "ai"}, False, id="other-annotation-changed"),
+        pytest.param(None, None, False, id="no-annotations"),
+    ],
+)
+def test_pod_updates_are_sent_only_when_they_touch_the_webhooks_annotations(old, new, expected):
+    programs = _protect_program()
+    assert sent(programs, _annotated(new, labels={"changed": "yes"}), old=_annotated(old)) is expected

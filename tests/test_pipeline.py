@@ -134,3 +134,58 @@ def test_spot_runs_first_because_its_tolerations_decide_where_mig_and_cuda_look(
     assert limits == {"nvidia.com/mig-3g.40gb": "1"}
     assert "supported by" in result.object["metadata"]["annotations"]["gpu-admission.io/cuda"]
     assert [name for name, _ in pipeline.MUTATORS] == ["spot", "mig", "cuda"]
+
+
+MIG_LINE = "trainer: nvidia.com/gpu 500m -> nvidia.com/mig-3g.40gb (NVIDIA-A100-SXM4-80GB, pool a100)"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "restored"),
+    [
+        pytest.param(
+            {"gpu-admission.io/mig": MIG_LINE}, {"gpu-admission.io/mig": "approved by me"}, True, id="changed"
+        ),
+        pytest.param({}, {"gpu-admission.io/cuda": "all fine"}, True, id="added"),
+        pytest.param({"gpu-admission.io/mig": MIG_LINE}, {}, True, id="removed"),
+        pytest.param(
+            {"gpu-admission.io/mig": MIG_LINE},
+            {"gpu-admission.io/mig": MIG_LINE, "x": "y"},
+            False,
+            id="other-annotation",
+        ),
+        pytest.param({}, {"gpu-admission.io/spot": "tolerate"}, False, id="input-annotation"),
+    ],
+)
+def test_a_pod_update_cannot_rewrite_the_webhooks_annotations(
+    old: dict[str, str], new: dict[str, str], restored: bool
+) -> None:
+    import jsonpatch
+
+    before, after = gpu_pod(annotations=old or None), gpu_pod(annotations=new or None)
+    ctx = Context(
+        settings=Settings(), cluster=build_view([], Settings()), namespace="ml", operation="UPDATE", old_object=before
+    )
+    result = pipeline.mutate(after, ctx)
+    assert result.allowed
+    if not restored:
+        assert result.patch == [] and result.skipped
+        return
+    final = jsonpatch.apply_patch(after, result.patch)
+    outputs = {k: v for k, v in (final["metadata"].get("annotations") or {}).items() if k != "gpu-admission.io/spot"}
+    assert {k: v for k, v in outputs.items() if k.startswith("gpu-admission.io/")} == old
+    assert any("can only be written by the webhook" in w for w in result.warnings)
+    assert result.audit["decision"] == "restored the webhook's annotations"
+
+
+def test_exempt_users_may_update_them() -> None:
+    before, after = gpu_pod(), gpu_pod(annotations={"gpu-admission.io/cuda": "set by the platform team"})
+    settings = Settings(exemptions=ExemptionSettings(users=["platform-bot"]))
+    ctx = Context(
+        settings=settings,
+        cluster=build_view([], settings),
+        namespace="ml",
+        operation="UPDATE",
+        old_object=before,
+        username="platform-bot",
+    )
+    assert pipeline.mutate(after, ctx).patch == []

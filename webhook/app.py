@@ -40,6 +40,7 @@ def context_for(review: ReviewRequest, settings: Settings, view: ClusterView) ->
         username=review.username,
         groups=review.groups,
         dry_run=review.dry_run,
+        old_object=review.old_object,
     )
 
 

@@ -130,6 +130,8 @@ class Context:
     username: str = ""
     groups: tuple[str, ...] = ()
     dry_run: bool = False
+    old_object: Any = None
+    """request.oldObject (UPDATE only)."""
     prior: Mapping[str, str] = field(default_factory=dict)
     """The webhook's output annotations as they stood on the incoming object. Not trustworthy on their own (a user
     may have written them): a policy may reuse a prior line only after checking it against the object."""

@@ -105,11 +105,9 @@ def pod_view(obj: JSON, namespace: str) -> PodView | None:
     return PodView(kind=kind, metadata=metadata, spec=spec, namespace=ns, owner_kind=owner, root=obj)
 
 
-def _guard(obj: Any, ctx: Context, settings_exempt: Any) -> str:
-    """Why this request is not reviewed, or '' to review it."""
-    if not isinstance(obj, dict):
-        return "no object"
-    ex = settings_exempt
+def _exempt(ctx: Context) -> str:
+    """Why the request is exempt by settings (namespace, user, group), or ''."""
+    ex = ctx.settings.exemptions
     if ctx.namespace and ctx.namespace in ex.namespaces:
         return f"namespace {ctx.namespace} is exempt"
     if ctx.username and ctx.username in ex.users:
@@ -117,6 +115,17 @@ def _guard(obj: Any, ctx: Context, settings_exempt: Any) -> str:
     exempt_groups = set(ctx.groups) & set(ex.groups)
     if exempt_groups:
         return f"group {sorted(exempt_groups)[0]} is exempt"
+    return ""
+
+
+def _guard(obj: Any, ctx: Context) -> str:
+    """Why this request is not reviewed, or '' to review it (gatekeeper's order: exemptions, kind, operation)."""
+    if not isinstance(obj, dict):
+        return "no object"
+    exempt = _exempt(ctx)
+    if exempt:
+        return exempt
+    ex = ctx.settings.exemptions
     kind = as_str(obj.get("kind"))
     if kind not in TEMPLATE_PATHS:
         return f"kind {kind or '(none)'} is not handled"
@@ -227,13 +236,14 @@ def _context_for(ctx: Context, view: PodView, prior: Mapping[str, str]) -> Conte
         username=ctx.username,
         groups=ctx.groups,
         dry_run=ctx.dry_run,
+        old_object=ctx.old_object,
         prior=prior,
     )
 
 
 def _working_view(obj: Any, ctx: Context) -> tuple[Result | None, PodView | None]:
     """The guards in their fixed order, then the pod inside a working copy: (early answer, None) or (None, view)."""
-    skipped = _guard(obj, ctx, ctx.settings.exemptions)
+    skipped = _guard(obj, ctx)
     if skipped:
         return Result(object=obj, skipped=skipped), None
     oversized = _oversized(obj)
@@ -245,8 +255,42 @@ def _working_view(obj: Any, ctx: Context) -> tuple[Result | None, PodView | None
     return None, view
 
 
+def _output_annotations(obj: Any) -> dict[str, Any]:
+    annotations = as_dict(as_dict(as_dict(obj).get("metadata")).get("annotations"))
+    return {k: v for k, v in annotations.items() if k.startswith(PREFIX) and not is_input_annotation(k)}
+
+
+def protect_outputs(obj: Any, old: Any) -> Result:
+    """A pod UPDATE may not change the webhook's own annotations: put them back as they were on ``old``."""
+    before, now = _output_annotations(old), _output_annotations(obj)
+    if before == now:
+        return Result(object=obj, skipped="pod update leaves the webhook's annotations as they were")
+    working = copy.deepcopy(obj)
+    metadata = working.get("metadata")
+    if not isinstance(metadata, dict):
+        return Result(object=obj, skipped="pod update without metadata")
+    annotations = metadata.get("annotations")
+    if not isinstance(annotations, dict):
+        annotations = metadata["annotations"] = {}
+    for key in now:
+        del annotations[key]
+    annotations.update(before)
+    if not annotations and "annotations" not in as_dict(as_dict(obj).get("metadata")):
+        del metadata["annotations"]
+    changed = sorted(k[len(PREFIX) :] for k in set(before) | set(now) if before.get(k) != now.get(k))
+    warning = f"{PREFIX}{', '.join(changed)} can only be written by the webhook; put back as it was"
+    return Result(
+        object=working,
+        patch=jsonpatch.make_patch(obj, working).patch,
+        warnings=[_short(warning)],
+        audit={"decision": "restored the webhook's annotations", "restored": ", ".join(changed)},
+    )
+
+
 def mutate(obj: Any, ctx: Context) -> Result:
     """Run the mutating policies over a copy of ``obj``; the patch turns ``obj`` into ``result.object``."""
+    if ctx.operation == "UPDATE" and as_dict(obj).get("kind") == "Pod" and not _exempt(ctx):
+        return protect_outputs(obj, ctx.old_object)
     early, view = _working_view(obj, ctx)
     if view is None:
         assert early is not None

@@ -66,6 +66,7 @@ app.kubernetes.io/component: webhook
 {{/* Webhook names the apiserver shows in denials: 'admission webhook "validate.gpu-admission.io" denied ...'. */}}
 {{- define "gpu-admission.mutatingWebhookName" -}}mutate.gpu-admission.io{{- end }}
 {{- define "gpu-admission.validatingWebhookName" -}}validate.gpu-admission.io{{- end }}
+{{- define "gpu-admission.protectWebhookName" -}}protect-annotations.gpu-admission.io{{- end }}
 
 {{/* Restricted-profile container securityContext shared by every container of the chart. */}}
 {{- define "gpu-admission.containerSecurityContext" -}}
