@@ -311,9 +311,11 @@ def mutate(obj: Any, ctx: Context) -> Result:
     if not had_annotations and view.metadata.get("annotations") == {}:
         del view.metadata["annotations"]  # do not leave behind an empty map that we created
     result = Result(object=working)
-    _finish(result, ctx, outcome, "mutated" if outcome.mutations else "unchanged")
+    _finish(result, ctx, outcome, "unchanged")
     if result.allowed:
         result.patch = jsonpatch.make_patch(obj, working).patch
+        if result.patch:
+            result.audit["decision"] = "mutated" if outcome.mutations else "annotated"
     else:
         result.object = obj
     return result
