@@ -18,6 +18,7 @@ operator, malformed value, wrong type) matches nothing and never raises.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,9 +27,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
-
 from webhook.config import PoolSettings, Settings
+from webhook.documents import read_documents
 from webhook.drivers import DriverTable, Version, builtin_table, parse_version, show, show_driver
 from webhook.errors import InputError
 from webhook.model import JSON, as_dict, as_list, as_str
@@ -690,8 +690,18 @@ def _has_node(group: NodeGroup, name: str) -> bool:
 # Node objects and node-list files
 
 
+@functools.cache
+def _pool_annotation_keys() -> frozenset[str]:
+    return frozenset(load_presets(("all",)).pool_annotations)
+
+
 def parse_node(obj: object) -> Node | None:
-    """A Node object (as the API returns it) to a Node; None when it is not a usable Node."""
+    """A Node object (as the API returns it) to a Node; None when it is not a usable Node.
+
+    Only what the model reads is kept (labels, taints, extended allocatable resources, the annotations that name a
+    pool), so a snapshot of 10,000 nodes stays a few MB: sources keep Nodes, not the API's objects."""
+    if isinstance(obj, Node):
+        return obj
     if not isinstance(obj, dict):
         return None
     meta = as_dict(obj.get("metadata"))
@@ -699,9 +709,8 @@ def parse_node(obj: object) -> Node | None:
     if not name:
         return None
     labels = {k: v for k, v in as_dict(meta.get("labels")).items() if isinstance(k, str) and isinstance(v, str)}
-    annotations = {
-        k: v for k, v in as_dict(meta.get("annotations")).items() if isinstance(k, str) and isinstance(v, str)
-    }
+    keep = _pool_annotation_keys()
+    annotations = {k: v for k, v in as_dict(meta.get("annotations")).items() if k in keep and isinstance(v, str)}
     taints = {
         Taint(t["key"], as_str(t.get("value")), as_str(t.get("effect")))
         for t in as_list(as_dict(obj.get("spec")).get("taints"))
@@ -731,16 +740,7 @@ def read_node_file(path: str | Path) -> list[JSON]:
     """The Node objects of a file as ``kubectl get nodes -o yaml|json`` writes it (a Node, a NodeList or a
     ``kind: List``; several YAML documents allowed). Raises InputError saying what is wrong."""
     where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"{where}: cannot read the node list: {err.strerror or err}") from err
-    except UnicodeDecodeError as err:
-        raise InputError(f"{where}: the node list is not UTF-8 text") from err
-    try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as err:
-        raise InputError(f"{where}: the node list is not valid YAML or JSON: {err}") from err
+    documents = read_documents(path)
     if not documents:
         raise InputError(f"{where}: the node list is empty (make one with: kubectl get nodes -o yaml > {where})")
     nodes: list[JSON] = []

@@ -33,10 +33,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from webhook.cluster import ClusterView, build_view
+from webhook.cluster import ClusterView, Node, build_view, parse_node
 from webhook.config import Settings
 from webhook.errors import ConfigError
-from webhook.model import JSON, as_dict, as_list, as_str
+from webhook.model import as_dict, as_list, as_str
 
 log = logging.getLogger("gpu_admission.cluster")
 
@@ -105,7 +105,7 @@ class LiveCluster:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._dirty = threading.Event()
-        self._nodes: dict[str, JSON] = {}
+        self._nodes: dict[str, Node] = {}
         self._rv = ""
         self._synced = False
         self._view = build_view(
@@ -235,7 +235,7 @@ class LiveCluster:
 
     def _list(self, core: Any) -> None:
         started = time.monotonic()
-        nodes: dict[str, JSON] = {}
+        nodes: dict[str, Node] = {}
         token: str | None = None
         rv = ""
         while True:
@@ -253,9 +253,9 @@ class LiveCluster:
                 response.release_conn()
             meta = as_dict(as_dict(body).get("metadata"))
             for item in as_list(as_dict(body).get("items")):
-                name = as_str(as_dict(as_dict(item).get("metadata")).get("name"))
-                if name:
-                    nodes[name] = item
+                node = parse_node(item)
+                if node is not None:
+                    nodes[node.name] = node
             rv = as_str(meta.get("resourceVersion")) or rv
             token = as_str(meta.get("continue")) or None
             if not token:
@@ -332,7 +332,9 @@ class LiveCluster:
         name = as_str(meta.get("name"))
         with self._lock:
             if kind in ("ADDED", "MODIFIED") and name:
-                self._nodes[name] = obj
+                node = parse_node(obj)
+                if node is not None:
+                    self._nodes[name] = node
             elif kind == "DELETED" and name:
                 self._nodes.pop(name, None)
             elif kind != "BOOKMARK":
