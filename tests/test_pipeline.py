@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import json
 import re
+from typing import Any
 
 import pytest
 
@@ -189,3 +192,47 @@ def test_exempt_users_may_update_them() -> None:
         username="platform-bot",
     )
     assert pipeline.mutate(after, ctx).patch == []
+
+
+def _objects_for_invariants() -> list[Any]:
+    from tests.conftest import FIXTURES
+
+    objects: list[Any] = [json.loads(p.read_text()) for p in sorted(FIXTURES.glob("*.json"))]
+    objects += [
+        gpu_pod(),
+        gpu_pod(limits={"nvidia.com/gpu": "0.5"}, annotations={"gpu-admission.io/spot": "require"}),
+        gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04"),
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "d"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "500m"}}}]
+                    }
+                }
+            },
+        },
+    ]
+    return objects
+
+
+@pytest.mark.parametrize("step", [pipeline.mutate, pipeline.validate, pipeline.review], ids=lambda s: s.__name__)
+def test_the_pipeline_never_changes_its_input(step: Any) -> None:
+    # validate reads the object in place (no copy) and mutate copies only metadata and spec: neither may write
+    # into what it was given.
+    settings = Settings()
+    nodes = [
+        gpu_node("a"),
+        gpu_node(
+            "spot",
+            labels={"cloud.google.com/gke-spot": "true"},
+            taints=[{"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}],
+        ),
+    ]
+    ctx = Context(settings=settings, cluster=build_view(nodes, settings), namespace="ml")
+    for obj in _objects_for_invariants():
+        before = copy.deepcopy(obj)
+        step(obj, ctx)
+        assert obj == before, obj.get("kind")

@@ -74,8 +74,11 @@ class Result:
         return "patched" if self.patch else "allowed"
 
 
-def pod_view(obj: JSON, namespace: str) -> PodView | None:
-    """The pod, or the pod template of a workload, inside ``obj`` (live references); None for other objects."""
+def pod_view(obj: JSON, namespace: str, writable: bool = True) -> PodView | None:
+    """The pod, or the pod template of a workload, inside ``obj`` (live references); None for other objects.
+
+    A template without metadata gets an empty one attached (so annotations can be written) unless not ``writable``.
+    """
     kind = as_str(obj.get("kind"))
     path = TEMPLATE_PATHS.get(kind)
     if path is None:
@@ -90,11 +93,12 @@ def pod_view(obj: JSON, namespace: str) -> PodView | None:
     if not isinstance(node.get("metadata"), dict):
         if kind == "Pod" or "metadata" in node:
             return None
-        node["metadata"] = {}
+        if writable:
+            node["metadata"] = {}
     spec = node.get("spec")
     if not isinstance(spec, dict):
         return None
-    metadata = node["metadata"]
+    metadata = node["metadata"] if isinstance(node.get("metadata"), dict) else {}
     if kind == "Pod":
         owners = [o for o in as_list(metadata.get("ownerReferences")) if isinstance(o, dict)]
         controller = next((o for o in owners if o.get("controller") is True), owners[0] if owners else {})
@@ -241,15 +245,44 @@ def _context_for(ctx: Context, view: PodView, prior: Mapping[str, str]) -> Conte
     )
 
 
-def _working_view(obj: Any, ctx: Context) -> tuple[Result | None, PodView | None]:
-    """The guards in their fixed order, then the pod inside a working copy: (early answer, None) or (None, view)."""
+EDITABLE = ("metadata", "spec", "template")
+"""The parts of an object the policies may change (a pod's metadata and spec; a workload's spec, or a PodTemplate's
+template, where the pod template lives); the rest (status, above all) is neither copied nor diffed."""
+
+
+def _working_copy(obj: JSON) -> JSON:
+    """A copy of ``obj`` that shares everything but the editable parts."""
+    return {k: copy.deepcopy(v) if k in EDITABLE else v for k, v in obj.items()}
+
+
+def make_patch(before: JSON, after: JSON) -> list[JSON]:
+    """The JSON Patch from ``before`` to ``after`` (a ``_working_copy`` of it), diffing only the editable parts."""
+    ops: list[JSON] = []
+    for key in EDITABLE:
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        if key not in before:
+            ops.append({"op": "add", "path": f"/{key}", "value": new})
+            continue
+        for op in jsonpatch.make_patch(old, new).patch:
+            op["path"] = f"/{key}{op['path']}"
+            if "from" in op:
+                op["from"] = f"/{key}{op['from']}"
+            ops.append(op)
+    return ops
+
+
+def _working_view(obj: Any, ctx: Context, writable: bool = True) -> tuple[Result | None, PodView | None]:
+    """The guards in their fixed order, then the pod: inside a working copy when ``writable``, else inside ``obj``
+    itself (validators only read). Returns (early answer, None) or (None, view)."""
     skipped = _guard(obj, ctx)
     if skipped:
         return Result(object=obj, skipped=skipped), None
     oversized = _oversized(obj)
     if oversized is not None:
         return oversized, None
-    view = pod_view(copy.deepcopy(obj), ctx.namespace)
+    view = pod_view(_working_copy(obj) if writable else obj, ctx.namespace, writable=writable)
     if view is None:
         return Result(object=obj, skipped="no pod spec to review"), None
     return None, view
@@ -313,7 +346,7 @@ def mutate(obj: Any, ctx: Context) -> Result:
     result = Result(object=working)
     _finish(result, ctx, outcome, "unchanged")
     if result.allowed:
-        result.patch = jsonpatch.make_patch(obj, working).patch
+        result.patch = make_patch(obj, working)
         if result.patch:
             result.audit["decision"] = "mutated" if outcome.mutations else "annotated"
     else:
@@ -323,7 +356,7 @@ def mutate(obj: Any, ctx: Context) -> Result:
 
 def validate(obj: Any, ctx: Context) -> Result:
     """Run the validating policies over the final object; never changes it."""
-    early, view = _working_view(obj, ctx)
+    early, view = _working_view(obj, ctx, writable=False)
     if view is None:
         assert early is not None
         return early
