@@ -19,6 +19,7 @@ operator, malformed value, wrong type) matches nothing and never raises.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -208,6 +209,9 @@ class ClusterView:
     extended_resource_toleration: bool = True
     volatile_labels: frozenset[str] = frozenset()
     known: bool = True
+    _memo: dict[str, tuple[Candidate, ...]] = field(default_factory=dict, compare=False, repr=False, hash=False)
+    """Answers of ``eligible`` by what they depend on: a request asks several times, and replicas of one workload
+    ask the same; cleared when full, dropped with the view when nodes change."""
     """False when no source has described the cluster (no nodes listed yet and no pool declared)."""
 
     @property
@@ -242,6 +246,19 @@ class ClusterView:
         if not isinstance(spec, dict):
             return []
         wanted = _wanted(resources)
+        key = _memo_key(spec, wanted, gpu_only)
+        if key is not None:
+            cached = self._memo.get(key)
+            if cached is not None:
+                return list(cached)
+        found = self._eligible(spec, wanted, gpu_only)
+        if key is not None:
+            if len(self._memo) >= MEMO_SIZE:
+                self._memo.clear()
+            self._memo[key] = tuple(found)
+        return found
+
+    def _eligible(self, spec: JSON, wanted: Mapping[str, Decimal], gpu_only: bool) -> list[Candidate]:
         rules = _Rules.of(spec, self.volatile_labels)
         if rules.impossible:
             return []
@@ -259,6 +276,29 @@ class ClusterView:
                 continue
             out.append(Candidate(group, nodes))
         return out
+
+
+MEMO_SIZE = 512
+
+
+def _memo_key(spec: JSON, wanted: Mapping[str, Decimal], gpu_only: bool) -> str | None:
+    """Everything of a spec that ``eligible`` reads, as one string; None when it cannot be written down."""
+    try:
+        return json.dumps(
+            [
+                spec.get("nodeName"),
+                spec.get("nodeSelector"),
+                as_dict(spec.get("affinity")).get("nodeAffinity"),
+                spec.get("tolerations"),
+                sorted(extended_resource_names(spec)),
+                sorted((k, str(v)) for k, v in wanted.items()),
+                gpu_only,
+            ],
+            sort_keys=True,
+            default=repr,
+        )
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 class ClusterSource(Protocol):
