@@ -288,7 +288,7 @@ def _memo_key(spec: JSON, wanted: Mapping[str, Decimal], gpu_only: bool) -> str 
             [
                 spec.get("nodeName"),
                 spec.get("nodeSelector"),
-                as_dict(spec.get("affinity")).get("nodeAffinity"),
+                spec.get("affinity"),
                 spec.get("tolerations"),
                 sorted(extended_resource_names(spec)),
                 sorted((k, str(v)) for k, v in wanted.items()),
