@@ -84,6 +84,46 @@ def test_example_review_from_readme(server: Server) -> None:
     response = answer["response"]
     assert response["uid"] == body["request"]["uid"]
     assert response["allowed"] is True
+    # What the README says the answer holds: the fraction became a MIG resource, spot tolerations, the reasons.
+    pod = jsonpatch.apply_patch(body["request"]["object"], json.loads(base64.b64decode(response["patch"])))
+    (limits,) = [c["resources"]["limits"] for c in pod["spec"]["containers"]]
+    assert list(limits) == ["nvidia.com/mig-3g.40gb"]
+    assert any(t["key"] == "cloud.google.com/gke-spot" for t in pod["spec"]["tolerations"])
+    assert {"gpu-admission.io/mig", "gpu-admission.io/cuda", "gpu-admission.io/spot-applied"} <= set(
+        pod["metadata"]["annotations"]
+    )
+    assert response["auditAnnotations"]["decision"] == "mutated"
+
+
+def test_example_cuda13_pod_is_denied_with_what_to_change(server: Server) -> None:
+    body = json.loads((EXAMPLES / "admission-review-cuda13.json").read_text())
+    status, answer = server.client().post("/validate", body)
+    assert status == 200
+    response = answer["response"]
+    assert response["allowed"] is False and "patch" not in response
+    assert response["status"]["code"] == 403 and response["status"]["reason"] == "CUDAIncompatible"
+    message = response["status"]["message"]
+    for words in (
+        "container trainer",
+        "nvidia/cuda:13.0.1-runtime-ubuntu24.04",
+        "CUDA 13.0",
+        "from image tag",
+        "driver 570.124.06",
+        "To fix",
+    ):
+        assert words in message
+    assert response["auditAnnotations"]["decision"] == "denied (CUDAIncompatible)"
+
+
+def test_warn_mode_over_https_admits_with_short_warnings(tmp_path: Path) -> None:
+    body = json.loads((EXAMPLES / "admission-review-cuda13.json").read_text())
+    with serve(tmp_path, config=EXAMPLES / "config.yaml", env={"GPU_ADMISSION_CUDA__MODE": "warn"}) as s:
+        status, answer = s.client().post("/validate", body)
+    response = answer["response"]
+    assert status == 200 and response["allowed"] is True
+    assert response["warnings"] and all(len(w) < 120 for w in response["warnings"])
+    assert any("CUDA 13.0" in w for w in response["warnings"])
+    assert "cuda-would-deny" in response["auditAnnotations"]
 
 
 @pytest.mark.parametrize(
