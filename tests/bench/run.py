@@ -125,6 +125,8 @@ class Point:
     bad_sample: str = ""
     socket_errors: int = 0
     status_errors: int = 0
+    spread: str = ""
+    """Established connections per gunicorn worker during the run (e.g. '4+0': all on one worker)."""
 
     @property
     def failed(self) -> int:
@@ -192,6 +194,33 @@ def rss_mb(pid: int) -> float:
     except OSError:
         pass
     return 0.0
+
+
+def _established_inodes(port: int) -> set[str]:
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                    inodes.add(fields[9])
+    return inodes
+
+
+def connection_spread(server: Server) -> list[int]:
+    """How many established connections to the server each worker holds, most first."""
+    inodes = _established_inodes(server.port)
+    counts = []
+    for pid in children(server.proc.pid):
+        n = 0
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    link = os.readlink(fd)
+                    if link.startswith("socket:[") and link[8:-1] in inodes:
+                        n += 1
+        counts.append(n)
+    return sorted(counts, reverse=True)
 
 
 def worker_rss(server: Server) -> dict[int, float]:
@@ -264,8 +293,17 @@ def start(stack: contextlib.ExitStack, name: str, count: int, tmp: Path, certs: 
 # Load
 
 
-def wrk(base: str, bodies: Sequence[tuple[str, Path]], connections: int, threads: int, seconds: int) -> dict[str, Any]:
-    """One wrk run; the figures its Lua ``done`` printed."""
+def wrk(
+    base: str,
+    bodies: Sequence[tuple[str, Path]],
+    connections: int,
+    threads: int,
+    seconds: int,
+    server: Server | None = None,
+    spread: list[int] | None = None,
+) -> dict[str, Any]:
+    """One wrk run; the figures its Lua ``done`` printed. With ``server``, the connections per worker are counted
+    into ``spread`` a moment after the start."""
     exe = shutil.which("wrk")
     if exe is None:
         raise SystemExit("wrk not found: install it (make tools does, from Debian's packages)")
@@ -283,16 +321,28 @@ def wrk(base: str, bodies: Sequence[tuple[str, Path]], connections: int, threads
         pods.UID,
         *(f"{path}={file}" for path, file in bodies),
     ]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60)
-    for line in done.stdout.splitlines():
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        if server is not None and spread is not None:
+            time.sleep(min(1.0, seconds / 2))
+            spread[:] = connection_spread(server)
+        stdout, stderr = proc.communicate(timeout=seconds + 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for line in stdout.splitlines():
         if line.startswith("BENCH_JSON "):
             figures: dict[str, Any] = json.loads(line[len("BENCH_JSON ") :])
             return figures
-    raise RuntimeError(f"wrk printed no figures (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
+    raise RuntimeError(f"wrk printed no figures (exit {proc.returncode}):\n{stdout}\n{stderr}")
 
 
-def measure(point: Point, base: str, bodies: Sequence[tuple[str, Path]]) -> Point:
-    f = wrk(base, bodies, point.connections, point.threads, point.seconds)
+def measure(point: Point, server: Server, bodies: Sequence[tuple[str, Path]]) -> Point:
+    spread: list[int] = []
+    base = f"https://127.0.0.1:{server.port}"
+    f = wrk(base, bodies, point.connections, point.threads, point.seconds, server, spread)
+    point.spread = "+".join(str(n) for n in spread)
     lat = f["latency_us"]
     errors = f["errors"]
     point.requests = f["requests"]
@@ -305,7 +355,7 @@ def measure(point: Point, base: str, bodies: Sequence[tuple[str, Path]]) -> Poin
     print(
         f"  {point.target:8} {point.nodes:>6} nodes {point.pod:12} /{point.endpoint:8} c={point.connections:<3}"
         f" {point.rps:8.0f} req/s  p50 {point.p50:6.2f}  p99 {point.p99:6.2f}  max {point.max:7.2f} ms"
-        f"  {point.good}/{point.requests} good",
+        f"  {point.good}/{point.requests} good, per worker {point.spread}",
         flush=True,
     )
     return point
@@ -470,7 +520,7 @@ def run(plan: Plan, tmp: Path) -> Results:
             target = "baseline" if inst is baseline else "webhook"
             p = Point(section, target, inst.nodes, pod, endpoint, level[0], level[1], plan.seconds)
             body = bodies.mutate(pod) if inst is baseline else bodies.body(pod, endpoint, inst)
-            results.points.append(measure(p, inst.base, [(f"/{endpoint}", body)]))
+            results.points.append(measure(p, inst.server, [(f"/{endpoint}", body)]))
 
         print("per pod, per endpoint, per concurrency", flush=True)
         for level in plan.levels:
@@ -610,18 +660,20 @@ def markdown(r: Results) -> str:
     add("")
     add(
         "Ratios are to the no-op baseline with the same pod body and connections (req/s: higher is better; "
-        "latency: lower is better). Latencies in ms."
+        "latency: lower is better). Latencies in ms. _Per worker_: the established connections each gunicorn "
+        "worker held a second into the row (`4+0`: all on one worker, which then serves them alone, on one core)."
     )
     add("")
-    add("| pod | endpoint | conn | req/s | × baseline | p50 | p90 | p99 | max | p99 × baseline | good/requests |")
-    add("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    add("| pod | endpoint | conn | per worker | req/s | × baseline | p50 | p90 | p99 | max | p99 × baseline | good |")
+    add("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for p in (p for p in r.points if p.section == "main"):
         b = r.baseline("main", p.pod, p.connections)
         endpoint = "no-op" if p.target == "baseline" else f"/{p.endpoint}"
         rps_ratio = "1" if p.target == "baseline" else _ratio(p.rps, b.rps if b else None)
         p99_ratio = "1" if p.target == "baseline" else _ratio(p.p99, b.p99 if b else None)
         add(
-            f"| {p.pod} | {endpoint} | {p.connections} | {p.rps:,.0f} | {rps_ratio} | {p.p50:.2f} | {p.p90:.2f} | "
+            f"| {p.pod} | {endpoint} | {p.connections} | {p.spread} | {p.rps:,.0f} | {rps_ratio} | {p.p50:.2f} | "
+            f"{p.p90:.2f} | "
             f"{p.p99:.2f} | {p.max:.2f} | {p99_ratio} | {p.answered} |"
         )
     add("")
@@ -634,13 +686,14 @@ def markdown(r: Results) -> str:
     add("")
     add(f"Cost = req/s at {_n(low)} nodes / req/s at this count (1.00: no dearer per request).")
     add("")
-    add("| pod | endpoint | nodes | req/s | p50 | p90 | p99 | max | cost vs " + _n(low) + " nodes | good/requests |")
-    add("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    add("| pod | endpoint | nodes | per worker | req/s | p50 | p90 | p99 | max | cost vs " + _n(low) + " | good |")
+    add("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for p in (p for p in r.points if p.section == "nodes"):
         q = r.find("nodes", "webhook", nodes=low, pod=p.pod, endpoint=p.endpoint)
         cost = _ratio(q.rps, p.rps) if q else "-"
         add(
-            f"| {p.pod} | /{p.endpoint} | {_n(p.nodes)} | {p.rps:,.0f} | {p.p50:.2f} | {p.p90:.2f} | {p.p99:.2f} | "
+            f"| {p.pod} | /{p.endpoint} | {_n(p.nodes)} | {p.spread} | {p.rps:,.0f} | {p.p50:.2f} | {p.p90:.2f} | "
+            f"{p.p99:.2f} | "
             f"{p.max:.2f} | {cost} | {p.answered} |"
         )
     add("")
@@ -649,15 +702,16 @@ def markdown(r: Results) -> str:
     add("")
     add("The first eight containers ask for a GPU each (CUDA from the image tag), the rest are sidecars.")
     add("")
-    add("| containers | endpoint | req/s | × baseline | p50 | p90 | p99 | max | p99 × baseline | good/requests |")
-    add("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    add("| containers | endpoint | per worker | req/s | × baseline | p50 | p90 | p99 | max | p99 × baseline | good |")
+    add("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for p in (p for p in r.points if p.section == "containers"):
         b = r.baseline("containers", p.pod, p.connections)
         endpoint = "no-op" if p.target == "baseline" else f"/{p.endpoint}"
         rps_ratio = "1" if p.target == "baseline" else _ratio(p.rps, b.rps if b else None)
         p99_ratio = "1" if p.target == "baseline" else _ratio(p.p99, b.p99 if b else None)
         add(
-            f"| {p.pod.split('-')[1]} | {endpoint} | {p.rps:,.0f} | {rps_ratio} | {p.p50:.2f} | {p.p90:.2f} | "
+            f"| {p.pod.split('-')[1]} | {endpoint} | {p.spread} | {p.rps:,.0f} | {rps_ratio} | {p.p50:.2f} | "
+            f"{p.p90:.2f} | "
             f"{p.p99:.2f} | {p.max:.2f} | {p99_ratio} | {p.answered} |"
         )
     add("")

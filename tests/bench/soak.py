@@ -141,7 +141,7 @@ def soak(minutes: float, nodes: int, connections: int, tmp: Path) -> Soak:
                 seconds = int(min(60, left))
                 index += 1
                 point = bench.Point("soak", "webhook", nodes, f"round {index}", "mix", connections, 1, seconds)
-                bench.measure(point, inst.base, mix)
+                bench.measure(point, inst.server, mix)
                 result.rounds.append(point)
                 left = total_s - (time.monotonic() - began)
         finally:
@@ -189,15 +189,15 @@ def markdown(s: Soak) -> str:
     )
     add(f"| **result** | | **{'passed' if s.passed else 'failed'}** |")
     add("")
-    add("| round | seconds | req/s | p50 ms | p90 ms | p99 ms | max ms | good/requests | RSS per worker at the end |")
-    add("|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    add("| round | seconds | per worker | req/s | p50 ms | p90 ms | p99 ms | max ms | good/requests | RSS at the end |")
+    add("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for i, p in enumerate(s.rounds):
         end = sum(q.seconds for q in s.rounds[: i + 1])
         near = min(s.samples, key=lambda x: abs(x.at_s - end), default=None)
         rss = ", ".join(f"{v:.0f}" for v in near.rss_mb.values()) + " MB" if near else "-"
         add(
-            f"| {i + 1} | {p.seconds} | {p.rps:,.0f} | {p.p50:.2f} | {p.p90:.2f} | {p.p99:.2f} | {p.max:.2f} | "
-            f"{p.answered} | {rss} |"
+            f"| {i + 1} | {p.seconds} | {p.spread} | {p.rps:,.0f} | {p.p50:.2f} | {p.p90:.2f} | {p.p99:.2f} | "
+            f"{p.max:.2f} | {p.answered} | {rss} |"
         )
     if s.log_problems:
         add("")

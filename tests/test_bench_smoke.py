@@ -1,0 +1,101 @@
+"""The benchmark's smoke run (``python -m tests.bench.run --quick``): a few seconds, so that it cannot rot.
+
+No assertion on timing: only that both servers answered every request with a 200 that echoes the uid, and that the
+report holds every section and a row for every point measured.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.bench import run
+
+pytestmark = pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (make tools installs it)")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("bench")
+    out = tmp / "benchmarks.md"
+    out.write_text("# Hand-written\n\nkept as it is\n\n<!-- bench:start -->\nold figures\n<!-- bench:end -->\n\ntail\n")
+    code = run.main(["--quick", "--out", str(out), "--json", str(tmp / "bench.json")])
+    return code, out, json.loads((tmp / "bench.json").read_text())
+
+
+def test_every_request_answered_200_with_the_uid(quick):
+    code, _, data = quick
+    assert code == 0
+    points = data["points"]
+    assert points
+    for p in points:
+        where = f"{p['target']} {p['pod']} /{p['endpoint']} at {p['nodes']} nodes"
+        assert p["requests"] > 0, where
+        assert p["good"] == p["requests"], f"{where}: {p['bad_sample']}"
+        assert p["socket_errors"] == 0 and p["status_errors"] == 0, where
+    assert {p["target"] for p in points} == {"baseline", "webhook"}
+    assert {a["status"] for a in data["answers"]} == {200}
+
+
+def test_every_section_and_row_is_in_the_report(quick):
+    _, out, data = quick
+    text = out.read_text()
+    assert text.startswith("# Hand-written\n\nkept as it is\n")
+    assert text.rstrip().endswith("tail")
+    assert "old figures" not in text
+    section = text.split("<!-- bench:start -->")[1].split("<!-- bench:end -->")[0]
+    for heading in (
+        "### Goals",
+        "### Per request",
+        "### Scaling with nodes",
+        "### Scaling with containers",
+        "### Start and memory",
+        "### What the webhook answered",
+    ):
+        assert heading in section
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| ---")]
+    plan = run.QUICK
+    main = len(plan.levels) * len(plan.main_pods) * 3  # the baseline, /mutate, /validate
+    nodes = len(plan.scaling_pods) * len(plan.scaling_endpoints) * len(plan.node_counts)
+    containers = len(plan.containers) * (1 + len(plan.container_endpoints))
+    assert len(data["points"]) == main + nodes + containers
+    cells = [
+        line for line in rows if line.rstrip().endswith(tuple(f"{p['good']}/{p['requests']} |" for p in data["points"]))
+    ]
+    assert len(cells) == len(data["points"])
+    assert len(data["instances"]) == 1 + len(plan.node_counts)
+    assert all(i["ready_s"] > 0 and len(i["rss_after_mb"]) == run.WORKERS for i in data["instances"])
+    assert [g["met"] for g in data["goals"]][-1] is True  # every request answered
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        pytest.param("", "# Benchmarks", id="no-file"),
+        pytest.param("# Mine\n", "# Mine\n\n<!-- bench:start -->\nnew\n<!-- bench:end -->\n", id="no-markers"),
+        pytest.param(
+            "a\n<!-- bench:start -->\nold\n<!-- bench:end -->\nb\n",
+            "a\n<!-- bench:start -->\nnew\n<!-- bench:end -->\nb\n",
+            id="replaced",
+        ),
+        pytest.param(
+            "<!-- soak:start -->\ns\n<!-- soak:end -->\n<!-- bench:start -->\nold\n<!-- bench:end -->\n",
+            "<!-- soak:start -->\ns\n<!-- soak:end -->\n<!-- bench:start -->\nnew\n<!-- bench:end -->\n",
+            id="other-section-kept",
+        ),
+    ],
+)
+def test_write_section_replaces_only_its_own_section(tmp_path, before, after):
+    path = tmp_path / "doc.md"
+    if before:
+        path.write_text(before)
+    run.write_section(path, "bench", "new\n")
+    text = path.read_text()
+    if before:
+        assert text == after
+    else:
+        assert text.startswith(after) and text.rstrip().endswith("<!-- bench:start -->\nnew\n<!-- bench:end -->")
