@@ -204,6 +204,24 @@ def test_server_gone_after_sync_keeps_the_snapshot_and_readiness(api: KubeAPI, k
         api.start()
         api.put("v1", "nodes", node("b"))
         wait_for(lambda: names(live) == {"a", "b"}, "events once the server is back")
+        wait_for(lambda: live.snapshot_age_seconds < 0.2, "the snapshot age recovering")
+    finally:
+        live.stop()
+
+
+@pytest.mark.parametrize("fault", ["gone", "drop"])
+def test_snapshot_age_recovers_after_a_410_or_a_dropped_watch(api: KubeAPI, kubeconfig: str, fault: str) -> None:
+    api.put("v1", "nodes", node("a"))
+    live = make_live(kubeconfig)
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        wait_for(lambda: len(api.watches) == 1, "the watch")
+        assert live.snapshot_age_seconds == 0.0, "an open watch keeps the snapshot current"
+        api.gone_watches() if fault == "gone" else api.drop_watches()
+        api.put("v1", "nodes", node("b"))
+        wait_for(lambda: names(live) == {"a", "b"}, "the resync")
+        wait_for(lambda: len(api.watches) == 1 and live.snapshot_age_seconds == 0.0, "the age back at 0")
     finally:
         live.stop()
 
