@@ -200,6 +200,19 @@ def test_every_reference_model_mixed(row, ask, coverage, pick):
     )
 
 
+@pytest.mark.parametrize("row", MODELS, ids=[r[0] for r in MODELS])
+def test_every_reference_model_single_strategy(row):
+    # Single strategy: each node carries one profile for all its GPUs; the pod gets nvidia.com/gpu: 1 and a
+    # nodeSelector on the <product>-MIG-<profile> product. Offer every profile on its own node: the smallest that
+    # holds half the memory wins, as with mixed.
+    product, _, profiles, half = row[0], row[1], row[2], row[3]
+    nodes = [single_node(f"n{i}", product, p, 7, f"pool-{p}") for i, p in enumerate(profiles)]
+    result = review(pod(container(limits={GPU: "0.5"})), nodes)
+    assert result.allowed, result.message
+    assert resources_of(result.object) == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
+    assert result.object["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == f"{product}-MIG-{half}"
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Coverage and boundaries on one A100-40GB (reference: "half a GPU" by memory is 3g.20gb, by compute 4g.20gb)
 
