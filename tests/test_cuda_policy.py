@@ -403,21 +403,21 @@ def test_forward_alternatives_named_in_the_denial() -> None:
 
 
 @pytest.mark.parametrize(
-    ("annotations", "env"),
+    ("annotations", "env", "fix"),
     [
-        pytest.param({}, {"NVIDIA_REQUIRE_CUDA": "cuda>=12.4 brnd=tesla"}, id="unknown-key"),
-        pytest.param({}, {"NVIDIA_REQUIRE_CUDA": "cuda=>12.4"}, id="bad-operator"),
-        pytest.param({}, {"CUDA_VERSION": "twelve"}, id="bad-cuda-version"),
-        pytest.param({"gpu-admission.io/cuda-version.trainer": "12.4-ish"}, {}, id="bad-annotation"),
+        pytest.param({}, {"NVIDIA_REQUIRE_CUDA": "cuda>=12.4 brnd=tesla"}, "(e.g. cuda>=12.4)", id="unknown-key"),
+        pytest.param({}, {"NVIDIA_REQUIRE_CUDA": "cuda=>12.4"}, "(e.g. cuda>=12.4)", id="bad-operator"),
+        pytest.param({}, {"CUDA_VERSION": "twelve"}, '(e.g. "12.4.1")', id="bad-cuda-version"),
+        pytest.param({"gpu-admission.io/cuda-version.trainer": "12.4-ish"}, {}, '(e.g. "12.4")', id="bad-annotation"),
     ],
 )
-def test_invalid_declarations_are_denied(annotations: dict[str, str], env: dict[str, str]) -> None:
+def test_invalid_declarations_are_denied(annotations: dict[str, str], env: dict[str, str], fix: str) -> None:
     result = pipeline.review(
         pod(container(image="nvidia/cuda:12.4.1-base", env=env), annotations=annotations), context([C])
     )
     assert not result.allowed and result.reason == "CUDARequirementInvalid"
     assert "container trainer (image nvidia/cuda:12.4.1-base)" in result.message
-    assert "fix it" in result.message
+    assert "To fix: write" in result.message and fix in result.message, "the remedy fits where it was written"
 
 
 def test_minor_compatibility_mode() -> None:
@@ -588,7 +588,10 @@ def test_warn_mode_admits_with_warning_event_and_audit() -> None:
     ctx = context([A], settings({"mode": "warn"}))
     result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
     assert result.allowed
-    assert any(w.startswith("would be denied (CUDAIncompatible): container trainer") for w in result.warnings)
+    assert any(
+        w.startswith("would be denied (CUDAIncompatible) in enforce mode; to fix: Use an image built for CUDA <=")
+        for w in result.warnings
+    )
     assert "needs CUDA 12.8" in result.audit["cuda-would-deny"]
     assert result.audit["cuda-decision"] == "would be denied (CUDAIncompatible)"
     assert "cuda: trainer needs CUDA 12.8; it can land only on CUDA <= 12.2 (pool gpu-a)" in result.warnings

@@ -205,7 +205,10 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
         if mode == "enforce":
             enforced.append(d)
         elif mode == "warn":
-            outcome.warn(f"would be denied ({d.reason}): {d.message}")
+            _, has_fix, fix = d.message.partition("To fix: ")
+            # kubectl shows a warning on one line: lead with what to change (the Event has the whole message).
+            head = f"would be denied ({d.reason}) in enforce mode"
+            outcome.warn(f"{head}; to fix: {fix}" if has_fix else f"{head}: {d.message}")
             result.audit[f"{d.policy}-would-deny"] = d.message
     warnings: list[str] = []
     total = 0

@@ -496,10 +496,13 @@ def _no_common_pool(a: Assessment) -> str:
 
 def _invalid_message(c: Check) -> str:
     d = c.declared
-    return (
-        f"container {c.label} (image {d.image or '(none)'}): {d.source} is unusable: {d.error}. "
-        'The NVIDIA runtime refuses such a requirement; fix it (e.g. cuda>=12.4 or "12.4") or remove it.'
-    )
+    if "annotation" in d.source:
+        fix = 'write the CUDA version the image needs as major.minor (e.g. "12.4"), or remove the annotation.'
+    elif "NVIDIA_REQUIRE_CUDA" in d.source:
+        fix = "write it as the NVIDIA runtime reads it (e.g. cuda>=12.4), or remove it: the runtime refuses it too."
+    else:
+        fix = 'write the version as the image has it (e.g. "12.4.1"), or remove the variable.'
+    return f"container {c.label} (image {d.image or '(none)'}): {d.source} is unusable: {d.error}. To fix: {fix}"
 
 
 def _unknown_message(c: Check) -> str:
