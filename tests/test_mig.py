@@ -1129,3 +1129,12 @@ def test_refusal_on_gpu_tainted_whole_gpu_nodes_names_them_and_what_to_change():
     assert "No GPU node matches" not in result.message
     assert "a100 (3g.40gb)" in result.message
     assert "Change the pod's nodeSelector, node affinity or tolerations" in result.message
+
+
+def test_template_with_a_memory_request_nothing_covers_warns_with_the_largest_offer():
+    # Templates keep memory requests (Kubernetes accepts them); the warning says now what the pods will be told.
+    obj = workload("Deployment", memreq("300Gi"))
+    result = review(obj, [a100_40()])
+    assert result.allowed and resources_of(result.object)["limits"] == {MEM: "300Gi"}
+    (warning,) = [w for w in result.warnings if "300Gi" in w]
+    assert "largest offered is 7g.40gb" in warning and "ask for less" in warning and len(warning) < 120

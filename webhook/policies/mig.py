@@ -795,7 +795,14 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
             # Templates keep memory and annotation requests (Kubernetes accepts them); the pods get converted.
             pending.append(ask)
             if choice is None:
-                out.warn(f"{ask.name}: nothing offered now covers {ask.asked}; its pods would be refused"[:119])
+                largest = max(
+                    (p.profile.name for p in seen if p.profile),
+                    key=lambda n: parse_name(n) or (0, 0, ""),
+                    default="no MIG profile",
+                )
+                out.warn(
+                    f"{ask.name}: {ask.asked}: largest offered is {largest}; ask for less or its pods are refused"[:119]
+                )
             continue
         if choice is None:
             out.deny(POLICY, "MIGNoProfile", _refusal(req, pod, pending, ask, seen))
