@@ -8,8 +8,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
+from tests.conftest import FIXTURES
 from tests.mig_fixtures import (
-    FIXTURES,
     POOL,
     WORKLOAD_FILES,
     container,
