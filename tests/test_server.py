@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import EXAMPLES, gpu_pod, review
 from tests.serving import SERVER_NAME, Server, serve
+from tests.test_admission import BAD
 
 
 @pytest.fixture(scope="module")
@@ -126,21 +127,25 @@ def test_warn_mode_over_https_admits_with_short_warnings(tmp_path: Path) -> None
     assert "cuda-would-deny" in response["auditAnnotations"]
 
 
+@pytest.mark.parametrize(("raw", "content_type", "status", "words"), BAD)
+@pytest.mark.parametrize("path", ["/mutate", "/validate"])
+def test_every_bad_input_over_https(
+    server: Server, path: str, raw: bytes, content_type: str, status: int, words: str
+) -> None:
+    # The same table as the app-level tests (test_admission.BAD), through gunicorn and TLS.
+    client = server.client()
+    code, body = client.request("POST", path, raw=raw, content_type=content_type)
+    assert code == status and words in body["error"]
+    status_after, _ = client.request("GET", "/healthz")  # the connection (or a fresh one) still serves
+    assert status_after == 200
+
+
 @pytest.mark.parametrize(
-    ("raw", "content_type", "status"),
-    [
-        pytest.param(b"{", "application/json", 400, id="truncated"),
-        pytest.param(b"{}", "text/yaml", 415, id="content-type"),
-        pytest.param(
-            b'{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}',
-            "application/json",
-            400,
-            id="no-request",
-        ),
-    ],
+    ("method", "path", "status"),
+    [("GET", "/mutate", 405), ("PUT", "/validate", 405), ("DELETE", "/mutate", 405), ("GET", "/nope", 404)],
 )
-def test_bad_input_over_https(server: Server, raw: bytes, content_type: str, status: int) -> None:
-    code, body = server.client().request("POST", "/mutate", raw=raw, content_type=content_type)
+def test_wrong_method_or_path_over_https(server: Server, method: str, path: str, status: int) -> None:
+    code, body = server.client().request(method, path)
     assert code == status and body["error"]
 
 

@@ -269,7 +269,7 @@ def _verified(line: str | None, container: JSON, spec: JSON) -> bool:
 
 
 _ASKED = re.compile(
-    r"^(nvidia\.com/gpu|gpu-admission\.io/gpu-memory|gpu-admission\.io/gpu-fraction) [0-9][0-9.]{0,15}[A-Za-z]{0,2}$"
+    r"^(nvidia\.com/gpu|gpu-admission\.io/gpu-memory|gpu-admission\.io/gpu-fraction) [-+0-9.eE]{1,40}[A-Za-z]{0,2}$"
 )
 _NOTES = ("whole GPU: no MIG profile covers it", "time-sliced shared GPU: no MIG profile covers it")
 
