@@ -236,3 +236,30 @@ def test_the_pipeline_never_changes_its_input(step: Any) -> None:
         before = copy.deepcopy(obj)
         step(obj, ctx)
         assert obj == before, obj.get("kind")
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        pytest.param({"a": 1}, {"a": 1}, id="same"),
+        pytest.param({"a": 1}, {"a": 2}, id="replace"),
+        pytest.param({"a": 1, "b": 2}, {"a": 1}, id="remove"),
+        pytest.param({"x/y~z": 1}, {"x/y~z": 2, "n/ew": {"k": [1]}}, id="escaped-keys"),
+        pytest.param({"l": [1, 2]}, {"l": [1, 2, 3, 4]}, id="append"),
+        pytest.param({"l": [1, 2, 3]}, {"l": [1]}, id="shrink"),
+        pytest.param({"l": [1, 2]}, {"l": [3, 1, 2]}, id="prepend"),
+        pytest.param({"l": [{"a": 1}, {"b": 2}]}, {"l": [{"a": 1}, {"b": 3, "c": []}]}, id="nested"),
+        pytest.param({"a": [1]}, {"a": {"0": 1}}, id="list-to-map"),
+        pytest.param({"a": "1"}, {"a": [1]}, id="string-to-list"),
+    ],
+)
+@pytest.mark.parametrize("part", ["metadata", "spec"])
+def test_make_patch_turns_before_into_after(before: dict[str, Any], after: dict[str, Any], part: str) -> None:
+    import jsonpatch
+
+    obj = {"kind": "Pod", part: before, "status": {"phase": "Pending"}}
+    target = {"kind": "Pod", part: after, "status": {"phase": "Pending"}}
+    ops = pipeline.make_patch(obj, target)
+    assert json.dumps(jsonpatch.apply_patch(obj, ops)) == json.dumps(target)
+    assert (ops == []) is (json.dumps(before) == json.dumps(after))
+    assert all(not op["path"].startswith("/status") for op in ops)

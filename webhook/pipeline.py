@@ -17,8 +17,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonpatch
-
 from webhook import PREFIX
 from webhook.model import (
     IGNORE_LABEL,
@@ -258,21 +256,55 @@ def _working_copy(obj: JSON) -> JSON:
     return {k: copy.deepcopy(v) if k in EDITABLE else v for k, v in obj.items()}
 
 
+def _pointer(path: str, key: object) -> str:
+    """RFC 6901: '~' is written '~0' and '/' is written '~1'."""
+    return f"{path}/{str(key).replace('~', '~0').replace('/', '~1')}"
+
+
+def _diff(old: Any, new: Any, path: str, ops: list[JSON]) -> None:
+    """Append the ops that turn ``old`` into ``new`` at ``path``: maps key by key, lists of the same length item by
+    item, a list that only grew by appending at explicit indices; anything else is replaced whole. Every op applies
+    as RFC 6902 says (no add under a missing parent, no negative index). Values Python holds equal (1, 1.0, True)
+    count as unchanged: the policies write strings and maps, never retype a user's number."""
+    if type(old) is type(new) and old == new:
+        return
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in old:
+            if key not in new:
+                ops.append({"op": "remove", "path": _pointer(path, key)})
+        for key, value in new.items():
+            if key in old:
+                _diff(old[key], value, _pointer(path, key), ops)
+            else:
+                ops.append({"op": "add", "path": _pointer(path, key), "value": value})
+        return
+    if (
+        isinstance(old, list)
+        and isinstance(new, list)
+        and (len(new) == len(old) or (len(new) > len(old) and new[: len(old)] == old))
+    ):
+        for index, (a, b) in enumerate(zip(old, new, strict=False)):
+            _diff(a, b, f"{path}/{index}", ops)
+        for index in range(len(old), len(new)):
+            ops.append({"op": "add", "path": f"{path}/{index}", "value": new[index]})
+        return
+    ops.append({"op": "replace", "path": path, "value": new})
+
+
 def make_patch(before: JSON, after: JSON) -> list[JSON]:
-    """The JSON Patch from ``before`` to ``after`` (a ``_working_copy`` of it), diffing only the editable parts."""
+    """The JSON Patch from ``before`` to ``after`` (a ``_working_copy`` of it), over the editable parts only.
+
+    Hand-written rather than ``jsonpatch.make_patch``: the policies only add and change fields and append to lists,
+    so a plain structural diff says it in as few ops, at a fraction of the cost (no sequence matching)."""
     ops: list[JSON] = []
     for key in EDITABLE:
-        old, new = before.get(key), after.get(key)
-        if old == new:
-            continue
-        if key not in before:
-            ops.append({"op": "add", "path": f"/{key}", "value": new})
-            continue
-        for op in jsonpatch.make_patch(old, new).patch:
-            op["path"] = f"/{key}{op['path']}"
-            if "from" in op:
-                op["from"] = f"/{key}{op['from']}"
-            ops.append(op)
+        if key in after or key in before:
+            if key not in before:
+                ops.append({"op": "add", "path": f"/{key}", "value": after[key]})
+            elif key not in after:
+                ops.append({"op": "remove", "path": f"/{key}"})
+            else:
+                _diff(before[key], after[key], f"/{key}", ops)
     return ops
 
 
@@ -317,7 +349,7 @@ def protect_outputs(obj: Any, old: Any) -> Result:
     warning = f"{PREFIX}{', '.join(changed)} can only be written by the webhook; put back as it was"
     return Result(
         object=working,
-        patch=jsonpatch.make_patch(obj, working).patch,
+        patch=make_patch(obj, working),
         warnings=[_short(warning)],
         audit={"decision": "restored the webhook's annotations", "restored": ", ".join(changed)},
     )
