@@ -14,6 +14,7 @@ In ``warn`` mode nothing is steered (a safe roll-out changes no pod); would-be d
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -26,6 +27,7 @@ from webhook.cluster import GFD, GPU_RESOURCE, MIG_RESOURCE_PREFIX, NodeGroup, r
 from webhook.config import CudaSettings
 from webhook.cuda_version import (
     Declared,
+    NodeFacts,
     Requirement,
     accepted_by,
     declared_cuda,
@@ -122,7 +124,7 @@ class Assessment:
     """status[i][j]: check i on eligible group j (only checks with a requirement are meaningful)."""
     unknown_driver_ok: bool
 
-    @property
+    @functools.cached_property
     def known(self) -> tuple[int, ...]:
         """Indexes of the checks with a requirement."""
         return tuple(i for i, c in enumerate(self.checks) if c.requirement is not None)
@@ -152,9 +154,9 @@ def _eligible(spec: JSON, ctx: Context) -> tuple[NodeGroup, ...]:
     return tuple(out)
 
 
-def _status(requirement: Requirement, group: NodeGroup, ctx: Context) -> Status:
+def _status(requirement: Requirement, group: NodeGroup, ctx: Context, facts: NodeFacts | None = None) -> Status:
     cs = ctx.settings.cuda
-    verdict = evaluate(requirement, facts_of(group), driver_table(cs), cs.compatibility)
+    verdict = evaluate(requirement, facts or facts_of(group), driver_table(cs), cs.compatibility)
     if verdict is True:
         return "ok"
     if verdict is None and group.driver is None and group.cuda is None:
@@ -178,7 +180,13 @@ def checks_of(pod: PodView, ctx: Context) -> tuple[Check, ...]:
 
 def assess(checks: tuple[Check, ...], spec: JSON, ctx: Context) -> Assessment:
     eligible = _eligible(spec, ctx) if ctx.cluster.known else ()
-    status = tuple(tuple(_status(c.requirement, g, ctx) if c.requirement else "ok" for g in eligible) for c in checks)
+    facts = [facts_of(g) for g in eligible]  # once per group, not once per container and group
+    status = tuple(
+        tuple(
+            _status(c.requirement, g, ctx, f) if c.requirement else "ok" for g, f in zip(eligible, facts, strict=True)
+        )
+        for c in checks
+    )
     return Assessment(checks, eligible, status, ctx.settings.cuda.unknown_driver != "deny")
 
 
