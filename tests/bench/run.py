@@ -2,7 +2,7 @@
 
     python -m tests.bench.run --out docs/benchmarks.md [--quick] [--json results.json]
 
-Starts the real server (``gpu-admission serve``: gunicorn, gthread, TLS, 2 workers, ``examples/config.yaml``, a
+Starts the real server (``gpu-admission serve``: gunicorn, gthread, TLS, one worker, ``examples/config.yaml``, a
 generated node list) at each node count, and the no-op baseline (``tests.bench.noop``) on the same
 GunicornServer/TLS stack; drives each with keep-alive HTTPS load from ``wrk`` (a separate process; Lua script
 ``wrk/review.lua`` checks every answer is a 200 echoing the uid); writes the tables between the markers
@@ -43,7 +43,10 @@ from tests.serving import REPO, Server, free_port, issue_certs, serve, wait_read
 HERE = Path(__file__).resolve().parent
 LUA = HERE / "wrk" / "review.lua"
 CONFIG = REPO / "examples" / "config.yaml"
-WORKERS = 2
+WORKERS = 1
+"""One gunicorn worker per server: on two cores shared with wrk, two workers split keep-alive connections unevenly
+(4+0 or 3+1, by chance), which moved whole rows by 2x and hid what the webhook itself costs. One worker and wrk get a
+core each; the ratio to the baseline (also one worker) is the figure that carries over to a cluster."""
 READY_DEADLINE_S = 1800.0
 
 # Goals (issue 9).
