@@ -404,15 +404,23 @@ def _keys(alternatives: list[list[Expression]]) -> str:
     return ", ".join(sorted({as_str(e.get("key")) for alt in alternatives for e in alt}))
 
 
-def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
-    """Narrow required node affinity to the compatible nodes when only some are; write ``gpu-admission.io/cuda``."""
+def _assessed(pod: PodView, ctx: Context) -> tuple[str, Assessment] | None:
+    """(mode, assessment) for a pod with GPU containers while the check is on; None otherwise."""
     mode = mode_of(ctx)
     if mode == "off":
-        return
+        return None
     checks = checks_of(pod, ctx)
     if not checks:
+        return None
+    return mode, assess(checks, pod.spec, ctx)
+
+
+def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
+    """Narrow required node affinity to the compatible nodes when only some are; write ``gpu-admission.io/cuda``."""
+    assessed = _assessed(pod, ctx)
+    if assessed is None:
         return
-    a = assess(checks, pod.spec, ctx)
+    mode, a = assessed
     if mode == "enforce" and ctx.settings.cuda.steer and a.allowed_groups and a.blocked_groups:
         alternatives = steer_alternatives(pod, a, ctx)
         if alternatives and narrow(pod, alternatives):
@@ -422,7 +430,7 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
                 f"to {pool_names(a.allowed_groups)}, away from {pool_names(a.blocked_groups)} "
                 f"(required node affinity on {_keys(alternatives)})"
             )
-            a = assess(checks, pod.spec, ctx)
+            a = assess(a.checks, pod.spec, ctx)
     out.annotate(POLICY, annotation(a, _kept_off(a, pod.spec, ctx), ctx, mode))
 
 
@@ -583,13 +591,10 @@ def _audit_decision(a: Assessment, denials: Sequence[tuple[str, str]], mode: str
 
 def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Deny what no eligible node can run; warn about unknowns; record the check as an event."""
-    mode = mode_of(ctx)
-    if mode == "off":
+    assessed = _assessed(pod, ctx)
+    if assessed is None:
         return
-    checks = checks_of(pod, ctx)
-    if not checks:
-        return
-    a = assess(checks, pod.spec, ctx)
+    mode, a = assessed
     denials = _denials(a, ctx)
     for reason, message in denials:
         out.deny(POLICY, reason, message)

@@ -301,6 +301,19 @@ def _named(pod: PodView) -> Iterator[tuple[str, str, JSON]]:
         yield list_name, as_str(container.get("name")) or f"#{index}", container
 
 
+def _has_a_device_already(out: Outcome, name: str, asked: str, container: JSON) -> bool:
+    """A container that asks for a fraction or a memory size and already has a MIG device: refused (one each)."""
+    devices = _mig_resources(container)
+    if devices:
+        out.deny(
+            POLICY,
+            "MIGMultipleDevices",
+            f"container {name} asks for {asked} and already has {devices[0]}: a container can use one MIG device; "
+            "remove one of them.",
+        )
+    return bool(devices)
+
+
 def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
     """The asks of every container; refusals of malformed asks go to ``out`` as denials."""
     asks: list[Ask] = []
@@ -338,13 +351,7 @@ def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
                     f"(e.g. 20Gi or 10G).",
                 )
                 continue
-            if _mig_resources(container):
-                out.deny(
-                    POLICY,
-                    "MIGMultipleDevices",
-                    f"container {name} asks for {asked} and already has {_mig_resources(container)[0]}: a "
-                    f"container can use one MIG device; remove one of them.",
-                )
+            if _has_a_device_already(out, name, asked, container):
                 continue
             asks.append(Ask(list_name, name, container, "memory", memory.amount, asked))
         elif fraction is not None and fraction.amount is not None:
@@ -353,13 +360,7 @@ def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
             if error:
                 out.deny(POLICY, *error)
                 continue
-            if _mig_resources(container):
-                out.deny(
-                    POLICY,
-                    "MIGMultipleDevices",
-                    f"container {name} asks for {asked} and already has {_mig_resources(container)[0]}: a "
-                    f"container can use one MIG device; remove one of them.",
-                )
+            if _has_a_device_already(out, name, asked, container):
                 continue
             asks.append(Ask(list_name, name, container, "fraction", fraction.amount, asked))
     annotated = _annotation_ask(pod, ctx, out, asks)
