@@ -263,3 +263,22 @@ def test_make_patch_turns_before_into_after(before: dict[str, Any], after: dict[
     assert json.dumps(jsonpatch.apply_patch(obj, ops)) == json.dumps(target)
     assert (ops == []) is (json.dumps(before) == json.dumps(after))
     assert all(not op["path"].startswith("/status") for op in ops)
+
+
+def test_a_denial_names_each_pool_once_with_all_its_drivers() -> None:
+    pool = {"eks.amazonaws.com/nodegroup": "inference"}
+    old = gpu_node(
+        "a",
+        labels={
+            **pool,
+            "nvidia.com/cuda.driver-version.full": "535.104.05",
+            "nvidia.com/cuda.runtime-version.minor": "2",
+        },
+    )
+    newer = gpu_node("b", labels=pool)  # 550.54.15, CUDA 12.4
+    settings = Settings()
+    ctx = Context(settings=settings, cluster=build_view([old, newer], settings), namespace="ml")
+    result = pipeline.review(gpu_pod(image="nvidia/cuda:12.8.1-runtime-ubuntu24.04"), ctx)
+    assert not result.allowed
+    assert "pool inference (drivers 535.104.05 or 550.54.15, CUDA 12.2 or 12.4)" in result.message
+    assert result.message.count("pool inference (") == 1

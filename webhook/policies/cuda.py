@@ -223,7 +223,16 @@ def describe(group: NodeGroup) -> str:
 
 
 def listing(groups: Iterable[NodeGroup], limit: int = MAX_LISTED) -> str:
-    texts = sorted(dict.fromkeys(describe(g) for g in groups))
+    """'pool a (driver 535.104.05, CUDA 12.2), pool b (drivers 550.54.15 or 560.35.03, CUDA 12.4 or 12.6)'."""
+    by_pool: dict[str, list[NodeGroup]] = {}
+    for g in groups:
+        by_pool.setdefault(g.pool, []).append(g)
+    texts = []
+    for pool, members in sorted(by_pool.items()):
+        drivers = list(dict.fromkeys(g.driver_text for g in sorted(members, key=lambda g: g.driver or ())))
+        cudas = list(dict.fromkeys(g.cuda_text for g in sorted(members, key=lambda g: g.cuda or ())))
+        plural = "s" if len(drivers) > 1 else ""
+        texts.append(f"pool {pool} (driver{plural} {' or '.join(drivers)}, CUDA {' or '.join(cudas)})")
     if len(texts) > limit:
         return ", ".join(texts[:limit]) + f" and {len(texts) - limit} more"
     return ", ".join(texts)
