@@ -170,15 +170,16 @@ def serve(
     certs: Path | None = None,
     wait: bool = True,
     extra_args: list[str] | None = None,
+    command: tuple[str, ...] = ("webhook.cli", "serve"),
 ) -> Iterator[Server]:
-    """Run ``gpu-admission serve`` on free loopback ports until the block ends (then SIGTERM, then SIGKILL)."""
+    """Run ``gpu-admission serve`` (or another module taking its flags: ``command``) on free loopback ports until the
+    block ends (then SIGTERM, then SIGKILL)."""
     certs = certs or issue_certs(tmp / "certs")
     port, metrics_port = free_port(), free_port()
     args = [
         sys.executable,
         "-m",
-        "webhook.cli",
-        "serve",
+        *command,
         "--cert",
         str(certs / "tls.crt"),
         "--key",

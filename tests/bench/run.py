@@ -23,12 +23,10 @@ import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,7 +36,7 @@ import jsonpatch
 
 from tests.bench import nodes as node_lists
 from tests.bench import pods
-from tests.serving import REPO, Server, free_port, issue_certs, serve, wait_ready
+from tests.serving import REPO, Server, issue_certs, serve, wait_ready
 
 HERE = Path(__file__).resolve().parent
 LUA = HERE / "wrk" / "review.lua"
@@ -230,44 +228,12 @@ def worker_rss(server: Server) -> dict[int, float]:
     return {pid: rss_mb(pid) for pid in sorted(children(server.proc.pid))}
 
 
-@contextlib.contextmanager
-def serve_noop(tmp: Path, certs: Path, workers: int = WORKERS, wait: bool = True) -> Iterator[Server]:
+def serve_noop(
+    tmp: Path, certs: Path, workers: int = WORKERS, wait: bool = True
+) -> contextlib.AbstractContextManager[Server]:
     """The no-op baseline on free loopback ports until the block ends (SIGTERM, then SIGKILL)."""
     tmp.mkdir(parents=True, exist_ok=True)
-    port, metrics_port = free_port(), free_port()
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics")}
-    (tmp / "metrics").mkdir(exist_ok=True)
-    log = tmp / "server.log"
-    args = [
-        sys.executable,
-        "-m",
-        "tests.bench.noop",
-        "--cert",
-        str(certs / "tls.crt"),
-        "--key",
-        str(certs / "tls.key"),
-        "--port",
-        str(port),
-        "--metrics-port",
-        str(metrics_port),
-        "--workers",
-        str(workers),
-    ]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    server = Server(proc, port, metrics_port, certs, log, env)
-    try:
-        if wait:
-            wait_ready(server)
-        yield server
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+    return serve(tmp, nodes=None, workers=workers, certs=certs, wait=wait, command=("tests.bench.noop",))
 
 
 def start(stack: contextlib.ExitStack, name: str, count: int, tmp: Path, certs: Path) -> Instance:
