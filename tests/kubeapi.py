@@ -417,17 +417,25 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._send(201, self.api.put(gv, resource, obj, namespace))
 
-    def do_PUT(self) -> None:
+    def _existing(self) -> tuple[str, str, str, str] | None:
+        """(gv, resource, namespace, name) of an item path whose object exists; else a 404 is sent and None."""
         if self._fault():
-            return
+            return None
         route = self._route()
         if route is None or not route[3]:
             self._send(404, _status(404, "NotFound", f"no route {self.path}"))
-            return
+            return None
         gv, resource, namespace, name, _ = route
         if self.api.get(gv, resource, name or "", namespace or "") is None:
             self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
+            return None
+        return gv, resource, namespace or "", name or ""
+
+    def do_PUT(self) -> None:
+        found = self._existing()
+        if found is None:
             return
+        gv, resource, namespace, name = found
         obj = self._body()
         obj.setdefault("metadata", {})["name"] = name
         with self.api.lock:  # optimistic concurrency, as the apiserver: a stale resourceVersion is a 409 Conflict
@@ -438,16 +446,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, self.api.put(gv, resource, obj, namespace))
 
     def do_PATCH(self) -> None:
-        if self._fault():
+        found = self._existing()
+        if found is None:
             return
-        route = self._route()
-        if route is None or not route[3]:
-            self._send(404, _status(404, "NotFound", f"no route {self.path}"))
-            return
-        gv, resource, namespace, name, _ = route
+        gv, resource, namespace, name = found
         with self.api.lock:
-            current = self.api.get(gv, resource, name or "", namespace or "")
-            if current is None:
+            current = self.api.get(gv, resource, name, namespace)
+            if current is None:  # deleted in between
                 self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
                 return
             body = self._body()
@@ -458,17 +463,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, self.api.put(gv, resource, patched, namespace))
 
     def do_DELETE(self) -> None:
-        if self._fault():
+        found = self._existing()
+        if found is None:
             return
-        route = self._route()
-        if route is None or not route[3]:
-            self._send(404, _status(404, "NotFound", f"no route {self.path}"))
-            return
-        gv, resource, namespace, name, _ = route
-        if self.api.get(gv, resource, name or "", namespace or "") is None:
-            self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
-            return
-        self.api.delete(gv, resource, name or "", namespace or "")
+        gv, resource, namespace, name = found
+        self.api.delete(gv, resource, name, namespace)
         self._send(200, _status(200, "", "deleted") | {"status": "Success"})
 
 
