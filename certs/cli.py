@@ -103,6 +103,11 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         default=120,
         help="how long to wait for a webhook configuration that does not exist yet (120)",
     )
+    ensure.add_argument(
+        "--create-only",
+        action="store_true",
+        help="only create the Secret when it is missing (the chart's pre-install hook; caBundle injected later)",
+    )
     ensure.set_defaults(func=cmd_ensure)
 
     show = sub.add_parser("show", help="print subject, SANs, issuer and days left of the certificates in a PEM file")
@@ -196,6 +201,7 @@ def cmd_ensure(args: argparse.Namespace) -> int:
                 args.renew_within_days,
                 key_type=args.key_type,
                 wait_seconds=args.wait_seconds,
+                create_only=args.create_only,
             )
     except CertsError as err:
         return _fail(str(err))

@@ -78,11 +78,12 @@ class Result:
             "reused": "reused unchanged" if not self.secret_written else "reused (expired previous CAs dropped)",
             "renewed": "renewed, CA kept",
             "rotated": "renewed with a new CA (caBundle trusts old and new CA until the old one expires)",
+            "kept": "exists: kept as it is (--create-only)",
         }.get(self.action, self.action)
         if self.raced:
             what += " (after a concurrent write by another job)"
         why = f" [{self.reason}]" if self.reason and self.action in ("renewed", "rotated") else ""
-        configs = "; ".join(c.text() for c in self.configs)
+        configs = "; ".join(c.text() for c in self.configs) or "caBundle not injected (--create-only)"
         return f"Secret {self.namespace}/{self.secret} {what}{why}; {configs}"
 
 
@@ -181,11 +182,16 @@ def ensure(
     poll_seconds: float = 2.0,
     now: dt.datetime | None = None,
     log: Callable[[str], None] | None = None,
+    create_only: bool = False,
 ) -> Result:
     """Create, reuse or renew the Secret, then inject its CA bundle into both webhook configurations.
 
     A configuration that does not exist yet (the chart may create it after this Job starts) is waited for up to
     ``wait_seconds``; then ``CertsError`` names it. API failures raise ``CertsError`` naming the call.
+
+    ``create_only``: create the Secret when it is missing and do nothing else (no renewal, no caBundle): the chart's
+    pre-install hook, so that the server's pods can start (and ``helm install --wait`` finish) before the
+    post-install run injects the CA into configurations that exist by then.
     """
     if renew_within_days >= days:
         raise ValueError(
@@ -218,6 +224,9 @@ def ensure(
                 f"{what} has type {obj.get('type')!r}, not {SECRET_TYPE!r} (the type cannot be changed): "
                 "delete it or name another Secret"
             )
+        if create_only and obj is not None:
+            result.action = "kept"
+            return result
         current = bundle_from_secret(obj) if obj is not None else None
         decided = plan(
             current, service, namespace, days=days, renew_within_days=renew_within_days, key_type=key_type, now=now
@@ -265,6 +274,8 @@ def ensure(
         break
     else:
         raise CertsError(f"{what} kept changing while being written ({MAX_ROUNDS} attempts); is another job running?")
+    if create_only:
+        return result
     result.configs = inject(decided.bundle)
     return result
 

@@ -371,3 +371,29 @@ def test_a_concurrent_job_wins_and_we_reuse_its_secret(kube, tmp_path, method, p
     secret_writes = [e for e in kube.log if e[2] == "v1/secrets" and e[1] in ("ADDED", "MODIFIED")]
     assert len(secret_writes) == (1 if prepare is None else 2)  # ours never landed
     assert ca_bundles(kube) == [b64(stored(kube).ca_crt)] * 3
+
+
+# -- create only (the chart's pre-install hook) ------------------------------------------------------------------------
+
+
+def test_create_only_makes_the_secret_without_any_configuration(kube, api_client):
+    # Pre-install: no webhook configuration exists yet; the Secret must, so the server's pods can start.
+    mark = len(kube.requests)
+    result, _ = run(api_client, create_only=True)
+    assert result.action == "created" and result.configs == []
+    assert writes(kube, mark) == [("POST", f"/api/v1/namespaces/{NS}/secrets")]
+    assert "caBundle not injected" in result.summary()
+    # The post-install run then reuses that Secret and injects its CA.
+    put_mutating(kube, webhook("a.gpu-admission.io"))
+    put_validating(kube, webhook("v.gpu-admission.io"))
+    after, _ = run(api_client)
+    assert after.action == "reused" and set(ca_bundles(kube)) == {b64(stored(kube).ca_crt)}
+
+
+def test_create_only_never_touches_an_existing_secret(kube, api_client):
+    short = ci.issue(SVC, NS, days=1, ca_days=3650)  # due for renewal, but renewal is the post-* run's job
+    put_secret(kube, short)
+    mark = len(kube.requests)
+    result, _ = run(api_client, create_only=True)
+    assert result.action == "kept" and writes(kube, mark) == []
+    assert stored(kube).tls_crt == short.tls_crt

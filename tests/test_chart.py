@@ -600,3 +600,29 @@ def test_server_pods_never_mount_the_ca_key() -> None:
     deployment = find(objects, "Deployment", FULLNAME)
     (tls,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls"]
     assert sorted(item["key"] for item in tls["secret"]["items"]) == ["tls.crt", "tls.key"]
+
+
+def test_self_signed_pre_install_job_creates_the_secret_so_helm_wait_can_finish():
+    # `helm install --wait` waits for the server's pods before post-install hooks run, and the pods need the
+    # Secret: a pre-install Job creates it (only when missing), with its own hook-scoped RBAC.
+    objects = render_values("defaults")
+    (pre,) = [j for j in find_all(objects, "Job") if hooks(j) == {"pre-install"}]
+    (container,) = pre["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[:2] == ["certs", "ensure"] and "--create-only" in args
+    assert _arg(args, "--secret") == _tls_secret(objects)
+    post = next(j for j in find_all(objects, "Job") if "post-install" in hooks(j))
+    assert "--create-only" not in post["spec"]["template"]["spec"]["containers"][0]["args"]
+    sa_name = pre["spec"]["template"]["spec"]["serviceAccountName"]
+    sa = find(objects, "ServiceAccount", sa_name)
+    assert hooks(sa) == {"pre-install"}
+    weight = int(pre["metadata"]["annotations"]["helm.sh/hook-weight"])
+    for kind in ("ServiceAccount", "Role", "RoleBinding"):
+        obj = find(objects, kind, sa_name)
+        assert hooks(obj) == {"pre-install"}
+        assert int(obj["metadata"]["annotations"]["helm.sh/hook-weight"]) < weight, f"{kind} before the Job"
+    assert _rules(objects, "Role", sa_name) == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [_tls_secret(objects)], "verbs": ["get"]},
+    ]
+    assert find(objects, "RoleBinding", sa_name)["subjects"][0]["name"] == sa_name

@@ -249,55 +249,59 @@ clientConfig:
   {{- end }}
 {{- end }}
 
-{{/* Pod spec of the certs hook Job and of the renewal CronJob. */}}
+{{/* Pod spec of the certs Jobs and of the renewal CronJob: (dict "root" . ["serviceAccount" NAME] ["createOnly" true]). */}}
 {{- define "gpu-admission.certsPodSpec" -}}
-serviceAccountName: {{ include "gpu-admission.certsServiceAccountName" . }}
+{{- $r := .root -}}
+serviceAccountName: {{ .serviceAccount | default (include "gpu-admission.certsServiceAccountName" $r) }}
 restartPolicy: Never
-{{- with .Values.imagePullSecrets }}
+{{- with $r.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.priorityClassName }}
+{{- with $r.Values.priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
-{{- with .Values.nodeSelector }}
+{{- with $r.Values.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $r.Values.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 securityContext:
-  {{- include "gpu-admission.podSecurityContext" . | nindent 2 }}
+  {{- include "gpu-admission.podSecurityContext" $r | nindent 2 }}
 containers:
   - name: certs
-    image: {{ include "gpu-admission.image" . }}
-    imagePullPolicy: {{ .Values.image.pullPolicy }}
+    image: {{ include "gpu-admission.image" $r }}
+    imagePullPolicy: {{ $r.Values.image.pullPolicy }}
     args:
       - certs
       - ensure
       - --namespace
-      - {{ .Release.Namespace | quote }}
+      - {{ $r.Release.Namespace | quote }}
       - --service
-      - {{ include "gpu-admission.fullname" . | quote }}
+      - {{ include "gpu-admission.fullname" $r | quote }}
       - --secret
-      - {{ include "gpu-admission.tlsSecretName" . | quote }}
+      - {{ include "gpu-admission.tlsSecretName" $r | quote }}
       - --mutating-config
-      - {{ include "gpu-admission.fullname" . | quote }}
+      - {{ include "gpu-admission.fullname" $r | quote }}
       - --validating-config
-      - {{ include "gpu-admission.fullname" . | quote }}
+      - {{ include "gpu-admission.fullname" $r | quote }}
       - --days
-      - {{ .Values.certs.selfSigned.days | quote }}
+      - {{ $r.Values.certs.selfSigned.days | quote }}
       - --renew-within-days
-      - {{ .Values.certs.selfSigned.renewWithinDays | quote }}
+      - {{ $r.Values.certs.selfSigned.renewWithinDays | quote }}
+      {{- if .createOnly }}
+      - --create-only
+      {{- end }}
     env:
       - name: PYTHONDONTWRITEBYTECODE
         value: "1"
     securityContext:
-      {{- include "gpu-admission.containerSecurityContext" . | nindent 6 }}
+      {{- include "gpu-admission.containerSecurityContext" $r | nindent 6 }}
     resources:
-      {{- toYaml .Values.certs.selfSigned.resources | nindent 6 }}
+      {{- toYaml $r.Values.certs.selfSigned.resources | nindent 6 }}
     volumeMounts:
       - name: tmp
         mountPath: /tmp
