@@ -220,9 +220,9 @@ def build_recorder(
     return reporter
 
 
-def start_metrics_server(port: int) -> None:
-    """Serve Prometheus text on ``port`` (plain HTTP) from the gunicorn master, aggregating every worker."""
-    _metrics.start_metrics_server(port)
+def start_metrics_server(port: int, addr: str = "0.0.0.0") -> None:
+    """Serve Prometheus text on ``addr:port`` (plain HTTP) from the gunicorn master, aggregating every worker."""
+    _metrics.start_metrics_server(port, addr)
 
 
 def worker_exited(pid: int) -> None:

@@ -103,7 +103,7 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
             return tls.context()
 
         def when_ready(server: Any) -> None:
-            audit.start_metrics_server(o.metrics_port)
+            audit.start_metrics_server(o.metrics_port, o.host)  # the same interface as the webhook itself
             log.info(
                 "serving on https://%s:%d with %d workers; metrics on :%d", o.host, o.port, o.workers, o.metrics_port
             )
