@@ -124,6 +124,21 @@ def _serial() -> int:
     return secrets.randbits(159) | 1
 
 
+def _key_usage(signs_certificates: bool = False, key_encipherment: bool = False) -> x509.KeyUsage:
+    """Digital signature always; certificate and CRL signing for the CA; key encipherment for an RSA leaf."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=key_encipherment,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
 def issue_ca(
     common_name: str, days: int, *, key_type: KeyType = "ecdsa", now: dt.datetime | None = None
 ) -> tuple[x509.Certificate, PrivateKey]:
@@ -141,20 +156,7 @@ def issue_ca(
         .not_valid_before(start)
         .not_valid_after(start + BACKDATE + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(signs_certificates=True), critical=True)
         .add_extension(ski, critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
         .sign(key, hashes.SHA256())
@@ -186,20 +188,8 @@ def issue_leaf(
         .not_valid_before(start)
         .not_valid_after(start + BACKDATE + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=isinstance(key, rsa.RSAPrivateKey),  # RSA key exchange in TLS 1.2
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        # key encipherment: RSA key exchange in TLS 1.2
+        .add_extension(_key_usage(key_encipherment=isinstance(key, rsa.RSAPrivateKey)), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)

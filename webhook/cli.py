@@ -7,9 +7,7 @@ import gc
 import json
 import logging
 import multiprocessing
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -59,12 +57,11 @@ def _settings(path: str | None) -> Settings:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    # prometheus_client picks multiprocess mode when it is first imported: set its directory before the app is.
-    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="gpu-admission-metrics-"))
-    Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+    from webhook.server import GunicornServer, ServeOptions, prepare_metrics_dir
+
+    prepare_metrics_dir()  # before the app (and prometheus_client) is imported
     from webhook.app import create_app
     from webhook.audit import build_recorder
-    from webhook.server import GunicornServer, ServeOptions
 
     settings = _settings(args.config)
     # A node file is read once, here, before the fork: every worker inherits the view (and fails early, not each).
@@ -73,8 +70,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not Path(path).is_file():
             raise InputError(f"{path}: certificate or key file not found (make one: gpu-admission certs issue)")
     options = ServeOptions(
-        config=args.config,
-        nodes=args.nodes,
         cert=args.cert,
         key=args.key,
         port=args.port,

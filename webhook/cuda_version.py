@@ -23,6 +23,7 @@ expression is checked, so a bad term is reported whatever the node.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -407,12 +408,22 @@ def brands_of(product: str) -> frozenset[str]:
 
 
 def facts_of(group: NodeGroup) -> NodeFacts:
-    major, minor = group.labels.get(GFD + "gpu.compute.major", ""), group.labels.get(GFD + "gpu.compute.minor", "")
-    arch = (int(major), int(minor)) if major.isdigit() and minor.isdigit() else None
+    """What a requirement is evaluated against on a group's nodes."""
+    labels = group.labels
+    return _facts(
+        group.cuda, group.driver, group.gpu_product, labels.get(GFD + "gpu.compute.major", ""),
+        labels.get(GFD + "gpu.compute.minor", ""),
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1024)
+def _facts(cuda: Version | None, driver: Version | None, product: str, major: str, minor: str) -> NodeFacts:
+    """The same few node shapes recur on every request: derive their facts (brand by regex, above all) once."""
+    arch = (int(major), int(minor)) if major.isdigit() and minor.isdigit() and len(major + minor) < 8 else None
     return NodeFacts(
-        cuda=major_minor(group.cuda) if group.cuda else None,
-        driver=group.driver,
-        brands=brands_of(group.gpu_product) if group.gpu_product else frozenset(),
+        cuda=major_minor(cuda) if cuda else None,
+        driver=driver,
+        brands=brands_of(product) if product else frozenset(),
         arch=arch,
     )
 

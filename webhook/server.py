@@ -24,10 +24,17 @@ from webhook.cluster import ClusterSource
 log = logging.getLogger("gpu_admission.server")
 
 
+def prepare_metrics_dir(prefix: str = "gpu-admission-metrics-") -> str:
+    """The prometheus_client multiprocess directory (``PROMETHEUS_MULTIPROC_DIR``, made when unset), created.
+
+    Call it before anything imports prometheus_client: the library picks multiprocess mode at its first import."""
+    path = os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix=prefix))
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
 @dataclass(frozen=True)
 class ServeOptions:
-    config: str | None
-    nodes: str | None
     cert: str
     key: str
     port: int = 8443

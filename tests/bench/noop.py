@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
 
 from webhook.cluster import ClusterSource, StaticCluster, build_view
 from webhook.config import Settings
-from webhook.server import GunicornServer, ServeOptions
+from webhook.server import GunicornServer, ServeOptions, prepare_metrics_dir
 
 
 def create_noop_app() -> Flask:
@@ -51,11 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args(argv)
-    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="noop-metrics-"))
-    Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+    prepare_metrics_dir("noop-metrics-")
     options = ServeOptions(
-        config=None,
-        nodes=None,
         cert=args.cert,
         key=args.key,
         port=args.port,

@@ -215,9 +215,6 @@ def _kept_off(a: Assessment, spec: JSON, ctx: Context) -> tuple[NodeGroup, ...]:
 # Words
 
 
-driver_text = show_driver
-
-
 def describe(group: NodeGroup) -> str:
     return f"pool {group.pool} (driver {group.driver_text}, CUDA {group.cuda_text})"
 
@@ -454,7 +451,7 @@ def _upgrade(c: Check, groups: Sequence[NodeGroup], ctx: Context) -> str:
         return ""
     need = driver_table(ctx.settings.cuda).minimum_driver(version)
     newer = f"one that supports CUDA {show(version)} (newer than the table knows)"
-    target = f">= {driver_text(need)}" if need else newer
+    target = f">= {show_driver(need)}" if need else newer
     return f"upgrade the driver of {pool_names(known)} to {target}"
 
 
