@@ -69,11 +69,13 @@ class ReviewRequest:
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise BadRequest(f"duplicate key {key[:60]!r} in JSON object")
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):  # rare: find the key to name it
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise BadRequest(f"duplicate key {key[:60]!r} in JSON object")
+            seen.add(key)
     return out
 
 
@@ -189,7 +191,7 @@ def build_response(uid: str, result: Result, mutating: bool) -> ResponseReview:
     if not result.allowed:
         response["status"] = {"code": max(result.code, 400), "message": result.message, "reason": result.reason}
     if mutating and result.allowed and result.patch:
-        response["patch"] = base64.b64encode(json.dumps(result.patch).encode()).decode()
+        response["patch"] = base64.b64encode(result.patch_text().encode()).decode()
         response["patchType"] = "JSONPatch"
     if result.warnings:
         response["warnings"] = list(result.warnings)

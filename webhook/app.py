@@ -13,7 +13,7 @@ from typing import Any
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from webhook import pipeline
+from webhook import decisions, pipeline
 from webhook.admission import ReviewRequest, build_response, error_body, parse_review
 from webhook.audit import Recorder, build_recorder
 from webhook.cluster import ClusterSource, ClusterView, StaticCluster, build_view
@@ -82,7 +82,7 @@ def create_app(
         try:
             body = read_body(settings.max_body_bytes)
             review = parse_review(body, request.content_type, settings.max_body_bytes)
-            result = step(review.object, context_for(review, settings, cluster.snapshot()))
+            result = decisions.answer(endpoint, step, review.object, context_for(review, settings, cluster.snapshot()))
         except BadRequest as err:
             runtime.recorder.record(endpoint, review, None, err.status, time.perf_counter() - started, str(err))
             return jsonify(error_body(str(err))), err.status

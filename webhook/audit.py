@@ -82,11 +82,13 @@ def decision_line(
             reasons=list(result.outcome.reasons),
             mutations=list(result.outcome.mutations),
             patchOps=len(result.patch),
-            patchBytes=len(json.dumps(result.patch, separators=(",", ":"))) if result.patch else 0,
+            patchBytes=len(result.patch_text()) if result.patch else 0,
             warnings=len(result.warnings),
         )
         if result.skipped:
             line["skipped"] = result.skipped
+        if result.reused:
+            line["reused"] = True
     if error:
         line["error"] = error
     return line
@@ -184,13 +186,13 @@ class Reporter:
         m = self.metrics
         m.request(endpoint, request_decision(result, status), seconds)
         if result is not None:
+            if result.reused:
+                m.reused(endpoint)
             if endpoint == "mutate" and result.allowed and result.patch:
                 for kind in result.outcome.mutations:
                     m.mutation(kind)
             for reason, action in denial_actions(result):
                 m.denial(endpoint, reason, action)
-        if m.multiprocess:
-            m.refresh()
 
 
 def build_recorder(

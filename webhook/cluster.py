@@ -209,10 +209,14 @@ class ClusterView:
     extended_resource_toleration: bool = True
     volatile_labels: frozenset[str] = frozenset()
     known: bool = True
-    _memo: dict[str, tuple[Candidate, ...]] = field(default_factory=dict, compare=False, repr=False, hash=False)
+    """False when no source has described the cluster (no nodes listed yet and no pool declared)."""
+    _memo: dict[str, tuple[Candidate, ...]] = field(
+        default_factory=dict, init=False, compare=False, repr=False, hash=False
+    )
     """Answers of ``eligible`` by what they depend on: a request asks several times, and replicas of one workload
     ask the same; cleared when full, dropped with the view when nodes change."""
-    """False when no source has described the cluster (no nodes listed yet and no pool declared)."""
+    decisions: dict[bytes, Any] = field(default_factory=dict, init=False, compare=False, repr=False, hash=False)
+    """The pipeline's answers against this snapshot, by object shape (``webhook.decisions``)."""
 
     @property
     def gpu_groups(self) -> tuple[NodeGroup, ...]:

@@ -111,6 +111,13 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.reused_answers = Counter(
+            "reused_answers",
+            "Answers reused from an earlier object of the same shape (replicas of one workload), by endpoint",
+            ["endpoint"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.events = Counter(
             "events",
             "Events on objects, by result (sent, dropped: the queue was full, failed: the API refused or was away)",
@@ -147,6 +154,9 @@ class Metrics:
         label = endpoint_label(endpoint)
         self.requests.labels(label, decision).inc()
         self.latency.labels(label).observe(max(seconds, 0.0))
+
+    def reused(self, endpoint: str) -> None:
+        self.reused_answers.labels(endpoint_label(endpoint)).inc()
 
     def mutation(self, kind: str) -> None:
         self.mutations.labels(kind).inc()

@@ -12,6 +12,7 @@ resource it picks narrows the nodes that CUDA then checks.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -62,6 +63,15 @@ class Result:
     outcome: Outcome = field(default_factory=Outcome)
     skipped: str = ""
     """Why the object was passed untouched (exempt, not handled, ...); empty when the policies ran."""
+    reused: bool = False
+    """The answer given earlier to an object of the same shape (``webhook.decisions``), shared between requests:
+    read it, never change it. ``object`` is then None."""
+    patch_json: str = ""
+    """``patch`` as JSON text, when written once for a reused answer; empty otherwise."""
+
+    def patch_text(self) -> str:
+        """The patch as compact JSON text."""
+        return self.patch_json or json.dumps(self.patch, separators=(",", ":"))
 
     @property
     def decision(self) -> str:

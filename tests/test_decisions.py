@@ -1,0 +1,224 @@
+"""Reused answers: the replicas of one workload get the first one's answer, and nothing else does."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.conftest import gpu_node, gpu_pod, review
+from tests.test_events import Recording, app_with, stored_pod
+from tests.test_fuzz import FUZZ, SETTINGS, VIEW, objects
+from webhook import decisions, pipeline
+from webhook.app import create_app
+from webhook.audit import build_recorder
+from webhook.cluster import StaticCluster, build_view
+from webhook.config import CudaSettings, Settings
+from webhook.model import Context
+
+OLD_GPU = {"nvidia.com/cuda.driver-version.full": "535.104.05", "nvidia.com/cuda.runtime-version.minor": "2"}
+
+
+def two_driver_view(settings: Settings) -> Any:
+    """One pool on CUDA 12.4 and one on 12.2: a CUDA 12.3 pod is steered, so its answer has a patch to reuse."""
+    nodes = [
+        gpu_node("new-a", labels={"cloud.google.com/gke-nodepool": "new"}),
+        gpu_node("old-a", labels={"cloud.google.com/gke-nodepool": "old", **OLD_GPU}),
+    ]
+    return build_view(nodes, settings)
+
+
+def replica(pod: dict[str, Any], n: int) -> dict[str, Any]:
+    """The pod as a ReplicaSet's n-th replica reaches the webhook: same template, its own identity."""
+    out = copy.deepcopy(pod)
+    meta = out.setdefault("metadata", {})
+    meta.update(
+        name=f"trainer-7d9f-{n:05d}",
+        uid=f"00000000-0000-4000-8000-{n:012d}",
+        creationTimestamp=f"2026-12-01T08:{n % 60:02d}:00Z",
+        resourceVersion=str(1000 + n),
+        generation=n,
+        managedFields=[{"manager": "kube-controller-manager", "time": f"2026-12-01T08:{n % 60:02d}:00Z"}],
+    )
+    return out
+
+
+def ctx(settings: Settings, view: Any, **kw: Any) -> Context:
+    return Context(settings=settings, cluster=view, namespace="default", username="alice", **kw)
+
+
+def same_answer(a: pipeline.Result, b: pipeline.Result) -> None:
+    assert (a.allowed, a.code, a.reason, a.message, a.skipped) == (b.allowed, b.code, b.reason, b.message, b.skipped)
+    assert a.patch == b.patch
+    assert a.warnings == b.warnings
+    assert a.audit == b.audit
+    assert a.outcome.events == b.outcome.events
+    assert a.outcome.reasons == b.outcome.reasons
+    assert a.decision == b.decision
+
+
+STEERED = gpu_pod(image="nvidia/cuda:12.3.2-base-ubuntu22.04")
+
+
+@pytest.mark.parametrize("endpoint", ["mutate", "validate"])
+def test_the_second_replica_gets_the_first_ones_answer(endpoint: str) -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    step = pipeline.mutate if endpoint == "mutate" else pipeline.validate
+    first = decisions.answer(endpoint, step, replica(STEERED, 1), ctx(settings, view))
+    second = decisions.answer(endpoint, step, replica(STEERED, 2), ctx(settings, view))
+    assert not first.reused and second.reused
+    assert second.object is None
+    same_answer(second, step(replica(STEERED, 2), ctx(settings, view)))
+    if endpoint == "mutate":
+        assert second.patch and "CUDASteered" in second.outcome.reasons
+        assert second.patch_text() == json.dumps(first.patch, separators=(",", ":"))
+
+
+def _changed(pod: dict[str, Any], where: str) -> dict[str, Any]:
+    out = copy.deepcopy(pod)
+    if where == "image":
+        out["spec"]["containers"][0]["image"] = "nvidia/cuda:12.4.1-base-ubuntu22.04"
+    elif where == "annotation":
+        out["metadata"]["annotations"] = {"gpu-admission.io/spot": "tolerate"}
+    elif where == "label":
+        out["metadata"]["labels"] = {"app": "other"}
+    elif where == "generateName":
+        out["metadata"]["generateName"] = "other-"
+    elif where == "nodeSelector":
+        out["spec"]["nodeSelector"] = {"cloud.google.com/gke-nodepool": "new"}
+    return out
+
+
+@pytest.mark.parametrize("where", ["image", "annotation", "label", "generateName", "nodeSelector"])
+def test_any_other_difference_in_the_object_is_a_new_shape(where: str) -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    decisions.answer("mutate", pipeline.mutate, replica(STEERED, 1), ctx(settings, view))
+    other = decisions.answer("mutate", pipeline.mutate, replica(_changed(STEERED, where), 2), ctx(settings, view))
+    assert not other.reused
+    same_answer(other, pipeline.mutate(replica(_changed(STEERED, where), 2), ctx(settings, view)))
+
+
+@pytest.mark.parametrize(
+    "request_facts",
+    [
+        {"namespace": "ml"},
+        {"username": "bob"},
+        {"groups": ("platform",)},
+        {"dry_run": True},
+        {"operation": "UPDATE"},
+    ],
+)
+def test_a_difference_in_the_request_is_a_new_shape(request_facts: dict[str, Any]) -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    decisions.answer("mutate", pipeline.mutate, replica(STEERED, 1), ctx(settings, view))
+    base = {"namespace": "default", "username": "alice"} | request_facts
+    other_ctx = Context(settings=settings, cluster=view, **base)
+    assert not decisions.answer("mutate", pipeline.mutate, replica(STEERED, 2), other_ctx).reused
+    assert decisions.answer("mutate", pipeline.mutate, replica(STEERED, 3), other_ctx).reused
+
+
+def test_answers_are_kept_per_endpoint() -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    decisions.answer("mutate", pipeline.mutate, replica(STEERED, 1), ctx(settings, view))
+    assert not decisions.answer("validate", pipeline.validate, replica(STEERED, 2), ctx(settings, view)).reused
+
+
+def test_a_new_snapshot_or_other_settings_start_afresh() -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    decisions.answer("mutate", pipeline.mutate, replica(STEERED, 1), ctx(settings, view))
+    # The old pool's nodes are gone: the pod is no longer steered, and must not get the stored steering.
+    newer = build_view([gpu_node("new-a", labels={"cloud.google.com/gke-nodepool": "new"})], settings)
+    fresh = decisions.answer("mutate", pipeline.mutate, replica(STEERED, 2), ctx(settings, newer))
+    assert not fresh.reused and "CUDASteered" not in fresh.outcome.reasons
+    warn = Settings(cuda=CudaSettings(mode="warn"))
+    warned = decisions.answer("mutate", pipeline.mutate, replica(STEERED, 3), ctx(warn, view))
+    assert not warned.reused and "CUDASteered" not in warned.outcome.reasons
+
+
+def test_updates_are_never_stored() -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    old = replica(STEERED, 1)
+    for n in (2, 3):
+        got = decisions.answer("mutate", pipeline.mutate, replica(STEERED, n), ctx(settings, view, old_object=old))
+        assert not got.reused
+    assert view.decisions == {}
+
+
+def test_the_store_is_bounded() -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    for n in range(decisions.SIZE + 5):
+        pod = gpu_pod(image=f"nvidia/cuda:12.{n % 9}.0-base", annotations={"n": str(n)})
+        decisions.answer("mutate", pipeline.mutate, pod, ctx(settings, view))
+        assert len(view.decisions) <= decisions.SIZE
+
+
+def test_an_object_too_deep_for_marshal_is_answered_unstored() -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    deep: Any = "x"
+    for _ in range(3000):
+        deep = [deep]
+    pod = replica(STEERED, 1)
+    pod["status"] = {"deep": deep}  # deeper than the HTTP edge lets through; the pipeline does not copy status
+    assert decisions.shape("mutate", pod, ctx(settings, view)) is None
+    assert not decisions.answer("mutate", pipeline.mutate, pod, ctx(settings, view)).reused
+
+
+@FUZZ
+@given(obj=objects, n=st.integers(min_value=1, max_value=99))
+def test_identity_fields_never_change_an_answer(obj: Any, n: int) -> None:
+    """For any object the fuzzer makes: a replica's reused answer is the answer the pipeline gives it afresh."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata", {}), dict):
+        return
+    view = VIEW
+    for endpoint, step in (("mutate", pipeline.mutate), ("validate", pipeline.validate)):
+        decisions.answer(endpoint, step, replica(obj, n), ctx(SETTINGS, view))
+        got = decisions.answer(endpoint, step, replica(obj, n + 1), ctx(SETTINGS, view))
+        same_answer(got, step(replica(obj, n + 1), ctx(SETTINGS, view)))
+
+
+# -- through the app ----------------------------------------------------------------------------------------------
+def test_replicas_through_the_app_log_and_count_each_request() -> None:
+    settings = Settings()
+    cluster = StaticCluster(two_driver_view(settings))
+    log = io.StringIO()
+    app = create_app(settings, cluster=cluster, recorder=build_recorder(settings, cluster, stream=log))
+    client = app.test_client()
+    answers = [
+        client.post("/mutate", json=review(replica(STEERED, n), uid=f"uid-{n}")).get_json()["response"] for n in (1, 2)
+    ]
+    assert [a["uid"] for a in answers] == ["uid-1", "uid-2"]
+    assert answers[0]["patch"] == answers[1]["patch"]
+    assert answers[0]["auditAnnotations"] == answers[1]["auditAnnotations"]
+    lines = [json.loads(line) for line in log.getvalue().splitlines()]
+    assert [line.get("reused", False) for line in lines] == [False, True]
+    assert [line["name"] for line in lines] == ["trainer-7d9f-00001", "trainer-7d9f-00002"]
+    assert lines[0]["patchBytes"] == lines[1]["patchBytes"] > 0
+    text = app.extensions["gpu_admission"].recorder.metrics.text()
+    assert 'gpu_admission_reused_answers_total{endpoint="mutate"} 1.0' in text
+
+
+def test_each_replica_still_gets_its_own_event() -> None:
+    sink = Recording()
+    app, recorder = app_with(sink)
+    client = app.test_client()
+    for n in (1, 2, 3):
+        pod = replica(stored_pod(), n)
+        assert client.post("/validate", json=review(pod)).get_json()["response"]["allowed"]
+    assert recorder.events is not None and recorder.events.drain()
+    names = [body["involvedObject"]["name"] for body in sink.bodies]
+    uids = {body["involvedObject"]["uid"] for body in sink.bodies}
+    assert sorted(set(names)) == ["trainer-7d9f-00001", "trainer-7d9f-00002", "trainer-7d9f-00003"]
+    assert len(uids) == 3
