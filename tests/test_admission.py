@@ -8,8 +8,12 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.conftest import gpu_pod, review
+from webhook.admission import decode_json
+from webhook.errors import BadRequest
 
 
 def post(client: Any, path: str, body: Any, content_type: str = "application/json") -> Any:
@@ -170,3 +174,64 @@ def test_not_ready_until_synced(settings: Any) -> None:
     client = create_app(settings, cluster=Unsynced(build_view([], settings))).test_client()
     r = client.get("/readyz")
     assert r.status_code == 503 and "synced" in r.get_json()["error"]
+
+
+# -- the strict decoder against a reference that checks every object ----------------------------------------------
+def _reference(text: str) -> Any:
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        if len(set(keys)) != len(keys):
+            raise ValueError("duplicate")
+        return dict(pairs)
+
+    return json.loads(text, object_pairs_hook=pairs_hook)
+
+
+TRICKY = st.sampled_from(['"', "\\", ":", '\\"', '":', "\\\\", '\\":', "{", "}", "[", "]", "é", "\u2028", "\ud7ff"])
+tricky_text = st.lists(TRICKY | st.text(max_size=3), max_size=5).map("".join)
+values = st.recursive(
+    st.none() | st.booleans() | st.integers() | tricky_text,
+    lambda inner: st.lists(inner, max_size=3) | st.lists(st.tuples(tricky_text, inner), max_size=3),
+    max_leaves=12,
+)
+
+
+def _write(value: Any, spaced: bool) -> str:
+    """JSON text in which a list of (key, value) tuples is an object written as is: its keys may repeat."""
+    colon, comma = (" : ", " , ") if spaced else (":", ",")
+    if isinstance(value, list) and value and all(isinstance(v, tuple) for v in value):
+        return "{" + comma.join(json.dumps(k) + colon + _write(v, spaced) for k, v in value) + "}"
+    if isinstance(value, list):
+        return "[" + comma.join(_write(v, spaced) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+@given(value=values, spaced=st.booleans())
+def test_duplicate_keys_are_found_exactly_as_a_check_of_every_object_finds_them(value: Any, spaced: bool) -> None:
+    text = _write(value, spaced)
+    duplicate = object()
+    try:
+        expected: Any = _reference(text)
+    except ValueError:
+        expected = duplicate
+    if expected is duplicate:
+        with pytest.raises(BadRequest, match="duplicate key"):
+            decode_json(text.encode())
+    else:
+        assert decode_json(text.encode()) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":1,"a":2}',
+        '{"a\\"":1,"a\\"":2}',
+        '{"a\\\\":1,"a\\\\":2}',
+        '{"x":"\\":","a":1,"a":1}',
+        '{"k" : [1, {"b": 2, "b" : 3}]}',
+        '{"\\u0061":1,"a":2}',
+    ],
+)
+def test_duplicate_keys_however_written_are_named(text: str) -> None:
+    with pytest.raises(BadRequest, match="duplicate key"):
+        decode_json(text.encode())

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.bench import run
+from tests.bench import pods, run
+from tests.serving import issue_certs, serve
 
 
 def test_wrk_is_installed() -> None:
@@ -54,6 +55,7 @@ def test_every_section_and_row_is_in_the_report(quick):
     for heading in (
         "### Goals",
         "### Per request",
+        "### Every request a new object",
         "### Scaling with nodes",
         "### Scaling with containers",
         "### Start and memory",
@@ -65,7 +67,8 @@ def test_every_section_and_row_is_in_the_report(quick):
     main = len(plan.levels) * len(plan.main_pods) * 3  # the baseline, /mutate, /validate
     nodes = len(plan.scaling_pods) * len(plan.scaling_endpoints) * len(plan.node_counts)
     containers = len(plan.containers) * (1 + len(plan.container_endpoints))
-    assert len(data["points"]) == main + nodes + containers
+    new = len(plan.distinct_pods) * 3
+    assert len(data["points"]) == main + nodes + containers + new
     cells = [
         line for line in rows if line.rstrip().endswith(tuple(f"{p['good']}/{p['requests']} |" for p in data["points"]))
     ]
@@ -102,3 +105,28 @@ def test_write_section_replaces_only_its_own_section(tmp_path, before, after):
         assert text == after
     else:
         assert text.startswith(after) and text.rstrip().endswith("<!-- bench:start -->\nnew\n<!-- bench:end -->")
+
+
+def _counter(text: str, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_the_load_script_sends_a_new_object_only_where_asked(tmp_path: Path) -> None:
+    """The rows of one body measure reused answers; the "+new" rows measure none: read from the server's own
+    metrics (gpu_admission_reused_answers_total against gpu_admission_requests_total)."""
+    bodies = run.Bodies(tmp_path)
+    certs = issue_certs(tmp_path / "certs")
+    same, new = bodies.mutate("small"), bodies.mutate("small+new")
+    assert pods.SEQ_TOKEN in new.read_text() and pods.SEQ_TOKEN not in same.read_text()
+    (tmp_path / "server").mkdir()
+    with serve(tmp_path / "server", config=run.CONFIG, workers=1, certs=certs) as server:
+        base = f"https://127.0.0.1:{server.port}"
+        counts = []
+        for body in (same, new):
+            figures = run.wrk(base, [("/mutate", body)], connections=2, threads=2, seconds=1)
+            assert figures["good"] == figures["requests"] > 10
+            text = server.metrics()
+            counts.append((figures["requests"], _counter(text, "gpu_admission_reused_answers_total{")))
+    (sent_same, reused_same), (_, reused_total) = counts
+    assert reused_same >= sent_same - 2  # all but the first (per wrk thread, at worst)
+    assert reused_total - reused_same == 0

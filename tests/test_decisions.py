@@ -17,7 +17,7 @@ from tests.test_fuzz import FUZZ, SETTINGS, VIEW, objects
 from webhook import decisions, pipeline
 from webhook.app import create_app
 from webhook.audit import build_recorder
-from webhook.cluster import StaticCluster, build_view
+from webhook.cluster import DECISIONS_SIZE, Memo, StaticCluster, build_view
 from webhook.config import CudaSettings, Settings
 from webhook.model import Context
 
@@ -152,16 +152,25 @@ def test_updates_are_never_stored() -> None:
     for n in (2, 3):
         got = decisions.answer("mutate", pipeline.mutate, replica(STEERED, n), ctx(settings, view, old_object=old))
         assert not got.reused
-    assert view.decisions == {}
+    assert len(view.decisions) == 0
 
 
-def test_the_store_is_bounded() -> None:
+def test_the_store_is_bounded_by_entries() -> None:
     settings = Settings()
     view = two_driver_view(settings)
-    for n in range(decisions.SIZE + 5):
+    for n in range(DECISIONS_SIZE + 5):
         pod = gpu_pod(image=f"nvidia/cuda:12.{n % 9}.0-base", annotations={"n": str(n)})
         decisions.answer("mutate", pipeline.mutate, pod, ctx(settings, view))
-        assert len(view.decisions) <= decisions.SIZE
+        assert len(view.decisions) <= DECISIONS_SIZE
+    assert len(view.decisions) == 5
+
+
+def test_the_store_is_bounded_by_bytes() -> None:
+    memo = Memo(entries=100, key_bytes=1000)
+    for n in range(5):
+        memo.put(bytes([n]) * 300, n)
+    assert len(memo) == 2  # 3 x 300 bytes fit; the fourth emptied the store, the fifth joined it
+    assert memo.get(bytes([4]) * 300) == 4 and memo.get(bytes([0]) * 300) is None
 
 
 def test_an_object_too_deep_for_marshal_is_answered_unstored() -> None:

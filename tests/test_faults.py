@@ -35,11 +35,13 @@ NODES = REPO / "examples" / "nodes.yaml"
 
 
 def heavy_review(containers: int = 600) -> bytes:
-    """A pod whose review takes long enough (tens to hundreds of ms) to be caught in flight."""
+    """A pod whose review takes long enough (tens to hundreds of ms) to be caught in flight. Its annotation gets the
+    request's uid (``Conn.send``), so every request is a new object and none gets a reused answer."""
+    annotations = {"gpu-admission.io/spot": "tolerate", "faults.gpu-admission.io/request": "UID"}
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "heavy", "namespace": "default", "annotations": {"gpu-admission.io/spot": "tolerate"}},
+        "metadata": {"name": "heavy", "namespace": "default", "annotations": annotations},
         "spec": {
             "containers": [
                 {

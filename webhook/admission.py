@@ -70,7 +70,7 @@ class ReviewRequest:
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
-    if len(out) != len(pairs):  # rare: find the key to name it
+    if len(out) != len(pairs):
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
@@ -90,37 +90,69 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _check_depth(value: Any) -> None:
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
+def _pairs_parsed(value: Any) -> int:
+    """The key-value pairs of every object in ``value``; BadRequest when it nests deeper than MAX_DEPTH. Level by
+    level, each level's values in one list (no tuple per value)."""
+    level: list[Any] = [value]
+    depth = pairs = 0
+    while level:
+        depth += 1
         if depth > MAX_DEPTH:
             raise BadRequest(f"JSON nested deeper than {MAX_DEPTH} levels")
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node)
+        below: list[Any] = []
+        for node in level:
+            kind = type(node)
+            if kind is dict:
+                pairs += len(node)
+                below += node.values()
+            elif kind is list:
+                below += node
+        level = below
+    return pairs
+
+
+_NOT_QUOTE_OR_COLON = bytes(b for b in range(256) if b not in b'":')
+
+
+def _pairs_written(body: bytes) -> int:
+    """The key-value pairs written in ``body`` (valid JSON), a key written twice counted twice: its colons outside
+    strings. With the escaped backslashes and then the escaped quotes taken out (left to right, as JSON pairs
+    them), every quote left opens or closes a string (UTF-8 never has a quote or a colon byte inside a longer
+    character). Keep only quotes and colons and split at the quotes: the even pieces lie outside strings, and each
+    of their colons is one pair. All in C: a tenth of a hook on every object."""
+    if b"\\" in body:
+        body = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    # Two quotes side by side leave every other character as far inside or outside as it was: drop them first
+    # (most strings hold no colon), then split what is left.
+    quotes_and_colons = body.translate(None, _NOT_QUOTE_OR_COLON).replace(b'""', b"")
+    return sum(map(len, quotes_and_colons.split(b'"')[::2]))
 
 
 def decode_json(body: bytes) -> Any:
-    """Strict JSON: UTF-8 only, no duplicate keys, no NaN/Infinity, bounded depth."""
+    """Strict JSON: UTF-8 only, no duplicate keys, no NaN/Infinity, bounded depth.
+
+    Parsed by the C decoder alone; a duplicate key shows as more pairs written than parsed (a dict keeps one of
+    them), and only then is the body parsed again, pair by pair, to name the key. A hook on every object cost a
+    60 kB pod as much as the parse itself."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as err:
         raise BadRequest(f"body is not valid UTF-8 (byte {err.start})") from err
+    value = _loads(text)
+    if _pairs_parsed(value) != _pairs_written(body):
+        _loads(text, object_pairs_hook=_no_duplicates)
+    return value
+
+
+def _loads(text: str, **hooks: Any) -> Any:
     try:
-        value = json.loads(
-            text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants, parse_float=_finite_float
-        )
+        return json.loads(text, parse_constant=_no_constants, parse_float=_finite_float, **hooks)
     except RecursionError as err:
         raise BadRequest(f"JSON nested deeper than {MAX_DEPTH} levels") from err
     except json.JSONDecodeError as err:
         raise BadRequest(f"body is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}") from err
     except ValueError as err:  # e.g. an integer of more digits than Python converts (int_max_str_digits)
         raise BadRequest(f"body is not usable JSON: {str(err)[:100]}") from err
-    if body.count(b"{") + body.count(b"[") > MAX_DEPTH:  # fewer brackets cannot nest deeper: skip the walk
-        _check_depth(value)
-    return value
 
 
 def _str(value: Any, where: str) -> str:

@@ -197,6 +197,31 @@ class Pool:
         }
 
 
+class Memo:
+    """A store of answers computed against one snapshot, bounded by entries and by the bytes of its keys; emptied
+    when full. Shared by a worker's threads: each step is one dict operation, and a count off by a request or two
+    under a race only moves the moment it is emptied."""
+
+    def __init__(self, entries: int, key_bytes: int = 0) -> None:
+        self.entries, self.key_bytes = entries, key_bytes
+        self._data: dict[Any, Any] = {}
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get(self, key: Any) -> Any:
+        return self._data.get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        size = len(key) if self.key_bytes else 0
+        if len(self._data) >= self.entries or (self.key_bytes and self._bytes + size > self.key_bytes):
+            self._data = {}
+            self._bytes = 0
+        self._data[key] = value
+        self._bytes += size
+
+
 @dataclass(frozen=True)
 class ClusterView:
     """An immutable snapshot of the cluster; rebuilt off the request path whenever nodes change."""
@@ -210,12 +235,12 @@ class ClusterView:
     volatile_labels: frozenset[str] = frozenset()
     known: bool = True
     """False when no source has described the cluster (no nodes listed yet and no pool declared)."""
-    _memo: dict[str, tuple[Candidate, ...]] = field(
-        default_factory=dict, init=False, compare=False, repr=False, hash=False
-    )
+    _memo: Memo = field(default_factory=lambda: Memo(MEMO_SIZE), init=False, compare=False, repr=False, hash=False)
     """Answers of ``eligible`` by what they depend on: a request asks several times, and replicas of one workload
-    ask the same; cleared when full, dropped with the view when nodes change."""
-    decisions: dict[bytes, Any] = field(default_factory=dict, init=False, compare=False, repr=False, hash=False)
+    ask the same; dropped with the view when nodes change."""
+    decisions: Memo = field(
+        default_factory=lambda: Memo(DECISIONS_SIZE, DECISIONS_BYTES), init=False, compare=False, repr=False, hash=False
+    )
     """The pipeline's answers against this snapshot, by object shape (``webhook.decisions``)."""
 
     @property
@@ -257,9 +282,7 @@ class ClusterView:
                 return list(cached)
         found = self._eligible(spec, wanted, gpu_only)
         if key is not None:
-            if len(self._memo) >= MEMO_SIZE:
-                self._memo.clear()
-            self._memo[key] = tuple(found)
+            self._memo.put(key, tuple(found))
         return found
 
     def _eligible(self, spec: JSON, wanted: Mapping[str, Decimal], gpu_only: bool) -> list[Candidate]:
@@ -283,6 +306,10 @@ class ClusterView:
 
 
 MEMO_SIZE = 512
+DECISIONS_SIZE = 1024
+"""Answers kept per snapshot (a workload's replicas come in bursts: the store is emptied when full)."""
+DECISIONS_BYTES = 16 << 20
+"""And at most this many bytes of keys (a 60 kB pod's shape is about 37 kB)."""
 
 
 def _memo_key(spec: JSON, wanted: Mapping[str, Decimal], gpu_only: bool) -> str | None:

@@ -20,6 +20,9 @@ from tests.conftest import FIXTURES, review
 
 UID = "bench-7f1c2e9a-5b1d-4c3e-8f0a-2d6b9e4c1a70"
 """Every request carries this uid, so a load script can check that answers echo it."""
+SEQ_ANNOTATION = "bench.gpu-admission.io/seq"
+SEQ_TOKEN = "SEQ-0000000000"
+"""wrk/review.lua writes a number of its own over this token on every request (same width)."""
 
 RESOURCES_SMALL = {
     "requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},

@@ -4,12 +4,17 @@
 --
 -- Several path=file pairs are sent in turn on each connection. An answer counts as good when its status is 200
 -- and its body echoes UID. done() prints one line "BENCH_JSON {...}" with the figures (latencies in microseconds).
+-- A body that holds the token SEQ-0000000000 gets a number of its own in its place on every request (thread and
+-- count, the same width), so that no two requests carry the same object.
 
 local uid = ""
 local requests = {}
 local next_index = 1
 good, bad, last_bad = 0, 0, ""
 local threads = {}
+local TOKEN = "SEQ-0000000000"
+local headers = {["Content-Type"] = "application/json", ["Accept"] = "application/json"}
+local count = 0
 
 local function read(path)
   local f = assert(io.open(path, "rb"))
@@ -20,21 +25,32 @@ end
 
 function setup(thread)
   table.insert(threads, thread)
+  thread:set("thread_id", #threads)
 end
 
 function init(args)
   uid = args[1]
-  local headers = {["Content-Type"] = "application/json", ["Accept"] = "application/json"}
   for i = 2, #args do
     local path, file = args[i]:match("^([^=]+)=(.+)$")
-    table.insert(requests, wrk.format("POST", path, headers, read(file)))
+    local body = read(file)
+    local first, last = body:find(TOKEN, 1, true)
+    if first then
+      table.insert(requests, {path = path, head = body:sub(1, first - 1), tail = body:sub(last + 1)})
+    else
+      table.insert(requests, {fixed = wrk.format("POST", path, headers, body)})
+    end
   end
 end
 
 function request()
   local r = requests[next_index]
   next_index = next_index % #requests + 1
-  return r
+  if r.fixed then
+    return r.fixed
+  end
+  count = count + 1
+  local seq = string.format("SEQ-%02d%08d", (thread_id or 0) % 100, count % 100000000)
+  return wrk.format("POST", r.path, headers, r.head .. seq .. r.tail)
 end
 
 function response(status, headers, body)
