@@ -7,10 +7,9 @@ are not added twice, so applying the same narrowing again changes nothing.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 
-from webhook.model import JSON, PodView, as_dict, as_list
+from webhook.model import JSON, PodView, as_dict, as_list, copy_json
 
 Expression = JSON
 """{"key": ..., "operator": ..., "values": [...]}"""
@@ -45,13 +44,13 @@ def required_terms(pod: PodView) -> list[JSON]:
 
 
 def _with(term: JSON, extra: Sequence[Expression]) -> JSON:
-    out = copy.deepcopy(term)
+    out = copy_json(term)
     exprs = out.get("matchExpressions")
     if not isinstance(exprs, list):
         exprs = out["matchExpressions"] = []
     for e in extra:
         if e not in exprs:
-            exprs.append(copy.deepcopy(e))
+            exprs.append(copy_json(e))
     return out
 
 
@@ -75,7 +74,7 @@ def narrow(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool:
     terms: list[JSON] = []
     for term in base:
         if any(_implied(term, alt) for alt in alternatives) and term:
-            terms.append(copy.deepcopy(term))
+            terms.append(copy_json(term))
             continue
         for alt in alternatives:
             combined = _with(term, alt)
@@ -99,7 +98,7 @@ def prefer(pod: PodView, expressions: Sequence[Expression], weight: int = 100) -
     preferred = node.get("preferredDuringSchedulingIgnoredDuringExecution")
     if not isinstance(preferred, list):
         preferred = node["preferredDuringSchedulingIgnoredDuringExecution"] = []
-    wanted = [copy.deepcopy(e) for e in expressions]
+    wanted = [copy_json(e) for e in expressions]
     for existing in preferred:
         if isinstance(existing, dict) and as_dict(existing.get("preference")).get("matchExpressions") == wanted:
             return False

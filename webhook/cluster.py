@@ -19,7 +19,7 @@ operator, malformed value, wrong type) matches nothing and never raises.
 from __future__ import annotations
 
 import functools
-import json
+import marshal
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -312,23 +312,22 @@ DECISIONS_BYTES = 16 << 20
 """And at most this many bytes of keys (a 60 kB pod's shape is about 37 kB)."""
 
 
-def _memo_key(spec: JSON, wanted: Mapping[str, Decimal], gpu_only: bool) -> str | None:
-    """Everything of a spec that ``eligible`` reads, as one string; None when it cannot be written down."""
+def _memo_key(spec: JSON, wanted: Mapping[str, Decimal], gpu_only: bool) -> bytes | None:
+    """Everything of a spec that ``eligible`` reads, as bytes (``marshal``: equal bytes only from equal values; a
+    fifth of ``json.dumps``'s cost); None when it cannot be written down."""
     try:
-        return json.dumps(
-            [
+        return marshal.dumps(
+            (
                 spec.get("nodeName"),
                 spec.get("nodeSelector"),
                 spec.get("affinity"),
                 spec.get("tolerations"),
-                sorted(extended_resource_names(spec)),
-                sorted((k, str(v)) for k, v in wanted.items()),
+                tuple(sorted(extended_resource_names(spec))),
+                tuple(sorted((k, str(v)) for k, v in wanted.items())),
                 gpu_only,
-            ],
-            sort_keys=True,
-            default=repr,
+            )
         )
-    except (TypeError, ValueError, RecursionError):
+    except ValueError:
         return None
 
 

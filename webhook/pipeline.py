@@ -11,7 +11,6 @@ resource it picks narrows the nodes that CUDA then checks.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -31,6 +30,7 @@ from webhook.model import (
     as_dict,
     as_list,
     as_str,
+    copy_json,
     is_input_annotation,
 )
 from webhook.policies import cuda, mig, spot
@@ -263,7 +263,7 @@ template, where the pod template lives); the rest (status, above all) is neither
 
 def _working_copy(obj: JSON) -> JSON:
     """A copy of ``obj`` that shares everything but the editable parts."""
-    return {k: copy.deepcopy(v) if k in EDITABLE else v for k, v in obj.items()}
+    return {k: copy_json(v) if k in EDITABLE else v for k, v in obj.items()}
 
 
 def _pointer(path: str, key: object) -> str:
@@ -343,7 +343,7 @@ def protect_outputs(obj: Any, old: Any) -> Result:
     before, now = _output_annotations(old), _output_annotations(obj)
     if before == now:
         return Result(object=obj, skipped="pod update leaves the webhook's annotations as they were")
-    working = copy.deepcopy(obj)
+    working = copy_json(obj)
     metadata = working.get("metadata")
     if not isinstance(metadata, dict):
         return Result(object=obj, skipped="pod update without metadata")

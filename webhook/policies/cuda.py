@@ -13,9 +13,8 @@ In ``warn`` mode nothing is steered (a safe roll-out changes no pod); would-be d
 
 from __future__ import annotations
 
-import copy
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
@@ -38,7 +37,7 @@ from webhook.cuda_version import (
     show_mm,
 )
 from webhook.drivers import DriverTable, Version, builtin_table, show, show_driver
-from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_str
+from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_str, copy_json
 from webhook.quantity import QuantityError, parse_quantity
 
 POLICY = "cuda"
@@ -123,6 +122,8 @@ class Assessment:
     status: tuple[tuple[Status, ...], ...]
     """status[i][j]: check i on eligible group j (only checks with a requirement are meaningful)."""
     unknown_driver_ok: bool
+    resources: Mapping[str, Decimal]
+    """The pod's GPU requests that eligibility checks (steering changes where a pod may land, not what it asks)."""
 
     @functools.cached_property
     def known(self) -> tuple[int, ...]:
@@ -132,22 +133,35 @@ class Assessment:
     def allowed(self, status: Status) -> bool:
         return status == "ok" or (status == "unknown" and self.unknown_driver_ok)
 
+    @functools.cached_property
+    def _pod_allowed(self) -> tuple[bool, ...]:
+        return tuple(all(self.allowed(self.status[i][j]) for i in self.known) for j in range(len(self.eligible)))
+
     def pod_allowed(self, j: int) -> bool:
-        return all(self.allowed(self.status[i][j]) for i in self.known)
+        return self._pod_allowed[j]
 
-    @property
+    @functools.cached_property
     def allowed_groups(self) -> tuple[NodeGroup, ...]:
-        return tuple(g for j, g in enumerate(self.eligible) if self.pod_allowed(j))
+        return tuple(g for g, ok in zip(self.eligible, self._pod_allowed, strict=True) if ok)
 
-    @property
+    @functools.cached_property
     def blocked_groups(self) -> tuple[NodeGroup, ...]:
-        return tuple(g for j, g in enumerate(self.eligible) if not self.pod_allowed(j))
+        return tuple(g for g, ok in zip(self.eligible, self._pod_allowed, strict=True) if not ok)
+
+    def status_of(self, i: int, group: NodeGroup) -> Status | None:
+        """Check i's status on ``group`` when the group was eligible here; None when it was not."""
+        j = self._index.get(id(group))
+        return None if j is None else self.status[i][j]
+
+    @functools.cached_property
+    def _index(self) -> dict[int, int]:
+        return {id(g): j for j, g in enumerate(self.eligible)}
 
 
-def _eligible(spec: JSON, ctx: Context) -> tuple[NodeGroup, ...]:
+def _eligible(spec: JSON, ctx: Context, resources: Mapping[str, Decimal] | None = None) -> tuple[NodeGroup, ...]:
     seen: set[int] = set()
     out: list[NodeGroup] = []
-    for candidate in ctx.cluster.eligible(spec, gpu_resources(spec)):
+    for candidate in ctx.cluster.eligible(spec, gpu_resources(spec) if resources is None else resources):
         if id(candidate.group) not in seen:
             seen.add(id(candidate.group))
             out.append(candidate.group)
@@ -178,16 +192,20 @@ def checks_of(pod: PodView, ctx: Context) -> tuple[Check, ...]:
     return tuple(out)
 
 
-def assess(checks: tuple[Check, ...], spec: JSON, ctx: Context) -> Assessment:
-    eligible = _eligible(spec, ctx) if ctx.cluster.known else ()
+def assess(checks: tuple[Check, ...], spec: JSON, ctx: Context, before: Assessment | None = None) -> Assessment:
+    """Every check against every group ``spec`` may land on; statuses ``before`` (the same checks, before the spec
+    was narrowed) are taken over rather than evaluated again."""
+    resources = gpu_resources(spec) if before is None else before.resources
+    eligible = _eligible(spec, ctx, resources) if ctx.cluster.known else ()
     facts = [facts_of(g) for g in eligible]  # once per group, not once per container and group
-    status = tuple(
-        tuple(
-            _status(c.requirement, g, ctx, f) if c.requirement else "ok" for g, f in zip(eligible, facts, strict=True)
-        )
-        for c in checks
-    )
-    return Assessment(checks, eligible, status, ctx.settings.cuda.unknown_driver != "deny")
+    rows: list[tuple[Status, ...]] = []
+    for i, c in enumerate(checks):
+        row: list[Status] = []
+        for g, f in zip(eligible, facts, strict=True):
+            known = before.status_of(i, g) if before is not None else None
+            row.append(known or (_status(c.requirement, g, ctx, f) if c.requirement else "ok"))
+        rows.append(tuple(row))
+    return Assessment(checks, eligible, tuple(rows), ctx.settings.cuda.unknown_driver != "deny", resources)
 
 
 def _kept_off(a: Assessment, spec: JSON, ctx: Context) -> tuple[NodeGroup, ...]:
@@ -202,7 +220,7 @@ def _kept_off(a: Assessment, spec: JSON, ctx: Context) -> tuple[NodeGroup, ...]:
     }
     now = {id(g) for g in a.eligible}
     out: list[NodeGroup] = []
-    for g in _eligible(loose, ctx):
+    for g in _eligible(loose, ctx, a.resources):
         if id(g) in now:
             continue
         requirements = [r for r in (a.checks[i].requirement for i in a.known) if r is not None]
@@ -392,10 +410,10 @@ def _works(pod: PodView, alternatives: list[list[Expression]], a: Assessment, ct
     """Would the narrowed pod still land somewhere, and only on allowed groups?"""
     if not alternatives:
         return False
-    trial = PodView(pod.kind, {}, copy.deepcopy(pod.spec), pod.namespace, pod.owner_kind)
+    trial = PodView(pod.kind, {}, copy_json(pod.spec), pod.namespace, pod.owner_kind)
     narrow(trial, alternatives)
     allowed = {id(g) for g in a.allowed_groups}
-    groups = _eligible(trial.spec, ctx)
+    groups = _eligible(trial.spec, ctx, a.resources)
     return bool(groups) and all(id(g) in allowed for g in groups)
 
 
@@ -436,7 +454,7 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
                 f"to {pool_names(a.allowed_groups)}, away from {pool_names(a.blocked_groups)} "
                 f"(required node affinity on {_keys(alternatives)})"
             )
-            a = assess(a.checks, pod.spec, ctx)
+            a = assess(a.checks, pod.spec, ctx, before=a)
     out.annotate(POLICY, annotation(a, _kept_off(a, pod.spec, ctx), ctx, mode))
 
 
