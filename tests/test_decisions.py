@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import gpu_node, gpu_pod, review
+from tests.hardening_fixtures import cluster_view
 from tests.test_events import Recording, app_with, stored_pod
 from tests.test_fuzz import FUZZ, SETTINGS, VIEW, objects
 from webhook import decisions, pipeline
@@ -62,7 +63,8 @@ def same_answer(a: pipeline.Result, b: pipeline.Result) -> None:
     assert a.decision == b.decision
 
 
-STEERED = gpu_pod(image="nvidia/cuda:12.3.2-base-ubuntu22.04")
+STEERED_IMAGE = "nvidia/cuda:12.3.2-base-ubuntu22.04"
+STEERED = gpu_pod(image=STEERED_IMAGE)
 
 
 @pytest.mark.parametrize("endpoint", ["mutate", "validate"])
@@ -196,6 +198,44 @@ def test_identity_fields_never_change_an_answer(obj: Any, n: int) -> None:
         decisions.answer(endpoint, step, replica(obj, n), ctx(SETTINGS, view))
         got = decisions.answer(endpoint, step, replica(obj, n + 1), ctx(SETTINGS, view))
         same_answer(got, step(replica(obj, n + 1), ctx(SETTINGS, view)))
+
+
+# -- what the policies plan once per snapshot ---------------------------------------------------------------------
+@FUZZ
+@given(obj=objects, before=st.lists(objects, max_size=3))
+def test_a_snapshot_that_planned_before_answers_as_a_fresh_one(obj: Any, before: list[Any]) -> None:
+    """Steering plans and eligibility answers kept from earlier pods never change a later pod's answer: the same
+    pod gets the same patch, annotations and words from a snapshot that answered others first as from a new one."""
+    warm = cluster_view(SETTINGS)
+    for other in [*before, obj]:
+        pipeline.mutate(copy.deepcopy(other), ctx(SETTINGS, warm))
+    for step in (pipeline.mutate, pipeline.validate):
+        got = step(copy.deepcopy(obj), ctx(SETTINGS, warm))
+        fresh = step(copy.deepcopy(obj), ctx(SETTINGS, cluster_view(SETTINGS)))
+        same_answer(got, fresh)
+        assert got.object == fresh.object
+
+
+def test_pods_of_one_cuda_and_placement_share_a_steering_and_others_do_not() -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    first = pipeline.mutate(gpu_pod(), ctx(settings, view))
+    assert "CUDASteered" not in first.outcome.reasons  # CUDA 12.2 runs on both pools: nothing to steer
+
+    def named(name: str, **labels: str) -> dict[str, Any]:
+        pod = gpu_pod(image=STEERED_IMAGE)  # container "trainer" in each
+        pod["metadata"].update(name=name, labels=labels)
+        return pod
+
+    steered = [pipeline.mutate(named(n, app=n), ctx(settings, view)) for n in ("b", "c")]
+    assert len(view.policy_memo) == 2  # one plan for "a", one shared by "b" and "c"
+    assert all("CUDASteered" in r.outcome.reasons for r in steered)
+    assert steered[0].patch == steered[1].patch
+    assert steered[0].audit == steered[1].audit
+    pinned = named("d")
+    pinned["spec"]["nodeSelector"] = {"cloud.google.com/gke-nodepool": "new"}
+    alone = pipeline.mutate(pinned, ctx(settings, view))
+    assert len(view.policy_memo) == 3 and "CUDASteered" not in alone.outcome.reasons
 
 
 # -- through the app ----------------------------------------------------------------------------------------------

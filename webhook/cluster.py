@@ -242,6 +242,10 @@ class ClusterView:
         default_factory=lambda: Memo(DECISIONS_SIZE, DECISIONS_BYTES), init=False, compare=False, repr=False, hash=False
     )
     """The pipeline's answers against this snapshot, by object shape (``webhook.decisions``)."""
+    policy_memo: Memo = field(
+        default_factory=lambda: Memo(MEMO_SIZE), init=False, compare=False, repr=False, hash=False
+    )
+    """What a policy planned against this snapshot, by what the plan depends on (the cuda policy's steering)."""
 
     @property
     def gpu_groups(self) -> tuple[NodeGroup, ...]:

@@ -14,6 +14,7 @@ In ``warn`` mode nothing is steered (a safe roll-out changes no pod); would-be d
 from __future__ import annotations
 
 import functools
+import marshal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -37,7 +38,7 @@ from webhook.cuda_version import (
     show_mm,
 )
 from webhook.drivers import DriverTable, Version, builtin_table, show, show_driver
-from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_str, copy_json
+from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_list, as_str, copy_json
 from webhook.quantity import QuantityError, parse_quantity
 
 POLICY = "cuda"
@@ -439,23 +440,77 @@ def _assessed(pod: PodView, ctx: Context) -> tuple[str, Assessment] | None:
     return mode, assess(checks, pod.spec, ctx)
 
 
-def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
-    """Narrow required node affinity to the compatible nodes when only some are; write ``gpu-admission.io/cuda``."""
-    assessed = _assessed(pod, ctx)
-    if assessed is None:
-        return
-    mode, a = assessed
+@dataclass(frozen=True)
+class Steering:
+    """What ``steer`` does to a pod: the narrowing (None: none), its audit line, and the annotation it writes."""
+
+    alternatives: list[list[Expression]] | None
+    audit: str
+    annotation: str
+
+
+def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Context) -> Steering:
+    """Decide the steering without changing ``pod``: the annotation describes the pod as it will stand."""
+    a = assess(checks, pod.spec, ctx)
+    spec = pod.spec
     if mode == "enforce" and ctx.settings.cuda.steer and a.allowed_groups and a.blocked_groups:
         alternatives = steer_alternatives(pod, a, ctx)
-        if alternatives and narrow(pod, alternatives):
-            out.mutated("cuda-affinity")
-            out.reasons.append("CUDASteered")
-            out.audit["cuda-steered"] = (
+        trial = PodView(pod.kind, {}, copy_json(pod.spec), pod.namespace, pod.owner_kind)
+        if alternatives and narrow(trial, alternatives):
+            audit = (
                 f"to {pool_names(a.allowed_groups)}, away from {pool_names(a.blocked_groups)} "
                 f"(required node affinity on {_keys(alternatives)})"
             )
-            a = assess(a.checks, pod.spec, ctx, before=a)
-    out.annotate(POLICY, annotation(a, _kept_off(a, pod.spec, ctx), ctx, mode))
+            spec = trial.spec
+            steered = assess(checks, spec, ctx, before=a)
+            return Steering(alternatives, audit, annotation(steered, _kept_off(steered, spec, ctx), ctx, mode))
+    return Steering(None, "", annotation(a, _kept_off(a, spec, ctx), ctx, mode))
+
+
+def _steering_key(pod: PodView, mode: str, checks: tuple[Check, ...]) -> tuple[object, ...] | None:
+    """What a steering depends on besides settings and snapshot: the mode, the checks (what each GPU container
+    declares) and the spec's scheduling fields and requests; None when it cannot be written down."""
+    spec = pod.spec
+    try:
+        placement = marshal.dumps(
+            (
+                spec.get("nodeName"),
+                spec.get("nodeSelector"),
+                spec.get("affinity"),
+                spec.get("tolerations"),
+                [as_dict(c).get("resources") for c in as_list(spec.get("containers"))],
+                [as_dict(c).get("resources") for c in as_list(spec.get("initContainers"))],
+            )
+        )
+    except ValueError:
+        return None
+    return (POLICY, mode, checks, placement)
+
+
+def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
+    """Narrow required node affinity to the compatible nodes when only some are; write ``gpu-admission.io/cuda``.
+
+    Pods that declare the same CUDA and ask to land in the same places get the same steering: it is planned once
+    per snapshot and settings (``ClusterView.policy_memo``) and applied to each."""
+    mode = mode_of(ctx)
+    if mode == "off":
+        return
+    checks = checks_of(pod, ctx)
+    if not checks:
+        return
+    key = _steering_key(pod, mode, checks)
+    stored = ctx.cluster.policy_memo.get(key) if key is not None else None
+    if stored is not None and stored[0] is ctx.settings:
+        plan: Steering = stored[1]
+    else:
+        plan = plan_steering(pod, mode, checks, ctx)
+        if key is not None:
+            ctx.cluster.policy_memo.put(key, (ctx.settings, plan))
+    if plan.alternatives and narrow(pod, plan.alternatives):
+        out.mutated("cuda-affinity")
+        out.reasons.append("CUDASteered")
+        out.audit["cuda-steered"] = plan.audit
+    out.annotate(POLICY, plan.annotation)
 
 
 # ---------------------------------------------------------------------------------------------------------------
