@@ -7,6 +7,7 @@ raises ``BadRequest`` (answered 4xx with ``{"error": ...}``, so the webhook's fa
 from __future__ import annotations
 
 import base64
+import gc
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -90,24 +91,22 @@ def _finite_float(text: str) -> float:
     return value
 
 
+_is_dict = dict.__instancecheck__
+
+
 def _pairs_parsed(value: Any) -> int:
-    """The key-value pairs of every object in ``value``; BadRequest when it nests deeper than MAX_DEPTH. Level by
-    level, each level's values in one list (no tuple per value)."""
+    """The key-value pairs of every object in ``value``; BadRequest when it nests deeper than MAX_DEPTH.
+
+    Level by level, in C: ``gc.get_referents`` gives the next level (a dict's keys and values, a list's items;
+    strings and numbers have none), so the walk runs no Python code per value."""
     level: list[Any] = [value]
     depth = pairs = 0
     while level:
         depth += 1
         if depth > MAX_DEPTH:
             raise BadRequest(f"JSON nested deeper than {MAX_DEPTH} levels")
-        below: list[Any] = []
-        for node in level:
-            kind = type(node)
-            if kind is dict:
-                pairs += len(node)
-                below += node.values()
-            elif kind is list:
-                below += node
-        level = below
+        pairs += sum(map(len, filter(_is_dict, level)))
+        level = gc.get_referents(*level)
     return pairs
 
 
@@ -140,13 +139,20 @@ def decode_json(body: bytes) -> Any:
         raise BadRequest(f"body is not valid UTF-8 (byte {err.start})") from err
     value = _loads(text)
     if _pairs_parsed(value) != _pairs_written(body):
-        _loads(text, object_pairs_hook=_no_duplicates)
+        _loads(text, _PAIR_BY_PAIR)
     return value
 
 
-def _loads(text: str, **hooks: Any) -> Any:
+_PLAIN = json.JSONDecoder(parse_constant=_no_constants, parse_float=_finite_float)
+_PAIR_BY_PAIR = json.JSONDecoder(
+    object_pairs_hook=_no_duplicates, parse_constant=_no_constants, parse_float=_finite_float
+)
+"""Built once: ``json.loads`` with hooks builds a decoder on every call."""
+
+
+def _loads(text: str, decoder: json.JSONDecoder = _PLAIN) -> Any:
     try:
-        return json.loads(text, parse_constant=_no_constants, parse_float=_finite_float, **hooks)
+        return decoder.decode(text)
     except RecursionError as err:
         raise BadRequest(f"JSON nested deeper than {MAX_DEPTH} levels") from err
     except json.JSONDecodeError as err:

@@ -94,6 +94,9 @@ def decision_line(
     return line
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
+
+
 class DecisionLog:
     """Writes one JSON line per request to stderr (or a given stream)."""
 
@@ -112,9 +115,10 @@ class DecisionLog:
     ) -> None:
         if not self.enabled:
             return
-        text = json.dumps(decision_line(endpoint, review, result, status, seconds, error), separators=(",", ":"))
+        text = _COMPACT(decision_line(endpoint, review, result, status, seconds, error))
         out = self.stream or sys.stderr
-        print(text, file=out, flush=True)
+        out.write(text + "\n")
+        out.flush()
 
 
 def request_decision(result: Result | None, status: int) -> str:

@@ -263,10 +263,22 @@ class ClusterView:
         return time.monotonic() - self.built_at
 
     def taints(self) -> frozenset[Taint]:
-        return frozenset(t for g in self.groups for t in g.taints)
+        return self._taints
 
     def label_values(self, key: str) -> frozenset[str]:
-        return frozenset(g.labels[key] for g in self.groups if key in g.labels)
+        return self._label_values.get(key, frozenset())
+
+    @functools.cached_property
+    def _taints(self) -> frozenset[Taint]:
+        return frozenset(t for g in self.groups for t in g.taints)
+
+    @functools.cached_property
+    def _label_values(self) -> dict[str, frozenset[str]]:
+        values: dict[str, set[str]] = {}
+        for g in self.groups:
+            for key, value in g.labels.items():
+                values.setdefault(key, set()).add(value)
+        return {k: frozenset(v) for k, v in values.items()}
 
     def eligible(
         self, spec: JSON, resources: Mapping[str, Decimal] | Iterable[str] = (), gpu_only: bool = True

@@ -163,8 +163,10 @@ def _condition(text: str) -> Condition:
     return Condition(key, op, value, version)
 
 
+@lru_cache(maxsize=4096)
 def parse_requirement(text: str) -> Requirement:
-    """Parse an NVIDIA_REQUIRE_CUDA expression; RequirementError names the bad part."""
+    """Parse an NVIDIA_REQUIRE_CUDA expression; RequirementError names the bad part. Kept by text: the pods of
+    a cluster declare a handful of expressions, again and again."""
     if len(text) > MAX_EXPRESSION:
         raise RequirementError(f"longer than {MAX_EXPRESSION} characters")
     terms: list[tuple[Condition, ...]] = []

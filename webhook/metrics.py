@@ -148,24 +148,33 @@ class Metrics:
             r.register(_SnapshotAge(cluster))
         self._refresher: threading.Thread | None = None
         self._refresher_pid = 0
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     # -- recording --------------------------------------------------------------------------------------------
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once: prometheus_client checks and locks on every call."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def request(self, endpoint: str, decision: str, seconds: float) -> None:
         label = endpoint_label(endpoint)
-        self.requests.labels(label, decision).inc()
-        self.latency.labels(label).observe(max(seconds, 0.0))
+        self._child(self.requests, label, decision).inc()
+        self._child(self.latency, label).observe(max(seconds, 0.0))
 
     def reused(self, endpoint: str) -> None:
-        self.reused_answers.labels(endpoint_label(endpoint)).inc()
+        self._child(self.reused_answers, endpoint_label(endpoint)).inc()
 
     def mutation(self, kind: str) -> None:
-        self.mutations.labels(kind).inc()
+        self._child(self.mutations, kind).inc()
 
     def denial(self, endpoint: str, reason: str, action: str) -> None:
-        self.denials.labels(endpoint_label(endpoint), reason or "Unknown", action).inc()
+        self._child(self.denials, endpoint_label(endpoint), reason or "Unknown", action).inc()
 
     def event(self, result: str) -> None:
-        self.events.labels(result).inc()
+        self._child(self.events, result).inc()
 
     def cluster_view(self, view: ClusterView) -> None:
         """Publish a snapshot's node count and build time (multiprocess mode; in-process gauges read live)."""

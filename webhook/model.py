@@ -194,6 +194,17 @@ class Outcome:
     def mutated(self, kind: str) -> None:
         self.mutations.append(kind)
 
+    def merge(self, other: Outcome) -> None:
+        """Add what ``other`` decided (one policy's part, decided apart): as if it had been said here."""
+        self.annotations.update(other.annotations)
+        for text in other.warnings:
+            self.warn(text)
+        self.denials.extend(other.denials)
+        self.events.extend(other.events)
+        self.audit.update(other.audit)
+        self.mutations.extend(other.mutations)
+        self.reasons.extend(other.reasons)
+
 
 V = TypeVar("V")
 

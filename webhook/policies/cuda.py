@@ -429,17 +429,6 @@ def _keys(alternatives: list[list[Expression]]) -> str:
     return ", ".join(sorted({as_str(e.get("key")) for alt in alternatives for e in alt}))
 
 
-def _assessed(pod: PodView, ctx: Context) -> tuple[str, Assessment] | None:
-    """(mode, assessment) for a pod with GPU containers while the check is on; None otherwise."""
-    mode = mode_of(ctx)
-    if mode == "off":
-        return None
-    checks = checks_of(pod, ctx)
-    if not checks:
-        return None
-    return mode, assess(checks, pod.spec, ctx)
-
-
 @dataclass(frozen=True)
 class Steering:
     """What ``steer`` does to a pod: the narrowing (None: none), its audit line, and the annotation it writes."""
@@ -467,9 +456,9 @@ def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Conte
     return Steering(None, "", annotation(a, _kept_off(a, spec, ctx), ctx, mode))
 
 
-def _steering_key(pod: PodView, mode: str, checks: tuple[Check, ...]) -> tuple[object, ...] | None:
-    """What a steering depends on besides settings and snapshot: the mode, the checks (what each GPU container
-    declares) and the spec's scheduling fields and requests; None when it cannot be written down."""
+def _plan_key(step: str, pod: PodView, mode: str, checks: tuple[Check, ...]) -> tuple[object, ...] | None:
+    """What the policy's plan for a pod depends on besides settings and snapshot: the mode, the checks (what each
+    GPU container declares) and the spec's scheduling fields and requests; None when it cannot be written down."""
     spec = pod.spec
     try:
         placement = marshal.dumps(
@@ -484,7 +473,7 @@ def _steering_key(pod: PodView, mode: str, checks: tuple[Check, ...]) -> tuple[o
         )
     except ValueError:
         return None
-    return (POLICY, mode, checks, placement)
+    return (POLICY, step, mode, checks, placement)
 
 
 def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
@@ -498,7 +487,7 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     checks = checks_of(pod, ctx)
     if not checks:
         return
-    key = _steering_key(pod, mode, checks)
+    key = _plan_key("steer", pod, mode, checks)
     stored = ctx.cluster.policy_memo.get(key) if key is not None else None
     if stored is not None and stored[0] is ctx.settings:
         plan: Steering = stored[1]
@@ -669,11 +658,29 @@ def _audit_decision(a: Assessment, denials: Sequence[tuple[str, str]], mode: str
 
 
 def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
-    """Deny what no eligible node can run; warn about unknowns; record the check as an event."""
-    assessed = _assessed(pod, ctx)
-    if assessed is None:
+    """Deny what no eligible node can run; warn about unknowns; record the check as an event.
+
+    Decided once per snapshot and settings for pods that declare the same CUDA and ask for the same places, as
+    ``steer`` is (``ClusterView.policy_memo``)."""
+    mode = mode_of(ctx)
+    if mode == "off":
         return
-    mode, a = assessed
+    checks = checks_of(pod, ctx)
+    if not checks:
+        return
+    key = _plan_key("validate", pod, mode, checks)
+    stored = ctx.cluster.policy_memo.get(key) if key is not None else None
+    if stored is not None and stored[0] is ctx.settings:
+        decided: Outcome = stored[1]
+    else:
+        decided = Outcome()
+        _validate(assess(checks, pod.spec, ctx), mode, ctx, decided)
+        if key is not None:
+            ctx.cluster.policy_memo.put(key, (ctx.settings, decided))
+    out.merge(decided)
+
+
+def _validate(a: Assessment, mode: str, ctx: Context, out: Outcome) -> None:
     denials = _denials(a, ctx)
     for reason, message in denials:
         out.deny(POLICY, reason, message)
