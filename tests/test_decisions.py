@@ -238,6 +238,28 @@ def test_pods_of_one_cuda_and_placement_share_a_steering_and_others_do_not() -> 
     assert len(view.policy_memo) == 3 and "CUDASteered" not in alone.outcome.reasons
 
 
+def test_a_sidecar_that_adds_to_the_gpu_request_is_a_new_placement() -> None:
+    """An init container's restartPolicy decides whether its GPUs add to the pod's (a sidecar) or not: pods that
+    differ only there can land on different nodes, and must not share a plan."""
+    settings = Settings()
+    view = two_driver_view(settings)
+
+    def with_init(sidecar: bool) -> dict[str, Any]:
+        pod = gpu_pod(image=STEERED_IMAGE)  # 1 GPU in the app container; the nodes have 8
+        init = {"name": "warm", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
+        if sidecar:
+            init["restartPolicy"] = "Always"
+        pod["spec"]["initContainers"] = [init]
+        return pod
+
+    plain = pipeline.mutate(with_init(False), ctx(settings, view))
+    sidecar = pipeline.mutate(with_init(True), ctx(settings, view))  # 9 GPUs: no node has them
+    assert "CUDASteered" in plain.outcome.reasons
+    assert "CUDASteered" not in sidecar.outcome.reasons
+    fresh = pipeline.mutate(with_init(True), ctx(settings, two_driver_view(settings)))
+    same_answer(sidecar, fresh)
+
+
 # -- through the app ----------------------------------------------------------------------------------------------
 def test_replicas_through_the_app_log_and_count_each_request() -> None:
     settings = Settings()

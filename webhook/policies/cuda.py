@@ -14,7 +14,6 @@ In ``warn`` mode nothing is steered (a safe roll-out changes no pod); would-be d
 from __future__ import annotations
 
 import functools
-import marshal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -23,7 +22,14 @@ from typing import Literal
 
 from webhook import PREFIX
 from webhook.affinity import Expression, expression, narrow
-from webhook.cluster import GFD, GPU_RESOURCE, MIG_RESOURCE_PREFIX, NodeGroup, requested_resources
+from webhook.cluster import (
+    GFD,
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    NodeGroup,
+    eligibility_key,
+    requested_resources,
+)
 from webhook.config import CudaSettings
 from webhook.cuda_version import (
     Declared,
@@ -38,7 +44,7 @@ from webhook.cuda_version import (
     show_mm,
 )
 from webhook.drivers import DriverTable, Version, builtin_table, show, show_driver
-from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_list, as_str, copy_json
+from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_str, copy_json
 from webhook.quantity import QuantityError, parse_quantity
 
 POLICY = "cuda"
@@ -458,22 +464,10 @@ def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Conte
 
 def _plan_key(step: str, pod: PodView, mode: str, checks: tuple[Check, ...]) -> tuple[object, ...] | None:
     """What the policy's plan for a pod depends on besides settings and snapshot: the mode, the checks (what each
-    GPU container declares) and the spec's scheduling fields and requests; None when it cannot be written down."""
-    spec = pod.spec
-    try:
-        placement = marshal.dumps(
-            (
-                spec.get("nodeName"),
-                spec.get("nodeSelector"),
-                spec.get("affinity"),
-                spec.get("tolerations"),
-                [as_dict(c).get("resources") for c in as_list(spec.get("containers"))],
-                [as_dict(c).get("resources") for c in as_list(spec.get("initContainers"))],
-            )
-        )
-    except ValueError:
-        return None
-    return (POLICY, step, mode, checks, placement)
+    GPU container declares) and what eligibility reads of the spec (``eligibility_key``: scheduling fields, the
+    GPU requests as the scheduler adds them up, the extended resources named); None when it cannot be written."""
+    placement = eligibility_key(pod.spec, gpu_resources(pod.spec), True)
+    return None if placement is None else (POLICY, step, mode, checks, placement)
 
 
 def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
