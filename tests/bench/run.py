@@ -548,6 +548,20 @@ def _ratio(value: float, base: float | None) -> str:
     return f"{value / base:.2f}" if base else "-"
 
 
+def _row_against_baseline(r: Results, p: Point, label: str, connections: bool = False) -> str:
+    """A table row with req/s and p99 as ratios to the baseline row of the same section, pod and connections."""
+    if p.target == "baseline":
+        endpoint, rps, p99 = "no-op", "1", "1"
+    else:
+        b = r.baseline(p.section, p.pod, p.connections)
+        endpoint, rps, p99 = f"/{p.endpoint}", _ratio(p.rps, b.rps if b else None), _ratio(p.p99, b.p99 if b else None)
+    conn = f" {p.connections} |" if connections else ""
+    return (
+        f"| {label} | {endpoint} |{conn} {p.spread} | {p.rps:,.0f} | {rps} | {p.p50:.2f} | {p.p90:.2f} | "
+        f"{p.p99:.2f} | {p.max:.2f} | {p99} | {p.answered} |"
+    )
+
+
 def _worst_ratio(r: Results, section: str) -> tuple[float, Point] | None:
     """The webhook row of ``section`` with the lowest req/s against its baseline row."""
     worst: tuple[float, Point] | None = None
@@ -659,15 +673,7 @@ def markdown(r: Results) -> str:
     add("| pod | endpoint | conn | per worker | req/s | × baseline | p50 | p90 | p99 | max | p99 × baseline | good |")
     add("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for p in (p for p in r.points if p.section == "main"):
-        b = r.baseline("main", p.pod, p.connections)
-        endpoint = "no-op" if p.target == "baseline" else f"/{p.endpoint}"
-        rps_ratio = "1" if p.target == "baseline" else _ratio(p.rps, b.rps if b else None)
-        p99_ratio = "1" if p.target == "baseline" else _ratio(p.p99, b.p99 if b else None)
-        add(
-            f"| {p.pod} | {endpoint} | {p.connections} | {p.spread} | {p.rps:,.0f} | {rps_ratio} | {p.p50:.2f} | "
-            f"{p.p90:.2f} | "
-            f"{p.p99:.2f} | {p.max:.2f} | {p99_ratio} | {p.answered} |"
-        )
+        add(_row_against_baseline(r, p, p.pod, connections=True))
     add("")
     shown = (*plan.main_pods, *plan.scaling_pods)
     add("Pods: " + "; ".join(f"`{k}`: {v}" for k, v in pods.DESCRIPTIONS.items() if k in shown) + ".")
@@ -685,14 +691,7 @@ def markdown(r: Results) -> str:
     add("| pod | endpoint | per worker | req/s | × baseline | p50 | p90 | p99 | max | p99 × baseline | good |")
     add("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for p in (p for p in r.points if p.section == "new"):
-        b = r.baseline("new", p.pod, p.connections)
-        endpoint = "no-op" if p.target == "baseline" else f"/{p.endpoint}"
-        rps_ratio = "1" if p.target == "baseline" else _ratio(p.rps, b.rps if b else None)
-        p99_ratio = "1" if p.target == "baseline" else _ratio(p.p99, b.p99 if b else None)
-        add(
-            f"| {p.pod.partition('+')[0]} | {endpoint} | {p.spread} | {p.rps:,.0f} | {rps_ratio} | {p.p50:.2f} | "
-            f"{p.p90:.2f} | {p.p99:.2f} | {p.max:.2f} | {p99_ratio} | {p.answered} |"
-        )
+        add(_row_against_baseline(r, p, p.pod.partition("+")[0]))
     add("")
 
     low = min(plan.node_counts)
@@ -719,15 +718,7 @@ def markdown(r: Results) -> str:
     add("| containers | endpoint | per worker | req/s | × baseline | p50 | p90 | p99 | max | p99 × baseline | good |")
     add("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for p in (p for p in r.points if p.section == "containers"):
-        b = r.baseline("containers", p.pod, p.connections)
-        endpoint = "no-op" if p.target == "baseline" else f"/{p.endpoint}"
-        rps_ratio = "1" if p.target == "baseline" else _ratio(p.rps, b.rps if b else None)
-        p99_ratio = "1" if p.target == "baseline" else _ratio(p.p99, b.p99 if b else None)
-        add(
-            f"| {p.pod.split('-')[1]} | {endpoint} | {p.spread} | {p.rps:,.0f} | {rps_ratio} | {p.p50:.2f} | "
-            f"{p.p90:.2f} | "
-            f"{p.p99:.2f} | {p.max:.2f} | {p99_ratio} | {p.answered} |"
-        )
+        add(_row_against_baseline(r, p, p.pod.split("-")[1]))
     add("")
 
     add("### Start and memory")

@@ -14,11 +14,11 @@ In ``warn`` mode nothing is steered (a safe roll-out changes no pod); would-be d
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, TypeVar
 
 from webhook import PREFIX
 from webhook.affinity import Expression, expression, narrow
@@ -470,25 +470,38 @@ def _plan_key(step: str, pod: PodView, mode: str, checks: tuple[Check, ...]) -> 
     return None if placement is None else (POLICY, step, mode, checks, placement)
 
 
+P = TypeVar("P")
+
+
+def _planned(step: str, pod: PodView, ctx: Context, make: Callable[[str, tuple[Check, ...]], P]) -> P | None:
+    """``make(mode, checks)``, kept per snapshot and settings (``ClusterView.policy_memo``) for the pods that
+    declare the same CUDA and ask to land in the same places; None when the check is off or no container asks for
+    a GPU."""
+    mode = mode_of(ctx)
+    if mode == "off":
+        return None
+    checks = checks_of(pod, ctx)
+    if not checks:
+        return None
+    key = _plan_key(step, pod, mode, checks)
+    stored = ctx.cluster.policy_memo.get(key) if key is not None else None
+    if stored is not None and stored[0] is ctx.settings:
+        kept: P = stored[1]
+        return kept
+    made = make(mode, checks)
+    if key is not None:
+        ctx.cluster.policy_memo.put(key, (ctx.settings, made))
+    return made
+
+
 def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Narrow required node affinity to the compatible nodes when only some are; write ``gpu-admission.io/cuda``.
 
-    Pods that declare the same CUDA and ask to land in the same places get the same steering: it is planned once
-    per snapshot and settings (``ClusterView.policy_memo``) and applied to each."""
-    mode = mode_of(ctx)
-    if mode == "off":
+    Pods that declare the same CUDA and ask to land in the same places get the same steering: planned once per
+    snapshot and settings, applied to each."""
+    plan = _planned("steer", pod, ctx, lambda mode, checks: plan_steering(pod, mode, checks, ctx))
+    if plan is None:
         return
-    checks = checks_of(pod, ctx)
-    if not checks:
-        return
-    key = _plan_key("steer", pod, mode, checks)
-    stored = ctx.cluster.policy_memo.get(key) if key is not None else None
-    if stored is not None and stored[0] is ctx.settings:
-        plan: Steering = stored[1]
-    else:
-        plan = plan_steering(pod, mode, checks, ctx)
-        if key is not None:
-            ctx.cluster.policy_memo.put(key, (ctx.settings, plan))
     if plan.alternatives and narrow(pod, plan.alternatives):
         out.mutated("cuda-affinity")
         out.reasons.append("CUDASteered")
@@ -655,23 +668,16 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Deny what no eligible node can run; warn about unknowns; record the check as an event.
 
     Decided once per snapshot and settings for pods that declare the same CUDA and ask for the same places, as
-    ``steer`` is (``ClusterView.policy_memo``)."""
-    mode = mode_of(ctx)
-    if mode == "off":
-        return
-    checks = checks_of(pod, ctx)
-    if not checks:
-        return
-    key = _plan_key("validate", pod, mode, checks)
-    stored = ctx.cluster.policy_memo.get(key) if key is not None else None
-    if stored is not None and stored[0] is ctx.settings:
-        decided: Outcome = stored[1]
-    else:
-        decided = Outcome()
-        _validate(assess(checks, pod.spec, ctx), mode, ctx, decided)
-        if key is not None:
-            ctx.cluster.policy_memo.put(key, (ctx.settings, decided))
-    out.merge(decided)
+    ``steer`` is."""
+    decided = _planned("validate", pod, ctx, lambda mode, checks: _validated(assess(checks, pod.spec, ctx), mode, ctx))
+    if decided is not None:
+        out.merge(decided)
+
+
+def _validated(a: Assessment, mode: str, ctx: Context) -> Outcome:
+    out = Outcome()
+    _validate(a, mode, ctx, out)
+    return out
 
 
 def _validate(a: Assessment, mode: str, ctx: Context, out: Outcome) -> None:
