@@ -41,6 +41,15 @@ def test_cuda_13_image_is_denied_in_enforce_and_warned_in_warn_mode() -> None:
     assert all(len(w) < 120 for w in warned.warnings)
 
 
+def test_the_mode_follows_the_pods_namespace_when_the_request_names_none() -> None:
+    """`gpu-admission review` of a file: no request namespace, the pod's own decides its mode, for the policy's
+    words and for the enforcement alike."""
+    pod = gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04")
+    pod["metadata"]["namespace"] = "ml"
+    warned = pipeline.review(pod, _ctx(Settings(cuda=CudaSettings(namespace_modes={"ml": "warn"})), namespace=""))
+    assert warned.allowed and "cuda-would-deny" in warned.audit
+
+
 @pytest.mark.parametrize(
     ("exemptions", "ctx"),
     [

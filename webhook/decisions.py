@@ -12,6 +12,7 @@ running against the old one cannot write into the new one's. UPDATEs (which read
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import marshal
 from collections.abc import Callable
@@ -61,6 +62,15 @@ def answer(endpoint: str, step: Step, obj: Any, ctx: Context) -> Result:
         reused: Result = stored[1]
         return reused
     result = step(obj, ctx)
-    patch_json = result.patch_text() if result.patch else ""
-    store.put(key, (ctx.settings, dataclasses.replace(result, object=None, reused=True, patch_json=patch_json)))
+    kept = dataclasses.replace(
+        result,
+        object=None,
+        reused=True,
+        patch_json=result.patch_text() if result.patch else "",
+        warnings=list(result.warnings),
+        audit=dict(result.audit),
+        patch=list(result.patch),
+        outcome=copy.deepcopy(result.outcome),
+    )
+    store.put(key, (ctx.settings, kept))  # apart from ``result``: what its caller does to it stays its own
     return result

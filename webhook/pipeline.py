@@ -389,7 +389,7 @@ def mutate(obj: Any, ctx: Context) -> Result:
     if not had_annotations and view.metadata.get("annotations") == {}:
         del view.metadata["annotations"]  # do not leave behind an empty map that we created
     result = Result(object=working)
-    _finish(result, ctx, outcome, "unchanged")
+    _finish(result, pctx, outcome, "unchanged")
     if result.allowed:
         result.patch = make_patch(obj, working)
         if result.patch:
@@ -409,7 +409,7 @@ def validate(obj: Any, ctx: Context) -> Result:
     outcome = Outcome()
     for _, step in VALIDATORS:
         step(view, pctx, outcome)
-    return _finish(Result(object=obj), ctx, outcome, "admitted")
+    return _finish(Result(object=obj), pctx, outcome, "admitted")
 
 
 def review(obj: Any, ctx: Context) -> Result:
