@@ -269,8 +269,10 @@ def split_image(image: str) -> tuple[str, str]:
     return (f"{registry}/{path}" if registry else path), tag
 
 
+@lru_cache(maxsize=4096)
 def image_cuda(image: str) -> ImageMatch | None:
-    """The CUDA an image reference reveals, by the first rule that matches; None when none does."""
+    """The CUDA an image reference reveals, by the first rule that matches; None when none does. Kept by
+    reference: a cluster runs a handful of images, again and again."""
     if not image or len(image) > MAX_IMAGE:
         return None
     repository, tag = split_image(image)

@@ -14,6 +14,7 @@ In ``warn`` mode nothing is steered (a safe roll-out changes no pod); would-be d
 from __future__ import annotations
 
 import functools
+import marshal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -27,7 +28,6 @@ from webhook.cluster import (
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
     NodeGroup,
-    eligibility_key,
     requested_resources,
 )
 from webhook.config import CudaSettings
@@ -44,7 +44,7 @@ from webhook.cuda_version import (
     show_mm,
 )
 from webhook.drivers import DriverTable, Version, builtin_table, show, show_driver
-from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_str, copy_json
+from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_list, as_str, copy_json
 from webhook.quantity import QuantityError, parse_quantity
 
 POLICY = "cuda"
@@ -464,10 +464,27 @@ def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Conte
 
 def _plan_key(step: str, pod: PodView, mode: str, checks: tuple[Check, ...]) -> tuple[object, ...] | None:
     """What the policy's plan for a pod depends on besides settings and snapshot: the mode, the checks (what each
-    GPU container declares) and what eligibility reads of the spec (``eligibility_key``: scheduling fields, the
-    GPU requests as the scheduler adds them up, the extended resources named); None when it cannot be written."""
-    placement = eligibility_key(pod.spec, gpu_resources(pod.spec), True)
-    return None if placement is None else (POLICY, step, mode, checks, placement)
+    GPU container declares) and all that eligibility reads of the spec: the scheduling fields, and the containers'
+    resources and init containers' restartPolicy as written (from which the scheduler's sums and the extended
+    resources named follow). None when it cannot be written down."""
+    spec = pod.spec
+    try:
+        placement = marshal.dumps(
+            (
+                spec.get("nodeName"),
+                spec.get("nodeSelector"),
+                spec.get("affinity"),
+                spec.get("tolerations"),
+                [as_dict(c).get("resources") for c in as_list(spec.get("containers"))],
+                [
+                    (as_dict(c).get("resources"), as_dict(c).get("restartPolicy"))
+                    for c in as_list(spec.get("initContainers"))
+                ],
+            )
+        )
+    except ValueError:
+        return None
+    return (POLICY, step, mode, checks, placement)
 
 
 P = TypeVar("P")
