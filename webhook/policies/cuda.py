@@ -23,13 +23,7 @@ from typing import Literal, TypeVar
 
 from webhook import PREFIX
 from webhook.affinity import Expression, expression, narrow
-from webhook.cluster import (
-    GFD,
-    GPU_RESOURCE,
-    MIG_RESOURCE_PREFIX,
-    NodeGroup,
-    requested_resources,
-)
+from webhook.cluster import GFD, GPU_RESOURCE, MIG_RESOURCE_PREFIX, NodeGroup, requested_resources
 from webhook.config import CudaSettings
 from webhook.cuda_version import (
     Declared,
