@@ -1147,3 +1147,14 @@ def test_any_quantity_spelling_is_idempotent(value):
     nodes = [single_node("s0", A100_40, "1g.5gb", 7, "a100-single")]
     first, again = mutate_twice(obj, nodes)
     assert first.allowed and again == []
+
+
+def test_a_node_tainted_for_another_extended_resource_the_pod_asks_for_still_counts() -> None:
+    """ExtendedResourceToleration gives a pod asking for rdma/hca a toleration for the rdma/hca taint: MIG's
+    choice must count the node the pod can land on, as the scheduler will."""
+    taint = {"key": "rdma/hca", "value": "present", "effect": "NoSchedule"}
+    node = a100_40(taints=[taint])
+    node["status"]["allocatable"]["rdma/hca"] = "4"
+    result = review(pod(container(limits={GPU: "0.5", "rdma/hca": "1"})), [node])
+    assert result.allowed, result.message
+    assert resources_of(result.object)["limits"] == {"nvidia.com/mig-3g.20gb": "1", "rdma/hca": "1"}

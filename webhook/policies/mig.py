@@ -54,6 +54,7 @@ from webhook.cluster import (
     MIG_RESOURCE_PREFIX,
     Candidate,
     NodeGroup,
+    is_extended_resource_name,
     requested_resources,
     toleration_tolerates,
 )
@@ -488,7 +489,8 @@ def _trial(pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option
     stripped = {id(a.container) for a in pending}
     for list_name, container in pod.containers():
         limits, requests = _sections(container)
-        merged = {k: v for k, v in {**requests, **limits}.items() if isinstance(k, str) and k.startswith("nvidia.com/")}
+        # Every extended resource stays: the ExtendedResourceToleration plugin tolerates the taints named after them.
+        merged = {k: v for k, v in {**requests, **limits}.items() if is_extended_resource_name(k)}
         if id(container) in stripped:
             merged.pop(GPU_RESOURCE, None)
         if ask is not None and option is not None and container is ask.container:
