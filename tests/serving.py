@@ -13,7 +13,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +31,8 @@ def free_port() -> int:
         return port
 
 
-def issue_certs(directory: Path, days: int = 365) -> Path:
-    """Development certificates through the project's own certs tool."""
+def issue_certs(directory: Path, days: int = 365, extra: Sequence[str] = ()) -> Path:
+    """Development certificates through the project's own certs tool (``extra``: more of its flags)."""
     subprocess.run(
         [
             sys.executable,
@@ -48,10 +48,12 @@ def issue_certs(directory: Path, days: int = 365) -> Path:
             NAMESPACE,
             "--days",
             str(days),
+            *extra,
         ],
         check=True,
         capture_output=True,
         timeout=60,
+        cwd=REPO,
     )
     return directory
 

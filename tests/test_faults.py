@@ -18,8 +18,6 @@ import json
 import signal
 import socket
 import ssl
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -29,7 +27,7 @@ from typing import Any
 
 from cryptography import x509
 
-from tests.serving import NAMESPACE, REPO, SERVER_NAME, SERVICE, Server, issue_certs, serve
+from tests.serving import REPO, SERVER_NAME, Server, issue_certs, serve
 
 NODES = REPO / "examples" / "nodes.yaml"
 
@@ -221,29 +219,7 @@ def test_sigterm_under_load_completes_every_request_in_flight(tmp_path: Path) ->
 
 def rotate(certs: Path) -> None:
     """Renew the serving certificate in place with the project's tool (atomic replace; the CA is kept)."""
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "webhook.cli",
-            "certs",
-            "issue",
-            "--dir",
-            str(certs),
-            "--service",
-            SERVICE,
-            "--namespace",
-            NAMESPACE,
-            "--days",
-            "400",
-            "--renew-within-days",
-            "399",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-        cwd=REPO,
-    )
+    issue_certs(certs, days=400, extra=("--renew-within-days", "399"))
 
 
 def test_certificate_files_replaced_under_load(tmp_path: Path) -> None:

@@ -69,14 +69,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for path in (args.cert, args.key):
         if not Path(path).is_file():
             raise InputError(f"{path}: certificate or key file not found (make one: gpu-admission certs issue)")
-    options = ServeOptions(
-        cert=args.cert,
-        key=args.key,
-        port=args.port,
-        metrics_port=args.metrics_port,
-        workers=args.workers,
-        host=args.host,
-    )
+    options = ServeOptions.from_args(args)
 
     def factory() -> tuple[Any, ClusterSource]:
         cluster = cluster_source(settings, nodes)

@@ -7,6 +7,7 @@ samples (prometheus_client multiprocess mode).
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import ssl
@@ -43,6 +44,19 @@ class ServeOptions:
     threads: int = 4
     host: str = "0.0.0.0"
     graceful_timeout: int = 25
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ServeOptions:
+        """From the flags ``gpu-admission serve`` (and the bench's baseline) take: --cert, --key, --port,
+        --metrics-port, --workers, --host."""
+        return cls(
+            cert=args.cert,
+            key=args.key,
+            port=args.port,
+            metrics_port=args.metrics_port,
+            workers=args.workers,
+            host=args.host,
+        )
 
 
 class ReloadingTLS:

@@ -49,14 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args(argv)
     prepare_metrics_dir("noop-metrics-")
-    options = ServeOptions(
-        cert=args.cert,
-        key=args.key,
-        port=args.port,
-        metrics_port=args.metrics_port,
-        workers=args.workers,
-        host=args.host,
-    )
+    options = ServeOptions.from_args(args)
 
     def factory() -> tuple[Any, ClusterSource]:
         return create_noop_app(), StaticCluster(build_view([], Settings(), source="none"))

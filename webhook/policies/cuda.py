@@ -407,21 +407,18 @@ def _by_pool(groups: Iterable[NodeGroup], ctx: Context) -> list[list[Expression]
     return alternatives
 
 
-def _works(pod: PodView, alternatives: list[list[Expression]], a: Assessment, ctx: Context) -> bool:
-    """Would the narrowed pod still land somewhere, and only on allowed groups?"""
-    if not alternatives:
-        return False
-    trial = PodView(pod.kind, {}, copy_json(pod.spec), pod.namespace, pod.owner_kind)
-    narrow(trial, alternatives)
+def _narrowed(pod: PodView, a: Assessment, ctx: Context) -> tuple[list[list[Expression]], JSON] | None:
+    """The first alternatives (by CUDA labels, else by pool) that keep the pod landing somewhere, and only on
+    allowed groups, with the spec they narrow it to; None when none does, or the pod already asks that much."""
     allowed = {id(g) for g in a.allowed_groups}
-    groups = _eligible(trial.spec, ctx, a.resources)
-    return bool(groups) and all(id(g) in allowed for g in groups)
-
-
-def steer_alternatives(pod: PodView, a: Assessment, ctx: Context) -> list[list[Expression]] | None:
     for alternatives in (_by_cuda_labels(a, ctx), _by_pool(a.allowed_groups, ctx)):
-        if _works(pod, alternatives, a, ctx):
-            return alternatives
+        if not alternatives:
+            continue
+        trial = PodView(pod.kind, {}, copy_json(pod.spec), pod.namespace, pod.owner_kind)
+        changed = narrow(trial, alternatives)
+        groups = _eligible(trial.spec, ctx, a.resources)
+        if groups and all(id(g) in allowed for g in groups):
+            return (alternatives, trial.spec) if changed else None
     return None
 
 
@@ -441,19 +438,17 @@ class Steering:
 def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Context) -> Steering:
     """Decide the steering without changing ``pod``: the annotation describes the pod as it will stand."""
     a = assess(checks, pod.spec, ctx)
-    spec = pod.spec
     if mode == "enforce" and ctx.settings.cuda.steer and a.allowed_groups and a.blocked_groups:
-        alternatives = steer_alternatives(pod, a, ctx)
-        trial = PodView(pod.kind, {}, copy_json(pod.spec), pod.namespace, pod.owner_kind)
-        if alternatives and narrow(trial, alternatives):
+        narrowed = _narrowed(pod, a, ctx)
+        if narrowed is not None:
+            alternatives, spec = narrowed
             audit = (
                 f"to {pool_names(a.allowed_groups)}, away from {pool_names(a.blocked_groups)} "
                 f"(required node affinity on {_keys(alternatives)})"
             )
-            spec = trial.spec
             steered = assess(checks, spec, ctx, before=a)
             return Steering(alternatives, audit, annotation(steered, _kept_off(steered, spec, ctx), ctx, mode))
-    return Steering(None, "", annotation(a, _kept_off(a, spec, ctx), ctx, mode))
+    return Steering(None, "", annotation(a, _kept_off(a, pod.spec, ctx), ctx, mode))
 
 
 def _plan_key(step: str, pod: PodView, mode: str, checks: tuple[Check, ...]) -> tuple[object, ...] | None:
