@@ -63,6 +63,7 @@ class KubeAPI:
         self.expired_before = 0
         self.watches: list[_Watch] = []
         self.requests: list[tuple[str, str]] = []
+        self.request_headers: list[dict[str, str]] = []  # one per request, as ``requests``
         self._failures: list[int] = []
         self.server: ThreadingHTTPServer | None = None
         self.port = 0
@@ -306,6 +307,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _fault(self) -> bool:
         with self.api.lock:
             self.api.requests.append((self.command, self.path))
+            self.api.request_headers.append(dict(self.headers.items()))
             if self.api._failures:
                 code = self.api._failures.pop(0)
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))  # keep the connection usable

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from kubernetes import config as kube_config
-from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import REPO, gpu_node, gpu_pod, review
 from tests.kubeapi import KubeAPI
@@ -314,18 +313,6 @@ def test_events_reach_the_api_server(kubeapi: KubeAPI, tmp_path: Any) -> None:
     assert 'gpu_admission_events_total{result="sent"} 2.0' in recorder.metrics.text()
 
 
-class FlakyApi:
-    """Stands in for CoreV1Api: fails the first ``failures`` calls with ``status``."""
-
-    def __init__(self, failures: int, status: int) -> None:
-        self.failures, self.status, self.calls = failures, status, 0
-
-    def create_namespaced_event(self, namespace: str, body: Any, _request_timeout: float = 0) -> None:
-        self.calls += 1
-        if self.calls <= self.failures:
-            raise ApiException(status=self.status, reason="injected")
-
-
 @pytest.mark.parametrize(
     ("failures", "status", "calls", "sent", "failed"),
     [
@@ -337,13 +324,28 @@ class FlakyApi:
         pytest.param(1, 422, 1, 0, 1, id="422-not-retried"),
     ],
 )
-def test_api_sink_retries_once(failures: int, status: int, calls: int, sent: int, failed: int) -> None:
-    sink = ApiSink(None, backoff=0.001)
-    sink.api = fake = FlakyApi(failures, status)
-    q = EventQueue(sink)
+def test_api_sink_retries_once(
+    kubeapi: KubeAPI, tmp_path: Any, failures: int, status: int, calls: int, sent: int, failed: int
+) -> None:
+    kubeapi.fail_next(failures, status)
+    q = EventQueue(ApiSink(api_client(kubeapi, tmp_path), backoff=0.001))
     q.submit(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
     assert q.drain(10)
-    assert (fake.calls, q.sent, q.failed) == (calls, sent, failed)
+    posts = [r for r in kubeapi.requests if r == ("POST", "/api/v1/namespaces/default/events")]
+    assert (len(posts), q.sent, q.failed) == (calls, sent, failed)
+    assert len(kubeapi.list("v1", "events", "default")) == sent
+
+
+def test_api_sink_sends_the_body_as_it_is_with_the_clients_credentials(kubeapi: KubeAPI, tmp_path: Any) -> None:
+    """What reaches the API server is the Event body unchanged, authenticated as the kubeconfig says."""
+    body = event_body(stored_pod(), "default", "trainer", CHECKED, "i")
+    ApiSink(api_client(kubeapi, tmp_path)).send(body)
+    (stored,) = kubeapi.list("v1", "events", "default")
+    assert {k: v for k, v in stored.items() if k != "metadata"} == {k: v for k, v in body.items() if k != "metadata"}
+    assert stored["metadata"]["name"] == body["metadata"]["name"]
+    headers = {k.lower(): v for k, v in kubeapi.request_headers[-1].items()}
+    assert headers["authorization"] == "Bearer test-token"  # the kubeconfig's user
+    assert headers["content-type"] == "application/json"
 
 
 def test_api_sink_counts_an_api_server_that_is_away(tmp_path: Any) -> None:

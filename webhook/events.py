@@ -121,16 +121,44 @@ class LogSink:
 RETRY_STATUSES = frozenset({0, 429, 500, 502, 503, 504})
 
 
+EVENTS_PATH = "/api/v1/namespaces/{namespace}/events"
+
+
 class ApiSink:
-    """Creates core v1 Events through the ``kubernetes`` client (``create_namespaced_event``)."""
+    """Creates core v1 Events with the ``kubernetes`` client's ``ApiClient`` (``POST .../events``).
+
+    The body is already a plain dict of the API's own shape, and only the answer's status matters. So the request
+    is built by the client's ``param_serialize`` (its authentication, the in-cluster token refresh included, and its
+    default headers) and sent by its ``call_api``, instead of ``CoreV1Api.create_namespaced_event``: that one first
+    validates the dict into pydantic models and then parses the created Event back into them, which was a quarter of
+    the CPU an Event cost the worker (``docs/benchmarks.md``), on the cores that also answer the reviews.
+    """
 
     name = "api"
 
     def __init__(self, api_client: Any, timeout: float = 5.0, attempts: int = 2, backoff: float = 0.2) -> None:
-        from kubernetes import client
-
-        self.api: Any = client.CoreV1Api(api_client)  # bodies are plain dicts, not the client's models
+        self.client: Any = api_client
+        # the server's URL, read once: the configuration's ``host`` property is recomputed on every read
+        self.host: str | None = api_client.configuration.host if api_client is not None else None
         self.timeout, self.attempts, self.backoff = timeout, attempts, backoff
+
+    def _post(self, namespace: str, body: JSON) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        request = self.client.param_serialize(
+            method="POST",
+            resource_path=EVENTS_PATH,
+            path_params={"namespace": namespace},
+            header_params={"Content-Type": "application/json", "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+            _host=self.host,
+        )
+        response = self.client.call_api(*request, _request_timeout=self.timeout)
+        response.read()  # to the end, so that the connection goes back to the pool
+        if not 200 <= response.status <= 299:
+            text = (response.data or b"").decode("utf-8", "replace")
+            raise ApiException.from_response(http_resp=response, body=text, data=None)
 
     def send(self, body: JSON) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -139,7 +167,7 @@ class ApiSink:
         namespace = as_str(as_dict(body.get("metadata")).get("namespace"))
         for attempt in range(1, self.attempts + 1):
             try:
-                self.api.create_namespaced_event(namespace, body, _request_timeout=self.timeout)
+                self._post(namespace, body)
                 return
             except ApiException as err:
                 if err.status not in RETRY_STATUSES or attempt == self.attempts:
