@@ -7,7 +7,9 @@ report holds every section and a row for every point measured.
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +132,39 @@ def test_the_load_script_sends_a_new_object_only_where_asked(tmp_path: Path) -> 
     (sent_same, reused_same), (_, reused_total) = counts
     assert reused_same >= sent_same - 2  # all but the first (per wrk thread, at worst)
     assert reused_total - reused_same == 0
+
+
+def test_replicas_at_validate_are_pods_of_their_own_that_reuse_one_answer(tmp_path: Path) -> None:
+    """The /validate body is the pod as the apiserver stored it, renamed on every request: each request is a pod
+    of its own (its own CUDAChecked Event under its own name in the server's log), and all but the first reuse
+    the first one's answer."""
+    certs = issue_certs(tmp_path / "certs")
+    (tmp_path / "server").mkdir()
+    nodes = run.node_lists.write_nodes(tmp_path / "nodes.json", 10)
+    with serve(tmp_path / "server", nodes=nodes, config=run.CONFIG, workers=1, certs=certs) as server:
+        body = run.Bodies(tmp_path).validate("small", run.Instance("webhook", 10, server, 0.0))
+        stored = json.loads(body.read_text())
+        assert (
+            stored["request"]["name"]
+            == stored["request"]["object"]["metadata"]["name"]
+            == "triton-7c9f5d8b6d-" + pods.SEQ_TOKEN
+        )
+        assert stored["request"]["object"]["metadata"]["uid"].endswith(pods.SEQ_TOKEN)
+        figures = run.wrk(
+            f"https://127.0.0.1:{server.port}", [("/validate", body)], connections=2, threads=2, seconds=1
+        )
+        assert figures["good"] == figures["requests"] > 10
+        reused = _counter(server.metrics(), "gpu_admission_reused_answers_total{")
+        assert reused >= figures["requests"] - 2
+        deadline = time.monotonic() + 10
+        while True:
+            names = set(
+                re.findall(
+                    r'"event":"CUDAChecked".*?"object":"Pod/[a-z-]+/(triton-7c9f5d8b6d-seq-\d{10})"', server.output()
+                )
+            )
+            if len(names) >= figures["requests"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        # one per request (and per request still in flight when wrk stopped counting, one per connection at most)
+        assert figures["requests"] <= len(names) <= figures["requests"] + 2

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +23,9 @@ UID = "bench-7f1c2e9a-5b1d-4c3e-8f0a-2d6b9e4c1a70"
 """Every request carries this uid, so a load script can check that answers echo it."""
 SEQ_ANNOTATION = "bench.gpu-admission.io/seq"
 SEQ_TOKEN = "SEQ-0000000000"
-"""wrk/review.lua writes a number of its own over this token on every request (same width)."""
+"""wrk/review.lua writes a number of its own (``seq-TTNNNNNNNN``, the same width) over every copy of this token on
+every request."""
+CREATED = "2026-12-01T10:00:00Z"
 
 RESOURCES_SMALL = {
     "requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
@@ -217,6 +220,19 @@ DESCRIPTIONS = {
     "fixture": "full-field fixture core.v1.Pod.json (every field set, 60 kB)",
     "pinned": "a GPU DaemonSet's pod, bound to one node by matchFields on metadata.name",
 }
+
+
+def stored(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` as /validate sees it: between the mutating and the validating webhooks the apiserver generates the
+    name from ``generateName`` and sets the uid and the creation time. Name and uid carry the load script's token,
+    so that every request is a pod of its own, as the replicas of a workload are (their Events name each one)."""
+    out = copy.deepcopy(pod)
+    meta = out.setdefault("metadata", {})
+    if not meta.get("name"):
+        meta["name"] = meta.get("generateName", "pod-") + SEQ_TOKEN
+    meta.setdefault("uid", "5f8c1d2e-7a4b-4c3d-9e2f-" + SEQ_TOKEN)
+    meta.setdefault("creationTimestamp", CREATED)
+    return out
 
 
 def admission_review(pod: dict[str, Any]) -> dict[str, Any]:

@@ -339,7 +339,8 @@ def measure(point: Point, server: Server, bodies: Sequence[tuple[str, Path]]) ->
 
 
 class Bodies:
-    """AdmissionReview files for each pod: /mutate gets the pod, /validate gets the pod as /mutate left it."""
+    """AdmissionReview files for each pod: /mutate gets the pod, /validate gets the pod as /mutate left it and the
+    apiserver then stored it (a name of its own per request, a uid, a creation time: ``pods.stored``)."""
 
     def __init__(self, tmp: Path) -> None:
         self.dir = tmp / "bodies"
@@ -377,6 +378,7 @@ class Bodies:
             if response.get("patch"):
                 patch = json.loads(base64.b64decode(response["patch"]))
                 pod = jsonpatch.apply_patch(pod, patch)
+            pod = pods.stored(pod)
             path = self.dir / f"{name}.validate.{instance.nodes}.json"
             pods.write_body(path, pod)
             self._ask(instance, "/validate", pod, name)

@@ -4,8 +4,9 @@
 --
 -- Several path=file pairs are sent in turn on each connection. An answer counts as good when its status is 200
 -- and its body echoes UID. done() prints one line "BENCH_JSON {...}" with the figures (latencies in microseconds).
--- A body that holds the token SEQ-0000000000 gets a number of its own in its place on every request (thread and
--- count, the same width), so that no two requests carry the same object.
+-- A body that holds the token SEQ-0000000000 gets a number of its own (seq-TTNNNNNNNN: thread and count, the same
+-- width, lower case as names are) in every place of it on every request, so that no two requests carry the same
+-- object: the same pod with another name and uid (a replica), or with another annotation too (a new object).
 
 local uid = ""
 local requests = {}
@@ -33,9 +34,16 @@ function init(args)
   for i = 2, #args do
     local path, file = args[i]:match("^([^=]+)=(.+)$")
     local body = read(file)
-    local first, last = body:find(TOKEN, 1, true)
-    if first then
-      table.insert(requests, {path = path, head = body:sub(1, first - 1), tail = body:sub(last + 1)})
+    local parts, from = {}, 1
+    while true do
+      local first, last = body:find(TOKEN, from, true)
+      if not first then break end
+      table.insert(parts, body:sub(from, first - 1))
+      from = last + 1
+    end
+    if #parts > 0 then
+      table.insert(parts, body:sub(from))
+      table.insert(requests, {path = path, parts = parts})
     else
       table.insert(requests, {fixed = wrk.format("POST", path, headers, body)})
     end
@@ -49,8 +57,8 @@ function request()
     return r.fixed
   end
   count = count + 1
-  local seq = string.format("SEQ-%02d%08d", (thread_id or 0) % 100, count % 100000000)
-  return wrk.format("POST", r.path, headers, r.head .. seq .. r.tail)
+  local seq = string.format("seq-%02d%08d", (thread_id or 0) % 100, count % 100000000)
+  return wrk.format("POST", r.path, headers, table.concat(r.parts, seq))
 end
 
 function response(status, headers, body)
