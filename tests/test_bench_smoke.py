@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.bench import nodes as node_lists
 from tests.bench import pods, run
 from tests.serving import issue_certs, serve
 
@@ -60,6 +61,7 @@ def test_every_section_and_row_is_in_the_report(quick):
         "### Every request a new object",
         "### Scaling with nodes",
         "### Scaling with containers",
+        "### Events: what one costs the worker",
         "### Start and memory",
         "### What the webhook answered",
     ):
@@ -77,6 +79,9 @@ def test_every_section_and_row_is_in_the_report(quick):
     assert len(cells) == len(data["points"])
     assert len(data["instances"]) == 1 + len(plan.node_counts)
     assert all(i["ready_s"] > 0 and len(i["rss_after_mb"]) == run.WORKERS for i in data["instances"])
+    costs = data["event_costs_us"]
+    assert len(costs) == 3 and all(us > 0 for us in costs.values())
+    assert sum(f"| {sink} | " in section for sink in costs) == 3
     assert [g["met"] for g in data["goals"]][-1] is True  # every request answered
 
 
@@ -140,7 +145,7 @@ def test_replicas_at_validate_are_pods_of_their_own_that_reuse_one_answer(tmp_pa
     the first one's answer."""
     certs = issue_certs(tmp_path / "certs")
     (tmp_path / "server").mkdir()
-    nodes = run.node_lists.write_nodes(tmp_path / "nodes.json", 10)
+    nodes = node_lists.write_nodes(tmp_path / "nodes.json", 10)
     with serve(tmp_path / "server", nodes=nodes, config=run.CONFIG, workers=1, certs=certs) as server:
         body = run.Bodies(tmp_path).validate("small", run.Instance("webhook", 10, server, 0.0))
         stored = json.loads(body.read_text())

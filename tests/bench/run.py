@@ -36,6 +36,7 @@ import jsonpatch
 
 from tests.bench import nodes as node_lists
 from tests.bench import pods
+from tests.bench.events import event_costs
 from tests.serving import REPO, Server, issue_certs, serve, wait_ready
 
 HERE = Path(__file__).resolve().parent
@@ -426,6 +427,8 @@ class Results:
     points: list[Point] = field(default_factory=list)
     instances: list[Instance] = field(default_factory=list)
     answers: list[Answer] = field(default_factory=list)
+    event_costs: list[tuple[str, float]] = field(default_factory=list)
+    """(sink, µs of the sending thread's CPU per Event)."""
     total_s: float = 0.0
 
     def find(self, section: str, target: str, **match: Any) -> Point | None:
@@ -534,6 +537,8 @@ def run(plan: Plan, tmp: Path) -> Results:
             inst.rss_after_mb = list(worker_rss(inst.server).values())
             inst.master_rss_mb = rss_mb(inst.server.proc.pid)
         results.answers = bodies.answers
+    print("the CPU of one Event, per sink", flush=True)
+    results.event_costs = event_costs(50 if plan.quick else 300)
     results.total_s = time.monotonic() - began
     return results
 
@@ -723,6 +728,21 @@ def markdown(r: Results) -> str:
         add(_row_against_baseline(r, p, p.pod.split("-")[1]))
     add("")
 
+    add("### Events: what one costs the worker")
+    add("")
+    add(
+        "Each GPU pod admitted at /validate gets an Event, sent by a thread of the worker that answered it, so its "
+        "CPU comes out of the same cores. The servers above log their Events; in a cluster they go to the API. "
+        "CPU of the sending thread per Event, body included (`tests/bench/events.py`: the real `kubernetes` client "
+        "over HTTP to `tests/kubeapi.py`, configured as in a cluster):"
+    )
+    add("")
+    add("| sink | CPU per Event |")
+    add("|---|--:|")
+    for sink, us in r.event_costs:
+        add(f"| {sink} | {us / 1000:.2f} ms |")
+    add("")
+
     add("### Start and memory")
     add("")
     add(
@@ -745,7 +765,7 @@ def markdown(r: Results) -> str:
     add("")
     add(
         "One CA-verified request per pod before the load (the /validate body is the pod with the /mutate patch "
-        "applied)."
+        "applied, named and given a uid as the apiserver stores it)."
     )
     add("")
     add("| pod | endpoint | nodes | status | allowed | patch ops | warnings |")
@@ -796,6 +816,7 @@ def to_json(r: Results) -> dict[str, Any]:
             for i in r.instances
         ],
         "answers": [asdict(a) for a in r.answers],
+        "event_costs_us": dict(r.event_costs),
         "goals": [{"goal": g, "figure": f, "met": m} for g, f, m in goals(r)],
         "total_s": r.total_s,
     }

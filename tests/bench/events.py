@@ -1,0 +1,74 @@
+"""What one Event costs the worker that sends it: CPU time of the sending thread per Event, per sink.
+
+Every GPU pod admitted at /validate gets an Event, sent by a thread of the worker that answered the review, so in
+a cluster its CPU comes out of the same cores. The servers of the bench log their Events (``LogSink``: there is no
+apiserver here to post them to); this measures the API's way too, through the real ``kubernetes`` client over
+HTTP to ``tests/kubeapi.py`` in this process (``time.thread_time`` counts only the sending thread, not the server's
+threads). The client is configured as in a cluster (a bearer token, no kubeconfig re-read per request).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from kubernetes import client
+
+from tests.kubeapi import KubeAPI
+from webhook.events import ApiSink, LogSink, event_body
+from webhook.model import JSON, Event
+
+POD: JSON = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "triton-7c9f5d8b6d-x2x8k", "namespace": "default", "uid": "5f8c1d2e-7a4b-4c3d-9e2f-01"},
+}
+EVENT = Event(
+    "CUDAChecked",
+    "container triton (image nvcr.io/nvidia/tritonserver:24.05-py3) needs CUDA 12.4 (from the image's tag): "
+    "the eligible nodes' drivers support it (550.54.15 on 12 nodes)",
+)
+
+
+def _per_event_us(send: Callable[[JSON], object], count: int) -> float:
+    for _ in range(max(count // 10, 3)):
+        send(event_body(POD, "default", "triton-7c9f5d8b6d-x2x8k", EVENT, "bench"))
+    began = time.thread_time()
+    for _ in range(count):
+        send(event_body(POD, "default", "triton-7c9f5d8b6d-x2x8k", EVENT, "bench"))
+    return (time.thread_time() - began) / count * 1e6
+
+
+def _devnull_logger() -> logging.Logger:
+    logger = logging.getLogger("gpu_admission.bench.events")
+    if not logger.handlers:
+        logger.addHandler(logging.FileHandler(os.devnull))
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return logger
+
+
+def event_costs(count: int = 200) -> list[tuple[str, float]]:
+    """(sink, microseconds of the sending thread's CPU per Event), building the Event body included."""
+    api = KubeAPI().start()
+    try:
+        configuration = client.Configuration(host=api.url, api_key={"authorization": "test-token"})
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+        api_client = client.ApiClient(configuration)
+        generated = client.CoreV1Api(api_client)
+        return [
+            (
+                "the webhook's ApiSink (the client's param_serialize and call_api)",
+                _per_event_us(ApiSink(api_client).send, count),
+            ),
+            (
+                "the generated CoreV1Api.create_namespaced_event (before; pydantic models both ways)",
+                # the client's models accept the plain dict (pydantic validates it into a CoreV1Event)
+                _per_event_us(lambda body: generated.create_namespaced_event("default", body), count),  # type: ignore[arg-type]
+            ),
+            ("LogSink (the bench's servers; a JSON log line)", _per_event_us(LogSink(_devnull_logger()).send, count)),
+        ]
+    finally:
+        api.stop()
