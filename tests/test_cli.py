@@ -121,3 +121,12 @@ def test_pools_table_names_every_pool() -> None:
     assert run.returncode == 0
     for name in ("a100-spot", "h100-mixed", "inference", "h200-spot"):
         assert name in run.stdout
+
+
+@pytest.mark.parametrize(("flags", "workers", "threads"), [([], 2, 4), (["--workers", "3", "--threads", "1"], 3, 1)])
+def test_serve_takes_workers_and_threads(flags: list[str], workers: int, threads: int) -> None:
+    from webhook.cli import build_parser
+    from webhook.server import ServeOptions
+
+    options = ServeOptions.from_args(build_parser().parse_args(["serve", *flags]))
+    assert (options.workers, options.threads) == (workers, threads)

@@ -286,3 +286,51 @@ def test_certificate_files_replaced_under_load(tmp_path: Path) -> None:
     assert len(settled) >= 5, "too few handshakes after the swap to judge"
     assert set(settled) == {new_serial}, "new handshakes must present the new certificate within ~2 s"
     assert kept_alive[0] > 10
+
+
+def _closed_by_server(sock: socket.socket, within: float) -> bool:
+    """True when the server closes ``sock`` within ``within`` seconds (EOF or reset), False if it is still open."""
+    sock.settimeout(within)
+    try:
+        return sock.recv(1024) == b""
+    except (ConnectionResetError, ssl.SSLError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_clients_that_stall_hold_no_review_up_and_are_disconnected(tmp_path: Path) -> None:
+    """One worker, whose request threads take turns: a client that connects and sends nothing, one that stops
+    halfway through the TLS handshake, one that completes it and sends no request (as Go's HTTP client does with a
+    connection it dialled for a request that another connection took), and one that stops halfway through a
+    request. A review sent behind them is answered at once, by another thread; the server closes each of the
+    three that went quiet after IO_TIMEOUT_S (gunicorn alone would wait for ever) and logs it in one line."""
+    from webhook.workers import IO_TIMEOUT_S
+
+    with serve(tmp_path, nodes=NODES, workers=1) as server:
+        context = ssl.create_default_context(cafile=str(server.ca))
+
+        def tls() -> ssl.SSLSocket:
+            raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            return context.wrap_socket(raw, server_hostname=SERVER_NAME)
+
+        idle = socket.create_connection(("127.0.0.1", server.port))
+        half_hello = socket.create_connection(("127.0.0.1", server.port))
+        half_hello.sendall(bytes.fromhex("160301020001"))  # a ClientHello's record header and a byte of it
+        no_request = tls()
+        half_request = tls()
+        half_request.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+        time.sleep(0.3)
+        for _ in range(3):
+            started = time.monotonic()
+            client = server.client(timeout=4 * IO_TIMEOUT_S)
+            status, body = client.post("/mutate", json.loads(light_review()))
+            waited = time.monotonic() - started
+            client.close()
+            assert status == 200 and body["response"]["allowed"] is True
+            assert waited < 1.0, f"the review waited {waited:.1f} s behind the stalled clients"
+        for stalled in (half_hello, no_request, half_request):
+            assert _closed_by_server(stalled, IO_TIMEOUT_S + 2)
+        idle.close()
+        assert server.output().count(f"silent for {IO_TIMEOUT_S:g} s") == 3
+        assert "Traceback" not in server.output()

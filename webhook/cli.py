@@ -152,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8443)
     serve.add_argument("--metrics-port", type=int, default=9090)
     serve.add_argument("--workers", type=int, default=2)
+    serve.add_argument("--threads", type=int, help="request threads per worker, taking turns (default 4)")
     serve.add_argument("--host", default="0.0.0.0")
     serve.set_defaults(func=cmd_serve)
 

@@ -3,6 +3,9 @@
 Each worker builds its own app and cluster source after the fork (threads do not survive a fork), so a live node
 watch runs in every worker. The Prometheus metrics endpoint runs in the master and aggregates every worker's
 samples (prometheus_client multiprocess mode).
+
+A worker's request threads take turns (``webhook.workers``): one runs Python at a time and the others stand by for
+when it must wait for a client; a client silent for ``workers.IO_TIMEOUT_S`` is disconnected.
 """
 
 from __future__ import annotations
@@ -21,8 +24,24 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from webhook.cluster import ClusterSource
+from webhook.workers import TurnSSLSocket
 
 log = logging.getLogger("gpu_admission.server")
+
+THREADS = 4
+"""Request threads per worker (``--threads``): one runs at a time, the others stand by (``webhook.workers``)."""
+FIRST_BYTES_WAIT_S = 0.01
+"""How long a request thread waits for a new connection's first bytes before it hands the connection back to
+gunicorn's poller (gunicorn's own default is 5 s, and the thread holds the turn meanwhile)."""
+
+
+def _bound_first_bytes_wait() -> None:
+    """gunicorn's gthread worker (since 25) keeps a request thread for up to ``DEFAULT_WORKER_DATA_TIMEOUT`` while a
+    new connection has sent nothing; shortened to FIRST_BYTES_WAIT_S (older versions wait in the poller)."""
+    from gunicorn.workers import gthread
+
+    if hasattr(gthread, "DEFAULT_WORKER_DATA_TIMEOUT"):
+        gthread.DEFAULT_WORKER_DATA_TIMEOUT = FIRST_BYTES_WAIT_S
 
 
 def prepare_metrics_dir(prefix: str = "gpu-admission-metrics-") -> str:
@@ -41,20 +60,21 @@ class ServeOptions:
     port: int = 8443
     metrics_port: int = 9090
     workers: int = 2
-    threads: int = 4
+    threads: int = THREADS
     host: str = "0.0.0.0"
     graceful_timeout: int = 25
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeOptions:
         """From the flags ``gpu-admission serve`` (and the bench's baseline) take: --cert, --key, --port,
-        --metrics-port, --workers, --host."""
+        --metrics-port, --workers, --threads, --host."""
         return cls(
             cert=args.cert,
             key=args.key,
             port=args.port,
             metrics_port=args.metrics_port,
             workers=args.workers,
+            threads=args.threads or cls.threads,
             host=args.host,
         )
 
@@ -84,6 +104,7 @@ class ReloadingTLS:
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(certfile=self.cert, keyfile=self.key)
         context.set_alpn_protocols(["http/1.1"])
+        context.sslsocket_class = TurnSSLSocket
         return context
 
     def context(self) -> ssl.SSLContext:
@@ -119,6 +140,7 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
 
         o = self.options
         tls = self.tls
+        _bound_first_bytes_wait()
 
         def ssl_context(conf: Any, default: Any) -> ssl.SSLContext:
             return tls.context()
@@ -126,7 +148,12 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
         def when_ready(server: Any) -> None:
             audit.start_metrics_server(o.metrics_port, o.host)  # the same interface as the webhook itself
             log.info(
-                "serving on https://%s:%d with %d workers; metrics on :%d", o.host, o.port, o.workers, o.metrics_port
+                "serving on https://%s:%d with %d workers of %d threads; metrics on :%d",
+                o.host,
+                o.port,
+                o.workers,
+                o.threads,
+                o.metrics_port,
             )
 
         def child_exit(server: Any, worker: Any) -> None:
@@ -135,7 +162,7 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
         settings = {
             "bind": f"{o.host}:{o.port}",
             "workers": o.workers,
-            "worker_class": "gthread",
+            "worker_class": "webhook.workers.TurnWorker",
             "threads": o.threads,
             "keepalive": 75,  # longer than the apiserver's idle connection reuse, so it is the one that closes
             "timeout": 30,

@@ -46,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8444)
     parser.add_argument("--metrics-port", type=int, default=9091)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int)
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args(argv)
     prepare_metrics_dir("noop-metrics-")

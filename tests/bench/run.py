@@ -38,6 +38,7 @@ from tests.bench import nodes as node_lists
 from tests.bench import pods
 from tests.bench.events import event_costs
 from tests.serving import REPO, Server, issue_certs, serve, wait_ready
+from webhook.server import THREADS
 
 HERE = Path(__file__).resolve().parent
 LUA = HERE / "wrk" / "review.lua"
@@ -656,7 +657,8 @@ def markdown(r: Results) -> str:
     )
     add("")
     add(
-        f"Servers: {WORKERS} gunicorn gthread workers × 4 threads, TLS 1.2+, keep-alive, settings "
+        f"Servers: {WORKERS} gunicorn gthread worker(s) × {THREADS} request threads taking turns "
+        "(`webhook/workers.py`), TLS 1.2+, keep-alive, settings "
         f"`examples/config.yaml`. wrk: {plan.seconds} s per row, `--timeout 5s`, one AdmissionReview body per row."
     )
     add("")

@@ -1,0 +1,231 @@
+"""The request threads of a gunicorn worker: one runs Python at a time, the others stand by for when it must wait.
+
+A review is Python from end to end, so threads of one process never run two at once (the GIL). gunicorn's gthread
+pool hands every request to a thread of its own and lets them all run; they then fight over the GIL at every read
+and write, and that fight cost a worker more CPU than the review itself (``docs/benchmarks.md``, 14.). One thread
+would be fastest, but then a client that stops halfway (or opens a connection and sends nothing yet, as Go's
+HTTP client does when it dialled for a request that another connection took) would stop every review behind it.
+
+So the pool here (``TurnPool``) runs its jobs one at a time, in turn, on the thread that holds the turn: that
+thread takes the next job itself, as long as there is one, without waking another. Only when it must wait for a
+client (a read or a write that would block, in ``TurnSSLSocket``) does it give the turn up, and a thread standing
+by takes the queue on; the waiting one takes its turn back when its client is ready, and closes the connection
+when the client stays silent for ``IO_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import logging
+import select
+import ssl
+import threading
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any
+
+from gunicorn.workers.gthread import ThreadWorker
+
+log = logging.getLogger("gpu_admission.server")
+
+IO_TIMEOUT_S = 5.0
+"""The longest one read or write waits for a client (the TLS handshake included); then the connection is closed.
+kube-apiserver sends a review at once: only a client that stalled, or a connection opened for later, waits."""
+
+_Job = tuple[futures.Future[Any], Callable[..., Any], tuple[Any, ...]]
+
+
+class TurnPool(futures.Executor):
+    """An executor for gunicorn's gthread worker (``submit`` and ``shutdown`` are what it uses)."""
+
+    def __init__(self, max_workers: int) -> None:
+        self.max_workers = max(1, max_workers)
+        self.turn = threading.Lock()
+        """Held by the thread that runs Python for a request."""
+        self._lock = threading.Lock()
+        """Guards what follows."""
+        self._backlog: collections.deque[_Job] = collections.deque()
+        self._idle: list[threading.Semaphore] = []  # threads standing by; the last one to stop is woken first
+        self._threads = 0
+        self._engaged = 0
+        """Threads that hold the turn or wait for it (not those waiting for a client): they take the backlog on."""
+        self._shutdown = False
+        self._local = threading.local()
+
+    # -- gunicorn's side ----------------------------------------------------------------------------------------------
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
+        future: futures.Future[Any] = futures.Future()
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new work after shutdown")
+            self._backlog.append((future, fn, args))
+            if self._engaged == 0:
+                self._engage()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._shutdown = True
+            if cancel_futures:
+                while self._backlog:
+                    self._backlog.popleft()[0].cancel()
+            idle, self._idle = self._idle, []
+        for wake in idle:
+            wake.release()
+
+    # -- the threads ------------------------------------------------------------------------------------------------
+    def _engage(self) -> None:
+        """Get a thread to take the backlog on: the one that stood by last, else a new one (under ``_lock``)."""
+        if self._idle:
+            self._engaged += 1
+            self._idle.pop().release()
+        elif self._threads < self.max_workers:
+            self._engaged += 1
+            self._threads += 1
+            threading.Thread(target=self._run, name=f"gpu-admission-request-{self._threads}", daemon=True).start()
+        # else every thread waits for a client: the first one back takes the backlog on
+
+    def _run(self) -> None:
+        self._local.wake = wake = threading.Semaphore(0)
+        while True:
+            with self.turn:
+                self._local.turn = True
+                while (job := self._next_job()) is not None:
+                    future, fn, args = job
+                    if future.set_running_or_notify_cancel():
+                        try:
+                            future.set_result(fn(*args))
+                        except BaseException as err:  # the future carries it to gunicorn
+                            future.set_exception(err)
+                    del job, future, fn, args
+                self._local.turn = False
+            if self._local.leave:
+                return
+            wake.acquire()
+
+    def _next_job(self) -> _Job | None:
+        """The next job for the thread that holds the turn, while it is the only one engaged; else None, and this
+        thread stands by (or leaves, after shutdown)."""
+        with self._lock:
+            if self._backlog and self._engaged == 1:
+                return self._backlog.popleft()
+            self._engaged -= 1  # the backlog is empty, or another thread is engaged and takes it on
+            self._local.leave = self._shutdown
+            if self._shutdown:
+                self._threads -= 1
+            else:
+                self._idle.append(self._local.wake)
+            return None
+
+    def wait_for_client(self, sock: Any, write: bool) -> None:
+        """Wait until ``sock`` can be read (or written), the turn given up meanwhile; TimeoutError after
+        IO_TIMEOUT_S. A thread that holds no turn of this pool just waits."""
+        holds = getattr(self._local, "turn", False)
+        if holds:
+            self._local.turn = False
+            with self._lock:
+                self._engaged -= 1
+                if self._backlog and self._engaged == 0:
+                    self._engage()
+            self.turn.release()
+        try:
+            _ready_or_timeout(sock, write)
+        finally:
+            if holds:
+                with self._lock:
+                    self._engaged += 1
+                self.turn.acquire()
+                self._local.turn = True
+
+
+class ClientSilent(ConnectionResetError):
+    """A client that sent (or read) nothing for IO_TIMEOUT_S. A reset to gunicorn, which then closes the connection
+    without a traceback; the warning is logged here, once."""
+
+
+def _ready_or_timeout(sock: Any, write: bool) -> None:
+    readable, writable, _ = select.select([] if write else [sock], [sock] if write else [], [], IO_TIMEOUT_S)
+    if not (readable or writable):
+        try:
+            peer = ":".join(map(str, sock.getpeername()[:2])) or "a client"
+        except OSError:
+            peer = "a client"
+        log.warning("closing the connection of %s: silent for %g s", peer, IO_TIMEOUT_S)
+        raise ClientSilent(errno.ECONNRESET, f"the client was silent for {IO_TIMEOUT_S:g} s")
+
+
+_POOL: TurnPool | None = None
+"""The pool of this process's worker (one gunicorn worker per process)."""
+
+
+def _wait_for_client(sock: Any, write: bool) -> None:
+    if _POOL is not None:
+        _POOL.wait_for_client(sock, write)
+    else:
+        _ready_or_timeout(sock, write)
+
+
+class TurnSSLSocket(ssl.SSLSocket):
+    """The SSL context's ``sslsocket_class``. gunicorn reads and writes a client's connection in blocking mode,
+    with no timeout; here each of those waits goes through the pool (the turn given up meanwhile) and ends after
+    IO_TIMEOUT_S. The socket itself is non-blocking underneath, so no call can block with the turn held."""
+
+    def setblocking(self, flag: bool) -> None:
+        super().setblocking(False)
+        self._blocking = flag
+
+    def _blocks(self) -> bool:
+        return getattr(self, "_blocking", True)
+
+    def do_handshake(self, block: bool = False) -> None:
+        super().setblocking(False)
+        while True:
+            try:
+                super().do_handshake()
+                return
+            except ssl.SSLWantReadError:
+                _wait_for_client(self, write=False)
+            except ssl.SSLWantWriteError:
+                _wait_for_client(self, write=True)
+
+    def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
+        while True:
+            try:
+                return super().recv(buflen, flags)
+            except (ssl.SSLWantReadError, BlockingIOError):
+                if not self._blocks():
+                    raise
+                _wait_for_client(self, write=False)
+
+    def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
+        while True:
+            try:
+                return super().recv_into(buffer, nbytes or 0, flags)
+            except (ssl.SSLWantReadError, BlockingIOError):
+                if not self._blocks():
+                    raise
+                _wait_for_client(self, write=False)
+
+    def send(self, data: Any, flags: int = 0) -> int:
+        while True:
+            try:
+                return super().send(data, flags)
+            except (ssl.SSLWantWriteError, BlockingIOError):
+                if not self._blocks():
+                    raise
+                _wait_for_client(self, write=True)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        view = memoryview(data).cast("B")
+        while view:
+            view = view[self.send(view, flags) :]
+
+
+class TurnWorker(ThreadWorker):  # type: ignore[misc]
+    """gunicorn's gthread worker with the pool above (``worker_class`` in ``webhook.server``)."""
+
+    def get_thread_pool(self) -> TurnPool:
+        global _POOL
+        _POOL = TurnPool(self.cfg.threads)
+        return _POOL
