@@ -16,6 +16,7 @@ from webhook.app import create_app
 from webhook.audit import DecisionLog, Reporter, build_recorder, decision_line, denial_actions, valid_audit_key
 from webhook.cluster import StaticCluster, build_view
 from webhook.config import AuditSettings, CudaSettings, Settings
+from webhook.events import EventQueue
 from webhook.metrics import Metrics
 from webhook.model import Context, Outcome
 
@@ -249,4 +250,4 @@ def test_build_recorder_chooses_the_sink(
 
         kw["api_client"] = config.new_client_from_config(config_file=api.kubeconfig(str(tmp_path / "kc")))  # type: ignore[no-untyped-call]
     recorder = build_recorder(settings, cluster_of(settings), **kw)
-    assert (recorder.events.sink.name if recorder.events else None) == expected
+    assert (recorder.events.sink.name if isinstance(recorder.events, EventQueue) else None) == expected

@@ -20,6 +20,7 @@ from webhook.app import create_app
 from webhook.audit import build_recorder
 from webhook.cluster import DECISIONS_SIZE, Memo, StaticCluster, build_view
 from webhook.config import CudaSettings, Settings
+from webhook.events import EventQueue
 from webhook.model import Context
 
 OLD_GPU = {"nvidia.com/cuda.driver-version.full": "535.104.05", "nvidia.com/cuda.runtime-version.minor": "2"}
@@ -288,7 +289,7 @@ def test_each_replica_still_gets_its_own_event() -> None:
     for n in (1, 2, 3):
         pod = replica(stored_pod(), n)
         assert client.post("/validate", json=review(pod)).get_json()["response"]["allowed"]
-    assert recorder.events is not None and recorder.events.drain()
+    assert isinstance(recorder.events, EventQueue) and recorder.events.drain()
     names = [body["involvedObject"]["name"] for body in sink.bodies]
     uids = {body["involvedObject"]["uid"] for body in sink.bodies}
     assert sorted(set(names)) == ["trainer-7d9f-00001", "trainer-7d9f-00002", "trainer-7d9f-00003"]

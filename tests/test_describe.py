@@ -25,6 +25,7 @@ from webhook.app import create_app
 from webhook.audit import build_recorder
 from webhook.cluster import StaticCluster, build_view
 from webhook.config import CudaSettings, Settings
+from webhook.events import EventQueue
 
 KUBECTL = REPO / ".tools" / "kubectl"
 SPOT_TAINT = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
@@ -60,7 +61,7 @@ def admit(api: KubeAPI, kubeconfig: str, settings: Settings, pod: dict[str, Any]
         obj["metadata"]["name"] = obj["metadata"]["generateName"] + "x7k2p"  # the apiserver names it
     stored = api.put("v1", "pods", obj)  # and gives it a uid
     answer = client.post("/validate", json=review(stored, name=stored["metadata"]["name"])).get_json()["response"]
-    assert recorder.events is not None and recorder.events.drain(10)
+    assert isinstance(recorder.events, EventQueue) and recorder.events.drain(10)
     assert recorder.events.failed == 0
     return stored, answer
 
@@ -125,7 +126,7 @@ def test_describe_shows_no_webhook_events_after_a_dry_run(kubeapi: KubeAPI, tmp_
     client = create_app(settings, cluster=cluster, recorder=recorder).test_client()
     stored = kubeapi.put("v1", "pods", gpu_pod())
     assert client.post("/validate", json=review(stored, name="trainer", dry_run=True)).status_code == 200
-    assert recorder.events is not None and recorder.events.drain(10)
+    assert isinstance(recorder.events, EventQueue) and recorder.events.drain(10)
     assert kubeapi.list("v1", "events", "default") == []
     assert re.search(r"^Events:\s+<none>$", describe(kubeconfig, "trainer"), re.M)
     # the same request for real does leave its Event

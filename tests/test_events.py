@@ -3,7 +3,11 @@ through the real ``kubernetes`` client against tests/kubeapi.py."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import select
+import signal
 import threading
 import time
 from typing import Any
@@ -19,7 +23,17 @@ from webhook.app import create_app
 from webhook.audit import Reporter, build_recorder
 from webhook.cluster import StaticCluster, build_view
 from webhook.config import AuditSettings, CudaSettings, Settings
-from webhook.events import COMPONENT, ApiSink, EventQueue, LogSink, event_body, events_for
+from webhook.events import (
+    COMPONENT,
+    SHORT_MESSAGE,
+    ApiSink,
+    EventPipe,
+    EventQueue,
+    LogSink,
+    event_body,
+    events_for,
+    run_relay,
+)
 from webhook.model import Context, Event, Outcome
 from webhook.pipeline import Result
 
@@ -173,7 +187,7 @@ def test_events_only_from_validate_and_never_on_dry_run(dry_run: bool, endpoint:
     app, recorder = app_with(sink)
     response = app.test_client().post(endpoint, json=review(stored_pod(), dry_run=dry_run, name="trainer"))
     assert response.status_code == 200
-    assert recorder.events is not None
+    assert isinstance(recorder.events, EventQueue)
     assert recorder.events.drain(5)
     assert {b["reason"] for b in sink.bodies} == expected
     assert recorder.events.sent == len(expected)
@@ -186,7 +200,7 @@ def test_warn_mode_incompatible_cuda_is_a_warning_event() -> None:
     pod = stored_pod(image="nvidia/cuda:12.8.0-base-ubuntu22.04")
     answer = app.test_client().post("/validate", json=review(pod, name="trainer")).get_json()["response"]
     assert answer["allowed"] is True
-    assert recorder.events is not None and recorder.events.drain(5)
+    assert isinstance(recorder.events, EventQueue) and recorder.events.drain(5)
     warnings = [b for b in sink.bodies if b["type"] == "Warning"]
     assert [b["reason"] for b in warnings] == ["CUDAIncompatible"]
     assert "12.8" in warnings[0]["message"]
@@ -231,7 +245,7 @@ def test_full_queue_never_blocks_a_request_and_shows_in_metrics() -> None:
         slowest = max(slowest, time.monotonic() - started)
         sink.started.wait(5)
     assert slowest < 1.0
-    assert recorder.events is not None
+    assert isinstance(recorder.events, EventQueue)
     assert recorder.events.dropped == 10  # 12 Events (2 per request): one being sent, one queued, the rest dropped
     text = recorder.metrics.text()
     assert f'gpu_admission_events_total{{result="dropped"}} {float(recorder.events.dropped)}' in text
@@ -298,7 +312,7 @@ def test_events_reach_the_api_server(kubeapi: KubeAPI, tmp_path: Any) -> None:
     settings = Settings()
     cluster = spot_cluster(settings)
     recorder = build_recorder(settings, cluster, api_client=api_client(kubeapi, tmp_path))
-    assert recorder.events is not None and recorder.events.sink.name == "api"
+    assert isinstance(recorder.events, EventQueue) and recorder.events.sink.name == "api"
     app = create_app(settings, cluster=cluster, recorder=recorder)
     pod = kubeapi.put("v1", "pods", stored_pod())
     assert app.test_client().post("/validate", json=review(pod, name="trainer")).status_code == 200
@@ -366,3 +380,85 @@ def test_every_event_reason_the_policies_emit_is_documented() -> None:
     docs = (REPO / "docs" / "observability.md").read_text()
     missing = sorted(r for r in emitted if f"| `{r}` |" not in docs)
     assert missing == [], f"document these Event reasons in docs/observability.md: {missing}"
+
+
+# -- the relay: workers' pipe to one process that sends ---------------------------------------------------------------
+def test_a_worker_writes_each_event_as_one_json_line() -> None:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    pipe = EventPipe(write_fd)
+    body = event_body(stored_pod(), "default", "trainer", CHECKED, "i")
+    assert pipe.submit(body) and pipe.submit(body)
+    lines = os.read(read_fd, 1 << 16).split(b"\n")
+    assert [json.loads(line) for line in lines[:2]] == [body, body] and lines[2] == b""
+    os.close(read_fd)
+    os.close(write_fd)
+
+
+def test_an_event_too_long_for_one_pipe_write_goes_with_its_message_cut() -> None:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    body = event_body(stored_pod(), "default", "trainer", Event("CUDAChecked", "é" * 1000), "i")
+    assert len(json.dumps(body)) > select.PIPE_BUF
+    assert EventPipe(write_fd).submit(body)
+    sent = json.loads(os.read(read_fd, 1 << 16))
+    assert sent["message"] == "é" * SHORT_MESSAGE and sent["reason"] == "CUDAChecked"
+    os.close(read_fd)
+    os.close(write_fd)
+
+
+def test_a_full_pipe_drops_and_counts_and_never_blocks() -> None:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    counted: list[str] = []
+    pipe = EventPipe(write_fd, counted=counted.append)
+    body = event_body(stored_pod(), "default", "trainer", CHECKED, "i")
+    started = time.monotonic()
+    results = [pipe.submit(body) for _ in range(2000)]  # far more than a 64 kB pipe holds
+    assert time.monotonic() - started < 2
+    assert True in results and False in results
+    assert pipe.dropped == results.count(False) == counted.count("dropped")
+    os.close(read_fd)
+    assert not pipe.submit(body), "the relay gone (EPIPE) is a drop too"
+    os.close(write_fd)
+
+
+def test_the_relay_sends_every_workers_lines_then_ends_when_the_last_writer_closes() -> None:
+    read_fd, write_fd = os.pipe()
+    sink = Recording()
+    queue = EventQueue(sink)
+    relay = threading.Thread(target=run_relay, args=(read_fd, queue))
+    relay.start()
+    workers = [EventPipe(write_fd), EventPipe(write_fd)]
+    for n in range(50):
+        workers[n % 2].submit(event_body(stored_pod(), "default", f"pod-{n}", CHECKED, "i"))
+    os.write(write_fd, b"not json\n")
+    os.close(write_fd)
+    relay.join(10)
+    assert not relay.is_alive()
+    assert sorted(int(b["involvedObject"]["name"].split("-")[1]) for b in sink.bodies) == list(range(50))
+    assert queue.sent == 50
+
+
+def test_events_written_before_the_server_stops_are_still_sent(tmp_path: Any) -> None:
+    """``gpu-admission serve``: the Events of requests answered just before SIGTERM reach the sink (the log here)
+    from the relay, after the worker that wrote them has stopped."""
+    from tests.serving import serve
+
+    pod = {**stored_pod(), "metadata": {**stored_pod()["metadata"], "uid": "u-1"}}
+    with serve(tmp_path, workers=1) as server:
+        client = server.client()
+        for n in range(20):
+            pod["metadata"]["name"] = f"relay-{n}"
+            status, _ = client.post("/validate", review(pod, name=f"relay-{n}"))
+            assert status == 200
+        client.close()
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(30) == 0
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        names = set(re.findall(r'"event":"CUDAChecked".*?"object":"Pod/default/(relay-\d+)"', server.output()))
+        if len(names) == 20:
+            break
+        time.sleep(0.2)
+    assert len(names) == 20

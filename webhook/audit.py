@@ -15,13 +15,23 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
 from webhook import metrics as _metrics
 from webhook.admission import ReviewRequest
 from webhook.cluster import ClusterSource
 from webhook.config import Settings
-from webhook.events import ApiSink, EventQueue, EventSink, LogSink, api_client_from_environment, events_for
+from webhook.events import (
+    ApiSink,
+    EventPipe,
+    EventQueue,
+    EventSink,
+    LogSink,
+    api_client_from_environment,
+    events_for,
+    start_relay,
+)
 from webhook.events import instance_name as _instance_name
 from webhook.metrics import Metrics
 from webhook.model import as_dict, as_str
@@ -150,7 +160,7 @@ class Reporter:
         self,
         decisions: DecisionLog,
         metrics: Metrics,
-        events: EventQueue | None = None,
+        events: EventQueue | EventPipe | None = None,
         instance: str = "",
     ) -> None:
         self.decisions = decisions
@@ -199,6 +209,13 @@ class Reporter:
                 m.denial(endpoint, reason, action)
 
 
+def _sink(api_client: Any | None, discover: bool) -> EventSink:
+    """Where Events go: the API when a client is given, or ``discover`` finds credentials (in-cluster, else
+    kubeconfig); else the log."""
+    client = api_client if api_client is not None else (api_client_from_environment() if discover else None)
+    return ApiSink(client) if client is not None else LogSink()
+
+
 def build_recorder(
     settings: Settings,
     cluster: ClusterSource | None = None,
@@ -206,24 +223,46 @@ def build_recorder(
     discover: bool = False,
     sink: EventSink | None = None,
     stream: TextIO | None = None,
+    relay_fd: int | None = None,
 ) -> Reporter:
     """The one place that decides where Events go.
 
-    ``sink`` given: that one (tests). Else ``api_client`` given, or ``discover`` and credentials found (in-cluster,
-    else kubeconfig): the API. Else the log. ``settings.audit.events: false``: no Events at all. Build it in the
-    worker (gunicorn's app factory runs after the fork); nothing here starts a thread before it is needed.
+    ``relay_fd`` given (``gpu-admission serve``): to the relay process, through its pipe (``start_event_relay``
+    chose the sink). Else ``sink`` given: that one (tests). Else as ``_sink`` says, from a queue in this process.
+    ``settings.audit.events: false``: no Events at all. Build it in the worker (gunicorn's app factory runs after
+    the fork); nothing here starts a thread before it is needed.
     """
     metrics = Metrics(cluster)
-    queue: EventQueue | None = None
+    events: EventQueue | EventPipe | None = None
     if settings.audit.events:
-        if sink is None:
-            client = api_client if api_client is not None else (api_client_from_environment() if discover else None)
-            sink = ApiSink(client) if client is not None else LogSink()
-        queue = EventQueue(sink, settings.audit.event_queue_size, counted=metrics.event)
-    reporter = Reporter(DecisionLog(settings, stream), metrics, queue)
+        if relay_fd is not None:
+            events = EventPipe(relay_fd, counted=metrics.event)
+        else:
+            events = EventQueue(sink or _sink(api_client, discover), settings.audit.event_queue_size, metrics.event)
+    reporter = Reporter(DecisionLog(settings, stream), metrics, events)
     if metrics.multiprocess:
         reporter.start()
     return reporter
+
+
+def start_event_relay(settings: Settings, discover: bool) -> int | None:
+    """Fork the Events relay (``events.start_relay``) for ``gpu-admission serve``; the write end of its pipe, or
+    None when Events are off. The sink is chosen, and the Events counted, in the relay (``_sink``)."""
+    if not settings.audit.events:
+        return None
+
+    def queue() -> EventQueue:
+        count: list[Callable[[str], None]] = []
+
+        def counted(result: str) -> None:
+            # made at the first Event, after the master has cleared the metrics directory of the last run's files
+            if not count:
+                count.append(_metrics.event_counter())
+            count[0](result)
+
+        return EventQueue(_sink(None, discover), settings.audit.event_queue_size, counted)
+
+    return start_relay(queue)
 
 
 def start_metrics_server(port: int, addr: str = "0.0.0.0") -> None:

@@ -61,7 +61,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     prepare_metrics_dir()  # before the app (and prometheus_client) is imported
     from webhook.app import create_app
-    from webhook.audit import build_recorder
+    from webhook.audit import build_recorder, start_event_relay
 
     settings = _settings(args.config)
     # A node file is read once, here, before the fork: every worker inherits the view (and fails early, not each).
@@ -70,11 +70,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not Path(path).is_file():
             raise InputError(f"{path}: certificate or key file not found (make one: gpu-admission certs issue)")
     options = ServeOptions.from_args(args)
+    # --nodes (make run): no cluster, Events go to the log; else credentials decide (in-cluster, kubeconfig).
+    relay_fd = start_event_relay(settings, discover=not args.nodes)
 
     def factory() -> tuple[Any, ClusterSource]:
         cluster = cluster_source(settings, nodes)
-        # --nodes (make run): no cluster, Events go to the log; else credentials decide (in-cluster, kubeconfig).
-        recorder = build_recorder(settings, cluster, discover=not args.nodes)
+        recorder = build_recorder(settings, cluster, relay_fd=relay_fd)
         return create_app(settings, cluster=cluster, recorder=recorder), cluster
 
     # What the master holds now is shared with the workers page by page: keep the collector from touching it.

@@ -4,10 +4,14 @@ Only the validating side creates them: there, on CREATE, the apiserver has gener
 ``metadata.uid`` (``kubectl describe`` finds a pod's Events by name, namespace, kind and uid). Nothing is written on a
 dryRun request (the webhook declares ``sideEffects: NoneOnDryRun``).
 
-Sending is off the request path: the request puts a ready Event body on a bounded queue and returns; one daemon
-thread per worker, started on first use (after gunicorn's fork), hands bodies to a sink. A full queue drops the
-Event and counts it; it never blocks a request. Sinks: the API (core v1 Events through the ``kubernetes`` client;
-RBAC: ``events`` ``create`` and ``patch``) or the log (development, no cluster access).
+Sending is off the request path. Under ``gpu-admission serve`` it is out of the worker too: a review writes its
+Events as lines to a pipe (``EventPipe``) and returns, and one relay process, forked before gunicorn starts, reads
+the lines of every worker and sends them (``run_relay``): no thread of a worker wakes for an Event or takes the
+worker's interpreter lock for it (an Event sent to the API costs more CPU than the review: ``docs/benchmarks.md``,
+15.), and the Events a stopping worker has written still go out. In one process (tests, the Flask test client)
+the request puts the body on a bounded queue whose daemon thread sends it (``EventQueue``). A full pipe or queue
+drops the Event and counts it; it never blocks a request. Sinks: the API (core v1 Events through the
+``kubernetes`` client; RBAC: ``events`` ``create`` and ``patch``) or the log (development, no cluster access).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import json
 import logging
 import os
 import queue
+import select
+import signal
 import socket
 import threading
 import time
@@ -285,6 +291,107 @@ class EventQueue:
                     return False
                 done.wait(left)
         return True
+
+
+_LINE = json.JSONEncoder(separators=(",", ":")).encode
+SHORT_MESSAGE = 200
+"""An Event's message is cut to this when its line would not fit in one atomic pipe write."""
+
+
+class EventPipe:
+    """A worker's end of the relay: one JSON line per Event, written to the pipe that ``run_relay`` reads.
+
+    A line of at most ``select.PIPE_BUF`` bytes is written whole or not at all, so the lines of several workers never
+    interleave; a longer one is sent with its message cut. The pipe does not block: when it is full (the relay is
+    behind by a megabyte of Events) the Event is dropped and counted."""
+
+    def __init__(self, fd: int, counted: Callable[[str], None] | None = None) -> None:
+        self.fd = fd
+        self.counted = counted or (lambda result: None)
+        self.dropped = 0
+
+    def submit(self, body: JSON) -> bool:
+        line = _LINE(body).encode() + b"\n"
+        if len(line) > select.PIPE_BUF:
+            body = {**body, "message": as_str(body.get("message"))[:SHORT_MESSAGE]}
+            line = _LINE(body).encode() + b"\n"
+        try:
+            if len(line) > select.PIPE_BUF:
+                raise ValueError(f"an Event of {len(line)} bytes")
+            os.write(self.fd, line)
+            return True
+        except (OSError, ValueError) as err:  # full (BlockingIOError), the relay gone (EPIPE), too long
+            self.dropped += 1
+            self.counted("dropped")
+            if not isinstance(err, BlockingIOError):
+                log.warning("cannot hand an Event to the relay: %s", err)
+            return False
+
+
+RELAY_NAME = "gpu-adm-events"
+"""The relay's process name (``/proc/<pid>/comm``, ``ps -o comm``), apart from gunicorn's workers."""
+
+
+def _name_process(name: str) -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME (Linux)
+    except (OSError, AttributeError):
+        pass
+
+
+PIPE_BYTES = 1 << 20
+"""The relay pipe's buffer (Linux ``F_SETPIPE_SZ``; the kernel's default, 64 kB, elsewhere): over a thousand Events."""
+
+
+def start_relay(make_queue: Callable[[], EventQueue]) -> int:
+    """Fork the relay process and return the pipe's write end, for the workers (gunicorn forks them later: they
+    inherit it). Call it before any thread starts. The relay ends when every write end is closed (the master and
+    its workers gone), once what they wrote is sent; it ignores SIGINT and SIGTERM meanwhile."""
+    read_fd, write_fd = os.pipe()
+    try:
+        import fcntl
+
+        fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    except (ImportError, OSError):
+        pass
+    if os.fork() == 0:  # the relay
+        code = 1
+        try:
+            os.close(write_fd)
+            _name_process(RELAY_NAME)
+            log.info("Events relay started (pid %d)", os.getpid())
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            run_relay(read_fd, make_queue())
+            code = 0
+        except BaseException:
+            log.exception("the Events relay stopped")
+        finally:
+            os._exit(code)
+    os.close(read_fd)
+    os.set_blocking(write_fd, False)
+    return write_fd
+
+
+def run_relay(read_fd: int, events: EventQueue, drain_s: float = 10.0) -> None:
+    """Read Event lines from ``read_fd`` until every writer has closed it, hand each to ``events``, then give the
+    queue ``drain_s`` to send what is left."""
+    rest = b""
+    while chunk := os.read(read_fd, 1 << 16):
+        *lines, rest = (rest + chunk).split(b"\n")
+        for line in lines:
+            try:
+                body = json.loads(line)
+            except ValueError:
+                log.warning("the Events relay skipped a line that is not JSON (%d bytes)", len(line))
+                continue
+            if isinstance(body, dict):
+                events.submit(body)
+    os.close(read_fd)
+    events.drain(drain_s)
 
 
 def _short_error(err: Exception) -> str:

@@ -77,6 +77,23 @@ class _SnapshotAge:
         return []
 
 
+def _events_counter(registry: CollectorRegistry) -> Counter:
+    return Counter(
+        "events",
+        "Events on objects, by result (sent, dropped: the queue was full, failed: the API refused or was away)",
+        ["result"],
+        namespace=NAMESPACE,
+        registry=registry,
+    )
+
+
+def event_counter() -> Callable[[str], None]:
+    """The Events counter alone, for the Events relay process (it holds no snapshot, so no gauges of its own)."""
+    _ensure_value_class()
+    counter = _events_counter(CollectorRegistry())
+    return lambda result: counter.labels(result).inc()
+
+
 class Metrics:
     """The webhook's metrics, in the app's own registry (and, in multiprocess mode, in the worker's files)."""
 
@@ -118,13 +135,7 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
-        self.events = Counter(
-            "events",
-            "Events on objects, by result (sent, dropped: the queue was full, failed: the API refused or was away)",
-            ["result"],
-            namespace=NAMESPACE,
-            registry=r,
-        )
+        self.events = _events_counter(r)
         self.nodes = Gauge(
             "cluster_nodes",
             "Nodes in the cluster snapshot (the largest count any live worker holds)",

@@ -38,6 +38,7 @@ from tests.bench import nodes as node_lists
 from tests.bench import pods
 from tests.bench.events import event_costs
 from tests.serving import REPO, Server, issue_certs, serve, wait_ready
+from webhook.events import RELAY_NAME
 from webhook.server import THREADS
 
 HERE = Path(__file__).resolve().parent
@@ -181,15 +182,23 @@ class Answer:
 
 
 def children(pid: int) -> list[int]:
+    """The gunicorn workers of the master ``pid``: its children but the Events relay."""
     try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        kids = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
-        out = []
+        kids = []
         for stat in Path("/proc").glob("[0-9]*/stat"):
             with contextlib.suppress(OSError, ValueError, IndexError):
                 if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(stat.parent.name))
-        return out
+                    kids.append(int(stat.parent.name))
+    return [k for k in kids if _comm(k) != RELAY_NAME]
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def rss_mb(pid: int) -> float:
