@@ -173,3 +173,19 @@ def test_replicas_at_validate_are_pods_of_their_own_that_reuse_one_answer(tmp_pa
             time.sleep(0.2)
         # one per request (and per request still in flight when wrk stopped counting, one per connection at most)
         assert figures["requests"] <= len(names) <= figures["requests"] + 2
+
+
+def test_a_row_of_rounds_keeps_its_median_round_and_the_median_of_its_ratios() -> None:
+    def point(rps: float, p99: float, good: int, bad: int = 0) -> run.Point:
+        return run.Point(
+            "main", "webhook", 10, "small", "mutate", 4, 1, 2, requests=good + bad, rps=rps, p99=p99, good=good, bad=bad
+        )
+
+    reference = [point(1000, 4.0, 100), point(2000, 2.0, 200), point(1500, 3.0, 150)]
+    rounds = [point(900, 5.0, 90), point(1000, 3.0, 99, bad=1), point(1400, 3.3, 140)]  # ratios 0.9, 0.5, 0.93
+    row = run.merged(rounds, reference)
+    assert row.rps == 1000 and row.p99 == 3.0  # the round of median req/s
+    assert row.ratio == pytest.approx(0.9)  # the median of 0.9, 0.5 and 0.93
+    assert row.p99_ratio == pytest.approx(1.25)  # of 1.25, 1.5 and 1.1
+    assert (row.requests, row.good, row.bad, row.rounds_rps) == (330, 329, 1, [900, 1000, 1400])
+    assert row.answered == "**329/330**"

@@ -18,11 +18,13 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import dataclasses
 import http.client
 import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
@@ -74,10 +76,13 @@ class Plan:
     """Pods also sent as a new object on every request (no reused answer): the first replica's cost."""
     warmup_s: int
     quick: bool
+    rounds: int = 1
+    """Each group of rows (a pod's baseline, /mutate and /validate; a pod at each node count) is measured this many
+    times in turn, ``seconds`` a row each time: the machine's speed drifts, and a ratio is read within one round."""
 
 
 FULL = Plan(
-    seconds=5,
+    seconds=2,
     levels=((1, 1), (4, 1), (16, 2)),
     node_counts=(10, 1_000, 10_000),
     main_nodes=1_000,
@@ -90,6 +95,7 @@ FULL = Plan(
     distinct_pods=("small", "training", "fixture"),
     warmup_s=2,
     quick=False,
+    rounds=3,
 )
 QUICK = Plan(
     seconds=1,
@@ -135,6 +141,10 @@ class Point:
     status_errors: int = 0
     spread: str = ""
     """Established connections per gunicorn worker during the run (e.g. '4+0': all on one worker)."""
+    rounds_rps: list[float] = field(default_factory=list)
+    ratio: float | None = None
+    """req/s against the group's reference row (the baseline; the fewest nodes): the median of the rounds' ratios."""
+    p99_ratio: float | None = None
 
     @property
     def failed(self) -> int:
@@ -320,6 +330,22 @@ def wrk(
             figures: dict[str, Any] = json.loads(line[len("BENCH_JSON ") :])
             return figures
     raise RuntimeError(f"wrk printed no figures (exit {proc.returncode}):\n{stdout}\n{stderr}")
+
+
+def merged(points: Sequence[Point], reference: Sequence[Point]) -> Point:
+    """One row from its rounds: the figures of the round with the median req/s, the answers of all rounds added
+    up, and the ratios to the reference row as the median of the rounds' own ratios (each round measured the row
+    and its reference a few seconds apart)."""
+    ranked = sorted(points, key=lambda p: p.rps)
+    row = dataclasses.replace(ranked[len(ranked) // 2])
+    row.rounds_rps = [p.rps for p in points]
+    for name in ("requests", "good", "bad", "socket_errors", "status_errors"):
+        setattr(row, name, sum(getattr(p, name) for p in points))
+    row.bad_sample = next((p.bad_sample for p in points if p.bad_sample), "")
+    if all(q.rps and q.p99 for q in reference):
+        row.ratio = statistics.median(p.rps / q.rps for p, q in zip(points, reference, strict=True))
+        row.p99_ratio = statistics.median(p.p99 / q.p99 for p, q in zip(points, reference, strict=True))
+    return row
 
 
 def measure(point: Point, server: Server, bodies: Sequence[tuple[str, Path]]) -> Point:
@@ -511,37 +537,42 @@ def run(plan: Plan, tmp: Path) -> Results:
             for inst in (baseline, *servers.values()):
                 wrk(inst.base, [("/mutate", bodies.mutate("small"))], 4, 1, plan.warmup_s)
 
-        def point(section: str, inst: Instance, pod: str, endpoint: str, level: tuple[int, int]) -> None:
+        def one(section: str, inst: Instance, pod: str, endpoint: str, level: tuple[int, int]) -> Point:
             target = "baseline" if inst is baseline else "webhook"
             p = Point(section, target, inst.nodes, pod, endpoint, level[0], level[1], plan.seconds)
             body = bodies.mutate(pod) if inst is baseline else bodies.body(pod, endpoint, inst)
-            results.points.append(measure(p, inst.server, [(f"/{endpoint}", body)]))
+            return measure(p, inst.server, [(f"/{endpoint}", body)])
+
+        def group(section: str, rows: Sequence[tuple[Instance, str, str]], level: tuple[int, int]) -> None:
+            """Measure ``rows`` in ``plan.rounds`` rounds, each row once per round; the first row is the reference."""
+            runs: list[list[Point]] = [[] for _ in rows]
+            for _ in range(plan.rounds):
+                for i, (inst, pod, endpoint) in enumerate(rows):
+                    runs[i].append(one(section, inst, pod, endpoint, level))
+            results.points.extend(merged(points, runs[0]) for points in runs)
 
         print("per pod, per endpoint, per concurrency", flush=True)
         for level in plan.levels:
             for pod in plan.main_pods:
-                point("main", baseline, pod, "mutate", level)
-                for endpoint in ("mutate", "validate"):
-                    point("main", main, pod, endpoint, level)
+                group("main", [(baseline, pod, "mutate"), (main, pod, "mutate"), (main, pod, "validate")], level)
 
         print("scaling with nodes", flush=True)
         for pod in plan.scaling_pods:
             for endpoint in plan.scaling_endpoints:
-                for count in plan.node_counts:
-                    point("nodes", servers[count], pod, endpoint, plan.scaling_level)
+                group("nodes", [(servers[count], pod, endpoint) for count in plan.node_counts], plan.scaling_level)
 
         print("every request a new object", flush=True)
         for pod in plan.distinct_pods:
-            point("new", baseline, f"{pod}+new", "mutate", plan.scaling_level)
-            for endpoint in ("mutate", "validate"):
-                point("new", main, f"{pod}+new", endpoint, plan.scaling_level)
+            new = f"{pod}+new"
+            group(
+                "new", [(baseline, new, "mutate"), (main, new, "mutate"), (main, new, "validate")], plan.scaling_level
+            )
 
         print("scaling with containers", flush=True)
         for n in plan.containers:
             name = f"containers-{n}"
-            point("containers", baseline, name, "mutate", plan.scaling_level)
-            for endpoint in plan.container_endpoints:
-                point("containers", main, name, endpoint, plan.scaling_level)
+            rows = [(baseline, name, "mutate"), *((main, name, endpoint) for endpoint in plan.container_endpoints)]
+            group("containers", rows, plan.scaling_level)
 
         for inst in results.instances:
             inst.rss_after_mb = list(worker_rss(inst.server).values())
@@ -561,17 +592,14 @@ def _n(count: int) -> str:
     return f"{count:,}"
 
 
-def _ratio(value: float, base: float | None) -> str:
-    return f"{value / base:.2f}" if base else "-"
-
-
 def _row_against_baseline(r: Results, p: Point, label: str, connections: bool = False) -> str:
-    """A table row with req/s and p99 as ratios to the baseline row of the same section, pod and connections."""
+    """A table row with req/s and p99 as ratios to the baseline row of its group (``Point.ratio``)."""
     if p.target == "baseline":
         endpoint, rps, p99 = "no-op", "1", "1"
     else:
-        b = r.baseline(p.section, p.pod, p.connections)
-        endpoint, rps, p99 = f"/{p.endpoint}", _ratio(p.rps, b.rps if b else None), _ratio(p.p99, b.p99 if b else None)
+        endpoint = f"/{p.endpoint}"
+        rps = f"{p.ratio:.2f}" if p.ratio is not None else "-"
+        p99 = f"{p.p99_ratio:.2f}" if p.p99_ratio is not None else "-"
     conn = f" {p.connections} |" if connections else ""
     return (
         f"| {label} | {endpoint} |{conn} {p.spread} | {p.rps:,.0f} | {rps} | {p.p50:.2f} | {p.p90:.2f} | "
@@ -583,11 +611,13 @@ def _worst_ratio(r: Results, section: str) -> tuple[float, Point] | None:
     """The webhook row of ``section`` with the lowest req/s against its baseline row."""
     worst: tuple[float, Point] | None = None
     for p in r.points:
-        if p.section != section or p.target != "webhook":
-            continue
-        b = r.baseline(section, p.pod, p.connections)
-        if b and b.rps and (worst is None or p.rps / b.rps < worst[0]):
-            worst = (p.rps / b.rps, p)
+        if (
+            p.section == section
+            and p.target == "webhook"
+            and p.ratio is not None
+            and (worst is None or p.ratio < worst[0])
+        ):
+            worst = (p.ratio, p)
     return worst
 
 
@@ -620,10 +650,8 @@ def goals(r: Results) -> list[tuple[str, str, bool | None]]:
     low, high_count = min(plan.node_counts), max(plan.node_counts)
     ratios = []
     for p in r.points:
-        if p.section == "nodes" and p.nodes == high_count:
-            q = r.find("nodes", "webhook", nodes=low, pod=p.pod, endpoint=p.endpoint)
-            if q and p.rps:
-                ratios.append((q.rps / p.rps, p))
+        if p.section == "nodes" and p.nodes == high_count and p.ratio:
+            ratios.append((1 / p.ratio, p))
     if ratios:
         ratio, p = max(ratios, key=lambda x: x[0])
         out.append(
@@ -668,7 +696,11 @@ def markdown(r: Results) -> str:
     add(
         f"Servers: {WORKERS} gunicorn gthread worker(s) × {THREADS} request threads taking turns "
         "(`webhook/workers.py`), TLS 1.2+, keep-alive, settings "
-        f"`examples/config.yaml`. wrk: {plan.seconds} s per row, `--timeout 5s`, one AdmissionReview body per row."
+        f"`examples/config.yaml`. wrk: `--timeout 5s`, one AdmissionReview body per row, {plan.seconds} s a row in "
+        f"each of {plan.rounds} rounds: the rows of a group (a pod's baseline, /mutate and /validate; a pod at each "
+        "node count) take turns, round after round. A row shows the round of median req/s (its answers: all rounds "
+        "added up), and its ratios are the medians of the rounds' ratios to the group's first row, each measured a "
+        "few seconds apart: this machine's speed drifts by more than the differences measured."
     )
     add("")
     add("### Goals")
@@ -720,8 +752,7 @@ def markdown(r: Results) -> str:
     add("| pod | endpoint | nodes | per worker | req/s | p50 | p90 | p99 | max | cost vs " + _n(low) + " | good |")
     add("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for p in (p for p in r.points if p.section == "nodes"):
-        q = r.find("nodes", "webhook", nodes=low, pod=p.pod, endpoint=p.endpoint)
-        cost = _ratio(q.rps, p.rps) if q else "-"
+        cost = f"{1 / p.ratio:.2f}" if p.ratio else "-"
         add(
             f"| {p.pod} | /{p.endpoint} | {_n(p.nodes)} | {p.spread} | {p.rps:,.0f} | {p.p50:.2f} | {p.p90:.2f} | "
             f"{p.p99:.2f} | "
