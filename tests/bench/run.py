@@ -773,10 +773,10 @@ def markdown(r: Results) -> str:
     add("### Events: what one costs the worker")
     add("")
     add(
-        "Each GPU pod admitted at /validate gets an Event, sent by a thread of the worker that answered it, so its "
-        "CPU comes out of the same cores. The servers above log their Events; in a cluster they go to the API. "
-        "CPU of the sending thread per Event, body included (`tests/bench/events.py`: the real `kubernetes` client "
-        "over HTTP to `tests/kubeapi.py`, configured as in a cluster):"
+        "Each GPU pod admitted at /validate gets an Event. The worker writes it to a pipe; the Events relay process "
+        "sends it (`webhook/events.py`), on the same cores. The servers above log their Events; in a cluster they go "
+        "to the API. CPU of the sending thread per Event, body included (`tests/bench/events.py`: the real "
+        "`kubernetes` client over HTTP to `tests/kubeapi.py`, configured as in a cluster):"
     )
     add("")
     add("| sink | CPU per Event |")
