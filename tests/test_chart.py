@@ -470,7 +470,7 @@ def test_server_container(rendered):
     assert _arg(c["args"], "--cert") == "/tls/tls.crt" and _arg(c["args"], "--key") == "/tls/tls.key"
     assert _arg(c["args"], "--port") == "8443" and _arg(c["args"], "--metrics-port") == "9090"
     assert int(_arg(c["args"], "--workers")) >= 1
-    assert _arg(c["args"], "--threads") == "4"
+    assert _arg(c["args"], "--threads") == "16"
     assert _arg(c["args"], "--config") == "/etc/gpu-admission/config.yaml"
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"https": 8443, "metrics": 9090}

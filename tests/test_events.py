@@ -33,6 +33,7 @@ from webhook.events import (
     event_body,
     events_for,
     run_relay,
+    start_relay,
 )
 from webhook.model import Context, Event, Outcome
 from webhook.pipeline import Result
@@ -462,3 +463,41 @@ def test_events_written_before_the_server_stops_are_still_sent(tmp_path: Any) ->
             break
         time.sleep(0.2)
     assert len(names) == 20
+
+
+def test_a_relay_gone_is_logged_once_and_every_event_after_counted(caplog: pytest.LogCaptureFixture) -> None:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    os.close(read_fd)
+    counted: list[str] = []
+    pipe = EventPipe(write_fd, counted=counted.append)
+    body = event_body(stored_pod(), "default", "trainer", CHECKED, "i")
+    with caplog.at_level("ERROR", logger="gpu_admission.events"):
+        assert [pipe.submit(body) for _ in range(3)] == [False] * 3
+    assert counted == ["dropped"] * 3
+    assert len([r for r in caplog.records if "relay" in r.getMessage()]) == 1
+    os.close(write_fd)
+
+
+class FileSink:
+    """Appends each Event's name to a file (the relay is another process)."""
+
+    name = "file"
+
+    def __init__(self, path: Any) -> None:
+        self.path = path
+
+    def send(self, body: dict[str, Any]) -> None:
+        with open(self.path, "a") as f:
+            f.write(body["involvedObject"]["name"] + "\n")
+
+
+def test_the_relay_process_sends_what_was_written_before_the_master_finishes(tmp_path: Any) -> None:
+    out = tmp_path / "sent"
+    relay = start_relay(lambda: EventQueue(FileSink(out), linger=0.2))
+    assert relay.pid > 0 and relay.pid != os.getpid()
+    pipe = EventPipe(relay.fd)
+    for n in range(30):
+        assert pipe.submit(event_body(stored_pod(), "default", f"pod-{n}", CHECKED, "i"))
+    assert relay.finish(timeout=10), "the relay ended once the last write end was closed"
+    assert out.read_text().split() == [f"pod-{n}" for n in range(30)]

@@ -329,8 +329,25 @@ def test_clients_that_stall_hold_no_review_up_and_are_disconnected(tmp_path: Pat
             client.close()
             assert status == 200 and body["response"]["allowed"] is True
             assert waited < 1.0, f"the review waited {waited:.1f} s behind the stalled clients"
+        # while the server closes them (about IO_TIMEOUT_S after they went quiet), reviews keep their pace
+        steady, slowest, stop = server.client(timeout=4 * IO_TIMEOUT_S), [0.0], threading.Event()
+
+        def keep_reviewing() -> None:
+            while not stop.is_set():
+                began = time.monotonic()
+                assert steady.post("/mutate", json.loads(light_review()))[0] == 200
+                slowest[0] = max(slowest[0], time.monotonic() - began)
+                time.sleep(0.02)
+
+        reviewer = threading.Thread(target=keep_reviewing, daemon=True)
+        reviewer.start()
         for stalled in (half_hello, no_request, half_request):
             assert _closed_by_server(stalled, IO_TIMEOUT_S + 2)
+        time.sleep(0.5)
+        stop.set()
+        reviewer.join(10)
+        steady.close()
+        assert slowest[0] < 1.0, f"a review took {slowest[0]:.1f} s while the stalled clients were closed"
         idle.close()
         assert server.output().count(f"silent for {IO_TIMEOUT_S:g} s") == 3
         assert "Traceback" not in server.output()

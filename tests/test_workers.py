@@ -113,4 +113,53 @@ def test_after_shutdown_no_new_work_and_the_threads_leave() -> None:
     deadline = time.monotonic() + 5
     while pool._threads and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert pool._threads == 0
+    assert pool._threads == 0 and pool._engaged == 0
+
+
+def test_a_client_that_trickles_is_given_up_at_the_request_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workers, "IO_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(workers, "REQUEST_DEADLINE_S", 0.4)
+    pool = TurnPool(2)
+    server, client = socket.socketpair()
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(0.05):
+            try:
+                client.sendall(b"x")  # a byte at a time, never a pause as long as IO_TIMEOUT_S
+            except OSError:  # the pool shut the connection down
+                return
+
+    def read_forever() -> None:
+        while True:
+            pool.wait_for_client(server, write=False)
+            server.recv(1)
+
+    threading.Thread(target=trickle, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(ClientSilent, match=r"no whole request in 0\.4 s"):
+        pool.submit(read_forever).result(timeout=5)
+    assert 0.35 < time.monotonic() - started < 2
+    stop.set()
+    time.sleep(0.1)
+    pool.shutdown()
+    server.close()
+    client.close()
+
+
+def test_waits_on_descriptors_above_1023() -> None:
+    import fcntl
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    a, b = socket.socketpair()
+    high = socket.socket(fileno=fcntl.fcntl(a.fileno(), fcntl.F_DUPFD, 1100))
+    assert high.fileno() >= 1100
+    pool = TurnPool(1)
+    b.sendall(b"x")
+    assert pool.submit(pool.wait_for_client, high, False).result(timeout=5) is None
+    pool.shutdown()
+    for s in (high, a, b):
+        s.close()

@@ -28,6 +28,7 @@ from webhook.events import (
     EventQueue,
     EventSink,
     LogSink,
+    Relay,
     api_client_from_environment,
     events_for,
     start_relay,
@@ -245,9 +246,9 @@ def build_recorder(
     return reporter
 
 
-def start_event_relay(settings: Settings, discover: bool) -> int | None:
-    """Fork the Events relay (``events.start_relay``) for ``gpu-admission serve``; the write end of its pipe, or
-    None when Events are off. The sink is chosen, and the Events counted, in the relay (``_sink``)."""
+def start_event_relay(settings: Settings, discover: bool) -> Relay | None:
+    """Fork the Events relay (``events.start_relay``) for ``gpu-admission serve``; None when Events are off. The
+    sink is chosen, and the Events counted, in the relay (``_sink``)."""
     if not settings.audit.events:
         return None
 

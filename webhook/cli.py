@@ -71,17 +71,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise InputError(f"{path}: certificate or key file not found (make one: gpu-admission certs issue)")
     options = ServeOptions.from_args(args)
     # --nodes (make run): no cluster, Events go to the log; else credentials decide (in-cluster, kubeconfig).
-    relay_fd = start_event_relay(settings, discover=not args.nodes)
+    relay = start_event_relay(settings, discover=not args.nodes)
 
     def factory() -> tuple[Any, ClusterSource]:
         cluster = cluster_source(settings, nodes)
-        recorder = build_recorder(settings, cluster, relay_fd=relay_fd)
+        recorder = build_recorder(settings, cluster, relay_fd=relay.fd if relay else None)
         return create_app(settings, cluster=cluster, recorder=recorder), cluster
 
     # What the master holds now is shared with the workers page by page: keep the collector from touching it.
     gc.collect()
     gc.freeze()
-    GunicornServer(options, factory).run()
+    GunicornServer(options, factory, on_exit=relay.finish if relay else None).run()
     return 0
 
 
@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8443)
     serve.add_argument("--metrics-port", type=int, default=9090)
     serve.add_argument("--workers", type=int, default=2)
-    serve.add_argument("--threads", type=int, help="request threads per worker, taking turns (default 4)")
+    serve.add_argument("--threads", type=int, help="request threads per worker, taking turns (default 16)")
     serve.add_argument("--host", default="0.0.0.0")
     serve.set_defaults(func=cmd_serve)
 

@@ -16,6 +16,7 @@ drops the Event and counts it; it never blocks a request. Sinks: the API (core v
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -309,6 +311,7 @@ class EventPipe:
         self.fd = fd
         self.counted = counted or (lambda result: None)
         self.dropped = 0
+        self._told = False
 
     def submit(self, body: JSON) -> bool:
         line = _LINE(body).encode() + b"\n"
@@ -323,8 +326,9 @@ class EventPipe:
         except (OSError, ValueError) as err:  # full (BlockingIOError), the relay gone (EPIPE), too long
             self.dropped += 1
             self.counted("dropped")
-            if not isinstance(err, BlockingIOError):
-                log.warning("cannot hand an Event to the relay: %s", err)
+            if not isinstance(err, BlockingIOError) and not self._told:
+                self._told = True  # once per worker: the count goes on in gpu_admission_events_total{result="dropped"}
+                log.error("cannot hand Events to the relay (%s): they are dropped and counted from now on", err)
             return False
 
 
@@ -346,25 +350,47 @@ PIPE_BYTES = 1 << 20
 """The relay pipe's buffer (Linux ``F_SETPIPE_SZ``; the kernel's default, 64 kB, elsewhere): over a thousand Events."""
 
 
-def start_relay(make_queue: Callable[[], EventQueue]) -> int:
-    """Fork the relay process and return the pipe's write end, for the workers (gunicorn forks them later: they
-    inherit it). Call it before any thread starts. The relay ends when every write end is closed (the master and
-    its workers gone), once what they wrote is sent; it ignores SIGINT and SIGTERM meanwhile."""
+@dataclass
+class Relay:
+    """The relay process as the master sees it: the pipe's write end (for the workers) and the process."""
+
+    fd: int
+    pid: int
+
+    def finish(self, timeout: float = 5.0) -> bool:
+        """Close the master's write end and wait for the relay to send what is left and end (the master's last
+        act: as PID 1 in a container, everything left goes with it). False when it was still running."""
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if os.waitpid(self.pid, os.WNOHANG)[0]:
+                    return True
+            except ChildProcessError:  # reaped already (gunicorn reaps any child)
+                return True
+            time.sleep(0.05)
+        return False
+
+
+def start_relay(make_queue: Callable[[], EventQueue]) -> Relay:
+    """Fork the relay process; the workers inherit the pipe's write end (gunicorn forks them later). Call it before
+    any thread starts. The relay ends when every write end is closed (the master and its workers gone), once what
+    they wrote is sent; it ignores the signals that stop the master meanwhile."""
     read_fd, write_fd = os.pipe()
-    try:
+    with contextlib.suppress(ImportError, OSError):
         import fcntl
 
         fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
-    except (ImportError, OSError):
-        pass
-    if os.fork() == 0:  # the relay
+    pid = os.fork()
+    if pid == 0:  # the relay
         code = 1
         try:
             os.close(write_fd)
             _name_process(RELAY_NAME)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+                signal.signal(sig, signal.SIG_IGN)
             log.info("Events relay started (pid %d)", os.getpid())
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             run_relay(read_fd, make_queue())
             code = 0
         except BaseException:
@@ -373,10 +399,10 @@ def start_relay(make_queue: Callable[[], EventQueue]) -> int:
             os._exit(code)
     os.close(read_fd)
     os.set_blocking(write_fd, False)
-    return write_fd
+    return Relay(write_fd, pid)
 
 
-def run_relay(read_fd: int, events: EventQueue, drain_s: float = 10.0) -> None:
+def run_relay(read_fd: int, events: EventQueue, drain_s: float = 4.0) -> None:
     """Read Event lines from ``read_fd`` until every writer has closed it, hand each to ``events``, then give the
     queue ``drain_s`` to send what is left."""
     rest = b""

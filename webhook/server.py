@@ -28,8 +28,9 @@ from webhook.workers import TurnSSLSocket
 
 log = logging.getLogger("gpu_admission.server")
 
-THREADS = 4
-"""Request threads per worker (``--threads``): one runs at a time, the others stand by (``webhook.workers``)."""
+THREADS = 16
+"""Request threads per worker (``--threads``): one runs at a time, the others stand by for clients that stall
+(``webhook.workers``); a standby thread costs a stack, not CPU."""
 FIRST_BYTES_WAIT_S = 0.01
 """How long a request thread waits for a new connection's first bytes before it hands the connection back to
 gunicorn's poller (gunicorn's own default is 5 s, and the thread holds the turn meanwhile)."""
@@ -129,9 +130,16 @@ class ReloadingTLS:
 
 
 class GunicornServer(BaseApplication):  # type: ignore[misc]
-    def __init__(self, options: ServeOptions, app_factory: Callable[[], tuple[Any, ClusterSource]]) -> None:
+    def __init__(
+        self,
+        options: ServeOptions,
+        app_factory: Callable[[], tuple[Any, ClusterSource]],
+        on_exit: Callable[[], object] | None = None,
+    ) -> None:
         self.options = options
         self.app_factory = app_factory
+        self.on_exit = on_exit
+        """Run by the master last, once its workers are gone (the Events relay's finish)."""
         self.tls = ReloadingTLS(options.cert, options.key)
         super().__init__()
 
@@ -159,6 +167,10 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
         def child_exit(server: Any, worker: Any) -> None:
             audit.worker_exited(worker.pid)
 
+        def on_exit(server: Any) -> None:
+            if self.on_exit is not None:
+                self.on_exit()
+
         settings = {
             "bind": f"{o.host}:{o.port}",
             "workers": o.workers,
@@ -172,6 +184,7 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
             "ssl_context": ssl_context,
             "when_ready": when_ready,
             "child_exit": child_exit,
+            "on_exit": on_exit,
             "accesslog": None,
             "errorlog": "-",
             "loglevel": "info",

@@ -9,18 +9,22 @@ HTTP client does when it dialled for a request that another connection took) wou
 So the pool here (``TurnPool``) runs its jobs one at a time, in turn, on the thread that holds the turn: that
 thread takes the next job itself, as long as there is one, without waking another. Only when it must wait for a
 client (a read or a write that would block, in ``TurnSSLSocket``) does it give the turn up, and a thread standing
-by takes the queue on; the waiting one takes its turn back when its client is ready, and closes the connection
-when the client stays silent for ``IO_TIMEOUT_S``.
+by takes the queue on; the waiting one takes its turn back when its client is ready. A connection is closed when
+its client stays silent for ``IO_TIMEOUT_S``, or has not sent a whole request (TLS handshake included) within
+``REQUEST_DEADLINE_S``, so a client that trickles bytes cannot keep a thread either.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import logging
 import select
+import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from typing import Any
@@ -32,6 +36,9 @@ log = logging.getLogger("gpu_admission.server")
 IO_TIMEOUT_S = 5.0
 """The longest one read or write waits for a client (the TLS handshake included); then the connection is closed.
 kube-apiserver sends a review at once: only a client that stalled, or a connection opened for later, waits."""
+REQUEST_DEADLINE_S = 10.0
+"""The longest one request (a job: the TLS handshake of a new connection, the request, the answer) may wait for its
+client in all."""
 
 _Job = tuple[futures.Future[Any], Callable[..., Any], tuple[Any, ...]]
 
@@ -43,8 +50,8 @@ class TurnPool(futures.Executor):
         self.max_workers = max(1, max_workers)
         self.turn = threading.Lock()
         """Held by the thread that runs Python for a request."""
-        self._lock = threading.Lock()
-        """Guards what follows."""
+        self._lock = threading.RLock()
+        """Guards what follows (re-entrant: gunicorn calls ``shutdown`` from a signal handler)."""
         self._backlog: collections.deque[_Job] = collections.deque()
         self._idle: list[threading.Semaphore] = []  # threads standing by; the last one to stop is woken first
         self._threads = 0
@@ -71,6 +78,7 @@ class TurnPool(futures.Executor):
                 while self._backlog:
                     self._backlog.popleft()[0].cancel()
             idle, self._idle = self._idle, []
+            self._engaged += len(idle)  # each leaves through _next_job, which counts it out
         for wake in idle:
             wake.release()
 
@@ -93,6 +101,7 @@ class TurnPool(futures.Executor):
                 self._local.turn = True
                 while (job := self._next_job()) is not None:
                     future, fn, args = job
+                    self._local.deadline = time.monotonic() + REQUEST_DEADLINE_S
                     if future.set_running_or_notify_cancel():
                         try:
                             future.set_result(fn(*args))
@@ -130,7 +139,7 @@ class TurnPool(futures.Executor):
                     self._engage()
             self.turn.release()
         try:
-            _ready_or_timeout(sock, write)
+            _ready_or_timeout(sock, write, getattr(self._local, "deadline", None) if holds else None)
         finally:
             if holds:
                 with self._lock:
@@ -140,19 +149,27 @@ class TurnPool(futures.Executor):
 
 
 class ClientSilent(ConnectionResetError):
-    """A client that sent (or read) nothing for IO_TIMEOUT_S. A reset to gunicorn, which then closes the connection
-    without a traceback; the warning is logged here, once."""
+    """A client that sent (or read) nothing for IO_TIMEOUT_S, or no whole request within REQUEST_DEADLINE_S. A
+    reset to gunicorn, which then closes the connection without a traceback; the warning is logged here, once."""
 
 
-def _ready_or_timeout(sock: Any, write: bool) -> None:
-    readable, writable, _ = select.select([] if write else [sock], [sock] if write else [], [], IO_TIMEOUT_S)
-    if not (readable or writable):
-        try:
-            peer = ":".join(map(str, sock.getpeername()[:2])) or "a client"
-        except OSError:
-            peer = "a client"
-        log.warning("closing the connection of %s: silent for %g s", peer, IO_TIMEOUT_S)
-        raise ClientSilent(errno.ECONNRESET, f"the client was silent for {IO_TIMEOUT_S:g} s")
+def _ready_or_timeout(sock: Any, write: bool, deadline: float | None = None) -> None:
+    """Wait until ``sock`` is ready; ClientSilent (the connection shut down, so that gunicorn's graceful close does
+    not wait for the client either) after IO_TIMEOUT_S, or at ``deadline``."""
+    wait = IO_TIMEOUT_S if deadline is None else min(IO_TIMEOUT_S, deadline - time.monotonic())
+    poller = select.poll()  # not select.select: it cannot take a descriptor above 1023
+    poller.register(sock, select.POLLOUT if write else select.POLLIN)
+    if wait > 0 and poller.poll(wait * 1000):
+        return
+    why = f"silent for {IO_TIMEOUT_S:g} s" if wait >= IO_TIMEOUT_S else f"no whole request in {REQUEST_DEADLINE_S:g} s"
+    try:
+        peer = ":".join(map(str, sock.getpeername()[:2])) or "a client"
+    except OSError:
+        peer = "a client"
+    log.warning("closing the connection of %s: %s", peer, why)
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    raise ClientSilent(errno.ECONNRESET, why)
 
 
 _POOL: TurnPool | None = None
@@ -189,32 +206,34 @@ class TurnSSLSocket(ssl.SSLSocket):
             except ssl.SSLWantWriteError:
                 _wait_for_client(self, write=True)
 
+    def _wait(self, err: Exception, reading: bool) -> None:
+        """After ``err`` (a want-read, want-write or would-block), wait as the caller asked: raise again for a
+        non-blocking caller, else wait in the direction TLS asks for (a read may need a write, and the reverse)."""
+        if not self._blocks():
+            raise err
+        write = isinstance(err, ssl.SSLWantWriteError) or (not reading and not isinstance(err, ssl.SSLWantReadError))
+        _wait_for_client(self, write=write)
+
     def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
         while True:
             try:
                 return super().recv(buflen, flags)
-            except (ssl.SSLWantReadError, BlockingIOError):
-                if not self._blocks():
-                    raise
-                _wait_for_client(self, write=False)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError) as err:
+                self._wait(err, reading=True)
 
     def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
         while True:
             try:
                 return super().recv_into(buffer, nbytes or 0, flags)
-            except (ssl.SSLWantReadError, BlockingIOError):
-                if not self._blocks():
-                    raise
-                _wait_for_client(self, write=False)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError) as err:
+                self._wait(err, reading=True)
 
     def send(self, data: Any, flags: int = 0) -> int:
         while True:
             try:
                 return super().send(data, flags)
-            except (ssl.SSLWantWriteError, BlockingIOError):
-                if not self._blocks():
-                    raise
-                _wait_for_client(self, write=True)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError) as err:
+                self._wait(err, reading=False)
 
     def sendall(self, data: Any, flags: int = 0) -> None:
         view = memoryview(data).cast("B")
