@@ -128,8 +128,8 @@ class TurnPool(futures.Executor):
             return None
 
     def wait_for_client(self, sock: Any, write: bool) -> None:
-        """Wait until ``sock`` can be read (or written), the turn given up meanwhile; TimeoutError after
-        IO_TIMEOUT_S. A thread that holds no turn of this pool just waits."""
+        """Wait until ``sock`` can be read (or written), the turn given up meanwhile; ClientSilent after IO_TIMEOUT_S
+        or at the request's deadline. A thread that holds no turn of this pool just waits (IO_TIMEOUT_S at most)."""
         holds = getattr(self._local, "turn", False)
         if holds:
             self._local.turn = False
