@@ -1,7 +1,7 @@
-"""What one Event costs the worker that sends it: CPU time of the sending thread per Event, per sink.
+"""What one Event costs the process that sends it: CPU time of the sending thread per Event, per sink.
 
-Every GPU pod admitted at /validate gets an Event, sent by a thread of the worker that answered the review, so in
-a cluster its CPU comes out of the same cores. The servers of the bench log their Events (``LogSink``: there is no
+Every GPU pod admitted at /validate gets an Event, sent by the Events relay process (``webhook/events.py``), so in
+a cluster its CPU comes out of the pod's cores. The servers of the bench log their Events (``LogSink``: there is no
 apiserver here to post them to); this measures the API's way too, through the real ``kubernetes`` client over
 HTTP to ``tests/kubeapi.py`` in this process (``time.thread_time`` counts only the sending thread, not the server's
 threads). The client is configured as in a cluster (a bearer token, no kubeconfig re-read per request).
