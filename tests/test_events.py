@@ -501,3 +501,37 @@ def test_the_relay_process_sends_what_was_written_before_the_master_finishes(tmp
         assert pipe.submit(event_body(stored_pod(), "default", f"pod-{n}", CHECKED, "i"))
     assert relay.finish(timeout=10), "the relay ended once the last write end was closed"
     assert out.read_text().split() == [f"pod-{n}" for n in range(30)]
+
+
+def _children(pid: int) -> list[int]:
+    return [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+
+
+def _lines(path: Any, count: int, timeout: float = 10) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = path.read_text().split() if path.exists() else []
+        if len(lines) >= count:
+            return lines
+        time.sleep(0.05)
+    return path.read_text().split() if path.exists() else []
+
+
+def test_a_relay_that_dies_is_started_again(tmp_path: Any) -> None:
+    out = tmp_path / "sent"
+    relay = start_relay(lambda: EventQueue(FileSink(out), linger=0.01))
+    pipe = EventPipe(relay.fd)
+    for n in range(5):
+        pipe.submit(event_body(stored_pod(), "default", f"before-{n}", CHECKED, "i"))
+    assert len(_lines(out, 5)) == 5
+    (first,) = _children(relay.pid)  # the keeper's one child: the relay itself
+    os.kill(first, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _children(relay.pid) in ([], [first]):
+        time.sleep(0.05)
+    (second,) = _children(relay.pid)
+    assert second != first
+    for n in range(5):
+        assert pipe.submit(event_body(stored_pod(), "default", f"after-{n}", CHECKED, "i"))
+    assert relay.finish(timeout=10)
+    assert _lines(out, 10) == [f"before-{n}" for n in range(5)] + [f"after-{n}" for n in range(5)]

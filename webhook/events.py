@@ -374,32 +374,54 @@ class Relay:
 
 
 def start_relay(make_queue: Callable[[], EventQueue]) -> Relay:
-    """Fork the relay process; the workers inherit the pipe's write end (gunicorn forks them later). Call it before
-    any thread starts. The relay ends when every write end is closed (the master and its workers gone), once what
-    they wrote is sent; it ignores the signals that stop the master meanwhile."""
+    """Fork the relay's keeper (``keep_relaying``); the workers inherit the pipe's write end (gunicorn forks them
+    later). Call it before any thread starts. The relay ends when every write end is closed (the master and its
+    workers gone), once what they wrote is sent; keeper and relay ignore the signals that stop the master."""
     read_fd, write_fd = os.pipe()
     with contextlib.suppress(ImportError, OSError):
         import fcntl
 
         fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
     pid = os.fork()
-    if pid == 0:  # the relay
+    if pid == 0:  # the relay's keeper
         code = 1
         try:
             os.close(write_fd)
             _name_process(RELAY_NAME)
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
                 signal.signal(sig, signal.SIG_IGN)
-            log.info("Events relay started (pid %d)", os.getpid())
-            run_relay(read_fd, make_queue())
-            code = 0
+            code = keep_relaying(read_fd, make_queue)
         except BaseException:
-            log.exception("the Events relay stopped")
+            log.exception("the Events relay's keeper stopped")
         finally:
             os._exit(code)
     os.close(read_fd)
     os.set_blocking(write_fd, False)
     return Relay(write_fd, pid)
+
+
+def keep_relaying(read_fd: int, make_queue: Callable[[], EventQueue], pause: float = 1.0) -> int:
+    """Run the relay in a child process, and start it again when it dies before its end (every write end closed):
+    a crash, or the kernel killing it for memory, loses the Events it held, not the Events to come. Returns 0
+    when the relay ended as it should."""
+    while True:
+        child = os.fork()
+        if child == 0:
+            code = 1
+            try:
+                log.info("Events relay started (pid %d)", os.getpid())
+                run_relay(read_fd, make_queue())
+                code = 0
+            except BaseException:
+                log.exception("the Events relay stopped")
+            finally:
+                os._exit(code)
+        status = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+        if status == 0:
+            return 0
+        how = f"signal {-status}" if status < 0 else f"exit code {status}"
+        log.error("the Events relay (pid %d) ended with %s; starting it again", child, how)
+        time.sleep(pause)
 
 
 def run_relay(read_fd: int, events: EventQueue, drain_s: float = 4.0) -> None:
