@@ -15,7 +15,6 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
 from webhook import metrics as _metrics
@@ -253,15 +252,7 @@ def start_event_relay(settings: Settings, discover: bool) -> Relay | None:
         return None
 
     def queue() -> EventQueue:
-        count: list[Callable[[str], None]] = []
-
-        def counted(result: str) -> None:
-            # made at the first Event, after the master has cleared the metrics directory of the last run's files
-            if not count:
-                count.append(_metrics.event_counter())
-            count[0](result)
-
-        return EventQueue(_sink(None, discover), settings.audit.event_queue_size, counted)
+        return EventQueue(_sink(None, discover), settings.audit.event_queue_size, _metrics.event_counter())
 
     return start_relay(queue)
 

@@ -193,8 +193,8 @@ class EventQueue:
     work, and starts again when needed. ``counted`` hears ``sent``, ``dropped`` or ``failed`` for every Event.
 
     Woken by an Event, the thread waits ``linger`` seconds before it sends, then sends all that came meanwhile: a
-    burst of pod creates wakes it once per ``linger`` instead of once per pod (the wake-up, its context switches and
-    its turn at the GIL cost the worker more than a LogSink line), and an Event is ``linger`` late at most.
+    burst of pod creates wakes it once per ``linger`` instead of once per pod (a wake-up, its context switches and
+    its turn at the GIL cost more than a LogSink line), and an Event is ``linger`` late at most.
     """
 
     def __init__(
@@ -382,40 +382,46 @@ def start_relay(make_queue: Callable[[], EventQueue]) -> Relay:
         import fcntl
 
         fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
-    pid = os.fork()
-    if pid == 0:  # the relay's keeper
-        code = 1
-        try:
-            os.close(write_fd)
-            _name_process(RELAY_NAME)
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-                signal.signal(sig, signal.SIG_IGN)
-            code = keep_relaying(read_fd, make_queue)
-        except BaseException:
-            log.exception("the Events relay's keeper stopped")
-        finally:
-            os._exit(code)
+
+    def keeper() -> int:
+        os.close(write_fd)
+        _name_process(RELAY_NAME)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(sig, signal.SIG_IGN)
+        return keep_relaying(read_fd, make_queue)
+
+    pid = _fork(keeper, "the Events relay's keeper")
     os.close(read_fd)
     os.set_blocking(write_fd, False)
     return Relay(write_fd, pid)
+
+
+def _fork(run: Callable[[], int], what: str) -> int:
+    """Run ``run`` in a child process, which exits with its code (1, logged, on an exception); the child's pid."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = run()
+        except BaseException:
+            log.exception("%s stopped", what)
+        finally:
+            os._exit(code)
+    return pid
 
 
 def keep_relaying(read_fd: int, make_queue: Callable[[], EventQueue], pause: float = 1.0) -> int:
     """Run the relay in a child process, and start it again when it dies before its end (every write end closed):
     a crash, or the kernel killing it for memory, loses the Events it held, not the Events to come. Returns 0
     when the relay ended as it should."""
+
+    def relay() -> int:
+        log.info("Events relay started (pid %d)", os.getpid())
+        run_relay(read_fd, make_queue())
+        return 0
+
     while True:
-        child = os.fork()
-        if child == 0:
-            code = 1
-            try:
-                log.info("Events relay started (pid %d)", os.getpid())
-                run_relay(read_fd, make_queue())
-                code = 0
-            except BaseException:
-                log.exception("the Events relay stopped")
-            finally:
-                os._exit(code)
+        child = _fork(relay, "the Events relay")
         status = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
         if status == 0:
             return 0

@@ -80,7 +80,8 @@ class _SnapshotAge:
 def _events_counter(registry: CollectorRegistry) -> Counter:
     return Counter(
         "events",
-        "Events on objects, by result (sent, dropped: the queue was full, failed: the API refused or was away)",
+        "Events on objects, by result (sent; dropped: the pipe or queue was full, or the relay gone; failed: the API"
+        " refused or was away)",
         ["result"],
         namespace=NAMESPACE,
         registry=registry,
@@ -88,10 +89,17 @@ def _events_counter(registry: CollectorRegistry) -> Counter:
 
 
 def event_counter() -> Callable[[str], None]:
-    """The Events counter alone, for the Events relay process (it holds no snapshot, so no gauges of its own)."""
-    _ensure_value_class()
-    counter = _events_counter(CollectorRegistry())
-    return lambda result: counter.labels(result).inc()
+    """The Events counter alone, for the Events relay process (it holds no snapshot, so no gauges of its own). Made
+    at the first count: the relay starts before the master clears the metrics directory of the last run's files."""
+    counter: list[Counter] = []
+
+    def count(result: str) -> None:
+        if not counter:
+            _ensure_value_class()
+            counter.append(_events_counter(CollectorRegistry()))
+        counter[0].labels(result).inc()
+
+    return count
 
 
 class Metrics:

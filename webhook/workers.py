@@ -195,45 +195,36 @@ class TurnSSLSocket(ssl.SSLSocket):
     def _blocks(self) -> bool:
         return getattr(self, "_blocking", True)
 
+    def _io(self, reading: bool, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)``, waiting as the caller asked each time it would block: for a non-blocking caller the
+        error is raised again; else the wait is in the direction TLS asks for (a read may need a write, and the
+        reverse)."""
+        while True:
+            try:
+                return call(*args)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError) as err:
+                if not self._blocks():
+                    raise
+                write = isinstance(err, ssl.SSLWantWriteError) or (
+                    not reading and not isinstance(err, ssl.SSLWantReadError)
+                )
+                _wait_for_client(self, write=write)
+
     def do_handshake(self, block: bool = False) -> None:
         super().setblocking(False)
-        while True:
-            try:
-                super().do_handshake()
-                return
-            except ssl.SSLWantReadError:
-                _wait_for_client(self, write=False)
-            except ssl.SSLWantWriteError:
-                _wait_for_client(self, write=True)
-
-    def _wait(self, err: Exception, reading: bool) -> None:
-        """After ``err`` (a want-read, want-write or would-block), wait as the caller asked: raise again for a
-        non-blocking caller, else wait in the direction TLS asks for (a read may need a write, and the reverse)."""
-        if not self._blocks():
-            raise err
-        write = isinstance(err, ssl.SSLWantWriteError) or (not reading and not isinstance(err, ssl.SSLWantReadError))
-        _wait_for_client(self, write=write)
+        self._io(True, super().do_handshake)
 
     def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
-        while True:
-            try:
-                return super().recv(buflen, flags)
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError) as err:
-                self._wait(err, reading=True)
+        data: bytes = self._io(True, super().recv, buflen, flags)
+        return data
 
     def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
-        while True:
-            try:
-                return super().recv_into(buffer, nbytes or 0, flags)
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError) as err:
-                self._wait(err, reading=True)
+        count: int = self._io(True, super().recv_into, buffer, nbytes or 0, flags)
+        return count
 
     def send(self, data: Any, flags: int = 0) -> int:
-        while True:
-            try:
-                return super().send(data, flags)
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError) as err:
-                self._wait(err, reading=False)
+        count: int = self._io(False, super().send, data, flags)
+        return count
 
     def sendall(self, data: Any, flags: int = 0) -> None:
         view = memoryview(data).cast("B")

@@ -28,7 +28,7 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -467,15 +467,6 @@ class Results:
     """(sink, µs of the sending thread's CPU per Event)."""
     total_s: float = 0.0
 
-    def find(self, section: str, target: str, **match: Any) -> Point | None:
-        for p in self.points:
-            if p.section == section and p.target == target and all(getattr(p, k) == v for k, v in match.items()):
-                return p
-        return None
-
-    def baseline(self, section: str, pod: str, connections: int) -> Point | None:
-        return self.find(section, "baseline", pod=pod, connections=connections)
-
 
 def machine() -> dict[str, str]:
     cpu = "unknown"
@@ -592,19 +583,32 @@ def _n(count: int) -> str:
     return f"{count:,}"
 
 
-def _row_against_baseline(r: Results, p: Point, label: str, connections: bool = False) -> str:
-    """A table row with req/s and p99 as ratios to the baseline row of its group (``Point.ratio``)."""
-    if p.target == "baseline":
-        endpoint, rps, p99 = "no-op", "1", "1"
-    else:
-        endpoint = f"/{p.endpoint}"
-        rps = f"{p.ratio:.2f}" if p.ratio is not None else "-"
-        p99 = f"{p.p99_ratio:.2f}" if p.p99_ratio is not None else "-"
-    conn = f" {p.connections} |" if connections else ""
-    return (
-        f"| {label} | {endpoint} |{conn} {p.spread} | {p.rps:,.0f} | {rps} | {p.p50:.2f} | {p.p90:.2f} | "
-        f"{p.p99:.2f} | {p.max:.2f} | {p99} | {p.answered} |"
-    )
+HEAD = "req/s | × baseline | p50 | p90 | p99 | max | p99 × baseline | good |"
+
+
+def _baseline_table(
+    r: Results, section: str, first: str, label: Callable[[Point], str], conn: bool = False
+) -> list[str]:
+    """A table of ``section``'s rows with req/s and p99 as ratios to the baseline row of their group
+    (``Point.ratio``): ``first`` heads the column that ``label`` fills; ``conn`` adds the connections."""
+    align = "--:" if first == "containers" else "---"
+    lines = [
+        f"| {first} | endpoint |{' conn |' if conn else ''} per worker | {HEAD}",
+        f"|{align}|---|{'--:|' if conn else ''}--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for p in (p for p in r.points if p.section == section):
+        if p.target == "baseline":
+            endpoint, rps, p99 = "no-op", "1", "1"
+        else:
+            endpoint = f"/{p.endpoint}"
+            rps = f"{p.ratio:.2f}" if p.ratio is not None else "-"
+            p99 = f"{p.p99_ratio:.2f}" if p.p99_ratio is not None else "-"
+        connections = f" {p.connections} |" if conn else ""
+        lines.append(
+            f"| {label(p)} | {endpoint} |{connections} {p.spread} | {p.rps:,.0f} | {rps} | {p.p50:.2f} | "
+            f"{p.p90:.2f} | {p.p99:.2f} | {p.max:.2f} | {p99} | {p.answered} |"
+        )
+    return lines
 
 
 def _worst_ratio(r: Results, section: str) -> tuple[float, Point] | None:
@@ -720,10 +724,7 @@ def markdown(r: Results) -> str:
         "worker held a second into the row (`4+0`: all on one worker, which then serves them alone, on one core)."
     )
     add("")
-    add("| pod | endpoint | conn | per worker | req/s | × baseline | p50 | p90 | p99 | max | p99 × baseline | good |")
-    add("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-    for p in (p for p in r.points if p.section == "main"):
-        add(_row_against_baseline(r, p, p.pod, connections=True))
+    lines += _baseline_table(r, "main", "pod", lambda p: p.pod, conn=True)
     add("")
     shown = (*plan.main_pods, *plan.scaling_pods)
     add("Pods: " + "; ".join(f"`{k}`: {v}" for k, v in pods.DESCRIPTIONS.items() if k in shown) + ".")
@@ -738,10 +739,7 @@ def markdown(r: Results) -> str:
         "first pod of each workload costs."
     )
     add("")
-    add("| pod | endpoint | per worker | req/s | × baseline | p50 | p90 | p99 | max | p99 × baseline | good |")
-    add("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-    for p in (p for p in r.points if p.section == "new"):
-        add(_row_against_baseline(r, p, p.pod.partition("+")[0]))
+    lines += _baseline_table(r, "new", "pod", lambda p: p.pod.partition("+")[0])
     add("")
 
     low = min(plan.node_counts)
@@ -764,10 +762,7 @@ def markdown(r: Results) -> str:
     add("")
     add("The first eight containers ask for a GPU each (CUDA from the image tag), the rest are sidecars.")
     add("")
-    add("| containers | endpoint | per worker | req/s | × baseline | p50 | p90 | p99 | max | p99 × baseline | good |")
-    add("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-    for p in (p for p in r.points if p.section == "containers"):
-        add(_row_against_baseline(r, p, p.pod.split("-")[1]))
+    lines += _baseline_table(r, "containers", "containers", lambda p: p.pod.split("-")[1])
     add("")
 
     add("### Events: what one costs the worker")
