@@ -124,7 +124,8 @@ def test_the_load_script_sends_a_new_object_only_where_asked(tmp_path: Path) -> 
     bodies = run.Bodies(tmp_path)
     certs = issue_certs(tmp_path / "certs")
     same, new = bodies.mutate("small"), bodies.mutate("small+new")
-    assert pods.SEQ_TOKEN in new.read_text() and pods.SEQ_TOKEN not in same.read_text()
+    assert pods.SEQ_ANNOTATION in new.read_text() and pods.SEQ_ANNOTATION not in same.read_text()
+    assert json.loads(same.read_text())["request"]["uid"] == pods.UID  # renumbered on every request, as all are
     (tmp_path / "server").mkdir()
     with serve(tmp_path / "server", config=run.CONFIG, workers=1, certs=certs) as server:
         base = f"https://127.0.0.1:{server.port}"

@@ -18,7 +18,7 @@ from kubernetes import config as kube_config
 from tests.conftest import REPO, gpu_node, gpu_pod, review
 from tests.kubeapi import KubeAPI
 from webhook import pipeline
-from webhook.admission import ReviewRequest
+from webhook.admission import ReviewRequest, subject_of
 from webhook.app import create_app
 from webhook.audit import Reporter, build_recorder
 from webhook.cluster import StaticCluster, build_view
@@ -114,6 +114,7 @@ def request(obj: Any, dry_run: bool = False, name: str = "", operation: str = "C
         dry_run=dry_run,
         object=obj,
         old_object=None,
+        subject=subject_of(obj),
     )
 
 
@@ -166,11 +167,11 @@ def test_event_names_the_generated_pod_and_its_uid() -> None:
 
 def test_event_body_limits() -> None:
     pod = stored_pod(name="p" * 253)
-    body = event_body(pod, "default", "p" * 253, Event("CUDAIncompatible", "x" * 5000, "Warning"), "i")
+    body = event_body(subject_of(pod), "default", "p" * 253, Event("CUDAIncompatible", "x" * 5000, "Warning"), "i")
     assert len(body["metadata"]["name"]) <= 253
     assert len(body["message"]) == 1024
     assert body["type"] == "Warning"
-    names = {event_body(pod, "default", "p", CHECKED, "i")["metadata"]["name"] for _ in range(50)}
+    names = {event_body(subject_of(pod), "default", "p", CHECKED, "i")["metadata"]["name"] for _ in range(50)}
     assert len(names) == 50, "Event names must not collide"
 
 
@@ -220,7 +221,7 @@ def test_full_queue_drops_and_counts() -> None:
     sink = Blocking()
     counted: list[str] = []
     q = EventQueue(sink, maxsize=1, counted=counted.append)
-    body = event_body(stored_pod(), "default", "trainer", CHECKED, "i")
+    body = event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i")
     assert q.submit(body)
     assert sink.started.wait(5), "the worker took the first Event"
     assert q.submit(body), "one waits in the queue"
@@ -257,7 +258,7 @@ def test_full_queue_never_blocks_a_request_and_shows_in_metrics() -> None:
 def test_failures_are_counted_not_raised() -> None:
     counted: list[str] = []
     q = EventQueue(Failing(), counted=counted.append)
-    q.submit(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
+    q.submit(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
     assert q.drain(5)
     assert (q.sent, q.failed) == (0, 1)
     assert counted == ["failed"]
@@ -270,13 +271,13 @@ def test_worker_thread_starts_on_first_use_and_leaves_when_idle() -> None:
     before = workers()
     q = EventQueue(Recording(), idle=0.05)
     assert workers() == before, "no thread before the first Event (gunicorn forks after the app is built)"
-    q.submit(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
+    q.submit(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
     assert q.drain(5)
     deadline = time.monotonic() + 5
     while q._thread is not None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert q._thread is None
-    q.submit(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
+    q.submit(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
     assert q.drain(5)
     assert q.sent == 2
 
@@ -285,14 +286,14 @@ def test_after_a_fork_the_queue_starts_afresh() -> None:
     sink = Recording()
     q = EventQueue(sink)
     q._pid = -1  # as if built in the parent before gunicorn forked this worker
-    assert q.submit(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
+    assert q.submit(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
     assert q.drain(5)
     assert len(sink.bodies) == 1
 
 
 def test_log_sink(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("INFO", logger="gpu_admission.events")
-    LogSink().send(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
+    LogSink().send(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
     assert '"event":"CUDAChecked"' in caplog.text
     assert '"object":"Pod/default/trainer"' in caplog.text
 
@@ -344,7 +345,7 @@ def test_api_sink_retries_once(
 ) -> None:
     kubeapi.fail_next(failures, status)
     q = EventQueue(ApiSink(api_client(kubeapi, tmp_path), backoff=0.001))
-    q.submit(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
+    q.submit(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
     assert q.drain(10)
     posts = [r for r in kubeapi.requests if r == ("POST", "/api/v1/namespaces/default/events")]
     assert (len(posts), q.sent, q.failed) == (calls, sent, failed)
@@ -353,7 +354,7 @@ def test_api_sink_retries_once(
 
 def test_api_sink_sends_the_body_as_it_is_with_the_clients_credentials(kubeapi: KubeAPI, tmp_path: Any) -> None:
     """What reaches the API server is the Event body unchanged, authenticated as the kubeconfig says."""
-    body = event_body(stored_pod(), "default", "trainer", CHECKED, "i")
+    body = event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i")
     ApiSink(api_client(kubeapi, tmp_path)).send(body)
     (stored,) = kubeapi.list("v1", "events", "default")
     assert {k: v for k, v in stored.items() if k != "metadata"} == {k: v for k, v in body.items() if k != "metadata"}
@@ -368,7 +369,7 @@ def test_api_sink_counts_an_api_server_that_is_away(tmp_path: Any) -> None:
     client = api_client(api, tmp_path)
     api.stop()
     q = EventQueue(ApiSink(client, timeout=1, backoff=0.01))
-    q.submit(event_body(stored_pod(), "default", "trainer", CHECKED, "i"))
+    q.submit(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
     assert q.drain(10)
     assert (q.sent, q.failed) == (0, 1)
 
@@ -388,7 +389,7 @@ def test_a_worker_writes_each_event_as_one_json_line() -> None:
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     pipe = EventPipe(write_fd)
-    body = event_body(stored_pod(), "default", "trainer", CHECKED, "i")
+    body = event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i")
     assert pipe.submit(body) and pipe.submit(body)
     lines = os.read(read_fd, 1 << 16).split(b"\n")
     assert [json.loads(line) for line in lines[:2]] == [body, body] and lines[2] == b""
@@ -399,7 +400,7 @@ def test_a_worker_writes_each_event_as_one_json_line() -> None:
 def test_an_event_too_long_for_one_pipe_write_goes_with_its_message_cut() -> None:
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
-    body = event_body(stored_pod(), "default", "trainer", Event("CUDAChecked", "é" * 1000), "i")
+    body = event_body(subject_of(stored_pod()), "default", "trainer", Event("CUDAChecked", "é" * 1000), "i")
     assert len(json.dumps(body)) > select.PIPE_BUF
     assert EventPipe(write_fd).submit(body)
     sent = json.loads(os.read(read_fd, 1 << 16))
@@ -413,7 +414,7 @@ def test_a_full_pipe_drops_and_counts_and_never_blocks() -> None:
     os.set_blocking(write_fd, False)
     counted: list[str] = []
     pipe = EventPipe(write_fd, counted=counted.append)
-    body = event_body(stored_pod(), "default", "trainer", CHECKED, "i")
+    body = event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i")
     started = time.monotonic()
     results = [pipe.submit(body) for _ in range(2000)]  # far more than a 64 kB pipe holds
     assert time.monotonic() - started < 2
@@ -432,7 +433,7 @@ def test_the_relay_sends_every_workers_lines_then_ends_when_the_last_writer_clos
     relay.start()
     workers = [EventPipe(write_fd), EventPipe(write_fd)]
     for n in range(50):
-        workers[n % 2].submit(event_body(stored_pod(), "default", f"pod-{n}", CHECKED, "i"))
+        workers[n % 2].submit(event_body(subject_of(stored_pod()), "default", f"pod-{n}", CHECKED, "i"))
     os.write(write_fd, b"not json\n")
     os.close(write_fd)
     relay.join(10)
@@ -471,7 +472,7 @@ def test_a_relay_gone_is_logged_once_and_every_event_after_counted(caplog: pytes
     os.close(read_fd)
     counted: list[str] = []
     pipe = EventPipe(write_fd, counted=counted.append)
-    body = event_body(stored_pod(), "default", "trainer", CHECKED, "i")
+    body = event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i")
     with caplog.at_level("ERROR", logger="gpu_admission.events"):
         assert [pipe.submit(body) for _ in range(3)] == [False] * 3
     assert counted == ["dropped"] * 3
@@ -498,7 +499,7 @@ def test_the_relay_process_sends_what_was_written_before_the_master_finishes(tmp
     assert relay.pid > 0 and relay.pid != os.getpid()
     pipe = EventPipe(relay.fd)
     for n in range(30):
-        assert pipe.submit(event_body(stored_pod(), "default", f"pod-{n}", CHECKED, "i"))
+        assert pipe.submit(event_body(subject_of(stored_pod()), "default", f"pod-{n}", CHECKED, "i"))
     assert relay.finish(timeout=10), "the relay ended once the last write end was closed"
     assert out.read_text().split() == [f"pod-{n}" for n in range(30)]
 
@@ -522,7 +523,7 @@ def test_a_relay_that_dies_is_started_again(tmp_path: Any) -> None:
     relay = start_relay(lambda: EventQueue(FileSink(out), linger=0.01))
     pipe = EventPipe(relay.fd)
     for n in range(5):
-        pipe.submit(event_body(stored_pod(), "default", f"before-{n}", CHECKED, "i"))
+        pipe.submit(event_body(subject_of(stored_pod()), "default", f"before-{n}", CHECKED, "i"))
     assert len(_lines(out, 5)) == 5
     (first,) = _children(relay.pid)  # the keeper's one child: the relay itself
     os.kill(first, signal.SIGKILL)
@@ -532,6 +533,6 @@ def test_a_relay_that_dies_is_started_again(tmp_path: Any) -> None:
     (second,) = _children(relay.pid)
     assert second != first
     for n in range(5):
-        assert pipe.submit(event_body(stored_pod(), "default", f"after-{n}", CHECKED, "i"))
+        assert pipe.submit(event_body(subject_of(stored_pod()), "default", f"after-{n}", CHECKED, "i"))
     assert relay.finish(timeout=10)
     assert _lines(out, 10) == [f"before-{n}" for n in range(5)] + [f"after-{n}" for n in range(5)]

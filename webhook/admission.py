@@ -53,8 +53,41 @@ class ResponseReview(TypedDict):
 
 
 @dataclass(frozen=True)
+class Subject:
+    """Who the reviewed object is, as the decision log and the Events name it: its apiVersion, kind and identity
+    metadata. Empty strings for what it does not set."""
+
+    api_version: str = ""
+    kind: str = ""
+    name: str = ""
+    generate_name: str = ""
+    namespace: str = ""
+    uid: str = ""
+
+
+def subject_of(obj: Any) -> Subject:
+    if not isinstance(obj, dict):
+        return Subject()
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+
+    def text(value: Any) -> str:
+        return value if isinstance(value, str) else ""
+
+    return Subject(
+        text(obj.get("apiVersion")),
+        text(obj.get("kind")),
+        text(meta.get("name")),
+        text(meta.get("generateName")),
+        text(meta.get("namespace")),
+        text(meta.get("uid")),
+    )
+
+
+@dataclass(frozen=True)
 class ReviewRequest:
-    """The facts of ``request`` that the webhook uses."""
+    """The facts of ``request`` that the webhook uses. ``object`` is None on a request answered from its bytes
+    (``webhook.replay``): ``subject`` is all that is known of the object then, and all the recorder reads."""
 
     uid: str
     operation: str
@@ -67,6 +100,7 @@ class ReviewRequest:
     dry_run: bool
     object: Any
     old_object: Any
+    subject: Subject = Subject()
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -169,11 +203,15 @@ def _str(value: Any, where: str) -> str:
     return value
 
 
-def parse_review(body: bytes, content_type: str | None, max_bytes: int) -> ReviewRequest:
-    """Parse an AdmissionReview request body; raise BadRequest naming what is wrong."""
+def check_content_type(content_type: str | None) -> None:
     mime = (content_type or "").split(";")[0].strip().lower()
     if mime != "application/json":
         raise BadRequest(f"Content-Type must be application/json (got {mime or 'none'})", status=415)
+
+
+def parse_review(body: bytes, content_type: str | None, max_bytes: int) -> ReviewRequest:
+    """Parse an AdmissionReview request body; raise BadRequest naming what is wrong."""
+    check_content_type(content_type)
     if len(body) > max_bytes:
         raise PayloadTooLarge(f"body of {len(body)} bytes is over the limit of {max_bytes}")
     if not body:
@@ -220,6 +258,7 @@ def parse_review(body: bytes, content_type: str | None, max_bytes: int) -> Revie
         dry_run=bool(dry_run),
         object=obj,
         old_object=request.get("oldObject"),
+        subject=subject_of(obj),
     )
 
 
@@ -236,6 +275,22 @@ def build_response(uid: str, result: Result, mutating: bool) -> ResponseReview:
     if result.audit:
         response["auditAnnotations"] = dict(result.audit)
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
+_UID_SLOT = '"uid":""'
+
+
+def answer_parts(result: Result, mutating: bool) -> tuple[bytes, bytes]:
+    """``build_response``'s answer as compact JSON, cut where the uid's JSON string goes (``encode_answer``): the
+    parts of a reused answer are kept with it, so its next request only writes its uid between them."""
+    text = _COMPACT(build_response("", result, mutating))
+    head, _, tail = text.partition(_UID_SLOT)  # the first "uid" is the response's: it comes before anything else
+    return (head + '"uid":').encode(), tail.encode()
+
+
+def encode_answer(uid: str, parts: tuple[bytes, bytes]) -> bytes:
+    return parts[0] + _COMPACT(uid).encode() + parts[1]
 
 
 def error_body(message: str) -> Mapping[str, str]:

@@ -14,9 +14,9 @@ from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from webhook import decisions, pipeline
-from webhook.admission import ReviewRequest, build_response, error_body, parse_review
+from webhook.admission import error_body
 from webhook.audit import Recorder, build_recorder
-from webhook.cluster import ClusterSource, ClusterView, StaticCluster, build_view
+from webhook.cluster import ClusterSource, StaticCluster, build_view
 from webhook.config import Settings
 from webhook.errors import BadRequest, PayloadTooLarge
 from webhook.model import Context
@@ -31,19 +31,6 @@ class Runtime:
     recorder: Recorder
 
 
-def context_for(review: ReviewRequest, settings: Settings, view: ClusterView) -> Context:
-    return Context(
-        settings=settings,
-        cluster=view,
-        namespace=review.namespace,
-        operation=review.operation,
-        username=review.username,
-        groups=review.groups,
-        dry_run=review.dry_run,
-        old_object=review.old_object,
-    )
-
-
 DRAIN_FACTOR = 4
 """An oversized body is read (and dropped) up to this many times the limit before answering 413, so the client,
 still sending, gets the answer instead of a reset connection; beyond that the connection is cut."""
@@ -53,6 +40,8 @@ def read_body(limit: int) -> bytes:
     """The request body, at most ``limit`` bytes; PayloadTooLarge (413) beyond it."""
     if request.content_length is not None and request.content_length > DRAIN_FACTOR * limit:
         raise PayloadTooLarge(f"body of {request.content_length} bytes is over the limit of {limit}")
+    if request.content_length is not None and request.content_length <= limit:
+        return request.stream.read()  # the stream ends at Content-Length: one read
     chunks: list[bytes] = []
     size = 0
     while chunk := request.stream.read(64 * 1024):
@@ -78,17 +67,16 @@ def create_app(
 
     def review_route(endpoint: str, step: Callable[[Any, Context], pipeline.Result]) -> tuple[Response, int]:
         started = time.perf_counter()
-        review: ReviewRequest | None = None
         try:
             body = read_body(settings.max_body_bytes)
-            review = parse_review(body, request.content_type, settings.max_body_bytes)
-            result = decisions.answer(endpoint, step, review.object, context_for(review, settings, cluster.snapshot()))
+            review, result, answer = decisions.decide(
+                endpoint, step, body, request.content_type, settings, cluster.snapshot()
+            )
         except BadRequest as err:
-            runtime.recorder.record(endpoint, review, None, err.status, time.perf_counter() - started, str(err))
+            runtime.recorder.record(endpoint, None, None, err.status, time.perf_counter() - started, str(err))
             return jsonify(error_body(str(err))), err.status
-        answer = build_response(review.uid, result, mutating=endpoint == "mutate")
         runtime.recorder.record(endpoint, review, result, 200, time.perf_counter() - started)
-        return jsonify(answer), 200
+        return app.response_class(answer, mimetype="application/json"), 200
 
     @app.post("/mutate")
     def mutate() -> tuple[Response, int]:

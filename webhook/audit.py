@@ -34,7 +34,6 @@ from webhook.events import (
 )
 from webhook.events import instance_name as _instance_name
 from webhook.metrics import Metrics
-from webhook.model import as_dict, as_str
 from webhook.pipeline import Result
 
 log = logging.getLogger("gpu_admission.decision")
@@ -67,8 +66,6 @@ def decision_line(
     endpoint: str, review: ReviewRequest | None, result: Result | None, status: int, seconds: float, error: str = ""
 ) -> dict[str, object]:
     """One JSON-able line: names, codes and sizes only; never env values, secrets, messages or whole objects."""
-    meta = as_dict(review.object if review else None).get("metadata")
-    meta = as_dict(meta)
     line: dict[str, object] = {
         "ts": round(time.time(), 3),
         "endpoint": endpoint,
@@ -79,8 +76,8 @@ def decision_line(
         line.update(
             uid=review.uid,
             namespace=review.namespace,
-            name=review.name or as_str(meta.get("name")),
-            generateName=as_str(meta.get("generateName")),
+            name=review.name or review.subject.name,
+            generateName=review.subject.generate_name,
             kind=review.kind,
             operation=review.operation,
             dryRun=review.dry_run,

@@ -198,9 +198,9 @@ class Pool:
 
 
 class Memo:
-    """A store of answers computed against one snapshot, bounded by entries and by the bytes of its keys; emptied
-    when full. Shared by a worker's threads: each step is one dict operation, and a count off by a request or two
-    under a race only moves the moment it is emptied."""
+    """A store of answers computed against one snapshot, bounded by entries and by the bytes of its keys (or the
+    sizes given); emptied when full. Shared by a worker's threads: each step is one dict operation, and a count off
+    by a request or two under a race only moves the moment it is emptied."""
 
     def __init__(self, entries: int, key_bytes: int = 0) -> None:
         self.entries, self.key_bytes = entries, key_bytes
@@ -213,8 +213,9 @@ class Memo:
     def get(self, key: Any) -> Any:
         return self._data.get(key)
 
-    def put(self, key: Any, value: Any) -> None:
-        size = len(key) if self.key_bytes else 0
+    def put(self, key: Any, value: Any, size: int | None = None) -> None:
+        """``size``: the bytes it counts against ``key_bytes`` (the key's length when not given)."""
+        size = (len(key) if size is None else size) if self.key_bytes else 0
         if len(self._data) >= self.entries or (self.key_bytes and self._bytes + size > self.key_bytes):
             self._data = {}
             self._bytes = 0
@@ -242,6 +243,10 @@ class ClusterView:
         default_factory=lambda: Memo(DECISIONS_SIZE, DECISIONS_BYTES), init=False, compare=False, repr=False, hash=False
     )
     """The pipeline's answers against this snapshot, by object shape (``webhook.decisions``)."""
+    replays: Memo = field(
+        default_factory=lambda: Memo(DECISIONS_SIZE, DECISIONS_BYTES), init=False, compare=False, repr=False, hash=False
+    )
+    """Templates of replicas' bodies, by endpoint and body length, for the answers above (``webhook.replay``)."""
     policy_memo: Memo = field(
         default_factory=lambda: Memo(MEMO_SIZE), init=False, compare=False, repr=False, hash=False
     )

@@ -8,6 +8,9 @@ per request, with the request's own names.
 
 The store hangs on the ``ClusterView`` it was computed against, so a new snapshot starts empty, and a request still
 running against the old one cannot write into the new one's. UPDATEs (which read ``oldObject``) are not stored.
+
+When the second replica of a shape comes, its body is compared with the first one's (``webhook.replay``): from the
+third on, a body that differs from it only in identity strings is answered without being parsed (``decide``).
 """
 
 from __future__ import annotations
@@ -16,8 +19,20 @@ import copy
 import dataclasses
 import marshal
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from webhook import replay
+from webhook.admission import (
+    ReviewRequest,
+    Subject,
+    answer_parts,
+    check_content_type,
+    encode_answer,
+    parse_review,
+)
+from webhook.cluster import ClusterView
+from webhook.config import Settings
 from webhook.model import Context
 from webhook.pipeline import Result
 
@@ -25,6 +40,43 @@ IDENTITY = frozenset(("name", "uid", "creationTimestamp", "resourceVersion", "ge
 """Metadata that tells replicas apart and that no policy reads."""
 
 Step = Callable[[Any, Context], Result]
+
+REPLAYS_PER_LENGTH = 4
+"""Templates kept for bodies of one length and endpoint (workloads whose bodies happen to be as long)."""
+
+
+@dataclass
+class Stored:
+    """An answer kept for a shape: shared, read only. ``body`` is the first replica's, until a second one of the same
+    length has been compared with it."""
+
+    settings: Settings
+    result: Result
+    parts: tuple[bytes, bytes]
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What a body that matches ``template`` is answered with, and what the request was (its identity aside)."""
+
+    settings: Settings
+    template: replay.Template
+    stored: Stored
+    review: ReviewRequest
+
+
+def context_for(review: ReviewRequest, settings: Settings, view: ClusterView) -> Context:
+    return Context(
+        settings=settings,
+        cluster=view,
+        namespace=review.namespace,
+        operation=review.operation,
+        username=review.username,
+        groups=review.groups,
+        dry_run=review.dry_run,
+        old_object=review.old_object,
+    )
 
 
 def shape(endpoint: str, obj: Any, ctx: Context) -> bytes | None:
@@ -47,20 +99,42 @@ def shape(endpoint: str, obj: Any, ctx: Context) -> bytes | None:
         return None
 
 
+def decide(
+    endpoint: str, step: Step, body: bytes, content_type: str | None, settings: Settings, view: ClusterView
+) -> tuple[ReviewRequest, Result, bytes]:
+    """The request in ``body``, its answer, and the AdmissionReview answer's bytes: replayed (a known replica's
+    bytes), reused (an object of a known shape) or computed. BadRequest when the body is not a usable review."""
+    check_content_type(content_type)
+    known = _replayed(endpoint, body, settings, view)
+    if known is not None:
+        return known
+    review = parse_review(body, content_type, settings.max_body_bytes)
+    ctx = context_for(review, settings, view)
+    result, stored = _answer(endpoint, step, review.object, ctx, body)
+    if stored is None:
+        return review, result, encode_answer(review.uid, answer_parts(result, mutating=endpoint == "mutate"))
+    if stored.body:
+        _learn(endpoint, stored, body, review, view)
+    return review, result, encode_answer(review.uid, stored.parts)
+
+
 def answer(endpoint: str, step: Step, obj: Any, ctx: Context) -> Result:
     """``step(obj, ctx)``, or the answer stored for an object of the same shape.
 
     A stored answer is shared (``reused``: read it, never change it) and carries no ``object`` (the mutated
     object was the first replica's): the routes answer from the patch; ``gpu-admission review``, which prints the
     object, runs the pipeline itself."""
+    return _answer(endpoint, step, obj, ctx)[0]
+
+
+def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b"") -> tuple[Result, Stored | None]:
     key = shape(endpoint, obj, ctx)
     if key is None:
-        return step(obj, ctx)
+        return step(obj, ctx), None
     store = ctx.cluster.decisions
-    stored = store.get(key)
-    if stored is not None and stored[0] is ctx.settings:
-        reused: Result = stored[1]
-        return reused
+    stored: Stored | None = store.get(key)
+    if stored is not None and stored.settings is ctx.settings:
+        return stored.result, stored
     result = step(obj, ctx)
     kept = dataclasses.replace(
         result,
@@ -72,5 +146,58 @@ def answer(endpoint: str, step: Step, obj: Any, ctx: Context) -> Result:
         patch=list(result.patch),
         outcome=copy.deepcopy(result.outcome),
     )
-    store.put(key, (ctx.settings, kept))  # apart from ``result``: what its caller does to it stays its own
-    return result
+    # apart from ``result``: what its caller does to it stays its own
+    parts = answer_parts(kept, mutating=endpoint == "mutate")
+    store.put(key, Stored(ctx.settings, kept, parts, body), size=len(key) + len(body))
+    return result, None
+
+
+def _learn(endpoint: str, stored: Stored, body: bytes, review: ReviewRequest, view: ClusterView) -> None:
+    """Compare a second replica's body with the first one's, once; keep the template if there is one."""
+    if len(body) != len(stored.body) or body == stored.body:
+        return
+    template = replay.learn(stored.body, body)
+    stored.body = b""
+    if template is None:
+        return
+    known = Replay(stored.settings, template, stored, dataclasses.replace(review, object=None, old_object=None))
+    key = (endpoint, len(body))
+    kept = view.replays.get(key) or ()
+    view.replays.put(key, (known, *kept[: REPLAYS_PER_LENGTH - 1]), size=len(body))
+
+
+def _replayed(
+    endpoint: str, body: bytes, settings: Settings, view: ClusterView
+) -> tuple[ReviewRequest, Result, bytes] | None:
+    for known in view.replays.get((endpoint, len(body))) or ():
+        texts = known.template.match(body) if known.settings is settings else None
+        if texts is None:
+            continue
+        facts = dict(zip(known.template.labels, texts, strict=True))
+        base = known.review
+        uid = facts.get("uid", base.uid)
+        if not uid:
+            return None  # parse_review says what is wrong with it
+        subject = base.subject
+        review = ReviewRequest(
+            uid=uid,
+            operation=base.operation,
+            namespace=base.namespace,
+            name=facts.get("name", base.name),
+            kind=base.kind,
+            username=base.username,
+            groups=base.groups,
+            dry_run=base.dry_run,
+            object=None,
+            old_object=None,
+            subject=Subject(
+                subject.api_version,
+                subject.kind,
+                facts.get("object.name", subject.name),
+                subject.generate_name,
+                subject.namespace,
+                facts.get("object.uid", subject.uid),
+            ),
+        )
+        return review, known.stored.result, encode_answer(uid, known.stored.parts)
+    return None

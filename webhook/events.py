@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from webhook.model import JSON, Event, as_dict, as_str
 
 if TYPE_CHECKING:
-    from webhook.admission import ReviewRequest
+    from webhook.admission import ReviewRequest, Subject
     from webhook.pipeline import Result
 
 log = logging.getLogger("gpu_admission.events")
@@ -51,19 +51,19 @@ def _timestamp(now: float) -> str:
     return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def event_body(obj: JSON, namespace: str, name: str, event: Event, instance: str, now: float | None = None) -> JSON:
-    """A core v1 Event about ``obj`` (a plain dict: the client sends it as it is)."""
+def event_body(
+    subject: Subject, namespace: str, name: str, event: Event, instance: str, now: float | None = None
+) -> JSON:
+    """A core v1 Event about the reviewed object (a plain dict: the client sends it as it is)."""
     now = time.time() if now is None else now
-    meta = as_dict(obj.get("metadata"))
     involved: JSON = {
-        "apiVersion": as_str(obj.get("apiVersion")) or "v1",
-        "kind": as_str(obj.get("kind")) or "Pod",
+        "apiVersion": subject.api_version or "v1",
+        "kind": subject.kind or "Pod",
         "namespace": namespace,
         "name": name,
     }
-    uid = as_str(meta.get("uid"))
-    if uid:
-        involved["uid"] = uid
+    if subject.uid:
+        involved["uid"] = subject.uid
     stamp = _timestamp(now)
     suffix = f".{time.time_ns():x}{uuid.uuid4().hex[:6]}"
     return {
@@ -87,15 +87,14 @@ def events_for(review: ReviewRequest | None, result: Result | None, instance: st
     """The Event bodies a validating answer calls for: none on dryRun, on a denial, a skip, or with no name."""
     if review is None or result is None or review.dry_run or not result.allowed or result.skipped:
         return []
-    if review.operation not in ("CREATE", "UPDATE") or not isinstance(review.object, dict):
+    if review.operation not in ("CREATE", "UPDATE"):
         return []
-    obj = review.object
-    meta = as_dict(obj.get("metadata"))
-    name = review.name or as_str(meta.get("name"))
-    namespace = review.namespace or as_str(meta.get("namespace"))
+    subject = review.subject
+    name = review.name or subject.name
+    namespace = review.namespace or subject.namespace
     if not name or not namespace:
         return []
-    return [event_body(obj, namespace, name, e, instance) for e in result.outcome.events]
+    return [event_body(subject, namespace, name, e, instance) for e in result.outcome.events]
 
 
 class EventSink(Protocol):

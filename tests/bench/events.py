@@ -17,6 +17,7 @@ from collections.abc import Callable
 from kubernetes import client
 
 from tests.kubeapi import KubeAPI
+from webhook.admission import subject_of
 from webhook.events import ApiSink, LogSink, event_body
 from webhook.model import JSON, Event
 
@@ -34,10 +35,10 @@ EVENT = Event(
 
 def _per_event_us(send: Callable[[JSON], object], count: int) -> float:
     for _ in range(max(count // 10, 3)):
-        send(event_body(POD, "default", "triton-7c9f5d8b6d-x2x8k", EVENT, "bench"))
+        send(event_body(subject_of(POD), "default", "triton-7c9f5d8b6d-x2x8k", EVENT, "bench"))
     began = time.thread_time()
     for _ in range(count):
-        send(event_body(POD, "default", "triton-7c9f5d8b6d-x2x8k", EVENT, "bench"))
+        send(event_body(subject_of(POD), "default", "triton-7c9f5d8b6d-x2x8k", EVENT, "bench"))
     return (time.thread_time() - began) / count * 1e6
 
 

@@ -19,12 +19,15 @@ from typing import Any
 
 from tests.conftest import FIXTURES, review
 
-UID = "bench-7f1c2e9a-5b1d-4c3e-8f0a-2d6b9e4c1a70"
-"""Every request carries this uid, so a load script can check that answers echo it."""
 SEQ_ANNOTATION = "bench.gpu-admission.io/seq"
 SEQ_TOKEN = "SEQ-0000000000"
 """wrk/review.lua writes a number of its own (``seq-TTNNNNNNNN``, the same width) over every copy of this token on
 every request."""
+UID_PREFIX = "bench-7f1c2e9a-5b1d-4c3e-"
+UID = UID_PREFIX + SEQ_TOKEN
+"""The request's uid: a new one on every request under load, as the apiserver gives each admission request."""
+ECHOED = UID_PREFIX + "seq-"
+"""What the load script looks for in every answer: a renumbered uid echoed."""
 CREATED = "2026-12-01T10:00:00Z"
 
 RESOURCES_SMALL = {

@@ -312,7 +312,7 @@ def wrk(
         str(LUA),
         base,
         "--",
-        pods.UID,
+        pods.ECHOED,
         *(f"{path}={file}" for path, file in bodies),
     ]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

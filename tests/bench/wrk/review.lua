@@ -1,9 +1,9 @@
 -- POST AdmissionReview bodies over keep-alive connections and check every answer.
 --
---   wrk -t1 -c4 -d5s -s review.lua https://127.0.0.1:8443 -- UID /mutate=body.json [/validate=other.json ...]
+--   wrk -t1 -c4 -d5s -s review.lua https://127.0.0.1:8443 -- ECHOED /mutate=body.json [/validate=other.json ...]
 --
 -- Several path=file pairs are sent in turn on each connection. An answer counts as good when its status is 200
--- and its body echoes UID. done() prints one line "BENCH_JSON {...}" with the figures (latencies in microseconds).
+-- and its body holds ECHOED (the start of a renumbered uid: the bodies' request uids carry the token below). done() prints one line "BENCH_JSON {...}" with the figures (latencies in microseconds).
 -- A body that holds the token SEQ-0000000000 gets a number of its own (seq-TTNNNNNNNN: thread and count, the same
 -- width, lower case as names are) in every place of it on every request, so that no two requests carry the same
 -- object: the same pod with another name and uid (a replica), or with another annotation too (a new object).

@@ -1,0 +1,337 @@
+"""Replicas answered from their bytes: the same answer as the whole way, for exactly the bodies that allow it."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import io
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.conftest import review
+from tests.test_decisions import STEERED, two_driver_view
+from tests.test_events import Recording, stored_pod
+from tests.test_fuzz import FUZZ, objects
+from webhook import decisions, pipeline, replay
+from webhook.admission import parse_review
+from webhook.app import create_app
+from webhook.audit import build_recorder
+from webhook.cluster import ClusterView, StaticCluster
+from webhook.config import CudaSettings, Settings
+from webhook.errors import BadRequest
+from webhook.events import EventQueue
+
+JSON_TYPE = "application/json"
+
+
+def replica(pod: dict[str, Any], n: int, stored: bool = True) -> dict[str, Any]:
+    """The AdmissionReview of a ReplicaSet's n-th pod as the apiserver sends it: a uid per request and, once stored
+    (/validate), the pod's generated name, uid, creation time and managed fields' time, all of one length."""
+    obj = copy.deepcopy(pod)
+    meta = obj.setdefault("metadata", {})
+    meta.pop("name", None)
+    meta["generateName"] = "trainer-7d9f5c-"
+    notes = meta.setdefault("annotations", {})
+    if isinstance(notes, dict):
+        notes.setdefault("team", "t0000")
+    name = ""
+    if stored:
+        name = f"trainer-7d9f5c-{n:05d}"
+        meta.update(
+            name=name,
+            uid=f"0d6f3c1e-2222-4a7b-9c55-{n:012d}",
+            creationTimestamp=f"2026-12-01T08:{n % 60:02d}:00Z",
+            managedFields=[{"manager": "kube-controller-manager", "time": f"2026-12-01T08:{n % 60:02d}:00Z"}],
+        )
+    return review(obj, uid=f"a1b2c3d4-0000-4000-8000-{n:012d}", name=name)
+
+
+def body(rev: dict[str, Any], compact: bool = True) -> bytes:
+    return json.dumps(rev, separators=(",", ":") if compact else None).encode()
+
+
+def step(endpoint: str) -> decisions.Step:
+    return pipeline.mutate if endpoint == "mutate" else pipeline.validate
+
+
+def whole_way(endpoint: str, data: bytes, settings: Settings, view: ClusterView) -> Any:
+    """What a webhook that keeps nothing answers: a fresh snapshot (empty stores) for every request."""
+    try:
+        _, result, answer = decisions.decide(endpoint, step(endpoint), data, JSON_TYPE, settings, fresh(view))
+    except BadRequest as err:
+        return ("error", err.status, str(err))
+    return json.loads(answer), result.decision, result.outcome.events
+
+
+def fresh(view: ClusterView) -> ClusterView:
+    return dataclasses.replace(view)
+
+
+def decide(endpoint: str, data: bytes, settings: Settings, view: ClusterView) -> Any:
+    try:
+        _, result, answer = decisions.decide(endpoint, step(endpoint), data, JSON_TYPE, settings, view)
+    except BadRequest as err:
+        return ("error", err.status, str(err))
+    return json.loads(answer), result.decision, result.outcome.events
+
+
+class Unparsed:
+    """parse_review replaced by one that fails the test: what it answers came from the bytes."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        def refuse(*args: Any) -> Any:
+            raise AssertionError("the body was parsed")
+
+        monkeypatch.setattr(decisions, "parse_review", refuse)
+
+
+# -- the template -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("compact", [True, False])
+@pytest.mark.parametrize("endpoint", ["mutate", "validate"])
+def test_from_the_third_replica_on_the_body_is_not_parsed(
+    endpoint: str, compact: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    stored = endpoint == "validate"
+    bodies = [body(replica(STEERED, n, stored), compact) for n in range(1, 6)]
+    expected = [whole_way(endpoint, b, settings, view) for b in bodies]
+    got = [decide(endpoint, b, settings, view) for b in bodies[:2]]
+    assert len(view.replays) == 1
+    Unparsed(monkeypatch)
+    got += [decide(endpoint, b, settings, view) for b in bodies[2:]]
+    assert got == expected
+    assert [g[0]["response"]["uid"] for g in got] == [f"a1b2c3d4-0000-4000-8000-{n:012d}" for n in range(1, 6)]
+    if endpoint == "mutate":
+        assert got[4][0]["response"]["patch"]  # the steering patch, replayed
+
+
+def test_the_slots_are_the_identity_strings_and_named() -> None:
+    first, second = body(replica(STEERED, 1)), body(replica(STEERED, 2))
+    template = replay.learn(first, second)
+    assert template is not None
+    assert sorted(template.labels) == sorted(["uid", "name", "object.name", "object.uid", "-", "-"])
+    texts = dict(zip(template.labels, template.match(body(replica(STEERED, 7))) or [], strict=True))
+    assert texts["uid"] == "a1b2c3d4-0000-4000-8000-000000000007"
+    assert texts["name"] == texts["object.name"] == "trainer-7d9f5c-00007"
+    assert texts["object.uid"] == "0d6f3c1e-2222-4a7b-9c55-000000000007"
+
+
+def _edit(rev: dict[str, Any], where: str, n: int) -> dict[str, Any]:
+    """``rev`` with one more string made its own for replica ``n``, at the same length."""
+    out = copy.deepcopy(rev)
+    obj = out["request"]["object"]
+    if where == "image":  # CUDA 12.3 as the replicas have it, or 12.4 or 12.5
+        c = obj["spec"]["containers"][0]
+        c["image"] = c["image"].replace("12.3", f"12.{2 + n % 4}")
+    elif where == "annotation":
+        obj["metadata"]["annotations"]["team"] = f"t{n:04d}"
+    elif where == "username":
+        out["request"]["userInfo"]["username"] = f"bob{n:02d}"
+    elif where == "generateName":
+        obj["metadata"]["generateName"] = f"trainer-{n:06d}-"
+    elif where == "namespace":
+        out["request"]["namespace"] = f"ns{n:05d}"
+    return out
+
+
+@pytest.mark.parametrize("where", ["image", "annotation", "username", "generateName", "namespace"])
+def test_bodies_that_differ_in_anything_else_learn_no_template(where: str) -> None:
+    first, second = (body(_edit(replica(STEERED, n), where, n)) for n in (2, 3))
+    assert len(first) == len(second)
+    assert replay.learn(first, second) is None
+
+
+@pytest.mark.parametrize("where", ["image", "annotation", "username", "namespace"])
+def test_a_body_that_differs_elsewhere_is_answered_the_whole_way(where: str) -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    for endpoint in ("mutate", "validate"):
+        stored = endpoint == "validate"
+        for n in (1, 2):
+            decide(endpoint, body(replica(STEERED, n, stored)), settings, view)
+        other = body(_edit(replica(STEERED, 3, stored), where, 3))
+        assert len(other) == len(body(replica(STEERED, 3, stored)))
+        assert decide(endpoint, other, settings, view) == whole_way(endpoint, other, settings, view)
+    assert len(view.replays) == 2
+    if where == "image":  # CUDA 12.5 fits neither pool: another answer than the replicas' (steered to one)
+        replicas = decide("mutate", body(replica(STEERED, 4, False)), settings, view)
+        other = decide("mutate", body(_edit(replica(STEERED, 5, False), where, 3)), settings, view)
+        assert other != replicas
+
+
+def test_a_key_that_ends_like_an_identity_key_is_no_slot() -> None:
+    """``"x\\"name":"..."`` holds the text ``"name":"`` but is another key: its value is no identity string."""
+    revs = [replica(STEERED, n) for n in (1, 2)]
+    for n, rev in enumerate(revs):
+        rev["request"]["object"]["metadata"]["annotations"] = {'x"name': f"v{n}"}
+    assert replay.learn(body(revs[0]), body(revs[1])) is None
+
+
+def test_an_identity_string_that_looks_like_a_mark_proves_nothing() -> None:
+    """Bodies that differ in an annotation only, whose pod uid is the text of slot 0's mark (``\\u00000``): the
+    mark found at the uid is not the slot's own."""
+    revs = [replica(STEERED, 1) for _ in (1, 2)]
+    for n, rev in enumerate(revs):
+        rev["request"]["object"]["metadata"]["uid"] = "\x000"
+        rev["request"]["object"]["metadata"]["annotations"]["team"] = f"t{n:04d}"
+    first, second = body(revs[0]), body(revs[1])
+    assert b'"uid":"\\u00000"' in first
+    assert replay.learn(first, second) is None
+
+
+def test_a_number_that_differs_is_no_slot() -> None:
+    revs = [replica(STEERED, n) for n in (1, 2)]
+    for n, rev in enumerate(revs):
+        rev["request"]["object"]["metadata"]["generation"] = n + 1
+    assert replay.learn(body(revs[0]), body(revs[1])) is None
+
+
+@pytest.mark.parametrize(
+    "slot, why",
+    [
+        (b'a"bc', "a quote would end the string"),
+        (b"a\\bc", "a backslash would start an escape"),
+        (b"a\x01bc", "a control character is not JSON"),
+        (b"a\xffbc", "not UTF-8"),
+    ],
+)
+def test_a_slot_holds_only_a_plain_string(slot: bytes, why: str) -> None:
+    first, second, third = (body(replica(STEERED, n)) for n in (1, 2, 3))
+    template = replay.learn(first, second)
+    assert template is not None
+    start, end = template.slots[0]
+    assert end - start >= 4
+    bad = third[:start] + slot + third[start + len(slot) :]
+    assert template.match(third) is not None and template.match(bad) is None, why
+
+
+def test_a_bad_body_that_matches_the_template_but_for_its_slot_gets_its_error() -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    for n in (1, 2):
+        decide("validate", body(replica(STEERED, n)), settings, view)
+    third = body(replica(STEERED, 3))
+    start = third.index(b"a1b2c3d4-0000-4000-8000-000000000003")
+    bad = third[:start] + b"\xff" + third[start + 1 :]
+    got = decide("validate", bad, settings, view)
+    assert got == whole_way("validate", bad, settings, view)
+    assert got[:2] == ("error", 400) and "UTF-8" in got[2]
+
+
+def test_an_empty_uid_is_refused_as_the_whole_way_refuses_it() -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    uids = ["a1b2c3d4", "e5f6a7b8"]
+    revs = [replica(STEERED, n) for n in (1, 2)]
+    for rev, uid in zip(revs, uids, strict=True):
+        rev["request"]["uid"] = uid
+    for rev in revs:
+        decide("validate", body(rev), settings, view)
+    third = replica(STEERED, 3)
+    third["request"]["uid"] = ""
+    data = body(third)
+    got = decide("validate", data, settings, view)
+    assert got == whole_way("validate", data, settings, view)
+    assert got[:2] == ("error", 400) and "uid" in got[2]
+
+
+def test_the_content_type_is_checked_before_the_bytes() -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    for n in (1, 2):
+        decide("validate", body(replica(STEERED, n)), settings, view)
+    with pytest.raises(BadRequest) as err:
+        decisions.decide("validate", pipeline.validate, body(replica(STEERED, 3)), "text/plain", settings, view)
+    assert err.value.status == 415
+
+
+def test_other_settings_or_a_new_snapshot_replay_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    for n in (1, 2):
+        decide("validate", body(replica(STEERED, n)), settings, view)
+    parsed: list[int] = []
+    real = parse_review
+
+    def counting(*args: Any) -> Any:
+        parsed.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(decisions, "parse_review", counting)
+    warn = Settings(cuda=CudaSettings(mode="warn"))
+    decide("validate", body(replica(STEERED, 3)), warn, view)
+    decide("validate", body(replica(STEERED, 4)), settings, fresh(view))
+    assert len(parsed) == 2
+    decide("validate", body(replica(STEERED, 5)), settings, view)
+    assert len(parsed) == 2
+
+
+def test_templates_per_length_are_bounded() -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    for workload in range(decisions.REPLAYS_PER_LENGTH + 2):
+        for n in (1, 2):
+            rev = replica(STEERED, n)
+            rev["request"]["object"]["metadata"]["labels"] = {"app": f"app-{workload}"}
+            decide("validate", body(rev), settings, view)
+    (kept,) = view.replays._data.values()
+    assert len(kept) == decisions.REPLAYS_PER_LENGTH
+
+
+# -- through the app ----------------------------------------------------------------------------------------------
+def test_replayed_requests_are_logged_counted_and_get_their_own_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings()
+    cluster = StaticCluster(two_driver_view(settings))
+    sink, log = Recording(), io.StringIO()
+    recorder = build_recorder(settings, cluster, sink=sink, stream=log)
+    client = create_app(settings, cluster=cluster, recorder=recorder).test_client()
+    pod = stored_pod()
+    for n in (1, 2):
+        client.post("/validate", data=body(replica(pod, n)), content_type=JSON_TYPE)
+    Unparsed(monkeypatch)
+    for n in (3, 4):
+        answer = client.post("/validate", data=body(replica(pod, n)), content_type=JSON_TYPE).get_json()
+        assert answer["response"]["uid"] == f"a1b2c3d4-0000-4000-8000-{n:012d}" and answer["response"]["allowed"]
+    lines = [json.loads(line) for line in log.getvalue().splitlines()]
+    assert [line["name"] for line in lines] == [f"trainer-7d9f5c-{n:05d}" for n in (1, 2, 3, 4)]
+    assert [line["uid"] for line in lines][2:] == [f"a1b2c3d4-0000-4000-8000-{n:012d}" for n in (3, 4)]
+    assert {line["generateName"] for line in lines} == {"trainer-7d9f5c-"}
+    assert [line.get("reused", False) for line in lines] == [False, True, True, True]
+    assert isinstance(recorder.events, EventQueue) and recorder.events.drain()
+    involved = [b["involvedObject"] for b in sink.bodies]
+    pairs = [(i["name"], i["uid"]) for i in involved]
+    each = [pairs.count((f"trainer-7d9f5c-{n:05d}", f"0d6f3c1e-2222-4a7b-9c55-{n:012d}")) for n in (1, 2, 3, 4)]
+    assert each[0] > 0 and each == [each[0]] * 4 and len(pairs) == 4 * each[0]
+    text = recorder.metrics.text()
+    assert 'gpu_admission_reused_answers_total{endpoint="validate"} 3.0' in text
+
+
+# -- the same answer as the whole way, for any object and any edit of its bytes ---------------------------------
+@FUZZ
+@given(
+    obj=objects,
+    edits=st.lists(
+        st.tuples(st.integers(0, 10**6), st.sampled_from([b'"', b"\\", b"\x01", b"\xff", b"a", b"}", b"0"])),
+        max_size=3,
+    ),
+)
+def test_any_body_gets_the_answer_of_the_whole_way(obj: Any, edits: list[tuple[int, bytes]]) -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    pod = obj if isinstance(obj, dict) else {"kind": "Pod", "spec": obj}
+    if not isinstance(pod.get("metadata"), dict):
+        pod["metadata"] = {}
+    for endpoint in ("mutate", "validate"):
+        for n in (1, 2):
+            decide(endpoint, body(replica(pod, n)), settings, view)
+        third = bytearray(body(replica(pod, 3)))
+        for at, byte in edits:
+            third[at % len(third)] = byte[0]
+        data = bytes(third)
+        assert decide(endpoint, data, settings, view) == whole_way(endpoint, data, settings, view)
+    assert len(view.replays) == 2  # a template per endpoint: the edits met one
