@@ -251,3 +251,13 @@ def test_build_recorder_chooses_the_sink(
         kw["api_client"] = config.new_client_from_config(config_file=api.kubeconfig(str(tmp_path / "kc")))  # type: ignore[no-untyped-call]
     recorder = build_recorder(settings, cluster_of(settings), **kw)
     assert (recorder.events.sink.name if isinstance(recorder.events, EventQueue) else None) == expected
+
+
+def test_the_decision_log_keeps_names_to_their_limit() -> None:
+    """The apiserver checks a name after the mutating webhooks: a name of megabytes must not make a log line of
+    megabytes."""
+    app = create_app(Settings(), recorder=build_recorder(Settings(), stream=(log := io.StringIO())))
+    pod = gpu_pod(name="n" * 100_000)
+    assert app.test_client().post("/mutate", json=review(pod)).status_code == 200
+    line = json.loads(log.getvalue())
+    assert line["name"] == "n" * 253

@@ -25,6 +25,7 @@ from webhook.cluster import StaticCluster, build_view
 from webhook.config import AuditSettings, CudaSettings, Settings
 from webhook.events import (
     COMPONENT,
+    RELAY_NICE,
     SHORT_MESSAGE,
     ApiSink,
     EventPipe,
@@ -532,6 +533,8 @@ def test_a_relay_that_dies_is_started_again(tmp_path: Any) -> None:
         time.sleep(0.05)
     (second,) = _children(relay.pid)
     assert second != first
+    wanted = min(19, os.getpriority(os.PRIO_PROCESS, 0) + RELAY_NICE)  # below the workers', the new one too
+    assert os.getpriority(os.PRIO_PROCESS, relay.pid) == os.getpriority(os.PRIO_PROCESS, second) == wanted
     for n in range(5):
         assert pipe.submit(event_body(subject_of(stored_pod()), "default", f"after-{n}", CHECKED, "i"))
     assert relay.finish(timeout=10)

@@ -110,6 +110,16 @@ def test_from_the_third_replica_on_the_body_is_not_parsed(
         assert got[4][0]["response"]["patch"]  # the steering patch, replayed
 
 
+def test_a_first_body_of_another_length_does_not_stop_the_learning(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    decide("validate", body(replica(STEERED, 1), compact=False), settings, view)  # spaces: another length
+    for n in (2, 3):
+        decide("validate", body(replica(STEERED, n)), settings, view)
+    Unparsed(monkeypatch)
+    assert decide("validate", body(replica(STEERED, 4)), settings, view)[0]["response"]["allowed"]
+
+
 def test_the_slots_are_the_identity_strings_and_named() -> None:
     first, second = body(replica(STEERED, 1)), body(replica(STEERED, 2))
     template = replay.learn(first, second)
@@ -182,6 +192,60 @@ def test_an_identity_string_that_looks_like_a_mark_proves_nothing() -> None:
     first, second = body(revs[0]), body(revs[1])
     assert b'"uid":"\\u00000"' in first
     assert replay.learn(first, second) is None
+
+
+@pytest.mark.parametrize("name", ["\x00\u00b2", "\x00" + "9" * 5000])
+def test_a_name_like_a_mark_that_is_no_number_is_just_a_name(name: str) -> None:
+    """``\\u0000`` and then what ``str.isdigit`` takes but ``int`` does not: a name, answered as the whole way
+    answers it (it was a 500)."""
+    settings = Settings()
+    view = two_driver_view(settings)
+    revs = [replica(STEERED, n, stored=False) for n in (1, 2, 3)]
+    for rev in revs:
+        rev["request"]["object"]["metadata"]["name"] = name
+    for rev in revs:
+        data = body(rev)
+        assert decide("mutate", data, settings, view) == whole_way("mutate", data, settings, view)
+
+
+def test_strings_that_differ_at_every_other_byte_are_one_slot() -> None:
+    """A long string (outside the shape) that differs all along: one slot, found in one pass (each difference
+    searched for its string's quotes made this quadratic: seconds for a megabyte)."""
+    revs = [replica(STEERED, n) for n in (1, 2)]
+    for n, rev in enumerate(revs):
+        rev["request"]["object"]["metadata"]["managedFields"][0]["time"] = ("ab" if n else "ac") * 100_000
+    first, second = body(revs[0]), body(revs[1])
+    slots = replay.differing_strings(first, second)
+    assert slots is not None and len(slots) == 6
+    assert max(end - start for start, end in slots) == 200_000
+
+
+def test_replicas_made_in_one_second_widen_the_template_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first two replicas share their creation time, so it is no slot of their template; a later replica,
+    made in another second, misses it once and widens it."""
+    settings = Settings()
+    view = two_driver_view(settings)
+    revs = [replica(STEERED, n) for n in range(1, 8)]
+    for rev in revs[:2]:
+        meta = rev["request"]["object"]["metadata"]
+        meta["creationTimestamp"] = meta["managedFields"][0]["time"] = "2026-12-01T08:00:00Z"
+    for rev in revs[:3]:
+        decide("validate", body(rev), settings, view)
+    Unparsed(monkeypatch)
+    for rev in revs[3:]:
+        assert decide("validate", body(rev), settings, view)[0]["response"]["uid"] == rev["request"]["uid"]
+
+
+def test_a_kept_body_never_grows_past_what_the_store_counted() -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    first = replica(STEERED, 1)
+    decide("validate", body(first), settings, view)
+    longer = replica(STEERED, 2)
+    longer["request"]["object"]["metadata"]["managedFields"][0]["manager"] = "m" * 10_000
+    decide("validate", body(longer), settings, view)
+    (stored,) = view.decisions._data.values()
+    assert stored.body == body(first) and stored.room == len(body(first))
 
 
 def test_a_number_that_differs_is_no_slot() -> None:

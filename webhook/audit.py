@@ -22,6 +22,7 @@ from webhook.admission import ReviewRequest
 from webhook.cluster import ClusterSource
 from webhook.config import Settings
 from webhook.events import (
+    NAME_LIMIT,
     ApiSink,
     EventPipe,
     EventQueue,
@@ -76,8 +77,8 @@ def decision_line(
         line.update(
             uid=review.uid,
             namespace=review.namespace,
-            name=review.name or review.subject.name,
-            generateName=review.subject.generate_name,
+            name=(review.name or review.subject.name)[:NAME_LIMIT],  # names are checked after mutating admission
+            generateName=review.subject.generate_name[:NAME_LIMIT],
             kind=review.kind,
             operation=review.operation,
             dryRun=review.dry_run,

@@ -45,15 +45,23 @@ REPLAYS_PER_LENGTH = 4
 """Templates kept for bodies of one length and endpoint (workloads whose bodies happen to be as long)."""
 
 
+LEARNING_TRIES = 3
+"""Pairs of one length compared per stored answer: a template is learned, or widened (replicas made in the same
+second share their creation time: a later one differs in one more string), at most this many times."""
+
+
 @dataclass
 class Stored:
-    """An answer kept for a shape: shared, read only. ``body`` is the first replica's, until a second one of the same
-    length has been compared with it."""
+    """An answer kept for a shape: shared, read only but for the learning (``_learn``). ``body``: a replica's body
+    to compare the next one with, counted in the store's bytes (``room``: no longer body takes its place)."""
 
     settings: Settings
     result: Result
     parts: tuple[bytes, bytes]
     body: bytes
+    room: int
+    template: replay.Template | None = None
+    tries: int = LEARNING_TRIES
 
 
 @dataclass(frozen=True)
@@ -113,7 +121,7 @@ def decide(
     result, stored = _answer(endpoint, step, review.object, ctx, body)
     if stored is None:
         return review, result, encode_answer(review.uid, answer_parts(result, mutating=endpoint == "mutate"))
-    if stored.body:
+    if stored.tries > 0:
         _learn(endpoint, stored, body, review, view)
     return review, result, encode_answer(review.uid, stored.parts)
 
@@ -148,22 +156,32 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
     )
     # apart from ``result``: what its caller does to it stays its own
     parts = answer_parts(kept, mutating=endpoint == "mutate")
-    store.put(key, Stored(ctx.settings, kept, parts, body), size=len(key) + len(body))
+    store.put(key, Stored(ctx.settings, kept, parts, body, len(body)), size=len(key) + len(body))
     return result, None
 
 
 def _learn(endpoint: str, stored: Stored, body: bytes, review: ReviewRequest, view: ClusterView) -> None:
-    """Compare a second replica's body with the first one's, once; keep the template if there is one."""
-    if len(body) != len(stored.body) or body == stored.body:
+    """Compare a replica's body that was not replayed with the one kept (the template's, once there is one); keep
+    the template they make, its slots widened by the ones learned before. A body of another length takes the
+    place of the one kept while no template is learned (a StatefulSet's tenth pod, a client that writes its JSON
+    otherwise), so that two of one length still meet."""
+    before = stored.template
+    kept = before.body if before else stored.body
+    if len(body) != len(kept):
+        if before is None and len(body) <= stored.room:
+            stored.body = body
         return
-    template = replay.learn(stored.body, body)
-    stored.body = b""
+    if body == kept:
+        return
+    stored.tries -= 1
+    template = replay.learn(kept, body, before.slots if before else ())
     if template is None:
         return
+    stored.template, stored.body = template, b""
     known = Replay(stored.settings, template, stored, dataclasses.replace(review, object=None, old_object=None))
     key = (endpoint, len(body))
-    kept = view.replays.get(key) or ()
-    view.replays.put(key, (known, *kept[: REPLAYS_PER_LENGTH - 1]), size=len(body))
+    others = [r for r in view.replays.get(key) or () if r.stored is not stored]
+    view.replays.put(key, (known, *others[: REPLAYS_PER_LENGTH - 1]), size=len(body))
 
 
 def _replayed(
@@ -175,9 +193,7 @@ def _replayed(
             continue
         facts = dict(zip(known.template.labels, texts, strict=True))
         base = known.review
-        uid = facts.get("uid", base.uid)
-        if not uid:
-            return None  # parse_review says what is wrong with it
+        uid = facts.get("uid", base.uid)  # a slot is never empty: its learned text was not
         subject = base.subject
         review = ReviewRequest(
             uid=uid,

@@ -18,6 +18,7 @@ one is its answer. A body that does not match takes the whole way (parse, shape,
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -85,6 +86,10 @@ def identity_strings(review: Any) -> Iterator[tuple[str, dict[str, Any], str]]:
             yield "-", entry, "time"
 
 
+MAX_SLOTS = 64
+"""More slots than this and the body is not worth a template: matching would loop longer than a parse."""
+
+
 def differing_strings(first: bytes, second: bytes) -> list[Slot] | None:
     """The contents of the JSON strings in which two bodies of one length differ, as (start, end) in order; None
     when a difference is not inside a plain string of both."""
@@ -93,28 +98,39 @@ def differing_strings(first: bytes, second: bytes) -> list[Slot] | None:
     diff = (int.from_bytes(first, "big") ^ int.from_bytes(second, "big")).to_bytes(len(first), "big")
     slots: list[Slot] = []
     for run in re.finditer(rb"[^\x00]+", diff):
+        if slots and run.start() <= slots[-1][1]:  # another difference in the string of the slot before
+            if run.end() > slots[-1][1]:
+                return None
+            continue
         start = first.rfind(b'"', 0, run.start()) + 1
         end = first.find(b'"', run.end())
         if start == 0 or end < 0:
             return None
-        if slots and start < slots[-1][1]:  # another difference in the same string
-            if start != slots[-1][0]:
-                return None
-            continue
         if PLAIN.fullmatch(first, start, end) is None or PLAIN.fullmatch(second, start, end) is None:
             return None
         slots.append((start, end))
+        if len(slots) > MAX_SLOTS:
+            return None
     return slots
 
 
-def learn(first: bytes, second: bytes) -> Template | None:
+def learn(first: bytes, second: bytes, known: tuple[Slot, ...] = ()) -> Template | None:
     """The template of two bodies of one shape, or None unless every string they differ in is an identity string.
+    ``known``: slots learned before (from ``first``'s template), kept whether or not these two differ in them.
 
     ``second`` is parsed twice: as it is, and with a mark in each slot. Every mark must be found at an identity path
     (``identity_strings``), once; put back to its slot's text there, the marked object must equal the plain one,
     so no slot lies anywhere else."""
-    slots = differing_strings(first, second)
-    if not slots:
+    found = differing_strings(first, second)
+    if found is None:
+        return None
+    slots = sorted({*found, *known})
+    if not slots or len(slots) > MAX_SLOTS:
+        return None
+    for (_, end), (start, _) in itertools.pairwise(slots):
+        if start <= end:
+            return None
+    if any(PLAIN.fullmatch(second, start, end) is None for start, end in slots):
         return None
     pieces, at = [], 0
     for i, (start, end) in enumerate(slots):
@@ -125,16 +141,18 @@ def learn(first: bytes, second: bytes) -> Template | None:
         plain, marked = json.loads(second), json.loads(b"".join(pieces))
     except ValueError:
         return None
+    marks = {f"{_MARK}{i}": i for i in range(len(slots))}
     labels: dict[int, str] = {}
     for label, where, key in identity_strings(marked):
         value = where.get(key)
-        if isinstance(value, str) and value[:1] == _MARK and value[1:].isdigit():
-            i = int(value[1:])
-            if i in labels or i >= len(slots):
-                return None
-            labels[i] = label
-            start, end = slots[i]
-            where[key] = second[start:end].decode("utf-8", "replace")
+        mark = marks.get(value) if isinstance(value, str) else None
+        if mark is None:
+            continue
+        if mark in labels:
+            return None
+        labels[mark] = label
+        start, end = slots[mark]
+        where[key] = second[start:end].decode("utf-8", "replace")
     if len(labels) != len(slots) or marked != plain:
         return None
     return Template(second, tuple(slots), tuple(labels[i] for i in range(len(slots))))
