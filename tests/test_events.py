@@ -3,6 +3,7 @@ through the real ``kubernetes`` client against tests/kubeapi.py."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -13,6 +14,8 @@ import time
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kubernetes import config as kube_config
 
 from tests.conftest import REPO, gpu_node, gpu_pod, review
@@ -32,6 +35,7 @@ from webhook.events import (
     EventQueue,
     LogSink,
     event_body,
+    event_lines,
     events_for,
     run_relay,
     start_relay,
@@ -539,3 +543,41 @@ def test_a_relay_that_dies_is_started_again(tmp_path: Any) -> None:
         assert pipe.submit(event_body(subject_of(stored_pod()), "default", f"after-{n}", CHECKED, "i"))
     assert relay.finish(timeout=10)
     assert _lines(out, 10) == [f"before-{n}" for n in range(5)] + [f"after-{n}" for n in range(5)]
+
+
+# -- Event lines from templates (the relay's pipe) -----------------------------------------------------------------
+def _without_suffix(body: dict[str, Any]) -> dict[str, Any]:
+    """The body with its name's suffix (time and random bits, ``.<hex>``) taken off."""
+    out = copy.deepcopy(body)
+    out["metadata"]["name"] = out["metadata"]["name"].rsplit(".", 1)[0]
+    return out
+
+
+@given(
+    name=st.text(min_size=1, max_size=300),
+    message=st.text(max_size=1100),
+    uid=st.sampled_from(["", "0d6f3c1e-1111-4a7b-9c55-3f0e2a9b7c11", "\x00u"]),
+    kind=st.sampled_from(["", "Pod", "\x00t"]),
+)
+def test_an_events_line_is_its_body_as_json(name: str, message: str, uid: str, kind: str) -> None:
+    pod = {"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "uid": uid, "namespace": "default"}}
+    events = [Event("CUDAChecked", message), Event("SpotTolerated", "x", "Normal")]
+    review = request(pod, name=name)
+    answer = result(events)
+    lines = event_lines(review, answer, "inst")
+    bodies = events_for(review, answer, "inst")
+    assert len(lines) == len(bodies) == 2
+    for line, body in zip(lines, bodies, strict=True):
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        parsed = json.loads(line)
+        assert _without_suffix(parsed) == _without_suffix(body)
+        assert len(parsed["metadata"]["name"]) <= 253
+        assert parsed["firstTimestamp"] == parsed["lastTimestamp"]
+
+
+def test_events_lines_are_written_for_exactly_the_answers_that_call_for_events() -> None:
+    pod = stored_pod()
+    assert event_lines(request(pod, dry_run=True), result([CHECKED]), "i") == []
+    assert event_lines(request(pod), result([CHECKED], allowed=False), "i") == []
+    assert event_lines(request(pod), result([]), "i") == []
+    assert len(event_lines(request(pod), result([CHECKED]), "i")) == 1

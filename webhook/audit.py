@@ -30,6 +30,7 @@ from webhook.events import (
     LogSink,
     Relay,
     api_client_from_environment,
+    event_lines,
     events_for,
     start_relay,
 )
@@ -189,8 +190,12 @@ class Reporter:
             log.exception("cannot update the metrics")
         if endpoint == "validate" and self.events is not None:
             try:
-                for body in events_for(review, result, self.instance):
-                    self.events.submit(body)
+                if isinstance(self.events, EventPipe):
+                    for line in event_lines(review, result, self.instance):
+                        self.events.write(line)
+                else:
+                    for body in events_for(review, result, self.instance):
+                        self.events.submit(body)
             except Exception:
                 log.exception("cannot queue events")
 
