@@ -121,7 +121,7 @@ def decide(
     result, stored = _answer(endpoint, step, review.object, ctx, body)
     if stored is None:
         return review, result, encode_answer(review.uid, answer_parts(result, mutating=endpoint == "mutate"))
-    if stored.tries > 0:
+    if stored.tries > 0 and stored.result is result:  # reused: a replica to learn from
         _learn(endpoint, stored, body, review, view)
     return review, result, encode_answer(review.uid, stored.parts)
 
@@ -136,6 +136,7 @@ def answer(endpoint: str, step: Step, obj: Any, ctx: Context) -> Result:
 
 
 def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b"") -> tuple[Result, Stored | None]:
+    """The answer, and what is stored for its shape (just stored, when it was computed); None when unstorable."""
     key = shape(endpoint, obj, ctx)
     if key is None:
         return step(obj, ctx), None
@@ -155,9 +156,9 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
         outcome=copy.deepcopy(result.outcome),
     )
     # apart from ``result``: what its caller does to it stays its own
-    parts = answer_parts(kept, mutating=endpoint == "mutate")
-    store.put(key, Stored(ctx.settings, kept, parts, body, len(body)), size=len(key) + len(body))
-    return result, None
+    stored = Stored(ctx.settings, kept, answer_parts(kept, mutating=endpoint == "mutate"), body, len(body))
+    store.put(key, stored, size=len(key) + len(body))
+    return result, stored
 
 
 def _learn(endpoint: str, stored: Stored, body: bytes, review: ReviewRequest, view: ClusterView) -> None:

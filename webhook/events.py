@@ -150,7 +150,7 @@ def _line_template(
 
 def event_lines(review: ReviewRequest | None, result: Result | None, instance: str) -> list[bytes]:
     """The JSON lines of ``events_for``'s bodies, written from a template per Event (reused answers share their
-    Events; their replicas differ in names, uid and time): a tenth of building and encoding each body."""
+    Events; their replicas differ in names, uid and time): a third of the time of building and encoding each body."""
     where = _addressed(review, result)
     if review is None or result is None or where is None:
         return []
