@@ -79,6 +79,15 @@ def decide(endpoint: str, data: bytes, settings: Settings, view: ClusterView) ->
     return json.loads(answer), result.decision, result.outcome.events
 
 
+def learned() -> tuple[Settings, ClusterView]:
+    """Settings and a snapshot that have seen two replicas of STEERED at /validate: a template is kept."""
+    settings = Settings()
+    view = two_driver_view(settings)
+    for n in (1, 2):
+        decide("validate", body(replica(STEERED, n)), settings, view)
+    return settings, view
+
+
 class Unparsed:
     """parse_review replaced by one that fails the test: what it answers came from the bytes."""
 
@@ -275,10 +284,7 @@ def test_a_slot_holds_only_a_plain_string(slot: bytes, why: str) -> None:
 
 
 def test_a_bad_body_that_matches_the_template_but_for_its_slot_gets_its_error() -> None:
-    settings = Settings()
-    view = two_driver_view(settings)
-    for n in (1, 2):
-        decide("validate", body(replica(STEERED, n)), settings, view)
+    settings, view = learned()
     third = body(replica(STEERED, 3))
     start = third.index(b"a1b2c3d4-0000-4000-8000-000000000003")
     bad = third[:start] + b"\xff" + third[start + 1 :]
@@ -305,20 +311,14 @@ def test_an_empty_uid_is_refused_as_the_whole_way_refuses_it() -> None:
 
 
 def test_the_content_type_is_checked_before_the_bytes() -> None:
-    settings = Settings()
-    view = two_driver_view(settings)
-    for n in (1, 2):
-        decide("validate", body(replica(STEERED, n)), settings, view)
+    settings, view = learned()
     with pytest.raises(BadRequest) as err:
         decisions.decide("validate", pipeline.validate, body(replica(STEERED, 3)), "text/plain", settings, view)
     assert err.value.status == 415
 
 
 def test_other_settings_or_a_new_snapshot_replay_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = Settings()
-    view = two_driver_view(settings)
-    for n in (1, 2):
-        decide("validate", body(replica(STEERED, n)), settings, view)
+    settings, view = learned()
     parsed: list[int] = []
     real = parse_review
 
