@@ -328,15 +328,18 @@ class EventQueue:
                 continue
             if self.linger > 0:
                 time.sleep(self.linger)
-            self._deliver(body)
             while True:
+                try:
+                    self.deliver(body)
+                finally:
+                    self._queue.task_done()
                 try:
                     body = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                self._deliver(body)
 
-    def _deliver(self, body: JSON) -> None:
+    def deliver(self, body: JSON) -> None:
+        """Send one Event now, in the calling thread (the relay's, which has no other work), and count it."""
         try:
             self.sink.send(body)
             self._count("sent")
@@ -350,8 +353,6 @@ class EventQueue:
                 involved.get("name"),
                 _short_error(err),
             )
-        finally:
-            self._queue.task_done()
 
     def pending(self) -> int:
         return self._queue.unfinished_tasks
@@ -514,12 +515,14 @@ def keep_relaying(read_fd: int, make_queue: Callable[[], EventQueue], pause: flo
 
 
 def run_relay(read_fd: int, events: EventQueue, drain_s: float = 4.0) -> None:
-    """Read Event lines from ``read_fd`` until every writer has closed it, hand each to ``events``, then give the
-    queue ``drain_s`` to send what is left.
+    """Read Event lines from ``read_fd`` until every writer has closed it and send each through ``events``, in this
+    thread (``EventQueue.deliver``: a second thread and the queue between them cost the relay more than a LogSink
+    line); ``drain_s`` is left for anything queued.
 
     After each read it waits the queue's ``linger`` before the next, so that a burst gathers in the pipe and is
     read at once: woken by every line, the relay took a context switch per Event from the cores the workers run
-    on. A full pipe (``PIPE_BYTES``) holds a second of Events at a thousand pods a second."""
+    on. A full pipe (``PIPE_BYTES``) holds a second of Events at a thousand pods a second; while the sink is slow,
+    the pipe fills and the workers drop and count what does not fit."""
     rest = b""
     while chunk := os.read(read_fd, PIPE_BYTES):
         *lines, rest = (rest + chunk).split(b"\n")
@@ -530,7 +533,7 @@ def run_relay(read_fd: int, events: EventQueue, drain_s: float = 4.0) -> None:
                 log.warning("the Events relay skipped a line that is not JSON (%d bytes)", len(line))
                 continue
             if isinstance(body, dict):
-                events.submit(body)
+                events.deliver(body)
         time.sleep(events.linger)
     os.close(read_fd)
     events.drain(drain_s)
