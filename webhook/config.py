@@ -161,7 +161,8 @@ class AuditSettings:
     events: bool = True
     """Create Events on pods (from the validating side)."""
     event_queue_size: int = 1000
-    """Bounded queue of Events waiting to be sent; a full queue drops and counts."""
+    """Bounded queue of Events waiting to be sent from the app's own process (the app embedded or tested); a full
+    queue drops and counts. Under ``gpu-admission serve`` the relay's pipe (1 MiB) holds them instead."""
     decision_log: bool = True
     """Write one JSON line per request to stderr."""
 
