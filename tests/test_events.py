@@ -500,7 +500,7 @@ class FileSink:
 
 def test_the_relay_process_sends_what_was_written_before_the_master_finishes(tmp_path: Any) -> None:
     out = tmp_path / "sent"
-    relay = start_relay(lambda: EventQueue(FileSink(out), linger=0.2))
+    relay = start_relay(lambda: EventQueue(FileSink(out)))
     assert relay.pid > 0 and relay.pid != os.getpid()
     pipe = EventPipe(relay.fd)
     for n in range(30):
@@ -525,7 +525,7 @@ def _lines(path: Any, count: int, timeout: float = 10) -> list[str]:
 
 def test_a_relay_that_dies_is_started_again(tmp_path: Any) -> None:
     out = tmp_path / "sent"
-    relay = start_relay(lambda: EventQueue(FileSink(out), linger=0.01))
+    relay = start_relay(lambda: EventQueue(FileSink(out)))
     pipe = EventPipe(relay.fd)
     for n in range(5):
         pipe.submit(event_body(subject_of(stored_pod()), "default", f"before-{n}", CHECKED, "i"))

@@ -294,6 +294,8 @@ def test_a_bad_body_that_matches_the_template_but_for_its_slot_gets_its_error() 
 
 
 def test_an_empty_uid_is_refused_as_the_whole_way_refuses_it() -> None:
+    """A slot is never empty (its learned text was not), so a body with an empty uid is shorter than the template
+    and takes the whole way, which names what is wrong."""
     settings = Settings()
     view = two_driver_view(settings)
     uids = ["a1b2c3d4", "e5f6a7b8"]
@@ -305,6 +307,7 @@ def test_an_empty_uid_is_refused_as_the_whole_way_refuses_it() -> None:
     third = replica(STEERED, 3)
     third["request"]["uid"] = ""
     data = body(third)
+    assert len(data) < len(body(revs[0]))
     got = decide("validate", data, settings, view)
     assert got == whole_way("validate", data, settings, view)
     assert got[:2] == ("error", 400) and "uid" in got[2]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 
 from webhook.errors import BadRequest, PayloadTooLarge
+from webhook.model import as_dict, as_str
 from webhook.pipeline import Result
 
 API_VERSION = "admission.k8s.io/v1"
@@ -66,21 +67,15 @@ class Subject:
 
 
 def subject_of(obj: Any) -> Subject:
-    if not isinstance(obj, dict):
-        return Subject()
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
-
-    def text(value: Any) -> str:
-        return value if isinstance(value, str) else ""
-
+    obj = as_dict(obj)
+    meta = as_dict(obj.get("metadata"))
     return Subject(
-        text(obj.get("apiVersion")),
-        text(obj.get("kind")),
-        text(meta.get("name")),
-        text(meta.get("generateName")),
-        text(meta.get("namespace")),
-        text(meta.get("uid")),
+        as_str(obj.get("apiVersion")),
+        as_str(obj.get("kind")),
+        as_str(meta.get("name")),
+        as_str(meta.get("generateName")),
+        as_str(meta.get("namespace")),
+        as_str(meta.get("uid")),
     )
 
 

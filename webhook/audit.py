@@ -29,9 +29,8 @@ from webhook.events import (
     EventSink,
     LogSink,
     Relay,
+    Sender,
     api_client_from_environment,
-    event_lines,
-    events_for,
     start_relay,
 )
 from webhook.events import instance_name as _instance_name
@@ -190,12 +189,7 @@ class Reporter:
             log.exception("cannot update the metrics")
         if endpoint == "validate" and self.events is not None:
             try:
-                if isinstance(self.events, EventPipe):
-                    for line in event_lines(review, result, self.instance):
-                        self.events.write(line)
-                else:
-                    for body in events_for(review, result, self.instance):
-                        self.events.submit(body)
+                self.events.send_for(review, result, self.instance)
             except Exception:
                 log.exception("cannot queue events")
 
@@ -254,10 +248,10 @@ def start_event_relay(settings: Settings, discover: bool) -> Relay | None:
     if not settings.audit.events:
         return None
 
-    def queue() -> EventQueue:
-        return EventQueue(_sink(None, discover), settings.audit.event_queue_size, _metrics.event_counter())
+    def sender() -> Sender:
+        return Sender(_sink(None, discover), _metrics.event_counter())
 
-    return start_relay(queue)
+    return start_relay(sender)
 
 
 def start_metrics_server(port: int, addr: str = "0.0.0.0") -> None:

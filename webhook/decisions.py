@@ -68,7 +68,6 @@ class Stored:
 class Replay:
     """What a body that matches ``template`` is answered with, and what the request was (its identity aside)."""
 
-    settings: Settings
     template: replay.Template
     stored: Stored
     review: ReviewRequest
@@ -179,7 +178,7 @@ def _learn(endpoint: str, stored: Stored, body: bytes, review: ReviewRequest, vi
     if template is None:
         return
     stored.template, stored.body = template, b""
-    known = Replay(stored.settings, template, stored, dataclasses.replace(review, object=None, old_object=None))
+    known = Replay(template, stored, dataclasses.replace(review, object=None, old_object=None))
     key = (endpoint, len(body))
     others = [r for r in view.replays.get(key) or () if r.stored is not stored]
     view.replays.put(key, (known, *others[: REPLAYS_PER_LENGTH - 1]), size=len(body))
@@ -189,7 +188,7 @@ def _replayed(
     endpoint: str, body: bytes, settings: Settings, view: ClusterView
 ) -> tuple[ReviewRequest, Result, bytes] | None:
     for known in view.replays.get((endpoint, len(body))) or ():
-        texts = known.template.match(body) if known.settings is settings else None
+        texts = known.template.match(body) if known.stored.settings is settings else None
         if texts is None:
             continue
         facts = dict(zip(known.template.labels, texts, strict=True))

@@ -160,7 +160,7 @@ def event_lines(review: ReviewRequest | None, result: Result | None, instance: s
     for event in result.outcome.events:
         template = _line_template(subject.api_version, subject.kind, bool(subject.uid), namespace, event, instance)
         if template is None:
-            lines.append(_LINE(event_body(subject, namespace, name, event, instance)).encode() + b"\n")
+            lines.append(_line(event_body(subject, namespace, name, event, instance)))
             continue
         pieces, order = template
         suffix = _suffix()
@@ -221,7 +221,7 @@ class ApiSink:
     def __init__(self, api_client: Any, timeout: float = 5.0, attempts: int = 2, backoff: float = 0.2) -> None:
         self.client: Any = api_client
         # the server's URL, read once: the configuration's ``host`` property is recomputed on every read
-        self.host: str | None = api_client.configuration.host if api_client is not None else None
+        self.host: str = api_client.configuration.host
         self.timeout, self.attempts, self.backoff = timeout, attempts, backoff
 
     def _post(self, namespace: str, body: JSON) -> None:
@@ -260,11 +260,47 @@ class ApiSink:
             time.sleep(self.backoff * attempt)
 
 
-class EventQueue:
-    """A bounded queue per worker and one daemon thread that drains it into a sink.
+class Sender:
+    """Sends one Event at a time to a sink, in the calling thread, and counts it: ``counted`` hears ``sent``,
+    ``dropped`` or ``failed`` for every Event. The relay uses it as it is (``run_relay``)."""
+
+    def __init__(self, sink: EventSink, counted: Callable[[str], None] | None = None) -> None:
+        self.sink = sink
+        self.counted = counted or (lambda result: None)
+        self.sent = self.dropped = self.failed = 0
+        self._counts = threading.Lock()
+
+    def _count(self, result: str) -> None:
+        with self._counts:
+            setattr(self, result, getattr(self, result) + 1)
+        try:
+            self.counted(result)
+        except Exception:
+            log.exception("cannot count an event as %s", result)
+
+    def deliver(self, body: JSON) -> None:
+        """Send one Event now, in the calling thread (the relay's, which has no other work), and count it."""
+        try:
+            self.sink.send(body)
+            self._count("sent")
+        except Exception as err:
+            self._count("failed")
+            involved = as_dict(body.get("involvedObject"))
+            log.warning(
+                "cannot create the %s event on %s/%s: %s",
+                body.get("reason"),
+                involved.get("namespace"),
+                involved.get("name"),
+                _short_error(err),
+            )
+
+
+class EventQueue(Sender):
+    """A bounded queue per worker and one daemon thread that drains it into a sink (an app that sends its own Events:
+    embedded, tested; ``gpu-admission serve`` hands them to the relay instead).
 
     The thread starts on the first submit (so never before gunicorn forks), leaves after ``idle`` seconds without
-    work, and starts again when needed. ``counted`` hears ``sent``, ``dropped`` or ``failed`` for every Event.
+    work, and starts again when needed.
 
     Woken by an Event, the thread waits ``linger`` seconds before it sends, then sends all that came meanwhile: a
     burst of pod creates wakes it once per ``linger`` instead of once per pod (a wake-up, its context switches and
@@ -279,12 +315,9 @@ class EventQueue:
         idle: float = 30.0,
         linger: float = 0.05,
     ) -> None:
-        self.sink = sink
+        super().__init__(sink, counted)
         self.maxsize = max(1, maxsize)
-        self.counted = counted or (lambda result: None)
         self.idle, self.linger = idle, linger
-        self.sent = self.dropped = self.failed = 0
-        self._counts = threading.Lock()
         self._reset()
 
     def _reset(self) -> None:
@@ -292,6 +325,11 @@ class EventQueue:
         self._queue: queue.Queue[JSON] = queue.Queue(self.maxsize)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+
+    def send_for(self, review: ReviewRequest | None, result: Result | None, instance: str) -> None:
+        """Queue the Events an answer calls for (``events_for``)."""
+        for body in events_for(review, result, instance):
+            self.submit(body)
 
     def submit(self, body: JSON) -> bool:
         """Queue one Event; False (and counted as dropped) when the queue is full. Never blocks."""
@@ -307,14 +345,6 @@ class EventQueue:
                 self._thread = threading.Thread(target=self._run, name="gpu-admission-events", daemon=True)
                 self._thread.start()
         return True
-
-    def _count(self, result: str) -> None:
-        with self._counts:
-            setattr(self, result, getattr(self, result) + 1)
-        try:
-            self.counted(result)
-        except Exception:
-            log.exception("cannot count an event as %s", result)
 
     def _run(self) -> None:
         while True:
@@ -338,22 +368,6 @@ class EventQueue:
                 except queue.Empty:
                     break
 
-    def deliver(self, body: JSON) -> None:
-        """Send one Event now, in the calling thread (the relay's, which has no other work), and count it."""
-        try:
-            self.sink.send(body)
-            self._count("sent")
-        except Exception as err:
-            self._count("failed")
-            involved = as_dict(body.get("involvedObject"))
-            log.warning(
-                "cannot create the %s event on %s/%s: %s",
-                body.get("reason"),
-                involved.get("namespace"),
-                involved.get("name"),
-                _short_error(err),
-            )
-
     def pending(self) -> int:
         return self._queue.unfinished_tasks
 
@@ -371,6 +385,13 @@ class EventQueue:
 
 
 _LINE = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _line(body: JSON) -> bytes:
+    """An Event as the relay's pipe carries it: compact JSON, one line."""
+    return _LINE(body).encode() + b"\n"
+
+
 SHORT_MESSAGE = 200
 """An Event's message is cut to this when its line would not fit in one atomic pipe write."""
 
@@ -388,15 +409,20 @@ class EventPipe:
         self.dropped = 0
         self._told = False
 
+    def send_for(self, review: ReviewRequest | None, result: Result | None, instance: str) -> None:
+        """Write the Events an answer calls for, as lines from their templates (``event_lines``)."""
+        for line in event_lines(review, result, instance):
+            self.write(line)
+
     def submit(self, body: JSON) -> bool:
-        return self.write(_LINE(body).encode() + b"\n")
+        return self.write(_line(body))
 
     def write(self, line: bytes) -> bool:
         """Write one Event's JSON line (``event_lines``); False (counted as dropped) when it could not."""
         if len(line) > select.PIPE_BUF:
             body = json.loads(line)
             body["message"] = as_str(body.get("message"))[:SHORT_MESSAGE]
-            line = _LINE(body).encode() + b"\n"
+            line = _line(body)
         try:
             if len(line) > select.PIPE_BUF:
                 raise ValueError(f"an Event of {len(line)} bytes")
@@ -455,7 +481,7 @@ class Relay:
         return False
 
 
-def start_relay(make_queue: Callable[[], EventQueue]) -> Relay:
+def start_relay(make_sender: Callable[[], Sender]) -> Relay:
     """Fork the relay's keeper (``keep_relaying``); the workers inherit the pipe's write end (gunicorn forks them
     later). Call it before any thread starts. The relay ends when every write end is closed (the master and its
     workers gone), once what they wrote is sent; keeper and relay ignore the signals that stop the master."""
@@ -472,7 +498,7 @@ def start_relay(make_queue: Callable[[], EventQueue]) -> Relay:
             os.nice(RELAY_NICE)  # the relay inherits it
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
             signal.signal(sig, signal.SIG_IGN)
-        return keep_relaying(read_fd, make_queue)
+        return keep_relaying(read_fd, make_sender)
 
     pid = _fork(keeper, "the Events relay's keeper")
     os.close(read_fd)
@@ -494,14 +520,14 @@ def _fork(run: Callable[[], int], what: str) -> int:
     return pid
 
 
-def keep_relaying(read_fd: int, make_queue: Callable[[], EventQueue], pause: float = 1.0) -> int:
+def keep_relaying(read_fd: int, make_sender: Callable[[], Sender], pause: float = 1.0) -> int:
     """Run the relay in a child process, and start it again when it dies before its end (every write end closed):
     a crash, or the kernel killing it for memory, loses the Events it held, not the Events to come. Returns 0
     when the relay ended as it should."""
 
     def relay() -> int:
         log.info("Events relay started (pid %d)", os.getpid())
-        run_relay(read_fd, make_queue())
+        run_relay(read_fd, make_sender())
         return 0
 
     while True:
@@ -520,10 +546,9 @@ RELAY_LINGER_S = 0.01
 connections against 4.6-5.2 ms with 10 ms, same run). An Event is this much later at most."""
 
 
-def run_relay(read_fd: int, events: EventQueue, drain_s: float = 4.0, linger: float = RELAY_LINGER_S) -> None:
+def run_relay(read_fd: int, events: Sender, linger: float = RELAY_LINGER_S) -> None:
     """Read Event lines from ``read_fd`` until every writer has closed it and send each through ``events``, in this
-    thread (``EventQueue.deliver``: a second thread and the queue between them cost the relay more than a LogSink
-    line); ``drain_s`` is left for anything queued.
+    thread (``Sender.deliver``: a second thread and a queue between them cost the relay more than a LogSink line).
 
     After each read it waits ``linger`` before the next, so that the Events of that while gather in the pipe and
     are read at once: woken by every line, the relay took a context switch per Event from the cores the workers run
@@ -542,7 +567,6 @@ def run_relay(read_fd: int, events: EventQueue, drain_s: float = 4.0, linger: fl
                 events.deliver(body)
         time.sleep(linger)
     os.close(read_fd)
-    events.drain(drain_s)
 
 
 def _short_error(err: Exception) -> str:

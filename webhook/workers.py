@@ -40,7 +40,7 @@ REQUEST_DEADLINE_S = 10.0
 """The longest one request (a job: the TLS handshake of a new connection, the request, the answer) may wait for its
 client in all."""
 
-_Job = tuple[futures.Future[Any], Callable[..., Any], tuple[Any, ...]]
+_Job = tuple[futures.Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 
 class TurnPool(futures.Executor):
@@ -66,7 +66,7 @@ class TurnPool(futures.Executor):
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new work after shutdown")
-            self._backlog.append((future, fn, args))
+            self._backlog.append((future, fn, args, kwargs))
             if self._engaged == 0:
                 self._engage()
         return future
@@ -100,14 +100,14 @@ class TurnPool(futures.Executor):
             with self.turn:
                 self._local.turn = True
                 while (job := self._next_job()) is not None:
-                    future, fn, args = job
+                    future, fn, args, kwargs = job
                     self._local.deadline = time.monotonic() + REQUEST_DEADLINE_S
                     if future.set_running_or_notify_cancel():
                         try:
-                            future.set_result(fn(*args))
+                            future.set_result(fn(*args, **kwargs))
                         except BaseException as err:  # the future carries it to gunicorn
                             future.set_exception(err)
-                    del job, future, fn, args
+                    del job, future, fn, args, kwargs
                 self._local.turn = False
             if self._local.leave:
                 return
@@ -225,11 +225,6 @@ class TurnSSLSocket(ssl.SSLSocket):
     def send(self, data: Any, flags: int = 0) -> int:
         count: int = self._io(False, super().send, data, flags)
         return count
-
-    def sendall(self, data: Any, flags: int = 0) -> None:
-        view = memoryview(data).cast("B")
-        while view:
-            view = view[self.send(view, flags) :]
 
 
 class TurnWorker(ThreadWorker):  # type: ignore[misc]
