@@ -163,3 +163,7 @@ def test_waits_on_descriptors_above_1023() -> None:
     pool.shutdown()
     for s in (high, a, b):
         s.close()
+
+
+def test_keyword_arguments_reach_the_job(pool: TurnPool) -> None:
+    assert pool.submit(lambda a, *, b: (a, b), "a", b="b").result(timeout=10) == ("a", "b")
