@@ -176,6 +176,11 @@ def test_replicas_at_validate_are_pods_of_their_own_that_reuse_one_answer(tmp_pa
         assert figures["requests"] <= len(names) <= figures["requests"] + 2
 
 
+def test_rounds_take_the_rows_in_one_order_then_the_other() -> None:
+    assert [list(run.turns(3, turn)) for turn in range(4)] == [[0, 1, 2], [2, 1, 0], [0, 1, 2], [2, 1, 0]]
+    assert list(run.turns(1, 1)) == [0] and list(run.turns(0, 0)) == []
+
+
 def test_a_row_of_rounds_keeps_its_median_round_and_the_median_of_its_ratios() -> None:
     def point(rps: float, p99: float, good: int, bad: int = 0) -> run.Point:
         return run.Point(

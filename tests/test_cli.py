@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES
+from webhook import cli as webhook_cli
 
 NODES = EXAMPLES / "nodes.yaml"
 CONFIG = EXAMPLES / "config.yaml"
@@ -130,3 +132,15 @@ def test_serve_takes_workers_and_threads(flags: list[str], workers: int, threads
 
     options = ServeOptions.from_args(build_parser().parse_args(["serve", *flags]))
     assert (options.workers, options.threads) == (workers, threads)
+
+
+def test_log_records_collect_nothing_the_log_format_does_not_show(caplog: pytest.LogCaptureFixture) -> None:
+    """``setup_logging``: no caller lookup, thread or process names per record (the Events relay logs one per
+    Event), and the format names none of them."""
+    webhook_cli.setup_logging()
+    caplog.set_level("INFO", logger="gpu_admission.test")
+    logging.getLogger("gpu_admission.test").info("one")
+    (record,) = caplog.records
+    assert (record.threadName, record.processName, record.process) == (None, None, None)
+    assert (record.lineno, record.funcName) == (0, "(unknown function)")  # no caller looked up
+    assert not any(field in webhook_cli.LOG_FORMAT for field in ("thread", "process", "lineno", "filename", "funcName"))

@@ -303,6 +303,28 @@ def test_log_sink(caplog: pytest.LogCaptureFixture) -> None:
     assert '"object":"Pod/default/trainer"' in caplog.text
 
 
+@pytest.mark.parametrize(
+    "reason, message, name",
+    [("CUDAChecked", 'a "quoted" message\nover two lines, é, ☃, \U0001f600', "trainer"), (None, 7, "a/b\\c")],
+)
+def test_a_log_sink_line_is_the_json_of_its_fields(
+    caplog: pytest.LogCaptureFixture, reason: Any, message: Any, name: str
+) -> None:
+    """The line is written by hand (``_STRING``): it reads back as the fields, a value that is not a string as ""."""
+    caplog.set_level("INFO", logger="gpu_admission.events")
+    body = event_body(subject_of(stored_pod()), "default", name, CHECKED, "i")
+    body["reason"], body["message"] = reason, message
+    LogSink().send(body)
+    (record,) = [r for r in caplog.records if r.name == "gpu_admission.events"]
+    assert json.loads(record.getMessage()) == {
+        "event": reason if isinstance(reason, str) else "",
+        "type": "Normal",
+        "object": f"Pod/default/{name}",
+        "uid": stored_pod()["metadata"]["uid"],
+        "message": message if isinstance(message, str) else "",
+    }
+
+
 # -- the API, through the real client -----------------------------------------------------------------------------
 @pytest.fixture
 def kubeapi() -> Any:

@@ -189,15 +189,14 @@ class LogSink:
         self.logger = logger or log
 
     def send(self, body: JSON) -> None:
+        """One line: ``{"event", "type", "object": "Kind/namespace/name", "uid", "message"}``, its strings written by
+        the C encoder ``json.dumps`` ends in (a quarter of ``json.dumps``'s time for the relay, which writes one per
+        Event)."""
         involved = as_dict(body.get("involvedObject"))
-        line = {
-            "event": body.get("reason"),
-            "type": body.get("type"),
-            "object": f"{involved.get('kind')}/{involved.get('namespace')}/{involved.get('name')}",
-            "uid": involved.get("uid", ""),
-            "message": body.get("message"),
-        }
-        self.logger.info("%s", json.dumps(line, separators=(",", ":")))
+        where = f"{as_str(involved.get('kind'))}/{as_str(involved.get('namespace'))}/{as_str(involved.get('name'))}"
+        fields = (body.get("reason"), body.get("type"), where, involved.get("uid"), body.get("message"))
+        reason, kind, obj, uid, message = (_STRING(as_str(value)) for value in fields)
+        self.logger.info('{"event":%s,"type":%s,"object":%s,"uid":%s,"message":%s}', reason, kind, obj, uid, message)
 
 
 RETRY_STATUSES = frozenset({0, 429, 500, 502, 503, 504})

@@ -95,7 +95,7 @@ FULL = Plan(
     distinct_pods=("small", "training", "fixture"),
     warmup_s=2,
     quick=False,
-    rounds=3,
+    rounds=5,
 )
 QUICK = Plan(
     seconds=1,
@@ -332,6 +332,13 @@ def wrk(
     raise RuntimeError(f"wrk printed no figures (exit {proc.returncode}):\n{stdout}\n{stderr}")
 
 
+def turns(rows: int, turn: int) -> range:
+    """The order of a group's rows in round ``turn``: first to last, then last to first, and so on. The machine's
+    speed drifts within a round as well: in one order only, the last row was always measured farthest from the
+    reference row (the first), and a drift that way or the other went into its ratio every round."""
+    return range(rows) if turn % 2 == 0 else range(rows - 1, -1, -1)
+
+
 def merged(points: Sequence[Point], reference: Sequence[Point]) -> Point:
     """One row from its rounds: the figures of the round with the median req/s, the answers of all rounds added
     up, and the ratios to the reference row as the median of the rounds' own ratios (each round measured the row
@@ -537,8 +544,9 @@ def run(plan: Plan, tmp: Path) -> Results:
         def group(section: str, rows: Sequence[tuple[Instance, str, str]], level: tuple[int, int]) -> None:
             """Measure ``rows`` in ``plan.rounds`` rounds, each row once per round; the first row is the reference."""
             runs: list[list[Point]] = [[] for _ in rows]
-            for _ in range(plan.rounds):
-                for i, (inst, pod, endpoint) in enumerate(rows):
+            for turn in range(plan.rounds):
+                for i in turns(len(rows), turn):
+                    inst, pod, endpoint = rows[i]
                     runs[i].append(one(section, inst, pod, endpoint, level))
             results.points.extend(merged(points, runs[0]) for points in runs)
 
@@ -702,9 +710,10 @@ def markdown(r: Results) -> str:
         "(`webhook/workers.py`), TLS 1.2+, keep-alive, settings "
         f"`examples/config.yaml`. wrk: `--timeout 5s`, one AdmissionReview body per row, {plan.seconds} s a row in "
         f"each of {plan.rounds} rounds: the rows of a group (a pod's baseline, /mutate and /validate; a pod at each "
-        "node count) take turns, round after round. A row shows the round of median req/s (its answers: all rounds "
-        "added up), and its ratios are the medians of the rounds' ratios to the group's first row, each measured a "
-        "few seconds apart: this machine's speed drifts by more than the differences measured."
+        "node count) take turns, round after round, in one order and then in the other. A row shows the round of "
+        "median req/s (its answers: all rounds added up), and its ratios are the medians of the rounds' ratios to the "
+        "group's first row, each measured a few seconds apart: this machine's speed drifts by more than the "
+        "differences measured."
     )
     add("")
     add("### Goals")
