@@ -183,7 +183,7 @@ def setup_logging() -> None:
     """Log lines as ``LOG_FORMAT`` says. It names no source line, thread or process, so the records do not collect
     them ("Optimization" in Python's logging HOWTO): a fifth of a record's cost, and the Events relay writes one
     per Event when there is no cluster to send them to."""
-    logging._srcfile = None  # type: ignore[attr-defined]  # no sys._getframe walk per record
+    logging._srcfile = None  # no sys._getframe walk per record
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
