@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -134,13 +135,16 @@ def test_serve_takes_workers_and_threads(flags: list[str], workers: int, threads
     assert (options.workers, options.threads) == (workers, threads)
 
 
-def test_log_records_collect_nothing_the_log_format_does_not_show(caplog: pytest.LogCaptureFixture) -> None:
-    """``setup_logging``: no caller lookup, thread or process names per record (the Events relay logs one per
-    Event), and the format names none of them."""
+def test_log_records_collect_nothing_the_log_formats_do_not_show(caplog: pytest.LogCaptureFixture) -> None:
+    """``setup_logging``: no caller lookup or thread names per record (the Events relay logs one per Event), and
+    no format shows them; the process id stays (gunicorn's lines show it)."""
+    from gunicorn.glogging import Logger
+
     webhook_cli.setup_logging()
     caplog.set_level("INFO", logger="gpu_admission.test")
     logging.getLogger("gpu_admission.test").info("one")
     (record,) = caplog.records
-    assert (record.threadName, record.processName, record.process) == (None, None, None)
+    assert (record.threadName, record.processName, record.process) == (None, None, os.getpid())
     assert (record.lineno, record.funcName) == (0, "(unknown function)")  # no caller looked up
-    assert not any(field in webhook_cli.LOG_FORMAT for field in ("thread", "process", "lineno", "filename", "funcName"))
+    for used in (webhook_cli.LOG_FORMAT, Logger.error_fmt, Logger.access_fmt, Logger.syslog_fmt):
+        assert not any(field in used for field in ("thread", "processName", "lineno", "filename", "funcName"))

@@ -299,6 +299,36 @@ def _closed_by_server(sock: socket.socket, within: float) -> bool:
         return False
 
 
+def test_a_body_over_the_limit_gets_its_413_and_the_connection_closes_at_once(tmp_path: Path) -> None:
+    """A body announced at more than DRAIN_FACTOR times the limit gets its 413 unread, and gunicorn would wait 5 s
+    for the rest to drain it (a request thread held by a client that said it sends 64 MiB and stopped); the worker
+    waits DATA_WAIT_S, then closes the connection."""
+    from webhook.app import DRAIN_FACTOR
+    from webhook.config import Settings
+    from webhook.workers import DATA_WAIT_S
+
+    announced = 64 << 20
+    assert announced > DRAIN_FACTOR * Settings().max_body_bytes
+
+    with serve(tmp_path, nodes=NODES, workers=1) as server:
+        context = ssl.create_default_context(cafile=str(server.ca))
+        raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        sock = context.wrap_socket(raw, server_hostname=SERVER_NAME)
+        head = "POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        sock.sendall((head % announced).encode() + b" " * 1024)
+        began = time.monotonic()
+        sock.settimeout(2.0)
+        answer = b""
+        while chunk := sock.recv(4096):  # to the end: the server closes the connection
+            answer += chunk
+        closed = time.monotonic() - began
+        assert answer.startswith(b"HTTP/1.1 413 ") and b"over the limit" in answer
+        assert closed < 1.0, f"the connection stayed open {closed:.1f} s (DATA_WAIT_S is {DATA_WAIT_S} s)"
+        sock.close()
+        status, _ = server.client().post("/mutate", json.loads(light_review()))
+        assert status == 200
+
+
 def test_clients_that_stall_hold_no_review_up_and_are_disconnected(tmp_path: Path) -> None:
     """One worker, whose request threads take turns: a client that connects and sends nothing, one that stops
     halfway through the TLS handshake, one that completes it and sends no request (as Go's HTTP client does with a

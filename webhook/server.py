@@ -31,18 +31,6 @@ log = logging.getLogger("gpu_admission.server")
 THREADS = 16
 """Request threads per worker (``--threads``): one runs at a time, the others stand by for clients that stall
 (``webhook.workers``); a standby thread costs a stack, not CPU."""
-FIRST_BYTES_WAIT_S = 0.01
-"""How long a request thread waits for a new connection's first bytes before it hands the connection back to
-gunicorn's poller (gunicorn's own default is 5 s, and the thread holds the turn meanwhile)."""
-
-
-def _bound_first_bytes_wait() -> None:
-    """gunicorn's gthread worker (since 25) keeps a request thread for up to ``DEFAULT_WORKER_DATA_TIMEOUT`` while a
-    new connection has sent nothing; shortened to FIRST_BYTES_WAIT_S (older versions wait in the poller)."""
-    from gunicorn.workers import gthread
-
-    if hasattr(gthread, "DEFAULT_WORKER_DATA_TIMEOUT"):
-        gthread.DEFAULT_WORKER_DATA_TIMEOUT = FIRST_BYTES_WAIT_S
 
 
 def prepare_metrics_dir(prefix: str = "gpu-admission-metrics-") -> str:
@@ -148,7 +136,6 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
 
         o = self.options
         tls = self.tls
-        _bound_first_bytes_wait()
 
         def ssl_context(conf: Any, default: Any) -> ssl.SSLContext:
             return tls.context()

@@ -227,8 +227,23 @@ class TurnSSLSocket(ssl.SSLSocket):
         return count
 
 
+DATA_WAIT_S = 0.01
+"""How long a request thread of gunicorn's gthread worker (since 25) waits for the bytes a connection owes it
+(``DEFAULT_WORKER_DATA_TIMEOUT``, 5 s): a new connection's first bytes, after which it goes back to gunicorn's
+poller; and the rest of a body the app did not read (a 413), after which the connection is closed. A silent client
+holds a thread that long, not 5 s."""
+
+
 class TurnWorker(ThreadWorker):  # type: ignore[misc]
-    """gunicorn's gthread worker with the pool above (``worker_class`` in ``webhook.server``)."""
+    """gunicorn's gthread worker with the pool above (``worker_class`` in ``webhook.server``), its waits for a
+    client's bytes bounded by DATA_WAIT_S."""
+
+    def init_process(self) -> None:
+        from gunicorn.workers import gthread
+
+        if hasattr(gthread, "DEFAULT_WORKER_DATA_TIMEOUT"):  # read by gthread at each wait, in this worker only
+            gthread.DEFAULT_WORKER_DATA_TIMEOUT = DATA_WAIT_S
+        super().init_process()
 
     def get_thread_pool(self) -> TurnPool:
         global _POOL
