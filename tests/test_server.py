@@ -173,6 +173,15 @@ def test_server_log_has_decision_lines(server: Server) -> None:
     assert any(line.get("uid") == "log-line-uid" and line["endpoint"] == "validate" for line in lines)
 
 
+def test_server_log_lines_are_all_written(server: Server) -> None:
+    """Every line the server logged was formatted: gunicorn's lines (which show the process id), ours, the relay's;
+    a record missing a field its format shows is printed as a "Logging error" with a traceback instead."""
+    assert server.client().post("/validate", review(gpu_pod()))[0] == 200
+    output = server.output()
+    assert "Booting worker" in output and "serving on https://" in output
+    assert "Logging error" not in output and "Traceback" not in output
+
+
 def test_unusable_nodes_file_fails_before_serving(tmp_path: Path) -> None:
     bad = tmp_path / "nodes.yaml"
     bad.write_text("kind: ConfigMap\n")
