@@ -561,6 +561,8 @@ def test_a_relay_that_dies_is_started_again(tmp_path: Any) -> None:
     assert second != first
     wanted = min(19, os.getpriority(os.PRIO_PROCESS, 0) + RELAY_NICE)  # below the workers', the new one too
     assert os.getpriority(os.PRIO_PROCESS, relay.pid) == os.getpriority(os.PRIO_PROCESS, second) == wanted
+    assert os.sched_getscheduler(relay.pid) == os.sched_getscheduler(second) == os.SCHED_IDLE
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the master (here: the test) keeps its own
     for n in range(5):
         assert pipe.submit(event_body(subject_of(stored_pod()), "default", f"after-{n}", CHECKED, "i"))
     assert relay.finish(timeout=10)
