@@ -437,7 +437,8 @@ class EventPipe:
 
 
 RELAY_NICE = 10
-"""The relay's niceness, where the kernel refuses it ``SCHED_IDLE`` (``_yield_to_workers``)."""
+"""The relay's niceness: ``SCHED_IDLE`` ignores it, so it is what holds where the kernel refuses that policy
+(``_yield_to_workers``)."""
 
 
 def _yield_to_workers() -> None:

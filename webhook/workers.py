@@ -29,6 +29,7 @@ from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
+from gunicorn.workers import gthread
 from gunicorn.workers.gthread import ThreadWorker
 
 log = logging.getLogger("gpu_admission.server")
@@ -239,8 +240,6 @@ class TurnWorker(ThreadWorker):  # type: ignore[misc]
     client's bytes bounded by DATA_WAIT_S."""
 
     def init_process(self) -> None:
-        from gunicorn.workers import gthread
-
         if hasattr(gthread, "DEFAULT_WORKER_DATA_TIMEOUT"):  # read by gthread at each wait, in this worker only
             gthread.DEFAULT_WORKER_DATA_TIMEOUT = DATA_WAIT_S
         super().init_process()
