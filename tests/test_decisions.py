@@ -176,6 +176,25 @@ def test_the_store_is_bounded_by_bytes() -> None:
     assert memo.get(bytes([4]) * 300) == 4 and memo.get(bytes([0]) * 300) is None
 
 
+def test_a_key_put_again_takes_its_own_place_in_the_store() -> None:
+    """Put again (a template widened, another workload of one length), a key counts once, by its last size, and
+    never empties a full store."""
+    memo = Memo(entries=3, key_bytes=1000)
+    for n in range(3):
+        memo.put(bytes([n]) * 10, n, size=300)
+    for _ in range(10):
+        memo.put(bytes([0]) * 10, "again", size=300)  # the store is full by entries and by bytes: it stays
+    assert len(memo) == 3 and memo.get(bytes([1]) * 10) == 1 and memo.get(bytes([0]) * 10) == "again"
+    memo.put(bytes([0]) * 10, "smaller", size=100)
+    memo.put(b"new", "fits", size=0)  # 100 + 300 + 300 + 0 bytes, but a fourth entry: emptied
+    assert len(memo) == 1
+    memo = Memo(entries=2)  # by entries only
+    memo.put("a", 1)
+    memo.put("b", 2)
+    memo.put("a", 3)
+    assert (len(memo), memo.get("a"), memo.get("b")) == (2, 3, 2)
+
+
 def test_an_object_too_deep_for_marshal_is_answered_unstored() -> None:
     settings = Settings()
     view = two_driver_view(settings)

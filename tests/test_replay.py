@@ -99,6 +99,37 @@ class Unparsed:
 
 
 # -- the template -------------------------------------------------------------------------------------------------
+def test_a_learning_that_fails_still_answers(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Learning is a saving: an exception in it is logged, and the request gets the answer it already has."""
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("learning broke")
+
+    monkeypatch.setattr(replay, "learn", broken)
+    settings = Settings()
+    view = two_driver_view(settings)
+    answers = [decide("validate", body(replica(STEERED, n)), settings, view) for n in (1, 2, 3)]
+    assert [a[1] for a in answers] == ["allowed"] * 3
+    assert answers[2] == whole_way("validate", body(replica(STEERED, 3)), settings, view)
+    assert "cannot learn a template" in caplog.text and "learning broke" in caplog.text
+
+
+def test_a_spent_template_is_kept_again_after_its_store_was_emptied(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replays' store empties when full (other workloads' templates): a template whose learning tries are spent
+    is put back by the next replica that takes the whole way, and the one after is answered unparsed again."""
+    settings, view = learned()
+    data = body(replica(STEERED, 3))
+    (known,) = view.replays.get(("validate", len(data)))
+    known.stored.tries = 0  # widened as often as it may be
+    for n in range(view.replays.entries):  # other workloads fill the store: it empties
+        view.replays.put(("validate", -n), ())
+    assert view.replays.get(("validate", len(data))) is None
+    assert decide("validate", data, settings, view)[1] == "allowed"  # the whole way; the template is kept again
+    assert view.replays.get(("validate", len(data)))[0].stored is known.stored
+    Unparsed(monkeypatch)
+    assert decide("validate", body(replica(STEERED, 4)), settings, view)[1] == "allowed"
+
+
 @pytest.mark.parametrize("compact", [True, False])
 @pytest.mark.parametrize("endpoint", ["mutate", "validate"])
 def test_from_the_third_replica_on_the_body_is_not_parsed(

@@ -205,6 +205,7 @@ class Memo:
     def __init__(self, entries: int, key_bytes: int = 0) -> None:
         self.entries, self.key_bytes = entries, key_bytes
         self._data: dict[Any, Any] = {}
+        self._sizes: dict[Any, int] = {}
         self._bytes = 0
 
     def __len__(self) -> int:
@@ -214,13 +215,17 @@ class Memo:
         return self._data.get(key)
 
     def put(self, key: Any, value: Any, size: int | None = None) -> None:
-        """``size``: the bytes it counts against ``key_bytes`` (the key's length when not given)."""
+        """``size``: the bytes it counts against ``key_bytes`` (the key's length when not given). A key put again
+        counts its new size in place of its old one."""
         size = (len(key) if size is None else size) if self.key_bytes else 0
-        if len(self._data) >= self.entries or (self.key_bytes and self._bytes + size > self.key_bytes):
-            self._data = {}
-            self._bytes = 0
+        entries = len(self._data) + (key not in self._data)
+        before = self._sizes.get(key, 0)
+        if entries > self.entries or (self.key_bytes and self._bytes - before + size > self.key_bytes):
+            self._data, self._sizes, self._bytes, before = {}, {}, 0, 0
         self._data[key] = value
-        self._bytes += size
+        if self.key_bytes:
+            self._sizes[key] = size
+        self._bytes += size - before
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import marshal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from webhook.cluster import ClusterView
 from webhook.config import Settings
 from webhook.model import Context
 from webhook.pipeline import Result
+
+log = logging.getLogger("gpu_admission.decisions")
 
 IDENTITY = frozenset(("name", "uid", "creationTimestamp", "resourceVersion", "generation", "managedFields", "selfLink"))
 """Metadata that tells replicas apart and that no policy reads."""
@@ -120,8 +123,14 @@ def decide(
     result, stored = _answer(endpoint, step, review.object, ctx, body)
     if stored is None:
         return review, result, encode_answer(review.uid, answer_parts(result, mutating=endpoint == "mutate"))
-    if stored.tries > 0 and stored.result is result:  # reused: a replica to learn from
-        _learn(endpoint, stored, body, review, view)
+    if stored.result is result:  # reused: a replica to learn from, or a template to keep again
+        try:
+            if stored.tries > 0:
+                _learn(endpoint, stored, body, review, view)
+            elif stored.template is not None and not _kept(endpoint, stored, view):
+                _keep(endpoint, stored, review, view)  # the replays' store was emptied since
+        except Exception:  # learning is a saving, never a reason not to answer
+            log.exception("cannot learn a template from the %s request %s", endpoint, review.uid)
     return review, result, encode_answer(review.uid, stored.parts)
 
 
@@ -178,10 +187,26 @@ def _learn(endpoint: str, stored: Stored, body: bytes, review: ReviewRequest, vi
     if template is None:
         return
     stored.template, stored.body = template, b""
+    _keep(endpoint, stored, review, view)
+
+
+def _kept(endpoint: str, stored: Stored, view: ClusterView) -> bool:
+    """Whether the replays' store holds ``stored``'s template."""
+    template = stored.template
+    kept = view.replays.get((endpoint, len(template.body))) if template else None
+    return any(known.stored is stored for known in kept or ())
+
+
+def _keep(endpoint: str, stored: Stored, review: ReviewRequest, view: ClusterView) -> None:
+    """Put ``stored``'s template first among the templates of its body's length, the request it came from with
+    it (its identity aside)."""
+    template = stored.template
+    if template is None:
+        return
     known = Replay(template, stored, dataclasses.replace(review, object=None, old_object=None))
-    key = (endpoint, len(body))
+    key = (endpoint, len(template.body))
     others = [r for r in view.replays.get(key) or () if r.stored is not stored]
-    view.replays.put(key, (known, *others[: REPLAYS_PER_LENGTH - 1]), size=len(body))
+    view.replays.put(key, (known, *others[: REPLAYS_PER_LENGTH - 1]), size=len(template.body))
 
 
 def _replayed(
