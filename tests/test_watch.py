@@ -115,6 +115,29 @@ def test_lists_then_follows_adds_label_changes_and_deletes(api: KubeAPI, live: L
     assert live.snapshot_age_seconds < 1
 
 
+def test_a_node_change_that_no_view_reads_builds_no_snapshot(api: KubeAPI, live: LiveCluster) -> None:
+    """Nodes are MODIFIED for their status all the time (conditions, heartbeats, images): a new snapshot for each
+    would empty the stores of answers and templates that hang on the one in place, every debounce."""
+    api.put("v1", "nodes", node("a"))
+    live.start()
+    wait_for(live.ready, "the first list")
+    wait_for(lambda: len(api.watches) == 1, "the watch")
+    view, before = live.snapshot(), live.builds
+    for beat in range(20):
+        heartbeat = node("a")
+        heartbeat["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": f"t{beat}"}]
+        api.put("v1", "nodes", heartbeat)
+    time.sleep(0.5)  # ten debounces
+    assert live.builds == before and live.snapshot() is view
+    api.put("v1", "nodes", node("a", driver="570.124.06"))
+    wait_for(lambda: drivers(live).get("a") == "570.124.06", "a label change")
+    assert live.builds == before + 1
+    api.drop_watches()  # the watch resumes from the last event's version, the heartbeats' included
+    api.put("v1", "nodes", node("b"))
+    wait_for(lambda: names(live) == {"a", "b"}, "an added node after the resume")
+    assert lists(api) == 1
+
+
 def test_gone_error_event_on_an_open_watch_relists(api: KubeAPI, live: LiveCluster) -> None:
     api.put("v1", "nodes", node("a"))
     live.start()

@@ -333,6 +333,12 @@ class LiveCluster:
         with self._lock:
             if kind in ("ADDED", "MODIFIED") and name:
                 node = parse_node(obj)
+                if node is not None and self._nodes.get(name) == node:
+                    # what changed is nothing a view holds (conditions, heartbeats, images, a label's order):
+                    # no new snapshot, so the stores of answers and templates on the one in place are kept
+                    if rv:
+                        self._rv = rv
+                    return
                 if node is not None:
                     self._nodes[name] = node
             elif kind == "DELETED" and name:
