@@ -135,11 +135,15 @@ def test_serve_takes_workers_and_threads(flags: list[str], workers: int, threads
     assert (options.workers, options.threads) == (workers, threads)
 
 
-def test_log_records_collect_nothing_the_log_formats_do_not_show(caplog: pytest.LogCaptureFixture) -> None:
+def test_log_records_collect_nothing_the_log_formats_do_not_show(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``setup_logging``: no caller lookup or thread names per record (the Events relay logs one per Event), and
     no format shows them; the process id stays (gunicorn's lines show it)."""
     from gunicorn.glogging import Logger
 
+    for knob in ("_srcfile", "logThreads", "logMultiprocessing", "logProcesses"):  # as they were, after the test
+        monkeypatch.setattr(logging, knob, getattr(logging, knob))
     webhook_cli.setup_logging()
     caplog.set_level("INFO", logger="gpu_admission.test")
     logging.getLogger("gpu_admission.test").info("one")

@@ -20,7 +20,7 @@ from kubernetes import config as kube_config
 
 from tests.conftest import REPO, gpu_node, gpu_pod, review
 from tests.kubeapi import KubeAPI
-from webhook import pipeline
+from webhook import events, pipeline
 from webhook.admission import ReviewRequest, subject_of
 from webhook.app import create_app
 from webhook.audit import Reporter, build_recorder
@@ -452,6 +452,30 @@ def test_a_full_pipe_drops_and_counts_and_never_blocks() -> None:
     os.close(write_fd)
 
 
+def test_events_dropped_at_a_full_pipe_are_told_once_a_while_with_their_count(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    pipe = EventPipe(write_fd)
+    body = event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i")
+    with caplog.at_level("WARNING", logger="gpu_admission.events"):
+        results = [pipe.submit(body) for _ in range(2000)]
+        told = [r.getMessage() for r in caplog.records if "relay is behind" in r.getMessage()]
+        assert told == [
+            "the Events relay is behind: 1 Events dropped (its pipe is full); it runs on what the "
+            "workers leave of the cores, so busy cores or a slow apiserver hold it up"
+        ]
+        dropped = results.count(False)
+        now = time.monotonic()
+        monkeypatch.setattr(time, "monotonic", lambda: now + events.FULL_TELL_S)
+        assert not pipe.submit(body)
+        told = [r.getMessage() for r in caplog.records if "relay is behind" in r.getMessage()]
+        assert len(told) == 2 and told[1].startswith(f"the Events relay is behind: {dropped} Events dropped")
+    os.close(read_fd)
+    os.close(write_fd)
+
+
 def test_the_relay_sends_every_workers_lines_then_ends_when_the_last_writer_closes() -> None:
     read_fd, write_fd = os.pipe()
     sink = Recording()
@@ -571,9 +595,12 @@ def test_a_relay_that_dies_is_started_again(tmp_path: Any) -> None:
 
 # -- Event lines from templates (the relay's pipe) -----------------------------------------------------------------
 def _without_suffix(body: dict[str, Any]) -> dict[str, Any]:
-    """The body with its name's suffix (time and random bits, ``.<hex>``) taken off."""
+    """The body with what is made at the moment it is written taken off: its name's suffix (time and random bits,
+    ``.<hex>``) and its timestamps (two bodies written a second boundary apart differ there)."""
     out = copy.deepcopy(body)
     out["metadata"]["name"] = out["metadata"]["name"].rsplit(".", 1)[0]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", out.pop("firstTimestamp"))
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", out.pop("lastTimestamp"))
     return out
 
 
@@ -594,9 +621,9 @@ def test_an_events_line_is_its_body_as_json(name: str, message: str, uid: str, k
     for line, body in zip(lines, bodies, strict=True):
         assert line.endswith(b"\n") and line.count(b"\n") == 1
         parsed = json.loads(line)
+        assert parsed["firstTimestamp"] == parsed["lastTimestamp"]  # one time, written into two marks
         assert _without_suffix(parsed) == _without_suffix(body)
         assert len(parsed["metadata"]["name"]) <= 253
-        assert parsed["firstTimestamp"] == parsed["lastTimestamp"]
 
 
 def test_events_lines_are_written_for_exactly_the_answers_that_call_for_events() -> None:

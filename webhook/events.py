@@ -395,6 +395,10 @@ SHORT_MESSAGE = 200
 """An Event's message is cut to this when its line would not fit in one atomic pipe write."""
 
 
+FULL_TELL_S = 60.0
+"""How often at most a worker warns that it drops Events at a full pipe (with how many since it last said)."""
+
+
 class EventPipe:
     """A worker's end of the relay: one JSON line per Event, written to the pipe that ``run_relay`` reads.
 
@@ -407,6 +411,8 @@ class EventPipe:
         self.counted = counted or (lambda result: None)
         self.dropped = 0
         self._told = False
+        self._full_since_told = 0
+        self._full_told_at: float | None = None
 
     def send_for(self, review: ReviewRequest | None, result: Result | None, instance: str) -> None:
         """Write the Events an answer calls for, as lines from their templates (``event_lines``)."""
@@ -430,10 +436,25 @@ class EventPipe:
         except (OSError, ValueError) as err:  # full (BlockingIOError), the relay gone (EPIPE), too long
             self.dropped += 1
             self.counted("dropped")
-            if not isinstance(err, BlockingIOError) and not self._told:
+            if isinstance(err, BlockingIOError):
+                self._tell_full()
+            elif not self._told:
                 self._told = True  # once per worker: the count goes on in gpu_admission_events_total{result="dropped"}
                 log.error("cannot hand Events to the relay (%s): they are dropped and counted from now on", err)
             return False
+
+    def _tell_full(self) -> None:
+        """A warning at the first Event dropped at a full pipe, then at most one per FULL_TELL_S with the count."""
+        self._full_since_told += 1
+        now = time.monotonic()
+        if self._full_told_at is not None and now - self._full_told_at < FULL_TELL_S:
+            return
+        log.warning(
+            "the Events relay is behind: %d Events dropped (its pipe is full); it runs on what the workers leave of "
+            "the cores, so busy cores or a slow apiserver hold it up",
+            self._full_since_told,
+        )
+        self._full_told_at, self._full_since_told = now, 0
 
 
 RELAY_NICE = 10
