@@ -26,7 +26,6 @@ from typing import Any
 from webhook import replay
 from webhook.admission import (
     ReviewRequest,
-    Subject,
     answer_parts,
     check_content_type,
     encode_answer,
@@ -219,26 +218,11 @@ def _replayed(
         facts = dict(zip(known.template.labels, texts, strict=True))
         base = known.review
         uid = facts.get("uid", base.uid)  # a slot is never empty: its learned text was not
-        subject = base.subject
-        review = ReviewRequest(
-            uid=uid,
-            operation=base.operation,
-            namespace=base.namespace,
-            name=facts.get("name", base.name),
-            kind=base.kind,
-            username=base.username,
-            groups=base.groups,
-            dry_run=base.dry_run,
-            object=None,
-            old_object=None,
-            subject=Subject(
-                subject.api_version,
-                subject.kind,
-                facts.get("object.name", subject.name),
-                subject.generate_name,
-                subject.namespace,
-                facts.get("object.uid", subject.uid),
-            ),
+        subject = dataclasses.replace(
+            base.subject,
+            name=facts.get("object.name", base.subject.name),
+            uid=facts.get("object.uid", base.subject.uid),
         )
+        review = dataclasses.replace(base, uid=uid, name=facts.get("name", base.name), subject=subject)
         return review, known.stored.result, encode_answer(uid, known.stored.parts)
     return None
