@@ -99,6 +99,20 @@ class Unparsed:
 
 
 # -- the template -------------------------------------------------------------------------------------------------
+def test_every_identity_string_of_an_object_is_metadata_no_policy_reads() -> None:
+    """A slot's string may differ between replicas only because no policy reads it: the object's places that
+    ``identity_strings`` names are keys of ``decisions.IDENTITY`` (what the shape of an answer leaves out)."""
+    rev = replica(STEERED, 1)
+    meta = rev["request"]["object"]["metadata"]
+    meta.update(creationTimestamp="2026-01-01T00:00:00Z", resourceVersion="7", managedFields=[{"time": "t"}])
+    places = {(id(where), key) for _, where, key in replay.identity_strings(rev)}
+    object_keys = {key for _, where, key in replay.identity_strings(rev) if where is meta}
+    assert object_keys and object_keys <= decisions.IDENTITY
+    managed = {key for _, where, key in replay.identity_strings(rev) if where is meta["managedFields"][0]}
+    assert managed == {"time"} and "managedFields" in decisions.IDENTITY
+    assert (id(rev["request"]), "uid") in places  # the request's own: not part of the object's shape at all
+
+
 def test_a_learning_that_fails_still_answers(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Learning is a saving: an exception in it is logged, and the request gets the answer it already has."""
 
