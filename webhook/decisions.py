@@ -129,7 +129,7 @@ def decide(
             elif stored.template is not None and not _kept(endpoint, stored, view):
                 _keep(endpoint, stored, review, view)  # the replays' store was emptied since
         except Exception:  # learning is a saving, never a reason not to answer
-            log.exception("cannot learn a template from the %s request %s", endpoint, review.uid)
+            log.exception("cannot learn a template from the %s request %s", endpoint, review.uid[:64])
     return review, result, encode_answer(review.uid, stored.parts)
 
 
