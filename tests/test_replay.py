@@ -419,6 +419,7 @@ def test_replayed_requests_are_logged_counted_and_get_their_own_events(monkeypat
     assert [line["uid"] for line in lines][2:] == [f"a1b2c3d4-0000-4000-8000-{n:012d}" for n in (3, 4)]
     assert {line["generateName"] for line in lines} == {"trainer-7d9f5c-"}
     assert [line.get("reused", False) for line in lines] == [False, True, True, True]
+    assert [line.get("replayed", False) for line in lines] == [False, False, True, True]  # unparsed: by its bytes
     assert isinstance(recorder.events, EventQueue) and recorder.events.drain()
     involved = [b["involvedObject"] for b in sink.bodies]
     pairs = [(i["name"], i["uid"]) for i in involved]

@@ -97,6 +97,8 @@ def decision_line(
             line["skipped"] = result.skipped
         if result.reused:
             line["reused"] = True
+        if result.replayed:
+            line["replayed"] = True
     if error:
         line["error"] = error
     return line

@@ -68,11 +68,13 @@ class Stored:
 
 @dataclass(frozen=True)
 class Replay:
-    """What a body that matches ``template`` is answered with, and what the request was (its identity aside)."""
+    """What a body that matches ``template`` is answered with (``stored``'s answer, marked ``replayed``), and what
+    the request was (its identity aside)."""
 
     template: replay.Template
     stored: Stored
     review: ReviewRequest
+    result: Result
 
 
 def context_for(review: ReviewRequest, settings: Settings, view: ClusterView) -> Context:
@@ -202,7 +204,8 @@ def _keep(endpoint: str, stored: Stored, review: ReviewRequest, view: ClusterVie
     template = stored.template
     if template is None:
         return
-    known = Replay(template, stored, dataclasses.replace(review, object=None, old_object=None))
+    replayed = dataclasses.replace(stored.result, replayed=True)  # shares the stored answer's lists: read only
+    known = Replay(template, stored, dataclasses.replace(review, object=None, old_object=None), replayed)
     key = (endpoint, len(template.body))
     others = [r for r in view.replays.get(key) or () if r.stored is not stored]
     view.replays.put(key, (known, *others[: REPLAYS_PER_LENGTH - 1]), size=len(template.body))
@@ -224,5 +227,5 @@ def _replayed(
             uid=facts.get("object.uid", base.subject.uid),
         )
         review = dataclasses.replace(base, uid=uid, name=facts.get("name", base.name), subject=subject)
-        return review, known.stored.result, encode_answer(uid, known.stored.parts)
+        return review, known.result, encode_answer(uid, known.stored.parts)
     return None

@@ -68,6 +68,8 @@ class Result:
     read it, never change it. ``object`` is then None."""
     patch_json: str = ""
     """``patch`` as JSON text, when written once for a reused answer; empty otherwise."""
+    replayed: bool = False
+    """A reused answer given to a body matched by its bytes, unparsed (``webhook.replay``)."""
 
     def patch_text(self) -> str:
         """The patch as compact JSON text."""
