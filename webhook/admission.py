@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 
 from webhook.errors import BadRequest, PayloadTooLarge
-from webhook.model import as_dict, as_str
+from webhook.model import as_dict, as_str, compact_json
 from webhook.pipeline import Result
 
 API_VERSION = "admission.k8s.io/v1"
@@ -272,20 +272,19 @@ def build_response(uid: str, result: Result, mutating: bool) -> ResponseReview:
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
 
 
-_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
 _UID_SLOT = '"uid":""'
 
 
 def answer_parts(result: Result, mutating: bool) -> tuple[bytes, bytes]:
     """``build_response``'s answer as compact JSON, cut where the uid's JSON string goes (``encode_answer``): the
     parts of a reused answer are kept with it, so its next request only writes its uid between them."""
-    text = _COMPACT(build_response("", result, mutating))
+    text = compact_json(build_response("", result, mutating))
     head, _, tail = text.partition(_UID_SLOT)  # the first "uid" is the response's: it comes before anything else
     return (head + '"uid":').encode(), tail.encode()
 
 
 def encode_answer(uid: str, parts: tuple[bytes, bytes]) -> bytes:
-    return parts[0] + _COMPACT(uid).encode() + parts[1]
+    return parts[0] + compact_json(uid).encode() + parts[1]
 
 
 def error_body(message: str) -> Mapping[str, str]:

@@ -10,7 +10,6 @@ What goes where and why is written up in ``docs/observability.md``.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import sys
@@ -35,6 +34,7 @@ from webhook.events import (
 )
 from webhook.events import instance_name as _instance_name
 from webhook.metrics import Metrics
+from webhook.model import compact_json
 from webhook.pipeline import Result
 
 log = logging.getLogger("gpu_admission.decision")
@@ -104,9 +104,6 @@ def decision_line(
     return line
 
 
-_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
-
-
 class DecisionLog:
     """Writes one JSON line per request to stderr (or a given stream)."""
 
@@ -125,7 +122,7 @@ class DecisionLog:
     ) -> None:
         if not self.enabled:
             return
-        text = _COMPACT(decision_line(endpoint, review, result, status, seconds, error))
+        text = compact_json(decision_line(endpoint, review, result, status, seconds, error))
         out = self.stream or sys.stderr
         out.write(text + "\n")
         out.flush()

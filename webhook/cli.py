@@ -181,8 +181,9 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 def setup_logging() -> None:
     """Log lines as ``LOG_FORMAT`` says. Records do not look up their caller or thread, which no format here shows
-    ("Optimization" in Python's logging HOWTO): a fifth of a record's cost, and the Events relay writes one per
-    Event when there is no cluster to send them to. The process id stays: gunicorn's log lines show it."""
+    ("Optimization" in Python's logging HOWTO): a sixth of a record's cost (11.2 -> 9.5 us), and the Events relay
+    writes one per Event when there is no cluster to send them to. The process id stays: gunicorn's log lines show
+    it."""
     logging._srcfile = None  # no sys._getframe walk per record
     logging.logThreads = False
     logging.logMultiprocessing = False

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from webhook.model import JSON, Event, as_dict, as_str
+from webhook.model import JSON, Event, as_dict, as_str, compact_json
 
 if TYPE_CHECKING:
     from webhook.admission import ReviewRequest, Subject
@@ -141,7 +141,7 @@ def _line_template(
     """An Event's JSON line cut where the marks are, and which mark each cut holds; None when its own text holds a
     mark (then ``event_lines`` writes it whole)."""
     uid = _MARKS[2] if with_uid else ""
-    text = _LINE(_event(api_version, kind, uid, namespace, _MARKS[0], _MARKS[1], event, instance, _MARKS[3]))
+    text = compact_json(_event(api_version, kind, uid, namespace, _MARKS[0], _MARKS[1], event, instance, _MARKS[3]))
     order = tuple(_MARKS.index(json.loads(m.group())) for m in _ENCODED_MARK.finditer(text))
     if sorted(order) != sorted((0, 1, 3, 3, *((2,) if with_uid else ()))):
         return None
@@ -383,12 +383,9 @@ class EventQueue(Sender):
         return True
 
 
-_LINE = json.JSONEncoder(separators=(",", ":")).encode
-
-
 def _line(body: JSON) -> bytes:
     """An Event as the relay's pipe carries it: compact JSON, one line."""
-    return _LINE(body).encode() + b"\n"
+    return compact_json(body).encode() + b"\n"
 
 
 SHORT_MESSAGE = 200

@@ -7,6 +7,7 @@ hands them a working copy and diffs once at the end) and record what they did an
 from __future__ import annotations
 
 import copy
+import json
 import marshal
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -60,6 +61,10 @@ def as_list(value: object) -> list[Any]:
 
 def as_str(value: object) -> str:
     return value if isinstance(value, str) else ""
+
+
+compact_json = json.JSONEncoder(separators=(",", ":")).encode
+"""JSON text without spaces: the answers, the decision log's lines and the Events relay's lines."""
 
 
 @dataclass
