@@ -68,10 +68,11 @@ class Stored:
 
 @dataclass(frozen=True)
 class Replay:
-    """What a body that matches ``template`` is answered with (``stored``'s answer, marked ``replayed``), and what
-    the request was (its identity aside)."""
+    """What a body that matches ``template`` (``stored``'s) is answered with (``stored``'s answer, marked
+    ``replayed``), and what the request was (its identity aside)."""
 
     template: replay.Template
+    """``stored.template`` when this was kept (a widened template is kept anew), without its Optional."""
     stored: Stored
     review: ReviewRequest
     result: Result
