@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import json
 from typing import Any
@@ -21,7 +22,7 @@ from webhook.audit import build_recorder
 from webhook.cluster import DECISIONS_SIZE, Memo, StaticCluster, build_view
 from webhook.config import CudaSettings, Settings
 from webhook.events import EventQueue
-from webhook.model import Context
+from webhook.model import Context, Outcome
 
 OLD_GPU = {"nvidia.com/cuda.driver-version.full": "535.104.05", "nvidia.com/cuda.runtime-version.minor": "2"}
 
@@ -81,6 +82,42 @@ def test_the_second_replica_gets_the_first_ones_answer(endpoint: str) -> None:
     if endpoint == "mutate":
         assert second.patch and "CUDASteered" in second.outcome.reasons
         assert second.patch_text() == json.dumps(first.patch, separators=(",", ":"))
+
+
+def test_what_the_first_replicas_caller_does_to_its_answer_stays_its_own() -> None:
+    settings = Settings()
+    view = two_driver_view(settings)
+    first = decisions.answer("mutate", pipeline.mutate, replica(STEERED, 1), ctx(settings, view))
+    assert first.patch and first.outcome.mutations
+    changed: Any = first.outcome
+    for name in ("warnings", "denials", "events", "mutations", "reasons"):
+        getattr(changed, name).append("changed by the caller")
+    changed.annotations["cuda"] = changed.audit["cuda"] = "changed by the caller"
+    first.warnings.append("changed by the caller")
+    first.audit["cuda"] = "changed by the caller"
+    first.patch.append({"op": "remove", "path": "/spec"})
+    second = decisions.answer("mutate", pipeline.mutate, replica(STEERED, 2), ctx(settings, view))
+    fresh = pipeline.mutate(replica(STEERED, 2), ctx(settings, view))
+    assert second.reused
+    same_answer(second, fresh)
+    assert second.patch_text() == fresh.patch_text()
+    assert second.outcome.copy() == fresh.outcome
+
+
+def test_an_outcomes_copy_holds_all_of_it_and_shares_no_container() -> None:
+    outcome = Outcome()
+    outcome.annotate("cuda", "12.3 from the image tag")
+    outcome.warn("a warning")
+    outcome.deny("cuda", "CUDAIncompatible", "no node runs CUDA 13.0")
+    outcome.event("CUDASteered", "steered to the new pool")
+    outcome.audit["cuda"] = "12.3"
+    outcome.mutated("cuda-affinity")
+    copied = outcome.copy()
+    assert copied == outcome and copied._warned == outcome._warned
+    for f in dataclasses.fields(Outcome):  # a field added to Outcome and not to copy() fails here
+        value = getattr(outcome, f.name)
+        assert value, f"fill {f.name} above"
+        assert getattr(copied, f.name) == value and getattr(copied, f.name) is not value, f.name
 
 
 def _changed(pod: dict[str, Any], where: str) -> dict[str, Any]:

@@ -15,7 +15,6 @@ third on, a body that differs from it only in identity strings is answered witho
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import marshal
@@ -155,15 +154,16 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
     if stored is not None and stored.settings is ctx.settings:
         return stored.result, stored
     result = step(obj, ctx)
+    if result.patch:  # written once: the answer, the stored answer and the decision log all read it
+        result.patch_json = result.patch_text()
     kept = dataclasses.replace(
         result,
         object=None,
         reused=True,
-        patch_json=result.patch_text() if result.patch else "",
         warnings=list(result.warnings),
         audit=dict(result.audit),
         patch=list(result.patch),
-        outcome=copy.deepcopy(result.outcome),
+        outcome=result.outcome.copy(),
     )
     # apart from ``result``: what its caller does to it stays its own
     stored = Stored(ctx.settings, kept, answer_parts(kept, mutating=endpoint == "mutate"), body, len(body))

@@ -199,6 +199,20 @@ class Outcome:
     def mutated(self, kind: str) -> None:
         self.mutations.append(kind)
 
+    def copy(self) -> Outcome:
+        """An outcome apart from this one: its maps, lists and set copied; what they hold (strings, frozen
+        ``Denial`` and ``Event``) is immutable and shared. A tenth of ``copy.deepcopy``'s cost."""
+        return Outcome(
+            annotations=dict(self.annotations),
+            warnings=list(self.warnings),
+            denials=list(self.denials),
+            events=list(self.events),
+            audit=dict(self.audit),
+            mutations=list(self.mutations),
+            reasons=list(self.reasons),
+            _warned=set(self._warned),
+        )
+
     def merge(self, other: Outcome) -> None:
         """Add what ``other`` decided (one policy's part, decided apart): as if it had been said here."""
         self.annotations.update(other.annotations)
