@@ -11,7 +11,6 @@ resource it picks narrows the nodes that CUDA then checks.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from webhook.model import (
     as_dict,
     as_list,
     as_str,
+    compact_json,
     copy_json,
     is_input_annotation,
 )
@@ -74,7 +74,7 @@ class Result:
 
     def patch_text(self) -> str:
         """The patch as compact JSON text."""
-        return self.patch_json or json.dumps(self.patch, separators=(",", ":"))
+        return self.patch_json or compact_json(self.patch)
 
     @property
     def decision(self) -> str:
