@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,15 @@ from tests.conftest import FIXTURES
 from webhook.cluster import (
     ClusterView,
     MigOffer,
+    Node,
     NodeGroup,
+    Taint,
     build_view,
     cluster_from_file,
     format_pools,
     parse_node,
     read_node_file,
+    same_node,
 )
 from webhook.config import ClusterSettings, PoolSettings, Settings, TaintSpec, load_settings
 from webhook.errors import InputError
@@ -627,3 +631,28 @@ def test_binary_node_file(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(InputError, match="UTF-8"):
         read_node_file(path)
+
+
+STAMP = "nvidia.com/gfd.timestamp"
+STAMPS = frozenset({STAMP})
+HELD = Node("gpu-1", {"nvidia.com/gfd.timestamp": "1764576000", "pool": "h100"}, (), {})
+
+
+@pytest.mark.parametrize(
+    ("new", "same"),
+    [
+        (HELD, True),
+        (Node("gpu-1", {"pool": "h100", "nvidia.com/gfd.timestamp": "1764576060"}, (), {}), True),
+        (Node("gpu-1", {"nvidia.com/gfd.timestamp": "1764576060", "pool": "a100"}, (), {}), False),
+        (Node("gpu-1", {"pool": "h100"}, (), {}), False),
+        (Node("gpu-1", {**HELD.labels, "nvidia.com/gpu.count": "8"}, (), {}), False),
+        (Node("gpu-1", {**HELD.labels, STAMP: "1"}, (Taint("spot", "", "NoSchedule"),), {}), False),
+        (Node("gpu-1", {**HELD.labels, STAMP: "1"}, (), {"nvidia.com/gpu": Decimal(8)}), False),
+        (Node("gpu-1", {**HELD.labels, STAMP: "1"}, (), {}, {"pool": "x"}), False),
+    ],
+    ids=["equal", "timestamp", "and-a-label", "timestamp-gone", "label-added", "taint", "allocatable", "annotation"],
+)
+def test_a_node_is_the_same_but_for_its_timestamp_labels(new: Node, same: bool) -> None:
+    assert same_node(HELD, new, STAMPS) is same
+    if new != HELD:
+        assert not same_node(HELD, new, frozenset()), "with no timestamp labels, any difference is a change"

@@ -23,7 +23,7 @@ import marshal
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
@@ -789,6 +789,19 @@ def _has_node(group: NodeGroup, name: str) -> bool:
 @functools.cache
 def _pool_annotation_keys() -> frozenset[str]:
     return frozenset(load_presets(("all",)).pool_annotations)
+
+
+def same_node(held: Node, new: Node, timestamp_labels: frozenset[str]) -> bool:
+    """Whether ``new`` tells nothing ``held`` does not, but for the values of ``timestamp_labels`` (which a labeller
+    rewrites with the time on every run): a label of them added or removed is a change."""
+    if held == new:
+        return True
+    if not timestamp_labels or held.labels.keys() != new.labels.keys():
+        return False
+    stamps = {k: held.labels[k] for k in timestamp_labels if k in held.labels}
+    if not stamps:
+        return False
+    return replace(new, labels={**new.labels, **stamps}) == held
 
 
 def parse_node(obj: object) -> Node | None:

@@ -91,6 +91,9 @@ class ClusterSettings:
     """Extra node label keys that name a node's pool (tried before the presets), e.g. for k3s clusters."""
     volatile_labels: list[str] = field(default_factory=lambda: ["kubernetes.io/hostname", "nvidia.com/gfd.timestamp"])
     """Per-node label keys that do not make nodes different for scheduling purposes (grouping ignores them)."""
+    timestamp_labels: list[str] = field(default_factory=lambda: ["nvidia.com/gfd.timestamp"])
+    """Label keys a labeller rewrites with the time on every run (GPU feature discovery: each minute): a node change
+    in their values alone makes no new view of the cluster; the view keeps the values it has."""
     extended_resource_toleration: bool = True
     """The apiserver runs the ExtendedResourceToleration plugin (on in GKE, AKS, EKS): taints keyed by a requested
     extended resource count as tolerated."""

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from webhook.cluster import ClusterView, Node, build_view, parse_node
+from webhook.cluster import ClusterView, Node, build_view, parse_node, same_node
 from webhook.config import Settings
 from webhook.errors import ConfigError
 from webhook.model import as_dict, as_list, as_str
@@ -97,6 +97,7 @@ class LiveCluster:
         self.page_size = page_size
         self.connect_timeout = connect_timeout
         self.resync_seconds = max(1, settings.cluster.resync_seconds)
+        self._timestamp_labels = frozenset(settings.cluster.timestamp_labels)
         self._pid: int | None = None
         self._reset()
 
@@ -262,13 +263,17 @@ class LiveCluster:
                 break
         first = not self._synced
         with self._lock:
-            self._nodes = nodes
+            held = self._nodes
+            same = not first and self._same_nodes(held, nodes)
+            self._nodes = held if same else nodes
             self._rv = rv
-            self._generation += 1
+            if not same:
+                self._generation += 1
         self._last_list = time.monotonic()
         self._fresh_at = self._last_list
         self.lists += 1
-        self._publish()  # at once: readiness follows the first list, not the debounce
+        if not same:
+            self._publish()  # at once: readiness follows the first list, not the debounce
         if first:
             view = self._view
             log.info(
@@ -316,6 +321,12 @@ class LiveCluster:
                 pass
         return count, count == 0 and time.monotonic() - started < 1.0
 
+    def _same_nodes(self, held: dict[str, Node], listed: dict[str, Node]) -> bool:
+        """Whether a list found the nodes held, as ``_apply`` compares one (a relist every resync finds them)."""
+        return held.keys() == listed.keys() and all(
+            same_node(held[name], node, self._timestamp_labels) for name, node in listed.items()
+        )
+
     def _apply(self, line: str) -> None:
         try:
             event = json.loads(line)
@@ -333,9 +344,11 @@ class LiveCluster:
         with self._lock:
             if kind in ("ADDED", "MODIFIED") and name:
                 node = parse_node(obj)
-                if node is not None and self._nodes.get(name) == node:
-                    # what changed is nothing a view holds (conditions, heartbeats, images, a label's order):
-                    # no new snapshot, so the stores of answers and templates on the one in place are kept
+                held = self._nodes.get(name)
+                if node is not None and held is not None and same_node(held, node, self._timestamp_labels):
+                    # what changed is nothing a view holds (conditions, heartbeats, images, a label's order) or
+                    # a labeller's timestamp: no new snapshot, so the stores of answers and templates on the one
+                    # in place are kept (and no rebuild, 0.13 s of a worker's CPU at 10,000 nodes, takes the GIL)
                     if rv:
                         self._rv = rv
                     return
