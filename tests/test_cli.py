@@ -135,6 +135,36 @@ def test_serve_takes_workers_and_threads(flags: list[str], workers: int, threads
     assert (options.workers, options.threads) == (workers, threads)
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--workers", "0"], "argument --workers: must be a whole number of 1 or more (got '0')"),
+        (["--threads", "-1"], "argument --threads: must be a whole number of 1 or more (got '-1')"),
+        (["--threads", "many"], "argument --threads: must be a whole number of 1 or more (got 'many')"),
+        (["--port", "70000"], "argument --port: must be a whole number from 1 to 65535 (got '70000')"),
+        (["--metrics-port", "0"], "argument --metrics-port: must be a whole number from 1 to 65535 (got '0')"),
+    ],
+)
+def test_serve_refuses_counts_and_ports_out_of_range(
+    flags: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from webhook.cli import build_parser
+
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args(["serve", *flags])
+    assert stopped.value.code == 2
+    assert said in capsys.readouterr().err
+
+
+def test_the_baselines_flags_are_the_webhooks(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench import noop
+
+    with pytest.raises(SystemExit) as stopped:
+        noop.main(["--cert", "c", "--key", "k", "--workers", "0"])
+    assert stopped.value.code == 2
+    assert "argument --workers: must be a whole number of 1 or more" in capsys.readouterr().err
+
+
 def test_log_records_collect_nothing_the_log_formats_do_not_show(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -142,6 +142,8 @@ def cmd_pools(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from webhook.server import ServeOptions
+
     parser = argparse.ArgumentParser(prog="gpu-admission", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -150,11 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--nodes", help="node list file instead of the live cluster")
     serve.add_argument("--cert", default="/tls/tls.crt")
     serve.add_argument("--key", default="/tls/tls.key")
-    serve.add_argument("--port", type=int, default=8443)
-    serve.add_argument("--metrics-port", type=int, default=9090)
-    serve.add_argument("--workers", type=int, default=2)
-    serve.add_argument("--threads", type=int, help="request threads per worker, taking turns (default 16)")
-    serve.add_argument("--host", default="0.0.0.0")
+    ServeOptions.add_arguments(serve, port=8443, metrics_port=9090)
     serve.set_defaults(func=cmd_serve)
 
     review = sub.add_parser("review", help="show what the webhook would do with a manifest")

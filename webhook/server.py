@@ -42,6 +42,26 @@ def prepare_metrics_dir(prefix: str = "gpu-admission-metrics-") -> str:
     return path
 
 
+def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number of at least ``low`` (and at most ``high``), else an error naming the
+    range and what was given (``--workers 0`` would start a master that serves nothing)."""
+    wanted = f"from {low} to {high}" if high is not None else f"of {low} or more"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be a whole number {wanted} (got {text!r})")
+        return value
+
+    return parse
+
+
+PORT = whole_number(1, 65535)
+
+
 @dataclass(frozen=True)
 class ServeOptions:
     cert: str
@@ -54,16 +74,32 @@ class ServeOptions:
     graceful_timeout: int = 25
 
     @classmethod
+    def add_arguments(
+        cls, parser: argparse.ArgumentParser, port: int, metrics_port: int, host: str = "0.0.0.0"
+    ) -> None:
+        """The serving flags of ``gpu-admission serve`` and of the bench's baseline (``--cert`` and ``--key`` are
+        each one's own): --port, --metrics-port, --workers, --threads, --host."""
+        parser.add_argument("--port", type=PORT, default=port)
+        parser.add_argument("--metrics-port", type=PORT, default=metrics_port)
+        parser.add_argument("--workers", type=whole_number(1), default=cls.workers, help="gunicorn worker processes")
+        parser.add_argument(
+            "--threads",
+            type=whole_number(1),
+            default=cls.threads,
+            help=f"request threads per worker, taking turns (default {cls.threads})",
+        )
+        parser.add_argument("--host", default=host)
+
+    @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeOptions:
-        """From the flags ``gpu-admission serve`` (and the bench's baseline) take: --cert, --key, --port,
-        --metrics-port, --workers, --threads, --host."""
+        """From the flags ``add_arguments`` adds, and --cert and --key."""
         return cls(
             cert=args.cert,
             key=args.key,
             port=args.port,
             metrics_port=args.metrics_port,
             workers=args.workers,
-            threads=args.threads or cls.threads,
+            threads=args.threads,
             host=args.host,
         )
 
