@@ -635,15 +635,15 @@ def test_binary_node_file(tmp_path: Path) -> None:
 
 STAMP = "nvidia.com/gfd.timestamp"
 STAMPS = frozenset({STAMP})
-HELD = Node("gpu-1", {"nvidia.com/gfd.timestamp": "1764576000", "pool": "h100"}, (), {})
+HELD = Node("gpu-1", {STAMP: "1764576000", "pool": "h100"}, (), {})
 
 
 @pytest.mark.parametrize(
     ("new", "same"),
     [
         (HELD, True),
-        (Node("gpu-1", {"pool": "h100", "nvidia.com/gfd.timestamp": "1764576060"}, (), {}), True),
-        (Node("gpu-1", {"nvidia.com/gfd.timestamp": "1764576060", "pool": "a100"}, (), {}), False),
+        (Node("gpu-1", {"pool": "h100", STAMP: "1764576060"}, (), {}), True),
+        (Node("gpu-1", {STAMP: "1764576060", "pool": "a100"}, (), {}), False),
         (Node("gpu-1", {"pool": "h100"}, (), {}), False),
         (Node("gpu-1", {**HELD.labels, "nvidia.com/gpu.count": "8"}, (), {}), False),
         (Node("gpu-1", {**HELD.labels, STAMP: "1"}, (Taint("spot", "", "NoSchedule"),), {}), False),

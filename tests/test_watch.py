@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -64,7 +65,7 @@ def make_live(
 ) -> LiveCluster:
     cluster = ClusterSettings(resync_seconds=resync)
     if timestamp_labels is not None:
-        cluster = ClusterSettings(resync_seconds=resync, timestamp_labels=timestamp_labels)
+        cluster = dataclasses.replace(cluster, timestamp_labels=timestamp_labels)
     settings = Settings(cluster=cluster)
     defaults: dict[str, Any] = {
         "debounce_seconds": 0.05,
@@ -152,8 +153,8 @@ def stamps(live: LiveCluster) -> dict[str, str]:
 
 def test_a_labellers_timestamp_alone_builds_no_snapshot(api: KubeAPI, live: LiveCluster) -> None:
     """GPU feature discovery writes the time into nvidia.com/gfd.timestamp on every run, each minute on each GPU
-    node: a new snapshot for each would empty the stores and, at 10,000 nodes, rebuild (0.13 s of CPU, the GIL
-    held) every debounce."""
+    node: a new snapshot for each would empty the stores and, at 10,000 nodes, rebuild (0.13 s of CPU) every
+    debounce."""
     api.put("v1", "nodes", node("a", **{STAMP: "1764576000"}))
     live.start()
     wait_for(live.ready, "the first list")
