@@ -4,6 +4,7 @@ the master's collector, dead workers' gauges dropped), and end to end: the real 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import glob
 import os
 import subprocess
@@ -96,6 +97,40 @@ def test_requests_latency_mutations_denials_in_process() -> None:
     assert value(text, "gpu_admission_cluster_nodes") == 3
     assert 0 <= value(text, "gpu_admission_cluster_snapshot_age_seconds") < 60
     assert value(text, "gpu_admission_events_total", result="dropped") == 0
+
+
+class QuietCluster:
+    """A live source on a quiet cluster: its view was built an hour ago and no node has changed since, so none was
+    built after it; ``lag`` is how far behind the cluster it may be (0 while its watch is open)."""
+
+    def __init__(self, lag: float) -> None:
+        self.view = dataclasses.replace(build_view(nodes(), Settings()), built_at=time.monotonic() - 3600)
+        self.lag = lag
+
+    def snapshot(self) -> Any:
+        return self.view
+
+    def ready(self) -> bool:
+        return True
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    @property
+    def snapshot_age_seconds(self) -> float:
+        return self.lag
+
+
+@pytest.mark.parametrize("lag", [0.0, 42.0])
+def test_snapshot_age_is_how_far_behind_the_view_is_not_how_old(lag: float) -> None:
+    """The live watch builds no view while nothing changes (heartbeats, a labeller's timestamps, a relist that finds
+    the nodes held): an age counted from the build would set off the stale-view alert on a quiet cluster."""
+    text = Metrics(cluster=QuietCluster(lag)).text()
+    assert value(text, "gpu_admission_cluster_snapshot_age_seconds") == pytest.approx(lag, abs=1.0)
+    assert value(text, "gpu_admission_cluster_snapshot_timestamp_seconds") == pytest.approx(time.time() - lag, abs=1.0)
 
 
 def test_two_apps_in_one_process_count_apart() -> None:

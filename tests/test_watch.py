@@ -16,6 +16,8 @@ import pytest
 from kubernetes import config as k8s_config
 
 from tests.kubeapi import KubeAPI
+from webhook import watch
+from webhook.cluster import build_view
 from webhook.config import ClusterSettings, Settings
 from webhook.errors import ConfigError
 from webhook.watch import Backoff, LiveCluster, kubeconfig_paths, live_cluster_from_environment
@@ -161,7 +163,8 @@ def test_a_labellers_timestamp_alone_builds_no_snapshot(api: KubeAPI, live: Live
     wait_for(lambda: len(api.watches) == 1, "the watch")
     view, before = live.snapshot(), live.builds
     for run in range(1, 11):
-        api.put("v1", "nodes", node("a", **{STAMP: str(1764576000 + 60 * run)}))
+        version = api.put("v1", "nodes", node("a", **{STAMP: str(1764576000 + 60 * run)}))["metadata"]
+    wait_for(lambda: live._rv == version["resourceVersion"], "the ten relabellings, seen by the watch")
     time.sleep(0.5)  # ten debounces
     assert live.builds == before and live.snapshot() is view
     api.put("v1", "nodes", node("a", driver="570.124.06", **{STAMP: "1764577000"}))  # with another label: a change
@@ -196,6 +199,35 @@ def test_a_relist_that_finds_the_nodes_held_builds_no_snapshot(api: KubeAPI, kub
         assert live.builds == before and live.snapshot() is view
         api.put("v1", "nodes", node("c"))
         wait_for(lambda: names(live) == {"a", "b", "c"}, "a node added after the relists")
+    finally:
+        live.stop()
+
+
+def test_a_relist_mends_a_view_whose_build_failed(
+    api: KubeAPI, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relist that finds the nodes held builds nothing, unless the last build failed: then the view is behind
+    the nodes, and the list publishes them."""
+    real, failing = build_view, threading.Event()
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        if failing.is_set():
+            failing.clear()
+            raise RuntimeError("a build that failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(watch, "build_view", flaky)
+    live = make_live(kubeconfig, resync=1)
+    try:
+        api.put("v1", "nodes", node("a"))
+        live.start()
+        wait_for(live.ready, "the first list")
+        wait_for(lambda: len(api.watches) == 1, "the watch")
+        failing.set()
+        api.put("v1", "nodes", node("a", driver="570.124.06"))
+        wait_for(lambda: not failing.is_set(), "the build that fails")
+        assert drivers(live) == {"a": "550.54.15"}, "the view is behind the nodes"
+        wait_for(lambda: drivers(live) == {"a": "570.124.06"}, "a relist that mends it", deadline=15)
     finally:
         live.stop()
 

@@ -368,6 +368,12 @@ class ClusterSource(Protocol):
 
     def stop(self) -> None: ...
 
+    @property
+    def snapshot_age_seconds(self) -> float:
+        """How far behind the cluster the snapshot may be: for the live watch, 0 while its watch is open, else the
+        time since its nodes were last known current; for a node file, the time since it was read."""
+        ...
+
 
 class StaticCluster:
     """A fixed snapshot (node-list file, declared pools, tests)."""
@@ -389,7 +395,7 @@ class StaticCluster:
 
     @property
     def snapshot_age_seconds(self) -> float:
-        return 0.0
+        return self._view.age_seconds
 
     @property
     def node_count(self) -> int:

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 
 if TYPE_CHECKING:
-    from webhook.cluster import ClusterSource, ClusterView
+    from webhook.cluster import ClusterSource
 
 log = logging.getLogger("gpu_admission.metrics")
 
@@ -35,7 +35,7 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05
 buckets) cannot see that range."""
 ENDPOINTS = frozenset({"mutate", "validate"})
 AGE = f"{NAMESPACE}_cluster_snapshot_age_seconds"
-AGE_HELP = "Seconds since the oldest cluster snapshot held by a worker was built"
+AGE_HELP = "Seconds since the node view of the worker furthest behind was last known current"
 SNAPSHOT_TIME = f"{NAMESPACE}_cluster_snapshot_timestamp_seconds"
 REFRESH_SECONDS = 5.0
 
@@ -68,7 +68,7 @@ class _SnapshotAge:
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
-            age = self.cluster.snapshot().age_seconds
+            age = self.cluster.snapshot_age_seconds
         except Exception:  # a scrape never fails because a snapshot cannot be read
             return
         yield GaugeMetricFamily(AGE, AGE_HELP, value=max(age, 0.0))
@@ -153,7 +153,7 @@ class Metrics:
         )
         self.snapshot_time = Gauge(
             "cluster_snapshot_timestamp_seconds",
-            "Unix time the cluster snapshot was built (the oldest any live worker holds)",
+            "Unix time the node view was last known current (the oldest among live workers)",
             namespace=NAMESPACE,
             multiprocess_mode="livemin",
             registry=r,
@@ -163,7 +163,7 @@ class Metrics:
         if cluster is not None and not self.multiprocess:
             # In one process the gauges can be read live; set_function is not supported across processes.
             self.nodes.set_function(lambda: float(cluster.snapshot().node_count))
-            self.snapshot_time.set_function(lambda: time.time() - cluster.snapshot().age_seconds)
+            self.snapshot_time.set_function(lambda: time.time() - cluster.snapshot_age_seconds)
             r.register(_SnapshotAge(cluster))
         self._refresher: threading.Thread | None = None
         self._refresher_pid = 0
@@ -195,16 +195,13 @@ class Metrics:
     def event(self, result: str) -> None:
         self._child(self.events, result).inc()
 
-    def cluster_view(self, view: ClusterView) -> None:
-        """Publish a snapshot's node count and build time (multiprocess mode; in-process gauges read live)."""
-        if not self.multiprocess:
-            return
-        self.nodes.set(view.node_count)
-        self.snapshot_time.set(time.time() - view.age_seconds)
-
     def refresh(self) -> None:
-        if self.cluster is not None:
-            self.cluster_view(self.cluster.snapshot())
+        """Publish the node count and when the node view was last known current (multiprocess mode; in-process
+        gauges read live)."""
+        if self.cluster is None or not self.multiprocess:
+            return
+        self.nodes.set(self.cluster.snapshot().node_count)
+        self.snapshot_time.set(time.time() - self.cluster.snapshot_age_seconds)
 
     def start(self, every: float = REFRESH_SECONDS) -> None:
         """Keep the snapshot gauges fresh between requests (multiprocess mode, in the worker, after the fork)."""

@@ -67,8 +67,8 @@ class Result:
     """The answer given earlier to an object of the same shape (``webhook.decisions``), shared between requests:
     read it, never change it. ``object`` is then None."""
     patch_json: str = ""
-    """``patch`` as JSON text, once written (``webhook.decisions`` writes it for every answer it stores, which
-    then no one changes); empty otherwise."""
+    """``patch`` as JSON text, once written (``webhook.decisions`` writes it for every answer it stores); empty
+    otherwise. Once it is written, ``patch`` is read only: the text would no longer say it."""
     replayed: bool = False
     """A reused answer given to a body matched by its bytes, unparsed (``webhook.replay``)."""
 

@@ -269,10 +269,11 @@ class LiveCluster:
             self._rv = rv
             if not same:
                 self._generation += 1
+            behind = self._published < self._generation  # a build that failed since: a list mends it
         self._last_list = time.monotonic()
         self._fresh_at = self._last_list
         self.lists += 1
-        if not same:
+        if behind:
             self._publish()  # at once: readiness follows the first list, not the debounce
         if first:
             view = self._view
