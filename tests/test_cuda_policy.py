@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from decimal import Decimal
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from tests.conftest import FIXTURES
 from tests.cuda_fixtures import POOL_LABEL, container, context, gpu_node, pod, settings
 from webhook import pipeline
+from webhook.cluster import build_view
 from webhook.model import Context
 from webhook.policies import cuda
 
@@ -578,6 +580,18 @@ def test_no_eligible_node_is_not_checked() -> None:
     result = pipeline.review(pod(container(image=IMAGE_128), node_selector={"pool": "nowhere"}), context([A]))
     assert result.allowed
     assert "decision: not checked: no known GPU node matches" in annotation_of(result.object)
+
+
+def test_without_a_node_list_it_says_so_not_that_no_node_matches() -> None:
+    """A worker serving before its live watch's first list (the API server unreachable when it started)."""
+    ctx = context([])
+    ctx = dataclasses.replace(
+        ctx, cluster=build_view([], ctx.settings, source="live watch (not synced yet)", known=False)
+    )
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed
+    assert "decision: not checked: the webhook has no node list yet" in annotation_of(result.object)
+    assert result.audit["cuda-decision"] == "not checked (no node list yet)"
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,6 +62,31 @@ def test_workers_follow_the_live_node_list(tmp_path: Path, api: KubeAPI) -> None
         assert _allowed_everywhere(server, pod, tries=12) == {True}, "every worker must see the new node"
         synced = re.findall(r"cluster: synced \d+ nodes", server.output())
         assert len(synced) == 2, f"one watch per worker, each synced: {synced}"
+
+
+def test_a_worker_takes_no_review_before_its_first_node_list(tmp_path: Path, api: KubeAPI) -> None:
+    """The first lists fail (HTTP 500), so each worker's first list comes a few seconds late, after its backoff:
+    a worker that took connections meanwhile would answer 'not checked' and admit a pod no node can run."""
+    api.put("v1", "nodes", gpu_node("old-driver"))  # driver 550.54.15: CUDA 12.4
+    api.fail_next(6)  # three failed lists a worker: 0.5 + 1 + 2 s of backoff, jittered
+    env = {"KUBECONFIG": api.kubeconfig(str(tmp_path / "kubeconfig")), "KUBERNETES_SERVICE_HOST": ""}
+    pod = gpu_pod(image=CUDA_12_6_IMAGE)
+    with serve(tmp_path, nodes=None, workers=2, env=env, wait=False) as server:
+        deadline = time.monotonic() + 15
+        while True:  # the master listens at once; the workers accept once synced
+            try:
+                socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the server never listened"
+                time.sleep(0.05)
+        started = time.monotonic()
+        client = server.client(timeout=30)
+        status, body = client.post("/validate", review(pod))
+        waited = time.monotonic() - started
+        assert status == 200, body
+        assert body["response"]["allowed"] is False, f"answered before the node list, after {waited:.1f} s: {body}"
+        assert _allowed_everywhere(server, pod) == {False}, "every worker synced before it took a connection"
 
 
 def test_not_ready_until_the_api_server_answers(tmp_path: Path) -> None:

@@ -113,6 +113,9 @@ class QuietCluster:
     def ready(self) -> bool:
         return True
 
+    def wait_ready(self, timeout: float) -> bool:
+        return True
+
     def start(self) -> None:
         pass
 

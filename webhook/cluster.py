@@ -364,6 +364,10 @@ class ClusterSource(Protocol):
 
     def ready(self) -> bool: ...
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds to be ready; whether it is."""
+        ...
+
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
@@ -385,6 +389,9 @@ class StaticCluster:
         return self._view
 
     def ready(self) -> bool:
+        return True
+
+    def wait_ready(self, timeout: float) -> bool:
         return True
 
     def start(self) -> None:

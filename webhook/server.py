@@ -33,6 +33,11 @@ THREADS = 16
 (``webhook.workers``); a standby thread costs a stack, not CPU."""
 
 
+SYNC_WAIT_S = 10.0
+"""How long a worker waits for its live node watch's first list before it serves: within gunicorn's 30 s timeout
+for a worker that has not started, and a few of the watch's backoffs (0.5, 1, 2, 4 s) long."""
+
+
 def prepare_metrics_dir(prefix: str = "gpu-admission-metrics-") -> str:
     """The prometheus_client multiprocess directory (``PROMETHEUS_MULTIPROC_DIR``, made when unset), created.
 
@@ -220,6 +225,16 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
                 self.cfg.set(key, value)
 
     def load(self) -> Any:
+        """In each worker, after the fork: the app, and its cluster source started. A live watch's worker waits
+        for its first list (up to ``SYNC_WAIT_S``) before it takes connections: the master's socket is shared, so
+        a worker that took them at once (started beside one already synced, or restarted) would answer "not
+        checked" to the reviews it got meanwhile, and /readyz from another worker could already say ready."""
         app, cluster = self.app_factory()
         cluster.start()
+        if not cluster.wait_ready(SYNC_WAIT_S):
+            log.warning(
+                "cluster: no node list after %.0f s; serving anyway (CUDA checks say 'not checked' and /readyz "
+                "reports not ready until the first list succeeds)",
+                SYNC_WAIT_S,
+            )
         return app

@@ -109,6 +109,7 @@ class LiveCluster:
         self._nodes: dict[str, Node] = {}
         self._rv = ""
         self._synced = False
+        self._synced_once = threading.Event()
         self._view = build_view(
             [], self.settings, source=f"live watch of {self.description} (not synced yet)", known=False
         )
@@ -131,6 +132,10 @@ class LiveCluster:
 
     def ready(self) -> bool:
         return self._synced
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the first list; whether it has succeeded."""
+        return self._synced_once.wait(timeout)
 
     def start(self) -> None:
         """Start the threads in this process (idempotent; after a fork, starts afresh in the child)."""
@@ -397,6 +402,7 @@ class LiveCluster:
             self._view = view
             self._synced = True
             self.builds += 1
+        self._synced_once.set()
 
     def _interrupt(self) -> None:
         """Unblock a watcher waiting on the stream (shut the socket down, as kubernetes.watch.Watch.stop does)."""

@@ -125,6 +125,9 @@ class Assessment:
     unknown_driver_ok: bool
     resources: Mapping[str, Decimal]
     """The pod's GPU requests that eligibility checks (steering changes where a pod may land, not what it asks)."""
+    synced: bool = True
+    """The cluster view knows the nodes (the live watch has listed them): else nothing is eligible, for want of a
+    node list, not of a node."""
 
     @functools.cached_property
     def known(self) -> tuple[int, ...]:
@@ -206,7 +209,8 @@ def assess(checks: tuple[Check, ...], spec: JSON, ctx: Context, before: Assessme
             known = before.status_of(i, g) if before is not None else None
             row.append(known or (_status(c.requirement, g, ctx, f) if c.requirement else "ok"))
         rows.append(tuple(row))
-    return Assessment(checks, eligible, tuple(rows), ctx.settings.cuda.unknown_driver != "deny", resources)
+    unknown_driver_ok = ctx.settings.cuda.unknown_driver != "deny"
+    return Assessment(checks, eligible, tuple(rows), unknown_driver_ok, resources, ctx.cluster.known)
 
 
 def _kept_off(a: Assessment, spec: JSON, ctx: Context) -> tuple[NodeGroup, ...]:
@@ -304,7 +308,9 @@ def _container_line(a: Assessment, i: int, ctx: Context) -> str:
 def _decision(a: Assessment, kept_off: Sequence[NodeGroup], mode: str) -> str:
     if not a.checks:
         return ""
-    if not a.eligible:
+    if not a.synced:
+        text = "not checked: the webhook has no node list yet (see /readyz and its log)"
+    elif not a.eligible:
         text = "not checked: no known GPU node matches the pod's scheduling constraints"
     elif not a.known:
         text = "not checked: no CUDA requirement known"
@@ -661,6 +667,8 @@ def _audit_decision(a: Assessment, denials: Sequence[tuple[str, str]], mode: str
     if denials:
         verb = "would be denied" if mode == "warn" else "denied"
         return f"{verb} (" + ", ".join(sorted({r for r, _ in denials})) + ")"
+    if not a.synced:
+        return "not checked (no node list yet)"
     if not a.eligible:
         return "not checked (no eligible GPU node)"
     if not a.known:
