@@ -217,7 +217,7 @@ def test_a_relist_mends_a_view_whose_build_failed(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(watch, "build_view", flaky)
-    live = make_live(kubeconfig, resync=1)
+    live = make_live(kubeconfig, resync=2)
     try:
         api.put("v1", "nodes", node("a"))
         live.start()
@@ -227,7 +227,9 @@ def test_a_relist_mends_a_view_whose_build_failed(
         api.put("v1", "nodes", node("a", driver="570.124.06"))
         wait_for(lambda: not failing.is_set(), "the build that fails")
         assert drivers(live) == {"a": "550.54.15"}, "the view is behind the nodes"
+        assert live.snapshot_age_seconds > 0, "and says so, though its watch is open"
         wait_for(lambda: drivers(live) == {"a": "570.124.06"}, "a relist that mends it", deadline=15)
+        assert live.snapshot_age_seconds == 0.0
     finally:
         live.stop()
 

@@ -6,8 +6,8 @@ it before gunicorn starts) every value is also written to a per-process file in 
 the Flask test client) the values live in the app's own registry only, so two apps in one process never share a count.
 
 Gauges need a rule for combining workers: the node count is the largest any live worker sees, the snapshot timestamp
-the oldest any live worker holds (so the age shows the stalest worker). ``live*`` modes forget a worker once
-:func:`worker_exited` has marked it dead.
+(when a worker's node view was last known current) the oldest among live workers (so the age shows the stalest).
+``live*`` modes forget a worker once :func:`worker_exited` has marked it dead.
 """
 
 from __future__ import annotations

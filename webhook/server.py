@@ -34,8 +34,9 @@ THREADS = 16
 
 
 SYNC_WAIT_S = 10.0
-"""How long a worker waits for its live node watch's first list before it serves: within gunicorn's 30 s timeout
-for a worker that has not started, and a few of the watch's backoffs (0.5, 1, 2, 4 s) long."""
+"""How long a worker waits for its live node watch's first list before it serves: a few of the watch's backoffs
+(0.5, 1, 2, 4 s) long, and well inside the chart's startup probe (60 s) and a pod's grace period (a SIGTERM during
+the wait takes effect when it ends)."""
 
 
 def prepare_metrics_dir(prefix: str = "gpu-admission-metrics-") -> str:

@@ -1,8 +1,8 @@
 """The live cluster source: a list-and-watch of Nodes with the ``kubernetes`` client, folded into ClusterViews.
 
 One ``LiveCluster`` per process. gunicorn forks its workers and threads do not survive a fork, so ``start()`` is
-called in each worker after the fork (``post_worker_init``); a ``start()`` in a process other than the one that
-started the threads begins afresh. Two daemon threads:
+called in each worker after the fork (``GunicornServer.load``, which then waits for the first list); a ``start()``
+in a process other than the one that started the threads begins afresh. Two daemon threads:
 
 - the *watcher* lists Nodes (in pages), then watches from the list's resourceVersion with bookmarks; a watch that
   ends is resumed from the last resourceVersion seen; a 410 Gone (an ERROR event on the stream, or the status of the
@@ -117,6 +117,9 @@ class LiveCluster:
         self._response: Any = None
         self._started_at = time.monotonic()
         self._fresh_at: float | None = None
+        self._published_at: float | None = None
+        self._failing_since: float | None = None
+        """Since when the builds fail (then the view is behind the nodes, watch or not); None while they succeed."""
         self._watching = False
         self._last_list = 0.0
         self._generation = 0
@@ -165,9 +168,12 @@ class LiveCluster:
     def snapshot_age_seconds(self) -> float:
         """How stale the snapshot may be: 0 while a watch is open, else the time since the nodes were last known
         current (since start when they never were)."""
+        now = time.monotonic()
+        if self._failing_since is not None:  # the nodes are known, the view is not built from them
+            return now - (self._published_at if self._published_at is not None else self._started_at)
         if self._watching:
             return 0.0
-        return time.monotonic() - (self._fresh_at if self._fresh_at is not None else self._started_at)
+        return now - (self._fresh_at if self._fresh_at is not None else self._started_at)
 
     @property
     def node_count(self) -> int:
@@ -394,11 +400,18 @@ class LiveCluster:
             self._dirty.clear()
             nodes = list(self._nodes.values())
             generation = self._generation
-        view = build_view(nodes, self.settings, source=f"live watch of {self.description}")
+        try:
+            view = build_view(nodes, self.settings, source=f"live watch of {self.description}")
+        except Exception:
+            if self._failing_since is None:
+                self._failing_since = time.monotonic()
+            raise
         with self._lock:
             if generation < self._published:
                 return
             self._published = generation
+            self._published_at = time.monotonic()
+            self._failing_since = None
             self._view = view
             self._synced = True
             self.builds += 1
