@@ -99,28 +99,13 @@ def test_requests_latency_mutations_denials_in_process() -> None:
     assert value(text, "gpu_admission_events_total", result="dropped") == 0
 
 
-class QuietCluster:
+class QuietCluster(StaticCluster):
     """A live source on a quiet cluster: its view was built an hour ago and no node has changed since, so none was
     built after it; ``lag`` is how far behind the cluster it may be (0 while its watch is open)."""
 
     def __init__(self, lag: float) -> None:
-        self.view = dataclasses.replace(build_view(nodes(), Settings()), built_at=time.monotonic() - 3600)
+        super().__init__(dataclasses.replace(build_view(nodes(), Settings()), built_at=time.monotonic() - 3600))
         self.lag = lag
-
-    def snapshot(self) -> Any:
-        return self.view
-
-    def ready(self) -> bool:
-        return True
-
-    def wait_ready(self, timeout: float) -> bool:
-        return True
-
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
 
     @property
     def snapshot_age_seconds(self) -> float:

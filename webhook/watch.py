@@ -108,8 +108,8 @@ class LiveCluster:
         self._dirty = threading.Event()
         self._nodes: dict[str, Node] = {}
         self._rv = ""
-        self._synced = False
-        self._synced_once = threading.Event()
+        self._synced = threading.Event()
+        """Set by the first view built from a list: ``ready()``, and what ``wait_ready`` waits for."""
         self._view = build_view(
             [], self.settings, source=f"live watch of {self.description} (not synced yet)", known=False
         )
@@ -134,11 +134,11 @@ class LiveCluster:
         return self._view
 
     def ready(self) -> bool:
-        return self._synced
+        return self._synced.is_set()
 
     def wait_ready(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the first list; whether it has succeeded."""
-        return self._synced_once.wait(timeout)
+        return self._synced.wait(timeout)
 
     def start(self) -> None:
         """Start the threads in this process (idempotent; after a fork, starts afresh in the child)."""
@@ -229,7 +229,7 @@ class LiveCluster:
                 else:
                     delay = backoff.next()
                     what = "list" if need_list else "watch"
-                    state = "" if self._synced else "; not ready"
+                    state = "" if self._synced.is_set() else "; not ready"
                     log.warning(
                         "cluster: cannot %s nodes from %s: %s%s; retrying in %.1fs",
                         what,
@@ -272,7 +272,7 @@ class LiveCluster:
             token = as_str(meta.get("continue")) or None
             if not token:
                 break
-        first = not self._synced
+        first = not self._synced.is_set()
         with self._lock:
             held = self._nodes
             same = not first and self._same_nodes(held, nodes)
@@ -387,7 +387,7 @@ class LiveCluster:
                 break
             if self._stop.is_set():
                 break
-            if self._synced:
+            if self._synced.is_set():
                 self._publish()
             else:
                 self._dirty.clear()
@@ -413,9 +413,8 @@ class LiveCluster:
             self._published_at = time.monotonic()
             self._failing_since = None
             self._view = view
-            self._synced = True
             self.builds += 1
-        self._synced_once.set()
+        self._synced.set()
 
     def _interrupt(self) -> None:
         """Unblock a watcher waiting on the stream (shut the socket down, as kubernetes.watch.Watch.stop does)."""

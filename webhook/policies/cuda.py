@@ -309,7 +309,7 @@ def _decision(a: Assessment, kept_off: Sequence[NodeGroup], mode: str) -> str:
     if not a.checks:
         return ""
     if not a.synced:
-        text = "not checked: the webhook has no node list yet (see /readyz and its log)"
+        text = "not checked: the webhook has no node list yet (see its /readyz and its log)"
     elif not a.eligible:
         text = "not checked: no known GPU node matches the pod's scheduling constraints"
     elif not a.known:
