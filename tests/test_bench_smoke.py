@@ -44,6 +44,7 @@ def test_every_request_answered_200_with_the_uid(quick):
         assert p["requests"] > 0, where
         assert p["good"] == p["requests"], f"{where}: {p['bad_sample']}"
         assert p["socket_errors"] == 0 and p["status_errors"] == 0, where
+        assert p["cpu_us"] > 0, f"{where}: no server CPU measured"
     assert {p["target"] for p in points} == {"baseline", "webhook"}
     assert {a["status"] for a in data["answers"]} == {200}
 
@@ -182,16 +183,59 @@ def test_rounds_take_the_rows_in_one_order_then_the_other() -> None:
 
 
 def test_a_row_of_rounds_keeps_its_median_round_and_the_median_of_its_ratios() -> None:
-    def point(rps: float, p99: float, good: int, bad: int = 0) -> run.Point:
+    def point(rps: float, p99: float, good: int, bad: int = 0, cpu: float = 500.0) -> run.Point:
         return run.Point(
-            "main", "webhook", 10, "small", "mutate", 4, 1, 2, requests=good + bad, rps=rps, p99=p99, good=good, bad=bad
+            "main",
+            "webhook",
+            10,
+            "small",
+            "mutate",
+            4,
+            1,
+            2,
+            requests=good + bad,
+            rps=rps,
+            p99=p99,
+            good=good,
+            bad=bad,
+            cpu_us=cpu,
         )
 
-    reference = [point(1000, 4.0, 100), point(2000, 2.0, 200), point(1500, 3.0, 150)]
-    rounds = [point(900, 5.0, 90), point(1000, 3.0, 99, bad=1), point(1400, 3.3, 140)]  # ratios 0.9, 0.5, 0.93
+    reference = [point(1000, 4.0, 100, cpu=400), point(2000, 2.0, 200, cpu=500), point(1500, 3.0, 150, cpu=600)]
+    rounds = [
+        point(900, 5.0, 90, cpu=480),
+        point(1000, 3.0, 99, bad=1, cpu=1000),
+        point(1400, 3.3, 140, cpu=660),
+    ]  # req/s ratios 0.9, 0.5, 0.93; CPU ratios 1.2, 2.0, 1.1
     row = run.merged(rounds, reference)
     assert row.rps == 1000 and row.p99 == 3.0  # the round of median req/s
     assert row.ratio == pytest.approx(0.9)  # the median of 0.9, 0.5 and 0.93
     assert row.p99_ratio == pytest.approx(1.25)  # of 1.25, 1.5 and 1.1
+    assert row.cpu_ratio == pytest.approx(1.2)  # of 1.2, 2.0 and 1.1
+    assert row.cpu_us == 660  # the median round's CPU, not the median req/s round's
     assert (row.requests, row.good, row.bad, row.rounds_rps) == (330, 329, 1, [900, 1000, 1400])
     assert row.answered == "**329/330**"
+
+
+def test_the_server_cpu_counts_the_processes_under_it() -> None:
+    """A busy grandchild's CPU (the Events relay is the master's grandchild) counts in ``server_cpu_s``."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    spin = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\ntime.sleep(60)\n"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}])"],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        used = 0.0
+        while time.monotonic() < deadline and used < 0.5:
+            used = run.server_cpu_s(parent.pid)
+            time.sleep(0.05)
+        assert used >= 0.5, f"{used:.2f} s of CPU seen under pid {parent.pid}"
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()

@@ -141,10 +141,15 @@ class Point:
     status_errors: int = 0
     spread: str = ""
     """Established connections per gunicorn worker during the run (e.g. '4+0': all on one worker)."""
+    cpu_us: float = 0.0
+    """CPU time of the server's processes (master, workers, Events relay: ``server_cpu_s``) per request answered,
+    in microseconds: what a request costs, apart from how the cores were shared with wrk and the rest."""
     rounds_rps: list[float] = field(default_factory=list)
     ratio: float | None = None
     """req/s against the group's reference row (the baseline; the fewest nodes): the median of the rounds' ratios."""
     p99_ratio: float | None = None
+    cpu_ratio: float | None = None
+    """``cpu_us`` against the group's reference row: the median of the rounds' ratios."""
 
     @property
     def failed(self) -> int:
@@ -209,6 +214,33 @@ def _comm(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return ""
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process under it (the master, its workers, the relay's keeper and the relay)."""
+    found, todo = [], [pid]
+    while todo:
+        at = todo.pop()
+        found.append(at)
+        with contextlib.suppress(OSError, ValueError):
+            for task in Path(f"/proc/{at}/task").iterdir():
+                with contextlib.suppress(OSError, ValueError):
+                    todo += [int(k) for k in (task / "children").read_text().split()]
+    return found
+
+
+def server_cpu_s(pid: int) -> float:
+    """User and system CPU seconds used so far by the server ``pid`` and the processes under it (``/proc/*/stat``:
+    every thread, ended ones included; in clock ticks, 10 ms, a percent of a 2 s row at one core)."""
+    ticks = 0
+    for at in _tree(pid):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{at}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+    return ticks / CLOCK_TICKS
 
 
 def rss_mb(pid: int) -> float:
@@ -352,13 +384,18 @@ def merged(points: Sequence[Point], reference: Sequence[Point]) -> Point:
     if all(q.rps and q.p99 for q in reference):
         row.ratio = statistics.median(p.rps / q.rps for p, q in zip(points, reference, strict=True))
         row.p99_ratio = statistics.median(p.p99 / q.p99 for p, q in zip(points, reference, strict=True))
+    if all(q.cpu_us for q in reference) and all(p.cpu_us for p in points):
+        row.cpu_us = statistics.median(p.cpu_us for p in points)
+        row.cpu_ratio = statistics.median(p.cpu_us / q.cpu_us for p, q in zip(points, reference, strict=True))
     return row
 
 
 def measure(point: Point, server: Server, bodies: Sequence[tuple[str, Path]]) -> Point:
     spread: list[int] = []
     base = f"https://127.0.0.1:{server.port}"
+    cpu = server_cpu_s(server.proc.pid)
     f = wrk(base, bodies, point.connections, point.threads, point.seconds, server, spread)
+    cpu = server_cpu_s(server.proc.pid) - cpu
     point.spread = "+".join(str(n) for n in spread)
     lat = f["latency_us"]
     errors = f["errors"]
@@ -369,9 +406,11 @@ def measure(point: Point, server: Server, bodies: Sequence[tuple[str, Path]]) ->
     point.good, point.bad, point.bad_sample = f["good"], f["bad"], f["bad_sample"]
     point.socket_errors = errors["connect"] + errors["read"] + errors["write"] + errors["timeout"]
     point.status_errors = errors["status"]
+    point.cpu_us = cpu / point.requests * 1e6 if point.requests else 0.0
     print(
         f"  {point.target:8} {point.nodes:>6} nodes {point.pod:12} /{point.endpoint:8} c={point.connections:<3}"
-        f" {point.rps:8.0f} req/s  p50 {point.p50:6.2f}  p99 {point.p99:6.2f}  max {point.max:7.2f} ms"
+        f" {point.rps:8.0f} req/s  {point.cpu_us:5.0f} us CPU  p50 {point.p50:6.2f}  p99 {point.p99:6.2f}"
+        f"  max {point.max:7.2f} ms"
         f"  {point.good}/{point.requests} good, per worker {point.spread}",
         flush=True,
     )
@@ -591,7 +630,7 @@ def _n(count: int) -> str:
     return f"{count:,}"
 
 
-HEAD = "req/s | × baseline | p50 | p90 | p99 | max | p99 × baseline | good |"
+HEAD = "req/s | × baseline | CPU µs | CPU × baseline | p50 | p90 | p99 | max | p99 × baseline | good |"
 
 
 def _baseline_table(
@@ -602,18 +641,20 @@ def _baseline_table(
     align = "--:" if first == "containers" else "---"
     lines = [
         f"| {first} | endpoint |{' conn |' if conn else ''} per worker | {HEAD}",
-        f"|{align}|---|{'--:|' if conn else ''}--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        f"|{align}|---|{'--:|' if conn else ''}--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for p in (p for p in r.points if p.section == section):
         if p.target == "baseline":
-            endpoint, rps, p99 = "no-op", "1", "1"
+            endpoint, rps, cpu, p99 = "no-op", "1", "1", "1"
         else:
             endpoint = f"/{p.endpoint}"
             rps = f"{p.ratio:.2f}" if p.ratio is not None else "-"
+            cpu = f"{p.cpu_ratio:.2f}" if p.cpu_ratio is not None else "-"
             p99 = f"{p.p99_ratio:.2f}" if p.p99_ratio is not None else "-"
         connections = f" {p.connections} |" if conn else ""
         lines.append(
-            f"| {label(p)} | {endpoint} |{connections} {p.spread} | {p.rps:,.0f} | {rps} | {p.p50:.2f} | "
+            f"| {label(p)} | {endpoint} |{connections} {p.spread} | {p.rps:,.0f} | {rps} | {p.cpu_us:,.0f} | {cpu} | "
+            f"{p.p50:.2f} | "
             f"{p.p90:.2f} | {p.p99:.2f} | {p.max:.2f} | {p99} | {p.answered} |"
         )
     return lines
@@ -660,17 +701,14 @@ def goals(r: Results) -> list[tuple[str, str, bool | None]]:
             )
         )
     low, high_count = min(plan.node_counts), max(plan.node_counts)
-    ratios = []
-    for p in r.points:
-        if p.section == "nodes" and p.nodes == high_count and p.ratio:
-            ratios.append((1 / p.ratio, p))
+    ratios = [(p.cpu_ratio, p) for p in r.points if p.section == "nodes" and p.nodes == high_count and p.cpu_ratio]
     if ratios:
         ratio, p = max(ratios, key=lambda x: x[0])
         out.append(
             (
                 f"cost at {_n(high_count)} nodes within {GOAL_NODE_COST}x of {_n(low)} nodes "
-                f"(req/s at {low} / req/s at {high_count})",
-                f"worst {ratio:.2f}x ({p.pod} /{p.endpoint})",
+                f"(the server's CPU per request at {_n(high_count)} / at {_n(low)})",
+                f"worst {ratio:.2f}x ({p.pod} /{p.endpoint}; req/s {1 / p.ratio if p.ratio else 0:.2f}x)",
                 ratio <= GOAL_NODE_COST,
             )
         )
@@ -729,7 +767,9 @@ def markdown(r: Results) -> str:
     add(
         "One body per row, sent again and again (the replicas of one workload: answers reused from the second on). "
         "Ratios are to the no-op baseline with the same pod body and connections (req/s: higher is better; "
-        "latency: lower is better). Latencies in ms. _Per worker_: the established connections each gunicorn "
+        "CPU and latency: lower is better). _CPU µs_: the server's CPU time per request (its master, worker and "
+        "Events relay together, from `/proc`), the median of the rounds. Latencies in ms. _Per worker_: the "
+        "established connections each gunicorn "
         "worker held a second into the row (`4+0`: all on one worker, which then serves them alone, on one core)."
     )
     add("")
@@ -754,16 +794,24 @@ def markdown(r: Results) -> str:
     low = min(plan.node_counts)
     add(f"### Scaling with nodes ({plan.scaling_level[0]} connections)")
     add("")
-    add(f"Cost = req/s at {_n(low)} nodes / req/s at this count (1.00: no dearer per request).")
+    add(
+        f"Cost = the server's CPU per request at this count / at {_n(low)} nodes (1.00: no dearer per request; "
+        "_CPU µs_: its master, worker and Events relay together, from `/proc`); _req/s vs "
+        f"{_n(low)}_: req/s at {_n(low)} nodes / req/s at this count, which also moves with how wrk and the server "
+        "happened to share the cores. Both are medians of the rounds' ratios."
+    )
     add("")
-    add("| pod | endpoint | nodes | per worker | req/s | p50 | p90 | p99 | max | cost vs " + _n(low) + " | good |")
-    add("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    add(
+        "| pod | endpoint | nodes | per worker | req/s | p50 | p90 | p99 | max | CPU µs | cost vs "
+        f"{_n(low)} | req/s vs {_n(low)} | good |"
+    )
+    add("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for p in (p for p in r.points if p.section == "nodes"):
-        cost = f"{1 / p.ratio:.2f}" if p.ratio else "-"
+        cost = f"{p.cpu_ratio:.2f}" if p.cpu_ratio else "-"
+        by_rps = f"{1 / p.ratio:.2f}" if p.ratio else "-"
         add(
             f"| {p.pod} | /{p.endpoint} | {_n(p.nodes)} | {p.spread} | {p.rps:,.0f} | {p.p50:.2f} | {p.p90:.2f} | "
-            f"{p.p99:.2f} | "
-            f"{p.max:.2f} | {cost} | {p.answered} |"
+            f"{p.p99:.2f} | {p.max:.2f} | {p.cpu_us:,.0f} | {cost} | {by_rps} | {p.answered} |"
         )
     add("")
 
