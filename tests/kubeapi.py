@@ -5,7 +5,9 @@ It keeps objects by collection path, hands out resourceVersions, and serves: dis
 (``?watch=true`` from a resourceVersion, streamed as JSON lines), get, create (``generateName`` included), replace,
 patch (merge, strategic-merge treated as merge, JSON patch) and delete. Faults for tests: ``expire(rv)`` makes
 watches from an older resourceVersion get 410 Gone, ``drop_watches()`` cuts every open watch stream,
-``fail_next(n, code)`` answers the next n requests with an error, ``stop()/start()`` take it off the air.
+``fail_next(n, code)`` answers the next n requests with an error, ``hang_up_next(n, stored)`` closes the connection
+of the next n creates without an answer (having stored the object, or not), ``stop()/start()`` take it off the air.
+``KubeAPI(tls=(cert, key))`` serves HTTPS; ``connections`` counts the connections accepted.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import queue
+import ssl
 import threading
 import time
 import uuid
@@ -55,7 +58,10 @@ class _Watch:
 class KubeAPI:
     """Start with ``KubeAPI().start()``; ``url`` is ``http://127.0.0.1:<port>``."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: tuple[str, str] | None = None) -> None:
+        self.tls = tls
+        self.connections = 0
+        self._hang_ups: list[bool] = []
         self.lock = threading.RLock()
         self.objects: dict[str, dict[tuple[str, str], JSON]] = {}  # collection key -> (namespace, name) -> obj
         self.log: list[tuple[int, str, str, JSON]] = []  # (rv, type, collection, obj)
@@ -72,7 +78,7 @@ class KubeAPI:
     # -- lifecycle --------------------------------------------------------------------------------------------
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> KubeAPI:
         api = self
@@ -82,6 +88,10 @@ class KubeAPI:
 
         Handler.api = api
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        if self.tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self.tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -133,6 +143,12 @@ class KubeAPI:
     def fail_next(self, count: int, code: int = 500) -> None:
         with self.lock:
             self._failures += [code] * count
+
+    def hang_up_next(self, count: int, stored: bool = False) -> None:
+        """The next ``count`` creates are read and their connection closed with no answer, as a server does that
+        closes an idle keep-alive connection as a request arrives; ``stored``: after the object was created."""
+        with self.lock:
+            self._hang_ups += [stored] * count
 
     # -- store ------------------------------------------------------------------------------------------------
     def _next_rv(self) -> str:
@@ -230,6 +246,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.api.lock:
+            self.api.connections += 1
 
     # -- plumbing ---------------------------------------------------------------------------------------------
     def _send(self, code: int, body: JSON) -> None:
@@ -414,6 +435,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(422, _status(422, "Invalid", "metadata.name: Required value"))
             return
         with self.api.lock:
+            hang_up = self.api._hang_ups.pop(0) if self.api._hang_ups else None
+            if hang_up is not None:
+                if hang_up:
+                    self.api.put(gv, resource, obj, namespace)
+                self.close_connection = True
+                return
             if self.api.get(gv, resource, meta["name"], namespace or ""):
                 self._send(409, _status(409, "AlreadyExists", f'{resource} "{meta["name"]}" already exists'))
                 return

@@ -81,8 +81,8 @@ def test_every_section_and_row_is_in_the_report(quick):
     assert len(data["instances"]) == 1 + len(plan.node_counts)
     assert all(i["ready_s"] > 0 and len(i["rss_after_mb"]) == run.WORKERS for i in data["instances"])
     costs = data["event_costs_us"]
-    assert len(costs) == 3 and all(us > 0 for us in costs.values())
-    assert sum(f"| {sink} | " in section for sink in costs) == 3
+    assert len(costs) == 4 and all(us > 0 for us in costs.values())
+    assert sum(f"| {sink} | " in section for sink in costs) == 4
     assert [g["met"] for g in data["goals"]][-1] is True  # every request answered
 
 

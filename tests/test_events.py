@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kubernetes import client
 from kubernetes import config as kube_config
 
 from tests.conftest import REPO, gpu_node, gpu_pod, review
 from tests.kubeapi import KubeAPI
+from tests.serving import issue_certs
 from webhook import events, pipeline
 from webhook.admission import ReviewRequest, subject_of
 from webhook.app import create_app
@@ -367,11 +369,16 @@ def test_events_reach_the_api_server(kubeapi: KubeAPI, tmp_path: Any) -> None:
         pytest.param(1, 422, 1, 0, 1, id="422-not-retried"),
     ],
 )
+@pytest.mark.parametrize("path", ["direct", "client"])
 def test_api_sink_retries_once(
-    kubeapi: KubeAPI, tmp_path: Any, failures: int, status: int, calls: int, sent: int, failed: int
+    kubeapi: KubeAPI, tmp_path: Any, failures: int, status: int, calls: int, sent: int, failed: int, path: str
 ) -> None:
     kubeapi.fail_next(failures, status)
-    q = EventQueue(ApiSink(api_client(kubeapi, tmp_path), backoff=0.001))
+    sink = ApiSink(api_client(kubeapi, tmp_path), backoff=0.001)
+    assert sink.direct is not None
+    if path == "client":
+        sink.direct = None  # as for a configuration only the client's own path honours
+    q = EventQueue(sink)
     q.submit(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
     assert q.drain(10)
     posts = [r for r in kubeapi.requests if r == ("POST", "/api/v1/namespaces/default/events")]
@@ -389,6 +396,93 @@ def test_api_sink_sends_the_body_as_it_is_with_the_clients_credentials(kubeapi: 
     headers = {k.lower(): v for k, v in kubeapi.request_headers[-1].items()}
     assert headers["authorization"] == "Bearer test-token"  # the kubeconfig's user
     assert headers["content-type"] == "application/json"
+
+
+def configured(api: KubeAPI, ca: str | None = None, **settings: Any) -> Any:
+    """An ApiClient configured as in a cluster: a bearer token, the server's CA."""
+    configuration = client.Configuration(host=api.url, api_key={"authorization": "test-token"})
+    configuration.api_key_prefix = {"authorization": "Bearer"}
+    configuration.ssl_ca_cert = ca
+    for name, value in settings.items():
+        setattr(configuration, name, value)
+    return client.ApiClient(configuration)
+
+
+@pytest.fixture
+def tls_api(tmp_path: Any) -> Any:
+    certs = issue_certs(tmp_path / "certs")
+    api = KubeAPI(tls=(str(certs / "tls.crt"), str(certs / "tls.key"))).start()
+    api.ca = str(certs / "ca.crt")  # type: ignore[attr-defined]
+    yield api
+    api.stop()
+
+
+def test_api_sink_sends_every_event_over_one_kept_alive_tls_connection(tls_api: Any) -> None:
+    sink = ApiSink(configured(tls_api, tls_api.ca))
+    assert sink.direct is not None and sink.direct.tls is not None
+    q = EventQueue(sink)
+    for name in ("a", "b", "c"):
+        q.submit(event_body(subject_of(stored_pod(name)), "default", name, CHECKED, "i"))
+    assert q.drain(10)
+    assert (q.sent, q.failed) == (3, 0)
+    assert sorted(e["involvedObject"]["name"] for e in tls_api.list("v1", "events", "default")) == ["a", "b", "c"]
+    assert tls_api.connections == 1
+    tokens = {{k.lower(): v for k, v in h.items()}["authorization"] for h in tls_api.request_headers}
+    assert tokens == {"Bearer test-token"}
+
+
+def test_api_sink_refuses_a_server_its_ca_did_not_sign(tls_api: Any, tmp_path: Any) -> None:
+    other = issue_certs(tmp_path / "other")
+    q = EventQueue(ApiSink(configured(tls_api, str(other / "ca.crt")), backoff=0.001))
+    q.submit(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
+    assert q.drain(10)
+    assert (q.sent, q.failed) == (0, 1)
+    assert tls_api.list("v1", "events", "default") == []
+
+
+def test_api_sink_reads_the_token_for_every_event(kubeapi: KubeAPI) -> None:
+    """The in-cluster token is rotated on disk; the client's refresh hook reads it anew, and so per Event."""
+    tokens = iter(["first", "second"])
+    api_client = configured(kubeapi)
+    api_client.configuration.refresh_api_key_hook = lambda c: c.api_key.update(authorization=next(tokens))
+    sink = ApiSink(api_client)
+    for name in ("a", "b"):
+        sink.send(event_body(subject_of(stored_pod(name)), "default", name, CHECKED, "i"))
+    sent = [{k.lower(): v for k, v in h.items()}["authorization"] for h in kubeapi.request_headers]
+    assert sent == ["Bearer first", "Bearer second"]
+
+
+@pytest.mark.parametrize("stored", [False, True], ids=["not-created", "created"])
+@pytest.mark.parametrize("kept", [True, False], ids=["kept-alive", "first-request"])
+def test_a_connection_the_server_closed_gets_the_event_again_and_once(
+    kubeapi: KubeAPI, stored: bool, kept: bool
+) -> None:
+    """A server that closes a kept-alive connection as a request arrives: the Event is sent again on a new one, and
+    an AlreadyExists then means the first try was created: sent, once."""
+    q = EventQueue(ApiSink(configured(kubeapi), backoff=0.001))
+    if kept:
+        q.submit(event_body(subject_of(stored_pod("first")), "default", "first", CHECKED, "i"))
+        assert q.drain(10)
+    kubeapi.hang_up_next(1, stored=stored)
+    q.submit(event_body(subject_of(stored_pod("trainer")), "default", "trainer", CHECKED, "i"))
+    assert q.drain(10)
+    names = [e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")]
+    assert names.count("trainer") == 1
+    assert (q.sent, q.failed) == (1 + kept, 0)
+    assert kubeapi.connections == 2
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [{"proxy": "http://127.0.0.1:9"}, {"tls_server_name": "localhost"}, {"assert_hostname": "localhost"}],
+    ids=lambda s: next(iter(s)),
+)
+def test_api_sink_leaves_to_the_client_what_only_it_does(tls_api: Any, setting: dict[str, str]) -> None:
+    sink = ApiSink(configured(tls_api, tls_api.ca, **setting))
+    assert sink.direct is None
+    if "proxy" not in setting:  # the client's own path honours it, and the Event arrives
+        sink.send(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
+        assert len(tls_api.list("v1", "events", "default")) == 1
 
 
 def test_api_sink_counts_an_api_server_that_is_away(tmp_path: Any) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import http.client
 import json
 import logging
 import os
@@ -27,12 +28,14 @@ import re
 import select
 import signal
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote, urlsplit
 
 from webhook.model import JSON, Event, as_dict, as_str, compact_json
 
@@ -205,14 +208,78 @@ RETRY_STATUSES = frozenset({0, 429, 500, 502, 503, 504})
 EVENTS_PATH = "/api/v1/namespaces/{namespace}/events"
 
 
-class ApiSink:
-    """Creates core v1 Events with the ``kubernetes`` client's ``ApiClient`` (``POST .../events``).
+class _Direct:
+    """POSTs over one kept-alive ``http.client`` connection to the server of a ``kubernetes`` client configuration,
+    with its TLS settings (CA file or data, client certificate, ``verify_ssl``); None from ``of`` when the
+    configuration asks for what only the client's own path does (a proxy, a TLS server name or host name of its
+    own, socket options). Not thread-safe: the relay sends from one thread, an ``EventQueue`` from one."""
 
-    The body is already a plain dict of the API's own shape, and only the answer's status matters. So the request
-    is built by the client's ``param_serialize`` (its authentication, the in-cluster token refresh included, and its
-    default headers) and sent by its ``call_api``, instead of ``CoreV1Api.create_namespaced_event``: that one first
-    validates the dict into pydantic models and then parses the created Event back into them, which was a quarter of
-    the CPU an Event cost the worker (``docs/benchmarks.md``), on the cores that also answer the reviews.
+    def __init__(self, configuration: Any, timeout: float) -> None:
+        url = urlsplit(configuration.host)
+        self.https = url.scheme == "https"
+        self.address = url.hostname or "localhost"
+        self.port = url.port or (443 if self.https else 80)
+        self.prefix = url.path.rstrip("/")  # a server behind a path (a proxy to many clusters)
+        self.timeout = timeout
+        self.tls: ssl.SSLContext | None = None
+        if self.https:
+            tls = ssl.create_default_context(cafile=configuration.ssl_ca_cert, cadata=configuration.ca_cert_data)
+            if configuration.cert_file:
+                tls.load_cert_chain(configuration.cert_file, configuration.key_file)
+            if not configuration.verify_ssl:
+                tls.check_hostname = False
+                tls.verify_mode = ssl.CERT_NONE
+            self.tls = tls
+        self.connection: http.client.HTTPConnection | None = None
+
+    @classmethod
+    def of(cls, configuration: Any, timeout: float) -> _Direct | None:
+        if configuration.host.split("://", 1)[0] not in ("http", "https"):
+            return None
+        if configuration.proxy or configuration.tls_server_name or configuration.socket_options:
+            return None
+        if configuration.assert_hostname is not None:
+            return None
+        return cls(configuration, timeout)
+
+    def _connect(self) -> http.client.HTTPConnection:
+        if self.tls is not None:
+            return http.client.HTTPSConnection(self.address, self.port, timeout=self.timeout, context=self.tls)
+        return http.client.HTTPConnection(self.address, self.port, timeout=self.timeout)
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+        self.connection = None
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
+        """(status, reason, body). A failed connection is closed, and the next request opens a new one (a kept-alive
+        connection the server closed meanwhile fails as the request goes out: ``ApiSink.send`` tries again)."""
+        if self.connection is None:
+            self.connection = self._connect()
+        try:
+            self.connection.request("POST", self.prefix + path, body=body, headers=headers)
+            response = self.connection.getresponse()
+            data = response.read()
+        except (OSError, http.client.HTTPException):
+            self.close()
+            raise
+        if response.will_close:
+            self.close()
+        return response.status, response.reason, data
+
+
+class ApiSink:
+    """Creates core v1 Events (``POST .../events``) as the ``kubernetes`` client's configuration says: its server,
+    its TLS settings, its credentials (read per Event through ``Configuration.auth_settings``, which refreshes an
+    in-cluster token) and the client's default headers.
+
+    The body is already a plain dict of the API's own shape, and only the answer's status matters, so the request
+    goes out on one kept-alive ``http.client`` connection (``_Direct``): the client's own path (``param_serialize``,
+    ``call_api``, urllib3's pool) cost over three times the CPU per Event (``docs/benchmarks.md``, 29.), on the cores
+    that also answer the reviews, and the generated ``CoreV1Api.create_namespaced_event`` more still (pydantic
+    models both ways). A configuration only the client can honour (a proxy, a TLS server name, ...) goes through
+    ``call_api``.
     """
 
     name = "api"
@@ -222,10 +289,24 @@ class ApiSink:
         # the server's URL, read once: the configuration's ``host`` property is recomputed on every read
         self.host: str = api_client.configuration.host
         self.timeout, self.attempts, self.backoff = timeout, attempts, backoff
+        self.direct = _Direct.of(api_client.configuration, timeout)
+
+    def _headers(self) -> dict[str, str]:
+        headers = {**self.client.default_headers, "Content-Type": "application/json", "Accept": "application/json"}
+        for auth in self.client.configuration.auth_settings().values():
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+        return headers
 
     def _post(self, namespace: str, body: JSON) -> None:
         from kubernetes.client.exceptions import ApiException
 
+        if self.direct is not None:
+            path = EVENTS_PATH.format(namespace=quote(namespace, safe=""))
+            status, reason, data = self.direct.post(path, compact_json(body).encode(), self._headers())
+            if not 200 <= status <= 299:
+                raise ApiException(status=status, reason=f"{reason}: {data[:200].decode('utf-8', 'replace')}")
+            return
         request = self.client.param_serialize(
             method="POST",
             resource_path=EVENTS_PATH,
@@ -251,9 +332,11 @@ class ApiSink:
                 self._post(namespace, body)
                 return
             except ApiException as err:
+                if err.status == 409 and attempt > 1:  # AlreadyExists: the try before was created after all
+                    return
                 if err.status not in RETRY_STATUSES or attempt == self.attempts:
                     raise
-            except (HTTPError, OSError):
+            except (HTTPError, OSError, http.client.HTTPException):
                 if attempt == self.attempts:
                     raise
             time.sleep(self.backoff * attempt)

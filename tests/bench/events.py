@@ -59,13 +59,19 @@ def event_costs(count: int = 200) -> list[tuple[str, float]]:
         configuration.api_key_prefix = {"authorization": "Bearer"}
         api_client = client.ApiClient(configuration)
         generated = client.CoreV1Api(api_client)
+        client_path = ApiSink(api_client)
+        client_path.direct = None  # as for a configuration only the client honours (a proxy, ...)
         return [
             (
-                "the webhook's ApiSink (the client's param_serialize and call_api)",
+                "the webhook's ApiSink (one kept-alive http.client connection, the client's configuration)",
                 _per_event_us(ApiSink(api_client).send, count),
             ),
             (
-                "the generated CoreV1Api.create_namespaced_event (before; pydantic models both ways)",
+                "the client's param_serialize and call_api (urllib3; before, and where a proxy is set)",
+                _per_event_us(client_path.send, count),
+            ),
+            (
+                "the generated CoreV1Api.create_namespaced_event (before that; pydantic models both ways)",
                 # the client's models accept the plain dict (pydantic validates it into a CoreV1Event)
                 _per_event_us(lambda body: generated.create_namespaced_event("default", body), count),  # type: ignore[arg-type]
             ),
