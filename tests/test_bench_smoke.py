@@ -61,6 +61,7 @@ def test_every_section_and_row_is_in_the_report(quick):
         "### Per request",
         "### Every request a new object",
         "### Scaling with nodes",
+        "### Scaling with nodes, the decision alone (one process)",
         "### Scaling with containers",
         "### Events: what one costs the worker",
         "### Start and memory",
@@ -80,6 +81,13 @@ def test_every_section_and_row_is_in_the_report(quick):
     assert len(cells) == len(data["points"])
     assert len(data["instances"]) == 1 + len(plan.node_counts)
     assert all(i["ready_s"] > 0 and len(i["rss_after_mb"]) == run.WORKERS for i in data["instances"])
+    decided = data["node_costs"]
+    assert len(decided) == len(plan.scaling_pods) * len(plan.scaling_endpoints) * 2  # replicas and new objects
+    for c in decided:
+        assert sorted(map(int, c["us"])) == sorted(plan.node_counts) and all(us > 0 for us in c["us"].values())
+        assert f"| {c['pod']} | /{c['endpoint']} | {'new objects' if c['kind'] == 'new' else 'replicas'} | " in section
+    fresh, replica = (next(c for c in decided if c["kind"] == kind) for kind in ("new", "replica"))
+    assert min(fresh["us"].values()) > max(replica["us"].values()), "a new object runs the policies; a replica not"
     costs = data["event_costs_us"]
     assert len(costs) == 4 and all(us > 0 for us in costs.values())
     assert sum(f"| {sink} | " in section for sink in costs) == 4

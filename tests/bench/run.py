@@ -38,6 +38,7 @@ import jsonpatch
 
 from tests.bench import nodes as node_lists
 from tests.bench import pods
+from tests.bench.decide import NodeCost, node_costs
 from tests.bench.events import event_costs
 from tests.serving import REPO, Server, issue_certs, serve, wait_ready
 from webhook.events import RELAY_NAME
@@ -76,6 +77,8 @@ class Plan:
     """Pods also sent as a new object on every request (no reused answer): the first replica's cost."""
     warmup_s: int
     quick: bool
+    decide_rounds: int = 1
+    """Rounds of the in-process decision figures at each node count (``tests/bench/decide.py``)."""
     rounds: int = 1
     """Each group of rows (a pod's baseline, /mutate and /validate; a pod at each node count) is measured this many
     times in turn, ``seconds`` a row each time: the machine's speed drifts, and a ratio is read within one round."""
@@ -96,6 +99,7 @@ FULL = Plan(
     warmup_s=2,
     quick=False,
     rounds=5,
+    decide_rounds=7,
 )
 QUICK = Plan(
     seconds=1,
@@ -511,6 +515,8 @@ class Results:
     answers: list[Answer] = field(default_factory=list)
     event_costs: list[tuple[str, float]] = field(default_factory=list)
     """(sink, µs of the sending thread's CPU per Event)."""
+    node_costs: list[NodeCost] = field(default_factory=list)
+    """The decision's CPU at each node count, in one process."""
     total_s: float = 0.0
 
 
@@ -616,6 +622,10 @@ def run(plan: Plan, tmp: Path) -> Results:
             inst.rss_after_mb = list(worker_rss(inst.server).values())
             inst.master_rss_mb = rss_mb(inst.server.proc.pid)
         results.answers = bodies.answers
+    print("the decision at each node count, in one process", flush=True)
+    results.node_costs = node_costs(
+        plan.node_counts, plan.scaling_pods, plan.scaling_endpoints, plan.decide_rounds, CONFIG
+    )
     print("the CPU of one Event, per sink", flush=True)
     results.event_costs = event_costs(50 if plan.quick else 300)
     results.total_s = time.monotonic() - began
@@ -701,13 +711,24 @@ def goals(r: Results) -> list[tuple[str, str, bool | None]]:
             )
         )
     low, high_count = min(plan.node_counts), max(plan.node_counts)
+    decided = [(c.ratio[high_count], c) for c in r.node_costs if high_count in c.ratio]
+    if decided:
+        ratio, c = max(decided, key=lambda x: x[0])
+        out.append(
+            (
+                f"cost at {_n(high_count)} nodes within {GOAL_NODE_COST}x of {_n(low)} nodes (the decision's CPU "
+                "per request, in one process, replicas and new objects)",
+                f"worst {ratio:.2f}x ({c.pod} /{c.endpoint}, {'new objects' if c.kind == 'new' else 'replicas'})",
+                ratio <= GOAL_NODE_COST,
+            )
+        )
     ratios = [(p.cpu_ratio, p) for p in r.points if p.section == "nodes" and p.nodes == high_count and p.cpu_ratio]
     if ratios:
         ratio, p = max(ratios, key=lambda x: x[0])
         out.append(
             (
-                f"cost at {_n(high_count)} nodes within {GOAL_NODE_COST}x of {_n(low)} nodes "
-                f"(the server's CPU per request at {_n(high_count)} / at {_n(low)})",
+                f"the same, end to end (the server's CPU per request at {_n(high_count)} / at {_n(low)}: three "
+                "servers, the cores shared with wrk)",
                 f"worst {ratio:.2f}x ({p.pod} /{p.endpoint}; req/s {1 / p.ratio if p.ratio else 0:.2f}x)",
                 ratio <= GOAL_NODE_COST,
             )
@@ -815,6 +836,36 @@ def markdown(r: Results) -> str:
         )
     add("")
 
+    add("### Scaling with nodes, the decision alone (one process)")
+    add("")
+    add(
+        "What `decisions.decide` (the parse, the policies, the answer's bytes) costs per request at each node count, "
+        "in one process that holds the three views and answers the same bodies against each in turn, a batch at a "
+        "time, in one order and then the other (`tests/bench/decide.py`): the rows above compare three servers a "
+        "few seconds apart, and move with the machine's speed by more than the goal's 1.2x. CPU µs per request, the "
+        "median of the rounds; cost: the median of the rounds' ratios to the fewest nodes. _new_: a number of its "
+        "own in an annotation, so the policies run every time."
+    )
+    add("")
+    counts = plan.node_counts
+    add(
+        "| pod | endpoint | requests | "
+        + " | ".join(f"µs at {_n(n)}" for n in counts)
+        + " | "
+        + " | ".join(f"cost at {_n(n)}" for n in counts[1:])
+        + " |"
+    )
+    add("|---|---|---|" + "--:|" * (2 * len(counts) - 1))
+    for c in r.node_costs:
+        add(
+            f"| {c.pod} | /{c.endpoint} | {'new objects' if c.kind == 'new' else 'replicas'} | "
+            + " | ".join(f"{c.us[n]:.1f}" for n in counts)
+            + " | "
+            + " | ".join(f"{c.ratio[n]:.2f}" for n in counts[1:])
+            + " |"
+        )
+    add("")
+
     add(f"### Scaling with containers ({_n(plan.main_nodes)} nodes, {plan.scaling_level[0]} connections)")
     add("")
     add("The first eight containers ask for a GPU each (CUDA from the image tag), the rest are sidecars.")
@@ -911,6 +962,7 @@ def to_json(r: Results) -> dict[str, Any]:
         ],
         "answers": [asdict(a) for a in r.answers],
         "event_costs_us": dict(r.event_costs),
+        "node_costs": [asdict(c) for c in r.node_costs],
         "goals": [{"goal": g, "figure": f, "met": m} for g, f, m in goals(r)],
         "total_s": r.total_s,
     }
