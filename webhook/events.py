@@ -276,7 +276,7 @@ class ApiSink:
 
     The body is already a plain dict of the API's own shape, and only the answer's status matters, so the request
     goes out on one kept-alive ``http.client`` connection (``_Direct``): the client's own path (``param_serialize``,
-    ``call_api``, urllib3's pool) cost over three times the CPU per Event (``docs/benchmarks.md``, 29.), on the cores
+    ``call_api``, urllib3's pool) cost about three times the CPU per Event (``docs/benchmarks.md``, 29.), on the cores
     that also answer the reviews, and the generated ``CoreV1Api.create_namespaced_event`` more still (pydantic
     models both ways). A configuration only the client can honour (a proxy, a TLS server name, ...) goes through
     ``call_api``.

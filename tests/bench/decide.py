@@ -48,6 +48,10 @@ class NodeCost:
     us: dict[int, float] = field(default_factory=dict)
     ratio: dict[int, float] = field(default_factory=dict)
 
+    @property
+    def requests(self) -> str:
+        return "new objects" if self.kind == "new" else "replicas"
+
 
 def _body(pod: dict[str, object], endpoint: str, view: ClusterView, settings: Settings) -> str:
     """The AdmissionReview text for ``endpoint``: /validate gets the pod as /mutate (against ``view``) left it, named

@@ -147,7 +147,8 @@ class Point:
     """Established connections per gunicorn worker during the run (e.g. '4+0': all on one worker)."""
     cpu_us: float = 0.0
     """CPU time of the server's processes (master, workers, Events relay: ``server_cpu_s``) per request answered,
-    in microseconds: what a request costs, apart from how the cores were shared with wrk and the rest."""
+    in microseconds. With one CPU-bound worker it tracks 1/req/s (``docs/benchmarks.md``, 30.): it says what the
+    server spends, not a steadier figure."""
     rounds_rps: list[float] = field(default_factory=list)
     ratio: float | None = None
     """req/s against the group's reference row (the baseline; the fewest nodes): the median of the rounds' ratios."""
@@ -718,7 +719,7 @@ def goals(r: Results) -> list[tuple[str, str, bool | None]]:
             (
                 f"cost at {_n(high_count)} nodes within {GOAL_NODE_COST}x of {_n(low)} nodes (the decision's CPU "
                 "per request, in one process, replicas and new objects)",
-                f"worst {ratio:.2f}x ({c.pod} /{c.endpoint}, {'new objects' if c.kind == 'new' else 'replicas'})",
+                f"worst {ratio:.2f}x ({c.pod} /{c.endpoint}, {c.requests})",
                 ratio <= GOAL_NODE_COST,
             )
         )
@@ -858,7 +859,7 @@ def markdown(r: Results) -> str:
     add("|---|---|---|" + "--:|" * (2 * len(counts) - 1))
     for c in r.node_costs:
         add(
-            f"| {c.pod} | /{c.endpoint} | {'new objects' if c.kind == 'new' else 'replicas'} | "
+            f"| {c.pod} | /{c.endpoint} | {c.requests} | "
             + " | ".join(f"{c.us[n]:.1f}" for n in counts)
             + " | "
             + " | ".join(f"{c.ratio[n]:.2f}" for n in counts[1:])
