@@ -7,7 +7,8 @@ patch (merge, strategic-merge treated as merge, JSON patch) and delete. Faults f
 watches from an older resourceVersion get 410 Gone, ``drop_watches()`` cuts every open watch stream,
 ``fail_next(n, code)`` answers the next n requests with an error, ``hang_up_next(n, stored)`` closes the connection
 of the next n creates without an answer (having stored the object, or not), ``stop()/start()`` take it off the air.
-``KubeAPI(tls=(cert, key))`` serves HTTPS; ``connections`` counts the connections accepted.
+``KubeAPI(tls=(cert, key))`` serves HTTPS; ``connections`` counts the connections accepted; ``create_delay`` holds
+each create that long, and ``most_in_flight`` says how many were under way at once.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class KubeAPI:
         self.tls = tls
         self.connections = 0
         self._hang_ups: list[bool] = []
+        self.create_delay = 0.0
+        """Seconds each create takes, as a distant apiserver's round trip."""
+        self.in_flight = self.most_in_flight = 0
         self.lock = threading.RLock()
         self.objects: dict[str, dict[tuple[str, str], JSON]] = {}  # collection key -> (namespace, name) -> obj
         self.log: list[tuple[int, str, str, JSON]] = []  # (rv, type, collection, obj)
@@ -428,6 +432,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         gv, resource, namespace, _, query = route
         obj = self._body()
+        if self.api.create_delay:
+            with self.api.lock:
+                self.api.in_flight += 1
+                self.api.most_in_flight = max(self.api.most_in_flight, self.api.in_flight)
+            time.sleep(self.api.create_delay)
+            with self.api.lock:
+                self.api.in_flight -= 1
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]

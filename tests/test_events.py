@@ -485,6 +485,27 @@ def test_api_sink_leaves_to_the_client_what_only_it_does(tls_api: Any, setting: 
         assert len(tls_api.list("v1", "events", "default")) == 1
 
 
+def test_the_relay_sends_events_to_the_api_several_at_once(kubeapi: KubeAPI) -> None:
+    """An apiserver 0.2 s away: one Event at a time, the relay could send five a second; it sends SENDING_AT_ONCE
+    at a time, each on a connection of its own, and counts every one."""
+    kubeapi.create_delay = 0.2
+    read_fd, write_fd = os.pipe()
+    sender = events.Sender(ApiSink(configured(kubeapi)))
+    relay = threading.Thread(target=run_relay, args=(read_fd, sender))
+    relay.start()
+    pipe = EventPipe(write_fd)
+    for n in range(12):
+        assert pipe.submit(event_body(subject_of(stored_pod(f"pod-{n}")), "default", f"pod-{n}", CHECKED, "i"))
+    os.close(write_fd)
+    relay.join(30)
+    assert not relay.is_alive()
+    names = sorted(e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default"))
+    assert names == sorted(f"pod-{n}" for n in range(12))
+    assert (sender.sent, sender.failed) == (12, 0)
+    assert kubeapi.most_in_flight > 1, "sent one at a time"
+    assert kubeapi.connections <= events.SENDING_AT_ONCE
+
+
 def test_api_sink_counts_an_api_server_that_is_away(tmp_path: Any) -> None:
     api = KubeAPI().start()
     client = api_client(api, tmp_path)
