@@ -48,12 +48,15 @@ from webhook.pipeline import Result
 SPOT_TAINT = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
 
 
-def spot_cluster(settings: Settings) -> StaticCluster:
-    nodes = [
+def spot_cluster_nodes() -> list[dict[str, Any]]:
+    return [
         gpu_node("h100-a"),
         gpu_node("spot-a", labels={"cloud.google.com/gke-spot": "true"}, taints=[SPOT_TAINT]),
     ]
-    return StaticCluster(build_view(nodes, settings))
+
+
+def spot_cluster(settings: Settings) -> StaticCluster:
+    return StaticCluster(build_view(spot_cluster_nodes(), settings))
 
 
 def stored_pod(name: str = "trainer", uid: str = "0d6f3c1e-1111-4a7b-9c55-3f0e2a9b7c11", **kw: Any) -> dict[str, Any]:
@@ -630,6 +633,38 @@ def test_events_written_before_the_server_stops_are_still_sent(tmp_path: Any) ->
             break
         time.sleep(0.2)
     assert len(names) == 20
+
+
+def test_the_servers_events_reach_the_api_through_the_relay(tmp_path: Any, kubeapi: KubeAPI) -> None:
+    """``gpu-admission serve`` with cluster credentials (a kubeconfig): the relay process sends every Event to the
+    API, several at once when the apiserver is slow to answer."""
+    from tests.serving import serve
+
+    for node in spot_cluster_nodes():
+        kubeapi.put("v1", "nodes", node)
+    kubeapi.create_delay = 0.05
+    env = {"KUBECONFIG": kubeapi.kubeconfig(str(tmp_path / "kubeconfig")), "KUBERNETES_SERVICE_HOST": ""}
+    pod = stored_pod()
+    with serve(tmp_path, nodes=None, workers=1, env=env) as server:
+        client = server.client()
+        for n in range(16):
+            pod["metadata"] = {**pod["metadata"], "name": f"api-{n}", "uid": f"u-{n}"}
+            status, body = client.post("/validate", review(pod, name=f"api-{n}"))
+            assert status == 200 and body["response"]["allowed"], body
+        client.close()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            checked = {
+                (e["involvedObject"]["name"], e["involvedObject"]["uid"])
+                for e in kubeapi.list("v1", "events", "default")
+                if e["reason"] == "CUDAChecked"
+            }
+            if len(checked) == 16:
+                break
+            time.sleep(0.1)
+    assert checked == {(f"api-{n}", f"u-{n}") for n in range(16)}
+    assert kubeapi.most_in_flight > 1, "the relay sent one Event at a time"
+    assert "events go to the log" not in server.output()
 
 
 def test_a_relay_gone_is_logged_once_and_every_event_after_counted(caplog: pytest.LogCaptureFixture) -> None:
