@@ -88,6 +88,9 @@ def test_every_section_and_row_is_in_the_report(quick):
         assert f"| {c['pod']} | /{c['endpoint']} | {'new objects' if c['kind'] == 'new' else 'replicas'} | " in section
     fresh, replica = (next(c for c in decided if c["kind"] == kind) for kind in ("new", "replica"))
     assert min(fresh["us"].values()) > max(replica["us"].values()), "a new object runs the policies; a replica not"
+    rates = data["relay_events_per_s"]
+    assert len(rates) == 2 and all(rate > 0 for rate in rates.values())
+    assert sum(f"| {how} | " in section for how in rates) == 2
     costs = data["event_costs_us"]
     assert len(costs) == 4 and all(us > 0 for us in costs.values())
     assert sum(f"| {sink} | " in section for sink in costs) == 4

@@ -9,8 +9,10 @@ threads). The client is configured as in a cluster (a bearer token, no kubeconfi
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 
@@ -18,7 +20,7 @@ from kubernetes import client
 
 from tests.kubeapi import KubeAPI
 from webhook.admission import subject_of
-from webhook.events import ApiSink, LogSink, event_body
+from webhook.events import PIPE_BYTES, SENDING_AT_ONCE, ApiSink, EventPipe, LogSink, Sender, event_body, run_relay
 from webhook.model import JSON, Event
 
 POD: JSON = {
@@ -79,3 +81,36 @@ def event_costs(count: int = 200) -> list[tuple[str, float]]:
         ]
     finally:
         api.stop()
+
+
+def relay_rates(round_trip_s: float = 0.005, count: int = 400) -> list[tuple[str, float]]:
+    """(how, Events a second) the relay (``run_relay``) sends to an API server that takes ``round_trip_s`` to
+    answer each create, ``count`` Events written to its pipe at once: one at a time, and as it sends them."""
+    out = []
+    ways = (("one at a time (before)", 1), (f"{SENDING_AT_ONCE} at once (the relay now)", SENDING_AT_ONCE))
+    for how, at_once in ways:
+        api = KubeAPI().start()
+        try:
+            api.create_delay = round_trip_s
+            configuration = client.Configuration(host=api.url, api_key={"authorization": "test-token"})
+            configuration.api_key_prefix = {"authorization": "Bearer"}
+            sink = ApiSink(client.ApiClient(configuration))
+            sink.concurrency = at_once
+            sender = Sender(sink)
+            read_fd, write_fd = os.pipe()
+            fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)  # as start_relay does
+            pipe = EventPipe(write_fd)
+            for n in range(count):
+                pipe.submit(event_body(subject_of(POD), "default", f"pod-{n}", EVENT, "bench"))
+            os.close(write_fd)
+            began = time.monotonic()
+            relay = threading.Thread(target=run_relay, args=(read_fd, sender))
+            relay.start()
+            relay.join(120)
+            seconds = time.monotonic() - began
+            if sender.sent != count:
+                raise RuntimeError(f"the relay sent {sender.sent} of {count} Events ({sender.failed} failed)")
+            out.append((how, count / seconds))
+        finally:
+            api.stop()
+    return out

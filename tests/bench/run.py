@@ -39,7 +39,7 @@ import jsonpatch
 from tests.bench import nodes as node_lists
 from tests.bench import pods
 from tests.bench.decide import NodeCost, node_costs
-from tests.bench.events import event_costs
+from tests.bench.events import event_costs, relay_rates
 from tests.serving import REPO, Server, issue_certs, serve, wait_ready
 from webhook.events import RELAY_NAME
 from webhook.server import THREADS
@@ -52,6 +52,8 @@ WORKERS = 1
 (4+0 or 3+1, by chance), which moved whole rows by 2x and hid what the webhook itself costs. One worker and wrk get a
 core each; the ratio to the baseline (also one worker) is the figure that carries over to a cluster."""
 READY_DEADLINE_S = 1800.0
+RELAY_ROUND_TRIP_S = 0.005
+"""The API server's answer time for the relay's rate: an apiserver a few milliseconds away, as across zones."""
 
 # Goals (issue 9).
 GOAL_THROUGHPUT = 0.80
@@ -516,6 +518,8 @@ class Results:
     answers: list[Answer] = field(default_factory=list)
     event_costs: list[tuple[str, float]] = field(default_factory=list)
     """(sink, µs of the sending thread's CPU per Event)."""
+    relay_rates: list[tuple[str, float]] = field(default_factory=list)
+    """(how, Events a second the relay sends to an API server RELAY_ROUND_TRIP_S away)."""
     node_costs: list[NodeCost] = field(default_factory=list)
     """The decision's CPU at each node count, in one process."""
     total_s: float = 0.0
@@ -629,6 +633,8 @@ def run(plan: Plan, tmp: Path) -> Results:
     )
     print("the CPU of one Event, per sink", flush=True)
     results.event_costs = event_costs(50 if plan.quick else 300)
+    print("the relay's Events a second to a distant API server", flush=True)
+    results.relay_rates = relay_rates(RELAY_ROUND_TRIP_S, 40 if plan.quick else 400)
     results.total_s = time.monotonic() - began
     return results
 
@@ -888,6 +894,16 @@ def markdown(r: Results) -> str:
     for sink, us in r.event_costs:
         add(f"| {sink} | {us / 1000:.2f} ms |")
     add("")
+    add(
+        f"Events a second the relay sends to an API server that takes {RELAY_ROUND_TRIP_S * 1000:g} ms to answer "
+        "each create (the stand-in, in the bench's process; the Events written to the relay's pipe at once):"
+    )
+    add("")
+    add("| relay | Events a second |")
+    add("|---|--:|")
+    for how, rate in r.relay_rates:
+        add(f"| {how} | {rate:,.0f} |")
+    add("")
 
     add("### Start and memory")
     add("")
@@ -963,6 +979,7 @@ def to_json(r: Results) -> dict[str, Any]:
         ],
         "answers": [asdict(a) for a in r.answers],
         "event_costs_us": dict(r.event_costs),
+        "relay_events_per_s": dict(r.relay_rates),
         "node_costs": [asdict(c) for c in r.node_costs],
         "goals": [{"goal": g, "figure": f, "met": m} for g, f, m in goals(r)],
         "total_s": r.total_s,
