@@ -221,17 +221,17 @@ class _Direct:
     """POSTs over one kept-alive ``http.client`` connection to the server of a ``kubernetes`` client configuration,
     with its TLS settings (CA file or data, client certificate, ``verify_ssl``); None from ``of`` when the
     configuration asks for what only the client's own path does (a proxy, a TLS server name or host name of its
-    own, socket options). Not thread-safe: the relay sends from one thread, an ``EventQueue`` from one."""
+    own, socket options). One per sending thread (``ApiSink._here``): a connection carries one request at a time."""
 
     def __init__(self, configuration: Any, timeout: float) -> None:
         url = urlsplit(configuration.host)
-        self.https = url.scheme == "https"
+        https = url.scheme == "https"
         self.address = url.hostname or "localhost"
-        self.port = url.port or (443 if self.https else 80)
+        self.port = url.port or (443 if https else 80)
         self.prefix = url.path.rstrip("/")  # a server behind a path (a proxy to many clusters)
         self.timeout = timeout
         self.tls: ssl.SSLContext | None = None
-        if self.https:
+        if https:
             tls = ssl.create_default_context(cafile=configuration.ssl_ca_cert, cadata=configuration.ca_cert_data)
             if configuration.cert_file:
                 tls.load_cert_chain(configuration.cert_file, configuration.key_file)
@@ -404,7 +404,7 @@ class Sender:
             pass
 
     def deliver(self, body: JSON) -> None:
-        """Send one Event now, in the calling thread (the relay's, which has no other work), and count it."""
+        """Send one Event now, in the calling thread (the relay's or one of its senders'), and count it."""
         try:
             self.sink.send(body)
             self._count("sent")
