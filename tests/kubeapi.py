@@ -7,8 +7,8 @@ patch (merge, strategic-merge treated as merge, JSON patch) and delete. Faults f
 watches from an older resourceVersion get 410 Gone, ``drop_watches()`` cuts every open watch stream,
 ``fail_next(n, code)`` answers the next n requests with an error, ``hang_up_next(n, stored)`` closes the connection
 of the next n creates without an answer (having stored the object, or not), ``stop()/start()`` take it off the air.
-``KubeAPI(tls=(cert, key))`` serves HTTPS; ``connections`` counts the connections accepted; ``create_delay`` holds
-each create that long, and ``most_in_flight`` says how many were under way at once.
+``KubeAPI(tls=(cert, key), ca=ca)`` serves HTTPS; ``connections`` counts the connections accepted;
+``create_delay`` holds each create that long, and ``most_in_flight`` says how many were under way at once.
 """
 
 from __future__ import annotations
@@ -59,8 +59,10 @@ class _Watch:
 class KubeAPI:
     """Start with ``KubeAPI().start()``; ``url`` is ``http://127.0.0.1:<port>``."""
 
-    def __init__(self, tls: tuple[str, str] | None = None) -> None:
+    def __init__(self, tls: tuple[str, str] | None = None, ca: str | None = None) -> None:
         self.tls = tls
+        self.ca = ca
+        """The CA file that signed ``tls``'s certificate, for clients (``kubeconfig`` names it)."""
         self.connections = 0
         self._hang_ups: list[bool] = []
         self.create_delay = 0.0
@@ -115,7 +117,12 @@ class KubeAPI:
             "apiVersion": "v1",
             "kind": "Config",
             "current-context": "test",
-            "clusters": [{"name": "test", "cluster": {"server": self.url}}],
+            "clusters": [
+                {
+                    "name": "test",
+                    "cluster": {"server": self.url, **({"certificate-authority": self.ca} if self.ca else {})},
+                }
+            ],
             "users": [{"name": "test", "user": {"token": "test-token"}}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test", "namespace": "default"}}],
         }

@@ -11,6 +11,7 @@ import select
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -412,16 +413,15 @@ def configured(api: KubeAPI, ca: str | None = None, **settings: Any) -> Any:
 
 
 @pytest.fixture
-def tls_api(tmp_path: Any) -> Any:
+def tls_api(tmp_path: Any) -> Iterator[KubeAPI]:
     certs = issue_certs(tmp_path / "certs")
-    api = KubeAPI(tls=(str(certs / "tls.crt"), str(certs / "tls.key"))).start()
-    api.ca = str(certs / "ca.crt")  # type: ignore[attr-defined]
+    api = KubeAPI(tls=(str(certs / "tls.crt"), str(certs / "tls.key")), ca=str(certs / "ca.crt")).start()
     yield api
     api.stop()
 
 
-def test_api_sink_sends_every_event_over_one_kept_alive_tls_connection(tls_api: Any) -> None:
-    sink = ApiSink(configured(tls_api, tls_api.ca))
+def test_api_sink_sends_every_event_over_one_kept_alive_tls_connection(tls_api: KubeAPI, tmp_path: Any) -> None:
+    sink = ApiSink(api_client(tls_api, tmp_path))  # the kubeconfig names the CA
     assert sink.direct is not None and sink.direct.tls is not None
     q = EventQueue(sink)
     for name in ("a", "b", "c"):
@@ -434,7 +434,7 @@ def test_api_sink_sends_every_event_over_one_kept_alive_tls_connection(tls_api: 
     assert tokens == {"Bearer test-token"}
 
 
-def test_api_sink_refuses_a_server_its_ca_did_not_sign(tls_api: Any, tmp_path: Any) -> None:
+def test_api_sink_refuses_a_server_its_ca_did_not_sign(tls_api: KubeAPI, tmp_path: Any) -> None:
     other = issue_certs(tmp_path / "other")
     q = EventQueue(ApiSink(configured(tls_api, str(other / "ca.crt")), backoff=0.001))
     q.submit(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
@@ -480,7 +480,7 @@ def test_a_connection_the_server_closed_gets_the_event_again_and_once(
     [{"proxy": "http://127.0.0.1:9"}, {"tls_server_name": "localhost"}, {"assert_hostname": "localhost"}],
     ids=lambda s: next(iter(s)),
 )
-def test_api_sink_leaves_to_the_client_what_only_it_does(tls_api: Any, setting: dict[str, str]) -> None:
+def test_api_sink_leaves_to_the_client_what_only_it_does(tls_api: KubeAPI, setting: dict[str, str]) -> None:
     sink = ApiSink(configured(tls_api, tls_api.ca, **setting))
     assert sink.direct is None
     if "proxy" not in setting:  # the client's own path honours it, and the Event arrives
