@@ -204,9 +204,9 @@ def check_content_type(content_type: str | None) -> None:
         raise BadRequest(f"Content-Type must be application/json (got {mime or 'none'})", status=415)
 
 
-def parse_review(body: bytes, content_type: str | None, max_bytes: int) -> ReviewRequest:
-    """Parse an AdmissionReview request body; raise BadRequest naming what is wrong."""
-    check_content_type(content_type)
+def parse_review(body: bytes, max_bytes: int) -> ReviewRequest:
+    """Parse an AdmissionReview request body; raise BadRequest naming what is wrong. Its Content-Type is checked
+    before (``check_content_type``: ``decisions.decide`` does, before it looks at the body at all)."""
     if len(body) > max_bytes:
         raise PayloadTooLarge(f"body of {len(body)} bytes is over the limit of {max_bytes}")
     if not body:

@@ -119,7 +119,7 @@ def decide(
     known = _replayed(endpoint, body, settings, view)
     if known is not None:
         return known
-    review = parse_review(body, content_type, settings.max_body_bytes)
+    review = parse_review(body, settings.max_body_bytes)
     ctx = context_for(review, settings, view)
     result, stored = _answer(endpoint, step, review.object, ctx, body)
     if stored is None:
