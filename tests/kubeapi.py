@@ -59,9 +59,11 @@ class _Watch:
 class KubeAPI:
     """Start with ``KubeAPI().start()``; ``url`` is ``http://127.0.0.1:<port>``."""
 
-    def __init__(self, tls: tuple[str, str] | None = None, ca: str | None = None) -> None:
+    def __init__(self, tls: tuple[str, str] | None = None, ca: str | None = None, client_ca: str | None = None) -> None:
         self.tls = tls
         self.ca = ca
+        self.client_ca = client_ca
+        """With ``tls``: a client must present a certificate this CA signed (as an apiserver's --client-ca-file)."""
         """The CA file that signed ``tls``'s certificate, for clients (``kubeconfig`` names it)."""
         self.connections = 0
         self._hang_ups: list[bool] = []
@@ -97,6 +99,9 @@ class KubeAPI:
         if self.tls:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(*self.tls)
+            if self.client_ca:
+                context.verify_mode = ssl.CERT_REQUIRED
+                context.load_verify_locations(self.client_ca)
             self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]

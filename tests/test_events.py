@@ -434,6 +434,72 @@ def test_api_sink_sends_every_event_over_one_kept_alive_tls_connection(tls_api: 
     assert tokens == {"Bearer test-token"}
 
 
+def test_api_sink_goes_without_verifying_when_told_to(tls_api: KubeAPI) -> None:
+    """A kubeconfig's insecure-skip-tls-verify (``verify_ssl`` off): no CA given, and the Event still arrives."""
+    sink = ApiSink(configured(tls_api, None, verify_ssl=False))
+    assert sink.direct is not None
+    sink.send(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
+    assert len(tls_api.list("v1", "events", "default")) == 1
+
+
+def _client_certificate(directory: Any) -> tuple[str, str, str]:
+    """(CA file, certificate file, key file): a client certificate for ``system:gpu-admission``, as a k3s or
+    kubeadm kubeconfig carries."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def cert(subject: str, key: Any, issuer: str, signer: Any, ca: bool) -> x509.Certificate:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    paths = [str(directory / name) for name in ("client-ca.crt", "client.crt", "client.key")]
+    pem = serialization.Encoding.PEM
+    with open(paths[0], "wb") as f:
+        f.write(cert("client-ca", ca_key, "client-ca", ca_key, True).public_bytes(pem))
+    with open(paths[1], "wb") as f:
+        f.write(cert("system:gpu-admission", key, "client-ca", ca_key, False).public_bytes(pem))
+    with open(paths[2], "wb") as f:
+        f.write(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return paths[0], paths[1], paths[2]
+
+
+@pytest.mark.parametrize("present", [True, False], ids=["client-certificate", "none"])
+def test_api_sink_presents_the_configurations_client_certificate(tmp_path: Any, present: bool) -> None:
+    """An API server that asks for a client certificate (``--client-ca-file``) gets the configuration's; without
+    one, it refuses the connection and the Event is counted failed."""
+    certs = issue_certs(tmp_path / "server")
+    client_ca, cert_file, key_file = _client_certificate(tmp_path)
+    api = KubeAPI(tls=(str(certs / "tls.crt"), str(certs / "tls.key")), ca=str(certs / "ca.crt"), client_ca=client_ca)
+    api.start()
+    try:
+        settings = {"cert_file": cert_file, "key_file": key_file} if present else {}
+        q = EventQueue(ApiSink(configured(api, api.ca, **settings), backoff=0.001))
+        q.submit(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
+        assert q.drain(10)
+        assert (q.sent, q.failed) == ((1, 0) if present else (0, 1))
+        assert len(api.list("v1", "events", "default")) == int(present)
+    finally:
+        api.stop()
+
+
 def test_api_sink_refuses_a_server_its_ca_did_not_sign(tls_api: KubeAPI, tmp_path: Any) -> None:
     other = issue_certs(tmp_path / "other")
     q = EventQueue(ApiSink(configured(tls_api, str(other / "ca.crt")), backoff=0.001))
