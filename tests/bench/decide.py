@@ -107,9 +107,7 @@ def _measure(
         for endpoint in endpoints:
             for kind in ("replica", "new"):
                 new = kind == "new"
-                pod = pods.pinned(node_lists.node_name(1)) if name == "pinned" else pods.PODS[name]()
-                if new:
-                    pod.setdefault("metadata", {}).setdefault("annotations", {})[pods.SEQ_ANNOTATION] = pods.SEQ_TOKEN
+                pod = pods.named(f"{name}+new" if new else name)
                 texts = {n: _body(pod, endpoint, views[n], settings) for n in counts}
                 size = NEW_BATCH if new else REPLICA_BATCH
                 per: dict[int, list[float]] = {n: [] for n in counts}

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.bench import nodes as node_lists
 from tests.conftest import FIXTURES, review
 
 SEQ_ANNOTATION = "bench.gpu-admission.io/seq"
@@ -223,6 +224,22 @@ DESCRIPTIONS = {
     "fixture": "full-field fixture core.v1.Pod.json (every field set, 60 kB)",
     "pinned": "a GPU DaemonSet's pod, bound to one node by matchFields on metadata.name",
 }
+
+
+def named(name: str) -> dict[str, Any]:
+    """The pod a bench row names (``PODS``, ``pinned`` to the first generated node, ``containers-N``); ``NAME+new``:
+    that pod with an annotation the load script renumbers on every request, so that each request is an object the
+    webhook has not answered before."""
+    base, _, new = name.partition("+")
+    if base.startswith("containers-"):
+        pod = containers(int(base.split("-")[1]))
+    elif base == "pinned":
+        pod = pinned(node_lists.node_name(1))
+    else:
+        pod = PODS[base]()
+    if new:
+        pod.setdefault("metadata", {}).setdefault("annotations", {})[SEQ_ANNOTATION] = SEQ_TOKEN
+    return pod
 
 
 def stored(pod: dict[str, Any]) -> dict[str, Any]:

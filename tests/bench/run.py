@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonpatch
 
@@ -203,17 +203,28 @@ class Answer:
 # Processes
 
 
+def _kids(pid: int) -> list[int]:
+    """The processes ``pid`` started (any of its threads): ``/proc/<pid>/task/*/children``, or, on a kernel without
+    those files, every process whose parent is ``pid``."""
+    kids: list[int] = []
+    listed = False
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                kids += [int(k) for k in (task / "children").read_text().split()]
+                listed = True
+    if listed:
+        return kids
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(stat.parent.name))
+    return kids
+
+
 def children(pid: int) -> list[int]:
-    """The gunicorn workers of the master ``pid``: its children but the Events relay."""
-    try:
-        kids = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        kids = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    kids.append(int(stat.parent.name))
-    return [k for k in kids if _comm(k) != RELAY_NAME]
+    """The gunicorn workers of the master ``pid``: its children but the Events relay('s keeper)."""
+    return [k for k in _kids(pid) if _comm(k) != RELAY_NAME]
 
 
 def _comm(pid: int) -> str:
@@ -232,10 +243,7 @@ def _tree(pid: int) -> list[int]:
     while todo:
         at = todo.pop()
         found.append(at)
-        with contextlib.suppress(OSError, ValueError):
-            for task in Path(f"/proc/{at}/task").iterdir():
-                with contextlib.suppress(OSError, ValueError):
-                    todo += [int(k) for k in (task / "children").read_text().split()]
+        todo += _kids(at)
     return found
 
 
@@ -438,31 +446,16 @@ class Bodies:
         self.answers: list[Answer] = []
         self._mutated: dict[tuple[str, int], Path] = {}
 
-    @staticmethod
-    def pod(name: str) -> dict[str, Any]:
-        """The pod named; ``NAME+new``: that pod with an annotation that the load script renumbers on every request,
-        so that each request is an object the webhook has not answered before."""
-        base, _, new = name.partition("+")
-        if base.startswith("containers-"):
-            pod = pods.containers(int(base.split("-")[1]))
-        elif base == "pinned":
-            pod = pods.pinned(node_lists.node_name(1))
-        else:
-            pod = pods.PODS[base]()
-        if new:
-            pod.setdefault("metadata", {}).setdefault("annotations", {})[pods.SEQ_ANNOTATION] = pods.SEQ_TOKEN
-        return pod
-
     def mutate(self, name: str) -> Path:
         path = self.dir / f"{name}.mutate.json"
         if not path.exists():
-            pods.write_body(path, self.pod(name))
+            pods.write_body(path, pods.named(name))
         return path
 
     def validate(self, name: str, instance: Instance) -> Path:
         key = (name, instance.nodes)
         if key not in self._mutated:
-            pod = self.pod(name)
+            pod = pods.named(name)
             _, body = self._ask(instance, "/mutate", pod, name)
             response = body.get("response", {}) if isinstance(body, dict) else {}
             if response.get("patch"):
@@ -691,6 +684,19 @@ def _worst_ratio(r: Results, section: str) -> tuple[float, Point] | None:
     return worst
 
 
+Row = TypeVar("Row")
+
+
+def _at_most_goal(
+    goal: str, ratios: Sequence[tuple[float, Row]], where: Callable[[Row], str]
+) -> list[tuple[str, str, bool | None]]:
+    """The goal row for the largest of ``ratios`` (cost against the fewest nodes), none when nothing was measured."""
+    if not ratios:
+        return []
+    ratio, row = max(ratios, key=lambda x: x[0])
+    return [(goal, f"worst {ratio:.2f}x ({where(row)})", ratio <= GOAL_NODE_COST)]
+
+
 def goals(r: Results) -> list[tuple[str, str, bool | None]]:
     plan = r.plan
     out: list[tuple[str, str, bool | None]] = []
@@ -719,27 +725,19 @@ def goals(r: Results) -> list[tuple[str, str, bool | None]]:
         )
     low, high_count = min(plan.node_counts), max(plan.node_counts)
     decided = [(c.ratio[high_count], c) for c in r.node_costs if high_count in c.ratio]
-    if decided:
-        ratio, c = max(decided, key=lambda x: x[0])
-        out.append(
-            (
-                f"cost at {_n(high_count)} nodes within {GOAL_NODE_COST}x of {_n(low)} nodes (the decision's CPU "
-                "per request, in one process, replicas and new objects)",
-                f"worst {ratio:.2f}x ({c.pod} /{c.endpoint}, {c.requests})",
-                ratio <= GOAL_NODE_COST,
-            )
-        )
-    ratios = [(p.cpu_ratio, p) for p in r.points if p.section == "nodes" and p.nodes == high_count and p.cpu_ratio]
-    if ratios:
-        ratio, p = max(ratios, key=lambda x: x[0])
-        out.append(
-            (
-                f"the same, end to end (the server's CPU per request at {_n(high_count)} / at {_n(low)}: three "
-                "servers, the cores shared with wrk)",
-                f"worst {ratio:.2f}x ({p.pod} /{p.endpoint}; req/s {1 / p.ratio if p.ratio else 0:.2f}x)",
-                ratio <= GOAL_NODE_COST,
-            )
-        )
+    out += _at_most_goal(
+        f"cost at {_n(high_count)} nodes within {GOAL_NODE_COST}x of {_n(low)} nodes (the decision's CPU per "
+        "request, in one process, replicas and new objects)",
+        decided,
+        lambda c: f"{c.pod} /{c.endpoint}, {c.requests}",
+    )
+    ended = [(p.cpu_ratio, p) for p in r.points if p.section == "nodes" and p.nodes == high_count and p.cpu_ratio]
+    out += _at_most_goal(
+        f"the same, end to end (the server's CPU per request at {_n(high_count)} / at {_n(low)}: three servers, the "
+        "cores shared with wrk)",
+        ended,
+        lambda p: f"{p.pod} /{p.endpoint}; req/s {f'{1 / p.ratio:.2f}x' if p.ratio else '-'}",
+    )
     big = next((i for i in r.instances if i.name == f"webhook-{high_count}"), None)
     if big and big.rss_after_mb:
         top = max(big.rss_after_mb)
