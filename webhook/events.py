@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlsplit
 
+from webhook import http1
 from webhook.model import JSON, Event, as_dict, as_str, compact_json
 
 if TYPE_CHECKING:
@@ -218,7 +219,7 @@ EVENTS_PATH = "/api/v1/namespaces/{namespace}/events"
 
 
 class _Direct:
-    """POSTs over one kept-alive ``http.client`` connection to the server of a ``kubernetes`` client configuration,
+    """POSTs over one kept-alive connection (``webhook.http1``) to the server of a ``kubernetes`` client configuration,
     with its TLS settings (CA file or data, client certificate, ``verify_ssl``); None from ``of`` when the
     configuration asks for what only the client's own path does (a proxy, a TLS server name or host name of its
     own, socket options). One per sending thread (``ApiSink._here``): a connection carries one request at a time."""
@@ -239,7 +240,7 @@ class _Direct:
                 tls.check_hostname = False
                 tls.verify_mode = ssl.CERT_NONE
             self.tls = tls
-        self.connection: http.client.HTTPConnection | None = None
+        self.connection: http1.Connection | None = None
 
     @classmethod
     def of(cls, configuration: Any, timeout: float) -> _Direct | None:
@@ -257,31 +258,16 @@ class _Direct:
         twin.connection = None
         return twin
 
-    def _connect(self) -> http.client.HTTPConnection:
-        if self.tls is not None:
-            return http.client.HTTPSConnection(self.address, self.port, timeout=self.timeout, context=self.tls)
-        return http.client.HTTPConnection(self.address, self.port, timeout=self.timeout)
-
     def close(self) -> None:
         if self.connection is not None:
             self.connection.close()
-        self.connection = None
 
     def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
         """(status, reason, body). A failed connection is closed, and the next request opens a new one (a kept-alive
         connection the server closed meanwhile fails as the request goes out: ``ApiSink.send`` tries again)."""
         if self.connection is None:
-            self.connection = self._connect()
-        try:
-            self.connection.request("POST", self.prefix + path, body=body, headers=headers)
-            response = self.connection.getresponse()
-            data = response.read()
-        except (OSError, http.client.HTTPException):
-            self.close()
-            raise
-        if response.will_close:
-            self.close()
-        return response.status, response.reason, data
+            self.connection = http1.Connection(self.address, self.port, self.tls, self.timeout)
+        return self.connection.post(self.prefix + path, body, headers)
 
 
 class ApiSink:
@@ -290,7 +276,7 @@ class ApiSink:
     in-cluster token) and the client's default headers.
 
     The body is already a plain dict of the API's own shape, and only the answer's status matters, so the request
-    goes out on one kept-alive ``http.client`` connection (``_Direct``): the client's own path (``param_serialize``,
+    goes out on one kept-alive connection (``_Direct``, ``webhook.http1``): the client's own path (``param_serialize``,
     ``call_api``, urllib3's pool) cost about three times the CPU per Event (``docs/benchmarks.md``, 29.), on the cores
     that also answer the reviews, and the generated ``CoreV1Api.create_namespaced_event`` more still (pydantic
     models both ways). A configuration only the client can honour (a proxy, a TLS server name, ...) goes through

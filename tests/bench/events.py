@@ -2,25 +2,39 @@
 
 Every GPU pod admitted at /validate gets an Event, sent by the Events relay process (``webhook/events.py``), so in
 a cluster its CPU comes out of the pod's cores. The servers of the bench log their Events (``LogSink``: there is no
-apiserver here to post them to); this measures the API's way too, through the real ``kubernetes`` client over
-HTTP to ``tests/kubeapi.py`` in this process (``time.thread_time`` counts only the sending thread, not the server's
+apiserver here to post them to); this measures the API's way too, with the real ``kubernetes`` client's
+configuration, over TLS (as in a cluster) and plain HTTP to ``tests/kubeapi.py`` in this process (``time.thread_time`` counts only the sending thread, not the server's
 threads). The client is configured as in a cluster (a bearer token, no kubeconfig re-read per request).
 """
 
 from __future__ import annotations
 
 import fcntl
+import http.client
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from kubernetes import client
 
 from tests.kubeapi import KubeAPI
+from tests.serving import issue_certs
 from webhook.admission import subject_of
-from webhook.events import PIPE_BYTES, SENDING_AT_ONCE, ApiSink, EventPipe, LogSink, Sender, event_body, run_relay
+from webhook.events import (
+    PIPE_BYTES,
+    SENDING_AT_ONCE,
+    ApiSink,
+    EventPipe,
+    LogSink,
+    Sender,
+    _Direct,
+    event_body,
+    run_relay,
+)
 from webhook.model import JSON, Event
 
 POD: JSON = {
@@ -53,27 +67,76 @@ def _devnull_logger() -> logging.Logger:
     return logger
 
 
+class _HttpClientDirect(_Direct):
+    """``_Direct`` as it was before ``webhook.http1``: ``http.client``'s kept-alive connection (the row to compare
+    with)."""
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
+        if self.old is None:
+            self.old = (
+                http.client.HTTPSConnection(self.address, self.port, timeout=self.timeout, context=self.tls)
+                if self.tls is not None
+                else http.client.HTTPConnection(self.address, self.port, timeout=self.timeout)
+            )
+        self.old.request("POST", self.prefix + path, body=body, headers=headers)
+        response = self.old.getresponse()
+        return response.status, response.reason, response.read()
+
+    old: http.client.HTTPConnection | None = None
+
+
+def _configured(api: KubeAPI, ca: str | None = None) -> client.ApiClient:
+    configuration = client.Configuration(host=api.url, api_key={"authorization": "test-token"})
+    configuration.api_key_prefix = {"authorization": "Bearer"}
+    configuration.ssl_ca_cert = ca
+    return client.ApiClient(configuration)
+
+
+def _with_http_client(sink: ApiSink) -> ApiSink:
+    sink.direct = _HttpClientDirect.of(sink.client.configuration, sink.timeout)
+    return sink
+
+
 def event_costs(count: int = 200) -> list[tuple[str, float]]:
-    """(sink, microseconds of the sending thread's CPU per Event), building the Event body included."""
+    """(sink, microseconds of the sending thread's CPU per Event), building the Event body included: over TLS, as
+    in a cluster, and over plain HTTP (the client's own paths, which cost the same TLS on top)."""
+    out: list[tuple[str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="gpu-admission-bench-events-") as tmp:
+        certs = issue_certs(Path(tmp))
+        tls_api = KubeAPI(tls=(str(certs / "tls.crt"), str(certs / "tls.key")), ca=str(certs / "ca.crt")).start()
+        try:
+            ca = str(certs / "ca.crt")
+            out += [
+                (
+                    "TLS: the webhook's ApiSink (`webhook/http1.py`, one kept-alive connection per sending thread)",
+                    _per_event_us(ApiSink(_configured(tls_api, ca)).send, count),
+                ),
+                (
+                    "TLS: the same over `http.client`'s connection (before)",
+                    _per_event_us(_with_http_client(ApiSink(_configured(tls_api, ca))).send, count),
+                ),
+            ]
+        finally:
+            tls_api.stop()
     api = KubeAPI().start()
     try:
-        configuration = client.Configuration(host=api.url, api_key={"authorization": "test-token"})
-        configuration.api_key_prefix = {"authorization": "Bearer"}
-        api_client = client.ApiClient(configuration)
+        api_client = _configured(api)
         generated = client.CoreV1Api(api_client)
         client_path = ApiSink(api_client)
         client_path.direct = None  # as for a configuration only the client honours (a proxy, ...)
         return [
+            *out,
+            ("HTTP: the webhook's ApiSink", _per_event_us(ApiSink(api_client).send, count)),
             (
-                "the webhook's ApiSink (one kept-alive http.client connection, the client's configuration)",
-                _per_event_us(ApiSink(api_client).send, count),
+                "HTTP: the same over `http.client`'s connection (before)",
+                _per_event_us(_with_http_client(ApiSink(api_client)).send, count),
             ),
             (
-                "the client's param_serialize and call_api (urllib3; before, and where a proxy is set)",
+                "HTTP: the client's param_serialize and call_api (urllib3; before that, and where a proxy is set)",
                 _per_event_us(client_path.send, count),
             ),
             (
-                "the generated CoreV1Api.create_namespaced_event (before that; pydantic models both ways)",
+                "HTTP: the generated CoreV1Api.create_namespaced_event (before that; pydantic models both ways)",
                 # the client's models accept the plain dict (pydantic validates it into a CoreV1Event)
                 _per_event_us(lambda body: generated.create_namespaced_event("default", body), count),  # type: ignore[arg-type]
             ),
@@ -92,9 +155,7 @@ def relay_rates(round_trip_s: float = 0.005, count: int = 400) -> list[tuple[str
         api = KubeAPI().start()
         try:
             api.create_delay = round_trip_s
-            configuration = client.Configuration(host=api.url, api_key={"authorization": "test-token"})
-            configuration.api_key_prefix = {"authorization": "Bearer"}
-            sink = ApiSink(client.ApiClient(configuration))
+            sink = ApiSink(_configured(api))
             sink.concurrency = at_once
             sender = Sender(sink)
             read_fd, write_fd = os.pipe()

@@ -884,7 +884,7 @@ def markdown(r: Results) -> str:
         "Each GPU pod admitted at /validate gets an Event. The worker writes it to a pipe; the Events relay process "
         "sends it (`webhook/events.py`), on the same cores. The servers above log their Events; in a cluster they go "
         "to the API. CPU of the sending thread per Event, body included (`tests/bench/events.py`: the real "
-        "`kubernetes` client over HTTP to `tests/kubeapi.py`, configured as in a cluster):"
+        "`kubernetes` client's configuration, as in a cluster, over TLS and plain HTTP to `tests/kubeapi.py`):"
     )
     add("")
     add("| sink | CPU per Event |")

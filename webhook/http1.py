@@ -1,0 +1,176 @@
+"""One HTTP/1.1 request at a time over a kept-alive connection: what the Events relay needs to create an Event.
+
+The relay creates one Event per GPU pod admitted, and each is a POST whose answer matters only by its status.
+``http.client`` spends most of such a request's CPU on its generality: a call and a check per header line going out,
+and the ``email`` package's parser for the headers coming back. Here a request goes out as one write, and the
+answer's head is read line by line from a buffered reader (C code), keeping only what framing the body needs:
+``Content-Length``, ``Transfer-Encoding: chunked``, ``Connection``. Half the sending thread's CPU per Event
+(``docs/benchmarks.md``, 34.). The answer is read as RFC 9112 says (sections 6 and 7): interim 1xx answers
+skipped, no body for 204 and 304, chunked bodies with their extensions and trailers, a body without a length read
+to the end of the connection; anything else malformed raises ``http.client.HTTPException``, a connection that
+closed before answering ``http.client.RemoteDisconnected`` (as ``http.client`` does: the caller may try again on a
+new connection).
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import ssl
+from typing import BinaryIO
+
+LINE_LIMIT = 65536
+"""The longest line of an answer's head (``http.client``'s limit too)."""
+HEADER_LIMIT = 100
+"""The most header (or trailer) lines in an answer."""
+BODY_LIMIT = 16 << 20
+"""The longest answer body read: an Event comes back as a few kB."""
+
+
+class Connection:
+    """A kept-alive connection to ``address:port`` (TLS with ``tls``), opened at the first request and again after
+    the server closed it. One request at a time: a thread of its own per connection."""
+
+    def __init__(self, address: str, port: int, tls: ssl.SSLContext | None, timeout: float) -> None:
+        self.address, self.port, self.tls, self.timeout = address, port, tls, timeout
+        default = 443 if tls is not None else 80
+        host = f"[{address}]" if ":" in address else address
+        self.host = host if port == default else f"{host}:{port}"
+        self._sock: socket.socket | None = None
+        self._in: BinaryIO | None = None
+
+    def _open(self) -> tuple[socket.socket, BinaryIO]:
+        sock = socket.create_connection((self.address, self.port), timeout=self.timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.tls is not None:
+                sock = self.tls.wrap_socket(sock, server_hostname=self.address)
+        except BaseException:
+            sock.close()
+            raise
+        self._sock, self._in = sock, sock.makefile("rb")
+        return sock, self._in
+
+    def close(self) -> None:
+        if self._in is not None:
+            self._in.close()
+        if self._sock is not None:
+            self._sock.close()
+        self._sock = self._in = None
+
+    @property
+    def open(self) -> bool:
+        return self._sock is not None
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
+        """Send ``POST path`` with ``body`` and ``headers`` (``Host`` and ``Content-Length`` are written here) and
+        read the answer: (status, reason, body). On any failure the connection is closed and the error raised."""
+        head = [f"POST {path} HTTP/1.1", f"Host: {self.host}", f"Content-Length: {len(body)}"]
+        for name, value in headers.items():
+            if any(c in name or c in value for c in "\r\n\0") or ":" in name:
+                raise ValueError(f"the header {name!r} holds a character no header may hold")
+            head.append(f"{name}: {value}")
+        request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        sock, reader = (self._sock, self._in) if self._sock is not None and self._in is not None else self._open()
+        try:
+            sock.sendall(request)
+            status, reason, data, keep = read_answer(reader)
+        except BaseException:
+            self.close()
+            raise
+        if not keep:
+            self.close()
+        return status, reason, data
+
+
+def _line(reader: BinaryIO) -> bytes:
+    line = reader.readline(LINE_LIMIT + 1)
+    if len(line) > LINE_LIMIT:
+        raise http.client.LineTooLong("a line of the answer's head")
+    return line
+
+
+def _fields(reader: BinaryIO) -> dict[bytes, bytes]:
+    """Header (or trailer) lines up to the blank line, names lowercased; a repeated name keeps its values joined."""
+    fields: dict[bytes, bytes] = {}
+    for _ in range(HEADER_LIMIT + 1):
+        line = _line(reader)
+        if line in (b"\r\n", b"\n"):
+            return fields
+        if not line:
+            raise http.client.IncompleteRead(b"", None)
+        name, colon, value = line.partition(b":")
+        if not colon or not name or name != name.strip():
+            raise http.client.HTTPException(f"a header line that is not 'name: value': {line[:80]!r}")
+        key = name.lower()
+        fields[key] = fields[key] + b", " + value.strip() if key in fields else value.strip()
+    raise http.client.HTTPException(f"more than {HEADER_LIMIT} header lines")
+
+
+def _exactly(reader: BinaryIO, size: int) -> bytes:
+    data = reader.read(size)
+    if len(data) < size:
+        raise http.client.IncompleteRead(data, size - len(data))
+    return data
+
+
+def _chunked(reader: BinaryIO) -> bytes:
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        line = _line(reader)
+        size_text = line.split(b";", 1)[0].strip()
+        try:
+            size = int(size_text, 16)
+        except ValueError:
+            raise http.client.HTTPException(f"a chunk size that is not hexadecimal: {line[:80]!r}") from None
+        if size < 0:
+            raise http.client.HTTPException(f"a negative chunk size: {line[:80]!r}")
+        if size == 0:
+            _fields(reader)  # trailers, up to the blank line
+            return b"".join(parts)
+        total += size
+        if total > BODY_LIMIT:
+            raise http.client.HTTPException(f"an answer body over {BODY_LIMIT} bytes")
+        parts.append(_exactly(reader, size))
+        if _line(reader) not in (b"\r\n", b"\n"):
+            raise http.client.HTTPException("a chunk not followed by a line end")
+
+
+def read_answer(reader: BinaryIO) -> tuple[int, str, bytes, bool]:
+    """Read one answer: (status, reason, body, whether the connection stays open for the next request)."""
+    while True:
+        line = _line(reader)
+        if not line:
+            raise http.client.RemoteDisconnected("the server closed the connection without answering")
+        version, _, rest = line.rstrip(b"\r\n").partition(b" ")
+        code, _, reason_bytes = rest.partition(b" ")
+        if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
+            raise http.client.BadStatusLine(line[:80].decode("latin-1"))
+        status = int(code)
+        fields = _fields(reader)
+        if 100 <= status < 200 and status != 101:
+            continue  # an interim answer (100 Continue, 103 Early Hints): the final one follows
+        break
+    connection = {token.strip() for token in fields.get(b"connection", b"").lower().split(b",")}
+    keep = b"close" not in connection if version == b"HTTP/1.1" else b"keep-alive" in connection
+    reason = reason_bytes.decode("latin-1")
+    if status in (101, 204, 304):
+        return status, reason, b"", keep and status != 101
+    coding = fields.get(b"transfer-encoding", b"").lower()
+    if coding:
+        if coding.rsplit(b",", 1)[-1].strip() != b"chunked":
+            raise http.client.HTTPException(f"a transfer coding this client does not read: {coding[:80]!r}")
+        return status, reason, _chunked(reader), keep
+    if b"content-length" in fields:
+        lengths = {v.strip() for v in fields[b"content-length"].split(b",")}
+        if len(lengths) != 1 or not next(iter(lengths)).isdigit():
+            raise http.client.HTTPException(f"a Content-Length that is not one number: {fields[b'content-length']!r}")
+        size = int(lengths.pop())
+        if size > BODY_LIMIT:
+            raise http.client.HTTPException(f"an answer body of {size} bytes, over {BODY_LIMIT}")
+        return status, reason, _exactly(reader, size), keep
+    data = reader.read(BODY_LIMIT + 1)  # no length: the body ends with the connection
+    if len(data) > BODY_LIMIT:
+        raise http.client.HTTPException(f"an answer body over {BODY_LIMIT} bytes")
+    return status, reason, data, False
