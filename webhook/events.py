@@ -258,10 +258,6 @@ class _Direct:
         twin.connection = None
         return twin
 
-    def close(self) -> None:
-        if self.connection is not None:
-            self.connection.close()
-
     def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
         """(status, reason, body). A failed connection is closed, and the next request opens a new one (a kept-alive
         connection the server closed meanwhile fails as the request goes out: ``ApiSink.send`` tries again)."""

@@ -3,8 +3,9 @@
 Every GPU pod admitted at /validate gets an Event, sent by the Events relay process (``webhook/events.py``), so in
 a cluster its CPU comes out of the pod's cores. The servers of the bench log their Events (``LogSink``: there is no
 apiserver here to post them to); this measures the API's way too, with the real ``kubernetes`` client's
-configuration, over TLS (as in a cluster) and plain HTTP to ``tests/kubeapi.py`` in this process (``time.thread_time`` counts only the sending thread, not the server's
-threads). The client is configured as in a cluster (a bearer token, no kubeconfig re-read per request).
+configuration, over TLS (as in a cluster) and plain HTTP to ``tests/kubeapi.py`` in this process
+(``time.thread_time`` counts only the sending thread, not the server's threads). The client is configured as in a
+cluster (a bearer token, no kubeconfig re-read per request).
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class _HttpClientDirect(_Direct):
     """``_Direct`` as it was before ``webhook.http1``: ``http.client``'s kept-alive connection (the row to compare
     with)."""
 
+    old: http.client.HTTPConnection | None = None
+
     def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
         if self.old is None:
             self.old = (
@@ -81,8 +84,6 @@ class _HttpClientDirect(_Direct):
         self.old.request("POST", self.prefix + path, body=body, headers=headers)
         response = self.old.getresponse()
         return response.status, response.reason, response.read()
-
-    old: http.client.HTTPConnection | None = None
 
 
 def _configured(api: KubeAPI, ca: str | None = None) -> client.ApiClient:
