@@ -62,9 +62,9 @@ class KubeAPI:
     def __init__(self, tls: tuple[str, str] | None = None, ca: str | None = None, client_ca: str | None = None) -> None:
         self.tls = tls
         self.ca = ca
+        """The CA file that signed ``tls``'s certificate, for clients (``kubeconfig`` names it)."""
         self.client_ca = client_ca
         """With ``tls``: a client must present a certificate this CA signed (as an apiserver's --client-ca-file)."""
-        """The CA file that signed ``tls``'s certificate, for clients (``kubeconfig`` names it)."""
         self.connections = 0
         self._hang_ups: list[bool] = []
         self.create_delay = 0.0

@@ -71,7 +71,10 @@ class Connection:
                 raise ValueError(f"the header {name!r} holds a character no header may hold")
             head.append(f"{name}: {value}")
         request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
-        sock, reader = (self._sock, self._in) if self._sock is not None and self._in is not None else self._open()
+        if self._sock is None or self._in is None:
+            sock, reader = self._open()
+        else:
+            sock, reader = self._sock, self._in
         try:
             sock.sendall(request)
             status, reason, data, keep = read_answer(reader)
