@@ -3,22 +3,28 @@ apiserver takes them, the Reporter's fan-out, and where build_recorder sends Eve
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from typing import Any
+from unittest import mock
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.conftest import gpu_node, gpu_pod, review
 from tests.kubeapi import KubeAPI
-from webhook import pipeline
+from webhook import audit, pipeline
+from webhook.admission import ReviewRequest, Subject
 from webhook.app import create_app
 from webhook.audit import DecisionLog, Reporter, build_recorder, decision_line, denial_actions, valid_audit_key
 from webhook.cluster import StaticCluster, build_view
 from webhook.config import AuditSettings, CudaSettings, Settings
 from webhook.events import EventQueue
 from webhook.metrics import Metrics
-from webhook.model import Context, Outcome
+from webhook.model import Context, Outcome, compact_json
+from webhook.pipeline import Result
 
 SECRET = "hunter2-s3cr3t-value"
 SPOT_TAINT = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
@@ -105,6 +111,60 @@ def test_decision_line_fields_and_nothing_secret(
     if endpoint == "/mutate":
         assert line["patchOps"] > 0 and line["patchBytes"] > 0
         assert "spot-toleration" in line["mutations"]
+
+
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=20) | st.sampled_from(["", "Pod", "default", "trainer-"])
+
+
+@st.composite
+def _decisions(draw: st.DrawFn) -> tuple[Any, ...]:
+    review_ = None
+    if draw(st.booleans()):
+        subject = Subject("v1", "Pod", draw(_TEXT), draw(_TEXT), draw(_TEXT), draw(_TEXT))
+        review_ = ReviewRequest(
+            draw(_TEXT), draw(_TEXT), draw(_TEXT), draw(_TEXT), draw(_TEXT), draw(_TEXT), (), draw(st.booleans()),
+            None, None, subject,
+        )  # fmt: skip
+    result = None
+    if draw(st.booleans()):
+        outcome = Outcome(reasons=draw(st.lists(_TEXT, max_size=3)), mutations=draw(st.lists(_TEXT, max_size=3)))
+        result = Result(
+            allowed=draw(st.booleans()),
+            warnings=draw(st.lists(_TEXT, max_size=2)),
+            patch=draw(st.lists(st.fixed_dictionaries({"op": st.just("add"), "path": _TEXT}), max_size=2)),
+            outcome=outcome,
+            skipped=draw(st.sampled_from(["", "exempt namespace"])),
+            reused=draw(st.booleans()),
+            replayed=draw(st.booleans()),
+        )
+    status = draw(st.sampled_from([200, 400, 413, 500]))
+    seconds = draw(st.floats(0, 10, allow_nan=False) | st.sampled_from([0, 0.0012, 1e-7]))
+    at = draw(st.none() | st.floats(0, 4e9, allow_nan=False))
+    return "mutate" if draw(st.booleans()) else "validate", review_, result, status, seconds, draw(_TEXT), at
+
+
+@given(_decisions())
+def test_decision_text_is_the_line_as_compact_json(decision: tuple[Any, ...]) -> None:
+    with mock.patch("time.time", return_value=1796000000.1234567):
+        text = audit.decision_text(*decision)
+        assert text == compact_json(decision_line(*decision))
+    assert json.loads(text)["ts"] == (1796000000.123 if decision[-1] is None else round(decision[-1], 3))
+
+
+def test_a_stored_answers_part_of_the_line_is_written_once_and_only_for_it() -> None:
+    settings = Settings()
+    ctx = Context(settings=settings, cluster=cluster_of(settings).snapshot(), namespace="default")
+    stored = dataclasses.replace(pipeline.mutate(gpu_pod(), ctx), object=None, reused=True)
+    first = audit.decision_text("mutate", None, stored, 200, 0.001, at=1.0)
+    assert audit._result_parts[id(stored)][0] is stored
+    with mock.patch.object(audit, "decision_line", side_effect=AssertionError("built again")):
+        assert audit.decision_text("mutate", None, stored, 200, 0.001, at=1.0) == first
+    computed = pipeline.mutate(gpu_pod(limits={"nvidia.com/gpu": "1.5"}), ctx)  # not stored: written each time
+    assert json.loads(audit.decision_text("mutate", None, computed, 200, 0.0))["decision"] == "denied"
+    assert id(computed) not in audit._result_parts
+    other = dataclasses.replace(stored, replayed=True)  # another stored answer, perhaps at a reused id
+    audit._result_parts[id(other)] = (stored, "stale")
+    assert json.loads(audit.decision_text("mutate", None, other, 200, 0.0))["replayed"] is True
 
 
 def test_bad_request_is_logged_with_its_error() -> None:
@@ -195,7 +255,7 @@ def test_denial_actions() -> None:
 
 
 class Broken(DecisionLog):
-    def record(self, *args: Any, **kwargs: Any) -> None:
+    def write(self, text: str) -> None:
         raise OSError("stderr closed")
 
 

@@ -6,6 +6,7 @@ import base64
 import json
 import socket
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,9 +169,15 @@ def test_patch_only_from_mutate_and_it_applies(server: Server, path: str) -> Non
 
 
 def test_server_log_has_decision_lines(server: Server) -> None:
+    """The line is written after the answer, when the request thread stands by (``webhook.outbox``)."""
     server.client().post("/validate", review(gpu_pod(), uid="log-line-uid"))
-    lines = [json.loads(line) for line in server.output().splitlines() if line.startswith("{")]
-    assert any(line.get("uid") == "log-line-uid" and line["endpoint"] == "validate" for line in lines)
+    deadline = time.monotonic() + 5
+    while True:
+        lines = [json.loads(line) for line in server.output().splitlines() if line.startswith("{")]
+        if any(line.get("uid") == "log-line-uid" and line["endpoint"] == "validate" for line in lines):
+            return
+        assert time.monotonic() < deadline, "no decision log line for the request"
+        time.sleep(0.02)
 
 
 def test_server_log_lines_are_all_written(server: Server) -> None:

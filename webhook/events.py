@@ -32,7 +32,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -438,6 +438,11 @@ class EventQueue(Sender):
         for body in events_for(review, result, instance):
             self.submit(body)
 
+    def send_all(self, answers: list[tuple[ReviewRequest | None, Result | None]], instance: str) -> None:
+        """Queue the Events of several answers (``audit.Reporter.report``)."""
+        for review, result in answers:
+            self.send_for(review, result, instance)
+
     def submit(self, body: JSON) -> bool:
         """Queue one Event; False (and counted as dropped) when the queue is full. Never blocks."""
         if self._pid != os.getpid():
@@ -504,12 +509,27 @@ FULL_TELL_S = 60.0
 """How often at most a worker warns that it drops Events at a full pipe (with how many since it last said)."""
 
 
+def _chunks(lines: list[bytes], limit: int) -> Iterator[list[bytes]]:
+    """``lines`` in runs of at most ``limit`` bytes together (a longer line alone)."""
+    run: list[bytes] = []
+    size = 0
+    for line in lines:
+        if run and size + len(line) > limit:
+            yield run
+            run, size = [], 0
+        run.append(line)
+        size += len(line)
+    if run:
+        yield run
+
+
 class EventPipe:
     """A worker's end of the relay: one JSON line per Event, written to the pipe that ``run_relay`` reads.
 
-    A line of at most ``select.PIPE_BUF`` bytes is written whole or not at all, so the lines of several workers never
-    interleave; a longer one is sent with its message cut. The pipe does not block: when it is full (the relay is
-    behind by a megabyte of Events) the Event is dropped and counted."""
+    A write of at most ``select.PIPE_BUF`` bytes is written whole or not at all, so the lines of several workers never
+    interleave: the lines of a burst (``send_all``) go in writes of whole lines up to that size, and a longer
+    line is sent with its message cut. The pipe does not block: when it is full (the relay is behind by a megabyte
+    of Events) the Events of that write are dropped and counted."""
 
     def __init__(self, fd: int, counted: Callable[[str], None] | None = None) -> None:
         self.fd = fd
@@ -521,36 +541,56 @@ class EventPipe:
 
     def send_for(self, review: ReviewRequest | None, result: Result | None, instance: str) -> None:
         """Write the Events an answer calls for, as lines from their templates (``event_lines``)."""
-        for line in event_lines(review, result, instance):
-            self.write(line)
+        self.send_all([(review, result)], instance)
 
     def submit(self, body: JSON) -> bool:
         return self.write(_line(body))
 
+    def send_all(self, answers: list[tuple[ReviewRequest | None, Result | None]], instance: str) -> None:
+        """Write the Events of several answers (a burst, ``audit.Reporter.report``) in as few writes as keep each
+        one atomic."""
+        self.write_lines([line for review, result in answers for line in event_lines(review, result, instance)])
+
     def write(self, line: bytes) -> bool:
         """Write one Event's JSON line (``event_lines``); False (counted as dropped) when it could not."""
-        if len(line) > select.PIPE_BUF:
-            body = json.loads(line)
-            body["message"] = as_str(body.get("message"))[:SHORT_MESSAGE]
-            line = _line(body)
-        try:
-            if len(line) > select.PIPE_BUF:
-                raise ValueError(f"an Event of {len(line)} bytes")
-            os.write(self.fd, line)
-            return True
-        except (OSError, ValueError) as err:  # full (BlockingIOError), the relay gone (EPIPE), too long
-            self.dropped += 1
-            self.counted("dropped")
-            if isinstance(err, BlockingIOError):
-                self._tell_full()
-            elif not self._told:
-                self._told = True  # once per worker: the count goes on in gpu_admission_events_total{result="dropped"}
-                log.error("cannot hand Events to the relay (%s): they are dropped and counted from now on", err)
-            return False
+        return self.write_lines([line]) == 1
 
-    def _tell_full(self) -> None:
+    def write_lines(self, lines: list[bytes]) -> int:
+        """Write ``lines`` in as few writes as keep each one atomic: whole lines, at most ``select.PIPE_BUF`` bytes
+        a write (a longer line is sent with its message cut). How many were written; the rest are counted
+        dropped."""
+        fitting = []
+        for line in lines:
+            if len(line) > select.PIPE_BUF:
+                body = json.loads(line)
+                body["message"] = as_str(body.get("message"))[:SHORT_MESSAGE]
+                line = _line(body)
+            if len(line) > select.PIPE_BUF:
+                self._dropped(1, ValueError(f"an Event of {len(line)} bytes"))
+            else:
+                fitting.append(line)
+        written = 0
+        for chunk in _chunks(fitting, select.PIPE_BUF):
+            try:
+                os.write(self.fd, b"".join(chunk))
+                written += len(chunk)
+            except OSError as err:  # full (BlockingIOError), the relay gone (EPIPE)
+                self._dropped(len(chunk), err)
+        return written
+
+    def _dropped(self, count: int, err: Exception) -> None:
+        self.dropped += count
+        for _ in range(count):
+            self.counted("dropped")
+        if isinstance(err, BlockingIOError):
+            self._tell_full(count)
+        elif not self._told:
+            self._told = True  # once per worker: the count goes on in gpu_admission_events_total{result="dropped"}
+            log.error("cannot hand Events to the relay (%s): they are dropped and counted from now on", err)
+
+    def _tell_full(self, count: int) -> None:
         """A warning at the first Event dropped at a full pipe, then at most one per FULL_TELL_S with the count."""
-        self._full_since_told += 1
+        self._full_since_told += count
         now = time.monotonic()
         if self._full_told_at is not None and now - self._full_told_at < FULL_TELL_S:
             return

@@ -11,7 +11,8 @@ thread takes the next job itself, as long as there is one, without waking anothe
 client (a read or a write that would block, in ``TurnSSLSocket``) does it give the turn up, and a thread standing
 by takes the queue on; the waiting one takes its turn back when its client is ready. A connection is closed when
 its client stays silent for ``IO_TIMEOUT_S``, or has not sent a whole request (TLS handshake included) within
-``REQUEST_DEADLINE_S``, so a client that trickles bytes cannot keep a thread either.
+``REQUEST_DEADLINE_S``, so a client that trickles bytes cannot keep a thread either. Before a thread gives its turn
+up (to stand by, or to wait), it writes out the decision log and Event lines its requests left (``webhook.outbox``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from typing import Any
 
 from gunicorn.workers import gthread
 from gunicorn.workers.gthread import ThreadWorker
+
+from webhook import outbox
 
 log = logging.getLogger("gpu_admission.server")
 
@@ -100,6 +103,7 @@ class TurnPool(futures.Executor):
         while True:
             with self.turn:
                 self._local.turn = True
+                outbox.defer()
                 while (job := self._next_job()) is not None:
                     future, fn, args, kwargs = job
                     self._local.deadline = time.monotonic() + REQUEST_DEADLINE_S
@@ -109,6 +113,7 @@ class TurnPool(futures.Executor):
                         except BaseException as err:  # the future carries it to gunicorn
                             future.set_exception(err)
                     del job, future, fn, args, kwargs
+                outbox.flush()  # the side writes of this burst, before the turn goes
                 self._local.turn = False
             if self._local.leave:
                 return
@@ -133,6 +138,7 @@ class TurnPool(futures.Executor):
         or at the request's deadline. A thread that holds no turn of this pool just waits (IO_TIMEOUT_S at most)."""
         holds = getattr(self._local, "turn", False)
         if holds:
+            outbox.flush()
             self._local.turn = False
             with self._lock:
                 self._engaged -= 1
@@ -147,6 +153,7 @@ class TurnPool(futures.Executor):
                     self._engaged += 1
                 self.turn.acquire()
                 self._local.turn = True
+                outbox.defer()
 
 
 class ClientSilent(ConnectionResetError):

@@ -1,0 +1,231 @@
+"""Side writes left for later: at once outside a turn, batched per owner while a request thread holds one, written
+when the thread gives the turn up (to stand by, or to wait for a client), never raised into a request."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import pytest
+
+from webhook import outbox
+from webhook.admission import ReviewRequest, Subject
+from webhook.audit import DecisionLog, Reporter
+from webhook.config import Settings
+from webhook.events import EventPipe
+from webhook.metrics import Metrics
+from webhook.model import Outcome
+from webhook.pipeline import Result
+from webhook.workers import TurnPool
+
+
+class Writes:
+    """An owner that records each call of its write."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[Any]] = []
+
+    def write(self, items: list[Any]) -> None:
+        self.calls.append(list(items))
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left() -> Iterator[None]:
+    yield
+    outbox.flush()
+    assert not outbox._waiting
+
+
+def test_outside_a_turn_each_item_is_written_at_once() -> None:
+    owner = Writes()
+    outbox.later(owner, owner.write, "a")
+    outbox.later(owner, owner.write, "b")
+    assert owner.calls == [["a"], ["b"]]
+
+
+def test_deferred_items_wait_for_flush_and_go_in_one_write_per_owner_in_order() -> None:
+    log, pipe = Writes(), Writes()
+    outbox.defer()
+    for n in range(3):
+        outbox.later(log, log.write, f"line{n}")
+        outbox.later(pipe, pipe.write, n)
+    assert log.calls == [] and pipe.calls == []
+    outbox.flush()
+    assert log.calls == [["line0", "line1", "line2"]]
+    assert pipe.calls == [[0, 1, 2]]
+    outbox.later(log, log.write, "after")
+    assert log.calls[-1] == ["after"], "flush ends the deferring: the next item is written at once"
+
+
+def test_an_owner_with_limit_items_waiting_writes_them_out_at_once() -> None:
+    owner = Writes()
+    outbox.defer()
+    for n in range(outbox.LIMIT * 2 + 3):
+        outbox.later(owner, owner.write, n)
+    assert [len(call) for call in owner.calls] == [outbox.LIMIT, outbox.LIMIT]
+    assert owner.calls[0] == list(range(outbox.LIMIT))
+    outbox.flush()
+    assert owner.calls[-1] == list(range(outbox.LIMIT * 2, outbox.LIMIT * 2 + 3))
+
+
+def test_deferring_is_the_threads_own() -> None:
+    owner = Writes()
+    outbox.defer()
+    other = threading.Thread(target=outbox.later, args=(owner, owner.write, "elsewhere"))
+    other.start()
+    other.join()
+    assert owner.calls == [["elsewhere"]], "a thread that holds no turn writes at once"
+    outbox.later(owner, owner.write, "here")
+    assert owner.calls == [["elsewhere"]]
+    outbox.flush()
+    assert owner.calls[-1] == ["here"]
+
+
+def test_a_failing_write_is_logged_and_the_other_owners_still_written(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(items: list[Any]) -> None:
+        raise OSError("disk full")
+
+    good = Writes()
+    outbox.defer()
+    outbox.later(object(), broken, "lost")
+    outbox.later(good, good.write, "kept")
+    outbox.flush()
+    assert good.calls == [["kept"]]
+    assert "cannot hand over 1 item(s)" in caplog.text and "disk full" in caplog.text
+
+
+# -- the pool writes out at the end of a burst, and before a wait -----------------------------------------------------
+def test_a_burst_of_jobs_is_written_out_once_when_the_thread_runs_out_of_jobs() -> None:
+    pool = TurnPool(4)
+    owner = Writes()
+    gate = threading.Event()
+    seen_before_last: list[int] = []
+
+    def job(n: int) -> int:
+        if n == 0:
+            gate.wait(5)  # the others queue up meanwhile: one burst
+        if n == 5:
+            seen_before_last.append(len(owner.calls))
+        outbox.later(owner, owner.write, n)
+        return n
+
+    try:
+        fs = [pool.submit(job, n) for n in range(6)]
+        gate.set()
+        assert [f.result(timeout=5) for f in fs] == list(range(6))
+        deadline = time.monotonic() + 5
+        while not owner.calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert seen_before_last == [0], "nothing written while the burst ran"
+        assert owner.calls == [[0, 1, 2, 3, 4, 5]]
+    finally:
+        pool.shutdown()
+
+
+def test_a_job_that_waits_for_its_client_writes_out_first() -> None:
+    pool = TurnPool(2)
+    owner = Writes()
+    quiet, client = socket.socketpair()
+
+    def waits() -> int:
+        outbox.later(owner, owner.write, "before the wait")
+        pool.wait_for_client(quiet, write=False)
+        outbox.later(owner, owner.write, "after the wait")
+        return len(owner.calls)
+
+    try:
+        waiting = pool.submit(waits)
+        deadline = time.monotonic() + 5
+        while not owner.calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert owner.calls == [["before the wait"]], "written before the turn was given up"
+        client.sendall(b"x")
+        assert waiting.result(timeout=5) == 1, "after the wait the job defers again"
+        futures.wait([pool.submit(lambda: None)], timeout=5)
+        deadline = time.monotonic() + 5
+        while len(owner.calls) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert owner.calls == [["before the wait"], ["after the wait"]]
+    finally:
+        pool.shutdown()
+        quiet.close()
+        client.close()
+
+
+# -- the Reporter: a burst's lines in one write, its Events in atomic pipe writes -------------------------------------
+class CountedStream(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def validated(n: int) -> tuple[ReviewRequest, Result]:
+    subject = Subject("v1", "Pod", f"pod-{n}", "", "default", f"uid-{n}")
+    review = ReviewRequest(f"req-{n}", "CREATE", "default", "", "Pod", "u", (), False, None, None, subject)
+    outcome = Outcome()
+    outcome.event("CUDAChecked", "x" * 700)
+    return review, Result(outcome=outcome)
+
+
+def test_a_burst_is_reported_at_the_flush_its_lines_in_one_write_its_events_in_atomic_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    read_fd, write_fd = os.pipe()
+    stream = CountedStream()
+    reporter = Reporter(DecisionLog(Settings(), stream), Metrics(), EventPipe(write_fd), "i")
+    writes: list[int] = []
+    real = os.write
+
+    def counted(fd: int, data: bytes) -> int:
+        writes.append(len(data))
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", counted)
+    try:
+        outbox.defer()
+        for n in range(10):
+            reporter.record("validate", *validated(n), 200, 0.001)
+        assert (stream.getvalue(), writes) == ("", []), "nothing done before the flush"
+        outbox.flush()
+        monkeypatch.undo()
+        assert stream.writes == 1
+        assert [json.loads(line)["uid"] for line in stream.getvalue().splitlines()] == [f"req-{n}" for n in range(10)]
+        assert len(writes) > 1 and all(size <= select.PIPE_BUF for size in writes)
+        events = [json.loads(line) for line in os.read(read_fd, 1 << 16).splitlines()]
+        assert [e["involvedObject"]["name"] for e in events] == [f"pod-{n}" for n in range(10)]
+        samples = {s.labels.get("endpoint"): s.value for m in reporter.metrics.registry.collect() for s in m.samples}
+        assert samples.get("validate", 0) >= 10, "the metrics counted every request of the burst"
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_a_full_pipe_drops_and_counts_every_event_of_the_write() -> None:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    counted: list[str] = []
+    pipe = EventPipe(write_fd, counted=counted.append)
+    try:
+        while True:  # fill it
+            try:
+                os.write(write_fd, b"x" * 4096)
+            except BlockingIOError:
+                break
+        pipe.send_all([validated(n) for n in range(3)], "i")
+        assert counted == ["dropped"] * 3
+        assert pipe.dropped == 3
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)

@@ -1,0 +1,80 @@
+"""Work the request path leaves for later, done when the request thread gives its turn up (``webhook.workers``):
+the reporting of each request (``audit.Reporter``: the decision log line, the metrics, the Events), after the
+answers of a burst went out rather than in the middle of each request.
+
+Each write is a system call, and CPython lets the GIL go around one: gunicorn's main thread, woken meanwhile by the
+bytes of another connection's next request, takes it, and the request thread then waits to get it back, a context
+switch each way. In the server (small pod, /mutate, 4 connections, 1,000 nodes) the decision log's one line per
+request cost 40-70 µs of CPU that way, where a write of the same line cost 1 µs in a loop: nearly all of the
+webhook's extra CPU against the no-op baseline (``docs/benchmarks.md``, 35.). Here a thread that holds a turn
+(``defer``) queues what it is handed, and ``flush`` hands each owner its items in one call when the thread stands
+by or waits for a client: the work of a burst of requests at once, its writes at a moment the GIL goes anyway.
+
+An item waits for the request thread to run out of requests: under load a few milliseconds, at most ``LIMIT``
+requests. A worker killed meanwhile (SIGKILL, the kernel for memory) loses what waits, as a buffered log would; a
+worker that exits hands it over first. A thread that holds no turn (tests, the Flask test client, an embedded app)
+gets each item done at once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("gpu_admission.outbox")
+
+LIMIT = 64
+"""Items one owner may have waiting; with the next, they are handed over at once (a request thread that never runs
+out of requests)."""
+
+Write = Callable[[list[Any]], object]
+"""Does the work of a list of items (writes them out); what it returns is not read."""
+
+_local = threading.local()
+_waiting: dict[int, tuple[Write, list[Any]]] = {}
+"""By ``id(owner)``: the owner's write and what waits for it. Touched only by the thread that holds the turn."""
+
+
+def defer() -> None:
+    """From now on, what this thread hands ``later`` waits for ``flush``."""
+    _local.deferring = True
+
+
+def deferring() -> bool:
+    return bool(getattr(_local, "deferring", False))
+
+
+def later(owner: object, write: Write, item: Any) -> None:
+    """``write([item])``, now, or (``defer``) at the next ``flush`` together with ``owner``'s other waiting items."""
+    if not deferring():
+        _write(write, [item])
+        return
+    entry = _waiting.get(id(owner))
+    if entry is None:
+        _waiting[id(owner)] = (write, [item])
+    elif len(entry[1]) < LIMIT - 1:
+        entry[1].append(item)
+    else:
+        del _waiting[id(owner)]
+        _write(write, [*entry[1], item])
+
+
+def flush() -> None:
+    """Hand over what waits, and hand over at once from now on in this thread (until the next ``defer``)."""
+    _local.deferring = False
+    while _waiting:
+        write, items = _waiting.pop(next(iter(_waiting)))
+        _write(write, items)
+
+
+def _write(write: Write, items: list[Any]) -> None:
+    try:
+        write(items)
+    except Exception:  # the owner's to report; nothing is raised into a request
+        log.exception("cannot hand over %d item(s) to %s", len(items), getattr(write, "__qualname__", write))
+
+
+atexit.register(flush)
