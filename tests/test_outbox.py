@@ -3,6 +3,7 @@ when the thread gives the turn up (to stand by, or to wait for a client), never 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -229,3 +230,20 @@ def test_a_full_pipe_drops_and_counts_every_event_of_the_write() -> None:
     finally:
         os.close(read_fd)
         os.close(write_fd)
+
+
+def test_what_waits_holds_neither_the_object_nor_the_mutated_one() -> None:
+    stream = io.StringIO()
+    reporter = Reporter(DecisionLog(Settings(), stream), Metrics(), None, "i")
+    review, result = validated(1)
+    pod = {"metadata": {"name": "pod-1"}, "spec": {"containers": [{"name": "big", "image": "x" * 1000}]}}
+    review = dataclasses.replace(review, object=pod, old_object=pod)
+    result = dataclasses.replace(result, object=pod)
+    outbox.defer()
+    reporter.record("mutate", review, result, 200, 0.001)
+    ((_, waiting),) = outbox._waiting.values()
+    (recorded,) = waiting
+    assert (recorded.review.object, recorded.review.old_object, recorded.result.object) == (None, None, None)
+    assert recorded.review.uid == review.uid and recorded.result.outcome is result.outcome
+    outbox.flush()
+    assert json.loads(stream.getvalue())["uid"] == "req-1"
