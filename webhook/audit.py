@@ -121,6 +121,8 @@ _STRING = json.encoder.encode_basestring_ascii
 RESULT_PARTS_KEPT = 256
 """Stored answers whose part of the line is kept written (``decision_text``)."""
 _result_parts: dict[int, tuple[Result, str]] = {}
+_HEAD = frozenset(("ts", "endpoint", "status", "latency_ms"))
+"""The keys of the line that come before the request's."""
 
 
 def decision_text(
@@ -168,9 +170,6 @@ def _result_part(result: Result) -> str:
             _result_parts.clear()
         _result_parts[id(result)] = (result, part)
     return part
-
-
-_HEAD = frozenset(("ts", "endpoint", "status", "latency_ms"))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ client (a read or a write that would block, in ``TurnSSLSocket``) does it give t
 by takes the queue on; the waiting one takes its turn back when its client is ready. A connection is closed when
 its client stays silent for ``IO_TIMEOUT_S``, or has not sent a whole request (TLS handshake included) within
 ``REQUEST_DEADLINE_S``, so a client that trickles bytes cannot keep a thread either. Before a thread gives its turn
-up (to stand by, or to wait), it writes out the decision log and Event lines its requests left (``webhook.outbox``).
+up (to stand by, or to wait), it does the reporting its requests left (``webhook.outbox``).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class TurnPool(futures.Executor):
                         except BaseException as err:  # the future carries it to gunicorn
                             future.set_exception(err)
                     del job, future, fn, args, kwargs
-                outbox.flush()  # the side writes of this burst, before the turn goes
+                outbox.flush()  # the reporting of this burst, before the turn goes
                 self._local.turn = False
             if self._local.leave:
                 return
