@@ -206,10 +206,10 @@ def test_a_burst_is_reported_at_the_flush_its_lines_in_one_write_its_events_in_a
         assert len(writes) > 1 and all(size <= select.PIPE_BUF for size in writes)
         events = [json.loads(line) for line in os.read(read_fd, 1 << 16).splitlines()]
         assert [e["involvedObject"]["name"] for e in events] == [f"pod-{n}" for n in range(10)]
-        counted = reporter.metrics.registry.get_sample_value(
+        requests = reporter.metrics.registry.get_sample_value(
             "gpu_admission_requests_total", {"endpoint": "validate", "decision": "allowed"}
         )
-        assert counted == 10, "the metrics counted every request of the burst"
+        assert requests == 10, "the metrics counted every request of the burst"
     finally:
         os.close(read_fd)
         os.close(write_fd)
