@@ -18,7 +18,15 @@ from tests.kubeapi import KubeAPI
 from webhook import audit, pipeline
 from webhook.admission import ReviewRequest, Subject
 from webhook.app import create_app
-from webhook.audit import DecisionLog, Reporter, build_recorder, decision_line, denial_actions, valid_audit_key
+from webhook.audit import (
+    DecisionLog,
+    Recorded,
+    Reporter,
+    build_recorder,
+    decision_line,
+    denial_actions,
+    valid_audit_key,
+)
 from webhook.cluster import StaticCluster, build_view
 from webhook.config import AuditSettings, CudaSettings, Settings
 from webhook.events import EventQueue
@@ -117,7 +125,7 @@ _TEXT = st.text(st.characters(codec="utf-8"), max_size=20) | st.sampled_from([""
 
 
 @st.composite
-def _decisions(draw: st.DrawFn) -> tuple[Any, ...]:
+def _decisions(draw: st.DrawFn) -> Recorded:
     review_ = None
     if draw(st.booleans()):
         subject = Subject("v1", "Pod", draw(_TEXT), draw(_TEXT), draw(_TEXT), draw(_TEXT))
@@ -139,32 +147,32 @@ def _decisions(draw: st.DrawFn) -> tuple[Any, ...]:
         )
     status = draw(st.sampled_from([200, 400, 413, 500]))
     seconds = draw(st.floats(0, 10, allow_nan=False) | st.sampled_from([0, 0.0012, 1e-7]))
-    at = draw(st.none() | st.floats(0, 4e9, allow_nan=False))
-    return "mutate" if draw(st.booleans()) else "validate", review_, result, status, seconds, draw(_TEXT), at
+    at = draw(st.floats(0, 4e9, allow_nan=False) | st.just(1796000000.1234567))
+    endpoint = "mutate" if draw(st.booleans()) else "validate"
+    return Recorded(at, endpoint, review_, result, status, seconds, draw(_TEXT))
 
 
 @given(_decisions())
-def test_decision_text_is_the_line_as_compact_json(decision: tuple[Any, ...]) -> None:
-    with mock.patch("time.time", return_value=1796000000.1234567):
-        text = audit.decision_text(*decision)
-        assert text == compact_json(decision_line(*decision))
-    assert json.loads(text)["ts"] == (1796000000.123 if decision[-1] is None else round(decision[-1], 3))
+def test_decision_text_is_the_line_as_compact_json(decision: Recorded) -> None:
+    text = audit.decision_text(decision)
+    assert text == compact_json(decision_line(decision))
+    assert json.loads(text)["ts"] == round(decision.at, 3)
 
 
 def test_a_stored_answers_part_of_the_line_is_written_once_and_only_for_it() -> None:
     settings = Settings()
     ctx = Context(settings=settings, cluster=cluster_of(settings).snapshot(), namespace="default")
     stored = dataclasses.replace(pipeline.mutate(gpu_pod(), ctx), object=None, reused=True)
-    first = audit.decision_text("mutate", None, stored, 200, 0.001, at=1.0)
+    first = audit.decision_text(Recorded(1.0, "mutate", None, stored, 200, 0.001))
     assert audit._result_parts[id(stored)][0] is stored
     with mock.patch.object(audit, "decision_line", side_effect=AssertionError("built again")):
-        assert audit.decision_text("mutate", None, stored, 200, 0.001, at=1.0) == first
+        assert audit.decision_text(Recorded(1.0, "mutate", None, stored, 200, 0.001)) == first
     computed = pipeline.mutate(gpu_pod(limits={"nvidia.com/gpu": "1.5"}), ctx)  # not stored: written each time
-    assert json.loads(audit.decision_text("mutate", None, computed, 200, 0.0))["decision"] == "denied"
+    assert json.loads(audit.decision_text(Recorded(1.0, "mutate", None, computed, 200, 0.0)))["decision"] == "denied"
     assert id(computed) not in audit._result_parts
     other = dataclasses.replace(stored, replayed=True)  # another stored answer, perhaps at a reused id
     audit._result_parts[id(other)] = (stored, "stale")
-    assert json.loads(audit.decision_text("mutate", None, other, 200, 0.0))["replayed"] is True
+    assert json.loads(audit.decision_text(Recorded(1.0, "mutate", None, other, 200, 0.0)))["replayed"] is True
 
 
 def test_bad_request_is_logged_with_its_error() -> None:
@@ -187,7 +195,7 @@ def test_decision_line_of_a_denial() -> None:
     settings = Settings()
     ctx = Context(settings=settings, cluster=cluster_of(settings).snapshot(), namespace="default")
     result = pipeline.mutate(gpu_pod(limits={"nvidia.com/gpu": "1.5"}), ctx)
-    line = decision_line("mutate", None, result, 200, 0.0012)
+    line = decision_line(Recorded(1.0, "mutate", None, result, 200, 0.0012))
     assert line["decision"] == "denied"
     assert line["reasons"] == ["MIGInvalidFraction"]
     assert line["latency_ms"] == 1.2

@@ -620,11 +620,16 @@ def test_an_event_too_long_for_one_pipe_write_goes_with_its_message_cut() -> Non
     os.close(write_fd)
 
 
-def test_a_full_pipe_drops_and_counts_and_never_blocks() -> None:
+def _counting_pipe() -> tuple[int, int, EventPipe, list[str]]:
+    """A relay pipe that does not block, and the worker's end, which counts into the list."""
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     counted: list[str] = []
-    pipe = EventPipe(write_fd, counted=counted.append)
+    return read_fd, write_fd, EventPipe(write_fd, counted=counted.append), counted
+
+
+def test_a_full_pipe_drops_and_counts_and_never_blocks() -> None:
+    read_fd, write_fd, pipe, counted = _counting_pipe()
     body = event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i")
     started = time.monotonic()
     results = [pipe.submit(body) for _ in range(2000)]  # far more than a 64 kB pipe holds
@@ -634,6 +639,23 @@ def test_a_full_pipe_drops_and_counts_and_never_blocks() -> None:
     os.close(read_fd)
     assert not pipe.submit(body), "the relay gone (EPIPE) is a drop too"
     os.close(write_fd)
+
+
+def test_a_full_pipe_drops_and_counts_every_event_of_the_write() -> None:
+    read_fd, write_fd, pipe, counted = _counting_pipe()
+    line = json.dumps(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i")).encode() + b"\n"
+    try:
+        while True:  # fill it
+            try:
+                os.write(write_fd, b"x" * 4096)
+            except BlockingIOError:
+                break
+        assert pipe.write_lines([line] * 3) == 0, "three lines, one write"
+        assert counted == ["dropped"] * 3
+        assert pipe.dropped == 3
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
 
 
 def test_events_dropped_at_a_full_pipe_are_told_once_a_while_with_their_count(

@@ -215,25 +215,6 @@ def test_a_burst_is_reported_at_the_flush_its_lines_in_one_write_its_events_in_a
         os.close(write_fd)
 
 
-def test_a_full_pipe_drops_and_counts_every_event_of_the_write() -> None:
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    counted: list[str] = []
-    pipe = EventPipe(write_fd, counted=counted.append)
-    try:
-        while True:  # fill it
-            try:
-                os.write(write_fd, b"x" * 4096)
-            except BlockingIOError:
-                break
-        pipe.send_all([validated(n) for n in range(3)], "i")
-        assert counted == ["dropped"] * 3
-        assert pipe.dropped == 3
-    finally:
-        os.close(read_fd)
-        os.close(write_fd)
-
-
 def test_what_waits_holds_neither_the_object_nor_the_mutated_one() -> None:
     stream = io.StringIO()
     reporter = Reporter(DecisionLog(Settings(), stream), Metrics(), None, "i")
