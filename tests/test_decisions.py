@@ -51,6 +51,31 @@ def replica(pod: dict[str, Any], n: int) -> dict[str, Any]:
     return out
 
 
+def controlled(pod: dict[str, Any], n: int, kind: str) -> dict[str, Any]:
+    """The pod as the n-th pod of a ReplicaSet (``replica``), or as an Indexed Job's or a StatefulSet's controller
+    writes it: its index in labels, an annotation, its hostname and its generated name (kubernetes.io/docs/reference/
+    labels-annotations-taints/)."""
+    out = replica(pod, n)
+    if kind == "ReplicaSet":
+        return out
+    meta, spec = out["metadata"], out.get("spec")
+    labels, annotations = meta.setdefault("labels", {}), meta.setdefault("annotations", {})
+    if not (isinstance(labels, dict) and isinstance(annotations, dict) and isinstance(spec, dict)):
+        return out
+    if kind == "Job":
+        meta["generateName"] = f"train-{n}-"
+        labels["batch.kubernetes.io/job-completion-index"] = str(n)
+        annotations["batch.kubernetes.io/job-completion-index"] = str(n)
+        annotations["batch.kubernetes.io/job-index-failure-count"] = str(n % 3)
+        spec["hostname"] = f"train-{n}"
+    elif kind == "StatefulSet":
+        meta["name"] = f"web-{n}"
+        labels["statefulset.kubernetes.io/pod-name"] = f"web-{n}"
+        labels["apps.kubernetes.io/pod-index"] = str(n)
+        spec["hostname"] = f"web-{n}"
+    return out
+
+
 def ctx(settings: Settings, view: Any, **kw: Any) -> Context:
     return Context(settings=settings, cluster=view, namespace="default", username="alice", **kw)
 
@@ -82,6 +107,27 @@ def test_the_second_replica_gets_the_first_ones_answer(endpoint: str) -> None:
     if endpoint == "mutate":
         assert second.patch and "CUDASteered" in second.outcome.reasons
         assert second.patch_text() == json.dumps(first.patch, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("kind", ["Job", "StatefulSet"])
+@pytest.mark.parametrize("endpoint", ["mutate", "validate"])
+def test_the_pods_of_an_indexed_job_or_a_statefulset_are_replicas_too(endpoint: str, kind: str) -> None:
+    """Their index (labels, an annotation, the hostname, the generated name) is read by no policy: the second pod
+    gets the first one's answer, and it is the answer the pipeline gives that pod afresh."""
+    settings = Settings()
+    view = two_driver_view(settings)
+    step = pipeline.mutate if endpoint == "mutate" else pipeline.validate
+    pods = [controlled(STEERED, n, kind) for n in (1, 2, 13)]
+    assert pods[0]["spec"]["hostname"] != pods[1]["spec"]["hostname"]
+    answers = [decisions.answer(endpoint, step, pod, ctx(settings, view)) for pod in pods]
+    assert [a.reused for a in answers] == [False, True, True] and len(view.decisions) == 1
+    for pod, got in zip(pods, answers, strict=True):
+        same_answer(got, step(copy.deepcopy(pod), ctx(settings, view)))
+    if endpoint == "mutate":
+        assert "CUDASteered" in answers[2].outcome.reasons
+    other = controlled(STEERED, 3, kind)
+    other["metadata"]["labels"]["batch.kubernetes.io/job-name"] = "another"  # not a pod's own: another workload
+    assert not decisions.answer(endpoint, step, other, ctx(settings, view)).reused
 
 
 def test_what_the_first_replicas_caller_does_to_its_answer_stays_its_own() -> None:
@@ -128,14 +174,12 @@ def _changed(pod: dict[str, Any], where: str) -> dict[str, Any]:
         out["metadata"]["annotations"] = {"gpu-admission.io/spot": "tolerate"}
     elif where == "label":
         out["metadata"]["labels"] = {"app": "other"}
-    elif where == "generateName":
-        out["metadata"]["generateName"] = "other-"
     elif where == "nodeSelector":
         out["spec"]["nodeSelector"] = {"cloud.google.com/gke-nodepool": "new"}
     return out
 
 
-@pytest.mark.parametrize("where", ["image", "annotation", "label", "generateName", "nodeSelector"])
+@pytest.mark.parametrize("where", ["image", "annotation", "label", "nodeSelector"])
 def test_any_other_difference_in_the_object_is_a_new_shape(where: str) -> None:
     settings = Settings()
     view = two_driver_view(settings)
@@ -245,16 +289,20 @@ def test_an_object_too_deep_for_marshal_is_answered_unstored() -> None:
 
 
 @FUZZ
-@given(obj=objects, n=st.integers(min_value=1, max_value=99))
-def test_identity_fields_never_change_an_answer(obj: Any, n: int) -> None:
+@given(
+    obj=objects,
+    n=st.integers(min_value=1, max_value=99),
+    kind=st.sampled_from(["ReplicaSet", "Job", "StatefulSet"]),
+)
+def test_identity_fields_never_change_an_answer(obj: Any, n: int, kind: str) -> None:
     """For any object the fuzzer makes: a replica's reused answer is the answer the pipeline gives it afresh."""
     if not isinstance(obj, dict) or not isinstance(obj.get("metadata", {}), dict):
         return
     view = VIEW
     for endpoint, step in (("mutate", pipeline.mutate), ("validate", pipeline.validate)):
-        decisions.answer(endpoint, step, replica(obj, n), ctx(SETTINGS, view))
-        got = decisions.answer(endpoint, step, replica(obj, n + 1), ctx(SETTINGS, view))
-        same_answer(got, step(replica(obj, n + 1), ctx(SETTINGS, view)))
+        decisions.answer(endpoint, step, controlled(obj, n, kind), ctx(SETTINGS, view))
+        got = decisions.answer(endpoint, step, controlled(obj, n + 1, kind), ctx(SETTINGS, view))
+        same_answer(got, step(controlled(obj, n + 1, kind), ctx(SETTINGS, view)))
 
 
 # -- what the policies plan once per snapshot ---------------------------------------------------------------------

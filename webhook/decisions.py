@@ -1,10 +1,11 @@
 """Answers per object shape: the replicas of one workload get the answer the first of them got.
 
 A ReplicaSet, Job or StatefulSet creates pods that differ only in who they are (name, uid, creation time, managed
-fields). The pipeline reads none of those, so for one cluster snapshot and one settings object its answer to each of
-them is the same: ``answer`` computes it once and hands out the stored one to the next replica. What is stored is
-the answer (patch, warnings, audit annotations, events to record); the Events and the decision log are still written
-per request, with the request's own names.
+fields; a StatefulSet's or an Indexed Job's pod also its index: in labels, an annotation, its hostname and its
+generated name). The pipeline reads none of those, so for one cluster snapshot and one settings object its answer
+to each of them is the same: ``answer`` computes it once and hands out the stored one to the next replica. What is
+stored is the answer (patch, warnings, audit annotations, events to record); the Events and the decision log are
+still written per request, with the request's own names.
 
 The store hangs on the ``ClusterView`` it was computed against, so a new snapshot starts empty, and a request still
 running against the old one cannot write into the new one's. UPDATEs (which read ``oldObject``) are not stored.
@@ -32,13 +33,16 @@ from webhook.admission import (
 )
 from webhook.cluster import ClusterView
 from webhook.config import Settings
-from webhook.model import Context
+from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_SPEC, Context
 from webhook.pipeline import Result
 
 log = logging.getLogger("gpu_admission.decisions")
 
-IDENTITY = frozenset(("name", "uid", "creationTimestamp", "resourceVersion", "generation", "managedFields", "selfLink"))
-"""Metadata that tells replicas apart and that no policy reads."""
+IDENTITY = frozenset(
+    ("name", "generateName", "uid", "creationTimestamp", "resourceVersion", "generation", "managedFields", "selfLink")
+)
+"""Metadata that tells replicas apart and that no policy reads (an Indexed Job's pods: a ``generateName`` each,
+``<job>-<index>-``)."""
 
 Step = Callable[[Any, Context], Result]
 
@@ -102,12 +106,25 @@ def shape(endpoint: str, obj: Any, ctx: Context) -> bytes | None:
         return None
     meta = obj.get("metadata")
     if isinstance(meta, dict):
-        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k not in IDENTITY}}
+        obj = {**obj, "metadata": _without_per_pod(meta)}
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and not PER_POD_SPEC.isdisjoint(spec):
+        obj = {**obj, "spec": {k: v for k, v in spec.items() if k not in PER_POD_SPEC}}
     facts = (endpoint, ctx.namespace, ctx.operation, ctx.username, ctx.groups, ctx.dry_run, obj)
     try:
         return marshal.dumps(facts)
     except ValueError:  # nested deeper than marshal writes
         return None
+
+
+def _without_per_pod(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` without what tells replicas apart (``IDENTITY``, ``PER_POD_LABELS``, ``PER_POD_ANNOTATIONS``)."""
+    out = {k: v for k, v in meta.items() if k not in IDENTITY}
+    for key, per_pod in (("labels", PER_POD_LABELS), ("annotations", PER_POD_ANNOTATIONS)):
+        values = out.get(key)
+        if isinstance(values, dict) and not per_pod.isdisjoint(values):
+            out[key] = {k: v for k, v in values.items() if k not in per_pod}
+    return out
 
 
 def decide(
@@ -225,6 +242,7 @@ def _replayed(
         subject = dataclasses.replace(
             base.subject,
             name=facts.get("object.name", base.subject.name),
+            generate_name=facts.get("object.generateName", base.subject.generate_name),
             uid=facts.get("object.uid", base.subject.uid),
         )
         review = dataclasses.replace(base, uid=uid, name=facts.get("name", base.name), subject=subject)

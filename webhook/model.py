@@ -41,6 +41,26 @@ TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
 # The kind that will own the pods a workload creates (for owner-kind defaults).
 POD_OWNER = {"Deployment": "ReplicaSet", "CronJob": "Job"}
 
+PER_POD_LABELS = frozenset(
+    (
+        "statefulset.kubernetes.io/pod-name",  # StatefulSet: the pod's name
+        "apps.kubernetes.io/pod-index",  # StatefulSet: its ordinal (Kubernetes 1.28+)
+        "batch.kubernetes.io/job-completion-index",  # Indexed Job: its index (Kubernetes 1.28+)
+    )
+)
+PER_POD_ANNOTATIONS = frozenset(
+    (
+        "batch.kubernetes.io/job-completion-index",  # Indexed Job: its index
+        "batch.kubernetes.io/job-index-failure-count",  # backoffLimitPerIndex: the index's failures so far
+        "batch.kubernetes.io/job-index-ignored-failure-count",  # the same, those a podFailurePolicy ignored
+    )
+)
+PER_POD_SPEC = frozenset(("hostname",))
+"""The labels, annotations and spec fields that Kubernetes' StatefulSet and Job controllers write differently into
+each pod of one workload, and that no policy reads: the pods of one StatefulSet or one Indexed Job are replicas too
+(Kubernetes' well-known labels and annotations: kubernetes.io/docs/reference/labels-annotations-taints/; the pod's
+``spec.hostname``: the pod's name for a StatefulSet, ``<job>-<index>`` for an Indexed Job)."""
+
 
 def is_input_annotation(key: str) -> bool:
     """True for the annotation keys a user writes (``gpu-admission.io/cuda-version.<container>`` included)."""

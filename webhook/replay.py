@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_SPEC
+
 PLAIN = re.compile(rb'[^"\\\x00-\x1f]*')
 """A JSON string's content that needs no escape: put between quotes it parses to its UTF-8 text, and nothing else."""
 
@@ -65,18 +67,20 @@ class Template:
 
 def identity_strings(review: Any) -> Iterator[tuple[str, dict[str, Any], str]]:
     """(label, the dict, its key) for every place of an AdmissionReview where replicas differ and that no policy
-    reads: the request's uid and name, the object's name, uid, creationTimestamp and resourceVersion, and the
-    managed fields' times. Labels: ``uid``, ``name``, ``object.name``, ``object.uid``; ``-`` for the rest."""
+    reads: the request's uid and name, the object's name, generateName, uid, creationTimestamp and resourceVersion,
+    the managed fields' times, and what a StatefulSet or an Indexed Job writes into each of its pods
+    (``model.PER_POD_LABELS``, ``PER_POD_ANNOTATIONS``, ``PER_POD_SPEC``). Labels: ``uid``, ``name``,
+    ``object.name``, ``object.generateName``, ``object.uid``; ``-`` for the rest."""
     request = review.get("request") if isinstance(review, dict) else None
     if not isinstance(request, dict):
         return
     yield "uid", request, "uid"
     yield "name", request, "name"
     obj = request.get("object")
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    if not isinstance(meta, dict):
+    if not isinstance(obj, dict) or not isinstance(meta := obj.get("metadata"), dict):
         return
     yield "object.name", meta, "name"
+    yield "object.generateName", meta, "generateName"
     yield "object.uid", meta, "uid"
     yield "-", meta, "creationTimestamp"
     yield "-", meta, "resourceVersion"
@@ -84,6 +88,15 @@ def identity_strings(review: Any) -> Iterator[tuple[str, dict[str, Any], str]]:
     for entry in fields if isinstance(fields, list) else ():
         if isinstance(entry, dict):
             yield "-", entry, "time"
+    for where, keys in (
+        (meta.get("labels"), PER_POD_LABELS),
+        (meta.get("annotations"), PER_POD_ANNOTATIONS),
+        (obj.get("spec"), PER_POD_SPEC),
+    ):
+        if isinstance(where, dict):
+            for key in where:
+                if key in keys:
+                    yield "-", where, key
 
 
 MAX_SLOTS = 64
