@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.bench import decide, pods, run
 from tests.bench import nodes as node_lists
-from tests.bench import pods, run
 from tests.serving import issue_certs, serve
 
 
@@ -82,12 +82,13 @@ def test_every_section_and_row_is_in_the_report(quick):
     assert len(data["instances"]) == 1 + len(plan.node_counts)
     assert all(i["ready_s"] > 0 and len(i["rss_after_mb"]) == run.WORKERS for i in data["instances"])
     decided = data["node_costs"]
-    assert len(decided) == len(plan.scaling_pods) * len(plan.scaling_endpoints) * 2  # replicas and new objects
+    assert len(decided) == len(plan.scaling_pods) * len(plan.scaling_endpoints) * len(decide.KINDS)
     for c in decided:
         assert sorted(map(int, c["us"])) == sorted(plan.node_counts) and all(us > 0 for us in c["us"].values())
-        assert f"| {c['pod']} | /{c['endpoint']} | {'new objects' if c['kind'] == 'new' else 'replicas'} | " in section
-    fresh, replica = (next(c for c in decided if c["kind"] == kind) for kind in ("new", "replica"))
+        assert f"| {c['pod']} | /{c['endpoint']} | {decide.KINDS[c['kind']]} | " in section
+    fresh, replica, indexed = (next(c for c in decided if c["kind"] == kind) for kind in ("new", "replica", "indexed"))
     assert min(fresh["us"].values()) > max(replica["us"].values()), "a new object runs the policies; a replica not"
+    assert min(fresh["us"].values()) > max(indexed["us"].values()), "an Indexed Job's next pod is a replica"
     rates = data["relay_events_per_s"]
     assert len(rates) == 2 and all(rate > 0 for rate in rates.values())
     assert sum(f"| {how} | " in section for how in rates) == 2

@@ -6,8 +6,9 @@ while the work done was the same (a replica's answer reads no node). Here one pr
 and answers the same bodies against each in turn, a batch at a time (about 50 ms), in one order and then in the
 other, round after round: what the machine's speed does to one batch it does to its neighbours. Measured:
 ``decisions.decide`` (the parse, the policies, the answer's bytes; what the route runs for a body), CPU time of
-this thread per request, for replicas (the same body again: replayed) and for new objects (a number of its own in
-an annotation: the policies run every time, over the view of that node count).
+this thread per request, for replicas (the same body again: replayed), for the pods of an Indexed Job (the next index
+on every request: replayed too) and for new objects (a number of its own in an annotation: the policies run every
+time, over the view of that node count).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ from webhook.config import Settings, load_settings
 
 REPLICA_BATCH = 1000
 NEW_BATCH = 150
+KINDS = {"replica": "replicas", "indexed": "Indexed Job pods", "new": "new objects"}
+"""What each request is: the same body again (a ReplicaSet's pods), the next index of an Indexed Job (its index in
+labels, an annotation, the hostname and the generated name), an object never answered before."""
 
 
 @dataclass
@@ -44,13 +48,13 @@ class NodeCost:
     pod: str
     endpoint: str
     kind: str
-    """'replica' or 'new'."""
+    """'replica', 'indexed' or 'new'."""
     us: dict[int, float] = field(default_factory=dict)
     ratio: dict[int, float] = field(default_factory=dict)
 
     @property
     def requests(self) -> str:
-        return "new objects" if self.kind == "new" else "replicas"
+        return KINDS[self.kind]
 
 
 def _body(pod: dict[str, object], endpoint: str, view: ClusterView, settings: Settings) -> str:
@@ -105,11 +109,10 @@ def _measure(
     out: list[NodeCost] = []
     for name in pod_names:
         for endpoint in endpoints:
-            for kind in ("replica", "new"):
-                new = kind == "new"
-                pod = pods.named(f"{name}+new" if new else name)
+            for kind in KINDS:
+                pod = pods.named(name if kind == "replica" else f"{name}+{kind}")
                 texts = {n: _body(pod, endpoint, views[n], settings) for n in counts}
-                size = NEW_BATCH if new else REPLICA_BATCH
+                size = NEW_BATCH if kind == "new" else REPLICA_BATCH
                 per: dict[int, list[float]] = {n: [] for n in counts}
                 for turn in range(rounds + 1):  # the first round warms up (stores, templates, caches)
                     order = counts if turn % 2 == 0 else counts[::-1]  # a drift goes both ways

@@ -229,17 +229,39 @@ DESCRIPTIONS = {
 def named(name: str) -> dict[str, Any]:
     """The pod a bench row names (``PODS``, ``pinned`` to the first generated node, ``containers-N``); ``NAME+new``:
     that pod with an annotation the load script renumbers on every request, so that each request is an object the
-    webhook has not answered before."""
-    base, _, new = name.partition("+")
+    webhook has not answered before; ``NAME+indexed``: that pod as an Indexed Job's, its index renumbered on every
+    request where the Job controller writes it (``indexed``)."""
+    base, _, variant = name.partition("+")
     if base.startswith("containers-"):
         pod = containers(int(base.split("-")[1]))
     elif base == "pinned":
         pod = pinned(node_lists.node_name(1))
     else:
         pod = PODS[base]()
-    if new:
+    if variant == "new":
         pod.setdefault("metadata", {}).setdefault("annotations", {})[SEQ_ANNOTATION] = SEQ_TOKEN
+    elif variant == "indexed":
+        pod = indexed(pod)
     return pod
+
+
+def indexed(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` as the Job controller writes an Indexed Job's pod, with ``SEQ_TOKEN`` for its index: in a label and an
+    annotation (``batch.kubernetes.io/job-completion-index``), its hostname and its generated name; owned by the
+    Job (kubernetes.io/docs/concepts/workloads/controllers/job/#completion-mode)."""
+    out = copy.deepcopy(pod)
+    meta, spec = out.setdefault("metadata", {}), out.setdefault("spec", {})
+    job = "train"
+    meta["generateName"] = f"{job}-{SEQ_TOKEN}-"
+    meta.pop("name", None)
+    meta.setdefault("labels", {})["batch.kubernetes.io/job-completion-index"] = SEQ_TOKEN
+    meta.setdefault("annotations", {})["batch.kubernetes.io/job-completion-index"] = SEQ_TOKEN
+    meta["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": "3c9d2b1a-0f4e-4d5c-8b7a-6e5f4d3c2b1a"}
+        | {"controller": True, "blockOwnerDeletion": True}
+    ]
+    spec["hostname"] = f"{job}-{SEQ_TOKEN}"
+    return out
 
 
 def stored(pod: dict[str, Any]) -> dict[str, Any]:

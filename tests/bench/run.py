@@ -727,7 +727,7 @@ def goals(r: Results) -> list[tuple[str, str, bool | None]]:
     decided = [(c.ratio[high_count], c) for c in r.node_costs if high_count in c.ratio]
     out += _at_most_goal(
         f"cost at {_n(high_count)} nodes within {GOAL_NODE_COST}x of {_n(low)} nodes (the decision's CPU per "
-        "request, in one process, replicas and new objects)",
+        "request, in one process, replicas, Indexed Job pods and new objects)",
         decided,
         lambda c: f"{c.pod} /{c.endpoint}, {c.requests}",
     )
@@ -848,8 +848,9 @@ def markdown(r: Results) -> str:
         "in one process that holds the three views and answers the same bodies against each in turn, a batch at a "
         "time, in one order and then the other (`tests/bench/decide.py`): the rows above compare three servers a "
         "few seconds apart, and move with the machine's speed by more than the goal's 1.2x. CPU µs per request, the "
-        "median of the rounds; cost: the median of the rounds' ratios to the fewest nodes. _new_: a number of its "
-        "own in an annotation, so the policies run every time."
+        "median of the rounds; cost: the median of the rounds' ratios to the fewest nodes. _Indexed Job pods_: the "
+        "next index on every request, where the Job controller writes it (labels, an annotation, the hostname, the "
+        "generated name); _new objects_: a number of its own in an annotation, so the policies run every time."
     )
     add("")
     counts = plan.node_counts
