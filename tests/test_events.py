@@ -541,6 +541,27 @@ def test_a_connection_the_server_closed_gets_the_event_again_and_once(
     assert kubeapi.connections == 2
 
 
+@pytest.mark.parametrize("stored", [False, True], ids=["not-created", "created"])
+def test_a_kept_alive_connection_the_server_closed_costs_no_try(kubeapi: KubeAPI, stored: bool) -> None:
+    """With one try: an Event whose kept-alive connection the server had closed (idle) goes again at once on a new
+    one, with no backoff (a minute here: the drain would time out), and is sent once; a hang-up on a connection
+    opened for the Event is its one try, failed."""
+    q = EventQueue(ApiSink(configured(kubeapi), attempts=1, backoff=60))
+    q.submit(event_body(subject_of(stored_pod("first")), "default", "first", CHECKED, "i"))
+    assert q.drain(10)
+    kubeapi.hang_up_next(1, stored=stored)
+    q.submit(event_body(subject_of(stored_pod("trainer")), "default", "trainer", CHECKED, "i"))
+    assert q.drain(10)
+    names = [e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")]
+    assert names.count("trainer") == 1
+    assert (q.sent, q.failed, kubeapi.connections) == (2, 0, 2)
+    fresh = EventQueue(ApiSink(configured(kubeapi), attempts=1, backoff=60))
+    kubeapi.hang_up_next(1)
+    fresh.submit(event_body(subject_of(stored_pod("other")), "default", "other", CHECKED, "i"))
+    assert fresh.drain(10)
+    assert (fresh.sent, fresh.failed) == (0, 1)
+
+
 @pytest.mark.parametrize(
     "setting",
     [{"proxy": "http://127.0.0.1:9"}, {"tls_server_name": "localhost"}, {"assert_hostname": "localhost"}],

@@ -184,6 +184,23 @@ def test_a_connection_closed_without_an_answer_raises_remote_disconnected_and_th
     assert server.connections == 2
 
 
+@pytest.mark.parametrize("server", [[ok(), CLOSE, CLOSE, ok()]], indirect=True)
+def test_a_kept_alive_connection_closed_without_an_answer_raises_stale_and_a_new_one_does_not(
+    server: Scripted,
+) -> None:
+    """Stale says the server had closed a connection kept from an earlier request; on a connection opened for this
+    request the same hang-up is a plain RemoteDisconnected."""
+    conn = connect(server)
+    assert conn.post("/p", b"{}", {})[0] == 201
+    with pytest.raises(http1.Stale):
+        conn.post("/p", b"{}", {})
+    with pytest.raises(http.client.RemoteDisconnected) as raised:
+        conn.post("/p", b"{}", {})
+    assert not isinstance(raised.value, http1.Stale)
+    assert conn.post("/p", b"{}", {})[0] == 201
+    assert server.connections == 3
+
+
 MALFORMED = {
     "status line": b"HTTP/1.1 20 Created\r\n\r\n",
     "not HTTP": b"SSH-2.0-OpenSSH\r\n\r\n",

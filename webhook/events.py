@@ -260,7 +260,8 @@ class _Direct:
 
     def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
         """(status, reason, body). A failed connection is closed, and the next request opens a new one (a kept-alive
-        connection the server closed meanwhile fails as the request goes out: ``ApiSink.send`` tries again)."""
+        connection the server closed meanwhile fails as the request goes out, ``http1.Stale``: ``ApiSink.send``
+        sends it again at once)."""
         if self.connection is None:
             self.connection = http1.Connection(self.address, self.port, self.tls, self.timeout)
         return self.connection.post(self.prefix + path, body, headers)
@@ -337,19 +338,27 @@ class ApiSink:
         from urllib3.exceptions import HTTPError
 
         namespace = as_str(as_dict(body.get("metadata")).get("namespace"))
-        for attempt in range(1, self.attempts + 1):
+        attempt, resent = 1, False
+        while True:
             try:
                 self._post(namespace, body)
                 return
+            except http1.Stale:
+                if not resent:  # closed while idle: again at once on a new connection, and not a try of its own
+                    resent = True
+                    continue
+                if attempt >= self.attempts:
+                    raise
             except ApiException as err:
-                if err.status == 409 and attempt > 1:  # AlreadyExists: the try before was created after all
+                if err.status == 409 and (attempt > 1 or resent):  # AlreadyExists: a try before was created
                     return
-                if err.status not in RETRY_STATUSES or attempt == self.attempts:
+                if err.status not in RETRY_STATUSES or attempt >= self.attempts:
                     raise
             except (HTTPError, OSError, http.client.HTTPException):
-                if attempt == self.attempts:
+                if attempt >= self.attempts:
                     raise
             time.sleep(self.backoff * attempt)
+            attempt += 1
 
 
 class Sender:

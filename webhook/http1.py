@@ -9,7 +9,7 @@ answer's head is read line by line from a buffered reader (C code), keeping only
 skipped, no body for 204 and 304, chunked bodies with their extensions and trailers, a body without a length read
 to the end of the connection; anything else malformed raises ``http.client.HTTPException``, a connection that
 closed before answering ``http.client.RemoteDisconnected`` (as ``http.client`` does: the caller may try again on a
-new connection).
+new connection), and ``Stale`` when that connection had been kept alive from an earlier request.
 """
 
 from __future__ import annotations
@@ -25,6 +25,13 @@ HEADER_LIMIT = 100
 """The most header (or trailer) lines in an answer."""
 BODY_LIMIT = 16 << 20
 """The longest answer body read: an Event comes back as a few kB."""
+
+
+class Stale(http.client.RemoteDisconnected):
+    """A kept-alive connection broke before its answer came: the server, or a load balancer on the way (Azure's
+    closes a connection idle for 4 minutes), closed it while it was idle. Worth sending again at once on a new
+    connection, not counted as a failed try; the request may have reached the server (an Event then answers
+    AlreadyExists)."""
 
 
 class Connection:
@@ -71,6 +78,7 @@ class Connection:
                 raise ValueError(f"the header {name!r} holds a character no header may hold")
             head.append(f"{name}: {value}")
         request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        reused = self._sock is not None and self._in is not None
         if self._sock is None or self._in is None:
             sock, reader = self._open()
         else:
@@ -78,6 +86,11 @@ class Connection:
         try:
             sock.sendall(request)
             status, reason, data, keep = read_answer(reader)
+        except ConnectionError as err:  # reset, broken pipe, closed without answering
+            self.close()
+            if reused:
+                raise Stale(f"the kept-alive connection broke before the answer: {err}") from err
+            raise
         except BaseException:
             self.close()
             raise
