@@ -1,5 +1,6 @@
 """Side writes left for later: at once outside a turn, batched per owner while a request thread holds one, written
-when the thread gives the turn up (to stand by, or to wait for a client), never raised into a request."""
+when the thread gives the turn up to wait for a client, or stands by and the oldest has waited ``LINGER_S`` (by the
+next burst, or by the thread itself once that time is up), never raised into a request."""
 
 from __future__ import annotations
 
@@ -103,6 +104,21 @@ def test_a_failing_write_is_logged_and_the_other_owners_still_written(caplog: py
     assert "cannot hand over 1 item(s)" in caplog.text and "disk full" in caplog.text
 
 
+def test_settle_leaves_a_young_burst_waiting_and_hands_over_an_old_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    owner = Writes()
+    monkeypatch.setattr(outbox, "LINGER_S", 60.0)
+    outbox.defer()
+    outbox.later(owner, owner.write, "first burst")
+    due = outbox.settle()
+    assert due is not None and 59 < due <= 60 and owner.calls == [] and not outbox.deferring()
+    outbox.defer()
+    outbox.later(owner, owner.write, "second burst")
+    monkeypatch.setattr(outbox, "LINGER_S", 0.0)  # the first burst's item has waited long enough now
+    assert outbox.settle() is None
+    assert owner.calls == [["first burst", "second burst"]]
+    assert outbox.settle() is None  # nothing waits
+
+
 # -- the pool writes out at the end of a burst, and before a wait -----------------------------------------------------
 def test_a_burst_of_jobs_is_written_out_once_when_the_thread_runs_out_of_jobs() -> None:
     pool = TurnPool(4)
@@ -129,6 +145,46 @@ def test_a_burst_of_jobs_is_written_out_once_when_the_thread_runs_out_of_jobs() 
         assert owner.calls == [[0, 1, 2, 3, 4, 5]]
     finally:
         pool.shutdown()
+
+
+def test_bursts_within_the_linger_go_in_one_write_and_the_last_once_it_is_due(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One job at a time (one connection): each is a burst of its own; what they leave goes at once when the oldest
+    is due, by a later burst, or by the thread standing by when no burst comes."""
+    monkeypatch.setattr(outbox, "LINGER_S", 1.0)
+    pool = TurnPool(4)
+    owner = Writes()
+
+    def job(n: int) -> int:
+        outbox.later(owner, owner.write, n)
+        return n
+
+    try:
+        began = time.monotonic()
+        for n in range(3):
+            assert pool.submit(job, n).result(timeout=5) == n
+        assert owner.calls == [] or time.monotonic() - began >= 1.0, "three bursts in well under the linger"
+        deadline = time.monotonic() + 5
+        while not owner.calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert owner.calls == [[0, 1, 2]], "handed over by the thread standing by, once due"
+        assert time.monotonic() - began >= 1.0
+    finally:
+        pool.shutdown()
+
+
+def test_a_pool_shut_down_hands_over_what_lingers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(outbox, "LINGER_S", 60.0)
+    pool = TurnPool(2)
+    owner = Writes()
+    assert pool.submit(outbox.later, owner, owner.write, "lingers").result(timeout=5) is None
+    assert owner.calls == []
+    pool.shutdown()
+    deadline = time.monotonic() + 5
+    while not owner.calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert owner.calls == [["lingers"]]
 
 
 def test_a_job_that_waits_for_its_client_writes_out_first() -> None:

@@ -10,10 +10,11 @@ webhook's extra CPU against the no-op baseline (``docs/benchmarks.md``, 35.). He
 (``defer``) queues what it is handed, and ``flush`` hands each owner its items in one call when the thread stands
 by or waits for a client: the work of a burst of requests at once, its writes at a moment the GIL goes anyway.
 
-An item waits for the request thread to run out of requests: under load a few milliseconds, at most ``LIMIT``
-requests. A worker killed meanwhile (SIGKILL, the kernel for memory) loses what waits, as a buffered log would; a
-worker that exits hands it over first. A thread that holds no turn (tests, the Flask test client, an embedded app)
-gets each item done at once.
+An item waits for the request thread to run out of requests, and then (``settle``) for the bursts that come within
+``LINGER_S`` of it: at one connection every request is a burst of its own, and its reporting alone, run cold, cost
+more than its decision. At most ``LIMIT`` requests of one owner wait. A worker killed meanwhile (SIGKILL, the kernel
+for memory) loses what waits, as a buffered log would; a worker that exits hands it over first. A thread that holds
+no turn (tests, the Flask test client, an embedded app) gets each item done at once.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,12 +32,19 @@ LIMIT = 64
 """Items one owner may have waiting; with the next, they are handed over at once (a request thread that never runs
 out of requests)."""
 
+LINGER_S = 0.005
+"""How long what a burst left may wait for the next bursts: at one connection (about 1,500 requests a second on the
+bench's machine) the reporting of several requests goes in one write each, and an Event or a log line is at most
+this late (``docs/benchmarks.md``, 38.)."""
+
 Write = Callable[[list[Any]], object]
 """Does the work of a list of items (writes them out); what it returns is not read."""
 
 _local = threading.local()
 _waiting: dict[int, tuple[Write, list[Any]]] = {}
 """By ``id(owner)``: the owner's write and what waits for it. Touched only by the thread that holds the turn."""
+_since = 0.0
+"""When the oldest item waiting was handed in (``time.monotonic``)."""
 
 
 def defer() -> None:
@@ -49,9 +58,12 @@ def deferring() -> bool:
 
 def later(owner: object, write: Write, item: Any) -> None:
     """``write([item])``, now, or (``defer``) at the next ``flush`` together with ``owner``'s other waiting items."""
+    global _since
     if not deferring():
         _write(write, [item])
         return
+    if not _waiting:
+        _since = time.monotonic()
     entry = _waiting.get(id(owner))
     if entry is None:
         _waiting[id(owner)] = (write, [item])
@@ -60,6 +72,20 @@ def later(owner: object, write: Write, item: Any) -> None:
     else:
         del _waiting[id(owner)]
         _write(write, [*entry[1], item])
+
+
+def settle() -> float | None:
+    """At the end of a burst: hand over what waits once its oldest item has waited ``LINGER_S``; else leave it for
+    a later burst, and say in how many seconds it is due (None: nothing waits). From now on this thread hands over
+    at once, as after ``flush``."""
+    _local.deferring = False
+    if not _waiting:
+        return None
+    due = _since + LINGER_S - time.monotonic()
+    if due > 0:
+        return due
+    flush()
+    return None
 
 
 def flush() -> None:

@@ -12,7 +12,8 @@ client (a read or a write that would block, in ``TurnSSLSocket``) does it give t
 by takes the queue on; the waiting one takes its turn back when its client is ready. A connection is closed when
 its client stays silent for ``IO_TIMEOUT_S``, or has not sent a whole request (TLS handshake included) within
 ``REQUEST_DEADLINE_S``, so a client that trickles bytes cannot keep a thread either. Before a thread gives its turn
-up (to stand by, or to wait), it does the reporting its requests left (``webhook.outbox``).
+up to wait for a client, it does the reporting its requests left (``webhook.outbox``); before it stands by, that of
+the bursts of the last ``outbox.LINGER_S`` (else the next burst does, or it does once that time is up).
 """
 
 from __future__ import annotations
@@ -113,11 +114,25 @@ class TurnPool(futures.Executor):
                         except BaseException as err:  # the future carries it to gunicorn
                             future.set_exception(err)
                     del job, future, fn, args, kwargs
-                outbox.flush()  # the reporting of this burst, before the turn goes
+                if self._local.leave:
+                    outbox.flush()
+                    linger = None
+                else:
+                    linger = outbox.settle()  # the reporting of the bursts before: now, or once due
                 self._local.turn = False
             if self._local.leave:
                 return
-            wake.acquire()
+            self._stand_by(wake, linger)
+
+    def _stand_by(self, wake: threading.Semaphore, linger: float | None) -> None:
+        """Wait to be woken for the backlog; when ``linger`` runs out first, hand over what the bursts before left
+        (``outbox.settle``): no burst came meanwhile to do it."""
+        if linger is not None:
+            if wake.acquire(timeout=linger):
+                return
+            with self.turn:
+                outbox.flush()
+        wake.acquire()
 
     def _next_job(self) -> _Job | None:
         """The next job for the thread that holds the turn, while it is the only one engaged; else None, and this
