@@ -7,8 +7,9 @@ bytes of another connection's next request, takes it, and the request thread the
 switch each way. In the server (small pod, /mutate, 4 connections, 1,000 nodes) the decision log's one line per
 request cost 40-70 µs of CPU that way, where a write of the same line cost 1 µs in a loop: nearly all of the
 webhook's extra CPU against the no-op baseline (``docs/benchmarks.md``, 35.). Here a thread that holds a turn
-(``defer``) queues what it is handed, and ``flush`` hands each owner its items in one call when the thread stands
-by or waits for a client: the work of a burst of requests at once, its writes at a moment the GIL goes anyway.
+(``defer``) queues what it is handed, and ``flush`` hands each owner its items in one call when the thread waits
+for a client, ``settle`` when it stands by: the work of a burst of requests (or of several) at once, its writes at a
+moment the GIL goes anyway.
 
 An item waits for the request thread to run out of requests, and then (``settle``) for the bursts that come within
 ``LINGER_S`` of it: at one connection every request is a burst of its own, and its reporting alone, run cold, cost
@@ -57,7 +58,8 @@ def deferring() -> bool:
 
 
 def later(owner: object, write: Write, item: Any) -> None:
-    """``write([item])``, now, or (``defer``) at the next ``flush`` together with ``owner``'s other waiting items."""
+    """``write([item])``, now, or (``defer``) at the next ``flush`` (or ``settle`` when due) together with
+    ``owner``'s other waiting items."""
     global _since
     if not deferring():
         _write(write, [item])

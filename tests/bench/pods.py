@@ -254,12 +254,11 @@ def indexed(pod: dict[str, Any]) -> dict[str, Any]:
     job = "train"
     meta["generateName"] = f"{job}-{SEQ_TOKEN}-"
     meta.pop("name", None)
-    meta.setdefault("labels", {})["batch.kubernetes.io/job-completion-index"] = SEQ_TOKEN
+    labels = meta.setdefault("labels", {})
+    labels.pop("pod-template-hash", None)  # a Deployment's; the Job controller writes its own labels
+    labels["batch.kubernetes.io/job-completion-index"] = SEQ_TOKEN
     meta.setdefault("annotations", {})["batch.kubernetes.io/job-completion-index"] = SEQ_TOKEN
-    meta["ownerReferences"] = [
-        {"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": "3c9d2b1a-0f4e-4d5c-8b7a-6e5f4d3c2b1a"}
-        | {"controller": True, "blockOwnerDeletion": True}
-    ]
+    meta["ownerReferences"] = _meta(job, meta.get("namespace", ""), "Job", job, {})["ownerReferences"]
     spec["hostname"] = f"{job}-{SEQ_TOKEN}"
     return out
 
