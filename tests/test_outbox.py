@@ -10,6 +10,7 @@ import json
 import os
 import select
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -65,6 +66,34 @@ def test_deferred_items_wait_for_flush_and_go_in_one_write_per_owner_in_order() 
     assert pipe.calls == [[0, 1, 2]]
     outbox.later(log, log.write, "after")
     assert log.calls[-1] == ["after"], "flush ends the deferring: the next item is written at once"
+
+
+def test_two_threads_that_flush_at_once_hand_each_owners_items_over_once() -> None:
+    """A worker that exits: the interpreter's exit hook and a request thread leaving the pool may flush together.
+    Each owner's items go once, whole, and neither thread fails."""
+    owners = [Writes() for _ in range(2000)]
+    outbox.defer()
+    for n, owner in enumerate(owners):
+        outbox.later(owner, owner.write, n)
+    failed: list[BaseException] = []
+
+    def flush() -> None:
+        try:
+            outbox.flush()
+        except BaseException as err:
+            failed.append(err)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the two threads switch all the time
+    try:
+        other = threading.Thread(target=flush)
+        other.start()
+        flush()
+        other.join(10)
+    finally:
+        sys.setswitchinterval(interval)
+    assert failed == []
+    assert [owner.calls for owner in owners] == [[[n]] for n in range(len(owners))]
 
 
 def test_an_owner_with_limit_items_waiting_writes_them_out_at_once() -> None:

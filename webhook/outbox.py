@@ -43,7 +43,8 @@ Write = Callable[[list[Any]], object]
 
 _local = threading.local()
 _waiting: dict[int, tuple[Write, list[Any]]] = {}
-"""By ``id(owner)``: the owner's write and what waits for it. Touched only by the thread that holds the turn."""
+"""By ``id(owner)``: the owner's write and what waits for it. Touched only by the thread that holds the turn, and at
+a worker's exit by the interpreter's exit hook (``flush``)."""
 _since = 0.0
 """When the oldest item waiting was handed in (``time.monotonic``)."""
 
@@ -93,8 +94,11 @@ def settle() -> float | None:
 def flush() -> None:
     """Hand over what waits, and hand over at once from now on in this thread (until the next ``defer``)."""
     _local.deferring = False
-    while _waiting:
-        write, items = _waiting.pop(next(iter(_waiting)))
+    while True:
+        try:  # one call, so that two threads may flush at once (a worker's exit hook and a thread leaving the pool)
+            _, (write, items) = _waiting.popitem()
+        except KeyError:
+            return
         _write(write, items)
 
 
