@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import io
 import json
 from typing import Any
@@ -53,8 +54,8 @@ def replica(pod: dict[str, Any], n: int) -> dict[str, Any]:
 
 def controlled(pod: dict[str, Any], n: int, kind: str) -> dict[str, Any]:
     """The pod as the n-th pod of a ReplicaSet (``replica``), or as an Indexed Job's or a StatefulSet's controller
-    writes it: its index in labels, an annotation, its hostname and its generated name (kubernetes.io/docs/reference/
-    labels-annotations-taints/)."""
+    writes it (its index in labels, an annotation, its hostname and its generated name), or as the pod of a JobSet's
+    n-th child Job (kubernetes.io/docs/reference/labels-annotations-taints/, sigs.k8s.io/jobset)."""
     out = replica(pod, n)
     if kind == "ReplicaSet":
         return out
@@ -73,6 +74,23 @@ def controlled(pod: dict[str, Any], n: int, kind: str) -> dict[str, Any]:
         labels["statefulset.kubernetes.io/pod-name"] = f"web-{n}"
         labels["apps.kubernetes.io/pod-index"] = str(n)
         spec["hostname"] = f"web-{n}"
+    elif kind == "JobSet":  # the one pod of the JobSet's n-th child Job: another Job's name, uid and indexes
+        job, uid = f"trainer-workers-{n}", f"7f3e9a1c-0000-4000-8000-{n:012d}"
+        key = hashlib.sha256(f"default/{job}".encode()).hexdigest()
+        meta["generateName"] = f"{job}-0-"
+        meta["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": uid, "controller": True}
+        ]
+        indexes = {f"jobset.sigs.k8s.io/{k}": str(n) for k in ("job-index", "job-global-index", "job-group-index")}
+        per_job = {**indexes, "jobset.sigs.k8s.io/job-key": key, "batch.kubernetes.io/job-completion-index": "0"}
+        labels.update(per_job)
+        for name in ("batch.kubernetes.io/job-name", "job-name"):
+            labels[name] = job
+        for name in ("batch.kubernetes.io/controller-uid", "controller-uid"):
+            labels[name] = uid
+        labels.update({"jobset.sigs.k8s.io/jobset-name": "trainer", "jobset.sigs.k8s.io/replicatedjob-name": "workers"})
+        annotations.update(per_job)
+        spec.update(hostname=f"{job}-0", subdomain="trainer")
     return out
 
 
@@ -109,11 +127,12 @@ def test_the_second_replica_gets_the_first_ones_answer(endpoint: str) -> None:
         assert second.patch_text() == json.dumps(first.patch, separators=(",", ":"))
 
 
-@pytest.mark.parametrize("kind", ["Job", "StatefulSet"])
+@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet"])
 @pytest.mark.parametrize("endpoint", ["mutate", "validate"])
-def test_the_pods_of_an_indexed_job_or_a_statefulset_are_replicas_too(endpoint: str, kind: str) -> None:
-    """Their index (labels, an annotation, the hostname, the generated name) is read by no policy: the second pod
-    gets the first one's answer, and it is the answer the pipeline gives that pod afresh."""
+def test_the_pods_of_an_indexed_job_a_statefulset_or_a_jobset_are_replicas_too(endpoint: str, kind: str) -> None:
+    """Their index (labels, an annotation, the hostname, the generated name) and a JobSet's child Job's name, uid
+    and indexes are read by no policy: the second pod gets the first one's answer, and it is the answer the pipeline
+    gives that pod afresh."""
     settings = Settings()
     view = two_driver_view(settings)
     step = pipeline.mutate if endpoint == "mutate" else pipeline.validate
@@ -126,7 +145,7 @@ def test_the_pods_of_an_indexed_job_or_a_statefulset_are_replicas_too(endpoint: 
     if endpoint == "mutate":
         assert "CUDASteered" in answers[2].outcome.reasons
     other = controlled(STEERED, 3, kind)
-    other["metadata"]["labels"]["batch.kubernetes.io/job-name"] = "another"  # not a pod's own: another workload
+    other["metadata"]["labels"]["app.kubernetes.io/instance"] = "another"  # no controller's: another workload
     assert not decisions.answer(endpoint, step, other, ctx(settings, view)).reused
 
 
@@ -292,7 +311,7 @@ def test_an_object_too_deep_for_marshal_is_answered_unstored() -> None:
 @given(
     obj=objects,
     n=st.integers(min_value=1, max_value=99),
-    kind=st.sampled_from(["ReplicaSet", "Job", "StatefulSet"]),
+    kind=st.sampled_from(["ReplicaSet", "Job", "StatefulSet", "JobSet"]),
 )
 def test_identity_fields_never_change_an_answer(obj: Any, n: int, kind: str) -> None:
     """For any object the fuzzer makes: a replica's reused answer is the answer the pipeline gives it afresh."""

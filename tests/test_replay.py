@@ -57,12 +57,12 @@ def controlled_review(pod: dict[str, Any], n: int, kind: str, stored: bool = Tru
     meta = obj["metadata"]
     meta["labels"]["app"] = "trainer"
     del meta["generation"], meta["resourceVersion"]  # a number, and set once stored: a create's review has neither
-    if kind == "Job":  # a generated name: none at /mutate, the prefix and five characters at /validate
+    if kind in ("Job", "JobSet"):  # a generated name: none at /mutate, the prefix and five characters at /validate
         meta["name"] = f"{meta['generateName']}{n:05d}"
     if not stored:
         for key in ("uid", "creationTimestamp", "managedFields"):
             del meta[key]
-        if kind == "Job":
+        if kind in ("Job", "JobSet"):
             del meta["name"]
     return review(obj, uid=f"a1b2c3d4-0000-4000-8000-{n:012d}", name=meta.get("name", ""))
 
@@ -136,7 +136,13 @@ def test_every_identity_string_of_an_object_is_metadata_no_policy_reads() -> Non
     assert {k for k, w in per_pod if w == id(meta["annotations"])} <= model.PER_POD_ANNOTATIONS
     assert {k for k, w in per_pod if w == id(obj["spec"])} == {"hostname"} == model.PER_POD_SPEC
     labels = controlled_review(STEERED, 1, "StatefulSet")["request"]["object"]["metadata"]["labels"]
-    assert set(labels) - {"app"} == model.PER_POD_LABELS - {"batch.kubernetes.io/job-completion-index"}
+    assert set(labels) - {"app"} == {"statefulset.kubernetes.io/pod-name", "apps.kubernetes.io/pod-index"}
+    child = controlled_review(STEERED, 1, "JobSet")
+    meta = child["request"]["object"]["metadata"]
+    found = {(key, id(where)) for _, where, key in replay.identity_strings(child)}
+    assert {k for k, w in found if w == id(meta["ownerReferences"][0])} == model.PER_POD_OWNER == {"name", "uid"}
+    assert {k for k, w in found if w == id(meta["labels"])} == set(meta["labels"]) & model.PER_POD_LABELS
+    assert {"jobset.sigs.k8s.io/jobset-name", "app"} <= set(meta["labels"]) - model.PER_POD_LABELS  # the JobSet's
 
 
 def test_a_learning_that_fails_still_answers(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
@@ -190,13 +196,14 @@ def test_from_the_third_replica_on_the_body_is_not_parsed(
         assert got[4][0]["response"]["patch"]  # the steering patch, replayed
 
 
-@pytest.mark.parametrize("kind", ["Job", "StatefulSet"])
+@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet"])
 @pytest.mark.parametrize("endpoint", ["mutate", "validate"])
-def test_the_pods_of_an_indexed_job_or_a_statefulset_are_replayed(
+def test_the_pods_of_an_indexed_job_a_statefulset_or_a_jobset_are_replayed(
     endpoint: str, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Their index, in labels, an annotation, the hostname and the generated name, is one more identity string:
-    from the third pod on, unparsed, with the answer the whole way gives, and logged under each pod's own names."""
+    """Their index, in labels, an annotation, the hostname and the generated name (and a JobSet's child Job's name,
+    uid and indexes), are more identity strings: from the third pod on, unparsed, with the answer the whole way
+    gives, and logged under each pod's own names."""
     settings = Settings()
     view = two_driver_view(settings)
     cluster = StaticCluster(view)

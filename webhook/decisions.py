@@ -1,11 +1,12 @@
 """Answers per object shape: the replicas of one workload get the answer the first of them got.
 
 A ReplicaSet, Job or StatefulSet creates pods that differ only in who they are (name, uid, creation time, managed
-fields; a StatefulSet's or an Indexed Job's pod also its index: in labels, an annotation, its hostname and its
-generated name). The pipeline reads none of those, so for one cluster snapshot and one settings object its answer
-to each of them is the same: ``answer`` computes it once and hands out the stored one to the next replica. What is
-stored is the answer (patch, warnings, audit annotations, events to record); the Events and the decision log are
-still written per request, with the request's own names.
+fields; a StatefulSet's or an Indexed Job's pod also its index, in labels, an annotation, its hostname and its
+generated name; the child Jobs of a JobSet also their names, uids and indexes: ``model.PER_POD_*``). The pipeline
+reads none of those, so for one cluster snapshot and one settings object its answer to each of them is the same:
+``answer`` computes it once and hands out the stored one to the next replica. What is stored is the answer (patch,
+warnings, audit annotations, events to record); the Events and the decision log are still written per request,
+with the request's own names.
 
 The store hangs on the ``ClusterView`` it was computed against, so a new snapshot starts empty, and a request still
 running against the old one cannot write into the new one's. UPDATEs (which read ``oldObject``) are not stored.
@@ -33,7 +34,7 @@ from webhook.admission import (
 )
 from webhook.cluster import ClusterView
 from webhook.config import Settings
-from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_SPEC, Context
+from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_OWNER, PER_POD_SPEC, Context
 from webhook.pipeline import Result
 
 log = logging.getLogger("gpu_admission.decisions")
@@ -118,12 +119,17 @@ def shape(endpoint: str, obj: Any, ctx: Context) -> bytes | None:
 
 
 def _without_per_pod(meta: dict[str, Any]) -> dict[str, Any]:
-    """``meta`` without what tells replicas apart (``IDENTITY``, ``PER_POD_LABELS``, ``PER_POD_ANNOTATIONS``)."""
+    """``meta`` without what tells replicas apart (``IDENTITY``, ``model.PER_POD_*``)."""
     out = {k: v for k, v in meta.items() if k not in IDENTITY}
     for key, per_pod in (("labels", PER_POD_LABELS), ("annotations", PER_POD_ANNOTATIONS)):
         values = out.get(key)
         if isinstance(values, dict) and not per_pod.isdisjoint(values):
             out[key] = {k: v for k, v in values.items() if k not in per_pod}
+    owners = out.get("ownerReferences")
+    if isinstance(owners, list):
+        out["ownerReferences"] = [
+            {k: v for k, v in o.items() if k not in PER_POD_OWNER} if isinstance(o, dict) else o for o in owners
+        ]
     return out
 
 

@@ -46,6 +46,11 @@ PER_POD_LABELS = frozenset(
         "statefulset.kubernetes.io/pod-name",  # StatefulSet: the pod's name
         "apps.kubernetes.io/pod-index",  # StatefulSet: its ordinal (Kubernetes 1.28+)
         "batch.kubernetes.io/job-completion-index",  # Indexed Job: its index (Kubernetes 1.28+)
+        "batch.kubernetes.io/job-name",  # Job: the Job's name, and (below) its uid; the old keys too
+        "job-name",
+        "batch.kubernetes.io/controller-uid",
+        "controller-uid",
+        *(f"jobset.sigs.k8s.io/{key}" for key in ("job-index", "job-global-index", "job-group-index", "job-key")),
     )
 )
 PER_POD_ANNOTATIONS = frozenset(
@@ -53,13 +58,17 @@ PER_POD_ANNOTATIONS = frozenset(
         "batch.kubernetes.io/job-completion-index",  # Indexed Job: its index
         "batch.kubernetes.io/job-index-failure-count",  # backoffLimitPerIndex: the index's failures so far
         "batch.kubernetes.io/job-index-ignored-failure-count",  # the same, those a podFailurePolicy ignored
+        *(f"jobset.sigs.k8s.io/{key}" for key in ("job-index", "job-global-index", "job-group-index", "job-key")),
     )
 )
 PER_POD_SPEC = frozenset(("hostname",))
-"""The labels, annotations and spec fields that Kubernetes' StatefulSet and Job controllers write differently into
-each pod of one workload, and that no policy reads: the pods of one StatefulSet or one Indexed Job are replicas too
-(Kubernetes' well-known labels and annotations: kubernetes.io/docs/reference/labels-annotations-taints/; the pod's
-``spec.hostname``: the pod's name for a StatefulSet, ``<job>-<index>`` for an Indexed Job)."""
+PER_POD_OWNER = frozenset(("name", "uid"))
+"""What the controllers write differently into each pod of one workload, and no policy reads: labels, annotations,
+spec fields, and the fields of each ``ownerReferences`` entry. A StatefulSet's or an Indexed Job's pods differ in
+their index (in labels, an annotation, ``spec.hostname``: the pod's name for a StatefulSet, ``<job>-<index>`` for an
+Indexed Job); the child Jobs of one JobSet in the Job's name and uid (labels, the owner reference) and their
+JobSet indexes. So the pods of one StatefulSet, Indexed Job or JobSet are replicas too. Kubernetes' keys:
+kubernetes.io/docs/reference/labels-annotations-taints/; JobSet's: sigs.k8s.io/jobset, api/jobset/v1alpha2."""
 
 
 def is_input_annotation(key: str) -> bool:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_SPEC
+from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_OWNER, PER_POD_SPEC
 
 PLAIN = re.compile(rb'[^"\\\x00-\x1f]*')
 """A JSON string's content that needs no escape: put between quotes it parses to its UTF-8 text, and nothing else."""
@@ -68,9 +68,9 @@ class Template:
 def identity_strings(review: Any) -> Iterator[tuple[str, dict[str, Any], str]]:
     """(label, the dict, its key) for every place of an AdmissionReview where replicas differ and that no policy
     reads: the request's uid and name, the object's name, generateName, uid, creationTimestamp and resourceVersion,
-    the managed fields' times, and what a StatefulSet or an Indexed Job writes into each of its pods
-    (``model.PER_POD_LABELS``, ``PER_POD_ANNOTATIONS``, ``PER_POD_SPEC``). Labels: ``uid``, ``name``,
-    ``object.name``, ``object.generateName``, ``object.uid``; ``-`` for the rest."""
+    the managed fields' times, and what the controllers write differently into each pod of one workload
+    (``model.PER_POD_LABELS``, ``PER_POD_ANNOTATIONS``, ``PER_POD_SPEC``, ``PER_POD_OWNER``). Labels: ``uid``,
+    ``name``, ``object.name``, ``object.generateName``, ``object.uid``; ``-`` for the rest."""
     request = review.get("request") if isinstance(review, dict) else None
     if not isinstance(request, dict):
         return
@@ -88,10 +88,12 @@ def identity_strings(review: Any) -> Iterator[tuple[str, dict[str, Any], str]]:
     for entry in fields if isinstance(fields, list) else ():
         if isinstance(entry, dict):
             yield "-", entry, "time"
+    owners = meta.get("ownerReferences")
     for where, keys in (
         (meta.get("labels"), PER_POD_LABELS),
         (meta.get("annotations"), PER_POD_ANNOTATIONS),
         (obj.get("spec"), PER_POD_SPEC),
+        *((owner, PER_POD_OWNER) for owner in (owners if isinstance(owners, list) else ())),
     ):
         if isinstance(where, dict):
             for key in where:
