@@ -69,14 +69,11 @@ def controlled(pod: dict[str, Any], n: int, kind: str) -> dict[str, Any]:
         annotations["batch.kubernetes.io/job-completion-index"] = str(n)
         annotations["batch.kubernetes.io/job-index-failure-count"] = str(n % 3)
         spec["hostname"] = f"train-{n}"
-    elif kind in ("StatefulSet", "LeaderWorkerSet"):  # a LeaderWorkerSet's group is a StatefulSet of its workers
+    elif kind == "StatefulSet":
         meta["name"] = f"web-{n}"
         labels["statefulset.kubernetes.io/pod-name"] = f"web-{n}"
         labels["apps.kubernetes.io/pod-index"] = str(n)
         spec["hostname"] = f"web-{n}"
-        if kind == "LeaderWorkerSet":
-            labels["leaderworkerset.sigs.k8s.io/worker-index"] = str(n)
-            labels["leaderworkerset.sigs.k8s.io/group-index"] = "0"
     elif kind == "JobSet":  # the one pod of the JobSet's n-th child Job: another Job's name, uid and indexes
         job, uid = f"trainer-workers-{n}", f"7f3e9a1c-0000-4000-8000-{n:012d}"
         key = hashlib.sha256(f"default/{job}".encode()).hexdigest()
@@ -130,7 +127,7 @@ def test_the_second_replica_gets_the_first_ones_answer(endpoint: str) -> None:
         assert second.patch_text() == json.dumps(first.patch, separators=(",", ":"))
 
 
-@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet", "LeaderWorkerSet"])
+@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet"])
 @pytest.mark.parametrize("endpoint", ["mutate", "validate"])
 def test_the_pods_of_an_indexed_job_a_statefulset_or_a_jobset_are_replicas_too(endpoint: str, kind: str) -> None:
     """Their index (labels, an annotation, the hostname, the generated name) and a JobSet's child Job's name, uid
@@ -314,7 +311,7 @@ def test_an_object_too_deep_for_marshal_is_answered_unstored() -> None:
 @given(
     obj=objects,
     n=st.integers(min_value=1, max_value=99),
-    kind=st.sampled_from(["ReplicaSet", "Job", "StatefulSet", "JobSet", "LeaderWorkerSet"]),
+    kind=st.sampled_from(["ReplicaSet", "Job", "StatefulSet", "JobSet"]),
 )
 def test_identity_fields_never_change_an_answer(obj: Any, n: int, kind: str) -> None:
     """For any object the fuzzer makes: a replica's reused answer is the answer the pipeline gives it afresh."""

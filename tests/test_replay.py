@@ -196,7 +196,7 @@ def test_from_the_third_replica_on_the_body_is_not_parsed(
         assert got[4][0]["response"]["patch"]  # the steering patch, replayed
 
 
-@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet", "LeaderWorkerSet"])
+@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet"])
 @pytest.mark.parametrize("endpoint", ["mutate", "validate"])
 def test_the_pods_of_an_indexed_job_a_statefulset_or_a_jobset_are_replayed(
     endpoint: str, kind: str, monkeypatch: pytest.MonkeyPatch

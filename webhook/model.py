@@ -45,7 +45,6 @@ PER_POD_LABELS = frozenset(
     (
         "statefulset.kubernetes.io/pod-name",  # StatefulSet: the pod's name
         "apps.kubernetes.io/pod-index",  # StatefulSet: its ordinal (Kubernetes 1.28+)
-        "leaderworkerset.sigs.k8s.io/worker-index",  # LeaderWorkerSet (a StatefulSet per group): the pod's place
         "batch.kubernetes.io/job-completion-index",  # Indexed Job: its index (Kubernetes 1.28+)
         "batch.kubernetes.io/job-name",  # Job: the Job's name, and (below) its uid; the old keys too
         "job-name",
@@ -66,13 +65,10 @@ PER_POD_SPEC = frozenset(("hostname",))
 PER_POD_OWNER = frozenset(("name", "uid"))
 """What the controllers write differently into each pod of one workload, and no policy reads: labels, annotations,
 spec fields, and the fields of each ``ownerReferences`` entry. A StatefulSet's or an Indexed Job's pods differ in
-their index (in labels, an annotation, ``spec.hostname``: the pod's name for a StatefulSet, ``<job>-<index>`` for
-an Indexed Job; a LeaderWorkerSet's workers of one group also in its worker index); the child Jobs of one JobSet
-in the Job's name and uid (labels, the owner reference) and their JobSet indexes. So the pods of one StatefulSet,
-Indexed Job, JobSet or LeaderWorkerSet group are replicas too. Kubernetes' keys:
-kubernetes.io/docs/reference/labels-annotations-taints/; JobSet's: sigs.k8s.io/jobset, api/jobset/v1alpha2;
-LeaderWorkerSet's: sigs.k8s.io/lws, api/leaderworkerset/v1 (its groups differ in their containers' environment,
-which the CUDA policy reads: a group's first pod is a new shape)."""
+their index (in labels, an annotation, ``spec.hostname``: the pod's name for a StatefulSet, ``<job>-<index>`` for an
+Indexed Job); the child Jobs of one JobSet in the Job's name and uid (labels, the owner reference) and their
+JobSet indexes. So the pods of one StatefulSet, Indexed Job or JobSet are replicas too. Kubernetes' keys:
+kubernetes.io/docs/reference/labels-annotations-taints/; JobSet's: sigs.k8s.io/jobset, api/jobset/v1alpha2."""
 
 
 def is_input_annotation(key: str) -> bool:
