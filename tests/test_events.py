@@ -521,6 +521,18 @@ def test_api_sink_reads_the_token_for_every_event(kubeapi: KubeAPI) -> None:
     assert sent == ["Bearer first", "Bearer second"]
 
 
+def _hung_up_once(kubeapi: KubeAPI, q: EventQueue, kept: bool, stored: bool) -> int:
+    """Send an Event ("trainer") that the server hangs up on (``stored``: after creating it), on a connection kept
+    alive from an Event sent before (``kept``) or opened for it; how many "trainer" Events the server holds."""
+    if kept:
+        q.submit(event_body(subject_of(stored_pod("first")), "default", "first", CHECKED, "i"))
+        assert q.drain(10)
+    kubeapi.hang_up_next(1, stored=stored)
+    q.submit(event_body(subject_of(stored_pod("trainer")), "default", "trainer", CHECKED, "i"))
+    assert q.drain(10)
+    return [e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")].count("trainer")
+
+
 @pytest.mark.parametrize("stored", [False, True], ids=["not-created", "created"])
 @pytest.mark.parametrize("kept", [True, False], ids=["kept-alive", "first-request"])
 def test_a_connection_the_server_closed_gets_the_event_again_and_once(
@@ -529,14 +541,7 @@ def test_a_connection_the_server_closed_gets_the_event_again_and_once(
     """A server that closes a kept-alive connection as a request arrives: the Event is sent again on a new one, and
     an AlreadyExists then means the first try was created: sent, once."""
     q = EventQueue(ApiSink(configured(kubeapi), backoff=0.001))
-    if kept:
-        q.submit(event_body(subject_of(stored_pod("first")), "default", "first", CHECKED, "i"))
-        assert q.drain(10)
-    kubeapi.hang_up_next(1, stored=stored)
-    q.submit(event_body(subject_of(stored_pod("trainer")), "default", "trainer", CHECKED, "i"))
-    assert q.drain(10)
-    names = [e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")]
-    assert names.count("trainer") == 1
+    assert _hung_up_once(kubeapi, q, kept, stored) == 1
     assert (q.sent, q.failed) == (1 + kept, 0)
     assert kubeapi.connections == 2
 
@@ -547,13 +552,7 @@ def test_a_kept_alive_connection_the_server_closed_costs_no_try(kubeapi: KubeAPI
     one, with no backoff (a minute here: the drain would time out), and is sent once; a hang-up on a connection
     opened for the Event is its one try, failed."""
     q = EventQueue(ApiSink(configured(kubeapi), attempts=1, backoff=60))
-    q.submit(event_body(subject_of(stored_pod("first")), "default", "first", CHECKED, "i"))
-    assert q.drain(10)
-    kubeapi.hang_up_next(1, stored=stored)
-    q.submit(event_body(subject_of(stored_pod("trainer")), "default", "trainer", CHECKED, "i"))
-    assert q.drain(10)
-    names = [e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")]
-    assert names.count("trainer") == 1
+    assert _hung_up_once(kubeapi, q, kept=True, stored=stored) == 1
     assert (q.sent, q.failed, kubeapi.connections) == (2, 0, 2)
     fresh = EventQueue(ApiSink(configured(kubeapi), attempts=1, backoff=60))
     kubeapi.hang_up_next(1)

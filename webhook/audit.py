@@ -263,12 +263,12 @@ class Reporter:
         """Report ``requests``, in order, each part for all of them at once: the decision log's lines in one write,
         the metrics, the Events of the /validate ones in as few pipe writes as keep each atomic.
 
-        ``record`` hands them here through ``webhook.outbox``: under the server, when the request thread gives its
-        turn up, after the answers went out. Each write is a system call, around which CPython lets the GIL go to
-        gunicorn's main thread, and the request thread then waits to get it back: one decision log line cost 40-70
-        µs of CPU in the server that way, against 1 µs in a loop; and what runs between requests runs with cold
-        caches (the line built from a dict: 27 µs there, 5 in a loop). Done for a burst at once, both go
-        (``docs/benchmarks.md``, 35.)."""
+        ``record`` hands them here through ``webhook.outbox``: under the server, after the answers went out, when
+        the request thread gives its turn up (together with the bursts of the last ``outbox.LINGER_S``). Each write
+        is a system call, around which CPython lets the GIL go to gunicorn's main thread, and the request thread
+        then waits to get it back: one decision log line cost 40-70 µs of CPU in the server that way, against 1 µs
+        in a loop; and what runs between requests runs with cold caches (the line built from a dict: 27 µs there,
+        5 in a loop). Done for a burst at once, both go (``docs/benchmarks.md``, 35.)."""
         try:
             self.decisions.record_all(requests)
         except Exception:
