@@ -54,8 +54,9 @@ def replica(pod: dict[str, Any], n: int) -> dict[str, Any]:
 
 def controlled(pod: dict[str, Any], n: int, kind: str) -> dict[str, Any]:
     """The pod as the n-th pod of a ReplicaSet (``replica``), or as an Indexed Job's or a StatefulSet's controller
-    writes it (its index in labels, an annotation, its hostname and its generated name), or as the pod of a JobSet's
-    n-th child Job (kubernetes.io/docs/reference/labels-annotations-taints/, sigs.k8s.io/jobset)."""
+    writes it (its index in labels, an annotation, its hostname and its generated name), as the pod of a JobSet's
+    n-th child Job, or as a LeaderWorkerSet's n-th worker, its index and its leader's address in every container's
+    env too (kubernetes.io/docs/reference/labels-annotations-taints/, sigs.k8s.io/jobset, sigs.k8s.io/lws)."""
     out = replica(pod, n)
     if kind == "ReplicaSet":
         return out
@@ -91,6 +92,28 @@ def controlled(pod: dict[str, Any], n: int, kind: str) -> dict[str, Any]:
         labels.update({"jobset.sigs.k8s.io/jobset-name": "trainer", "jobset.sigs.k8s.io/replicatedjob-name": "workers"})
         annotations.update(per_job)
         spec.update(hostname=f"{job}-0", subdomain="trainer")
+    elif kind == "LeaderWorkerSet":  # worker n of group n % 2, a StatefulSet of its own; a subdomain per group
+        group = n % 2
+        leader = f"vllm-{group}"
+        meta["name"] = spec["hostname"] = labels["statefulset.kubernetes.io/pod-name"] = f"{leader}-{n}"
+        labels["apps.kubernetes.io/pod-index"] = str(n)
+        labels["controller-revision-hash"] = f"{leader}-5d8f9c7b6d"
+        lws = {"name": "vllm", "template-revision-hash": "6b7c9d8f4", "group-index": str(group), "worker-index": str(n)}
+        lws["group-key"] = hashlib.sha1(f"default/{leader}".encode()).hexdigest()
+        labels.update({f"leaderworkerset.sigs.k8s.io/{k}": v for k, v in lws.items()})
+        annotations.update({"leaderworkerset.sigs.k8s.io/size": "4", "leaderworkerset.sigs.k8s.io/leader-name": leader})
+        meta["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": leader, "uid": f"3c9e-{group}", "controller": True}
+        ]
+        spec["subdomain"] = leader
+        env = {"LWS_LEADER_ADDRESS": f"{leader}.{leader}.default", "LWS_GROUP_SIZE": "4", "LWS_WORKER_INDEX": str(n)}
+        for key in ("initContainers", "containers"):
+            containers = spec.get(key)
+            for container in containers if isinstance(containers, list) else ():
+                if isinstance(container, dict):  # LWS puts its variables first (AddLWSVariables)
+                    own = container.get("env")
+                    lws_env = [{"name": k, "value": v} for k, v in env.items()]
+                    container["env"] = lws_env + (own if isinstance(own, list) else [])
     return out
 
 
@@ -127,7 +150,7 @@ def test_the_second_replica_gets_the_first_ones_answer(endpoint: str) -> None:
         assert second.patch_text() == json.dumps(first.patch, separators=(",", ":"))
 
 
-@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet"])
+@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet", "LeaderWorkerSet"])
 @pytest.mark.parametrize("endpoint", ["mutate", "validate"])
 def test_the_pods_of_an_indexed_job_a_statefulset_or_a_jobset_are_replicas_too(endpoint: str, kind: str) -> None:
     """Their index (labels, an annotation, the hostname, the generated name) and a JobSet's child Job's name, uid
@@ -147,6 +170,11 @@ def test_the_pods_of_an_indexed_job_a_statefulset_or_a_jobset_are_replicas_too(e
     other = controlled(STEERED, 3, kind)
     other["metadata"]["labels"]["app.kubernetes.io/instance"] = "another"  # no controller's: another workload
     assert not decisions.answer(endpoint, step, other, ctx(settings, view)).reused
+    declared = controlled(STEERED, 4, kind)  # an env value the CUDA policy reads: another shape, its own answer
+    declared["spec"]["containers"][0].setdefault("env", []).append({"name": "CUDA_VERSION", "value": "12.2.0"})
+    got = decisions.answer(endpoint, step, declared, ctx(settings, view))
+    assert not got.reused
+    same_answer(got, step(copy.deepcopy(declared), ctx(settings, view)))
 
 
 def test_what_the_first_replicas_caller_does_to_its_answer_stays_its_own() -> None:
@@ -311,7 +339,7 @@ def test_an_object_too_deep_for_marshal_is_answered_unstored() -> None:
 @given(
     obj=objects,
     n=st.integers(min_value=1, max_value=99),
-    kind=st.sampled_from(["ReplicaSet", "Job", "StatefulSet", "JobSet"]),
+    kind=st.sampled_from(["ReplicaSet", "Job", "StatefulSet", "JobSet", "LeaderWorkerSet"]),
 )
 def test_identity_fields_never_change_an_answer(obj: Any, n: int, kind: str) -> None:
     """For any object the fuzzer makes: a replica's reused answer is the answer the pipeline gives it afresh."""

@@ -134,7 +134,7 @@ def test_every_identity_string_of_an_object_is_metadata_no_policy_reads() -> Non
     meta = obj["metadata"]
     assert {k for k, w in per_pod if w == id(meta["labels"])} == {"batch.kubernetes.io/job-completion-index"}
     assert {k for k, w in per_pod if w == id(meta["annotations"])} <= model.PER_POD_ANNOTATIONS
-    assert {k for k, w in per_pod if w == id(obj["spec"])} == {"hostname"} == model.PER_POD_SPEC
+    assert {k for k, w in per_pod if w == id(obj["spec"])} == {"hostname"} < model.PER_POD_SPEC
     labels = controlled_review(STEERED, 1, "StatefulSet")["request"]["object"]["metadata"]["labels"]
     assert set(labels) - {"app"} == {"statefulset.kubernetes.io/pod-name", "apps.kubernetes.io/pod-index"}
     child = controlled_review(STEERED, 1, "JobSet")
@@ -143,6 +143,18 @@ def test_every_identity_string_of_an_object_is_metadata_no_policy_reads() -> Non
     assert {k for k, w in found if w == id(meta["ownerReferences"][0])} == model.PER_POD_OWNER == {"name", "uid"}
     assert {k for k, w in found if w == id(meta["labels"])} == set(meta["labels"]) & model.PER_POD_LABELS
     assert {"jobset.sigs.k8s.io/jobset-name", "app"} <= set(meta["labels"]) - model.PER_POD_LABELS  # the JobSet's
+    worker = controlled_review(STEERED, 1, "LeaderWorkerSet")
+    obj = worker["request"]["object"]
+    meta, spec = obj["metadata"], obj["spec"]
+    found = {(key, id(where)) for _, where, key in replay.identity_strings(worker)}
+    assert {k for k, w in found if w == id(spec)} == {"hostname", "subdomain"} == model.PER_POD_SPEC
+    assert {k for k, w in found if w == id(meta["annotations"])} == {"leaderworkerset.sigs.k8s.io/leader-name"}
+    lws_labels = {k for k, w in found if w == id(meta["labels"])}
+    assert "leaderworkerset.sigs.k8s.io/worker-index" in lws_labels
+    assert "leaderworkerset.sigs.k8s.io/name" in set(meta["labels"]) - lws_labels  # the LeaderWorkerSet's own
+    env = spec["containers"][0]["env"]
+    assert {e["name"] for e in env if (id(e), "value") in {(w, k) for k, w in found}} == model.PER_POD_ENV
+    assert "LWS_GROUP_SIZE" in {e["name"] for e in env} - model.PER_POD_ENV
 
 
 def test_a_learning_that_fails_still_answers(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
@@ -196,7 +208,7 @@ def test_from_the_third_replica_on_the_body_is_not_parsed(
         assert got[4][0]["response"]["patch"]  # the steering patch, replayed
 
 
-@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet"])
+@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet", "LeaderWorkerSet"])
 @pytest.mark.parametrize("endpoint", ["mutate", "validate"])
 def test_the_pods_of_an_indexed_job_a_statefulset_or_a_jobset_are_replayed(
     endpoint: str, kind: str, monkeypatch: pytest.MonkeyPatch
@@ -353,7 +365,8 @@ def test_replicas_made_in_one_second_widen_the_template_later(monkeypatch: pytes
         assert decide("validate", body(rev), settings, view)[0]["response"]["uid"] == rev["request"]["uid"]
 
 
-def test_a_kept_body_never_grows_past_what_the_store_counted() -> None:
+def test_a_body_of_another_length_is_kept_and_counted_in_place_of_the_one_before() -> None:
+    """The store's bytes count the body kept to compare with, whichever length it has."""
     settings = Settings()
     view = two_driver_view(settings)
     first = replica(STEERED, 1)
@@ -361,8 +374,23 @@ def test_a_kept_body_never_grows_past_what_the_store_counted() -> None:
     longer = replica(STEERED, 2)
     longer["request"]["object"]["metadata"]["managedFields"][0]["manager"] = "m" * 10_000
     decide("validate", body(longer), settings, view)
-    (stored,) = view.decisions._data.values()
-    assert stored.body == body(first) and stored.room == len(body(first))
+    ((key, stored),) = view.decisions._data.items()
+    assert stored.body == body(longer) and stored.key is key
+    assert view.decisions._bytes == len(key) + len(body(longer))
+
+
+def test_the_tenth_pod_of_an_indexed_workload_learns_a_template_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its index is a digit longer, so its body too: the pods of each length get a template (the two first of each
+    take the whole way), and those of the lengths before are still answered unparsed."""
+    settings = Settings()
+    view = two_driver_view(settings)
+    bodies = {n: body(controlled_review(STEERED, n, "StatefulSet")) for n in (1, 2, 3, 10, 11, 12, 4, 13)}
+    later = (3, 12, 4, 13)
+    expected = [whole_way("validate", bodies[n], settings, view) for n in later]
+    for n in (1, 2, 10, 11):
+        decide("validate", bodies[n], settings, view)
+    Unparsed(monkeypatch)
+    assert [decide("validate", bodies[n], settings, view) for n in later] == expected
 
 
 def test_a_number_that_differs_is_no_slot() -> None:

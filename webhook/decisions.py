@@ -2,7 +2,9 @@
 
 A ReplicaSet, Job or StatefulSet creates pods that differ only in who they are (name, uid, creation time, managed
 fields; a StatefulSet's or an Indexed Job's pod also its index, in labels, an annotation, its hostname and its
-generated name; the child Jobs of a JobSet also their names, uids and indexes: ``model.PER_POD_*``). The pipeline
+generated name; the child Jobs of a JobSet also their names, uids and indexes; a LeaderWorkerSet's pods also their
+group, their index in it and their leader's address, in labels and in every container's env: ``model.PER_POD_*``).
+The pipeline
 reads none of those, so for one cluster snapshot and one settings object its answer to each of them is the same:
 ``answer`` computes it once and hands out the stored one to the next replica. What is stored is the answer (patch,
 warnings, audit annotations, events to record); the Events and the decision log are still written per request,
@@ -12,7 +14,8 @@ The store hangs on the ``ClusterView`` it was computed against, so a new snapsho
 running against the old one cannot write into the new one's. UPDATEs (which read ``oldObject``) are not stored.
 
 When the second replica of a shape comes, its body is compared with the first one's (``webhook.replay``): from the
-third on, a body that differs from it only in identity strings is answered without being parsed (``decide``).
+third on, a body that differs from it only in identity strings is answered without being parsed (``decide``). A
+template holds bodies of one length; the pods of a longer index learn one of their own.
 """
 
 from __future__ import annotations
@@ -34,7 +37,14 @@ from webhook.admission import (
 )
 from webhook.cluster import ClusterView
 from webhook.config import Settings
-from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_OWNER, PER_POD_SPEC, Context
+from webhook.model import (
+    PER_POD_ANNOTATIONS,
+    PER_POD_ENV,
+    PER_POD_LABELS,
+    PER_POD_OWNER,
+    PER_POD_SPEC,
+    Context,
+)
 from webhook.pipeline import Result
 
 log = logging.getLogger("gpu_admission.decisions")
@@ -52,20 +62,21 @@ REPLAYS_PER_LENGTH = 4
 
 
 LEARNING_TRIES = 3
-"""Pairs of one length compared per stored answer: a template is learned, or widened (replicas made in the same
-second share their creation time: a later one differs in one more string), at most this many times."""
+"""Comparisons per stored answer that make no template before it stops learning; each template learned (or
+widened: replicas made in the same second share their creation time, a later one differs in one more string)
+earns it these tries again. A widening adds a slot, so the learnings at one length are bounded too."""
 
 
 @dataclass
 class Stored:
-    """An answer kept for a shape: shared, read only but for the learning (``_learn``). ``body``: a replica's body
-    to compare the next one with, counted in the store's bytes (``room``: no longer body takes its place)."""
+    """An answer kept for a shape (``key``): shared, read only but for the learning (``_learn``). ``body``: a
+    replica's body to compare the next one of its length with, counted in the store's bytes."""
 
     settings: Settings
     result: Result
     parts: tuple[bytes, bytes]
     body: bytes
-    room: int
+    key: bytes
     template: replay.Template | None = None
     tries: int = LEARNING_TRIES
 
@@ -109,8 +120,8 @@ def shape(endpoint: str, obj: Any, ctx: Context) -> bytes | None:
     if isinstance(meta, dict):
         obj = {**obj, "metadata": _without_per_pod(meta)}
     spec = obj.get("spec")
-    if isinstance(spec, dict) and not PER_POD_SPEC.isdisjoint(spec):
-        obj = {**obj, "spec": {k: v for k, v in spec.items() if k not in PER_POD_SPEC}}
+    if isinstance(spec, dict) and (trimmed := _spec_without_per_pod(spec)) is not spec:
+        obj = {**obj, "spec": trimmed}
     facts = (endpoint, ctx.namespace, ctx.operation, ctx.username, ctx.groups, ctx.dry_run, obj)
     try:
         return marshal.dumps(facts)
@@ -131,6 +142,34 @@ def _without_per_pod(meta: dict[str, Any]) -> dict[str, Any]:
             {k: v for k, v in o.items() if k not in PER_POD_OWNER} if isinstance(o, dict) else o for o in owners
         ]
     return out
+
+
+def _spec_without_per_pod(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` without ``model.PER_POD_SPEC`` and the values of the ``PER_POD_ENV`` entries in each container's
+    and init container's env (each such entry kept, without its ``value``); ``spec`` itself when it has neither."""
+    out = spec if PER_POD_SPEC.isdisjoint(spec) else {k: v for k, v in spec.items() if k not in PER_POD_SPEC}
+    for key in ("initContainers", "containers"):
+        containers = out.get(key)
+        if isinstance(containers, list) and any(map(_has_per_pod_env, containers)):
+            out = {**out, key: [_without_per_pod_env(c) for c in containers]}
+    return out
+
+
+def _per_pod_env(entry: Any) -> bool:
+    name = entry.get("name") if isinstance(entry, dict) and "value" in entry else None
+    return isinstance(name, str) and name in PER_POD_ENV
+
+
+def _has_per_pod_env(container: Any) -> bool:
+    env = container.get("env") if isinstance(container, dict) else None
+    return isinstance(env, list) and any(map(_per_pod_env, env))
+
+
+def _without_per_pod_env(container: Any) -> Any:
+    if not _has_per_pod_env(container):
+        return container
+    env = [{k: v for k, v in e.items() if k != "value"} if _per_pod_env(e) else e for e in container["env"]]
+    return {**container, "env": env}
 
 
 def decide(
@@ -189,29 +228,32 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
         outcome=result.outcome.copy(),
     )
     # apart from ``result``: what its caller does to it stays its own
-    stored = Stored(ctx.settings, kept, answer_parts(kept, mutating=endpoint == "mutate"), body, len(body))
+    stored = Stored(ctx.settings, kept, answer_parts(kept, mutating=endpoint == "mutate"), body, key)
     store.put(key, stored, size=len(key) + len(body))
     return result, stored
 
 
 def _learn(endpoint: str, stored: Stored, body: bytes, review: ReviewRequest, view: ClusterView) -> None:
-    """Compare a replica's body that was not replayed with the one kept (the template's, once there is one); keep
-    the template they make, its slots widened by the ones learned before. A body of another length takes the
-    place of the one kept while no template is learned (a StatefulSet's tenth pod, a client that writes its JSON
-    otherwise), so that two of one length still meet."""
+    """Compare a replica's body that was not replayed with the one of its length kept (the template's, or the body
+    kept to compare with); keep the template they make, widened by the slots of the one before at that length. A
+    body of another length is kept to compare the next ones with, counted in the store in place of the one before:
+    the tenth pod of a StatefulSet, an Indexed Job or a LeaderWorkerSet group is a digit longer, and its pods from
+    there on get a template of their own (the nine before keep theirs)."""
     before = stored.template
+    if before is not None and len(before.body) != len(body):
+        before = None
     kept = before.body if before else stored.body
     if len(body) != len(kept):
-        if before is None and len(body) <= stored.room:
-            stored.body = body
+        view.decisions.put(stored.key, stored, size=len(stored.key) + len(body))
+        stored.body = body
         return
     if body == kept:
         return
-    stored.tries -= 1
     template = replay.learn(kept, body, before.slots if before else ())
     if template is None:
+        stored.tries -= 1
         return
-    stored.template, stored.body = template, b""
+    stored.template, stored.body, stored.tries = template, b"", LEARNING_TRIES
     _keep(endpoint, stored, review, view)
 
 

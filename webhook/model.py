@@ -41,6 +41,10 @@ TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
 # The kind that will own the pods a workload creates (for owner-kind defaults).
 POD_OWNER = {"Deployment": "ReplicaSet", "CronJob": "Job"}
 
+LWS_PER_POD_LABELS = ("worker-index", "group-index", "group-key", "subgroup-index", "subgroup-key")
+"""A LeaderWorkerSet's pod: its index in its group, its group's index and key, its subgroup's (sigs.k8s.io/lws,
+api/leaderworkerset/v1/leaderworkerset_types.go)."""
+
 PER_POD_LABELS = frozenset(
     (
         "statefulset.kubernetes.io/pod-name",  # StatefulSet: the pod's name
@@ -51,6 +55,8 @@ PER_POD_LABELS = frozenset(
         "batch.kubernetes.io/controller-uid",
         "controller-uid",
         *(f"jobset.sigs.k8s.io/{key}" for key in ("job-index", "job-global-index", "job-group-index", "job-key")),
+        *(f"leaderworkerset.sigs.k8s.io/{key}" for key in LWS_PER_POD_LABELS),
+        "controller-revision-hash",  # a StatefulSet's revision, "<statefulset>-<hash>": an LWS group's is its own
     )
 )
 PER_POD_ANNOTATIONS = frozenset(
@@ -59,15 +65,22 @@ PER_POD_ANNOTATIONS = frozenset(
         "batch.kubernetes.io/job-index-failure-count",  # backoffLimitPerIndex: the index's failures so far
         "batch.kubernetes.io/job-index-ignored-failure-count",  # the same, those a podFailurePolicy ignored
         *(f"jobset.sigs.k8s.io/{key}" for key in ("job-index", "job-global-index", "job-group-index", "job-key")),
+        "leaderworkerset.sigs.k8s.io/leader-name",  # an LWS worker: its group's leader pod
     )
 )
-PER_POD_SPEC = frozenset(("hostname",))
+PER_POD_SPEC = frozenset(("hostname", "subdomain"))
 PER_POD_OWNER = frozenset(("name", "uid"))
+PER_POD_ENV = frozenset(("LWS_WORKER_INDEX", "LWS_LEADER_ADDRESS"))
 """What the controllers write differently into each pod of one workload, and no policy reads: labels, annotations,
-spec fields, and the fields of each ``ownerReferences`` entry. A StatefulSet's or an Indexed Job's pods differ in
-their index (in labels, an annotation, ``spec.hostname``: the pod's name for a StatefulSet, ``<job>-<index>`` for an
-Indexed Job); the child Jobs of one JobSet in the Job's name and uid (labels, the owner reference) and their
-JobSet indexes. So the pods of one StatefulSet, Indexed Job or JobSet are replicas too. Kubernetes' keys:
+spec fields, the fields of each ``ownerReferences`` entry, and the ``value`` of the env entries of these names in
+each container and init container. A StatefulSet's or an Indexed Job's pods differ in their index (in labels, an
+annotation, ``spec.hostname``: the pod's name for a StatefulSet, ``<job>-<index>`` for an Indexed Job); the child
+Jobs of one JobSet in the Job's name and uid (labels, the owner reference) and their JobSet indexes. A
+LeaderWorkerSet's groups are StatefulSets (a worker's group is named after its leader pod, and has a subdomain of
+its own under ``UniquePerReplica``), and LWS writes each pod's worker index and its leader's address into every
+container's environment (``LWS_WORKER_INDEX``, ``LWS_LEADER_ADDRESS``: sigs.k8s.io/lws, pkg/utils/pod
+``AddLWSVariables``). So the pods of one StatefulSet, Indexed Job, JobSet or LeaderWorkerSet are replicas too; the
+CUDA policy reads only CUDA's own variables (``cuda_version.declared_cuda``). Kubernetes' keys:
 kubernetes.io/docs/reference/labels-annotations-taints/; JobSet's: sigs.k8s.io/jobset, api/jobset/v1alpha2."""
 
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_OWNER, PER_POD_SPEC
+from webhook.model import PER_POD_ANNOTATIONS, PER_POD_ENV, PER_POD_LABELS, PER_POD_OWNER, PER_POD_SPEC
 
 PLAIN = re.compile(rb'[^"\\\x00-\x1f]*')
 """A JSON string's content that needs no escape: put between quotes it parses to its UTF-8 text, and nothing else."""
@@ -69,7 +69,8 @@ def identity_strings(review: Any) -> Iterator[tuple[str, dict[str, Any], str]]:
     """(label, the dict, its key) for every place of an AdmissionReview where replicas differ and that no policy
     reads: the request's uid and name, the object's name, generateName, uid, creationTimestamp and resourceVersion,
     the managed fields' times, and what the controllers write differently into each pod of one workload
-    (``model.PER_POD_LABELS``, ``PER_POD_ANNOTATIONS``, ``PER_POD_SPEC``, ``PER_POD_OWNER``). Labels: ``uid``,
+    (``model.PER_POD_LABELS``, ``PER_POD_ANNOTATIONS``, ``PER_POD_SPEC``, ``PER_POD_OWNER``, ``PER_POD_ENV``'s
+    values in each container's and init container's env). Labels: ``uid``,
     ``name``, ``object.name``, ``object.generateName``, ``object.uid``; ``-`` for the rest."""
     request = review.get("request") if isinstance(review, dict) else None
     if not isinstance(request, dict):
@@ -99,6 +100,16 @@ def identity_strings(review: Any) -> Iterator[tuple[str, dict[str, Any], str]]:
             for key in where:
                 if key in keys:
                     yield "-", where, key
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    for kind in ("initContainers", "containers"):
+        containers = spec.get(kind)
+        for container in containers if isinstance(containers, list) else ():
+            env = container.get("env") if isinstance(container, dict) else None
+            for entry in env if isinstance(env, list) else ():
+                if isinstance(entry, dict) and isinstance(name := entry.get("name"), str) and name in PER_POD_ENV:
+                    yield "-", entry, "value"
 
 
 MAX_SLOTS = 64
