@@ -43,8 +43,11 @@ Write = Callable[[list[Any]], object]
 
 _local = threading.local()
 _waiting: dict[int, tuple[Write, list[Any]]] = {}
-"""By ``id(owner)``: the owner's write and what waits for it. Touched only by the thread that holds the turn, and at
-a worker's exit by the interpreter's exit hook (``flush``)."""
+"""By ``id(owner)``: the owner's write and what waits for it. Touched by the thread that holds the turn, and at a
+worker's exit by the interpreter's exit hook (``flush``) too, while a request thread may still hand items in."""
+_lock = threading.Lock()
+"""Held while an item joins its owner's entry and while ``flush`` takes an entry: an item appended to an entry
+being written would be lost (never contended but at a worker's exit)."""
 _since = 0.0
 """When the oldest item waiting was handed in (``time.monotonic``)."""
 
@@ -65,16 +68,18 @@ def later(owner: object, write: Write, item: Any) -> None:
     if not deferring():
         _write(write, [item])
         return
-    if not _waiting:
-        _since = time.monotonic()
-    entry = _waiting.get(id(owner))
-    if entry is None:
-        _waiting[id(owner)] = (write, [item])
-    elif len(entry[1]) < LIMIT - 1:
-        entry[1].append(item)
-    else:
+    with _lock:
+        if not _waiting:
+            _since = time.monotonic()
+        entry = _waiting.get(id(owner))
+        if entry is None:
+            _waiting[id(owner)] = (write, [item])
+            return
+        if len(entry[1]) < LIMIT - 1:
+            entry[1].append(item)
+            return
         del _waiting[id(owner)]
-        _write(write, [*entry[1], item])
+    _write(write, [*entry[1], item])
 
 
 def settle() -> float | None:
@@ -95,10 +100,10 @@ def flush() -> None:
     """Hand over what waits, and hand over at once from now on in this thread (until the next ``defer``)."""
     _local.deferring = False
     while True:
-        try:  # one call, so that two threads may flush at once (a worker's exit hook and a thread leaving the pool)
+        with _lock:  # two threads may flush at once: a worker's exit hook and a thread leaving the pool
+            if not _waiting:
+                return
             _, (write, items) = _waiting.popitem()
-        except KeyError:
-            return
         _write(write, items)
 
 
