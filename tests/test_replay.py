@@ -393,6 +393,25 @@ def test_the_tenth_pod_of_an_indexed_workload_learns_a_template_of_its_own(monke
     assert [decide("validate", bodies[n], settings, view) for n in later] == expected
 
 
+def test_a_template_of_a_length_learned_before_is_widened_after_another_lengths(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A StatefulSet's first two pods made in one second learn no slot for their creation time; the pods from the
+    tenth on learn a template of their own; the third pod, a second later, widens the first length's template (no
+    fresh start at that length), and the fourth is answered unparsed."""
+    settings = Settings()
+    view = two_driver_view(settings)
+    revs = {n: controlled_review(STEERED, n, "StatefulSet") for n in (1, 2, 3, 4, 10, 11)}
+    for n in (1, 2):
+        meta = revs[n]["request"]["object"]["metadata"]
+        meta["creationTimestamp"] = meta["managedFields"][0]["time"] = "2026-12-01T08:00:00Z"
+    expected = whole_way("validate", body(revs[4]), settings, view)
+    for n in (1, 2, 10, 11, 3):
+        decide("validate", body(revs[n]), settings, view)
+    Unparsed(monkeypatch)
+    assert decide("validate", body(revs[4]), settings, view) == expected
+
+
 def test_a_number_that_differs_is_no_slot() -> None:
     revs = [replica(STEERED, n) for n in (1, 2)]
     for n, rev in enumerate(revs):

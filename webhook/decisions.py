@@ -4,11 +4,10 @@ A ReplicaSet, Job or StatefulSet creates pods that differ only in who they are (
 fields; a StatefulSet's or an Indexed Job's pod also its index, in labels, an annotation, its hostname and its
 generated name; the child Jobs of a JobSet also their names, uids and indexes; a LeaderWorkerSet's pods also their
 group, their index in it and their leader's address, in labels and in every container's env: ``model.PER_POD_*``).
-The pipeline
-reads none of those, so for one cluster snapshot and one settings object its answer to each of them is the same:
-``answer`` computes it once and hands out the stored one to the next replica. What is stored is the answer (patch,
-warnings, audit annotations, events to record); the Events and the decision log are still written per request,
-with the request's own names.
+The pipeline reads none of those, so for one cluster snapshot and one settings object its answer to each of them is
+the same: ``answer`` computes it once and hands out the stored one to the next replica. What is stored is the
+answer (patch, warnings, audit annotations, events to record); the Events and the decision log are still written
+per request, with the request's own names.
 
 The store hangs on the ``ClusterView`` it was computed against, so a new snapshot starts empty, and a request still
 running against the old one cannot write into the new one's. UPDATEs (which read ``oldObject``) are not stored.
@@ -190,7 +189,7 @@ def decide(
         try:
             if stored.tries > 0:
                 _learn(endpoint, stored, body, review, view)
-            elif stored.template is not None and not _kept(endpoint, stored, view):
+            elif stored.template is not None and _kept(endpoint, stored, len(stored.template.body), view) is None:
                 _keep(endpoint, stored, review, view)  # the replays' store was emptied since
         except Exception:  # learning is a saving, never a reason not to answer
             log.exception("cannot learn a template from the %s request %s", endpoint, review.uid[:64])
@@ -235,13 +234,14 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
 
 def _learn(endpoint: str, stored: Stored, body: bytes, review: ReviewRequest, view: ClusterView) -> None:
     """Compare a replica's body that was not replayed with the one of its length kept (the template's, or the body
-    kept to compare with); keep the template they make, widened by the slots of the one before at that length. A
+    kept to compare with); keep the template they make, widened by the slots of its template at that length (the
+    one it has, or one the replays' store still holds). A
     body of another length is kept to compare the next ones with, counted in the store in place of the one before:
     the tenth pod of a StatefulSet, an Indexed Job or a LeaderWorkerSet group is a digit longer, and its pods from
     there on get a template of their own (the nine before keep theirs)."""
     before = stored.template
-    if before is not None and len(before.body) != len(body):
-        before = None
+    if before is None or len(before.body) != len(body):
+        before = _kept(endpoint, stored, len(body), view)
     kept = before.body if before else stored.body
     if len(body) != len(kept):
         view.decisions.put(stored.key, stored, size=len(stored.key) + len(body))
@@ -257,11 +257,10 @@ def _learn(endpoint: str, stored: Stored, body: bytes, review: ReviewRequest, vi
     _keep(endpoint, stored, review, view)
 
 
-def _kept(endpoint: str, stored: Stored, view: ClusterView) -> bool:
-    """Whether the replays' store holds ``stored``'s template."""
-    template = stored.template
-    kept = view.replays.get((endpoint, len(template.body))) if template else None
-    return any(known.stored is stored for known in kept or ())
+def _kept(endpoint: str, stored: Stored, length: int, view: ClusterView) -> replay.Template | None:
+    """``stored``'s template for bodies of ``length``, when the replays' store still holds it."""
+    kept: tuple[Replay, ...] = view.replays.get((endpoint, length)) or ()
+    return next((known.template for known in kept if known.stored is stored), None)
 
 
 def _keep(endpoint: str, stored: Stored, review: ReviewRequest, view: ClusterView) -> None:
