@@ -188,6 +188,34 @@ def test_a_spent_template_is_kept_again_after_its_store_was_emptied(monkeypatch:
     assert decide("validate", body(replica(STEERED, 4)), settings, view)[1] == "allowed"
 
 
+def test_a_template_put_back_by_another_replica_still_names_its_replays_after_their_own_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One pod's request sent again (only the request's uid differs) makes a template of one slot. Put back by
+    another replica's request once the replays' store emptied, its replays are what they are: that pod, not the
+    replica that put it back (its Events and decision log line would name another pod)."""
+    settings = Settings()
+    view = two_driver_view(settings)
+    sent = [replica(STEERED, 1) for _ in range(3)]
+    for n, rev in enumerate(sent):
+        rev["request"]["uid"] = f"a1b2c3d4-0000-4000-8000-{90 + n:012d}"
+    for rev in sent[:2]:
+        decide("validate", body(rev), settings, view)
+    (known,) = view.replays.get(("validate", len(body(sent[0]))))
+    assert known.template.labels == ("uid",)
+    known.stored.tries = 0  # widened as often as it may be
+    for n in range(view.replays.entries):  # other workloads fill the store: it empties
+        view.replays.put(("validate", -n), ())
+    decide("validate", body(replica(STEERED, 2)), settings, view)  # another pod of the shape: the template put back
+    data = body(sent[2])
+    expected, _, fresh_answer = decisions.decide("validate", step("validate"), data, JSON_TYPE, settings, fresh(view))
+    Unparsed(monkeypatch)
+    got, result, answer = decisions.decide("validate", step("validate"), data, JSON_TYPE, settings, view)
+    assert result.replayed and answer == fresh_answer
+    assert dataclasses.replace(got, object=None, old_object=None) == dataclasses.replace(expected, object=None)
+    assert got.subject.name == "trainer-7d9f5c-00001"
+
+
 @pytest.mark.parametrize("compact", [True, False])
 @pytest.mark.parametrize("endpoint", ["mutate", "validate"])
 def test_from_the_third_replica_on_the_body_is_not_parsed(

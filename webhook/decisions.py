@@ -77,6 +77,9 @@ class Stored:
     body: bytes
     key: bytes
     template: replay.Template | None = None
+    review: ReviewRequest | None = None
+    """The request ``template``'s body came with (its objects left out): what a replayed request is, but for the
+    template's slots."""
     tries: int = LEARNING_TRIES
 
 
@@ -190,7 +193,7 @@ def decide(
             if stored.tries > 0:
                 _learn(endpoint, stored, body, review, view)
             elif stored.template is not None and _kept(endpoint, stored, len(stored.template.body), view) is None:
-                _keep(endpoint, stored, review, view)  # the replays' store was emptied since
+                _keep(endpoint, stored, view)  # the replays' store was emptied since
         except Exception:  # learning is a saving, never a reason not to answer
             log.exception("cannot learn a template from the %s request %s", endpoint, review.uid[:64])
     return review, result, encode_answer(review.uid, stored.parts)
@@ -254,7 +257,8 @@ def _learn(endpoint: str, stored: Stored, body: bytes, review: ReviewRequest, vi
         stored.tries -= 1
         return
     stored.template, stored.body, stored.tries = template, b"", LEARNING_TRIES
-    _keep(endpoint, stored, review, view)
+    stored.review = dataclasses.replace(review, object=None, old_object=None)
+    _keep(endpoint, stored, view)
 
 
 def _kept(endpoint: str, stored: Stored, length: int, view: ClusterView) -> replay.Template | None:
@@ -263,14 +267,14 @@ def _kept(endpoint: str, stored: Stored, length: int, view: ClusterView) -> repl
     return next((known.template for known in kept if known.stored is stored), None)
 
 
-def _keep(endpoint: str, stored: Stored, review: ReviewRequest, view: ClusterView) -> None:
-    """Put ``stored``'s template first among the templates of its body's length, the request it came from with
-    it (its identity aside)."""
-    template = stored.template
-    if template is None:
+def _keep(endpoint: str, stored: Stored, view: ClusterView) -> None:
+    """Put ``stored``'s template first among the templates of its body's length, with the request it was learned
+    from (never the request that puts it back: its identity would name the replays)."""
+    template, review = stored.template, stored.review
+    if template is None or review is None:
         return
     replayed = dataclasses.replace(stored.result, replayed=True)  # shares the stored answer's lists: read only
-    known = Replay(template, stored, dataclasses.replace(review, object=None, old_object=None), replayed)
+    known = Replay(template, stored, review, replayed)
     key = (endpoint, len(template.body))
     others = [r for r in view.replays.get(key) or () if r.stored is not stored]
     view.replays.put(key, (known, *others[: REPLAYS_PER_LENGTH - 1]), size=len(template.body))
