@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from hypothesis import given
+from hypothesis import settings as examples
 from hypothesis import strategies as st
 
 from tests.conftest import review
@@ -586,3 +587,70 @@ def test_any_body_gets_the_answer_of_the_whole_way(obj: Any, edits: list[tuple[i
         data = bytes(third)
         assert decide(endpoint, data, settings, view) == whole_way(endpoint, data, settings, view)
     assert len(view.replays) == 2  # a template per endpoint: the edits met one
+
+
+Sent = tuple[str, int, int, int] | None
+"""(workload kind, pod index, request variant, userInfo variant), or None: the replays' store empties."""
+
+sequences = st.lists(
+    st.one_of(
+        st.none(),
+        st.tuples(
+            st.sampled_from(["ReplicaSet", "another", "indexed"]),
+            st.sampled_from([1, 2, 3, 10, 11]),  # two lengths of an index
+            st.integers(0, 1),
+            st.integers(0, 1),
+        ),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def sent_body(endpoint: str, indexed: str, sent: tuple[str, int, int, int]) -> bytes:
+    """The body of one request of a sequence: a pod of a ReplicaSet (``another``: its template in another
+    ReplicaSet, with a generated name of its own) or of the indexed workload, retried under another request uid, by
+    another user uid."""
+    kind, n, variant, user = sent
+    stored = endpoint == "validate"
+    if kind == "indexed":
+        rev = controlled_review(STEERED, n, indexed, stored)
+    else:
+        rev = replica(STEERED, n, stored)
+        if kind == "another":
+            meta = rev["request"]["object"]["metadata"]
+            meta["generateName"] = "serving-5b8c4d-"
+            if stored:
+                meta["name"] = rev["request"]["name"] = f"serving-5b8c4d-{n:05d}"
+    rev["request"]["uid"] = f"a1b2c3d4-0000-4000-8000-{n * 10 + variant:012d}"
+    rev["request"]["userInfo"]["uid"] = f"u-{user:04d}"
+    return body(rev)
+
+
+@examples(FUZZ, max_examples=400)
+@given(
+    endpoint=st.sampled_from(["mutate", "validate"]),
+    indexed=st.sampled_from(["Job", "StatefulSet", "JobSet", "LeaderWorkerSet"]),
+    steps=sequences,
+)
+def test_any_sequence_of_requests_is_answered_and_named_as_the_whole_way(
+    endpoint: str, indexed: str, steps: list[Sent]
+) -> None:
+    """Replicas, retries, other workloads of one shape, other users, the replays' store emptied at any point: each
+    request gets the answer, decision and Events of a webhook that keeps nothing, and is told apart (named, logged,
+    its Events addressed) as that webhook tells it."""
+    settings = Settings()
+    view = two_driver_view(settings)
+    for sent in steps:
+        if sent is None:
+            for n in range(view.replays.entries):
+                view.replays.put(("-", -n), ())
+            continue
+        data = sent_body(endpoint, indexed, sent)
+        got = decisions.decide(endpoint, step(endpoint), data, JSON_TYPE, settings, view)
+        want = decisions.decide(endpoint, step(endpoint), data, JSON_TYPE, settings, fresh(view))
+        assert got[2] == want[2]
+        assert (got[1].decision, got[1].outcome.events) == (want[1].decision, want[1].outcome.events)
+        assert dataclasses.replace(got[0], object=None, old_object=None) == dataclasses.replace(
+            want[0], object=None, old_object=None
+        )
