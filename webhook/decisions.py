@@ -36,14 +36,7 @@ from webhook.admission import (
 )
 from webhook.cluster import ClusterView
 from webhook.config import Settings
-from webhook.model import (
-    PER_POD_ANNOTATIONS,
-    PER_POD_ENV,
-    PER_POD_LABELS,
-    PER_POD_OWNER,
-    PER_POD_SPEC,
-    Context,
-)
+from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_OWNER, PER_POD_SPEC, Context, is_per_pod_env
 from webhook.pipeline import Result
 
 log = logging.getLogger("gpu_admission.decisions")
@@ -157,20 +150,15 @@ def _spec_without_per_pod(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _per_pod_env(entry: Any) -> bool:
-    name = entry.get("name") if isinstance(entry, dict) and "value" in entry else None
-    return isinstance(name, str) and name in PER_POD_ENV
-
-
 def _has_per_pod_env(container: Any) -> bool:
     env = container.get("env") if isinstance(container, dict) else None
-    return isinstance(env, list) and any(map(_per_pod_env, env))
+    return isinstance(env, list) and any(map(is_per_pod_env, env))
 
 
 def _without_per_pod_env(container: Any) -> Any:
     if not _has_per_pod_env(container):
         return container
-    env = [{k: v for k, v in e.items() if k != "value"} if _per_pod_env(e) else e for e in container["env"]]
+    env = [{k: v for k, v in e.items() if k != "value"} if is_per_pod_env(e) else e for e in container["env"]]
     return {**container, "env": env}
 
 
@@ -238,10 +226,10 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
 def _learn(endpoint: str, stored: Stored, body: bytes, review: ReviewRequest, view: ClusterView) -> None:
     """Compare a replica's body that was not replayed with the one of its length kept (the template's, or the body
     kept to compare with); keep the template they make, widened by the slots of its template at that length (the
-    one it has, or one the replays' store still holds). A
-    body of another length is kept to compare the next ones with, counted in the store in place of the one before:
-    the tenth pod of a StatefulSet, an Indexed Job or a LeaderWorkerSet group is a digit longer, and its pods from
-    there on get a template of their own (the nine before keep theirs)."""
+    one it has, or one the replays' store still holds). A body of another length is kept to compare the next ones
+    with, counted in the store in place of the one before: the tenth pod of a StatefulSet, an Indexed Job or a
+    LeaderWorkerSet group is a digit longer, and its pods from there on get a template of their own (the nine
+    before keep theirs)."""
     before = stored.template
     if before is None or len(before.body) != len(body):
         before = _kept(endpoint, stored, len(body), view)

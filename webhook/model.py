@@ -84,6 +84,12 @@ CUDA policy reads only CUDA's own variables (``cuda_version.declared_cuda``). Ku
 kubernetes.io/docs/reference/labels-annotations-taints/; JobSet's: sigs.k8s.io/jobset, api/jobset/v1alpha2."""
 
 
+def is_per_pod_env(entry: object) -> bool:
+    """An env entry whose value is one of ``PER_POD_ENV``'s (a name of the list, and a ``value``)."""
+    name = entry.get("name") if isinstance(entry, dict) and "value" in entry else None
+    return isinstance(name, str) and name in PER_POD_ENV
+
+
 def is_input_annotation(key: str) -> bool:
     """True for the annotation keys a user writes (``gpu-admission.io/cuda-version.<container>`` included)."""
     if not key.startswith(PREFIX):

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.model import PER_POD_ANNOTATIONS, PER_POD_ENV, PER_POD_LABELS, PER_POD_OWNER, PER_POD_SPEC
+from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_OWNER, PER_POD_SPEC, is_per_pod_env
 
 PLAIN = re.compile(rb'[^"\\\x00-\x1f]*')
 """A JSON string's content that needs no escape: put between quotes it parses to its UTF-8 text, and nothing else."""
@@ -70,8 +70,8 @@ def identity_strings(review: Any) -> Iterator[tuple[str, dict[str, Any], str]]:
     reads: the request's uid and name, the object's name, generateName, uid, creationTimestamp and resourceVersion,
     the managed fields' times, and what the controllers write differently into each pod of one workload
     (``model.PER_POD_LABELS``, ``PER_POD_ANNOTATIONS``, ``PER_POD_SPEC``, ``PER_POD_OWNER``, ``PER_POD_ENV``'s
-    values in each container's and init container's env). Labels: ``uid``,
-    ``name``, ``object.name``, ``object.generateName``, ``object.uid``; ``-`` for the rest."""
+    values in each container's and init container's env). Labels: ``uid``, ``name``, ``object.name``,
+    ``object.generateName``, ``object.uid``; ``-`` for the rest."""
     request = review.get("request") if isinstance(review, dict) else None
     if not isinstance(request, dict):
         return
@@ -108,7 +108,7 @@ def identity_strings(review: Any) -> Iterator[tuple[str, dict[str, Any], str]]:
         for container in containers if isinstance(containers, list) else ():
             env = container.get("env") if isinstance(container, dict) else None
             for entry in env if isinstance(env, list) else ():
-                if isinstance(entry, dict) and isinstance(name := entry.get("name"), str) and name in PER_POD_ENV:
+                if is_per_pod_env(entry):
                     yield "-", entry, "value"
 
 
