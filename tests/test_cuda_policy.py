@@ -399,6 +399,36 @@ def test_forward_compatibility_alternatives(
         assert "env NVIDIA_REQUIRE_CUDA" in result.message and "needs CUDA 12.8" in result.message
 
 
+# nvidia/cuda 12.8's NVIDIA_REQUIRE_CUDA, one branch of it: every brand may use the compat package, as far as the
+# runtime's check goes.
+EVERY_BRAND = "cuda>=12.8 " + " ".join(
+    f"brand={b},driver>=535,driver<536"
+    for b in ("tesla", "unknown", "nvidia", "nvidiartx", "geforce", "geforcertx", "quadro", "quadrortx", "titan")
+)
+
+
+def test_forward_compatibility_only_on_data_center_gpus() -> None:
+    """The runtime's check passes on a GeForce GPU too, and the CUDA application then fails with error 804: denied,
+    saying so; on an H100 of the same driver it is admitted as forward compatibility."""
+    geforce = gpu_node("g", "geforce", "535.104.05", product="NVIDIA-GeForce-RTX-4090")
+    obj = pod(container(image="nvidia/cuda:12.8.1-base-ubuntu22.04", env={"NVIDIA_REQUIRE_CUDA": EVERY_BRAND}))
+    denied = pipeline.review(obj, context([geforce]))
+    assert not denied.allowed
+    assert "match the driver of pool geforce, but forward compatibility works only on data-center GPUs" in (
+        denied.message
+    )
+    assert "NVIDIA-GeForce-RTX-4090" in denied.message and "error 804" in denied.message
+    admitted = pipeline.review(copy.deepcopy(obj), context([A]))
+    assert admitted.allowed and "forward compatibility on pool gpu-a" in annotation_of(admitted.object)
+
+
+def test_an_expression_without_cuda_is_no_forward_compatibility() -> None:
+    result = pipeline.review(pod(container(env={"NVIDIA_REQUIRE_CUDA": "arch>=8.0"})), context([A]))
+    assert result.allowed
+    assert "supported by pool gpu-a" in annotation_of(result.object)
+    assert "compatibility" not in annotation_of(result.object)
+
+
 def test_forward_alternatives_named_in_the_denial() -> None:
     result = pipeline.review(pod(container(env={"NVIDIA_REQUIRE_CUDA": FORWARD})), context([B]))
     assert "forward-compatibility alternatives (driver branches 535, 570) do not match" in result.message
@@ -470,6 +500,17 @@ def test_every_source_reaches_the_denial(c: dict[str, Any], annotations: dict[st
     result = pipeline.review(pod(c, annotations=annotations), context([A]))
     assert not result.allowed
     assert f"needs CUDA 12.8 (from {source})" in result.message
+
+
+def test_disable_require_turns_off_every_requirement_of_the_environment() -> None:
+    """The runtime checks none of NVIDIA_REQUIRE_CUDA or CUDA_VERSION then (reference: "true disables all
+    requirements"); the webhook's own annotation still says what the container needs."""
+    env = {"NVIDIA_DISABLE_REQUIRE": "true", "NVIDIA_REQUIRE_CUDA": "cuda>=12.8", "CUDA_VERSION": "12.8.1"}
+    result = pipeline.review(pod(container(image=IMAGE_128, env=env)), context([A]))
+    assert result.allowed
+    assert "disabled by env NVIDIA_DISABLE_REQUIRE" in annotation_of(result.object)
+    declared = pod(container(image=IMAGE_128, env=env), annotations={"gpu-admission.io/cuda-version": "12.8"})
+    assert not pipeline.review(declared, context([A])).allowed
 
 
 def test_disable_require_is_not_checked() -> None:

@@ -62,6 +62,24 @@ CUDA_124_REQUIRE = (
         ),
         pytest.param(CUDA_124_REQUIRE, facts("12.3", "545.23.06"), False, id="forward-compat-branch-not-listed"),
         pytest.param(CUDA_124_REQUIRE, facts("11.4", "470.82.01"), True, id="forward-compat-470"),
+        pytest.param(
+            "cuda>=12.4 brand=geforce,driver>=535,driver<536",
+            facts("12.2", "535.104.05", frozenset({"geforcertx", "geforce"})),
+            False,
+            id="forward-compat-never-on-geforce",
+        ),
+        pytest.param(
+            "cuda>=12.4 brand=quadrortx,driver>=535,driver<536",
+            facts("12.2", "535.104.05", frozenset({"quadrortx", "quadro"})),
+            None,
+            id="forward-compat-on-rtx-unknown",
+        ),
+        pytest.param(
+            "driver>=535,brand=geforce",
+            facts("12.2", "535.104.05", frozenset({"geforce"})),
+            True,
+            id="no-cuda-term-no-forward",
+        ),
         pytest.param("driver>=470,driver<471", facts("11.5", "471.0"), False, id="driver-branch-upper-bound"),
         pytest.param("driver>=570.26", facts("12.8", "570.124.06"), True, id="driver-parts-numeric"),
         pytest.param("arch>=9.0", facts("12.4", "550.54.14", arch="8.0"), False, id="arch-below"),
@@ -357,3 +375,10 @@ def test_brands(product: str, brand: str) -> None:
 
 def test_unknown_product_has_no_brand() -> None:
     assert brands_of("Some-Future-GPU") == frozenset()
+
+
+def test_cuda_11_0_needs_its_ga_driver_not_the_release_candidates() -> None:
+    """11.0.2 GA needs 450.51.05; 450.36.06 was 11.0.1 RC's (reference cuda-driver.md, the table)."""
+    assert TABLE.minimum_driver((11, 0)) == (450, 51, 5)
+    assert TABLE.cuda_for_driver((450, 36, 6)) == (10, 2)
+    assert TABLE.cuda_for_driver((450, 51, 5)) == (11, 0)

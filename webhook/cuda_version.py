@@ -3,11 +3,11 @@
 A container's requirement comes from, in order (the first that says anything wins):
 
 1. the pod annotation ``gpu-admission.io/cuda-version.<container>``, then ``gpu-admission.io/cuda-version``;
-2. ``NVIDIA_REQUIRE_CUDA`` in the container's env: a requirement expression (below);
-3. ``CUDA_VERSION`` in the container's env: the runtime reads an image with it and no ``NVIDIA_REQUIRE_CUDA`` as
+2. ``NVIDIA_DISABLE_REQUIRE`` (a Go boolean) set true in the container's env: the runtime checks none of the
+   requirements below, so neither does the webhook (the container is "not checked");
+3. ``NVIDIA_REQUIRE_CUDA`` in the container's env: a requirement expression (below);
+4. ``CUDA_VERSION`` in the container's env: the runtime reads an image with it and no ``NVIDIA_REQUIRE_CUDA`` as
    ``cuda>=<major.minor>``;
-4. ``NVIDIA_DISABLE_REQUIRE`` (a Go boolean) set true: the container asks for no check, so its image name is not
-   read for a guess;
 5. the image reference, through the rules of ``data/cuda-images.yaml``.
 
 The requirement expression is libnvidia-container's (``src/cli/dsl.c``): space-separated terms are ORed, the
@@ -128,8 +128,11 @@ class Requirement:
 
     @property
     def forward_terms(self) -> tuple[tuple[Condition, ...], ...]:
-        """Terms that accept a node without asking its CUDA (the forward-compatibility alternatives)."""
-        return tuple(t for t in self.terms if not any(c.key == "cuda" for c in t))
+        """Terms that accept a node without asking its CUDA when another term asks it: the forward-compatibility
+        alternatives of a CUDA requirement. None in an expression where no term asks the CUDA (``driver>=550``
+        is a requirement on the driver, nothing forward)."""
+        forward = tuple(t for t in self.terms if not any(c.key == "cuda" for c in t))
+        return forward if len(forward) < len(self.terms) else ()
 
     def without_forward(self) -> Requirement:
         """Only the terms that ask the node's CUDA (forward compatibility not honoured); unchanged if none does."""
@@ -364,6 +367,8 @@ def declared_cuda(container: JSON, annotations: Mapping[str, Any], use_image: bo
             return Declared(name, image, source=source, error=f'{value!r} is not a CUDA version (write e.g. "12.4")')
         return Declared(name, image, at_least(version), source)
     env = env_values(container)
+    if env.get("NVIDIA_DISABLE_REQUIRE", "").strip() in _TRUE:
+        return Declared(name, image, source="env NVIDIA_DISABLE_REQUIRE", disabled=True)
     text = env.get("NVIDIA_REQUIRE_CUDA", "")
     if text.strip():
         source = "env NVIDIA_REQUIRE_CUDA"
@@ -377,9 +382,6 @@ def declared_cuda(container: JSON, annotations: Mapping[str, Any], use_image: bo
         if version is None:
             return Declared(name, image, source="env CUDA_VERSION", error=f"{text!r} is not a CUDA version")
         return Declared(name, image, at_least(version), "env CUDA_VERSION")
-    disable = env.get("NVIDIA_DISABLE_REQUIRE", "").strip()
-    if disable in _TRUE:
-        return Declared(name, image, source="env NVIDIA_DISABLE_REQUIRE", disabled=True)
     if use_image:
         found = image_cuda(image)
         if found:
@@ -456,23 +458,60 @@ def _condition_holds(c: Condition, facts: NodeFacts, table: DriverTable, compati
     return _holds(compare(have, c.version), c.op)
 
 
+DATA_CENTER_BRANDS = frozenset(("tesla", "nvidia"))
+CONSUMER_BRANDS = frozenset(("geforce", "geforcertx", "titan", "titanrtx"))
+"""Forward compatibility works only on data-center GPUs (and a few NGC server-ready RTX SKUs, which the brand does
+not tell apart); elsewhere the CUDA application fails with error 804 although the runtime's check passed
+(reference cuda-driver.md, section 2). nvidia/cuda images' NVIDIA_REQUIRE_CUDA names the GeForce, Quadro and TITAN
+brands in its alternatives too. The driver branches an alternative names are taken as written: the images list
+the branches their compat package supports."""
+
+
+def forward_possible(facts: NodeFacts) -> Verdict:
+    """Can a newer CUDA run on this node group through forward compatibility at all? None when its GPU's brand is
+    unknown, or is an RTX or Quadro one that may be a server-ready SKU."""
+    if facts.brands & DATA_CENTER_BRANDS:
+        return True
+    return False if facts.brands & CONSUMER_BRANDS else None
+
+
+def forward_barred(requirement: Requirement, facts: NodeFacts, table: DriverTable) -> bool:
+    """A forward-compatibility alternative matches this node group's driver and brand as written, but forward
+    compatibility cannot be known to work there (``forward_possible``): the reason a user needs to read."""
+    return forward_possible(facts) is not True and any(
+        _term_holds(t, facts, table, "strict") is True for t in requirement.forward_terms
+    )
+
+
+def _term_holds(
+    term: tuple[Condition, ...], facts: NodeFacts, table: DriverTable, compatibility: Compatibility
+) -> Verdict:
+    result: Verdict = True
+    for c in term:
+        held = _condition_holds(c, facts, table, compatibility)
+        if held is False:
+            return False
+        if held is None:
+            result = None
+    return result
+
+
 def evaluate(
     requirement: Requirement, facts: NodeFacts, table: DriverTable, compatibility: Compatibility = "strict"
 ) -> Verdict:
-    """Does a node group with ``facts`` satisfy ``requirement``? Three-valued: OR of ANDs over True/False/None."""
+    """Does a node group with ``facts`` satisfy ``requirement``? Three-valued: OR of ANDs over True/False/None. A
+    forward-compatibility alternative holds only where forward compatibility can work (``forward_possible``)."""
     result: Verdict = False
+    forward = requirement.forward_terms
     for term in requirement.terms:
-        term_result: Verdict = True
-        for c in term:
-            held = _condition_holds(c, facts, table, compatibility)
-            if held is False:
-                term_result = False
-                break
-            if held is None:
-                term_result = None
-        if term_result is True:
+        held = _term_holds(term, facts, table, compatibility)
+        if held is not False and term in forward:
+            possible = forward_possible(facts)
+            if possible is not True:
+                held = possible
+        if held is True:
             return True
-        if term_result is None:
+        if held is None:
             result = None
     return result
 
@@ -480,13 +519,10 @@ def evaluate(
 def accepted_by(requirement: Requirement, facts: NodeFacts, table: DriverTable) -> str:
     """How the requirement accepts a node it accepts: 'cuda' through the node's CUDA, 'forward' through a
     forward-compatibility alternative (driver branch and brand only), 'minor' through minor-version compatibility."""
-    if any(
-        evaluate(Requirement((t,), ""), facts, table) is True
-        for t in requirement.terms
-        if any(c.key == "cuda" for c in t)
-    ):
+    forward = requirement.forward_terms
+    if any(_term_holds(t, facts, table, "strict") is True for t in requirement.terms if t not in forward):
         return "cuda"
-    if any(evaluate(Requirement((t,), ""), facts, table) is True for t in requirement.forward_terms):
+    if forward_possible(facts) and any(_term_holds(t, facts, table, "strict") is True for t in forward):
         return "forward"
     return "minor"
 

@@ -41,12 +41,11 @@ def show_driver(version: Version | None) -> str:
 
 @dataclass(frozen=True)
 class DriverTable:
-    """CUDA minor -> minimum driver (GA rows), minor-compat floors and forward-compat branches."""
+    """CUDA minor -> minimum driver (GA rows) and minor-compat floors."""
 
     minimum: tuple[tuple[Version, Version], ...]
     """(cuda major.minor, minimum driver), newest CUDA first."""
     minor_floor: Mapping[int, Version]
-    forward_branches: frozenset[int]
     source: str
 
     def cuda_for_driver(self, driver: Version) -> Version | None:
@@ -72,7 +71,7 @@ class DriverTable:
                 raise ValueError(f"cuda.driverTable: {cuda!r}: {driver!r} is not a CUDA version and a driver version")
             rows[c[:2]] = d
         ordered = tuple(sorted(rows.items(), reverse=True))
-        return DriverTable(ordered, self.minor_floor, self.forward_branches, self.source)
+        return DriverTable(ordered, self.minor_floor, self.source)
 
 
 @lru_cache(maxsize=1)
@@ -91,6 +90,5 @@ def builtin_table() -> DriverTable:
     return DriverTable(
         tuple(sorted(rows, reverse=True)),
         floors,
-        frozenset(int(b) for b in raw["forward_compat_branches"]),
         str(raw["source"]),
     )

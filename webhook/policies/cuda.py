@@ -34,6 +34,7 @@ from webhook.cuda_version import (
     env_values,
     evaluate,
     facts_of,
+    forward_barred,
     forward_branches,
     show_mm,
 )
@@ -567,7 +568,17 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> str:
     head += f"{listing(blocked)}."
     branches = forward_branches(c.requirement)
     if branches and ctx.settings.cuda.forward_compatibility:
-        head += f" Its forward-compatibility alternatives (driver branches {', '.join(branches)}) do not match either."
+        table = driver_table(ctx.settings.cuda)
+        barred = [g for g in blocked if forward_barred(c.requirement, facts_of(g), table)]
+        named = f"Its forward-compatibility alternatives (driver branches {', '.join(branches)})"
+        if barred:
+            gpus = ", ".join(sorted({g.gpu_product or "unknown" for g in barred}))
+            head += (
+                f" {named} match the driver of {pool_names(barred)}, but forward compatibility works only on"
+                f" data-center GPUs (its GPU: {gpus}; elsewhere CUDA fails with error 804)."
+            )
+        else:
+            head += f" {named} do not match either."
     remedies: list[str] = []
     newest = sorted(g.cuda for g in a.eligible if g.cuda)
     if newest and d.version:
