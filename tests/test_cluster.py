@@ -250,6 +250,19 @@ def test_format_pools_table(example: ClusterView) -> None:
         ),
         pytest.param({"nvidia.com/cuda.driver-version.full": "garbage"}, "unknown", "unknown", id="garbage"),
         pytest.param({}, "unknown", "unknown", id="no-labels"),
+        pytest.param(  # a part missing: no driver made up of the others (550.15 would read as CUDA 12.3)
+            {"nvidia.com/cuda.driver.major": "550", "nvidia.com/cuda.driver.rev": "15"},
+            "unknown",
+            "unknown",
+            id="minor-missing",
+        ),
+        pytest.param({"nvidia.com/cuda.driver-version.major": "550"}, "unknown", "unknown", id="only-major"),
+        pytest.param(
+            {"nvidia.com/cuda.driver-version.minor": "54", "nvidia.com/cuda.driver-version.revision": "15"},
+            "unknown",
+            "unknown",
+            id="major-missing",
+        ),
     ],
 )
 def test_driver_and_cuda(labels: dict[str, str], driver: str, cuda: str) -> None:
@@ -350,6 +363,15 @@ def test_mig_mixed_offers_only_allocatable_profiles_with_memory() -> None:
     )
     assert group.mig_profiles == {"1g.5gb": MigOffer(7, 4864), "1g.5gb.me": MigOffer(1, 0)}
     assert group.pool == "NVIDIA-A100-SXM4-40GB/driver-unknown/mig-mixed-1g.5gb-1g.5gb.me"
+
+
+def test_mig_profiles_offered_without_a_strategy_label_are_the_mixed_strategy() -> None:
+    """The device plugin in mixed mode without GPU feature discovery: only the nvidia.com/mig-<profile> resources
+    say so (the plugin offers them in no other mode)."""
+    group = one(
+        {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "7"}
+    )
+    assert group.mig_strategy == "mixed" and group.mig_profiles == {"1g.10gb": MigOffer(7, 0)}
 
 
 @pytest.mark.parametrize("state", ["pending", "rebooting"])

@@ -46,6 +46,16 @@ def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
         pytest.param("audit:\n  eventQueueSize: lots\n", "audit.eventQueueSize: must be an integer", id="int"),
         pytest.param("audit:\n  events: 'yes'\n", "audit.events: must be true or false", id="bool"),
         pytest.param("cluster:\n  pools: [{driverVersion: '550'}]\n", "missing required setting name", id="required"),
+        pytest.param(
+            "cluster:\n  pools: [{name: new, driverVersion: '570.124.06'}]\n",
+            "cluster.pools[0]: missing required setting nodeSelector",
+            id="required-selector",
+        ),
+        pytest.param(
+            "cluster:\n  pools: [{name: new, nodeSelector: {}, driverVersion: '570.124.06'}]\n",
+            "pool 'new' has no nodeSelector",
+            id="empty-selector",
+        ),
         pytest.param("cluster:\n  pools: {a: 1}\n", "cluster.pools: must be a list", id="list"),
         pytest.param("- just\n- a list\n", "must hold a mapping", id="not-a-mapping"),
         pytest.param("cuda: [unclosed\n", "not valid YAML", id="yaml"),

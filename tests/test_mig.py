@@ -270,6 +270,18 @@ def test_stale_zero_capacity_profiles_are_ignored():
     assert resources_of(result.object) == mig("7g.80gb")
 
 
+def test_mixed_strategy_without_feature_discovery_is_read_from_the_offered_profiles():
+    """Only the device plugin (mixed mode), no GPU feature discovery: no nvidia.com/mig.strategy label, no GPU
+    product; the nvidia.com/mig-<profile> resources are what the node offers, and a fraction is turned into one."""
+    node = mixed_node("n0", A100_80, {"3g.40gb": 2, "1g.10gb": 1}, "a100")
+    labels = node["metadata"]["labels"]
+    for key in ("nvidia.com/mig.strategy", "nvidia.com/mig.capable", "nvidia.com/gpu.product"):
+        del labels[key]
+    result = review(frac("0.25"), [node])
+    assert result.allowed, result.message
+    assert resources_of(result.object) == mig("3g.40gb")
+
+
 @pytest.mark.parametrize(
     ("ask", "expected"),
     [

@@ -918,8 +918,9 @@ def _driver_from_labels(labels: Mapping[str, str]) -> tuple[Version | None, str,
     ):
         major, minor = labels.get(f"{GFD}{prefix}.major"), labels.get(f"{GFD}{prefix}.minor")
         if major is not None or minor is not None:
-            rev = labels.get(f"{GFD}{prefix}.{rev_key}", "")
-            candidates.append((".".join(p for p in (major or "", minor or "", rev) if p), source))
+            rev = labels.get(f"{GFD}{prefix}.{rev_key}", "")  # empty for a two-part driver (570.26)
+            parts = (major or "?", minor or "?", *([rev] if rev else []))  # a part missing: no version made up
+            candidates.append((".".join(parts), source))
     for text, source in candidates:
         version = parse_version(text)
         if version:
@@ -1034,11 +1035,13 @@ class _Builder:
             sharing = "time-slicing" if shared_hint else (declared.sharing if declared else "none")
 
         strategy = labels.get(GFD + "mig.strategy", "none")
+        profiles = _mig_profiles(labels, allocatable)
         if first.labels.get(GKE_PARTITION_LABEL):
             strategy = "gke"
         elif strategy == "none" and declared and declared.mig_strategy != "none":
             strategy = declared.mig_strategy
-        profiles = _mig_profiles(labels, allocatable)
+        elif strategy == "none" and profiles:
+            strategy = "mixed"  # the device plugin offers nvidia.com/mig-<profile> only in mixed mode; no GFD label
         if strategy == "single":
             product, profile = _single_profile(product)
             devices = _whole(allocatable.get(GPU_RESOURCE))

@@ -43,8 +43,9 @@ class PoolSettings:
 
     name: str
     """The pool's name, as it shows in messages and in ``gpu-admission pools``."""
-    node_selector: dict[str, str] = field(default_factory=dict)
-    """Node labels that select the pool's nodes (and that steering and spot affinity use)."""
+    node_selector: dict[str, str]
+    """Node labels that select the pool's nodes (and that steering and spot affinity use); required, and not
+    empty: a pool no node can match would take pods that then land on other nodes."""
     taints: list[TaintSpec] = field(default_factory=list)
     """Taints the pool's nodes carry."""
     gpu_product: str = ""
@@ -63,6 +64,14 @@ class PoolSettings:
     """GPU sharing strategy (time-slicing or MPS replicas)."""
     spot: bool = False
     """The pool is spot / preemptible capacity."""
+
+    def __post_init__(self) -> None:
+        if not self.node_selector:
+            raise ConfigError(
+                f"cluster.pools: pool {self.name!r} has no nodeSelector: give the node labels that select its nodes"
+                " (e.g. {cloud.google.com/gke-nodepool: <pool>}); a pool that selects no node would be offered to"
+                " pods that then run elsewhere"
+            )
 
 
 @dataclass(frozen=True)
@@ -263,7 +272,7 @@ def build(cls: type[T], data: Any, path: str = "") -> T:
         if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     if missing:
-        raise ConfigError(f"{where}: missing required setting {', '.join(missing)}")
+        raise ConfigError(f"{where}: missing required setting {', '.join(map(_camel, missing))}")
     return cls(**values)
 
 
