@@ -460,6 +460,26 @@ def test_minor_compatibility_mode() -> None:
     assert "minor-version compatibility on pool gpu-a" in annotation_of(result.object)
 
 
+def test_minor_compatibility_mode_advises_the_majors_floor() -> None:
+    """CUDA 12.8 on a CUDA 11.8 driver (520): in minor mode any 12.x runs from 525.60.13, not only from 570.26."""
+    r520 = gpu_node("r-1", "r520", "520.61.05")
+    result = pipeline.review(pod(container(image=IMAGE_128)), context([r520], settings({"compatibility": "minor"})))
+    assert not result.allowed
+    assert "upgrade the driver of pool r520 to >= 525.60.13" in result.message
+    strict = pipeline.review(pod(container(image=IMAGE_128)), context([r520]))
+    assert "upgrade the driver of pool r520 to >= 570.26" in strict.message
+
+
+def test_a_strict_lower_bound_needs_the_next_minor() -> None:
+    """cuda>12.4 (compared at major.minor, as every bound is) is not met by a CUDA 12.4 driver: the denial asks for
+    12.5 and its driver, not for what the node already has."""
+    result = pipeline.review(
+        pod(container(env={"NVIDIA_REQUIRE_CUDA": "cuda>12.4"})), context([gpu_node("r", "r550", "550.54.15")])
+    )
+    assert not result.allowed
+    assert "needs CUDA 12.5" in result.message and ">= 555.42.02" in result.message
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Containers: every source, init containers, several containers
 

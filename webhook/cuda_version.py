@@ -114,11 +114,12 @@ class Requirement:
 
     @property
     def cuda(self) -> Version | None:
-        """The lowest CUDA (major.minor) any term accepts through a lower bound; None when no term bounds cuda."""
+        """The lowest CUDA (major.minor) any term accepts through a lower bound; None when no term bounds cuda.
+        ``cuda>12.4`` is compared at major.minor too, so the lowest it accepts is 12.5."""
         floors: list[Version] = []
         for term in self.terms:
             bounds = [
-                major_minor(c.version)
+                _next_minor(major_minor(c.version)) if c.op == ">" else major_minor(c.version)
                 for c in term
                 if c.key == "cuda" and c.version is not None and c.op in (">=", ">", "=")
             ]
@@ -138,6 +139,11 @@ class Requirement:
         """Only the terms that ask the node's CUDA (forward compatibility not honoured); unchanged if none does."""
         kept = tuple(t for t in self.terms if any(c.key == "cuda" for c in t))
         return Requirement(kept, self.text) if kept else self
+
+
+def _next_minor(version: Version) -> Version:
+    major, minor = (*version, 0)[:2]
+    return (major, minor + 1)
 
 
 def _condition(text: str) -> Condition:

@@ -531,7 +531,11 @@ def _upgrade(c: Check, groups: Sequence[NodeGroup], ctx: Context) -> str:
     known = [g for g in groups if g.driver is not None]
     if version is None or not known:
         return ""
-    need = driver_table(ctx.settings.cuda).minimum_driver(version)
+    table = driver_table(ctx.settings.cuda)
+    need = table.minimum_driver(version)
+    floor = table.minor_floor.get(version[0]) if ctx.settings.cuda.compatibility == "minor" else None
+    if floor is not None and (need is None or floor < need):
+        need = floor  # minor-version compatibility: any <major>.x runs on the major's floor
     newer = f"one that supports CUDA {show(version)} (newer than the table knows)"
     target = f">= {show_driver(need)}" if need else newer
     return f"upgrade the driver of {pool_names(known)} to {target}"
