@@ -325,6 +325,16 @@ def test_single_strategy_gives_a_gpu_and_a_product_selector():
     assert small.object["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": f"{A100_40}-MIG-1g.5gb"}
 
 
+def test_single_strategy_gh200_144gb_is_told_from_the_96gb_part_by_its_profile():
+    """GH200 is a 96 GB and a 144 GB part, and a single-strategy node reports no memory: its 1g.18gb (an eighth of
+    144 GB; reference mig.md) is a fraction of 0.125, not the quarter it would be of 96 GB."""
+    node = single_node("g0", "NVIDIA-GH200-480GB", "1g.18gb", 7, "gh200")
+    node["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-GH200-MIG-1g.18gb"
+    assert not review(frac("0.25"), [node]).allowed
+    result = review(frac("0.1"), [node])
+    assert result.allowed and resources_of(result.object)["limits"] == {"nvidia.com/gpu": "1"}
+
+
 def test_single_strategy_second_container_lands_on_the_same_profile():
     nodes = [single_node("s0", A100_40, "1g.5gb", 7, "small"), single_node("s1", A100_40, "3g.20gb", 2, "half")]
     obj = pod(container("a", limits={GPU: "0.5"}), container("b", limits={GPU: "0.1"}))

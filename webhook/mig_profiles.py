@@ -129,8 +129,9 @@ class ProfileTable:
     def model_for(
         self, product: str = "", accelerator: str = "", memory_mib: int = 0, offered: Iterable[str] = ()
     ) -> GpuModel | None:
-        """The model of a GPU from its GFD product name (nearest memory when several match), its GKE accelerator
-        label, or, failing both, the one model whose table names every offered profile."""
+        """The model of a GPU from its GFD product name (nearest memory when several match; without the memory
+        (single strategy), the one whose table names every offered profile), its GKE accelerator label, or, failing
+        both, the one model whose table names every offered profile."""
         found = [m for m in self.models if product and m.matches(product)]
         if not found and accelerator:
             found = [m for m in self.models if accelerator in m.gke_accelerators]
@@ -138,9 +139,13 @@ class ProfileTable:
             gib = memory_mib / 1024
             found.sort(key=lambda m: abs(m.memory_gb - gib))
             return found[0]
+        names = [n for n in offered if parse_name(n)]
+        if len(found) > 1 and names:  # GH200 is a 96 GB and a 144 GB part: 1g.18gb is only the second's
+            naming = [m for m in found if all(m.lookup(n) is not None and _exact(m, n) for n in names)]
+            if naming:
+                return naming[0]
         if found:
             return found[0]
-        names = [n for n in offered if parse_name(n)]
         if names:
             fitting = [m for m in self.models if all(m.lookup(n) is not None and _exact(m, n) for n in names)]
             if len(fitting) == 1 or (fitting and all(_same_rows(fitting[0], m) for m in fitting[1:])):
