@@ -420,6 +420,9 @@ def test_forward_compatibility_only_on_data_center_gpus() -> None:
     assert "NVIDIA-GeForce-RTX-4090" in denied.message and "error 804" in denied.message
     admitted = pipeline.review(copy.deepcopy(obj), context([A]))
     assert admitted.allowed and "forward compatibility on pool gpu-a" in annotation_of(admitted.object)
+    unknown = gpu_node("u", "gpu-u", "535.104.05", product="NVIDIA-Graphics-Device")
+    unsure = pipeline.review(copy.deepcopy(obj), context([unknown]))
+    assert not unsure.allowed and "(its GPU: NVIDIA-Graphics-Device, of a brand not known;" in unsure.message
 
 
 def test_an_expression_without_cuda_is_no_forward_compatibility() -> None:

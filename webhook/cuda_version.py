@@ -482,10 +482,11 @@ def forward_possible(facts: NodeFacts) -> Verdict:
 
 
 def forward_barred(requirement: Requirement, facts: NodeFacts, table: DriverTable) -> bool:
-    """A forward-compatibility alternative matches this node group's driver and brand as written, but forward
-    compatibility cannot be known to work there (``forward_possible``): the reason a user needs to read."""
+    """A forward-compatibility alternative matches this node group's driver (its brand conditions aside), but
+    forward compatibility cannot be known to work there (``forward_possible``): the reason a user needs to read."""
     return forward_possible(facts) is not True and any(
-        _term_holds(t, facts, table, "strict") is True for t in requirement.forward_terms
+        _term_holds(tuple(c for c in t if c.key != "brand"), facts, table, "strict") is True
+        for t in requirement.forward_terms
     )
 
 

@@ -576,7 +576,7 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> str:
         barred = [g for g in blocked if forward_barred(c.requirement, facts_of(g), table)]
         named = f"Its forward-compatibility alternatives (driver branches {', '.join(branches)})"
         if barred:
-            gpus = ", ".join(sorted({g.gpu_product or "unknown" for g in barred}))
+            gpus = ", ".join(sorted({_gpu_brand(g) for g in barred}))
             head += (
                 f" {named} match the driver of {pool_names(barred)}, but forward compatibility works only on"
                 f" data-center GPUs (its GPU: {gpus}; elsewhere CUDA fails with error 804)."
@@ -597,6 +597,13 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> str:
         remedies.append("declare the CUDA version the image really needs (annotation gpu-admission.io/cuda-version)")
     text = "; or ".join(remedies)
     return f"{head} To fix: {text[0].upper()}{text[1:]}."
+
+
+def _gpu_brand(group: NodeGroup) -> str:
+    """The GPU as a forward-compatibility denial names it: its product, and whether its brand is known."""
+    if not group.gpu_product:
+        return "not known (no nvidia.com/gpu.product label)"
+    return group.gpu_product if facts_of(group).brands else f"{group.gpu_product}, of a brand not known"
 
 
 def _no_common_pool(a: Assessment) -> str:
