@@ -577,8 +577,10 @@ def test_containers_without_a_common_pool_are_denied() -> None:
     result = pipeline.review(obj, context([A, C]))
     assert not result.allowed
     assert "no pool in common" in result.message
-    assert "old (requirement" not in result.message and "runs on pool gpu-a" in result.message
-    assert "runs on pool gpu-c" in result.message
+    assert "runs on pool gpu-a" in result.message and "runs on pool gpu-c" in result.message
+    # each container with its image, and an expression whole: its upper bound is what keeps it off gpu-c
+    assert "old (image ubuntu:22.04: requirement cuda>=12.0,cuda<12.3 from env NVIDIA_REQUIRE_CUDA)" in result.message
+    assert f"new (image {IMAGE_128}: CUDA 12.8 from image tag" in result.message
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -611,7 +611,11 @@ def _no_common_pool(a: Assessment) -> str:
     for i in a.known:
         c = a.checks[i]
         ok = [g for j, g in enumerate(a.eligible) if a.allowed(a.status[i][j])]
-        parts.append(f"{c.label} ({c.declared.version_text} {_source(c.declared)}) runs on {pool_names(ok)}")
+        d = c.declared
+        needs = d.version_text
+        if d.requirement is not None and d.version is not None and d.source == "env NVIDIA_REQUIRE_CUDA":
+            needs = f"requirement {d.requirement.text}"  # its other conditions decide too (driver<550)
+        parts.append(f"{c.label} (image {d.image or '(none)'}: {needs} {_source(d)}) runs on {pool_names(ok)}")
     return (
         "the GPU containers of this pod have no pool in common that supports all of them: "
         + "; ".join(parts)
