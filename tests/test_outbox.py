@@ -127,6 +127,30 @@ def test_items_handed_in_while_another_thread_flushes_are_each_written_once() ->
     assert sorted(written) == list(range(20_000))
 
 
+def test_a_workers_exit_waits_for_a_write_another_thread_has_under_way() -> None:
+    """A thread leaving the pool took the last request's items and is writing them when the exit hook runs: the hook
+    waits for that write (the interpreter would stop the thread where it stands: the request's Events were lost)."""
+    started, written = threading.Event(), []
+
+    def slow(items: list[Any]) -> None:
+        started.set()
+        time.sleep(0.3)
+        written.extend(items)
+
+    def leave() -> None:
+        outbox.defer()
+        outbox.later(owner, slow, "last request's Events")
+        outbox.flush()
+
+    owner = object()
+    thread = threading.Thread(target=leave, daemon=True)
+    thread.start()
+    assert started.wait(5)
+    outbox._at_exit()
+    assert written == ["last request's Events"]
+    thread.join(5)
+
+
 def test_an_owner_with_limit_items_waiting_writes_them_out_at_once() -> None:
     owner = Writes()
     outbox.defer()

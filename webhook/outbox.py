@@ -50,6 +50,14 @@ _lock = threading.Lock()
 being written would be lost (never contended but at a worker's exit)."""
 _since = 0.0
 """When the oldest item waiting was handed in (``time.monotonic``)."""
+_writing = 0
+"""Lists of items taken out of ``_waiting`` whose write has not returned yet (under ``_lock``): a request thread's
+write (a daemon thread) is stopped where it stands once the interpreter finalizes, so the exit hook waits for it."""
+_written = threading.Condition(_lock)
+"""Told when ``_writing`` goes down."""
+
+EXIT_WAIT_S = 5.0
+"""How long a worker's exit (``_at_exit``) waits at most for the writes that other threads have under way."""
 
 
 def defer() -> None:
@@ -64,7 +72,7 @@ def deferring() -> bool:
 def later(owner: object, write: Write, item: Any) -> None:
     """``write([item])``, now, or (``defer``) at the next ``flush`` (or ``settle`` when due) together with
     ``owner``'s other waiting items."""
-    global _since
+    global _since, _writing
     if not deferring():
         _write(write, [item])
         return
@@ -79,7 +87,8 @@ def later(owner: object, write: Write, item: Any) -> None:
             entry[1].append(item)
             return
         del _waiting[id(owner)]
-    _write(write, [*entry[1], item])
+        _writing += 1
+    _hand_over(write, [*entry[1], item])
 
 
 def settle() -> float | None:
@@ -98,13 +107,26 @@ def settle() -> float | None:
 
 def flush() -> None:
     """Hand over what waits, and hand over at once from now on in this thread (until the next ``defer``)."""
+    global _writing
     _local.deferring = False
     while True:
         with _lock:  # two threads may flush at once: a worker's exit hook and a thread leaving the pool
             if not _waiting:
                 return
             _, (write, items) = _waiting.popitem()
+            _writing += 1
+        _hand_over(write, items)
+
+
+def _hand_over(write: Write, items: list[Any]) -> None:
+    """``_write`` items taken out of ``_waiting`` (counted in ``_writing``), and count them out."""
+    global _writing
+    try:
         _write(write, items)
+    finally:
+        with _lock:
+            _writing -= 1
+            _written.notify_all()
 
 
 def _write(write: Write, items: list[Any]) -> None:
@@ -114,4 +136,13 @@ def _write(write: Write, items: list[Any]) -> None:
         log.exception("cannot hand over %d item(s) to %s", len(items), getattr(write, "__qualname__", write))
 
 
-atexit.register(flush)
+def _at_exit() -> None:
+    """A worker's exit: hand over what waits, and wait for what another thread (one leaving the pool) took out of
+    ``_waiting`` and is writing: the interpreter stops daemon threads where they stand once this hook returns, which
+    lost the Events of a request answered just before SIGTERM (its decision log line written, its Events not)."""
+    flush()
+    with _lock:
+        _written.wait_for(lambda: not _writing, EXIT_WAIT_S)
+
+
+atexit.register(_at_exit)
