@@ -141,16 +141,21 @@ class ProfileTable:
             return found[0]
         names = [n for n in offered if parse_name(n)]
         if len(found) > 1 and names:  # GH200 is a 96 GB and a 144 GB part: 1g.18gb is only the second's
-            naming = [m for m in found if all(m.lookup(n) is not None and _exact(m, n) for n in names)]
+            naming = [m for m in found if _names_all(m, names)]
             if naming:
                 return naming[0]
         if found:
             return found[0]
         if names:
-            fitting = [m for m in self.models if all(m.lookup(n) is not None and _exact(m, n) for n in names)]
+            fitting = [m for m in self.models if _names_all(m, names)]
             if len(fitting) == 1 or (fitting and all(_same_rows(fitting[0], m) for m in fitting[1:])):
                 return fitting[0]
         return None
+
+
+def _names_all(model: GpuModel, names: Iterable[str]) -> bool:
+    """``model``'s table has each of these profiles, by its own name."""
+    return all(model.lookup(n) is not None and _exact(model, n) for n in names)
 
 
 def _exact(model: GpuModel, name: str) -> bool:
