@@ -42,7 +42,13 @@ class Writes:
 
 @pytest.fixture(autouse=True)
 def _nothing_left() -> Iterator[None]:
+    """After each test: the threads of the pools it shut down have left (a thread that leaves hands over the whole
+    outbox, which could take the next test's items), and nothing waits."""
+    before = set(threading.enumerate())
     yield
+    for thread in set(threading.enumerate()) - before:
+        if thread.name.startswith("gpu-admission-request-"):
+            thread.join(5)
     outbox.flush()
     assert not outbox._waiting
 
