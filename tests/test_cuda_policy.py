@@ -172,6 +172,16 @@ def test_none_compatible_denies_with_an_actionable_message() -> None:
     assert not result.outcome.events  # the pod will not exist: nothing to attach an event to
 
 
+def test_a_pool_whose_nodes_offer_no_gpu_is_not_advised() -> None:
+    """A pool new enough whose nodes have no GPU to give (allocatable nvidia.com/gpu 0: the device plugin down) is
+    no place to send the pod: the denial does not say to target it."""
+    empty = gpu_node("c-1", "gpu-c", "570.124.06")
+    empty["status"]["allocatable"]["nvidia.com/gpu"] = "0"
+    result = pipeline.review(pod(container(image=IMAGE_128)), context([A, empty]))
+    assert not result.allowed
+    assert "target pool gpu-c" not in result.message and "upgrade the driver of pool gpu-a" in result.message
+
+
 def test_some_compatible_steers_on_gfd_cuda_labels() -> None:
     ctx = context([A, B, C])
     result = pipeline.review(pod(container(image=IMAGE_128)), ctx)

@@ -320,7 +320,7 @@ class ClusterView:
         for group in self.groups:
             if gpu_only and not group.has_gpu:
                 continue
-            if not _offers(group, wanted):
+            if not offers(group, wanted):
                 continue
             if not _tolerates(group.taints, rules.tolerations, tolerated_by_plugin, rules.node_name is not None):
                 continue
@@ -520,7 +520,7 @@ def _wanted(resources: Mapping[str, Decimal] | Iterable[str]) -> dict[str, Decim
     return {str(r): Decimal(0) for r in resources}
 
 
-def _offers(group: NodeGroup, wanted: Mapping[str, Decimal]) -> bool:
+def offers(group: NodeGroup, wanted: Mapping[str, Decimal]) -> bool:
     """Each wanted resource is offered (> 0); a whole amount must fit on one node."""
     for name, amount in wanted.items():
         have = group.allocatable.get(name, Decimal(0))

@@ -23,7 +23,7 @@ from typing import Literal, TypeVar
 
 from webhook import PREFIX
 from webhook.affinity import Expression, expression, narrow
-from webhook.cluster import GFD, GPU_RESOURCE, MIG_RESOURCE_PREFIX, NodeGroup, requested_resources
+from webhook.cluster import GFD, GPU_RESOURCE, MIG_RESOURCE_PREFIX, NodeGroup, offers, requested_resources
 from webhook.config import CudaSettings
 from webhook.cuda_version import (
     Declared,
@@ -547,8 +547,8 @@ def _targets(c: Check, a: Assessment, ctx: Context) -> list[str]:
     eligible = {id(g) for g in a.eligible}
     out: list[str] = []
     for g in ctx.cluster.gpu_groups:
-        if id(g) in eligible or _status(c.requirement, g, ctx) != "ok":
-            continue
+        if id(g) in eligible or not offers(g, a.resources) or _status(c.requirement, g, ctx) != "ok":
+            continue  # a pool whose nodes offer none of what the pod asks is no place to send it
         selector = pool_selector(g, ctx)
         hint = f" with nodeSelector {', '.join(f'{k}: {v}' for k, v in sorted(selector.items()))}" if selector else ""
         text = f"target {describe(g)}{hint}"
