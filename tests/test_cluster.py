@@ -365,6 +365,16 @@ def test_mig_mixed_offers_only_allocatable_profiles_with_memory() -> None:
     assert group.pool == "NVIDIA-A100-SXM4-40GB/driver-unknown/mig-mixed-1g.5gb-1g.5gb.me"
 
 
+def test_a_gpu_node_without_feature_discovery_is_no_no_gpu_pool() -> None:
+    """It offers nvidia.com/gpu but carries no GFD label and no pool label: messages name it as a GPU pool whose
+    driver is unknown (they said "declare the driver of pool no-gpu")."""
+    view = build_view([node(labels={}, alloc={"nvidia.com/gpu": "8"})], Settings())
+    (group,) = view.groups
+    assert group.pool == "gpu/driver-unknown"
+    cpu = build_view([node(labels={}, alloc={})], Settings())
+    assert cpu.groups[0].pool == "no-gpu"
+
+
 def test_mig_profiles_offered_without_a_strategy_label_are_the_mixed_strategy() -> None:
     """The device plugin in mixed mode without GPU feature discovery: only the nvidia.com/mig-<profile> resources
     say so (the plugin offers them in no other mode)."""

@@ -1004,8 +1004,8 @@ class _Builder:
         for key in self.presets.pool_annotations:
             if node.annotations.get(key):
                 return node.annotations[key], f"annotation {key}"
-        if not product and not profiles:
-            return "no-gpu", "no GPU"
+        if not product and not profiles and not _whole(node.allocatable.get(GPU_RESOURCE)):
+            return "no-gpu", "no GPU"  # a GPU node without GPU feature discovery is "gpu/driver-unknown"
         parts = [product or "gpu", f"driver-{driver_text}" if driver else "driver-unknown"]
         if strategy != "none":
             parts.append("mig-" + "-".join([strategy, *profiles]))
