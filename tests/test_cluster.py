@@ -250,19 +250,6 @@ def test_format_pools_table(example: ClusterView) -> None:
         ),
         pytest.param({"nvidia.com/cuda.driver-version.full": "garbage"}, "unknown", "unknown", id="garbage"),
         pytest.param({}, "unknown", "unknown", id="no-labels"),
-        pytest.param(  # a part missing: no driver made up of the others (550.15 would read as CUDA 12.3)
-            {"nvidia.com/cuda.driver.major": "550", "nvidia.com/cuda.driver.rev": "15"},
-            "unknown",
-            "unknown",
-            id="minor-missing",
-        ),
-        pytest.param({"nvidia.com/cuda.driver-version.major": "550"}, "unknown", "unknown", id="only-major"),
-        pytest.param(
-            {"nvidia.com/cuda.driver-version.minor": "54", "nvidia.com/cuda.driver-version.revision": "15"},
-            "unknown",
-            "unknown",
-            id="major-missing",
-        ),
     ],
 )
 def test_driver_and_cuda(labels: dict[str, str], driver: str, cuda: str) -> None:
@@ -270,6 +257,23 @@ def test_driver_and_cuda(labels: dict[str, str], driver: str, cuda: str) -> None
     assert (group.driver_text, group.cuda_text) == (driver, cuda)
     if driver == "unknown":
         assert any(n.startswith("driver unknown") for n in group.notes)
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        pytest.param({"cuda.driver.major": "550", "cuda.driver.rev": "15"}, id="minor-missing"),
+        pytest.param({"cuda.driver-version.major": "550"}, id="only-major"),
+        pytest.param({"cuda.driver-version.minor": "54", "cuda.driver-version.revision": "15"}, id="major-missing"),
+    ],
+)
+def test_a_driver_label_with_a_part_missing_is_no_driver(labels: dict[str, str]) -> None:
+    """No driver is made up of the parts there are (550.15 would read as CUDA 12.3 and deny CUDA 12.4 pods)."""
+    group = one(
+        {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", **{f"nvidia.com/{k}": v for k, v in labels.items()}}
+    )
+    assert (group.driver_text, group.cuda_text) == ("unknown", "unknown")
+    assert any(n.startswith("driver unknown") and "not a driver version" in n for n in group.notes)
 
 
 def test_tegra_note_says_why() -> None:

@@ -613,8 +613,8 @@ def _no_common_pool(a: Assessment) -> str:
         ok = [g for j, g in enumerate(a.eligible) if a.allowed(a.status[i][j])]
         d = c.declared
         needs = d.version_text
-        if d.requirement is not None and d.version is not None and d.source == "env NVIDIA_REQUIRE_CUDA":
-            needs = f"requirement {d.requirement.text}"  # its other conditions decide too (driver<550)
+        if d.requirement is not None and sum(map(len, d.requirement.terms)) > 1:
+            needs = f"requirement {d.requirement.text}"  # more than a CUDA floor: the rest decides too (driver<550)
         parts.append(f"{c.label} (image {d.image or '(none)'}: {needs} {_source(d)}) runs on {pool_names(ok)}")
     return (
         "the GPU containers of this pod have no pool in common that supports all of them: "
