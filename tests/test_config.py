@@ -62,6 +62,16 @@ def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
         pytest.param(
             "spot:\n  ownerDefaults: {Job: sometimes}\n", "spot.ownerDefaults.Job: must be one of", id="nested"
         ),
+        pytest.param(
+            "spot:\n  ownerDefaults: {CronJob: tolerate}\n",
+            "spot.ownerDefaults: CronJob owns no pod (its Jobs own them)",
+            id="owner-that-owns-no-pod",
+        ),
+        pytest.param(
+            "spot:\n  gpuTaintPresets: [sku-gpu]\n",
+            "spot.gpuTaintPresets: unknown preset 'sku-gpu' (known: aks-sku-gpu)",
+            id="unknown-gpu-taint-preset",
+        ),
     ],
 )
 def test_bad_settings_name_the_key(tmp_path: Path, text: str, words: str) -> None:

@@ -59,22 +59,30 @@ def _implied(term: JSON, alternative: Sequence[Expression]) -> bool:
     return all(e in exprs for e in alternative)
 
 
+def _empty(term: JSON) -> bool:
+    """A term with no expressions and no fields: it matches no node ("a null or empty node selector term matches
+    no objects", core/v1 NodeSelectorTerm), and nothing ANDed into it changes that."""
+    return not term.get("matchExpressions") and not term.get("matchFields")
+
+
 def narrow(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool:
     """Require the pod to land where one of ``alternatives`` (each an AND of expressions) holds.
 
     Existing terms are kept and each is combined with each alternative. Returns whether the pod changed.
-    A term that already implies one of the alternatives is kept as it is (so a second run is a no-op).
+    A term that already implies one of the alternatives is kept as it is (so a second run is a no-op), and so is
+    an empty term, which matches no node: narrowing never makes a term match nodes it did not.
     """
     if not alternatives:
         return False
     existing = required_terms(pod)
-    if existing and all(any(_implied(t, alt) for alt in alternatives) for t in existing):
+    if existing and all(_empty(t) or any(_implied(t, alt) for alt in alternatives) for t in existing):
         return False
     base = existing or [{}]
     terms: list[JSON] = []
     for term in base:
-        if any(_implied(term, alt) for alt in alternatives) and term:
-            terms.append(copy_json(term))
+        if existing and (_empty(term) or any(_implied(term, alt) for alt in alternatives)):
+            if term not in terms:
+                terms.append(copy_json(term))
             continue
         for alt in alternatives:
             combined = _with(term, alt)

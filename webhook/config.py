@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 import yaml
 
 from webhook.errors import ConfigError
+from webhook.presets import gpu_taint_preset_names
 
 Mode = Literal["enforce", "warn", "off"]
 Effect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
@@ -155,7 +156,8 @@ class SpotSettings:
     namespace_defaults: dict[str, Literal["off", "tolerate", "prefer", "require"]] = field(default_factory=dict)
     """Per-namespace default."""
     owner_defaults: dict[str, Literal["off", "tolerate", "prefer", "require"]] = field(default_factory=dict)
-    """Per owner kind default (Job, CronJob, ...), from the pod's controller ownerReference or the workload kind."""
+    """Per owner kind default (Job, ReplicaSet, StatefulSet, ...: the kind of the pod's controller, from its
+    ownerReference; Deployment reaches the pods of its ReplicaSets)."""
     extra_taints: list[TaintSpec] = field(default_factory=list)
     """Spot taints beyond the provider presets (e.g. a k3s cluster's own)."""
     extra_labels: dict[str, str] = field(default_factory=dict)
@@ -164,6 +166,19 @@ class SpotSettings:
     """Also tolerate documented GPU taints that ExtendedResourceToleration does not cover (e.g. aks-sku-gpu)."""
     only_cluster_taints: bool = True
     """Add only the spot tolerations whose taints the cluster actually has, when the cluster is known."""
+
+    def __post_init__(self) -> None:
+        if "CronJob" in self.owner_defaults:
+            raise ConfigError(
+                "spot.ownerDefaults: CronJob owns no pod (its Jobs own them): a default for CronJob would never"
+                " apply; use Job (the pods of every Job, a CronJob's included)"
+            )
+        known = sorted(gpu_taint_preset_names())
+        unknown = [name for name in self.gpu_taint_presets if name not in known]
+        if unknown:
+            raise ConfigError(
+                f"spot.gpuTaintPresets: unknown preset {', '.join(map(repr, unknown))} (known: {', '.join(known)})"
+            )
 
 
 @dataclass(frozen=True)

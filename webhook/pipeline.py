@@ -415,9 +415,26 @@ def validate(obj: Any, ctx: Context) -> Result:
     return _finish(Result(object=obj), pctx, outcome, "admitted")
 
 
+def _misplaced(obj: Any) -> list[str]:
+    """Warnings for the annotations a user writes that sit on a workload's own metadata, where its pods never see
+    them (a pod gets its template's metadata), and not on its pod template."""
+    kind = as_str(obj.get("kind")) if isinstance(obj, dict) else ""
+    if kind == "Pod" or kind not in TEMPLATE_PATHS:
+        return []
+    view = pod_view(obj, "", writable=False)
+    template = view.annotations if view is not None else {}
+    own = as_dict(as_dict(obj.get("metadata")).get("annotations"))
+    return [
+        _short(f"{key} is on the {kind}, not its pod template, so its pods never see it: move it there")
+        for key in own
+        if isinstance(key, str) and is_input_annotation(key) and key not in template
+    ]
+
+
 def review(obj: Any, ctx: Context) -> Result:
     """What the apiserver would end with: mutate, then validate the mutated object (the CLI's path)."""
     mutated = mutate(obj, ctx)
+    mutated.warnings[:0] = _misplaced(obj)
     if not mutated.allowed or mutated.skipped:
         return mutated
     checked = validate(mutated.object, ctx)

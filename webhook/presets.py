@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -32,6 +32,9 @@ class Presets:
     """(key, value, provider)"""
     spot_taints: tuple[TaintPreset, ...]
     gpu_taints: Mapping[str, TaintPreset]
+    node_label_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per provider, the node label keys that only its nodes carry (pool and spot labels): how a cluster's
+    provider shows."""
 
 
 @lru_cache(maxsize=1)
@@ -44,6 +47,11 @@ def _raw() -> dict[str, Any]:
 
 def known_providers() -> tuple[str, ...]:
     return tuple(_raw())
+
+
+def gpu_taint_preset_names() -> frozenset[str]:
+    """The names ``spot.gpuTaintPresets`` may give: every provider's GPU taint presets."""
+    return frozenset(name for entry in _raw().values() for name in (entry or {}).get("gpu_taints", {}))
 
 
 def load_presets(
@@ -62,8 +70,10 @@ def load_presets(
     spot_labels: list[tuple[str, str, str]] = []
     spot_taints: list[TaintPreset] = [TaintPreset(k, v or None, e, "settings") for k, v, e in extra_spot_taints]
     gpu_taints: dict[str, TaintPreset] = {}
+    label_keys: dict[str, tuple[str, ...]] = {}
     for name in names:
         entry = raw[name] or {}
+        label_keys[name] = tuple(entry.get("pool_labels", [])) + tuple(entry.get("spot_labels", {}))
         pool_labels += [k for k in entry.get("pool_labels", []) if k not in pool_labels]
         pool_annotations += entry.get("pool_annotations", [])
         spot_labels += [(k, str(v), name) for k, v in entry.get("spot_labels", {}).items()]
@@ -74,4 +84,6 @@ def load_presets(
         for preset, t in entry.get("gpu_taints", {}).items():
             gpu_taints[preset] = TaintPreset(t["key"], t.get("value"), t["effect"], name)
     spot_labels += [(k, v, "settings") for k, v in (extra_spot_labels or {}).items()]
-    return Presets(tuple(pool_labels), tuple(pool_annotations), tuple(spot_labels), tuple(spot_taints), gpu_taints)
+    return Presets(
+        tuple(pool_labels), tuple(pool_annotations), tuple(spot_labels), tuple(spot_taints), gpu_taints, label_keys
+    )

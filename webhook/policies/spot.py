@@ -26,17 +26,23 @@ Which taints. The spot taints of the provider presets in force (``ctx.cluster.pr
 When the cluster is known (it has groups: nodes or declared pools) and ``only_cluster_taints`` is on, only the taints
 the cluster actually carries are tolerated, exactly as they stand there (a preset with an undocumented value matches
 any value; the cluster's effect is used), so a pod does not collect tolerations for clouds it is not on. With no
-knowledge of the cluster the presets' own tolerations are added. ``gpu_taint_presets`` (off by default) adds documented
-GPU taints that ExtendedResourceToleration does not cover (AKS ``sku=gpu:NoSchedule``), to GPU pods that get spot
-tolerations, narrowed the same way.
+knowledge of the cluster the presets' own tolerations are added; so they are for ``require`` when no node or pool is
+spot capacity now (a spot pool scaled to zero): the pod can only run on spot nodes yet to come, which carry their
+provider's taints (AKS and OKE taint every spot node), not those of the nodes there now. Those are the presets of
+the providers whose node labels the cluster shows (every preset's when it shows none). ``gpu_taint_presets`` (off by
+default) adds documented GPU taints that ExtendedResourceToleration does not cover (AKS ``sku=gpu:NoSchedule``), to
+GPU pods that get spot tolerations, narrowed the same way.
 
-Which labels (prefer / require). The spot capacity labels of the presets plus ``extra_labels``, narrowed to the keys
-that the cluster's nodes or pools carry when the cluster is known (by key, not value: a Karpenter cluster whose nodes
-are all on-demand still has ``karpenter.sh/capacity-type``, and Karpenter can launch spot nodes for the pod).
-``require`` on a known cluster with no spot capacity label at all is still applied, over every preset label, with a
-warning: ``require`` is a hard constraint the user chose (typically to never pay for on-demand GPUs), a Pending pod is
-visible and easy to fix, while silently dropping the requirement would run it on capacity it refused; and the view
-may lag an autoscaler that is about to add spot nodes. ``prefer`` in that case adds no affinity (it could not help).
+Which places (prefer / require). The spot capacity labels of the presets plus ``extra_labels``, narrowed to the keys
+that the cluster's nodes or pools carry when it is known (by key, not value: a Karpenter cluster whose nodes are all
+on-demand still has ``karpenter.sh/capacity-type``, and Karpenter can launch spot nodes for the pod), and the
+nodeSelector of each pool declared with ``spot: true`` (CoreWeave's spot pools carry no spot label). ``require`` on a
+known cluster with none of them is still applied, over the labels of the providers the cluster shows (every preset's
+when it shows none): ``require`` is a hard constraint the user chose (typically to never pay for on-demand GPUs), a
+Pending pod is visible and easy to fix, while silently dropping the requirement would run it on capacity it refused;
+and the view may lag an autoscaler that is about to add spot nodes. ``prefer`` in that case adds no affinity (it
+could not help). ``require`` warns when no node or pool is spot capacity now, and when the pod's own constraints
+(nodeSelector, affinity, tolerations) leave it no spot pool to run on.
 
 Manners. A user's toleration is never removed or changed; a wanted toleration that an existing one already covers
 (an Exists on the same key, an empty-key Exists, an empty effect, an equal value) is not added. Affinity is edited
@@ -137,27 +143,31 @@ def _owner_kinds(pod: PodView) -> tuple[str, ...]:
     return (owner, "Deployment") if from_deployment else (owner,)
 
 
-def _asked(pod: PodView, ctx: Context, out: Outcome) -> tuple[str, str]:
-    """(mode, where it came from); mode is tolerate, prefer, require, never or off."""
+def _asked(pod: PodView, ctx: Context, out: Outcome) -> tuple[str, str, str]:
+    """(mode, where it came from, what was ignored); mode is tolerate, prefer, require, never or off; the last is
+    '' unless the pod's annotation holds a value that is not one of ``ACCEPTED`` (also warned about)."""
     raw = pod.annotations.get(PREFIX + REQUEST)
     if isinstance(raw, bool):  # an unquoted YAML boolean in an offline manifest
         raw = "true" if raw else "false"
+    ignored = ""
     if isinstance(raw, str):
         mode = MODES.get(raw.strip().lower())
         if mode:
-            return mode, "asked by annotation"
+            return mode, "asked by annotation", ""
         shown = raw if len(raw) <= 24 else raw[:23] + "…"
+        ignored = f"{PREFIX}{REQUEST} {shown!r} is not {ACCEPTED}: ignored"
         out.warn(f"{PREFIX}{REQUEST}: {shown!r} is not {ACCEPTED}; ignored")
     elif raw is not None:
+        ignored = f"{PREFIX}{REQUEST} is not a string: ignored"
         out.warn(f"{PREFIX}{REQUEST}: not a string; ignored (use {ACCEPTED})")
     settings = ctx.settings.spot
     for owner in _owner_kinds(pod):
         if owner in settings.owner_defaults:
-            return settings.owner_defaults[owner], f"default for {owner} pods"
+            return settings.owner_defaults[owner], f"default for {owner} pods", ignored
     namespace = ctx.namespace or pod.namespace
     if namespace and namespace in settings.namespace_defaults:
-        return settings.namespace_defaults[namespace], f"default for namespace {namespace}"
-    return settings.default, "global default"
+        return settings.namespace_defaults[namespace], f"default for namespace {namespace}", ignored
+    return settings.default, "global default", ignored
 
 
 def _spot_presets(ctx: Context) -> list[TaintPreset]:
@@ -166,14 +176,24 @@ def _spot_presets(ctx: Context) -> list[TaintPreset]:
     return list(dict.fromkeys(presets))
 
 
+def _providers_seen(presets: Sequence[TaintPreset], ctx: Context) -> list[TaintPreset]:
+    """The presets of the providers whose node labels the cluster carries (all of them when it shows none), and
+    those from settings."""
+    seen = {
+        name for name, keys in ctx.cluster.presets.node_label_keys.items() if any(map(ctx.cluster.label_values, keys))
+    }
+    return [p for p in presets if not seen or p.provider in seen or p.provider == "settings"]
+
+
 def _gpu_presets(ctx: Context) -> list[TaintPreset]:
     known = ctx.cluster.presets.gpu_taints
     return [known[name] for name in dict.fromkeys(ctx.settings.spot.gpu_taint_presets) if name in known]
 
 
-def _narrowed(presets: Sequence[TaintPreset], ctx: Context) -> tuple[list[Wanted], bool]:
-    """The tolerations for ``presets``, and whether they were narrowed to the cluster's taints."""
-    if ctx.cluster.groups and ctx.settings.spot.only_cluster_taints:
+def _narrowed(presets: Sequence[TaintPreset], ctx: Context, cluster: bool = True) -> tuple[list[Wanted], bool]:
+    """The tolerations for ``presets``, and whether they were narrowed to the cluster's taints (never when not
+    ``cluster``)."""
+    if cluster and ctx.cluster.groups and ctx.settings.spot.only_cluster_taints:
         have = sorted(ctx.cluster.taints(), key=lambda t: (t.key, t.value, t.effect))
         wanted: list[Wanted] = []
         for p in presets:
@@ -197,10 +217,12 @@ def _is_gpu_pod(pod: PodView) -> bool:
     )
 
 
-def _spot_labels(ctx: Context) -> tuple[list[tuple[str, list[str]]], bool]:
-    """Spot capacity labels as (key, values) in preset order, and whether the cluster has any of them.
+def _spot_places(ctx: Context) -> tuple[list[list[Expression]], str, bool]:
+    """Where spot capacity is, as ORed terms for prefer / require, their text, and whether the cluster has any.
 
-    Narrowed to the keys the cluster carries when it is known; all of them when it is not or has none.
+    The spot capacity labels of the presets and ``extra_labels``, one term per key (its values ORed), in preset
+    order, narrowed to the keys the cluster's nodes or pools carry when it is known; then the nodeSelector of each
+    declared pool with ``spot: true``. All the labels when the cluster is not known or has none of them.
     """
     pairs = [(k, v) for k, v, _ in ctx.cluster.presets.spot_labels]
     pairs += list(ctx.settings.spot.extra_labels.items())
@@ -209,11 +231,33 @@ def _spot_labels(ctx: Context) -> tuple[list[tuple[str, list[str]]], bool]:
         values = by_key.setdefault(key, [])
         if value not in values:
             values.append(value)
-    every = list(by_key.items())
-    if not ctx.cluster.groups:
-        return every, True
-    present = [(k, vs) for k, vs in every if ctx.cluster.label_values(k)]
-    return (present, True) if present else (every, False)
+    labels = list(by_key.items())
+    if ctx.cluster.groups:
+        labels = [(k, vs) for k, vs in labels if ctx.cluster.label_values(k)]
+    terms = [[expression(k, "In", vs)] for k, vs in labels]
+    shown = [_label_text(k, vs) for k, vs in labels]
+    for pool in ctx.settings.cluster.pools:
+        if pool.spot:
+            term = [expression(k, "In", [v]) for k, v in sorted(pool.node_selector.items())]
+            if term not in terms:
+                terms.append(term)
+                shown.append(
+                    f"pool {pool.name} ({', '.join(f'{k}={v}' for k, v in sorted(pool.node_selector.items()))})"
+                )
+    if terms or not ctx.cluster.groups:
+        return terms, " or ".join(shown), True
+    # None on the cluster now: those its provider's spot nodes will carry (every preset's when no provider shows)
+    keys = ctx.cluster.presets.node_label_keys
+    seen = {name for name, names in keys.items() if any(map(ctx.cluster.label_values, names))}
+    coming = [k for k, _, provider in ctx.cluster.presets.spot_labels if not seen or provider in seen]
+    coming += list(ctx.settings.spot.extra_labels)
+    every = [(k, vs) for k, vs in by_key.items() if k in coming] or list(by_key.items())
+    return [[expression(k, "In", vs)] for k, vs in every], " or ".join(_label_text(k, vs) for k, vs in every), False
+
+
+def _spot_now(ctx: Context) -> bool:
+    """Whether a node or pool of the known cluster is spot capacity now (its labels or taints, or ``spot: true``)."""
+    return any(g.spot for g in ctx.cluster.groups)
 
 
 def _label_text(key: str, values: Sequence[str]) -> str:
@@ -226,14 +270,26 @@ def _label_text(key: str, values: Sequence[str]) -> str:
 
 def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Add the spot tolerations (and affinity) the pod asks for, or its defaults give; nothing for other pods."""
-    mode, why = _asked(pod, ctx, out)
+    mode, why, ignored = _asked(pod, ctx, out)
     if mode not in SPOT_MODES:
+        if ignored:  # the pod asked for something: say on it what it got, for kubectl describe
+            out.annotate(APPLIED, f"{mode} ({why}); {ignored}")
         return
     if pod.annotations.get(SAFE_TO_EVICT) == "false":
         out.warn(f'spot {mode}, yet {SAFE_TO_EVICT}="false": spot nodes are reclaimed; use spot: never')
-    parts = [f"{mode} ({why})"]
+    parts = [f"{mode} ({why})"] + ([ignored] if ignored else [])
+    known = bool(ctx.cluster.groups)
+    spot_now = _spot_now(ctx)
 
-    wanted, on_cluster = _narrowed(_spot_presets(ctx), ctx)
+    presets = _spot_presets(ctx)
+    wanted, on_cluster = _narrowed(presets, ctx)
+    source = "taints on the cluster" if on_cluster else "provider presets"
+    if mode == "require" and known and on_cluster and not spot_now:
+        # The pod can only run on spot nodes that are yet to come (an autoscaler adds them): they will carry the
+        # presets' taints (AKS and OKE taint every spot node), not the taints of the nodes there now.
+        coming = _narrowed(_providers_seen(presets, ctx), ctx, cluster=False)[0]
+        wanted += [w for w in coming if w not in wanted]
+        source = "provider presets: no spot node on the cluster now"
     gpu_presets = _gpu_presets(ctx)
     if gpu_presets and _is_gpu_pod(pod):
         gpu_wanted, _ = _narrowed(gpu_presets, ctx)
@@ -243,7 +299,6 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         # the apiserver rejects such a pod anyway; rewriting the field would change the user's data
         parts.append("spec.tolerations is not a list: left as it is")
     elif wanted:
-        source = "taints on the cluster" if on_cluster else "provider presets"
         parts.append(f"tolerates {', '.join(str(w) for w in wanted)} ({source})")
         if _tolerate(pod, wanted):
             out.mutated("spot-toleration")
@@ -253,29 +308,41 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         parts.append("no spot taint in the provider presets to tolerate")
 
     if mode in ("prefer", "require"):
-        labels, on_cluster = _spot_labels(ctx)
-        shown = " or ".join(_label_text(k, vs) for k, vs in labels)
+        terms, shown, on_cluster = _spot_places(ctx)
         changed = False
         if mode == "prefer" and on_cluster:
-            for key, values in labels:
-                changed = prefer(pod, [expression(key, "In", values)], PREFERRED_WEIGHT) or changed
+            for term in terms:
+                changed = prefer(pod, term, PREFERRED_WEIGHT) or changed
             parts.append(f"prefers {shown} (weight {PREFERRED_WEIGHT})")
         elif mode == "prefer":
             parts.append("no spot capacity label on the cluster to prefer")
         else:
-            alternatives: list[list[Expression]] = [[expression(k, "In", vs)] for k, vs in labels]
-            changed = narrow(pod, alternatives)
+            changed = narrow(pod, terms)
             if on_cluster:
                 parts.append(f"requires {shown}")
             else:
                 parts.append(f"requires {shown} (none of these labels is on the cluster's nodes or pools)")
-                out.warn(
-                    "spot require: no node or pool has a spot capacity label; the pod stays Pending until one does"
-                )
+            _warn_unplaceable(pod, ctx, out, spot_now)
         if changed:
             out.mutated("spot-affinity")
     out.reasons.append("Spot" + mode.capitalize())
     out.annotate(APPLIED, "; ".join(parts))
+
+
+def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, spot_now: bool) -> None:
+    """Warn when a pod that requires spot capacity has none to run on in the known cluster."""
+    if not ctx.cluster.groups:
+        return
+    if not spot_now:
+        out.warn("spot require: no node or pool is spot capacity now; the pod stays Pending until a spot node joins")
+        return
+    spot = [c.group for c in ctx.cluster.eligible(pod.spec, (), gpu_only=_is_gpu_pod(pod)) if c.group.spot]
+    if not spot:
+        pools = sorted({g.pool for g in ctx.cluster.groups if g.spot})
+        head = "spot require: its nodeSelector, affinity or tolerations exclude every spot pool"
+        shown = ", ".join(pools)
+        room = 117 - len(head) - 3
+        out.warn(f"{head} ({shown if len(shown) <= room else shown[: room - 1] + '…'})")
 
 
 def _tolerate(pod: PodView, wanted: Sequence[Wanted]) -> bool:
@@ -301,13 +368,14 @@ def named_tolerations(text: str) -> list[Wanted] | None:
 
 
 def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
-    """Record a SpotTolerated event when the final pod carries the tolerations its spot-applied annotation names."""
+    """Record a SpotTolerated event when the final pod carries the tolerations its spot-applied annotation names
+    (and it names some)."""
     text = as_str(pod.annotations.get(PREFIX + APPLIED))
     if not text:
         return
     named = named_tolerations(text)
     tolerations = pod.spec.get("tolerations", [])
-    if named is None or not isinstance(tolerations, list):
-        return
+    if not named or not isinstance(tolerations, list):
+        return  # unreadable, or no toleration to speak of (EKS and Karpenter spot nodes carry no taint)
     if all(covered(tolerations, w) for w in named):
         out.event("SpotTolerated", f"spot {text}")
