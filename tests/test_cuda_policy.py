@@ -806,3 +806,60 @@ def test_cluster_size_does_not_change_the_work() -> None:
     assert len(ctx.cluster.groups) == 2  # 600 nodes, two groups: the policy evaluates two
     result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
     assert result.allowed and "pool gpu-c (driver 570.124.06, CUDA 12.8)" in annotation_of(result.object)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a denial and the annotation say, at the apiserver's limits
+
+
+def test_pool_lists_are_capped_so_the_annotations_stay_far_below_the_apiservers_limit() -> None:
+    # 1,000 pools whose driver is unknown, 10 GPU containers: each container's line named every pool, 290 kB of
+    # annotations, past the apiserver's 256 KiB for all of an object's (apimachinery TotalAnnotationSizeLimitB)
+    nodes = [gpu_node(f"n{i}", f"pool-{i:04}", None, gpus="16") for i in range(1000)]
+    obj = pod(*[container(f"c{i}") for i in range(10)])
+    result = pipeline.mutate(obj, context(nodes, settings({"unknownDriver": "allow"})))
+    assert result.allowed
+    annotations = result.object["metadata"]["annotations"]
+    assert sum(len(k) + len(v) for k, v in annotations.items()) < 16_000
+    assert (
+        "pools pool-0000, pool-0001, pool-0002, pool-0003, pool-0004, pool-0005 and 994 more" in annotations[CUDA_KEY]
+    )
+    denied = pipeline.validate(obj, context(nodes, settings({"unknownDriver": "deny"})))
+    assert not denied.allowed and len(denied.message) <= pipeline.MESSAGE_LIMIT
+
+
+SPOT_TAINT = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
+
+
+def test_the_advice_to_target_a_pool_says_what_else_reaching_it_takes() -> None:
+    # Following "target pool X with nodeSelector ..." must give a pod that can land there: the pool's spot taint
+    # needs a toleration, and a pod that requires spot capacity cannot go to an on-demand pool by a selector
+    old = gpu_node("old-1", "old", "535.104.05")
+    spot = gpu_node("spot-1", "spot-new", "570.124.06", taints=[SPOT_TAINT], labels={SPOT_TAINT["key"]: "true"})
+    ondemand = gpu_node("od-1", "od-new", "570.124.06")
+    obj = pod(container(image=IMAGE_128), node_selector={POOL_LABEL: "old"})
+    message = pipeline.validate(obj, context([old, spot, ondemand])).message
+    assert (
+        f"target pool spot-new (driver 570.124.06, CUDA 12.8) with nodeSelector {POOL_LABEL}: spot-new and a "
+        "toleration of cloud.google.com/gke-spot=true:NoSchedule (or annotation gpu-admission.io/spot: tolerate)"
+    ) in message
+    assert f"target pool od-new (driver 570.124.06, CUDA 12.8) with nodeSelector {POOL_LABEL}: od-new;" in message
+    # what it advises works: with the selector and the toleration the pod lands on spot-new, and is admitted
+    obj["spec"]["nodeSelector"] = {POOL_LABEL: "spot-new"}
+    obj["spec"]["tolerations"] = [{**SPOT_TAINT, "operator": "Equal"}]
+    assert pipeline.review(obj, context([old, spot, ondemand])).allowed
+
+    required = {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": SPOT_TAINT["key"], "operator": "In", "values": ["true"]}]}]
+    }
+    old_spot = gpu_node("old-2", "old-spot", "535.104.05", taints=[SPOT_TAINT], labels={SPOT_TAINT["key"]: "true"})
+    obj = pod(
+        container(image=IMAGE_128),
+        affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}},
+    )
+    obj["spec"]["tolerations"] = [{**SPOT_TAINT, "operator": "Equal"}]
+    message = pipeline.validate(obj, context([old_spot, ondemand])).message
+    assert (
+        f"target pool od-new (driver 570.124.06, CUDA 12.8) with nodeSelector {POOL_LABEL}: od-new (its required "
+        "node affinity keeps it off that pool too: it requires spot capacity (gpu-admission.io/spot: require))"
+    ) in message

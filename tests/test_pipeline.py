@@ -41,6 +41,30 @@ def test_cuda_13_image_is_denied_in_enforce_and_warned_in_warn_mode() -> None:
     assert all(len(w) < 120 for w in warned.warnings)
 
 
+def test_warn_mode_audits_every_containers_denial() -> None:
+    pod = gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04")
+    second = copy.deepcopy(pod["spec"]["containers"][0])
+    second.update(name="worker", image="nvidia/cuda:12.9.1-runtime-ubuntu24.04")
+    pod["spec"]["containers"].append(second)
+    warned = pipeline.review(pod, _ctx(Settings(cuda=CudaSettings(mode="warn")), namespace="ml"))
+    assert warned.allowed
+    lines = warned.audit["cuda-would-deny"].split("\n")
+    assert [line.split(" (image", 1)[0] for line in lines] == ["container trainer", "container worker"]
+
+
+def test_a_second_call_on_the_mutated_pod_sends_no_other_decision() -> None:
+    # The apiserver calls a mutating webhook again when a later one changed the pod (reinvocationPolicy
+    # IfNeeded); it keeps an audit annotation's first value and logs a warning for each different one
+    ctx = _ctx(Settings(), namespace="default")
+    first = pipeline.mutate(gpu_pod(), ctx)
+    assert first.patch and first.audit["decision"] in ("mutated", "annotated")
+    again = copy.deepcopy(first.object)
+    again["metadata"]["labels"] = {"sidecar.istio.io/inject": "true"}  # what the later webhook wrote
+    second = pipeline.mutate(again, ctx)
+    assert second.patch == [] and "decision" not in second.audit
+    assert all(first.audit.get(k) == v for k, v in second.audit.items())
+
+
 def test_the_mode_follows_the_pods_namespace_when_the_request_names_none() -> None:
     """`gpu-admission review` of a file: no request namespace, the pod's own decides its mode, for the policy's
     words and for the enforcement alike."""

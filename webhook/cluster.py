@@ -22,7 +22,7 @@ import functools
 import marshal
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
@@ -569,10 +569,10 @@ def toleration_tolerates(tol: JSON, taint: Taint) -> bool:
     return False
 
 
-def _tolerates(
+def _untolerated(
     taints: Sequence[Taint], tolerations: Sequence[JSON], extended: frozenset[str], bound_to_node: bool
-) -> bool:
-    """No NoSchedule/NoExecute taint is left untolerated. A pod with ``nodeName`` skips the scheduler: the kubelet
+) -> Iterator[Taint]:
+    """The NoSchedule/NoExecute taints left untolerated. A pod with ``nodeName`` skips the scheduler: the kubelet
     then checks only NoExecute taints. ExtendedResourceToleration adds ``key=<resource>, operator=Exists,
     effect=NoSchedule`` for each extended resource the pod names: it covers NoSchedule taints only."""
     for taint in taints:
@@ -584,8 +584,20 @@ def _tolerates(
         else:
             continue  # PreferNoSchedule and unknown effects do not filter
         if not any(toleration_tolerates(t, taint) for t in tolerations):
-            return False
-    return True
+            yield taint
+
+
+def _tolerates(
+    taints: Sequence[Taint], tolerations: Sequence[JSON], extended: frozenset[str], bound_to_node: bool
+) -> bool:
+    return next(_untolerated(taints, tolerations, extended, bound_to_node), None) is None
+
+
+def untolerated(group: NodeGroup, spec: JSON, extended_resource_toleration: bool = True) -> list[Taint]:
+    """The taints of ``group`` that keep a pod with ``spec`` off it (what it would have to tolerate)."""
+    rules = _Rules.of(spec, frozenset())
+    extended = extended_resource_names(spec) if extended_resource_toleration else frozenset()
+    return list(_untolerated(group.taints, rules.tolerations, extended, rules.node_name is not None))
 
 
 # ---------------------------------------------------------------------------------------------------------------

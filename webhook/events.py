@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlsplit
 
 from webhook import http1
-from webhook.model import JSON, Event, as_dict, as_str, compact_json
+from webhook.model import JSON, Event, as_dict, as_str, clipped, compact_json
 
 if TYPE_CHECKING:
     from webhook.admission import ReviewRequest, Subject
@@ -102,7 +102,7 @@ def _event(
         "metadata": {"name": event_name, "namespace": namespace},
         "involvedObject": involved,
         "reason": event.reason,
-        "message": event.message[:MESSAGE_LIMIT],
+        "message": clipped(event.message, MESSAGE_LIMIT),
         "type": event.type,
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,
@@ -572,7 +572,7 @@ class EventPipe:
         for line in lines:
             if len(line) > select.PIPE_BUF:
                 body = json.loads(line)
-                body["message"] = as_str(body.get("message"))[:SHORT_MESSAGE]
+                body["message"] = clipped(as_str(body.get("message")), SHORT_MESSAGE)
                 line = _line(body)
             if len(line) > select.PIPE_BUF:
                 self._dropped(1, ValueError(f"an Event of {len(line)} bytes"))

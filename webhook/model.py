@@ -276,6 +276,11 @@ class Outcome:
 V = TypeVar("V")
 
 
+def clipped(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, a cut shown by a closing '…'."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def copy_json(value: V) -> V:
     """A deep copy of a JSON value (dicts, lists, strings, numbers, booleans, None) at a quarter of
     ``copy.deepcopy``'s cost: ``marshal`` writes it and reads it back in C (a part used twice stays shared, as

@@ -29,6 +29,7 @@ from webhook.model import (
     as_dict,
     as_list,
     as_str,
+    clipped,
     compact_json,
     copy_json,
     is_input_annotation,
@@ -45,6 +46,9 @@ WARNING_LIMIT = 119
 WARNINGS_TOTAL = 4000
 """Warnings over 4096 characters in total are cut by the apiserver."""
 AUDIT_VALUE_LIMIT = 2000
+MESSAGE_LIMIT = 8000
+"""A denial's message (``status.message``: kubectl prints it whole after 'denied the request:'), all of its
+policies' denials together; each lists at most a few pools, so only a pod of many containers comes near it."""
 
 
 @dataclass
@@ -205,7 +209,7 @@ def audit_key(key: str) -> str:
 
 
 def _short(text: str, limit: int = WARNING_LIMIT) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return clipped(text, limit)
 
 
 def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Result:
@@ -220,7 +224,8 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
             # kubectl shows a warning on one line: lead with what to change (the Event has the whole message).
             head = f"would be denied ({d.reason}) in enforce mode"
             outcome.warn(f"{head}; to fix: {fix}" if has_fix else f"{head}: {d.message}")
-            result.audit[f"{d.policy}-would-deny"] = d.message
+            key = f"{d.policy}-would-deny"  # every container's, not the last one's
+            result.audit[key] = f"{result.audit[key]}\n{d.message}" if key in result.audit else d.message
     warnings: list[str] = []
     total = 0
     for w in outcome.warnings:
@@ -232,14 +237,16 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
     result.warnings = warnings
     result.outcome = outcome
     for key, value in outcome.audit.items():
-        result.audit[audit_key(key)] = value[:AUDIT_VALUE_LIMIT]
+        result.audit[audit_key(key)] = value
+    for key, value in result.audit.items():
+        result.audit[key] = clipped(value, AUDIT_VALUE_LIMIT)
     if enforced:
         result.allowed = False
         result.code = 403
         result.reason = enforced[0].reason
-        result.message = "\n".join(d.message for d in enforced)
+        result.message = clipped("\n".join(d.message for d in enforced), MESSAGE_LIMIT)
         result.audit["decision"] = f"denied ({', '.join(d.reason for d in enforced)})"
-        result.audit["reason"] = result.message[:AUDIT_VALUE_LIMIT]
+        result.audit["reason"] = clipped(result.message, AUDIT_VALUE_LIMIT)
     else:
         result.audit["decision"] = steps
     return result
@@ -397,6 +404,11 @@ def mutate(obj: Any, ctx: Context) -> Result:
         result.patch = make_patch(obj, working)
         if result.patch:
             result.audit["decision"] = "mutated" if outcome.mutations else "annotated"
+        elif prior:
+            # The object is as the webhook leaves it: most often the apiserver calling again (reinvocation, after
+            # a later webhook's change), whose first answer said "mutated"; the apiserver keeps an audit key's
+            # first value and logs a warning for each other one, so none is sent.
+            del result.audit["decision"]
     else:
         result.object = obj
     return result

@@ -23,7 +23,15 @@ from typing import Literal, TypeVar
 
 from webhook import PREFIX
 from webhook.affinity import Expression, expression, narrow
-from webhook.cluster import GFD, GPU_RESOURCE, MIG_RESOURCE_PREFIX, NodeGroup, offers, requested_resources
+from webhook.cluster import (
+    GFD,
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    NodeGroup,
+    offers,
+    requested_resources,
+    untolerated,
+)
 from webhook.config import CudaSettings
 from webhook.cuda_version import (
     Declared,
@@ -129,6 +137,8 @@ class Assessment:
     synced: bool = True
     """The cluster view knows the nodes (the live watch has listed them): else nothing is eligible, for want of a
     node list, not of a node."""
+    spec: JSON | None = None
+    """The spec assessed (read, never changed): what a denial's advice checks its targets against."""
 
     @functools.cached_property
     def known(self) -> tuple[int, ...]:
@@ -211,7 +221,7 @@ def assess(checks: tuple[Check, ...], spec: JSON, ctx: Context, before: Assessme
             row.append(known or (_status(c.requirement, g, ctx, f) if c.requirement else "ok"))
         rows.append(tuple(row))
     unknown_driver_ok = ctx.settings.cuda.unknown_driver != "deny"
-    return Assessment(checks, eligible, tuple(rows), unknown_driver_ok, resources, ctx.cluster.known)
+    return Assessment(checks, eligible, tuple(rows), unknown_driver_ok, resources, ctx.cluster.known, spec)
 
 
 def _kept_off(a: Assessment, spec: JSON, ctx: Context) -> tuple[NodeGroup, ...]:
@@ -259,10 +269,12 @@ def listing(groups: Iterable[NodeGroup], limit: int = MAX_LISTED) -> str:
     return ", ".join(texts)
 
 
-def pool_names(groups: Iterable[NodeGroup]) -> str:
-    """'pool a' or 'pools a, b'."""
+def pool_names(groups: Iterable[NodeGroup], limit: int = MAX_LISTED) -> str:
+    """'pool a' or 'pools a, b', or 'pools a, b, ... and 994 more' past ``limit`` (an annotation line per
+    container: all of them together must stay far below the apiserver's 256 KiB for an object's annotations)."""
     names = sorted({g.pool for g in groups})
-    return ("pool " if len(names) == 1 else "pools ") + ", ".join(names)
+    shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+    return ("pool " if len(names) == 1 else "pools ") + shown
 
 
 def _source(d: Declared) -> str:
@@ -551,10 +563,37 @@ def _targets(c: Check, a: Assessment, ctx: Context) -> list[str]:
             continue  # a pool whose nodes offer none of what the pod asks is no place to send it
         selector = pool_selector(g, ctx)
         hint = f" with nodeSelector {', '.join(f'{k}: {v}' for k, v in sorted(selector.items()))}" if selector else ""
-        text = f"target {describe(g)}{hint}"
+        text = f"target {describe(g)}{hint}{_reach(g, selector, a, ctx)}"
         if text not in out:
             out.append(text)
     return sorted(out)[:3]
+
+
+def _reach(group: NodeGroup, selector: Mapping[str, str], a: Assessment, ctx: Context) -> str:
+    """What else the pod needs to land on ``group`` once it selects it: tolerations of its taints, or required
+    node affinity that lets it (spot: require keeps a pod off on-demand pools)."""
+    if a.spec is None:
+        return ""
+    trial = {**a.spec, "nodeSelector": dict(selector)}  # the advice: select that pool (instead of others)
+    taints = untolerated(group, trial, ctx.cluster.extended_resource_toleration)
+    text = ""
+    if taints:
+        shown = ", ".join(str(t) for t in taints[:3]) + (f" and {len(taints) - 3} more" if len(taints) > 3 else "")
+        spot_taints = {p.key for p in ctx.cluster.presets.spot_taints} | {t.key for t in ctx.settings.spot.extra_taints}
+        spot = f" (or annotation {PREFIX}spot: tolerate)" if all(t.key in spot_taints for t in taints) else ""
+        text = f" and a toleration of {shown}{spot}"
+        trial["tolerations"] = [*as_list(a.spec.get("tolerations")), {"operator": "Exists"}]  # affinity alone
+    if not any(g is group for g in _eligible(trial, ctx, a.resources)):
+        spot_keys = {k for k, _, _ in ctx.cluster.presets.spot_labels} | set(ctx.settings.spot.extra_labels)
+        required = as_dict(as_dict(as_dict(a.spec.get("affinity")).get("nodeAffinity")).get(REQUIRED))
+        keys = {
+            as_dict(e).get("key")
+            for t in as_list(required.get("nodeSelectorTerms"))
+            for e in as_list(as_dict(t).get("matchExpressions"))
+        }
+        spot = f": it requires spot capacity ({PREFIX}spot: require)" if keys & spot_keys and not group.spot else ""
+        text += f" (its required node affinity keeps it off that pool too{spot})"
+    return text
 
 
 def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> str:
@@ -740,8 +779,8 @@ def _validate(a: Assessment, mode: str, ctx: Context, out: Outcome) -> None:
                         f"cuda: {c.label} needs {c.declared.version_text}; it can land only on {reach} "
                         f"({pool_names(a.eligible)})"
                     )
-            out.event("CUDAIncompatible", " ".join(m for _, m in denials)[:1000], "Warning")
+            out.event("CUDAIncompatible", " ".join(m for _, m in denials), "Warning")
         return
     out.reasons.append("CUDAChecked")
     lines = [_container_line(a, i, ctx) for i in range(len(a.checks))]
-    out.event("CUDAChecked", ("; ".join(lines) + f" ({decision})")[:1000])
+    out.event("CUDAChecked", "; ".join(lines) + f" ({decision})")
