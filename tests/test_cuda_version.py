@@ -249,16 +249,64 @@ def test_disable_require_stops_the_image_guess() -> None:
     assert not d.disabled and d.version == (12, 8)  # not a Go boolean: ignored, as the toolkit does
 
 
-def test_env_value_from_and_duplicates() -> None:
+def test_env_duplicates() -> None:
     c = container(image="ubuntu:22.04")
     c["env"] = [
         {"name": "CUDA_VERSION", "value": "11.8"},
         {"name": "CUDA_VERSION", "value": "12.6"},  # the later entry wins
-        {"name": "NVIDIA_REQUIRE_CUDA", "valueFrom": {"configMapKeyRef": {"name": "x", "key": "y"}}},
         "garbage",
         {"name": 5, "value": "cuda>=99"},
     ]
     assert declared_cuda(c, {}).version == (12, 6)
+
+
+FROM_CONFIG_MAP = {"valueFrom": {"configMapKeyRef": {"name": "x", "key": "y"}}}
+
+
+@pytest.mark.parametrize(
+    ("entries", "want"),
+    [
+        pytest.param(
+            [{"name": "NVIDIA_REQUIRE_CUDA", **FROM_CONFIG_MAP}, {"name": "CUDA_VERSION", "value": "11.8"}],
+            "env NVIDIA_REQUIRE_CUDA (set by valueFrom, which the webhook cannot read)",
+            id="require-from-config-map-over-cuda-version",
+        ),
+        pytest.param(
+            [
+                {"name": "NVIDIA_DISABLE_REQUIRE", **FROM_CONFIG_MAP},
+                {"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=12.8"},
+            ],
+            "env NVIDIA_DISABLE_REQUIRE (set by valueFrom, which the webhook cannot read)",
+            id="disable-from-config-map",
+        ),
+        pytest.param(
+            [{"name": "CUDA_VERSION", **FROM_CONFIG_MAP}], "env CUDA_VERSION (set by valueFrom", id="over-the-image-tag"
+        ),
+        pytest.param(
+            [{"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=12.8"}, {"name": "CUDA_VERSION", **FROM_CONFIG_MAP}],
+            "env NVIDIA_REQUIRE_CUDA",
+            id="a-literal-before-it-decides",
+        ),
+        pytest.param(
+            [
+                {"name": "NVIDIA_REQUIRE_CUDA", **FROM_CONFIG_MAP},
+                {"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=12.8"},
+            ],
+            "env NVIDIA_REQUIRE_CUDA",
+            id="a-later-literal-wins",
+        ),
+    ],
+)
+def test_a_cuda_variable_set_by_value_from_is_unknown_not_skipped(entries: list[Any], want: str) -> None:
+    # The runtime reads the variable's value from the ConfigMap; the image tag (12.4 here) or a lower variable
+    # says nothing of it: the version is unknown, and says why
+    c = container(image="nvidia/cuda:12.4.1-base-ubuntu22.04")
+    c["env"] = entries
+    d = declared_cuda(c, {"gpu-admission.io/other": "x"})
+    assert d.source.startswith(want), d.source
+    assert (d.requirement is None) == ("valueFrom" in want)
+    with_annotation = declared_cuda(c, {"gpu-admission.io/cuda-version": "12.2"})
+    assert with_annotation.version == (12, 2)  # the annotation comes first, as ever
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,10 @@ A container's requirement comes from, in order (the first that says anything win
    ``cuda>=<major.minor>``;
 5. the image reference, through the rules of ``data/cuda-images.yaml``.
 
+One of the variables of 2.-4. set by ``valueFrom`` (a ConfigMap, a Secret, a field of the pod) stops the lookup
+there with the version unknown: the runtime reads its value, which the webhook cannot, and it overrides every later
+source (the settings' ``unknownVersion`` decides; the annotation of 1. declares it).
+
 The requirement expression is libnvidia-container's (``src/cli/dsl.c``): space-separated terms are ORed, the
 comma-separated conditions of a term are ANDed; a condition is ``<key><op><value>`` with key ``cuda``, ``driver``,
 ``arch`` or ``brand`` (any case) and op one of ``= != < <= > >=``; versions compare numerically part by part
@@ -348,13 +352,21 @@ class Declared:
 def env_values(container: JSON) -> dict[str, str]:
     """The container's literal env values by name (a later entry of the same name wins, as in the kubelet);
     valueFrom entries are unknown here and left out."""
-    out: dict[str, str] = {}
+    return {name: value for name, value in _env(container).items() if value is not None}
+
+
+def _env(container: JSON) -> dict[str, str | None]:
+    """The container's env by name, None for a value set by ``valueFrom`` (a ConfigMap, a Secret, a field): known
+    only to the kubelet."""
+    out: dict[str, str | None] = {}
     for item in as_list(container.get("env")):
         item = as_dict(item)
         name, value = item.get("name"), item.get("value")
-        if isinstance(name, str) and isinstance(value, str):
-            out[name] = value
-        elif isinstance(name, str):
+        if not isinstance(name, str):
+            continue
+        if isinstance(value, str) or "valueFrom" in item:
+            out[name] = value if isinstance(value, str) else None
+        else:
             out.pop(name, None)
     return out
 
@@ -372,17 +384,26 @@ def declared_cuda(container: JSON, annotations: Mapping[str, Any], use_image: bo
         if version is None:
             return Declared(name, image, source=source, error=f'{value!r} is not a CUDA version (write e.g. "12.4")')
         return Declared(name, image, at_least(version), source)
-    env = env_values(container)
-    if env.get("NVIDIA_DISABLE_REQUIRE", "").strip() in _TRUE:
+    env = _env(container)
+    for var in ("NVIDIA_DISABLE_REQUIRE", "NVIDIA_REQUIRE_CUDA", "CUDA_VERSION"):
+        if var in env and env[var] is None:
+            # what decides the CUDA check at run time is not in the pod: neither a lower source nor the image's
+            # own value counts, since this one overrides them (the runtime reads the container's env)
+            return Declared(name, image, source=f"env {var} (set by valueFrom, which the webhook cannot read)")
+        if var == "NVIDIA_DISABLE_REQUIRE" and (env.get(var) or "").strip() not in _TRUE:
+            continue
+        if (env.get(var) or "").strip():
+            break
+    if (env.get("NVIDIA_DISABLE_REQUIRE") or "").strip() in _TRUE:
         return Declared(name, image, source="env NVIDIA_DISABLE_REQUIRE", disabled=True)
-    text = env.get("NVIDIA_REQUIRE_CUDA", "")
+    text = env.get("NVIDIA_REQUIRE_CUDA") or ""
     if text.strip():
         source = "env NVIDIA_REQUIRE_CUDA"
         try:
             return Declared(name, image, parse_requirement(text), source)
         except RequirementError as err:
             return Declared(name, image, source=source, error=f"invalid expression: {err}")
-    text = env.get("CUDA_VERSION", "").strip()
+    text = (env.get("CUDA_VERSION") or "").strip()
     if text:
         version = _version(text)
         if version is None:

@@ -288,7 +288,8 @@ def _found(c: Check) -> str:
     if d.disabled:
         return f"{c.label}: CUDA requirement disabled by {d.source}; not checked"
     if c.requirement is None:
-        return f"{c.label}: CUDA version unknown (image {d.image or '(none)'}); not checked"
+        why = f"{d.source}" if d.source else f"image {d.image or '(none)'}"
+        return f"{c.label}: CUDA version unknown ({why}); not checked"
     return f"{c.label}: {d.version_text} {_source(d)}"
 
 
@@ -675,9 +676,14 @@ def _invalid_message(c: Check) -> str:
 
 def _unknown_message(c: Check) -> str:
     d = c.declared
+    why = (
+        d.source
+        if d.source
+        else "no annotation, no NVIDIA_REQUIRE_CUDA or CUDA_VERSION in its env, and the image reference matches no"
+        " known pattern"
+    )
     return (
-        f"container {c.label} (image {d.image or '(none)'}): its CUDA version is unknown (no annotation, "
-        "no NVIDIA_REQUIRE_CUDA or CUDA_VERSION in its env, and the image reference matches no known pattern). "
+        f"container {c.label} (image {d.image or '(none)'}): its CUDA version is unknown ({why}). "
         f'To fix: Declare it with the pod annotation {PREFIX}cuda-version.{d.container}: "<major.minor>".'
     )
 
