@@ -863,3 +863,20 @@ def test_the_advice_to_target_a_pool_says_what_else_reaching_it_takes() -> None:
         f"target pool od-new (driver 570.124.06, CUDA 12.8) with nodeSelector {POOL_LABEL}: od-new (its required "
         "node affinity keeps it off that pool too: it requires spot capacity (gpu-admission.io/spot: require))"
     ) in message
+
+
+@pytest.mark.parametrize("gfd", ["new", "old"])
+def test_a_pool_whose_nodes_run_two_drivers_is_steered_by_driver_label(gfd: str) -> None:
+    # No CUDA runtime labels (an older GFD, or a node labeller of its own): the pool label selects both drivers'
+    # nodes, so it alone cannot keep the pod off the old one; the driver labels tell them apart
+    old = gpu_node("mixed-old", "mixed", "535.104.05", gfd=gfd, runtime_labels=False)
+    new = gpu_node("mixed-new", "mixed", "570.124.06", gfd=gfd, runtime_labels=False)
+    ctx = context([old, new])
+    result = pipeline.mutate(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed
+    names = {n for c in ctx.cluster.eligible(result.object["spec"]) for n in c.nodes}
+    assert names == {"mixed-new"}
+    keys = [e["key"] for e in required_terms(result.object)[0]["matchExpressions"]]
+    assert keys[0] == POOL_LABEL and all(k.startswith("nvidia.com/cuda.driver") for k in keys[1:])
+    assert "CUDASteered" in result.outcome.reasons
+    assert_idempotent(result, ctx)

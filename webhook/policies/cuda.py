@@ -412,16 +412,30 @@ def _by_cuda_labels(a: Assessment, ctx: Context) -> list[list[Expression]]:
                     expression(f"{GFD}{prefix}.minor", "In", [str(m) for m in minors]),
                 ]
             )
-    return alternatives + _by_pool(rest, ctx)
+    return alternatives + _by_pool(rest, ctx, a.blocked_groups)
 
 
-def _by_pool(groups: Iterable[NodeGroup], ctx: Context) -> list[list[Expression]]:
+DRIVER_LABELS = (
+    (GFD + "cuda.driver-version.full",),
+    (GFD + "cuda.driver.major", GFD + "cuda.driver.minor", GFD + "cuda.driver.rev"),
+)
+"""GPU feature discovery's driver version labels, new and old (node-labels.md): what tells apart the groups of one
+pool that differ in their driver alone."""
+
+
+def _by_pool(groups: Iterable[NodeGroup], ctx: Context, blocked: Sequence[NodeGroup] = ()) -> list[list[Expression]]:
+    """A term per group on its pool's selector; and on its driver labels too where a blocked group has the same
+    selector (a pool whose nodes run two drivers), when it carries them."""
+    shared = {tuple(sorted(pool_selector(b, ctx).items())) for b in blocked}
     alternatives: list[list[Expression]] = []
     for g in groups:
         selector = pool_selector(g, ctx)
         if not selector:
             continue
         alt = [expression(k, "In", [v]) for k, v in sorted(selector.items())]
+        if tuple(sorted(selector.items())) in shared:
+            keys = next((keys for keys in DRIVER_LABELS if all(k in g.labels for k in keys)), ())
+            alt += [expression(k, "In", [g.labels[k]]) for k in keys if k not in selector]
         if alt not in alternatives:
             alternatives.append(alt)
     return alternatives
@@ -431,7 +445,7 @@ def _narrowed(pod: PodView, a: Assessment, ctx: Context) -> tuple[list[list[Expr
     """The first alternatives (by CUDA labels, else by pool) that keep the pod landing somewhere, and only on
     allowed groups, with the spec they narrow it to; None when none does, or the pod already asks that much."""
     allowed = {id(g) for g in a.allowed_groups}
-    for alternatives in (_by_cuda_labels(a, ctx), _by_pool(a.allowed_groups, ctx)):
+    for alternatives in (_by_cuda_labels(a, ctx), _by_pool(a.allowed_groups, ctx, a.blocked_groups)):
         if not alternatives:
             continue
         trial = PodView(pod.kind, {}, copy_json(pod.spec), pod.namespace, pod.owner_kind)
