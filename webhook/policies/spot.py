@@ -176,12 +176,15 @@ def _spot_presets(ctx: Context) -> list[TaintPreset]:
     return list(dict.fromkeys(presets))
 
 
+def _providers_shown(ctx: Context) -> set[str]:
+    """The providers whose node labels (pool or spot labels) the cluster's nodes or pools carry."""
+    keys = ctx.cluster.presets.node_label_keys
+    return {name for name, names in keys.items() if any(map(ctx.cluster.label_values, names))}
+
+
 def _providers_seen(presets: Sequence[TaintPreset], ctx: Context) -> list[TaintPreset]:
-    """The presets of the providers whose node labels the cluster carries (all of them when it shows none), and
-    those from settings."""
-    seen = {
-        name for name, keys in ctx.cluster.presets.node_label_keys.items() if any(map(ctx.cluster.label_values, keys))
-    }
+    """The presets of the providers the cluster shows (all of them when it shows none), and those from settings."""
+    seen = _providers_shown(ctx)
     return [p for p in presets if not seen or p.provider in seen or p.provider == "settings"]
 
 
@@ -247,8 +250,7 @@ def _spot_places(ctx: Context) -> tuple[list[list[Expression]], str, bool]:
     if terms or not ctx.cluster.groups:
         return terms, " or ".join(shown), True
     # None on the cluster now: those its provider's spot nodes will carry (every preset's when no provider shows)
-    keys = ctx.cluster.presets.node_label_keys
-    seen = {name for name, names in keys.items() if any(map(ctx.cluster.label_values, names))}
+    seen = _providers_shown(ctx)
     coming = [k for k, _, provider in ctx.cluster.presets.spot_labels if not seen or provider in seen]
     coming += list(ctx.settings.spot.extra_labels)
     every = [(k, vs) for k, vs in by_key.items() if k in coming] or list(by_key.items())
