@@ -344,6 +344,56 @@ def test_single_strategy_second_container_lands_on_the_same_profile():
     assert resources_of(result.object, "b") == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
 
 
+@pytest.mark.parametrize(
+    ("nodes", "init"),
+    [
+        pytest.param(
+            [single_node("s", A100_40, "3g.20gb", 4, "a100-single"), whole_node("w", A100_40, 8, "a100-whole")],
+            False,
+            id="single",
+        ),
+        pytest.param(
+            [gke_node("g", "nvidia-tesla-a100", "3g.20gb", 16, "a100-3g"), whole_node("w", A100_40, 8, "a100-whole")],
+            True,
+            id="gke-init-container",
+        ),
+    ],
+)
+def test_a_whole_gpu_beside_a_fraction_is_never_made_a_mig_slice(nodes, init):
+    """Found by the MIG review: under the single strategy and on GKE every nvidia.com/gpu of a MIG node is a MIG
+    device, so the pod-wide product (or partition) selector would give container b a slice, not its whole GPU."""
+    whole = container("b", limits={GPU: "1"})
+    obj = (
+        pod(container("a", limits={GPU: "0.5"}), init=[whole])
+        if init
+        else pod(container("a", limits={GPU: "0.5"}), whole)
+    )
+    result = review(obj, nodes)
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    pool = nodes[0]["metadata"]["labels"][POOL]
+    b = "init container b" if init else "container b"
+    assert f"Pool {pool} (" in result.message
+    assert f"{b} (nvidia.com/gpu 1) would get a MIG slice" in result.message
+    assert "pod of their own" in result.message
+    assert "cannot use (selectors" not in result.message  # the pod's own rules do not keep it off that pool
+    # Mixed-strategy nodes offer whole GPUs and MIG devices side by side: there the pod is served.
+    mixed = a100_40(gpus=2)
+    result = review(obj, [*nodes, mixed])
+    assert result.allowed, result.message
+    assert resources_of(result.object, "a") == mig("3g.20gb")
+    assert resources_of(result.object, "b") == {"limits": {GPU: "1"}}
+    assert "nodeSelector" not in result.object["spec"]
+
+
+def test_a_pod_that_selects_a_single_strategy_product_itself_still_gets_its_fraction_there():
+    nodes = [single_node("s", A100_40, "3g.20gb", 4, "a100-single")]
+    obj = pod(container("a", limits={GPU: "0.5"}), container("b", limits={GPU: "1"}))
+    obj["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": f"{A100_40}-MIG-3g.20gb"}
+    result = review(obj, nodes)
+    assert result.allowed, result.message
+    assert resources_of(result.object, "a") == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
+
+
 def test_gke_partition_size_selector():
     nodes = [
         gke_node("g0", "nvidia-tesla-a100", "1g.5gb", 7, "mig-small"),

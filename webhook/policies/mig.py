@@ -21,6 +21,8 @@ How a profile is chosen, per container (init containers included), each on its o
    (``nvidia.com/gpu`` + ``cloud.google.com/gke-gpu-partition-size``). Names are taken from the nodes
    (``7g.79gb`` stays ``7g.79gb``). Eligibility is the pod's own rules (nodeSelector, affinity, tolerations,
    ExtendedResourceToleration) with the rewritten request, so a mixed node's ``nvidia.com/gpu: 0`` does not hide it.
+   Single-strategy and GKE options are not offered to a pod that also asks for a whole ``nvidia.com/gpu`` (in any
+   container, init containers included): every ``nvidia.com/gpu`` of such a node is a MIG device.
 2. A profile covers a fraction f when its memory share (eighths) is >= f (``mig.coverage: memory``, the default),
    its compute share (sevenths, or quarters on 4-slice GPUs) is >= f (``compute``) or both (``both``); it covers a
    memory request when its nominal size (the name's GB, read as GiB) is >= the request.
@@ -136,6 +138,8 @@ class _Request:
     ctx: Context
     options: list[Option] = field(default_factory=list)
     profiles: dict[tuple[int, str], Profile | None] = field(default_factory=dict)
+    whole: list[str] = field(default_factory=list)
+    """The containers that ask for whole GPUs, in words ('container b (nvidia.com/gpu 1)')."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -536,11 +540,34 @@ def _rank(option: Option, places: Sequence[Placement]) -> tuple[object, ...]:
     )
 
 
-def _choose(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> tuple[Choice | None, list[Placement]]:
-    """The smallest covering option (and any pin it needs), and every placement seen (for the refusal message)."""
+def _whole_gpus(pod: PodView, asks: Sequence[Ask]) -> list[str]:
+    """The containers (init containers and sidecars too) that ask for whole ``nvidia.com/gpu``, in words. Under the
+    single strategy and on GKE every ``nvidia.com/gpu`` of a MIG node is a MIG device, so such nodes cannot serve
+    them (unless the pod itself already selects a MIG product or partition size: then its GPUs are MIG devices)."""
+    selector = as_dict(pod.spec.get("nodeSelector"))
+    if "-MIG-" in as_str(selector.get(PRODUCT_LABEL)) or GKE_PARTITION_LABEL in selector:
+        return []
+    asking = {id(a.container) for a in asks}
+    out: list[str] = []
+    for list_name, name, container in _named(pod):
+        read = _read(container, GPU_RESOURCE, name)
+        if id(container) in asking or read is None or read.amount is None:
+            continue
+        if read.amount >= 1 and read.amount == read.amount.to_integral_value():
+            what = "init container" if list_name == "initContainers" else "container"
+            out.append(f"{what} {name} ({GPU_RESOURCE} {read.text})")
+    return out
+
+
+def _choose(
+    req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask
+) -> tuple[Choice | None, list[Placement], list[Placement]]:
+    """The smallest covering option (and any pin it needs), every placement seen, and the covering placements on
+    single-strategy and GKE nodes that the pod's whole GPUs bar (both for the refusal message)."""
     ctx = req.ctx
     coverage = ctx.settings.mig.coverage
     seen: list[Placement] = []
+    barred: list[Placement] = []
     ranked: list[tuple[tuple[object, ...], Option, list[Placement]]] = []
     selector = as_dict(pod.spec.get("nodeSelector"))
     for option in req.options:
@@ -556,6 +583,9 @@ def _choose(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> tu
                 continue
             usable = group.mig_profiles[option.profile].memory_mib or profile.usable_mib
             places.append(Placement(group, profile, _covers(ask, profile, coverage), usable))
+        if req.whole and option.strategy in ("single", "gke"):
+            barred += [p for p in places if p.covers]
+            continue
         seen += places
         if any(p.covers for p in places):
             ranked.append((_rank(option, places), option, places))
@@ -568,8 +598,8 @@ def _choose(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> tu
             pin = _pin([p.group for p in good], bad, _pin_keys(ctx))
             if pin is None:
                 continue
-        return Choice(option, good, pin), seen
-    return None, seen
+        return Choice(option, good, pin), seen, barred
+    return None, seen, barred
 
 
 def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> Choice | None:
@@ -704,7 +734,14 @@ def _offered(places: Sequence[Placement], ask: Ask) -> str:
     return "; ".join(f"pool {k}: {', '.join(v)}" for k, v in sorted(by_pool.items()))
 
 
-def _refusal(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask, seen: Sequence[Placement]) -> str:
+def _refusal(
+    req: _Request,
+    pod: PodView,
+    pending: Sequence[Ask],
+    ask: Ask,
+    seen: Sequence[Placement],
+    barred: Sequence[Placement] = (),
+) -> str:
     ctx = req.ctx
     coverage = ctx.settings.mig.coverage
     if ask.kind == "fraction":
@@ -715,19 +752,31 @@ def _refusal(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask, seen
     head = f"container {ask.name} asks for {ask.asked}; no eligible node offers {wanted}."
     if not ctx.cluster.known or not ctx.cluster.groups:
         return head + " The webhook does not know the cluster's nodes yet (none listed, no pool declared)."
+    barred_groups = {id(p.group) for p in barred}
     if seen:
         tail = f" Eligible nodes offer: {_offered(seen, ask)}."
     else:
         trial = _trial(pod, [*pending, ask], None, None)
         # Without its GPU request the trial lost the toleration ExtendedResourceToleration gave it: keep it.
         trial["tolerations"] = [*as_list(trial.get("tolerations")), GPU_TAINT_TOLERATION]
-        gpus = _eligible(ctx, trial)
+        gpus = [c for c in _eligible(ctx, trial) if id(c.group) not in barred_groups]
         if gpus:
             described = ", ".join(sorted({c.group.describe() for c in gpus})[:4])
             tail = f" Eligible GPU nodes offer no MIG profiles: {described}."
+        elif barred:
+            tail = ""
         else:
             tail = " No GPU node matches the pod's nodeSelector, node affinity and tolerations."
-    seen_groups = {id(p.group) for p in seen}
+    if barred:
+        pools = sorted(
+            {f"{p.group.pool} ({p.group.mig_strategy}, {p.profile.name if p.profile else '?'})" for p in barred}
+        )
+        tail += (
+            f" Pool{'s' if len(pools) > 1 else ''} {', '.join(pools[:3])} would cover it, but there every"
+            f" {GPU_RESOURCE} is a MIG device, and {', '.join(req.whole[:3])} would get a MIG slice there instead"
+            " of the whole GPU it asks for: one pod cannot mix whole GPUs and such slices."
+        )
+    seen_groups = {id(p.group) for p in seen} | barred_groups
     elsewhere = [g for g in ctx.cluster.gpu_groups if g.mig_profiles and id(g) not in seen_groups]
     if elsewhere:
         shown = ", ".join(
@@ -738,6 +787,11 @@ def _refusal(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask, seen
         tail += f" MIG pools this pod cannot use (selectors, affinity, taints): {shown}."
     if seen:
         advice = " Ask for at most what a profile offered here holds, or for a whole GPU (nvidia.com/gpu: 1)."
+    elif barred:
+        advice = (
+            " Run the whole-GPU containers in a pod of their own, ask for a fraction in them too, or add"
+            " mixed-strategy MIG nodes (whole GPUs and MIG devices side by side)."
+        )
     elif elsewhere:
         advice = (
             " Change the pod's nodeSelector, node affinity or tolerations so it can reach one of those pools, or ask"
@@ -785,13 +839,14 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     req = _Request(ctx)
     if asks:
         req.options = _options(ctx)
+        req.whole = _whole_gpus(pod, asks)
     prior = _prior_lines(ctx)
     converted: dict[int, str] = {}
     pending = list(asks)
     for ask in asks:
         pending.remove(ask)
         deferred = pod.is_template and (ask.kind == "memory" or ask.source == "annotation")
-        choice, seen = _choose(req, pod, pending, ask)
+        choice, seen, barred = _choose(req, pod, pending, ask)
         if choice is None:
             choice = _fallback(req, pod, pending, ask)
         if deferred:
@@ -808,7 +863,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
                 )
             continue
         if choice is None:
-            out.deny(POLICY, "MIGNoProfile", _refusal(req, pod, pending, ask, seen))
+            out.deny(POLICY, "MIGNoProfile", _refusal(req, pod, pending, ask, seen, barred))
             pending.append(ask)
             continue
         _apply(pod, ask, choice)
