@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import jsonpatch
@@ -28,7 +29,7 @@ from tests.mig_fixtures import (
     workload,
 )
 from webhook import pipeline
-from webhook.config import PoolSettings
+from webhook.config import CudaSettings, PoolSettings
 
 GPU = "nvidia.com/gpu"
 MEM = "gpu-admission.io/gpu-memory"
@@ -461,6 +462,39 @@ def test_declared_pool_without_nodes(strategy, expected_resources, expected_sele
 
 # ---------------------------------------------------------------------------------------------------------------
 # Several GPU models: deterministic choice, pinning only when the profile alone does not say enough
+
+
+CUDA_124_IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+A100_80_ALL = {"1g.10gb": 7, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1, "7g.80gb": 1}
+
+
+def driver(version: str) -> dict[str, str]:
+    return {"nvidia.com/cuda.driver-version.full": version}
+
+
+@pytest.mark.parametrize(
+    ("mode", "new_profiles", "allowed", "expected"),
+    [
+        pytest.param("enforce", A100_80_ALL, True, "3g.40gb", id="enforce-prefers-the-new-driver"),
+        pytest.param("warn", A100_80_ALL, True, "3g.20gb", id="warn-keeps-the-smallest"),
+        pytest.param("enforce", {"1g.10gb": 7}, False, "3g.20gb", id="nothing-fits-there-cuda-denies"),
+    ],
+)
+def test_profile_is_chosen_where_the_driver_runs_the_pods_cuda(mode, new_profiles, allowed, expected):
+    """Found by the MIG review: 3g.20gb (smallest) is only on a pool whose driver is too old for CUDA 12.4, while
+    3g.40gb on a pool with a new enough driver fits; the pod was denied by the cuda policy."""
+    nodes = [
+        mixed_node("old-0", A100_40, dict(A100_40_ALL), "a100-old", 40960, extra_labels=driver("525.105.17")),
+        mixed_node("new-0", A100_80, new_profiles, "a100-new", 81920, extra_labels=driver("550.54.15")),
+    ]
+    s = replace(settings(), cuda=CudaSettings(mode=mode))
+    obj = pod(container(limits={GPU: "0.5"}, image=CUDA_124_IMAGE))
+    mutated = pipeline.mutate(copy.deepcopy(obj), context(nodes, s))
+    assert resources_of(mutated.object)["limits"] == {f"nvidia.com/mig-{expected}": "1"}
+    result = review(obj, nodes, s)
+    assert result.allowed is allowed, result.message
+    if not allowed:
+        assert result.reason == "CUDAIncompatible" and "pool a100-old" in result.message
 
 
 def test_smallest_gpu_wins_across_models():

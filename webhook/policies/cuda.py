@@ -549,6 +549,33 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     out.annotate(POLICY, plan.annotation)
 
 
+def supported_groups(pod: PodView, ctx: Context) -> tuple[NodeGroup, ...] | None:
+    """For the mig policy, which chooses before ``steer`` runs: the GPU groups whose driver supports the CUDA of
+    every GPU container of ``pod`` (as ``Assessment.allowed`` judges a group), where steering would keep it. None
+    when this policy would not steer (mode not enforce, steering off) or no GPU container says its CUDA. Judged per
+    group, not per node, once per snapshot and settings for the same requirements."""
+    if mode_of(ctx) != "enforce" or not ctx.settings.cuda.steer:
+        return None
+    requirements = tuple(c.requirement for c in checks_of(pod, ctx) if c.requirement is not None)
+    if not requirements:
+        return None
+    key = (POLICY, "supported", requirements)
+    stored = ctx.cluster.policy_memo.get(key)
+    if stored is not None and stored[0] is ctx.settings:
+        kept: tuple[NodeGroup, ...] = stored[1]
+        return kept
+    unknown_ok = ctx.settings.cuda.unknown_driver != "deny"
+    found = []
+    for group in ctx.cluster.gpu_groups:
+        facts = facts_of(group)
+        statuses = [_status(r, group, ctx, facts) for r in requirements]
+        if all(st == "ok" or (st == "unknown" and unknown_ok) for st in statuses):
+            found.append(group)
+    supported = tuple(found)
+    ctx.cluster.policy_memo.put(key, (ctx.settings, supported))
+    return supported
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Validation
 

@@ -28,7 +28,8 @@ How a profile is chosen, per container (init containers included), each on its o
    memory request when its nominal size (the name's GB, read as GiB) is >= the request.
 3. Among covering profiles the smallest wins, across GPU models too: least nominal memory, then fewest compute
    slices, then mixed before single before GKE, plain before variants (``.me``), then by name. So the choice is
-   deterministic and spends the least GPU.
+   deterministic and spends the least GPU. When the cuda policy enforces, the profiles offered on groups whose
+   driver supports the pod's CUDA come first (``cuda.supported_groups``); the others only when none of those fits.
 4. When the same profile name is also offered by eligible nodes of another GPU model on which it does not cover the
    request (``1g.10gb`` is 2/8 of an A100-40GB but 1/8 of an A100-80GB), the pod is pinned to the covering GPU
    model(s) on ``nvidia.com/gpu.product`` (or the GKE accelerator, or the pool label).
@@ -62,6 +63,7 @@ from webhook.cluster import (
 )
 from webhook.mig_profiles import Profile, derive, load_table, parse_name
 from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_list, as_str
+from webhook.policies import cuda
 from webhook.quantity import QuantityError, format_quantity, parse_quantity
 
 POLICY = "mig"
@@ -140,6 +142,8 @@ class _Request:
     profiles: dict[tuple[int, str], Profile | None] = field(default_factory=dict)
     whole: list[str] = field(default_factory=list)
     """The containers that ask for whole GPUs, in words ('container b (nvidia.com/gpu 1)')."""
+    supported: frozenset[int] | None = None
+    """Ids of the groups whose driver supports the pod's CUDA (``cuda.supported_groups``); None: not known."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -588,7 +592,10 @@ def _choose(
             continue
         seen += places
         if any(p.covers for p in places):
-            ranked.append((_rank(option, places), option, places))
+            # Offers on groups whose driver runs the pod's CUDA first; the others only when none fits (the cuda
+            # policy's denial then says why).
+            runs = req.supported is None or any(p.covers and id(p.group) in req.supported for p in places)
+            ranked.append(((not runs, *_rank(option, places)), option, places))
     ranked.sort(key=lambda r: r[0])
     for _, option, places in ranked:
         good = [p for p in places if p.covers]
@@ -840,6 +847,8 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     if asks:
         req.options = _options(ctx)
         req.whole = _whole_gpus(pod, asks)
+        supported = cuda.supported_groups(pod, ctx)
+        req.supported = None if supported is None else frozenset(id(g) for g in supported)
     prior = _prior_lines(ctx)
     converted: dict[int, str] = {}
     pending = list(asks)
