@@ -1264,3 +1264,23 @@ def test_a_node_tainted_for_another_extended_resource_the_pod_asks_for_still_cou
     result = review(pod(container(limits={GPU: "0.5", "rdma/hca": "1"})), [node])
     assert result.allowed, result.message
     assert resources_of(result.object)["limits"] == {"nvidia.com/mig-3g.20gb": "1", "rdma/hca": "1"}
+
+
+def test_single_strategy_with_time_slicing_is_offered():
+    # GFD names a time-sliced MIG device's product <product>-MIG-<profile>-SHARED (node-labels.md)
+    node = single_node("s0", A100_40, "3g.20gb", 2, "half", 19968)
+    node["metadata"]["labels"]["nvidia.com/gpu.product"] += "-SHARED"
+    node["metadata"]["labels"]["nvidia.com/gpu.replicas"] = "4"
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "8"
+    result = review(frac("500m"), [node])
+    assert result.allowed, result.message
+    assert result.object["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": f"{A100_40}-MIG-3g.20gb-SHARED"}
+
+
+@pytest.mark.parametrize("value", ["0.25 ", " 0.25", "0.25\t", "0.2500000000000000000000000000000000000000000001"])
+def test_a_fraction_annotation_as_written_gives_a_stable_line(value):
+    nodes = [mixed_node("m0", A100_40, {"1g.5gb": 7, "1g.10gb": 4, "3g.20gb": 2}, "a100")]
+    obj = pod(container(limits={}), annotations={"gpu-admission.io/gpu-fraction": value})
+    first, second = mutate_twice(obj, nodes)
+    assert second == []
+    assert (mig_annotation(first.object) or "").startswith(f"trainer: gpu-admission.io/gpu-fraction {value.strip()} ->")

@@ -55,6 +55,7 @@ from webhook.cluster import (
     GKE_PARTITION_LABEL,
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
+    SHARED_SUFFIX,
     Candidate,
     NodeGroup,
     is_extended_resource_name,
@@ -278,7 +279,7 @@ def _verified(line: str | None, container: JSON, spec: JSON) -> bool:
 
 
 _ASKED = re.compile(
-    r"^(nvidia\.com/gpu|gpu-admission\.io/gpu-memory|gpu-admission\.io/gpu-fraction) [-+0-9.eE]{1,40}[A-Za-z]{0,2}$"
+    r"^(nvidia\.com/gpu|gpu-admission\.io/gpu-memory|gpu-admission\.io/gpu-fraction) [-+0-9.eE]{1,64}[A-Za-z]{0,2}$"
 )
 _NOTES = ("whole GPU: no MIG profile covers it", "time-sliced shared GPU: no MIG profile covers it")
 
@@ -401,7 +402,7 @@ def _annotation_ask(pod: PodView, ctx: Context, out: Outcome, asks: Sequence[Ask
     else:
         return None
     name = next(n for _, n, c in _named(pod) if c is target)
-    asked = f"{FRACTION_ANNOTATION} {raw}"
+    asked = f"{FRACTION_ANNOTATION} {raw.strip()}"  # as a second pass reads it back (the line is checked)
     if _verified(_prior_lines(ctx).get(name), target, pod.spec) or _assigned(target, pod.spec):
         return None  # converted on an earlier pass
     try:
@@ -449,7 +450,7 @@ def _options(ctx: Context) -> list[Option]:
                 seen[Option("mixed", profile, MIG_RESOURCE_PREFIX + profile.replace("+", "."))] = None
             elif strategy == "single":
                 label = group.labels.get(PRODUCT_LABEL, "")
-                if label.endswith("-MIG-" + profile):
+                if label.removesuffix(SHARED_SUFFIX).endswith("-MIG-" + profile):  # -SHARED: time-sliced too
                     seen[Option("single", profile, GPU_RESOURCE, (PRODUCT_LABEL, label))] = None
             elif strategy == "gke" and group.labels.get(GKE_PARTITION_LABEL) == profile:
                 seen[Option("gke", profile, GPU_RESOURCE, (GKE_PARTITION_LABEL, profile))] = None
