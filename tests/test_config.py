@@ -56,6 +56,17 @@ def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
             "pool 'new' has no nodeSelector",
             id="empty-selector",
         ),
+        pytest.param(
+            "cluster:\n  pools: [{name: g, nodeSelector: {a: b}, migStrategy: gke,"
+            " migProfiles: {1g.5gb: 7, 3g.20gb: 2}}]\n",
+            "pool 'g' has migStrategy gke and 2 migProfiles",
+            id="gke-two-profiles",
+        ),
+        pytest.param(
+            "cluster:\n  pools: [{name: s, nodeSelector: {a: b}, migStrategy: single, migProfiles: {3g.20gb: 2}}]\n",
+            "pool 's' has migStrategy single and no gpuProduct",
+            id="single-without-product",
+        ),
         pytest.param("cluster:\n  pools: {a: 1}\n", "cluster.pools: must be a list", id="list"),
         pytest.param("- just\n- a list\n", "must hold a mapping", id="not-a-mapping"),
         pytest.param("cuda: [unclosed\n", "not valid YAML", id="yaml"),

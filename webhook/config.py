@@ -73,6 +73,18 @@ class PoolSettings:
                 " (e.g. {cloud.google.com/gke-nodepool: <pool>}); a pool that selects no node would be offered to"
                 " pods that then run elsewhere"
             )
+        where = f"cluster.pools: pool {self.name!r}"
+        if self.mig_strategy in ("single", "gke") and len(self.mig_profiles) > 1:
+            raise ConfigError(
+                f"{where} has migStrategy {self.mig_strategy} and {len(self.mig_profiles)} migProfiles: every GPU of"
+                " such a node carries one profile (a GKE node pool has one partition size); give one, or declare"
+                " migStrategy mixed"
+            )
+        if self.mig_strategy == "single" and self.mig_profiles and not self.gpu_product:
+            raise ConfigError(
+                f"{where} has migStrategy single and no gpuProduct: the pods are sent to its nodes by the product"
+                " label <gpuProduct>-MIG-<profile> (e.g. gpuProduct: NVIDIA-A100-SXM4-40GB)"
+            )
 
 
 @dataclass(frozen=True)
