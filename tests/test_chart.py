@@ -48,9 +48,24 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+class StrictLoader(yaml.SafeLoader):
+    """YAML as kustomize and Argo CD read it: a mapping with a key twice is an error (PyYAML and helm keep the
+    last; kustomize refuses the file: 'mapping key ... already defined')."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
+        twice = sorted({str(k) for k in keys if keys.count(k) > 1})
+        if twice:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"keys given twice: {', '.join(twice)}", node.start_mark
+            )
+        return super().construct_mapping(node, deep=deep)
+
+
 def template(*args: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    """The rendered objects, read strictly (every test's rendering is checked for keys given twice)."""
     proc = helm("template", RELEASE, str(CHART), "-n", namespace, *args)
-    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+    return [d for d in yaml.load_all(proc.stdout, Loader=StrictLoader) if d]
 
 
 @functools.cache
@@ -627,3 +642,12 @@ def test_self_signed_pre_install_job_creates_the_secret_so_helm_wait_can_finish(
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [_tls_secret(objects)], "verbs": ["get"]},
     ]
     assert find(objects, "RoleBinding", sa_name)["subjects"][0]["name"] == sa_name
+
+
+def test_the_service_monitor_selects_the_service():
+    objects = template("--set", "metrics.serviceMonitor.enabled=true")
+    wanted = find(objects, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
+    labels = find(objects, "Service")["metadata"]["labels"]
+    assert wanted.items() <= labels.items()
+    pods = find(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert find(objects, "Service")["spec"]["selector"].items() <= pods.items()

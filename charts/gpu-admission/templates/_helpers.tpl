@@ -28,6 +28,12 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{- /* The server's pods and its Service: the common labels and the component the selectors name, each key once. */ -}}
+{{- define "gpu-admission.webhookLabels" -}}
+{{ include "gpu-admission.labels" . }}
+app.kubernetes.io/component: webhook
+{{- end }}
+
 {{- define "gpu-admission.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "gpu-admission.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
