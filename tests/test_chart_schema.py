@@ -75,6 +75,7 @@ def dataclass_schema(cls: type) -> dict[str, Any]:
     required: list[str] = []
     for f in dataclasses.fields(cls):
         prop = _type_schema(hints[f.name])
+        prop.update(f.metadata.get("schema", {}))  # what the server refuses too (its __post_init__ checks)
         if f.name in docs:
             prop = {"description": docs[f.name], **prop}
         props[_camel(f.name)] = prop
@@ -152,6 +153,11 @@ def test_defaults_conform_to_settings_loader(tmp_path):
         pytest.param(["--set", "config.audit.eventQueueSize=many"], "eventQueueSize", id="mistyped-settings-value"),
         pytest.param(["--set", "certs.mode=provided"], "secretName", id="provided-without-secret"),
         pytest.param(["--set", "service.extra=1"], "extra", id="unknown-nested-key"),
+        pytest.param(["--set", "config.maxBodyBytes=-1"], "maxBodyBytes", id="body-limit-refusing-all"),
+        pytest.param(
+            ["--set-json", 'config.cluster.pools=[{"name":"p","nodeSelector":{}}]'], "nodeSelector", id="empty-selector"
+        ),
+        pytest.param(["--set", "config.spot.gpuTaintPresets={sku-gpu}"], "gpuTaintPresets", id="unknown-preset"),
     ],
 )
 def test_schema_rejects(args, message):

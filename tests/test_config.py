@@ -67,6 +67,7 @@ def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
             "pool 's' has migStrategy single and no gpuProduct",
             id="single-without-product",
         ),
+        pytest.param("maxBodyBytes: 0\n", "maxBodyBytes: 0 would refuse every AdmissionReview", id="body-limit"),
         pytest.param("cluster:\n  pools: {a: 1}\n", "cluster.pools: must be a list", id="list"),
         pytest.param("- just\n- a list\n", "must hold a mapping", id="not-a-mapping"),
         pytest.param("cuda: [unclosed\n", "not valid YAML", id="yaml"),

@@ -44,7 +44,7 @@ class PoolSettings:
 
     name: str
     """The pool's name, as it shows in messages and in ``gpu-admission pools``."""
-    node_selector: dict[str, str]
+    node_selector: dict[str, str] = field(metadata={"schema": {"minProperties": 1}})
     """Node labels that select the pool's nodes (and that steering and spot affinity use); required, and not
     empty: a pool no node can match would take pods that then land on other nodes."""
     taints: list[TaintSpec] = field(default_factory=list)
@@ -174,7 +174,9 @@ class SpotSettings:
     """Spot taints beyond the provider presets (e.g. a k3s cluster's own)."""
     extra_labels: dict[str, str] = field(default_factory=dict)
     """Spot capacity labels beyond the presets, for prefer/require."""
-    gpu_taint_presets: list[str] = field(default_factory=list)
+    gpu_taint_presets: list[str] = field(
+        default_factory=list, metadata={"schema": {"items": {"enum": sorted(gpu_taint_preset_names())}}}
+    )
     """Also tolerate documented GPU taints that ExtendedResourceToleration does not cover (e.g. aks-sku-gpu)."""
     only_cluster_taints: bool = True
     """Add only the spot tolerations whose taints the cluster actually has, when the cluster is known."""
@@ -216,8 +218,15 @@ class Settings:
     mig: MigSettings = field(default_factory=MigSettings)
     spot: SpotSettings = field(default_factory=SpotSettings)
     audit: AuditSettings = field(default_factory=AuditSettings)
-    max_body_bytes: int = 7 * 1024 * 1024
+    max_body_bytes: int = field(default=7 * 1024 * 1024, metadata={"schema": {"minimum": 1024}})
     """Largest AdmissionReview accepted (controller-runtime's limit); larger bodies get 413."""
+
+    def __post_init__(self) -> None:
+        if self.max_body_bytes < 1024:
+            raise ConfigError(
+                f"maxBodyBytes: {self.max_body_bytes} would refuse every AdmissionReview (413): give at least 1024"
+                " (the default, 7340032, is controller-runtime's limit)"
+            )
 
 
 T = TypeVar("T")
