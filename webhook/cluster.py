@@ -917,6 +917,15 @@ def _int_label(labels: Mapping[str, str], key: str) -> int:
     return value if value is not None and value > 0 else 0
 
 
+DRIVER_LABELS = (
+    (GFD + "cuda.driver-version.full",),
+    (GFD + "cuda.driver-version.major", GFD + "cuda.driver-version.minor", GFD + "cuda.driver-version.revision"),
+    (GFD + "cuda.driver.major", GFD + "cuda.driver.minor", GFD + "cuda.driver.rev"),
+)
+"""GPU feature discovery's driver version labels, newest first (node-labels.md), as ``_driver_from_labels`` reads
+them: also what tells apart the groups of one pool that differ in their driver alone."""
+
+
 def _driver_from_labels(labels: Mapping[str, str]) -> tuple[Version | None, str, str, str]:
     """(driver, its text, the label it came from, a note when a label is there but is not a version, e.g. Tegra's
     'unknown.unknown.unknown')."""

@@ -24,6 +24,7 @@ from typing import Literal, TypeVar
 from webhook import PREFIX
 from webhook.affinity import Expression, expression, narrow
 from webhook.cluster import (
+    DRIVER_LABELS,
     GFD,
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
@@ -413,14 +414,6 @@ def _by_cuda_labels(a: Assessment, ctx: Context) -> list[list[Expression]]:
                 ]
             )
     return alternatives + _by_pool(rest, ctx, a.blocked_groups)
-
-
-DRIVER_LABELS = (
-    (GFD + "cuda.driver-version.full",),
-    (GFD + "cuda.driver.major", GFD + "cuda.driver.minor", GFD + "cuda.driver.rev"),
-)
-"""GPU feature discovery's driver version labels, new and old (node-labels.md): what tells apart the groups of one
-pool that differ in their driver alone."""
 
 
 def _by_pool(groups: Iterable[NodeGroup], ctx: Context, blocked: Sequence[NodeGroup] = ()) -> list[list[Expression]]:
