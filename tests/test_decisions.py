@@ -205,6 +205,7 @@ def test_an_outcomes_copy_holds_all_of_it_and_shares_no_container() -> None:
     outcome.event("CUDASteered", "steered to the new pool")
     outcome.audit["cuda"] = "12.3"
     outcome.mutated("cuda-affinity")
+    outcome.finish.append(lambda: None)
     copied = outcome.copy()
     assert copied == outcome and copied._warned == outcome._warned
     for f in dataclasses.fields(Outcome):  # a field added to Outcome and not to copy() fails here

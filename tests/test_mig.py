@@ -1284,3 +1284,50 @@ def test_a_fraction_annotation_as_written_gives_a_stable_line(value):
     first, second = mutate_twice(obj, nodes)
     assert second == []
     assert (mig_annotation(first.object) or "").startswith(f"trainer: gpu-admission.io/gpu-fraction {value.strip()} ->")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The lines name where the final pod lands (found by the MIG review: they named where each choice was made)
+
+
+def test_the_line_names_the_pools_left_after_cuda_steering_and_a_second_pass_keeps_it():
+    """Two A100 pools offer 3g.20gb; the cuda policy, run after this one, keeps the pod off the pool whose driver is
+    too old for CUDA 12.4. The line said both pools, so the second pass (reinvocation) rewrote it "as found on the
+    object" and the validating webhook, finding it unconfirmed, sent no MIGAssigned Event."""
+    nodes = [
+        mixed_node(
+            "old-0", A100_40, dict(A100_40_ALL), "a100-old", 40960, A100_40_USABLE, extra_labels=driver("525.105.17")
+        ),
+        mixed_node(
+            "new-0", A100_40, dict(A100_40_ALL), "a100-new", 40960, A100_40_USABLE, extra_labels=driver("550.54.15")
+        ),
+    ]
+    s = replace(settings(), cuda=CudaSettings(mode="enforce"))
+    obj = pod(container(limits={GPU: "0.5"}, image=CUDA_124_IMAGE))
+    first, second = mutate_twice(obj, nodes, s)
+    line = f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb ({A100_40}, pool a100-new)"
+    assert mig_annotation(first.object) == line
+    assert first.audit["mig"] == line
+    assert second == []
+    result = review(obj, nodes, s)
+    assert result.allowed, result.message
+    assert [e.message for e in result.outcome.events if e.reason == "MIGAssigned"] == [f"MIG devices: {line}"]
+
+
+def test_an_earlier_containers_line_names_the_pool_a_later_container_narrowed_it_to():
+    """The first container's 1g.10gb is on both pools; the second's 7g.40gb only on the A100-40GB pool, so the pod
+    lands there: both lines say so, whatever order the containers come in."""
+    nodes = [
+        mixed_node("a0", A100_40, {"1g.10gb": 4, "7g.40gb": 1}, "a100-40", 40960),
+        mixed_node("a1", A100_80, {"1g.10gb": 7, "7g.80gb": 1}, "a100-80", 81920),
+    ]
+    where = f"({A100_40}, pool a100-40)"
+    for order in ((0, 1), (1, 0)):
+        both = [container("small", limits={MEM: "8Gi"}), container("large", limits={GPU: "0.5"})]
+        obj = pod(*(both[i] for i in order))
+        first, second = mutate_twice(obj, nodes)
+        assert resources_of(first.object, "small")["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
+        assert resources_of(first.object, "large")["limits"] == {"nvidia.com/mig-7g.40gb": "1"}
+        lines = (mig_annotation(first.object) or "").split("; ")
+        assert len(lines) == 2 and all(line.endswith(where) for line in lines), lines
+        assert second == []

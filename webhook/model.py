@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import marshal
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -227,6 +227,9 @@ class Outcome:
     """Kinds of change made (for metrics): spot-toleration, spot-affinity, mig, cuda-affinity, ..."""
     reasons: list[str] = field(default_factory=list)
     """Short reason codes of every decision, for the decision log."""
+    finish: list[Callable[[], None]] = field(default_factory=list, repr=False, compare=False)
+    """What a policy leaves to do once every mutating policy has run: words that must describe the final pod
+    (the mig policy's lines name where the pod lands, which the cuda policy's steering, run after it, narrows)."""
     _warned: set[str] = field(default_factory=set, repr=False)
 
     def annotate(self, name: str, text: str) -> None:
@@ -258,6 +261,7 @@ class Outcome:
             audit=dict(self.audit),
             mutations=list(self.mutations),
             reasons=list(self.reasons),
+            finish=list(self.finish),
             _warned=set(self._warned),
         )
 
@@ -271,6 +275,7 @@ class Outcome:
         self.audit.update(other.audit)
         self.mutations.extend(other.mutations)
         self.reasons.extend(other.reasons)
+        self.finish.extend(other.finish)
 
 
 V = TypeVar("V")

@@ -394,6 +394,8 @@ def mutate(obj: Any, ctx: Context) -> Result:
     outcome = Outcome()
     for _, step in MUTATORS:
         step(view, pctx, outcome)
+    while outcome.finish:
+        outcome.finish.pop(0)()
     for name, text in sorted(outcome.annotations.items()):
         view.set_annotation(PREFIX + name, text)
     if not had_annotations and view.metadata.get("annotations") == {}:

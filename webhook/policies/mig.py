@@ -709,8 +709,10 @@ def _where(places: Sequence[Placement]) -> str:
     return " or ".join(parts).replace(LINE_SEPARATOR, ", ")
 
 
-def _line(ask: Ask, choice: Choice) -> str:
-    where = _where(choice.places)
+def _line(ask: Ask, choice: Choice, where_now: str) -> str:
+    """'trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb (NVIDIA-A100-SXM4-40GB, pool a100)': where the pod
+    lands as it leaves the mutating webhook (``where_now``), or, when it lands nowhere, where the choice was made."""
+    where = where_now or _where(choice.places)
     if choice.note:
         where = f"{choice.note}, {where}"
     return f"{ask.name}: {ask.asked} -> {choice.option.given} ({where})"
@@ -851,7 +853,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         supported = cuda.supported_groups(pod, ctx)
         req.supported = None if supported is None else frozenset(id(g) for g in supported)
     prior = _prior_lines(ctx)
-    converted: dict[int, str] = {}
+    converted: dict[int, tuple[Ask, Choice]] = {}
     pending = list(asks)
     for ask in asks:
         pending.remove(ask)
@@ -877,17 +879,27 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
             pending.append(ask)
             continue
         _apply(pod, ask, choice)
-        converted[id(ask.container)] = _line(ask, choice)
+        converted[id(ask.container)] = (ask, choice)
         _warn_usable(out, ask, choice)
         if choice.note:
             out.warn(f"{ask.name}: {ask.asked} -> {choice.option.given} ({choice.note})"[:119])
         out.mutated("mig")
         out.reasons.append("MIGConverted" if not choice.note else "MIGFallback")
+    if converted or prior:
+        out.finish.append(lambda: _describe(pod, ctx, out, prior, converted))
+
+
+def _describe(
+    pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str, str], converted: Mapping[int, tuple[Ask, Choice]]
+) -> None:
+    """Write the annotation's lines once every mutating policy has run: each names where the final pod can get its
+    GPU (the cuda policy's steering, after this policy, can narrow it), so that a second pass, and the validating
+    webhook's Event, find the same words."""
+    where_now = _where_now(pod, ctx)
     lines: list[str] = []
-    where_now = _where_now(pod, ctx) if prior else ""
     for _, name, container in _named(pod):
         if id(container) in converted:
-            lines.append(converted[id(container)])
+            lines.append(_line(*converted[id(container)], where_now))
         elif _republishable(prior.get(name), name, container, pod, where_now):
             lines.append(prior[name])
         elif name in prior:
