@@ -22,6 +22,7 @@ NEW_MAJOR, NEW_MINOR = "nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda
 OLD_MAJOR, OLD_MINOR = "nvidia.com/cuda.runtime.major", "nvidia.com/cuda.runtime.minor"
 
 IMAGE_128 = "nvcr.io/nvidia/pytorch:25.03-py3"  # CUDA 12.8.1 (secondary row)
+DRIVER_128 = "570.26"  # the reference table's CUDA 12.8 GA row: the policy judges 12.8.1 as major.minor
 IMAGE_124 = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
 
 # Pools: gpu-a on R535 (CUDA 12.2), gpu-b on R560 (CUDA 12.6), gpu-c on R570 (CUDA 12.8).
@@ -674,14 +675,27 @@ def test_without_a_node_list_it_says_so_not_that_no_node_matches() -> None:
 # Enforcement modes
 
 
+def test_warn_mode_warns_of_every_container_with_the_driver_to_upgrade_to() -> None:
+    """Found by the reporting review: the warning led with the image fix and was cut at kubectl's line length before
+    the driver version, and two containers' warnings, cut alike, read as one."""
+    ctx = context([A], settings({"mode": "warn"}))
+    obj = pod(container(image=IMAGE_128), container("eval", image="nvidia/cuda:12.6.0-base-ubuntu22.04"))
+    result = pipeline.review(obj, ctx)
+    assert result.allowed
+    would = [w for w in result.warnings if w.startswith("would be denied (CUDAIncompatible) in enforce mode: ")]
+    assert [w.split(": ")[1] for w in would] == ["trainer", "eval"]
+    assert f"to >= {DRIVER_128};" in would[0] and "to >= 560.28.03;" in would[1]
+    assert all(len(w) < 120 for w in result.warnings)
+
+
 def test_warn_mode_admits_with_warning_event_and_audit() -> None:
     ctx = context([A], settings({"mode": "warn"}))
     result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
     assert result.allowed
-    assert any(
-        w.startswith("would be denied (CUDAIncompatible) in enforce mode; to fix: Use an image built for CUDA <=")
-        for w in result.warnings
-    )
+    assert (
+        "would be denied (CUDAIncompatible) in enforce mode: trainer: upgrade the driver of pool gpu-a to >= "
+        f"{DRIVER_128}; or use an image built for CUDA <= 12.2"
+    )[:118] + "…" in result.warnings
     assert "needs CUDA 12.8" in result.audit["cuda-would-deny"]
     assert result.audit["cuda-decision"] == "would be denied (CUDAIncompatible)"
     assert "cuda: trainer needs CUDA 12.8; it can land only on CUDA <= 12.2 (pool gpu-a)" in result.warnings

@@ -36,7 +36,7 @@ def test_cuda_13_image_is_denied_in_enforce_and_warned_in_warn_mode() -> None:
     assert not denied.allowed and denied.reason == "CUDAIncompatible"
     warned = pipeline.review(pod, _ctx(Settings(cuda=CudaSettings(namespace_modes={"ml": "warn"})), namespace="ml"))
     assert warned.allowed
-    assert any(w.startswith("would be denied (CUDAIncompatible) in enforce mode; to fix: ") for w in warned.warnings)
+    assert any(w.startswith("would be denied (CUDAIncompatible) in enforce mode: ") for w in warned.warnings)
     assert "cuda-would-deny" in warned.audit
     assert all(len(w) < 120 for w in warned.warnings)
 
@@ -315,3 +315,21 @@ def test_a_denial_names_each_pool_once_with_all_its_drivers() -> None:
     assert not result.allowed
     assert "pool inference (drivers 535.104.05 or 550.54.15, CUDA 12.2 or 12.4)" in result.message
     assert result.message.count("pool inference (") == 1
+
+
+def test_warnings_past_the_apiservers_limit_are_counted_not_dropped_unsaid() -> None:
+    """Sixty containers whose CUDA is unknown each get a warning; the apiserver keeps 4096 characters of them."""
+    pod = gpu_pod(image="registry.example/team/model:latest")
+    first = pod["spec"]["containers"][0]
+    pod["spec"]["containers"] = [{**first, "name": f"worker-{n:02d}"} for n in range(60)]
+    result = pipeline.review(pod, _ctx(Settings(cuda=CudaSettings(unknown_version="warn")), namespace="ml"))
+    assert result.allowed
+    unknown = [w for w in result.outcome.warnings if "CUDA version unknown" in w]
+    assert len(unknown) == 60
+    shown, last = result.warnings[:-1], result.warnings[-1]
+    assert len(shown) < 60 and sum(map(len, result.warnings)) <= 4096
+    assert (
+        last
+        == f"{len(result.outcome.warnings) - len(shown)} more warnings not shown (the apiserver keeps 4096 characters)"
+    )
+    assert shown == [pipeline._short(w) for w in result.outcome.warnings[: len(shown)]]

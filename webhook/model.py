@@ -203,6 +203,9 @@ class Denial:
     """Short CamelCase reason, used in metrics and audit annotations (CUDAIncompatible, MIGNoProfile, ...)."""
     message: str
     """What was wrong and what to change, in words a user can act on."""
+    summary: str = ""
+    """The container and what to change, in one line for warn mode's kubectl warning, where the message's own "To
+    fix:" part runs past kubectl's line length and would lose what matters (the driver version to upgrade to)."""
 
 
 @dataclass(frozen=True)
@@ -240,8 +243,8 @@ class Outcome:
             self._warned.add(text)
             self.warnings.append(text)
 
-    def deny(self, policy: str, reason: str, message: str) -> None:
-        self.denials.append(Denial(policy, reason, message))
+    def deny(self, policy: str, reason: str, message: str, summary: str = "") -> None:
+        self.denials.append(Denial(policy, reason, message, summary))
         self.reasons.append(reason)
 
     def event(self, reason: str, message: str, type: EventType = "Normal") -> None:

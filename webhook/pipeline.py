@@ -223,14 +223,21 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
             _, has_fix, fix = d.message.partition("To fix: ")
             # kubectl shows a warning on one line: lead with what to change (the Event has the whole message).
             head = f"would be denied ({d.reason}) in enforce mode"
-            outcome.warn(f"{head}; to fix: {fix}" if has_fix else f"{head}: {d.message}")
+            if d.summary:
+                outcome.warn(f"{head}: {d.summary}")
+            else:
+                outcome.warn(f"{head}; to fix: {fix}" if has_fix else f"{head}: {d.message}")
             key = f"{d.policy}-would-deny"  # every container's, not the last one's
             result.audit[key] = f"{result.audit[key]}\n{d.message}" if key in result.audit else d.message
     warnings: list[str] = []
     total = 0
-    for w in outcome.warnings:
+    for shown, w in enumerate(outcome.warnings):
         w = _short(w)
         if total + len(w) > WARNINGS_TOTAL:
+            # Said in the room WARNINGS_TOTAL leaves under the apiserver's 4096, so that none is dropped unsaid.
+            warnings.append(
+                f"{len(outcome.warnings) - shown} more warnings not shown (the apiserver keeps 4096 characters)"
+            )
             break
         warnings.append(w)
         total += len(w)

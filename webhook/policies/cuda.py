@@ -631,8 +631,10 @@ def _reach(group: NodeGroup, selector: Mapping[str, str], a: Assessment, ctx: Co
     return text
 
 
-def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> str:
-    """What a user reads when the pod is denied: container, image, version and source, pools, what to do."""
+def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> tuple[str, str]:
+    """What a user reads when the pod is denied (container, image, version and source, pools, what to do), and
+    its one-line summary for warn mode's kubectl warning: the container and its fixes, the driver to upgrade to
+    first (the warning is cut at kubectl's line length; the other line of warn mode says the CUDA each side)."""
     d = c.declared
     assert c.requirement is not None
     blocked = [g for j, g in enumerate(a.eligible) if not a.allowed(a.status[i][j])]
@@ -659,8 +661,9 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> str:
             head += f" {named} do not match either."
     remedies: list[str] = []
     newest = sorted(g.cuda for g in a.eligible if g.cuda)
-    if newest and d.version:
-        remedies.append(f"use an image built for CUDA <= {show_mm(newest[-1])}")
+    image = f"use an image built for CUDA <= {show_mm(newest[-1])}" if newest and d.version else ""
+    if image:
+        remedies.append(image)
     remedies += _targets(c, a, ctx)
     upgrade = _upgrade(c, [g for g in blocked if g not in unknown], ctx)
     if upgrade:
@@ -670,7 +673,9 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> str:
     if not remedies:
         remedies.append("declare the CUDA version the image really needs (annotation gpu-admission.io/cuda-version)")
     text = "; or ".join(remedies)
-    return f"{head} To fix: {text[0].upper()}{text[1:]}."
+    first = [r for r in (upgrade, image) if r]
+    summary = f"{c.label}: " + "; or ".join(first + [r for r in remedies if r not in first])
+    return f"{head} To fix: {text[0].upper()}{text[1:]}.", summary
 
 
 def _gpu_brand(group: NodeGroup) -> str:
@@ -722,14 +727,15 @@ def _unknown_message(c: Check) -> str:
     )
 
 
-def _denials(a: Assessment, ctx: Context) -> list[tuple[str, str]]:
+def _denials(a: Assessment, ctx: Context) -> list[tuple[str, str, str]]:
+    """(reason, message, summary for warn mode's warning: "" where the message's own fix is short enough)."""
     cs = ctx.settings.cuda
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, str, str]] = []
     for c in a.checks:
         if c.declared.error:
-            out.append(("CUDARequirementInvalid", _invalid_message(c)))
+            out.append(("CUDARequirementInvalid", _invalid_message(c), ""))
         elif c.requirement is None and not c.declared.disabled and cs.unknown_version == "deny":
-            out.append(("CUDAVersionUnknown", _unknown_message(c)))
+            out.append(("CUDAVersionUnknown", _unknown_message(c), ""))
     if not a.eligible:
         return out
     single = False
@@ -737,10 +743,10 @@ def _denials(a: Assessment, ctx: Context) -> list[tuple[str, str]]:
         if not any(a.allowed(s) for s in a.status[i]):
             blocked_only_unknown = all(s == "unknown" for s in a.status[i])
             reason = "CUDADriverUnknown" if blocked_only_unknown else "CUDAIncompatible"
-            out.append((reason, incompatible_message(a.checks[i], a, i, ctx)))
+            out.append((reason, *incompatible_message(a.checks[i], a, i, ctx)))
             single = True
     if not single and a.known and not a.allowed_groups:
-        out.append(("CUDAIncompatible", _no_common_pool(a)))
+        out.append(("CUDAIncompatible", _no_common_pool(a), ""))
     return out
 
 
@@ -768,10 +774,10 @@ def _warnings(a: Assessment, ctx: Context, denied: bool) -> list[str]:
     return out
 
 
-def _audit_decision(a: Assessment, denials: Sequence[tuple[str, str]], mode: str) -> str:
+def _audit_decision(a: Assessment, denials: Sequence[tuple[str, str, str]], mode: str) -> str:
     if denials:
         verb = "would be denied" if mode == "warn" else "denied"
-        return f"{verb} (" + ", ".join(sorted({r for r, _ in denials})) + ")"
+        return f"{verb} (" + ", ".join(sorted({r for r, _, _ in denials})) + ")"
     if not a.synced:
         return "not checked (no node list yet)"
     if not a.eligible:
@@ -801,8 +807,8 @@ def _validated(a: Assessment, mode: str, ctx: Context) -> Outcome:
 
 def _validate(a: Assessment, mode: str, ctx: Context, out: Outcome) -> None:
     denials = _denials(a, ctx)
-    for reason, message in denials:
-        out.deny(POLICY, reason, message)
+    for reason, message, summary in denials:
+        out.deny(POLICY, reason, message, summary)
     for warning in _warnings(a, ctx, bool(denials)):
         out.warn(warning)
     decision = _audit_decision(a, denials, mode)
@@ -819,7 +825,7 @@ def _validate(a: Assessment, mode: str, ctx: Context, out: Outcome) -> None:
                         f"cuda: {c.label} needs {c.declared.version_text}; it can land only on {reach} "
                         f"({pool_names(a.eligible)})"
                     )
-            out.event("CUDAIncompatible", " ".join(m for _, m in denials), "Warning")
+            out.event("CUDAIncompatible", " ".join(m for _, m, _ in denials), "Warning")
         return
     out.reasons.append("CUDAChecked")
     lines = [_container_line(a, i, ctx) for i in range(len(a.checks))]
