@@ -3,12 +3,13 @@
 It keeps objects by collection path, hands out resourceVersions, and serves: discovery (``/api``, ``/apis``,
 ``/api/v1``, ``/apis/<group>/<version>``), list (with ``labelSelector`` / ``fieldSelector`` equality), watch
 (``?watch=true`` from a resourceVersion, streamed as JSON lines), get, create (``generateName`` included), replace,
-patch (merge, strategic-merge treated as merge, JSON patch) and delete. Faults for tests: ``expire(rv)`` makes
-watches from an older resourceVersion get 410 Gone, ``drop_watches()`` cuts every open watch stream,
-``fail_next(n, code)`` answers the next n requests with an error, ``hang_up_next(n, stored)`` closes the connection
-of the next n creates without an answer (having stored the object, or not), ``stop()/start()`` take it off the air.
-``KubeAPI(tls=(cert, key), ca=ca)`` serves HTTPS; ``connections`` counts the connections accepted;
-``create_delay`` holds each create that long, and ``most_in_flight`` says how many were under way at once.
+patch (merge, strategic-merge treated as merge, JSON patch) and delete (uid and resourceVersion preconditions
+checked). Faults for tests: ``expire(rv)`` makes watches from an older resourceVersion get 410 Gone,
+``drop_watches()`` cuts every open watch stream, ``fail_next(n, code)`` answers the next n requests with an error,
+``hang_up_next(n, stored)`` closes the connection of the next n creates without an answer (having stored the
+object, or not), ``stop()/start()`` take it off the air. ``KubeAPI(tls=(cert, key), ca=ca)`` serves HTTPS;
+``connections`` counts the connections accepted; ``create_delay`` holds each create that long, and
+``most_in_flight`` says how many were under way at once.
 """
 
 from __future__ import annotations
@@ -522,6 +523,13 @@ class _Handler(BaseHTTPRequestHandler):
         if found is None:
             return
         gv, resource, namespace, name = found
+        # DeleteOptions.preconditions, as the apiserver checks them: a mismatch is a 409 and nothing is deleted.
+        wanted = (self._body() or {}).get("preconditions") or {}
+        meta = (self.api.get(gv, resource, name, namespace) or {}).get("metadata", {})
+        for field in ("uid", "resourceVersion"):
+            if wanted.get(field) is not None and wanted[field] != meta.get(field):
+                self._send(409, _status(409, "Conflict", f"Precondition failed: {field} in precondition"))
+                return
         self.api.delete(gv, resource, name, namespace)
         self._send(200, _status(200, "", "deleted") | {"status": "Success"})
 

@@ -16,6 +16,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from certs import kube as certs_kube
+
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "gpu-admission"
 VALUES = Path(__file__).resolve().parent / "chart_values"
@@ -370,14 +372,82 @@ def test_self_signed_renewal_cron_job_runs_the_same_command():
     assert find_all(no_cron, "CronJob") == []
 
 
+def _cleanup_job(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (cleanup,) = [j for j in find_all(objects, "Job") if hooks(j) == {"pre-delete"}]
+    return cleanup
+
+
 def test_uninstall_deletes_the_secret_the_job_made():
     objects = render_values("defaults")
-    cleanup = next(j for j in find_all(objects, "Job") if hooks(j) == {"pre-delete"})
-    (container,) = cleanup["spec"]["template"]["spec"]["containers"]
+    (container,) = _cleanup_job(objects)["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["SECRET"] == _tls_secret(objects) and env["NAMESPACE"] == NAMESPACE
-    assert "delete_namespaced_secret" in container["args"][0]
     compile(container["args"][0], "cleanup", "exec")
+
+
+# The labels `gpu-admission certs ensure` puts on the Secret it makes, which the cleanup Job looks for.
+CERTS_LABELS = dict(certs_kube.LABELS)
+
+
+@pytest.mark.parametrize(
+    ("labels", "replaced", "deleted"),
+    [
+        pytest.param(CERTS_LABELS, False, True, id="made-by-certs-tool"),
+        pytest.param({}, False, False, id="users-own-secret-of-that-name"),
+        pytest.param({**CERTS_LABELS, "app.kubernetes.io/name": "other"}, False, False, id="other-app"),
+        pytest.param(CERTS_LABELS, True, False, id="replaced-between-read-and-delete"),
+    ],
+)
+def test_cleanup_job_deletes_only_the_secret_the_certs_tool_made(tmp_path, monkeypatch, labels, replaced, deleted):
+    """The cleanup script as rendered, run against the in-memory API server."""
+    from kubernetes import client, config
+
+    from tests.kubeapi import KubeAPI
+
+    objects = render_values("defaults")
+    (container,) = _cleanup_job(objects)["spec"]["template"]["spec"]["containers"]
+    for env in container["env"]:
+        monkeypatch.setenv(env["name"], env["value"])
+    secret = _tls_secret(objects)
+    api = KubeAPI().start()
+    try:
+        api.put("v1", "secrets", {"metadata": {"name": secret, "labels": labels}, "data": {}}, namespace=NAMESPACE)
+        kubeconfig = api.kubeconfig(str(tmp_path / "kubeconfig"))
+
+        # In the pod it reads the ServiceAccount's in-cluster config; here, the test server's.
+        def test_server_config() -> None:
+            config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+
+        monkeypatch.setattr(config, "load_incluster_config", test_server_config)
+        if replaced:  # another Secret of that name (a new uid) appears after the cleanup read the old one
+            read = client.CoreV1Api.read_namespaced_secret
+
+            def read_then_replace(self: Any, name: str, namespace: str, **kw: Any) -> Any:
+                found = read(self, name, namespace, **kw)
+                api.delete("v1", "secrets", name, namespace)
+                api.put("v1", "secrets", {"metadata": {"name": name, "labels": labels}}, namespace=namespace)
+                return found
+
+            monkeypatch.setattr(client.CoreV1Api, "read_namespaced_secret", read_then_replace)
+        exec(compile(container["args"][0], "cleanup", "exec"), {"__name__": "__main__"})
+        assert (api.get("v1", "secrets", secret, NAMESPACE) is None) == deleted
+        # A second run (the Job retried, or the Secret already gone) does not fail.
+        exec(compile(container["args"][0], "cleanup", "exec"), {"__name__": "__main__"})
+    finally:
+        api.stop()
+
+
+@pytest.mark.parametrize(("value", "present"), [(None, True), ("true", True), ("false", False)])
+def test_cleanup_hook_can_be_left_out_for_gitops(value, present):
+    # Applied as a plain resource (helm template | kubectl apply, tools that apply hooks), the pre-delete Job would
+    # delete the live Secret at once: certs.selfSigned.cleanupOnUninstall=false leaves it out.
+    args = [] if value is None else ["--set", f"certs.selfSigned.cleanupOnUninstall={value}"]
+    objects = template(*args)
+    pre_delete = [o for o in objects if "pre-delete" in hooks(o)]
+    assert len(pre_delete) == (1 if present else 0)
+    # The rest of the self-signed machinery is unchanged.
+    assert len(find_all(objects, "Job")) == (3 if present else 2)
+    assert find_all(objects, "CronJob")
 
 
 @pytest.mark.parametrize("name", ["cert-manager", "provided"])
