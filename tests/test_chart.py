@@ -541,6 +541,28 @@ def test_every_pod_is_locked_down(rendered):
             assert c["resources"]["requests"] and c["resources"]["limits"]["memory"], where
 
 
+@pytest.mark.parametrize("name", ["defaults", "all-on"])
+def test_every_pod_is_scheduled_where_the_server_may_run(name):
+    # On a cluster where only labelled or tainted nodes may run the webhook (or its image needs a pull secret), the
+    # certs Jobs, the renewal CronJob, the cleanup Job and the helm test pod would otherwise hang Pending.
+    objects = render_values(name)
+    server, _ = _server(objects)
+    fields = ("imagePullSecrets", "priorityClassName", "nodeSelector", "tolerations")
+    one_shot = [(where, spec) for where, spec in pod_specs(objects) if not where.startswith("Deployment/")]
+    assert len(one_shot) == 5  # certs-pre, certs, cleanup Jobs, the CronJob, the helm test pod
+    for where, spec in one_shot:
+        for field in fields:
+            assert spec.get(field) == server.get(field), f"{where} {field}"
+        # Which nodes, yes; how replicas spread against each other, no (one pod that runs once).
+        assert spec.get("affinity") == (
+            {"nodeAffinity": server["affinity"]["nodeAffinity"]} if "affinity" in server else None
+        ), where
+        assert "topologySpreadConstraints" not in spec, where
+    if name == "all-on":
+        assert server["nodeSelector"] and server["tolerations"] and server["imagePullSecrets"]
+        assert set(server["affinity"]) == {"nodeAffinity", "podAntiAffinity"}
+
+
 def _server(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
     deployment = find(objects, "Deployment")
     spec = dig(deployment, "spec", "template", "spec")

@@ -255,26 +255,47 @@ clientConfig:
   {{- end }}
 {{- end }}
 
+{{/*
+Where every pod of the chart may run and how it gets its image: the server's Deployment and the one-shot pods (certs
+Jobs, renewal CronJob, cleanup Job, helm test pod) alike, so that on a cluster where only labelled or tainted nodes
+may run the webhook, or images need a pull secret, the hook pods do not hang Pending (and `helm install --wait`
+time out). (dict "root" . ["oneShot" true]). A one-shot pod takes only affinity.nodeAffinity (which nodes): pod
+(anti-)affinity and the topology spread say how server replicas spread against each other, mean nothing for one
+pod that runs once, and could leave it unschedulable (anti-affinity to the webhook's pods on a two-node cluster).
+*/}}
+{{- define "gpu-admission.podScheduling" -}}
+{{- $v := .root.Values -}}
+{{- with $v.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- $affinity := $v.affinity | default dict }}
+{{- if .oneShot }}
+{{- $affinity = pick $affinity "nodeAffinity" }}
+{{- end }}
+{{- with $affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
 {{/* Pod spec of the certs Jobs and of the renewal CronJob: (dict "root" . ["serviceAccount" NAME] ["createOnly" true]). */}}
 {{- define "gpu-admission.certsPodSpec" -}}
 {{- $r := .root -}}
 serviceAccountName: {{ .serviceAccount | default (include "gpu-admission.certsServiceAccountName" $r) }}
 restartPolicy: Never
-{{- with $r.Values.imagePullSecrets }}
-imagePullSecrets:
-  {{- toYaml . | nindent 2 }}
-{{- end }}
-{{- with $r.Values.priorityClassName }}
-priorityClassName: {{ . }}
-{{- end }}
-{{- with $r.Values.nodeSelector }}
-nodeSelector:
-  {{- toYaml . | nindent 2 }}
-{{- end }}
-{{- with $r.Values.tolerations }}
-tolerations:
-  {{- toYaml . | nindent 2 }}
-{{- end }}
+{{- with include "gpu-admission.podScheduling" (dict "root" $r "oneShot" true) | trim }}{{ . | nindent 0 }}{{ end }}
 securityContext:
   {{- include "gpu-admission.podSecurityContext" $r | nindent 2 }}
 containers:
