@@ -486,6 +486,14 @@ def test_server_rbac_is_minimal(rendered):
     ]
 
 
+def test_own_service_account_is_the_one_bound_and_run_as():
+    objects = template("--set", "serviceAccount.create=false", "--set", "serviceAccount.name=platform-webhook")
+    spec, _ = _server(objects)
+    assert spec["serviceAccountName"] == "platform-webhook"
+    assert [s["name"] for s in find(objects, "ClusterRoleBinding", FULLNAME)["subjects"]] == ["platform-webhook"]
+    assert "platform-webhook" not in {o["metadata"]["name"] for o in find_all(objects, "ServiceAccount")}
+
+
 def test_certs_rbac_is_limited_by_resource_names():
     objects = render_values("defaults")
     secret = _tls_secret(objects)

@@ -158,6 +158,11 @@ def test_defaults_conform_to_settings_loader(tmp_path):
             ["--set-json", 'config.cluster.pools=[{"name":"p","nodeSelector":{}}]'], "nodeSelector", id="empty-selector"
         ),
         pytest.param(["--set", "config.spot.gpuTaintPresets={sku-gpu}"], "gpuTaintPresets", id="unknown-preset"),
+        pytest.param(
+            ["--set", "serviceAccount.create=false"],
+            "serviceAccount.name is required when serviceAccount.create is false",
+            id="own-service-account-unnamed",
+        ),
     ],
 )
 def test_schema_rejects(args, message):

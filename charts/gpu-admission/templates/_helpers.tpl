@@ -40,11 +40,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: webhook
 {{- end }}
 
+{{- /*
+The server's ServiceAccount. With create=false a name is required: falling back to the namespace's `default` SA
+would bind the server's ClusterRole (read every Node, write Events) to every pod in the namespace that runs as it.
+*/}}
 {{- define "gpu-admission.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "gpu-admission.fullname" .) .Values.serviceAccount.name }}
 {{- else }}
-{{- default "default" .Values.serviceAccount.name }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false: name the ServiceAccount you made for the server (the chart binds its ClusterRole to it; the namespace's default ServiceAccount is not used)" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
 
