@@ -692,6 +692,35 @@ def test_helm_test_hook_sends_a_dry_run_pod_to_a_covered_namespace(rendered):
     assert _arg(args, "--probe") == ("spot" if name == "all-on" else "fraction")
 
 
+@pytest.mark.parametrize(
+    ("namespace", "args"),
+    [
+        pytest.param("default", [], id="release-in-default-with-the-default-test-namespace"),
+        pytest.param(NAMESPACE, ["--set", "test.namespace=kube-public"], id="exempted-namespace"),
+        pytest.param(
+            NAMESPACE, ["--set", "test.namespace=ml", "--set", "webhook.excludeNamespaces={ml}"], id="excluded"
+        ),
+    ],
+)
+def test_helm_test_to_a_namespace_never_sent_fails_saying_why(namespace, args, monkeypatch):
+    # The probe would be admitted untouched and the test fail with "the webhook did not act": the test pod fails
+    # at once with the reason instead, and the install's NOTES say it. The install itself still renders.
+    objects = template(*args, namespace=namespace)
+    (pod,) = [o for o in find_all(objects, "Pod") if hooks(o) == {"test"}]
+    (container,) = pod["spec"]["containers"]
+    assert "args" not in container
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert "never sent to the webhook" in env["PROBLEM"] and "set test.namespace" in env["PROBLEM"]
+    assert container["command"][:2] == ["python", "-c"]
+    monkeypatch.setenv("PROBLEM", env["PROBLEM"])
+    with pytest.raises(SystemExit) as exited:  # the container's program, as the image's python runs it
+        exec(container["command"][2], {"__name__": "__main__"})
+    assert "never sent to the webhook" in str(exited.value.code)
+    assert [o for o in objects if o["kind"] in ("Role", "RoleBinding") and hooks(o) == {"test"}] == []
+    notes = helm("install", RELEASE, str(CHART), "--dry-run=client", "-n", namespace, *args).stdout
+    assert "WARNING: test.namespace" in notes
+
+
 def test_dashboard_metrics_exist_in_the_server():
     """Every metric the dashboard queries is defined by the server (once the server defines metrics at all)."""
     import re

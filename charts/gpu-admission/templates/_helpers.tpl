@@ -111,6 +111,21 @@ kube-system and kube-node-lease (system pods and leases must never wait on a web
 {{- concat $ex $cfgEx .Values.webhook.excludeNamespaces | uniq | toJson }}
 {{- end }}
 
+{{- /*
+Why the helm test cannot pass, or "": its probe goes to test.namespace, and a namespace the webhook never sees (the
+release namespace, e.g. a release installed in `default` with the default test.namespace, or an excluded one) is
+admitted untouched, so the test would fail saying the webhook did not act. No other namespace can be picked for the
+user (it must exist and be one where a dry-run probe is welcome), and refusing the render would refuse `helm install
+-n default` and a bare `helm lint` for the sake of the test: the test pod fails with this message instead, and
+NOTES.txt prints it at install.
+*/}}
+{{- define "gpu-admission.testNamespaceProblem" -}}
+{{- $excluded := include "gpu-admission.excludedNamespaces" . | fromJsonArray }}
+{{- if has .Values.test.namespace $excluded }}
+{{- printf "test.namespace %q is never sent to the webhook (not the release namespace %q, nor kube-system, kube-node-lease, config.exemptions.namespaces or webhook.excludeNamespaces), so the helm test cannot pass: set test.namespace to an existing namespace the webhook covers" .Values.test.namespace .Release.Namespace }}
+{{- end }}
+{{- end }}
+
 {{/* The settings file: values.config with the release namespace added to exemptions.namespaces. */}}
 {{- define "gpu-admission.settings" -}}
 {{- $cfg := deepCopy (.Values.config | default dict) }}
