@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -526,6 +527,55 @@ def test_no_wildcards_in_any_rbac_rule(rendered):
             for rule in obj["rules"]:
                 for field in ("apiGroups", "resources", "verbs"):
                     assert "*" not in rule[field], f"{obj['kind']}/{obj['metadata']['name']} {field}"
+
+
+# --- names ------------------------------------------------------------------------------------------------------
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+# The longest name each kind takes: a Job's name becomes a label value of its pods (63); a CronJob's Jobs are named
+# "<cronjob>-<minutes>" (52); Services and pods are DNS labels; the rest are held to 63 by the chart all the same.
+NAME_LIMIT = {"CronJob": 52}
+LONG = "abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghi"  # 53: helm's longest release name
+
+
+@pytest.mark.parametrize(
+    ("release", "args"),
+    [
+        pytest.param(LONG, [], id="53-chars"),
+        pytest.param(LONG[:39] + "-gpu-admission", [], id="53-chars-with-the-chart-name"),
+        pytest.param("r", ["--set", "fullnameOverride=" + LONG[:52]], id="52-char-fullname-override"),
+    ],
+)
+@pytest.mark.parametrize("values", ["defaults", "all-on"])
+def test_long_release_names_give_valid_distinct_names(release, args, values):
+    proc = helm("template", release, str(CHART), "-n", NAMESPACE, "-f", str(VALUES / f"{values}.yaml"), *args)
+    objects = [d for d in yaml.load_all(proc.stdout, Loader=StrictLoader) if d]
+    seen: dict[str, list[str]] = {}
+    for obj in objects:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        assert len(name) <= NAME_LIMIT.get(kind, 63) and DNS_LABEL.match(name), f"{kind} {name!r} ({len(name)})"
+        seen.setdefault(kind, []).append(name)
+        for key, value in obj["metadata"].get("labels", {}).items():
+            assert len(value) <= 63 and LABEL_VALUE.match(value), f"{kind}/{name} label {key}={value!r}"
+    for kind, names in seen.items():
+        assert len(names) == len(set(names)), f"two {kind}s named alike: {sorted(names)}"
+    # What refers to a name finds it: ServiceAccounts run as, RBAC bound, the certs tool's Service and Secret.
+    accounts = set(seen["ServiceAccount"])
+    for where, spec in pod_specs(objects):
+        assert spec["serviceAccountName"] in accounts, where
+    for binding in find_all(objects, "RoleBinding") + find_all(objects, "ClusterRoleBinding"):
+        role_kind = binding["roleRef"]["kind"]
+        assert binding["roleRef"]["name"] in seen[role_kind], binding["metadata"]["name"]
+        assert {s["name"] for s in binding["subjects"]} <= accounts, binding["metadata"]["name"]
+    service = find(objects, "Service")["metadata"]["name"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        assert {h["clientConfig"]["service"]["name"] for h in find(objects, kind)["webhooks"]} == {service}
+    for job in find_all(objects, "Job"):
+        args = job["spec"]["template"]["spec"]["containers"][0].get("args", [])
+        if args[:2] == ["certs", "ensure"]:
+            assert _arg(args, "--service") == service
+            assert _arg(args, "--secret") == _tls_secret(objects)
 
 
 # --- the Deployment ---------------------------------------------------------------------------------------------

@@ -16,6 +16,22 @@
 {{- end }}
 {{- end }}
 
+{{- /*
+The full name with a suffix, within a kind's name limit: (list . "-certs" [max]), max 63 (a DNS label: Jobs, whose
+name becomes a label value, Services, pods; ServiceAccounts and RBAC objects are kept to it too) unless given (52 for
+a CronJob: the controller appends "-<minutes>" to name its Jobs). The base is cut, never the suffix: cutting
+"<fullname>-certs-cleanup" at 63 would leave the bare fullname for a long release, and every suffixed object of a kind
+would take the same name as each other and as the server's own.
+*/}}
+{{- define "gpu-admission.suffixedName" -}}
+{{- $root := index . 0 }}
+{{- $suffix := index . 1 }}
+{{- $max := 63 }}
+{{- if gt (len .) 2 }}{{ $max = index . 2 }}{{ end }}
+{{- $base := include "gpu-admission.fullname" $root | trunc (int (sub $max (len $suffix))) | trimSuffix "-" }}
+{{- printf "%s%s" $base $suffix }}
+{{- end }}
+
 {{- define "gpu-admission.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -53,7 +69,7 @@ would bind the server's ClusterRole (read every Node, write Events) to every pod
 {{- end }}
 
 {{- define "gpu-admission.certsServiceAccountName" -}}
-{{- printf "%s-certs" (include "gpu-admission.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- include "gpu-admission.suffixedName" (list . "-certs") }}
 {{- end }}
 
 {{- define "gpu-admission.image" -}}
