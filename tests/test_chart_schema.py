@@ -18,7 +18,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import pytest
 
-from tests.test_chart import CHART, helm, render_values
+from tests.test_chart import CHART, find, helm, render_values, template
 from webhook import config as settings_module
 
 SCHEMA_PATH = CHART / "values.schema.json"
@@ -158,6 +158,34 @@ def test_defaults_conform_to_settings_loader(tmp_path):
             ["--set-json", 'config.cluster.pools=[{"name":"p","nodeSelector":{}}]'], "nodeSelector", id="empty-selector"
         ),
         pytest.param(["--set", "config.spot.gpuTaintPresets={sku-gpu}"], "gpuTaintPresets", id="unknown-preset"),
+        # Bounds between two values, which JSON schema cannot state: `fail` in the templates.
+        pytest.param(
+            ["--set", "certs.selfSigned.days=30"],
+            "certs.selfSigned.days (30) must be greater than certs.selfSigned.renewWithinDays (30)",
+            id="certificate-renewed-on-every-run",
+        ),
+        pytest.param(
+            ["--set", "preStopSleepSeconds=30"],
+            "preStopSleepSeconds (30) must be less than terminationGracePeriodSeconds (30)",
+            id="pre-stop-eats-the-grace-period",
+        ),
+        pytest.param(
+            ["--set", "preStopSleepSeconds=10", "--set", "terminationGracePeriodSeconds=5"],
+            "preStopSleepSeconds (10) must be less than terminationGracePeriodSeconds (5)",
+            id="pre-stop-past-the-grace-period",
+        ),
+        pytest.param(["--set", "preStopSleepSeconds=-1"], "preStopSleepSeconds", id="negative-pre-stop"),
+        pytest.param(
+            ["--set", "podDisruptionBudget.minAvailable=2"],
+            "podDisruptionBudget.minAvailable (2) must be less than replicaCount (2)",
+            id="budget-blocks-every-drain",
+        ),
+        pytest.param(
+            ["--set", "podDisruptionBudget.minAvailable=100%"],
+            "podDisruptionBudget.minAvailable (100%) must be less than replicaCount",
+            id="budget-of-every-replica",
+        ),
+        pytest.param(["--set", "podDisruptionBudget.minAvailable=half"], "minAvailable", id="budget-not-a-percentage"),
         pytest.param(
             ["--set", "serviceAccount.create=false"],
             "serviceAccount.name is required when serviceAccount.create is false",
@@ -169,6 +197,31 @@ def test_schema_rejects(args, message):
     proc = helm("template", "r", str(CHART), "-n", "gpu-admission", *args, check=False)
     assert proc.returncode != 0, f"helm accepted {args}"
     assert message in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["--set", "certs.selfSigned.days=31"], id="days-just-above-renewal"),
+        pytest.param(["--set", "preStopSleepSeconds=29"], id="pre-stop-just-under-the-grace-period"),
+        pytest.param(["--set", "podDisruptionBudget.minAvailable=50%"], id="budget-percentage"),
+        pytest.param(["--set", "replicaCount=3", "--set", "podDisruptionBudget.minAvailable=2"], id="budget-of-two"),
+        # Another cert mode: the self-signed bounds do not apply.
+        pytest.param(
+            ["--set", "certs.mode=certManager", "--set", "certs.selfSigned.days=1"], id="self-signed-days-unused"
+        ),
+    ],
+)
+def test_schema_accepts_the_bounds(args):
+    proc = helm("template", "r", str(CHART), "-n", "gpu-admission", *args, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_no_pre_stop_sleep_renders_no_hook():
+    # A 0-second sleep action is refused before Kubernetes 1.32 (PodLifecycleSleepActionAllowZero): no hook at all.
+    objects = template("--set", "preStopSleepSeconds=0")
+    (container,) = find(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "lifecycle" not in container
 
 
 def _write() -> None:
