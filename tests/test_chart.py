@@ -578,6 +578,24 @@ def test_long_release_names_give_valid_distinct_names(release, args, values):
             assert _arg(args, "--secret") == _tls_secret(objects)
 
 
+@pytest.mark.parametrize(
+    ("release", "args", "service"),
+    [
+        pytest.param("r", [], "r-gpu-admission", id="release-plus-chart-name"),
+        pytest.param("gpu-admission", [], "gpu-admission", id="release-containing-the-chart-name"),
+        pytest.param("team-gpu-admission", [], "team-gpu-admission", id="release-containing-it-elsewhere"),
+        pytest.param("r", ["--set", "fullnameOverride=webhook"], "webhook", id="override"),
+    ],
+)
+def test_service_and_secret_names_as_the_docs_give_them(release, args, service):
+    # docs/install.md and docs/certificates.md: the Service (the name certificates must be valid for) is
+    # <release>-gpu-admission, or <release> when it contains gpu-admission; the self-signed Secret <service>-tls.
+    proc = helm("template", release, str(CHART), "-n", NAMESPACE, *args)
+    objects = [d for d in yaml.load_all(proc.stdout, Loader=StrictLoader) if d]
+    assert find(objects, "Service")["metadata"]["name"] == service
+    assert _tls_secret(objects) == f"{service}-tls"
+
+
 # --- the Deployment ---------------------------------------------------------------------------------------------
 
 
