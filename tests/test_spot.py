@@ -976,3 +976,54 @@ def test_review_warns_of_an_annotation_on_the_workload_not_its_template() -> Non
     assert applied(result) is None
     obj["spec"]["template"]["metadata"]["annotations"] = {ANNOTATION: "require"}
     assert pipeline.review(obj, context(SPOT_AKS)).warnings == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Judged on the final pod (found by the spot review): the policies after this one can leave it no spot pool
+
+NODEPOOL = "cloud.google.com/gke-nodepool"
+
+
+def test_prefer_says_so_when_the_mig_profile_it_gets_is_on_no_spot_pool() -> None:
+    """A 0.5 GPU becomes 3g.20gb, which only the on-demand A100-40GB pool offers; the spot pool has whole GPUs."""
+    from tests.mig_fixtures import mixed_node
+
+    spot_node = node("spot-0", {GKE_SPOT: "true", NODEPOOL: "spot-h100"}, (f"{GKE_SPOT}=true:NoSchedule",), gpus=8)
+    profiles = {"1g.5gb": 7, "3g.20gb": 2}
+    od_node = mixed_node("od-0", "NVIDIA-A100-SXM4-40GB", profiles, "a100-od", 40960)
+    settings = Settings(cuda=CudaSettings(mode="off"), cluster=ClusterSettings(providers=["gke"]))
+    ctx = Context(settings=settings, cluster=build_view([spot_node, od_node], settings), namespace="ml")
+    result = mutate(pod("prefer", gpu="0.5"), ctx)
+    assert result.object["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-3g.20gb": "1"}
+    why = "no spot pool offers its nvidia.com/mig-3g.20gb"
+    assert f"spot prefer: {why}: it runs on demand (spot-h100)" in result.warnings
+    assert (applied(result) or "").endswith(f"; {why} (spot-h100)")
+    # With the profile on the spot pool too, nothing is said.
+    spot_mig = mixed_node(
+        "spot-1", "NVIDIA-A100-SXM4-40GB", profiles, "spot-a100", 40960, extra_labels={GKE_SPOT: "true"}
+    )
+    ctx = Context(settings=settings, cluster=build_view([spot_mig, od_node], settings), namespace="ml")
+    assert not [w for w in mutate(pod("prefer", gpu="0.5"), ctx).warnings if "spot" in w]
+
+
+def test_prefer_warns_when_cuda_steering_leaves_it_no_spot_pool() -> None:
+    """The spot pool's driver is too old for the image's CUDA 12.4; the cuda policy, after this one, steers the pod
+    off it. Before, nothing said that the preference could not be met."""
+    old = {"nvidia.com/cuda.driver-version.full": "525.105.17"}
+    new = {"nvidia.com/cuda.driver-version.full": "550.54.15"}
+    spot_node = node("spot-0", {GKE_SPOT: "true", NODEPOOL: "spot-l4", **old}, (f"{GKE_SPOT}=true:NoSchedule",))
+    od_node = node("od-0", {NODEPOOL: "od-l4", **new})
+    settings = Settings(mig=MigSettings(enabled=False), cluster=ClusterSettings(providers=["gke"]))
+    ctx = Context(settings=settings, cluster=build_view([spot_node, od_node], settings), namespace="ml")
+    obj = pod("prefer")
+    obj["spec"]["containers"][0]["image"] = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+    result = mutate(obj, ctx)
+    why = "its nodeSelector, affinity or tolerations exclude every spot pool"
+    assert f"spot prefer: {why}: it runs on demand (spot-l4)" in result.warnings
+    steering = "as the webhook leaves them (its steering: gpu-admission.io/cuda, gpu-admission.io/mig)"
+    assert (applied(result) or "").endswith(f"; {why}, {steering} (spot-l4)")
+    assert "keeps it off pool spot-l4" in result.object["metadata"]["annotations"]["gpu-admission.io/cuda"]
+    # A newer spot driver: nothing said.
+    spot_node["metadata"]["labels"].update(new)
+    ctx = Context(settings=settings, cluster=build_view([spot_node, od_node], settings), namespace="ml")
+    assert not [w for w in mutate(obj, ctx).warnings if w.startswith("spot")]

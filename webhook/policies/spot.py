@@ -52,8 +52,9 @@ resulting state and the decision, never the delta, so a second pass writes the s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from webhook import PREFIX
 from webhook.affinity import Expression, expression, narrow, prefer
@@ -324,27 +325,46 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
                 parts.append(f"requires {shown}")
             else:
                 parts.append(f"requires {shown} (none of these labels is on the cluster's nodes or pools)")
-            _warn_unplaceable(pod, ctx, out, spot_now)
+        if known:
+            # Judged on the final pod: the mig policy's profile and pin and the cuda policy's steering, after this
+            # policy, can leave it no spot pool.
+            out.finish.append(lambda: _warn_unplaceable(pod, ctx, out, mode, spot_now))
         if changed:
             out.mutated("spot-affinity")
     out.reasons.append("Spot" + mode.capitalize())
     out.annotate(APPLIED, "; ".join(parts))
 
 
-def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, spot_now: bool) -> None:
-    """Warn when a pod that requires spot capacity has none to run on in the known cluster."""
-    if not ctx.cluster.groups:
-        return
-    if not spot_now:
+def _spot_reachable(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal] | tuple[()]) -> bool:
+    return any(c.group.spot for c in ctx.cluster.eligible(pod.spec, gpus, gpu_only=_is_gpu_pod(pod)))
+
+
+def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_now: bool) -> None:
+    """Warn when a pod that requires or prefers spot capacity can land on none of it in the known cluster, and say
+    what keeps it off: the GPU resource it asks for (a MIG profile no spot pool offers), or its node rules as the
+    webhook leaves them (its own, and the later policies' steering to a driver or GPU model: on a second pass those
+    are the pod's own, so the words cannot tell them apart and stay the same)."""
+    if not spot_now and mode == "require":
         out.warn("spot require: no node or pool is spot capacity now; the pod stays Pending until a spot node joins")
+    if not spot_now:
         return
-    spot = [c.group for c in ctx.cluster.eligible(pod.spec, (), gpu_only=_is_gpu_pod(pod)) if c.group.spot]
-    if not spot:
-        pools = sorted({g.pool for g in ctx.cluster.groups if g.spot})
-        head = "spot require: its nodeSelector, affinity or tolerations exclude every spot pool"
-        shown = ", ".join(pools)
-        room = 117 - len(head) - 3
-        out.warn(f"{head} ({shown if len(shown) <= room else shown[: room - 1] + '…'})")
+    gpus = {k: v for k, v in requested_resources(pod.spec).items() if k.startswith(NVIDIA_RESOURCES)}
+    if _spot_reachable(pod, ctx, gpus):
+        return
+    if gpus and _spot_reachable(pod, ctx, ()):
+        why = f"no spot pool offers its {', '.join(sorted(gpus))}"  # e.g. the MIG profile it was given
+        detail = why
+    else:
+        why = "its nodeSelector, affinity or tolerations exclude every spot pool"
+        detail = f"{why}, as the webhook leaves them (its steering: {PREFIX}cuda, {PREFIX}mig)"
+    pools = sorted({g.pool for g in ctx.cluster.groups if g.spot})
+    head = f"spot {mode}: {why}"
+    if mode == "prefer":
+        head += ": it runs on demand"
+        out.annotations[APPLIED] += f"; {detail} ({', '.join(pools)})"
+    shown = ", ".join(pools)
+    room = 117 - len(head) - 3
+    out.warn(f"{head} ({shown if len(shown) <= room else shown[: room - 1] + '…'})")
 
 
 def _tolerate(pod: PodView, wanted: Sequence[Wanted]) -> bool:
