@@ -550,8 +550,12 @@ LONG = "abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghi"  # 53: helm's lon
     ],
 )
 @pytest.mark.parametrize("values", ["defaults", "all-on"])
-def test_long_release_names_give_valid_distinct_names(release, args, values):
-    proc = helm("template", release, str(CHART), "-n", NAMESPACE, "-f", str(VALUES / f"{values}.yaml"), *args)
+@pytest.mark.parametrize("mode", ["selfSigned", "certManager"])
+def test_long_release_names_give_valid_distinct_names(release, args, values, mode):
+    values_file = str(VALUES / f"{values}.yaml")
+    proc = helm(
+        "template", release, str(CHART), "-n", NAMESPACE, "-f", values_file, "--set", f"certs.mode={mode}", *args
+    )
     objects = [d for d in yaml.load_all(proc.stdout, Loader=StrictLoader) if d]
     seen: dict[str, list[str]] = {}
     for obj in objects:
@@ -573,6 +577,13 @@ def test_long_release_names_give_valid_distinct_names(release, args, values):
     service = find(objects, "Service")["metadata"]["name"]
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         assert {h["clientConfig"]["service"]["name"] for h in find(objects, kind)["webhooks"]} == {service}
+    secrets = [c["spec"]["secretName"] for c in find_all(objects, "Certificate")]
+    assert len(secrets) == len(set(secrets)) and all(len(n) <= 63 for n in secrets), secrets
+    for issuer in find_all(objects, "Issuer"):  # certManager: the CA Issuer's Secret is the CA Certificate's
+        if "ca" in issuer["spec"]:
+            assert issuer["spec"]["ca"]["secretName"] in [
+                c["spec"]["secretName"] for c in find_all(objects, "Certificate")
+            ]
     for job in find_all(objects, "Job"):
         args = job["spec"]["template"]["spec"]["containers"][0].get("args", [])
         if args[:2] == ["certs", "ensure"]:
