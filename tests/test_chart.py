@@ -667,6 +667,9 @@ def test_server_container(rendered):
     assert _arg(c["args"], "--port") == "8443" and _arg(c["args"], "--metrics-port") == "9090"
     assert int(_arg(c["args"], "--workers")) >= 1
     assert _arg(c["args"], "--threads") == "16"
+    # gunicorn's drain fits in what the grace period leaves after the preStop sleep (30 - 5 - 2 by default)
+    grace, pre_stop = spec["terminationGracePeriodSeconds"], c["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert int(_arg(c["args"], "--graceful-timeout")) == grace - pre_stop - 2 == 23
     assert _arg(c["args"], "--config") == "/etc/gpu-admission/config.yaml"
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"https": 8443, "metrics": 9090}
@@ -861,3 +864,14 @@ def test_the_service_monitor_selects_the_service():
     assert wanted.items() <= labels.items()
     pods = find(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert find(objects, "Service")["spec"]["selector"].items() <= pods.items()
+
+
+def test_a_release_name_that_starts_with_a_digit_is_refused_unless_overridden():
+    """helm allows '1abc' as a release name; the Service '1abc-gpu-admission' it would make is refused by the API."""
+    refused = helm("template", "1abc", str(CHART), "-n", NAMESPACE, check=False)
+    assert refused.returncode != 0
+    assert 'the release name "1abc" (or fullnameOverride) must start with a lowercase letter' in refused.stderr
+    objects = [
+        d for d in yaml.safe_load_all(helm("template", "1abc", str(CHART), "--set", "fullnameOverride=w").stdout) if d
+    ]
+    assert find(objects, "Service")["metadata"]["name"] == "w"

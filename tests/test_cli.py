@@ -135,9 +135,23 @@ def test_serve_takes_workers_and_threads(flags: list[str], workers: int, threads
     assert (options.workers, options.threads) == (workers, threads)
 
 
+@pytest.mark.parametrize(("flags", "seconds"), [([], 25), (["--graceful-timeout", "13"], 13)])
+def test_serve_hands_its_graceful_timeout_to_gunicorn(flags: list[str], seconds: int) -> None:
+    """The chart sets it from the pod's grace period less the preStop sleep: gunicorn's own fixed 25 s drain outlived
+    a shorter grace period, and the kubelet's SIGKILL cut the requests in flight."""
+    from webhook.cli import build_parser
+    from webhook.server import GunicornServer, ServeOptions
+
+    options = ServeOptions.from_args(build_parser().parse_args(["serve", *flags]))
+    assert options.graceful_timeout == seconds
+    server = GunicornServer(options, lambda: (None, None))  # type: ignore[arg-type,return-value]
+    assert server.cfg.graceful_timeout == seconds
+
+
 @pytest.mark.parametrize(
     ("flags", "said"),
     [
+        (["--graceful-timeout", "0"], "argument --graceful-timeout: must be a whole number of 1 or more (got '0')"),
         (["--workers", "0"], "argument --workers: must be a whole number of 1 or more (got '0')"),
         (["--threads", "-1"], "argument --threads: must be a whole number of 1 or more (got '-1')"),
         (["--threads", "many"], "argument --threads: must be a whole number of 1 or more (got 'many')"),

@@ -84,7 +84,7 @@ class ServeOptions:
         cls, parser: argparse.ArgumentParser, port: int, metrics_port: int, host: str = "0.0.0.0"
     ) -> None:
         """The serving flags of ``gpu-admission serve`` and of the bench's baseline (``--cert`` and ``--key`` are
-        each one's own): --port, --metrics-port, --workers, --threads, --host."""
+        each one's own): --port, --metrics-port, --workers, --threads, --host, --graceful-timeout."""
         parser.add_argument("--port", type=PORT, default=port)
         parser.add_argument("--metrics-port", type=PORT, default=metrics_port)
         parser.add_argument("--workers", type=whole_number(1), default=cls.workers, help="gunicorn worker processes")
@@ -95,6 +95,13 @@ class ServeOptions:
             help=f"request threads per worker, taking turns (default {cls.threads})",
         )
         parser.add_argument("--host", default=host)
+        parser.add_argument(
+            "--graceful-timeout",
+            type=whole_number(1),
+            default=cls.graceful_timeout,
+            help="seconds the workers get to finish their requests after SIGTERM (the chart: the pod's grace period "
+            f"less its preStop sleep; default {cls.graceful_timeout})",
+        )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeOptions:
@@ -107,6 +114,7 @@ class ServeOptions:
             workers=args.workers,
             threads=args.threads,
             host=args.host,
+            graceful_timeout=args.graceful_timeout,
         )
 
 

@@ -4,6 +4,11 @@
 {{- end }}
 
 {{- define "gpu-admission.fullname" -}}
+{{- /* The Service takes this name, and a Service's name must start with a letter (RFC 1035), which helm does not
+ask of a release name. */}}
+{{- if not (regexMatch "^[a-z]" (.Values.fullnameOverride | default .Release.Name)) }}
+{{- fail (printf "the release name %q (or fullnameOverride) must start with a lowercase letter (a-z): the Service takes its name, and Kubernetes refuses a Service name that does not (RFC 1035)" (.Values.fullnameOverride | default .Release.Name)) }}
+{{- end }}
 {{- if .Values.fullnameOverride }}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
 {{- else }}
