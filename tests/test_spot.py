@@ -1027,3 +1027,75 @@ def test_prefer_warns_when_cuda_steering_leaves_it_no_spot_pool() -> None:
     spot_node["metadata"]["labels"].update(new)
     ctx = Context(settings=settings, cluster=build_view([spot_node, od_node], settings), namespace="ml")
     assert not [w for w in mutate(obj, ctx).warnings if w.startswith("spot")]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A workload whose spot mode changes (found by the spot review): the webhook's earlier additions are taken out
+
+GKE_NODES = [node("gke-spot", {GKE_SPOT: "true"}, (f"{GKE_SPOT}=true:NoSchedule",)), node("od")]
+
+
+def _template(obj: Any) -> Any:
+    return obj["spec"]["template"]
+
+
+def _switched(obj: Any, mode: str) -> Any:
+    """The workload as the apiserver has it, its template's spot annotation changed by the user."""
+    changed = copy.deepcopy(obj)
+    _template(changed)["metadata"]["annotations"][ANNOTATION] = mode
+    return changed
+
+
+@pytest.mark.parametrize("later", ["never", "tolerate"])
+def test_a_workload_moved_off_require_no_longer_requires_spot(later: str) -> None:
+    ctx = context(GKE_NODES, providers=("gke",))
+    first = mutate(workload("Deployment", "require"), ctx).object
+    assert required_of(_template(first)) == [{"matchExpressions": [expr(GKE_SPOT, "true")]}]
+    result = mutate(_switched(first, later), ctx)
+    template = _template(result.object)
+    assert "affinity" not in template["spec"]
+    said = template["metadata"]["annotations"][APPLIED]
+    assert "removed what require had added: tolerations cloud.google.com/gke-spot=true:NoSchedule, its required" in said
+    if later == "never":
+        assert "tolerations" not in template["spec"]
+    else:
+        assert tolerations_of(template) == [equal(GKE_SPOT, "true")]  # tolerate adds it again
+    # As the fresh workload of that mode would be, but for the words.
+    fresh = _template(mutate(workload("Deployment", later), ctx).object)
+    assert template["spec"] == fresh["spec"]
+
+
+def test_the_users_own_terms_stay_when_the_spot_ones_go() -> None:
+    ctx = context(GKE_NODES, providers=("gke",))
+    obj = workload("Deployment", "require")
+    _template(obj)["spec"]["affinity"] = with_terms(ZONE_A, ZONE_B)
+    _template(obj)["spec"]["tolerations"] = [equal("dedicated", "ml")]
+    first = mutate(obj, ctx).object
+    assert len(required_of(_template(first)) or []) == 2  # each zone ANDed with spot
+    prefer = mutate(_switched(first, "prefer"), ctx).object
+    assert required_of(_template(prefer)) == [ZONE_A, ZONE_B]
+    assert preferred_of(_template(prefer)) == [
+        {"weight": 100, "preference": {"matchExpressions": [expr(GKE_SPOT, "true")]}}
+    ]
+    assert "removed what require had added" in _template(prefer)["metadata"]["annotations"][APPLIED]
+    _template(prefer)["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"].insert(
+        0, PREF
+    )
+    never = _template(mutate(_switched(prefer, "never"), ctx).object)
+    assert required_of(never) == [ZONE_A, ZONE_B] and preferred_of(never) == [PREF]
+    assert tolerations_of(never) == [equal("dedicated", "ml")]
+    assert "removed what prefer had added" in never["metadata"]["annotations"][APPLIED]
+
+
+def test_a_pods_forged_earlier_mode_takes_nothing_out() -> None:
+    obj = pod(
+        "never",
+        tolerations=[equal(GKE_SPOT, "true")],
+        affinity=with_terms({"matchExpressions": [expr(GKE_SPOT, "true")]}),
+    )
+    obj["metadata"]["annotations"][APPLIED] = (
+        "require (asked by annotation); tolerates cloud.google.com/gke-spot=true:NoSchedule"
+    )
+    result = mutate(obj, context(GKE_NODES, providers=("gke",)))
+    assert tolerations_of(result.object) == [equal(GKE_SPOT, "true")]
+    assert required_of(result.object) == [{"matchExpressions": [expr(GKE_SPOT, "true")]}]

@@ -112,3 +112,59 @@ def prefer(pod: PodView, expressions: Sequence[Expression], weight: int = 100) -
             return False
     preferred.append({"weight": weight, "preference": {"matchExpressions": wanted}})
     return True
+
+
+def _prune(pod: PodView) -> None:
+    """Drop the nodeAffinity and affinity maps that an undo left empty."""
+    affinity = as_dict(pod.spec.get("affinity"))
+    node = as_dict(affinity.get("nodeAffinity"))
+    if "nodeAffinity" in affinity and not node:
+        del affinity["nodeAffinity"]
+    if "affinity" in pod.spec and not affinity:
+        del pod.spec["affinity"]
+
+
+def unnarrow(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool:
+    """Undo ``narrow``: take each alternative's expressions out of every required term (the terms it multiplied
+    become the ones it started from again); a term left with nothing, which was only an alternative, goes, and the
+    required affinity with the last of them. Returns whether the pod changed."""
+    drop = [e for alt in alternatives for e in alt]
+    existing = required_terms(pod)
+    if not drop or not any(e in as_list(t.get("matchExpressions")) for t in existing for e in drop):
+        return False
+    terms: list[JSON] = []
+    for term in existing:
+        out = copy_json(term)
+        exprs = [e for e in as_list(out.get("matchExpressions")) if e not in drop]
+        if exprs:
+            out["matchExpressions"] = exprs
+        else:
+            out.pop("matchExpressions", None)
+        if (_empty(out) and not _empty(term)) or out in terms:
+            continue
+        terms.append(out)
+    node = as_dict(as_dict(pod.spec.get("affinity")).get("nodeAffinity"))
+    if terms:
+        node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = terms
+    else:
+        del node["requiredDuringSchedulingIgnoredDuringExecution"]
+        _prune(pod)
+    return True
+
+
+def unprefer(pod: PodView, alternatives: Sequence[Sequence[Expression]], weight: int = 100) -> bool:
+    """Undo ``prefer``: remove the preferred terms it added for ``alternatives``; whether the pod changed."""
+    node = as_dict(as_dict(pod.spec.get("affinity")).get("nodeAffinity"))
+    preferred = node.get("preferredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(preferred, list):
+        return False
+    added = [{"weight": weight, "preference": {"matchExpressions": list(alt)}} for alt in alternatives]
+    kept = [p for p in preferred if p not in added]
+    if len(kept) == len(preferred):
+        return False
+    if kept:
+        node["preferredDuringSchedulingIgnoredDuringExecution"] = kept
+    else:
+        del node["preferredDuringSchedulingIgnoredDuringExecution"]
+        _prune(pod)
+    return True

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from webhook import PREFIX
-from webhook.affinity import Expression, expression, narrow, prefer
+from webhook.affinity import Expression, expression, narrow, prefer, unnarrow, unprefer
 from webhook.cluster import Taint, requested_resources, toleration_tolerates
 from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_list, as_str
 from webhook.presets import TaintPreset
@@ -78,6 +78,8 @@ ACCEPTED = "tolerate, true, prefer, require, never or false"
 SPOT_MODES = ("tolerate", "prefer", "require")
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 PREFERRED_WEIGHT = 100
+UNDONE = "removed what "
+"""How the spot-applied part that says what an earlier mode's additions were taken out begins."""
 NVIDIA_RESOURCES = "nvidia.com/"
 
 
@@ -274,6 +276,11 @@ def _label_text(key: str, values: Sequence[str]) -> str:
 def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Add the spot tolerations (and affinity) the pod asks for, or its defaults give; nothing for other pods."""
     mode, why, ignored = _asked(pod, ctx, out)
+    undone, changed = _undo_earlier(pod, ctx, mode)
+    if changed:
+        out.mutated("spot-undone")
+    if undone:
+        ignored = "; ".join(p for p in (ignored, undone) if p)
     if mode not in SPOT_MODES:
         if ignored:  # the pod asked for something: say on it what it got, for kubectl describe
             out.annotate(APPLIED, f"{mode} ({why}); {ignored}")
@@ -337,6 +344,42 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
 
 def _spot_reachable(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal] | tuple[()]) -> bool:
     return any(c.group.spot for c in ctx.cluster.eligible(pod.spec, gpus, gpu_only=_is_gpu_pod(pod)))
+
+
+def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
+    """A workload's template whose spot mode changed: take out what the webhook added for the earlier mode, which
+    its spot-applied annotation names (the tolerations) and the cluster's spot places give (the affinity terms),
+    so that a Deployment moved from require to never does not keep requiring spot. What is left of the user's own
+    terms stays; a toleration of the user's equal to one the webhook named goes too (it cannot be told apart).
+    Returns what was taken out, in words, and whether the template changed; a second pass finds the words in the
+    annotation it wrote and says them again. Pods are left alone: their spot mode cannot change."""
+    earlier_text = ctx.prior.get(APPLIED, "")
+    earlier = earlier_text.split(" (", 1)[0]
+    if not pod.is_template:
+        return "", False
+    if earlier == mode:
+        said = [p for p in earlier_text.split("; ") if p.startswith(UNDONE)]
+        return (said[0], False) if said else ("", False)
+    if earlier not in SPOT_MODES:
+        return "", False
+    removed: list[str] = []
+    named = named_tolerations(earlier_text) or []
+    tolerations = pod.spec.get("tolerations")
+    if isinstance(tolerations, list) and named:
+        added = [w.toleration() for w in named]
+        kept = [t for t in tolerations if t not in added]
+        if len(kept) != len(tolerations):
+            removed.append("tolerations " + ", ".join(str(w) for w in named if w.toleration() in tolerations))
+            if kept:
+                pod.spec["tolerations"] = kept
+            else:
+                del pod.spec["tolerations"]
+    terms = _spot_places(ctx)[0]
+    if earlier == "require" and unnarrow(pod, terms):
+        removed.append("its required spot affinity")
+    if earlier == "prefer" and unprefer(pod, terms, PREFERRED_WEIGHT):
+        removed.append("its preferred spot affinity")
+    return (f"{UNDONE}{earlier} had added: {', '.join(removed)}", True) if removed else ("", False)
 
 
 def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_now: bool) -> None:
