@@ -214,12 +214,12 @@ def _narrowed(presets: Sequence[TaintPreset], ctx: Context, cluster: bool = True
     return list(dict.fromkeys(Wanted(p.key, p.value, p.effect) for p in presets)), False
 
 
-def _is_gpu_pod(pod: PodView) -> bool:
+def _is_gpu_pod(pod: PodView, requested: Mapping[str, Decimal] | None = None) -> bool:
     if pod.annotation("gpu-fraction") is not None:
         return True
     return any(
         name == GPU_MEMORY_RESOURCE or name.startswith(NVIDIA_RESOURCES)  # gpu, gpu.shared, mig-<profile>
-        for name in requested_resources(pod.spec)
+        for name in (requested_resources(pod.spec) if requested is None else requested)
     )
 
 
@@ -342,8 +342,8 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     out.annotate(APPLIED, "; ".join(parts))
 
 
-def _spot_reachable(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal] | tuple[()]) -> bool:
-    return any(c.group.spot for c in ctx.cluster.eligible(pod.spec, gpus, gpu_only=_is_gpu_pod(pod)))
+def _spot_reachable(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal] | tuple[()], gpu_pod: bool) -> bool:
+    return any(c.group.spot for c in ctx.cluster.eligible(pod.spec, gpus, gpu_only=gpu_pod))
 
 
 def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
@@ -391,10 +391,12 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
         out.warn("spot require: no node or pool is spot capacity now; the pod stays Pending until a spot node joins")
     if not spot_now:
         return
-    gpus = {k: v for k, v in requested_resources(pod.spec).items() if k.startswith(NVIDIA_RESOURCES)}
-    if _spot_reachable(pod, ctx, gpus):
+    requested = requested_resources(pod.spec)
+    gpus = {k: v for k, v in requested.items() if k.startswith(NVIDIA_RESOURCES)}
+    gpu_pod = bool(gpus) or _is_gpu_pod(pod, requested)
+    if _spot_reachable(pod, ctx, gpus, gpu_pod):
         return
-    if gpus and _spot_reachable(pod, ctx, ()):
+    if gpus and _spot_reachable(pod, ctx, (), gpu_pod):
         why = f"no spot pool offers its {', '.join(sorted(gpus))}"  # e.g. the MIG profile it was given
         detail = why
     else:
