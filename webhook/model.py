@@ -231,8 +231,9 @@ class Outcome:
     reasons: list[str] = field(default_factory=list)
     """Short reason codes of every decision, for the decision log."""
     finish: list[Callable[[], None]] = field(default_factory=list, repr=False, compare=False)
-    """What a policy leaves to do once every mutating policy has run: words that must describe the final pod
-    (the mig policy's lines name where the pod lands, which the cuda policy's steering, run after it, narrows)."""
+    """What a policy leaves to do once every mutating policy has run (the pipeline runs and empties it): words that
+    must describe the final pod, which the later policies' changes shape (the mig policy's lines name where the pod
+    lands, which the cuda policy's steering narrows; the spot policy says when no spot pool is left to it)."""
     _warned: set[str] = field(default_factory=set, repr=False)
 
     def annotate(self, name: str, text: str) -> None:

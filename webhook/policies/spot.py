@@ -408,7 +408,7 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
         head += ": it runs on demand"
         out.annotations[APPLIED] += f"; {detail} ({', '.join(pools)})"
     shown = ", ".join(pools)
-    room = 117 - len(head) - 3
+    room = max(117 - len(head) - 3, 2)
     out.warn(f"{head} ({shown if len(shown) <= room else shown[: room - 1] + '…'})")
 
 
