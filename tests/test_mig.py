@@ -1331,3 +1331,22 @@ def test_an_earlier_containers_line_names_the_pool_a_later_container_narrowed_it
         lines = (mig_annotation(first.object) or "").split("; ")
         assert len(lines) == 2 and all(line.endswith(where) for line in lines), lines
         assert second == []
+
+
+@pytest.mark.parametrize(
+    ("limits", "held"),
+    [
+        pytest.param({"nvidia.com/mig-1g.5gb": "1"}, "nvidia.com/mig-1g.5gb", id="mig"),
+        pytest.param({"nvidia.com/gpu.shared": "1"}, "nvidia.com/gpu.shared 1", id="shared"),
+    ],
+)
+@pytest.mark.parametrize("kind", ["Pod", "Deployment"])
+def test_a_fraction_annotation_beside_a_device_of_its_own_is_not_dropped_silently(limits, held, kind):
+    obj = pod(container(limits=limits), annotations={"gpu-admission.io/gpu-fraction": "0.5"})
+    result = review(obj if kind == "Pod" else workload(kind, obj), [a100_40()])
+    assert result.allowed and result.patch == []
+    words = f"trainer: gpu-admission.io/gpu-fraction 0.5 ignored, it already has {held}: remove the annotation"
+    assert any(w.startswith(words) and len(w) < 120 for w in result.warnings), result.warnings
+    # A pod the webhook converted from the annotation is not warned about on a second pass.
+    converted = review(pod(container(), annotations={"gpu-admission.io/gpu-fraction": "0.5"}), [a100_40()])
+    assert not review(converted.object, [a100_40()]).warnings

@@ -403,8 +403,13 @@ def _annotation_ask(pod: PodView, ctx: Context, out: Outcome, asks: Sequence[Ask
         return None
     name = next(n for _, n, c in _named(pod) if c is target)
     asked = f"{FRACTION_ANNOTATION} {raw.strip()}"  # as a second pass reads it back (the line is checked)
-    if _verified(_prior_lines(ctx).get(name), target, pod.spec) or _assigned(target, pod.spec):
+    if _verified(_prior_lines(ctx).get(name), target, pod.spec):
         return None  # converted on an earlier pass
+    if _assigned(target, pod.spec):
+        # The user's own MIG resource (or shared GPU) wins, as before; the annotation is not silently dropped.
+        held = _state_tokens(target, pod.spec)[0].split(" with ", 1)[0]
+        out.warn(f"{name}: {asked} ignored, it already has {held}: remove the annotation or that resource"[:119])
+        return None
     try:
         amount = parse_quantity(raw)
     except QuantityError:
