@@ -1350,3 +1350,13 @@ def test_a_fraction_annotation_beside_a_device_of_its_own_is_not_dropped_silentl
     # A pod the webhook converted from the annotation is not warned about on a second pass.
     converted = review(pod(container(), annotations={"gpu-admission.io/gpu-fraction": "0.5"}), [a100_40()])
     assert not review(converted.object, [a100_40()]).warnings
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Deployment"])
+def test_a_fraction_container_without_a_fraction_is_not_dropped_silently(kind):
+    obj = pod(container(), annotations={"gpu-admission.io/gpu-fraction-container": "trainer"})
+    result = review(obj if kind == "Pod" else workload(kind, obj), [a100_40()])
+    assert result.allowed and result.patch == []
+    words = "gpu-admission.io/gpu-fraction-container 'trainer' is set without gpu-admission.io/gpu-fraction: add the"
+    words += " fraction"
+    assert words in result.warnings, result.warnings

@@ -381,9 +381,14 @@ def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
 
 def _annotation_ask(pod: PodView, ctx: Context, out: Outcome, asks: Sequence[Ask]) -> Ask | None:
     raw = pod.annotation("gpu-fraction")
-    if raw is None:
-        return None
     target_name = pod.annotation("gpu-fraction-container")
+    if raw is None:
+        if target_name:
+            out.warn(
+                f"{FRACTION_ANNOTATION}-container {target_name!r} is set without {FRACTION_ANNOTATION}: add the"
+                " fraction"[:119]
+            )
+        return None
     containers = [c for _, c in pod.containers(init=False)]
     if target_name:
         matching = [c for c in containers if c.get("name") == target_name]
