@@ -1360,3 +1360,19 @@ def test_a_fraction_container_without_a_fraction_is_not_dropped_silently(kind):
     words = "gpu-admission.io/gpu-fraction-container 'trainer' is set without gpu-admission.io/gpu-fraction: add the"
     words += " fraction"
     assert words in result.warnings, result.warnings
+
+
+def test_a_fraction_annotation_naming_an_init_container_says_so():
+    obj = pod(
+        container("main"),
+        init=[container("setup")],
+        annotations={"gpu-admission.io/gpu-fraction": "0.5", "gpu-admission.io/gpu-fraction-container": "setup"},
+    )
+    result = review(obj, [a100_40()])
+    assert not result.allowed and result.reason == "MIGUnknownContainer"
+    assert "names init container 'setup'" in result.message, result.message
+    assert "does not have" not in result.message
+    assert "To fix, name one of the containers, or ask for the fraction in the init container's own limits" in (
+        result.message
+    )
+    assert "(nvidia.com/gpu: 0.5)" in result.message

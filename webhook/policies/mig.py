@@ -394,11 +394,22 @@ def _annotation_ask(pod: PodView, ctx: Context, out: Outcome, asks: Sequence[Ask
         matching = [c for c in containers if c.get("name") == target_name]
         if not matching:
             names = ", ".join(as_str(c.get("name")) for c in containers) or "none"
+            init = any(n == "initContainers" and c.get("name") == target_name for n, c in pod.containers())
+            what = (
+                f"init container {target_name!r}; the annotation gives its fraction to one of the containers only"
+                if init
+                else f"container {target_name!r}, which the pod does not have"
+            )
+            advice = (
+                f" To fix, name one of the containers, or ask for the fraction in the init container's own limits "
+                f"({GPU_RESOURCE}: {raw.strip()})."
+                if init
+                else " To fix, name one of the containers."
+            )
             out.deny(
                 POLICY,
                 "MIGUnknownContainer",
-                f"annotation {PREFIX}gpu-fraction-container names container {target_name!r}, which the pod "
-                f"does not have (containers: {names}).",
+                f"annotation {PREFIX}gpu-fraction-container names {what} (containers: {names}).{advice}",
             )
             return None
         target = matching[0]
