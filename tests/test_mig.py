@@ -1376,3 +1376,18 @@ def test_a_fraction_annotation_naming_an_init_container_says_so():
         result.message
     )
     assert "(nvidia.com/gpu: 0.5)" in result.message
+
+
+@pytest.mark.parametrize("kind", sorted(WORKLOAD_FILES))
+def test_workload_template_memory_in_requests_only_is_denied_with_the_fix(kind):
+    # Kubernetes refuses an extended resource without a limit in a pod template ("Limit must be set for non
+    # overcommitable resources"), and the webhook leaves memory requests in templates: say so and what to write.
+    result = review(workload(kind, pod(container(requests={MEM: "10Gi"}))), [a100_40()])
+    assert not result.allowed and result.reason == "MIGRequestWithoutLimit"
+    for words in ("container trainer", "gpu-admission.io/gpu-memory 10Gi in resources.requests only", kind):
+        assert words in result.message, result.message
+    assert "To fix, set it in resources.limits (gpu-admission.io/gpu-memory: 10Gi)" in result.message
+    # In limits (and requests alike) the template stays; a bare pod with it in requests only is converted.
+    both = pod(container(limits={MEM: "10Gi"}, requests={MEM: "10Gi"}))
+    assert review(workload(kind, both), [a100_40()]).allowed
+    assert resources_of(review(pod(container(requests={MEM: "10Gi"})), [a100_40()]).object) == mig("1g.10gb")

@@ -361,6 +361,17 @@ def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
                     f"(e.g. 20Gi or 10G).",
                 )
                 continue
+            if pod.is_template and GPU_MEMORY_RESOURCE not in _sections(container)[0]:
+                # Kept in the template for the pods (see mutate), where Kubernetes refuses a requests-only one.
+                out.deny(
+                    POLICY,
+                    "MIGRequestWithoutLimit",
+                    f"container {name} asks for {asked} in resources.requests only: Kubernetes refuses an extended "
+                    f"resource without a limit in the {pod.kind}'s pod template, and the webhook converts "
+                    f"{GPU_MEMORY_RESOURCE} only in the pods made from it. To fix, set it in resources.limits "
+                    f"({GPU_MEMORY_RESOURCE}: {memory.text}); requests may keep the same value or drop it.",
+                )
+                continue
             if _has_a_device_already(out, name, asked, container):
                 continue
             asks.append(Ask(list_name, name, container, "memory", memory.amount, asked))
