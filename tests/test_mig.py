@@ -921,6 +921,26 @@ def test_disabled_changes_nothing():
     assert result.patch == []
 
 
+@pytest.mark.parametrize(
+    ("obj", "warning"),
+    [
+        pytest.param(frac("0.5"), "trainer: nvidia.com/gpu 0.5 not converted", id="fraction"),
+        pytest.param(memreq("10Gi"), "trainer: gpu-admission.io/gpu-memory 10Gi not converted", id="memory"),
+        pytest.param(
+            pod(container(), annotations={"gpu-admission.io/gpu-fraction": "0.5"}),
+            "gpu-admission.io/gpu-fraction 0.5 not converted",
+            id="annotation",
+        ),
+    ],
+)
+def test_disabled_says_what_it_does_not_convert(obj, warning):
+    result = review(obj, [a100_40()], settings(enabled=False))
+    assert result.patch == []
+    full = f"{warning} (MIG conversion is off here): ask for a MIG resource"
+    assert full in result.warnings, result.warnings
+    assert not review(frac("1"), [a100_40()], settings(enabled=False)).warnings
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Idempotency: mutating the result again gives an empty patch
 

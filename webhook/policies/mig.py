@@ -873,9 +873,25 @@ def _is_mig(given: str) -> bool:
 # The policy
 
 
+def _say_off(pod: PodView, out: Outcome) -> None:
+    """With ``mig.enabled`` false nothing is converted: a pod that asks for a fraction, a memory size or the annotation
+    is told so (else the annotation is dropped without a word, and a memory request waits for a node forever)."""
+    off = "not converted (MIG conversion is off here): ask for a MIG resource"
+    for _, name, container in _named(pod):
+        for key in (GPU_RESOURCE, GPU_MEMORY_RESOURCE):
+            read = _read(container, key, name)
+            whole = read is not None and read.amount is not None and read.amount == read.amount.to_integral_value()
+            if read is not None and not (key == GPU_RESOURCE and whole):
+                out.warn(f"{name}: {key} {read.text} {off}"[:119])
+    raw = pod.annotation("gpu-fraction")
+    if raw is not None:
+        out.warn(f"{FRACTION_ANNOTATION} {raw.strip()} {off}"[:119])
+
+
 def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Turn each container's fraction or memory request into a MIG device, or refuse it with a reason."""
     if not ctx.settings.mig.enabled:
+        _say_off(pod, out)
         return
     asks = _collect(pod, ctx, out)
     req = _Request(ctx)
