@@ -1411,3 +1411,10 @@ def test_workload_template_memory_in_requests_only_is_denied_with_the_fix(kind):
     both = pod(container(limits={MEM: "10Gi"}, requests={MEM: "10Gi"}))
     assert review(workload(kind, both), [a100_40()]).allowed
     assert resources_of(review(pod(container(requests={MEM: "10Gi"})), [a100_40()]).object) == mig("1g.10gb")
+
+
+def test_workload_template_memory_with_no_mig_node_does_not_say_ask_for_less():
+    result = review(workload("Deployment", memreq("10Gi")), [whole_node("w", A100_80, 8, "whole")])
+    assert result.allowed and result.patch == []
+    words = "trainer: gpu-admission.io/gpu-memory 10Gi: no eligible node offers MIG now, so its pods are refused"
+    assert words in result.warnings, result.warnings

@@ -918,9 +918,10 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
                     key=lambda n: parse_name(n) or (0, 0, ""),
                     default="no MIG profile",
                 )
-                out.warn(
-                    f"{ask.name}: {ask.asked}: largest offered is {largest}; ask for less or its pods are refused"[:119]
+                said = (
+                    f"largest offered is {largest}; ask for less or" if seen else "no eligible node offers MIG now, so"
                 )
+                out.warn(f"{ask.name}: {ask.asked}: {said} its pods are refused"[:119])
             continue
         if choice is None:
             out.deny(POLICY, "MIGNoProfile", _refusal(req, pod, pending, ask, seen, barred))
