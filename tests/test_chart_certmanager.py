@@ -170,6 +170,11 @@ def test_names_fit_kubernetes_limits_and_do_not_collide(release, args):
     assert ca["metadata"]["name"] != serving["metadata"]["name"]
     assert len(set(secrets)) == 2
     assert injected_certificate(objects) is serving
+    # The install's NOTES name the CA that is rendered (they had their own copy of the name, without the -ca2 case).
+    notes = helm(
+        "install", release, str(CHART), "--dry-run=client", "-n", NAMESPACE, "--set", "certs.mode=certManager", *args
+    )
+    assert f"get certificate,issuer {ca['metadata']['name']} " in notes.stdout
 
 
 def test_user_issuer_renders_one_certificate_and_no_ca():

@@ -62,6 +62,18 @@ app.kubernetes.io/component: webhook
 {{- end }}
 
 {{- /*
+The name of certManager mode's own CA (its Certificate, Secret and Issuer), for the template and NOTES.txt. Cut at 63,
+a fullname ending in -ca can come out as its own CA's name: the CA Certificate and Secret would be the serving ones.
+*/}}
+{{- define "gpu-admission.certManagerCAName" -}}
+{{- $name := include "gpu-admission.suffixedName" (list . "-ca") }}
+{{- if or (eq $name (include "gpu-admission.fullname" .)) (eq $name (include "gpu-admission.tlsSecretName" .)) }}
+{{- $name = include "gpu-admission.suffixedName" (list . "-ca2") }}
+{{- end }}
+{{- $name }}
+{{- end }}
+
+{{- /*
 The server's ServiceAccount. With create=false a name is required: falling back to the namespace's `default` SA
 would bind the server's ClusterRole (read every Node, write Events) to every pod in the namespace that runs as it.
 */}}
