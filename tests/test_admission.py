@@ -235,3 +235,50 @@ def test_duplicate_keys_are_found_exactly_as_a_check_of_every_object_finds_them(
 def test_duplicate_keys_however_written_are_named(text: str) -> None:
     with pytest.raises(BadRequest, match="duplicate key"):
         decode_json(text.encode())
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":123456789012345678901}',  # past 64 bits: orjson alone reads a float
+        '{"a":-9223372036854775809}',  # 19 digits, below int64
+        '{"a":18446744073709551616,"b":-1e+19}',
+        '{"a":"\\ud800","b":"\\udc00x"}',  # lone surrogates, escaped: orjson alone refuses them
+        '{"t":"1733160000123456789"}',  # 19 digits in a string: read alike by either path
+        '{"a":1.5e308,"b":-0.0,"c":1e-400,"d":"\\u00e9\u00e9\u2028"}',
+    ],
+)
+def test_numbers_and_strings_read_as_pythons_json_reads_them(text: str) -> None:
+    value = decode_json(text.encode())
+    assert value == json.loads(text)
+    assert [type(v) for v in value.values()] == [type(v) for v in json.loads(text).values()]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('{"a":1e400}', "out of range"),
+        ('{"a":Infinity}', "Infinity is not valid JSON"),
+        ('{"a":-Infinity}', "-Infinity is not valid JSON"),
+        ('{"a":"\x01"}', "Invalid control character"),
+        ('{"a":01}', "Expecting ',' delimiter"),
+        ('{"a":1}x', "Extra data"),
+        ('{"a":' + "9" * 5000 + "}", "not usable JSON"),
+    ],
+)
+def test_refused_bodies_name_what_is_wrong(text: str, words: str) -> None:
+    with pytest.raises(BadRequest, match=words):
+        decode_json(text.encode())
+
+
+@pytest.mark.parametrize(("path", "cuda"), [("/mutate", "12.2.2"), ("/validate", "12.8.0")])
+def test_an_answer_that_quotes_a_lone_surrogate_is_still_json(client: Any, path: str, cuda: str) -> None:
+    """A container's name is quoted in the webhook's annotations (the patch) and messages (a denial); the JSON
+    writer of the answers (orjson) refuses a lone surrogate, which a request may carry escaped: the answer is
+    written all the same."""
+    pod = gpu_pod(name="x\ud800", image=f"nvidia/cuda:{cuda}-base-ubuntu22.04")
+    r = post(client, path, json.dumps(review(pod)).encode())
+    assert r.status_code == 200, r.get_data()
+    answer = json.loads(r.get_data())["response"]
+    said = answer["status"]["message"] if path == "/validate" else json.loads(base64.b64decode(answer["patch"]))
+    assert "x\\ud800" in json.dumps(said)

@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,11 +147,26 @@ def test_the_load_script_sends_a_new_object_only_where_asked(tmp_path: Path) -> 
         for body in (same, new):
             figures = run.wrk(base, [("/mutate", body)], connections=2, threads=2, seconds=1)
             assert figures["good"] == figures["requests"] > 10
-            text = server.metrics()
-            counts.append((figures["requests"], _counter(text, "gpu_admission_reused_answers_total{")))
-    (sent_same, reused_same), (_, reused_total) = counts
-    assert reused_same >= sent_same - 2  # all but the first (per wrk thread, at worst)
+            counts.append(_settled(server.metrics))
+    (answered_same, reused_same), (answered_total, reused_total) = counts
+    assert answered_total - answered_same >= 10
+    assert reused_same >= answered_same - 2  # all but the first (per wrk thread, at worst)
     assert reused_total - reused_same == 0
+
+
+def _settled(metrics: Callable[[], str]) -> tuple[float, float]:
+    """The requests the server has answered and the answers it reused, once it has counted every request: wrk
+    stops with requests in flight, which the server answers and counts after wrk has reported (up to
+    ``outbox.LINGER_S`` later); read apart, the last of them were counted in the next row's figures."""
+    before = None
+    for _ in range(100):
+        text = metrics()
+        now = (_counter(text, "gpu_admission_requests_total{"), _counter(text, "gpu_admission_reused_answers_total{"))
+        if now == before:
+            return now
+        before = now
+        time.sleep(0.05)
+    raise AssertionError(f"the server's counts never settled: {before}")
 
 
 def test_replicas_at_validate_are_pods_of_their_own_that_reuse_one_answer(tmp_path: Path) -> None:
@@ -173,8 +189,9 @@ def test_replicas_at_validate_are_pods_of_their_own_that_reuse_one_answer(tmp_pa
             f"https://127.0.0.1:{server.port}", [("/validate", body)], connections=2, threads=2, seconds=1
         )
         assert figures["good"] == figures["requests"] > 10
-        reused = _counter(server.metrics(), "gpu_admission_reused_answers_total{")
-        assert reused >= figures["requests"] - 2
+        answered, reused = _settled(server.metrics)
+        assert answered >= figures["requests"]
+        assert reused >= answered - 2
         deadline = time.monotonic() + 10
         while True:
             names = set(
@@ -182,11 +199,15 @@ def test_replicas_at_validate_are_pods_of_their_own_that_reuse_one_answer(tmp_pa
                     r'"event":"CUDAChecked".*?"object":"Pod/[a-z-]+/(triton-7c9f5d8b6d-seq-\d{10})"', server.output()
                 )
             )
-            if len(names) >= figures["requests"] or time.monotonic() > deadline:
+            dropped = _counter(server.metrics(), 'gpu_admission_events_total{result="dropped"')
+            if len(names) + dropped >= figures["requests"] or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        # one per request (and per request still in flight when wrk stopped counting, one per connection at most)
-        assert figures["requests"] <= len(names) <= figures["requests"] + 2
+        # One per request (and per request still in flight when wrk stopped counting, one per connection at most);
+        # an Event the relay's pipe had no room for is dropped and counted, by design (a slow relay never holds a
+        # request up): on these two shared cores, a few.
+        assert figures["requests"] <= len(names) + dropped and len(names) <= figures["requests"] + 2
+        assert dropped <= figures["requests"] / 10
 
 
 def test_rounds_take_the_rows_in_one_order_then_the_other() -> None:

@@ -106,7 +106,7 @@ def decision_line(r: Recorded) -> dict[str, object]:
             reasons=list(result.outcome.reasons),
             mutations=list(result.outcome.mutations),
             patchOps=len(result.patch),
-            patchBytes=len(result.patch_text()) if result.patch else 0,
+            patchBytes=len(result.patch_bytes()) if result.patch else 0,
             warnings=len(result.warnings),
         )
         if result.skipped:

@@ -207,7 +207,7 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
         return stored.result, stored
     result = step(obj, ctx)
     if result.patch:  # written once: the answer, the stored answer and the decision log all read it
-        result.patch_json = result.patch_text()
+        result.patch_json = result.patch_bytes()
     kept = dataclasses.replace(
         result,
         object=None,

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+import orjson
+
 from webhook import PREFIX
 
 if TYPE_CHECKING:
@@ -112,7 +114,17 @@ def as_str(value: object) -> str:
 
 
 compact_json = json.JSONEncoder(separators=(",", ":")).encode
-"""JSON text without spaces: the answers, the decision log's lines and the Events relay's lines."""
+"""JSON text without spaces: the decision log's lines and the Events relay's lines."""
+
+
+def json_bytes(value: Any) -> bytes:
+    """``value`` as compact JSON in UTF-8: the answers and their patches. By orjson (a fifth of ``compact_json``'s
+    time), but for what it refuses to write: a string with a lone surrogate and an integer past 64 bits, both of
+    which a request's JSON can carry (``admission.decode_json``) into a patch or a message."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return compact_json(value).encode()
 
 
 @dataclass

@@ -30,9 +30,9 @@ from webhook.model import (
     as_list,
     as_str,
     clipped,
-    compact_json,
     copy_json,
     is_input_annotation,
+    json_bytes,
 )
 from webhook.policies import cuda, mig, spot
 
@@ -70,15 +70,15 @@ class Result:
     reused: bool = False
     """The answer given earlier to an object of the same shape (``webhook.decisions``), shared between requests:
     read it, never change it. ``object`` is then None."""
-    patch_json: str = ""
-    """``patch`` as JSON text, once written (``webhook.decisions`` writes it for every answer it stores); empty
+    patch_json: bytes = b""
+    """``patch`` as JSON (UTF-8), once written (``webhook.decisions`` writes it for every answer it stores); empty
     otherwise. Once it is written, ``patch`` is read only: the text would no longer say it."""
     replayed: bool = False
     """A reused answer given to a body matched by its bytes, unparsed (``webhook.replay``)."""
 
-    def patch_text(self) -> str:
-        """The patch as compact JSON text."""
-        return self.patch_json or compact_json(self.patch)
+    def patch_bytes(self) -> bytes:
+        """The patch as compact JSON, in UTF-8."""
+        return self.patch_json or json_bytes(self.patch)
 
     @property
     def decision(self) -> str:
