@@ -660,11 +660,13 @@ def _server(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, An
 
 
 def test_server_container(rendered):
-    _, objects = rendered
+    name, objects = rendered
     spec, c = _server(objects)
     assert c["args"][0] == "serve"
     assert _arg(c["args"], "--cert") == "/tls/tls.crt" and _arg(c["args"], "--key") == "/tls/tls.key"
-    assert _arg(c["args"], "--port") == "8443" and _arg(c["args"], "--metrics-port") == "9090"
+    # On the host network the ports are the node's (test_chart_hostnetwork.py).
+    https, metrics = (10270, 10271) if name == "host-network" else (8443, 9090)
+    assert _arg(c["args"], "--port") == str(https) and _arg(c["args"], "--metrics-port") == str(metrics)
     assert int(_arg(c["args"], "--workers")) >= 1
     assert _arg(c["args"], "--threads") == "16"
     # gunicorn's drain fits in what the grace period leaves after the preStop sleep (30 - 5 - 2 by default)
@@ -672,7 +674,7 @@ def test_server_container(rendered):
     assert int(_arg(c["args"], "--graceful-timeout")) == grace - pre_stop - 2 == 23
     assert _arg(c["args"], "--config") == "/etc/gpu-admission/config.yaml"
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"https": 8443, "metrics": 9090}
+    assert ports == {"https": https, "metrics": metrics}
     for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         assert c[probe]["httpGet"] == {"scheme": "HTTPS", "path": path, "port": "https"}
     assert c["lifecycle"]["preStop"]["sleep"]["seconds"] >= 1

@@ -389,3 +389,29 @@ volumes:
     emptyDir:
       sizeLimit: 16Mi
 {{- end }}
+
+{{- /*
+The ports the server listens on, as JSON {"https": N, "metrics": N}: 8443 and 9090 in the pod's own network; with
+hostNetwork, hostNetworkPorts on the node's. There they must differ from each other and from the ports the node's
+own components hold, or the pod crash-loops on "address already in use" (or takes the port from a component that
+restarts). Ports the Kubernetes components and the overlay CNIs this mode is for (Calico, Cilium) listen on by
+default; the schema keeps out ports under 1024 (the server has no capabilities).
+*/}}
+{{- define "gpu-admission.serverPorts" -}}
+{{- if .Values.hostNetwork }}
+{{- $p := .Values.hostNetworkPorts }}
+{{- $taken := dict "2379" "etcd's client port" "2380" "etcd's peer port" "6443" "the kube-apiserver's port" "10248" "the kubelet's health port" "10249" "kube-proxy's metrics port" "10250" "the kubelet's port" "10255" "the kubelet's read-only port" "10256" "kube-proxy's health port" "10257" "kube-controller-manager's port" "10259" "kube-scheduler's port" "4240" "Cilium's health port" "9879" "Cilium's agent health port" "9099" "Calico's (Felix) health port" }}
+{{- if eq (int $p.https) (int $p.metrics) }}
+{{- fail (printf "hostNetworkPorts.https and hostNetworkPorts.metrics are both %d: on the host network the webhook and the metrics each need a node port of their own" (int $p.https)) }}
+{{- end }}
+{{- range $name := list "https" "metrics" }}
+{{- $port := index $p $name | int | toString }}
+{{- if hasKey $taken $port }}
+{{- fail (printf "hostNetworkPorts.%s (%s) is %s on the nodes: with hostNetwork the server listens on the node's own ports, so pick one nothing on the nodes uses (the default is %s)" $name $port (get $taken $port) (ternary "10270" "10271" (eq $name "https"))) }}
+{{- end }}
+{{- end }}
+{{- dict "https" (int $p.https) "metrics" (int $p.metrics) | toJson }}
+{{- else }}
+{{- dict "https" 8443 "metrics" 9090 | toJson }}
+{{- end }}
+{{- end }}
