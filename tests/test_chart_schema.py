@@ -11,12 +11,15 @@ import dataclasses
 import inspect
 import itertools
 import json
+import subprocess
 import sys
 import types
 import typing
+from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import pytest
+import yaml
 
 from tests.test_chart import CHART, find, helm, render_values, template
 from webhook import config as settings_module
@@ -222,6 +225,97 @@ def test_no_pre_stop_sleep_renders_no_hook():
     objects = template("--set", "preStopSleepSeconds=0")
     (container,) = find(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert "lifecycle" not in container
+
+
+# certs.selfSigned.renewSchedule as Kubernetes reads a CronJob's schedule when it is created: robfig/cron's
+# ParseStandard (5 fields with names, ranges, steps, * and ?; or a macro, or @every <duration>), and no TZ=/CRON_TZ=
+# (refused on create since the CronJob's timeZone field). Refused at render, not when the apiserver sees it.
+SCHEDULE = "certs.selfSigned.renewSchedule"
+
+
+def _with_schedule(tmp_path: Path, schedule: str, *args: str) -> subprocess.CompletedProcess[str]:
+    # A values file: --set would split "JAN,jul" at the comma.
+    values = tmp_path / "schedule.yaml"
+    values.write_text(yaml.safe_dump({"certs": {"selfSigned": {"renewSchedule": schedule}}}))
+    return helm("template", "r", str(CHART), "-n", "gpu-admission", "-f", str(values), *args, check=False)
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "23 3 * * *",
+        "*/15 * * * *",
+        "0 0 1 1 *",
+        "59 23 31 12 6",
+        "0 3 * * MON-FRI",
+        "0 3 * * sun",
+        "0 3 1-15/2 JAN,jul *",
+        "0 0 * * 0,6",
+        "0 3 ? * *",
+        "5/10 * * * *",
+        "*/61 * * * *",  # a step past the range: accepted by Kubernetes (only minute 0)
+        "07 03 * * *",
+        "  23 3 * * *  ",
+        "23\t3 * * *",
+        "@hourly",
+        "@daily",
+        "@midnight",
+        "@weekly",
+        "@monthly",
+        "@yearly",
+        "@annually",
+        "@every 12h",
+        "@every 1h30m",
+    ],
+)
+def test_renew_schedule_accepts_what_kubernetes_accepts(tmp_path, schedule):
+    proc = _with_schedule(tmp_path, schedule)
+    assert proc.returncode == 0, proc.stderr
+    (cron,) = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "CronJob"]
+    assert cron["spec"]["schedule"] == schedule
+
+
+@pytest.mark.parametrize(
+    ("schedule", "reason"),
+    [
+        pytest.param("23 3 * *", "it has 4 fields, not the 5", id="four-fields"),
+        pytest.param("0 23 3 * * *", "it has 6 fields, not the 5", id="with-seconds"),
+        pytest.param(" ", "it is blank", id="blank"),
+        pytest.param("61 * * * *", "minute 61 is above 59", id="minute-61"),
+        pytest.param("0 24 * * *", "hour 24 is above 23", id="hour-24"),
+        pytest.param("0 0 0 * *", "day of month 0 is below 1", id="day-0"),
+        pytest.param("0 0 * 13 *", "month 13 is above 12", id="month-13"),
+        pytest.param("0 0 * * 7", "day of week 7 is above 6", id="sunday-as-7"),
+        pytest.param(
+            "0 0 * * MON-SUNDAY", 'day of week "SUNDAY" is neither a number nor a name (sun to sat)', id="long-name"
+        ),
+        pytest.param("0 0 L * *", 'day of month "L" is not a number', id="last-day"),
+        pytest.param("*/0 * * * *", "minute step 0", id="step-0"),
+        pytest.param("30-10 * * * *", "minute range 30-10 starts after it ends", id="backwards-range"),
+        pytest.param("0,,3 * * * *", 'minute field "0,,3"', id="empty-list-item"),
+        pytest.param("1-2-3 * * * *", 'minute field "1-2-3"', id="two-hyphens"),
+        pytest.param("99999999999999999999 * * * *", "minute 99999999999999999999 is above 59", id="huge-number"),
+        pytest.param("@reboot", '"@reboot" is not a macro', id="reboot"),
+        pytest.param("@daily ", '"@daily " is not a macro', id="macro-with-a-space"),
+        pytest.param("@every", '"@every" is not a macro', id="every-without-duration"),
+        pytest.param("TZ=UTC 0 3 * * *", "Kubernetes refuses a time zone", id="tz"),
+        pytest.param("CRON_TZ=Europe/Paris 0 3 * * *", "Kubernetes refuses a time zone", id="cron-tz"),
+        pytest.param("daily", "it has 1 fields, not the 5", id="word"),
+    ],
+)
+def test_renew_schedule_refuses_what_kubernetes_refuses(tmp_path, schedule, reason):
+    proc = _with_schedule(tmp_path, schedule)
+    assert proc.returncode != 0, f"helm accepted {schedule!r}"
+    assert f"{SCHEDULE} {json.dumps(schedule)} is not a schedule Kubernetes accepts: {reason}" in proc.stderr, (
+        proc.stderr
+    )
+    assert '"" disables the renewal CronJob' in proc.stderr
+
+
+def test_renew_schedule_unused_outside_self_signed_mode(tmp_path):
+    # No CronJob is rendered then, so the schedule is not read (as certs.selfSigned.days).
+    proc = _with_schedule(tmp_path, "61 * * * *", "--set", "certs.mode=certManager")
+    assert proc.returncode == 0, proc.stderr
 
 
 def _write() -> None:

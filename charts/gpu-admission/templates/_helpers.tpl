@@ -415,3 +415,75 @@ default; the schema keeps out ports under 1024 (the server has no capabilities).
 {{- dict "https" 8443 "metrics" 9090 | toJson }}
 {{- end }}
 {{- end }}
+
+{{- /*
+Why Kubernetes would refuse a CronJob schedule, or "". It reads one at create with robfig/cron's ParseStandard: five
+fields (minute 0-59, hour 0-23, day of month 1-31, month 1-12 or jan-dec, day of week 0-6 or sun-sat; names in any
+case), each a list of *, ? or a value or range a-b, each with an optional /step (a value with a step runs to the
+field's end); or @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly, "@every <duration>". It refuses
+TZ= and CRON_TZ= in the schedule on create (a CronJob has the timeZone field for that).
+*/}}
+{{- define "gpu-admission.cronProblem" -}}
+{{- $s := . -}}
+{{- $problem := "" -}}
+{{- $macros := list "@yearly" "@annually" "@monthly" "@weekly" "@daily" "@midnight" "@hourly" -}}
+{{- if contains "TZ" $s -}}
+{{- $problem = "Kubernetes refuses a time zone (TZ= or CRON_TZ=) in a CronJob's schedule; it runs in the kube-controller-manager's time zone, usually UTC" -}}
+{{- else if hasPrefix "@" $s -}}
+{{- if not (or (has $s $macros) (regexMatch "^@every ([0-9]+(\\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$" $s)) -}}
+{{- $problem = printf "%q is not a macro Kubernetes knows (%s, or @every <duration> such as @every 12h)" $s (join ", " $macros) -}}
+{{- end -}}
+{{- else if eq (trim $s) "" -}}
+{{- $problem = "it is blank" -}}
+{{- else -}}
+{{- $fields := regexSplit "\\s+" (trim $s) -1 -}}
+{{- if ne (len $fields) 5 -}}
+{{- $problem = printf "it has %d fields, not the 5 of minute, hour, day of month, month and day of week (there is no seconds field)" (len $fields) -}}
+{{- else -}}
+{{- $months := dict "jan" 1 "feb" 2 "mar" 3 "apr" 4 "may" 5 "jun" 6 "jul" 7 "aug" 8 "sep" 9 "oct" 10 "nov" 11 "dec" 12 -}}
+{{- $days := dict "sun" 0 "mon" 1 "tue" 2 "wed" 3 "thu" 4 "fri" 5 "sat" 6 -}}
+{{- $specs := list (dict "name" "minute" "min" 0 "max" 59) (dict "name" "hour" "min" 0 "max" 23) (dict "name" "day of month" "min" 1 "max" 31) (dict "name" "month" "min" 1 "max" 12 "names" $months "hint" "jan to dec") (dict "name" "day of week" "min" 0 "max" 6 "names" $days "hint" "sun to sat") -}}
+{{- range $i, $field := $fields -}}
+{{- $spec := index $specs $i -}}
+{{- $names := $spec.names | default dict -}}
+{{- range $part := splitList "," $field -}}
+{{- if $problem -}}
+{{- else if not (regexMatch "^(\\*|\\?|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?$" $part) -}}
+{{- $problem = printf "%s field %q: %q is not *, ?, a value or a range a-b (each with an optional /step)" $spec.name $field $part -}}
+{{- else -}}
+{{- $rangeStep := splitList "/" $part -}}
+{{- if and (eq (len $rangeStep) 2) (lt (atoi (regexReplaceAll "^0+([0-9])" (index $rangeStep 1) "${1}")) 1) -}}
+{{- $problem = printf "%s step %s: a step must be 1 or more" $spec.name (index $rangeStep 1) -}}
+{{- end -}}
+{{- $range := index $rangeStep 0 -}}
+{{- if not (or $problem (has $range (list "*" "?"))) -}}
+{{- $values := list -}}
+{{- range $end := splitList "-" $range -}}
+{{- if $problem -}}
+{{- else if hasKey $names (lower $end) -}}
+{{- $values = append $values (get $names (lower $end)) -}}
+{{- else if not (regexMatch "^[0-9]+$" $end) -}}
+{{- $problem = ternary (printf "%s %q is neither a number nor a name (%s)" $spec.name $end $spec.hint) (printf "%s %q is not a number" $spec.name $end) (hasKey $spec "hint") -}}
+{{- else -}}
+{{- $digits := regexReplaceAll "^0+([0-9])" $end "${1}" -}}
+{{- $n := ternary (atoi $digits) (add $spec.max 1) (le (len $digits) 4) -}}
+{{- if lt $n $spec.min -}}
+{{- $problem = printf "%s %s is below %d" $spec.name $end $spec.min -}}
+{{- else if gt $n $spec.max -}}
+{{- $problem = printf "%s %s is above %d" $spec.name $end $spec.max -}}
+{{- else -}}
+{{- $values = append $values $n -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (not $problem) (eq (len $values) 2) (gt (index $values 0) (index $values 1)) -}}
+{{- $problem = printf "%s range %s starts after it ends" $spec.name $range -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $problem -}}
+{{- end }}
