@@ -114,6 +114,34 @@ def controlled(pod: dict[str, Any], n: int, kind: str) -> dict[str, Any]:
                     own = container.get("env")
                     lws_env = [{"name": k, "value": v} for k, v in env.items()]
                     container["env"] = lws_env + (own if isinstance(own, list) else [])
+    elif kind in ("PyTorchJob", "TFJob"):  # worker n of a Kubeflow Training Operator v1 job, with a master or chief
+        job = "bert"
+        meta["name"] = f"{job}-worker-{n}"
+        labels.update(
+            {
+                "training.kubeflow.org/job-name": job,
+                "training.kubeflow.org/operator-name": f"{kind.lower()}-controller",
+                "training.kubeflow.org/replica-type": "worker",
+                "training.kubeflow.org/replica-index": str(n),
+            }
+        )
+        meta["ownerReferences"] = [
+            {"apiVersion": "kubeflow.org/v1", "kind": kind, "name": job, "uid": "5e1d-0a", "controller": True}
+        ]
+        if kind == "PyTorchJob":
+            env = {"PYTHONUNBUFFERED": "0", "MASTER_PORT": "23456", "MASTER_ADDR": f"{job}-master-0"}
+            env.update(WORLD_SIZE="17", RANK=str(n + 1))
+        else:
+            cluster = {"chief": [f"{job}-chief-0.default.svc:2222"]}
+            cluster["worker"] = [f"{job}-worker-{i}.default.svc:2222" for i in range(16)]
+            task = {"type": "worker", "index": n}
+            env = {"TF_CONFIG": json.dumps({"cluster": cluster, "task": task, "environment": "cloud"})}
+        for container in spec.get("containers") or ():
+            if isinstance(container, dict):  # appended after the user's own (setPodEnv)
+                own = container.get("env")
+                container["env"] = (own if isinstance(own, list) else []) + [
+                    {"name": k, "value": v} for k, v in env.items()
+                ]
     return out
 
 
@@ -150,7 +178,7 @@ def test_the_second_replica_gets_the_first_ones_answer(endpoint: str) -> None:
         assert json.loads(second.patch_bytes()) == first.patch
 
 
-@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet", "LeaderWorkerSet"])
+@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet", "LeaderWorkerSet", "PyTorchJob", "TFJob"])
 @pytest.mark.parametrize("endpoint", ["mutate", "validate"])
 def test_the_pods_of_an_indexed_job_a_statefulset_or_a_jobset_are_replicas_too(endpoint: str, kind: str) -> None:
     """Their index (labels, an annotation, the hostname, the generated name) and a JobSet's child Job's name, uid
@@ -160,7 +188,7 @@ def test_the_pods_of_an_indexed_job_a_statefulset_or_a_jobset_are_replicas_too(e
     view = two_driver_view(settings)
     step = pipeline.mutate if endpoint == "mutate" else pipeline.validate
     pods = [controlled(STEERED, n, kind) for n in (1, 2, 13)]
-    assert pods[0]["spec"]["hostname"] != pods[1]["spec"]["hostname"]
+    assert pods[0]["spec"].get("hostname", 0) != pods[1]["spec"].get("hostname") and pods[0] != pods[1]
     answers = [decisions.answer(endpoint, step, pod, ctx(settings, view)) for pod in pods]
     assert [a.reused for a in answers] == [False, True, True] and len(view.decisions) == 1
     for pod, got in zip(pods, answers, strict=True):
@@ -340,7 +368,7 @@ def test_an_object_too_deep_for_marshal_is_answered_unstored() -> None:
 @given(
     obj=objects,
     n=st.integers(min_value=1, max_value=99),
-    kind=st.sampled_from(["ReplicaSet", "Job", "StatefulSet", "JobSet", "LeaderWorkerSet"]),
+    kind=st.sampled_from(["ReplicaSet", "Job", "StatefulSet", "JobSet", "LeaderWorkerSet", "PyTorchJob", "TFJob"]),
 )
 def test_identity_fields_never_change_an_answer(obj: Any, n: int, kind: str) -> None:
     """For any object the fuzzer makes: a replica's reused answer is the answer the pipeline gives it afresh."""

@@ -154,8 +154,18 @@ def test_every_identity_string_of_an_object_is_metadata_no_policy_reads() -> Non
     assert "leaderworkerset.sigs.k8s.io/worker-index" in lws_labels
     assert "leaderworkerset.sigs.k8s.io/name" in set(meta["labels"]) - lws_labels  # the LeaderWorkerSet's own
     env = spec["containers"][0]["env"]
-    assert {e["name"] for e in env if (id(e), "value") in {(w, k) for k, w in found}} == model.PER_POD_ENV
+    lws_env = {"LWS_WORKER_INDEX", "LWS_LEADER_ADDRESS"}
+    assert {e["name"] for e in env if (id(e), "value") in {(w, k) for k, w in found}} == lws_env < model.PER_POD_ENV
     assert "LWS_GROUP_SIZE" in {e["name"] for e in env} - model.PER_POD_ENV
+    for kind, rank in (("PyTorchJob", "RANK"), ("TFJob", "TF_CONFIG")):
+        worker = controlled_review(STEERED, 1, kind)
+        meta, spec = worker["request"]["object"]["metadata"], worker["request"]["object"]["spec"]
+        found = {(key, id(where)) for _, where, key in replay.identity_strings(worker)}
+        assert {k for k, w in found if w == id(meta["labels"])} == {"training.kubeflow.org/replica-index"}
+        assert "training.kubeflow.org/replica-type" in set(meta["labels"]) - model.PER_POD_LABELS  # master, worker
+        env = spec["containers"][0]["env"]
+        assert {e["name"] for e in env if (id(e), "value") in {(w, k) for k, w in found}} == {rank}
+        assert rank in model.PER_POD_ENV and "MASTER_ADDR" not in model.PER_POD_ENV
 
 
 def test_a_learning_that_fails_still_answers(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
@@ -237,7 +247,9 @@ def test_from_the_third_replica_on_the_body_is_not_parsed(
         assert got[4][0]["response"]["patch"]  # the steering patch, replayed
 
 
-@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet", "LeaderWorkerSet"])
+# A TFJob's pods are not among them: their TF_CONFIG is JSON inside a string (escaped quotes), which no slot holds;
+# they are answered from their shape (tests/test_decisions.py), parsed each time.
+@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet", "LeaderWorkerSet", "PyTorchJob"])
 @pytest.mark.parametrize("endpoint", ["mutate", "validate"])
 def test_the_pods_of_an_indexed_job_a_statefulset_or_a_jobset_are_replayed(
     endpoint: str, kind: str, monkeypatch: pytest.MonkeyPatch
@@ -630,7 +642,7 @@ def sent_body(endpoint: str, indexed: str, sent: tuple[str, int, int, int]) -> b
 @examples(FUZZ, max_examples=400)
 @given(
     endpoint=st.sampled_from(["mutate", "validate"]),
-    indexed=st.sampled_from(["Job", "StatefulSet", "JobSet", "LeaderWorkerSet"]),
+    indexed=st.sampled_from(["Job", "StatefulSet", "JobSet", "LeaderWorkerSet", "PyTorchJob", "TFJob"]),
     steps=sequences,
 )
 def test_any_sequence_of_requests_is_answered_and_named_as_the_whole_way(

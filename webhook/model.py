@@ -59,6 +59,7 @@ PER_POD_LABELS = frozenset(
         *(f"jobset.sigs.k8s.io/{key}" for key in ("job-index", "job-global-index", "job-group-index", "job-key")),
         *(f"leaderworkerset.sigs.k8s.io/{key}" for key in LWS_PER_POD_LABELS),
         "controller-revision-hash",  # a StatefulSet's revision, "<statefulset>-<hash>": an LWS group's is its own
+        "training.kubeflow.org/replica-index",  # Kubeflow Training Operator v1 (PyTorchJob, TFJob, ...): its index
     )
 )
 PER_POD_ANNOTATIONS = frozenset(
@@ -72,7 +73,7 @@ PER_POD_ANNOTATIONS = frozenset(
 )
 PER_POD_SPEC = frozenset(("hostname", "subdomain"))
 PER_POD_OWNER = frozenset(("name", "uid"))
-PER_POD_ENV = frozenset(("LWS_WORKER_INDEX", "LWS_LEADER_ADDRESS"))
+PER_POD_ENV = frozenset(("LWS_WORKER_INDEX", "LWS_LEADER_ADDRESS", "RANK", "TF_CONFIG"))
 """What the controllers write differently into each pod of one workload, and no policy reads: labels, annotations,
 spec fields, the fields of each ``ownerReferences`` entry, and the ``value`` of the env entries of these names in
 each container and init container. A StatefulSet's or an Indexed Job's pods differ in their index (in labels, an
@@ -81,8 +82,13 @@ Jobs of one JobSet in the Job's name and uid (labels, the owner reference) and t
 LeaderWorkerSet's groups are StatefulSets (a worker's group is named after its leader pod, and has a subdomain of
 its own under ``UniquePerReplica``), and LWS writes each pod's worker index and its leader's address into every
 container's environment (``LWS_WORKER_INDEX``, ``LWS_LEADER_ADDRESS``: sigs.k8s.io/lws, pkg/utils/pod
-``AddLWSVariables``). So the pods of one StatefulSet, Indexed Job, JobSet or LeaderWorkerSet are replicas too; the
-CUDA policy reads only CUDA's own variables (``cuda_version.declared_cuda``). Kubernetes' keys:
+``AddLWSVariables``). The Kubeflow Training Operator v1 names each pod ``<job>-<type>-<index>``, labels it with its
+index (``training.kubeflow.org/replica-index``) and writes its rank into every container's environment: ``RANK``
+for a PyTorchJob or an XGBoostJob with a master (the master 0, worker n n + 1), ``TF_CONFIG`` for a TFJob (the
+cluster and the pod's own task type and index, as JSON) (github.com/kubeflow/training-operator,
+pkg/controller.v1/pytorch/envvar.go ``setPodEnv``, pkg/controller.v1/tensorflow/tensorflow.go). So the pods of one
+StatefulSet, Indexed Job, JobSet, LeaderWorkerSet or Kubeflow job's replica type are replicas too; the CUDA policy
+reads only CUDA's own variables (``cuda_version.declared_cuda``). Kubernetes' keys:
 kubernetes.io/docs/reference/labels-annotations-taints/; JobSet's: sigs.k8s.io/jobset, api/jobset/v1alpha2."""
 
 
