@@ -4,6 +4,7 @@ idempotency, review and validate."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -1063,6 +1064,23 @@ def test_a_workload_moved_off_require_no_longer_requires_spot(later: str) -> Non
     # As the fresh workload of that mode would be, but for the words.
     fresh = _template(mutate(workload("Deployment", later), ctx).object)
     assert template["spec"] == fresh["spec"]
+
+
+def test_what_was_taken_out_is_said_in_its_update_and_its_reinvocation_only() -> None:
+    """The words stayed in the template's spot-applied for as long as the mode did: every later edit of the
+    Deployment said again that require's additions were removed."""
+    ctx = context(GKE_NODES, providers=("gke",))
+    first = mutate(workload("Deployment", "require"), ctx).object
+    switch = dataclasses.replace(ctx, operation="UPDATE", old_object=first)
+    moved = mutate(_switched(first, "never"), switch).object
+    said = _template(moved)["metadata"]["annotations"][APPLIED]
+    assert "removed what require had added" in said
+    assert mutate(copy.deepcopy(moved), switch).object == moved  # the apiserver calling again: the same answer
+    edited = copy.deepcopy(moved)
+    _template(edited)["spec"]["containers"][0]["image"] = "nvidia/cuda:12.4.1-base-ubuntu22.04"
+    later = mutate(edited, dataclasses.replace(ctx, operation="UPDATE", old_object=moved))
+    assert APPLIED not in _template(later.object)["metadata"]["annotations"]
+    assert _template(later.object)["spec"] == _template(edited)["spec"]
 
 
 def test_the_users_own_terms_stay_when_the_spot_ones_go() -> None:

@@ -55,11 +55,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from webhook import PREFIX
 from webhook.affinity import Expression, expression, narrow, prefer, unnarrow, unprefer
 from webhook.cluster import Taint, requested_resources, toleration_tolerates
-from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_list, as_str
+from webhook.model import GPU_MEMORY_RESOURCE, JSON, TEMPLATE_PATHS, Context, Outcome, PodView, as_list, as_str
 from webhook.presets import TaintPreset
 
 REQUEST = "spot"
@@ -351,15 +352,16 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
     its spot-applied annotation names (the tolerations) and the cluster's spot places give (the affinity terms),
     so that a Deployment moved from require to never does not keep requiring spot. What is left of the user's own
     terms stays; a toleration of the user's equal to one the webhook named goes too (it cannot be told apart).
-    Returns what was taken out, in words, and whether the template changed; a second pass finds the words in the
-    annotation it wrote and says them again. Pods are left alone: their spot mode cannot change."""
+    Returns what was taken out, in words, and whether the template changed; a second pass of the same request
+    finds the words in the annotation it wrote and says them again, and a later UPDATE, whose stored object already
+    says them, drops them. Pods are left alone: their spot mode cannot change."""
     earlier_text = ctx.prior.get(APPLIED, "")
     earlier = earlier_text.split(" (", 1)[0]
     if not pod.is_template:
         return "", False
     if earlier == mode:
         said = [p for p in earlier_text.split("; ") if p.startswith(UNDONE)]
-        return (said[0], False) if said else ("", False)
+        return (said[0], False) if said and said[0] not in _stored_applied(pod, ctx).split("; ") else ("", False)
     if earlier not in SPOT_MODES:
         return "", False
     removed: list[str] = []
@@ -380,6 +382,16 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
     if earlier == "prefer" and unprefer(pod, terms, PREFERRED_WEIGHT):
         removed.append("its preferred spot affinity")
     return (f"{UNDONE}{earlier} had added: {', '.join(removed)}", True) if removed else ("", False)
+
+
+def _stored_applied(pod: PodView, ctx: Context) -> str:
+    """The spot-applied annotation of the template as the object was stored before this UPDATE; '' on a CREATE."""
+    node: Any = ctx.old_object
+    for key in TEMPLATE_PATHS.get(pod.kind, ()):
+        node = node.get(key) if isinstance(node, dict) else None
+    metadata = node.get("metadata") if isinstance(node, dict) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    return as_str(annotations.get(PREFIX + APPLIED)) if isinstance(annotations, dict) else ""
 
 
 def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_now: bool) -> None:
