@@ -333,3 +333,86 @@ def test_warnings_past_the_apiservers_limit_are_counted_not_dropped_unsaid() -> 
         == f"{len(result.outcome.warnings) - len(shown)} more warnings not shown (the apiserver keeps 4096 characters)"
     )
     assert shown == [pipeline._short(w) for w in result.outcome.warnings[: len(shown)]]
+
+
+# -- a workload UPDATE that leaves its pod template as it was -----------------------------------------------------
+OLD_DRIVER = {
+    "nvidia.com/cuda.driver-version.full": "535.183.01",
+    "nvidia.com/cuda.runtime-version.major": "12",
+    "nvidia.com/cuda.runtime-version.minor": "2",
+}
+
+
+def _deployment(image: str = "nvidia/cuda:12.2.2-base-ubuntu22.04") -> dict[str, Any]:
+    template = gpu_pod(image=image)
+    del template["apiVersion"], template["kind"]
+    template["metadata"] = {"labels": {"app": "infer"}}
+    spec = {"replicas": 2, "selector": {"matchLabels": {"app": "infer"}}, "template": template}
+    meta = {"name": "infer", "namespace": "ml"}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": spec}
+
+
+def _on(labels: dict[str, str] | None, **kw: Any) -> Context:
+    settings = Settings()
+    return Context(settings=settings, cluster=build_view([gpu_node("n1", labels)], settings), namespace="ml", **kw)
+
+
+def _stored_deployment() -> dict[str, Any]:
+    """The Deployment as the apiserver stores it, reviewed against nodes on driver 535 (CUDA 12.2)."""
+    stored: dict[str, Any] = pipeline.mutate(_deployment(), _on(OLD_DRIVER)).object
+    assert "driver-535.183.01" in stored["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/cuda"]
+    return stored
+
+
+def test_an_update_that_leaves_the_template_as_it_was_does_not_roll_its_pods() -> None:
+    """Found by review: after the nodes' driver was upgraded, a change of replicas alone (kubectl apply, Argo CD)
+    rewrote the template's gpu-admission.io/cuda line with the new driver: the Deployment rolled every pod."""
+    stored = _stored_deployment()
+    scaled = copy.deepcopy(stored)
+    scaled["spec"]["replicas"] = 5
+    ctx = _on(None, operation="UPDATE", old_object=stored)  # the nodes now on driver 550 (CUDA 12.4)
+    for step in (pipeline.mutate, pipeline.validate):
+        result = step(scaled, ctx)
+        assert result.allowed and not result.patch and result.skipped == pipeline.TEMPLATE_KEPT
+    # A change to the template itself is reviewed with what the cluster says now.
+    edited = copy.deepcopy(scaled)
+    edited["spec"]["template"]["spec"]["containers"][0]["image"] = "nvidia/cuda:12.2.0-base-ubuntu22.04"
+    result = pipeline.mutate(edited, ctx)
+    assert not result.skipped
+    assert "driver-550.54.15" in result.object["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/cuda"]
+
+
+def test_an_update_that_drops_the_webhooks_annotations_gets_them_back_as_they_were() -> None:
+    """A server-side apply whose manager did not write them drops them; put back as stored, the template is as it
+    was and its pods do not roll."""
+    stored = _stored_deployment()
+    applied = copy.deepcopy(stored)
+    del applied["spec"]["template"]["metadata"]["annotations"]
+    applied["spec"]["replicas"] = 3
+    result = pipeline.mutate(applied, _on(None, operation="UPDATE", old_object=stored))
+    assert result.allowed and result.patch and result.audit["decision"] == "kept the pod template's review"
+    assert result.object["spec"]["template"] == stored["spec"]["template"]
+    assert json.loads(json.dumps(result.object))["spec"]["replicas"] == 3
+
+
+def test_an_update_that_changes_what_the_user_asks_of_the_template_is_reviewed() -> None:
+    stored = _stored_deployment()
+    asked = copy.deepcopy(stored)
+    asked["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/spot"] = "tolerate"
+    assert not pipeline.mutate(asked, _on(OLD_DRIVER, operation="UPDATE", old_object=stored)).skipped
+    relabelled = copy.deepcopy(stored)
+    relabelled["spec"]["template"]["metadata"]["labels"]["tier"] = "gold"
+    assert not pipeline.mutate(relabelled, _on(OLD_DRIVER, operation="UPDATE", old_object=stored)).skipped
+
+
+def test_the_pods_of_a_kept_template_are_still_checked_as_they_are_created() -> None:
+    """The update that left the template as it was is not denied when the cluster can no longer run it (the
+    nodes back on an older driver): its pods are, each as it is created, with the reason."""
+    stored = pipeline.mutate(_deployment("nvidia/cuda:12.4.1-base-ubuntu22.04"), _on(None)).object
+    scaled = copy.deepcopy(stored)
+    scaled["spec"]["replicas"] = 4
+    assert pipeline.validate(scaled, _on(OLD_DRIVER, operation="UPDATE", old_object=stored)).allowed
+    pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(stored["spec"]["template"])}
+    pod["metadata"]["name"] = "infer-7d9c-abcde"
+    denied = pipeline.review(pod, _on(OLD_DRIVER))
+    assert not denied.allowed and denied.reason == "CUDAIncompatible"

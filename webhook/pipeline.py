@@ -344,10 +344,61 @@ def _working_view(obj: Any, ctx: Context, writable: bool = True) -> tuple[Result
     oversized = _oversized(obj)
     if oversized is not None:
         return oversized, None
+    stored = _stored_template(obj, ctx)
+    if stored is not None:
+        return _keep_review(obj, stored, ctx) if writable else Result(object=obj, skipped=TEMPLATE_KEPT), None
     view = pod_view(_working_copy(obj) if writable else obj, ctx.namespace, writable=writable)
     if view is None:
         return Result(object=obj, skipped="no pod spec to review"), None
     return None, view
+
+
+TEMPLATE_KEPT = "the update leaves the pod template as it was: reviewed when written, its pods as they are created"
+
+
+def _stored_template(obj: JSON, ctx: Context) -> PodView | None:
+    """On a workload's UPDATE that leaves its pod template as it was (the webhook's own annotations aside: a
+    server-side apply drops those its manager did not write), the template as stored; None otherwise.
+
+    Such an update (its replicas, its strategy) is not reviewed again: a review would rewrite the template's
+    annotations with what the cluster says now (a newer driver, another pool) and so roll every pod of the workload
+    for nothing. Its pods are still reviewed, each as it is created."""
+    if ctx.operation != "UPDATE" or as_str(obj.get("kind")) == "Pod" or not isinstance(ctx.old_object, dict):
+        return None
+    new, old = pod_view(obj, ctx.namespace, writable=False), pod_view(ctx.old_object, ctx.namespace, writable=False)
+    if new is None or old is None or new.spec != old.spec:
+        return None
+    return old if _users_metadata(new.metadata) == _users_metadata(old.metadata) else None
+
+
+def _users_metadata(metadata: JSON) -> JSON:
+    """A template's metadata without the webhook's own annotations (and without an annotations map left empty)."""
+    outputs = _output_annotations({"metadata": metadata})
+    annotations = {k: v for k, v in as_dict(metadata.get("annotations")).items() if k not in outputs}
+    out = {k: v for k, v in metadata.items() if k != "annotations"}
+    return {**out, "annotations": annotations} if annotations else out
+
+
+def _keep_review(obj: JSON, stored: PodView, ctx: Context) -> Result:
+    """The template's review as stored: nothing when the update carries the webhook's annotations as they were,
+    else a patch that puts them back (the template then is as stored, and its pods do not roll)."""
+    working = _working_copy(obj)
+    view = pod_view(working, ctx.namespace)
+    before = _output_annotations({"metadata": stored.metadata})
+    if view is None or _output_annotations({"metadata": view.metadata}) == before:
+        return Result(object=obj, skipped=TEMPLATE_KEPT)
+    for key in _output_annotations({"metadata": view.metadata}):
+        del view.metadata["annotations"][key]
+    for key, value in before.items():
+        view.set_annotation(key, value)
+    if view.metadata.get("annotations") == {} and "annotations" not in stored.metadata:
+        del view.metadata["annotations"]
+    restored = ", ".join(sorted(k[len(PREFIX) :] for k in before))
+    return Result(
+        object=working,
+        patch=make_patch(obj, working),
+        audit={"decision": "kept the pod template's review", "restored": restored},
+    )
 
 
 def _output_annotations(obj: Any) -> dict[str, Any]:
