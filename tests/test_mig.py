@@ -1418,3 +1418,78 @@ def test_workload_template_memory_with_no_mig_node_does_not_say_ask_for_less():
     assert result.allowed and result.patch == []
     words = "trainer: gpu-admission.io/gpu-memory 10Gi: no eligible node offers MIG now, so its pods are refused"
     assert words in result.warnings, result.warnings
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The order of the containers
+
+
+def split_models() -> list[dict[str, Any]]:
+    """An A100-40GB pool with only 1g.10gb (2/8) and an A100-80GB pool with 1g.20gb (2/8) and 3g.40gb (4/8)."""
+    return [
+        mixed_node("n40", A100_40, {"1g.10gb": 4}, "a100-40", 40960),
+        mixed_node("n80", A100_80, {"1g.20gb": 4, "3g.40gb": 2}, "a100-80", 81920),
+    ]
+
+
+@pytest.mark.parametrize("order", [("a", "b"), ("b", "a")], ids=["small-first", "large-first"])
+def test_the_order_of_the_containers_does_not_decide_admission(order):
+    # Taken in turn, a: 0.25 first took the A100-40GB's 1g.10gb (the smallest cover), and b: 0.5 then found no 4/8
+    # profile on that model: the pod was denied, while b, a fit both on the A100-80GB.
+    asks = {"a": "0.25", "b": "0.5"}
+    obj = pod(*(container(name, limits={GPU: asks[name]}) for name in order))
+    result = review(obj, split_models())
+    assert result.allowed, result.message
+    assert resources_of(result.object, "a") == mig("1g.20gb")
+    assert resources_of(result.object, "b") == mig("3g.40gb")
+    lines = {
+        "a": f"a: nvidia.com/gpu 0.25 -> nvidia.com/mig-1g.20gb ({A100_80}, pool a100-80)",
+        "b": f"b: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.40gb ({A100_80}, pool a100-80)",
+    }
+    assert mig_annotation(result.object) == "; ".join(lines[name] for name in order)
+    assert result.warnings == []
+    assert mutate_twice(obj, split_models())[1] == []
+
+
+@pytest.mark.parametrize("order", [("a", "b"), ("b", "a")], ids=["small-first", "large-first"])
+def test_the_order_of_the_containers_does_not_decide_admission_under_the_single_strategy(order):
+    # The first pass's product nodeSelector (a on the 1g.10gb nodes) is undone before the other order is tried.
+    nodes = [
+        single_node("s40", A100_40, "1g.10gb", 4, "a100-40", 9856),
+        single_node("s80", A100_80, "3g.40gb", 2, "a100-80", 40448),
+    ]
+    asks = {"a": "0.25", "b": "0.5"}
+    result = review(pod(*(container(name, limits={GPU: asks[name]}) for name in order)), nodes)
+    assert result.allowed, result.message
+    assert result.object["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": f"{A100_80}-MIG-3g.40gb"}
+    for name in order:
+        assert resources_of(result.object, name) == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
+
+
+def test_a_pod_no_order_fits_is_refused_as_its_own_order_refuses_it():
+    # c: 0.75 fits nowhere, whatever the order; the refusal is the one the containers' own order gives.
+    obj = pod(*(container(n, limits={GPU: v}) for n, v in (("a", "0.25"), ("b", "0.5"), ("c", "0.75"))))
+    result = review(obj, split_models())
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    offer = (
+        " Eligible nodes offer: pool a100-40 (NVIDIA-A100-SXM4-40GB, mixed): 1g.10gb (2/8 memory, 1/7 compute)."
+        " MIG pools this pod cannot use (selectors, affinity, taints): a100-80 (1g.20gb, 3g.40gb)."
+        " Ask for at most what a profile offered here holds, or for a whole GPU (nvidia.com/gpu: 1)."
+    )
+    assert result.message == "\n".join(
+        [
+            "container b asks for nvidia.com/gpu 0.5; no eligible node offers a MIG profile whose memory share is"
+            " at least 0.5." + offer,
+            "container c asks for nvidia.com/gpu 0.75; no eligible node offers a MIG profile whose memory share is"
+            " at least 0.75." + offer,
+        ]
+    )
+    assert result.warnings == []
+
+
+def test_another_order_is_tried_in_a_workload_template_too():
+    obj = workload("Deployment", pod(container("a", limits={GPU: "0.25"}), container("b", limits={GPU: "0.5"})))
+    result = review(obj, split_models())
+    assert result.allowed, result.message
+    assert resources_of(result.object, "a") == mig("1g.20gb")
+    assert resources_of(result.object, "b") == mig("3g.40gb")

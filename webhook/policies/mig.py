@@ -33,6 +33,10 @@ How a profile is chosen, per container (init containers included), each on its o
 4. When the same profile name is also offered by eligible nodes of another GPU model on which it does not cover the
    request (``1g.10gb`` is 2/8 of an A100-40GB but 1/8 of an A100-80GB), the pod is pinned to the covering GPU
    model(s) on ``nvidia.com/gpu.product`` (or the GKE accelerator, or the pool label).
+5. The containers are taken in turn, each choice narrowing where the next can land. When that leaves one without
+   a profile, other orders are tried (the largest asks first, the reverse, every order of up to 4 asks), and the
+   first that converts every ask is kept; so whether a pod is admitted does not depend on the order its
+   containers are written in. The lines still name each container, in the pod's order.
 
 Nothing is rounded silently: a fraction above 1 that is not whole, request != limit, a value <= 0, a fraction
 together with a memory request, or nothing offered that covers it, are denied from the mutating side (so the user
@@ -42,6 +46,7 @@ reads this message, not Kubernetes' "must be an integer"). ``mig.fallback`` may 
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,7 +68,17 @@ from webhook.cluster import (
     toleration_tolerates,
 )
 from webhook.mig_profiles import Profile, derive, load_table, parse_name
-from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_list, as_str
+from webhook.model import (
+    GPU_MEMORY_RESOURCE,
+    JSON,
+    Context,
+    Outcome,
+    PodView,
+    as_dict,
+    as_list,
+    as_str,
+    copy_json,
+)
 from webhook.policies import cuda
 from webhook.quantity import QuantityError, format_quantity, parse_quantity
 
@@ -888,26 +903,32 @@ def _say_off(pod: PodView, out: Outcome) -> None:
         out.warn(f"{FRACTION_ANNOTATION} {raw.strip()} {off}"[:119])
 
 
-def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
-    """Turn each container's fraction or memory request into a MIG device, or refuse it with a reason."""
-    if not ctx.settings.mig.enabled:
-        _say_off(pod, out)
-        return
-    asks = _collect(pod, ctx, out)
-    req = _Request(ctx)
-    if asks:
-        req.options = _options(ctx)
-        req.whole = _whole_gpus(pod, asks)
-        supported = cuda.supported_groups(pod, ctx)
-        req.supported = None if supported is None else frozenset(id(g) for g in supported)
-    prior = _prior_lines(ctx)
-    converted: dict[int, tuple[Ask, Choice]] = {}
+@dataclass
+class _Pass:
+    """One pass over the asks in one order: what it says (merged into the request's outcome once it is the pass
+    kept), what it converted (by container id), and whether every ask got a MIG profile."""
+
+    said: Outcome = field(default_factory=Outcome)
+    converted: dict[int, tuple[Ask, Choice]] = field(default_factory=dict)
+    complete: bool = True
+    failed: tuple[int, ...] = ()
+    """The ids of the asks up to the first one left without a profile: every order that starts so fails too."""
+
+
+def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = False) -> _Pass:
+    """Choose and apply a profile for each ask in this order; ``stop``: give up at the first ask without one."""
+    done = _Pass()
+    out = done.said
     pending = list(asks)
-    for ask in asks:
+    for index, ask in enumerate(asks):
         pending.remove(ask)
         deferred = pod.is_template and (ask.kind == "memory" or ask.source == "annotation")
         choice, seen, barred = _choose(req, pod, pending, ask)
-        if choice is None:
+        if choice is None and done.complete:
+            done.complete = False
+            done.failed = tuple(id(a) for a in asks[: index + 1])
+            if stop:
+                return done
             choice = _fallback(req, pod, pending, ask)
         if deferred:
             # Templates keep memory and annotation requests (Kubernetes accepts them); the pods get converted.
@@ -928,12 +949,86 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
             pending.append(ask)
             continue
         _apply(pod, ask, choice)
-        converted[id(ask.container)] = (ask, choice)
+        done.converted[id(ask.container)] = (ask, choice)
         _warn_usable(out, ask, choice)
         if choice.note:
             out.warn(f"{ask.name}: {ask.asked} -> {choice.option.given} ({choice.note})"[:119])
         out.mutated("mig")
         out.reasons.append("MIGConverted" if not choice.note else "MIGFallback")
+    return done
+
+
+def _orders(asks: Sequence[Ask]) -> Iterator[list[Ask]]:
+    """The other orders worth a pass, at most 26: the largest asks first (memory sizes, then fractions), the
+    reverse, and for up to 4 asks every order (from the largest-first one, so that what is found does not depend on
+    the order the containers are written in)."""
+    largest = sorted(asks, key=lambda a: (a.kind != "memory", -a.amount, a.list_name, a.name))
+    tried = {tuple(id(a) for a in asks)}
+    more = itertools.permutations(largest) if len(asks) <= 4 else ()
+    for order in itertools.chain([largest, list(reversed(asks))], more):
+        key = tuple(id(a) for a in order)
+        if key not in tried:
+            tried.add(key)
+            yield list(order)
+
+
+_ABSENT = object()
+
+
+def _saved(pod: PodView, asks: Sequence[Ask]) -> list[tuple[JSON, str, object]]:
+    """A copy of what a pass may change, to undo it: each asking container's resources, and the spec's
+    nodeSelector, tolerations and affinity (``_apply``, ``_keep_gpu_toleration``, ``affinity.require``)."""
+    places = [(a.container, "resources") for a in asks]
+    places += [(pod.spec, key) for key in ("nodeSelector", "tolerations", "affinity")]
+    return [(where, key, copy_json(where[key]) if key in where else _ABSENT) for where, key in places]
+
+
+def _restore(saved: Sequence[tuple[JSON, str, object]]) -> None:
+    for where, key, value in saved:
+        if value is _ABSENT:
+            where.pop(key, None)
+        else:
+            where[key] = copy_json(value)
+
+
+def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
+    """Turn each container's fraction or memory request into a MIG device, or refuse it with a reason."""
+    if not ctx.settings.mig.enabled:
+        _say_off(pod, out)
+        return
+    asks = _collect(pod, ctx, out)
+    req = _Request(ctx)
+    if asks:
+        req.options = _options(ctx)
+        req.whole = _whole_gpus(pod, asks)
+        supported = cuda.supported_groups(pod, ctx)
+        req.supported = None if supported is None else frozenset(id(g) for g in supported)
+    prior = _prior_lines(ctx)
+    saved = _saved(pod, asks) if len(asks) > 1 else None
+    done = _convert(req, pod, asks)
+    if not done.complete and saved is not None and len(done.failed) > 1:
+        # Each container takes the smallest profile that covers it, in turn, so an earlier container can take a
+        # profile only a GPU model offers where a later one finds nothing (a: 0.25 takes an A100-40GB's 1g.10gb,
+        # b: 0.5 then has no 3g there), while the other order fits both on an A100-80GB. Other orders are tried
+        # only here, once the containers' own order left one without a profile. Passes are deterministic, and a
+        # converted ask only takes nodes away from the others: an order that starts as a failed one did fails
+        # too, and an ask without a profile while it comes first has none in any order. None fitting, the
+        # refusal is the one the containers' own order gives.
+        failed = {done.failed}
+        for order in _orders(asks):
+            ids = tuple(id(a) for a in order)
+            if any(ids[:n] in failed for n in range(1, len(ids))):
+                continue
+            _restore(saved)
+            done = _convert(req, pod, order, stop=True)
+            if done.complete or len(done.failed) == 1:
+                break
+            failed.add(done.failed)
+        if not done.complete:
+            _restore(saved)
+            done = _convert(req, pod, asks)
+    out.merge(done.said)
+    converted = done.converted
     if converted or prior:
         out.finish.append(lambda: _describe(pod, ctx, out, prior, converted))
 
