@@ -1493,3 +1493,48 @@ def test_another_order_is_tried_in_a_workload_template_too():
     assert result.allowed, result.message
     assert resources_of(result.object, "a") == mig("1g.20gb")
     assert resources_of(result.object, "b") == mig("3g.40gb")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A whole GPU and a MIG device in one container
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Deployment"])
+@pytest.mark.parametrize(
+    ("limits", "init", "warning"),
+    [
+        pytest.param(
+            {GPU: "1", "nvidia.com/mig-1g.10gb": "1"},
+            False,
+            "trainer: nvidia.com/gpu 1 and nvidia.com/mig-1g.10gb give it a whole GPU and a MIG device: remove one of"
+            " them",
+            id="one-gpu",
+        ),
+        pytest.param(
+            {GPU: 2, "nvidia.com/mig-3g.40gb": 1},
+            True,
+            "trainer: nvidia.com/gpu 2 and nvidia.com/mig-3g.40gb give it whole GPUs and a MIG device: remove one of"
+            " them",
+            id="two-gpus-init",
+        ),
+    ],
+)
+def test_a_whole_gpu_and_a_mig_device_in_one_container_is_warned(limits, init, warning, kind):
+    # The mixed strategy offers both resources side by side and gives the container both; seldom what is meant.
+    node = mixed_node("n0", A100_80, {"1g.10gb": 7, "3g.40gb": 2}, "a100", 81920, gpus=4)
+    asking = container(limits=limits)
+    obj = pod(container("app"), init=[asking]) if init else pod(asking)
+    obj = obj if kind == "Pod" else workload(kind, obj)
+    result = review(obj, [node])
+    assert result.allowed and result.patch == []
+    assert result.warnings == [warning]
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [{GPU: "1"}, {"nvidia.com/mig-1g.10gb": "1"}, {GPU: "0", "nvidia.com/mig-1g.10gb": "1"}],
+    ids=["whole-gpu", "mig-device", "zero-gpus"],
+)
+def test_a_whole_gpu_or_a_mig_device_alone_is_not_warned(limits):
+    node = mixed_node("n0", A100_80, {"1g.10gb": 7}, "a100", 81920, gpus=4)
+    assert review(pod(container(limits=limits)), [node]).warnings == []

@@ -339,6 +339,17 @@ def _has_a_device_already(out: Outcome, name: str, asked: str, container: JSON) 
     return bool(devices)
 
 
+def _warn_whole_and_mig(out: Outcome, name: str, whole: _Read, container: JSON) -> None:
+    """A container asking for whole GPUs and a MIG device at once: the mixed strategy, the only one that offers
+    both, gives it both (single-strategy and GKE nodes have no ``nvidia.com/mig-*``), which is seldom meant: most
+    often one of the two was left over from an edit. Not refused: a container may mean to use both."""
+    devices = _mig_resources(container)
+    if devices:
+        gpus = "a whole GPU" if whole.amount == 1 else "whole GPUs"
+        said = f"{GPU_RESOURCE} {whole.text} and {devices[0]} give it {gpus} and a MIG device: remove one of them"
+        out.warn(f"{name}: {said}"[:119])
+
+
 def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
     """The asks of every container; refusals of malformed asks go to ``out`` as denials."""
     asks: list[Ask] = []
@@ -358,6 +369,8 @@ def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
         ):
             fraction = gpu
         has_whole = gpu is not None and gpu.amount is not None and gpu.amount > 0 and fraction is None
+        if has_whole and gpu is not None and gpu.amount is not None:
+            _warn_whole_and_mig(out, name, gpu, container)
         if memory is not None and memory.amount is not None:
             asked = f"{GPU_MEMORY_RESOURCE} {memory.text}"
             if fraction is not None or has_whole:
