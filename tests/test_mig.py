@@ -1538,3 +1538,52 @@ def test_a_whole_gpu_and_a_mig_device_in_one_container_is_warned(limits, init, w
 def test_a_whole_gpu_or_a_mig_device_alone_is_not_warned(limits):
     node = mixed_node("n0", A100_80, {"1g.10gb": 7}, "a100", 81920, gpus=4)
     assert review(pod(container(limits=limits)), [node]).warnings == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# An ask far below the profile it gets
+
+
+@pytest.mark.parametrize(
+    ("limits", "coverage", "warning"),
+    [
+        pytest.param({GPU: "1e-9"}, "memory", "nvidia.com/gpu 1e-9 gets 1g.5gb (1/8 memory)", id="1e-9"),
+        pytest.param({GPU: "30m"}, "memory", "nvidia.com/gpu 30m gets 1g.5gb (1/8 memory)", id="0.03"),
+        pytest.param({GPU: "0.03"}, "compute", "nvidia.com/gpu 0.03 gets 1g.5gb (1/7 compute)", id="compute"),
+        pytest.param({GPU: "0.03"}, "both", "nvidia.com/gpu 0.03 gets 1g.5gb (1/8 memory)", id="both"),
+        pytest.param({MEM: "20Mi"}, "memory", "gpu-admission.io/gpu-memory 20Mi gets 1g.5gb (5GB)", id="20Mi"),
+        pytest.param({MEM: "1Gi"}, "memory", "gpu-admission.io/gpu-memory 1Gi gets 1g.5gb (5GB)", id="1Gi"),
+    ],
+)
+def test_an_ask_far_below_its_profile_is_warned(limits, coverage, warning):
+    # 1e-9 of a GPU, or 20Mi meant as 20Gi, got the smallest profile without a word.
+    result = review(pod(container(limits=limits)), [a100_40()], settings(coverage=coverage))
+    assert result.allowed, result.message
+    fix = {"memory": "check it or ask for 0.125", "compute": "check it or ask for 0.142"}.get(coverage, "")
+    fix = "check the unit or ask for 5Gi" if MEM in limits else fix or "check it or ask for 0.125"
+    assert result.warnings == [f"trainer: {warning}, over 4x the ask: {fix}"]
+
+
+def test_an_annotation_far_below_its_profile_is_warned():
+    obj = pod(container(), annotations={"gpu-admission.io/gpu-fraction": "1e-9"})
+    assert review(obj, [a100_40()]).warnings == [
+        "trainer: gpu-admission.io/gpu-fraction 1e-9 gets 1g.5gb (1/8 memory), over 4x the ask: check it or ask for"
+        " 0.125"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("limits", "coverage"),
+    [
+        ({GPU: "0.1"}, "memory"),  # 1/8: 1.25x
+        ({GPU: "0.3"}, "memory"),  # 4/8: 1.7x
+        ({GPU: "0.125"}, "both"),
+        ({GPU: "0.0625"}, "memory"),  # 1/8: 2x
+        ({MEM: "2Gi"}, "memory"),  # 5GB: 2.5x
+        ({MEM: "16Gi"}, "memory"),  # 3g.20gb
+    ],
+    ids=["0.1", "0.3", "0.125-both", "0.0625", "2Gi", "16Gi"],
+)
+def test_plain_rounding_up_is_not_warned(limits, coverage):
+    result = review(pod(container(limits=limits)), [a100_40()], settings(coverage=coverage))
+    assert result.allowed and result.warnings == [], result.warnings

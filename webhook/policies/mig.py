@@ -50,7 +50,7 @@ import itertools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 from typing import Literal
 
 from webhook import PREFIX
@@ -885,6 +885,40 @@ def _warn_usable(out: Outcome, ask: Ask, choice: Choice) -> None:
         )
 
 
+OVERSIZED = 4
+"""A profile holding more than this many times the ask is said: a unit slip (``1e-9``, ``20Mi`` for ``20Gi``) reads
+the same as a real ask, and the container holds the whole profile. Plain rounding stays under it: 0.1 -> 1/8
+(1.25x), 0.3 -> 4/8 (1.7x); 0.03 -> 1/8 (4.2x) is said (ask for 0.125 to say that is meant)."""
+
+
+def _warn_oversized(out: Outcome, ask: Ask, choice: Choice, coverage: str) -> None:
+    profiles = [p.profile for p in choice.places if p.covers and p.profile]
+    if not profiles:
+        return  # a fallback: its note says it
+    if ask.kind == "memory":
+        gb = min(p.gb for p in profiles)
+        if Decimal(gb) * GIB <= OVERSIZED * ask.amount:
+            return
+        what, suggest, check = f"{gb}GB", f"{gb}Gi", "the unit"
+    else:
+
+        def share(p: Profile) -> Decimal:
+            memory, compute = Decimal(p.eighths) / 8, Decimal(p.slices) / p.total_slices
+            return {"memory": memory, "compute": compute}.get(coverage, min(memory, compute))
+
+        smallest = min(profiles, key=share)
+        if share(smallest) <= OVERSIZED * ask.amount:
+            return
+        memory = Decimal(smallest.eighths) / 8 <= Decimal(smallest.slices) / smallest.total_slices
+        by_memory = coverage == "memory" or (coverage == "both" and memory)
+        what = f"{smallest.memory_share} memory" if by_memory else f"{smallest.compute_share} compute"
+        suggest, check = _plain(share(smallest).quantize(Decimal("0.001"), ROUND_DOWN)), "it"
+    out.warn(
+        f"{ask.name}: {ask.asked} gets {choice.option.profile} ({what}), over {OVERSIZED}x the ask: check {check}"
+        f" or ask for {suggest}"[:119]
+    )
+
+
 def _state_line(name: str, container: JSON, spec: JSON) -> str | None:
     """What a container with a MIG device (or shared GPU) holds, when its prior line no longer says it."""
     tokens = _state_tokens(container, spec)
@@ -964,6 +998,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
         _apply(pod, ask, choice)
         done.converted[id(ask.container)] = (ask, choice)
         _warn_usable(out, ask, choice)
+        _warn_oversized(out, ask, choice, req.ctx.settings.mig.coverage)
         if choice.note:
             out.warn(f"{ask.name}: {ask.asked} -> {choice.option.given} ({choice.note})"[:119])
         out.mutated("mig")
