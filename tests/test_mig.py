@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -1365,8 +1366,8 @@ def test_a_fraction_annotation_beside_a_device_of_its_own_is_not_dropped_silentl
     obj = pod(container(limits=limits), annotations={"gpu-admission.io/gpu-fraction": "0.5"})
     result = review(obj if kind == "Pod" else workload(kind, obj), [a100_40()])
     assert result.allowed and result.patch == []
-    words = f"trainer: gpu-admission.io/gpu-fraction 0.5 ignored, it already has {held}: remove the annotation"
-    assert any(w.startswith(words) and len(w) < 120 for w in result.warnings), result.warnings
+    words = f"trainer: gpu-admission.io/gpu-fraction 0.5 ignored, it has {held}: remove one of the two"
+    assert words in result.warnings, result.warnings
     # A pod the webhook converted from the annotation is not warned about on a second pass.
     converted = review(pod(container(), annotations={"gpu-admission.io/gpu-fraction": "0.5"}), [a100_40()])
     assert not review(converted.object, [a100_40()]).warnings
@@ -1587,3 +1588,98 @@ def test_an_annotation_far_below_its_profile_is_warned():
 def test_plain_rounding_up_is_not_warned(limits, coverage):
     result = review(pod(container(limits=limits)), [a100_40()], settings(coverage=coverage))
     assert result.allowed and result.warnings == [], result.warnings
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Warnings for a container name of 63 characters
+
+LONG = "data-loader-" + "x" * 40 + "-worker-0001"  # 63 characters, the most Kubernetes allows
+
+
+@pytest.mark.parametrize(
+    ("obj", "nodes", "mig_settings", "advice"),
+    [
+        pytest.param(
+            pod(container(LONG, limits={GPU: "1e-9"})),
+            None,
+            {},
+            "over 4x the ask: check it or ask for 0.125",
+            id="oversized",
+        ),
+        pytest.param(
+            pod(container(LONG, limits={GPU: "1", "nvidia.com/mig-1g.10gb": "1"})),
+            None,
+            {},
+            "give it a whole GPU and a MIG device: remove one of them",
+            id="whole-and-mig",
+        ),
+        pytest.param(
+            pod(container(LONG, limits={MEM: "20Gi"})),
+            None,
+            {},
+            "nvidia.com/mig-3g.20gb has 19968 MiB usable, less than the 20Gi asked",
+            id="usable",
+        ),
+        pytest.param(
+            pod(
+                container(LONG, limits={"nvidia.com/mig-1g.10gb": "1"}),
+                annotations={"gpu-admission.io/gpu-fraction": "0.5"},
+            ),
+            None,
+            {},
+            "ignored, it has nvidia.com/mig-1g.10gb: remove one of the two",
+            id="annotation-beside-a-device",
+        ),
+        pytest.param(
+            pod(container(LONG), annotations={"gpu-admission.io/gpu-fraction-container": LONG}),
+            None,
+            {},
+            "is set without gpu-admission.io/gpu-fraction: add the fraction",
+            id="fraction-container-alone",
+        ),
+        pytest.param(
+            workload("Deployment", pod(container(LONG, limits={MEM: "100Gi"}))),
+            None,
+            {},
+            "largest offered is 7g.40gb; ask for less or its pods are refused",
+            id="template-too-large",
+        ),
+        pytest.param(
+            workload("Deployment", pod(container(LONG, limits={MEM: "10Gi"}))),
+            [whole_node("w", A100_80, 8, "whole")],
+            {},
+            "no eligible node offers MIG now, so its pods are refused",
+            id="template-no-mig",
+        ),
+        pytest.param(
+            pod(container(LONG, limits={GPU: "0.5"})),
+            [whole_node("w", A100_80, 8, "whole")],
+            {"fallback": "whole"},
+            "-> nvidia.com/gpu 1 (whole GPU: no MIG profile covers it)",
+            id="fallback",
+        ),
+        pytest.param(
+            pod(container(LONG, limits={GPU: "0.5"})),
+            None,
+            {"enabled": False},
+            "not converted (MIG conversion is off here): ask for a MIG resource",
+            id="disabled",
+        ),
+    ],
+)
+def test_a_long_container_name_is_shortened_so_the_warning_keeps_its_advice(obj, nodes, mig_settings, advice):
+    # Cut at 119 characters, the warning lost what to do once the name took 63 of them.
+    nodes = nodes or [a100_40(gpus=2)]
+    result = review(obj, nodes, settings(**mig_settings))
+    assert len(result.warnings) == 1, result.warnings
+    (warning,) = result.warnings
+    assert len(warning) <= 119 and warning.endswith(advice), warning
+    shortened = re.search(r"([\w-]+)…([\w-]+)", warning)
+    assert shortened and LONG not in warning, warning
+    head, tail = shortened.groups()
+    assert LONG.startswith(head) and LONG.endswith(tail) and min(len(head), len(tail)) >= 4, warning
+
+
+def test_a_short_container_name_is_kept_whole():
+    result = review(pod(container("trainer", limits={GPU: "1e-9"})), [a100_40()])
+    assert result.warnings[0].startswith("trainer: nvidia.com/gpu 1e-9 gets")

@@ -77,6 +77,7 @@ from webhook.model import (
     as_dict,
     as_list,
     as_str,
+    clipped,
     copy_json,
 )
 from webhook.policies import cuda
@@ -160,6 +161,23 @@ class _Request:
     """The containers that ask for whole GPUs, in words ('container b (nvidia.com/gpu 1)')."""
     supported: frozenset[int] | None = None
     """Ids of the groups whose driver supports the pod's CUDA (``cuda.supported_groups``); None: not known."""
+
+
+WARNING_LIMIT = 119
+"""As ``pipeline.WARNING_LIMIT``: kubectl shows each warning on a line of its own; the apiserver advises under 120."""
+
+
+def _fit(text: str, name: str) -> str:
+    """``text`` in at most WARNING_LIMIT characters, its advice kept: a container name of up to 63 characters leaves
+    too little room for it, so the name (its first appearance) is shortened in the middle ('train…r-0') first; only
+    what still does not fit is cut at the end."""
+    over = len(text) - WARNING_LIMIT
+    if over > 0 and name in text:
+        keep = max(len(name) - over - 1, 8)
+        short = f"{name[: (keep + 1) // 2]}…{name[len(name) - keep // 2 :]}"
+        if len(short) < len(name):
+            text = text.replace(name, short, 1)
+    return clipped(text, WARNING_LIMIT)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -347,7 +365,7 @@ def _warn_whole_and_mig(out: Outcome, name: str, whole: _Read, container: JSON) 
     if devices:
         gpus = "a whole GPU" if whole.amount == 1 else "whole GPUs"
         said = f"{GPU_RESOURCE} {whole.text} and {devices[0]} give it {gpus} and a MIG device: remove one of them"
-        out.warn(f"{name}: {said}"[:119])
+        out.warn(_fit(f"{name}: {said}", name))
 
 
 def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
@@ -423,10 +441,8 @@ def _annotation_ask(pod: PodView, ctx: Context, out: Outcome, asks: Sequence[Ask
     target_name = pod.annotation("gpu-fraction-container")
     if raw is None:
         if target_name:
-            out.warn(
-                f"{FRACTION_ANNOTATION}-container {target_name!r} is set without {FRACTION_ANNOTATION}: add the"
-                " fraction"[:119]
-            )
+            text = f"{FRACTION_ANNOTATION}-container {target_name!r} is set without {FRACTION_ANNOTATION}: add the"
+            out.warn(_fit(text + " fraction", repr(target_name)))
         return None
     containers = [c for _, c in pod.containers(init=False)]
     if target_name:
@@ -463,7 +479,7 @@ def _annotation_ask(pod: PodView, ctx: Context, out: Outcome, asks: Sequence[Ask
     if _assigned(target, pod.spec):
         # The user's own MIG resource (or shared GPU) wins, as before; the annotation is not silently dropped.
         held = _state_tokens(target, pod.spec)[0].split(" with ", 1)[0]
-        out.warn(f"{name}: {asked} ignored, it already has {held}: remove the annotation or that resource"[:119])
+        out.warn(_fit(f"{name}: {asked} ignored, it has {held}: remove one of the two", name))
         return None
     try:
         amount = parse_quantity(raw)
@@ -879,9 +895,9 @@ def _warn_usable(out: Outcome, ask: Ask, choice: Choice) -> None:
         return
     usable = [p.usable_mib for p in choice.places if p.usable_mib]
     if usable and min(usable) * MIB < ask.amount:
+        given = choice.option.resource if choice.option.strategy == "mixed" else choice.option.profile
         out.warn(
-            f"{ask.name}: {choice.option.resource if choice.option.strategy == 'mixed' else choice.option.profile}"
-            f" has {min(usable)} MiB usable, less than the {_gib(ask.amount)} asked"
+            _fit(f"{ask.name}: {given} has {min(usable)} MiB usable, less than the {_gib(ask.amount)} asked", ask.name)
         )
 
 
@@ -913,10 +929,8 @@ def _warn_oversized(out: Outcome, ask: Ask, choice: Choice, coverage: str) -> No
         by_memory = coverage == "memory" or (coverage == "both" and memory)
         what = f"{smallest.memory_share} memory" if by_memory else f"{smallest.compute_share} compute"
         suggest, check = _plain(share(smallest).quantize(Decimal("0.001"), ROUND_DOWN)), "it"
-    out.warn(
-        f"{ask.name}: {ask.asked} gets {choice.option.profile} ({what}), over {OVERSIZED}x the ask: check {check}"
-        f" or ask for {suggest}"[:119]
-    )
+    said = f"gets {choice.option.profile} ({what}), over {OVERSIZED}x the ask: check {check} or ask for {suggest}"
+    out.warn(_fit(f"{ask.name}: {ask.asked} {said}", ask.name))
 
 
 def _state_line(name: str, container: JSON, spec: JSON) -> str | None:
@@ -944,10 +958,10 @@ def _say_off(pod: PodView, out: Outcome) -> None:
             read = _read(container, key, name)
             whole = read is not None and read.amount is not None and read.amount == read.amount.to_integral_value()
             if read is not None and not (key == GPU_RESOURCE and whole):
-                out.warn(f"{name}: {key} {read.text} {off}"[:119])
+                out.warn(_fit(f"{name}: {key} {read.text} {off}", name))
     raw = pod.annotation("gpu-fraction")
     if raw is not None:
-        out.warn(f"{FRACTION_ANNOTATION} {raw.strip()} {off}"[:119])
+        out.warn(_fit(f"{FRACTION_ANNOTATION} {raw.strip()} {off}", ""))
 
 
 @dataclass
@@ -989,7 +1003,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
                 said = (
                     f"largest offered is {largest}; ask for less or" if seen else "no eligible node offers MIG now, so"
                 )
-                out.warn(f"{ask.name}: {ask.asked}: {said} its pods are refused"[:119])
+                out.warn(_fit(f"{ask.name}: {ask.asked}: {said} its pods are refused", ask.name))
             continue
         if choice is None:
             out.deny(POLICY, "MIGNoProfile", _refusal(req, pod, pending, ask, seen, barred))
@@ -1000,7 +1014,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
         _warn_usable(out, ask, choice)
         _warn_oversized(out, ask, choice, req.ctx.settings.mig.coverage)
         if choice.note:
-            out.warn(f"{ask.name}: {ask.asked} -> {choice.option.given} ({choice.note})"[:119])
+            out.warn(_fit(f"{ask.name}: {ask.asked} -> {choice.option.given} ({choice.note})", ask.name))
         out.mutated("mig")
         out.reasons.append("MIGConverted" if not choice.note else "MIGFallback")
     return done
