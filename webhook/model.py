@@ -303,6 +303,10 @@ class Outcome:
 V = TypeVar("V")
 
 
+WARNING_LIMIT = 119
+"""kubectl shows each warning on a line of its own; the apiserver advises under 120 characters."""
+
+
 def clipped(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters, a cut shown by a closing '…'."""
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -22,6 +22,7 @@ from webhook.model import (
     JSON,
     POD_OWNER,
     TEMPLATE_PATHS,
+    WARNING_LIMIT,
     Context,
     Denial,
     Outcome,
@@ -41,8 +42,6 @@ Step = Callable[[PodView, Context, Outcome], None]
 MUTATORS: tuple[tuple[str, Step], ...] = (("spot", spot.mutate), ("mig", mig.mutate), ("cuda", cuda.steer))
 VALIDATORS: tuple[tuple[str, Step], ...] = (("spot", spot.validate), ("mig", mig.validate), ("cuda", cuda.validate))
 
-WARNING_LIMIT = 119
-"""kubectl shows each warning on a line of its own; the apiserver advises under 120 characters."""
 WARNINGS_TOTAL = 4000
 """Warnings over 4096 characters in total are cut by the apiserver."""
 AUDIT_VALUE_LIMIT = 2000

@@ -71,6 +71,7 @@ from webhook.mig_profiles import Profile, derive, load_table, parse_name
 from webhook.model import (
     GPU_MEMORY_RESOURCE,
     JSON,
+    WARNING_LIMIT,
     Context,
     Outcome,
     PodView,
@@ -161,10 +162,6 @@ class _Request:
     """The containers that ask for whole GPUs, in words ('container b (nvidia.com/gpu 1)')."""
     supported: frozenset[int] | None = None
     """Ids of the groups whose driver supports the pod's CUDA (``cuda.supported_groups``); None: not known."""
-
-
-WARNING_LIMIT = 119
-"""As ``pipeline.WARNING_LIMIT``: kubectl shows each warning on a line of its own; the apiserver advises under 120."""
 
 
 def _fit(text: str, name: str) -> str:
