@@ -141,6 +141,9 @@ def test_notes_say_which_node_port_the_control_plane_must_reach():
     notes = _notes("--set", "hostNetwork=true")
     assert "hostNetwork is on" in notes and "TCP 10270" in notes
     assert "hostNetwork" not in _notes()
+    single = _notes("--set", "hostNetwork=true", "--set", "replicaCount=1")
+    assert "and so does every rollout on the host network" in single
+    assert "every rollout" not in _notes("--set", "replicaCount=1")
 
 
 @pytest.mark.parametrize(
@@ -155,6 +158,16 @@ def test_notes_say_which_node_port_the_control_plane_must_reach():
             ["--set", "hostNetwork=true", "--set", "hostNetworkPorts.metrics=10270"],
             "hostNetworkPorts.https and hostNetworkPorts.metrics are both 10270",
             id="one-port-twice",
+        ),
+        pytest.param(  # helm drops a null before the schema sees it: it rendered containerPort 0
+            ["--set", "hostNetwork=true", "--set", "hostNetworkPorts.https=null"],
+            "at '/hostNetworkPorts': missing property 'https'",
+            id="null-port",
+        ),
+        pytest.param(
+            ["--set", "hostNetwork=true", "--set", "hostNetworkPorts=null"],
+            "hostNetworkPorts.https is required with hostNetwork",
+            id="null-ports",
         ),
         pytest.param(
             ["--set", "hostNetwork=true", "--set", "hostNetworkPorts.https=10250"],

@@ -278,8 +278,8 @@ def test_renew_schedule_accepts_what_kubernetes_accepts(tmp_path, schedule):
 @pytest.mark.parametrize(
     ("schedule", "reason"),
     [
-        pytest.param("23 3 * *", "it has 4 fields, not the 5", id="four-fields"),
-        pytest.param("0 23 3 * * *", "it has 6 fields, not the 5", id="with-seconds"),
+        pytest.param("23 3 * *", "it has 4 field(s), not the 5", id="four-fields"),
+        pytest.param("0 23 3 * * *", "it has 6 field(s), not the 5", id="with-seconds"),
         pytest.param(" ", "it is blank", id="blank"),
         pytest.param("61 * * * *", "minute 61 is above 59", id="minute-61"),
         pytest.param("0 24 * * *", "hour 24 is above 23", id="hour-24"),
@@ -300,7 +300,13 @@ def test_renew_schedule_accepts_what_kubernetes_accepts(tmp_path, schedule):
         pytest.param("@every", '"@every" is not a macro', id="every-without-duration"),
         pytest.param("TZ=UTC 0 3 * * *", "Kubernetes refuses a time zone", id="tz"),
         pytest.param("CRON_TZ=Europe/Paris 0 3 * * *", "Kubernetes refuses a time zone", id="cron-tz"),
-        pytest.param("daily", "it has 1 fields, not the 5", id="word"),
+        pytest.param("daily", "it has 1 field(s), not the 5", id="word"),
+        pytest.param(" @daily", "a macro must come first, with no space before it", id="space-before-macro"),
+        pytest.param(
+            "*/99999999999999999999 * * * *",
+            "minute step 99999999999999999999: more digits than Kubernetes reads",
+            id="huge-step",
+        ),
     ],
 )
 def test_renew_schedule_refuses_what_kubernetes_refuses(tmp_path, schedule, reason):

@@ -399,7 +399,12 @@ default; the schema keeps out ports under 1024 (the server has no capabilities).
 */}}
 {{- define "gpu-admission.serverPorts" -}}
 {{- if .Values.hostNetwork }}
-{{- $p := .Values.hostNetworkPorts }}
+{{- $p := .Values.hostNetworkPorts | default dict }}
+{{- range $name := list "https" "metrics" }}
+{{- if not (kindIs "float64" (index $p $name)) }}{{- if not (kindIs "int64" (index $p $name)) }}
+{{- fail (printf "hostNetworkPorts.%s is required with hostNetwork: the node port the server's %s listens on (default %s)" $name (ternary "webhook" "metrics" (eq $name "https")) (ternary "10270" "10271" (eq $name "https"))) }}
+{{- end }}{{- end }}
+{{- end }}
 {{- $taken := dict "2379" "etcd's client port" "2380" "etcd's peer port" "6443" "the kube-apiserver's port" "10248" "the kubelet's health port" "10249" "kube-proxy's metrics port" "10250" "the kubelet's port" "10255" "the kubelet's read-only port" "10256" "kube-proxy's health port" "10257" "kube-controller-manager's port" "10259" "kube-scheduler's port" "4240" "Cilium's health port" "9879" "Cilium's agent health port" "9099" "Calico's (Felix) health port" }}
 {{- if eq (int $p.https) (int $p.metrics) }}
 {{- fail (printf "hostNetworkPorts.https and hostNetworkPorts.metrics are both %d: on the host network the webhook and the metrics each need a node port of their own" (int $p.https)) }}
@@ -435,10 +440,12 @@ TZ= and CRON_TZ= in the schedule on create (a CronJob has the timeZone field for
 {{- end -}}
 {{- else if eq (trim $s) "" -}}
 {{- $problem = "it is blank" -}}
+{{- else if hasPrefix "@" (trim $s) -}}
+{{- $problem = "a macro must come first, with no space before it" -}}
 {{- else -}}
 {{- $fields := regexSplit "\\s+" (trim $s) -1 -}}
 {{- if ne (len $fields) 5 -}}
-{{- $problem = printf "it has %d fields, not the 5 of minute, hour, day of month, month and day of week (there is no seconds field)" (len $fields) -}}
+{{- $problem = printf "it has %d field(s), not the 5 of minute, hour, day of month, month and day of week (there is no seconds field)" (len $fields) -}}
 {{- else -}}
 {{- $months := dict "jan" 1 "feb" 2 "mar" 3 "apr" 4 "may" 5 "jun" 6 "jul" 7 "aug" 8 "sep" 9 "oct" 10 "nov" 11 "dec" 12 -}}
 {{- $days := dict "sun" 0 "mon" 1 "tue" 2 "wed" 3 "thu" 4 "fri" 5 "sat" 6 -}}
@@ -452,7 +459,11 @@ TZ= and CRON_TZ= in the schedule on create (a CronJob has the timeZone field for
 {{- $problem = printf "%s field %q: %q is not *, ?, a value or a range a-b (each with an optional /step)" $spec.name $field $part -}}
 {{- else -}}
 {{- $rangeStep := splitList "/" $part -}}
-{{- if and (eq (len $rangeStep) 2) (lt (atoi (regexReplaceAll "^0+([0-9])" (index $rangeStep 1) "${1}")) 1) -}}
+{{- $step := "1" -}}
+{{- if eq (len $rangeStep) 2 -}}{{- $step = regexReplaceAll "^0+([0-9])" (index $rangeStep 1) "${1}" -}}{{- end -}}
+{{- if and (eq (len $rangeStep) 2) (gt (len $step) 18) -}}
+{{- $problem = printf "%s step %s: more digits than Kubernetes reads (a step past 2^63)" $spec.name (index $rangeStep 1) -}}
+{{- else if and (eq (len $rangeStep) 2) (lt (atoi $step) 1) -}}
 {{- $problem = printf "%s step %s: a step must be 1 or more" $spec.name (index $rangeStep 1) -}}
 {{- end -}}
 {{- $range := index $rangeStep 0 -}}
