@@ -142,6 +142,44 @@ def controlled(pod: dict[str, Any], n: int, kind: str) -> dict[str, Any]:
                 container["env"] = (own if isinstance(own, list) else []) + [
                     {"name": k, "value": v} for k, v in env.items()
                 ]
+    elif (
+        kind == "SparkExecutor"
+    ):  # executor n of one Spark application, made by its driver pod (BasicExecutorFeatureStep)
+        meta.pop("generateName", None)
+        meta["name"] = spec["hostname"] = f"etl-3f2a9c1e8b7d6a54-exec-{n}"
+        labels.update(
+            {
+                "spark-app-selector": "spark-0b7e5a9c2d1f4e3a",
+                "spark-app-name": "etl",
+                "spark-role": "executor",
+                "spark-exec-id": str(n),
+                "spark-exec-resourceprofile-id": "0",
+            }
+        )
+        meta["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": "etl-driver", "uid": "9a8b-7c6d", "controller": True}
+        ]
+        spec["restartPolicy"] = "Never"
+        env: list[dict[str, Any]] = [
+            {"name": "SPARK_USER", "value": "spark"},
+            {"name": "SPARK_DRIVER_URL", "value": "spark://CoarseGrainedScheduler@etl-driver-svc.default.svc:7078"},
+            {"name": "SPARK_EXECUTOR_CORES", "value": "4"},
+            {"name": "SPARK_APPLICATION_ID", "value": "spark-0b7e5a9c2d1f4e3a"},
+            {"name": "SPARK_EXECUTOR_ID", "value": str(n)},
+            {"name": "SPARK_RESOURCE_PROFILE_ID", "value": "0"},
+            {
+                "name": "SPARK_EXECUTOR_POD_IP",
+                "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}},
+            },
+            {
+                "name": "SPARK_EXECUTOR_POD_NAME",
+                "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
+            },
+        ]
+        for container in spec.get("containers") or ():
+            if isinstance(container, dict):  # the template's env first, then Spark's (addAllToEnv)
+                own = container.get("env")
+                container["env"] = (own if isinstance(own, list) else []) + copy.deepcopy(env)
     return out
 
 
@@ -178,7 +216,9 @@ def test_the_second_replica_gets_the_first_ones_answer(endpoint: str) -> None:
         assert json.loads(second.patch_bytes()) == first.patch
 
 
-@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet", "LeaderWorkerSet", "PyTorchJob", "TFJob"])
+@pytest.mark.parametrize(
+    "kind", ["Job", "StatefulSet", "JobSet", "LeaderWorkerSet", "PyTorchJob", "TFJob", "SparkExecutor"]
+)
 @pytest.mark.parametrize("endpoint", ["mutate", "validate"])
 def test_the_pods_of_an_indexed_job_a_statefulset_or_a_jobset_are_replicas_too(endpoint: str, kind: str) -> None:
     """Their index (labels, an annotation, the hostname, the generated name) and a JobSet's child Job's name, uid

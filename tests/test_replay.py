@@ -166,6 +166,13 @@ def test_every_identity_string_of_an_object_is_metadata_no_policy_reads() -> Non
         env = spec["containers"][0]["env"]
         assert {e["name"] for e in env if (id(e), "value") in {(w, k) for k, w in found}} == {rank}
         assert rank in model.PER_POD_ENV and "MASTER_ADDR" not in model.PER_POD_ENV
+    executor = controlled_review(STEERED, 1, "SparkExecutor")
+    meta, spec = executor["request"]["object"]["metadata"], executor["request"]["object"]["spec"]
+    found = {(key, id(where)) for _, where, key in replay.identity_strings(executor)}
+    assert {k for k, w in found if w == id(meta["labels"])} == {"spark-exec-id"}
+    assert {k for k, w in found if w == id(spec)} == {"hostname"}
+    env = spec["containers"][0]["env"]
+    assert {e["name"] for e in env if (id(e), "value") in {(w, k) for k, w in found}} == {"SPARK_EXECUTOR_ID"}
 
 
 def test_a_learning_that_fails_still_answers(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
@@ -249,7 +256,7 @@ def test_from_the_third_replica_on_the_body_is_not_parsed(
 
 # A TFJob's pods are not among them: their TF_CONFIG is JSON inside a string (escaped quotes), which no slot holds;
 # they are answered from their shape (tests/test_decisions.py), parsed each time.
-@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet", "LeaderWorkerSet", "PyTorchJob"])
+@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet", "LeaderWorkerSet", "PyTorchJob", "SparkExecutor"])
 @pytest.mark.parametrize("endpoint", ["mutate", "validate"])
 def test_the_pods_of_an_indexed_job_a_statefulset_or_a_jobset_are_replayed(
     endpoint: str, kind: str, monkeypatch: pytest.MonkeyPatch

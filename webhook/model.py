@@ -60,6 +60,7 @@ PER_POD_LABELS = frozenset(
         *(f"leaderworkerset.sigs.k8s.io/{key}" for key in LWS_PER_POD_LABELS),
         "controller-revision-hash",  # a StatefulSet's revision, "<statefulset>-<hash>": an LWS group's is its own
         "training.kubeflow.org/replica-index",  # Kubeflow Training Operator v1 (PyTorchJob, TFJob, ...): its index
+        "spark-exec-id",  # a Spark executor: its id in the application
     )
 )
 PER_POD_ANNOTATIONS = frozenset(
@@ -73,7 +74,7 @@ PER_POD_ANNOTATIONS = frozenset(
 )
 PER_POD_SPEC = frozenset(("hostname", "subdomain"))
 PER_POD_OWNER = frozenset(("name", "uid"))
-PER_POD_ENV = frozenset(("LWS_WORKER_INDEX", "LWS_LEADER_ADDRESS", "RANK", "TF_CONFIG"))
+PER_POD_ENV = frozenset(("LWS_WORKER_INDEX", "LWS_LEADER_ADDRESS", "RANK", "TF_CONFIG", "SPARK_EXECUTOR_ID"))
 """What the controllers write differently into each pod of one workload, and no policy reads: labels, annotations,
 spec fields, the fields of each ``ownerReferences`` entry, and the ``value`` of the env entries of these names in
 each container and init container. A StatefulSet's or an Indexed Job's pods differ in their index (in labels, an
@@ -86,8 +87,13 @@ container's environment (``LWS_WORKER_INDEX``, ``LWS_LEADER_ADDRESS``: sigs.k8s.
 index (``training.kubeflow.org/replica-index``) and writes its rank into every container's environment: ``RANK``
 for a PyTorchJob or an XGBoostJob with a master (the master 0, worker n n + 1), ``TF_CONFIG`` for a TFJob (the
 cluster and the pod's own task type and index, as JSON) (github.com/kubeflow/training-operator,
-pkg/controller.v1/pytorch/envvar.go ``setPodEnv``, pkg/controller.v1/tensorflow/tensorflow.go). So the pods of one
-StatefulSet, Indexed Job, JobSet, LeaderWorkerSet or Kubeflow job's replica type are replicas too; the CUDA policy
+pkg/controller.v1/pytorch/envvar.go ``setPodEnv``, pkg/controller.v1/tensorflow/tensorflow.go). A Spark driver
+creates each executor as a pod of its own (no controller between them), named ``<prefix>-exec-<id>`` with that name's
+last 63 characters as its ``spec.hostname``, its id in the label ``spark-exec-id`` and in the env
+``SPARK_EXECUTOR_ID`` (its name and IP come by ``valueFrom``, the same in every executor) (github.com/apache/spark,
+resource-managers/kubernetes/core: ``Constants.scala``, ``features/BasicExecutorFeatureStep.scala``). So the pods
+of one StatefulSet, Indexed Job, JobSet, LeaderWorkerSet, Kubeflow job's replica type or Spark application's
+executors (of one resource profile) are replicas too; the CUDA policy
 reads only CUDA's own variables (``cuda_version.declared_cuda``). Kubernetes' keys:
 kubernetes.io/docs/reference/labels-annotations-taints/; JobSet's: sigs.k8s.io/jobset, api/jobset/v1alpha2."""
 
