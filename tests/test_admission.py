@@ -230,6 +230,8 @@ def test_duplicate_keys_are_found_exactly_as_a_check_of_every_object_finds_them(
         '{"x":"\\":","a":1,"a":1}',
         '{"k" : [1, {"b": 2, "b" : 3}]}',
         '{"\\u0061":1,"a":2}',
+        '{"a":123456789012345678901,"a":1}',  # read by json; its pairs counted by the walk (orjson cannot write it)
+        '{"a":"\\ud800","a":1}',
     ],
 )
 def test_duplicate_keys_however_written_are_named(text: str) -> None:
@@ -252,6 +254,27 @@ def test_numbers_and_strings_read_as_pythons_json_reads_them(text: str) -> None:
     value = decode_json(text.encode())
     assert value == json.loads(text)
     assert [type(v) for v in value.values()] == [type(v) for v in json.loads(text).values()]
+
+
+def _nested(depth: int, kind: str) -> str:
+    """``depth`` levels of objects, of arrays or of both in turn, a number innermost."""
+    opens = [("[" if kind == "arrays" or (kind == "both" and i % 2) else '{"k":') for i in range(depth)]
+    return "".join(opens) + "1" + "".join("]" if o == "[" else "}" for o in reversed(opens))
+
+
+@pytest.mark.parametrize("kind", ["objects", "arrays", "both"])
+@pytest.mark.parametrize("depth", [199, 200, 201, 300, 1023, 1024, 1025, 5000])
+def test_nesting_past_the_depth_limit_is_refused_however_deep(depth: int, kind: str) -> None:
+    """The limit holds between it and orjson's own (1,024 levels) too: 199 levels of brackets and the number inside
+    make 200 levels; one more is refused. Brackets inside strings open nothing."""
+    text = _nested(depth, kind)
+    if depth < 200:
+        assert decode_json(text.encode()) == json.loads(text)
+        padded = '{"s":"' + "[{" * 300 + '","v":' + _nested(depth - 1, kind) + "}"  # as deep, 600 more in a string
+        assert decode_json(padded.encode()) == json.loads(padded)
+    else:
+        with pytest.raises(BadRequest, match="nested deeper than 200 levels"):
+            decode_json(text.encode())
 
 
 @pytest.mark.parametrize(
