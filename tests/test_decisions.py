@@ -160,7 +160,7 @@ def controlled(pod: dict[str, Any], n: int, kind: str) -> dict[str, Any]:
             {"apiVersion": "v1", "kind": "Pod", "name": "etl-driver", "uid": "9a8b-7c6d", "controller": True}
         ]
         spec["restartPolicy"] = "Never"
-        env: list[dict[str, Any]] = [
+        spark_env: list[dict[str, Any]] = [
             {"name": "SPARK_USER", "value": "spark"},
             {"name": "SPARK_DRIVER_URL", "value": "spark://CoarseGrainedScheduler@etl-driver-svc.default.svc:7078"},
             {"name": "SPARK_EXECUTOR_CORES", "value": "4"},
@@ -179,7 +179,7 @@ def controlled(pod: dict[str, Any], n: int, kind: str) -> dict[str, Any]:
         for container in spec.get("containers") or ():
             if isinstance(container, dict):  # the template's env first, then Spark's (addAllToEnv)
                 own = container.get("env")
-                container["env"] = (own if isinstance(own, list) else []) + copy.deepcopy(env)
+                container["env"] = (own if isinstance(own, list) else []) + copy.deepcopy(spark_env)
     return out
 
 

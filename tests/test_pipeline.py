@@ -13,7 +13,7 @@ from tests.conftest import gpu_node, gpu_pod
 from webhook import pipeline
 from webhook.cluster import build_view
 from webhook.config import CudaSettings, ExemptionSettings, Settings
-from webhook.model import Context
+from webhook.model import Context, copy_json
 
 QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
@@ -416,3 +416,35 @@ def test_the_pods_of_a_kept_template_are_still_checked_as_they_are_created() -> 
     pod["metadata"]["name"] = "infer-7d9c-abcde"
     denied = pipeline.review(pod, _on(OLD_DRIVER))
     assert not denied.allowed and denied.reason == "CUDAIncompatible"
+
+
+def _exactly(a: Any, b: Any) -> bool:
+    """Equal, with the same types all the way down (1 is not 1.0 nor True, a tuple not a list)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_exactly(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_exactly(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        gpu_pod(),
+        {"a": [1, 1.0, True, None, -0.0, 1.5e308, "é\u2028", {"": []}], "b": {"c": {"d": [[]]}}},
+        {"big": 2**64, "n": [-(2**63) - 1]},  # past 64 bits: orjson will not write it
+        {"s": "x\ud800"},  # a lone surrogate (read from an escape): neither
+        {"t": __import__("datetime").datetime(2026, 12, 1, 10, 0)},  # YAML's timestamp (the CLI): deepcopy
+    ],
+)
+def test_a_json_copy_is_exact_and_shares_nothing(value: Any) -> None:
+    copied = copy_json(value)
+    assert _exactly(copied, value)
+    stack: list[tuple[Any, Any]] = [(copied, value)]
+    while stack:  # no container of the copy is one of the value's
+        a, b = stack.pop()
+        if isinstance(a, dict | list):
+            assert a is not b
+            stack.extend(zip(a.values(), b.values(), strict=True) if isinstance(a, dict) else zip(a, b, strict=True))

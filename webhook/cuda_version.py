@@ -192,8 +192,9 @@ def parse_requirement(text: str) -> Requirement:
     return Requirement(tuple(terms), text)
 
 
+@lru_cache(maxsize=256)
 def at_least(version: Version) -> Requirement:
-    """``cuda>=<major.minor>``: what a declared version requires."""
+    """``cuda>=<major.minor>``: what a declared version requires (one per version, shared: it is frozen)."""
     mm = major_minor(version)
     return Requirement(((Condition("cuda", ">=", show(mm), mm),),), f"cuda>={show(mm)}")
 

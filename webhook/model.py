@@ -318,12 +318,21 @@ def clipped(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+_COPY_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
+"""What orjson would write as a string (a date, a dataclass, a subclass of str or int) is refused instead."""
+
+
 def copy_json(value: V) -> V:
-    """A deep copy of a JSON value (dicts, lists, strings, numbers, booleans, None) at a quarter of
-    ``copy.deepcopy``'s cost: ``marshal`` writes it and reads it back in C (a part used twice stays shared, as
-    deepcopy keeps it). What marshal cannot write (a type JSON does not have) is copied by deepcopy."""
+    """A deep copy of a JSON value (dicts, lists, strings, numbers, booleans, None) written and read back by orjson
+    in C: a sixth of ``copy.deepcopy``'s cost, half of ``marshal``'s round trip. What orjson will not write (an
+    integer past 64 bits, a lone surrogate, a type JSON does not have) goes through ``marshal`` (a part used twice
+    stays shared, as deepcopy keeps it), and what marshal cannot write through deepcopy. A tuple comes back a list,
+    a NaN or an infinity null: the webhook's objects come from strict JSON, which has neither."""
     try:
-        copied: V = marshal.loads(marshal.dumps(value))  # type: ignore[arg-type]
-    except ValueError:
-        return copy.deepcopy(value)
+        copied: V = orjson.loads(orjson.dumps(value, option=_COPY_OPTIONS))
+    except orjson.JSONEncodeError:
+        try:
+            copied = marshal.loads(marshal.dumps(value))  # type: ignore[arg-type]
+        except ValueError:
+            return copy.deepcopy(value)
     return copied

@@ -6,6 +6,7 @@ binary (Ki Mi Gi Ti Pi Ei), decimal SI (n u m "" k M G T P E) or a decimal expon
 
 import re
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -39,6 +40,12 @@ def parse_quantity(value: object) -> Decimal:
         return Decimal(repr(value))
     if not isinstance(value, str) or len(value) > 64:
         raise QuantityError(f"{str(value)[:40]!r} is not a quantity")
+    return _parse_text(value)
+
+
+@lru_cache(maxsize=1024)
+def _parse_text(value: str) -> Decimal:
+    """The same few texts ("1", "500m", "16Gi") come in every pod: each parsed once (a Decimal is immutable)."""
     match = _QUANTITY.match(value.strip())
     if not match:
         raise QuantityError(f"{value!r} is not a quantity (expected e.g. 1, 500m, 20Gi)")
