@@ -100,6 +100,41 @@ def test_unusable_input_exits_2_naming_it(tmp_path: Path, manifest: Any, nodes: 
     assert words in run.stderr and run.stdout == ""
 
 
+def test_a_yaml_manifest_is_read_as_kubectl_sends_it(tmp_path: Path) -> None:
+    """An unquoted date stays the text it is written as (kubectl's YAML reader keeps it a string), and a key YAML
+    reads as a number becomes its text: the review prints JSON, and the patch touches neither."""
+    path = tmp_path / "m.yaml"
+    pod = _pod("nvcr.io/nvidia/pytorch:24.05-py3", {"nvidia.com/gpu": "1"})
+    annotations = "  annotations:\n    built: 2024-05-01\n    7: seven\n"
+    text = yaml.safe_dump(pod).replace("  name: p\n", f"  name: p\n{annotations}")
+    path.write_text(text)
+    run = cli("review", "-f", str(path), "--nodes", str(NODES), "--config", str(CONFIG), "-o", "json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    annotations = out["object"]["metadata"]["annotations"]
+    assert annotations["built"] == "2024-05-01" and annotations["7"] == "seven"
+    assert not [op for op in out["patch"] if op["path"].endswith(("/built", "/7"))]
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (".nan", "spec.terminationGracePeriodSeconds: nan is not a JSON number"),
+        ("-.inf", "spec.terminationGracePeriodSeconds: -inf is not a JSON number"),
+        ("!!binary aGk=", "spec.terminationGracePeriodSeconds: binary data (!!binary) is not a JSON value"),
+        ("!!set {a: null}", "spec.terminationGracePeriodSeconds: a set (!!set) is not a JSON value"),
+        ("!!omap [a: 1]", "spec.terminationGracePeriodSeconds[0]: a key-value pair (!!pairs, !!omap) is not a JSON"),
+    ],
+)
+def test_a_manifest_value_json_cannot_carry_exits_2_naming_where(tmp_path: Path, value: str, words: str) -> None:
+    path = tmp_path / "m.yaml"
+    pod = _pod("nvcr.io/nvidia/pytorch:24.05-py3", {"nvidia.com/gpu": "1"})
+    path.write_text(yaml.safe_dump(pod).replace("spec:\n", f"spec:\n  terminationGracePeriodSeconds: {value}\n"))
+    run = cli("review", "-f", str(path), "--nodes", str(NODES), "--config", str(CONFIG))
+    assert run.returncode == 2
+    assert words in run.stderr and "the API server takes JSON" in run.stderr and run.stdout == ""
+
+
 def test_bad_settings_exit_2_naming_the_key(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("cuda: {mode: block}\n")

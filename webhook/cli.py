@@ -16,7 +16,7 @@ from certs import cli as certs_cli
 from webhook import pipeline, selftest
 from webhook.cluster import ClusterSource, ClusterView, StaticCluster, build_view, format_pools, read_node_file
 from webhook.config import Settings, load_settings
-from webhook.documents import read_documents
+from webhook.documents import api_object, read_documents
 from webhook.errors import ConfigError, InputError
 from webhook.model import TEMPLATE_PATHS, Context, as_dict
 
@@ -94,7 +94,7 @@ def cmd_review(args: argparse.Namespace) -> int:
     docs = read_documents(args.file)
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise InputError(f"{args.file}: expected exactly one object (a Pod or a workload), found {len(docs)}")
-    obj = docs[0]
+    obj = api_object(docs[0], args.file)
     if obj.get("kind") not in TEMPLATE_PATHS:
         kinds = ", ".join(k for k in TEMPLATE_PATHS if k != "PodTemplate")
         raise InputError(f"{args.file}: kind {_object_kind(obj)!r} is not reviewed (expected one of {kinds})")

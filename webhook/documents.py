@@ -3,20 +3,35 @@
 JSON (what ``kubectl get -o json`` prints) is read with the C JSON parser; YAML with libyaml's loader when PyYAML
 has it. The pure-Python YAML loader reads about 0.2 MB/s, which for a 10,000-node list is minutes and a heap that
 stays in the process after the documents are gone.
+
+YAML is read as kubectl reads it before it sends an object (sigs.k8s.io/yaml, over go-yaml v2, YAML 1.1): a
+timestamp stays the string it is written as (go-yaml v2 keeps timestamp-like values strings when decoding into an
+untyped value); ``api_object`` then holds a manifest to what JSON can carry, as kubectl's conversion does.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
 from webhook.errors import InputError
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+
+
+class _Loader(_Base):  # type: ignore[misc]
+    """The safe loader (libyaml's when there is one; its resolver is Python's), reading no timestamps."""
+
+    yaml_implicit_resolvers: ClassVar[dict[Any, Any]] = {
+        first: [(tag, pattern) for tag, pattern in resolvers if tag != _TIMESTAMP]
+        for first, resolvers in _Base.yaml_implicit_resolvers.items()
+    }
 
 
 def parse_documents(text: str, where: str) -> list[Any]:
@@ -45,3 +60,55 @@ def read_documents(path: str | Path) -> list[Any]:
     except UnicodeDecodeError as err:
         raise InputError(f"{where}: not UTF-8 text") from err
     return parse_documents(text, where)
+
+
+def api_object(value: Any, where: str) -> Any:
+    """``value`` as kubectl would send it to the API server: JSON. A key YAML reads as a number or a boolean
+    becomes its text (``1``, ``true``), as sigs.k8s.io/yaml writes it; a NaN, an infinity, or a value JSON has no
+    type for (a YAML set, binary data) is an InputError naming where it stands (kubectl refuses them too)."""
+    try:
+        return _json_value(value, "")
+    except _NotJSON as err:
+        raise InputError(f"{where}: {err.path or 'the document'}: {err.what}; the API server takes JSON") from None
+    except RecursionError:
+        raise InputError(f"{where}: nested too deep to be a Kubernetes object") from None
+
+
+class _NotJSON(Exception):
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(path, what)
+        self.path, self.what = path, what
+
+
+def _json_value(value: Any, path: str) -> Any:
+    if isinstance(value, dict):
+        return {_json_key(k, path): _json_value(v, _child(path, k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_value(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _NotJSON(path, f"{value} is not a JSON number")
+    if value is None or isinstance(value, (str, int, float)):  # bool is an int
+        return value
+    what = _NOT_JSON_TYPES.get(type(value), f"a value of type {type(value).__name__}")
+    raise _NotJSON(path, f"{what} is not a JSON value")
+
+
+_NOT_JSON_TYPES: dict[type, str] = {
+    bytes: "binary data (!!binary)",
+    set: "a set (!!set)",
+    tuple: "a key-value pair (!!pairs, !!omap)",
+}
+
+
+def _json_key(key: Any, path: str) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if isinstance(key, int):
+        return str(key)
+    raise _NotJSON(path, f"the key {key!r} is not a string")
+
+
+def _child(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
