@@ -103,6 +103,12 @@ SELECTION = [
     pytest.param(affinity([expr("gpu", "In", "a100", 5)]), set(), id="In-non-string-value"),
     pytest.param(affinity([expr("gpu", "In", "not a label value!")]), set(), id="In-invalid-label-value"),
     pytest.param(affinity([expr("gpu", "Matches", "a.*")]), set(), id="unknown-operator"),
+    pytest.param(affinity([{"key": "gpu", "operator": ["In"], "values": ["a100"]}]), set(), id="operator-a-list"),
+    pytest.param(affinity([{"key": "gpu", "operator": {}, "values": ["a100"]}]), set(), id="operator-a-map"),
+    pytest.param(affinity([{"key": ["gpu"], "operator": "Exists"}]), set(), id="key-a-list"),
+    pytest.param(
+        affinity(fields=[{"key": "metadata.name", "operator": ["In"], "values": ["a2"]}]), set(), id="field-op-list"
+    ),
     pytest.param(affinity([expr("", "DoesNotExist")]), set(), id="empty-key"),
     pytest.param(affinity([{"operator": "DoesNotExist"}]), set(), id="missing-key"),
     pytest.param(affinity([expr("bad key", "DoesNotExist")]), set(), id="invalid-key"),

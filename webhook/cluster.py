@@ -636,7 +636,7 @@ def _requirement(expr: object) -> _Requirement | None:
     if not isinstance(expr, dict):
         return None
     key, operator, raw = expr.get("key"), expr.get("operator"), expr.get("values")
-    if not is_qualified_name(key) or operator not in _LABEL_OPERATORS:
+    if not is_qualified_name(key) or not isinstance(operator, str) or operator not in _LABEL_OPERATORS:
         return None
     values = [] if raw is None else raw
     if not isinstance(values, list) or not all(is_label_value(v) for v in values):
