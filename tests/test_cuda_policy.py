@@ -443,6 +443,38 @@ def test_an_expression_without_cuda_is_no_forward_compatibility() -> None:
     assert "compatibility" not in annotation_of(result.object)
 
 
+@pytest.mark.parametrize(
+    ("requirement", "nodes", "fails", "targets"),
+    [
+        pytest.param("cuda>=12.0,driver<560", [C], "driver<560 does not hold", "", id="driver-upper-bound"),
+        pytest.param("cuda>=12.0,arch>=9.0", [A], "arch>=9.0 does not hold", "", id="architecture"),
+        pytest.param("cuda>=12.8,driver<560", [B], "cuda>=12.8 and driver<560 do not hold", "", id="both"),
+        pytest.param(
+            "cuda>=12.0,driver<560", [C, A], "driver<560 does not hold", "target pool gpu-a", id="another-pool-meets-it"
+        ),
+    ],
+)
+def test_a_requirement_beyond_cuda_is_named_with_what_fails(
+    requirement: str, nodes: list[dict[str, Any]], fails: str, targets: str
+) -> None:
+    """A term that asks more than a CUDA floor: the denial names the whole requirement and what does not hold on
+    each pool, and advises no driver upgrade or older image that could not help (a newer driver never meets
+    driver<560)."""
+    obj = pod(container(env={"NVIDIA_REQUIRE_CUDA": requirement}))
+    if targets:
+        obj["spec"]["nodeSelector"] = {POOL_LABEL: "gpu-c"}
+    result = pipeline.review(obj, context(nodes))
+    assert not result.allowed and result.reason == "CUDAIncompatible"
+    msg = result.message
+    assert f"needs requirement {requirement} (from env NVIDIA_REQUIRE_CUDA)" in msg, msg
+    assert f", {fails}." in msg, msg
+    fix = msg.split("To fix: ")[1].lower()
+    assert "drop driver<560 from the requirement (from env nvidia_require_cuda)" in fix or "drop arch>=9.0" in fix
+    assert "upgrade the driver" not in fix, "a newer driver cannot meet the rest of the term"
+    assert ("use an image built for cuda <= 12.6" in fix) is requirement.startswith("cuda>=12.8"), msg
+    assert (targets in fix) if targets else "target pool" not in fix, msg
+
+
 def test_forward_alternatives_named_in_the_denial() -> None:
     result = pipeline.review(pod(container(env={"NVIDIA_REQUIRE_CUDA": FORWARD})), context([B]))
     assert "forward-compatibility alternatives (driver branches 535, 570) do not match" in result.message

@@ -545,6 +545,21 @@ def evaluate(
     return result
 
 
+def unmet(requirement: Requirement, facts: NodeFacts, table: DriverTable, compatibility: Compatibility) -> list[str]:
+    """The conditions of ``requirement``'s own terms (its forward-compatibility alternatives aside) that a node
+    group with ``facts`` does not meet, each once, as written: what a denial names when a term asks more than a
+    CUDA floor (``cuda>=12.0,driver<560``)."""
+    forward = requirement.forward_terms
+    out: list[str] = []
+    for term in requirement.terms:
+        if term in forward:
+            continue
+        for c in term:
+            if _condition_holds(c, facts, table, compatibility) is False and str(c) not in out:
+                out.append(str(c))
+    return out
+
+
 def accepted_by(requirement: Requirement, facts: NodeFacts, table: DriverTable) -> str:
     """How the requirement accepts a node it accepts: 'cuda' through the node's CUDA, 'forward' through a
     forward-compatibility alternative (driver branch and brand only), 'minor' through minor-version compatibility."""

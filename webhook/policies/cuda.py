@@ -46,6 +46,7 @@ from webhook.cuda_version import (
     forward_barred,
     forward_branches,
     show_mm,
+    unmet,
 )
 from webhook.drivers import DriverTable, Version, builtin_table, show, show_driver
 from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_list, as_str, copy_json
@@ -644,11 +645,27 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> tuple
         if len(unknown) == len(blocked)
         else ("no node it can run on supports it")
     )
-    head = f"container {c.label} (image {d.image or '(none)'}) needs {d.version_text} ({_source(d)}), but {why}: "
+    needs = d.version_text
+    table = driver_table(ctx.settings.cuda)
+    beyond = _beyond_cuda(c.requirement)
+    failing = {id(g): unmet(c.requirement, facts_of(g), table, ctx.settings.cuda.compatibility) for g in blocked}
+    if beyond:  # more than a CUDA floor: name the whole requirement, and what fails where
+        needs = f"requirement {c.requirement.text}"
+    head = f"container {c.label} (image {d.image or '(none)'}) needs {needs} ({_source(d)}), but {why}: "
     head += f"{listing(blocked)}."
+    if beyond:
+        by_failing: dict[tuple[str, ...], list[NodeGroup]] = {}
+        for g in blocked:
+            if failing[id(g)]:
+                by_failing.setdefault(tuple(failing[id(g)]), []).append(g)
+        for conditions, groups in by_failing.items():
+            verb = "does not hold" if len(conditions) == 1 else "do not hold"
+            head += f" On {pool_names(groups)}, {' and '.join(conditions)} {verb}."
+    # a pool that fails only the requirement's CUDA bounds is one a newer driver or an older image helps
+    on_cuda = [g for g in blocked if all(u.startswith("cuda") for u in failing[id(g)])]
+    others = sorted({u for g in blocked for u in failing[id(g)] if not u.startswith("cuda")})
     branches = forward_branches(c.requirement)
     if branches and ctx.settings.cuda.forward_compatibility:
-        table = driver_table(ctx.settings.cuda)
         barred = [g for g in blocked if forward_barred(c.requirement, facts_of(g), table)]
         named = f"Its forward-compatibility alternatives (driver branches {', '.join(branches)})"
         if barred:
@@ -661,13 +678,16 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> tuple
             head += f" {named} do not match either."
     remedies: list[str] = []
     newest = sorted(g.cuda for g in a.eligible if g.cuda)
-    image = f"use an image built for CUDA <= {show_mm(newest[-1])}" if newest and d.version else ""
+    cuda_fails = not others or any(u.startswith("cuda") for g in blocked for u in failing[id(g)])
+    image = f"use an image built for CUDA <= {show_mm(newest[-1])}" if newest and d.version and cuda_fails else ""
     if image:
         remedies.append(image)
     remedies += _targets(c, a, ctx)
-    upgrade = _upgrade(c, [g for g in blocked if g not in unknown], ctx)
+    upgrade = _upgrade(c, [g for g in on_cuda if g not in unknown], ctx)
     if upgrade:
         remedies.append(upgrade)
+    if others:
+        remedies.append(f"drop {', '.join(others)} from the requirement ({_source(d)}) if the image does not need it")
     if unknown:
         remedies.append(f"declare the driver of {pool_names(unknown)} in settings (cluster.pools[].driverVersion)")
     if not remedies:
@@ -676,6 +696,12 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> tuple
     first = [r for r in (upgrade, image) if r]
     summary = f"{c.label}: " + "; or ".join(first + [r for r in remedies if r not in first])
     return f"{head} To fix: {text[0].upper()}{text[1:]}.", summary
+
+
+def _beyond_cuda(requirement: Requirement) -> bool:
+    """A term of the requirement's own (not a forward-compatibility alternative) asks more than the CUDA."""
+    forward = requirement.forward_terms
+    return any(c.key != "cuda" for t in requirement.terms if t not in forward for c in t)
 
 
 def _gpu_brand(group: NodeGroup) -> str:
