@@ -250,6 +250,7 @@ def test_fraction_coverage_and_boundaries(value, coverage, expected):
         pytest.param("5Gi", "1g.5gb", "4864 MiB usable", id="equal-to-1g.5gb"),
         pytest.param("4Gi", "1g.5gb", None, id="below-usable"),
         pytest.param("10G", "1g.10gb", None, id="decimal-gigabytes"),
+        pytest.param("21G", "3g.20gb", "19968 MiB usable, less than the 20028Mi asked", id="decimal-said-in-whole-MiB"),
         pytest.param("21Gi", "7g.40gb", None, id="above-20"),
         pytest.param("40Gi", "7g.40gb", "40192 MiB usable", id="equal-to-7g.40gb"),
         pytest.param("19968Mi", "3g.20gb", None, id="exactly-usable"),
@@ -904,6 +905,34 @@ def test_fallback_shared_gpu(nodes, resources, selector):
     assert second == []
 
 
+@pytest.mark.parametrize(
+    ("fallback", "node"),
+    [
+        ("whole", whole_node("w", A100_80, 4, "whole")),
+        ("shared", whole_node("t", A100_80, 4, "ts", "time-slicing")),
+    ],
+)
+@pytest.mark.parametrize("where", ["containers", "init-and-app"])
+def test_every_ask_no_profile_covers_gets_the_fallback(fallback, node, where):
+    """Not only the first: each container left without a MIG profile gets a GPU of the fallback, and none is
+    refused while the nodes have GPUs to give."""
+    if where == "containers":
+        obj = pod(container("a", limits={GPU: "0.5"}), container("b", limits={GPU: "0.5"}))
+    else:
+        obj = pod(container("b", limits={GPU: "0.5"}), init=[container("a", limits={GPU: "0.5"})])
+    result = review(obj, [node], settings(fallback=fallback))
+    assert result.allowed, result.message
+    names = [
+        c["name"] for c in [*result.object["spec"].get("initContainers", []), *result.object["spec"]["containers"]]
+    ]
+    assert names == ["a", "b"]
+    for c in [*result.object["spec"].get("initContainers", []), *result.object["spec"]["containers"]]:
+        assert c["resources"] == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}, c
+    assert [w.split(":")[0] for w in result.warnings if "no MIG profile covers it" in w] == ["a", "b"]
+    _, second = mutate_twice(obj, [node], settings(fallback=fallback))
+    assert second == []
+
+
 @pytest.mark.parametrize("fallback", ["whole", "shared"])
 def test_fallback_without_a_gpu_to_give_denies(fallback):
     nodes = [mixed_node("n0", A100_80, {"1g.10gb": 7}, "small", 81920)]
@@ -1265,6 +1294,18 @@ def test_template_with_a_memory_request_nothing_covers_warns_with_the_largest_of
     assert result.allowed and resources_of(result.object)["limits"] == {MEM: "300Gi"}
     (warning,) = [w for w in result.warnings if "300Gi" in w]
     assert "largest offered is 7g.40gb" in warning and "ask for less" in warning and len(warning) < 120
+
+
+def test_the_largest_offer_is_the_most_memory_not_the_most_compute():
+    """A 4g.20gb has more compute slices than a 3g.40gb, half its memory: for a memory request the largest offer
+    is the 3g.40gb."""
+    nodes = [
+        mixed_node("n40", A100_40, {"4g.20gb": 1}, "a100-40", 40960),
+        mixed_node("n80", A100_80, {"3g.40gb": 2}, "a100-80", 81920),
+    ]
+    result = review(workload("Deployment", memreq("50Gi")), nodes)
+    (warning,) = [w for w in result.warnings if "50Gi" in w]
+    assert "largest offered is 3g.40gb" in warning, warning
 
 
 @pytest.mark.parametrize("value", [2.6320846924304052e-136, "1e-3", 0.125], ids=["float-repr", "exponent", "float"])

@@ -50,7 +50,7 @@ import itertools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_DOWN, Decimal
+from decimal import ROUND_CEILING, ROUND_DOWN, Decimal
 from typing import Literal
 
 from webhook import PREFIX
@@ -798,8 +798,12 @@ def _plain(amount: Decimal) -> str:
 
 
 def _gib(amount: Decimal) -> str:
+    """A memory amount as a message says it: whole GiB, else whole MiB (rounded up: 21G is 20028Mi, not
+    20027.16064453125Mi)."""
     gib = amount / GIB
-    return f"{format_quantity(gib)}Gi" if gib == gib.to_integral_value() else f"{format_quantity(amount / MIB)}Mi"
+    if gib == gib.to_integral_value():
+        return f"{format_quantity(gib)}Gi"
+    return f"{format_quantity((amount / MIB).to_integral_value(rounding=ROUND_CEILING))}Mi"
 
 
 def _offered(places: Sequence[Placement], ask: Ask) -> str:
@@ -982,23 +986,26 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
         pending.remove(ask)
         deferred = pod.is_template and (ask.kind == "memory" or ask.source == "annotation")
         choice, seen, barred = _choose(req, pod, pending, ask)
-        if choice is None and done.complete:
-            done.complete = False
-            done.failed = tuple(id(a) for a in asks[: index + 1])
-            if stop:
-                return done
-            choice = _fallback(req, pod, pending, ask)
+        if choice is None:
+            if done.complete:
+                done.complete = False
+                done.failed = tuple(id(a) for a in asks[: index + 1])
+                if stop:
+                    return done
+            choice = _fallback(req, pod, pending, ask)  # every ask left without a profile, not the first alone
         if deferred:
             # Templates keep memory and annotation requests (Kubernetes accepts them); the pods get converted.
             pending.append(ask)
             if choice is None:
                 largest = max(
-                    (p.profile.name for p in seen if p.profile),
-                    key=lambda n: parse_name(n) or (0, 0, ""),
-                    default="no MIG profile",
+                    (p.profile for p in seen if p.profile),
+                    key=lambda p: (p.gb if ask.kind == "memory" else p.eighths, p.slices),  # what the ask measures
+                    default=None,
                 )
                 said = (
-                    f"largest offered is {largest}; ask for less or" if seen else "no eligible node offers MIG now, so"
+                    f"largest offered is {largest.name if largest else 'no MIG profile'}; ask for less or"
+                    if seen
+                    else "no eligible node offers MIG now, so"
                 )
                 out.warn(_fit(f"{ask.name}: {ask.asked}: {said} its pods are refused", ask.name))
             continue
