@@ -1296,6 +1296,33 @@ def test_template_with_a_memory_request_nothing_covers_warns_with_the_largest_of
     assert "largest offered is 7g.40gb" in warning and "ask for less" in warning and len(warning) < 120
 
 
+@pytest.mark.parametrize(
+    ("node", "second", "resource"),
+    [
+        pytest.param(
+            mixed_node("a0", A100_40, {"3g.20gb": 1}, "a100", 40960), {GPU: "0.5"}, "nvidia.com/mig-3g.20gb", id="mixed"
+        ),
+        pytest.param(single_node("s0", A100_40, "3g.20gb", 1, "a100"), {GPU: "0.5"}, GPU, id="single"),
+        pytest.param(
+            mixed_node("a0", A100_40, {"3g.20gb": 1}, "a100", 40960),
+            {"nvidia.com/mig-3g.20gb": "1"},
+            "nvidia.com/mig-3g.20gb",
+            id="beside-an-explicit-device",
+        ),
+    ],
+)
+def test_too_few_devices_on_a_node_for_the_whole_pod_is_said_so(node, second, resource):
+    """The pool offers the profile, but fewer a node than the pod's containers need together: the refusal says
+    that, not that the pool offers no MIG or that the pod's selectors keep it off the pool."""
+    obj = pod(container("a", limits={GPU: "0.5"}), container("b", limits=second))
+    result = review(obj, [node])
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    msg = result.message
+    assert f"Pool a100 offers 3g.20gb, 1 a node, but with its other containers' this pod would need 2 {resource}" in msg
+    assert "offer no MIG profiles" not in msg and "cannot use (selectors" not in msg, msg
+    assert "Split the containers into pods of their own" in msg
+
+
 def test_the_largest_offer_is_the_most_memory_not_the_most_compute():
     """A 4g.20gb has more compute slices than a 3g.40gb, half its memory: for a memory request the largest offer
     is the 3g.40gb."""

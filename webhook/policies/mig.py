@@ -840,14 +840,22 @@ def _refusal(
     if not ctx.cluster.known or not ctx.cluster.groups:
         return head + " The webhook does not know the cluster's nodes yet (none listed, no pool declared)."
     barred_groups = {id(p.group) for p in barred}
+    short = _too_few(req, pod, pending, ask) if not seen else []
+    short_groups = {id(g) for g, _ in short}
     if seen:
         tail = f" Eligible nodes offer: {_offered(seen, ask)}."
     else:
         trial = _trial(pod, [*pending, ask], None, None)
         # Without its GPU request the trial lost the toleration ExtendedResourceToleration gave it: keep it.
         trial["tolerations"] = [*as_list(trial.get("tolerations")), GPU_TAINT_TOLERATION]
-        gpus = [c for c in _eligible(ctx, trial) if id(c.group) not in barred_groups]
-        if gpus:
+        gpus = [c for c in _eligible(ctx, trial) if id(c.group) not in barred_groups | short_groups]
+        if short:
+            tail = "".join(
+                f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers' this pod would"
+                f" need {need} {resource} on one node."
+                for g, (profile, resource, have, need) in short[:3]
+            )
+        elif gpus:
             described = ", ".join(sorted({c.group.describe() for c in gpus})[:4])
             tail = f" Eligible GPU nodes offer no MIG profiles: {described}."
         elif barred:
@@ -863,7 +871,7 @@ def _refusal(
             f" {GPU_RESOURCE} is a MIG device, and {', '.join(req.whole[:3])} would get a MIG slice there instead"
             " of the whole GPU it asks for: one pod cannot mix whole GPUs and such slices."
         )
-    seen_groups = {id(p.group) for p in seen} | barred_groups
+    seen_groups = {id(p.group) for p in seen} | barred_groups | short_groups
     elsewhere = [g for g in ctx.cluster.gpu_groups if g.mig_profiles and id(g) not in seen_groups]
     if elsewhere:
         shown = ", ".join(
@@ -874,6 +882,11 @@ def _refusal(
         tail += f" MIG pools this pod cannot use (selectors, affinity, taints): {shown}."
     if seen:
         advice = " Ask for at most what a profile offered here holds, or for a whole GPU (nvidia.com/gpu: 1)."
+    elif short:
+        advice = (
+            " Split the containers into pods of their own, ask for a smaller profile in some of them, or for a"
+            " whole GPU (nvidia.com/gpu: 1)."
+        )
     elif barred:
         advice = (
             " Run the whole-GPU containers in a pod of their own, ask for a fraction in them too, or add"
@@ -889,6 +902,28 @@ def _refusal(
     if ctx.settings.mig.fallback != "deny":
         advice = f" The {ctx.settings.mig.fallback} fallback found no GPU either." + advice
     return head + tail + advice
+
+
+def _too_few(
+    req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask
+) -> list[tuple[NodeGroup, tuple[str, str, int, int]]]:
+    """Groups the pod can reach whose profile would cover ``ask`` but whose nodes have too few such devices for
+    the pod's containers together (two 0.5 asks, one 3g.20gb a node): (profile, resource, devices a node, devices
+    the pod would need), for the refusal (not 'no MIG profiles', not 'selectors')."""
+    out: list[tuple[NodeGroup, tuple[str, str, int, int]]] = []
+    for option in req.options:
+        if option.strategy not in ("mixed", "single", "gke"):
+            continue
+        trial = _trial(pod, pending, ask, option)
+        need = requested_resources(trial).get(option.resource, Decimal(0))
+        for cand in req.ctx.cluster.eligible(trial, resources={option.resource: Decimal(1)}, gpu_only=True):
+            group = cand.group
+            profile = _profile(req, group, option.profile) if option.profile in group.mig_profiles else None
+            have = group.allocatable.get(option.resource, Decimal(0))
+            known = any(g is group for g, _ in out)
+            if profile and _covers(ask, profile, req.ctx.settings.mig.coverage) and 0 < have < need and not known:
+                out.append((group, (option.profile, option.resource, int(have), int(need))))
+    return out
 
 
 def _warn_usable(out: Outcome, ask: Ask, choice: Choice) -> None:
