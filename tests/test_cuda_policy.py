@@ -173,6 +173,18 @@ def test_none_compatible_denies_with_an_actionable_message() -> None:
     assert not result.outcome.events  # the pod will not exist: nothing to attach an event to
 
 
+def test_a_pool_known_by_its_old_driver_labels_is_advised_with_them() -> None:
+    """A pool with no provider pool label (a k3s box), grouped by its product and driver, carries only GFD's older
+    driver labels: the advice selects it by those (it had no nodeSelector to give)."""
+    box = gpu_node("box-1", "ignored", "570.124.06", gfd="old", pool_label="example.com/rack")
+    obj = pod(container(image=IMAGE_128))
+    obj["spec"]["nodeSelector"] = {POOL_LABEL: "gpu-a"}
+    result = pipeline.review(obj, context([A, box]))
+    assert not result.allowed
+    selector = "nodeSelector nvidia.com/cuda.driver.major: 570, nvidia.com/cuda.driver.minor: 124"
+    assert f"{selector}, nvidia.com/cuda.driver.rev: 06" in result.message, result.message
+
+
 def test_a_pool_whose_nodes_offer_no_gpu_is_not_advised() -> None:
     """A pool new enough whose nodes have no GPU to give (allocatable nvidia.com/gpu 0: the device plugin down) is
     no place to send the pod: the denial does not say to target it."""

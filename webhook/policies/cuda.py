@@ -369,8 +369,10 @@ def pool_selector(group: NodeGroup, ctx: Context) -> dict[str, str]:
     for key in ctx.cluster.presets.pool_labels:
         if group.labels.get(key) == group.pool:
             return {key: group.pool}
-    driver = group.labels.get(GFD + "cuda.driver-version.full")
-    return {GFD + "cuda.driver-version.full": driver} if driver else {}
+    for keys in DRIVER_LABELS:  # the driver's labels, as the group's nodes carry them (older GFD: major/minor/rev)
+        if all(k in group.labels for k in keys):
+            return {k: group.labels[k] for k in keys}
+    return {}
 
 
 def _range(prefix: str, lowest: Version) -> list[list[Expression]]:
