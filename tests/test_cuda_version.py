@@ -264,6 +264,68 @@ FROM_CONFIG_MAP = {"valueFrom": {"configMapKeyRef": {"name": "x", "key": "y"}}}
 
 
 @pytest.mark.parametrize(
+    ("entries", "env_from", "version", "said"),
+    [
+        pytest.param(
+            [{"name": "MM", "value": "12.2"}, {"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=$(MM)"}],
+            False,
+            (12, 2),
+            "env NVIDIA_REQUIRE_CUDA",
+            id="reference-to-an-entry-before",
+        ),
+        pytest.param(
+            [
+                {"name": "MAJOR", "value": "12"},
+                {"name": "MINOR", "value": "4"},
+                {"name": "CUDA_VERSION", "value": "$(MAJOR).$(MINOR).1"},
+            ],
+            True,
+            (12, 4),
+            "env CUDA_VERSION",
+            id="two-references",
+        ),
+        pytest.param(
+            [{"name": "MM", "value": "12.2"}, {"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=$$(MM)"}],
+            False,
+            None,
+            "invalid expression",
+            id="escaped-stays-literal",
+        ),
+        pytest.param(
+            [{"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=$(MM)"}, {"name": "MM", "value": "12.2"}],
+            False,
+            None,
+            "invalid expression",
+            id="reference-to-a-later-entry-stays-literal",
+        ),
+        pytest.param(
+            [{"name": "MM", **FROM_CONFIG_MAP}, {"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=$(MM)"}],
+            False,
+            None,
+            "env NVIDIA_REQUIRE_CUDA (refers to $(MM), a value set by valueFrom, which the webhook cannot read)",
+            id="reference-to-value-from",
+        ),
+        pytest.param(
+            [{"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=$(MM)"}],
+            True,
+            None,
+            "env NVIDIA_REQUIRE_CUDA (refers to $(MM), a variable its envFrom may set, which the webhook cannot read)",
+            id="reference-envFrom-may-set",
+        ),
+    ],
+)
+def test_env_references_are_expanded_as_the_kubelet_does(
+    entries: list[dict[str, Any]], env_from: bool, version: tuple[int, ...] | None, said: str
+) -> None:
+    c: dict[str, Any] = {"name": "c", "image": "nvidia/cuda:13.0.1-base-ubuntu24.04", "env": entries}
+    if env_from:
+        c["envFrom"] = [{"configMapRef": {"name": "settings"}}]
+    declared = declared_cuda(c, {})
+    assert declared.version == version
+    assert said in declared.source or said in (declared.error or ""), (declared.source, declared.error)
+
+
+@pytest.mark.parametrize(
     ("entries", "want"),
     [
         pytest.param(

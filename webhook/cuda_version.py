@@ -12,7 +12,11 @@ A container's requirement comes from, in order (the first that says anything win
 
 One of the variables of 2.-4. set by ``valueFrom`` (a ConfigMap, a Secret, a field of the pod) stops the lookup
 there with the version unknown: the runtime reads its value, which the webhook cannot, and it overrides every later
-source (the settings' ``unknownVersion`` decides; the annotation of 1. declares it).
+source (the settings' ``unknownVersion`` decides; the annotation of 1. declares it). Values are read as the kubelet
+hands them over, with ``$(NAME)`` references to earlier entries expanded; one that refers to a value the webhook
+cannot read is unknown too. ``envFrom`` is not read: its ConfigMap or Secret could set these variables, but most
+containers have one for settings of their own, and treating all of them as unknown would check almost none (the
+annotation of 1. declares a container whose envFrom does set them).
 
 The requirement expression is libnvidia-container's (``src/cli/dsl.c``): space-separated terms are ORed, the
 comma-separated conditions of a term are ANDed; a condition is ``<key><op><value>`` with key ``cuda``, ``driver``,
@@ -351,25 +355,71 @@ class Declared:
 
 
 def env_values(container: JSON) -> dict[str, str]:
-    """The container's literal env values by name (a later entry of the same name wins, as in the kubelet);
-    valueFrom entries are unknown here and left out."""
-    return {name: value for name, value in _env(container).items() if value is not None}
+    """The container's env values by name as the runtime gets them (a later entry of the same name wins, as in the
+    kubelet); values the webhook cannot know (``_env``) are left out."""
+    return {name: value for name, value in _env(container).items() if isinstance(value, str)}
 
 
-def _env(container: JSON) -> dict[str, str | None]:
-    """The container's env by name, None for a value set by ``valueFrom`` (a ConfigMap, a Secret, a field): known
-    only to the kubelet."""
-    out: dict[str, str | None] = {}
+@dataclass(frozen=True)
+class Unread:
+    """An env value known only to the kubelet, and why."""
+
+    why: str
+
+
+def _env(container: JSON) -> dict[str, str | Unread]:
+    """The container's env by name, as the kubelet gives it to the runtime: ``$(NAME)`` references to the entries
+    before expanded (``$$`` is a literal ``$``; a reference to a name not defined is left as written). ``Unread``
+    for a value set by ``valueFrom`` (a ConfigMap, a Secret, a field), one that refers to such a value, and one
+    that refers to a name not in ``env`` when the container has ``envFrom`` (which may define it)."""
+    out: dict[str, str | Unread] = {}
+    env_from = bool(as_list(container.get("envFrom")))
     for item in as_list(container.get("env")):
         item = as_dict(item)
         name, value = item.get("name"), item.get("value")
         if not isinstance(name, str):
             continue
-        if isinstance(value, str) or "valueFrom" in item:
-            out[name] = value if isinstance(value, str) else None
+        if isinstance(value, str):
+            out[name] = _expand(value, out, env_from) if "$" in value else value
+        elif "valueFrom" in item:
+            out[name] = Unread("set by valueFrom")
         else:
             out.pop(name, None)
     return out
+
+
+_REFERENCE = re.compile(r"\$(?:\$|\(([^)]*)\))")
+"""``$$`` or ``$(NAME)``, as the kubelet's expansion reads them (k8s.io/kubernetes
+third_party/forked/golang/expansion: an unclosed ``$(`` and a ``$`` before anything else stay as written)."""
+
+
+def _expand(value: str, known: Mapping[str, str | Unread], env_from: bool) -> str | Unread:
+    unread: list[str] = []
+
+    def one(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name is None:
+            return "$"
+        found = known.get(name)
+        if isinstance(found, str):
+            return found
+        if found is not None or env_from:
+            unread.append(name)
+        return m.group(0)
+
+    expanded = _REFERENCE.sub(one, value)
+    if unread:
+        first = known.get(unread[0])
+        where = "a variable its envFrom may set" if first is None else "a value the webhook cannot read either"
+        if isinstance(first, Unread) and first.why == "set by valueFrom":
+            where = "a value set by valueFrom"
+        return Unread(f"refers to $({unread[0][:63]}), {where}")
+    return expanded
+
+
+def _text(env: Mapping[str, str | Unread], var: str) -> str:
+    value = env.get(var)
+    return value.strip() if isinstance(value, str) else ""
 
 
 def declared_cuda(container: JSON, annotations: Mapping[str, Any], use_image: bool = True) -> Declared:
@@ -387,24 +437,25 @@ def declared_cuda(container: JSON, annotations: Mapping[str, Any], use_image: bo
         return Declared(name, image, at_least(version), source)
     env = _env(container)
     for var in ("NVIDIA_DISABLE_REQUIRE", "NVIDIA_REQUIRE_CUDA", "CUDA_VERSION"):
-        if var in env and env[var] is None:
+        unread = env.get(var)
+        if isinstance(unread, Unread):
             # what decides the CUDA check at run time is not in the pod: neither a lower source nor the image's
             # own value counts, since this one overrides them (the runtime reads the container's env)
-            return Declared(name, image, source=f"env {var} (set by valueFrom, which the webhook cannot read)")
-        if var == "NVIDIA_DISABLE_REQUIRE" and (env.get(var) or "").strip() not in _TRUE:
+            return Declared(name, image, source=f"env {var} ({unread.why}, which the webhook cannot read)")
+        if var == "NVIDIA_DISABLE_REQUIRE" and _text(env, var) not in _TRUE:
             continue
-        if (env.get(var) or "").strip():
+        if _text(env, var):
             break
-    if (env.get("NVIDIA_DISABLE_REQUIRE") or "").strip() in _TRUE:
+    if _text(env, "NVIDIA_DISABLE_REQUIRE") in _TRUE:
         return Declared(name, image, source="env NVIDIA_DISABLE_REQUIRE", disabled=True)
-    text = env.get("NVIDIA_REQUIRE_CUDA") or ""
-    if text.strip():
+    text = _text(env, "NVIDIA_REQUIRE_CUDA")
+    if text:
         source = "env NVIDIA_REQUIRE_CUDA"
         try:
             return Declared(name, image, parse_requirement(text), source)
         except RequirementError as err:
             return Declared(name, image, source=source, error=f"invalid expression: {err}")
-    text = (env.get("CUDA_VERSION") or "").strip()
+    text = _text(env, "CUDA_VERSION")
     if text:
         version = _version(text)
         if version is None:
