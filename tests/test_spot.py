@@ -1117,3 +1117,31 @@ def test_a_pods_forged_earlier_mode_takes_nothing_out() -> None:
     result = mutate(obj, context(GKE_NODES, providers=("gke",)))
     assert tolerations_of(result.object) == [equal(GKE_SPOT, "true")]
     assert required_of(result.object) == [{"matchExpressions": [expr(GKE_SPOT, "true")]}]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "extra", "kept"),
+    [
+        pytest.param(
+            [node("o1", {OKE: "true"}, (f"{OKE}=true:NoSchedule",))],
+            TaintSpec(OKE, "true", "NoSchedule"),
+            f"{OKE}:NoSchedule",
+            id="oke-preset-exists-covers-a-setting-with-a-value",
+        ),
+        pytest.param(
+            [node("a1", {AKS_SCALESET: "spot", AKS_PRIORITY: "spot"}, (f"{AKS_SCALESET}=spot:NoSchedule",))],
+            TaintSpec(AKS_SCALESET, "", "NoSchedule"),
+            f"{AKS_SCALESET}:NoSchedule",
+            id="a-setting-without-value-covers-the-aks-preset",
+        ),
+    ],
+)
+def test_a_toleration_another_covers_is_not_added(nodes: list[Any], extra: TaintSpec, kept: str) -> None:
+    """A setting that names a preset's taint key in another form: one toleration for the taint, the one that
+    covers the other, and the annotation names only it."""
+    obj = pod("tolerate")
+    result = pipeline.mutate(copy.deepcopy(obj), context(nodes, extra_taints=[extra]))
+    assert jsonpatch.apply_patch(copy.deepcopy(obj), result.patch) == result.object
+    tolerations = result.object["spec"]["tolerations"]
+    assert [spot.Wanted(t["key"], t.get("value"), t["effect"]) for t in tolerations] == [spot.parse_wanted(kept)]
+    assert f"tolerates {kept} (" in (applied(result) or "")

@@ -309,7 +309,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     if current is not None and not isinstance(current, list):
         # the apiserver rejects such a pod anyway; rewriting the field would change the user's data
         parts.append("spec.tolerations is not a list: left as it is")
-    elif wanted:
+    elif wanted := _distinct(wanted):
         parts.append(f"tolerates {', '.join(str(w) for w in wanted)} ({source})")
         if _tolerate(pod, wanted):
             out.mutated("spot-toleration")
@@ -422,6 +422,19 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     shown = ", ".join(pools)
     room = max(117 - len(head) - 3, 2)
     out.warn(f"{head} ({shown if len(shown) <= room else shown[: room - 1] + '…'})")
+
+
+def _distinct(wanted: Sequence[Wanted]) -> list[Wanted]:
+    """``wanted`` without those another one covers (``key:NoSchedule`` covers ``key=true:NoSchedule``: a setting
+    that names a preset's key with a value of its own), in their order."""
+    kept: list[Wanted] = []
+    for w in wanted:
+        if any(covered([k.toleration()], w) for k in kept):
+            continue
+        kept = [k for k in kept if not covered([w.toleration()], k)]
+        kept.append(w)
+    order = {id(w): i for i, w in enumerate(wanted)}
+    return sorted(kept, key=lambda w: order[id(w)])
 
 
 def _tolerate(pod: PodView, wanted: Sequence[Wanted]) -> bool:
