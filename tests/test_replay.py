@@ -673,3 +673,19 @@ def test_any_sequence_of_requests_is_answered_and_named_as_the_whole_way(
         assert dataclasses.replace(got[0], object=None, old_object=None) == dataclasses.replace(
             want[0], object=None, old_object=None
         )
+
+
+@pytest.mark.parametrize("endpoint", ["mutate", "validate"])
+def test_a_per_pod_value_that_another_env_value_refers_to_tells_the_pods_apart(endpoint: str) -> None:
+    """CUDA_VERSION=$(RANK): the kubelet expands the reference, so the per-pod value reaches the CUDA lookup; the
+    pods are not replicas then, neither by shape nor by their bytes (found by a review of the edge)."""
+    settings = Settings()
+    view = two_driver_view(settings)  # CUDA 12.4 and 12.2
+    pod = copy.deepcopy(STEERED)
+    container = pod["spec"]["containers"][0]
+    for n, rank in enumerate(["12.2", "12.2", "12.2", "12.8"], start=1):
+        container["env"] = [{"name": "RANK", "value": rank}, {"name": "CUDA_VERSION", "value": "$(RANK)"}]
+        data = body(replica(pod, n))
+        assert decide(endpoint, data, settings, view) == whole_way(endpoint, data, settings, view), rank
+    if endpoint == "validate":
+        assert decide(endpoint, data, settings, view)[1] == "denied"

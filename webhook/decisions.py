@@ -36,7 +36,7 @@ from webhook.admission import (
 )
 from webhook.cluster import ClusterView
 from webhook.config import Settings
-from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_OWNER, PER_POD_SPEC, Context, is_per_pod_env
+from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_OWNER, PER_POD_SPEC, Context, per_pod_env
 from webhook.pipeline import Result
 
 log = logging.getLogger("gpu_admission.decisions")
@@ -151,14 +151,14 @@ def _spec_without_per_pod(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _has_per_pod_env(container: Any) -> bool:
-    env = container.get("env") if isinstance(container, dict) else None
-    return isinstance(env, list) and any(map(is_per_pod_env, env))
+    return bool(per_pod_env(container.get("env") if isinstance(container, dict) else None))
 
 
 def _without_per_pod_env(container: Any) -> Any:
-    if not _has_per_pod_env(container):
+    per_pod = [id(e) for e in per_pod_env(container.get("env") if isinstance(container, dict) else None)]
+    if not per_pod:
         return container
-    env = [{k: v for k, v in e.items() if k != "value"} if is_per_pod_env(e) else e for e in container["env"]]
+    env = [{k: v for k, v in e.items() if k != "value"} if id(e) in per_pod else e for e in container["env"]]
     return {**container, "env": env}
 
 

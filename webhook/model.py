@@ -104,6 +104,18 @@ def is_per_pod_env(entry: object) -> bool:
     return isinstance(name, str) and name in PER_POD_ENV
 
 
+def per_pod_env(env: object) -> list[dict[str, Any]]:
+    """The entries of a container's env whose values tell replicas apart (``is_per_pod_env``); none when a value
+    refers to a variable (``$(NAME)``): the CUDA lookup expands references (``cuda_version``), so a per-pod value
+    could reach what a policy reads (``CUDA_VERSION=$(RANK)``)."""
+    if not isinstance(env, list):
+        return []
+    found = [e for e in env if is_per_pod_env(e)]
+    if found and any(isinstance(e, dict) and "$(" in str(e.get("value") or "") for e in env):
+        return []
+    return found
+
+
 def is_input_annotation(key: str) -> bool:
     """True for the annotation keys a user writes (``gpu-admission.io/cuda-version.<container>`` included)."""
     if not key.startswith(PREFIX):

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_OWNER, PER_POD_SPEC, is_per_pod_env
+from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_OWNER, PER_POD_SPEC, per_pod_env
 
 PLAIN = re.compile(rb'[^"\\\x00-\x1f]*')
 """A JSON string's content that needs no escape: put between quotes it parses to its UTF-8 text, and nothing else."""
@@ -106,10 +106,8 @@ def identity_strings(review: Any) -> Iterator[tuple[str, dict[str, Any], str]]:
     for kind in ("initContainers", "containers"):
         containers = spec.get(kind)
         for container in containers if isinstance(containers, list) else ():
-            env = container.get("env") if isinstance(container, dict) else None
-            for entry in env if isinstance(env, list) else ():
-                if is_per_pod_env(entry):
-                    yield "-", entry, "value"
+            for entry in per_pod_env(container.get("env") if isinstance(container, dict) else None):
+                yield "-", entry, "value"
 
 
 MAX_SLOTS = 64
