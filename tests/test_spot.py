@@ -979,6 +979,23 @@ def test_review_warns_of_an_annotation_on_the_workload_not_its_template() -> Non
     assert pipeline.review(obj, context(SPOT_AKS)).warnings == []
 
 
+def test_mutate_warns_of_an_annotation_on_the_workload_when_it_is_made_or_changed() -> None:
+    """The server's answer says it too (kubectl annotate deployment is an UPDATE that reaches only the server):
+    when the workload is created, and on an update that changes its own annotations, not on every other update."""
+    obj = workload("Deployment")
+    obj["metadata"]["annotations"] = {ANNOTATION: "require"}
+    warning = f"{ANNOTATION} is on the Deployment, not its pod template, so its pods never see it: move it there"
+    assert warning in pipeline.mutate(obj, context(SPOT_AKS)).warnings
+    old = copy.deepcopy(obj)
+    scaled = copy.deepcopy(obj)
+    scaled["spec"]["replicas"] = 5
+    update = dataclasses.replace(context(SPOT_AKS), operation="UPDATE", old_object=old)
+    assert warning not in pipeline.mutate(scaled, update).warnings
+    del old["metadata"]["annotations"]
+    assert warning in pipeline.mutate(obj, dataclasses.replace(update, old_object=old)).warnings
+    assert pipeline.review(obj, context(SPOT_AKS)).warnings.count(warning) == 1
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Judged on the final pod (found by the spot review): the policies after this one can leave it no spot pool
 

@@ -439,7 +439,7 @@ def mutate(obj: Any, ctx: Context) -> Result:
     early, view = _working_view(obj, ctx)
     if view is None:
         assert early is not None
-        return early
+        return _misplaced_said(early, obj, ctx) if early.skipped == TEMPLATE_KEPT or not early.skipped else early
     working = view.root
     prior = _prior_outputs(view)
     annotations = view.metadata.get("annotations")
@@ -459,6 +459,7 @@ def mutate(obj: Any, ctx: Context) -> Result:
         del view.metadata["annotations"]  # do not leave behind an empty map that we created
     result = Result(object=working)
     _finish(result, pctx, outcome, "unchanged")
+    _misplaced_said(result, obj, ctx)
     if result.allowed:
         result.patch = make_patch(obj, working)
         if result.patch:
@@ -494,7 +495,7 @@ def _misplaced(obj: Any) -> list[str]:
         return []
     view = pod_view(obj, "", writable=False)
     template = view.annotations if view is not None else {}
-    own = as_dict(as_dict(obj.get("metadata")).get("annotations"))
+    own = _own_annotations(obj)
     return [
         _short(f"{key} is on the {kind}, not its pod template, so its pods never see it: move it there")
         for key in own
@@ -502,10 +503,21 @@ def _misplaced(obj: Any) -> list[str]:
     ]
 
 
+def _misplaced_said(result: Result, obj: Any, ctx: Context) -> Result:
+    """``result`` with the ``_misplaced`` warnings first: when the workload is made, or its own annotations change
+    (``kubectl annotate deployment``), not on every other update."""
+    if ctx.old_object is None or _own_annotations(obj) != _own_annotations(ctx.old_object):
+        result.warnings[:0] = _misplaced(obj)
+    return result
+
+
+def _own_annotations(obj: Any) -> Any:
+    return as_dict(as_dict(as_dict(obj).get("metadata")).get("annotations"))
+
+
 def review(obj: Any, ctx: Context) -> Result:
     """What the apiserver would end with: mutate, then validate the mutated object (the CLI's path)."""
     mutated = mutate(obj, ctx)
-    mutated.warnings[:0] = _misplaced(obj)
     if not mutated.allowed or mutated.skipped:
         return mutated
     checked = validate(mutated.object, ctx)
