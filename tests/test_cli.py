@@ -50,6 +50,23 @@ def test_admitted_pod_exits_0_and_prints_its_annotations(tmp_path: Path) -> None
     assert '"op":' in run.stdout
 
 
+def test_an_admitted_workload_prints_its_pod_templates_annotations(tmp_path: Path) -> None:
+    pod = _pod("nvcr.io/nvidia/pytorch:24.05-py3", {"nvidia.com/gpu": "0.5"})
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "ml"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "d"}},
+            "template": {"metadata": {"labels": {"app": "d"}}, "spec": pod["spec"]},
+        },
+    }
+    run = cli("review", "-f", _manifest(tmp_path, deployment), "--nodes", str(NODES), "--config", str(CONFIG))
+    assert run.returncode == 0, run.stderr
+    assert "gpu-admission.io/mig: main: nvidia.com/gpu 0.5 -> nvidia.com/mig-" in run.stdout
+    assert "gpu-admission.io/cuda: " in run.stdout
+
+
 def test_denied_pod_exits_1_with_the_reason(tmp_path: Path) -> None:
     pod = _pod("nvidia/cuda:13.0.1-runtime-ubuntu24.04", {"nvidia.com/gpu": "1"})
     run = cli("review", "-f", _manifest(tmp_path, pod), "--nodes", str(NODES), "--config", str(CONFIG), "-o", "json")

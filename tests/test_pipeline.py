@@ -52,6 +52,19 @@ def test_warn_mode_audits_every_containers_denial() -> None:
     assert [line.split(" (image", 1)[0] for line in lines] == ["container trainer", "container worker"]
 
 
+def test_the_decision_names_each_reason_once_within_the_audit_limit() -> None:
+    """200 containers denied for one reason: the decision says it once, and within the audit value limit."""
+    pod = gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04")
+    first = pod["spec"]["containers"][0]
+    pod["spec"]["containers"] = [{**copy.deepcopy(first), "name": f"c{i}"} for i in range(200)]
+    settings = Settings()
+    view = build_view([gpu_node("n1", allocatable={"nvidia.com/gpu": "256"})], settings)
+    denied = pipeline.review(pod, Context(settings=settings, cluster=view, namespace="ml"))
+    assert not denied.allowed
+    assert denied.audit["decision"] == "denied (CUDAIncompatible)"
+    assert all(len(v) <= pipeline.AUDIT_VALUE_LIMIT for v in denied.audit.values())
+
+
 def test_a_second_call_on_the_mutated_pod_sends_no_other_decision() -> None:
     # The apiserver calls a mutating webhook again when a later one changed the pod (reinvocationPolicy
     # IfNeeded); it keeps an audit annotation's first value and logs a warning for each different one

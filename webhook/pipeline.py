@@ -251,10 +251,11 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
         result.code = 403
         result.reason = enforced[0].reason
         result.message = clipped("\n".join(d.message for d in enforced), MESSAGE_LIMIT)
-        result.audit["decision"] = f"denied ({', '.join(d.reason for d in enforced)})"
+        reasons = ", ".join(dict.fromkeys(d.reason for d in enforced))  # each once: one per container repeats
+        result.audit["decision"] = clipped(f"denied ({reasons})", AUDIT_VALUE_LIMIT)
         result.audit["reason"] = clipped(result.message, AUDIT_VALUE_LIMIT)
     else:
-        result.audit["decision"] = steps
+        result.audit["decision"] = clipped(steps, AUDIT_VALUE_LIMIT)
     return result
 
 
