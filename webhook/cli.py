@@ -121,8 +121,8 @@ def cmd_review(args: argparse.Namespace) -> int:
             print(result.message)
         for w in result.warnings:
             print(f"Warning: {w}")
-        view = pipeline.pod_view(result.object, namespace, writable=False) if result.allowed else None
-        annotations = view.annotations if view is not None else {}  # a workload's: its pod template's
+        template = pipeline.pod_view(result.object, namespace, writable=False) if result.allowed else None
+        annotations = template.annotations if template is not None else {}  # a workload's: its pod template's
         for key, value in sorted(annotations.items()):
             if key.startswith("gpu-admission.io/"):
                 print(f"{key}: {value}")
