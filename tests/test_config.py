@@ -80,6 +80,18 @@ def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
             id="owner-that-owns-no-pod",
         ),
         pytest.param(
+            "spot:\n  ownerDefaults: {job: tolerate}\n",
+            "spot.ownerDefaults: 'job' is not a kind as a pod's ownerReferences name it (CamelCase, from a capital"
+            " letter: Job, ReplicaSet, Deployment, StatefulSet, ...): did you mean 'Job'?",
+            id="owner-kind-in-lower-case",
+        ),
+        pytest.param(
+            "cuda:\n  mode: yes\n",
+            "cuda.mode: must be one of enforce, warn, off (got true: YAML reads an unquoted yes, no, on or off as true"
+            " or false; quote the value)",
+            id="unquoted-yes",
+        ),
+        pytest.param(
             "spot:\n  gpuTaintPresets: [sku-gpu]\n",
             "spot.gpuTaintPresets: unknown preset 'sku-gpu' (known: aks-sku-gpu)",
             id="unknown-gpu-taint-preset",
@@ -114,3 +126,23 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
 def test_bad_environment_value_is_named() -> None:
     with pytest.raises(ConfigError, match=r"cuda.mode: must be one of"):
         load_settings(None, environ={"GPU_ADMISSION_CUDA__MODE": "block"})
+
+
+@pytest.mark.parametrize("where", ["file", "environment"])
+def test_an_unquoted_off_is_off(tmp_path: Path, where: str) -> None:
+    """YAML 1.1 reads an unquoted off as false: where off is a value of the setting, false is read as it."""
+    if where == "file":
+        settings = load_settings(_write(tmp_path, "cuda:\n  mode: off\nspot:\n  ownerDefaults: {Job: off}\n"), {})
+    else:
+        settings = load_settings(
+            None, environ={"GPU_ADMISSION_CUDA__MODE": "off", "GPU_ADMISSION_SPOT__DEFAULT": "off"}
+        )
+    assert settings.cuda.mode == "off"
+    assert (settings.spot.owner_defaults.get("Job") if where == "file" else settings.spot.default) == "off"
+
+
+def test_a_controllers_own_kind_is_accepted_as_an_owner(tmp_path: Path) -> None:
+    settings = load_settings(
+        _write(tmp_path, "spot:\n  ownerDefaults: {PyTorchJob: tolerate, RayCluster: prefer}\n"), {}
+    )
+    assert settings.spot.owner_defaults == {"PyTorchJob": "tolerate", "RayCluster": "prefer"}

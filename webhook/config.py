@@ -187,12 +187,25 @@ class SpotSettings:
                 "spot.ownerDefaults: CronJob owns no pod (its Jobs own them): a default for CronJob would never"
                 " apply; use Job (the pods of every Job, a CronJob's included)"
             )
+        for kind in self.owner_defaults:
+            if not _KIND.match(kind):
+                known = {k.lower(): k for k in OWNER_KINDS}
+                hint = f": did you mean {known[kind.lower()]!r}?" if kind.lower() in known else ""
+                raise ConfigError(
+                    f"spot.ownerDefaults: {kind!r} is not a kind as a pod's ownerReferences name it (CamelCase,"
+                    f" from a capital letter: Job, ReplicaSet, Deployment, StatefulSet, ...){hint}"
+                )
         known = sorted(gpu_taint_preset_names())
         unknown = [name for name in self.gpu_taint_presets if name not in known]
         if unknown:
             raise ConfigError(
                 f"spot.gpuTaintPresets: unknown preset {', '.join(map(repr, unknown))} (known: {', '.join(known)})"
             )
+
+
+_KIND = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+OWNER_KINDS = ("Job", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet", "ReplicationController")
+"""Kinds whose pods a ``spot.ownerDefaults`` entry names most often (any other controller's kind is accepted)."""
 
 
 @dataclass(frozen=True)
@@ -257,8 +270,15 @@ def _describe(tp: Any) -> str:
 def _convert(tp: Any, value: Any, path: str) -> Any:
     origin = get_origin(tp)
     if origin is Literal:
-        if value in get_args(tp):
+        if value in get_args(tp) and not isinstance(value, bool):
             return value
+        if isinstance(value, bool):  # YAML 1.1 reads an unquoted off / on (no, yes) as a boolean
+            if (word := "on" if value else "off") in get_args(tp):
+                return word
+            raise ConfigError(
+                f"{path}: must be {_describe(tp)} (got {str(value).lower()}: YAML reads an unquoted yes, no, on or"
+                " off as true or false; quote the value)"
+            )
         raise ConfigError(f"{path}: must be {_describe(tp)} (got {value!r})")
     if origin in (types.UnionType, typing.Union):
         options = [a for a in get_args(tp) if a is not type(None)]
