@@ -189,8 +189,8 @@ class SpotSettings:
             )
         for kind in self.owner_defaults:
             if not _KIND.match(kind):
-                known = {k.lower(): k for k in OWNER_KINDS}
-                hint = f": did you mean {known[kind.lower()]!r}?" if kind.lower() in known else ""
+                kinds = {k.lower(): k for k in OWNER_KINDS}
+                hint = f": did you mean {kinds[kind.lower()]!r}?" if kind.lower() in kinds else ""
                 raise ConfigError(
                     f"spot.ownerDefaults: {kind!r} is not a kind as a pod's ownerReferences name it (CamelCase,"
                     f" from a capital letter: Job, ReplicaSet, Deployment, StatefulSet, ...){hint}"
