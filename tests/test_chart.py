@@ -5,6 +5,7 @@ Each value set in tests/chart_values/ is rendered once (cached) and shared by ev
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import re
@@ -214,7 +215,7 @@ def test_webhook_safety_fields(rendered):
         assert hook["matchPolicy"] == "Equivalent"
         if kind == "MutatingWebhookConfiguration":
             assert hook["reinvocationPolicy"] == "IfNeeded"
-        assert [c["name"] for c in hook["matchConditions"]] == ["gpu-related", "spec-changed-on-update"]
+        assert [c["name"] for c in hook["matchConditions"]] == ["gpu-related", "template-changed-on-update"]
 
 
 def test_webhook_rules(rendered):
@@ -877,3 +878,18 @@ def test_a_release_name_that_starts_with_a_digit_is_refused_unless_overridden():
         d for d in yaml.safe_load_all(helm("template", "1abc", str(CHART), "--set", "fullnameOverride=w").stdout) if d
     ]
     assert find(objects, "Service")["metadata"]["name"] == "w"
+
+
+def test_a_provided_ca_bundle_wrapped_over_lines_renders_as_one(tmp_path):
+    """base64 wraps at 76 columns (and a values file's | block keeps its line breaks): the bundle is written as one
+    string without them, as the API server reads caBundle."""
+    pem = "-----BEGIN CERTIFICATE-----\n" + "A" * 200 + "\n-----END CERTIFICATE-----\n"
+    wrapped = base64.encodebytes(pem.encode()).decode()
+    assert "\n" in wrapped.strip()
+    path = tmp_path / "ca.b64"
+    path.write_text(wrapped)
+    args = ["--set", "certs.mode=provided", "--set", "certs.provided.secretName=tls"]
+    objects = template(*args, "--set-file", f"certs.provided.caBundle={path}")
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in find(objects, kind)["webhooks"]:
+            assert hook["clientConfig"]["caBundle"] == "".join(wrapped.split())

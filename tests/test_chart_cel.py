@@ -230,7 +230,28 @@ def test_fixtures_with_every_field_set_evaluate_without_error(default_program, p
         pytest.param(pod(container(limits=CPU)), "batch", True, id="namespace-with-spot-default-sent"),
         pytest.param(pod(container(limits=CPU)), "interactive", False, id="namespace-spot-default-off-not-sent"),
         pytest.param(pod(container(limits=CPU)), "team", False, id="other-namespace-cpu-pod-not-sent"),
-        pytest.param(workload("CronJob", pod(container(limits=CPU))), "team", True, id="owner-kind-default-sent"),
+        pytest.param(workload("Job", pod(container(limits=CPU))), "team", True, id="owner-kind-default-sent"),
+        pytest.param(
+            workload("CronJob", pod(container(limits=CPU))), "team", True, id="cronjob-whose-jobs-have-a-default-sent"
+        ),
+        pytest.param(workload("Deployment", pod(container(limits=CPU))), "team", True, id="deployment-default-sent"),
+        pytest.param(
+            pod(
+                container(limits=CPU),
+                labels={"pod-template-hash": "5d8f9c7b6"},
+                ownerReferences=[{"kind": "ReplicaSet", "name": "d-5d8f9c7b6"}],
+            ),
+            "team",
+            True,
+            id="pod-of-a-deployments-replicaset-sent",
+        ),
+        pytest.param(
+            pod(container(limits=CPU), ownerReferences=[{"kind": "ReplicaSet", "name": "rs"}]),
+            "team",
+            False,
+            id="pod-of-a-bare-replicaset-not-sent",
+        ),
+        pytest.param(workload("StatefulSet", pod(container(limits=CPU))), "team", False, id="no-default-not-sent"),
         pytest.param(
             pod(container(limits=CPU), ownerReferences=[{"kind": "Job", "name": "j"}]),
             "team",
@@ -257,6 +278,10 @@ def _deployment_update(change: str) -> tuple[dict[str, Any], dict[str, Any]]:
         new["metadata"]["annotations"] = {"deployment.kubernetes.io/revision": "2"}
     elif change == "template":
         new["spec"]["template"]["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04"
+    elif change == "template-annotations":
+        new["spec"]["template"]["metadata"] = {"annotations": {"gpu-admission.io/spot": "tolerate"}}
+    elif change == "replicas":
+        new["spec"]["replicas"] = 0
     return new, old
 
 
@@ -266,10 +291,23 @@ def _deployment_update(change: str) -> tuple[dict[str, Any], dict[str, Any]]:
         pytest.param("metadata", False, id="controller-metadata-update-not-sent"),
         pytest.param("nothing", False, id="no-op-update-not-sent"),
         pytest.param("template", True, id="template-update-sent"),
+        pytest.param("template-annotations", True, id="template-metadata-update-sent"),
+        pytest.param("replicas", False, id="scale-not-sent"),
     ],
 )
-def test_workload_updates_are_sent_only_when_the_spec_changed(default_program, change, expected):
+def test_workload_updates_are_sent_only_when_the_template_changed(default_program, change, expected):
     new, old = _deployment_update(change)
+    assert sent(default_program, new, old=old) is expected
+
+
+@pytest.mark.parametrize(("change", "expected"), [("suspend", False), ("template", True)])
+def test_a_cronjob_update_is_sent_only_when_its_job_template_changed(default_program, change, expected):
+    old = workload("CronJob", pod(container(limits={"nvidia.com/gpu": "0.5"})))
+    new = copy.deepcopy(old)
+    if change == "suspend":
+        new["spec"]["suspend"] = True
+    else:
+        new["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"] = "nvidia/cuda:12.8.0-base"
     assert sent(default_program, new, old=old) is expected
 
 

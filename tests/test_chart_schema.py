@@ -21,7 +21,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 import pytest
 import yaml
 
-from tests.test_chart import CHART, find, helm, render_values, template
+from tests.test_chart import CHART, VALUES, find, helm, render_values, template
 from webhook import config as settings_module
 
 SCHEMA_PATH = CHART / "values.schema.json"
@@ -133,9 +133,11 @@ def test_every_defined_object_is_closed():
     assert open_ == []
 
 
-def test_defaults_conform_to_settings_loader(tmp_path):
-    """The rendered settings file loads with the server's own strict loader."""
-    rendered = render_values("defaults")
+@pytest.mark.parametrize("name", sorted(p.stem for p in VALUES.glob("*.yaml")))
+def test_every_values_set_renders_settings_the_server_loads(tmp_path, name):
+    """The rendered settings file loads with the server's own strict loader: a value the schema lets through and
+    the server refuses would crash-loop every replica (all-on's ownerDefaults CronJob did)."""
+    rendered = render_values(name)
     cm = next(o for o in rendered if o["kind"] == "ConfigMap" and "config.yaml" in o.get("data", {}))
     path = tmp_path / "config.yaml"
     path.write_text(cm["data"]["config.yaml"])
@@ -189,6 +191,26 @@ def test_defaults_conform_to_settings_loader(tmp_path):
             id="budget-of-every-replica",
         ),
         pytest.param(["--set", "podDisruptionBudget.minAvailable=half"], "minAvailable", id="budget-not-a-percentage"),
+        pytest.param(
+            ["--set", "podDisruptionBudget.minAvailable=75%"],
+            "podDisruptionBudget.minAvailable (75%) must be less than replicaCount (2)",
+            id="a-percentage-that-rounds-up-to-every-replica",
+        ),
+        pytest.param(
+            ["--set", "podDisruptionBudget.minAvailable=150%"],
+            "podDisruptionBudget.minAvailable (150%) must be less than replicaCount (2)",
+            id="a-percentage-over-100",
+        ),
+        pytest.param(
+            ["--set", "config.spot.ownerDefaults.CronJob=prefer"],
+            "config.spot.ownerDefaults: CronJob owns no pod (its Jobs own them)",
+            id="owner-cronjob",
+        ),
+        pytest.param(
+            ["--set", "config.spot.ownerDefaults.job=prefer"],
+            'config.spot.ownerDefaults: "job" is not a kind as a pod\'s ownerReferences name it',
+            id="owner-not-a-kind",
+        ),
         pytest.param(
             ["--set", "serviceAccount.create=false"],
             "serviceAccount.name is required when serviceAccount.create is false",

@@ -221,16 +221,28 @@ true
 {{- $terms = append $terms (printf "request.namespace in [%s]" (join ", " $namespaces)) }}
 {{- end }}
 {{- $kinds := list }}
+{{- $requests := list }}
 {{- range $kind, $mode := ($spot.ownerDefaults | default dict) }}
+{{- /* The server refuses these (webhook/config.py) and would crash-loop: say so at install. */}}
+{{- if eq $kind "CronJob" }}
+{{- fail "config.spot.ownerDefaults: CronJob owns no pod (its Jobs own them): a default for CronJob would never apply; use Job (the pods of every Job, a CronJob's included)" }}
+{{- else if not (regexMatch "^[A-Z][A-Za-z0-9]*$" $kind) }}
+{{- fail (printf "config.spot.ownerDefaults: %q is not a kind as a pod's ownerReferences name it (CamelCase, from a capital letter: Job, ReplicaSet, Deployment, StatefulSet, ...)" $kind) }}
+{{- end }}
 {{- if ne $mode "off" }}
 {{- $kinds = append $kinds (printf "'%s'" $kind) }}
-{{- /* A CronJob's pods are owned by the Job it creates. */}}
-{{- if eq $kind "CronJob" }}{{ $kinds = append $kinds "'Job'" }}{{ end }}
+{{- /* The workloads whose templates' pods this kind owns: a CronJob's are its Jobs', a Deployment's its ReplicaSets'. */}}
+{{- if eq $kind "Job" }}{{ $requests = append $requests "'CronJob'" }}{{ end }}
+{{- if eq $kind "ReplicaSet" }}{{ $requests = append $requests "'Deployment'" }}{{ end }}
+{{- /* A Deployment's pods are owned by its ReplicaSets, which give them the pod-template-hash label. */}}
+{{- if eq $kind "Deployment" }}
+{{- $terms = append $terms "(has(object.metadata) && has(object.metadata.labels) && 'pod-template-hash' in object.metadata.labels && has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, has(o.kind) && o.kind == 'ReplicaSet'))" }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- if $kinds }}
 {{- $k := join ", " (uniq $kinds) }}
-{{- $terms = append $terms (printf "request.kind.kind in [%s] || (has(object.metadata) && has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, has(o.kind) && o.kind in [%s]))" $k $k) }}
+{{- $terms = append $terms (printf "request.kind.kind in [%s] || (has(object.metadata) && has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, has(o.kind) && o.kind in [%s]))" (join ", " (uniq (concat $kinds $requests))) $k) }}
 {{- end }}
 {{- join "\n|| " $terms }}
 {{- end }}
@@ -287,11 +299,17 @@ matchConditions:
     expression: |-
       {{- include "gpu-admission.matchExpression" . | nindent 6 }}
   {{- if .Values.webhook.workloads }}
-  # A workload UPDATE is sent only when its spec changed: controllers' metadata updates (revision annotations,
-  # finalizers) of objects created before the webhook must not be converted, denied or rolled by it.
-  - name: spec-changed-on-update
+  # A workload UPDATE is sent only when its pod template changed: controllers' metadata updates (revision
+  # annotations, finalizers) of objects created before the webhook must not be converted, denied or rolled by it,
+  # and a scale (the Deployment controller updates its ReplicaSets whole; HPA, kubectl scale) or a CronJob's suspend
+  # must not wait on it: the server passes such an update untouched anyway (pipeline.TEMPLATE_KEPT), and under
+  # failurePolicy Fail a webhook outage would refuse them, GPU pods could not even be scaled down.
+  - name: template-changed-on-update
     expression: >-
-      request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) || object.spec != oldObject.spec
+      request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) ||
+      (has(object.spec.template) ? !has(oldObject.spec.template) || object.spec.template != oldObject.spec.template :
+      has(object.spec.jobTemplate) ? !has(oldObject.spec.jobTemplate) || object.spec.jobTemplate != oldObject.spec.jobTemplate :
+      object.spec != oldObject.spec)
   {{- end }}
 {{- end }}
 
@@ -303,7 +321,7 @@ clientConfig:
     path: {{ .path }}
     port: {{ .root.Values.service.port }}
   {{- if eq .root.Values.certs.mode "provided" }}
-  caBundle: {{ required "certs.provided.caBundle is required when certs.mode is provided" .root.Values.certs.provided.caBundle }}
+  caBundle: {{ required "certs.provided.caBundle is required when certs.mode is provided" .root.Values.certs.provided.caBundle | nospace | quote }}
   {{- end }}
 {{- end }}
 
