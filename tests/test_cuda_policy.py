@@ -661,6 +661,21 @@ def test_unknown_version_can_be_denied() -> None:
     assert 'gpu-admission.io/cuda-version.trainer: "<major.minor>"' in result.message
 
 
+@pytest.mark.parametrize("length", [30, 51, 63])
+def test_the_declaration_advised_for_a_long_container_name_is_one_the_apiserver_accepts(length: int) -> None:
+    """cuda-version.<name> is an annotation name of 63 characters at most: past 50 characters of container name
+    the pod-wide key is advised; in a warning, wherever its own would not fit on kubectl's line."""
+    name = "t" * length
+    obj = pod(container(name=name, image="registry.example.com/team/train:v3"))
+    (warning,) = pipeline.review(obj, context([A])).warnings
+    assert len(warning) < 120 and warning.endswith('"X.Y"'), warning
+    assert f"cuda-version.{name}" not in warning and 'annotation gpu-admission.io/cuda-version: "X.Y"' in warning
+    denied = pipeline.review(obj, context([A], settings({"unknownVersion": "deny"})))
+    own = f'gpu-admission.io/cuda-version.{name}: "<major.minor>"'
+    assert (own in denied.message) is (length <= 50), denied.message
+    assert (length <= 50) or 'the pod annotation gpu-admission.io/cuda-version: "<major.minor>"' in denied.message
+
+
 def test_unknown_version_can_be_allowed_silently() -> None:
     result = pipeline.review(pod(container(image="team/train:v3")), context([A], settings({"unknownVersion": "allow"})))
     assert result.allowed and result.warnings == []

@@ -330,6 +330,19 @@ def clipped(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def fit_warning(text: str, name: str) -> str:
+    """``text`` in at most WARNING_LIMIT characters, its advice kept: a container name of up to 63 characters leaves
+    too little room for it, so the name (its first appearance) is shortened in the middle ('train…r-0') first; only
+    what still does not fit is cut at the end."""
+    over = len(text) - WARNING_LIMIT
+    if over > 0 and name in text:
+        keep = max(len(name) - over - 1, 8)
+        short = f"{name[: (keep + 1) // 2]}…{name[len(name) - keep // 2 :]}"
+        if len(short) < len(name):
+            text = text.replace(name, short, 1)
+    return clipped(text, WARNING_LIMIT)
+
+
 _COPY_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
 """What orjson would write as a string (a date, a dataclass, a subclass of str or int) is refused instead."""
 

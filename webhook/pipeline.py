@@ -506,7 +506,8 @@ def _misplaced(obj: Any) -> list[str]:
 
 def _misplaced_said(result: Result, obj: Any, ctx: Context) -> Result:
     """``result`` with the ``_misplaced`` warnings first: when the workload is made, or its own annotations change
-    (``kubectl annotate deployment``), not on every other update."""
+    on an update that reaches the webhook (the chart sends those that change the pod template too), not on every
+    other update."""
     if ctx.old_object is None or _own_annotations(obj) != _own_annotations(ctx.old_object):
         result.warnings[:0] = _misplaced(obj)
     return result

@@ -49,7 +49,19 @@ from webhook.cuda_version import (
     unmet,
 )
 from webhook.drivers import DriverTable, Version, builtin_table, show, show_driver
-from webhook.model import GPU_MEMORY_RESOURCE, JSON, Context, Outcome, PodView, as_dict, as_list, as_str, copy_json
+from webhook.model import (
+    GPU_MEMORY_RESOURCE,
+    JSON,
+    WARNING_LIMIT,
+    Context,
+    Outcome,
+    PodView,
+    as_dict,
+    as_list,
+    as_str,
+    copy_json,
+    fit_warning,
+)
 from webhook.quantity import QuantityError, parse_quantity
 
 POLICY = "cuda"
@@ -749,10 +761,22 @@ def _unknown_message(c: Check) -> str:
         else "no annotation, no NVIDIA_REQUIRE_CUDA or CUDA_VERSION in its env, and the image reference matches no"
         " known pattern"
     )
+    if _own_key_fits(d.container):
+        declare = f'the pod annotation {PREFIX}cuda-version.{d.container}: "<major.minor>"'
+    else:
+        declare = (
+            f"the pod annotation {PREFIX}cuda-version: \"<major.minor>\" (every GPU container's; this one's own key"
+            f" cuda-version.<name> would be over the 63 characters of an annotation name)"
+        )
     return (
         f"container {c.label} (image {d.image or '(none)'}): its CUDA version is unknown ({why}). "
-        f'To fix: Declare it with the pod annotation {PREFIX}cuda-version.{d.container}: "<major.minor>".'
+        f"To fix: Declare it with {declare}."
     )
+
+
+def _own_key_fits(container: str) -> bool:
+    """``cuda-version.<container>`` is an annotation name (63 characters at most after the prefix)."""
+    return len(f"cuda-version.{container}") <= 63
 
 
 def _denials(a: Assessment, ctx: Context) -> list[tuple[str, str, str]]:
@@ -784,8 +808,11 @@ def _warnings(a: Assessment, ctx: Context, denied: bool) -> list[str]:
     for c in a.checks:
         if c.requirement is None and not c.declared.error and not c.declared.disabled and cs.unknown_version == "warn":
             name = c.declared.container
-            declare = f'set pod annotation {PREFIX}cuda-version.{name}: "X.Y"'
-            out.append(f"cuda: {c.label}: CUDA version unknown; {declare}")
+            own = f'cuda: {c.label}: CUDA version unknown; set pod annotation {PREFIX}cuda-version.{name}: "X.Y"'
+            # kubectl shows a warning on one line: where this one's own key would not fit, the pod-wide one (the
+            # container's name shortened in the middle when even that is too long)
+            pod_wide = f'cuda: {c.label}: CUDA version unknown; set annotation {PREFIX}cuda-version: "X.Y"'
+            out.append(own if _own_key_fits(name) and len(own) <= WARNING_LIMIT else fit_warning(pod_wide, c.label))
     unknown = [g for j, g in enumerate(a.eligible) if any(a.status[i][j] == "unknown" for i in a.known)]
     if cs.unknown_driver == "warn":
         for pool in sorted({g.pool for g in unknown}):

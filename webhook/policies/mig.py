@@ -71,15 +71,14 @@ from webhook.mig_profiles import Profile, derive, load_table, parse_name
 from webhook.model import (
     GPU_MEMORY_RESOURCE,
     JSON,
-    WARNING_LIMIT,
     Context,
     Outcome,
     PodView,
     as_dict,
     as_list,
     as_str,
-    clipped,
     copy_json,
+    fit_warning,
 )
 from webhook.policies import cuda
 from webhook.quantity import QuantityError, format_quantity, parse_quantity
@@ -162,19 +161,6 @@ class _Request:
     """The containers that ask for whole GPUs, in words ('container b (nvidia.com/gpu 1)')."""
     supported: frozenset[int] | None = None
     """Ids of the groups whose driver supports the pod's CUDA (``cuda.supported_groups``); None: not known."""
-
-
-def _fit(text: str, name: str) -> str:
-    """``text`` in at most WARNING_LIMIT characters, its advice kept: a container name of up to 63 characters leaves
-    too little room for it, so the name (its first appearance) is shortened in the middle ('train…r-0') first; only
-    what still does not fit is cut at the end."""
-    over = len(text) - WARNING_LIMIT
-    if over > 0 and name in text:
-        keep = max(len(name) - over - 1, 8)
-        short = f"{name[: (keep + 1) // 2]}…{name[len(name) - keep // 2 :]}"
-        if len(short) < len(name):
-            text = text.replace(name, short, 1)
-    return clipped(text, WARNING_LIMIT)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -362,7 +348,7 @@ def _warn_whole_and_mig(out: Outcome, name: str, whole: _Read, container: JSON) 
     if devices:
         gpus = "a whole GPU" if whole.amount == 1 else "whole GPUs"
         said = f"{GPU_RESOURCE} {whole.text} and {devices[0]} give it {gpus} and a MIG device: remove one of them"
-        out.warn(_fit(f"{name}: {said}", name))
+        out.warn(fit_warning(f"{name}: {said}", name))
 
 
 def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
@@ -439,7 +425,7 @@ def _annotation_ask(pod: PodView, ctx: Context, out: Outcome, asks: Sequence[Ask
     if raw is None:
         if target_name:
             text = f"{FRACTION_ANNOTATION}-container {target_name!r} is set without {FRACTION_ANNOTATION}: add the"
-            out.warn(_fit(text + " fraction", repr(target_name)))
+            out.warn(fit_warning(text + " fraction", repr(target_name)))
         return None
     containers = [c for _, c in pod.containers(init=False)]
     if target_name:
@@ -476,7 +462,7 @@ def _annotation_ask(pod: PodView, ctx: Context, out: Outcome, asks: Sequence[Ask
     if _assigned(target, pod.spec):
         # The user's own MIG resource (or shared GPU) wins, as before; the annotation is not silently dropped.
         held = _state_tokens(target, pod.spec)[0].split(" with ", 1)[0]
-        out.warn(_fit(f"{name}: {asked} ignored, it has {held}: remove one of the two", name))
+        out.warn(fit_warning(f"{name}: {asked} ignored, it has {held}: remove one of the two", name))
         return None
     try:
         amount = parse_quantity(raw)
@@ -933,7 +919,9 @@ def _warn_usable(out: Outcome, ask: Ask, choice: Choice) -> None:
     if usable and min(usable) * MIB < ask.amount:
         given = choice.option.resource if choice.option.strategy == "mixed" else choice.option.profile
         out.warn(
-            _fit(f"{ask.name}: {given} has {min(usable)} MiB usable, less than the {_gib(ask.amount)} asked", ask.name)
+            fit_warning(
+                f"{ask.name}: {given} has {min(usable)} MiB usable, less than the {_gib(ask.amount)} asked", ask.name
+            )
         )
 
 
@@ -966,7 +954,7 @@ def _warn_oversized(out: Outcome, ask: Ask, choice: Choice, coverage: str) -> No
         what = f"{smallest.memory_share} memory" if by_memory else f"{smallest.compute_share} compute"
         suggest, check = _plain(share(smallest).quantize(Decimal("0.001"), ROUND_DOWN)), "it"
     said = f"gets {choice.option.profile} ({what}), over {OVERSIZED}x the ask: check {check} or ask for {suggest}"
-    out.warn(_fit(f"{ask.name}: {ask.asked} {said}", ask.name))
+    out.warn(fit_warning(f"{ask.name}: {ask.asked} {said}", ask.name))
 
 
 def _state_line(name: str, container: JSON, spec: JSON) -> str | None:
@@ -994,10 +982,10 @@ def _say_off(pod: PodView, out: Outcome) -> None:
             read = _read(container, key, name)
             whole = read is not None and read.amount is not None and read.amount == read.amount.to_integral_value()
             if read is not None and not (key == GPU_RESOURCE and whole):
-                out.warn(_fit(f"{name}: {key} {read.text} {off}", name))
+                out.warn(fit_warning(f"{name}: {key} {read.text} {off}", name))
     raw = pod.annotation("gpu-fraction")
     if raw is not None:
-        out.warn(_fit(f"{FRACTION_ANNOTATION} {raw.strip()} {off}", ""))
+        out.warn(fit_warning(f"{FRACTION_ANNOTATION} {raw.strip()} {off}", ""))
 
 
 @dataclass
@@ -1042,7 +1030,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
                     if seen
                     else "no eligible node offers MIG now, so"
                 )
-                out.warn(_fit(f"{ask.name}: {ask.asked}: {said} its pods are refused", ask.name))
+                out.warn(fit_warning(f"{ask.name}: {ask.asked}: {said} its pods are refused", ask.name))
             continue
         if choice is None:
             out.deny(POLICY, "MIGNoProfile", _refusal(req, pod, pending, ask, seen, barred))
@@ -1053,7 +1041,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
         _warn_usable(out, ask, choice)
         _warn_oversized(out, ask, choice, req.ctx.settings.mig.coverage)
         if choice.note:
-            out.warn(_fit(f"{ask.name}: {ask.asked} -> {choice.option.given} ({choice.note})", ask.name))
+            out.warn(fit_warning(f"{ask.name}: {ask.asked} -> {choice.option.given} ({choice.note})", ask.name))
         out.mutated("mig")
         out.reasons.append("MIGConverted" if not choice.note else "MIGFallback")
     return done
