@@ -200,6 +200,17 @@ def test_serve_hands_its_graceful_timeout_to_gunicorn(flags: list[str], seconds:
     assert server.cfg.graceful_timeout == seconds
 
 
+def test_serve_holds_an_idle_connection_longer_than_the_apiserver_does() -> None:
+    """kube-apiserver's webhook client drops an idle connection after 90 s (http.DefaultTransport's IdleConnTimeout,
+    which k8s.io/apimachinery's transport defaults take): the server must not close it first."""
+    from webhook.cli import build_parser
+    from webhook.server import GunicornServer, ServeOptions
+
+    options = ServeOptions.from_args(build_parser().parse_args(["serve"]))
+    server = GunicornServer(options, lambda: (None, None))  # type: ignore[arg-type,return-value]
+    assert server.cfg.keepalive > 90
+
+
 @pytest.mark.parametrize(
     ("flags", "said"),
     [

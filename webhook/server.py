@@ -32,6 +32,11 @@ THREADS = 16
 """Request threads per worker (``--threads``): one runs at a time, the others stand by for clients that stall
 (``webhook.workers``); a standby thread costs a stack, not CPU."""
 
+KEEPALIVE_S = 100
+"""How long an idle keep-alive connection is held: longer than kube-apiserver's webhook client keeps one idle (its
+transport's IdleConnTimeout, 90 s: k8s.io/apimachinery util/net SetOldTransportDefaults takes
+http.DefaultTransport's), so the apiserver is the one that closes it. Were the server first, a review sent as it
+closes would fail the call (a POST is not retried), and under failurePolicy Fail the pod create with it."""
 
 SYNC_WAIT_S = 10.0
 """How long a worker waits for its live node watch's first list before it serves: a few of the watch's backoffs
@@ -213,7 +218,7 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
             "workers": o.workers,
             "worker_class": "webhook.workers.TurnWorker",
             "threads": o.threads,
-            "keepalive": 75,  # longer than the apiserver's idle connection reuse, so it is the one that closes
+            "keepalive": KEEPALIVE_S,
             "timeout": 30,
             "graceful_timeout": o.graceful_timeout,
             "certfile": o.cert,
