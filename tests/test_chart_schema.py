@@ -202,6 +202,11 @@ def test_every_values_set_renders_settings_the_server_loads(tmp_path, name):
             id="a-percentage-over-100",
         ),
         pytest.param(
+            ["--set", "service.metricsPort=443"],
+            "service.port and service.metricsPort are both 443: a Service cannot have two ports of one number",
+            id="service-ports-of-one-number",
+        ),
+        pytest.param(
             ["--set", "config.spot.ownerDefaults.CronJob=prefer"],
             "config.spot.ownerDefaults: CronJob owns no pod (its Jobs own them)",
             id="owner-cronjob",
