@@ -836,9 +836,10 @@ def test_server_pods_never_mount_the_ca_key() -> None:
 
 def test_self_signed_pre_install_job_creates_the_secret_so_helm_wait_can_finish():
     # `helm install --wait` waits for the server's pods before post-install hooks run, and the pods need the
-    # Secret: a pre-install Job creates it (only when missing), with its own hook-scoped RBAC.
+    # Secret: a pre-install Job creates it (only when missing), with its own hook-scoped RBAC; pre-upgrade too, for
+    # an upgrade that finds none (certs.mode switched from provided).
     objects = render_values("defaults")
-    (pre,) = [j for j in find_all(objects, "Job") if hooks(j) == {"pre-install"}]
+    (pre,) = [j for j in find_all(objects, "Job") if hooks(j) == {"pre-install", "pre-upgrade"}]
     (container,) = pre["spec"]["template"]["spec"]["containers"]
     args = container["args"]
     assert args[:2] == ["certs", "ensure"] and "--create-only" in args
@@ -847,11 +848,11 @@ def test_self_signed_pre_install_job_creates_the_secret_so_helm_wait_can_finish(
     assert "--create-only" not in post["spec"]["template"]["spec"]["containers"][0]["args"]
     sa_name = pre["spec"]["template"]["spec"]["serviceAccountName"]
     sa = find(objects, "ServiceAccount", sa_name)
-    assert hooks(sa) == {"pre-install"}
+    assert hooks(sa) == {"pre-install", "pre-upgrade"}
     weight = int(pre["metadata"]["annotations"]["helm.sh/hook-weight"])
     for kind in ("ServiceAccount", "Role", "RoleBinding"):
         obj = find(objects, kind, sa_name)
-        assert hooks(obj) == {"pre-install"}
+        assert hooks(obj) == {"pre-install", "pre-upgrade"}
         assert int(obj["metadata"]["annotations"]["helm.sh/hook-weight"]) < weight, f"{kind} before the Job"
     assert _rules(objects, "Role", sa_name) == [
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
