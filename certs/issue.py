@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -231,13 +231,17 @@ def load_certificates(pem: bytes) -> list[x509.Certificate]:
         return []
 
 
+_UNREADABLE_EXTENSION = (x509.ExtensionNotFound, x509.DuplicateExtension, ValueError)
+"""An extension absent, written twice, or that does not parse (cryptography parses them when first asked)."""
+
+
 def load_key(pem: bytes | None) -> PrivateKey | None:
     """The private key in a PEM text; None when absent, unreadable, encrypted or of another type."""
     if not pem:
         return None
     try:
         key = serialization.load_pem_private_key(pem, password=None)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, UnsupportedAlgorithm):
         return None
     return key if isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) else None
 
@@ -251,7 +255,7 @@ def sans(cert: x509.Certificate) -> list[str]:
     """The DNS names and IP addresses the certificate is valid for."""
     try:
         ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
+    except _UNREADABLE_EXTENSION:  # absent, or malformed: no name to trust it for
         return []
     return [*ext.get_values_for_type(x509.DNSName), *(str(ip) for ip in ext.get_values_for_type(x509.IPAddress))]
 
@@ -276,7 +280,7 @@ def signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
     """True when ``ca`` issued ``cert`` (issuer name matches and the signature verifies with the CA's key)."""
     try:
         cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
+    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
         return False
     return True
 
@@ -284,7 +288,7 @@ def signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
 def is_ca(cert: x509.Certificate) -> bool:
     try:
         return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
-    except x509.ExtensionNotFound:
+    except _UNREADABLE_EXTENSION:
         return False
 
 
@@ -293,12 +297,18 @@ def has_server_auth(cert: x509.Certificate) -> bool:
         eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     except x509.ExtensionNotFound:
         return True  # no EKU extension: any usage
+    except _UNREADABLE_EXTENSION:
+        return False
     return ExtendedKeyUsageOID.SERVER_AUTH in eku
 
 
 def key_matches(cert: x509.Certificate, key: PrivateKey) -> bool:
     spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    return cert.public_key().public_bytes(*spki) == key.public_key().public_bytes(*spki)
+    try:
+        public = cert.public_key()
+    except (ValueError, UnsupportedAlgorithm):  # a key type cryptography cannot read: not this one
+        return False
+    return public.public_bytes(*spki) == key.public_key().public_bytes(*spki)
 
 
 def problems(bundle: Bundle, names: Names, renew_within_days: float, now: dt.datetime | None = None) -> list[str]:
@@ -343,13 +353,21 @@ def _current_ca(bundle: Bundle) -> tuple[x509.Certificate, PrivateKey] | None:
     return None
 
 
-def _ca_text(first: x509.Certificate, previous: Sequence[x509.Certificate], now: dt.datetime) -> tuple[bytes, int]:
-    """PEM of ``first`` then the unexpired ``previous`` CAs (not repeating ``first``); and how many were dropped."""
+def _ca_text(
+    first: x509.Certificate,
+    previous: Sequence[x509.Certificate],
+    now: dt.datetime,
+    serving: Sequence[x509.Certificate] = (),
+) -> tuple[bytes, int]:
+    """PEM of ``first`` then the unexpired ``previous`` CAs (not repeating ``first``); and how many were dropped. A
+    previous certificate that signed one ``serving`` now (a self-signed serving certificate stored as its own CA, as
+    cert-manager's selfSigned issuer writes it: no CA flag) is kept too, or the pods still serving it would fail
+    every call until they load the new one."""
     kept: list[x509.Certificate] = []
     for c in previous:
         if c == first or c in kept:
             continue
-        if days_left(c, now) > 0 and is_ca(c):
+        if days_left(c, now) > 0 and (is_ca(c) or any(signed_by(s, c) for s in serving)):
             kept.append(c)
     dropped = sum(1 for c in previous if c != first) - len(kept)
     return b"".join(_cert_pem(c) for c in (first, *kept)), max(dropped, 0)
@@ -392,7 +410,7 @@ def plan(
         return Plan("renew", Bundle(text, _cert_pem(cert), _key_pem(key), current.ca_key), reason, dropped)
     fresh = issue(service, namespace, days=days, dev=dev, key_type=key_type, now=now)
     new_ca = load_certificates(fresh.ca_crt)[0]
-    text, dropped = _ca_text(new_ca, cas, now)
+    text, dropped = _ca_text(new_ca, cas, now, serving=load_certificates(current.tls_crt)[:1])
     why = "no CA key" if ca is None else "CA expires too soon"
     return Plan("rotate", replace(fresh, ca_crt=text), f"{reason} ({why} to keep the CA)", dropped)
 

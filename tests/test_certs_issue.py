@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID, NameOID
 
 from certs import CertsError
 from certs import issue as ci
@@ -204,6 +204,66 @@ def test_plan_rotates_the_ca_and_keeps_the_old_one_in_the_bundle(old, why):
     assert ci.signed_by(leaf(p.bundle), cas[0])
     again = ci.plan(p.bundle, SVC, NS, days=365, renew_within_days=30)
     assert again.action == "reuse" and again.bundle == p.bundle  # idempotent: the old CA stays until it expires
+
+
+def _self_signed_leaf(days: int) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A serving certificate signed by its own key, with no CA flag: what cert-manager's selfSigned issuer writes
+    (its ca.crt is the certificate itself)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{SVC}.{NS}.svc")])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(NOW - dt.timedelta(days=1))
+        .not_valid_after(NOW + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in ci.service_names(SVC, NS).dns]), False)
+        .sign(key, hashes.SHA256())
+    )
+    return cert, key
+
+
+def test_a_rotation_keeps_a_self_signed_serving_certificate_the_webhooks_trust():
+    """The pods serve the old certificate until they load the new Secret: the caBundle must still trust it, though it
+    is no CA (found by a review of the certs tool)."""
+    cert, key = _self_signed_leaf(days=10)
+    pem = ci._cert_pem(cert)
+    old = ci.Bundle(pem, pem, ci._key_pem(key), None)
+    p = ci.plan(old, SVC, NS, days=365, renew_within_days=30)
+    assert p.action == "rotate" and p.dropped_cas == 0
+    cas = ci.load_certificates(p.bundle.ca_crt)
+    assert len(cas) == 2 and cas[1] == cert and ci.signed_by(leaf(p.bundle), cas[0])
+
+
+def _malformed_san(bundle: ci.Bundle) -> ci.Bundle:
+    """``bundle`` with a serving certificate whose subjectAltName does not parse (read when first asked for)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    issuer = ca(bundle)
+    ca_key = ci.load_key(bundle.ca_key)
+    assert ca_key is not None
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "x")]))
+        .issuer_name(issuer.subject)
+        .public_key(key.public_key())
+        .serial_number(7)
+        .not_valid_before(NOW)
+        .not_valid_after(NOW + dt.timedelta(days=90))
+        .add_extension(x509.UnrecognizedExtension(ExtensionOID.SUBJECT_ALTERNATIVE_NAME, b"\x30\x03\x82\x05a"), False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return replace(bundle, tls_crt=ci._cert_pem(cert), tls_key=ci._key_pem(key))
+
+
+def test_a_certificate_that_does_not_parse_whole_is_issued_anew(prod_bundle):
+    """An extension that does not parse made plan raise (a traceback from certs ensure on every run): such a
+    certificate serves no name, and is replaced."""
+    p = ci.plan(_malformed_san(prod_bundle), SVC, NS)
+    assert p.action == "renew" and "lacks SANs" in p.reason
+    assert ci.covers(leaf(p.bundle), ci.service_names(SVC, NS))
 
 
 def test_plan_drops_expired_previous_cas():
