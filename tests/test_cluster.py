@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -692,3 +693,64 @@ def test_a_node_is_the_same_but_for_its_timestamp_labels(new: Node, same: bool) 
     assert same_node(HELD, new, STAMPS) is same
     if new != HELD:
         assert not same_node(HELD, new, frozenset()), "with no timestamp labels, any difference is a change"
+
+
+# -- declared pools and the nodes they get (found by a review of the cluster model) ---------------------------------
+
+TRAIN = PoolSettings(name="train", node_selector={"pool": "train-spot"}, driver_version="550.90.07", gpu_count=8)
+
+
+def test_a_declared_pool_is_matched_by_its_selector_not_by_a_name_another_label_carries() -> None:
+    """A node pool labelled with the declared pool's name (eks nodegroup 'train') is another pool: the declaration
+    stays, and keeps its selector to itself."""
+    settings = Settings(cluster=ClusterSettings(pools=[TRAIN]))
+    other = node("o1", {"eks.amazonaws.com/nodegroup": "train", "nvidia.com/cuda.driver-version.full": "570.124.06"})
+    view = build_view([other], settings)
+    assert sorted((g.pool, g.declared, g.nodes) for g in view.groups) == [
+        ("train", False, ("o1",)),
+        ("train", True, ()),
+    ]
+    (c,) = view.eligible({"nodeSelector": {"pool": "train-spot"}}, ["nvidia.com/gpu"])
+    assert c.group.declared and c.group.driver_text == "550.90.07"
+
+
+@pytest.mark.parametrize(
+    ("labels", "alloc"),
+    [
+        pytest.param({}, {}, id="joining-no-device-plugin-yet"),
+        pytest.param({"nvidia.com/mig.config.state": "pending"}, {"nvidia.com/gpu": "0"}, id="mig-layout-changing"),
+    ],
+)
+def test_a_declared_pools_node_that_offers_no_gpu_yet_leaves_the_declaration_standing(
+    labels: dict[str, str], alloc: dict[str, str]
+) -> None:
+    settings = Settings(cluster=ClusterSettings(pools=[TRAIN]))
+    view = build_view([node("j1", {"pool": "train-spot", **labels}, alloc)], settings)
+    declared = [g for g in view.groups if g.declared]
+    assert [g.pool for g in declared] == ["train"] and declared[0].allocatable["nvidia.com/gpu"] == 8
+    ready = build_view([node("r1", {"pool": "train-spot"}, {"nvidia.com/gpu": "8"})], settings)
+    assert [g.declared for g in ready.groups] == [False], "a node that serves replaces the declaration"
+
+
+def test_a_declared_pool_without_a_gpu_count_takes_a_pod_of_any_count() -> None:
+    pool = PoolSettings(name="h100", node_selector={"pool": "h100"}, driver_version="550.90.07")
+    view = build_view([], Settings(cluster=ClusterSettings(pools=[pool])))
+    selector = {"nodeSelector": {"pool": "h100"}}
+    for count in ("1", "8"):
+        assert [c.group.pool for c in view.eligible(selector, {"nvidia.com/gpu": Decimal(count)})] == ["h100"], count
+    counted = dataclasses.replace(pool, gpu_count=4)
+    view = build_view([], Settings(cluster=ClusterSettings(pools=[counted])))
+    assert view.eligible(selector, {"nvidia.com/gpu": Decimal(8)}) == [], "4 GPUs a node take no pod of 8"
+    assert view.eligible(selector, {"nvidia.com/gpu": Decimal(4)}) != []
+
+
+def test_a_cordoned_node_is_unschedulable_before_its_taint_comes() -> None:
+    cordoned = node("c1", {"pool": "p"})
+    cordoned["spec"]["unschedulable"] = True
+    view = build_view([cordoned], Settings())
+    assert view.eligible({"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}) == []
+    tolerating = {
+        "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+    }
+    assert [c.nodes for c in view.eligible(tolerating)] == [("c1",)]

@@ -40,6 +40,8 @@ GFD = "nvidia.com/"
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+GPU_VENDOR_PREFIX = "nvidia.com/"
+"""What the NVIDIA device plugin names its resources with (whole GPUs, shared GPUs, MIG devices)."""
 GKE_PARTITION_LABEL = "cloud.google.com/gke-gpu-partition-size"
 GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 GKE_DRIVER_LABEL = "cloud.google.com/gke-gpu-driver-version"
@@ -121,6 +123,8 @@ class NodeGroup:
     gpu_replicas: int = 0
     """Time-slicing / MPS replicas per GPU (``nvidia.com/gpu.replicas``), 0 when not shared or unknown."""
     pool_source: str = ""
+    counts_known: bool = True
+    """False for a declared pool without ``gpuCount``: its nvidia.com/gpu count (1) means some, not how many."""
     """What named the pool: 'settings', 'label <key>', 'annotation <key>', or 'GPU product, driver and MIG layout'."""
     notes: tuple[str, ...] = ()
     """Facts a user should know about the group, in words (unknown driver, MIG layout changing ...)."""
@@ -521,12 +525,14 @@ def _wanted(resources: Mapping[str, Decimal] | Iterable[str]) -> dict[str, Decim
 
 
 def offers(group: NodeGroup, wanted: Mapping[str, Decimal]) -> bool:
-    """Each wanted resource is offered (> 0); a whole amount must fit on one node."""
+    """Each wanted resource is offered (> 0); a whole amount must fit on one node (when the group's counts are
+    known: a declared pool without ``gpuCount`` says it has GPUs, not how many)."""
     for name, amount in wanted.items():
         have = group.allocatable.get(name, Decimal(0))
         if have <= 0:
             return False
-        if amount.is_finite() and amount == amount.to_integral_value() and have < amount:
+        whole = amount.is_finite() and amount == amount.to_integral_value()
+        if whole and have < amount and (group.counts_known or name != GPU_RESOURCE):
             return False
     return True
 
@@ -829,6 +835,9 @@ def same_node(held: Node, new: Node, timestamp_labels: frozenset[str]) -> bool:
     return replace(new, labels={**new.labels, **stamps}) == held
 
 
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+
 def parse_node(obj: object) -> Node | None:
     """A Node object (as the API returns it) to a Node; None when it is not a usable Node.
 
@@ -845,11 +854,16 @@ def parse_node(obj: object) -> Node | None:
     labels = {k: v for k, v in as_dict(meta.get("labels")).items() if isinstance(k, str) and isinstance(v, str)}
     keep = _pool_annotation_keys()
     annotations = {k: v for k, v in as_dict(meta.get("annotations")).items() if k in keep and isinstance(v, str)}
+    spec = as_dict(obj.get("spec"))
     taints = {
         Taint(t["key"], as_str(t.get("value")), as_str(t.get("effect")))
-        for t in as_list(as_dict(obj.get("spec")).get("taints"))
+        for t in as_list(spec.get("taints"))
         if isinstance(t, dict) and isinstance(t.get("key"), str) and t.get("key")
     }
+    if spec.get("unschedulable") is True:
+        # kube-scheduler's NodeUnschedulable filter reads the field as this taint (the node lifecycle controller adds
+        # it a moment after a cordon): a pod passes only by tolerating it
+        taints.add(Taint(UNSCHEDULABLE_TAINT, "", "NoSchedule"))
     allocatable: dict[str, Decimal] = {}
     for key, value in as_dict(as_dict(obj.get("status")).get("allocatable")).items():
         if isinstance(key, str) and "/" in key:
@@ -1187,6 +1201,7 @@ class _Builder:
             declared=True,
             mig_capable=pool.mig_strategy != "none",
             pool_source="settings",
+            counts_known=bool(pool.gpu_count) or (pool.mig_strategy != "none" and bool(profiles)),
             notes=notes,
         )
 
@@ -1214,8 +1229,11 @@ def build_view(
         )
         buckets.setdefault(key, []).append(node)
     groups = [builder.group(members) for members in buckets.values()]
-    seen_pools = {g.pool for g in groups}
-    groups += [builder.declared_group(p) for p in builder.pools if p.name not in seen_pools]
+    # A declared pool is what its nodes will be until one of them is: a node of it that offers no GPU yet (joining:
+    # no device plugin, no GFD labels; its MIG layout changing) leaves the declaration standing beside it. Matched by
+    # its selector, never by a name another pool's label happens to carry.
+    serving = {key[4] for key, g in zip(buckets, groups, strict=True) if key[4] is not None and _serves(g)}
+    groups += [builder.declared_group(p) for p in builder.pools if p.name not in serving]
     groups.sort(key=lambda g: (g.pool, g.nodes))
     return ClusterView(
         groups=tuple(groups),
@@ -1226,6 +1244,12 @@ def build_view(
         volatile_labels=builder.volatile,
         known=known or bool(groups),
     )
+
+
+def _serves(group: NodeGroup) -> bool:
+    """The group's nodes offer a GPU now, in a settled MIG layout."""
+    offered = any(v > 0 for k, v in group.allocatable.items() if k.startswith(GPU_VENDOR_PREFIX))
+    return offered and group.mig_config_state not in MIG_CHANGING_STATES
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -376,8 +376,8 @@ def _cuda_labels(group: NodeGroup) -> dict[str, Version]:
 def pool_selector(group: NodeGroup, ctx: Context) -> dict[str, str]:
     """Node labels that select the group's pool: a declared pool's nodeSelector, else a provider pool label."""
     for pool in ctx.settings.cluster.pools:
-        if pool.name == group.pool and pool.node_selector:
-            return dict(pool.node_selector)
+        if pool.name == group.pool and pool.node_selector and group.pool_source == "settings":
+            return dict(pool.node_selector)  # not a pool another label names alike
     for key in ctx.cluster.presets.pool_labels:
         if group.labels.get(key) == group.pool:
             return {key: group.pool}
