@@ -348,6 +348,25 @@ def test_warnings_past_the_apiservers_limit_are_counted_not_dropped_unsaid() -> 
     assert shown == [pipeline._short(w) for w in result.outcome.warnings[: len(shown)]]
 
 
+def test_the_warnings_of_a_misplaced_annotation_are_within_the_same_limit() -> None:
+    """A Deployment whose own metadata holds an input annotation for each of 45 containers: each is warned of, and
+    with the rest they stay within the limit (they were put in front after it was applied; found by a review)."""
+    pod = gpu_pod(image="registry.example/team/model:latest")
+    first = pod["spec"]["containers"][0]
+    containers = [{**first, "name": f"worker-{n:02d}"} for n in range(45)]
+    annotations = {f"gpu-admission.io/cuda-version.{c['name']}": "12.4" for c in containers}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "ml", "annotations": annotations},
+        "spec": {"template": {"metadata": {}, "spec": {**pod["spec"], "containers": containers}}},
+    }
+    result = pipeline.mutate(deployment, _ctx(Settings(cuda=CudaSettings(unknown_version="warn")), namespace="ml"))
+    assert sum(map(len, result.warnings)) <= pipeline.WARNINGS_TOTAL
+    assert result.warnings[0].startswith("gpu-admission.io/cuda-version.worker-00 is on the Deployment")
+    assert result.warnings[-1].endswith("more warnings not shown (the apiserver keeps 4096 characters)")
+
+
 # -- a workload UPDATE that leaves its pod template as it was -----------------------------------------------------
 OLD_DRIVER = {
     "nvidia.com/cuda.driver-version.full": "535.183.01",

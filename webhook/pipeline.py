@@ -12,7 +12,7 @@ resource it picks narrows the nodes that CUDA then checks.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,19 +228,7 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
                 outcome.warn(f"{head}; to fix: {fix}" if has_fix else f"{head}: {d.message}")
             key = f"{d.policy}-would-deny"  # every container's, not the last one's
             result.audit[key] = f"{result.audit[key]}\n{d.message}" if key in result.audit else d.message
-    warnings: list[str] = []
-    total = 0
-    for shown, w in enumerate(outcome.warnings):
-        w = _short(w)
-        if total + len(w) > WARNINGS_TOTAL:
-            # Said in the room WARNINGS_TOTAL leaves under the apiserver's 4096, so that none is dropped unsaid.
-            warnings.append(
-                f"{len(outcome.warnings) - shown} more warnings not shown (the apiserver keeps 4096 characters)"
-            )
-            break
-        warnings.append(w)
-        total += len(w)
-    result.warnings = warnings
+    result.warnings = _capped(outcome.warnings)
     result.outcome = outcome
     for key, value in outcome.audit.items():
         result.audit[audit_key(key)] = value
@@ -257,6 +245,21 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
     else:
         result.audit["decision"] = clipped(steps, AUDIT_VALUE_LIMIT)
     return result
+
+
+def _capped(lines: Sequence[str]) -> list[str]:
+    """The warnings as sent: each shortened to a line, and all within WARNINGS_TOTAL, the rest counted."""
+    warnings: list[str] = []
+    total = 0
+    for shown, w in enumerate(lines):
+        w = _short(w)
+        if total + len(w) > WARNINGS_TOTAL:
+            # Said in the room WARNINGS_TOTAL leaves under the apiserver's 4096, so that none is dropped unsaid.
+            warnings.append(f"{len(lines) - shown} more warnings not shown (the apiserver keeps 4096 characters)")
+            break
+        warnings.append(w)
+        total += len(w)
+    return warnings
 
 
 def _context_for(ctx: Context, view: PodView, prior: Mapping[str, str]) -> Context:
@@ -440,7 +443,9 @@ def mutate(obj: Any, ctx: Context) -> Result:
     early, view = _working_view(obj, ctx)
     if view is None:
         assert early is not None
-        return _misplaced_said(early, obj, ctx) if early.skipped == TEMPLATE_KEPT or not early.skipped else early
+        if early.skipped == TEMPLATE_KEPT or not early.skipped:
+            early.warnings = _capped([*_misplaced_now(obj, ctx), *early.warnings])
+        return early
     working = view.root
     prior = _prior_outputs(view)
     annotations = view.metadata.get("annotations")
@@ -458,9 +463,9 @@ def mutate(obj: Any, ctx: Context) -> Result:
         view.set_annotation(PREFIX + name, text)
     if not had_annotations and view.metadata.get("annotations") == {}:
         del view.metadata["annotations"]  # do not leave behind an empty map that we created
+    outcome.warnings[:0] = _misplaced_now(obj, ctx)
     result = Result(object=working)
     _finish(result, pctx, outcome, "unchanged")
-    _misplaced_said(result, obj, ctx)
     if result.allowed:
         result.patch = make_patch(obj, working)
         if result.patch:
@@ -504,13 +509,12 @@ def _misplaced(obj: Any) -> list[str]:
     ]
 
 
-def _misplaced_said(result: Result, obj: Any, ctx: Context) -> Result:
-    """``result`` with the ``_misplaced`` warnings first: when the workload is made, or its own annotations change
-    on an update that reaches the webhook (the chart sends those that change the pod template too), not on every
-    other update."""
+def _misplaced_now(obj: Any, ctx: Context) -> list[str]:
+    """The ``_misplaced`` warnings, when the workload is made or its own annotations change on an update that
+    reaches the webhook (the chart sends those that change the pod template too), not on every other update."""
     if ctx.old_object is None or _own_annotations(obj) != _own_annotations(ctx.old_object):
-        result.warnings[:0] = _misplaced(obj)
-    return result
+        return _misplaced(obj)
+    return []
 
 
 def _own_annotations(obj: Any) -> Any:
