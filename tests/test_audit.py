@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import time
 from typing import Any
 from unittest import mock
 
@@ -183,6 +184,24 @@ def test_bad_request_is_logged_with_its_error() -> None:
     assert line["status"] == 400
     assert "not valid JSON" in line["error"]
     assert "uid" not in line
+
+
+def test_an_internal_error_is_logged_with_its_request_and_its_latency(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in a policy: the answer is a 500 in JSON, and the decision log line names the request (uid, name,
+    kind) and how long it took, as operations.md asks a report to give (it had neither; found by a review)."""
+
+    def broken(obj: Any, ctx: Context) -> Result:
+        time.sleep(0.05)
+        raise KeyError("boom")
+
+    monkeypatch.setattr(pipeline, "validate", broken)
+    app, stream = logged_app()
+    body = review(gpu_pod(), uid="9f1c2d3e-0000-4000-8000-000000000001", name="trainer-0")
+    response = app.test_client().post("/validate", json=body)
+    assert response.status_code == 500 and "internal error (KeyError)" in response.get_json()["error"]
+    (line,) = lines(stream)
+    assert (line["status"], line["error"], line["uid"]) == (500, "internal: KeyError", body["request"]["uid"])
+    assert line["kind"] == "Pod" and line["latency_ms"] >= 50
 
 
 def test_decision_log_can_be_turned_off() -> None:

@@ -14,7 +14,7 @@ from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from webhook import decisions, pipeline
-from webhook.admission import error_body
+from webhook.admission import ReviewRequest, error_body, parse_review
 from webhook.audit import Recorder, build_recorder
 from webhook.cluster import ClusterSource, StaticCluster, build_view
 from webhook.config import Settings
@@ -55,6 +55,14 @@ def read_body(limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _request_of(body: bytes, limit: int) -> ReviewRequest | None:
+    """The request in ``body`` when it reads (for the decision log of a request that failed), else None."""
+    try:
+        return parse_review(body, limit)
+    except Exception:
+        return None
+
+
 def create_app(
     settings: Settings | None = None, cluster: ClusterSource | None = None, recorder: Recorder | None = None
 ) -> Flask:
@@ -67,6 +75,7 @@ def create_app(
 
     def review_route(endpoint: str, step: Callable[[Any, Context], pipeline.Result]) -> tuple[Response, int]:
         started = time.perf_counter()
+        body = b""
         try:
             body = read_body(settings.max_body_bytes)
             review, result, answer = decisions.decide(
@@ -75,6 +84,14 @@ def create_app(
         except BadRequest as err:
             runtime.recorder.record(endpoint, None, None, err.status, time.perf_counter() - started, str(err))
             return jsonify(error_body(str(err))), err.status
+        except Exception as err:
+            # A bug, not the caller's fault: answer in JSON and say so (the failurePolicy decides); the decision log
+            # names the request (its uid, to find it in the apiserver's audit log) and its real latency.
+            seconds = time.perf_counter() - started
+            app.logger.exception("unexpected error while reviewing")
+            known = _request_of(body, settings.max_body_bytes)
+            runtime.recorder.record(endpoint, known, None, 500, seconds, f"internal: {type(err).__name__}")
+            return jsonify(error_body(f"internal error ({type(err).__name__}); see the webhook's log")), 500
         runtime.recorder.record(endpoint, review, result, 200, time.perf_counter() - started)
         return app.response_class(answer, mimetype="application/json"), 200
 
