@@ -80,6 +80,7 @@ class KubeAPI:
         self.requests: list[tuple[str, str]] = []
         self.request_headers: list[dict[str, str]] = []  # one per request, as ``requests``
         self._failures: list[int] = []
+        self.retry_after: int | None = None
         self.server: ThreadingHTTPServer | None = None
         self.port = 0
         self.thread: threading.Thread | None = None
@@ -157,9 +158,12 @@ class KubeAPI:
                 w.events.put(None)
             self.watches = []
 
-    def fail_next(self, count: int, code: int = 500) -> None:
+    def fail_next(self, count: int, code: int = 500, retry_after: int | None = None) -> None:
+        """The next ``count`` requests are answered ``code`` (with a Retry-After of that many seconds, when given, as
+        kube-apiserver's priority and fairness answers 429)."""
         with self.lock:
             self._failures += [code] * count
+            self.retry_after = retry_after
 
     def hang_up_next(self, count: int, stored: bool = False) -> None:
         """The next ``count`` creates are read and their connection closed with no answer, as a server does that
@@ -270,9 +274,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.api.connections += 1
 
     # -- plumbing ---------------------------------------------------------------------------------------------
-    def _send(self, code: int, body: JSON) -> None:
+    def _send(self, code: int, body: JSON, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -352,7 +358,8 @@ class _Handler(BaseHTTPRequestHandler):
             if self.api._failures:
                 code = self.api._failures.pop(0)
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))  # keep the connection usable
-                self._send(code, _status(code, "InternalError", "injected failure"))
+                extra = {"Retry-After": str(self.api.retry_after)} if self.api.retry_after is not None else {}
+                self._send(code, _status(code, "InternalError", "injected failure"), extra)
                 return True
         return False
 

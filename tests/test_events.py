@@ -9,6 +9,8 @@ import os
 import re
 import select
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -388,6 +390,72 @@ def test_api_sink_retries_once(
     posts = [r for r in kubeapi.requests if r == ("POST", "/api/v1/namespaces/default/events")]
     assert (len(posts), q.sent, q.failed) == (calls, sent, failed)
     assert len(kubeapi.list("v1", "events", "default")) == sent
+
+
+@pytest.mark.parametrize("path", ["direct", "client"])
+def test_a_429_waits_as_its_retry_after_says(
+    kubeapi: KubeAPI, tmp_path: Any, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kube-apiserver's priority and fairness answers 429 with Retry-After: the one retry waits that long (at most
+    RETRY_AFTER_CAP_S), not the short backoff, which a throttled server refused again (found by a review)."""
+    kubeapi.fail_next(1, 429, retry_after=30)
+    slept: list[float] = []
+    monkeypatch.setattr("webhook.events.time.sleep", slept.append)
+    sink = ApiSink(api_client(kubeapi, tmp_path), backoff=0.001)
+    if path == "client":
+        sink.direct = None
+    sink.send(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
+    assert slept == [events.RETRY_AFTER_CAP_S] and len(kubeapi.list("v1", "events", "default")) == 1
+
+
+def test_failures_of_one_kind_are_logged_once_a_while_with_their_count(caplog: pytest.LogCaptureFixture) -> None:
+    """An API that refuses every Event (403: no RBAC) or is away: one warning, then one a while with the count, not a
+    line per Event (found by a review)."""
+    sender = events.Sender(Failing())
+    body = event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i")
+    with caplog.at_level("WARNING", logger="gpu_admission.events"):
+        for _ in range(50):
+            sender.deliver(body)
+    assert sender.failed == 50
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "cannot create the CUDAChecked event on default/trainer: " in line and "apiserver away" in line
+    sender._failures_told = {k: v - events.FULL_TELL_S for k, v in sender._failures_told.items()}  # a while later
+    with caplog.at_level("WARNING", logger="gpu_admission.events"):
+        sender.deliver(body)
+    assert caplog.records[-1].getMessage().endswith("(50 Events failed so since the last such line)")
+
+
+def test_the_api_servers_ca_read_again_when_its_file_changes(tmp_path: Any) -> None:
+    """The cluster's CA rotated: the kubelet rewrites the mounted ca.crt, and a new connection trusts what it says
+    now (the context was built once, and every Event failed until a restart; found by a review)."""
+    first, second = issue_certs(tmp_path / "a"), issue_certs(tmp_path / "b")
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes((first / "ca.crt").read_bytes())
+    api = KubeAPI(tls=(str(second / "tls.crt"), str(second / "tls.key"))).start()
+    try:
+        sink = ApiSink(configured(api, str(ca)), attempts=1)
+        body = event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i")
+        with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
+            sink.send(body)
+        ca.write_bytes((first / "ca.crt").read_bytes() + (second / "ca.crt").read_bytes())
+        os.utime(ca, (time.time() + 5, time.time() + 5))
+        sink.send(body)
+        assert len(api.list("v1", "events", "default")) == 1
+    finally:
+        api.stop()
+
+
+def test_a_relay_still_sending_when_the_server_stops_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)
+    try:
+        with caplog.at_level("ERROR", logger="gpu_admission.events"):
+            assert events.Relay(write_fd, sleeper.pid).finish(timeout=0.2) is False
+        assert "the Events relay was still sending 0 s after the server stopped" in caplog.text
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_api_sink_sends_the_body_as_it_is_with_the_clients_credentials(kubeapi: KubeAPI, tmp_path: Any) -> None:

@@ -81,7 +81,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # What the master holds now is shared with the workers page by page: keep the collector from touching it.
     gc.collect()
     gc.freeze()
-    GunicornServer(options, factory, on_exit=relay.finish if relay else None).run()
+    # The relay may take what is left of the graceful timeout (the workers mostly stop at once) to send what they
+    # wrote: the kubelet's SIGKILL at the end of the grace period ends it anyway.
+    finish = (lambda: relay.finish(timeout=options.graceful_timeout)) if relay else None
+    GunicornServer(options, factory, on_exit=finish).run()
     return 0
 
 

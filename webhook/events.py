@@ -231,16 +231,46 @@ class _Direct:
         self.port = url.port or (443 if https else 80)
         self.prefix = url.path.rstrip("/")  # a server behind a path (a proxy to many clusters)
         self.timeout = timeout
+        self.configuration = configuration
         self.tls: ssl.SSLContext | None = None
+        self.files: tuple[float, ...] = ()
+        """When the CA and client certificate files were last changed, as ``tls`` read them."""
         if https:
-            tls = ssl.create_default_context(cafile=configuration.ssl_ca_cert, cadata=configuration.ca_cert_data)
-            if configuration.cert_file:
-                tls.load_cert_chain(configuration.cert_file, configuration.key_file)
-            if not configuration.verify_ssl:
-                tls.check_hostname = False
-                tls.verify_mode = ssl.CERT_NONE
-            self.tls = tls
+            self.tls, self.files = self._context(), self._stamps()
         self.connection: http1.Connection | None = None
+
+    def _context(self) -> ssl.SSLContext:
+        c = self.configuration
+        tls = ssl.create_default_context(cafile=c.ssl_ca_cert, cadata=c.ca_cert_data)
+        if c.cert_file:
+            tls.load_cert_chain(c.cert_file, c.key_file)
+        if not c.verify_ssl:
+            tls.check_hostname = False
+            tls.verify_mode = ssl.CERT_NONE
+        return tls
+
+    def _stamps(self) -> tuple[float, ...]:
+        c = self.configuration
+        stamps = []
+        for path in (c.ssl_ca_cert, c.cert_file, c.key_file):
+            try:
+                stamps.append(os.stat(path).st_mtime if path else 0.0)
+            except OSError:
+                stamps.append(-1.0)
+        return tuple(stamps)
+
+    def _fresh_tls(self) -> ssl.SSLContext | None:
+        """``tls``, read again when its files changed (the cluster's CA rotated: the kubelet rewrites the mounted
+        ca.crt), so that a new connection trusts what the files say now. A file that cannot be read keeps the
+        context there is."""
+        if self.tls is None or (stamps := self._stamps()) == self.files:
+            return self.tls
+        try:
+            self.tls = self._context()
+        except (OSError, ssl.SSLError, ValueError) as err:
+            log.warning("cannot read the API server's TLS files again (%s): the ones read before stay", err)
+        self.files = stamps
+        return self.tls
 
     @classmethod
     def of(cls, configuration: Any, timeout: float) -> _Direct | None:
@@ -258,13 +288,14 @@ class _Direct:
         twin.connection = None
         return twin
 
-    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
-        """(status, reason, body). A failed connection is closed, and the next request opens a new one (a kept-alive
-        connection the server closed meanwhile fails as the request goes out, ``http1.Stale``: ``ApiSink.send``
-        sends it again at once)."""
-        if self.connection is None:
-            self.connection = http1.Connection(self.address, self.port, self.tls, self.timeout)
-        return self.connection.post(self.prefix + path, body, headers)
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes, dict[bytes, bytes]]:
+        """(status, reason, body, header fields). A failed connection is closed, and the next request opens a new
+        one (a kept-alive connection the server closed meanwhile fails as the request goes out, ``http1.Stale``:
+        ``ApiSink.send`` sends it again at once)."""
+        if self.connection is None or not self.connection.open:  # a new connection: with the TLS files as they are
+            self.connection = http1.Connection(self.address, self.port, self._fresh_tls(), self.timeout)
+        status, reason, data = self.connection.post(self.prefix + path, body, headers)
+        return status, reason, data, self.connection.head
 
 
 class ApiSink:
@@ -314,9 +345,12 @@ class ApiSink:
         direct = self._here()
         if direct is not None:
             path = EVENTS_PATH.format(namespace=quote(namespace, safe=""))
-            status, reason, data = direct.post(path, compact_json(body).encode(), self._headers())
+            status, reason, data, head = direct.post(path, compact_json(body).encode(), self._headers())
             if not 200 <= status <= 299:
-                raise ApiException(status=status, reason=f"{reason}: {data[:200].decode('utf-8', 'replace')}")
+                err = ApiException(status=status, reason=f"{reason}: {data[:200].decode('utf-8', 'replace')}")
+                if b"retry-after" in head:
+                    err.headers = {"Retry-After": head[b"retry-after"].decode("latin-1")}
+                raise err
             return
         request = self.client.param_serialize(
             method="POST",
@@ -354,11 +388,28 @@ class ApiSink:
                     return
                 if err.status not in RETRY_STATUSES or attempt >= self.attempts:
                     raise
+                wait = _retry_after(err)
+                if wait is not None:  # the apiserver's priority and fairness says when (429): not before
+                    time.sleep(wait)
+                    attempt += 1
+                    continue
             except (HTTPError, OSError, http.client.HTTPException):
                 if attempt >= self.attempts:
                     raise
             time.sleep(self.backoff * attempt)
             attempt += 1
+
+
+RETRY_AFTER_CAP_S = 5.0
+"""The longest an Event's retry waits for a Retry-After (the relay's other Events wait behind it in its thread)."""
+
+
+def _retry_after(err: Any) -> float | None:
+    """The seconds of an answer's Retry-After (whole seconds, as kube-apiserver writes it), at most
+    RETRY_AFTER_CAP_S; None when it has none or another form (an HTTP date)."""
+    headers = getattr(err, "headers", None) or {}
+    text = next((str(v) for k, v in dict(headers).items() if str(k).lower() == "retry-after"), "")
+    return min(float(text), RETRY_AFTER_CAP_S) if text.strip().isdigit() else None
 
 
 class Sender:
@@ -371,6 +422,9 @@ class Sender:
         self.sent = self.dropped = self.failed = 0
         self._counts = threading.Lock()
         self._senders: ThreadPoolExecutor | None = None
+        self._failures_told: dict[str, float] = {}
+        """When each kind of failure (its error without the object's names) was last logged."""
+        self._failures_since: dict[str, int] = {}
 
     def _count(self, result: str) -> None:
         with self._counts:
@@ -401,14 +455,30 @@ class Sender:
             self._count("sent")
         except Exception as err:
             self._count("failed")
-            involved = as_dict(body.get("involvedObject"))
-            log.warning(
-                "cannot create the %s event on %s/%s: %s",
-                body.get("reason"),
-                involved.get("namespace"),
-                involved.get("name"),
-                _short_error(err),
-            )
+            self._tell_failed(body, err)
+
+    def _tell_failed(self, body: JSON, err: Exception) -> None:
+        """A warning at the first failure of a kind (an HTTP status, an exception type), then at most one per
+        FULL_TELL_S with how many failed so since: an API that refuses (403: no RBAC) or is down fails every Event,
+        and a line each would flood the log."""
+        kind = f"{type(err).__name__} {getattr(err, 'status', '')}".strip()
+        now = time.monotonic()
+        with self._counts:
+            self._failures_since[kind] = self._failures_since.get(kind, 0) + 1
+            told = self._failures_told.get(kind)
+            if told is not None and now - told < FULL_TELL_S:
+                return
+            count, self._failures_since[kind], self._failures_told[kind] = self._failures_since[kind], 0, now
+        involved = as_dict(body.get("involvedObject"))
+        more = f" ({count} Events failed so since the last such line)" if told is not None else ""
+        log.warning(
+            "cannot create the %s event on %s/%s: %s%s",
+            body.get("reason"),
+            involved.get("namespace"),
+            involved.get("name"),
+            _short_error(err),
+            more,
+        )
 
 
 class EventQueue(Sender):
@@ -656,7 +726,8 @@ class Relay:
 
     def finish(self, timeout: float = 5.0) -> bool:
         """Close the master's write end and wait for the relay to send what is left and end (the master's last
-        act: as PID 1 in a container, everything left goes with it). False when it was still running."""
+        act: as PID 1 in a container, everything left goes with it). False, said in the log, when it was still
+        running: what it had not sent is lost."""
         with contextlib.suppress(OSError):
             os.close(self.fd)
         deadline = time.monotonic() + timeout
@@ -667,6 +738,11 @@ class Relay:
             except ChildProcessError:  # reaped already (gunicorn reaps any child)
                 return True
             time.sleep(0.05)
+        log.error(
+            "the Events relay was still sending %.0f s after the server stopped: the Events it had not sent are"
+            " lost (a slow or unreachable API server; see gpu_admission_events_total)",
+            timeout,
+        )
         return False
 
 

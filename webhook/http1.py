@@ -71,7 +71,8 @@ class Connection:
 
     def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
         """Send ``POST path`` with ``body`` and ``headers`` (``Host`` and ``Content-Length`` are written here) and
-        read the answer: (status, reason, body). On any failure the connection is closed and the error raised."""
+        read the answer: (status, reason, body), its header fields in ``head``. On any failure the connection is
+        closed and the error raised."""
         head = [f"POST {path} HTTP/1.1", f"Host: {self.host}", f"Content-Length: {len(body)}"]
         for name, value in headers.items():
             if any(c in name or c in value for c in "\r\n\0") or ":" in name:
@@ -83,9 +84,10 @@ class Connection:
             sock, reader = self._open()
         else:
             sock, reader = self._sock, self._in
+        self.head: dict[bytes, bytes] = {}
         try:
             sock.sendall(request)
-            status, reason, data, keep = read_answer(reader)
+            status, reason, data, keep = read_answer(reader, self.head)
         except ConnectionError as err:  # reset, broken pipe, closed without answering
             self.close()
             if reused:
@@ -153,8 +155,9 @@ def _chunked(reader: BinaryIO) -> bytes:
             raise http.client.HTTPException("a chunk not followed by a line end")
 
 
-def read_answer(reader: BinaryIO) -> tuple[int, str, bytes, bool]:
-    """Read one answer: (status, reason, body, whether the connection stays open for the next request)."""
+def read_answer(reader: BinaryIO, head: dict[bytes, bytes] | None = None) -> tuple[int, str, bytes, bool]:
+    """Read one answer: (status, reason, body, whether the connection stays open for the next request); its header
+    fields (names lowercased) into ``head`` when given."""
     while True:
         line = _line(reader)
         if not line:
@@ -168,6 +171,8 @@ def read_answer(reader: BinaryIO) -> tuple[int, str, bytes, bool]:
         if 100 <= status < 200 and status != 101:
             continue  # an interim answer (100 Continue, 103 Early Hints): the final one follows
         break
+    if head is not None:
+        head.update(fields)
     connection = {token.strip() for token in fields.get(b"connection", b"").lower().split(b",")}
     keep = b"close" not in connection if version == b"HTTP/1.1" else b"keep-alive" in connection
     reason = reason_bytes.decode("latin-1")

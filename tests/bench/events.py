@@ -74,7 +74,7 @@ class _HttpClientDirect(_Direct):
 
     old: http.client.HTTPConnection | None = None
 
-    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes, dict[bytes, bytes]]:
         if self.old is None:
             self.old = (
                 http.client.HTTPSConnection(self.address, self.port, timeout=self.timeout, context=self.tls)
@@ -83,7 +83,8 @@ class _HttpClientDirect(_Direct):
             )
         self.old.request("POST", self.prefix + path, body=body, headers=headers)
         response = self.old.getresponse()
-        return response.status, response.reason, response.read()
+        head = {k.lower().encode("latin-1"): v.encode("latin-1") for k, v in response.getheaders()}
+        return response.status, response.reason, response.read(), head
 
 
 def _configured(api: KubeAPI, ca: str | None = None) -> client.ApiClient:
