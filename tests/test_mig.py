@@ -1751,3 +1751,21 @@ def test_a_long_container_name_is_shortened_so_the_warning_keeps_its_advice(obj,
 def test_a_short_container_name_is_kept_whole():
     result = review(pod(container("trainer", limits={GPU: "1e-9"})), [a100_40()])
     assert result.warnings[0].startswith("trainer: nvidia.com/gpu 1e-9 gets")
+
+
+@pytest.mark.parametrize("steer", [True, False])
+def test_a_profile_on_a_pool_whose_driver_runs_the_pods_cuda_comes_first_steering_or_not(steer):
+    """1g.10gb covers 0.25 only on the A100-40GB, whose driver (535: CUDA 12.2) is too old for CUDA 12.4; the
+    A100-80GB (570) offers 2g.20gb. With cuda.steer off the cuda policy still enforces: the profile it would deny
+    must not be chosen (found by a review of the policies together)."""
+    old = {"nvidia.com/cuda.driver-version.full": "535.104.05"}
+    new = {"nvidia.com/cuda.driver-version.full": "570.124.06"}
+    nodes = [
+        mixed_node("a40", A100_40, {"1g.10gb": 4, "3g.20gb": 2}, "a100-40", 40960, extra_labels=old),
+        mixed_node("a80", A100_80, {"1g.10gb": 7, "2g.20gb": 3}, "a100-80", 81920, extra_labels=new),
+    ]
+    obj = pod(container(limits={GPU: "0.25"}, image="nvidia/cuda:12.4.1-runtime-ubuntu22.04"))
+    s = replace(settings(), cuda=CudaSettings(steer=steer))
+    result = review(obj, nodes, s)
+    assert result.allowed, result.message
+    assert resources_of(result.object) == mig("2g.20gb")

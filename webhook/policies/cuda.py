@@ -560,9 +560,11 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
 def supported_groups(pod: PodView, ctx: Context) -> tuple[NodeGroup, ...] | None:
     """For the mig policy, which chooses before ``steer`` runs: the GPU groups whose driver supports the CUDA of
     every GPU container of ``pod`` (as ``Assessment.allowed`` judges a group), where steering would keep it. None
-    when this policy would not steer (mode not enforce, steering off) or no GPU container says its CUDA. Judged per
-    group, not per node, once per snapshot and settings for the same requirements."""
-    if mode_of(ctx) != "enforce" or not ctx.settings.cuda.steer:
+    when this policy does not enforce (it then denies nothing, so any pool will do) or no GPU container says its
+    CUDA. With steering off it still enforces: a profile offered only where the driver is too old would be denied,
+    where another would be admitted. Judged per group, not per node, once per snapshot and settings for the same
+    requirements."""
+    if mode_of(ctx) != "enforce":
         return None
     requirements = tuple(c.requirement for c in checks_of(pod, ctx) if c.requirement is not None)
     if not requirements:
