@@ -1769,3 +1769,26 @@ def test_a_profile_on_a_pool_whose_driver_runs_the_pods_cuda_comes_first_steerin
     result = review(obj, nodes, s)
     assert result.allowed, result.message
     assert resources_of(result.object) == mig("2g.20gb")
+
+
+def test_a_template_whose_gpu_is_left_to_its_pods_is_checked_on_its_pods():
+    """A Deployment asking gpu-memory: the template keeps the request, so where it would run is not known from it
+    (no nvidia.com resource, so not even the GPU taint ExtendedResourceToleration covers): the CUDA check waits for
+    its pods, which are converted and then checked. The template was denied, though its pods are admitted (found
+    by a review of the policies together)."""
+    old = {"nvidia.com/cuda.driver-version.full": "535.104.05"}
+    new = {"nvidia.com/cuda.driver-version.full": "570.124.06"}
+    taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    nodes = [
+        mixed_node("a40", A100_40, {"1g.10gb": 14}, "old-mig", 40960, extra_labels=old),
+        mixed_node("a80", A100_80, {"3g.40gb": 4}, "new-mig", 81920, extra_labels=new, taints=taint),
+    ]
+    s = replace(settings(), cuda=CudaSettings())
+    template_pod = pod(container(limits={MEM: "20Gi"}, image="nvidia/cuda:12.4.1-runtime-ubuntu22.04"))
+    deployment = review(workload("Deployment", template_pod), nodes, s)
+    assert deployment.allowed, deployment.message
+    assert template_of(deployment.object)["metadata"]["annotations"]["gpu-admission.io/cuda"].startswith(
+        "checked on each pod as it is created"
+    )
+    created = review(template_pod, nodes, s)
+    assert created.allowed and resources_of(created.object) == mig("3g.40gb")

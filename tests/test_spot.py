@@ -1162,3 +1162,17 @@ def test_a_toleration_another_covers_is_not_added(nodes: list[Any], extra: Taint
     tolerations = result.object["spec"]["tolerations"]
     assert [spot.Wanted(t["key"], t.get("value"), t["effect"]) for t in tolerations] == [spot.parse_wanted(kept)]
     assert f"tolerates {kept} (" in (applied(result) or "")
+
+
+def test_a_template_whose_gpu_is_left_to_its_pods_is_not_warned_of_unreachable_spot() -> None:
+    """A gpu-memory request stays in the template (its pods are converted): it names no GPU resource there, so the
+    spot pools' GPU taint would seem to keep it off them; whether its pods reach spot is told on the pods (found by a
+    review of the policies together)."""
+    obj = workload("Deployment", "require")
+    container = obj["spec"]["template"]["spec"]["containers"][0]
+    container["resources"] = {"limits": {"gpu-admission.io/gpu-memory": "20Gi"}}
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    spot_gpu = node("s1", {AKS_SCALESET: "spot", AKS_PRIORITY: "spot"}, (f"{AKS_SCALESET}=spot:NoSchedule",))
+    spot_gpu["spec"]["taints"].append(gpu_taint)
+    result = pipeline.mutate(obj, context([spot_gpu]))
+    assert not [w for w in result.warnings if "exclude every spot pool" in w], result.warnings

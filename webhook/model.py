@@ -194,6 +194,20 @@ class PodView:
             self.metadata["annotations"] = {}
         self.metadata["annotations"][key] = value
 
+    @property
+    def defers_gpu(self) -> bool:
+        """A template whose GPU the mig policy leaves to each pod (a ``gpu-memory`` request, the ``gpu-fraction``
+        annotation): where its pods run is decided when they are created, not by what the template asks now."""
+        if not self.is_template:
+            return False
+        if self.annotation("gpu-fraction") is not None:
+            return True
+        for _, container in self.containers():
+            resources = as_dict(container.get("resources"))
+            if any(GPU_MEMORY_RESOURCE in as_dict(resources.get(k)) for k in ("limits", "requests")):
+                return True
+        return False
+
     def containers(self, init: bool = True) -> Iterator[tuple[str, JSON]]:
         """(list name, container) for every container that is a mapping: initContainers first, then containers."""
         for list_name in ("initContainers", "containers") if init else ("containers",):

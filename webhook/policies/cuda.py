@@ -526,7 +526,7 @@ def _planned(step: str, pod: PodView, ctx: Context, make: Callable[[str, tuple[C
     declare the same CUDA and ask to land in the same places; None when the check is off or no container asks for
     a GPU."""
     mode = mode_of(ctx)
-    if mode == "off":
+    if mode == "off" or pod.defers_gpu:  # its pods are checked when their MIG profile, and so their place, is chosen
         return None
     checks = checks_of(pod, ctx)
     if not checks:
@@ -549,12 +549,20 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     snapshot and settings, applied to each."""
     plan = _planned("steer", pod, ctx, lambda mode, checks: plan_steering(pod, mode, checks, ctx))
     if plan is None:
+        if pod.defers_gpu and mode_of(ctx) != "off" and checks_of(pod, ctx):
+            out.annotate(POLICY, DEFERRED)
         return
     if plan.alternatives and narrow(pod, plan.alternatives):
         out.mutated("cuda-affinity")
         out.reasons.append("CUDASteered")
         out.audit["cuda-steered"] = plan.audit
     out.annotate(POLICY, plan.annotation)
+
+
+DEFERRED = (
+    "checked on each pod as it is created: its MIG profile, chosen then for its gpu-memory or gpu-fraction, decides"
+    " where it runs"
+)
 
 
 def supported_groups(pod: PodView, ctx: Context) -> tuple[NodeGroup, ...] | None:

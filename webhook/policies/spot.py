@@ -401,7 +401,7 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     are the pod's own, so the words cannot tell them apart and stay the same)."""
     if not spot_now and mode == "require":
         out.warn("spot require: no node or pool is spot capacity now; the pod stays Pending until a spot node joins")
-    if not spot_now:
+    if not spot_now or pod.defers_gpu:  # its pods learn their MIG resource, and so their place, when created
         return
     requested = requested_resources(pod.spec)
     gpus = {k: v for k, v in requested.items() if k.startswith(NVIDIA_RESOURCES)}
