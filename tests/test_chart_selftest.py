@@ -157,6 +157,34 @@ def test_run_exit_status(answer: Answer, code: int, capsys: pytest.CaptureFixtur
     assert ("selftest passed" in out.out) if code == 0 else ("selftest FAILED" in out.err)
 
 
+@pytest.mark.parametrize(
+    ("spot_answer", "code"),
+    [
+        pytest.param(Answer(obj=returned({"gpu-admission.io/spot-applied": "tolerate"})), 0, id="validate-answers"),
+        pytest.param(
+            Answer(status=500, body=status_body('failed calling webhook "validate.gpu-admission.io": EOF', 500)),
+            1,
+            id="validate-unreachable",
+        ),
+    ],
+)
+def test_a_fraction_denied_by_mutate_sends_the_spot_probe_through_validate(
+    spot_answer: Answer, code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The mutating webhook's denial ends admission: a broken validating webhook passed unseen (found by a review)."""
+    sent: list[str] = []
+
+    def create(namespace: str, pod: dict[str, Any]) -> Answer:
+        probe = "spot" if "gpu-admission.io/spot" in (pod["metadata"].get("annotations") or {}) else "fraction"
+        sent.append(probe)
+        return spot_answer if probe == "spot" else Answer(status=400, body=status_body(DENIED_BY_MUTATE))
+
+    assert selftest.run(parse("--namespace", "team"), create=create) == code
+    assert sent == ["fraction", "spot"]
+    out = capsys.readouterr()
+    assert ("selftest passed" in out.out) if code == 0 else ("validate.gpu-admission.io" in out.err)
+
+
 def test_run_without_cluster_fails_cleanly(capsys):
     def create(namespace: str, pod: dict[str, Any]) -> Answer:
         raise ConnectionRefusedError("connection refused")

@@ -4,7 +4,9 @@ The chart's `helm test` hook runs it in-cluster. The probe pod is created with `
 (the webhook sees ``dryRun: true`` and writes no Event), nothing is stored. The webhook answered when
 
 - the returned pod carries a ``gpu-admission.io/`` annotation the probe did not set (the mutating webhook wrote it), or
-- the request was denied and the message names one of the webhooks (``admission webhook "<name>" denied ...``).
+- the request was denied and the message names one of the webhooks (``admission webhook "<name>" denied ...``);
+  the fraction probe's denial by the mutating webhook ends admission before the validating one, so the spot probe,
+  which both admit, is sent after it and must pass too.
 
 Anything else fails with a message saying what to check: Kubernetes' own validation rejecting the fraction means
 the webhook was never called (selectors, matchConditions); "failed calling webhook" means it was called and could not
@@ -157,6 +159,15 @@ def run(args: argparse.Namespace, create: Create | None = None) -> int:
         print(f"selftest: cannot reach the Kubernetes API: {err}", file=sys.stderr)
         return 1
     ok, message = judge(pod, answer, webhooks)
+    if ok and answer.obj is None and args.probe == "fraction":
+        # A denial (no MIG profile fits, the usual case without MIG) ends admission at the mutating webhook: the
+        # validating one was never called. The spot probe, which both admit, calls it.
+        spot = probe_pod("spot")
+        try:
+            ok, second = judge(spot, send(args.namespace, spot), webhooks)
+        except Exception as err:
+            ok, second = False, f"cannot reach the Kubernetes API: {err}"
+        message = f"{message}; and the spot probe: {second}" if ok else f"the spot probe: {second}"
     print(("selftest passed: " if ok else "selftest FAILED: ") + message, file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 1
 
