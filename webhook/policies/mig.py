@@ -159,6 +159,8 @@ class _Request:
     profiles: dict[tuple[int, str], Profile | None] = field(default_factory=dict)
     whole: list[str] = field(default_factory=list)
     """The containers that ask for whole GPUs, in words ('container b (nvidia.com/gpu 1)')."""
+    spot_first: bool = False
+    """The spot policy, before this one, made the pod prefer spot capacity (``SpotPrefer``)."""
     supported: frozenset[int] | None = None
     """Ids of the groups whose driver supports the pod's CUDA (``cuda.supported_groups``); None: not known."""
 
@@ -655,7 +657,10 @@ def _choose(
             # Offers on groups whose driver runs the pod's CUDA first; the others only when none fits (the cuda
             # policy's denial then says why).
             runs = req.supported is None or any(p.covers and id(p.group) in req.supported for p in places)
-            ranked.append(((not runs, *_rank(option, places)), option, places))
+            size, rest = _rank(option, places)[:2], _rank(option, places)[2:]
+            # a pod that prefers spot capacity: among profiles of one size, one a spot pool offers first
+            spot = req.spot_first and any(p.covers and p.group.spot for p in places)
+            ranked.append(((not runs, *size, not spot, *rest), option, places))
     ranked.sort(key=lambda r: r[0])
     for _, option, places in ranked:
         good = [p for p in places if p.covers]
@@ -1092,6 +1097,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         req.whole = _whole_gpus(pod, asks)
         supported = cuda.supported_groups(pod, ctx)
         req.supported = None if supported is None else frozenset(id(g) for g in supported)
+        req.spot_first = "SpotPrefer" in out.reasons
     prior = _prior_lines(ctx)
     saved = _saved(pod, asks) if len(asks) > 1 else None
     done = _convert(req, pod, asks)
