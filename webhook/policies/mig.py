@@ -30,6 +30,8 @@ How a profile is chosen, per container (init containers included), each on its o
    slices, then mixed before single before GKE, plain before variants (``.me``), then by name. So the choice is
    deterministic and spends the least GPU. When the cuda policy enforces, the profiles offered on groups whose
    driver supports the pod's CUDA come first (``cuda.supported_groups``); the others only when none of those fits.
+   A pod that prefers spot capacity (the spot policy ran first) takes, among profiles of one size, one a spot pool
+   offers first.
 4. When the same profile name is also offered by eligible nodes of another GPU model on which it does not cover the
    request (``1g.10gb`` is 2/8 of an A100-40GB but 1/8 of an A100-80GB), the pod is pinned to the covering GPU
    model(s) on ``nvidia.com/gpu.product`` (or the GKE accelerator, or the pool label).
