@@ -45,6 +45,8 @@ class Connection:
         self.host = host if port == default else f"{host}:{port}"
         self._sock: socket.socket | None = None
         self._in: BinaryIO | None = None
+        self.head: dict[bytes, bytes] = {}
+        """The last answer's header fields, names lowercased (Retry-After for ``webhook.events``)."""
 
     def _open(self) -> tuple[socket.socket, BinaryIO]:
         sock = socket.create_connection((self.address, self.port), timeout=self.timeout)
@@ -84,7 +86,7 @@ class Connection:
             sock, reader = self._open()
         else:
             sock, reader = self._sock, self._in
-        self.head: dict[bytes, bytes] = {}
+        self.head = {}
         try:
             sock.sendall(request)
             status, reason, data, keep = read_answer(reader, self.head)
