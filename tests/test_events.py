@@ -408,7 +408,9 @@ def test_a_429_waits_as_its_retry_after_says(
     assert slept == [events.RETRY_AFTER_CAP_S] and len(kubeapi.list("v1", "events", "default")) == 1
 
 
-def test_failures_of_one_kind_are_logged_once_a_while_with_their_count(caplog: pytest.LogCaptureFixture) -> None:
+def test_failures_of_one_kind_are_logged_once_a_while_with_their_count(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An API that refuses every Event (403: no RBAC) or is away: one warning, then one a while with the count, not a
     line per Event (found by a review)."""
     sender = events.Sender(Failing())
@@ -419,7 +421,8 @@ def test_failures_of_one_kind_are_logged_once_a_while_with_their_count(caplog: p
     assert sender.failed == 50
     (line,) = [r.getMessage() for r in caplog.records]
     assert "cannot create the CUDAChecked event on default/trainer: " in line and "apiserver away" in line
-    sender._failures_told = {k: v - events.FULL_TELL_S for k, v in sender._failures_told.items()}  # a while later
+    now = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now + events.FULL_TELL_S)  # a while later
     with caplog.at_level("WARNING", logger="gpu_admission.events"):
         sender.deliver(body)
     assert caplog.records[-1].getMessage().endswith("(50 Events failed so since the last such line)")

@@ -123,9 +123,9 @@ class NodeGroup:
     gpu_replicas: int = 0
     """Time-slicing / MPS replicas per GPU (``nvidia.com/gpu.replicas``), 0 when not shared or unknown."""
     pool_source: str = ""
+    """What named the pool: 'settings', 'label <key>', 'annotation <key>', or 'GPU product, driver and MIG layout'."""
     counts_known: bool = True
     """False for a declared pool without ``gpuCount``: its nvidia.com/gpu count (1) means some, not how many."""
-    """What named the pool: 'settings', 'label <key>', 'annotation <key>', or 'GPU product, driver and MIG layout'."""
     notes: tuple[str, ...] = ()
     """Facts a user should know about the group, in words (unknown driver, MIG layout changing ...)."""
     driver_version_text: str = ""

@@ -360,6 +360,9 @@ def env_values(container: JSON) -> dict[str, str]:
     return {name: value for name, value in _env(container).items() if isinstance(value, str)}
 
 
+VALUE_FROM = "set by valueFrom"
+
+
 @dataclass(frozen=True)
 class Unread:
     """An env value known only to the kubelet, and why."""
@@ -382,7 +385,7 @@ def _env(container: JSON) -> dict[str, str | Unread]:
         if isinstance(value, str):
             out[name] = _expand(value, out, env_from) if "$" in value else value
         elif "valueFrom" in item:
-            out[name] = Unread("set by valueFrom")
+            out[name] = Unread(VALUE_FROM)
         else:
             out.pop(name, None)
     return out
@@ -408,13 +411,16 @@ def _expand(value: str, known: Mapping[str, str | Unread], env_from: bool) -> st
         return m.group(0)
 
     expanded = _REFERENCE.sub(one, value)
-    if unread:
-        first = known.get(unread[0])
-        where = "a variable its envFrom may set" if first is None else "a value the webhook cannot read either"
-        if isinstance(first, Unread) and first.why == "set by valueFrom":
-            where = "a value set by valueFrom"
-        return Unread(f"refers to $({unread[0][:63]}), {where}")
-    return expanded
+    if not unread:
+        return expanded
+    first = known.get(unread[0])
+    if first is None:
+        where = "a variable its envFrom may set"
+    elif isinstance(first, Unread) and first.why == VALUE_FROM:
+        where = "a value set by valueFrom"
+    else:
+        where = "a value the webhook cannot read either"
+    return Unread(f"refers to $({unread[0][:63]}), {where}")
 
 
 def _text(env: Mapping[str, str | Unread], var: str) -> str:

@@ -400,6 +400,33 @@ class ApiSink:
             attempt += 1
 
 
+FULL_TELL_S = 60.0
+"""How often at most a worker warns that it drops Events at a full pipe, and the relay that Events fail (each
+kind of failure), with how many since it last said."""
+
+
+class _OnceAWhile:
+    """Counts what happens, by kind, and says when to tell of it: at the first, then at most once per FULL_TELL_S,
+    with how many since the last telling (a line per Event would flood the log)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._told: dict[str, float] = {}
+        self._since: dict[str, int] = {}
+
+    def count(self, kind: str, n: int = 1) -> int | None:
+        """How many of ``kind`` to tell of now (these ``n`` included); None: not yet."""
+        now = time.monotonic()
+        with self._lock:
+            since = self._since.get(kind, 0) + n
+            told = self._told.get(kind)
+            if told is not None and now - told < FULL_TELL_S:
+                self._since[kind] = since
+                return None
+            self._since[kind], self._told[kind] = 0, now
+            return since
+
+
 RETRY_AFTER_CAP_S = 5.0
 """The longest an Event's retry waits for a Retry-After (the relay's other Events wait behind it in its thread)."""
 
@@ -422,9 +449,8 @@ class Sender:
         self.sent = self.dropped = self.failed = 0
         self._counts = threading.Lock()
         self._senders: ThreadPoolExecutor | None = None
-        self._failures_told: dict[str, float] = {}
-        """When each kind of failure (its error without the object's names) was last logged."""
-        self._failures_since: dict[str, int] = {}
+        self._failures = _OnceAWhile()
+        """Failures by kind (an HTTP status, an exception type), for the log."""
 
     def _count(self, result: str) -> None:
         with self._counts:
@@ -461,16 +487,11 @@ class Sender:
         """A warning at the first failure of a kind (an HTTP status, an exception type), then at most one per
         FULL_TELL_S with how many failed so since: an API that refuses (403: no RBAC) or is down fails every Event,
         and a line each would flood the log."""
-        kind = f"{type(err).__name__} {getattr(err, 'status', '')}".strip()
-        now = time.monotonic()
-        with self._counts:
-            self._failures_since[kind] = self._failures_since.get(kind, 0) + 1
-            told = self._failures_told.get(kind)
-            if told is not None and now - told < FULL_TELL_S:
-                return
-            count, self._failures_since[kind], self._failures_told[kind] = self._failures_since[kind], 0, now
+        count = self._failures.count(f"{type(err).__name__} {getattr(err, 'status', '')}".strip())
+        if count is None:
+            return
         involved = as_dict(body.get("involvedObject"))
-        more = f" ({count} Events failed so since the last such line)" if told is not None else ""
+        more = f" ({count} Events failed so since the last such line)" if count > 1 else ""
         log.warning(
             "cannot create the %s event on %s/%s: %s%s",
             body.get("reason"),
@@ -584,10 +605,6 @@ SHORT_MESSAGE = 200
 """An Event's message is cut to this when its line would not fit in one atomic pipe write."""
 
 
-FULL_TELL_S = 60.0
-"""How often at most a worker warns that it drops Events at a full pipe (with how many since it last said)."""
-
-
 def _chunks(lines: list[bytes], limit: int) -> Iterator[list[bytes]]:
     """``lines`` in runs of at most ``limit`` bytes together (a longer line alone)."""
     run: list[bytes] = []
@@ -615,8 +632,7 @@ class EventPipe:
         self.counted = counted or (lambda result: None)
         self.dropped = 0
         self._told = False
-        self._full_since_told = 0
-        self._full_told_at: float | None = None
+        self._full = _OnceAWhile()
 
     def send_for(self, review: ReviewRequest | None, result: Result | None, instance: str) -> None:
         """Write the Events an answer calls for, as lines from their templates (``event_lines``)."""
@@ -669,16 +685,14 @@ class EventPipe:
 
     def _tell_full(self, count: int) -> None:
         """A warning at the first Event dropped at a full pipe, then at most one per FULL_TELL_S with the count."""
-        self._full_since_told += count
-        now = time.monotonic()
-        if self._full_told_at is not None and now - self._full_told_at < FULL_TELL_S:
+        dropped = self._full.count("full", count)
+        if dropped is None:
             return
         log.warning(
             "the Events relay is behind: %d Events dropped (its pipe is full); it runs on what the workers leave of "
             "the cores, so busy cores or a slow apiserver hold it up",
-            self._full_since_told,
+            dropped,
         )
-        self._full_told_at, self._full_since_told = now, 0
 
 
 RELAY_NICE = 10

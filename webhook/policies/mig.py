@@ -659,10 +659,10 @@ def _choose(
             # Offers on groups whose driver runs the pod's CUDA first; the others only when none fits (the cuda
             # policy's denial then says why).
             runs = req.supported is None or any(p.covers and id(p.group) in req.supported for p in places)
-            size, rest = _rank(option, places)[:2], _rank(option, places)[2:]
+            gb, slices, *rest = _rank(option, places)
             # a pod that prefers spot capacity: among profiles of one size, one a spot pool offers first
             spot = req.spot_first and any(p.covers and p.group.spot for p in places)
-            ranked.append(((not runs, *size, not spot, *rest), option, places))
+            ranked.append(((not runs, gb, slices, not spot, *rest), option, places))
     ranked.sort(key=lambda r: r[0])
     for _, option, places in ranked:
         good = [p for p in places if p.covers]
@@ -1014,6 +1014,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
     pending = list(asks)
     for index, ask in enumerate(asks):
         pending.remove(ask)
+        # what PodView.defers_gpu says of the whole template, for this ask
         deferred = pod.is_template and (ask.kind == "memory" or ask.source == "annotation")
         choice, seen, barred = _choose(req, pod, pending, ask)
         if choice is None:

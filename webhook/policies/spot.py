@@ -429,12 +429,9 @@ def _distinct(wanted: Sequence[Wanted]) -> list[Wanted]:
     that names a preset's key with a value of its own), in their order."""
     kept: list[Wanted] = []
     for w in wanted:
-        if any(covered([k.toleration()], w) for k in kept):
-            continue
-        kept = [k for k in kept if not covered([w.toleration()], k)]
-        kept.append(w)
-    order = {id(w): i for i, w in enumerate(wanted)}
-    return sorted(kept, key=lambda w: order[id(w)])
+        if not any(covered([k.toleration()], w) for k in kept):
+            kept = [k for k in kept if not covered([w.toleration()], k)] + [w]
+    return kept
 
 
 def _tolerate(pod: PodView, wanted: Sequence[Wanted]) -> bool:
