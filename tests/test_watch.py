@@ -306,7 +306,11 @@ def test_server_down_at_start_then_back(tmp_path: Path, caplog: pytest.LogCaptur
         api.start()  # same port
         wait_for(live.ready, "readiness once the server is back")
         assert names(live) == {"a"}
-        assert any("synced 1 nodes" in r.getMessage() and "ready" in r.getMessage() for r in caplog.records)
+        # the line follows readiness (the view is published first): wait for it, do not race it
+        wait_for(
+            lambda: any("synced 1 nodes" in r.getMessage() and "ready" in r.getMessage() for r in caplog.records),
+            "the synced log line",
+        )
     finally:
         live.stop()
         api.stop()
