@@ -165,6 +165,11 @@ class KubeAPI:
             self._failures += [code] * count
             self.retry_after = retry_after
 
+    def clear_failures(self) -> None:
+        """The failures ``fail_next`` left unanswered are dropped: the next requests are answered again."""
+        with self.lock:
+            self._failures = []
+
     def hang_up_next(self, count: int, stored: bool = False) -> None:
         """The next ``count`` creates are read and their connection closed with no answer, as a server does that
         closes an idle keep-alive connection as a request arrives; ``stored``: after the object was created."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from typing import Any
 
 import jsonpatch
@@ -174,6 +175,32 @@ def test_not_ready_until_synced(settings: Any) -> None:
     client = create_app(settings, cluster=Unsynced(build_view([], settings))).test_client()
     r = client.get("/readyz")
     assert r.status_code == 503 and "synced" in r.get_json()["error"]
+
+
+def test_not_ready_while_another_worker_has_not_synced(settings: Any) -> None:
+    from webhook.app import create_app
+    from webhook.cluster import StaticCluster, build_view
+    from webhook.server import Unsynced
+
+    app = create_app(settings, cluster=StaticCluster(build_view([], settings)))
+    unsynced = Unsynced()
+    try:
+        app.extensions["gpu_admission"].unsynced_workers = unsynced.others
+        client = app.test_client()
+        unsynced.add(os.getpid())  # this worker's own mark does not count: it answers for itself
+        assert client.get("/readyz").status_code == 200
+        unsynced.add(4242)
+        r = client.get("/readyz")
+        assert r.status_code == 503 and "in worker 4242 of this server" in r.get_json()["error"]
+        unsynced.add(17)
+        assert "in workers 17, 4242 of this server" in client.get("/readyz").get_json()["error"]
+        unsynced.remove(4242)
+        unsynced.remove(17)
+        unsynced.remove(17)  # twice: the master's child_exit after the worker's own
+        assert client.get("/readyz").status_code == 200
+    finally:
+        unsynced.remove_all()
+    assert not os.path.exists(unsynced.path)
 
 
 # -- the strict decoder against a reference that checks every object ----------------------------------------------

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -109,3 +111,47 @@ def test_not_ready_until_the_api_server_answers(tmp_path: Path) -> None:
             wait_ready(server, deadline_s=40)
         finally:
             api.stop()
+
+
+def _workers(server: Server) -> list[int]:
+    return [int(pid) for pid in re.findall(r"Booting worker with pid: (\d+)", server.output())]
+
+
+def _readyz_everywhere(server: Server, tries: int = 6) -> list[tuple[int, str]]:
+    answers = []
+    for _ in range(tries):
+        client = server.client()
+        status, body = client.request("GET", "/readyz")
+        client.close()
+        answers.append((status, body.get("error", "")))
+    return answers
+
+
+def test_not_ready_while_any_worker_has_not_listed(tmp_path: Path, api: KubeAPI) -> None:
+    """A worker restarted while the API server fails its lists takes no connection for SYNC_WAIT_S, then serves
+    unsynced ("not checked"): the kubelet's probe reaches a synced worker, so that one must say not ready too. A
+    worker that died before its first list no longer counts (the master drops its mark)."""
+    api.put("v1", "nodes", gpu_node("old-driver"))
+    env = {"KUBECONFIG": api.kubeconfig(str(tmp_path / "kubeconfig")), "KUBERNETES_SERVICE_HOST": ""}
+    with serve(tmp_path, nodes=None, workers=2, env=env) as server:
+        deadline = time.monotonic() + 30
+        while len(re.findall(r"cluster: synced \d+ nodes", server.output())) < 2:
+            assert time.monotonic() < deadline, server.output()[-3000:]
+            time.sleep(0.1)
+        assert {status for status, _ in _readyz_everywhere(server)} == {200}
+        api.fail_next(100_000)  # every list from now on, until cleared
+        for round_ in range(2):  # the second kills a worker that never listed
+            victim = _workers(server)[-1]
+            os.kill(victim, signal.SIGKILL)
+            deadline = time.monotonic() + 15
+            while len(_workers(server)) < 3 + round_:
+                assert time.monotonic() < deadline, server.output()[-3000:]
+                time.sleep(0.05)
+            fresh = _workers(server)[-1]
+            time.sleep(0.5)  # the fresh worker's first lists fail meanwhile
+            answers = _readyz_everywhere(server)
+            assert {status for status, _ in answers} == {503}, answers
+            assert all(f"worker {fresh} of this server" in error for _, error in answers), answers
+        api.clear_failures()
+        wait_ready(server, deadline_s=40)
+        assert {status for status, _ in _readyz_everywhere(server)} == {200}

@@ -29,6 +29,8 @@ class Runtime:
     settings: Settings
     cluster: ClusterSource
     recorder: Recorder
+    unsynced_workers: Callable[[], list[int]] = list
+    """The pids of this server's other workers that have not listed the nodes yet (set by ``webhook.server``)."""
 
 
 DRAIN_FACTOR = 4
@@ -109,10 +111,14 @@ def create_app(
 
     @app.get("/readyz")
     def readyz() -> tuple[Response, int]:
-        if cluster.ready():
-            view = cluster.snapshot()
-            return jsonify({"status": "ready", "nodes": view.node_count, "source": view.source}), 200
-        return jsonify({"status": "not ready", "error": "the node list has not synced yet"}), 503
+        if not cluster.ready():
+            return jsonify({"status": "not ready", "error": "the node list has not synced yet"}), 503
+        if waiting := runtime.unsynced_workers():
+            which = f"workers {', '.join(map(str, waiting))}" if len(waiting) > 1 else f"worker {waiting[0]}"
+            error = f"the node list has not synced yet in {which} of this server (its reviews are not checked)"
+            return jsonify({"status": "not ready", "error": error}), 503
+        view = cluster.snapshot()
+        return jsonify({"status": "ready", "nodes": view.node_count, "source": view.source}), 200
 
     @app.errorhandler(HTTPException)
     def http_error(err: HTTPException) -> tuple[Response, int]:

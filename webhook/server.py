@@ -11,8 +11,10 @@ when it must wait for a client; a client silent for ``workers.IO_TIMEOUT_S`` is 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import shutil
 import ssl
 import tempfile
 import threading
@@ -172,6 +174,36 @@ class ReloadingTLS:
             return self._context
 
 
+class Unsynced:
+    """The workers of this server that have not listed the nodes yet: a file each, named by its pid, in a directory
+    the master makes before it forks. /readyz reads it in every worker, so a worker that is ready does not report
+    the pod ready while another one, serving unsynced after ``SYNC_WAIT_S`` (its reviews "not checked"), takes its
+    share of the reviews: the kubelet probes one worker, the apiserver's connections reach them all."""
+
+    def __init__(self) -> None:
+        self.path = tempfile.mkdtemp(prefix="gpu-admission-workers-")
+
+    def add(self, pid: int) -> None:
+        with open(os.path.join(self.path, str(pid)), "w"):
+            pass
+
+    def remove(self, pid: int) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(self.path, str(pid)))
+
+    def others(self) -> list[int]:
+        """The pids of the workers but this one that have not listed yet."""
+        try:
+            names = os.listdir(self.path)
+        except OSError:
+            return []
+        own = str(os.getpid())
+        return sorted(int(name) for name in names if name.isdigit() and name != own)
+
+    def remove_all(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
 class GunicornServer(BaseApplication):  # type: ignore[misc]
     def __init__(
         self,
@@ -184,6 +216,7 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
         self.on_exit = on_exit
         """Run by the master last, once its workers are gone (the Events relay's finish)."""
         self.tls = ReloadingTLS(options.cert, options.key)
+        self.unsynced = Unsynced()
         super().__init__()
 
     def load_config(self) -> None:
@@ -208,8 +241,10 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
 
         def child_exit(server: Any, worker: Any) -> None:
             audit.worker_exited(worker.pid)
+            self.unsynced.remove(worker.pid)  # one that died before its first list
 
         def on_exit(server: Any) -> None:
+            self.unsynced.remove_all()
             if self.on_exit is not None:
                 self.on_exit()
 
@@ -244,11 +279,25 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
         a worker that took them at once (started beside one already synced, or restarted) would answer "not
         checked" to the reviews it got meanwhile, and /readyz from another worker could already say ready."""
         app, cluster = self.app_factory()
+        pid = os.getpid()
+        self.unsynced.add(pid)
+        if (runtime := app.extensions.get("gpu_admission")) is not None:  # not the bench's no-op app
+            runtime.unsynced_workers = self.unsynced.others
         cluster.start()
-        if not cluster.wait_ready(SYNC_WAIT_S):
+        if cluster.wait_ready(SYNC_WAIT_S):
+            self.unsynced.remove(pid)
+        else:
             log.warning(
-                "cluster: no node list after %.0f s; serving anyway (CUDA checks say 'not checked' and /readyz "
-                "reports not ready until the first list succeeds)",
+                "cluster: no node list after %.0f s; serving anyway (CUDA checks say 'not checked' and /readyz, "
+                "in every worker, reports not ready until the first list succeeds)",
                 SYNC_WAIT_S,
             )
+            threading.Thread(
+                target=self._mark_synced, args=(cluster, pid), name="gpu-admission-synced", daemon=True
+            ).start()
         return app
+
+    def _mark_synced(self, cluster: ClusterSource, pid: int) -> None:
+        while not cluster.wait_ready(60.0):
+            pass
+        self.unsynced.remove(pid)
