@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import socket
 import ssl
@@ -195,3 +196,44 @@ def test_unusable_nodes_file_fails_before_serving(tmp_path: Path) -> None:
     with serve(tmp_path, nodes=bad, wait=False) as s:
         assert s.proc.wait(timeout=30) == 2
         assert "expected a Node" in s.output()
+
+
+TRICKLERS = 40
+"""More clients that trickle a request than the old default of 16 request threads a worker."""
+
+
+def test_clients_that_trickle_do_not_hold_up_the_reviews(tmp_path: Path) -> None:
+    """Each trickling client holds a request thread until its request's deadline (10 s): with as many of them as a
+    worker has threads, a review waited that long, past kube-apiserver's timeout. Threads are made only when every
+    other one waits for a client, so the default has room for many (one worker: all connections reach it)."""
+    import threading
+
+    with serve(tmp_path, workers=1) as server:
+        stop = threading.Event()
+        connections = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(TRICKLERS)]
+
+        def trickle() -> None:
+            hello = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(32)  # a TLS ClientHello's start
+            for at in range(len(hello)):
+                for conn in connections:
+                    with contextlib.suppress(OSError):
+                        conn.sendall(hello[at : at + 1])
+                if stop.wait(1.0):
+                    return
+
+        sender = threading.Thread(target=trickle, daemon=True)
+        sender.start()
+        try:
+            time.sleep(1.5)  # every trickler has its thread by now
+            client = server.client(timeout=30)
+            started = time.monotonic()
+            status, body = client.post("/validate", review(gpu_pod()))
+            waited = time.monotonic() - started
+            client.close()
+            assert status == 200 and body["response"]["allowed"] is True, body
+            assert waited < 4.0, f"the review waited {waited:.1f} s behind {TRICKLERS} trickling clients"
+        finally:
+            stop.set()
+            sender.join()
+            for conn in connections:
+                conn.close()

@@ -30,9 +30,12 @@ from webhook.workers import TurnSSLSocket
 
 log = logging.getLogger("gpu_admission.server")
 
-THREADS = 16
+THREADS = 128
 """Request threads per worker (``--threads``): one runs at a time, the others stand by for clients that stall
-(``webhook.workers``); a standby thread costs a stack, not CPU."""
+(``webhook.workers``). A thread is made only when every other one waits for a client, and costs about 16 kB: so
+the bound is set for clients that trickle a request, each holding a thread up to ``workers.REQUEST_DEADLINE_S``.
+At 16, sixteen such connections (a broken client, or anything in the cluster that can reach the Service) held
+every thread of a worker and a review waited 10 s behind them, past kube-apiserver's timeout."""
 
 KEEPALIVE_S = 100
 """How long an idle keep-alive connection is held: longer than kube-apiserver's webhook client keeps one idle (its
