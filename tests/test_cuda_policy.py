@@ -165,7 +165,7 @@ def test_none_compatible_denies_with_an_actionable_message() -> None:
         "pool gpu-b (driver 560.35.03, CUDA 12.6)",
         "Use an image built for CUDA <= 12.6",  # what to do
         "target pool gpu-c (driver 570.124.06, CUDA 12.8) with nodeSelector eks.amazonaws.com/nodegroup: gpu-c",
-        "upgrade the driver of pools gpu-a, gpu-b to >= 570.26",
+        "upgrade the driver to >= 570.26 on pools gpu-a, gpu-b",
     ):
         assert part in msg, (part, msg)
     assert result.patch == [] and result.object == obj
@@ -192,7 +192,8 @@ def test_a_pool_whose_nodes_offer_no_gpu_is_not_advised() -> None:
     empty["status"]["allocatable"]["nvidia.com/gpu"] = "0"
     result = pipeline.review(pod(container(image=IMAGE_128)), context([A, empty]))
     assert not result.allowed
-    assert "target pool gpu-c" not in result.message and "upgrade the driver of pool gpu-a" in result.message
+    assert "target pool gpu-c" not in result.message
+    assert "upgrade the driver to >= 570.26 on pool gpu-a" in result.message
 
 
 def test_some_compatible_steers_on_gfd_cuda_labels() -> None:
@@ -523,9 +524,9 @@ def test_minor_compatibility_mode_advises_the_majors_floor() -> None:
     r520 = gpu_node("r-1", "r520", "520.61.05")
     result = pipeline.review(pod(container(image=IMAGE_128)), context([r520], settings({"compatibility": "minor"})))
     assert not result.allowed
-    assert "upgrade the driver of pool r520 to >= 525.60.13" in result.message
+    assert "upgrade the driver to >= 525.60.13 on pool r520" in result.message
     strict = pipeline.review(pod(container(image=IMAGE_128)), context([r520]))
-    assert "upgrade the driver of pool r520 to >= 570.26" in strict.message
+    assert "upgrade the driver to >= 570.26 on pool r520" in strict.message
 
 
 def test_a_strict_lower_bound_needs_the_next_minor() -> None:
@@ -698,6 +699,12 @@ def test_unknown_driver(setting: str, allowed: bool, warned: bool) -> None:
     assert result.allowed is allowed
     warning = "cuda: driver of pool gpu-x unknown; declare cluster.pools[].driverVersion or run GFD"
     assert (warning in result.warnings) is warned
+    if allowed:  # the decision line says what was not checked, never "every pool ... supports its CUDA"
+        decision = annotation_of(result.object).splitlines()[-1]
+        assert decision == (
+            "decision: admitted, unchecked on pool gpu-x, whose driver is unknown: run GPU Feature Discovery there or "
+            "declare cluster.pools[].driverVersion"
+        )
     if not allowed:
         assert result.reason == "CUDADriverUnknown"
         assert "the driver of every node it can run on is unknown: pool gpu-x" in result.message
@@ -709,6 +716,7 @@ def test_unknown_driver_pool_is_kept_when_steering() -> None:
     result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
     assert result.allowed
     assert {c.group.pool for c in ctx.cluster.eligible(result.object["spec"])} == {"gpu-c", "gpu-x"}
+    assert "decision: admitted, unchecked on pool gpu-x, whose driver is unknown" in annotation_of(result.object)
     assert_idempotent(result, ctx)
 
 
@@ -743,7 +751,7 @@ def test_warn_mode_warns_of_every_container_with_the_driver_to_upgrade_to() -> N
     assert result.allowed
     would = [w for w in result.warnings if w.startswith("would be denied (CUDAIncompatible) in enforce mode: ")]
     assert [w.split(": ")[1] for w in would] == ["trainer", "eval"]
-    assert f"to >= {DRIVER_128};" in would[0] and "to >= 560.28.03;" in would[1]
+    assert f"to >= {DRIVER_128} on pool gpu-a;" in would[0] and "to >= 560.28.03 on pool gpu-a;" in would[1]
     assert all(len(w) < 120 for w in result.warnings)
 
 
@@ -752,9 +760,10 @@ def test_warn_mode_admits_with_warning_event_and_audit() -> None:
     result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
     assert result.allowed
     assert (
-        "would be denied (CUDAIncompatible) in enforce mode: trainer: upgrade the driver of pool gpu-a to >= "
-        f"{DRIVER_128}; or use an image built for CUDA <= 12.2"
+        f"would be denied (CUDAIncompatible) in enforce mode: trainer: upgrade the driver to >= {DRIVER_128} on pool "
+        "gpu-a; or use an image built for CUDA <= 12.2"
     )[:118] + "…" in result.warnings
+    assert any(DRIVER_128 in w for w in result.warnings if w.startswith("would be denied")), "the version shows"
     assert "needs CUDA 12.8" in result.audit["cuda-would-deny"]
     assert result.audit["cuda-decision"] == "would be denied (CUDAIncompatible)"
     assert "cuda: trainer needs CUDA 12.8; it can land only on CUDA <= 12.2 (pool gpu-a)" in result.warnings

@@ -347,6 +347,11 @@ def _decision(a: Assessment, kept_off: Sequence[NodeGroup], mode: str) -> str:
         text = f"{verb}: no pool the pod can land on supports its CUDA"
     elif a.blocked_groups:
         text = f"admitted, but the pod may land on {pool_names(a.blocked_groups)}, which cannot run it"
+    elif unknown := [g for j, g in enumerate(a.eligible) if any(a.status[i][j] == "unknown" for i in a.known)]:
+        text = (
+            f"admitted, unchecked on {pool_names(unknown)}, whose driver is unknown: run GPU Feature Discovery "
+            "there or declare cluster.pools[].driverVersion"
+        )
     else:
         text = "admitted: every pool the pod can land on supports its CUDA"
     if kept_off:
@@ -610,7 +615,7 @@ def _upgrade(c: Check, groups: Sequence[NodeGroup], ctx: Context) -> str:
         need = floor  # minor-version compatibility: any <major>.x runs on the major's floor
     newer = f"one that supports CUDA {show(version)} (newer than the table knows)"
     target = f">= {show_driver(need)}" if need else newer
-    return f"upgrade the driver of {pool_names(known)} to {target}"
+    return f"upgrade the driver to {target} on {pool_names(known)}"  # the version first: a warning is cut short
 
 
 def _targets(c: Check, a: Assessment, ctx: Context) -> list[str]:
