@@ -1176,3 +1176,27 @@ def test_a_template_whose_gpu_is_left_to_its_pods_is_not_warned_of_unreachable_s
     spot_gpu["spec"]["taints"].append(gpu_taint)
     result = pipeline.mutate(obj, context([spot_gpu]))
     assert not [w for w in result.warnings if "exclude every spot pool" in w], result.warnings
+
+
+COREWEAVE_POOL = "compute.coreweave.com/node-pool"
+
+
+@pytest.mark.parametrize("providers", [("coreweave",), ("all",)])
+def test_require_where_nothing_tells_spot_nodes_apart_is_denied_with_how_to_declare_them(
+    providers: tuple[str, ...],
+) -> None:
+    """CoreWeave's spot pools carry no spot label (nor taint): with no pool declared spot, require had no label to
+    require. Found by a review of provider journeys: with providers [coreweave] the pod was admitted with no
+    affinity and ran on demand ("requires  (none of these labels ...)"); with [all], every other cloud's spot
+    labels were required, which CoreWeave nodes never carry: Pending for good."""
+    nodes = [node("g1", {COREWEAVE_POOL: "h100-reserved"}), node("g2", {COREWEAVE_POOL: "h100-spot"})]
+    result = pipeline.mutate(pod("require"), context(nodes, providers=providers))
+    assert not result.allowed
+    assert result.reason == "SpotRequireUnplaceable"
+    assert "nothing tells this cluster's spot nodes apart: the coreweave preset labels no spot node" in result.message
+    assert f"nodeSelector {{{COREWEAVE_POOL}: <pool>}} and spot: true" in result.message
+    declared = PoolSettings(name="h100-spot", node_selector={COREWEAVE_POOL: "h100-spot"}, spot=True)
+    result = mutate(pod("require"), context(nodes, providers=providers, pools=(declared,)))
+    assert result.allowed
+    assert required_of(result.object) == [{"matchExpressions": [expr(COREWEAVE_POOL, "h100-spot")]}]
+    assert result.warnings == []

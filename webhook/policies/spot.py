@@ -38,7 +38,8 @@ that the cluster's nodes or pools carry when it is known (by key, not value: a K
 on-demand still has ``karpenter.sh/capacity-type``, and Karpenter can launch spot nodes for the pod), and the
 nodeSelector of each pool declared with ``spot: true`` (CoreWeave's spot pools carry no spot label). ``require`` on a
 known cluster with none of them is still applied, over the labels of the providers the cluster shows (every preset's
-when it shows none): ``require`` is a hard constraint the user chose (typically to never pay for on-demand GPUs), a
+when it shows none; denied, with how to declare the spot pools, when the providers shown label no spot node, as
+CoreWeave's): ``require`` is a hard constraint the user chose (typically to never pay for on-demand GPUs), a
 Pending pod is visible and easy to fix, while silently dropping the requirement would run it on capacity it refused;
 and the view may lag an autoscaler that is about to add spot nodes. ``prefer`` in that case adds no affinity (it
 could not help). ``require`` warns when no node or pool is spot capacity now, and when the pod's own constraints
@@ -254,10 +255,11 @@ def _spot_places(ctx: Context) -> tuple[list[list[Expression]], str, bool]:
     if terms or not ctx.cluster.groups:
         return terms, " or ".join(shown), True
     # None on the cluster now: those its provider's spot nodes will carry (every preset's when no provider shows)
+    # (none at all where the providers shown label no spot node: CoreWeave's spot pools carry no spot label)
     seen = _providers_shown(ctx)
     coming = [k for k, _, provider in ctx.cluster.presets.spot_labels if not seen or provider in seen]
     coming += list(ctx.settings.spot.extra_labels)
-    every = [(k, vs) for k, vs in by_key.items() if k in coming] or list(by_key.items())
+    every = [(k, vs) for k, vs in by_key.items() if k in coming]
     return [[expression(k, "In", vs)] for k, vs in every], " or ".join(_label_text(k, vs) for k, vs in every), False
 
 
@@ -327,6 +329,9 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
             parts.append(f"prefers {shown} (weight {PREFERRED_WEIGHT})")
         elif mode == "prefer":
             parts.append("no spot capacity label on the cluster to prefer")
+        elif not terms:
+            _deny_unplaceable(pod, ctx, out, why)
+            return
         else:
             changed = narrow(pod, terms)
             if on_cluster:
@@ -392,6 +397,28 @@ def _stored_applied(pod: PodView, ctx: Context) -> str:
     metadata = node.get("metadata") if isinstance(node, dict) else None
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     return as_str(annotations.get(PREFIX + APPLIED)) if isinstance(annotations, dict) else ""
+
+
+def _deny_unplaceable(pod: PodView, ctx: Context, out: Outcome, why: str) -> None:
+    """``require`` where nothing tells spot capacity apart: no preset of the providers the cluster shows labels its
+    spot nodes, no ``extra_labels``, no pool declared ``spot: true``. No affinity could keep the pod to spot nodes,
+    and admitting it would run it on the on-demand capacity it refused."""
+    seen = sorted(_providers_shown(ctx))
+    keys = [k for name in seen for k in ctx.cluster.presets.node_label_keys.get(name, ())]
+    pool_key = keys[0] if keys else "<a label of the pool's nodes>"
+    if seen:
+        providers = f"the {', '.join(seen)} preset{'s label' if len(seen) > 1 else ' labels'} no spot node"
+    else:
+        providers = "no provider preset in force labels spot nodes"
+    out.deny(
+        "spot",
+        "SpotRequireUnplaceable",
+        f"{pod.kind.lower()} requires spot capacity ({why}), but nothing tells this cluster's spot nodes apart: "
+        f"{providers}, spot.extraLabels is empty and no pool in cluster.pools is declared "
+        f"spot: true. Declare the spot pools in the webhook's settings (cluster.pools[] with name, nodeSelector "
+        f"{{{pool_key}: <pool>}} and spot: true), or ask for {PREFIX}spot: tolerate to run on any capacity.",
+        "spot require: no spot label or spot pool is known",
+    )
 
 
 def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_now: bool) -> None:
