@@ -724,6 +724,32 @@ def test_no_eligible_node_is_not_checked() -> None:
     result = pipeline.review(pod(container(image=IMAGE_128), node_selector={"pool": "nowhere"}), context([A]))
     assert result.allowed
     assert "decision: not checked: no known GPU node matches" in annotation_of(result.object)
+    # what keeps it off each pool is said, on the pod and in kubectl (found by a review of provider journeys: a pod
+    # without AKS's documented sku=gpu toleration was admitted silently and sat Pending)
+    because = "pool gpu-a: not selected by its nodeSelector or node affinity"
+    assert f"matches the pod's scheduling constraints ({because}); it stays Pending" in annotation_of(result.object)
+    assert f"cuda: no known GPU node matches the pod, not checked ({because})" in result.warnings
+
+
+def test_no_eligible_node_names_the_taint_it_does_not_tolerate() -> None:
+    sku = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
+    nodes = [gpu_node("t-1", "t4pool", "550.54.15", taints=[sku]), gpu_node("o-1", "other", "550.54.15")]
+    obj = pod(container(image=IMAGE_124), node_selector={POOL_LABEL: "t4pool"})
+    result = pipeline.review(obj, context(nodes))
+    assert result.allowed
+    assert result.warnings == [
+        "cuda: no known GPU node matches the pod, not checked (pool t4pool: untolerated taint sku=gpu:NoSchedule; pool "
+        "other: n…"
+    ]
+    because = "pool t4pool: untolerated taint sku=gpu:NoSchedule; pool other: not selected by its nodeSelector or"
+    assert f"constraints ({because} node affinity); it stays Pending" in annotation_of(result.object)
+    asks = pod(container(image=IMAGE_124, gpu=None, resources={"nvidia.com/mig-1g.5gb": "1"}))
+    result = pipeline.review(asks, context(nodes))
+    assert "cuda: no known GPU node matches the pod, not checked (no known pool offers nvidia.com/mig-1g.5gb)" in (
+        result.warnings
+    )
+    result = pipeline.review(pod(container(image=IMAGE_124)), context(nodes))
+    assert not any("no known GPU node matches" in w for w in result.warnings), "a pod that matches is not told so"
 
 
 def test_without_a_node_list_it_says_so_not_that_no_node_matches() -> None:

@@ -59,6 +59,7 @@ from webhook.model import (
     as_dict,
     as_list,
     as_str,
+    clipped,
     copy_json,
     fit_warning,
 )
@@ -333,13 +334,39 @@ def _container_line(a: Assessment, i: int, ctx: Context) -> str:
     return "; ".join([line, *parts])
 
 
-def _decision(a: Assessment, kept_off: Sequence[NodeGroup], mode: str) -> str:
+def unmatched(a: Assessment, ctx: Context) -> str:
+    """Why the known GPU pools are no place for a pod none of them matches, by pool: a taint it does not tolerate,
+    or its nodeSelector and required node affinity; or that no pool offers what it asks. "" when the cluster
+    knows no GPU pool."""
+    if a.spec is None or not ctx.cluster.gpu_groups:
+        return ""
+    offering = [g for g in ctx.cluster.gpu_groups if offers(g, a.resources)]
+    if not offering:
+        return f"no known pool offers {', '.join(sorted(a.resources)) or 'a GPU'}"
+    tolerant = {**a.spec, "tolerations": [*as_list(a.spec.get("tolerations")), {"operator": "Exists"}]}
+    selected = {id(g) for g in _eligible(tolerant, ctx, a.resources)}
+    taints: dict[str, str] = {}
+    ruled_out: list[NodeGroup] = []
+    for g in offering:
+        if id(g) not in selected:
+            ruled_out.append(g)
+        elif kept := untolerated(g, a.spec, ctx.cluster.extended_resource_toleration):
+            taints.setdefault(g.pool, str(kept[0]))
+    parts = [f"pool {pool}: untolerated taint {taint}" for pool, taint in sorted(taints.items())][:MAX_LISTED]
+    if ruled_out := [g for g in ruled_out if g.pool not in taints]:
+        parts.append(f"{pool_names(ruled_out, 2)}: not selected by its nodeSelector or node affinity")
+    return "; ".join(parts)
+
+
+def _decision(a: Assessment, kept_off: Sequence[NodeGroup], mode: str, ctx: Context) -> str:
     if not a.checks:
         return ""
     if not a.synced:
         text = "not checked: the webhook has no node list yet (see its /readyz and its log)"
     elif not a.eligible:
         text = "not checked: no known GPU node matches the pod's scheduling constraints"
+        if why := unmatched(a, ctx):
+            text += f" ({why}); it stays Pending"
     elif not a.known:
         text = "not checked: no CUDA requirement known"
     elif not a.allowed_groups:
@@ -361,7 +388,7 @@ def _decision(a: Assessment, kept_off: Sequence[NodeGroup], mode: str) -> str:
 
 def annotation(a: Assessment, kept_off: Sequence[NodeGroup], ctx: Context, mode: str) -> str:
     lines = [_container_line(a, i, ctx) for i in range(len(a.checks))]
-    lines.append(_decision(a, kept_off, mode))
+    lines.append(_decision(a, kept_off, mode, ctx))
     return "\n".join(line for line in lines if line)
 
 
@@ -828,6 +855,8 @@ def _warnings(a: Assessment, ctx: Context, denied: bool) -> list[str]:
             # container's name shortened in the middle when even that is too long)
             pod_wide = f'cuda: {c.label}: CUDA version unknown; set annotation {PREFIX}cuda-version: "X.Y"'
             out.append(own if _own_key_fits(name) and len(own) <= WARNING_LIMIT else fit_warning(pod_wide, c.label))
+    if a.synced and not a.eligible and (why := unmatched(a, ctx)):
+        out.append(clipped(f"cuda: no known GPU node matches the pod, not checked ({why})", WARNING_LIMIT))
     unknown = [g for j, g in enumerate(a.eligible) if any(a.status[i][j] == "unknown" for i in a.known)]
     if cs.unknown_driver == "warn":
         for pool in sorted({g.pool for g in unknown}):
