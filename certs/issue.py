@@ -1,9 +1,10 @@
 """Issue, read back and check the webhook's CA and serving certificate. Pure apart from ``read_files``/``write_files``.
 
-What the apiserver checks (``shared/reference/apiserver-contract.md``, TLS): it dials
-``https://<service>.<namespace>.svc``, trusts only the webhook configuration's ``caBundle``, and matches the server
-name against the certificate's subjectAltNames (the CN is ignored). So the serving certificate carries the service's
-DNS names as SANs, has the serverAuth extended key usage, and is signed by a CA whose certificate goes in the bundle.
+What the apiserver checks (the Kubernetes docs' "Dynamic Admission Control"; kubernetes/apiserver
+``pkg/util/webhook/``): it dials ``https://<service>.<namespace>.svc``, trusts only the webhook configuration's
+``caBundle``, and matches the server name against the certificate's subjectAltNames (the CN is ignored). So the
+serving certificate carries the service's DNS names as SANs, has the serverAuth extended key usage, and is signed by
+a CA whose certificate goes in the bundle.
 
 Keys are ECDSA P-256 by default: a P-256 key and signature are a fraction of RSA's size and much faster to sign
 with, which matters because every new connection from the apiserver pays a handshake; P-256 is supported by every

@@ -1,5 +1,6 @@
 """Shared by the hardening tests (fuzz, nasty corpus, trust): a realistic mixed GPU cluster, settings that switch
-every policy on, and one checker for the AdmissionReview contract (``shared/reference/apiserver-contract.md``).
+every policy on, and one checker for the AdmissionReview contract (the Kubernetes docs' "Dynamic Admission Control";
+kubernetes/apiserver ``pkg/admission/plugin/webhook/``).
 """
 
 from __future__ import annotations

@@ -488,7 +488,8 @@ def test_unknown_product_has_no_brand() -> None:
 
 
 def test_cuda_11_0_needs_its_ga_driver_not_the_release_candidates() -> None:
-    """11.0.2 GA needs 450.51.05; 450.36.06 was 11.0.1 RC's (reference cuda-driver.md, the table)."""
+    """11.0.2 GA needs 450.51.05; 450.36.06 was 11.0.1 RC's (the CUDA release notes' table "CUDA Toolkit and
+    Corresponding Driver Versions")."""
     assert TABLE.minimum_driver((11, 0)) == (450, 51, 5)
     assert TABLE.cuda_for_driver((450, 36, 6)) == (10, 2)
     assert TABLE.cuda_for_driver((450, 51, 5)) == (11, 0)

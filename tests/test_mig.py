@@ -330,7 +330,7 @@ def test_single_strategy_gives_a_gpu_and_a_product_selector():
 
 def test_single_strategy_gh200_144gb_is_told_from_the_96gb_part_by_its_profile():
     """GH200 is a 96 GB and a 144 GB part, and a single-strategy node reports no memory: its 1g.18gb (an eighth of
-    144 GB; reference mig.md) is a fraction of 0.125, not the quarter it would be of 96 GB."""
+    144 GB; NVIDIA's MIG user guide) is a fraction of 0.125, not the quarter it would be of 96 GB."""
     node = single_node("g0", "NVIDIA-GH200-480GB", "1g.18gb", 7, "gh200")
     node["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-GH200-MIG-1g.18gb"
     assert not review(frac("0.25"), [node]).allowed
@@ -1356,7 +1356,8 @@ def test_a_node_tainted_for_another_extended_resource_the_pod_asks_for_still_cou
 
 
 def test_single_strategy_with_time_slicing_is_offered():
-    # GFD names a time-sliced MIG device's product <product>-MIG-<profile>-SHARED (node-labels.md)
+    # GFD names a time-sliced MIG device's product <product>-MIG-<profile>-SHARED (NVIDIA/k8s-device-plugin
+    # internal/lm/)
     node = single_node("s0", A100_40, "3g.20gb", 2, "half", 19968)
     node["metadata"]["labels"]["nvidia.com/gpu.product"] += "-SHARED"
     node["metadata"]["labels"]["nvidia.com/gpu.replicas"] = "4"

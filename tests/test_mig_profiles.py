@@ -1,4 +1,4 @@
-"""The MIG profile table (webhook/data/mig-profiles.yaml) against reference/mig.md section 1."""
+"""The MIG profile table (webhook/data/mig-profiles.yaml) against NVIDIA's MIG user guide, "Supported MIG profiles"."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from webhook.mig_profiles import derive, load_table, parse_name
 
-# reference/mig.md section 1: model -> profiles (name x max instances), compute slices of the whole GPU.
+# NVIDIA MIG user guide, "Supported MIG profiles": model -> profiles (name x max instances), compute slices of the GPU.
 REFERENCE = {
     "A30-24GB": (4, {"1g.6gb": 4, "2g.12gb": 2, "4g.24gb": 1}),
     "A100-40GB": (7, {"1g.5gb": 7, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1, "7g.40gb": 1}),
@@ -27,8 +27,8 @@ REFERENCE = {
     "GB300": (7, {"1g.35gb": 7, "1g.70gb": 4, "2g.70gb": 3, "3g.139gb": 2, "4g.139gb": 1, "7g.278gb": 1}),
     "RTX-PRO-6000-96GB": (4, {"1g.24gb": 4, "2g.48gb": 2, "4g.96gb": 1}),
 }
-# Memory eighths (mig.md: "Memory is cut in eighths"): by compute slices; 1g comes in a small (1/8) and a large (2/8)
-# size on 7-slice GPUs; on 4-slice GPUs 1g is a quarter.
+# Memory eighths (the MIG user guide: memory is cut in eighths): by compute slices; 1g comes in a small (1/8) and a
+# large (2/8) size on 7-slice GPUs; on 4-slice GPUs 1g is a quarter.
 EIGHTHS_7 = {"small-1g": 1, "large-1g": 2, 2: 2, 3: 4, 4: 4, 7: 8}
 EIGHTHS_4 = {1: 2, 2: 4, 4: 8}
 

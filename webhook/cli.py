@@ -154,8 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the webhook over HTTPS with gunicorn")
     serve.add_argument("--config", help="settings file (YAML)")
     serve.add_argument("--nodes", help="node list file instead of the live cluster")
-    serve.add_argument("--cert", default="/tls/tls.crt")
-    serve.add_argument("--key", default="/tls/tls.key")
+    serve.add_argument("--cert", default="/tls/tls.crt", help="serving certificate, PEM (default %(default)s)")
+    serve.add_argument(
+        "--key", default="/tls/tls.key", help="its key, PEM; both are reloaded when they change (default %(default)s)"
+    )
     ServeOptions.add_arguments(serve, port=8443, metrics_port=9090)
     serve.set_defaults(func=cmd_serve)
 

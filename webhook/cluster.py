@@ -48,7 +48,7 @@ GKE_DRIVER_LABEL = "cloud.google.com/gke-gpu-driver-version"
 MIG_CONFIG_LABEL = GFD + "mig.config"
 MIG_CONFIG_STATE_LABEL = GFD + "mig.config.state"
 MIG_CHANGING_STATES = frozenset({"pending", "rebooting"})
-"""MIG Manager states in which the node's MIG layout is being replaced (node-labels.md)."""
+"""MIG Manager states (the GPU Operator's, which writes the label) in which the node's MIG layout is being replaced."""
 SHARED_SUFFIX = "-SHARED"
 
 
@@ -936,8 +936,8 @@ DRIVER_LABELS = (
     (GFD + "cuda.driver-version.major", GFD + "cuda.driver-version.minor", GFD + "cuda.driver-version.revision"),
     (GFD + "cuda.driver.major", GFD + "cuda.driver.minor", GFD + "cuda.driver.rev"),
 )
-"""GPU feature discovery's driver version labels, newest first (node-labels.md), as ``_driver_from_labels`` reads
-them: also what tells apart the groups of one pool that differ in their driver alone."""
+"""GPU feature discovery's driver version labels, newest first (NVIDIA/k8s-device-plugin ``internal/lm/``), as
+``_driver_from_labels`` reads them: also what tells apart the groups of one pool that differ in their driver alone."""
 
 
 def _driver_from_labels(labels: Mapping[str, str]) -> tuple[Version | None, str, str, str]:

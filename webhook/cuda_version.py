@@ -547,9 +547,9 @@ DATA_CENTER_BRANDS = frozenset(("tesla", "nvidia"))
 CONSUMER_BRANDS = frozenset(("geforce", "geforcertx", "titan", "titanrtx"))
 """Forward compatibility works only on data-center GPUs (and a few NGC server-ready RTX SKUs, which the brand does
 not tell apart); elsewhere the CUDA application fails with error 804 although the runtime's check passed
-(reference cuda-driver.md, section 2). nvidia/cuda images' NVIDIA_REQUIRE_CUDA names the GeForce, Quadro and TITAN
-brands in its alternatives too. The driver branches an alternative names are taken as written: the images list
-the branches their compat package supports."""
+(docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html). nvidia/cuda images' NVIDIA_REQUIRE_CUDA
+names the GeForce, Quadro and TITAN brands in its alternatives too. The driver branches an alternative names are
+taken as written: the images list the branches their compat package supports."""
 
 
 def forward_possible(facts: NodeFacts) -> Verdict:

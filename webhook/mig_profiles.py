@@ -1,4 +1,4 @@
-"""MIG profiles per GPU model (data: ``data/mig-profiles.yaml``, from reference/mig.md section 1).
+"""MIG profiles per GPU model (data: ``data/mig-profiles.yaml``, from NVIDIA's MIG user guide: the sources are there).
 
 A profile ``Ng.Mgb`` has N compute slices (of 7; of 4 on A30 and RTX PRO 6000) and a nominal memory of M GB, cut in
 eighths of the GPU's memory. The table says, per model, each profile's slices, nominal GB, memory eighths, instances

@@ -95,22 +95,32 @@ class ServeOptions:
     ) -> None:
         """The serving flags of ``gpu-admission serve`` and of the bench's baseline (``--cert`` and ``--key`` are
         each one's own): --port, --metrics-port, --workers, --threads, --host, --graceful-timeout."""
-        parser.add_argument("--port", type=PORT, default=port)
-        parser.add_argument("--metrics-port", type=PORT, default=metrics_port)
-        parser.add_argument("--workers", type=whole_number(1), default=cls.workers, help="gunicorn worker processes")
+        parser.add_argument("--port", type=PORT, default=port, help="HTTPS port of the webhook (default %(default)s)")
+        parser.add_argument(
+            "--metrics-port",
+            type=PORT,
+            default=metrics_port,
+            help="plain-HTTP port of /metrics (default %(default)s)",
+        )
+        parser.add_argument(
+            "--workers",
+            type=whole_number(1),
+            default=cls.workers,
+            help="gunicorn worker processes (default %(default)s)",
+        )
         parser.add_argument(
             "--threads",
             type=whole_number(1),
             default=cls.threads,
-            help=f"request threads per worker, taking turns (default {cls.threads})",
+            help="request threads per worker, taking turns (default %(default)s)",
         )
-        parser.add_argument("--host", default=host)
+        parser.add_argument("--host", default=host, help="address both ports listen on (default %(default)s)")
         parser.add_argument(
             "--graceful-timeout",
             type=whole_number(1),
             default=cls.graceful_timeout,
             help="seconds the workers get to finish their requests after SIGTERM (the chart: the pod's grace period "
-            f"less its preStop sleep; default {cls.graceful_timeout})",
+            "less its preStop sleep; default %(default)s)",
         )
 
     @classmethod

@@ -3,6 +3,10 @@
 Run: ``python -m tests.bench.eligibility``. The nodes are a realistic mix (8 pools of GKE, EKS, AKS, Karpenter and
 k3s shapes with GFD labels, per-node hostname and GFD timestamp labels). Prints a Markdown table; the figures are
 recorded in docs/cluster.md.
+
+``ClusterView.eligible`` keeps its answers per snapshot by the pod's scheduling constraints, so the same call made
+again is a lookup: each timed call here starts from an empty store (:func:`first_ask`), and measures the work of the
+first pod of a shape to ask.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from webhook.cluster import ClusterView, build_view
+from webhook.cluster import MEMO_SIZE, Candidate, ClusterView, Memo, build_view
 from webhook.config import Settings
 
 POOLS: list[tuple[str, dict[str, str], dict[str, str], list[dict[str, str]]]] = [
@@ -207,6 +211,13 @@ def timed(fn: Callable[[], object], budget: float = 0.5) -> float:
     return statistics.median(samples)
 
 
+def first_ask(view: ClusterView, spec: dict[str, Any], resources: dict[str, Decimal]) -> list[Candidate]:
+    """``view.eligible`` as the first pod of its shape asks it: the view's store of answers emptied first (a fresh
+    store, as a new snapshot has), so the call does the whole work and does not return a kept answer."""
+    object.__setattr__(view, "_memo", Memo(MEMO_SIZE))  # the view is a frozen dataclass
+    return view.eligible(spec, resources)
+
+
 def fmt(seconds: float) -> str:
     return f"{seconds * 1e6:.0f} µs" if seconds < 1e-3 else f"{seconds * 1e3:.1f} ms"
 
@@ -229,7 +240,7 @@ def main() -> int:
         cells = []
         for n in sizes:
             view = views[n]
-            cost = timed(lambda view=view, spec=spec, resources=resources: view.eligible(spec, resources))  # type: ignore[misc]
+            cost = timed(lambda view=view, spec=spec, resources=resources: first_ask(view, spec, resources))  # type: ignore[misc]
             cells.append(fmt(cost))
         print(f"| eligible(): {label} | " + " | ".join(cells) + " |")
     return 0
