@@ -493,3 +493,25 @@ def test_cuda_11_0_needs_its_ga_driver_not_the_release_candidates() -> None:
     assert TABLE.minimum_driver((11, 0)) == (450, 51, 5)
     assert TABLE.cuda_for_driver((450, 36, 6)) == (10, 2)
     assert TABLE.cuda_for_driver((450, 51, 5)) == (11, 0)
+
+
+def test_env_references_that_double_at_every_entry_stop_at_a_budget() -> None:
+    """Found by a review that attacked the real server: sixty ``V{i} = $(V{i-1})$(V{i-1})`` entries (a 2 kB pod)
+    grew a worker to 24 GB until the kernel killed it, answering nothing meanwhile."""
+    import time
+
+    doubling = [{"name": f"V{i}", "value": f"$(V{i - 1})$(V{i - 1})"} for i in range(1, 60)]
+    bomb = [{"name": "V0", "value": "x"}, *doubling]
+    for last in (
+        {"name": "CUDA_VERSION", "value": "12.4"},  # its own value: read as ever
+        {"name": "CUDA_VERSION", "value": "12.$(V59)"},  # past the budget: unread, said so
+    ):
+        c: dict[str, Any] = {"name": "c", "image": "nvidia/cuda:13.0.1-base-ubuntu24.04", "env": [*bomb, last]}
+        started = time.process_time()
+        declared = declared_cuda(c, {})
+        assert time.process_time() - started < 5.0, "the expansion must stop at its budget, not at 2^60 characters"
+        if last["value"] == "12.4":
+            assert declared.version == (12, 4)
+        else:
+            assert declared.version is None
+            assert "env CUDA_VERSION (its $(NAME) references expand past 1 MiB in all" in declared.source, declared

@@ -377,13 +377,14 @@ def _env(container: JSON) -> dict[str, str | Unread]:
     that refers to a name not in ``env`` when the container has ``envFrom`` (which may define it)."""
     out: dict[str, str | Unread] = {}
     env_from = bool(as_list(container.get("envFrom")))
+    budget = [EXPANSION_BUDGET]
     for item in as_list(container.get("env")):
         item = as_dict(item)
         name, value = item.get("name"), item.get("value")
         if not isinstance(name, str):
             continue
         if isinstance(value, str):
-            out[name] = _expand(value, out, env_from) if "$" in value else value
+            out[name] = _expand(value, out, env_from, budget) if "$" in value else value
         elif "valueFrom" in item:
             out[name] = Unread(VALUE_FROM)
         else:
@@ -396,7 +397,13 @@ _REFERENCE = re.compile(r"\$(?:\$|\(([^)]*)\))")
 third_party/forked/golang/expansion: an unclosed ``$(`` and a ``$`` before anything else stay as written)."""
 
 
-def _expand(value: str, known: Mapping[str, str | Unread], env_from: bool) -> str | Unread:
+EXPANSION_BUDGET = 1 << 20
+"""The most characters the ``$(NAME)`` references of one container's env may expand to, all values together: each
+``V = "$(W)$(W)"`` doubles the text, so thirty such entries in a 2 kB pod would take gigabytes. Past it a value is
+``Unread`` (a CUDA variable is a few characters)."""
+
+
+def _expand(value: str, known: Mapping[str, str | Unread], env_from: bool, budget: list[int]) -> str | Unread:
     unread: list[str] = []
 
     def one(m: re.Match[str]) -> str:
@@ -405,12 +412,15 @@ def _expand(value: str, known: Mapping[str, str | Unread], env_from: bool) -> st
             return "$"
         found = known.get(name)
         if isinstance(found, str):
-            return found
+            budget[0] -= len(found)
+            return found if budget[0] >= 0 else ""
         if found is not None or env_from:
             unread.append(name)
         return m.group(0)
 
     expanded = _REFERENCE.sub(one, value)
+    if budget[0] < 0:
+        return Unread(f"its $(NAME) references expand past {EXPANSION_BUDGET >> 20} MiB in all")
     if not unread:
         return expanded
     first = known.get(unread[0])
