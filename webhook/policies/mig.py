@@ -1088,12 +1088,27 @@ def _restore(saved: Sequence[tuple[JSON, str, object]]) -> None:
             where[key] = copy_json(value)
 
 
+MAX_ASKS = 56
+"""The most MIG devices a pod may ask for: a GPU holds at most 7 instances, a node 8 GPUs. Choosing a device per ask
+checks the others' choices each time, so the work grows with the square of the asks: 999 asks took 68 s, during
+which the worker answered no other review (found by a review that attacked the real server)."""
+
+
 def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Turn each container's fraction or memory request into a MIG device, or refuse it with a reason."""
     if not ctx.settings.mig.enabled:
         _say_off(pod, out)
         return
     asks = _collect(pod, ctx, out)
+    if len(asks) > MAX_ASKS:
+        out.deny(
+            POLICY,
+            "MIGTooManyDevices",
+            f"{len(asks)} containers ask for a fraction or a memory size of a GPU, each to become a MIG device of "
+            f"its own: more than the {MAX_ASKS} a node can offer at most (8 GPUs of 7 instances). Give several of "
+            "them one device (one container), or ask for whole GPUs.",
+        )
+        return
     req = _Request(ctx)
     if asks:
         req.options = _options(ctx)
