@@ -39,7 +39,21 @@ still sending, gets the answer instead of a reset connection; beyond that the co
 
 
 def read_body(limit: int) -> bytes:
-    """The request body, at most ``limit`` bytes; PayloadTooLarge (413) beyond it."""
+    """The request body, at most ``limit`` bytes; PayloadTooLarge (413) beyond it. A body that cannot be read is the
+    client's doing, answered 400 (framing the server cannot read: a chunk size that is no hex number, a chunk
+    without its CRLF) or 408 (a client that stopped sending: ``workers.ClientSilent``; the answer goes nowhere, but
+    it is recorded as what it was, not as a bug with a traceback)."""
+    try:
+        return _read_body(limit)
+    except BadRequest:
+        raise
+    except OSError as err:
+        raise BadRequest(f"the request body did not arrive: {err.strerror or type(err).__name__}", 408) from err
+    except Exception as err:
+        raise BadRequest(f"the request body cannot be read: {type(err).__name__}: {err}"[:300]) from err
+
+
+def _read_body(limit: int) -> bytes:
     if request.content_length is not None and request.content_length > DRAIN_FACTOR * limit:
         raise PayloadTooLarge(f"body of {request.content_length} bytes is over the limit of {limit}")
     if request.content_length is not None and request.content_length <= limit:
