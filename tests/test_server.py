@@ -288,3 +288,27 @@ def test_a_client_that_stops_mid_body_is_recorded_as_a_408_not_a_bug(server: Ser
     counted = [line for line in server.metrics().splitlines() if line.startswith("gpu_admission_requests_total{")]
     assert any('decision="rejected"' in line for line in counted), counted
     assert not any('decision="error"' in line for line in counted), counted
+
+
+def test_connections_that_send_nothing_are_closed_after_the_io_timeout(tmp_path: Path) -> None:
+    """A connection that never sends its ClientHello waited on gunicorn's poller for the keep-alive's 100 s, so
+    silent connections piled up to the worker's connection limit; each also held the worker's turn for 10 ms
+    when accepted (found by a review that attacked the real server)."""
+    from webhook.workers import IO_TIMEOUT_S
+
+    with serve(tmp_path, workers=1) as server:
+        silent = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(200)]
+        client = server.client(timeout=30)
+        started = time.monotonic()
+        status, body = client.post("/validate", review(gpu_pod()))
+        assert status == 200 and body["response"]["allowed"] is True
+        assert time.monotonic() - started < 2.0
+        client.close()
+        time.sleep(IO_TIMEOUT_S + 2.0)
+        for conn in silent:
+            conn.settimeout(5)
+            try:
+                assert conn.recv(1) == b"", "the server closes a silent connection"
+            except ConnectionResetError:
+                pass
+            conn.close()

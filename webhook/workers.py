@@ -251,15 +251,15 @@ class TurnSSLSocket(ssl.SSLSocket):
 
 
 DATA_WAIT_S = 0.01
-"""How long a request thread of gunicorn's gthread worker (since 25) waits for the bytes a connection owes it
-(``DEFAULT_WORKER_DATA_TIMEOUT``, 5 s): a new connection's first bytes, after which it goes back to gunicorn's
-poller; and the rest of a body the app did not read (a 413), after which the connection is closed. A silent client
-holds a thread that long, not 5 s."""
+"""How long a request thread of gunicorn's gthread worker (since 25) waits for the rest of a body the app did not read
+(a 413), after which the connection is closed (``DEFAULT_WORKER_DATA_TIMEOUT``, 5 s, also bounds that drain for
+a body the app read whole: 0 would close every kept-alive connection). A silent client holds a thread that long,
+not 5 s. For a new connection's first bytes gunicorn waits as long; ``TurnWorker.handle`` only looks."""
 
 
 class TurnWorker(ThreadWorker):  # type: ignore[misc]
     """gunicorn's gthread worker with the pool above (``worker_class`` in ``webhook.server``), its waits for a
-    client's bytes bounded by DATA_WAIT_S."""
+    client's bytes bounded by DATA_WAIT_S, and a new connection that sent nothing closed after IO_TIMEOUT_S."""
 
     def init_process(self) -> None:
         if hasattr(gthread, "DEFAULT_WORKER_DATA_TIMEOUT"):  # read by gthread at each wait, in this worker only
@@ -270,3 +270,24 @@ class TurnWorker(ThreadWorker):  # type: ignore[misc]
         global _POOL
         _POOL = TurnPool(self.cfg.threads)
         return _POOL
+
+    def handle(self, conn: Any) -> Any:
+        """gunicorn's, but a new connection whose first bytes are not there yet goes back to the poller at once:
+        gunicorn waits for them in the thread, which here holds the turn, and at 10 ms a burst of connections that
+        sent nothing (2,100 of them) held a worker's reviews up for 7 s. A ClientHello comes with the TCP
+        handshake's last packet; one that is late waits on the poller, where waiting costs nothing."""
+        defer = getattr(gthread, "_DEFER", None)
+        fresh = defer is not None and not conn.initialized and not getattr(conn, "data_ready", True)
+        if fresh and not conn.wait_for_data(0):
+            return defer
+        return super().handle(conn)
+
+    def finish_request(self, conn: Any, fs: Any) -> None:
+        """gunicorn's, but a new connection put on the poller to wait for its first bytes is given IO_TIMEOUT_S
+        for them, not the keep-alive's 100 s: silent connections would otherwise pile up to the worker's
+        connection limit, after which it accepts none (kept-alive ones, which have sent a request, keep theirs)."""
+        pending = getattr(self, "pending_conns", None)
+        before = len(pending) if pending is not None else 0
+        super().finish_request(conn, fs)
+        if pending is not None and len(pending) > before and pending[-1] is conn:
+            conn.timeout = min(conn.timeout, time.monotonic() + IO_TIMEOUT_S)
