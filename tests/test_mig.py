@@ -1793,6 +1793,18 @@ def test_a_template_whose_gpu_is_left_to_its_pods_is_checked_on_its_pods():
     )
     created = review(template_pod, nodes, s)
     assert created.allowed and resources_of(created.object) == mig("3g.40gb")
+    # the gpu-fraction annotation's template says so too: its container asks for no GPU yet (found by a review of
+    # provider journeys: a Job so written got no word of its CUDA check)
+    by_annotation = pod(
+        container("sidecar", limits={}, image="busybox"),
+        container("eval", limits={}, image="nvidia/cuda:12.4.1-runtime-ubuntu22.04"),
+        annotations={"gpu-admission.io/gpu-fraction": "0.25", "gpu-admission.io/gpu-fraction-container": "eval"},
+    )
+    job = review(workload("Job", by_annotation), nodes, s)
+    assert job.allowed, job.message
+    assert template_of(job.object)["metadata"]["annotations"]["gpu-admission.io/cuda"].startswith(
+        "checked on each pod as it is created"
+    )
 
 
 def test_more_asks_than_a_node_can_hold_are_refused_at_once():

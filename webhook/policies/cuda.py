@@ -581,7 +581,7 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     snapshot and settings, applied to each."""
     plan = _planned("steer", pod, ctx, lambda mode, checks: plan_steering(pod, mode, checks, ctx))
     if plan is None:
-        if pod.defers_gpu and mode_of(ctx) != "off" and checks_of(pod, ctx):
+        if pod.defers_gpu and mode_of(ctx) != "off":  # a gpu-memory ask, or the gpu-fraction annotation
             out.annotate(POLICY, DEFERRED)
         return
     if plan.alternatives and narrow(pod, plan.alternatives):
