@@ -1200,3 +1200,47 @@ def test_require_where_nothing_tells_spot_nodes_apart_is_denied_with_how_to_decl
     assert result.allowed
     assert required_of(result.object) == [{"matchExpressions": [expr(COREWEAVE_POOL, "h100-spot")]}]
     assert result.warnings == []
+
+
+NOT_EKS_SPOT = [{"key": EKS, "operator": "NotIn", "values": ["SPOT"]}]
+
+
+@pytest.mark.parametrize("value", ["never", "false"])
+def test_never_keeps_off_spot_nodes_that_carry_no_taint(value: str) -> None:
+    """EKS (and Karpenter, CoreWeave) spot nodes carry no taint, so a pod that said never was as free to land there
+    as any other; the MIG policy even chose a spot pool's profile for it (found by a review of provider journeys)."""
+    nodes = [node("spot", {EKS: "SPOT"}), node("on-demand", {EKS: "ON_DEMAND"})]
+    result = mutate(pod(value), context(nodes))
+    assert required_of(result.object) == [{"matchExpressions": NOT_EKS_SPOT}]
+    assert applied(result) == (
+        f"never (asked by annotation); keeps off spot capacity, whose nodes it would tolerate: requires not {EKS}=SPOT"
+    )
+    assert result.outcome.mutations == ["spot-affinity"] and result.warnings == []
+    # a template moved to tolerate loses it again, and is as a fresh workload of that mode
+    ctx = context(nodes)
+    first = mutate(workload("Deployment", value), ctx).object
+    assert required_of(_template(first)) == [{"matchExpressions": NOT_EKS_SPOT}]
+    moved = _template(mutate(_switched(first, "tolerate"), ctx).object)
+    assert "affinity" not in moved["spec"]
+    assert (
+        "removed what never had added: its required affinity off spot capacity"
+        in (moved["metadata"]["annotations"][APPLIED])
+    )
+
+
+def test_never_adds_nothing_where_the_spot_nodes_taint_keeps_the_pod_off() -> None:
+    tainted = [*PROVIDERS["gke"][0], ON_DEMAND]
+    assert mutate(pod("never"), context(tainted)).patch == []
+    # unless the pod tolerates that taint itself: then its never needs the affinity
+    tolerant = pod("never", tolerations=[{"operator": "Exists"}])
+    assert required_of(mutate(tolerant, context(tainted)).object) == [
+        {"matchExpressions": [{"key": GKE_SPOT, "operator": "NotIn", "values": ["true"]}]}
+    ]
+    # and where its own rules leave it only spot pools, it is told, not left matching no node
+    only_spot = pod("never", tolerations=[{"operator": "Exists"}])
+    only_spot["spec"]["nodeSelector"] = {GKE_SPOT: "true"}
+    result = mutate(only_spot, context(tainted))
+    assert required_of(result.object) is None
+    assert result.warnings == [
+        "spot never, yet its nodeSelector, affinity or tolerations leave it only spot pools (spot-l4)"
+    ]

@@ -6,7 +6,9 @@ Asking. The pod (or pod template) annotation ``gpu-admission.io/spot`` says what
     prefer            tolerated, and a preferred node affinity (weight 100) on spot capacity labels
     require           tolerated, and a required node affinity on spot capacity labels, ANDed into every existing
                       term; with several label keys (clouds) the requirement is an OR of one alternative per key
-    never | false     nothing, whatever the defaults say
+    never | false     no toleration, whatever the defaults say; where the pod could land on a spot pool of the
+                      known cluster all the same (EKS, Karpenter and CoreWeave spot nodes carry no taint, or it
+                      tolerates the taint itself), a required node affinity off the spot labels (``NotIn``)
 
 When the pod does not ask (or asks with a value not listed above, which is warned about and ignored), the first
 configured default that applies wins, most specific first (``SpotSettings``):
@@ -61,7 +63,19 @@ from typing import Any
 from webhook import PREFIX
 from webhook.affinity import Expression, expression, narrow, prefer, unnarrow, unprefer
 from webhook.cluster import Taint, requested_resources, toleration_tolerates
-from webhook.model import GPU_MEMORY_RESOURCE, JSON, TEMPLATE_PATHS, Context, Outcome, PodView, as_list, as_str
+from webhook.model import (
+    GPU_MEMORY_RESOURCE,
+    JSON,
+    TEMPLATE_PATHS,
+    WARNING_LIMIT,
+    Context,
+    Outcome,
+    PodView,
+    as_list,
+    as_str,
+    clipped,
+    copy_json,
+)
 from webhook.presets import TaintPreset
 
 REQUEST = "spot"
@@ -263,6 +277,46 @@ def _spot_places(ctx: Context) -> tuple[list[list[Expression]], str, bool]:
     return [[expression(k, "In", vs)] for k, vs in every], " or ".join(_label_text(k, vs) for k, vs in every), False
 
 
+def _off_spot(ctx: Context) -> tuple[list[list[list[Expression]]], str]:
+    """What keeps a pod off the cluster's spot places, as narrowings for ``narrow`` (one per place: the negation of
+    its term, an OR of ``NotIn`` per expression), and their text; none when the cluster's nodes and pools show
+    no spot label."""
+    terms, shown, on_cluster = _spot_places(ctx)
+    if not on_cluster or not ctx.cluster.groups:
+        return [], ""
+    negated = [[[expression(as_str(e["key"]), "NotIn", list(e["values"]))] for e in term] for term in terms]
+    return negated, f"not {shown}"
+
+
+def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
+    """``never`` where spot nodes carry no taint to keep the pod off (EKS, Karpenter, CoreWeave): a required node
+    affinity off the spot places, when the pod could land on a spot pool of the known cluster (it tolerates its
+    taints) and on another. Where its own rules leave it only spot pools, a warning instead: the affinity would
+    leave it nowhere. Returns the words for the annotation, '' when nothing is added."""
+    narrowings, shown = _off_spot(ctx)
+    if not narrowings:
+        return ""
+    # judged without what an earlier pass added, so that a second pass says the same
+    own = PodView(pod.kind, {}, copy_json(pod.spec), pod.namespace, pod.owner_kind)
+    if not unnarrow(own, [alt for alternatives in narrowings for alt in alternatives]):
+        own = pod
+    places = ctx.cluster.eligible(own.spec, (), gpu_only=_is_gpu_pod(pod))
+    spot = sorted({c.group.pool for c in places if c.group.spot})
+    if not spot:
+        return ""
+    if all(c.group.spot for c in places):  # its own rules: narrowing would leave it nowhere
+        text = f"spot never, yet its nodeSelector, affinity or tolerations leave it only spot pools ({', '.join(spot)})"
+        out.warn(clipped(text, WARNING_LIMIT))
+        return ""
+    changed = False
+    for alternatives in narrowings:
+        changed = narrow(pod, alternatives) or changed
+    if changed:
+        out.mutated("spot-affinity")
+    out.reasons.append("SpotNever")
+    return f"keeps off spot capacity, whose nodes it would tolerate: requires {shown}"
+
+
 def _spot_now(ctx: Context) -> bool:
     """Whether a node or pool of the known cluster is spot capacity now (its labels or taints, or ``spot: true``)."""
     return any(g.spot for g in ctx.cluster.groups)
@@ -285,8 +339,9 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     if undone:
         ignored = "; ".join(p for p in (ignored, undone) if p)
     if mode not in SPOT_MODES:
-        if ignored:  # the pod asked for something: say on it what it got, for kubectl describe
-            out.annotate(APPLIED, f"{mode} ({why}); {ignored}")
+        kept_off = _keep_off_spot(pod, ctx, out) if mode == "never" else ""
+        if ignored or kept_off:  # the pod asked for something: say on it what it got, for kubectl describe
+            out.annotate(APPLIED, "; ".join(p for p in (f"{mode} ({why})", ignored, kept_off) if p))
         return
     if pod.annotations.get(SAFE_TO_EVICT) == "false":
         out.warn(f'spot {mode}, yet {SAFE_TO_EVICT}="false": spot nodes are reclaimed; use spot: never')
@@ -367,6 +422,11 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
     if earlier == mode:
         said = [p for p in earlier_text.split("; ") if p.startswith(UNDONE)]
         return (said[0], False) if said and said[0] not in _stored_applied(pod, ctx).split("; ") else ("", False)
+    if earlier == "never":
+        narrowings = _off_spot(ctx)[0]
+        if unnarrow(pod, [alt for alternatives in narrowings for alt in alternatives]):
+            return f"{UNDONE}never had added: its required affinity off spot capacity", True
+        return "", False
     if earlier not in SPOT_MODES:
         return "", False
     removed: list[str] = []
