@@ -988,3 +988,19 @@ def test_a_pool_whose_nodes_run_two_drivers_is_steered_by_driver_label(gfd: str)
     assert keys[0] == POOL_LABEL and all(k.startswith("nvidia.com/cuda.driver") for k in keys[1:])
     assert "CUDASteered" in result.outcome.reasons
     assert_idempotent(result, ctx)
+
+
+def test_a_pool_the_pods_other_node_selector_keeps_it_off_is_not_advised() -> None:
+    """A fraction converted on GKE gets a partition-size nodeSelector; the denial advised a new-driver pool without
+    partitions, where following it met a MIG refusal (found by a review of provider journeys). A key that selects
+    a pool is what the advice replaces; another one stays, and the pools it excludes are no target."""
+    partition = "cloud.google.com/gke-gpu-partition-size"
+    old_mig = gpu_node("a-1", "gpu-a", "535.104.05", labels={partition: "3g.20gb"})
+    obj = pod(container(image=IMAGE_128))
+    obj["spec"]["nodeSelector"] = {partition: "3g.20gb"}
+    result = pipeline.review(obj, context([old_mig, C]))
+    assert not result.allowed
+    assert "target pool gpu-c" not in result.message, result.message
+    assert "upgrade the driver to >= 570.26 on pool gpu-a" in result.message
+    obj["spec"]["nodeSelector"] = {POOL_LABEL: "gpu-a"}  # a pool's own key: replaced by the advice
+    assert "target pool gpu-c" in pipeline.review(obj, context([old_mig, C])).message

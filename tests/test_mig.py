@@ -1283,7 +1283,8 @@ def test_refusal_on_gpu_tainted_whole_gpu_nodes_names_them_and_what_to_change():
     assert not result.allowed and result.reason == "MIGNoProfile"
     assert "Eligible GPU nodes offer no MIG profiles: pool inference" in result.message
     assert "No GPU node matches" not in result.message
-    assert "a100 (3g.40gb)" in result.message
+    # what keeps it off that pool, not every taint the pool has (found by a review of provider journeys)
+    assert f"MIG pools this pod cannot use: a100 (3g.40gb; its nodeSelector {POOL}: inference)." in result.message
     assert "Change the pod's nodeSelector, node affinity or tolerations" in result.message
 
 
@@ -1543,7 +1544,7 @@ def test_a_pod_no_order_fits_is_refused_as_its_own_order_refuses_it():
     assert not result.allowed and result.reason == "MIGNoProfile"
     offer = (
         " Eligible nodes offer: pool a100-40 (NVIDIA-A100-SXM4-40GB, mixed): 1g.10gb (2/8 memory, 1/7 compute)."
-        " MIG pools this pod cannot use (selectors, affinity, taints): a100-80 (1g.20gb, 3g.40gb)."
+        " MIG pools this pod cannot use: a100-80 (1g.20gb, 3g.40gb; its node affinity)."
         " Ask for at most what a profile offered here holds, or for a whole GPU (nvidia.com/gpu: 1)."
     )
     assert result.message == "\n".join(
@@ -1824,3 +1825,22 @@ def test_more_asks_than_a_node_can_hold_are_refused_at_once():
     )
     at_most = pod(*(container(f"c{i}", limits={GPU: "0.5"}) for i in range(mig.MAX_ASKS)))
     assert review(at_most, [node]).reason != "MIGTooManyDevices"
+
+
+def test_a_mig_pool_kept_off_by_a_spot_taint_is_named_with_that_taint_only():
+    """The refusal listed every taint of the pools it could not use, the GPU's own (which the webhook or
+    ExtendedResourceToleration tolerates) among them, and never said a spot taint could be tolerated by annotation
+    (found by a review of provider journeys)."""
+    spot_taint = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
+    gpu_taint = {"key": GPU, "value": "present", "effect": "NoSchedule"}
+    nodes = [
+        whole_node("l4", "NVIDIA-L4", 1, "inference"),
+        mixed_node("m0", A100_40, {"3g.20gb": 2}, "a100-spot", 40960, taints=[spot_taint, gpu_taint]),
+    ]
+    result = review(frac("0.5"), nodes)
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert (
+        "MIG pools this pod cannot use: a100-spot (3g.20gb; untolerated taint cloud.google.com/gke-spot=true:NoSchedule"
+        " (or annotation gpu-admission.io/spot: tolerate))." in result.message
+    ), result.message
+    assert "present" not in result.message

@@ -649,11 +649,16 @@ def _targets(c: Check, a: Assessment, ctx: Context) -> list[str]:
     """Compatible pools the pod's own constraints keep it from, with the selector that reaches them."""
     assert c.requirement is not None
     eligible = {id(g) for g in a.eligible}
+    own = as_dict(a.spec.get("nodeSelector")) if a.spec is not None else {}
+    pool_keys = {k for keys in DRIVER_LABELS for k in keys} | set(ctx.cluster.presets.pool_labels)
+    pool_keys |= {k for pool in ctx.settings.cluster.pools for k in pool.node_selector}
     out: list[str] = []
     for g in ctx.cluster.gpu_groups:
         if id(g) in eligible or not offers(g, a.resources) or _status(c.requirement, g, ctx) != "ok":
             continue  # a pool whose nodes offer none of what the pod asks is no place to send it
         selector = pool_selector(g, ctx)
+        if any(g.labels.get(k) != v for k, v in own.items() if k not in pool_keys):
+            continue  # a nodeSelector key that selects no pool keeps it off (a MIG partition the mig policy chose)
         hint = f" with nodeSelector {', '.join(f'{k}: {v}' for k, v in sorted(selector.items()))}" if selector else ""
         text = f"target {describe(g)}{hint}{_reach(g, selector, a, ctx)}"
         if text not in out:

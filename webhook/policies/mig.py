@@ -68,6 +68,7 @@ from webhook.cluster import (
     is_extended_resource_name,
     requested_resources,
     toleration_tolerates,
+    untolerated,
 )
 from webhook.mig_profiles import Profile, derive, load_table, parse_name
 from webhook.model import (
@@ -868,11 +869,9 @@ def _refusal(
     elsewhere = [g for g in ctx.cluster.gpu_groups if g.mig_profiles and id(g) not in seen_groups]
     if elsewhere:
         shown = ", ".join(
-            f"{g.pool} ({', '.join(sorted(g.mig_profiles))}"
-            + (f"; taints {', '.join(str(t) for t in g.taints)})" if g.taints else ")")
-            for g in elsewhere[:3]
+            f"{g.pool} ({', '.join(sorted(g.mig_profiles))}; {_kept_off(g, pod, ctx)})" for g in elsewhere[:3]
         )
-        tail += f" MIG pools this pod cannot use (selectors, affinity, taints): {shown}."
+        tail += f" MIG pools this pod cannot use: {shown}."
     if seen:
         advice = " Ask for at most what a profile offered here holds, or for a whole GPU (nvidia.com/gpu: 1)."
     elif short:
@@ -895,6 +894,24 @@ def _refusal(
     if ctx.settings.mig.fallback != "deny":
         advice = f" The {ctx.settings.mig.fallback} fallback found no GPU either." + advice
     return head + tail + advice
+
+
+def _kept_off(group: NodeGroup, pod: PodView, ctx: Context) -> str:
+    """What keeps the pod off a MIG pool, in words: the taints it does not tolerate (not the GPU's own taint, which
+    the webhook or ExtendedResourceToleration tolerates for a MIG device), the nodeSelector keys the pool's nodes
+    do not match, else its node affinity."""
+    spec = {**pod.spec, "tolerations": [*as_list(pod.spec.get("tolerations")), GPU_TAINT_TOLERATION]}
+    taints = untolerated(group, spec, ctx.cluster.extended_resource_toleration)
+    selector = as_dict(pod.spec.get("nodeSelector"))
+    keys = sorted(k for k, v in selector.items() if group.labels.get(k) != v)
+    parts = []
+    if taints:
+        spot_keys = {p.key for p in ctx.cluster.presets.spot_taints} | {t.key for t in ctx.settings.spot.extra_taints}
+        spot = f" (or annotation {PREFIX}spot: tolerate)" if all(t.key in spot_keys for t in taints) else ""
+        parts.append(f"untolerated taint{'s' if len(taints) > 1 else ''} {', '.join(map(str, taints[:3]))}{spot}")
+    if keys:
+        parts.append(f"its nodeSelector {', '.join(f'{k}: {selector[k]}' for k in keys[:3])}")
+    return "; ".join(parts) or "its node affinity"
 
 
 def _too_few(
