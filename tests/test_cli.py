@@ -259,3 +259,19 @@ def test_log_records_collect_nothing_the_log_formats_do_not_show(
     assert (record.lineno, record.funcName) == (0, "(unknown function)")  # no caller looked up
     for used in (webhook_cli.LOG_FORMAT, Logger.error_fmt, Logger.access_fmt, Logger.syslog_fmt):
         assert not any(field in used for field in ("thread", "processName", "lineno", "filename", "funcName"))
+
+
+def test_a_reader_that_goes_away_gets_no_traceback(tmp_path: Path) -> None:
+    """`gpu-admission review ... | head -1` printed a BrokenPipeError traceback (found by a review of provider
+    journeys). The pipe's reader is gone before the first write here, so every write fails."""
+    read, write = os.pipe()
+    os.close(read)
+    proc = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "pools", "--nodes", str(EXAMPLES / "nodes.yaml")],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parent.parent,
+        timeout=60,
+    )
+    os.close(write)
+    assert proc.returncode == 141 and b"Traceback" not in proc.stderr, proc.stderr.decode()

@@ -7,6 +7,7 @@ import gc
 import json
 import logging
 import multiprocessing
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -200,9 +201,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()
     except (ConfigError, InputError) as err:
         print(f"gpu-admission: {err}", file=sys.stderr)
         return EXIT_UNUSABLE
+    except BrokenPipeError:
+        # the reader went away (`| head`): no traceback; what was left unwritten goes nowhere, as the shell's
+        # own tools do (their exit status is then 141, SIGPIPE's)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return code
 
 
