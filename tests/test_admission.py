@@ -132,6 +132,20 @@ BAD = [
 ]
 
 
+@pytest.mark.parametrize("encoding", ["gzip", "br", "deflate, gzip"])
+def test_an_encoded_body_is_a_415_naming_the_encoding(client: Any, encoding: str) -> None:
+    """A gzipped body was read as the JSON itself ('not valid UTF-8 (byte 1)'), and a plain body labelled gzip
+    accepted (found by a review that attacked the real server)."""
+    body = json.dumps(review(gpu_pod())).encode()
+    r = client.post("/mutate", data=body, headers={"Content-Type": "application/json", "Content-Encoding": encoding})
+    assert r.status_code == 415
+    assert r.get_json()["error"] == f"Content-Encoding {encoding!r} is not accepted: send the body unencoded"
+    plain = client.post(
+        "/mutate", data=body, headers={"Content-Type": "application/json", "Content-Encoding": "identity"}
+    )
+    assert plain.status_code == 200
+
+
 @pytest.mark.parametrize(("body", "content_type", "status", "words"), BAD)
 @pytest.mark.parametrize("path", ["/mutate", "/validate"])
 def test_bad_input_gets_4xx_json_naming_the_problem(

@@ -345,6 +345,12 @@ def test_the_decision_log_keeps_names_to_their_limit() -> None:
     megabytes."""
     app = create_app(Settings(), recorder=build_recorder(Settings(), stream=(log := io.StringIO())))
     pod = gpu_pod(name="n" * 100_000)
-    assert app.test_client().post("/mutate", json=review(pod)).status_code == 200
+    pod["metadata"]["namespace"] = "s" * 100_000
+    body = review(pod, uid="u" * 5_000_000, namespace="s" * 100_000)  # a client's 5 MiB uid (found by a review)
+    body["request"]["userInfo"]["username"] = "a" * 100_000
+    body["request"]["kind"]["kind"] = "Pod" + "d" * 100_000
+    assert app.test_client().post("/mutate", json=body).status_code == 200
+    assert len(log.getvalue()) < 4000
     line = json.loads(log.getvalue())
-    assert line["name"] == "n" * 253
+    assert line["name"] == "n" * 253 and line["uid"] == "u" * 253 and line["namespace"] == "s" * 253
+    assert line["user"] == "a" * 253

@@ -93,6 +93,9 @@ def create_app(
         started = time.perf_counter()
         body = b""
         try:
+            encoding = request.headers.get("Content-Encoding", "").strip().lower()
+            if encoding not in ("", "identity"):
+                raise BadRequest(f"Content-Encoding {encoding[:40]!r} is not accepted: send the body unencoded", 415)
             body = read_body(settings.max_body_bytes)
             review, result, answer = decisions.decide(
                 endpoint, step, body, request.content_type, settings, cluster.snapshot()

@@ -91,14 +91,14 @@ def decision_line(r: Recorded) -> dict[str, object]:
     }
     if review:
         line.update(
-            uid=review.uid,
-            namespace=review.namespace,
+            uid=review.uid[:NAME_LIMIT],  # as the names: a client's 5 MiB uid went whole into every line
+            namespace=review.namespace[:NAME_LIMIT],
             name=(review.name or review.subject.name)[:NAME_LIMIT],  # names are checked after mutating admission
             generateName=review.subject.generate_name[:NAME_LIMIT],
-            kind=review.kind,
+            kind=review.kind[:NAME_LIMIT],
             operation=review.operation,
             dryRun=review.dry_run,
-            user=review.username,
+            user=review.username[:NAME_LIMIT],
         )
     if result:
         line.update(
@@ -143,11 +143,11 @@ def decision_text(r: Recorded) -> str:
     if review:
         subject = review.subject
         text += (
-            f',"uid":{_STRING(review.uid)},"namespace":{_STRING(review.namespace)},'
+            f',"uid":{_STRING(review.uid[:NAME_LIMIT])},"namespace":{_STRING(review.namespace[:NAME_LIMIT])},'
             f'"name":{_STRING((review.name or subject.name)[:NAME_LIMIT])},'
-            f'"generateName":{_STRING(subject.generate_name[:NAME_LIMIT])},"kind":{_STRING(review.kind)},'
+            f'"generateName":{_STRING(subject.generate_name[:NAME_LIMIT])},"kind":{_STRING(review.kind[:NAME_LIMIT])},'
             f'"operation":{_STRING(review.operation)},"dryRun":{"true" if review.dry_run else "false"},'
-            f'"user":{_STRING(review.username)}'
+            f'"user":{_STRING(review.username[:NAME_LIMIT])}'
         )
     if result:
         text += _result_part(result)
