@@ -879,6 +879,38 @@ def test_fallback_whole_gpu_pins_away_from_mig_single_nodes():
     assert "MIGFallback" in pipeline.mutate(frac("0.5"), context(nodes, settings(fallback="whole"))).outcome.reasons
 
 
+def _gke_time_shared(name: str, pool: str, sharing: str) -> dict[str, Any]:
+    """A GKE node of a pool created with GPU sharing: no GFD, GKE's own labels."""
+    node = whole_node(name, "", 1, pool)
+    del node["metadata"]["labels"]["nvidia.com/gpu.product"]
+    node["metadata"]["labels"]["cloud.google.com/gke-accelerator"] = "nvidia-l4"
+    if sharing:
+        node["metadata"]["labels"]["cloud.google.com/gke-gpu-sharing-strategy"] = sharing
+        node["metadata"]["labels"]["cloud.google.com/gke-max-shared-clients-per-gpu"] = "4"
+    return node
+
+
+@pytest.mark.parametrize(
+    ("nodes", "resources", "selector"),
+    [
+        pytest.param(
+            [_gke_time_shared("g", "l4-shared", "time-sharing"), _gke_time_shared("o", "l4", "")],
+            {"limits": {GPU: "1"}, "requests": {GPU: "1"}},
+            {"cloud.google.com/gke-gpu-sharing-strategy": "time-sharing"},
+            id="gke-time-sharing",
+        )
+    ],
+)
+def test_fallback_shared_gpu_on_gke(nodes, resources, selector):
+    """GKE's own sharing label was not read: with mig.fallback shared, 0.5 was denied ('The shared fallback found no
+    GPU either') on a time-sharing pool (found by a review of provider journeys)."""
+    test_fallback_shared_gpu(nodes, resources, selector)
+    from webhook.cluster import build_view
+
+    (shared,) = [g for g in build_view(nodes, settings()).gpu_groups if g.pool == "l4-shared"]
+    assert shared.sharing == "time-slicing" and shared.gpu_replicas == 4
+
+
 @pytest.mark.parametrize(
     ("nodes", "resources", "selector"),
     [

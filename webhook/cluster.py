@@ -45,6 +45,11 @@ GPU_VENDOR_PREFIX = "nvidia.com/"
 GKE_PARTITION_LABEL = "cloud.google.com/gke-gpu-partition-size"
 GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 GKE_DRIVER_LABEL = "cloud.google.com/gke-gpu-driver-version"
+GKE_SHARING_LABEL = "cloud.google.com/gke-gpu-sharing-strategy"
+"""GKE's GPU sharing on a node pool (GPUSharingConfig: ``time-sharing`` or ``mps``), with the most clients a GPU
+takes in ``cloud.google.com/gke-max-shared-clients-per-gpu`` (GKE docs, "About GPU sharing solutions in GKE")."""
+GKE_SHARED_CLIENTS_LABEL = "cloud.google.com/gke-max-shared-clients-per-gpu"
+GKE_SHARING = {"time-sharing": "time-slicing", "mps": "mps"}
 MIG_CONFIG_LABEL = GFD + "mig.config"
 MIG_CONFIG_STATE_LABEL = GFD + "mig.config.state"
 MIG_CHANGING_STATES = frozenset({"pending", "rebooting"})
@@ -1066,6 +1071,8 @@ class _Builder:
         if product.endswith(SHARED_SUFFIX):
             product = product[: -len(SHARED_SUFFIX)]
         if not sharing:
+            sharing = GKE_SHARING.get(labels.get(GKE_SHARING_LABEL, ""), "")
+        if not sharing:
             # GFD before v0.15 wrote no sharing-strategy label, and MPS came with that version: time-slicing.
             sharing = "time-slicing" if shared_hint else (declared.sharing if declared else "none")
 
@@ -1150,7 +1157,11 @@ class _Builder:
             mig_capable=mig_capable,
             mig_config=labels.get(MIG_CONFIG_LABEL, ""),
             mig_config_state=state,
-            gpu_replicas=_int_label(labels, GFD + "gpu.replicas") if sharing != "none" else 0,
+            gpu_replicas=(
+                (_int_label(labels, GFD + "gpu.replicas") or _int_label(labels, GKE_SHARED_CLIENTS_LABEL))
+                if sharing != "none"
+                else 0
+            ),
             pool_source=pool_source,
             notes=tuple(notes),
         )

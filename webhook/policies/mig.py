@@ -60,6 +60,7 @@ from webhook.affinity import expression, require
 from webhook.cluster import (
     GFD,
     GKE_PARTITION_LABEL,
+    GKE_SHARING_LABEL,
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
     SHARED_SUFFIX,
@@ -700,7 +701,7 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
         return None
     if not good:
         return None
-    pin = _pin(good, bad, [SHARING_LABEL, *_pin_keys(ctx)]) if bad else None
+    pin = _pin(good, bad, [SHARING_LABEL, GKE_SHARING_LABEL, *_pin_keys(ctx)]) if bad else None
     if bad and pin is None:
         return None
     return Choice(option, [Placement(g, None, True) for g in good], pin, note)
