@@ -67,6 +67,11 @@ def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
             "pool 's' has migStrategy single and no gpuProduct",
             id="single-without-product",
         ),
+        pytest.param(
+            "cluster:\n  pools: [{name: o, nodeSelector: {oci.oraclecloud.com/node-pool-id: ocid1.x}}]\n",
+            "pool 'o': nodeSelector key oci.oraclecloud.com/node-pool-id is a node annotation",
+            id="oke-pool-annotation",  # found by a review of provider journeys: steered pods matched no node
+        ),
         pytest.param("maxBodyBytes: 0\n", "maxBodyBytes: 0 would refuse every AdmissionReview", id="body-limit"),
         pytest.param("cluster:\n  pools: {a: 1}\n", "cluster.pools: must be a list", id="list"),
         pytest.param("- just\n- a list\n", "must hold a mapping", id="not-a-mapping"),

@@ -74,6 +74,14 @@ class PoolSettings:
                 " pods that then run elsewhere"
             )
         where = f"cluster.pools: pool {self.name!r}"
+        from webhook.presets import load_presets  # the providers' data, not a setting
+
+        if annotated := sorted(set(self.node_selector) & set(load_presets(("all",)).pool_annotations)):
+            raise ConfigError(
+                f"{where}: nodeSelector key {annotated[0]} is a node annotation (OKE names its node pools so), not a"
+                " label: no nodeSelector can match it, and pods steered to the pool would match no node. Give the"
+                " pool's nodes a label (on OKE, the node pool's initial node labels) and select by it"
+            )
         if self.mig_strategy in ("single", "gke") and len(self.mig_profiles) > 1:
             raise ConfigError(
                 f"{where} has migStrategy {self.mig_strategy} and {len(self.mig_profiles)} migProfiles: every GPU of"
