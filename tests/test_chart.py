@@ -215,7 +215,11 @@ def test_webhook_safety_fields(rendered):
         assert hook["matchPolicy"] == "Equivalent"
         if kind == "MutatingWebhookConfiguration":
             assert hook["reinvocationPolicy"] == "IfNeeded"
-        assert [c["name"] for c in hook["matchConditions"]] == ["gpu-related", "template-changed-on-update"]
+        assert [c["name"] for c in hook["matchConditions"]] == [
+            "gpu-related",
+            "template-changed-on-update",
+            "not-a-deployments-replicaset",
+        ]
 
 
 def test_webhook_rules(rendered):

@@ -300,6 +300,25 @@ def test_workload_updates_are_sent_only_when_the_template_changed(default_progra
     assert sent(default_program, new, old=old) is expected
 
 
+@pytest.mark.parametrize(
+    ("owners", "expected"),
+    [
+        pytest.param([{"kind": "Deployment", "name": "d", "uid": "u", "controller": True}], False, id="deployments"),
+        pytest.param([{"kind": "Deployment", "name": "d", "uid": "u"}], True, id="owned-not-controlled"),
+        pytest.param([{"kind": "MyOperator", "name": "o", "uid": "u", "controller": True}], True, id="an-operators"),
+        pytest.param(None, True, id="bare"),
+    ],
+)
+def test_a_deployments_replicaset_is_not_sent(default_program, owners, expected):
+    """Its template is the Deployment's, reviewed there; changed at its create, it would make the Deployment
+    controller create ReplicaSets without end (found by a review of workload flows)."""
+    rs = workload("ReplicaSet", pod(container(limits={"nvidia.com/gpu": "1"})))
+    if owners is not None:
+        rs["metadata"]["ownerReferences"] = owners
+    assert sent(default_program, rs) is expected
+    assert sent(default_program, rs, old=copy.deepcopy(rs) | {"spec": {"template": {}}}) is expected
+
+
 @pytest.mark.parametrize(("change", "expected"), [("suspend", False), ("template", True)])
 def test_a_cronjob_update_is_sent_only_when_its_job_template_changed(default_program, change, expected):
     old = workload("CronJob", pod(container(limits={"nvidia.com/gpu": "0.5"})))

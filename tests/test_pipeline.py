@@ -480,3 +480,29 @@ def test_a_json_copy_is_exact_and_shares_nothing(value: Any) -> None:
         if isinstance(a, dict | list):
             assert a is not b
             stack.extend(zip(a.values(), b.values(), strict=True) if isinstance(a, dict) else zip(a, b, strict=True))
+
+
+def _replicaset(owners: list[dict[str, Any]] | None) -> dict[str, Any]:
+    template = gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04", limits={"nvidia.com/gpu": "0.5"})
+    rs: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "web-5d4f", "namespace": "ml"},
+        "spec": {"template": {"metadata": template["metadata"], "spec": template["spec"]}},
+    }
+    if owners is not None:
+        rs["metadata"]["ownerReferences"] = owners
+    return rs
+
+
+def test_a_deployments_replicaset_is_left_to_the_deployment_and_its_pods() -> None:
+    """Found by a review of workload flows: a Deployment passed untouched (its creator exempt, or the opt-out label
+    on its own metadata, or a node list that changed since) had its ReplicaSet's template patched, and the
+    Deployment controller, which finds its ReplicaSet by comparing templates, created ReplicaSets without end."""
+    owner = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "u", "controller": True}]
+    for step in (pipeline.mutate, pipeline.validate):
+        result = step(_replicaset(owner), _ctx(Settings(), namespace="ml"))
+        assert result.allowed and result.skipped == pipeline.DEPLOYMENTS_REPLICASET and result.patch == []
+    # a bare ReplicaSet, or one an operator controls, is reviewed as any workload
+    for owners in (None, [{**owner[0], "kind": "MyOperator"}], [{**owner[0], "controller": False}]):
+        assert not pipeline.review(_replicaset(owners), _ctx(Settings(), namespace="ml")).skipped

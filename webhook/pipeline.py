@@ -149,11 +149,30 @@ def _guard(obj: Any, ctx: Context) -> str:
         return f"kind {kind or '(none)'} is not handled"
     if ctx.operation not in ("CREATE", "UPDATE") or (kind == "Pod" and ctx.operation != "CREATE"):
         return f"operation {ctx.operation} is not reviewed"
+    if kind == "ReplicaSet" and _controlled_by(obj, "Deployment"):
+        return DEPLOYMENTS_REPLICASET
     if ex.allow_opt_out_label:
         labels = as_dict(as_dict(obj.get("metadata")).get("labels"))
         if labels.get(IGNORE_LABEL) == "true":
             return f"label {IGNORE_LABEL}=true (opt-out allowed by settings)"
     return ""
+
+
+DEPLOYMENTS_REPLICASET = (
+    "a Deployment's ReplicaSet: its template is the Deployment's, reviewed there, and its pods are reviewed as they are"
+    " created"
+)
+"""The Deployment controller finds a Deployment's ReplicaSet by comparing templates (FindNewReplicaSet,
+EqualIgnoreHash): a template changed at the ReplicaSet's create (annotations written from a newer node list, or a
+creator or label the Deployment was exempt by) would make it create another, changed again, without end."""
+
+
+def _controlled_by(obj: JSON, kind: str) -> bool:
+    owners = as_dict(obj.get("metadata")).get("ownerReferences")
+    return any(
+        isinstance(o, dict) and o.get("kind") == kind and o.get("controller") is True
+        for o in (owners if isinstance(owners, list) else ())
+    )
 
 
 MAX_CONTAINERS = 1000

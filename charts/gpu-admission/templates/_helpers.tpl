@@ -310,6 +310,15 @@ matchConditions:
       (has(object.spec.template) ? !has(oldObject.spec.template) || object.spec.template != oldObject.spec.template :
       has(object.spec.jobTemplate) ? !has(oldObject.spec.jobTemplate) || object.spec.jobTemplate != oldObject.spec.jobTemplate :
       object.spec != oldObject.spec)
+  # A Deployment's ReplicaSet carries the Deployment's template, reviewed there; its pods are reviewed as they are
+  # created. The Deployment controller finds its ReplicaSet by comparing templates: one changed here (the template's
+  # annotations from a newer node list, a creator or label the Deployment was exempt by) would make it create
+  # ReplicaSets without end. The server skips them too (pipeline._guard).
+  - name: not-a-deployments-replicaset
+    expression: >-
+      request.kind.kind != 'ReplicaSet' || !has(object.metadata) || !has(object.metadata.ownerReferences) ||
+      !object.metadata.ownerReferences.exists(r, has(r.kind) && r.kind == 'Deployment' && has(r.controller) &&
+      r.controller)
   {{- end }}
 {{- end }}
 
