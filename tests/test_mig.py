@@ -1876,3 +1876,65 @@ def test_a_mig_pool_kept_off_by_a_spot_taint_is_named_with_that_taint_only():
         " (or annotation gpu-admission.io/spot: tolerate))." in result.message
     ), result.message
     assert "present" not in result.message
+
+
+def _applied(live: dict[str, Any], limits: dict[str, str]) -> dict[str, Any]:
+    """What `kubectl apply` (client-side) sends for a manifest whose container asks ``limits``: its three-way merge
+    sets what the manifest has and the live object lacks or holds otherwise, and keeps what only the live object
+    has (the webhook's device, its requests, its nodeSelector)."""
+    sent = copy.deepcopy(live)
+    template_of(sent)["spec"]["containers"][0]["resources"]["limits"].update(limits)
+    return sent
+
+
+@pytest.mark.parametrize(
+    ("nodes", "asks", "want"),
+    [
+        pytest.param(
+            [mixed_node("m", A100_80, {"1g.20gb": 4, "3g.40gb": 2}, "a100", 81920)],
+            ["0.5", "0.25", "0.5"],
+            ["3g.40gb", "1g.20gb", "3g.40gb"],
+            id="mixed",
+        ),
+        pytest.param(
+            [
+                gke_node("g3", "nvidia-a100-80gb", "3g.40gb", 2, "p3"),
+                gke_node("g1", "nvidia-a100-80gb", "1g.20gb", 4, "p1"),
+            ],
+            ["0.5", "0.25"],
+            ["3g.40gb", "1g.20gb"],
+            id="gke",
+        ),
+    ],
+)
+def test_kubectl_apply_of_a_converted_workload_converts_the_ask_afresh(nodes, asks, want):
+    """Found by a review of workload flows: client-side `kubectl apply` brings the fraction back beside what the
+    webhook wrote (live-only fields stay), changed or not, and it was refused as a second MIG device ('remove one
+    of them', naming a resource the user never wrote) or, on GKE, as a request of 1 unequal to the limit."""
+    ctx = context(nodes)
+    live = pipeline.mutate(workload("Deployment", pod(container(limits={GPU: asks[0]}))), ctx).object
+    for ask, profile in zip(asks[1:], want[1:], strict=True):
+        sent = _applied(live, {GPU: ask})
+        update = replace(ctx, operation="UPDATE", old_object=live)
+        result = pipeline.mutate(sent, update)
+        assert result.allowed, result.message
+        template = template_of(result.object)
+        resources = template["spec"]["containers"][0]["resources"]
+        if "cloud.google.com/gke-gpu-partition-size" in nodes[0]["metadata"]["labels"]:
+            assert resources == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
+            assert template["spec"]["nodeSelector"]["cloud.google.com/gke-gpu-partition-size"] == profile
+        else:
+            assert resources == mig(profile)
+        assert template["metadata"]["annotations"]["gpu-admission.io/mig"].startswith(f"trainer: {GPU} {ask} -> ")
+        assert pipeline.validate(result.object, update).allowed
+        assert pipeline.mutate(result.object, update).patch == [], "a second pass changes nothing"
+        live = result.object
+
+
+def test_kubectl_apply_of_a_whole_gpu_over_a_converted_fraction_drops_the_device():
+    nodes = [mixed_node("m", A100_80, {"3g.40gb": 2}, "a100", 81920), whole_node("w", A100_80, 8, "whole")]
+    ctx = context(nodes)
+    live = pipeline.mutate(workload("Deployment", pod(container(limits={GPU: "0.5"}))), ctx).object
+    result = pipeline.mutate(_applied(live, {GPU: "1"}), replace(ctx, operation="UPDATE", old_object=live))
+    assert result.allowed and result.warnings == []
+    assert template_of(result.object)["spec"]["containers"][0]["resources"] == {"limits": {GPU: "1"}}

@@ -357,6 +357,58 @@ def _warn_whole_and_mig(out: Outcome, name: str, whole: _Read, container: JSON) 
         out.warn(fit_warning(f"{name}: {said}", name))
 
 
+def _asks_again(container: JSON) -> bool:
+    """The container asks for a fraction or a memory size in its limits (as a manifest writes it)."""
+    limits, _ = _sections(container)
+    if GPU_MEMORY_RESOURCE in limits:
+        return True
+    try:
+        amount = parse_quantity(limits[GPU_RESOURCE]) if GPU_RESOURCE in limits else None
+    except QuantityError:
+        return False
+    return amount is not None and amount != amount.to_integral_value()
+
+
+def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
+    """A workload's container whose earlier conversion its line names ('trainer: nvidia.com/gpu 0.5 ->
+    nvidia.com/mig-3g.40gb (...)') and that asks for a fraction or a memory size again (or, beside a MIG device,
+    for whole GPUs): what that conversion wrote is taken out, to convert the ask afresh. ``kubectl apply``
+    (client-side) merges the manifest into the live object: the fraction comes back, changed or not, beside the
+    device the webhook wrote (on single-strategy and GKE nodes, beside its request of one GPU and its
+    nodeSelector), and was refused as a second device, or as a request unequal to the limit. A forged line can
+    only take out a device beside a fraction, which is refused otherwise. The names of the containers so treated."""
+    lines = _prior_lines(ctx)
+    forgotten = []
+    for _, name, container in _named(pod):
+        line = lines.get(name)
+        if not line:
+            continue
+        asked, arrow, _ = line.partition(": ")[2].partition(" -> ")
+        if not arrow or not _ASKED.match(asked):
+            continue
+        given = _given(line)
+        limits, requests = _sections(container)
+        changed = False
+        if given.startswith(MIG_RESOURCE_PREFIX) and (GPU_RESOURCE in limits or GPU_MEMORY_RESOURCE in limits):
+            # the ask is back, or is now for whole GPUs: the device was the earlier ask's
+            for section in (limits, requests):
+                changed = section.pop(given, None) is not None or changed
+        elif given.startswith(f"{GPU_RESOURCE} 1") and _asks_again(container):
+            if _raw(requests.get(GPU_RESOURCE)) == "1" and _raw(limits.get(GPU_RESOURCE)) != "1":
+                del requests[GPU_RESOURCE]
+                changed = True
+            key, _, value = given.partition(" with nodeSelector ")[2].partition("=")
+            selector = pod.spec.get("nodeSelector")
+            if changed and key and isinstance(selector, dict) and selector.get(key) == value:
+                del selector[key]
+        if changed:
+            forgotten.append(name)
+            resources = as_dict(container.get("resources"))
+            if resources.get("requests") == {}:
+                del resources["requests"]
+    return forgotten
+
+
 def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
     """The asks of every container; refusals of malformed asks go to ``out`` as denials."""
     asks: list[Ask] = []
@@ -1117,6 +1169,8 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     if not ctx.settings.mig.enabled:
         _say_off(pod, out)
         return
+    if pod.is_template and _forget_earlier(pod, ctx):
+        out.mutated("mig-reconverted")
     asks = _collect(pod, ctx, out)
     if len(asks) > MAX_ASKS:
         out.deny(
