@@ -152,6 +152,21 @@ def test_a_manifest_value_json_cannot_carry_exits_2_naming_where(tmp_path: Path,
     assert words in run.stderr and "the API server takes JSON" in run.stderr and run.stdout == ""
 
 
+def test_yaml_aliases_that_expand_past_a_million_values_exit_2(tmp_path: Path) -> None:
+    """A 629-byte file of nested aliases (billion laughs) grew the CLI to 1.3 GB before it crashed (found by a
+    review that grew each part of a pod)."""
+    laughs = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    laughs += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 7)]
+    pod = _pod("nvcr.io/nvidia/pytorch:24.05-py3", {"nvidia.com/gpu": "1"})
+    text = yaml.safe_dump(pod).replace("spec:\n", "spec:\n  x-laughs:\n" + "".join(f"    {line}\n" for line in laughs))
+    path = tmp_path / "laughs.yaml"
+    path.write_text(text)
+    assert len(text) < 1500
+    run = cli("review", "-f", str(path), "--nodes", str(NODES), "--config", str(CONFIG))
+    assert run.returncode == 2, run.stderr[-500:]
+    assert "more than 1,000,000 values once its YAML aliases are expanded" in run.stderr
+
+
 def test_bad_settings_exit_2_naming_the_key(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("cuda: {mode: block}\n")

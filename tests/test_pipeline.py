@@ -506,3 +506,42 @@ def test_a_deployments_replicaset_is_left_to_the_deployment_and_its_pods() -> No
     # a bare ReplicaSet, or one an operator controls, is reviewed as any workload
     for owners in (None, [{**owner[0], "kind": "MyOperator"}], [{**owner[0], "controller": False}]):
         assert not pipeline.review(_replicaset(owners), _ctx(Settings(), namespace="ml")).skipped
+
+
+@pytest.mark.parametrize(
+    ("part", "build"),
+    [
+        pytest.param(
+            "required node affinity terms",
+            lambda n: {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "k", "operator": "NotIn", "values": [f"v{i}"]}]}
+                                for i in range(n)
+                            ]
+                        }
+                    }
+                }
+            },
+            id="terms",
+        ),
+        pytest.param(
+            "tolerations",
+            lambda n: {"tolerations": [{"key": f"k{i}", "operator": "Exists"} for i in range(n)]},
+            id="tol",
+        ),
+    ],
+)
+def test_pods_with_absurd_numbers_of_node_rules_are_refused(part: str, build: Any) -> None:
+    """Found by a review that grew each part of a pod: thousands of terms or tolerations took seconds to tens of
+    seconds to review (each judged against every pool, the terms combined with the policies' own)."""
+    limit = pipeline.MAX_PLACEMENT[part]
+    for n, refused in ((limit, False), (limit + 1, True)):
+        pod = gpu_pod(image="nvidia/cuda:12.4.1-base-ubuntu22.04")
+        pod["spec"].update(build(n))
+        result = pipeline.review(pod, _ctx(Settings(), namespace="ml"))
+        assert (result.reason == "TooManyNodeRules") is refused, result.reason
+        if refused:
+            assert not result.allowed and result.message.startswith(f"the pod has {n} {part}; gpu-admission reviews")

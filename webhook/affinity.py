@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import orjson
+
 from webhook.model import JSON, PodView, as_dict, as_list, copy_json
 
 Expression = JSON
@@ -78,18 +80,37 @@ def narrow(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool:
     if existing and all(_empty(t) or any(_implied(t, alt) for alt in alternatives) for t in existing):
         return False
     base = existing or [{}]
-    terms: list[JSON] = []
+    terms = _Terms()
     for term in base:
         if existing and (_empty(term) or any(_implied(term, alt) for alt in alternatives)):
-            if term not in terms:
-                terms.append(copy_json(term))
+            terms.add(copy_json(term))
             continue
         for alt in alternatives:
-            combined = _with(term, alt)
-            if combined not in terms:
-                terms.append(combined)
-    _required(pod)["nodeSelectorTerms"] = terms
+            terms.add(_with(term, alt))
+    _required(pod)["nodeSelectorTerms"] = terms.kept
     return True
+
+
+class _Terms:
+    """Terms in order, each once: compared by their JSON with sorted keys (a scan of the list was quadratic, and a
+    pod of thousands of terms took seconds); what orjson cannot write, by equality."""
+
+    def __init__(self) -> None:
+        self.kept: list[JSON] = []
+        self._seen: set[bytes] = set()
+
+    def add(self, term: JSON) -> bool:
+        try:
+            key = orjson.dumps(term, option=orjson.OPT_SORT_KEYS)
+        except TypeError:
+            if term in self.kept:
+                return False
+        else:
+            if key in self._seen:
+                return False
+            self._seen.add(key)
+        self.kept.append(term)
+        return True
 
 
 def require(pod: PodView, expressions: Sequence[Expression]) -> bool:
@@ -132,7 +153,7 @@ def unnarrow(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool
     existing = required_terms(pod)
     if not drop or not any(e in as_list(t.get("matchExpressions")) for t in existing for e in drop):
         return False
-    terms: list[JSON] = []
+    kept = _Terms()
     for term in existing:
         out = copy_json(term)
         exprs = [e for e in as_list(out.get("matchExpressions")) if e not in drop]
@@ -140,9 +161,9 @@ def unnarrow(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool
             out["matchExpressions"] = exprs
         else:
             out.pop("matchExpressions", None)
-        if (_empty(out) and not _empty(term)) or out in terms:
-            continue
-        terms.append(out)
+        if not (_empty(out) and not _empty(term)):
+            kept.add(out)
+    terms = kept.kept
     node = as_dict(as_dict(pod.spec.get("affinity")).get("nodeAffinity"))
     if terms:
         node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = terms

@@ -67,7 +67,7 @@ def api_object(value: Any, where: str) -> Any:
     becomes its text (``1``, ``true``), as sigs.k8s.io/yaml writes it; a NaN, an infinity, or a value JSON has no
     type for (a YAML set, binary data) is an InputError naming where it stands (kubectl refuses them too)."""
     try:
-        return _json_value(value, "")
+        return _json_value(value, "", [MAX_VALUES])
     except _NotJSON as err:
         raise InputError(f"{where}: {err.path or 'the document'}: {err.what}; the API server takes JSON") from None
     except RecursionError:
@@ -80,11 +80,20 @@ class _NotJSON(Exception):
         self.path, self.what = path, what
 
 
-def _json_value(value: Any, path: str) -> Any:
+MAX_VALUES = 1_000_000
+"""The most values one document may hold once its YAML aliases are expanded: ``&a`` / ``*a`` anchors that refer to
+lists of aliases grow as a power of the nesting (a 629-byte file took 1.3 GB before it was refused), as go-yaml
+refuses "excessive aliasing"."""
+
+
+def _json_value(value: Any, path: str, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _NotJSON(path, f"more than {MAX_VALUES:,} values once its YAML aliases are expanded")
     if isinstance(value, dict):
-        return {_json_key(k, path): _json_value(v, _child(path, k)) for k, v in value.items()}
+        return {_json_key(k, path): _json_value(v, _child(path, k), budget) for k, v in value.items()}
     if isinstance(value, list):
-        return [_json_value(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_json_value(v, f"{path}[{i}]", budget) for i, v in enumerate(value)]
     if isinstance(value, float) and not math.isfinite(value):
         raise _NotJSON(path, f"{value} is not a JSON number")
     if value is None or isinstance(value, (str, int, float)):  # bool is an int

@@ -179,26 +179,59 @@ MAX_CONTAINERS = 1000
 """More containers than any real pod has; reviewing such a pod would hold a worker for seconds."""
 
 
+MAX_PLACEMENT = {
+    "required node affinity terms": 512,
+    "node affinity match expressions": 4096,
+    "preferred node affinity terms": 256,
+    "tolerations": 1024,
+}
+"""Far more than any real pod writes, with room for what the policies add (the spot and CUDA steering multiply a
+pod's terms by their alternatives: a pod they steered must pass again on reinvocation and at the validating
+webhook); each is judged against every pool, so tens of thousands took seconds to tens of seconds, the worker
+answering no other review meanwhile (found by a review that grew each part of a pod)."""
+
+
+def _placement_counts(spec: JSON) -> dict[str, int]:
+    node = as_dict(as_dict(spec.get("affinity")).get("nodeAffinity"))
+    terms = as_list(as_dict(node.get("requiredDuringSchedulingIgnoredDuringExecution")).get("nodeSelectorTerms"))
+    preferred = as_list(node.get("preferredDuringSchedulingIgnoredDuringExecution"))
+    expressions = sum(
+        len(as_list(as_dict(t).get("matchExpressions"))) + len(as_list(as_dict(t).get("matchFields"))) for t in terms
+    ) + sum(len(as_list(as_dict(as_dict(p).get("preference")).get("matchExpressions"))) for p in preferred)
+    return {
+        "required node affinity terms": len(terms),
+        "node affinity match expressions": expressions,
+        "preferred node affinity terms": len(preferred),
+        "tolerations": len(as_list(spec.get("tolerations"))),
+    }
+
+
 def _oversized(obj: JSON) -> Result | None:
-    """A denial for a pod (template) with more containers than the webhook reviews, else None."""
+    """A denial for a pod (template) with more containers, or more node rules, than the webhook reviews, else
+    None."""
     node: Any = obj
     for key in TEMPLATE_PATHS.get(as_str(obj.get("kind")), ()):
         node = node.get(key) if isinstance(node, dict) else None
     spec = as_dict(as_dict(node).get("spec"))
     count = len(as_list(spec.get("containers"))) + len(as_list(spec.get("initContainers")))
-    if count <= MAX_CONTAINERS:
-        return None
-    message = (
-        f"the pod has {count} containers and init containers; gpu-admission reviews pods of at most "
-        f"{MAX_CONTAINERS}: split the workload into smaller pods"
-    )
+    if count > MAX_CONTAINERS:
+        reason = "TooManyContainers"
+        message = (
+            f"the pod has {count} containers and init containers; gpu-admission reviews pods of at most "
+            f"{MAX_CONTAINERS}: split the workload into smaller pods"
+        )
+    else:
+        over = [(what, n) for what, n in _placement_counts(spec).items() if n > MAX_PLACEMENT[what]]
+        if not over:
+            return None
+        what, n = over[0]
+        reason = "TooManyNodeRules"
+        message = (
+            f"the pod has {n} {what}; gpu-admission reviews pods of at most {MAX_PLACEMENT[what]}: write fewer "
+            "(one term's In takes a list of values; one toleration with operator Exists covers every value of a key)"
+        )
     return Result(
-        allowed=False,
-        code=422,
-        reason="TooManyContainers",
-        message=message,
-        object=obj,
-        audit={"decision": "denied (TooManyContainers)"},
+        allowed=False, code=422, reason=reason, message=message, object=obj, audit={"decision": f"denied ({reason})"}
     )
 
 

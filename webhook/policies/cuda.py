@@ -317,8 +317,9 @@ def _container_line(a: Assessment, i: int, ctx: Context) -> str:
     parts: list[str] = []
     ok = [g for j, g in enumerate(a.eligible) if a.status[i][j] == "ok"]
     if ok:
-        forward = [g for g in ok if accepted_by(c.requirement, facts_of(g), table) == "forward"]
-        minor = [g for g in ok if g not in forward and accepted_by(c.requirement, facts_of(g), table) == "minor"]
+        accepted = [(g, accepted_by(c.requirement, facts_of(g), table)) for g in ok]  # once per group
+        forward = [g for g, how in accepted if how == "forward"]
+        minor = [g for g, how in accepted if how == "minor"]
         text = f"supported by {listing(ok)}"
         if forward:
             text += f" (forward compatibility on {pool_names(forward)})"
