@@ -187,6 +187,11 @@ class Assessment:
     def _index(self) -> dict[int, int]:
         return {id(g): j for j, g in enumerate(self.eligible)}
 
+    @functools.cached_property
+    def targets_found(self) -> dict[Requirement, list[str]]:
+        """``_targets``' answers for this assessment, by requirement."""
+        return {}
+
 
 def _eligible(spec: JSON, ctx: Context, resources: Mapping[str, Decimal] | None = None) -> tuple[NodeGroup, ...]:
     seen: set[int] = set()
@@ -647,7 +652,17 @@ def _upgrade(c: Check, groups: Sequence[NodeGroup], ctx: Context) -> str:
 
 
 def _targets(c: Check, a: Assessment, ctx: Context) -> list[str]:
-    """Compatible pools the pod's own constraints keep it from, with the selector that reaches them."""
+    """Compatible pools the pod's own constraints keep it from, with the selector that reaches them; found once per
+    requirement of the pod (each pool's reach is an eligibility pass over the pod: per container, it grew with the
+    containers squared)."""
+    assert c.requirement is not None
+    found = a.targets_found.get(c.requirement)
+    if found is None:
+        found = a.targets_found[c.requirement] = _find_targets(c, a, ctx)
+    return found
+
+
+def _find_targets(c: Check, a: Assessment, ctx: Context) -> list[str]:
     assert c.requirement is not None
     eligible = {id(g) for g in a.eligible}
     own = as_dict(a.spec.get("nodeSelector")) if a.spec is not None else {}

@@ -622,6 +622,8 @@ def _trial(pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option
         if ask is not None and option is not None and container is ask.container:
             merged.pop(GPU_RESOURCE, None)
             merged[option.resource] = "1"
+        if not merged:
+            continue  # asks for no extended resource: adds nothing to the sums, names no taint
         slim: JSON = {"resources": {"limits": merged}}
         if container.get("restartPolicy") == "Always":
             slim["restartPolicy"] = "Always"
