@@ -1939,3 +1939,20 @@ def test_kubectl_apply_of_a_whole_gpu_over_a_converted_fraction_drops_the_device
     result = pipeline.mutate(_applied(live, {GPU: "1"}), replace(ctx, operation="UPDATE", old_object=live))
     assert result.allowed and result.warnings == []
     assert template_of(result.object)["spec"]["containers"][0]["resources"] == {"limits": {GPU: "1"}}
+
+
+def test_a_template_left_to_its_pods_whose_cuda_no_pool_supports_is_warned():
+    """Its pods are checked each as it is created, and every one would be denied: said to whoever applies it, not
+    only in the ReplicaSet's FailedCreate Events (found by a review of workload flows)."""
+    old = {"nvidia.com/cuda.driver-version.full": "535.104.05"}
+    nodes = [mixed_node("a40", A100_40, {"1g.10gb": 14}, "old-mig", 40960, extra_labels=old)]
+    s = replace(settings(), cuda=CudaSettings())
+    template_pod = pod(container(limits={MEM: "5Gi"}, image="nvidia/cuda:12.8.0-runtime-ubuntu22.04"))
+    deployment = review(workload("Deployment", template_pod), nodes, s)
+    assert deployment.allowed
+    assert "cuda: trainer needs CUDA 12.8: each pod will be denied, no pool its pods can reach supports it (pool" in (
+        " ".join(deployment.warnings)
+    )
+    assert not review(template_pod, nodes, s).allowed, "as its pods are"
+    fine = pod(container(limits={MEM: "5Gi"}, image="nvidia/cuda:12.2.0-runtime-ubuntu22.04"))
+    assert not any("each pod will be denied" in w for w in review(workload("Deployment", fine), nodes, s).warnings)

@@ -589,12 +589,33 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     if plan is None:
         if pod.defers_gpu and mode_of(ctx) != "off":  # a gpu-memory ask, or the gpu-fraction annotation
             out.annotate(POLICY, DEFERRED)
+            _warn_deferred(pod, ctx, out)
         return
     if plan.alternatives and narrow(pod, plan.alternatives):
         out.mutated("cuda-affinity")
         out.reasons.append("CUDASteered")
         out.audit["cuda-steered"] = plan.audit
     out.annotate(POLICY, plan.annotation)
+
+
+def _warn_deferred(pod: PodView, ctx: Context, out: Outcome) -> None:
+    """A template whose pods are checked each as it is created: where no GPU pool it can reach, whatever MIG
+    profile its pods get, supports a container's CUDA, every pod will be denied; said now, to whoever applies it
+    (found by a review of workload flows: only the ReplicaSet's FailedCreate Events told)."""
+    checks = checks_of(pod, ctx)
+    if not checks:
+        return
+    a = assess(checks, pod.spec, ctx)
+    if not a.known or not a.eligible or a.allowed_groups:
+        return
+    for i in a.known:
+        if not any(a.allowed(st) for st in a.status[i]):
+            c = a.checks[i]
+            text = (
+                f"cuda: {c.label} needs {c.declared.version_text}: each pod will be denied, no pool its pods can "
+                f"reach supports it ({pool_names(a.eligible)})"
+            )
+            out.warn(clipped(text, WARNING_LIMIT))
 
 
 DEFERRED = (
