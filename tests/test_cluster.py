@@ -433,6 +433,9 @@ def test_single_strategy_product_and_profile() -> None:
     assert (group.gpu_product, group.mig_profiles) == ("NVIDIA-A100-SXM4-40GB", {"1g.5gb": MigOffer(56, 4864)})
 
 
+GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
+
+
 def test_gke_without_declared_pool_notes_the_driver() -> None:
     group = one(
         {
@@ -443,6 +446,18 @@ def test_gke_without_declared_pool_notes_the_driver() -> None:
     )
     assert group.pool == "l4" and group.driver is None and "declare driverVersion" in group.notes[0]
     assert group.gpu_count == 1 and group.has_gpu
+
+
+def test_a_gke_pool_shows_its_accelerator_as_its_gpu() -> None:
+    """`pools` showed GPU '-' for GKE nodes (no GFD product label) (found by a review of provider journeys)."""
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "g", "labels": {"cloud.google.com/gke-nodepool": "l4", GKE_ACCELERATOR: "nvidia-l4"}},
+        "status": {"allocatable": {"nvidia.com/gpu": "1"}},
+    }
+    (pool,) = build_view([node], Settings()).pools
+    assert pool.as_json()["gpu"] == "nvidia-l4"
 
 
 @pytest.mark.parametrize(

@@ -192,7 +192,8 @@ class Pool:
         gs = self.groups
         drivers = sorted({(g.driver, g.driver_text) for g in gs if g.driver})
         cudas = sorted({g.cuda for g in gs if g.cuda})
-        products = sorted({g.gpu_product for g in gs if g.gpu_product})
+        # GKE's nodes have no GFD product label: the accelerator label names the model there
+        products = sorted({p for g in gs if (p := g.gpu_product or g.labels.get(GKE_ACCELERATOR_LABEL, ""))})
         strategies = sorted({g.mig_strategy for g in gs})
         return {
             "name": self.name,
