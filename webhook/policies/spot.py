@@ -61,7 +61,7 @@ from decimal import Decimal
 from typing import Any
 
 from webhook import PREFIX
-from webhook.affinity import Expression, expression, narrow, prefer, unnarrow, unprefer
+from webhook.affinity import Expression, expression, narrow, prefer, required_terms, unnarrow, unprefer
 from webhook.cluster import Taint, requested_resources, toleration_tolerates
 from webhook.model import (
     GPU_MEMORY_RESOURCE,
@@ -297,9 +297,11 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     if not narrowings:
         return ""
     # judged without what an earlier pass added, so that a second pass says the same
-    own = PodView(pod.kind, {}, copy_json(pod.spec), pod.namespace, pod.owner_kind)
-    if not unnarrow(own, [alt for alternatives in narrowings for alt in alternatives]):
-        own = pod
+    own = pod
+    if required_terms(pod):
+        trial = PodView(pod.kind, {}, copy_json(pod.spec), pod.namespace, pod.owner_kind)
+        if unnarrow(trial, [alt for alternatives in narrowings for alt in alternatives]):
+            own = trial
     places = ctx.cluster.eligible(own.spec, (), gpu_only=_is_gpu_pod(pod))
     spot = sorted({c.group.pool for c in places if c.group.spot})
     if not spot:
