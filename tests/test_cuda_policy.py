@@ -1028,3 +1028,31 @@ def test_a_later_nodeselector_to_pools_it_was_steered_off_is_denied_whatever_the
     fine = copy.deepcopy(steered)
     fine["spec"]["nodeSelector"] = {POOL_LABEL: "gpu-c"}
     assert pipeline.validate(pipeline.mutate(fine, ctx).object, ctx).allowed
+
+
+def _deployment(p: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "ml"},
+        "spec": {"template": {"metadata": p["metadata"], "spec": p["spec"]}},
+    }
+
+
+def test_a_workloads_steering_is_planned_afresh_when_its_image_changes() -> None:
+    """Found by a review of workload flows: `kubectl apply` of an older image kept the affinity the webhook wrote
+    for the newer one (live-only fields stay), and the annotation said every pool supported the pod while that
+    affinity kept it off the older pools."""
+    ctx = context([A, C])
+    live = pipeline.mutate(_deployment(pod(container(image=IMAGE_128))), ctx).object
+    assert required_terms(live), "steered to gpu-c"
+    older = copy.deepcopy(live)
+    older["spec"]["template"]["spec"]["containers"][0]["image"] = "nvidia/cuda:12.2.2-base-ubuntu22.04"
+    update = dataclasses.replace(ctx, operation="UPDATE", old_object=live)
+    result = pipeline.mutate(older, update)
+    assert result.allowed and required_terms(result.object) == []
+    assert "affinity" not in result.object["spec"]["template"]["spec"]
+    assert annotation_of(result.object).endswith("decision: admitted: every pool the pod can land on supports its CUDA")
+    assert pipeline.mutate(result.object, update).patch == []
+    again = pipeline.mutate(copy.deepcopy(live), update)  # the same image: the same steering, no change
+    assert again.patch == [], again.patch

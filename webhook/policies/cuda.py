@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Literal, TypeVar
 
 from webhook import PREFIX
-from webhook.affinity import Expression, expression, narrow
+from webhook.affinity import Expression, expression, narrow, required_terms, unnarrow
 from webhook.cluster import (
     DRIVER_LABELS,
     GFD,
@@ -585,6 +585,10 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
 
     Pods that declare the same CUDA and ask to land in the same places get the same steering: planned once per
     snapshot and settings, applied to each."""
+    if pod.is_template and POLICY in ctx.prior and (own := _steering_of(pod)):
+        # A workload this webhook reviewed before: its steering is planned afresh, not kept from the last review
+        # (`kubectl apply` keeps live-only fields: the affinity for an image's newer CUDA outlived the image)
+        unnarrow(pod, [[e] for e in own])
     plan = _planned("steer", pod, ctx, lambda mode, checks: plan_steering(pod, mode, checks, ctx))
     if plan is None:
         if pod.defers_gpu and mode_of(ctx) != "off":  # a gpu-memory ask, or the gpu-fraction annotation
@@ -959,6 +963,17 @@ STEERING_LOST = (
     "its nodeSelector or node affinity now keeps it off the pools gpu-admission steered it to, the only ones that"
     " support its CUDA"
 )
+
+
+def _steering_of(pod: PodView) -> list[Expression]:
+    """The required node affinity expressions on GFD's CUDA labels, as ``steer`` writes them."""
+    keys = tuple(f"{GFD}{prefix}." for prefix in CUDA_LABEL_PREFIXES)
+    found: list[Expression] = []
+    for term in required_terms(pod):
+        for e in as_list(term.get("matchExpressions")):
+            if isinstance(e, dict) and as_str(e.get("key")).startswith(keys) and e not in found:
+                found.append(e)
+    return found
 
 
 def _unsteered(spec: JSON) -> JSON | None:
