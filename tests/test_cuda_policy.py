@@ -1006,30 +1006,6 @@ def test_a_pool_the_pods_other_node_selector_keeps_it_off_is_not_advised() -> No
     assert "target pool gpu-c" in pipeline.review(obj, context([old_mig, C])).message
 
 
-def test_a_later_nodeselector_to_pools_it_was_steered_off_is_denied_whatever_the_order() -> None:
-    """Found by reviews of reinvocation: the webhook steered the pod to the new-driver pool; a later webhook added
-    a nodeSelector to the old one; on reinvocation nothing matched and the pod was admitted 'not checked', Pending
-    for good, while the same pod with that nodeSelector from the start is denied."""
-    ctx = context([A, C])
-    steered = pipeline.mutate(pod(container(image=IMAGE_128)), ctx).object
-    assert required_terms(steered), "steered to gpu-c"
-    later = copy.deepcopy(steered)
-    later["spec"]["nodeSelector"] = {POOL_LABEL: "gpu-a"}
-    again = pipeline.mutate(later, ctx)
-    result = pipeline.validate(again.object, ctx)
-    assert not result.allowed and result.reason == "CUDAIncompatible"
-    first = copy.deepcopy(pod(container(image=IMAGE_128)))
-    first["spec"]["nodeSelector"] = {POOL_LABEL: "gpu-a"}
-    assert result.message == pipeline.review(first, ctx).message, "the same words as in the other order"
-    assert any(
-        w.startswith("cuda: its nodeSelector or node affinity now keeps it off the pools") for w in result.warnings
-    )
-    # a later nodeSelector that still leaves a compatible pool is admitted as before
-    fine = copy.deepcopy(steered)
-    fine["spec"]["nodeSelector"] = {POOL_LABEL: "gpu-c"}
-    assert pipeline.validate(pipeline.mutate(fine, ctx).object, ctx).allowed
-
-
 def _deployment(p: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",

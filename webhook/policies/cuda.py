@@ -944,27 +944,6 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
         out.merge(decided)
 
 
-def _validated(a: Assessment, mode: str, ctx: Context) -> Outcome:
-    out = Outcome()
-    if a.synced and a.known and not a.eligible and a.spec is not None and (own := _unsteered(a.spec)) is not None:
-        # Nothing matches with the steering this webhook wrote on an earlier pass: a later change (another
-        # webhook's nodeSelector on reinvocation, a queue's, an apply's) narrowed the pod to pools it had been
-        # steered away from. Judged as it would have been had that change come first: denied where those pools
-        # cannot run it, the same pod denied whatever the webhooks' order.
-        b = assess(a.checks, own, ctx)
-        if b.eligible and not b.allowed_groups:
-            a = b
-            out.warn(clipped(f"cuda: {STEERING_LOST}", WARNING_LIMIT))
-    _validate(a, mode, ctx, out)
-    return out
-
-
-STEERING_LOST = (
-    "its nodeSelector or node affinity now keeps it off the pools gpu-admission steered it to, the only ones that"
-    " support its CUDA"
-)
-
-
 def _steering_of(pod: PodView) -> list[Expression]:
     """The required node affinity expressions on GFD's CUDA labels, as ``steer`` writes them."""
     keys = tuple(f"{GFD}{prefix}." for prefix in CUDA_LABEL_PREFIXES)
@@ -976,31 +955,10 @@ def _steering_of(pod: PodView) -> list[Expression]:
     return found
 
 
-def _unsteered(spec: JSON) -> JSON | None:
-    """``spec`` without the required node affinity on GFD's CUDA labels (what ``steer`` writes), or None when it
-    has none."""
-    node = as_dict(as_dict(spec.get("affinity")).get("nodeAffinity"))
-    terms = as_list(as_dict(node.get(REQUIRED)).get("nodeSelectorTerms"))
-    keys = tuple(f"{GFD}{prefix}." for prefix in CUDA_LABEL_PREFIXES)
-    kept: list[JSON] = []
-    dropped = False
-    for term in terms:
-        exprs = as_list(as_dict(term).get("matchExpressions"))
-        left = [e for e in exprs if not as_str(as_dict(e).get("key")).startswith(keys)]
-        dropped = dropped or len(left) != len(exprs)
-        out = (
-            {**as_dict(term), "matchExpressions": left}
-            if left
-            else {k: v for k, v in as_dict(term).items() if k != "matchExpressions"}
-        )
-        if out and out not in kept:
-            kept.append(out)
-    if not dropped:
-        return None
-    rest = {k: v for k, v in node.items() if k != REQUIRED}
-    if kept:
-        rest[REQUIRED] = {"nodeSelectorTerms": kept}
-    return {**spec, "affinity": {**as_dict(spec.get("affinity")), "nodeAffinity": rest}}
+def _validated(a: Assessment, mode: str, ctx: Context) -> Outcome:
+    out = Outcome()
+    _validate(a, mode, ctx, out)
+    return out
 
 
 def _validate(a: Assessment, mode: str, ctx: Context, out: Outcome) -> None:
