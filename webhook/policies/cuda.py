@@ -615,8 +615,9 @@ def _warn_deferred(pod: PodView, ctx: Context, out: Outcome) -> None:
     for i in a.known:
         if not any(a.allowed(st) for st in a.status[i]):
             c = a.checks[i]
+            fate = "denied" if mode_of(ctx) == "enforce" else "warned of it (cuda mode warn)"
             text = (
-                f"cuda: {c.label} needs {c.declared.version_text}: each pod will be denied, no pool its pods can "
+                f"cuda: {c.label} needs {c.declared.version_text}: each pod will be {fate}, no pool its pods can "
                 f"reach supports it ({pool_names(a.eligible)})"
             )
             out.warn(clipped(text, WARNING_LIMIT))
