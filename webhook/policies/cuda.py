@@ -677,6 +677,10 @@ def _upgrade(c: Check, groups: Sequence[NodeGroup], ctx: Context) -> str:
     return f"upgrade the driver to {target} on {pool_names(known)}"  # the version first: a warning is cut short
 
 
+MIG_SELECTOR_KEYS = frozenset({"cloud.google.com/gke-gpu-partition-size", f"{GFD}gpu.product"})
+"""The nodeSelector keys the mig policy writes (GKE's partition size, a single-strategy MIG product)."""
+
+
 def _targets(c: Check, a: Assessment, ctx: Context) -> list[str]:
     """Compatible pools the pod's own constraints keep it from, with the selector that reaches them; found once per
     requirement of the pod (each pool's reach is an eligibility pass over the pod: per container, it grew with the
@@ -699,8 +703,8 @@ def _find_targets(c: Check, a: Assessment, ctx: Context) -> list[str]:
         if id(g) in eligible or not offers(g, a.resources) or _status(c.requirement, g, ctx) != "ok":
             continue  # a pool whose nodes offer none of what the pod asks is no place to send it
         selector = pool_selector(g, ctx)
-        if any(g.labels.get(k) != v for k, v in own.items() if k not in pool_keys):
-            continue  # a nodeSelector key that selects no pool keeps it off (a MIG partition the mig policy chose)
+        if any(g.labels.get(k) != v for k, v in own.items() if k in MIG_SELECTOR_KEYS and k not in pool_keys):
+            continue  # the MIG partition the mig policy chose keeps it off (other keys: the user's, to change)
         hint = f" with nodeSelector {', '.join(f'{k}: {v}' for k, v in sorted(selector.items()))}" if selector else ""
         text = f"target {describe(g)}{hint}{_reach(g, selector, a, ctx)}"
         if text not in out:
