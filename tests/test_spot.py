@@ -1244,3 +1244,80 @@ def test_never_adds_nothing_where_the_spot_nodes_taint_keeps_the_pod_off() -> No
     assert result.warnings == [
         "spot never, yet its nodeSelector, affinity or tolerations leave it only spot pools (spot-l4)"
     ]
+
+
+KEPT_OFF = "keeps off spot capacity, whose nodes it would tolerate: requires not "
+
+
+def test_never_keeps_its_affinity_on_a_second_pass_after_the_cuda_steering() -> None:
+    """The cuda policy steers a never pod, after the spot policy, to the pools whose driver runs it; the spot pool's
+    is too old. Judged again on reinvocation (or at a workload's next review) with that steering on, the pod seemed
+    to reach no spot pool, and the second pass took the annotation away (found by a review of the session's diff):
+    the affinity an earlier pass says it added stays, with the same words."""
+    from tests.cuda_fixtures import container, gpu_node
+    from tests.cuda_fixtures import context as cuda_context
+    from tests.cuda_fixtures import pod as cuda_pod
+
+    nodes = [
+        gpu_node("s1", "spot-old", "535.104.05", labels={EKS: "SPOT"}),
+        gpu_node("n1", "on-demand-new", "570.124.06", labels={EKS: "ON_DEMAND"}),
+        gpu_node("o1", "on-demand-old", "535.104.05", labels={EKS: "ON_DEMAND"}),
+    ]
+    ctx = cuda_context(nodes)
+    image = "nvcr.io/nvidia/pytorch:25.03-py3"  # CUDA 12.8: driver 570 runs it, 535 does not
+    result = mutate(cuda_pod(container(image=image), annotations={ANNOTATION: "never"}), ctx)
+    terms = required_of(result.object) or []
+    assert terms and all(NOT_EKS_SPOT[0] in t["matchExpressions"] for t in terms)
+    assert "cuda-affinity" in result.outcome.mutations
+    assert applied(result) == f"never (asked by annotation); {KEPT_OFF}{EKS}=SPOT"
+    # a Deployment applied again (the stored template carries both policies' terms) keeps them and the words
+    deployment = workload("Deployment", "never")
+    _template(deployment)["spec"]["containers"] = [container(image=image)]
+    first = mutate(deployment, ctx).object
+    again = pipeline.mutate(copy.deepcopy(first), ctx)
+    assert again.patch == [] and applied(again) == applied(result)
+
+
+def _declared_spot_pool() -> PoolSettings:
+    return PoolSettings(
+        name="a100 spot", node_selector={"example.com/pool": "a100-spot", "example.com/zone": "b"}, spot=True
+    )
+
+
+@pytest.mark.parametrize("later", ["tolerate", "require"])
+def test_a_workload_moved_off_never_loses_its_affinity_whatever_the_view_shows_now(later: str) -> None:
+    """What never added is read from its words on the template, not from today's view of the cluster: an empty
+    view (a webhook not yet synced, every node gone) removed nothing, and a template moved to require kept
+    NotIn SPOT beside In SPOT, matching no node (found by a review of the session's diff)."""
+    nodes = [node("spot", {EKS: "SPOT"}), node("on-demand", {EKS: "ON_DEMAND"})]
+    first = mutate(workload("Deployment", "never"), context(nodes)).object
+    assert required_of(_template(first)) == [{"matchExpressions": NOT_EKS_SPOT}]
+    moved = mutate(_switched(first, later), context([]))
+    template = _template(moved.object)
+    assert "removed what never had added" in template["metadata"]["annotations"][APPLIED]
+    for term in required_of(template) or []:
+        assert NOT_EKS_SPOT[0] not in term["matchExpressions"], term
+
+
+def test_a_workload_moved_off_require_loses_the_affinity_to_a_pool_no_longer_declared() -> None:
+    ctx = context([node("on-demand", {EKS: "ON_DEMAND"})], pools=(_declared_spot_pool(),))
+    first = mutate(workload("Deployment", "require"), ctx).object
+    assert {"key": "example.com/pool", "operator": "In", "values": ["a100-spot"]} in (
+        required_of(_template(first)) or [{}]
+    )[-1]["matchExpressions"]
+    moved = _template(mutate(_switched(first, "tolerate"), context([node("on-demand", {EKS: "ON_DEMAND"})])).object)
+    assert "affinity" not in moved["spec"], moved["spec"]["affinity"]
+
+
+def test_the_places_in_the_words_read_back_as_the_terms_they_name() -> None:
+    """Every form ``_spot_places`` writes: one value, several values of one key, a declared pool of two labels
+    (whose name holds a space)."""
+    nodes = [node("spot", {EKS: "SPOT", KARPENTER: "spot"}), node("on-demand", {EKS: "ON_DEMAND"})]
+    ctx = context(nodes, pools=(_declared_spot_pool(),), extra_labels={KARPENTER: "preemptible"})
+    terms, shown, _ = spot._spot_places(ctx)
+    assert len(terms) == 3 and " in (" in shown and "pool a100 spot (" in shown
+    assert spot._read_places(shown) == terms
+    assert spot.KEPT_OFF == KEPT_OFF
+    assert spot._said_off_spot(f"never (asked by annotation); {KEPT_OFF}{shown}") == spot._off_spot(ctx)[0]
+    assert spot._said_off_spot("never (asked by annotation)") == []
+    assert spot._said_off_spot(f"never (x); {KEPT_OFF}not a place") is None

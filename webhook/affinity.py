@@ -91,6 +91,15 @@ def narrow(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool:
     return True
 
 
+def holds(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool:
+    """Whether ``narrow(pod, alternatives)`` has been applied: the pod has required terms, each implying one of the
+    alternatives (or empty)."""
+    existing = required_terms(pod)
+    return bool(alternatives and existing) and all(
+        _empty(t) or any(_implied(t, alt) for alt in alternatives) for t in existing
+    )
+
+
 class _Terms:
     """Terms in order, each once: compared by their JSON with sorted keys (a scan of the list was quadratic, and a
     pod of thousands of terms took seconds); what orjson cannot write, by equality."""

@@ -55,13 +55,23 @@ resulting state and the decision, never the delta, so a second pass writes the s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from webhook import PREFIX
-from webhook.affinity import Expression, expression, narrow, prefer, required_terms, unnarrow, unprefer
+from webhook.affinity import (
+    Expression,
+    expression,
+    holds,
+    narrow,
+    prefer,
+    required_terms,
+    unnarrow,
+    unprefer,
+)
 from webhook.cluster import Taint, requested_resources, toleration_tolerates
 from webhook.model import (
     GPU_MEMORY_RESOURCE,
@@ -97,6 +107,8 @@ PREFERRED_WEIGHT = 100
 UNDONE = "removed what "
 """How the spot-applied part that says what an earlier mode's additions were taken out begins."""
 NVIDIA_RESOURCES = "nvidia.com/"
+KEPT_OFF = "keeps off spot capacity, whose nodes it would tolerate: requires not "
+"""How the spot-applied part that says what ``never`` added begins; the places follow (``_said_off_spot``)."""
 
 
 @dataclass(frozen=True)
@@ -279,20 +291,76 @@ def _spot_places(ctx: Context) -> tuple[list[list[Expression]], str, bool]:
 
 def _off_spot(ctx: Context) -> tuple[list[list[list[Expression]]], str]:
     """What keeps a pod off the cluster's spot places, as narrowings for ``narrow`` (one per place: the negation of
-    its term, an OR of ``NotIn`` per expression), and their text; none when the cluster's nodes and pools show
-    no spot label."""
+    its term, an OR of ``NotIn`` per expression), and their text (read back by ``_said_off_spot``); none when the
+    cluster's nodes and pools show no spot label."""
     terms, shown, on_cluster = _spot_places(ctx)
     if not on_cluster or not ctx.cluster.groups:
         return [], ""
-    negated = [[[expression(as_str(e["key"]), "NotIn", list(e["values"]))] for e in term] for term in terms]
-    return negated, f"not {shown}"
+    return _negated(terms), shown
+
+
+_POOL_TEXT = re.compile(r"pool .* \(([^()]*)\)")
+_IN_TEXT = re.compile(r"(\S+) in \(([^()]*)\)")
+_EQUAL_TEXT = re.compile(r"([^\s=]+)=(\S+)")
+REQUIRES = "requires "
+PREFERS = "prefers "
+NOT_ON_CLUSTER = " (none of these labels is on the cluster's nodes or pools)"
+
+
+def _read_places(shown: str) -> list[list[Expression]] | None:
+    """The terms of places as ``_spot_places`` writes them ('k=v', 'k in (a, b)', 'pool p (k=v, ...)', joined by
+    ' or '); None when they cannot be read."""
+    terms = []
+    for place in shown.split(" or "):
+        if (pool := _POOL_TEXT.fullmatch(place)) and all("=" in p for p in pool[1].split(", ")):
+            terms.append([expression(k, "In", [v]) for k, _, v in (p.partition("=") for p in pool[1].split(", "))])
+        elif labels := _IN_TEXT.fullmatch(place):
+            terms.append([expression(labels[1], "In", labels[2].split(", "))])
+        elif label := _EQUAL_TEXT.fullmatch(place):
+            terms.append([expression(label[1], "In", [label[2]])])
+        else:
+            return None
+    return terms
+
+
+def _said_places(text: str, head: str, tail: str = "") -> list[list[Expression]] | None:
+    """The spot places the part of a spot-applied text that begins with ``head`` names (``tail``, if it ends so,
+    left out); [] when no part does, None when they cannot be read. Read back from the words, not from today's
+    view of the cluster, which may no longer show the places the webhook wrote (a spot pool scaled to zero) or may
+    show others."""
+    part = next((p for p in text.split("; ") if p.startswith(head)), None)
+    if part is None:
+        return []
+    shown = part[len(head) :]
+    return _read_places(shown[: -len(tail)] if tail and shown.endswith(tail) else shown)
+
+
+def _negated(terms: Sequence[Sequence[Expression]]) -> list[list[list[Expression]]]:
+    """Narrowings off each term's places: for each, an OR of ``NotIn`` per expression."""
+    return [[[expression(as_str(e["key"]), "NotIn", list(e["values"]))] for e in term] for term in terms]
+
+
+def _said_off_spot(text: str) -> list[list[list[Expression]]] | None:
+    """The narrowings a spot-applied text says ``never`` added; [] when it says none, None when unreadable."""
+    terms = _said_places(text, KEPT_OFF)
+    return None if terms is None else _negated(terms)
 
 
 def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     """``never`` where spot nodes carry no taint to keep the pod off (EKS, Karpenter, CoreWeave): a required node
     affinity off the spot places, when the pod could land on a spot pool of the known cluster (it tolerates its
     taints) and on another. Where its own rules leave it only spot pools, a warning instead: the affinity would
-    leave it nowhere. Returns the words for the annotation, '' when nothing is added."""
+    leave it nowhere. Returns the words for the annotation, '' when nothing is added.
+
+    A pod that carries the affinity an earlier pass says it added (reinvocation; the last review of a workload)
+    keeps it, and the same words: judged again, with the steering the later policies planned around it (the cuda
+    policy's terms to supported pools, the mig policy's pin), it could seem to need it no more, and each pass
+    would undo the last."""
+    earlier = ctx.prior.get(APPLIED, "")
+    said = _said_off_spot(earlier)
+    if said and all(holds(pod, alternatives) for alternatives in said):
+        out.reasons.append("SpotNever")
+        return next(p for p in earlier.split("; ") if p.startswith(KEPT_OFF))
     narrowings, shown = _off_spot(ctx)
     if not narrowings:
         return ""
@@ -316,7 +384,7 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     if changed:
         out.mutated("spot-affinity")
     out.reasons.append("SpotNever")
-    return f"keeps off spot capacity, whose nodes it would tolerate: requires {shown}"
+    return KEPT_OFF + shown
 
 
 def _spot_now(ctx: Context) -> bool:
@@ -383,7 +451,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         if mode == "prefer" and on_cluster:
             for term in terms:
                 changed = prefer(pod, term, PREFERRED_WEIGHT) or changed
-            parts.append(f"prefers {shown} (weight {PREFERRED_WEIGHT})")
+            parts.append(f"{PREFERS}{shown} (weight {PREFERRED_WEIGHT})")
         elif mode == "prefer":
             parts.append("no spot capacity label on the cluster to prefer")
         elif not terms:
@@ -391,10 +459,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
             return
         else:
             changed = narrow(pod, terms)
-            if on_cluster:
-                parts.append(f"requires {shown}")
-            else:
-                parts.append(f"requires {shown} (none of these labels is on the cluster's nodes or pools)")
+            parts.append(REQUIRES + shown + ("" if on_cluster else NOT_ON_CLUSTER))
         if known:
             # Judged on the final pod: the mig policy's profile and pin and the cuda policy's steering, after this
             # policy, can leave it no spot pool.
@@ -411,21 +476,23 @@ def _spot_reachable(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal] | tu
 
 def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
     """A workload's template whose spot mode changed: take out what the webhook added for the earlier mode, which
-    its spot-applied annotation names (the tolerations) and the cluster's spot places give (the affinity terms),
-    so that a Deployment moved from require to never does not keep requiring spot. What is left of the user's own
-    terms stays; a toleration of the user's equal to one the webhook named goes too (it cannot be told apart).
-    Returns what was taken out, in words, and whether the template changed; a second pass of the same request
-    finds the words in the annotation it wrote and says them again, and a later UPDATE, whose stored object already
-    says them, drops them. Pods are left alone: their spot mode cannot change."""
+    its spot-applied annotation names (the tolerations, and the places of the affinity terms; the cluster's spot
+    places when the words cannot be read), so that a Deployment moved from require to never does not keep
+    requiring spot. What is left of the user's own terms stays; a toleration of the user's equal to one the webhook
+    named goes too (it cannot be told apart). Returns what was taken out, in words, and whether the template
+    changed; a second pass of the same request finds the words in the annotation it wrote and says them again, and
+    a later UPDATE, whose stored object already says them, drops them. Pods are left alone: their spot mode cannot
+    change."""
     earlier_text = ctx.prior.get(APPLIED, "")
     earlier = earlier_text.split(" (", 1)[0]
     if not pod.is_template:
         return "", False
     if earlier == mode:
-        said = [p for p in earlier_text.split("; ") if p.startswith(UNDONE)]
-        return (said[0], False) if said and said[0] not in _stored_applied(pod, ctx).split("; ") else ("", False)
+        words = [p for p in earlier_text.split("; ") if p.startswith(UNDONE)]
+        return (words[0], False) if words and words[0] not in _stored_applied(pod, ctx).split("; ") else ("", False)
     if earlier == "never":
-        narrowings = _off_spot(ctx)[0]
+        off = _said_off_spot(earlier_text)
+        narrowings = off if off is not None else _off_spot(ctx)[0]
         if unnarrow(pod, [alt for alternatives in narrowings for alt in alternatives]):
             return f"{UNDONE}never had added: its required affinity off spot capacity", True
         return "", False
@@ -443,11 +510,14 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
                 pod.spec["tolerations"] = kept
             else:
                 del pod.spec["tolerations"]
-    terms = _spot_places(ctx)[0]
-    if earlier == "require" and unnarrow(pod, terms):
-        removed.append("its required spot affinity")
-    if earlier == "prefer" and unprefer(pod, terms, PREFERRED_WEIGHT):
-        removed.append("its preferred spot affinity")
+    if earlier == "require":
+        said = _said_places(earlier_text, REQUIRES, NOT_ON_CLUSTER)
+        if unnarrow(pod, said if said is not None else _spot_places(ctx)[0]):
+            removed.append("its required spot affinity")
+    if earlier == "prefer":
+        said = _said_places(earlier_text, PREFERS, f" (weight {PREFERRED_WEIGHT})")
+        if unprefer(pod, said if said is not None else _spot_places(ctx)[0], PREFERRED_WEIGHT):
+            removed.append("its preferred spot affinity")
     return (f"{UNDONE}{earlier} had added: {', '.join(removed)}", True) if removed else ("", False)
 
 
