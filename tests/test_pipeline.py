@@ -545,3 +545,46 @@ def test_pods_with_absurd_numbers_of_node_rules_are_refused(part: str, build: An
         assert (result.reason == "TooManyNodeRules") is refused, result.reason
         if refused:
             assert not result.allowed and result.message.startswith(f"the pod has {n} {part}; gpu-admission reviews")
+
+
+def test_a_pod_the_policies_would_take_past_a_cap_is_refused_by_the_mutating_webhook() -> None:
+    """Found by a review of the last session's diff: the caps were checked on the pod as it came, so a pod just
+    under one was admitted by /mutate with what the policies add (spot require ANDs one alternative per spot label
+    key into every term; spot tolerate adds tolerations), then refused on reinvocation and by /validate as if the
+    user had written that many. /mutate now refuses it, naming what the webhook added."""
+    nodes = [
+        gpu_node("spot", labels={"eks.amazonaws.com/capacityType": "SPOT", "karpenter.sh/capacity-type": "spot"}),
+        gpu_node("on-demand", labels={"eks.amazonaws.com/capacityType": "ON_DEMAND"}),
+    ]
+    settings = Settings()
+    ctx = Context(settings=settings, cluster=build_view(nodes, settings), namespace="ml")
+    limit = pipeline.MAX_PLACEMENT["required node affinity terms"]
+    for n, refused in ((limit // 2, False), (limit // 2 + 1, True)):
+        pod = gpu_pod(image="nvidia/cuda:12.4.1-base-ubuntu22.04", annotations={"gpu-admission.io/spot": "require"})
+        pod["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "example.com/rack", "operator": "NotIn", "values": [f"r{i}"]}]}
+                        for i in range(n)
+                    ]
+                }
+            }
+        }
+        mutated = pipeline.mutate(copy.deepcopy(pod), ctx)
+        assert mutated.allowed is not refused, mutated.message
+        if refused:
+            assert mutated.reason == "TooManyNodeRules"
+            assert mutated.message.startswith(
+                f"with what gpu-admission adds (spot-affinity) the pod would have {2 * n} required"
+                " node affinity terms; gpu-admission reviews pods of at most 512: write fewer"
+            ), mutated.message
+            assert mutated.patch == [] and mutated.object == pod
+        else:  # what it admits passes again, and at the validating webhook
+            assert pipeline.mutate(mutated.object, ctx).allowed and pipeline.validate(mutated.object, ctx).allowed
+    tolerations = [{"key": f"k{i}", "operator": "Exists"} for i in range(pipeline.MAX_PLACEMENT["tolerations"])]
+    pod = gpu_pod(annotations={"gpu-admission.io/spot": "tolerate"})
+    pod["spec"]["tolerations"] = tolerations
+    unknown = Context(settings=settings, cluster=build_view([], settings), namespace="ml")  # the presets' tolerations
+    refused = pipeline.mutate(pod, unknown)
+    assert refused.reason == "TooManyNodeRules" and "(spot-toleration) the pod would have 10" in refused.message

@@ -189,7 +189,7 @@ MAX_PLACEMENT = {
 }
 """Far more than any real pod writes, with room for what the policies add (the spot and CUDA steering multiply a
 pod's terms by their alternatives: a pod they steered must pass again on reinvocation and at the validating
-webhook); each is judged against every pool, so tens of thousands took seconds to tens of seconds, the worker
+webhook, and one they would take past a cap is refused by /mutate, ``_grown_past``); each is judged against every pool, so tens of thousands took seconds to tens of seconds, the worker
 answering no other review meanwhile (found by a review that grew each part of a pod)."""
 
 
@@ -208,6 +208,33 @@ def _placement_counts(spec: JSON) -> dict[str, int]:
     }
 
 
+FEWER = (
+    "write fewer (one term's In takes a list of values; one toleration with operator Exists covers every value of a"
+    " key)"
+)
+
+
+def _over_placement(spec: JSON) -> tuple[str, int] | None:
+    """The first count of node rules past its cap, or None."""
+    return next(((what, n) for what, n in _placement_counts(spec).items() if n > MAX_PLACEMENT[what]), None)
+
+
+def _grown_past(spec: JSON, mutations: Sequence[str]) -> str:
+    """Why the pod as the policies leave it is past a cap of ``MAX_PLACEMENT`` that it was within ('' when it is
+    not): their affinity multiplies the pod's terms (the spot places, the CUDA steering's alternatives, the spot
+    places kept off), and their tolerations add to its own. Admitted so, it would be refused on reinvocation and by
+    the validating webhook, as if the user had written it."""
+    over = _over_placement(spec)
+    if over is None:
+        return ""
+    what, n = over
+    added = ", ".join(dict.fromkeys(mutations)) or "its policies"
+    return (
+        f"with what gpu-admission adds ({added}) the pod would have {n} {what}; gpu-admission reviews pods of at most"
+        f" {MAX_PLACEMENT[what]}: {FEWER}"
+    )
+
+
 def _oversized(obj: JSON) -> Result | None:
     """A denial for a pod (template) with more containers, or more node rules, than the webhook reviews, else
     None."""
@@ -223,15 +250,12 @@ def _oversized(obj: JSON) -> Result | None:
             f"{MAX_CONTAINERS}: split the workload into smaller pods"
         )
     else:
-        over = [(what, n) for what, n in _placement_counts(spec).items() if n > MAX_PLACEMENT[what]]
-        if not over:
+        over = _over_placement(spec)
+        if over is None:
             return None
-        what, n = over[0]
+        what, n = over
         reason = "TooManyNodeRules"
-        message = (
-            f"the pod has {n} {what}; gpu-admission reviews pods of at most {MAX_PLACEMENT[what]}: write fewer "
-            "(one term's In takes a list of values; one toleration with operator Exists covers every value of a key)"
-        )
+        message = f"the pod has {n} {what}; gpu-admission reviews pods of at most {MAX_PLACEMENT[what]}: {FEWER}"
     return Result(
         allowed=False, code=422, reason=reason, message=message, object=obj, audit={"decision": f"denied ({reason})"}
     )
@@ -513,6 +537,8 @@ def mutate(obj: Any, ctx: Context) -> Result:
         step(view, pctx, outcome)
     while outcome.finish:
         outcome.finish.pop(0)()
+    if grown := _grown_past(view.spec, outcome.mutations):
+        outcome.deny("placement", "TooManyNodeRules", grown)
     for name, text in sorted(outcome.annotations.items()):
         view.set_annotation(PREFIX + name, text)
     if not had_annotations and view.metadata.get("annotations") == {}:
