@@ -189,8 +189,9 @@ MAX_PLACEMENT = {
 }
 """Far more than any real pod writes, with room for what the policies add (the spot and CUDA steering multiply a
 pod's terms by their alternatives: a pod they steered must pass again on reinvocation and at the validating
-webhook, and one they would take past a cap is refused by /mutate, ``_grown_past``); each is judged against every pool, so tens of thousands took seconds to tens of seconds, the worker
-answering no other review meanwhile (found by a review that grew each part of a pod)."""
+webhook, and one they would take past a cap is refused by /mutate, ``_grown_past``); each is judged against every
+pool, so tens of thousands took seconds to tens of seconds, the worker answering no other review meanwhile (found
+by a review that grew each part of a pod)."""
 
 
 def _placement_counts(spec: JSON) -> dict[str, int]:
