@@ -586,5 +586,5 @@ def test_a_pod_the_policies_would_take_past_a_cap_is_refused_by_the_mutating_web
     pod = gpu_pod(annotations={"gpu-admission.io/spot": "tolerate"})
     pod["spec"]["tolerations"] = tolerations
     unknown = Context(settings=settings, cluster=build_view([], settings), namespace="ml")  # the presets' tolerations
-    refused = pipeline.mutate(pod, unknown)
-    assert refused.reason == "TooManyNodeRules" and "(spot-toleration) the pod would have 10" in refused.message
+    answer = pipeline.mutate(pod, unknown)
+    assert answer.reason == "TooManyNodeRules" and "(spot-toleration) the pod would have 10" in answer.message
