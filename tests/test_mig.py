@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 from dataclasses import replace
 from typing import Any
@@ -1956,3 +1957,30 @@ def test_a_template_left_to_its_pods_whose_cuda_no_pool_supports_is_warned():
     assert not review(template_pod, nodes, s).allowed, "as its pods are"
     fine = pod(container(limits={MEM: "5Gi"}, image="nvidia/cuda:12.2.0-runtime-ubuntu22.04"))
     assert not any("each pod will be denied" in w for w in review(workload("Deployment", fine), nodes, s).warnings)
+
+
+def test_kubectl_apply_keeps_a_partition_the_manifest_itself_selects():
+    """Found by a review of the last session's diff: the converted fraction back on apply took out the nodeSelector
+    on the GKE partition size that the conversion's line names, the user's own pin to that partition too, and the
+    ask was converted afresh to a smaller partition than the manifest selects. What the manifest writes (kubectl's
+    last-applied-configuration) stays; the webhook's own selector still goes."""
+    nodes = [
+        gke_node("g3", "nvidia-a100-80gb", "3g.40gb", 2, "p3"),
+        gke_node("g1", "nvidia-a100-80gb", "1g.20gb", 4, "p1"),
+    ]
+    ctx = context(nodes)
+    partition = "cloud.google.com/gke-gpu-partition-size"
+    manifest = workload("Deployment", pod(container(limits={GPU: "0.25"}), nodeSelector={partition: "3g.40gb"}))
+    live = pipeline.mutate(copy.deepcopy(manifest), ctx).object
+    assert template_of(live)["spec"]["nodeSelector"] == {partition: "3g.40gb"}
+    for pinned, want in ((True, "3g.40gb"), (False, "1g.20gb")):
+        written = copy.deepcopy(manifest)
+        if not pinned:  # the manifest has no selector: the live one is the webhook's (as if it had chosen it)
+            del template_of(written)["spec"]["nodeSelector"]
+        sent = _applied(live, {GPU: "0.25"})
+        sent["metadata"].setdefault("annotations", {})["kubectl.kubernetes.io/last-applied-configuration"] = json.dumps(
+            written
+        )
+        result = pipeline.mutate(sent, replace(ctx, operation="UPDATE", old_object=live))
+        assert result.allowed, result.message
+        assert template_of(result.object)["spec"]["nodeSelector"] == {partition: want}

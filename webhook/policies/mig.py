@@ -55,6 +55,8 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_DOWN, Decimal
 from typing import Literal
 
+import orjson
+
 from webhook import PREFIX
 from webhook.affinity import expression, require
 from webhook.cluster import (
@@ -75,6 +77,7 @@ from webhook.mig_profiles import Profile, derive, load_table, parse_name
 from webhook.model import (
     GPU_MEMORY_RESOURCE,
     JSON,
+    TEMPLATE_PATHS,
     Context,
     Outcome,
     PodView,
@@ -369,13 +372,32 @@ def _asks_again(container: JSON) -> bool:
     return amount is not None and amount != amount.to_integral_value()
 
 
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def _manifest_template_spec(pod: PodView) -> JSON:
+    """The pod template's spec in the manifest client-side ``kubectl apply`` sent (it keeps it in the
+    ``last-applied-configuration`` annotation, as the user wrote it); {} where there is none or it cannot be read."""
+    text = as_dict(as_dict(pod.root.get("metadata")).get("annotations")).get(LAST_APPLIED)
+    if not isinstance(text, str):
+        return {}
+    try:
+        node: object = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {}
+    for key in (*TEMPLATE_PATHS.get(pod.kind, ()), "spec"):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
 def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
     """A workload's container whose earlier conversion its line names ('trainer: nvidia.com/gpu 0.5 ->
     nvidia.com/mig-3g.40gb (...)') and that asks for a fraction or a memory size again (or, beside a MIG device,
     for whole GPUs): what that conversion wrote is taken out, to convert the ask afresh. ``kubectl apply``
     (client-side) merges the manifest into the live object: the fraction comes back, changed or not, beside the
     device the webhook wrote (on single-strategy and GKE nodes, beside its request of one GPU and its
-    nodeSelector), and was refused as a second device, or as a request unequal to the limit. A forged line can
+    nodeSelector), and was refused as a second device, or as a request unequal to the limit. A nodeSelector the
+    manifest itself writes (its last-applied-configuration says so) is the user's pin, and stays. A forged line can
     only take out a device beside a fraction, which is refused otherwise. The names of the containers so treated."""
     lines = _prior_lines(ctx)
     forgotten = []
@@ -398,9 +420,10 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
                 del requests[GPU_RESOURCE]
                 changed = True
             key, _, value = given.partition(" with nodeSelector ")[2].partition("=")
-            selector = pod.spec.get("nodeSelector")
-            if changed and key and isinstance(selector, dict) and selector.get(key) == value:
-                del selector[key]
+            selector = as_dict(pod.spec.get("nodeSelector"))
+            mine = changed and key and selector.get(key) == value
+            if mine and as_dict(_manifest_template_spec(pod).get("nodeSelector")).get(key) != value:
+                del selector[key]  # the earlier conversion's, not the user's own pin to that partition
         if changed:
             forgotten.append(name)
             resources = as_dict(container.get("resources"))
