@@ -271,6 +271,21 @@ def test_namespace_selector_excludes_release_and_system_namespaces(namespace):
         }
 
 
+@pytest.mark.parametrize("name", ["defaults", "all-on"])
+def test_the_protecting_webhook_leaves_the_same_namespaces_alone(name):
+    """A namespace labelled gpu-admission.io/ignore=true was left alone by the reviewing webhooks but not by the
+    one that protects the webhook's annotations: its pods' annotation updates still waited on the webhook (refused
+    under failurePolicy Fail while it was down)."""
+    objects = render_values(name)
+    (protect,) = [
+        h
+        for h in find(objects, "MutatingWebhookConfiguration")["webhooks"]
+        if h["name"] == "protect-annotations.gpu-admission.io"
+    ]
+    for _, hook in webhooks(objects):
+        assert protect["namespaceSelector"] == hook["namespaceSelector"]
+
+
 def test_excluded_namespaces_follow_settings_exemptions():
     objects = render_values("all-on")
     for _, hook in webhooks(objects):

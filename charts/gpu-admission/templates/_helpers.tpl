@@ -279,14 +279,7 @@ rules:
     resources: [cronjobs]
     scope: Namespaced
   {{- end }}
-namespaceSelector:
-  matchExpressions:
-    - key: kubernetes.io/metadata.name
-      operator: NotIn
-      values: {{ include "gpu-admission.excludedNamespaces" . }}
-    - key: gpu-admission.io/ignore
-      operator: NotIn
-      values: ["true"]
+{{ include "gpu-admission.namespaceSelector" . }}
 {{- if (.Values.config.exemptions | default dict).allowOptOutLabel }}
 objectSelector:
   matchExpressions:
@@ -524,4 +517,20 @@ TZ= and CRON_TZ= in the schedule on create (a CronJob has the timeZone field for
 {{- end -}}
 {{- end -}}
 {{- $problem -}}
+{{- end }}
+
+{{/*
+The namespaces the webhooks are called for, every one of them (the one that protects the webhook's annotations too):
+not the release's, not those exempt by settings, not those labelled gpu-admission.io/ignore=true (the webhook
+leaves them alone entirely; labelling a namespace takes a namespace admin).
+*/}}
+{{- define "gpu-admission.namespaceSelector" -}}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: {{ include "gpu-admission.excludedNamespaces" . }}
+    - key: gpu-admission.io/ignore
+      operator: NotIn
+      values: ["true"]
 {{- end }}
