@@ -686,6 +686,22 @@ def test_every_event_reason_the_policies_emit_is_documented() -> None:
     assert missing == [], f"document these Event reasons in docs/observability.md: {missing}"
 
 
+def test_every_denial_reason_is_documented() -> None:
+    """The reasons a user sees after 'denied the request' and alerts on in gpu_admission_denials_total: each in
+    the table of docs/observability.md (a new one fails here until it is written down)."""
+    written = re.compile(
+        r'(?:deny\(\s*(?:POLICY|"[a-z]+"),\s*|error=\(\s*|out\.append\(\(\s*|reason = |reason=)"([A-Z][A-Za-z]+)"'
+    )
+    reasons = set()
+    for source in (REPO / "webhook").rglob("*.py"):
+        reasons |= set(written.findall(source.read_text()))
+    assert {"CUDAIncompatible", "MIGNoProfile", "SpotRequireUnplaceable", "TooManyNodeRules"} <= reasons
+    docs = (REPO / "docs" / "observability.md").read_text()
+    table = docs.split("## Denial reasons", 1)[1].split("\n## ", 1)[0]
+    missing = sorted(r for r in reasons if f"| `{r}` |" not in table)
+    assert missing == [], f"document these denial reasons in docs/observability.md: {missing}"
+
+
 # -- the relay: workers' pipe to one process that sends ---------------------------------------------------------------
 def test_a_worker_writes_each_event_as_one_json_line() -> None:
     read_fd, write_fd = os.pipe()
