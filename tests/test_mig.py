@@ -1984,3 +1984,41 @@ def test_kubectl_apply_keeps_a_partition_the_manifest_itself_selects():
         result = pipeline.mutate(sent, replace(ctx, operation="UPDATE", old_object=live))
         assert result.allowed, result.message
         assert template_of(result.object)["spec"]["nodeSelector"] == {partition: want}
+
+
+def _pod_of(workload_obj: dict[str, Any]) -> dict[str, Any]:
+    """A pod the ReplicaSet controller makes from a Deployment's template (its metadata and spec)."""
+    template = copy.deepcopy(template_of(workload_obj))
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "w-1", "uid": "u1", "controller": True}
+    meta = {**template["metadata"], "name": "w-1-x", "namespace": "ml", "ownerReferences": [owner]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
+
+
+def test_a_pod_asking_a_profile_no_node_offers_now_is_told_and_how_to_convert_afresh():
+    """A Deployment converted to 3g.40gb, then the GPUs given another MIG layout: its pods asked for a device no
+    node offers and stayed Pending with only the scheduler's 'Insufficient nvidia.com/mig-3g.40gb'. The pod now
+    gets a warning and a Warning Event that names the profiles offered and, from the line on its template, what
+    the device was converted from and that applying the workload again converts it afresh."""
+    before = context([mixed_node("m", A100_80, {"3g.40gb": 2}, "a100", 81920)])
+    live = pipeline.mutate(workload("Deployment", pod(container(limits={GPU: "0.5"}))), before).object
+    assert template_of(live)["spec"]["containers"][0]["resources"] == mig("3g.40gb")
+    after = context([mixed_node("m", A100_80, {"1g.10gb": 7}, "a100", 81920)])
+    result = pipeline.validate(_pod_of(live), after)
+    assert result.allowed
+    assert result.warnings == [
+        "mig: trainer asks nvidia.com/mig-3g.40gb, which no node or pool offers now: it stays Pending"
+    ]
+    (event,) = [e for e in result.outcome.events if e.reason == "MIGUnoffered"]
+    assert event.type == "Warning"
+    assert event.message == (
+        "container trainer asks for nvidia.com/mig-3g.40gb, which no node or declared pool offers (MIG profiles "
+        "offered now: 1g.10gb); the pod stays Pending until one does. It was converted from nvidia.com/gpu 0.5 "
+        "(gpu-admission.io/mig) before the GPUs had today's layout: apply its workload again to convert it afresh."
+    )
+    # where it is offered, while a layout is changing, or where no node is known: nothing said
+    changing = mixed_node(
+        "m", A100_80, {"1g.10gb": 7}, "a100", 81920, extra_labels={"nvidia.com/mig.config.state": "pending"}
+    )
+    for ctx in (before, context([changing]), context([])):
+        quiet = pipeline.validate(_pod_of(live), ctx)
+        assert not [e for e in quiet.outcome.events if e.reason == "MIGUnoffered"] and not quiet.warnings

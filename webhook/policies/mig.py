@@ -69,6 +69,7 @@ from webhook.cluster import (
     Candidate,
     NodeGroup,
     is_extended_resource_name,
+    offers,
     requested_resources,
     toleration_tolerates,
     untolerated,
@@ -1323,3 +1324,40 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
             )
     if verified:
         out.event("MIGAssigned", "MIG devices: " + LINE_SEPARATOR.join(verified))
+    if not pod.is_template:
+        _warn_unoffered(pod, ctx, out, prior)
+
+
+def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str, str]) -> None:
+    """A pod asking for a MIG device that no node or declared pool offers now: it stays Pending, and the scheduler
+    says only 'Insufficient nvidia.com/mig-3g.40gb'. Most often its workload's fraction was converted before the
+    GPUs were given another MIG layout: the template keeps the old profile, and applying the workload again
+    converts it afresh. Said as a warning and a Warning Event (the pods of a controller have no one to read a
+    warning). Not while a MIG layout is changing (MIG Manager withholds the devices then), nor where the webhook
+    knows no node or pool."""
+    groups = ctx.cluster.groups
+    if not groups or any(g.mig_changing for g in groups):
+        return
+    for _, name, container in _named(pod):
+        for resource in _mig_resources(container):
+            if any(offers(g, {resource: Decimal(1)}) for g in groups):
+                continue
+            layouts = sorted({p for g in groups for p in g.mig_profiles})
+            now = f"MIG profiles offered now: {', '.join(layouts)}" if layouts else "no node offers MIG devices now"
+            line = prior.get(name, "")
+            earlier = ""
+            if _given(line) == resource and " -> " in line:
+                asked = line.partition(": ")[2].split(" -> ", 1)[0]
+                earlier = (
+                    f" It was converted from {asked} ({PREFIX}{ANNOTATION}) before the GPUs had today's layout:"
+                    " apply its workload again to convert it afresh."
+                )
+            out.warn(
+                fit_warning(f"mig: {name} asks {resource}, which no node or pool offers now: it stays Pending", name)
+            )
+            out.event(
+                "MIGUnoffered",
+                f"container {name} asks for {resource}, which no node or declared pool offers ({now}); the pod stays"
+                f" Pending until one does.{earlier}",
+                "Warning",
+            )
