@@ -1318,6 +1318,29 @@ def test_the_places_in_the_words_read_back_as_the_terms_they_name() -> None:
     assert len(terms) == 3 and " in (" in shown and "pool a100 spot (" in shown
     assert spot._read_places(shown) == terms
     assert spot.KEPT_OFF == KEPT_OFF
-    assert spot._said_off_spot(f"never (asked by annotation); {KEPT_OFF}{shown}") == spot._off_spot(ctx)[0]
-    assert spot._said_off_spot("never (asked by annotation)") == []
-    assert spot._said_off_spot(f"never (x); {KEPT_OFF}not a place") is None
+    assert spot._said_off_spot(f"never (asked by annotation); {KEPT_OFF}{shown}", ctx) == spot._off_spot(ctx)[0]
+    assert spot._said_off_spot("never (asked by annotation)", ctx) == []
+    assert spot._said_off_spot(f"never (x); {KEPT_OFF}not a place", ctx) is None
+    # words that name no spot place are not the webhook's
+    assert spot._said_off_spot(f"never (x); {KEPT_OFF}example.com/team=ml", ctx) is None
+    assert spot._said_off_spot(f"never (x); {KEPT_OFF}pool p (example.com/pool=a100-spot)", ctx) is None
+
+
+def test_forged_words_on_a_pod_are_not_said_again_as_the_webhooks() -> None:
+    """A pod created with a spot-applied annotation that says never kept it off a place, and the NotIn to match:
+    the webhook kept both and said the words again as its own (found by a review of this change). Words naming a
+    place that is no spot place are judged afresh; a copied pod whose words are true keeps them."""
+    nodes = [node("spot", {EKS: "SPOT"}), node("on-demand", {EKS: "ON_DEMAND"})]
+    team = {"key": "example.com/team", "operator": "NotIn", "values": ["ml"]}
+    forged = pod(
+        "never",
+        annotations={APPLIED: f"never (asked by annotation); {KEPT_OFF}example.com/team=ml"},
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [team]}]}
+            }
+        },
+    )
+    result = mutate(forged, context(nodes))
+    assert applied(result) == f"never (asked by annotation); {KEPT_OFF}{EKS}=SPOT"
+    assert required_of(result.object) == [{"matchExpressions": [team, *NOT_EKS_SPOT]}]

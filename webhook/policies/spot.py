@@ -335,14 +335,35 @@ def _said_places(text: str, head: str, tail: str = "") -> list[list[Expression]]
     return _read_places(shown[: -len(tail)] if tail and shown.endswith(tail) else shown)
 
 
+def _spot_place(term: Sequence[Expression], ctx: Context) -> bool:
+    """Whether ``term`` is one the webhook writes for a spot place: a spot label of a preset or ``extra_labels``
+    (whatever the cluster shows now), or a pool declared ``spot: true``. Words that name anything else are not the
+    webhook's (a forged or edited annotation), and are not said again. (An undo acts on them all the same: on a
+    template, only a user's own words could name a place the webhook never wrote, and a pool no longer declared
+    was one it wrote.)"""
+    if len(term) == 1 and term[0].get("operator") == "In":
+        pairs = {(k, v) for k, v, _ in ctx.cluster.presets.spot_labels} | set(ctx.settings.spot.extra_labels.items())
+        key = term[0].get("key")
+        if all((key, v) in pairs for v in as_list(term[0].get("values"))):
+            return True
+    return any(
+        list(term) == [expression(k, "In", [v]) for k, v in sorted(pool.node_selector.items())]
+        for pool in ctx.settings.cluster.pools
+        if pool.spot
+    )
+
+
 def _negated(terms: Sequence[Sequence[Expression]]) -> list[list[list[Expression]]]:
     """Narrowings off each term's places: for each, an OR of ``NotIn`` per expression."""
     return [[[expression(as_str(e["key"]), "NotIn", list(e["values"]))] for e in term] for term in terms]
 
 
-def _said_off_spot(text: str) -> list[list[list[Expression]]] | None:
-    """The narrowings a spot-applied text says ``never`` added; [] when it says none, None when unreadable."""
+def _said_off_spot(text: str, ctx: Context | None = None) -> list[list[list[Expression]]] | None:
+    """The narrowings a spot-applied text says ``never`` added; [] when it says none, None when unreadable (or,
+    given ``ctx``, when it names a place that is no spot place: words to be said again must be true)."""
     terms = _said_places(text, KEPT_OFF)
+    if terms and ctx is not None and not all(_spot_place(t, ctx) for t in terms):
+        return None
     return None if terms is None else _negated(terms)
 
 
@@ -357,7 +378,7 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     policy's terms to supported pools, the mig policy's pin), it could seem to need it no more, and each pass
     would undo the last."""
     earlier = ctx.prior.get(APPLIED, "")
-    said = _said_off_spot(earlier)
+    said = _said_off_spot(earlier, ctx)
     if said and all(holds(pod, alternatives) for alternatives in said):
         out.reasons.append("SpotNever")
         return next(p for p in earlier.split("; ") if p.startswith(KEPT_OFF))
