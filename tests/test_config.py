@@ -72,6 +72,11 @@ def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
             "pool 'o': nodeSelector key oci.oraclecloud.com/node-pool-id is a node annotation",
             id="oke-pool-annotation",  # found by a review of provider journeys: steered pods matched no node
         ),
+        pytest.param(
+            "cluster:\n  pools: [{name: 'a100 or h100', nodeSelector: {a: b}, spot: true}]\n",
+            "cluster.pools: pool name 'a100 or h100' is not a label value",
+            id="pool-name",  # the spot-applied words name pools, and are read back (found by a review of this)
+        ),
         pytest.param("maxBodyBytes: 0\n", "maxBodyBytes: 0 would refuse every AdmissionReview", id="body-limit"),
         pytest.param("cluster:\n  pools: {a: 1}\n", "cluster.pools: must be a list", id="list"),
         pytest.param("- just\n- a list\n", "must hold a mapping", id="not-a-mapping"),

@@ -574,7 +574,7 @@ def test_a_pod_the_policies_would_take_past_a_cap_is_refused_by_the_mutating_web
         mutated = pipeline.mutate(copy.deepcopy(pod), ctx)
         assert mutated.allowed is not refused, mutated.message
         if refused:
-            assert mutated.reason == "TooManyNodeRules"
+            assert mutated.reason == "TooManyNodeRules" and mutated.code == 422  # as the pod as written would be
             assert mutated.message.startswith(
                 f"with what gpu-admission adds (spot-affinity) the pod would have {2 * n} required"
                 " node affinity terms; gpu-admission reviews pods of at most 512: write fewer"

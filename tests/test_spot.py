@@ -1280,7 +1280,7 @@ def test_never_keeps_its_affinity_on_a_second_pass_after_the_cuda_steering() -> 
 
 def _declared_spot_pool() -> PoolSettings:
     return PoolSettings(
-        name="a100 spot", node_selector={"example.com/pool": "a100-spot", "example.com/zone": "b"}, spot=True
+        name="a100.spot", node_selector={"example.com/pool": "a100-spot", "example.com/zone": "b"}, spot=True
     )
 
 
@@ -1311,11 +1311,11 @@ def test_a_workload_moved_off_require_loses_the_affinity_to_a_pool_no_longer_dec
 
 def test_the_places_in_the_words_read_back_as_the_terms_they_name() -> None:
     """Every form ``_spot_places`` writes: one value, several values of one key, a declared pool of two labels
-    (whose name holds a space)."""
+    (whose name holds a dot)."""
     nodes = [node("spot", {EKS: "SPOT", KARPENTER: "spot"}), node("on-demand", {EKS: "ON_DEMAND"})]
     ctx = context(nodes, pools=(_declared_spot_pool(),), extra_labels={KARPENTER: "preemptible"})
     terms, shown, _ = spot._spot_places(ctx)
-    assert len(terms) == 3 and " in (" in shown and "pool a100 spot (" in shown
+    assert len(terms) == 3 and " in (" in shown and "pool a100.spot (" in shown
     assert spot._read_places(shown) == terms
     assert spot.KEPT_OFF == KEPT_OFF
     assert spot._said_off_spot(f"never (asked by annotation); {KEPT_OFF}{shown}", ctx) == spot._off_spot(ctx)[0]
@@ -1344,3 +1344,43 @@ def test_forged_words_on_a_pod_are_not_said_again_as_the_webhooks() -> None:
     result = mutate(forged, context(nodes))
     assert applied(result) == f"never (asked by annotation); {KEPT_OFF}{EKS}=SPOT"
     assert required_of(result.object) == [{"matchExpressions": [team, *NOT_EKS_SPOT]}]
+
+
+def test_the_pods_of_a_never_template_are_kept_off_a_spot_pool_declared_since() -> None:
+    """The pods carry the template's words and NotIn; a pool declared spot after the template's review was not
+    kept off (the words held, so nothing else was judged: found by a review of this change). It is now, and
+    named after the places the words name; a second pass says the same."""
+    nodes = [node("spot", {EKS: "SPOT"}), node("on-demand", {EKS: "ON_DEMAND"}), node("cw", {"example.com/pool": "a"})]
+    live = mutate(workload("Deployment", "never"), context(nodes)).object
+    template = _template(live)
+    owner = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "w-1", "uid": "u", "controller": True}]
+    made = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **copy.deepcopy(template["metadata"]),
+            "name": "w-1-x",
+            "namespace": "ml",
+            "ownerReferences": owner,
+        },
+        "spec": copy.deepcopy(template["spec"]),
+    }
+    declared = PoolSettings(name="cw-spot", node_selector={"example.com/pool": "a"}, spot=True)
+    result = mutate(made, context(nodes, pools=(declared,)))
+    assert required_of(result.object) == [
+        {"matchExpressions": [*NOT_EKS_SPOT, {"key": "example.com/pool", "operator": "NotIn", "values": ["a"]}]}
+    ]
+    assert applied(result) == (
+        f"never (asked by annotation); {KEPT_OFF}{EKS}=SPOT or pool cw-spot (example.com/pool=a)"
+    )
+
+
+def test_a_never_template_given_a_spot_pools_selector_is_warned_that_it_matches_no_node() -> None:
+    """Applied again with a nodeSelector for the spot pool, the template keeps the NotIn it carries (live-only):
+    no node matches it. The warning of a first review is given again (found by a review of this change)."""
+    nodes = [node("spot", {EKS: "SPOT"}), node("on-demand", {EKS: "ON_DEMAND"})]
+    live = mutate(workload("Deployment", "never"), context(nodes)).object
+    _template(live)["spec"]["nodeSelector"] = {EKS: "SPOT"}
+    result = pipeline.mutate(live, context(nodes))
+    only_spot = "spot never, yet its nodeSelector, affinity or tolerations leave it only spot pools"
+    assert f"{only_spot} (NVIDIA-L4/driver-unknown)" in result.warnings

@@ -38,12 +38,16 @@ class TaintSpec:
     effect: Effect = "NoSchedule"
 
 
+POOL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+"""A declared pool's name: a label value, as the pools of nodes are named (a node pool label's value)."""
+
+
 @dataclass(frozen=True)
 class PoolSettings:
     """A node pool declared in configuration, for pools that scale to zero or carry no GFD labels (GKE)."""
 
-    name: str
-    """The pool's name, as it shows in messages and in ``gpu-admission pools``."""
+    name: str = field(metadata={"schema": {"pattern": f"^{POOL_NAME.pattern}$"}})
+    """The pool's name, as it shows in messages and in ``gpu-admission pools``: a label value."""
     node_selector: dict[str, str] = field(metadata={"schema": {"minProperties": 1}})
     """Node labels that select the pool's nodes (and that steering and spot affinity use); required, and not
     empty: a pool no node can match would take pods that then land on other nodes."""
@@ -67,6 +71,12 @@ class PoolSettings:
     """The pool is spot / preemptible capacity."""
 
     def __post_init__(self) -> None:
+        if not POOL_NAME.fullmatch(self.name):
+            raise ConfigError(
+                f"cluster.pools: pool name {self.name!r} is not a label value: 1 to 63 letters, digits, '-', '_' or"
+                " '.', beginning and ending with a letter or digit (the pools its nodes show are named by a label;"
+                " the annotations the webhook writes name pools in these words, and read them back)"
+            )
         if not self.node_selector:
             raise ConfigError(
                 f"cluster.pools: pool {self.name!r} has no nodeSelector: give the node labels that select its nodes"

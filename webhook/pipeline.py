@@ -538,8 +538,9 @@ def mutate(obj: Any, ctx: Context) -> Result:
         step(view, pctx, outcome)
     while outcome.finish:
         outcome.finish.pop(0)()
-    if grown := _grown_past(view.spec, outcome.mutations):
-        outcome.deny("placement", "TooManyNodeRules", grown)
+    if grown := _grown_past(view.spec, outcome.mutations):  # refused as the pod as written would be
+        audit = {"decision": "denied (TooManyNodeRules)", "reason": clipped(grown, AUDIT_VALUE_LIMIT)}
+        return Result(allowed=False, code=422, reason="TooManyNodeRules", message=grown, object=obj, audit=audit)
     for name, text in sorted(outcome.annotations.items()):
         view.set_annotation(PREFIX + name, text)
     if not had_annotations and view.metadata.get("annotations") == {}:

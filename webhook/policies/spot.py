@@ -373,17 +373,20 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     taints) and on another. Where its own rules leave it only spot pools, a warning instead: the affinity would
     leave it nowhere. Returns the words for the annotation, '' when nothing is added.
 
-    A pod that carries the affinity an earlier pass says it added (reinvocation; the last review of a workload)
-    keeps it, and the same words: judged again, with the steering the later policies planned around it (the cuda
-    policy's terms to supported pools, the mig policy's pin), it could seem to need it no more, and each pass
-    would undo the last."""
+    A pod that carries the affinity an earlier pass says it added (reinvocation; the last review of a workload;
+    the pods of a template reviewed so) keeps it, and those words: judged again, with the steering the later
+    policies planned around it (the cuda policy's terms to supported pools, the mig policy's pin), it could seem
+    to need it no more, and each pass would undo the last. The spot places the cluster shows now and the words do
+    not name (a pool declared spot since) are kept off too, and named after them."""
+    narrowings, shown = _off_spot(ctx)
     earlier = ctx.prior.get(APPLIED, "")
     said = _said_off_spot(earlier, ctx)
-    if said and all(holds(pod, alternatives) for alternatives in said):
-        out.reasons.append("SpotNever")
-        return next(p for p in earlier.split("; ") if p.startswith(KEPT_OFF))
-    narrowings, shown = _off_spot(ctx)
-    if not narrowings:
+    kept = bool(said) and all(holds(pod, alternatives) for alternatives in said or ())
+    if kept:
+        texts = shown.split(" or ") if narrowings else []  # one per place: no pool name or label holds " or "
+        fresh = [(n, text) for n, text in zip(narrowings, texts, strict=True) if n not in (said or ())]
+        narrowings = [*(said or ()), *(n for n, _ in fresh)]
+    elif not narrowings:
         return ""
     # judged without what an earlier pass added, so that a second pass says the same
     own = pod
@@ -393,11 +396,12 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
             own = trial
     places = ctx.cluster.eligible(own.spec, (), gpu_only=_is_gpu_pod(pod))
     spot = sorted({c.group.pool for c in places if c.group.spot})
-    if not spot:
-        return ""
-    if all(c.group.spot for c in places):  # its own rules: narrowing would leave it nowhere
+    if spot and all(c.group.spot for c in places):  # its own rules: narrowing would leave it nowhere
         text = f"spot never, yet its nodeSelector, affinity or tolerations leave it only spot pools ({', '.join(spot)})"
         out.warn(clipped(text, WARNING_LIMIT))
+        if not kept:
+            return ""
+    elif not spot and not kept:
         return ""
     changed = False
     for alternatives in narrowings:
@@ -405,6 +409,9 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     if changed:
         out.mutated("spot-affinity")
     out.reasons.append("SpotNever")
+    if kept:
+        words = next(p for p in earlier.split("; ") if p.startswith(KEPT_OFF))
+        return words + "".join(f" or {text}" for _, text in fresh)
     return KEPT_OFF + shown
 
 
