@@ -764,6 +764,24 @@ def test_without_a_node_list_it_says_so_not_that_no_node_matches() -> None:
     assert result.audit["cuda-decision"] == "not checked (no node list yet)"
 
 
+def test_before_the_first_node_list_the_declared_pools_do_not_stand_for_the_cluster() -> None:
+    """Found by a review of day-2 journeys: a live watch not synced yet, with one pool declared (scaled to zero,
+    an old driver), judged pods against that pool alone: a pod whose CUDA the nodes running now support was denied
+    ('upgrade the driver on pool ...'), and spot tolerations narrowed to the declared pool's taints. Until the
+    first list the view is unknown, declared pools and all; a source that lists no nodes at all (settings only)
+    still has its declared pools describe the cluster."""
+    declared = {"name": "old", "nodeSelector": {POOL_LABEL: "old"}, "driverVersion": "535.104.05", "gpuCount": 8}
+    s = settings(cluster={"pools": [declared]})
+    unsynced = build_view([], s, source="live watch (not synced yet)", synced=False)
+    assert not unsynced.known and unsynced.groups == ()
+    result = pipeline.review(pod(container(image=IMAGE_128)), Context(settings=s, cluster=unsynced, namespace="ml"))
+    assert result.allowed, result.message
+    assert result.audit["cuda-decision"] == "not checked (no node list yet)"
+    described = build_view([], s, source="settings", known=False)
+    assert described.known and [g.pool for g in described.groups] == ["old"]
+    assert not pipeline.review(pod(container(image=IMAGE_128)), Context(settings=s, cluster=described)).allowed
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Enforcement modes
 

@@ -18,7 +18,7 @@ from kubernetes import config as k8s_config
 from tests.kubeapi import KubeAPI
 from webhook import watch
 from webhook.cluster import build_view
-from webhook.config import ClusterSettings, Settings
+from webhook.config import ClusterSettings, PoolSettings, Settings
 from webhook.errors import ConfigError
 from webhook.watch import Backoff, LiveCluster, kubeconfig_paths, live_cluster_from_environment
 
@@ -452,3 +452,12 @@ def test_unusable_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
     bad.write_text("apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n")
     with pytest.raises(ConfigError, match="kubeconfig"):
         live_cluster_from_environment(Settings(), {"KUBECONFIG": str(bad)})
+
+
+def test_before_its_first_list_the_watch_knows_no_pool_not_even_the_declared_ones() -> None:
+    """The declared pools join the nodes of the first list: before it they stood for the whole cluster, and pods
+    were judged against them alone (found by a review of day-2 journeys)."""
+    pool = PoolSettings(name="old", node_selector={"example.com/pool": "old"}, driver_version="535.104.05")
+    source = LiveCluster(Settings(cluster=ClusterSettings(pools=[pool])), lambda: None)
+    view = source.snapshot()
+    assert not view.known and view.groups == () and "not synced yet" in view.source

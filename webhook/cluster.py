@@ -1219,10 +1219,18 @@ class _Builder:
 
 
 def build_view(
-    node_objects: Iterable[object], settings: Settings, source: str = "node list", known: bool = True
+    node_objects: Iterable[object],
+    settings: Settings,
+    source: str = "node list",
+    known: bool = True,
+    synced: bool = True,
 ) -> ClusterView:
     """Fold Node objects and the pools declared in settings into a ClusterView (objects that are not usable Nodes
-    are skipped)."""
+    are skipped). ``known``: False where no source describes the nodes (the declared pools, if any, then describe
+    the cluster); ``synced``: False for a node source that has not listed the nodes yet, whose view is unknown,
+    declared pools and all (judged against the declared pools alone, a pod whose CUDA only the nodes running now
+    support was denied, and tolerations narrowed to the declared pools' taints: found by a review of day-2
+    journeys)."""
     builder = _Builder(settings)
     buckets: dict[Any, list[Node]] = {}
     count = 0
@@ -1245,7 +1253,8 @@ def build_view(
     # no device plugin, no GFD labels; its MIG layout changing) leaves the declaration standing beside it. Matched by
     # its selector, never by a name another pool's label happens to carry.
     serving = {key[4] for key, g in zip(buckets, groups, strict=True) if key[4] is not None and _serves(g)}
-    groups += [builder.declared_group(p) for p in builder.pools if p.name not in serving]
+    if synced:
+        groups += [builder.declared_group(p) for p in builder.pools if p.name not in serving]
     groups.sort(key=lambda g: (g.pool, g.nodes))
     return ClusterView(
         groups=tuple(groups),
@@ -1254,7 +1263,7 @@ def build_view(
         presets=builder.presets,
         extended_resource_toleration=settings.cluster.extended_resource_toleration,
         volatile_labels=builder.volatile,
-        known=known or bool(groups),
+        known=synced and (known or bool(groups)),
     )
 
 

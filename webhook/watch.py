@@ -111,7 +111,7 @@ class LiveCluster:
         self._synced = threading.Event()
         """Set by the first view built from a list: ``ready()``, and what ``wait_ready`` waits for."""
         self._view = build_view(
-            [], self.settings, source=f"live watch of {self.description} (not synced yet)", known=False
+            [], self.settings, source=f"live watch of {self.description} (not synced yet)", synced=False
         )
         self._threads: list[threading.Thread] = []
         self._response: Any = None
