@@ -1384,3 +1384,27 @@ def test_a_never_template_given_a_spot_pools_selector_is_warned_that_it_matches_
     result = pipeline.mutate(live, context(nodes))
     only_spot = "spot never, yet its nodeSelector, affinity or tolerations leave it only spot pools"
     assert f"{only_spot} (NVIDIA-L4/driver-unknown)" in result.warnings
+
+
+@pytest.mark.parametrize("mode", ["require", "prefer"])
+def test_a_spot_pool_replaced_by_another_is_the_one_a_workload_and_its_pods_ask_for(mode: str) -> None:
+    """Found by a review of day-2 journeys: the spot pool a was retired and b declared; the template applied again
+    (and the pods made from it) kept requiring pool a, ANDed with b: no node matched, while the annotation named
+    only b."""
+    key = "example.com/pool"
+    nodes = [node("od", {key: "od"}), node("b-1", {key: "b"})]
+    a = PoolSettings(name="spot-a", node_selector={key: "a"}, spot=True)
+    b = PoolSettings(name="spot-b", node_selector={key: "b"}, spot=True)
+    live = mutate(
+        workload("Deployment", mode), context([node("od", {key: "od"}), node("a-1", {key: "a"})], pools=(a,))
+    ).object
+    result = mutate(live, context(nodes, pools=(b,)))
+    template = _template(result.object)
+    node_affinity = template["spec"]["affinity"]["nodeAffinity"]
+    if mode == "require":
+        assert required_of(template) == [{"matchExpressions": [expr(key, "b")]}]
+    else:
+        assert node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] == [
+            {"weight": 100, "preference": {"matchExpressions": [expr(key, "b")]}}
+        ]
+    assert "pool spot-a" not in (applied(result) or "")

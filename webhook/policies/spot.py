@@ -475,7 +475,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
 
     if mode in ("prefer", "require"):
         terms, shown, on_cluster = _spot_places(ctx)
-        changed = False
+        changed = _forget_places(pod, ctx, mode, terms)
         if mode == "prefer" and on_cluster:
             for term in terms:
                 changed = prefer(pod, term, PREFERRED_WEIGHT) or changed
@@ -486,7 +486,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
             _deny_unplaceable(pod, ctx, out, why)
             return
         else:
-            changed = narrow(pod, terms)
+            changed = narrow(pod, terms) or changed
             parts.append(REQUIRES + shown + ("" if on_cluster else NOT_ON_CLUSTER))
         if known:
             # Judged on the final pod: the mig policy's profile and pin and the cuda policy's steering, after this
@@ -496,6 +496,21 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
             out.mutated("spot-affinity")
     out.reasons.append("Spot" + mode.capitalize())
     out.annotate(APPLIED, "; ".join(parts))
+
+
+def _forget_places(pod: PodView, ctx: Context, mode: str, terms: Sequence[Sequence[Expression]]) -> bool:
+    """Take out the spot places an earlier pass of the same mode named and the cluster no longer has (a spot pool
+    retired, another declared): a template applied again, or the pods made from it, kept requiring the old place,
+    ANDed with the new one, and matched no node while the annotation named only the new (found by a review of
+    day-2 journeys). Whether the pod changed."""
+    earlier = ctx.prior.get(APPLIED, "")
+    if earlier.split(" (", 1)[0] != mode:
+        return False
+    if mode == "require":
+        said = _said_places(earlier, REQUIRES, NOT_ON_CLUSTER) or []
+        return unnarrow(pod, [t for t in said if t not in terms])
+    said = _said_places(earlier, PREFERS, f" (weight {PREFERRED_WEIGHT})") or []
+    return unprefer(pod, [t for t in said if t not in terms], PREFERRED_WEIGHT)
 
 
 def _spot_reachable(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal] | tuple[()], gpu_pod: bool) -> bool:
