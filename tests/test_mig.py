@@ -1994,31 +1994,64 @@ def _pod_of(workload_obj: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
 
 
+def _unoffered_events(result: pipeline.Result) -> list[Any]:
+    return [e for e in result.outcome.events if e.reason == "MIGUnoffered"]
+
+
+def _as_created(pod_obj: dict[str, Any], ctx: Any) -> pipeline.Result:
+    """The pod through the mutating webhook, then the validating one, as the apiserver calls them."""
+    mutated = pipeline.mutate(copy.deepcopy(pod_obj), ctx)
+    assert mutated.allowed, mutated.message
+    assert pipeline.mutate(copy.deepcopy(mutated.object), ctx).patch == [], "a second pass changes nothing"
+    validated = pipeline.validate(mutated.object, ctx)
+    validated.warnings = [*mutated.warnings, *validated.warnings]
+    return validated
+
+
 def test_a_pod_asking_a_profile_no_node_offers_now_is_told_and_how_to_convert_afresh():
     """A Deployment converted to 3g.40gb, then the GPUs given another MIG layout: its pods asked for a device no
     node offers and stayed Pending with only the scheduler's 'Insufficient nvidia.com/mig-3g.40gb'. The pod now
-    gets a warning and a Warning Event that names the profiles offered and, from the line on its template, what
-    the device was converted from and that applying the workload again converts it afresh."""
+    gets a warning and a Warning Event that names the profiles offered and, from the conversion's line (which the
+    mutating webhook keeps on the pod, saying it lands nowhere now), what the device was converted from and that
+    applying the workload again converts it afresh (found by a review of day-2 journeys: the mutating webhook
+    had rewritten the line 'as found on the object', and the Event lost the hint)."""
     before = context([mixed_node("m", A100_80, {"3g.40gb": 2}, "a100", 81920)])
     live = pipeline.mutate(workload("Deployment", pod(container(limits={GPU: "0.5"}))), before).object
     assert template_of(live)["spec"]["containers"][0]["resources"] == mig("3g.40gb")
     after = context([mixed_node("m", A100_80, {"1g.10gb": 7}, "a100", 81920)])
-    result = pipeline.validate(_pod_of(live), after)
+    result = _as_created(_pod_of(live), after)
     assert result.allowed
     assert result.warnings == [
         "mig: trainer asks nvidia.com/mig-3g.40gb, which no node or pool offers now: it stays Pending"
     ]
-    (event,) = [e for e in result.outcome.events if e.reason == "MIGUnoffered"]
+    (event,) = _unoffered_events(result)
     assert event.type == "Warning"
     assert event.message == (
         "container trainer asks for nvidia.com/mig-3g.40gb, which no node or declared pool offers (MIG profiles "
         "offered now: 1g.10gb); the pod stays Pending until one does. It was converted from nvidia.com/gpu 0.5 "
-        "(gpu-admission.io/mig) before the GPUs had today's layout: apply its workload again to convert it afresh."
+        "(gpu-admission.io/mig) before the GPUs had today's layout: apply its workload again to convert it to a "
+        "profile offered now, or to be told why none fits."
     )
     # where it is offered, while a layout is changing, or where no node is known: nothing said
     changing = mixed_node(
         "m", A100_80, {"1g.10gb": 7}, "a100", 81920, extra_labels={"nvidia.com/mig.config.state": "pending"}
     )
     for ctx in (before, context([changing]), context([])):
-        quiet = pipeline.validate(_pod_of(live), ctx)
-        assert not [e for e in quiet.outcome.events if e.reason == "MIGUnoffered"] and not quiet.warnings
+        quiet = _as_created(_pod_of(live), ctx)
+        assert not _unoffered_events(quiet) and not [w for w in quiet.warnings if "offers now" in w]
+
+
+def test_a_gke_partition_no_pool_has_now_is_told_too():
+    """On GKE (and under the single strategy) the converted device is a whole nvidia.com/gpu on the nodes the
+    webhook's nodeSelector names: a partition size no pool has any more left the pods Pending unexplained."""
+    before = context([gke_node("g3", "nvidia-a100-80gb", "3g.40gb", 2, "p3")])
+    live = pipeline.mutate(workload("Deployment", pod(container(limits={GPU: "0.5"}))), before).object
+    after = context([gke_node("g1", "nvidia-a100-80gb", "1g.10gb", 7, "p1")])
+    result = _as_created(_pod_of(live), after)
+    (event,) = _unoffered_events(result)
+    assert event.message.startswith(
+        "container trainer asks for nvidia.com/gpu 1 with nodeSelector cloud.google.com/gke-gpu-partition-size="
+        "3g.40gb, which no node or declared pool offers (MIG profiles offered now: 1g.10gb as nvidia.com/gpu (gke "
+        "strategy)); the pod stays Pending until one does. It was converted from nvidia.com/gpu 0.5"
+    ), event.message
+    assert not _unoffered_events(_as_created(_pod_of(live), before))

@@ -331,6 +331,23 @@ def _republishable(line: str | None, name: str, container: JSON, pod: PodView, w
     return tail in (f"{given} ({w})" for w in wheres)
 
 
+NOWHERE_NOW = "no node it can run on offers it now"
+"""Where a line says a converted device is when no node the pod can run on offers it (a MIG layout changed)."""
+
+
+def _reworded(line: str | None, name: str, container: JSON, pod: PodView) -> str | None:
+    """A prior conversion line, checked as ``_republishable`` checks it but for where the pod lands, that says
+    it lands nowhere now: what it was converted from stays on the pod (the validating webhook's warning tells how
+    to convert it afresh), where a line 'as found on the object' lost it."""
+    if not line or not _verified(line, container, pod.spec):
+        return None
+    head, _, rest = line.partition(": ")
+    asked, arrow, _ = rest.partition(" -> ")
+    if head != name or not arrow or not _ASKED.match(asked):
+        return None
+    return f"{name}: {asked} -> {_given(line)} ({NOWHERE_NOW})"
+
+
 def _named(pod: PodView) -> Iterator[tuple[str, str, JSON]]:
     """(list name, container name, container); a container without a name is called by its position (#0 ...)."""
     for index, (list_name, container) in enumerate(pod.containers()):
@@ -1257,6 +1274,8 @@ def _describe(
             lines.append(_line(*converted[id(container)], where_now))
         elif _republishable(prior.get(name), name, container, pod, where_now):
             lines.append(prior[name])
+        elif not where_now and (reworded := _reworded(prior.get(name), name, container, pod)):
+            lines.append(reworded)
         elif name in prior:
             state = _state_line(name, container, pod.spec)
             if state:
@@ -1330,34 +1349,51 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
 
 def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str, str]) -> None:
     """A pod asking for a MIG device that no node or declared pool offers now: it stays Pending, and the scheduler
-    says only 'Insufficient nvidia.com/mig-3g.40gb'. Most often its workload's fraction was converted before the
-    GPUs were given another MIG layout: the template keeps the old profile, and applying the workload again
-    converts it afresh. Said as a warning and a Warning Event (the pods of a controller have no one to read a
-    warning). Not while a MIG layout is changing (MIG Manager withholds the devices then), nor where the webhook
-    knows no node or pool."""
+    says only 'Insufficient nvidia.com/mig-3g.40gb' (or, for a device of a single-strategy or GKE node, that no
+    node matches its nodeSelector). Most often its workload's fraction was converted before the GPUs were given
+    another MIG layout: the template keeps the old profile, and applying the workload again converts it afresh.
+    Said as a warning and a Warning Event (the pods of a controller have no one to read a warning). Not while a
+    MIG layout is changing (MIG Manager withholds the devices then), nor where the webhook knows no node or pool."""
     groups = ctx.cluster.groups
     if not groups or any(g.mig_changing for g in groups):
         return
     for _, name, container in _named(pod):
-        for resource in _mig_resources(container):
-            if any(offers(g, {resource: Decimal(1)}) for g in groups):
+        line = prior.get(name, "")
+        given = _given(line) if " -> " in line and _verified(line, container, pod.spec) else ""
+        asks: list[tuple[str, bool]] = [
+            (r, any(offers(g, {r: Decimal(1)}) for g in groups)) for r in _mig_resources(container)
+        ]
+        key, _, value = given.partition(" with nodeSelector ")[2].partition("=")
+        if key and _is_mig(given):  # the webhook's pin to a single-strategy product or a GKE partition size
+            one = {GPU_RESOURCE: Decimal(1)}
+            asks.append((given, any(g.labels.get(key) == value and offers(g, one) for g in groups)))
+        for what, offered in asks:
+            if offered:
                 continue
-            layouts = sorted({p for g in groups for p in g.mig_profiles})
-            now = f"MIG profiles offered now: {', '.join(layouts)}" if layouts else "no node offers MIG devices now"
-            line = prior.get(name, "")
+            out.warn(fit_warning(f"mig: {name} asks {what}, which no node or pool offers now: it stays Pending", name))
             earlier = ""
-            if _given(line) == resource and " -> " in line:
+            if what == given:
                 asked = line.partition(": ")[2].split(" -> ", 1)[0]
                 earlier = (
                     f" It was converted from {asked} ({PREFIX}{ANNOTATION}) before the GPUs had today's layout:"
-                    " apply its workload again to convert it afresh."
+                    " apply its workload again to convert it to a profile offered now, or to be told why none fits."
                 )
-            out.warn(
-                fit_warning(f"mig: {name} asks {resource}, which no node or pool offers now: it stays Pending", name)
-            )
             out.event(
                 "MIGUnoffered",
-                f"container {name} asks for {resource}, which no node or declared pool offers ({now}); the pod stays"
-                f" Pending until one does.{earlier}",
+                f"container {name} asks for {what}, which no node or declared pool offers ({_offered_now(groups)});"
+                f" the pod stays Pending until one does.{earlier}",
                 "Warning",
             )
+
+
+def _offered_now(groups: Sequence[NodeGroup]) -> str:
+    """'MIG profiles offered now: 1g.10gb, 3g.40gb as nvidia.com/gpu (single strategy)'."""
+    shown = sorted(
+        {
+            p if g.mig_strategy == "mixed" else f"{p} as {GPU_RESOURCE} ({g.mig_strategy} strategy)"
+            for g in groups
+            for p, offer in g.mig_profiles.items()
+            if offer.count > 0
+        }
+    )
+    return f"MIG profiles offered now: {', '.join(shown)}" if shown else "no node offers MIG devices now"
