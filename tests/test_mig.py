@@ -2055,3 +2055,23 @@ def test_a_gke_partition_no_pool_has_now_is_told_too():
         "strategy)); the pod stays Pending until one does. It was converted from nvidia.com/gpu 0.5"
     ), event.message
     assert not _unoffered_events(_as_created(_pod_of(live), before))
+
+
+def test_a_refusal_while_a_mig_layout_is_changing_says_so_and_when_to_try_again():
+    """MIG Manager withholds a node's devices while it applies a layout: the refusal said the eligible nodes offer
+    no MIG profiles and to add MIG-partitioned nodes (found by a review of day-2 journeys)."""
+    changing = mixed_node(
+        "m",
+        A100_80,
+        {"3g.40gb": 0},
+        "a100",
+        81920,
+        extra_labels={"nvidia.com/mig.config": "all-3g.40gb", "nvidia.com/mig.config.state": "pending"},
+    )
+    result = review(frac("0.5"), [changing])
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert (
+        "The MIG layout of pool a100 (nvidia.com/mig.config=all-3g.40gb, pending) is changing: its MIG devices are"
+        " offered again once MIG Manager has applied it. Create the pod again once the layout is applied"
+    ) in result.message, result.message
+    assert "add MIG-partitioned nodes" not in result.message

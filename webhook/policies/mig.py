@@ -64,6 +64,7 @@ from webhook.cluster import (
     GKE_PARTITION_LABEL,
     GKE_SHARING_LABEL,
     GPU_RESOURCE,
+    MIG_CONFIG_LABEL,
     MIG_RESOURCE_PREFIX,
     SHARED_SUFFIX,
     Candidate,
@@ -961,6 +962,19 @@ def _refusal(
             f" {GPU_RESOURCE} is a MIG device, and {', '.join(req.whole[:3])} would get a MIG slice there instead"
             " of the whole GPU it asks for: one pod cannot mix whole GPUs and such slices."
         )
+    # MIG Manager withholds a node's devices while it applies a layout: the pool offers them again when it is done
+    changing = sorted(
+        {
+            f"{g.pool} ({MIG_CONFIG_LABEL}={g.mig_config or '?'}, {g.mig_config_state})"
+            for g in ctx.cluster.gpu_groups
+            if g.mig_changing
+        }
+    )
+    if changing:
+        tail += (
+            f" The MIG layout of pool{'s' if len(changing) > 1 else ''} {', '.join(changing[:3])} is changing: its"
+            " MIG devices are offered again once MIG Manager has applied it."
+        )
     seen_groups = {id(p.group) for p in seen} | barred_groups | short_groups
     elsewhere = [g for g in ctx.cluster.gpu_groups if g.mig_profiles and id(g) not in seen_groups]
     if elsewhere:
@@ -968,7 +982,12 @@ def _refusal(
             f"{g.pool} ({', '.join(sorted(g.mig_profiles))}; {_kept_off(g, pod, ctx)})" for g in elsewhere[:3]
         )
         tail += f" MIG pools this pod cannot use: {shown}."
-    if seen:
+    if changing and not seen:
+        advice = (
+            " Create the pod again once the layout is applied (a workload's controller retries by itself), or ask"
+            " for a whole GPU (nvidia.com/gpu: 1)."
+        )
+    elif seen:
         advice = " Ask for at most what a profile offered here holds, or for a whole GPU (nvidia.com/gpu: 1)."
     elif short:
         advice = (
