@@ -2075,3 +2075,33 @@ def test_a_refusal_while_a_mig_layout_is_changing_says_so_and_when_to_try_again(
         " offered again once MIG Manager has applied it. Create the pod again once the layout is applied"
     ) in result.message, result.message
     assert "add MIG-partitioned nodes" not in result.message
+
+
+def test_the_fallback_goes_before_a_profile_on_a_driver_too_old_for_the_pod():
+    """Found by a review of day-2 journeys: mid-upgrade, only the old-driver pool was MIG-partitioned; with
+    mig.fallback whole, a 0.5 GPU pod whose CUDA only the new driver runs got the old pool's profile and was
+    denied, though a whole GPU on the new pool could run it."""
+    from tests.cuda_fixtures import container as cuda_container
+    from tests.cuda_fixtures import gpu_node
+    from tests.cuda_fixtures import pod as cuda_pod
+
+    mig_labels = {
+        "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/mig.capable": "true",
+        "nvidia.com/mig-3g.40gb.memory": "40192",
+    }
+    nodes = [
+        gpu_node("a-0", "a", "535.104.05", labels=mig_labels, gpus="0", allocatable={"nvidia.com/mig-3g.40gb": "2"}),
+        gpu_node("b-0", "b", "570.124.06"),
+    ]
+    wanted = cuda_pod(cuda_container(image="nvidia/cuda:12.8.0-runtime-ubuntu22.04", gpu="0.5"))
+    s = replace(settings(fallback="whole"), cuda=CudaSettings())
+    result = review(copy.deepcopy(wanted), nodes, s)
+    assert result.allowed, result.message
+    assert result.object["spec"]["containers"][0]["resources"]["limits"] == {GPU: "1"}
+    assert (
+        "whole GPU: MIG covers it only on drivers too old for its CUDA"
+        in (result.object["metadata"]["annotations"]["gpu-admission.io/mig"])
+    )
+    denied = review(copy.deepcopy(wanted), nodes, replace(settings(), cuda=CudaSettings()))  # no fallback: as before
+    assert not denied.allowed and denied.reason == "CUDAIncompatible"

@@ -29,7 +29,8 @@ How a profile is chosen, per container (init containers included), each on its o
 3. Among covering profiles the smallest wins, across GPU models too: least nominal memory, then fewest compute
    slices, then mixed before single before GKE, plain before variants (``.me``), then by name. So the choice is
    deterministic and spends the least GPU. When the cuda policy enforces, the profiles offered on groups whose
-   driver supports the pod's CUDA come first (``cuda.supported_groups``); the others only when none of those fits.
+   driver supports the pod's CUDA come first (``cuda.supported_groups``); the others only when none of those fits,
+   and not over ``mig.fallback``'s whole or shared GPU where a supported driver offers it.
    A pod that prefers spot capacity (the spot policy ran first) takes, among profiles of one size, one a spot pool
    offers first.
 4. When the same profile name is also offered by eligible nodes of another GPU model on which it does not cover the
@@ -51,7 +52,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, ROUND_DOWN, Decimal
 from typing import Literal
 
@@ -308,7 +309,10 @@ def _verified(line: str | None, container: JSON, spec: JSON) -> bool:
 _ASKED = re.compile(
     r"^(nvidia\.com/gpu|gpu-admission\.io/gpu-memory|gpu-admission\.io/gpu-fraction) [-+0-9.eE]{1,64}[A-Za-z]{0,2}$"
 )
-_NOTES = ("whole GPU: no MIG profile covers it", "time-sliced shared GPU: no MIG profile covers it")
+_FALLBACKS = ("whole GPU", "time-sliced shared GPU")
+NO_PROFILE = "no MIG profile covers it"
+NO_PROFILE_RUNS = "MIG covers it only on drivers too old for its CUDA"
+_NOTES = tuple(f"{what}: {why}" for what in _FALLBACKS for why in (NO_PROFILE, NO_PROFILE_RUNS))
 
 
 def _where_now(pod: PodView, ctx: Context) -> str:
@@ -774,6 +778,11 @@ def _choose(
     return None, seen, barred
 
 
+def _runs(req: _Request, choice: Choice) -> bool:
+    """The choice lands the pod where a driver supports its CUDA (or that is not known)."""
+    return req.supported is None or any(id(p.group) in req.supported for p in choice.places)
+
+
 def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> Choice | None:
     ctx = req.ctx
     mode = ctx.settings.mig.fallback
@@ -782,7 +791,7 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
         cands = _eligible(ctx, _trial(pod, pending, ask, option))
         good = [c.group for c in cands if c.group.mig_strategy in ("none", "mixed")]
         bad = [c.group for c in cands if c.group.mig_strategy not in ("none", "mixed")]
-        note = "whole GPU: no MIG profile covers it"
+        note = f"whole GPU: {NO_PROFILE}"
     elif mode == "shared":
         option = Option("shared", "", SHARED_RESOURCE)
         cands = _eligible(ctx, _trial(pod, pending, ask, option))
@@ -792,7 +801,7 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
             cands = _eligible(ctx, _trial(pod, pending, ask, option))
             good = [c.group for c in cands if c.group.sharing == "time-slicing"]
             bad = [c.group for c in cands if c.group.sharing != "time-slicing"]
-        note = "time-sliced shared GPU: no MIG profile covers it"
+        note = f"time-sliced shared GPU: {NO_PROFILE}"
     else:
         return None
     if not good:
@@ -1149,6 +1158,11 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
         # what PodView.defers_gpu says of the whole template, for this ask
         deferred = pod.is_template and (ask.kind == "memory" or ask.source == "annotation")
         choice, seen, barred = _choose(req, pod, pending, ask)
+        if choice is not None and not _runs(req, choice):
+            # a whole (or shared) GPU whose driver runs the pod's CUDA, over a profile where none does
+            fallback = _fallback(req, pod, pending, ask)
+            if fallback is not None and _runs(req, fallback):
+                choice = replace(fallback, note=fallback.note.replace(NO_PROFILE, NO_PROFILE_RUNS))
         if choice is None:
             if done.complete:
                 done.complete = False
