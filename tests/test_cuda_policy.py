@@ -1050,3 +1050,49 @@ def test_a_workloads_steering_is_planned_afresh_when_its_image_changes() -> None
     assert pipeline.mutate(result.object, update).patch == []
     again = pipeline.mutate(copy.deepcopy(live), update)  # the same image: the same steering, no change
     assert again.patch == [], again.patch
+
+
+def _driver_labels(driver: str) -> dict[str, str]:
+    major, minor, revision = driver.split(".")
+    base = "nvidia.com/cuda.driver-version"
+    return {f"{base}.major": major, f"{base}.minor": minor, f"{base}.revision": revision}
+
+
+def test_a_pool_of_two_drivers_is_steered_to_its_upgraded_nodes_and_those_upgraded_later() -> None:
+    """A pool whose nodes run two drivers (an upgrade rolling through it) is told apart by GFD's driver labels
+    where the nodes carry no CUDA label: an exact version pinned a template's pods to it, and they stayed Pending
+    once the pool moved on to the next driver (found by a review of day-2 journeys). From the lowest allowed
+    driver of the pool up now; the exact version where the labels give no major and minor."""
+
+    def node(name: str, pool: str, driver: str, labels: bool = True) -> dict[str, Any]:
+        extra = _driver_labels(driver) if labels else {}
+        return gpu_node(name, pool, driver, runtime_labels=False, labels=extra)
+
+    ctx = context([node("a-0", "a", "570.124.06"), node("a-1", "a", "535.104.05"), node("b-0", "b", "535.104.05")])
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed, result.message
+    base = "nvidia.com/cuda.driver-version"
+    assert required_terms(result.object) == [
+        {
+            "matchExpressions": [
+                {"key": POOL_LABEL, "operator": "In", "values": ["a"]},
+                {"key": f"{base}.major", "operator": "In", "values": ["570"]},
+                {"key": f"{base}.minor", "operator": "Gt", "values": ["123"]},
+            ]
+        },
+        {
+            "matchExpressions": [
+                {"key": POOL_LABEL, "operator": "In", "values": ["a"]},
+                {"key": f"{base}.major", "operator": "Gt", "values": ["570"]},
+            ]
+        },
+    ]
+    assert_idempotent(result, ctx)
+    later = context([node("a-0", "a", "570.133.20"), node("a-1", "a", "580.65.06"), node("b-0", "b", "535.104.05")])
+    assert sorted(c.group.pool for c in later.cluster.eligible(result.object["spec"])) == ["a", "a"]
+    # only the full version: told apart by it
+    exact = context([node("a-0", "a", "570.124.06", False), node("a-1", "a", "535.104.05", False), B])
+    result = pipeline.review(pod(container(image=IMAGE_128)), exact)
+    assert {"key": f"{base}.full", "operator": "In", "values": ["570.124.06"]} in (
+        required_terms(result.object)[0]["matchExpressions"]
+    )

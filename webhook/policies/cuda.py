@@ -471,20 +471,51 @@ def _by_cuda_labels(a: Assessment, ctx: Context) -> list[list[Expression]]:
 
 def _by_pool(groups: Iterable[NodeGroup], ctx: Context, blocked: Sequence[NodeGroup] = ()) -> list[list[Expression]]:
     """A term per group on its pool's selector; and on its driver labels too where a blocked group has the same
-    selector (a pool whose nodes run two drivers), when it carries them."""
-    shared = {tuple(sorted(pool_selector(b, ctx).items())) for b in blocked}
+    selector (a pool whose nodes run two drivers), when it carries them: the range from the lowest allowed driver
+    of the pool up where its blocked drivers are all below it and the labels give the major and minor (a node
+    upgraded later stays eligible: an exact version left the pods of a template Pending for good once the pool
+    moved on to the next driver, found by a review of day-2 journeys), else the exact values."""
+    shared: dict[tuple[tuple[str, str], ...], list[NodeGroup]] = {}
+    for b in blocked:
+        shared.setdefault(tuple(sorted(pool_selector(b, ctx).items())), []).append(b)
+    groups = list(groups)
     alternatives: list[list[Expression]] = []
     for g in groups:
         selector = pool_selector(g, ctx)
         if not selector:
             continue
-        alt = [expression(k, "In", [v]) for k, v in sorted(selector.items())]
-        if tuple(sorted(selector.items())) in shared:
-            keys = next((keys for keys in DRIVER_LABELS if all(k in g.labels for k in keys)), ())
-            alt += [expression(k, "In", [g.labels[k]]) for k in keys if k not in selector]
-        if alt not in alternatives:
-            alternatives.append(alt)
+        base = [expression(k, "In", [v]) for k, v in sorted(selector.items())]
+        key = tuple(sorted(selector.items()))
+        if key not in shared:
+            alts = [base]
+        else:
+            allowed_here = [h for h in groups if tuple(sorted(pool_selector(h, ctx).items())) == key]
+            alts = [[*base, *extra] for extra in _driver_terms(g, allowed_here, shared[key], selector)]
+        for alt in alts:
+            if alt not in alternatives:
+                alternatives.append(alt)
     return alternatives
+
+
+def _driver_terms(
+    g: NodeGroup, allowed: Sequence[NodeGroup], blocked: Sequence[NodeGroup], selector: Mapping[str, str]
+) -> list[list[Expression]]:
+    """The driver-label terms that tell ``g`` apart from the blocked groups of its pool (see ``_by_pool``)."""
+    for prefix in ("cuda.driver-version", "cuda.driver"):
+        major, minor = f"{GFD}{prefix}.major", f"{GFD}{prefix}.minor"
+        drivers = [h.driver for h in allowed if major in h.labels and minor in h.labels and h.driver]
+        if major not in g.labels or minor not in g.labels or not drivers:
+            continue
+        lowest = min(drivers)
+        if len(lowest) >= 2 and all(b.driver is not None and b.driver[:2] < lowest[:2] for b in blocked):
+            if lowest[1] == 0:
+                return [[expression(major, "Gt", [str(lowest[0] - 1)])]]
+            return [
+                [expression(major, "In", [str(lowest[0])]), expression(minor, "Gt", [str(lowest[1] - 1)])],
+                [expression(major, "Gt", [str(lowest[0])])],
+            ]
+    keys = next((keys for keys in DRIVER_LABELS if all(k in g.labels for k in keys)), ())
+    return [[expression(k, "In", [g.labels[k]]) for k in keys if k not in selector]]
 
 
 def _narrowed(pod: PodView, a: Assessment, ctx: Context) -> tuple[list[list[Expression]], JSON] | None:
