@@ -588,3 +588,45 @@ def test_a_pod_the_policies_would_take_past_a_cap_is_refused_by_the_mutating_web
     unknown = Context(settings=settings, cluster=build_view([], settings), namespace="ml")  # the presets' tolerations
     answer = pipeline.mutate(pod, unknown)
     assert answer.reason == "TooManyNodeRules" and "(spot-toleration) the pod would have 10" in answer.message
+
+
+def test_an_apply_that_drops_the_templates_annotations_map_still_undoes_what_the_webhook_wrote() -> None:
+    """Found by a generative review of the policies together: client-side kubectl apply of a manifest whose
+    template lost its only annotation (gpu-admission.io/spot) deletes the whole map, the webhook's own keys with
+    it; the webhook no longer knew what it had written: the spot tolerations and affinity stayed, and a converted
+    fraction back beside its MIG device was refused. The stored template's words stand in for the dropped ones."""
+    from dataclasses import replace
+
+    labels = {
+        "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/mig.capable": "true",
+        "nvidia.com/mig-3g.40gb.memory": "40192",
+        "nvidia.com/gpu.memory": "81920",
+    }
+    mig = {"nvidia.com/gpu": "0", "nvidia.com/mig-3g.40gb": "2"}
+    spot_taint = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
+    nodes = [
+        gpu_node("spot", {**labels, "cloud.google.com/gke-spot": "true"}, mig, [spot_taint]),
+        gpu_node("od", labels, mig),
+    ]
+    settings = Settings()
+    ctx = Context(settings=settings, cluster=build_view(nodes, settings), namespace="ml")
+    for limits in ({"nvidia.com/gpu": "1"}, {"nvidia.com/gpu": "0.5"}):
+        container = {"name": "c", "image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04", "resources": {"limits": limits}}
+        template = {
+            "metadata": {"annotations": {"gpu-admission.io/spot": "require"}},
+            "spec": {"containers": [container]},
+        }
+        manifest: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}}
+        manifest["spec"] = {"selector": {"matchLabels": {"a": "b"}}, "template": template}
+        live = pipeline.mutate(copy.deepcopy(manifest), ctx).object
+        assert live["spec"]["template"]["spec"]["tolerations"]
+        sent = copy.deepcopy(live)
+        del sent["spec"]["template"]["metadata"]["annotations"]  # the merge deletes the map the manifest lost
+        sent["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].update(limits)  # as the manifest has
+        update = replace(ctx, operation="UPDATE", old_object=live)
+        result = pipeline.mutate(sent, update)
+        assert result.allowed, result.message
+        spec = result.object["spec"]["template"]["spec"]
+        assert "tolerations" not in spec and "affinity" not in spec, spec
+        assert pipeline.mutate(copy.deepcopy(result.object), update).patch == []

@@ -270,6 +270,18 @@ def _prior_outputs(view: PodView) -> dict[str, str]:
     }
 
 
+def _stored_outputs(view: PodView, ctx: Context) -> dict[str, str]:
+    """On a workload's UPDATE, the webhook's annotations on its template as stored: what the earlier review wrote,
+    for the policies to take out or keep (``Context.prior``) where the update dropped it. Client-side ``kubectl
+    apply`` of a manifest whose template lost its last annotation deletes the whole map, the webhook's keys with
+    it: a workload moved off spot require kept its tolerations and affinity, and a converted fraction back beside
+    its MIG device was refused (found by a generative review of the policies together)."""
+    if not view.is_template or ctx.operation != "UPDATE" or not isinstance(ctx.old_object, dict):
+        return {}
+    old = pod_view(ctx.old_object, ctx.namespace, writable=False)
+    return _prior_outputs(old) if old is not None else {}
+
+
 def _mode(policy: str, ctx: Context) -> str:
     if policy == "cuda":
         cs = ctx.settings.cuda
@@ -532,6 +544,7 @@ def mutate(obj: Any, ctx: Context) -> Result:
     if isinstance(annotations, dict):
         for name in prior:
             del annotations[PREFIX + name]  # forged or stale: the policies write them afresh
+    prior = {**_stored_outputs(view, ctx), **prior}
     pctx = _context_for(ctx, view, prior)
     outcome = Outcome()
     for _, step in MUTATORS:
