@@ -182,7 +182,8 @@ def test_spot_runs_first_because_its_tolerations_decide_where_mig_and_cuda_look(
     limits = result.object["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/mig-3g.40gb": "1"}
     assert "supported by" in result.object["metadata"]["annotations"]["gpu-admission.io/cuda"]
-    assert [name for name, _ in pipeline.MUTATORS] == ["spot", "mig", "cuda"]
+    assert [name for name, _ in pipeline.MUTATORS] == ["mig", "cuda", "spot", "mig", "cuda"]
+    assert [step.__name__ for _, step in pipeline.MUTATORS][:2] == ["forget", "forget"]
 
 
 MIG_LINE = "trainer: nvidia.com/gpu 500m -> nvidia.com/mig-3g.40gb (NVIDIA-A100-SXM4-80GB, pool a100)"
@@ -630,3 +631,52 @@ def test_an_apply_that_drops_the_templates_annotations_map_still_undoes_what_the
         spec = result.object["spec"]["template"]["spec"]
         assert "tolerations" not in spec and "affinity" not in spec, spec
         assert pipeline.mutate(copy.deepcopy(result.object), update).patch == []
+
+
+def test_a_workload_moved_to_never_is_judged_without_the_earlier_reviews_mig_pin() -> None:
+    """Found by a generative review of the policies together: a Deployment converted to a GKE partition on a spot
+    pool under require, then applied with never: the spot policy, first, judged it under the partition pin (the
+    mig policy then took the pin out and converted afresh), added no NotIn, and the new MIG device was on an
+    untainted EKS spot pool. What an earlier review wrote is taken out before any policy judges the template."""
+    from dataclasses import replace
+
+    gke_spot = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
+    mixed = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.memory": "81920"}
+    mixed["nvidia.com/mig.strategy"] = "mixed"
+    partition = "cloud.google.com/gke-gpu-partition-size"
+    part = {"cloud.google.com/gke-nodepool": "part-spot", "cloud.google.com/gke-spot": "true", partition: "1g.10gb"}
+    part["cloud.google.com/gke-accelerator"] = "nvidia-a100-80gb"
+    nodes: list[dict[str, Any]] = [
+        {"metadata": {"name": "p", "labels": part}, "spec": {"taints": [gke_spot]}},
+        {"metadata": {"name": "s", "labels": {**mixed, "eks.amazonaws.com/capacityType": "SPOT"}}},
+        {"metadata": {"name": "o", "labels": {**mixed, "eks.amazonaws.com/capacityType": "ON_DEMAND"}}},
+    ]
+    allocatable = [{"nvidia.com/gpu": "7"}, {"nvidia.com/mig-3g.40gb": "2"}, {"nvidia.com/mig-7g.80gb": "1"}]
+    for n, alloc in zip(nodes, allocatable, strict=True):
+        n.update(apiVersion="v1", kind="Node", status={"allocatable": {"cpu": "96", **alloc}})
+    settings = Settings(cuda=CudaSettings(mode="off"))
+    ctx = Context(settings=settings, cluster=build_view(nodes, settings), namespace="ml")
+    container = {"name": "c", "image": "ghcr.io/x/train:1", "resources": {"limits": {"nvidia.com/gpu": "125m"}}}
+    template = {"metadata": {"annotations": {"gpu-admission.io/spot": "require"}}, "spec": {"containers": [container]}}
+    manifest: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}}
+    manifest["spec"] = {"selector": {"matchLabels": {"a": "b"}}, "template": template}
+    live = pipeline.mutate(copy.deepcopy(manifest), ctx).object
+    assert live["spec"]["template"]["spec"]["nodeSelector"] == {partition: "1g.10gb"}
+    sent = copy.deepcopy(live)  # kubectl apply of the manifest with never: the fraction back, live-only fields kept
+    sent["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/spot"] = "never"
+    sent["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "125m"}
+    result = pipeline.mutate(sent, replace(ctx, operation="UPDATE", old_object=live))
+    assert result.allowed, result.message
+    moved = result.object["spec"]["template"]["spec"]
+    fresh = copy.deepcopy(manifest)
+    fresh["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/spot"] = "never"
+    created = pipeline.mutate(fresh, ctx).object["spec"]["template"]["spec"]
+    assert (
+        moved["containers"][0]["resources"]
+        == created["containers"][0]["resources"]
+        == {
+            "limits": {"nvidia.com/mig-7g.80gb": "1"},
+            "requests": {"nvidia.com/mig-7g.80gb": "1"},
+        }
+    )
+    assert moved["affinity"] == created["affinity"] and "nodeSelector" not in moved

@@ -2,7 +2,8 @@
 
 The same functions serve ``/mutate``, ``/validate`` and ``gpu-admission review``:
 
-    mutate:   guards -> strip forged output annotations -> spot -> mig -> cuda.steer -> annotations -> one diff
+    mutate:   guards -> strip forged output annotations -> what an earlier review of a workload wrote taken out
+              (mig.forget, cuda.forget) -> spot -> mig -> cuda.steer -> annotations -> one diff
     validate: guards -> spot.validate, mig.validate, cuda.validate over the final object -> allowed or denied
 
 Spot runs first because the tolerations it adds change where the pod may land; MIG before CUDA because the MIG
@@ -39,7 +40,13 @@ from webhook.policies import cuda, mig, spot
 
 Step = Callable[[PodView, Context, Outcome], None]
 
-MUTATORS: tuple[tuple[str, Step], ...] = (("spot", spot.mutate), ("mig", mig.mutate), ("cuda", cuda.steer))
+MUTATORS: tuple[tuple[str, Step], ...] = (
+    ("mig", mig.forget),
+    ("cuda", cuda.forget),
+    ("spot", spot.mutate),
+    ("mig", mig.mutate),
+    ("cuda", cuda.steer),
+)
 VALIDATORS: tuple[tuple[str, Step], ...] = (("spot", spot.validate), ("mig", mig.validate), ("cuda", cuda.validate))
 
 WARNINGS_TOTAL = 4000

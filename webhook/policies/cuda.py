@@ -611,15 +611,19 @@ def _planned(step: str, pod: PodView, ctx: Context, make: Callable[[str, tuple[C
     return made
 
 
+def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
+    """Before any policy runs: a workload this webhook reviewed before has its steering planned afresh, not kept
+    from the last review (`kubectl apply` keeps live-only fields: the affinity for an image's newer CUDA outlived
+    the image), and the other policies judge it without that steering."""
+    if pod.is_template and POLICY in ctx.prior and (own := _steering_of(pod)):
+        unnarrow(pod, [[e] for e in own])
+
+
 def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Narrow required node affinity to the compatible nodes when only some are; write ``gpu-admission.io/cuda``.
 
     Pods that declare the same CUDA and ask to land in the same places get the same steering: planned once per
     snapshot and settings, applied to each."""
-    if pod.is_template and POLICY in ctx.prior and (own := _steering_of(pod)):
-        # A workload this webhook reviewed before: its steering is planned afresh, not kept from the last review
-        # (`kubectl apply` keeps live-only fields: the affinity for an image's newer CUDA outlived the image)
-        unnarrow(pod, [[e] for e in own])
     plan = _planned("steer", pod, ctx, lambda mode, checks: plan_steering(pod, mode, checks, ctx))
     if plan is None:
         if pod.defers_gpu and mode_of(ctx) != "off":  # a gpu-memory ask, or the gpu-fraction annotation

@@ -447,6 +447,8 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
             mine = changed and key and selector.get(key) == value
             if mine and as_dict(_manifest_template_spec(pod).get("nodeSelector")).get(key) != value:
                 del selector[key]  # the earlier conversion's, not the user's own pin to that partition
+                if not selector:
+                    del pod.spec["nodeSelector"]
         if changed:
             forgotten.append(name)
             resources = as_dict(container.get("resources"))
@@ -1240,13 +1242,19 @@ checks the others' choices each time, so the work grows with the square of the a
 which the worker answered no other review (found by a review that attacked the real server)."""
 
 
+def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
+    """Before any policy runs: take out of a workload's template what an earlier conversion wrote where the ask
+    came back (``_forget_earlier``), so that every policy judges the pod the user wrote (the spot policy, first,
+    judged a template moved to never under the earlier review's partition pin: found by a generative review)."""
+    if ctx.settings.mig.enabled and pod.is_template and _forget_earlier(pod, ctx):
+        out.mutated("mig-reconverted")
+
+
 def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Turn each container's fraction or memory request into a MIG device, or refuse it with a reason."""
     if not ctx.settings.mig.enabled:
         _say_off(pod, out)
         return
-    if pod.is_template and _forget_earlier(pod, ctx):
-        out.mutated("mig-reconverted")
     asks = _collect(pod, ctx, out)
     if len(asks) > MAX_ASKS:
         out.deny(
