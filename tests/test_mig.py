@@ -2105,3 +2105,36 @@ def test_the_fallback_goes_before_a_profile_on_a_driver_too_old_for_the_pod():
     )
     denied = review(copy.deepcopy(wanted), nodes, replace(settings(), cuda=CudaSettings()))  # no fallback: as before
     assert not denied.allowed and denied.reason == "CUDAIncompatible"
+
+
+@pytest.mark.parametrize("sections", [("requests",), ("limits", "requests")])
+@pytest.mark.parametrize("gke", [False, True])
+def test_kubectl_apply_converts_afresh_an_ask_written_in_requests_too(sections, gke):
+    """Found by a generative review of the policies together: only a fraction in limits alone was seen coming
+    back. Written in requests only, every later apply was refused ('already has nvidia.com/mig-3g.40gb'; on
+    GKE 'request 0.5 and limit 1'); written in both (the usual shape), the GKE partition pin of the earlier
+    conversion stayed."""
+    if gke:
+        nodes = [
+            gke_node("g3", "nvidia-a100-80gb", "3g.40gb", 2, "p3"),
+            gke_node("g1", "nvidia-a100-80gb", "1g.20gb", 4, "p1"),
+        ]
+    else:
+        nodes = [mixed_node("m", A100_80, {"1g.20gb": 4, "3g.40gb": 2}, "a100", 81920)]
+    ctx = context(nodes)
+    asked = {section: {GPU: "0.5"} for section in sections}
+    live = pipeline.mutate(workload("Deployment", pod(container(**asked))), ctx).object
+    sent = copy.deepcopy(live)  # the manifest now asks a quarter, in the same sections: merged into the live one
+    resources = template_of(sent)["spec"]["containers"][0]["resources"]
+    for section in sections:
+        resources.setdefault(section, {})[GPU] = "0.25"
+    update = replace(ctx, operation="UPDATE", old_object=live)
+    result = pipeline.mutate(sent, update)
+    assert result.allowed, result.message
+    template = template_of(result.object)
+    if gke:
+        assert template["spec"]["nodeSelector"] == {"cloud.google.com/gke-gpu-partition-size": "1g.20gb"}
+        assert template["spec"]["containers"][0]["resources"] == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
+    else:
+        assert template["spec"]["containers"][0]["resources"] == mig("1g.20gb")
+    assert pipeline.mutate(copy.deepcopy(result.object), update).patch == []

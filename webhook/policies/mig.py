@@ -384,15 +384,17 @@ def _warn_whole_and_mig(out: Outcome, name: str, whole: _Read, container: JSON) 
 
 
 def _asks_again(container: JSON) -> bool:
-    """The container asks for a fraction or a memory size in its limits (as a manifest writes it)."""
-    limits, _ = _sections(container)
-    if GPU_MEMORY_RESOURCE in limits:
-        return True
-    try:
-        amount = parse_quantity(limits[GPU_RESOURCE]) if GPU_RESOURCE in limits else None
-    except QuantityError:
-        return False
-    return amount is not None and amount != amount.to_integral_value()
+    """The container asks for a fraction or a memory size in its limits or requests (as a manifest writes it)."""
+    for section in _sections(container):
+        if GPU_MEMORY_RESOURCE in section:
+            return True
+        try:
+            amount = parse_quantity(section[GPU_RESOURCE]) if GPU_RESOURCE in section else None
+        except QuantityError:
+            continue
+        if amount is not None and amount != amount.to_integral_value():
+            return True
+    return False
 
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -434,26 +436,30 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
         given = _given(line)
         limits, requests = _sections(container)
         changed = False
-        if given.startswith(MIG_RESOURCE_PREFIX) and (GPU_RESOURCE in limits or GPU_MEMORY_RESOURCE in limits):
-            # the ask is back, or is now for whole GPUs: the device was the earlier ask's
+        asks = {**limits, **requests}
+        if given.startswith(MIG_RESOURCE_PREFIX) and (GPU_RESOURCE in asks or GPU_MEMORY_RESOURCE in asks):
+            # the ask is back (in limits, requests or both), or is now for whole GPUs: the device was the earlier's
             for section in (limits, requests):
                 changed = section.pop(given, None) is not None or changed
         elif given.startswith(f"{GPU_RESOURCE} 1") and _asks_again(container):
-            if _raw(requests.get(GPU_RESOURCE)) == "1" and _raw(limits.get(GPU_RESOURCE)) != "1":
-                del requests[GPU_RESOURCE]
-                changed = True
+            for section in (limits, requests):  # the one GPU the conversion wrote, where the ask itself is not
+                if _raw(section.get(GPU_RESOURCE)) == "1":
+                    del section[GPU_RESOURCE]
+                    changed = True
             key, _, value = given.partition(" with nodeSelector ")[2].partition("=")
             selector = as_dict(pod.spec.get("nodeSelector"))
-            mine = changed and key and selector.get(key) == value
-            if mine and as_dict(_manifest_template_spec(pod).get("nodeSelector")).get(key) != value:
+            pinned = as_dict(_manifest_template_spec(pod).get("nodeSelector")).get(key) == value
+            if key and selector.get(key) == value and not pinned:
                 del selector[key]  # the earlier conversion's, not the user's own pin to that partition
+                changed = True
                 if not selector:
                     del pod.spec["nodeSelector"]
         if changed:
             forgotten.append(name)
             resources = as_dict(container.get("resources"))
-            if resources.get("requests") == {}:
-                del resources["requests"]
+            for section_name in ("limits", "requests"):
+                if resources.get(section_name) == {}:
+                    del resources[section_name]
     return forgotten
 
 
