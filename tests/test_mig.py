@@ -2122,8 +2122,10 @@ def test_kubectl_apply_converts_afresh_an_ask_written_in_requests_too(sections, 
     else:
         nodes = [mixed_node("m", A100_80, {"1g.20gb": 4, "3g.40gb": 2}, "a100", 81920)]
     ctx = context(nodes)
-    asked = {section: {GPU: "0.5"} for section in sections}
-    live = pipeline.mutate(workload("Deployment", pod(container(**asked))), ctx).object
+    asked: dict[str, Any] = {section: {GPU: "0.5"} for section in sections}
+    live = pipeline.mutate(
+        workload("Deployment", pod(container(limits=asked.get("limits"), requests=asked.get("requests")))), ctx
+    ).object
     sent = copy.deepcopy(live)  # the manifest now asks a quarter, in the same sections: merged into the live one
     resources = template_of(sent)["spec"]["containers"][0]["resources"]
     for section in sections:
