@@ -14,6 +14,7 @@ from tests.conftest import FIXTURES
 from tests.cuda_fixtures import POOL_LABEL, container, context, gpu_node, pod, settings
 from webhook import pipeline
 from webhook.cluster import build_view
+from webhook.config import Settings
 from webhook.model import Context
 from webhook.policies import cuda
 
@@ -1096,3 +1097,76 @@ def test_a_pool_of_two_drivers_is_steered_to_its_upgraded_nodes_and_those_upgrad
     assert {"key": f"{base}.full", "operator": "In", "values": ["570.124.06"]} in (
         required_terms(result.object)[0]["matchExpressions"]
     )
+
+
+def test_a_workload_steered_by_pool_is_steered_afresh_when_applied_again() -> None:
+    """Found by two reviews (day-2 journeys, a generative one): steering by a pool's selector (GKE, declared pools:
+    no GFD labels) was kept as the user's own: a Deployment steered to l4-new for CUDA 12.8 stayed there when its
+    image went back to 12.2, while the annotation said every pool supported it. The annotation names the terms
+    the steering wrote; the next review takes them out and plans afresh, and the pods made from the template
+    keep the words."""
+    gke = "cloud.google.com/gke-nodepool"
+
+    def pools(old_driver: str) -> Settings:
+        declared = [
+            {"name": "l4-old", "nodeSelector": {gke: "l4-old"}, "driverVersion": old_driver, "gpuCount": 1},
+            {"name": "l4-new", "nodeSelector": {gke: "l4-new"}, "driverVersion": "570.124.06", "gpuCount": 1},
+        ]
+        return settings(cluster={"pools": declared})
+
+    ctx = context([], pools("535.104.05"))
+    deployment: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "w", "namespace": "ml"},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {}, "spec": pod()["spec"]}},
+    }
+    deployment["spec"]["template"]["spec"]["containers"][0]["image"] = IMAGE_128
+    live = pipeline.mutate(copy.deepcopy(deployment), ctx).object
+    steered = [{"matchExpressions": [{"key": gke, "operator": "In", "values": ["l4-new"]}]}]
+    assert required_terms(live) == steered
+    assert f"\n{cuda.STEERING}{gke} In (l4-new)" in annotation_of(live)
+    # the pods made from it say the same, and a second pass changes nothing
+    made = {"apiVersion": "v1", "kind": "Pod", "metadata": copy.deepcopy(live["spec"]["template"]["metadata"])}
+    made["metadata"].update(name="w-1", namespace="ml")
+    made["spec"] = copy.deepcopy(live["spec"]["template"]["spec"])
+    result = pipeline.review(made, ctx)
+    assert result.patch == [] and annotation_of(result.object) == annotation_of(live)
+    for image, old_driver in (("nvidia/cuda:12.2.2-runtime-ubuntu22.04", "535.104.05"), (IMAGE_128, "570.124.06")):
+        sent = copy.deepcopy(live)  # applied again: the image changed, or the old pool was upgraded
+        sent["spec"]["template"]["spec"]["containers"][0]["image"] = image
+        sent["spec"]["template"]["metadata"].setdefault("labels", {})["rev"] = image[-8:]
+        update = dataclasses.replace(context([], pools(old_driver)), operation="UPDATE", old_object=live)
+        result = pipeline.mutate(sent, update)
+        assert result.allowed, result.message
+        assert required_terms(result.object) == [], required_terms(result.object)
+        assert cuda.STEERING not in annotation_of(result.object)
+        assert pipeline.mutate(copy.deepcopy(result.object), update).patch == []
+
+
+def test_a_steering_line_naming_other_keys_is_not_said_again() -> None:
+    """Words that name terms the steering never writes (a forged annotation) are not republished as the
+    webhook's; the terms it writes read back as written."""
+    alternatives = [
+        [{"key": NEW_MAJOR, "operator": "In", "values": ["12"]}, {"key": NEW_MINOR, "operator": "Gt", "values": ["7"]}],
+        [{"key": POOL_LABEL, "operator": "In", "values": ["gpu-c", "gpu-d"]}],
+    ]
+    text = f"decision: x\n{cuda.STEERING}{cuda._steering_text(alternatives)}"
+    assert cuda._said_steering(text) == alternatives
+    ctx = context([A, C])
+    assert cuda._could_steer(alternatives, ctx)
+    assert not cuda._could_steer([[{"key": "example.com/team", "operator": "In", "values": ["ml"]}]], ctx)
+    forged = pod(
+        container(image=IMAGE_124),
+        annotations={CUDA_KEY: f"decision: x\n{cuda.STEERING}example.com/team In (ml)"},
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "example.com/team", "operator": "In", "values": ["ml"]}]}
+                    ]
+                }
+            }
+        },
+    )
+    assert cuda.STEERING not in annotation_of(pipeline.review(forged, ctx).object)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import marshal
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -22,7 +23,7 @@ from functools import lru_cache
 from typing import Literal, TypeVar
 
 from webhook import PREFIX
-from webhook.affinity import Expression, expression, narrow, required_terms, unnarrow
+from webhook.affinity import Expression, expression, holds, narrow, required_terms, unnarrow
 from webhook.cluster import (
     DRIVER_LABELS,
     GFD,
@@ -614,16 +615,23 @@ def _planned(step: str, pod: PodView, ctx: Context, make: Callable[[str, tuple[C
 def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Before any policy runs: a workload this webhook reviewed before has its steering planned afresh, not kept
     from the last review (`kubectl apply` keeps live-only fields: the affinity for an image's newer CUDA outlived
-    the image), and the other policies judge it without that steering."""
-    if pod.is_template and POLICY in ctx.prior and (own := _steering_of(pod)):
-        unnarrow(pod, [[e] for e in own])
+    the image), and the other policies judge it without that steering: the terms its annotation says the webhook
+    wrote (by pool and driver labels too: a Deployment steered to a GKE pool stayed there after every pool was
+    upgraded, found by two reviews), and any on GFD's CUDA labels."""
+    if not pod.is_template or POLICY not in ctx.prior:
+        return
+    drop = [[e] for e in _steering_of(pod)] + (_said_steering(ctx.prior[POLICY]) or [])
+    if drop:
+        unnarrow(pod, drop)
 
 
 def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Narrow required node affinity to the compatible nodes when only some are; write ``gpu-admission.io/cuda``.
 
     Pods that declare the same CUDA and ask to land in the same places get the same steering: planned once per
-    snapshot and settings, applied to each."""
+    snapshot and settings, applied to each. The annotation names the terms the steering wrote (``STEERING``): on
+    a pod steered already (reinvocation, the pods of a steered template) those an earlier pass named, when the pod
+    holds them."""
     plan = _planned("steer", pod, ctx, lambda mode, checks: plan_steering(pod, mode, checks, ctx))
     if plan is None:
         if pod.defers_gpu and mode_of(ctx) != "off":  # a gpu-memory ask, or the gpu-fraction annotation
@@ -634,7 +642,53 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
         out.mutated("cuda-affinity")
         out.reasons.append("CUDASteered")
         out.audit["cuda-steered"] = plan.audit
-    out.annotate(POLICY, plan.annotation)
+    steered = plan.alternatives
+    if not steered:
+        said = _said_steering(ctx.prior.get(POLICY, ""))
+        steered = said if said and _could_steer(said, ctx) and holds(pod, said) else None
+    out.annotate(POLICY, plan.annotation + (f"\n{STEERING}{_steering_text(steered)}" if steered else ""))
+
+
+STEERING = "steering written by gpu-admission (required node affinity): "
+"""How the annotation's line naming the terms the steering wrote begins; read back by ``_said_steering``."""
+_EXPRESSION_TEXT = re.compile(r"(\S+) (In|NotIn|Gt|Lt|Exists|DoesNotExist)(?: \(([^()]*)\))?")
+
+
+def _steering_text(alternatives: Sequence[Sequence[Expression]]) -> str:
+    """'k In (a, b) and m Gt (3) or ...': label keys and values hold no spaces, commas or parentheses."""
+
+    def one(e: Expression) -> str:
+        values = e.get("values")
+        return f"{e.get('key')} {e.get('operator')}" + (f" ({', '.join(values)})" if isinstance(values, list) else "")
+
+    return " or ".join(" and ".join(one(e) for e in alt) for alt in alternatives)
+
+
+def _said_steering(text: str) -> list[list[Expression]] | None:
+    """The alternatives an annotation's ``STEERING`` line names; None when it has none or it cannot be read."""
+    line = next((part for part in text.split("\n") if part.startswith(STEERING)), None)
+    if line is None:
+        return None
+    alternatives = []
+    for alt in line[len(STEERING) :].split(" or "):
+        term = []
+        for part in alt.split(" and "):
+            found = _EXPRESSION_TEXT.fullmatch(part)
+            if found is None:
+                return None
+            key, operator, values = found.groups()
+            term.append(expression(key, operator, values.split(", ") if values is not None else ()))
+        alternatives.append(term)
+    return alternatives
+
+
+def _could_steer(alternatives: Sequence[Sequence[Expression]], ctx: Context) -> bool:
+    """Whether the steering could have written these terms: on GFD's CUDA and driver labels and the pools'
+    selectors only (words naming anything else are not the webhook's, and are not said again)."""
+    keys = {f"{GFD}{p}.{part}" for p in CUDA_LABEL_PREFIXES for part in ("major", "minor")}
+    keys |= {k for group in DRIVER_LABELS for k in group} | set(ctx.cluster.presets.pool_labels)
+    keys |= {k for pool in ctx.settings.cluster.pools for k in pool.node_selector}
+    return all(as_str(e.get("key")) in keys for alt in alternatives for e in alt)
 
 
 def _warn_deferred(pod: PodView, ctx: Context, out: Outcome) -> None:
