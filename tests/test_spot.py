@@ -1408,3 +1408,22 @@ def test_a_spot_pool_replaced_by_another_is_the_one_a_workload_and_its_pods_ask_
             {"weight": 100, "preference": {"matchExpressions": [expr(key, "b")]}}
         ]
     assert "pool spot-a" not in (applied(result) or "")
+
+
+def test_never_judges_a_gpu_memory_pod_as_the_device_it_becomes() -> None:
+    """Found by a generative review of the policies together: a never pod asking gpu-admission.io/gpu-memory was
+    judged, on the first pass, as tolerating no GPU taint (ExtendedResourceToleration covers nvidia.com/
+    resources only): the GPU-tainted node seemed out of reach, so no NotIn was added; the second pass, with the
+    nvidia.com/gpu the mig policy gave it, added it. Judged as the device it becomes on both."""
+    nodes = [node("n1", taints=("nvidia.com/gpu:NoSchedule",))]
+    declared = PoolSettings(name="zero-spot", node_selector={"karpenter.sh/nodepool": "zero-spot"}, spot=True)
+    settings = Settings(
+        cluster=ClusterSettings(pools=[declared]), cuda=CudaSettings(mode="off"), mig=MigSettings(fallback="whole")
+    )
+    ctx = Context(settings=settings, cluster=build_view(nodes, settings), namespace="ml")
+    asks = pod("never", gpu=None)
+    asks["spec"]["containers"][0]["resources"] = {"limits": {"gpu-admission.io/gpu-memory": "20Gi"}}
+    result = mutate(asks, ctx)
+    assert required_of(result.object) == [
+        {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "NotIn", "values": ["zero-spot"]}]}
+    ]

@@ -38,6 +38,8 @@ from webhook.quantity import QuantityError, parse_quantity
 
 GFD = "nvidia.com/"
 GPU_RESOURCE = "nvidia.com/gpu"
+GPU_TAINT_TOLERATION: JSON = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+"""What tolerates the GPU taint of GPU nodes (``nvidia.com/gpu``, as GKE, AKS and the GPU Operator's docs write it)."""
 SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 GPU_VENDOR_PREFIX = "nvidia.com/"

@@ -65,6 +65,7 @@ from webhook.cluster import (
     GKE_PARTITION_LABEL,
     GKE_SHARING_LABEL,
     GPU_RESOURCE,
+    GPU_TAINT_TOLERATION,
     MIG_CONFIG_LABEL,
     MIG_RESOURCE_PREFIX,
     SHARED_SUFFIX,
@@ -824,7 +825,6 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
 # Rewriting and explaining
 
 
-GPU_TAINT_TOLERATION: JSON = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 """What ExtendedResourceToleration gives a pod that requests nvidia.com/gpu. GPU nodes are commonly tainted
 ``nvidia.com/gpu:NoSchedule`` (GKE, OKE, DOKS, the GPU Operator's docs); a container whose ask for "a GPU" became
 ``nvidia.com/mig-<p>`` no longer gets it from the plugin (a pod made from a converted template never had it), so the

@@ -72,7 +72,7 @@ from webhook.affinity import (
     unnarrow,
     unprefer,
 )
-from webhook.cluster import Taint, requested_resources, toleration_tolerates
+from webhook.cluster import GPU_TAINT_TOLERATION, Taint, requested_resources, toleration_tolerates
 from webhook.model import (
     GPU_MEMORY_RESOURCE,
     JSON,
@@ -394,7 +394,12 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
         trial = PodView(pod.kind, {}, copy_json(pod.spec), pod.namespace, pod.owner_kind)
         if unnarrow(trial, [alt for alternatives in narrowings for alt in alternatives]):
             own = trial
-    places = ctx.cluster.eligible(own.spec, (), gpu_only=_is_gpu_pod(pod))
+    judged = own.spec
+    if GPU_MEMORY_RESOURCE in requested_resources(pod.spec) or pod.annotation("gpu-fraction") is not None:
+        # the mig policy turns it into an nvidia.com/ device, whose GPU taint is then tolerated (by the device
+        # plugin's ExtendedResourceToleration, or by the mig policy itself): judged so on the first pass too
+        judged = {**own.spec, "tolerations": [*as_list(own.spec.get("tolerations")), GPU_TAINT_TOLERATION]}
+    places = ctx.cluster.eligible(judged, (), gpu_only=_is_gpu_pod(pod))
     spot = sorted({c.group.pool for c in places if c.group.spot})
     if spot and all(c.group.spot for c in places):  # its own rules: narrowing would leave it nowhere
         text = f"spot never, yet its nodeSelector, affinity or tolerations leave it only spot pools ({', '.join(spot)})"
