@@ -52,7 +52,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_DOWN, Decimal
 from typing import Literal
 
@@ -312,8 +312,9 @@ _ASKED = re.compile(
 )
 _FALLBACKS = ("whole GPU", "time-sliced shared GPU")
 NO_PROFILE = "no MIG profile covers it"
-NO_PROFILE_RUNS = "MIG covers it only on drivers too old for its CUDA"
-_NOTES = tuple(f"{what}: {why}" for what in _FALLBACKS for why in (NO_PROFILE, NO_PROFILE_RUNS))
+_NOTES = tuple(f"{what}: {NO_PROFILE}" for what in _FALLBACKS)
+"""What a fallback's line says: true too where a profile covers it only on drivers too old for its CUDA (one that
+cannot run it covers nothing), so that a later review, under the fallback's own pin, says the same."""
 
 
 def _where_now(pod: PodView, ctx: Context) -> str:
@@ -1170,7 +1171,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
             # a whole (or shared) GPU whose driver runs the pod's CUDA, over a profile where none does
             fallback = _fallback(req, pod, pending, ask)
             if fallback is not None and _runs(req, fallback):
-                choice = replace(fallback, note=fallback.note.replace(NO_PROFILE, NO_PROFILE_RUNS))
+                choice = fallback
         if choice is None:
             if done.complete:
                 done.complete = False
