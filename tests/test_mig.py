@@ -2099,10 +2099,7 @@ def test_the_fallback_goes_before_a_profile_on_a_driver_too_old_for_the_pod():
     result = review(copy.deepcopy(wanted), nodes, s)
     assert result.allowed, result.message
     assert result.object["spec"]["containers"][0]["resources"]["limits"] == {GPU: "1"}
-    assert (
-        "whole GPU: MIG covers it only on drivers too old for its CUDA"
-        in (result.object["metadata"]["annotations"]["gpu-admission.io/mig"])
-    )
+    assert "whole GPU: no MIG profile covers it" in (result.object["metadata"]["annotations"]["gpu-admission.io/mig"])
     denied = review(copy.deepcopy(wanted), nodes, replace(settings(), cuda=CudaSettings()))  # no fallback: as before
     assert not denied.allowed and denied.reason == "CUDAIncompatible"
 
