@@ -1104,7 +1104,7 @@ def test_a_workload_steered_by_pool_is_steered_afresh_when_applied_again() -> No
     no GFD labels) was kept as the user's own: a Deployment steered to l4-new for CUDA 12.8 stayed there when its
     image went back to 12.2, while the annotation said every pool supported it. The annotation names the terms
     the steering wrote; the next review takes them out and plans afresh, and the pods made from the template
-    keep the words."""
+    do not carry them (no later review reads a pod's, and they could be a forged annotation's)."""
     gke = "cloud.google.com/gke-nodepool"
 
     def pools(old_driver: str) -> Settings:
@@ -1131,7 +1131,8 @@ def test_a_workload_steered_by_pool_is_steered_afresh_when_applied_again() -> No
     made["metadata"].update(name="w-1", namespace="ml")
     made["spec"] = copy.deepcopy(live["spec"]["template"]["spec"])
     result = pipeline.review(made, ctx)
-    assert result.patch == [] and annotation_of(result.object) == annotation_of(live)
+    assert annotation_of(result.object) == annotation_of(live).split(f"\n{cuda.STEERING}")[0]  # no review reads it
+    assert pipeline.mutate(copy.deepcopy(result.object), ctx).patch == []
     for image, old_driver in (("nvidia/cuda:12.2.2-runtime-ubuntu22.04", "535.104.05"), (IMAGE_128, "570.124.06")):
         sent = copy.deepcopy(live)  # applied again: the image changed, or the old pool was upgraded
         sent["spec"]["template"]["spec"]["containers"][0]["image"] = image
@@ -1170,3 +1171,31 @@ def test_a_steering_line_naming_other_keys_is_not_said_again() -> None:
         },
     )
     assert cuda.STEERING not in annotation_of(pipeline.review(forged, ctx).object)
+
+
+def test_the_next_review_takes_out_only_the_steering_not_the_spot_places_nor_the_users_pin() -> None:
+    """Found by a review of this session's commits: the steering by pool selector can write the very expression
+    the spot policy's require wrote (or the user's manifest does); taking out every expression the steering line
+    names left a template requiring spot only on a pool whose driver is too old, and dropped a user's own pin."""
+    declared = [
+        {
+            "name": "cw-spot",
+            "nodeSelector": {"example.com/pool": "cw-spot"},
+            "spot": True,
+            "driverVersion": "550.54.15",
+        },
+        {"name": "zero-spot", "nodeSelector": {"karpenter.sh/nodepool": "zero-spot"}, "spot": True},
+    ]
+    ctx = context([], settings(cluster={"pools": declared}))
+    template = {"metadata": {"annotations": {"gpu-admission.io/spot": "require"}}, "spec": pod()["spec"]}
+    template["spec"]["containers"][0]["image"] = IMAGE_128
+    deployment: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}}
+    deployment["spec"] = {"selector": {"matchLabels": {"a": "b"}}, "template": template}
+    live = pipeline.mutate(copy.deepcopy(deployment), ctx).object
+    terms = required_terms(live)
+    assert {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["zero-spot"]} in terms[-1]["matchExpressions"]
+    assert pipeline.mutate(copy.deepcopy(live), ctx).patch == [], "a reinvocation changes nothing"
+    update = dataclasses.replace(ctx, operation="UPDATE", old_object=live)
+    sent = copy.deepcopy(live)
+    sent["spec"]["template"]["metadata"]["labels"] = {"rev": "2"}
+    assert required_terms(pipeline.mutate(sent, update).object) == terms

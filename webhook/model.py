@@ -375,3 +375,22 @@ def copy_json(value: V) -> V:
         except ValueError:
             return copy.deepcopy(value)
     return copied
+
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def manifest_template_spec(pod: PodView) -> JSON:
+    """The pod (template) spec of the manifest client-side ``kubectl apply`` sent, as the user wrote it (kubectl
+    keeps it in the ``last-applied-configuration`` annotation of the object): what of a workload's template is the
+    user's own and not the webhook's; {} where there is none or it cannot be read."""
+    text = as_dict(as_dict(pod.root.get("metadata")).get("annotations")).get(LAST_APPLIED)
+    if not isinstance(text, str):
+        return {}
+    try:
+        node: object = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {}
+    for key in (*TEMPLATE_PATHS.get(pod.kind, ()), "spec"):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}

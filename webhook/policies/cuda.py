@@ -63,7 +63,9 @@ from webhook.model import (
     clipped,
     copy_json,
     fit_warning,
+    manifest_template_spec,
 )
+from webhook.policies import spot
 from webhook.quantity import QuantityError, parse_quantity
 
 POLICY = "cuda"
@@ -620,7 +622,14 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
     upgraded, found by two reviews), and any on GFD's CUDA labels."""
     if not pod.is_template or POLICY not in ctx.prior:
         return
-    drop = [[e] for e in _steering_of(pod)] + (_said_steering(ctx.prior[POLICY]) or [])
+    drop = [[e] for e in _steering_of(pod)]
+    said = _said_steering(ctx.prior[POLICY]) or []
+    if said and _could_steer(said, ctx):
+        # not what the manifest itself writes, nor a place the spot policy requires (both write pool selectors)
+        manifest = PodView(pod.kind, {}, manifest_template_spec(pod), pod.namespace)
+        theirs = [e for t in required_terms(manifest) for e in as_list(t.get("matchExpressions"))]
+        theirs += [e for t in spot.required_places(ctx) for e in t]
+        drop += [[e] for alt in said for e in alt if e not in theirs]
     if drop:
         unnarrow(pod, drop)
 
@@ -629,9 +638,9 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Narrow required node affinity to the compatible nodes when only some are; write ``gpu-admission.io/cuda``.
 
     Pods that declare the same CUDA and ask to land in the same places get the same steering: planned once per
-    snapshot and settings, applied to each. The annotation names the terms the steering wrote (``STEERING``): on
-    a pod steered already (reinvocation, the pods of a steered template) those an earlier pass named, when the pod
-    holds them."""
+    snapshot and settings, applied to each. A template's annotation names the terms the steering wrote
+    (``STEERING``), for its next review to take out (``forget``); a pod's, which no later review reads, does not
+    (the words, said again on a pod steered already, could be a forged annotation's)."""
     plan = _planned("steer", pod, ctx, lambda mode, checks: plan_steering(pod, mode, checks, ctx))
     if plan is None:
         if pod.defers_gpu and mode_of(ctx) != "off":  # a gpu-memory ask, or the gpu-fraction annotation
@@ -642,8 +651,8 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
         out.mutated("cuda-affinity")
         out.reasons.append("CUDASteered")
         out.audit["cuda-steered"] = plan.audit
-    steered = plan.alternatives
-    if not steered:
+    steered = plan.alternatives if pod.is_template else None
+    if pod.is_template and not steered:  # what ``forget`` kept, being the spot policy's or the manifest's too
         said = _said_steering(ctx.prior.get(POLICY, ""))
         steered = said if said and _could_steer(said, ctx) and holds(pod, said) else None
     out.annotate(POLICY, plan.annotation + (f"\n{STEERING}{_steering_text(steered)}" if steered else ""))

@@ -56,8 +56,6 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_DOWN, Decimal
 from typing import Literal
 
-import orjson
-
 from webhook import PREFIX
 from webhook.affinity import expression, require
 from webhook.cluster import (
@@ -81,7 +79,6 @@ from webhook.mig_profiles import Profile, derive, load_table, parse_name
 from webhook.model import (
     GPU_MEMORY_RESOURCE,
     JSON,
-    TEMPLATE_PATHS,
     Context,
     Outcome,
     PodView,
@@ -90,6 +87,7 @@ from webhook.model import (
     as_str,
     copy_json,
     fit_warning,
+    manifest_template_spec,
 )
 from webhook.policies import cuda
 from webhook.quantity import QuantityError, format_quantity, parse_quantity
@@ -399,24 +397,6 @@ def _asks_again(container: JSON) -> bool:
     return False
 
 
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-
-
-def _manifest_template_spec(pod: PodView) -> JSON:
-    """The pod template's spec in the manifest client-side ``kubectl apply`` sent (it keeps it in the
-    ``last-applied-configuration`` annotation, as the user wrote it); {} where there is none or it cannot be read."""
-    text = as_dict(as_dict(pod.root.get("metadata")).get("annotations")).get(LAST_APPLIED)
-    if not isinstance(text, str):
-        return {}
-    try:
-        node: object = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return {}
-    for key in (*TEMPLATE_PATHS.get(pod.kind, ()), "spec"):
-        node = node.get(key) if isinstance(node, dict) else None
-    return node if isinstance(node, dict) else {}
-
-
 def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
     """A workload's container whose earlier conversion its line names ('trainer: nvidia.com/gpu 0.5 ->
     nvidia.com/mig-3g.40gb (...)') and that asks for a fraction or a memory size again (or, beside a MIG device,
@@ -450,7 +430,7 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
                     changed = True
             key, _, value = given.partition(" with nodeSelector ")[2].partition("=")
             selector = as_dict(pod.spec.get("nodeSelector"))
-            pinned = as_dict(_manifest_template_spec(pod).get("nodeSelector")).get(key) == value
+            pinned = as_dict(manifest_template_spec(pod).get("nodeSelector")).get(key) == value
             if key and selector.get(key) == value and not pinned:
                 del selector[key]  # the earlier conversion's, not the user's own pin to that partition
                 changed = True

@@ -503,6 +503,12 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     out.annotate(APPLIED, "; ".join(parts))
 
 
+def required_places(ctx: Context) -> list[list[Expression]]:
+    """The spot places ``require`` writes into a pod's required affinity, the earlier pass's and today's: the cuda
+    policy's steering by pool selector can write the same expressions, and takes out only its own."""
+    return [*(_said_places(ctx.prior.get(APPLIED, ""), REQUIRES, NOT_ON_CLUSTER) or []), *_spot_places(ctx)[0]]
+
+
 def _forget_places(pod: PodView, ctx: Context, mode: str, terms: Sequence[Sequence[Expression]]) -> bool:
     """Take out the spot places an earlier pass of the same mode named and the cluster no longer has (a spot pool
     retired, another declared): a template applied again, or the pods made from it, kept requiring the old place,
