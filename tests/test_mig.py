@@ -2075,6 +2075,12 @@ def test_a_refusal_while_a_mig_layout_is_changing_says_so_and_when_to_try_again(
         " offered again once MIG Manager has applied it. Create the pod again once the layout is applied"
     ) in result.message, result.message
     assert "add MIG-partitioned nodes" not in result.message
+    # a pod its own rules keep on another pool is not told to wait for this one (found by a review of the change)
+    other = whole_node("h", A100_80, 8, "h100")
+    pinned = frac("0.5")
+    pinned["spec"]["nodeSelector"] = {POOL: "h100"}
+    result = review(pinned, [changing, other])
+    assert not result.allowed and "is changing" not in result.message, result.message
 
 
 def test_the_fallback_goes_before_a_profile_on_a_driver_too_old_for_the_pod():

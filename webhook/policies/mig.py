@@ -961,11 +961,14 @@ def _refusal(
             " of the whole GPU it asks for: one pod cannot mix whole GPUs and such slices."
         )
     # MIG Manager withholds a node's devices while it applies a layout: the pool offers them again when it is done
+    rules = {**pod.spec, "containers": [], "initContainers": []}  # its placement rules alone, the GPU taint tolerated
+    rules["tolerations"] = [*as_list(pod.spec.get("tolerations")), GPU_TAINT_TOLERATION]
+    reachable = {id(c.group) for c in _eligible(ctx, rules)}
     changing = sorted(
         {
             f"{g.pool} ({MIG_CONFIG_LABEL}={g.mig_config or '?'}, {g.mig_config_state})"
             for g in ctx.cluster.gpu_groups
-            if g.mig_changing
+            if g.mig_changing and id(g) in reachable  # a pool its own rules keep it off is no reason to wait
         }
     )
     if changing:
