@@ -1427,3 +1427,19 @@ def test_never_judges_a_gpu_memory_pod_as_the_device_it_becomes() -> None:
     assert required_of(result.object) == [
         {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "NotIn", "values": ["zero-spot"]}]}
     ]
+
+
+def test_a_workload_moved_off_tolerate_keeps_the_toleration_its_manifest_writes() -> None:
+    """Found by a review of this session's commits: the undo took out a toleration the user's manifest writes
+    itself, equal to one the webhook had added (kubectl's last-applied-configuration tells them apart)."""
+    own = {"key": GKE_SPOT, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    ctx = context(GKE_NODES, providers=("gke",))
+    manifest = workload("Deployment", "tolerate")
+    _template(manifest)["spec"]["tolerations"] = [own]
+    live = mutate(manifest, ctx).object
+    moved = _switched(live, "off")
+    written = copy.deepcopy(manifest)
+    del _template(written)["metadata"]["annotations"][ANNOTATION]
+    moved["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": json.dumps(written)}
+    template = _template(pipeline.mutate(moved, context(GKE_NODES, providers=("gke",))).object)
+    assert template["spec"]["tolerations"] == [own]

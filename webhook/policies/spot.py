@@ -85,6 +85,7 @@ from webhook.model import (
     as_str,
     clipped,
     copy_json,
+    manifest_template_spec,
 )
 from webhook.presets import TaintPreset
 
@@ -533,10 +534,10 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
     its spot-applied annotation names (the tolerations, and the places of the affinity terms; the cluster's spot
     places when the words cannot be read), so that a Deployment moved from require to never does not keep
     requiring spot. What is left of the user's own terms stays; a toleration of the user's equal to one the webhook
-    named goes too (it cannot be told apart). Returns what was taken out, in words, and whether the template
-    changed; a second pass of the same request finds the words in the annotation it wrote and says them again, and
-    a later UPDATE, whose stored object already says them, drops them. Pods are left alone: their spot mode cannot
-    change."""
+    named goes too, unless the manifest kubectl applied writes it (``manifest_template_spec``). Returns what was
+    taken out, in words, and whether the template changed; a second pass of the same request finds the words in
+    the annotation it wrote and says them again, and a later UPDATE, whose stored object already says them, drops
+    them. Pods are left alone: their spot mode cannot change."""
     earlier_text = ctx.prior.get(APPLIED, "")
     earlier = earlier_text.split(" (", 1)[0]
     if not pod.is_template:
@@ -556,10 +557,11 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
     named = named_tolerations(earlier_text) or []
     tolerations = pod.spec.get("tolerations")
     if isinstance(tolerations, list) and named:
-        added = [w.toleration() for w in named]
+        manifest = as_list(manifest_template_spec(pod).get("tolerations"))  # the user's own, kubectl says
+        added = [w.toleration() for w in named if w.toleration() not in manifest]
         kept = [t for t in tolerations if t not in added]
         if len(kept) != len(tolerations):
-            removed.append("tolerations " + ", ".join(str(w) for w in named if w.toleration() in tolerations))
+            removed.append("tolerations " + ", ".join(str(w) for w in named if w.toleration() in added))
             if kept:
                 pod.spec["tolerations"] = kept
             else:
