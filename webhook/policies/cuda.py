@@ -65,7 +65,6 @@ from webhook.model import (
     fit_warning,
     manifest_template_spec,
 )
-from webhook.policies import spot
 from webhook.quantity import QuantityError, parse_quantity
 
 POLICY = "cuda"
@@ -625,10 +624,10 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
     drop = [[e] for e in _steering_of(pod)]
     said = _said_steering(ctx.prior[POLICY]) or []
     if said and _could_steer(said, ctx):
-        # not what the manifest itself writes, nor a place the spot policy requires (both write pool selectors)
+        # not what the manifest itself writes (the spot policy, which may have written the same pool selector,
+        # takes out and writes again its own places: ``spot._forget_places``)
         manifest = PodView(pod.kind, {}, manifest_template_spec(pod), pod.namespace)
         theirs = [e for t in required_terms(manifest) for e in as_list(t.get("matchExpressions"))]
-        theirs += [e for t in spot.required_places(ctx) for e in t]
         drop += [[e] for alt in said for e in alt if e not in theirs]
     if drop:
         unnarrow(pod, drop)

@@ -504,25 +504,21 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     out.annotate(APPLIED, "; ".join(parts))
 
 
-def required_places(ctx: Context) -> list[list[Expression]]:
-    """The spot places ``require`` writes into a pod's required affinity, the earlier pass's and today's: the cuda
-    policy's steering by pool selector can write the same expressions, and takes out only its own."""
-    return [*(_said_places(ctx.prior.get(APPLIED, ""), REQUIRES, NOT_ON_CLUSTER) or []), *_spot_places(ctx)[0]]
-
-
 def _forget_places(pod: PodView, ctx: Context, mode: str, terms: Sequence[Sequence[Expression]]) -> bool:
     """Take out the spot places an earlier pass of the same mode named and the cluster no longer has (a spot pool
     retired, another declared): a template applied again, or the pods made from it, kept requiring the old place,
     ANDed with the new one, and matched no node while the annotation named only the new (found by a review of
-    day-2 journeys). Whether the pod changed."""
+    day-2 journeys). On a template, every place it named: they are written again in order, after the cuda
+    policy's ``forget`` took out its steering, which may have written the same pool selector (found by a review
+    of this session's commits). Whether the pod changed."""
     earlier = ctx.prior.get(APPLIED, "")
     if earlier.split(" (", 1)[0] != mode:
         return False
     if mode == "require":
         said = _said_places(earlier, REQUIRES, NOT_ON_CLUSTER) or []
-        return unnarrow(pod, [t for t in said if t not in terms])
+        return unnarrow(pod, [t for t in said if pod.is_template or t not in terms])
     said = _said_places(earlier, PREFERS, f" (weight {PREFERRED_WEIGHT})") or []
-    return unprefer(pod, [t for t in said if t not in terms], PREFERRED_WEIGHT)
+    return unprefer(pod, [t for t in said if pod.is_template or t not in terms], PREFERRED_WEIGHT)
 
 
 def _spot_reachable(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal] | tuple[()], gpu_pod: bool) -> bool:
