@@ -651,7 +651,7 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
         out.reasons.append("CUDASteered")
         out.audit["cuda-steered"] = plan.audit
     steered = plan.alternatives if pod.is_template else None
-    if pod.is_template and not steered:  # what ``forget`` kept, being the spot policy's or the manifest's too
+    if pod.is_template and not steered:  # what ``forget`` kept, the manifest writing it too
         said = _said_steering(ctx.prior.get(POLICY, ""))
         steered = said if said and _could_steer(said, ctx) and holds(pod, said) else None
     out.annotate(POLICY, plan.annotation + (f"\n{STEERING}{_steering_text(steered)}" if steered else ""))
