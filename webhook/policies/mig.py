@@ -321,19 +321,28 @@ def _where_now(pod: PodView, ctx: Context) -> str:
     return _where(places)
 
 
-def _republishable(line: str | None, name: str, container: JSON, pod: PodView, where_now: str) -> bool:
-    """A prior line that says nothing the object and the cluster do not confirm: this container's name, a request in
-    one of the forms the webhook writes, what the container has now, and where such a pod can land now. Only the
-    amount once asked is taken on trust (it is a bare number). A user's own words are never republished."""
+def _checked(line: str | None, name: str, container: JSON, pod: PodView) -> tuple[str, str] | None:
+    """(what was asked, the rest) of a prior conversion line that names this container, a request in one of the
+    forms the webhook writes, and what the container has now; None for any other line. Only the amount once asked
+    is taken on trust (it is a bare number)."""
     if not line or not _verified(line, container, pod.spec):
-        return False
+        return None
     head, _, rest = line.partition(": ")
     asked, arrow, tail = rest.partition(" -> ")
     if head != name or not arrow or not _ASKED.match(asked):
+        return None
+    return asked, tail
+
+
+def _republishable(line: str | None, name: str, container: JSON, pod: PodView, where_now: str) -> bool:
+    """A prior line that says nothing the object and the cluster do not confirm (``_checked``, and where such a pod
+    can land now). A user's own words are never republished."""
+    checked = _checked(line, name, container, pod)
+    if checked is None:
         return False
-    given = _given(line)
+    given = _given(line or "")
     wheres = [where_now, *(f"{note}, {where_now}" for note in _NOTES)]
-    return tail in (f"{given} ({w})" for w in wheres)
+    return checked[1] in (f"{given} ({w})" for w in wheres)
 
 
 NOWHERE_NOW = "no node it can run on offers it now"
@@ -341,16 +350,11 @@ NOWHERE_NOW = "no node it can run on offers it now"
 
 
 def _reworded(line: str | None, name: str, container: JSON, pod: PodView) -> str | None:
-    """A prior conversion line, checked as ``_republishable`` checks it but for where the pod lands, that says
-    it lands nowhere now: what it was converted from stays on the pod (the validating webhook's warning tells how
-    to convert it afresh), where a line 'as found on the object' lost it."""
-    if not line or not _verified(line, container, pod.spec):
-        return None
-    head, _, rest = line.partition(": ")
-    asked, arrow, _ = rest.partition(" -> ")
-    if head != name or not arrow or not _ASKED.match(asked):
-        return None
-    return f"{name}: {asked} -> {_given(line)} ({NOWHERE_NOW})"
+    """A prior conversion line (``_checked``) reworded to say the pod lands nowhere now: what it was converted from
+    stays on the pod (the validating webhook's warning tells how to convert it afresh), where a line 'as found on
+    the object' lost it."""
+    checked = _checked(line, name, container, pod)
+    return None if checked is None else f"{name}: {checked[0]} -> {_given(line or '')} ({NOWHERE_NOW})"
 
 
 def _named(pod: PodView) -> Iterator[tuple[str, str, JSON]]:
