@@ -1199,3 +1199,29 @@ def test_the_next_review_takes_out_only_the_steering_not_the_spot_places_nor_the
     sent = copy.deepcopy(live)
     sent["spec"]["template"]["metadata"]["labels"] = {"rev": "2"}
     assert required_terms(pipeline.mutate(sent, update).object) == terms
+
+
+def test_a_cuda_label_term_the_manifest_writes_stays_at_the_next_review() -> None:
+    """Terms on GFD's CUDA labels in a reviewed template are the webhook's steering, unless the manifest kubectl
+    applied writes them itself (its last-applied-configuration): then they are the user's, and stay."""
+    own = {"key": NEW_MAJOR, "operator": "Gt", "values": ["11"]}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [own]}]}
+        }
+    }
+    template = {"metadata": {}, "spec": pod(container(image=IMAGE_124), affinity=affinity)["spec"]}
+    deployment: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}}
+    deployment["spec"] = {"selector": {"matchLabels": {"a": "b"}}, "template": template}
+    ctx = context([A, B, C])
+    live = pipeline.mutate(copy.deepcopy(deployment), ctx).object
+    for written, kept in ((True, True), (False, False)):
+        sent = copy.deepcopy(live)
+        sent["spec"]["template"]["metadata"]["labels"] = {"rev": "2"}
+        if written:
+            sent["metadata"]["annotations"] = {
+                "kubectl.kubernetes.io/last-applied-configuration": json.dumps(deployment)
+            }
+        update = dataclasses.replace(ctx, operation="UPDATE", old_object=live)
+        terms = required_terms(pipeline.mutate(sent, update).object)
+        assert any(own in t["matchExpressions"] for t in terms) is kept, terms

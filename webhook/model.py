@@ -166,6 +166,8 @@ class PodView:
     """Kind of the pod's controller (from ownerReferences), or of the pods' future owner for a template."""
     root: JSON = field(default_factory=dict, repr=False)
     """The whole admitted object (the working copy) that ``metadata`` and ``spec`` live in."""
+    manifest: JSON | None = field(default=None, repr=False, compare=False)
+    """``manifest_template_spec``'s answer, read once per request (the policies ask per container)."""
 
     @property
     def is_template(self) -> bool:
@@ -383,7 +385,13 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 def manifest_template_spec(pod: PodView) -> JSON:
     """The pod (template) spec of the manifest client-side ``kubectl apply`` sent, as the user wrote it (kubectl
     keeps it in the ``last-applied-configuration`` annotation of the object): what of a workload's template is the
-    user's own and not the webhook's; {} where there is none or it cannot be read."""
+    user's own and not the webhook's; {} where there is none or it cannot be read. Not to be changed."""
+    if pod.manifest is None:
+        pod.manifest = _manifest_spec(pod)
+    return pod.manifest
+
+
+def _manifest_spec(pod: PodView) -> JSON:
     text = as_dict(as_dict(pod.root.get("metadata")).get("annotations")).get(LAST_APPLIED)
     if not isinstance(text, str):
         return {}

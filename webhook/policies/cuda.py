@@ -618,19 +618,18 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
     from the last review (`kubectl apply` keeps live-only fields: the affinity for an image's newer CUDA outlived
     the image), and the other policies judge it without that steering: the terms its annotation says the webhook
     wrote (by pool and driver labels too: a Deployment steered to a GKE pool stayed there after every pool was
-    upgraded, found by two reviews), and any on GFD's CUDA labels."""
+    upgraded, found by two reviews), and any on GFD's CUDA labels; what the manifest kubectl applied writes stays."""
     if not pod.is_template or POLICY not in ctx.prior:
         return
-    drop = [[e] for e in _steering_of(pod)]
     said = _said_steering(ctx.prior[POLICY]) or []
-    if said and _could_steer(said, ctx):
-        # not what the manifest itself writes (the spot policy, which may have written the same pool selector,
-        # takes out and writes again its own places: ``spot._forget_places``)
-        manifest = PodView(pod.kind, {}, manifest_template_spec(pod), pod.namespace)
-        theirs = [e for t in required_terms(manifest) for e in as_list(t.get("matchExpressions"))]
-        drop += [[e] for alt in said for e in alt if e not in theirs]
-    if drop:
-        unnarrow(pod, drop)
+    ours = [*_steering_of(pod), *(e for alt in said for e in alt)] if _could_steer(said, ctx) else _steering_of(pod)
+    if not ours:
+        return
+    # not what the manifest itself writes (the spot policy, which may have written the same pool selector, takes
+    # out and writes again its own places: ``spot._forget_places``)
+    manifest = PodView(pod.kind, {}, manifest_template_spec(pod), pod.namespace)
+    theirs = [e for t in required_terms(manifest) for e in as_list(t.get("matchExpressions"))]
+    unnarrow(pod, [[e] for e in ours if e not in theirs])
 
 
 def steer(pod: PodView, ctx: Context, out: Outcome) -> None:

@@ -434,8 +434,8 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
                     changed = True
             key, _, value = given.partition(" with nodeSelector ")[2].partition("=")
             selector = as_dict(pod.spec.get("nodeSelector"))
-            pinned = as_dict(manifest_template_spec(pod).get("nodeSelector")).get(key) == value
-            if key and selector.get(key) == value and not pinned:
+            mine = key and selector.get(key) == value
+            if mine and as_dict(manifest_template_spec(pod).get("nodeSelector")).get(key) != value:
                 del selector[key]  # the earlier conversion's, not the user's own pin to that partition
                 changed = True
                 if not selector:

@@ -381,12 +381,12 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     not name (a pool declared spot since) are kept off too, and named after them."""
     narrowings, shown = _off_spot(ctx)
     earlier = ctx.prior.get(APPLIED, "")
-    said = _said_off_spot(earlier, ctx)
-    kept = bool(said) and all(holds(pod, alternatives) for alternatives in said or ())
+    said = _said_off_spot(earlier, ctx) or []
+    kept = bool(said) and all(holds(pod, alternatives) for alternatives in said)
     if kept:
         texts = shown.split(" or ") if narrowings else []  # one per place: no pool name or label holds " or "
-        fresh = [(n, text) for n, text in zip(narrowings, texts, strict=True) if n not in (said or ())]
-        narrowings = [*(said or ()), *(n for n, _ in fresh)]
+        fresh = [(n, text) for n, text in zip(narrowings, texts, strict=True) if n not in said]
+        narrowings = [*said, *(n for n, _ in fresh)]
     elif not narrowings:
         return ""
     # judged without what an earlier pass added, so that a second pass says the same
