@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import glob
+import logging
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO, gpu_node, gpu_pod, review
@@ -196,6 +198,33 @@ def test_master_adds_up_the_workers_and_forgets_dead_ones_gauges(tmp_path: Path,
     assert second
     assert clear_directory(str(tmp_path)) >= 2
     assert total(master_text(tmp_path), "gpu_admission_requests_total") == 0
+
+
+def test_a_file_the_master_cannot_read_leaves_the_scrape_whole(tmp_path: Path, monkeypatch: Any, caplog: Any) -> None:
+    """A process's file exists empty for a moment before it is sized (for good when the process is killed then:
+    prometheus/client_python#1199), and a damaged one cannot be read: prometheus_client's collector failed the
+    whole scrape for either (seen as a 500 from the master under the two-worker test below)."""
+    import struct
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    run_worker(tmp_path, 3, node_count=5)
+    (tmp_path / "counter_99999.db").write_bytes(b"")  # created, not yet sized
+    damaged = tmp_path / "histogram_99998.db"
+    damaged.write_bytes(struct.pack("i", 64) + b"\0" * 4 + struct.pack("i", 4096) + b"\0" * 52)  # a key past its end
+    with caplog.at_level(logging.WARNING, logger="gpu_admission.metrics"):
+        collector = MasterCollector(str(tmp_path))
+        registry = CollectorRegistry()
+        registry.register(collector)
+        text = generate_latest(registry).decode()
+        again = generate_latest(registry).decode()
+    assert value(text, "gpu_admission_requests_total", endpoint="validate", decision="allowed") == 3
+    assert value(text, "gpu_admission_cluster_nodes") == 5
+    assert value(text, "gpu_admission_metrics_files_unreadable") == 1, "the damaged file, not the empty one"
+    assert value(again, "gpu_admission_metrics_files_unreadable") == 1
+    warned = [r.getMessage() for r in caplog.records if "cannot read" in r.getMessage()]
+    assert len(warned) == 1 and "histogram_99998.db" in warned[0], warned
+    damaged.unlink()
+    assert value(master_text(tmp_path), "gpu_admission_metrics_files_unreadable") == 0
 
 
 def test_worker_exited_without_multiprocess_is_harmless(monkeypatch: Any) -> None:

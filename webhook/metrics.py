@@ -13,8 +13,10 @@ Gauges need a rule for combining workers: the node count is the largest any live
 from __future__ import annotations
 
 import glob
+import json
 import logging
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -37,6 +39,8 @@ ENDPOINTS = frozenset({"mutate", "validate"})
 AGE = f"{NAMESPACE}_cluster_snapshot_age_seconds"
 AGE_HELP = "Seconds since the node view of the worker furthest behind was last known current"
 SNAPSHOT_TIME = f"{NAMESPACE}_cluster_snapshot_timestamp_seconds"
+UNREADABLE = f"{NAMESPACE}_metrics_files_unreadable"
+UNREADABLE_HELP = "Per-process sample files the last scrape could not read, so left out of every sum"
 REFRESH_SECONDS = 5.0
 
 
@@ -235,12 +239,18 @@ class MasterCollector:
     def __init__(self, path: str, clock: Callable[[], float] = time.time) -> None:
         self.path = path
         self.clock = clock
+        self.reported: set[str] = set()
+        """The unreadable files already logged (once each, not at every scrape)."""
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client import multiprocess
 
-        collector = multiprocess.MultiProcessCollector(None, self.path)  # type: ignore[no-untyped-call]
-        families = list(collector.collect())  # type: ignore[no-untyped-call]
+        files, unreadable = readable_files(self.path)
+        for name in unreadable.keys() - self.reported:
+            log.warning("metrics: cannot read %s (%s): its samples are left out of /metrics", name, unreadable[name])
+        self.reported = set(unreadable)
+        families = multiprocess.MultiProcessCollector.merge(files, accumulate=True)  # type: ignore[no-untyped-call]
+        yield GaugeMetricFamily(UNREADABLE, UNREADABLE_HELP, value=len(unreadable))
         oldest: float | None = None
         for family in families:
             if family.name == SNAPSHOT_TIME:
@@ -252,6 +262,35 @@ class MasterCollector:
 
     def describe(self) -> Iterable[Any]:
         return []
+
+
+def readable_files(path: str) -> tuple[list[str], dict[str, str]]:
+    """The sample files of ``path`` that can be added up, and those that cannot, with why.
+
+    prometheus_client's collector reads every file in one go, and a file it cannot read fails the whole scrape (a
+    500: ``up`` 0 for every metric). A process creates its file for a metric type at its first sample of that type
+    and sizes it afterwards, so the file is empty for a moment, and for good when the process is killed in that
+    moment (prometheus/client_python#1199, open in 0.26.0): an empty file holds no sample and is left out. A file
+    that cannot be read otherwise (truncated, corrupted) is left out too, its samples missing from the sums while
+    it lasts, and counted in ``gpu_admission_metrics_files_unreadable``: better than no metrics at all. A live
+    gauge's file removed since the listing (``worker_exited``) is simply gone."""
+    from prometheus_client.mmap_dict import MmapedDict
+
+    good: list[str] = []
+    bad: dict[str, str] = {}
+    for name in sorted(glob.glob(os.path.join(path, "*.db"))):
+        try:
+            if os.path.getsize(name) == 0:
+                continue
+            for key, _, _, _ in MmapedDict.read_all_values_from_file(name):  # type: ignore[no-untyped-call]
+                json.loads(key)  # as the collector will
+        except FileNotFoundError:
+            continue
+        except (OSError, RuntimeError, ValueError, struct.error) as err:  # a bad key: a ValueError
+            bad[name] = str(err) or type(err).__name__
+            continue
+        good.append(name)
+    return good, bad
 
 
 def clear_directory(path: str) -> int:
