@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import select
 import shutil
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ import pytest
 from tests.bench import decide, pods, run
 from tests.bench import nodes as node_lists
 from tests.serving import issue_certs, serve
+from webhook import events
 
 
 def test_wrk_is_installed() -> None:
@@ -205,9 +207,10 @@ def test_replicas_at_validate_are_pods_of_their_own_that_reuse_one_answer(tmp_pa
             time.sleep(0.2)
         # One per request (and per request still in flight when wrk stopped counting, one per connection at most);
         # an Event the relay's pipe had no room for is dropped and counted, by design (a slow relay never holds a
-        # request up): on these two shared cores, a few.
+        # request up). How many depends on what else runs on the cores (the relay runs under SCHED_IDLE: 880 of
+        # 1,971 on a machine busy with other work); a full pipe holds at least this many, each line a whole write.
         assert figures["requests"] <= len(names) + dropped and len(names) <= figures["requests"] + 2
-        assert dropped <= figures["requests"] / 10
+        assert len(names) >= min(figures["requests"], events.PIPE_BYTES // select.PIPE_BUF)
 
 
 def test_rounds_take_the_rows_in_one_order_then_the_other() -> None:

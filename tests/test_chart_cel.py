@@ -35,7 +35,7 @@ def conditions(value_set: str) -> list[list[str]]:
     out = []
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for hook in find(objects, kind)["webhooks"]:
-            if hook["name"] != PROTECT:  # that one guards the webhook's annotations on pod updates (tested below)
+            if hook["name"] not in (PROTECT, UNGATE):  # pod updates only: tested below
                 out.append([c["expression"] for c in hook["matchConditions"]])
     return out
 
@@ -46,6 +46,7 @@ def expressions(value_set: str) -> list[str]:
 
 
 PROTECT = "protect-annotations.gpu-admission.io"
+UNGATE = "ungate.gpu-admission.io"
 
 
 def program(value_set: str) -> list[Any]:
@@ -420,3 +421,57 @@ MIG_LINE = {"gpu-admission.io/mig": "trainer: nvidia.com/gpu 500m -> nvidia.com/
 def test_pod_updates_are_sent_only_when_they_touch_the_webhooks_annotations(old, new, expected):
     programs = _protect_program()
     assert sent(programs, _annotated(new, labels={"changed": "yes"}), old=_annotated(old)) is expected
+
+
+def _ungate_hook(value_set: str = "defaults") -> Any:
+    (hook,) = [
+        h for h in find(render_values(value_set), "ValidatingWebhookConfiguration")["webhooks"] if h["name"] == UNGATE
+    ]
+    return hook
+
+
+def _gated(*gates: str, gpu: bool = True) -> dict[str, Any]:
+    obj = pod(container(limits=GPU if gpu else CPU))
+    if gates:
+        obj["spec"]["schedulingGates"] = [{"name": g} for g in gates]
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        pytest.param(_gated("kueue.x-k8s.io/admission"), _gated(), True, id="last-gate-taken-away"),
+        pytest.param(_gated("a", "b"), _gated("b"), False, id="one-of-two-gates-taken-away"),
+        pytest.param(_gated("a"), _gated("a"), False, id="still-gated"),
+        pytest.param(_gated(), _gated(), False, id="never-gated"),
+        pytest.param(_gated("a", gpu=False), _gated(gpu=False), False, id="not-a-gpu-pod"),
+    ],
+)
+def test_a_pod_update_is_sent_to_the_ungate_check_only_when_it_takes_the_last_gate_away(old, new, expected):
+    hook = _ungate_hook()
+    assert [r["operations"] for r in hook["rules"]] == [["UPDATE"]] and hook["rules"][0]["resources"] == ["pods"]
+    assert hook["clientConfig"]["service"]["path"] == "/validate"
+    env = celpy.Environment()
+    programs = [env.program(env.compile(c["expression"])) for c in hook["matchConditions"]]
+    assert sent(programs, new, old=old) is expected
+    if "schedulingGates" not in new["spec"]:
+        emptied = copy.deepcopy(new)
+        emptied["spec"]["schedulingGates"] = []  # taken away as an empty list
+        assert sent(programs, emptied, old=old) is expected
+
+
+@pytest.mark.parametrize("value_set", ["defaults", "all-on"])
+def test_the_ungate_check_selects_the_gpu_pods_the_other_webhooks_select(value_set):
+    hook = _ungate_hook(value_set)
+    (validating,) = [
+        h
+        for h in find(render_values(value_set), "ValidatingWebhookConfiguration")["webhooks"]
+        if h["name"] == "validate.gpu-admission.io"
+    ]
+    assert hook["matchConditions"][0] == validating["matchConditions"][0]
+    assert hook["namespaceSelector"] == validating["namespaceSelector"]
+    assert hook.get("objectSelector") == validating.get("objectSelector")
+    for field in ("failurePolicy", "sideEffects", "matchPolicy", "timeoutSeconds", "admissionReviewVersions"):
+        assert hook[field] == validating[field], field
+    for condition in hook["matchConditions"]:
+        assert unguarded_reads(condition["expression"]) == []

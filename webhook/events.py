@@ -115,8 +115,11 @@ def _event(
 
 def _addressed(review: ReviewRequest | None, result: Result | None) -> tuple[str, str] | None:
     """(name, namespace) of the object a validating answer's Events are about; None when it calls for none: on
-    dryRun, a denial, a skip, or with no name."""
-    if review is None or result is None or review.dry_run or not result.allowed or result.skipped:
+    dryRun, a skip, with no name, or a denial of a create (the object is not made; an UPDATE's is there: a pod's
+    ungating refused, ``pipeline.ungated``)."""
+    if review is None or result is None or review.dry_run or result.skipped:
+        return None
+    if not result.allowed and review.operation != "UPDATE":
         return None
     if review.operation not in ("CREATE", "UPDATE") or not result.outcome.events:
         return None

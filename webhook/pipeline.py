@@ -154,8 +154,10 @@ def _guard(obj: Any, ctx: Context) -> str:
     kind = as_str(obj.get("kind"))
     if kind not in TEMPLATE_PATHS:
         return f"kind {kind or '(none)'} is not handled"
-    if ctx.operation not in ("CREATE", "UPDATE") or (kind == "Pod" and ctx.operation != "CREATE"):
+    if ctx.operation not in ("CREATE", "UPDATE"):
         return f"operation {ctx.operation} is not reviewed"
+    if kind == "Pod" and ctx.operation == "UPDATE" and not ungated(obj, ctx):
+        return POD_UPDATE
     if kind == "ReplicaSet" and _controlled_by(obj, "Deployment"):
         return DEPLOYMENTS_REPLICASET
     if ex.allow_opt_out_label:
@@ -165,6 +167,8 @@ def _guard(obj: Any, ctx: Context) -> str:
     return ""
 
 
+POD_UPDATE = "a pod update is reviewed only when it takes the pod's last scheduling gate away"
+
 DEPLOYMENTS_REPLICASET = (
     "a Deployment's ReplicaSet: its template is the Deployment's, reviewed there, and its pods are reviewed as they are"
     " created"
@@ -172,6 +176,49 @@ DEPLOYMENTS_REPLICASET = (
 """The Deployment controller finds a Deployment's ReplicaSet by comparing templates (FindNewReplicaSet,
 EqualIgnoreHash): a template changed at the ReplicaSet's create (annotations written from a newer node list, or a
 creator or label the Deployment was exempt by) would make it create another, changed again, without end."""
+
+
+def gates(pod: Any) -> list[str]:
+    """The names of a pod's scheduling gates (``spec.schedulingGates``): while it has one, it is not scheduled."""
+    spec = as_dict(as_dict(pod).get("spec"))
+    return [as_str(as_dict(g).get("name")) or "(unnamed)" for g in as_list(spec.get("schedulingGates"))]
+
+
+def ungated(obj: Any, ctx: Context) -> list[str]:
+    """The gates a pod UPDATE takes away when it takes the last one: the update that lets the pod be scheduled.
+
+    A gated pod's placement may still change (Kubernetes 1.27 on: nodeSelector added to, required affinity narrowed,
+    tolerations added), and it does when a queue admits it: Kueue takes its gate ``kueue.x-k8s.io/admission``
+    away and writes its ResourceFlavor's node labels and tolerations into the pod in the same update. The pod was
+    reviewed at its create against every node it could land on then; this update is reviewed (``/validate``) against
+    where it may land now. Tolerations added to a pod that was never gated are not reviewed."""
+    if ctx.operation != "UPDATE" or as_str(as_dict(obj).get("kind")) != "Pod" or gates(obj):
+        return []
+    return gates(ctx.old_object)
+
+
+UNGATED = (
+    "taking away the pod's last scheduling gate ({gates}{by}) lets it be scheduled where its nodeSelector, affinity "
+    "and tolerations now allow, and there: {message}"
+)
+KUEUE_ADVICE = (
+    "Kueue chose this placement from the ResourceFlavor it admitted the workload to, and a flavor's node labels are "
+    "all it matches the pod's nodeSelector and affinity with: give the flavors the labels the webhook steers on "
+    "(README, 'Kueue and scheduling gates'), or keep the workload's queue off these nodes."
+)
+KUEUE_GATES = "kueue.x-k8s.io/"
+
+
+def _ungate_refusal(result: Result, gone: Sequence[str], ctx: Context) -> None:
+    """Say which update is refused and why, and tell it on the pod (an Event: the updater is a controller, which
+    only logs the refusal, and the pod stays gated)."""
+    by = f", by {ctx.username}" if ctx.username else ""
+    message = UNGATED.format(gates=", ".join(gone), by=by, message=result.message)
+    if any(g.startswith(KUEUE_GATES) for g in gone):
+        message = f"{message}\n{KUEUE_ADVICE}"
+    result.message = clipped(message, MESSAGE_LIMIT)
+    result.audit["reason"] = clipped(result.message, AUDIT_VALUE_LIMIT)
+    result.outcome.event("UngateRefused", f"{result.reason}: {result.message}", "Warning")
 
 
 def _controlled_by(obj: JSON, kind: str) -> bool:
@@ -592,7 +639,10 @@ def validate(obj: Any, ctx: Context) -> Result:
     outcome = Outcome()
     for _, step in VALIDATORS:
         step(view, pctx, outcome)
-    return _finish(Result(object=obj), pctx, outcome, "admitted")
+    result = _finish(Result(object=obj), pctx, outcome, "admitted")
+    if not result.allowed and (gone := ungated(obj, ctx)):
+        _ungate_refusal(result, gone, ctx)
+    return result
 
 
 def _misplaced(obj: Any) -> list[str]:

@@ -246,16 +246,24 @@ def assess(checks: tuple[Check, ...], spec: JSON, ctx: Context, before: Assessme
     return Assessment(checks, eligible, tuple(rows), unknown_driver_ok, resources, ctx.cluster.known, spec)
 
 
-def _kept_off(a: Assessment, spec: JSON, ctx: Context) -> tuple[NodeGroup, ...]:
-    """Incompatible groups the pod could land on but for its required node affinity (steering's, or its own)."""
+def _without_required(spec: JSON) -> JSON | None:
+    """``spec`` (a shallow copy) without its required node affinity; None when it has none."""
     node_affinity = as_dict(as_dict(spec.get("affinity")).get("nodeAffinity"))
-    if REQUIRED not in node_affinity or not a.known:
-        return ()
+    if REQUIRED not in node_affinity:
+        return None
     loose = dict(spec)
     loose["affinity"] = {
         **as_dict(spec.get("affinity")),
         "nodeAffinity": {k: v for k, v in node_affinity.items() if k != REQUIRED},
     }
+    return loose
+
+
+def _kept_off(a: Assessment, spec: JSON, ctx: Context) -> tuple[NodeGroup, ...]:
+    """Incompatible groups the pod could land on but for its required node affinity (steering's, or its own)."""
+    loose = _without_required(spec)
+    if loose is None or not a.known:
+        return ()
     now = {id(g) for g in a.eligible}
     out: list[NodeGroup] = []
     for g in _eligible(loose, ctx, a.resources):
@@ -1040,9 +1048,25 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
 
     Decided once per snapshot and settings for pods that declare the same CUDA and ask for the same places, as
     ``steer`` is."""
-    decided = _planned("validate", pod, ctx, lambda mode, checks: _validated(assess(checks, pod.spec, ctx), mode, ctx))
+    ungated = pod.kind == "Pod" and ctx.operation == "UPDATE"  # the only pod update reviewed (pipeline.ungated)
+    decided = _planned(
+        "ungated" if ungated else "validate",
+        pod,
+        ctx,
+        lambda mode, checks: _validated(assess(checks, pod.spec, ctx), mode, ctx, ungated),
+    )
     if decided is not None:
         out.merge(decided)
+
+
+UNPLACEABLE = (
+    " Its required node affinity (the steering written at its create, or its own) keeps it off those pools, so it "
+    "would stay Pending."
+)
+"""Said of a pod that its gate was taken away from, where what the update placed it on (a queue's flavor: its
+node labels, its tolerations) is only where its CUDA does not run, and where the steering written at its create
+keeps it off: Kueue matches a pod's affinity with a flavor's labels only on the keys the flavor names, and GFD's
+CUDA labels are seldom among them (README, 'Kueue and scheduling gates')."""
 
 
 def _steering_of(pod: PodView) -> list[Expression]:
@@ -1056,14 +1080,25 @@ def _steering_of(pod: PodView) -> list[Expression]:
     return found
 
 
-def _validated(a: Assessment, mode: str, ctx: Context) -> Outcome:
+def _validated(a: Assessment, mode: str, ctx: Context, ungated: bool = False) -> Outcome:
+    """``_validate``; for a pod's ungating that leaves no node it matches, judged where it would land but for its
+    required node affinity: refused when its CUDA runs on none of those (``UNPLACEABLE``)."""
     out = Outcome()
-    _validate(a, mode, ctx, out)
+    note = ""
+    if ungated and a.synced and not a.eligible and a.known and a.spec is not None:
+        loose = _without_required(a.spec)
+        unplaced = assess(a.checks, loose, ctx) if loose is not None else None
+        if unplaced is not None and unplaced.eligible and _denials(unplaced, ctx):
+            a, note = unplaced, UNPLACEABLE
+    _validate(a, mode, ctx, out, note)
     return out
 
 
-def _validate(a: Assessment, mode: str, ctx: Context, out: Outcome) -> None:
-    denials = _denials(a, ctx)
+def _validate(a: Assessment, mode: str, ctx: Context, out: Outcome, note: str = "") -> None:
+    denials = [
+        (reason, message + note if reason in ("CUDAIncompatible", "CUDADriverUnknown") else message, summary)
+        for reason, message, summary in _denials(a, ctx)
+    ]
     for reason, message, summary in denials:
         out.deny(POLICY, reason, message, summary)
     for warning in _warnings(a, ctx, bool(denials)):

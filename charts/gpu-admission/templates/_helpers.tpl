@@ -110,6 +110,7 @@ would bind the server's ClusterRole (read every Node, write Events) to every pod
 {{- define "gpu-admission.mutatingWebhookName" -}}mutate.gpu-admission.io{{- end }}
 {{- define "gpu-admission.validatingWebhookName" -}}validate.gpu-admission.io{{- end }}
 {{- define "gpu-admission.protectWebhookName" -}}protect-annotations.gpu-admission.io{{- end }}
+{{- define "gpu-admission.ungateWebhookName" -}}ungate.gpu-admission.io{{- end }}
 
 {{/* Restricted-profile container securityContext shared by every container of the chart. */}}
 {{- define "gpu-admission.containerSecurityContext" -}}
@@ -266,8 +267,11 @@ rules:
     operations: [CREATE, UPDATE]
     resources: [deployments, statefulsets, daemonsets, replicasets]
     scope: Namespaced
-  # A Job's pod template is immutable once created: an UPDATE never carries a new one, and a patch to it would make
-  # the apiserver reject the update (the Job controller's own updates included).
+  # A Job's pod template is immutable once created, but for its scheduling directives while it is suspended and has
+  # never started (nodeSelector, affinity, tolerations, labels, annotations, scheduling gates: Kubernetes 1.27 on;
+  # Kueue writes its flavor's there): an UPDATE is not sent, for a patch to anything else of the template would make
+  # the apiserver reject the update (the Job controller's and Kueue's own included). Its pods are reviewed as they
+  # are created, with what was written.
   - apiGroups: [batch]
     apiVersions: [v1]
     operations: [CREATE]
@@ -280,13 +284,7 @@ rules:
     scope: Namespaced
   {{- end }}
 {{ include "gpu-admission.namespaceSelector" . }}
-{{- if (.Values.config.exemptions | default dict).allowOptOutLabel }}
-objectSelector:
-  matchExpressions:
-    - key: gpu-admission.io/ignore
-      operator: NotIn
-      values: ["true"]
-{{- end }}
+{{- include "gpu-admission.objectSelector" . }}
 matchConditions:
   - name: gpu-related
     expression: |-
@@ -313,6 +311,16 @@ matchConditions:
       !object.metadata.ownerReferences.exists(r, has(r.kind) && r.kind == 'Deployment' && has(r.controller) &&
       r.controller)
   {{- end }}
+{{- end }}
+
+{{- define "gpu-admission.objectSelector" -}}
+{{- if (.Values.config.exemptions | default dict).allowOptOutLabel }}
+objectSelector:
+  matchExpressions:
+    - key: gpu-admission.io/ignore
+      operator: NotIn
+      values: ["true"]
+{{- end }}
 {{- end }}
 
 {{- define "gpu-admission.clientConfig" -}}

@@ -1,0 +1,198 @@
+"""A pod's last scheduling gate taken away: the update that lets it be scheduled, checked against where it may land.
+
+Kueue admits a pod it gated at create (``kueue.x-k8s.io/admission``) by taking the gate away and writing its
+ResourceFlavor's node labels and tolerations into the pod in the same update (sigs.k8s.io/kueue, the pod
+integration's ``Run``: ungate, then merge the pod set's node selector and tolerations). The create was checked
+against every node the pod could land on then; here a CUDA 12.8 pod is let onto a tainted pool of driver 535 by
+such an update.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.conftest import gpu_node, review
+from tests.test_events import Recording
+from webhook import pipeline
+from webhook.app import create_app
+from webhook.audit import build_recorder
+from webhook.cluster import StaticCluster, build_view
+from webhook.config import AuditSettings, CudaSettings, Settings
+from webhook.events import EventQueue
+from webhook.model import Context
+from webhook.policies import cuda
+
+POOL = "cloud.google.com/gke-nodepool"
+LEGACY = {"key": "dedicated", "value": "legacy", "effect": "NoSchedule"}
+KUEUE = "system:serviceaccount:kueue-system:kueue-controller-manager"
+GATE = "kueue.x-k8s.io/admission"
+
+
+def nodes(tainted: bool = True) -> list[dict[str, Any]]:
+    new = {
+        POOL: "h100-new",
+        "nvidia.com/cuda.driver-version.full": "570.124.06",
+        "nvidia.com/cuda.runtime-version.major": "12",
+        "nvidia.com/cuda.runtime-version.minor": "8",
+    }
+    old = {
+        POOL: "h100-old",
+        "nvidia.com/cuda.driver-version.full": "535.104.05",
+        "nvidia.com/cuda.runtime-version.major": "12",
+        "nvidia.com/cuda.runtime-version.minor": "2",
+    }
+    return [gpu_node("new-1", labels=new), gpu_node("old-1", labels=old, taints=[LEGACY] if tainted else None)]
+
+
+def app_with(settings: Settings | None = None, tainted: bool = True) -> tuple[Any, Any, Recording]:
+    settings = settings or Settings(audit=AuditSettings(event_queue_size=100))
+    cluster = StaticCluster(build_view(nodes(tainted), settings))
+    sink = Recording()
+    recorder = build_recorder(settings, cluster, sink=sink)
+    return create_app(settings, cluster=cluster, recorder=recorder), recorder, sink
+
+
+def created(*gates: str, tainted: bool = True) -> dict[str, Any]:
+    """A CUDA 12.8 pod as stored after its create: gated, reviewed (only pool h100-new could take it then, or, the
+    old pool untainted, steered to it)."""
+    settings = Settings()
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}},
+        "spec": {
+            "schedulingGates": [{"name": g} for g in gates],
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "nvidia/cuda:12.8.0-runtime-ubuntu22.04",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+    }
+    ctx = Context(settings=settings, cluster=build_view(nodes(tainted), settings), namespace="ml")
+    result = pipeline.review(pod, ctx)
+    assert result.allowed, result.message
+    stored: dict[str, Any] = result.object
+    stored["metadata"]["uid"] = str(uuid.uuid4())
+    return stored
+
+
+def admitted(pod: dict[str, Any], pool: str, *keep: str) -> dict[str, Any]:
+    """What Kueue's update writes when it admits the pod to the flavor of ``pool``: its gate away (``keep``: the
+    gates left), the flavor's node label and toleration."""
+    out = copy.deepcopy(pod)
+    out["spec"]["schedulingGates"] = [{"name": g} for g in keep]
+    if not keep:
+        del out["spec"]["schedulingGates"]
+    out["spec"]["nodeSelector"] = {POOL: pool}
+    out["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "legacy", "effect": "NoSchedule"}]
+    return out
+
+
+def update(app: Any, endpoint: str, new: dict[str, Any], old: dict[str, Any], **request: Any) -> dict[str, Any]:
+    body = review(new, operation="UPDATE", namespace="ml", oldObject=old, name="trainer", **request)
+    body["request"]["userInfo"] = {"username": KUEUE, "groups": ["system:serviceaccounts"]}
+    response = app.test_client().post(endpoint, json=body)
+    assert response.status_code == 200
+    answer: dict[str, Any] = response.get_json()["response"]
+    return answer
+
+
+def sent(recorder: Any, sink: Recording) -> list[dict[str, Any]]:
+    assert isinstance(recorder.events, EventQueue) and recorder.events.drain(5)
+    return sink.bodies
+
+
+def test_the_update_that_ungates_a_pod_onto_a_too_old_driver_is_refused_and_told_on_the_pod() -> None:
+    app, recorder, sink = app_with()
+    old = created(GATE)
+    answer = update(app, "/validate", admitted(old, "h100-old"), old)
+    assert answer["allowed"] is False
+    assert answer["status"]["reason"] == "CUDAIncompatible"
+    message = answer["status"]["message"]
+    assert message.startswith(f"taking away the pod's last scheduling gate ({GATE}, by {KUEUE})"), message
+    assert "needs CUDA 12.8 (from image tag" in message and "pool h100-old (driver 535.104.05, CUDA 12.2)" in message
+    assert pipeline.KUEUE_ADVICE in message
+    assert answer["auditAnnotations"]["decision"] == "denied (CUDAIncompatible)"
+    (event,) = sent(recorder, sink)
+    assert (event["type"], event["reason"]) == ("Warning", "UngateRefused")
+    assert event["message"].startswith("CUDAIncompatible: taking away the pod's last scheduling gate")
+    assert event["involvedObject"]["name"] == "trainer" and event["involvedObject"]["uid"] == old["metadata"]["uid"]
+
+
+def test_the_update_that_ungates_a_pod_onto_a_driver_that_runs_it_is_let_through_and_checked_again() -> None:
+    app, recorder, sink = app_with()
+    old = created(GATE)
+    answer = update(app, "/validate", admitted(old, "h100-new"), old)
+    assert answer["allowed"] is True
+    assert answer["auditAnnotations"]["cuda-decision"] == "compatible (pool h100-new)"
+    assert [(e["type"], e["reason"]) for e in sent(recorder, sink)] == [("Normal", "CUDAChecked")]
+
+
+def test_an_ungating_onto_only_pools_the_steering_keeps_it_off_is_refused_for_its_cuda() -> None:
+    """Kueue matches the pod's affinity with a flavor's node labels only on the keys the flavor names: the steering
+    on GFD's CUDA labels written at the create did not keep it from choosing the old pool, where the pod would stay
+    Pending for good."""
+    app, recorder, sink = app_with(tainted=False)
+    old = created(GATE, tainted=False)
+    steering = old["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert "nvidia.com/cuda.runtime-version" in str(steering)
+    answer = update(app, "/validate", admitted(old, "h100-old"), old)
+    assert answer["allowed"] is False and answer["status"]["reason"] == "CUDAIncompatible"
+    message = answer["status"]["message"]
+    assert "pool h100-old (driver 535.104.05, CUDA 12.2)" in message
+    assert cuda.UNPLACEABLE.strip() in message and pipeline.KUEUE_ADVICE in message
+    assert [e["reason"] for e in sent(recorder, sink)] == ["UngateRefused"]
+    answer = update(app, "/validate", admitted(old, "h100-new"), old)
+    assert answer["allowed"] is True, "the steering and the flavor agree"
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        pytest.param(("a", GATE), ("a",), id="a-gate-left"),
+        pytest.param((), (), id="never-gated"),
+    ],
+)
+def test_other_pod_updates_are_not_reviewed(before: tuple[str, ...], after: tuple[str, ...]) -> None:
+    app, recorder, sink = app_with()
+    old = created(*before)
+    answer = update(app, "/validate", admitted(old, "h100-old", *after), old)
+    assert answer["allowed"] is True and "patch" not in answer
+    assert sent(recorder, sink) == []
+    view = build_view(nodes(), Settings())
+    ctx = Context(settings=Settings(), cluster=view, namespace="ml", operation="UPDATE", old_object=old)
+    assert pipeline.validate(admitted(old, "h100-old", *after), ctx).skipped == pipeline.POD_UPDATE
+
+
+def test_another_gate_gets_no_word_of_kueue_and_a_dry_run_no_event() -> None:
+    app, recorder, sink = app_with()
+    old = created("example.com/quota")
+    answer = update(app, "/validate", admitted(old, "h100-old"), old, dryRun=True)
+    assert answer["allowed"] is False
+    assert "(example.com/quota, by" in answer["status"]["message"]
+    assert "Kueue" not in answer["status"]["message"]
+    assert sent(recorder, sink) == []
+
+
+def test_the_mutating_side_leaves_an_ungating_update_as_it_is() -> None:
+    app, _, _ = app_with()
+    old = created(GATE)
+    answer = update(app, "/mutate", admitted(old, "h100-old"), old)
+    assert answer["allowed"] is True and "patch" not in answer
+
+
+def test_in_warn_mode_the_ungating_is_let_through_with_a_warning_event() -> None:
+    settings = Settings(cuda=CudaSettings(mode="warn"), audit=AuditSettings(event_queue_size=100))
+    app, recorder, sink = app_with(settings)
+    old = created(GATE)
+    answer = update(app, "/validate", admitted(old, "h100-old"), old)
+    assert answer["allowed"] is True
+    assert any(w.startswith("would be denied (CUDAIncompatible)") for w in answer["warnings"])
+    assert [(e["type"], e["reason"]) for e in sent(recorder, sink)] == [("Warning", "CUDAIncompatible")]
