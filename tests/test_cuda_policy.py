@@ -1203,7 +1203,8 @@ def test_the_next_review_takes_out_only_the_steering_not_the_spot_places_nor_the
 
 def test_a_cuda_label_term_the_manifest_writes_stays_at_the_next_review() -> None:
     """Terms on GFD's CUDA labels in a reviewed template are the webhook's steering, unless the manifest kubectl
-    applied writes them itself (its last-applied-configuration): then they are the user's, and stay."""
+    applied writes them itself (its last-applied-configuration): then they are the user's, and stay. Without a
+    manifest, only what the annotation's words name is the steering's (the next test)."""
     own = {"key": NEW_MAJOR, "operator": "Gt", "values": ["11"]}
     affinity = {
         "nodeAffinity": {
@@ -1215,7 +1216,7 @@ def test_a_cuda_label_term_the_manifest_writes_stays_at_the_next_review() -> Non
     deployment["spec"] = {"selector": {"matchLabels": {"a": "b"}}, "template": template}
     ctx = context([A, B, C])
     live = pipeline.mutate(copy.deepcopy(deployment), ctx).object
-    for written, kept in ((True, True), (False, False)):
+    for written in (True, False):
         sent = copy.deepcopy(live)
         sent["spec"]["template"]["metadata"]["labels"] = {"rev": "2"}
         if written:
@@ -1224,4 +1225,48 @@ def test_a_cuda_label_term_the_manifest_writes_stays_at_the_next_review() -> Non
             }
         update = dataclasses.replace(ctx, operation="UPDATE", old_object=live)
         terms = required_terms(pipeline.mutate(sent, update).object)
-        assert any(own in t["matchExpressions"] for t in terms) is kept, terms
+        assert any(own in t["matchExpressions"] for t in terms), terms
+
+
+def test_a_cronjobs_jobs_keep_the_users_own_terms_on_the_cuda_labels() -> None:
+    """Found by a generative review: with no kubectl manifest on the object (the CronJob controller writes none on
+    the Jobs it makes; kubectl edit, Helm), every term on GFD's CUDA labels was taken for the webhook's steering,
+    so each Job of a CronJob lost the user's own required affinity. Without a manifest only what the words name
+    is the steering's."""
+    own = {"key": NEW_MAJOR, "operator": "Gt", "values": ["11"]}
+    spec = pod(container(image=IMAGE_124))["spec"]
+    spec["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [own]}]}
+        }
+    }
+    cron: dict[str, Any] = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": "ml"},
+        "spec": {"schedule": "0 1 * * *", "jobTemplate": {"spec": {"template": {"metadata": {}, "spec": spec}}}},
+    }
+    ctx = context([B, C])  # CUDA 12.6 and 12.8
+    stored = pipeline.mutate(copy.deepcopy(cron), ctx).object
+    template = stored["spec"]["jobTemplate"]["spec"]["template"]
+    assert required_terms({"spec": {"template": template}}) == [{"matchExpressions": [own]}]
+    job: dict[str, Any] = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "nightly-29000000",
+            "namespace": "ml",
+            "ownerReferences": [{"kind": "CronJob", "name": "nightly", "controller": True}],
+        },
+        "spec": {"template": copy.deepcopy(template)},
+    }
+    result = pipeline.mutate(job, ctx)
+    assert result.allowed and result.patch == [], result.patch
+    # the steering the words name is still planned afresh: a Job of a CronJob steered for CUDA 12.8
+    spec["containers"][0]["image"] = IMAGE_128
+    steered = pipeline.mutate(copy.deepcopy(cron), ctx).object
+    assert cuda.STEERING in annotation_of({"spec": steered["spec"]["jobTemplate"]["spec"]})
+    job["spec"]["template"] = copy.deepcopy(steered["spec"]["jobTemplate"]["spec"]["template"])
+    job["spec"]["template"]["spec"]["containers"][0]["image"] = IMAGE_124  # the words' steering outlived its image
+    again = pipeline.mutate(job, ctx).object
+    assert required_terms(again) == [{"matchExpressions": [own]}], required_terms(again)

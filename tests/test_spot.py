@@ -1443,3 +1443,42 @@ def test_a_workload_moved_off_tolerate_keeps_the_toleration_its_manifest_writes(
     moved["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": json.dumps(written)}
     template = _template(pipeline.mutate(moved, context(GKE_NODES, providers=("gke",))).object)
     assert template["spec"]["tolerations"] == [own]
+
+
+def _applied(manifest: Any) -> Any:
+    """``manifest`` as client-side ``kubectl apply`` sends it: with itself in the last-applied annotation."""
+    sent = copy.deepcopy(manifest)
+    sent["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": json.dumps(manifest)}
+    return sent
+
+
+@pytest.mark.parametrize("field", ["required", "preferred"])
+def test_the_users_own_affinity_on_a_spot_place_outlives_the_webhooks_passes(field: str) -> None:
+    """Found by a generative review: a Deployment whose own term was a spot place (Karpenter's spot capacity) with
+    spot require lost it to a reinvocation, which then required every provider's spot place, and lost it for good
+    when moved off require (prefer: the user's preferred term of the webhook's weight). The manifest kubectl
+    applied tells the user's expressions from the webhook's."""
+    own = [expr(KARPENTER, "spot")]
+    nodes = [node("k-spot", {KARPENTER: "spot"}), node("gke-spot", {GKE_SPOT: "true"}), node("od")]
+    ctx = context(nodes)
+    manifest = workload("Deployment", "require" if field == "required" else "prefer")
+    node_affinity = (
+        {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": own}]}}
+        if field == "required"
+        else {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "preference": {"matchExpressions": own}}
+            ]
+        }
+    )
+    _template(manifest)["spec"]["affinity"] = {"nodeAffinity": node_affinity}
+    live = mutate(_applied(manifest), ctx).object  # mutate() checks that a second pass (a reinvocation) changes nothing
+    if field == "required":
+        assert required_of(_template(live)) == [{"matchExpressions": own}], "a Karpenter spot node is a spot place"
+    off = copy.deepcopy(manifest)
+    del _template(off)["metadata"]["annotations"][ANNOTATION]
+    moved = copy.deepcopy(live)
+    del _template(moved)["metadata"]["annotations"][ANNOTATION]
+    moved["metadata"]["annotations"] = _applied(off)["metadata"]["annotations"]
+    result = pipeline.mutate(moved, dataclasses.replace(ctx, operation="UPDATE", old_object=live))
+    assert _template(result.object)["spec"]["affinity"] == {"nodeAffinity": node_affinity}

@@ -391,6 +391,11 @@ def manifest_template_spec(pod: PodView) -> JSON:
     return pod.manifest
 
 
+def applied_by_kubectl(pod: PodView) -> bool:
+    """Whether the object carries the manifest client-side ``kubectl apply`` sent (``manifest_template_spec``)."""
+    return isinstance(as_dict(as_dict(pod.root.get("metadata")).get("annotations")).get(LAST_APPLIED), str)
+
+
 def _manifest_spec(pod: PodView) -> JSON:
     text = as_dict(as_dict(pod.root.get("metadata")).get("annotations")).get(LAST_APPLIED)
     if not isinstance(text, str):

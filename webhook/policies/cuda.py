@@ -57,6 +57,7 @@ from webhook.model import (
     Context,
     Outcome,
     PodView,
+    applied_by_kubectl,
     as_dict,
     as_list,
     as_str,
@@ -630,7 +631,10 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
     if not pod.is_template or POLICY not in ctx.prior:
         return
     said = _said_steering(ctx.prior[POLICY]) or []
-    ours = [*_steering_of(pod), *(e for alt in said for e in alt)] if _could_steer(said, ctx) else _steering_of(pod)
+    written = [e for alt in said for e in alt] if _could_steer(said, ctx) else []
+    # Without kubectl's manifest nothing tells the user's own terms on GFD's CUDA labels from the steering's but
+    # the words: a CronJob's Jobs (the CronJob controller writes none) lost the user's own (a generative review)
+    ours = [*_steering_of(pod), *written] if applied_by_kubectl(pod) else written
     if not ours:
         return
     # not what the manifest itself writes (the spot policy, which may have written the same pool selector, takes

@@ -81,6 +81,7 @@ from webhook.model import (
     Context,
     Outcome,
     PodView,
+    as_dict,
     as_list,
     as_str,
     clipped,
@@ -516,9 +517,29 @@ def _forget_places(pod: PodView, ctx: Context, mode: str, terms: Sequence[Sequen
         return False
     if mode == "require":
         said = _said_places(earlier, REQUIRES, NOT_ON_CLUSTER) or []
-        return unnarrow(pod, [t for t in said if pod.is_template or t not in terms])
+        return unnarrow(pod, _not_written(pod, [t for t in said if pod.is_template or t not in terms]))
     said = _said_places(earlier, PREFERS, f" (weight {PREFERRED_WEIGHT})") or []
-    return unprefer(pod, [t for t in said if pod.is_template or t not in terms], PREFERRED_WEIGHT)
+    stale = [t for t in said if pod.is_template or t not in terms]
+    return unprefer(pod, _not_preferred_by_manifest(pod, stale), PREFERRED_WEIGHT)
+
+
+def _not_written(pod: PodView, places: Sequence[Sequence[Expression]]) -> list[list[Expression]]:
+    """``places`` without the expressions the manifest kubectl applied writes in its required terms: taking the
+    places out must leave the user's own (a Deployment whose own term was a spot place, karpenter.sh/capacity-type
+    In (spot), lost it to a reinvocation and then required every provider's spot place, and lost it for good when
+    moved off require: a generative review)."""
+    manifest = PodView(pod.kind, {}, manifest_template_spec(pod), pod.namespace)
+    theirs = [e for t in required_terms(manifest) for e in as_list(t.get("matchExpressions"))]
+    return [kept for place in places if (kept := [e for e in place if e not in theirs])]
+
+
+def _not_preferred_by_manifest(pod: PodView, places: Sequence[Sequence[Expression]]) -> list[Sequence[Expression]]:
+    """``places`` but those the manifest kubectl applied prefers itself, with the webhook's weight."""
+    node_affinity = as_dict(as_dict(manifest_template_spec(pod).get("affinity")).get("nodeAffinity"))
+    theirs = as_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))
+    return [
+        p for p in places if {"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": list(p)}} not in theirs
+    ]
 
 
 def _spot_reachable(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal] | tuple[()], gpu_pod: bool) -> bool:
@@ -544,7 +565,7 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
     if earlier == "never":
         off = _said_off_spot(earlier_text)
         narrowings = off if off is not None else _off_spot(ctx)[0]
-        if unnarrow(pod, [alt for alternatives in narrowings for alt in alternatives]):
+        if unnarrow(pod, _not_written(pod, [alt for alternatives in narrowings for alt in alternatives])):
             return f"{UNDONE}never had added: its required affinity off spot capacity", True
         return "", False
     if earlier not in SPOT_MODES:
@@ -564,11 +585,12 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
                 del pod.spec["tolerations"]
     if earlier == "require":
         said = _said_places(earlier_text, REQUIRES, NOT_ON_CLUSTER)
-        if unnarrow(pod, said if said is not None else _spot_places(ctx)[0]):
+        if unnarrow(pod, _not_written(pod, said if said is not None else _spot_places(ctx)[0])):
             removed.append("its required spot affinity")
     if earlier == "prefer":
         said = _said_places(earlier_text, PREFERS, f" (weight {PREFERRED_WEIGHT})")
-        if unprefer(pod, said if said is not None else _spot_places(ctx)[0], PREFERRED_WEIGHT):
+        places = _not_preferred_by_manifest(pod, said if said is not None else _spot_places(ctx)[0])
+        if unprefer(pod, places, PREFERRED_WEIGHT):
             removed.append("its preferred spot affinity")
     return (f"{UNDONE}{earlier} had added: {', '.join(removed)}", True) if removed else ("", False)
 
