@@ -2143,3 +2143,71 @@ def test_kubectl_apply_converts_afresh_an_ask_written_in_requests_too(sections, 
     else:
         assert template["spec"]["containers"][0]["resources"] == mig("1g.20gb")
     assert pipeline.mutate(copy.deepcopy(result.object), update).patch == []
+
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+@pytest.mark.parametrize(
+    ("fraction", "now"),
+    [
+        pytest.param("0.5", {"cpu": "1"}, id="mixed-strategy-no-gpu-now"),
+        pytest.param("0.125", {"cpu": "1"}, id="single-strategy-no-gpu-now"),
+        pytest.param("0.125", {"cpu": "1", "nvidia.com/gpu": "1"}, id="single-strategy-a-whole-gpu-now"),
+    ],
+)
+def test_a_conversion_whose_ask_the_manifest_drops_is_taken_out(fraction: str, now: dict[str, str]) -> None:
+    """Found by a generative review: a Deployment applied with a fraction and then without any GPU ask kept its MIG
+    device (mixed strategy), or, on single-strategy nodes, the webhook's request of one GPU without the limit that
+    kubectl took out (the apiserver refused the apply) and the partition pin; one that asks a whole GPU now was
+    kept on MIG instances by the pin. What the conversion wrote goes, what the manifest writes stays."""
+    from tests.hardening_fixtures import cluster_nodes, hardening_settings
+    from webhook.cluster import build_view
+    from webhook.model import Context
+
+    settings = hardening_settings()
+    ctx = Context(settings=settings, cluster=build_view(cluster_nodes(), settings), namespace="ml")
+
+    def manifest(limits: dict[str, str]) -> dict[str, Any]:
+        container = {"name": "server", "image": "nvidia/cuda:12.2.2-base-ubuntu22.04", "resources": {"limits": limits}}
+        template = {"metadata": {"labels": {"app": "infer"}}, "spec": {"containers": [container]}}
+        spec = {"selector": {"matchLabels": {"app": "infer"}}, "template": template}
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "infer", "namespace": "ml"},
+            "spec": spec,
+        }
+
+    def applied(written: dict[str, Any]) -> dict[str, Any]:
+        sent = copy.deepcopy(written)
+        sent["metadata"]["annotations"] = {LAST_APPLIED: json.dumps(written)}
+        return sent
+
+    first = manifest({"cpu": "1", "nvidia.com/gpu": fraction})
+    live = pipeline.mutate(applied(first), ctx).object
+    converted = live["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/mig"]
+    assert f"nvidia.com/gpu {fraction} -> " in converted
+    # kubectl's three-way merge: the limit it applied goes, the rest of the live template stays; a label changed
+    # with it (a template left as it was is not sent, README: that case, and only the fraction gone, stay)
+    edited = manifest(now)
+    edited["spec"]["template"]["metadata"]["labels"]["rev"] = "2"
+    sent = copy.deepcopy(live)
+    sent["metadata"]["annotations"] = applied(edited)["metadata"]["annotations"]
+    sent["spec"]["template"]["metadata"]["labels"]["rev"] = "2"
+    resources = sent["spec"]["template"]["spec"]["containers"][0]["resources"]
+    resources["limits"].pop("nvidia.com/gpu", None)
+    resources["limits"].update(now)
+    result = pipeline.mutate(sent, replace(ctx, operation="UPDATE", old_object=live))
+    assert result.allowed, result.message
+    template = result.object["spec"]["template"]
+    assert template["spec"]["containers"][0]["resources"] == {"limits": now}
+    assert "nodeSelector" not in template["spec"]
+    assert "gpu-admission.io/mig" not in template["metadata"].get("annotations", {})
+    again = pipeline.mutate(copy.deepcopy(result.object), replace(ctx, operation="UPDATE", old_object=live))
+    assert again.patch == []
+    # the manifest unchanged (the fraction as before): the conversion stays as it is
+    kept = copy.deepcopy(live)
+    kept["spec"]["template"]["metadata"]["labels"]["rev"] = "2"
+    result = pipeline.mutate(kept, replace(ctx, operation="UPDATE", old_object=live))
+    assert result.object["spec"]["template"]["spec"] == live["spec"]["template"]["spec"]

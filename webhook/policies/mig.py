@@ -82,6 +82,7 @@ from webhook.model import (
     Context,
     Outcome,
     PodView,
+    applied_by_kubectl,
     as_dict,
     as_list,
     as_str,
@@ -432,14 +433,10 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
                 if _raw(section.get(GPU_RESOURCE)) == "1":
                     del section[GPU_RESOURCE]
                     changed = True
-            key, _, value = given.partition(" with nodeSelector ")[2].partition("=")
-            selector = as_dict(pod.spec.get("nodeSelector"))
-            mine = key and selector.get(key) == value
-            if mine and as_dict(manifest_template_spec(pod).get("nodeSelector")).get(key) != value:
-                del selector[key]  # the earlier conversion's, not the user's own pin to that partition
-                changed = True
-                if not selector:
-                    del pod.spec["nodeSelector"]
+            changed = _unpin(pod, given) or changed
+        manifest = _manifest_container(pod, name)
+        if manifest is not None and not _asks_again(manifest) and _take_out(pod, container, given, manifest):
+            changed = True
         if changed:
             forgotten.append(name)
             resources = as_dict(container.get("resources"))
@@ -447,6 +444,56 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
                 if resources.get(section_name) == {}:
                     del resources[section_name]
     return forgotten
+
+
+def _manifest_container(pod: PodView, name: str) -> JSON | None:
+    """The container ``name`` of the manifest client-side ``kubectl apply`` sent; None without one."""
+    if not applied_by_kubectl(pod):
+        return None
+    spec = manifest_template_spec(pod)
+    for list_name in ("initContainers", "containers"):
+        for c in as_list(spec.get(list_name)):
+            if isinstance(c, dict) and c.get("name") == name:
+                return c
+    return None
+
+
+def _take_out(pod: PodView, container: JSON, given: str, manifest: JSON) -> bool:
+    """What a conversion wrote (``given``) where the manifest now asks for no fraction nor memory size: none at
+    all (a CPU-only container now: it kept its MIG device, and on single-strategy and GKE nodes the webhook's
+    request of one GPU without its limit, which the apiserver refuses), or whole GPUs (kept off whole GPUs by the
+    partition pin): a generative review. What the manifest writes itself stays. Whether the container changed."""
+    limits, requests = _sections(container)
+    own_limits, own_requests = _sections(manifest)
+    changed = False
+    if given.startswith(MIG_RESOURCE_PREFIX):
+        for section, own in ((limits, own_limits), (requests, own_requests)):
+            if given in section and given not in own:
+                del section[given]
+                changed = True
+        return changed
+    if not given.startswith(f"{GPU_RESOURCE} 1"):
+        return False
+    for section, own in ((limits, own_limits), (requests, own_requests)):
+        if _raw(section.get(GPU_RESOURCE)) == "1" and GPU_RESOURCE not in own:
+            del section[GPU_RESOURCE]
+            changed = True
+    return _unpin(pod, given) or changed
+
+
+def _unpin(pod: PodView, given: str) -> bool:
+    """Take out the partition pin a conversion to ``nvidia.com/gpu 1 with nodeSelector k=v`` wrote, unless the
+    manifest kubectl applied writes it (the user's own pin to that partition); whether the pod changed."""
+    key, _, value = given.partition(" with nodeSelector ")[2].partition("=")
+    selector = as_dict(pod.spec.get("nodeSelector"))
+    if not key or selector.get(key) != value:
+        return False
+    if as_dict(manifest_template_spec(pod).get("nodeSelector")).get(key) == value:
+        return False
+    del selector[key]
+    if not selector:
+        del pod.spec["nodeSelector"]
+    return True
 
 
 def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
