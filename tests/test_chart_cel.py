@@ -331,6 +331,27 @@ def test_a_cronjob_update_is_sent_only_when_its_job_template_changed(default_pro
     assert sent(default_program, new, old=old) is expected
 
 
+@pytest.mark.parametrize("kind", ["Deployment", "CronJob"])
+@pytest.mark.parametrize(
+    ("old_words", "expected"),
+    [
+        pytest.param({"gpu-admission.io/spot-applied": "require (annotation); ..."}, True, id="webhook-words-on-old"),
+        pytest.param({"team": "ml"}, False, id="other-annotations-on-old"),
+        pytest.param(None, False, id="no-annotations-on-old"),
+    ],
+)
+def test_an_update_that_drops_the_gpu_and_the_webhooks_words_is_sent(default_program, kind, old_words, expected):
+    """Found by a generative review: a workload moved off spot require in the edit that drops its GPU ask keeps
+    the spot tolerations and affinity for good: kubectl takes the template's whole annotations map away, and the
+    update matched no condition. Its stored template's words send it, so that what the webhook wrote comes out."""
+    old = workload(kind, pod(container(limits=GPU), annotations=old_words))
+    new = workload(kind, pod(container(limits=CPU)))
+    new_template = new["spec"]["jobTemplate"]["spec"]["template"] if kind == "CronJob" else new["spec"]["template"]
+    new_template["metadata"].pop("annotations", None)
+    assert sent(default_program, new, old=old) is expected
+    assert sent(default_program, new) is False, "a create of such a workload is not sent"
+
+
 def test_cluster_wide_spot_default_sends_every_pod():
     assert expressions("spot-default") == ["true", "true"]
     assert sent(program("spot-default"), pod(container(limits=CPU))) is True

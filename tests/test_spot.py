@@ -1482,3 +1482,20 @@ def test_the_users_own_affinity_on_a_spot_place_outlives_the_webhooks_passes(fie
     moved["metadata"]["annotations"] = _applied(off)["metadata"]["annotations"]
     result = pipeline.mutate(moved, dataclasses.replace(ctx, operation="UPDATE", old_object=live))
     assert _template(result.object)["spec"]["affinity"] == {"nodeAffinity": node_affinity}
+
+
+def test_a_workload_that_drops_its_gpu_and_its_spot_mode_in_one_edit_loses_what_the_webhook_added() -> None:
+    """Found by a generative review: kubectl takes the template's whole annotations map away (the webhook's words
+    with it); the chart now sends such an update (its stored template's words), and the words read from the
+    stored template say what to take out."""
+    ctx = context(GKE_NODES, providers=("gke",))
+    live = mutate(workload("Deployment", "require"), ctx).object
+    assert tolerations_of(_template(live)) and required_of(_template(live))
+    sent = copy.deepcopy(live)
+    del _template(sent)["metadata"]["annotations"]
+    _template(sent)["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
+    result = pipeline.mutate(sent, dataclasses.replace(ctx, operation="UPDATE", old_object=live))
+    assert result.allowed
+    template = _template(result.object)
+    assert "tolerations" not in template["spec"] and "affinity" not in template["spec"], template["spec"]
+    assert "removed what require had added" in template["metadata"]["annotations"][APPLIED]

@@ -214,6 +214,11 @@ true
 {{- $terms = append $terms (printf "(has(object.spec) && %s)" (include "gpu-admission.cel.podSpec" "object.spec")) }}
 {{- $terms = append $terms (printf "(has(object.spec) && has(object.spec.template) && %s)" (include "gpu-admission.cel.template" "object.spec.template")) }}
 {{- $terms = append $terms (printf "(has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) && has(object.spec.jobTemplate.spec.template) && %s)" (include "gpu-admission.cel.template" "object.spec.jobTemplate.spec.template")) }}
+{{- /* An update of a workload whose stored template carries the webhook's words: what it wrote may have to come out
+(a spot mode and the GPU ask dropped in one edit: kubectl takes the template's whole annotations map away, and
+nothing else would send it). */}}
+{{- $terms = append $terms (printf "(request.operation == 'UPDATE' && has(oldObject.spec) && has(oldObject.spec.template) && has(oldObject.spec.template.metadata) && %s)" (include "gpu-admission.cel.annotated" "oldObject.spec.template.metadata")) }}
+{{- $terms = append $terms (printf "(request.operation == 'UPDATE' && has(oldObject.spec) && has(oldObject.spec.jobTemplate) && has(oldObject.spec.jobTemplate.spec) && has(oldObject.spec.jobTemplate.spec.template) && has(oldObject.spec.jobTemplate.spec.template.metadata) && %s)" (include "gpu-admission.cel.annotated" "oldObject.spec.jobTemplate.spec.template.metadata")) }}
 {{- $namespaces := list }}
 {{- range $ns, $mode := ($spot.namespaceDefaults | default dict) }}
 {{- if ne $mode "off" }}{{ $namespaces = append $namespaces (printf "'%s'" $ns) }}{{ end }}
