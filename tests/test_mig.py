@@ -2211,3 +2211,52 @@ def test_a_conversion_whose_ask_the_manifest_drops_is_taken_out(fraction: str, n
     kept["spec"]["template"]["metadata"]["labels"]["rev"] = "2"
     result = pipeline.mutate(kept, replace(ctx, operation="UPDATE", old_object=live))
     assert result.object["spec"]["template"]["spec"] == live["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(
+    ("containers", "said"),
+    [
+        pytest.param(
+            [("embed", "nvidia/cuda:12.8.0-runtime-ubuntu22.04", {"gpu-admission.io/gpu-memory": "40Gi"})],
+            "gpu-admission.io/gpu-memory 40Gi: its pods are refused for their CUDA: only NVIDIA-A100-SXM4-80GB",
+            id="held-only-on-too-old-a-driver",
+        ),
+        pytest.param(
+            [
+                ("embed", "nvidia/cuda:12.4.1-runtime-ubuntu22.04", {"gpu-admission.io/gpu-memory": "10Gi"}),
+                ("sidecar", "nvidia/cuda:12.4.1-runtime-ubuntu22.04", {"nvidia.com/gpu": "0.125"}),
+            ],
+            "gpu-admission.io/gpu-memory 10Gi: largest offered is 1g.5gb; ask for less or its pods are refused",
+            id="a-later-containers-pin-takes-every-profile-away",
+        ),
+    ],
+)
+def test_a_template_whose_pods_will_all_be_refused_for_a_deferred_ask_says_so(
+    containers: list[tuple[str, str, dict[str, str]]], said: str
+) -> None:
+    """Found by a generative review: a Deployment asking a memory size (converted on each pod) was admitted
+    without a word, and every pod then refused: the only profile holding 40Gi is on a driver too old for CUDA
+    12.8; a sidecar's fraction, converted in the template and pinned to a single-strategy product, left no
+    profile of 10Gi."""
+    from tests.hardening_fixtures import cluster_nodes, hardening_settings
+    from webhook.cluster import build_view
+    from webhook.model import Context
+
+    settings = hardening_settings()
+    ctx = Context(settings=settings, cluster=build_view(cluster_nodes(), settings), namespace="ml")
+    spec = {"containers": [{"name": n, "image": i, "resources": {"limits": limits}} for n, i, limits in containers]}
+    template = {"metadata": {"labels": {"app": "embed"}}, "spec": spec}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "embed", "namespace": "ml"},
+        "spec": {"selector": {"matchLabels": {"app": "embed"}}, "template": template},
+    }
+    result = pipeline.review(deployment, ctx)
+    assert result.allowed
+    assert any(w.startswith(f"embed: {said}") for w in result.warnings), result.warnings
+    made = copy.deepcopy(result.object["spec"]["template"])
+    made["metadata"].update(name="embed-1", namespace="ml")
+    for c in made["spec"]["containers"]:
+        c["resources"]["requests"] = dict(c["resources"]["limits"])
+    assert not pipeline.review({"apiVersion": "v1", "kind": "Pod", **made}, ctx).allowed, "as the warning says"

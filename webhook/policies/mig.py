@@ -1196,6 +1196,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
     done = _Pass()
     out = done.said
     pending = list(asks)
+    deferred_asks: list[Ask] = []
     for index, ask in enumerate(asks):
         pending.remove(ask)
         # what PodView.defers_gpu says of the whole template, for this ask
@@ -1216,18 +1217,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
         if deferred:
             # Templates keep memory and annotation requests (Kubernetes accepts them); the pods get converted.
             pending.append(ask)
-            if choice is None:
-                largest = max(
-                    (p.profile for p in seen if p.profile),
-                    key=lambda p: (p.gb if ask.kind == "memory" else p.eighths, p.slices),  # what the ask measures
-                    default=None,
-                )
-                said = (
-                    f"largest offered is {largest.name if largest else 'no MIG profile'}; ask for less or"
-                    if seen
-                    else "no eligible node offers MIG now, so"
-                )
-                out.warn(fit_warning(f"{ask.name}: {ask.asked}: {said} its pods are refused", ask.name))
+            deferred_asks.append(ask)
             continue
         if choice is None:
             out.deny(POLICY, "MIGNoProfile", _refusal(req, pod, pending, ask, seen, barred))
@@ -1241,7 +1231,36 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
             out.warn(fit_warning(f"{ask.name}: {ask.asked} -> {choice.option.given} ({choice.note})", ask.name))
         out.mutated("mig")
         out.reasons.append("MIGConverted" if not choice.note else "MIGFallback")
+    for ask in deferred_asks:
+        _warn_deferred(req, pod, [a for a in deferred_asks if a is not ask], ask, out)
     return done
+
+
+def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask, out: Outcome) -> None:
+    """A template's ask left for its pods to convert: judged where the template leaves them, after the other
+    containers' conversions (a sidecar's pin to a single-strategy product took every profile that held it away),
+    and said now where every pod would be refused: no profile holds it, or only where the driver is too old for the
+    pod's CUDA (found by a generative review: the template was admitted without a word, and each pod refused)."""
+    choice, seen, _ = _choose(req, pod, others, ask)
+    if choice is not None and not _runs(req, choice):
+        fallback = _fallback(req, pod, others, ask)
+        if fallback is None or not _runs(req, fallback):
+            said = f"its pods are refused for their CUDA: only {_where(choice.places)} holds it, on too old a driver"
+            out.warn(fit_warning(f"{ask.name}: {ask.asked}: {said}", ask.name))
+        return
+    if choice is not None:
+        return
+    largest = max(
+        (p.profile for p in seen if p.profile),
+        key=lambda p: (p.gb if ask.kind == "memory" else p.eighths, p.slices),  # what the ask measures
+        default=None,
+    )
+    said = (
+        f"largest offered is {largest.name if largest else 'no MIG profile'}; ask for less or"
+        if seen
+        else "no eligible node offers MIG now, so"
+    )
+    out.warn(fit_warning(f"{ask.name}: {ask.asked}: {said} its pods are refused", ask.name))
 
 
 def _orders(asks: Sequence[Ask]) -> Iterator[list[Ask]]:
