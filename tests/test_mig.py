@@ -2260,3 +2260,41 @@ def test_a_template_whose_pods_will_all_be_refused_for_a_deferred_ask_says_so(
     for c in made["spec"]["containers"]:
         c["resources"]["requests"] = dict(c["resources"]["limits"])
     assert not pipeline.review({"apiVersion": "v1", "kind": "Pod", **made}, ctx).allowed, "as the warning says"
+
+
+def test_an_updates_review_called_again_keeps_its_own_words() -> None:
+    """Found by a generative review: 0.5 made 0.4 (the same profile) wrote a template equal to the stored one with
+    new words; the apiserver's second call (reinvocation, after another webhook's change) took the update for one
+    that leaves the template as stored and put the stale words back. Words edited by hand still are."""
+    from tests.hardening_fixtures import cluster_nodes, hardening_settings
+    from webhook.cluster import build_view
+    from webhook.model import Context
+
+    settings = hardening_settings()
+    ctx = Context(settings=settings, cluster=build_view(cluster_nodes(), settings), namespace="ml")
+
+    def deployment(fraction: str) -> dict[str, Any]:
+        container: dict[str, Any] = {"name": "server", "image": "nvidia/cuda:12.2.2-base-ubuntu22.04"}
+        container["resources"] = {"limits": {"nvidia.com/gpu": fraction}}
+        template = {"metadata": {"labels": {"app": "infer"}}, "spec": {"containers": [container]}}
+        spec = {"selector": {"matchLabels": {"app": "infer"}}, "template": template}
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "infer", "namespace": "ml"},
+            "spec": spec,
+        }
+
+    live = pipeline.mutate(deployment("0.5"), ctx).object
+    sent = copy.deepcopy(live)  # kubectl apply of 0.4: the fraction back beside the device
+    sent["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "0.4"
+    update = replace(ctx, operation="UPDATE", old_object=live)
+    first = pipeline.mutate(sent, update)
+    words = first.object["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/mig"]
+    assert words.startswith("server: nvidia.com/gpu 0.4 -> nvidia.com/mig-3g.40gb")
+    assert first.object["spec"]["template"]["spec"] == live["spec"]["template"]["spec"]
+    assert pipeline.mutate(copy.deepcopy(first.object), update).patch == []
+    forged = copy.deepcopy(live)
+    forged["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/mig"] = "server: fine (trust me)"
+    kept = pipeline.mutate(forged, update)
+    assert kept.object["spec"]["template"] == live["spec"]["template"], "put back as stored"

@@ -483,7 +483,9 @@ def make_patch(before: JSON, after: JSON) -> list[JSON]:
     return ops
 
 
-def _working_view(obj: Any, ctx: Context, writable: bool = True) -> tuple[Result | None, PodView | None]:
+def _working_view(
+    obj: Any, ctx: Context, writable: bool = True, keep: bool = True
+) -> tuple[Result | None, PodView | None]:
     """The guards in their fixed order, then the pod: inside a working copy when ``writable``, else inside ``obj``
     itself (validators only read). Returns (early answer, None) or (None, view)."""
     skipped = _guard(obj, ctx)
@@ -492,7 +494,7 @@ def _working_view(obj: Any, ctx: Context, writable: bool = True) -> tuple[Result
     oversized = _oversized(obj)
     if oversized is not None:
         return oversized, None
-    stored = _stored_template(obj, ctx)
+    stored = _stored_template(obj, ctx) if keep else None
     if stored is not None:
         return _keep_review(obj, stored, ctx) if writable else Result(object=obj, skipped=TEMPLATE_KEPT), None
     view = pod_view(_working_copy(obj) if writable else obj, ctx.namespace, writable=writable)
@@ -535,6 +537,14 @@ def _keep_review(obj: JSON, stored: PodView, ctx: Context) -> Result:
     before = _output_annotations({"metadata": stored.metadata})
     if view is None or _output_annotations({"metadata": view.metadata}) == before:
         return Result(object=obj, skipped=TEMPLATE_KEPT)
+    if _output_annotations({"metadata": view.metadata}):
+        # Words of its own that differ from the stored ones: the apiserver calling again (reinvocation) with this
+        # update's review, which wrote a template equal to the stored one (0.5 made 0.4, the same profile) and
+        # other words; put back, the stored words were stale (a generative review). Words a review would not
+        # write (edited by hand) are put back as they were stored.
+        again = _mutate(obj, ctx, keep=False)
+        if again.allowed and not again.patch:
+            return again
     for key in _output_annotations({"metadata": view.metadata}):
         del view.metadata["annotations"][key]
     for key, value in before.items():
@@ -585,7 +595,12 @@ def mutate(obj: Any, ctx: Context) -> Result:
     """Run the mutating policies over a copy of ``obj``; the patch turns ``obj`` into ``result.object``."""
     if ctx.operation == "UPDATE" and as_dict(obj).get("kind") == "Pod" and not _exempt(ctx):
         return protect_outputs(obj, ctx.old_object)
-    early, view = _working_view(obj, ctx)
+    return _mutate(obj, ctx, keep=True)
+
+
+def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
+    """``mutate``; ``keep``: an update that leaves the template as stored keeps its review (``_stored_template``)."""
+    early, view = _working_view(obj, ctx, keep=keep)
     if view is None:
         assert early is not None
         if early.skipped == TEMPLATE_KEPT or not early.skipped:
