@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 from typing import Any
@@ -680,3 +681,25 @@ def test_a_workload_moved_to_never_is_judged_without_the_earlier_reviews_mig_pin
         }
     )
     assert moved["affinity"] == created["affinity"] and "nodeSelector" not in moved
+
+
+def test_an_annotations_map_that_held_only_the_webhooks_words_goes_with_them() -> None:
+    """Found by a generative review: the map an earlier review made was left behind, empty, once nothing was to be
+    said (the GPU ask removed), while a fresh create of the same manifest has none."""
+    settings = Settings()
+    ctx = Context(settings=settings, cluster=build_view([gpu_node("h100-a")], settings), namespace="ml")
+    container = {
+        "name": "c",
+        "image": "nvidia/cuda:12.2.2-base-ubuntu22.04",
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+    }
+    template = {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [container]}}
+    spec = {"selector": {"matchLabels": {"app": "d"}}, "template": template}
+    live = pipeline.mutate(
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": spec}, ctx
+    ).object
+    assert live["spec"]["template"]["metadata"]["annotations"]
+    sent = copy.deepcopy(live)
+    sent["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
+    result = pipeline.mutate(sent, dataclasses.replace(ctx, operation="UPDATE", old_object=live))
+    assert result.object["spec"]["template"]["metadata"] == {"labels": {"app": "d"}}

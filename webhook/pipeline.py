@@ -609,7 +609,8 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
     working = view.root
     prior = _prior_outputs(view)
     annotations = view.metadata.get("annotations")
-    had_annotations = isinstance(annotations, dict)
+    # a map that held only the webhook's words is the webhook's (an earlier review made it)
+    had_annotations = isinstance(annotations, dict) and len(annotations) > len(prior)
     if isinstance(annotations, dict):
         for name in prior:
             del annotations[PREFIX + name]  # forged or stale: the policies write them afresh
