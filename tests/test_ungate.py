@@ -10,6 +10,7 @@ such an update.
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from typing import Any
 
@@ -28,11 +29,12 @@ from webhook.policies import cuda
 
 POOL = "cloud.google.com/gke-nodepool"
 LEGACY = {"key": "dedicated", "value": "legacy", "effect": "NoSchedule"}
+DEDICATED = {"key": "dedicated", "value": "h100-new", "effect": "NoSchedule"}
 KUEUE = "system:serviceaccount:kueue-system:kueue-controller-manager"
 GATE = "kueue.x-k8s.io/admission"
 
 
-def nodes(tainted: bool = True) -> list[dict[str, Any]]:
+def nodes(tainted: bool = True, new_tainted: bool = False) -> list[dict[str, Any]]:
     new = {
         POOL: "h100-new",
         "nvidia.com/cuda.driver-version.full": "570.124.06",
@@ -45,7 +47,10 @@ def nodes(tainted: bool = True) -> list[dict[str, Any]]:
         "nvidia.com/cuda.runtime-version.major": "12",
         "nvidia.com/cuda.runtime-version.minor": "2",
     }
-    return [gpu_node("new-1", labels=new), gpu_node("old-1", labels=old, taints=[LEGACY] if tainted else None)]
+    return [
+        gpu_node("new-1", labels=new, taints=[DEDICATED] if new_tainted else None),
+        gpu_node("old-1", labels=old, taints=[LEGACY] if tainted else None),
+    ]
 
 
 def app_with(settings: Settings | None = None, tainted: bool = True) -> tuple[Any, Any, Recording]:
@@ -196,3 +201,47 @@ def test_in_warn_mode_the_ungating_is_let_through_with_a_warning_event() -> None
     assert answer["allowed"] is True
     assert any(w.startswith("would be denied (CUDAIncompatible)") for w in answer["warnings"])
     assert [(e["type"], e["reason"]) for e in sent(recorder, sink)] == [("Warning", "CUDAIncompatible")]
+
+
+def test_a_gated_pod_may_land_where_the_update_that_ungates_it_adds_a_toleration_for() -> None:
+    """Found by a review of the webhook with Kueue: the only pool that runs the pod's CUDA is tainted, and a Kueue
+    flavor's tolerations reach it (its 'automatic scheduling' pattern); the gated pod was refused at its create,
+    though Kueue would have admitted it there. A gated pod is judged where it could land with any tolerations
+    added, and steered there; the ungating is checked with the tolerations it has then."""
+    settings = Settings(audit=AuditSettings(event_queue_size=100))
+    view = build_view(nodes(tainted=False, new_tainted=True), settings)
+    cluster = StaticCluster(view)
+    recorder = build_recorder(settings, cluster, sink=Recording())
+    app = create_app(settings, cluster=cluster, recorder=recorder)
+    ctx = Context(settings=settings, cluster=view, namespace="ml")
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": "ml", "uid": str(uuid.uuid4())},
+        "spec": {
+            "schedulingGates": [{"name": GATE}],
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "nvidia/cuda:12.8.0-runtime-ubuntu22.04",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+    }
+    ungated_now = copy.deepcopy(pod)
+    del ungated_now["spec"]["schedulingGates"]
+    assert not pipeline.review(ungated_now, ctx).allowed, "not gated, the pod can land only on the old pool"
+    result = pipeline.review(copy.deepcopy(pod), ctx)
+    assert result.allowed, result.message
+    stored = result.object
+    assert "nvidia.com/cuda.runtime-version" in json.dumps(stored["spec"]["affinity"]), "steered off the old pool"
+    to_new = copy.deepcopy(stored)
+    del to_new["spec"]["schedulingGates"]
+    to_new["spec"]["nodeSelector"] = {POOL: "h100-new"}
+    to_new["spec"]["tolerations"] = [{**DEDICATED, "operator": "Equal"}]
+    assert update(app, "/validate", to_new, stored)["allowed"] is True
+    to_old = copy.deepcopy(stored)
+    del to_old["spec"]["schedulingGates"]
+    to_old["spec"]["nodeSelector"] = {POOL: "h100-old"}
+    assert update(app, "/validate", to_old, stored)["allowed"] is False

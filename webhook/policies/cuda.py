@@ -196,7 +196,18 @@ class Assessment:
         return {}
 
 
+TOLERATES_ALL = {"operator": "Exists"}
+"""A toleration of every taint (an empty key with Exists)."""
+
+
 def _eligible(spec: JSON, ctx: Context, resources: Mapping[str, Decimal] | None = None) -> tuple[NodeGroup, ...]:
+    """The GPU groups a pod with ``spec`` can land on. A gated pod (``spec.schedulingGates``) is not placed yet, and
+    what takes its gate away may add tolerations (Kueue: its ResourceFlavor's): it can land on a tainted group too.
+    It was refused where the only group its CUDA runs on is tainted for a Kueue flavor, which Kueue would have
+    admitted it to (a review of the webhook with Kueue); the update that takes the gate away is checked with the
+    tolerations it has then (``pipeline.ungated``)."""
+    if as_list(spec.get("schedulingGates")):
+        spec = {**spec, "tolerations": [*as_list(spec.get("tolerations")), TOLERATES_ALL]}
     seen: set[int] = set()
     out: list[NodeGroup] = []
     for candidate in ctx.cluster.eligible(spec, gpu_resources(spec) if resources is None else resources):
@@ -360,7 +371,7 @@ def unmatched(a: Assessment, ctx: Context) -> str:
     offering = [g for g in ctx.cluster.gpu_groups if offers(g, a.resources)]
     if not offering:
         return f"no known pool offers {', '.join(sorted(a.resources)) or 'a GPU'}"
-    tolerant = {**a.spec, "tolerations": [*as_list(a.spec.get("tolerations")), {"operator": "Exists"}]}
+    tolerant = {**a.spec, "tolerations": [*as_list(a.spec.get("tolerations")), TOLERATES_ALL]}
     selected = {id(g) for g in _eligible(tolerant, ctx, a.resources)}
     taints: dict[str, str] = {}
     ruled_out: list[NodeGroup] = []
@@ -586,6 +597,7 @@ def _plan_key(step: str, pod: PodView, mode: str, checks: tuple[Check, ...]) -> 
                 spec.get("nodeSelector"),
                 spec.get("affinity"),
                 spec.get("tolerations"),
+                bool(as_list(spec.get("schedulingGates"))),
                 [as_dict(c).get("resources") for c in as_list(spec.get("containers"))],
                 [
                     (as_dict(c).get("resources"), as_dict(c).get("restartPolicy"))
@@ -833,7 +845,7 @@ def _reach(group: NodeGroup, selector: Mapping[str, str], a: Assessment, ctx: Co
         spot_taints = {p.key for p in ctx.cluster.presets.spot_taints} | {t.key for t in ctx.settings.spot.extra_taints}
         spot = f" (or annotation {PREFIX}spot: tolerate)" if all(t.key in spot_taints for t in taints) else ""
         text = f" and a toleration of {shown}{spot}"
-        trial["tolerations"] = [*as_list(a.spec.get("tolerations")), {"operator": "Exists"}]  # affinity alone
+        trial["tolerations"] = [*as_list(a.spec.get("tolerations")), TOLERATES_ALL]  # affinity alone
     if not any(g is group for g in _eligible(trial, ctx, a.resources)):
         spot_keys = {k for k, _, _ in ctx.cluster.presets.spot_labels} | set(ctx.settings.spot.extra_labels)
         required = as_dict(as_dict(as_dict(a.spec.get("affinity")).get("nodeAffinity")).get(REQUIRED))
