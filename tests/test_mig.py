@@ -2298,3 +2298,41 @@ def test_an_updates_review_called_again_keeps_its_own_words() -> None:
     forged["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/mig"] = "server: fine (trust me)"
     kept = pipeline.mutate(forged, update)
     assert kept.object["spec"]["template"] == live["spec"]["template"], "put back as stored"
+
+
+@pytest.mark.parametrize("queued", [True, False])
+@pytest.mark.parametrize(
+    ("limits", "annotations", "said"),
+    [
+        pytest.param(
+            {"gpu-admission.io/gpu-memory": "20Gi"}, {}, "Kueue sees it as written, in no ClusterQueue", id="memory"
+        ),
+        pytest.param(
+            {"cpu": "1"}, {"gpu-admission.io/gpu-fraction": "0.5"}, "Kueue charges no GPU for it", id="annotation"
+        ),
+    ],
+)
+def test_a_kueue_workloads_ask_left_for_its_pods_is_said_to_escape_its_quota(
+    queued: bool, limits: dict[str, str], annotations: dict[str, str], said: str
+) -> None:
+    """Found by a review of the webhook with Kueue: Kueue reckons a Job's quota from its template, where a memory
+    size (a resource no ClusterQueue lists: the Job waits for ever) or the fraction annotation (no GPU charged) is
+    left for the pods to convert."""
+    from tests.hardening_fixtures import cluster_nodes, hardening_settings
+    from webhook.cluster import build_view
+    from webhook.model import Context
+
+    settings = hardening_settings()
+    ctx = Context(settings=settings, cluster=build_view(cluster_nodes(), settings), namespace="ml")
+    container = {"name": "embed", "image": "nvidia/cuda:12.2.2-base-ubuntu22.04", "resources": {"limits": limits}}
+    template = {"metadata": {"annotations": annotations}, "spec": {"restartPolicy": "Never", "containers": [container]}}
+    labels = {"kueue.x-k8s.io/queue-name": "user-queue"} if queued else {}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "embed", "namespace": "ml", "labels": labels},
+        "spec": {"suspend": True, "template": template},
+    }
+    result = pipeline.review(job, ctx)
+    assert result.allowed
+    assert any(said in w for w in result.warnings) is queued, result.warnings

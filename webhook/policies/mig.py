@@ -1236,11 +1236,30 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
     return done
 
 
+KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+"""The label that puts a workload (or, for Kueue's pod groups, its pods' template) in a Kueue LocalQueue."""
+
+
+def _kueue_queue(pod: PodView) -> str:
+    """The Kueue queue a workload is in ('' when none): Kueue reckons its quota from its template, where a memory
+    size or the fraction annotation is left for the pods to convert: Kueue then finds the memory resource in no
+    ClusterQueue (the workload waits for ever) or charges no GPU for the annotation (a review of the webhook with
+    Kueue). A fraction of ``nvidia.com/gpu`` is converted in the template."""
+    for metadata in (pod.root.get("metadata"), pod.metadata):
+        queue = as_dict(as_dict(metadata).get("labels")).get(KUEUE_QUEUE)
+        if isinstance(queue, str) and queue:
+            return queue
+    return ""
+
+
 def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask, out: Outcome) -> None:
     """A template's ask left for its pods to convert: judged where the template leaves them, after the other
     containers' conversions (a sidecar's pin to a single-strategy product took every profile that held it away),
     and said now where every pod would be refused: no profile holds it, or only where the driver is too old for the
     pod's CUDA (found by a generative review: the template was admitted without a word, and each pod refused)."""
+    if _kueue_queue(pod):  # Kueue reckons quota from the template, where this ask stays as written
+        said = "Kueue sees it as written, in no ClusterQueue" if ask.kind == "memory" else "Kueue charges no GPU for it"
+        out.warn(fit_warning(f"{ask.name}: {ask.asked}: {said}; ask a nvidia.com/gpu fraction", ask.name))
     choice, seen, _ = _choose(req, pod, others, ask)
     if choice is not None and not _runs(req, choice):
         fallback = _fallback(req, pod, others, ask)
