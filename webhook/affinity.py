@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import orjson
 
+from webhook import budget
 from webhook.model import JSON, PodView, as_dict, as_list, copy_json
 
 Expression = JSON
@@ -57,6 +58,7 @@ def _with(term: JSON, extra: Sequence[Expression]) -> JSON:
 
 
 def _implied(term: JSON, alternative: Sequence[Expression]) -> bool:
+    budget.check()
     exprs = as_list(term.get("matchExpressions"))
     return all(e in exprs for e in alternative)
 
@@ -86,6 +88,7 @@ def narrow(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool:
             terms.add(copy_json(term))
             continue
         for alt in alternatives:
+            budget.check()
             terms.add(_with(term, alt))
     _required(pod)["nodeSelectorTerms"] = terms.kept
     return True
@@ -98,6 +101,17 @@ def holds(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool:
     return bool(alternatives and existing) and all(
         _empty(t) or any(_implied(t, alt) for alt in alternatives) for t in existing
     )
+
+
+def json_key(value: object) -> bytes | object:
+    """``value`` as bytes that equal values share (JSON, keys sorted), to keep in a set: membership in a list of
+    expressions was quadratic, and a forged annotation or manifest of thousands took seconds to minutes (a review
+    that measured the costliest pods); what orjson cannot write stands for itself (its ``id``: only equal to
+    itself)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return ("id", id(value))
 
 
 class _Terms:
@@ -158,14 +172,15 @@ def unnarrow(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool
     """Undo ``narrow``: take each alternative's expressions out of every required term (the terms it multiplied
     become the ones it started from again); a term left with nothing, which was only an alternative, goes, and the
     required affinity with the last of them. Returns whether the pod changed."""
-    drop = [e for alt in alternatives for e in alt]
+    drop = {json_key(e) for alt in alternatives for e in alt}
     existing = required_terms(pod)
-    if not drop or not any(e in as_list(t.get("matchExpressions")) for t in existing for e in drop):
+    if not drop or not any(json_key(e) in drop for t in existing for e in as_list(t.get("matchExpressions"))):
         return False
     kept = _Terms()
     for term in existing:
+        budget.check()
         out = copy_json(term)
-        exprs = [e for e in as_list(out.get("matchExpressions")) if e not in drop]
+        exprs = [e for e in as_list(out.get("matchExpressions")) if json_key(e) not in drop]
         if exprs:
             out["matchExpressions"] = exprs
         else:

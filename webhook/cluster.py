@@ -28,6 +28,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
+from webhook import budget
 from webhook.config import PoolSettings, Settings
 from webhook.documents import read_documents
 from webhook.drivers import DriverTable, Version, builtin_table, parse_version, show, show_driver
@@ -330,6 +331,7 @@ class ClusterView:
         tolerated_by_plugin = extended_resource_names(spec) if self.extended_resource_toleration else frozenset()
         out: list[Candidate] = []
         for group in self.groups:
+            budget.check()
             if gpu_only and not group.has_gpu:
                 continue
             if not offers(group, wanted):
@@ -470,12 +472,14 @@ def requested_resources(spec: JSON) -> dict[str, Decimal]:
         return {}
     total: dict[str, Decimal] = {}
     for c in as_list(spec.get("containers")):
+        budget.check()
         if isinstance(c, dict):
             for k, v in container_resources(c).items():
                 total[k] = total.get(k, Decimal(0)) + v
     sidecars: dict[str, Decimal] = {}
     init_peak: dict[str, Decimal] = {}
     for c in as_list(spec.get("initContainers")):
+        budget.check()
         if not isinstance(c, dict):
             continue
         amounts = container_resources(c)
@@ -484,9 +488,10 @@ def requested_resources(spec: JSON) -> dict[str, Decimal]:
                 sidecars[k] = sidecars.get(k, Decimal(0)) + v
                 init_peak[k] = max(init_peak.get(k, Decimal(0)), sidecars[k])
         else:
-            for k in set(amounts) | set(sidecars):
-                need = amounts.get(k, Decimal(0)) + sidecars.get(k, Decimal(0))
-                init_peak[k] = max(init_peak.get(k, Decimal(0)), need)
+            # its own resources: for the sidecars' alone, their peak is kept as they start (a loop over them too
+            # was quadratic in a pod's resources: a review that measured the costliest pods)
+            for k, v in amounts.items():
+                init_peak[k] = max(init_peak.get(k, Decimal(0)), v + sidecars.get(k, Decimal(0)))
     for k, v in sidecars.items():
         total[k] = total.get(k, Decimal(0)) + v
     for k, v in init_peak.items():
@@ -713,6 +718,11 @@ def _term(raw: object) -> _Term | None:
     return _Term(tuple(r for r in requirements if r), tuple(f for f in field_reqs if f))
 
 
+def _checked_term(term: object) -> _Term | None:
+    budget.check()
+    return _term(term)
+
+
 @dataclass(frozen=True)
 class _Rules:
     node_name: str | None
@@ -753,7 +763,7 @@ class _Rules:
         if any(v is not None and not isinstance(v, dict) for v in (affinity, node_affinity, required)):
             impossible = True
         elif isinstance(required, dict):
-            parsed = [_term(t) for t in as_list(required.get("nodeSelectorTerms"))]
+            parsed = [_checked_term(t) for t in as_list(required.get("nodeSelectorTerms"))]
             terms = tuple(t for t in parsed if t is not None)
         tolerations = tuple(t for t in as_list(spec.get("tolerations")) if isinstance(t, dict))
         per_node = (
@@ -805,6 +815,7 @@ class _Rules:
                 return None
         kept = []
         for n in self._names(group):
+            budget.check()
             own = group.node_labels.get(n, {})
             if any(own.get(k) != v for k, v in node_selector):
                 continue

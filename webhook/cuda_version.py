@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 import yaml
 
-from webhook import PREFIX
+from webhook import PREFIX, budget
 from webhook.cluster import GFD, NodeGroup
 from webhook.drivers import DriverTable, Version, show
 from webhook.model import JSON, as_dict, as_list, as_str
@@ -598,10 +598,11 @@ def evaluate(
     """Does a node group with ``facts`` satisfy ``requirement``? Three-valued: OR of ANDs over True/False/None. A
     forward-compatibility alternative holds only where forward compatibility can work (``forward_possible``)."""
     result: Verdict = False
-    forward = requirement.forward_terms
+    forward = {id(t) for t in requirement.forward_terms}  # by identity: comparing terms was quadratic in them
     for term in requirement.terms:
+        budget.check()
         held = _term_holds(term, facts, table, compatibility)
-        if held is not False and term in forward:
+        if held is not False and id(term) in forward:
             possible = forward_possible(facts)
             if possible is not True:
                 held = possible
@@ -616,10 +617,11 @@ def unmet(requirement: Requirement, facts: NodeFacts, table: DriverTable, compat
     """The conditions of ``requirement``'s own terms (its forward-compatibility alternatives aside) that a node
     group with ``facts`` does not meet, each once, as written: what a denial names when a term asks more than a
     CUDA floor (``cuda>=12.0,driver<560``)."""
-    forward = requirement.forward_terms
+    forward = {id(t) for t in requirement.forward_terms}
     out: list[str] = []
     for term in requirement.terms:
-        if term in forward:
+        budget.check()
+        if id(term) in forward:
             continue
         for c in term:
             if _condition_holds(c, facts, table, compatibility) is False and str(c) not in out:
@@ -631,7 +633,8 @@ def accepted_by(requirement: Requirement, facts: NodeFacts, table: DriverTable) 
     """How the requirement accepts a node it accepts: 'cuda' through the node's CUDA, 'forward' through a
     forward-compatibility alternative (driver branch and brand only), 'minor' through minor-version compatibility."""
     forward = requirement.forward_terms
-    if any(_term_holds(t, facts, table, "strict") is True for t in requirement.terms if t not in forward):
+    ids = {id(t) for t in forward}
+    if any(_term_holds(t, facts, table, "strict") is True for t in requirement.terms if id(t) not in ids):
         return "cuda"
     if forward_possible(facts) and any(_term_holds(t, facts, table, "strict") is True for t in forward):
         return "forward"

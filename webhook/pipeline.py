@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook import PREFIX
+from webhook import PREFIX, budget
 from webhook.model import (
     IGNORE_LABEL,
     JSON,
@@ -595,7 +595,44 @@ def mutate(obj: Any, ctx: Context) -> Result:
     """Run the mutating policies over a copy of ``obj``; the patch turns ``obj`` into ``result.object``."""
     if ctx.operation == "UPDATE" and as_dict(obj).get("kind") == "Pod" and not _exempt(ctx):
         return protect_outputs(obj, ctx.old_object)
-    return _mutate(obj, ctx, keep=True)
+    return _bounded(obj, lambda: _mutate(obj, ctx, keep=True))
+
+
+def _bounded(obj: Any, run: Callable[[], Result]) -> Result:
+    """``run()`` within the review's CPU budget (``webhook.budget``), else a refusal that says what makes the pod
+    costly to review."""
+    try:
+        return budget.within(run)
+    except budget.TooComplex:
+        kind = as_str(as_dict(obj).get("kind")) or "object"
+        message = (
+            f"gpu-admission gave up reviewing this {kind} after {budget.REVIEW_CPU_SECONDS:g} s of CPU, more than a "
+            f"pod's review takes by far ({_sizes(obj)}): write a smaller pod (fewer containers, fewer MIG asks, "
+            "fewer node affinity terms and values, fewer extended resources), or split the workload"
+        )
+        audit = {"decision": "denied (TooComplex)", "reason": clipped(message, AUDIT_VALUE_LIMIT)}
+        return Result(allowed=False, code=422, reason="TooComplex", message=message, object=obj, audit=audit)
+
+
+def _sizes(obj: Any) -> str:
+    """What a pod is made of, in counts, for the TooComplex refusal."""
+    node: Any = obj
+    for key in TEMPLATE_PATHS.get(as_str(as_dict(obj).get("kind")), ()):
+        node = node.get(key) if isinstance(node, dict) else None
+    spec = as_dict(as_dict(node).get("spec"))
+    containers = [c for key in ("containers", "initContainers") for c in as_list(spec.get(key))]
+    resources = {
+        name
+        for c in containers
+        for section in ("limits", "requests")
+        for name in as_dict(as_dict(as_dict(c).get("resources")).get(section))
+    }
+    counts = {
+        "containers": len(containers),
+        "resource names": len(resources),
+        **{what: n for what, n in _placement_counts(spec).items() if n},
+    }
+    return ", ".join(f"{n} {what}" for what, n in counts.items())
 
 
 def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
@@ -647,6 +684,10 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
 
 def validate(obj: Any, ctx: Context) -> Result:
     """Run the validating policies over the final object; never changes it."""
+    return _bounded(obj, lambda: _validate(obj, ctx))
+
+
+def _validate(obj: Any, ctx: Context) -> Result:
     early, view = _working_view(obj, ctx, writable=False)
     if view is None:
         assert early is not None

@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import Literal, TypeVar
 
 from webhook import PREFIX
-from webhook.affinity import Expression, expression, holds, narrow, required_terms, unnarrow
+from webhook.affinity import Expression, expression, holds, json_key, narrow, required_terms, unnarrow
 from webhook.cluster import (
     DRIVER_LABELS,
     GFD,
@@ -652,8 +652,8 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
     # not what the manifest itself writes (the spot policy, which may have written the same pool selector, takes
     # out and writes again its own places: ``spot._forget_places``)
     manifest = PodView(pod.kind, {}, manifest_template_spec(pod), pod.namespace)
-    theirs = [e for t in required_terms(manifest) for e in as_list(t.get("matchExpressions"))]
-    unnarrow(pod, [[e] for e in ours if e not in theirs])
+    theirs = {json_key(e) for t in required_terms(manifest) for e in as_list(t.get("matchExpressions"))}
+    unnarrow(pod, [[e] for e in ours if json_key(e) not in theirs])
 
 
 def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
@@ -1089,9 +1089,11 @@ def _steering_of(pod: PodView) -> list[Expression]:
     """The required node affinity expressions on GFD's CUDA labels, as ``steer`` writes them."""
     keys = tuple(f"{GFD}{prefix}." for prefix in CUDA_LABEL_PREFIXES)
     found: list[Expression] = []
+    seen: set[object] = set()
     for term in required_terms(pod):
         for e in as_list(term.get("matchExpressions")):
-            if isinstance(e, dict) and as_str(e.get("key")).startswith(keys) and e not in found:
+            if isinstance(e, dict) and as_str(e.get("key")).startswith(keys) and (k := json_key(e)) not in seen:
+                seen.add(k)
                 found.append(e)
     return found
 

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_DOWN, Decimal
 from typing import Literal
 
-from webhook import PREFIX
+from webhook import PREFIX, budget
 from webhook.affinity import expression, require
 from webhook.cluster import (
     GFD,
@@ -782,6 +782,7 @@ def _choose(
     ranked: list[tuple[tuple[object, ...], Option, list[Placement]]] = []
     selector = as_dict(pod.spec.get("nodeSelector"))
     for option in req.options:
+        budget.check()
         if option.selector and selector.get(option.selector[0], option.selector[1]) != option.selector[1]:
             continue  # another container (or the user) already chose a different profile or product
         places: list[Placement] = []

@@ -66,6 +66,7 @@ from webhook.affinity import (
     Expression,
     expression,
     holds,
+    json_key,
     narrow,
     prefer,
     required_terms,
@@ -529,16 +530,18 @@ def _not_written(pod: PodView, places: Sequence[Sequence[Expression]]) -> list[l
     In (spot), lost it to a reinvocation and then required every provider's spot place, and lost it for good when
     moved off require: a generative review)."""
     manifest = PodView(pod.kind, {}, manifest_template_spec(pod), pod.namespace)
-    theirs = [e for t in required_terms(manifest) for e in as_list(t.get("matchExpressions"))]
-    return [kept for place in places if (kept := [e for e in place if e not in theirs])]
+    theirs = {json_key(e) for t in required_terms(manifest) for e in as_list(t.get("matchExpressions"))}
+    return [kept for place in places if (kept := [e for e in place if json_key(e) not in theirs])]
 
 
 def _not_preferred_by_manifest(pod: PodView, places: Sequence[Sequence[Expression]]) -> list[Sequence[Expression]]:
     """``places`` but those the manifest kubectl applied prefers itself, with the webhook's weight."""
     node_affinity = as_dict(as_dict(manifest_template_spec(pod).get("affinity")).get("nodeAffinity"))
-    theirs = as_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))
+    theirs = {json_key(p) for p in as_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))}
     return [
-        p for p in places if {"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": list(p)}} not in theirs
+        p
+        for p in places
+        if json_key({"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": list(p)}}) not in theirs
     ]
 
 
