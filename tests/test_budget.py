@@ -121,3 +121,27 @@ def test_a_real_pod_is_reviewed_well_within_the_budget() -> None:
     pod["spec"]["containers"] = pod["spec"]["containers"][:2] + pod["spec"]["containers"][56:58]
     del pod["spec"]["affinity"]
     assert pipeline.review(pod, ctx).reason != "TooComplex"
+
+
+def test_a_refusal_for_the_budget_is_not_kept_for_the_replicas() -> None:
+    """Found by a review of this session's commits: the clock's verdict was stored as the shape's answer, and every
+    replica got it for as long as the snapshot lived."""
+    from webhook import decisions
+
+    settings = hardening_settings()
+    ctx = Context(settings=settings, cluster=build_view(cluster_nodes(), settings), namespace="ml")
+    calls: list[int] = []
+
+    def step(obj: Any, ctx: Context) -> pipeline.Result:
+        calls.append(1)
+        if len(calls) == 1:
+            return pipeline.Result(allowed=False, code=422, reason="TooComplex", message="gave up", object=obj)
+        return pipeline.mutate(obj, ctx)
+
+    pod = costly_pod()
+    pod["spec"]["containers"] = pod["spec"]["containers"][:1]
+    del pod["spec"]["affinity"]
+    assert decisions.answer("mutate", step, pod, ctx).reason == "TooComplex"
+    again = decisions.answer("mutate", step, pod, ctx)
+    assert again.reason != "TooComplex" and not again.reused and len(calls) == 2
+    assert decisions.answer("mutate", step, pod, ctx).reused, "an answer of the shape is kept"

@@ -4,6 +4,7 @@ through the real ``kubernetes`` client against tests/kubeapi.py."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -679,7 +680,7 @@ def test_api_sink_counts_an_api_server_that_is_away(tmp_path: Any) -> None:
 def test_every_event_reason_the_policies_emit_is_documented() -> None:
     emitted = set()
     for source in (REPO / "webhook").rglob("*.py"):
-        emitted |= set(re.findall(r"\.event\(\s*\"([A-Za-z]+)\"", source.read_text()))
+        emitted |= set(re.findall(r"(?:\.event|\bEvent)\(\s*\"([A-Za-z]+)\"", source.read_text()))
     assert {"SpotTolerated", "CUDAChecked", "UngateRefused"} <= emitted
     docs = (REPO / "docs" / "observability.md").read_text()
     missing = sorted(r for r in emitted if f"| `{r}` |" not in docs)
@@ -977,3 +978,26 @@ def test_events_lines_are_written_for_exactly_the_answers_that_call_for_events()
     assert event_lines(request(pod), result([CHECKED], allowed=False), "i") == []
     assert event_lines(request(pod), result([]), "i") == []
     assert len(event_lines(request(pod), result([CHECKED]), "i")) == 1
+
+
+def test_a_refused_workload_update_has_no_event() -> None:
+    """Found by a review of this session's commits: with Events for refused updates (a pod's ungating), a refused
+    Deployment update got the Events of a template that was never stored (SpotTolerated)."""
+    sink = Recording()
+    app, recorder = app_with(sink)
+    settings = Settings()
+    ctx = Context(settings=settings, cluster=spot_cluster(settings).snapshot(), namespace="default")
+    template = {"metadata": {"annotations": {"gpu-admission.io/spot": "tolerate"}}, "spec": gpu_pod()["spec"]}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "default"}}
+    deployment["spec"] = {"selector": {"matchLabels": {"a": "b"}}, "template": template}
+    old = pipeline.review(deployment, ctx).object
+    new = copy.deepcopy(old)
+    new["spec"]["template"]["spec"]["containers"][0]["image"] = "nvidia/cuda:12.8.0-base-ubuntu22.04"
+    new = pipeline.mutate(new, dataclasses.replace(ctx, operation="UPDATE", old_object=old)).object
+    assert "gpu-admission.io/spot-applied" in new["spec"]["template"]["metadata"]["annotations"]
+    body = review(new, operation="UPDATE", name="d", oldObject=old)
+    body["request"]["kind"] = {"group": "apps", "version": "v1", "kind": "Deployment"}
+    answer = app.test_client().post("/validate", json=body).get_json()["response"]
+    assert answer["allowed"] is False
+    assert isinstance(recorder.events, EventQueue) and recorder.events.drain(5)
+    assert sink.bodies == []

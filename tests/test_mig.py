@@ -2336,3 +2336,55 @@ def test_a_kueue_workloads_ask_left_for_its_pods_is_said_to_escape_its_quota(
     result = pipeline.review(job, ctx)
     assert result.allowed
     assert any(said in w for w in result.warnings) is queued, result.warnings
+
+
+def test_a_conversion_stays_where_kubectls_manifest_is_older_than_the_ask() -> None:
+    """Found by a review of this session's commits: the manifest in last-applied-configuration is written by
+    client-side kubectl apply alone; a fraction set later by kubectl edit (converted) lost its device at the next
+    update (a rollout restart), read against the stale manifest's whole GPU. Only a manifest that asked the fraction
+    before, and asks none now, drops it."""
+    from tests.hardening_fixtures import cluster_nodes, hardening_settings
+    from webhook.cluster import build_view
+    from webhook.model import Context
+
+    settings = hardening_settings()
+    ctx = Context(settings=settings, cluster=build_view(cluster_nodes(), settings), namespace="ml")
+    container: dict[str, Any] = {"name": "server", "image": "nvidia/cuda:12.2.2-base-ubuntu22.04"}
+    container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    template = {"metadata": {"labels": {"app": "infer"}}, "spec": {"containers": [container]}}
+    manifest: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "infer", "namespace": "ml"},
+        "spec": {"selector": {"matchLabels": {"app": "infer"}}, "template": template},
+    }
+    applied = copy.deepcopy(manifest)
+    applied["metadata"]["annotations"] = {LAST_APPLIED: json.dumps(manifest)}
+    live = pipeline.mutate(applied, ctx).object
+    edited = copy.deepcopy(live)  # kubectl edit: the fraction, the manifest as it was
+    edited["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "0.5"}}
+    live = pipeline.mutate(edited, replace(ctx, operation="UPDATE", old_object=live)).object
+    assert "nvidia.com/mig-3g.40gb" in live["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    restarted = copy.deepcopy(live)
+    restarted["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = (
+        "2026-12-04T20:00:00Z"
+    )
+    result = pipeline.mutate(restarted, replace(ctx, operation="UPDATE", old_object=live))
+    kept = result.object["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert kept == live["spec"]["template"]["spec"]["containers"][0]["resources"], kept
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_a_gated_fraction_may_take_a_profile_on_a_tainted_pool(gated: bool) -> None:
+    """Found by a review of this session's commits: the CUDA policy judges a gated pod with any toleration added
+    (what takes its gate away may add them: Kueue's flavors), the MIG policy did not, and a gated fraction whose
+    only MIG pool is tainted was refused at its create."""
+    taint = [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+    nodes = [mixed_node("a0", A100_40, {"3g.20gb": 2}, "tainted", 40960, taints=taint)]
+    obj = frac("0.5")
+    if gated:
+        obj["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    result = review(obj, nodes)
+    assert result.allowed is gated, result.message
+    if gated:
+        assert resources_of(result.object)["limits"] == {"nvidia.com/mig-3g.20gb": "1"}

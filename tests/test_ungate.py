@@ -245,3 +245,14 @@ def test_a_gated_pod_may_land_where_the_update_that_ungates_it_adds_a_toleration
     del to_old["spec"]["schedulingGates"]
     to_old["spec"]["nodeSelector"] = {POOL: "h100-old"}
     assert update(app, "/validate", to_old, stored)["allowed"] is False
+
+
+def test_a_pod_not_reviewed_at_its_create_is_not_reviewed_at_its_ungating() -> None:
+    """Found by a review of this session's commits: a pod whose create was exempt (its creator's user or group)
+    was refused when Kueue's service account, not exempt, took its gate away, and stayed gated for good. The
+    ungating is reviewed only for a pod that carries the webhook's words from its create."""
+    app, recorder, sink = app_with()
+    old = created(GATE)
+    old["metadata"]["annotations"] = {}  # as an exempt creator's pod is stored
+    answer = update(app, "/validate", admitted(old, "h100-old"), old)
+    assert answer["allowed"] is True and sent(recorder, sink) == []

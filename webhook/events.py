@@ -119,8 +119,8 @@ def _addressed(review: ReviewRequest | None, result: Result | None) -> tuple[str
     ungating refused, ``pipeline.ungated``)."""
     if review is None or result is None or review.dry_run or result.skipped:
         return None
-    if not result.allowed and review.operation != "UPDATE":
-        return None
+    if not result.allowed and (review.operation != "UPDATE" or review.kind != "Pod"):
+        return None  # a pod's update is refused only when it takes its last gate away: UngateRefused alone
     if review.operation not in ("CREATE", "UPDATE") or not result.outcome.events:
         return None
     name = review.name or review.subject.name

@@ -26,6 +26,7 @@ from webhook.model import (
     WARNING_LIMIT,
     Context,
     Denial,
+    Event,
     Outcome,
     PodView,
     as_dict,
@@ -194,6 +195,8 @@ def ungated(obj: Any, ctx: Context) -> list[str]:
     where it may land now. Tolerations added to a pod that was never gated are not reviewed."""
     if ctx.operation != "UPDATE" or as_str(as_dict(obj).get("kind")) != "Pod" or gates(obj):
         return []
+    if not _output_annotations(ctx.old_object):
+        return []  # not reviewed at its create (an exempt creator, made before the webhook): not at its ungating
     return gates(ctx.old_object)
 
 
@@ -218,7 +221,7 @@ def _ungate_refusal(result: Result, gone: Sequence[str], ctx: Context) -> None:
         message = f"{message}\n{KUEUE_ADVICE}"
     result.message = clipped(message, MESSAGE_LIMIT)
     result.audit["reason"] = clipped(result.message, AUDIT_VALUE_LIMIT)
-    result.outcome.event("UngateRefused", f"{result.reason}: {result.message}", "Warning")
+    result.outcome.events = [Event("UngateRefused", f"{result.reason}: {result.message}", "Warning")]
 
 
 def _controlled_by(obj: JSON, kind: str) -> bool:

@@ -435,8 +435,8 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
                     changed = True
             changed = _unpin(pod, given) or changed
         manifest = _manifest_container(pod, name)
-        if manifest is not None and not _asks_again(manifest) and _take_out(pod, container, given, manifest):
-            changed = True
+        if manifest is not None and not _asks_again(manifest) and _dropped(ctx, pod, name):
+            changed = _take_out(pod, container, given, manifest) or changed
         if changed:
             forgotten.append(name)
             resources = as_dict(container.get("resources"))
@@ -456,6 +456,17 @@ def _manifest_container(pod: PodView, name: str) -> JSON | None:
             if isinstance(c, dict) and c.get("name") == name:
                 return c
     return None
+
+
+def _dropped(ctx: Context, pod: PodView, name: str) -> bool:
+    """Whether the manifest kubectl applied before this update asked a fraction or a memory size for container
+    ``name``: this update's manifest, which asks none, dropped it. Without that, the manifest may be stale (only
+    client-side ``kubectl apply`` writes it: a fraction set by ``kubectl edit`` later, converted, lost its device to
+    the next image change: a review of this session's commits)."""
+    if not isinstance(ctx.old_object, dict):
+        return False
+    before = _manifest_container(PodView(pod.kind, {}, {}, pod.namespace, root=ctx.old_object), name)
+    return before is not None and _asks_again(before)
 
 
 def _take_out(pod: PodView, container: JSON, given: str, manifest: JSON) -> bool:
@@ -694,6 +705,8 @@ def _trial(pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option
     trial: JSON = {k: spec[k] for k in ("nodeName", "affinity", "tolerations") if k in spec}
     if ask is not None and option is not None and option.resource != GPU_RESOURCE:
         trial["tolerations"] = [*as_list(spec.get("tolerations")), GPU_TAINT_TOLERATION]
+    if as_list(spec.get("schedulingGates")):  # what takes the gate away may add tolerations (cuda._eligible)
+        trial["tolerations"] = [*as_list(trial.get("tolerations")), cuda.TOLERATES_ALL]
     selector = dict(as_dict(spec.get("nodeSelector")))
     if option is not None and option.selector:
         selector[option.selector[0]] = option.selector[1]
@@ -1237,6 +1250,9 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
     return done
 
 
+KUEUE_TEMPLATE_KINDS = frozenset({"Job", "CronJob"})
+"""The workloads whose quota Kueue reckons from their pod template; a queued Deployment's or StatefulSet's is
+reckoned from each pod, converted by then (Kueue's pod integration)."""
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 """The label that puts a workload (or, for Kueue's pod groups, its pods' template) in a Kueue LocalQueue."""
 
@@ -1258,7 +1274,7 @@ def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask,
     containers' conversions (a sidecar's pin to a single-strategy product took every profile that held it away),
     and said now where every pod would be refused: no profile holds it, or only where the driver is too old for the
     pod's CUDA (found by a generative review: the template was admitted without a word, and each pod refused)."""
-    if _kueue_queue(pod):  # Kueue reckons quota from the template, where this ask stays as written
+    if pod.kind in KUEUE_TEMPLATE_KINDS and _kueue_queue(pod):  # Kueue reckons quota from the template as written
         said = "Kueue sees it as written, in no ClusterQueue" if ask.kind == "memory" else "Kueue charges no GPU for it"
         out.warn(fit_warning(f"{ask.name}: {ask.asked}: {said}; ask a nvidia.com/gpu fraction", ask.name))
     choice, seen, _ = _choose(req, pod, others, ask)
