@@ -2148,6 +2148,29 @@ def test_kubectl_apply_converts_afresh_an_ask_written_in_requests_too(sections, 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
+def _hardening_context() -> Any:
+    """The hardening fixtures' cluster (mixed and single-strategy MIG pools, drivers 535 to 570) in namespace ml."""
+    from tests.hardening_fixtures import cluster_nodes, hardening_settings
+    from webhook.cluster import build_view
+    from webhook.model import Context
+
+    settings = hardening_settings()
+    return Context(settings=settings, cluster=build_view(cluster_nodes(), settings), namespace="ml")
+
+
+def _infer(limits: dict[str, str]) -> dict[str, Any]:
+    """A Deployment of one container 'server' with these limits."""
+    container = {"name": "server", "image": "nvidia/cuda:12.2.2-base-ubuntu22.04", "resources": {"limits": limits}}
+    template = {"metadata": {"labels": {"app": "infer"}}, "spec": {"containers": [container]}}
+    spec = {"selector": {"matchLabels": {"app": "infer"}}, "template": template}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "infer", "namespace": "ml"},
+        "spec": spec,
+    }
+
+
 @pytest.mark.parametrize(
     ("fraction", "now"),
     [
@@ -2161,36 +2184,20 @@ def test_a_conversion_whose_ask_the_manifest_drops_is_taken_out(fraction: str, n
     device (mixed strategy), or, on single-strategy nodes, the webhook's request of one GPU without the limit that
     kubectl took out (the apiserver refused the apply) and the partition pin; one that asks a whole GPU now was
     kept on MIG instances by the pin. What the conversion wrote goes, what the manifest writes stays."""
-    from tests.hardening_fixtures import cluster_nodes, hardening_settings
-    from webhook.cluster import build_view
-    from webhook.model import Context
-
-    settings = hardening_settings()
-    ctx = Context(settings=settings, cluster=build_view(cluster_nodes(), settings), namespace="ml")
-
-    def manifest(limits: dict[str, str]) -> dict[str, Any]:
-        container = {"name": "server", "image": "nvidia/cuda:12.2.2-base-ubuntu22.04", "resources": {"limits": limits}}
-        template = {"metadata": {"labels": {"app": "infer"}}, "spec": {"containers": [container]}}
-        spec = {"selector": {"matchLabels": {"app": "infer"}}, "template": template}
-        return {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "infer", "namespace": "ml"},
-            "spec": spec,
-        }
+    ctx = _hardening_context()
 
     def applied(written: dict[str, Any]) -> dict[str, Any]:
         sent = copy.deepcopy(written)
         sent["metadata"]["annotations"] = {LAST_APPLIED: json.dumps(written)}
         return sent
 
-    first = manifest({"cpu": "1", "nvidia.com/gpu": fraction})
+    first = _infer({"cpu": "1", "nvidia.com/gpu": fraction})
     live = pipeline.mutate(applied(first), ctx).object
     converted = live["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/mig"]
     assert f"nvidia.com/gpu {fraction} -> " in converted
     # kubectl's three-way merge: the limit it applied goes, the rest of the live template stays; a label changed
     # with it (a template left as it was is not sent, README: that case, and only the fraction gone, stay)
-    edited = manifest(now)
+    edited = _infer(now)
     edited["spec"]["template"]["metadata"]["labels"]["rev"] = "2"
     sent = copy.deepcopy(live)
     sent["metadata"]["annotations"] = applied(edited)["metadata"]["annotations"]
@@ -2238,12 +2245,7 @@ def test_a_template_whose_pods_will_all_be_refused_for_a_deferred_ask_says_so(
     without a word, and every pod then refused: the only profile holding 40Gi is on a driver too old for CUDA
     12.8; a sidecar's fraction, converted in the template and pinned to a single-strategy product, left no
     profile of 10Gi."""
-    from tests.hardening_fixtures import cluster_nodes, hardening_settings
-    from webhook.cluster import build_view
-    from webhook.model import Context
-
-    settings = hardening_settings()
-    ctx = Context(settings=settings, cluster=build_view(cluster_nodes(), settings), namespace="ml")
+    ctx = _hardening_context()
     spec = {"containers": [{"name": n, "image": i, "resources": {"limits": limits}} for n, i, limits in containers]}
     template = {"metadata": {"labels": {"app": "embed"}}, "spec": spec}
     deployment = {
@@ -2266,26 +2268,9 @@ def test_an_updates_review_called_again_keeps_its_own_words() -> None:
     """Found by a generative review: 0.5 made 0.4 (the same profile) wrote a template equal to the stored one with
     new words; the apiserver's second call (reinvocation, after another webhook's change) took the update for one
     that leaves the template as stored and put the stale words back. Words edited by hand still are."""
-    from tests.hardening_fixtures import cluster_nodes, hardening_settings
-    from webhook.cluster import build_view
-    from webhook.model import Context
+    ctx = _hardening_context()
 
-    settings = hardening_settings()
-    ctx = Context(settings=settings, cluster=build_view(cluster_nodes(), settings), namespace="ml")
-
-    def deployment(fraction: str) -> dict[str, Any]:
-        container: dict[str, Any] = {"name": "server", "image": "nvidia/cuda:12.2.2-base-ubuntu22.04"}
-        container["resources"] = {"limits": {"nvidia.com/gpu": fraction}}
-        template = {"metadata": {"labels": {"app": "infer"}}, "spec": {"containers": [container]}}
-        spec = {"selector": {"matchLabels": {"app": "infer"}}, "template": template}
-        return {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "infer", "namespace": "ml"},
-            "spec": spec,
-        }
-
-    live = pipeline.mutate(deployment("0.5"), ctx).object
+    live = pipeline.mutate(_infer({"nvidia.com/gpu": "0.5"}), ctx).object
     sent = copy.deepcopy(live)  # kubectl apply of 0.4: the fraction back beside the device
     sent["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "0.4"
     update = replace(ctx, operation="UPDATE", old_object=live)
@@ -2318,12 +2303,7 @@ def test_a_kueue_workloads_ask_left_for_its_pods_is_said_to_escape_its_quota(
     """Found by a review of the webhook with Kueue: Kueue reckons a Job's quota from its template, where a memory
     size (a resource no ClusterQueue lists: the Job waits for ever) or the fraction annotation (no GPU charged) is
     left for the pods to convert."""
-    from tests.hardening_fixtures import cluster_nodes, hardening_settings
-    from webhook.cluster import build_view
-    from webhook.model import Context
-
-    settings = hardening_settings()
-    ctx = Context(settings=settings, cluster=build_view(cluster_nodes(), settings), namespace="ml")
+    ctx = _hardening_context()
     container = {"name": "embed", "image": "nvidia/cuda:12.2.2-base-ubuntu22.04", "resources": {"limits": limits}}
     template = {"metadata": {"annotations": annotations}, "spec": {"restartPolicy": "Never", "containers": [container]}}
     labels = {"kueue.x-k8s.io/queue-name": "user-queue"} if queued else {}
@@ -2343,12 +2323,7 @@ def test_a_conversion_stays_where_kubectls_manifest_is_older_than_the_ask() -> N
     client-side kubectl apply alone; a fraction set later by kubectl edit (converted) lost its device at the next
     update (a rollout restart), read against the stale manifest's whole GPU. Only a manifest that asked the fraction
     before, and asks none now, drops it."""
-    from tests.hardening_fixtures import cluster_nodes, hardening_settings
-    from webhook.cluster import build_view
-    from webhook.model import Context
-
-    settings = hardening_settings()
-    ctx = Context(settings=settings, cluster=build_view(cluster_nodes(), settings), namespace="ml")
+    ctx = _hardening_context()
     container: dict[str, Any] = {"name": "server", "image": "nvidia/cuda:12.2.2-base-ubuntu22.04"}
     container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
     template = {"metadata": {"labels": {"app": "infer"}}, "spec": {"containers": [container]}}
