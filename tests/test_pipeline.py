@@ -703,3 +703,15 @@ def test_an_annotations_map_that_held_only_the_webhooks_words_goes_with_them() -
     sent["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
     result = pipeline.mutate(sent, dataclasses.replace(ctx, operation="UPDATE", old_object=live))
     assert result.object["spec"]["template"]["metadata"] == {"labels": {"app": "d"}}
+
+
+@pytest.mark.parametrize("old", [None, [], "pod"])
+def test_a_pod_update_without_the_stored_pod_keeps_its_annotations(old: Any) -> None:
+    """Found by a review of this session's commits: an UPDATE whose oldObject is missing or not an object (the
+    apiserver always sends one) had the webhook's annotations patched away, as if the stored pod had none."""
+    after = gpu_pod(annotations={"gpu-admission.io/cuda": "trainer: CUDA 12.2 ..."})
+    ctx = Context(
+        settings=Settings(), cluster=build_view([], Settings()), namespace="ml", operation="UPDATE", old_object=old
+    )
+    result = pipeline.mutate(after, ctx)
+    assert result.allowed and result.patch == [] and result.skipped

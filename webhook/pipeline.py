@@ -569,6 +569,8 @@ def _output_annotations(obj: Any) -> dict[str, Any]:
 
 def protect_outputs(obj: Any, old: Any) -> Result:
     """A pod UPDATE may not change the webhook's own annotations: put them back as they were on ``old``."""
+    if not isinstance(old, dict):  # the apiserver always sends it; without it, nothing says what they were
+        return Result(object=obj, skipped="pod update without the stored pod (oldObject)")
     before, now = _output_annotations(old), _output_annotations(obj)
     if before == now:
         return Result(object=obj, skipped="pod update leaves the webhook's annotations as they were")
