@@ -2363,3 +2363,27 @@ def test_a_gated_fraction_may_take_a_profile_on_a_tainted_pool(gated: bool) -> N
     assert result.allowed is gated, result.message
     if gated:
         assert resources_of(result.object)["limits"] == {"nvidia.com/mig-3g.20gb": "1"}
+
+
+@pytest.mark.parametrize("where", ["job-template", "cronjob"])
+def test_a_cronjobs_queue_is_read_where_its_jobs_get_it(where: str) -> None:
+    """Kueue queues the Jobs a CronJob makes by the label on its job template (the Jobs get that metadata, not the
+    CronJob's own)."""
+    ctx = _hardening_context()
+    container: dict[str, Any] = {"name": "embed", "image": "nvidia/cuda:12.2.2-base-ubuntu22.04"}
+    container["resources"] = {"limits": {"gpu-admission.io/gpu-memory": "20Gi"}}
+    template = {"spec": {"restartPolicy": "Never", "containers": [container]}}
+    labels = {"kueue.x-k8s.io/queue-name": "user-queue"}
+    job_template: dict[str, Any] = {"spec": {"template": template}}
+    cron: dict[str, Any] = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": "ml"},
+    }
+    cron["spec"] = {"schedule": "0 1 * * *", "jobTemplate": job_template}
+    if where == "job-template":
+        job_template["metadata"] = {"labels": labels}
+    else:
+        cron["metadata"]["labels"] = labels
+    result = pipeline.review(cron, ctx)
+    assert any("Kueue sees it as written" in w for w in result.warnings) is (where == "job-template"), result.warnings

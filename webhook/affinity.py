@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import orjson
 
 from webhook import budget
-from webhook.model import JSON, PodView, as_dict, as_list, copy_json
+from webhook.model import JSON, PodView, as_dict, as_list, copy_json, manifest_template_spec
 
 Expression = JSON
 """{"key": ..., "operator": ..., "values": [...]}"""
@@ -114,6 +114,14 @@ def json_key(value: object) -> bytes | object:
         return ("id", id(value))
 
 
+def manifest_expressions(pod: PodView) -> frozenset[object]:
+    """The ``json_key``s of the expressions in the required terms of the manifest kubectl applied: the user's own,
+    which what the webhook takes out of a template (an earlier steering, an earlier spot mode's places) leaves
+    alone, though it may equal one the webhook writes."""
+    manifest = PodView(pod.kind, {}, manifest_template_spec(pod), pod.namespace)
+    return frozenset(json_key(e) for t in required_terms(manifest) for e in as_list(t.get("matchExpressions")))
+
+
 class _Terms:
     """Terms in order, each once: compared by their JSON with sorted keys (a scan of the list was quadratic, and a
     pod of thousands of terms took seconds); what orjson cannot write, by equality."""
@@ -168,11 +176,12 @@ def _prune(pod: PodView) -> None:
         del pod.spec["affinity"]
 
 
-def unnarrow(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool:
+def unnarrow(pod: PodView, alternatives: Sequence[Sequence[Expression]], keep: frozenset[object] = frozenset()) -> bool:
     """Undo ``narrow``: take each alternative's expressions out of every required term (the terms it multiplied
     become the ones it started from again); a term left with nothing, which was only an alternative, goes, and the
-    required affinity with the last of them. Returns whether the pod changed."""
-    drop = {json_key(e) for alt in alternatives for e in alt}
+    required affinity with the last of them. Expressions in ``keep`` (``json_key``s: the user's own,
+    ``manifest_expressions``) stay. Returns whether the pod changed."""
+    drop = {k for alt in alternatives for e in alt if (k := json_key(e)) not in keep}
     existing = required_terms(pod)
     if not drop or not any(json_key(e) in drop for t in existing for e in as_list(t.get("matchExpressions"))):
         return False

@@ -702,6 +702,7 @@ class _Term:
 
 def _term(raw: object) -> _Term | None:
     """One nodeSelectorTerm; None when it matches no node (empty, or any part the scheduler could not parse)."""
+    budget.check()
     if not isinstance(raw, dict):
         return None
     expressions, fields = raw.get("matchExpressions"), raw.get("matchFields")
@@ -716,11 +717,6 @@ def _term(raw: object) -> _Term | None:
     if any(r is None for r in requirements) or any(f is None for f in field_reqs):
         return None
     return _Term(tuple(r for r in requirements if r), tuple(f for f in field_reqs if f))
-
-
-def _checked_term(term: object) -> _Term | None:
-    budget.check()
-    return _term(term)
 
 
 @dataclass(frozen=True)
@@ -763,7 +759,7 @@ class _Rules:
         if any(v is not None and not isinstance(v, dict) for v in (affinity, node_affinity, required)):
             impossible = True
         elif isinstance(required, dict):
-            parsed = [_checked_term(t) for t in as_list(required.get("nodeSelectorTerms"))]
+            parsed = [_term(t) for t in as_list(required.get("nodeSelectorTerms"))]
             terms = tuple(t for t in parsed if t is not None)
         tolerations = tuple(t for t in as_list(spec.get("tolerations")) if isinstance(t, dict))
         per_node = (

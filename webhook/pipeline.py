@@ -293,13 +293,18 @@ def _grown_past(spec: JSON, mutations: Sequence[str]) -> str:
     )
 
 
+def _pod_spec(obj: Any) -> JSON:
+    """The pod's spec, or its template's ({} when there is none)."""
+    node: Any = obj
+    for key in TEMPLATE_PATHS.get(as_str(as_dict(obj).get("kind")), ()):
+        node = node.get(key) if isinstance(node, dict) else None
+    return as_dict(as_dict(node).get("spec"))
+
+
 def _oversized(obj: JSON) -> Result | None:
     """A denial for a pod (template) with more containers, or more node rules, than the webhook reviews, else
     None."""
-    node: Any = obj
-    for key in TEMPLATE_PATHS.get(as_str(obj.get("kind")), ()):
-        node = node.get(key) if isinstance(node, dict) else None
-    spec = as_dict(as_dict(node).get("spec"))
+    spec = _pod_spec(obj)
     count = len(as_list(spec.get("containers"))) + len(as_list(spec.get("initContainers")))
     if count > MAX_CONTAINERS:
         reason = "TooManyContainers"
@@ -621,10 +626,7 @@ def _bounded(obj: Any, run: Callable[[], Result]) -> Result:
 
 def _sizes(obj: Any) -> str:
     """What a pod is made of, in counts, for the TooComplex refusal."""
-    node: Any = obj
-    for key in TEMPLATE_PATHS.get(as_str(as_dict(obj).get("kind")), ()):
-        node = node.get(key) if isinstance(node, dict) else None
-    spec = as_dict(as_dict(node).get("spec"))
+    spec = _pod_spec(obj)
     containers = [c for key in ("containers", "initContainers") for c in as_list(spec.get(key))]
     resources = {
         name

@@ -23,7 +23,16 @@ from functools import lru_cache
 from typing import Literal, TypeVar
 
 from webhook import PREFIX
-from webhook.affinity import Expression, expression, holds, json_key, narrow, required_terms, unnarrow
+from webhook.affinity import (
+    Expression,
+    expression,
+    holds,
+    json_key,
+    manifest_expressions,
+    narrow,
+    required_terms,
+    unnarrow,
+)
 from webhook.cluster import (
     DRIVER_LABELS,
     GFD,
@@ -64,7 +73,6 @@ from webhook.model import (
     clipped,
     copy_json,
     fit_warning,
-    manifest_template_spec,
 )
 from webhook.quantity import QuantityError, parse_quantity
 
@@ -651,9 +659,7 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
         return
     # not what the manifest itself writes (the spot policy, which may have written the same pool selector, takes
     # out and writes again its own places: ``spot._forget_places``)
-    manifest = PodView(pod.kind, {}, manifest_template_spec(pod), pod.namespace)
-    theirs = {json_key(e) for t in required_terms(manifest) for e in as_list(t.get("matchExpressions"))}
-    unnarrow(pod, [[e] for e in ours if json_key(e) not in theirs])
+    unnarrow(pod, [[e] for e in ours], keep=manifest_expressions(pod))
 
 
 def steer(pod: PodView, ctx: Context, out: Outcome) -> None:

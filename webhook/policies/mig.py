@@ -1254,19 +1254,17 @@ KUEUE_TEMPLATE_KINDS = frozenset({"Job", "CronJob"})
 """The workloads whose quota Kueue reckons from their pod template; a queued Deployment's or StatefulSet's is
 reckoned from each pod, converted by then (Kueue's pod integration)."""
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
-"""The label that puts a workload (or, for Kueue's pod groups, its pods' template) in a Kueue LocalQueue."""
+"""The label that puts a Job in a Kueue LocalQueue (on a CronJob: on its job template, which its Jobs get)."""
 
 
 def _kueue_queue(pod: PodView) -> str:
-    """The Kueue queue a workload is in ('' when none): Kueue reckons its quota from its template, where a memory
-    size or the fraction annotation is left for the pods to convert: Kueue then finds the memory resource in no
-    ClusterQueue (the workload waits for ever) or charges no GPU for the annotation (a review of the webhook with
+    """The Kueue queue a Job or CronJob is in ('' when none): Kueue reckons its quota from its template, where a
+    memory size or the fraction annotation is left for the pods to convert: Kueue then finds the memory resource in
+    no ClusterQueue (the workload waits for ever) or charges no GPU for the annotation (a review of the webhook with
     Kueue). A fraction of ``nvidia.com/gpu`` is converted in the template."""
-    for metadata in (pod.root.get("metadata"), pod.metadata):
-        queue = as_dict(as_dict(metadata).get("labels")).get(KUEUE_QUEUE)
-        if isinstance(queue, str) and queue:
-            return queue
-    return ""
+    job = as_dict(as_dict(pod.root.get("spec")).get("jobTemplate")) if pod.kind == "CronJob" else pod.root
+    queue = as_dict(as_dict(job.get("metadata")).get("labels")).get(KUEUE_QUEUE)
+    return queue if isinstance(queue, str) else ""
 
 
 def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask, out: Outcome) -> None:

@@ -67,6 +67,7 @@ from webhook.affinity import (
     expression,
     holds,
     json_key,
+    manifest_expressions,
     narrow,
     prefer,
     required_terms,
@@ -518,24 +519,17 @@ def _forget_places(pod: PodView, ctx: Context, mode: str, terms: Sequence[Sequen
         return False
     if mode == "require":
         said = _said_places(earlier, REQUIRES, NOT_ON_CLUSTER) or []
-        return unnarrow(pod, _not_written(pod, [t for t in said if pod.is_template or t not in terms]))
+        return unnarrow(pod, [t for t in said if pod.is_template or t not in terms], keep=manifest_expressions(pod))
     said = _said_places(earlier, PREFERS, f" (weight {PREFERRED_WEIGHT})") or []
     stale = [t for t in said if pod.is_template or t not in terms]
     return unprefer(pod, _not_preferred_by_manifest(pod, stale), PREFERRED_WEIGHT)
 
 
-def _not_written(pod: PodView, places: Sequence[Sequence[Expression]]) -> list[list[Expression]]:
-    """``places`` without the expressions the manifest kubectl applied writes in its required terms: taking the
-    places out must leave the user's own (a Deployment whose own term was a spot place, karpenter.sh/capacity-type
-    In (spot), lost it to a reinvocation and then required every provider's spot place, and lost it for good when
-    moved off require: a generative review)."""
-    manifest = PodView(pod.kind, {}, manifest_template_spec(pod), pod.namespace)
-    theirs = {json_key(e) for t in required_terms(manifest) for e in as_list(t.get("matchExpressions"))}
-    return [kept for place in places if (kept := [e for e in place if json_key(e) not in theirs])]
-
-
 def _not_preferred_by_manifest(pod: PodView, places: Sequence[Sequence[Expression]]) -> list[Sequence[Expression]]:
-    """``places`` but those the manifest kubectl applied prefers itself, with the webhook's weight."""
+    """``places`` but those the manifest kubectl applied prefers itself, with the webhook's weight: as the required
+    places taken out leave the manifest's own expressions (``manifest_expressions``: a Deployment whose own term
+    was a spot place, karpenter.sh/capacity-type In (spot), lost it to a reinvocation and then required every
+    provider's spot place, and lost it for good when moved off require: a generative review)."""
     node_affinity = as_dict(as_dict(manifest_template_spec(pod).get("affinity")).get("nodeAffinity"))
     theirs = {json_key(p) for p in as_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))}
     return [
@@ -568,7 +562,8 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
     if earlier == "never":
         off = _said_off_spot(earlier_text)
         narrowings = off if off is not None else _off_spot(ctx)[0]
-        if unnarrow(pod, _not_written(pod, [alt for alternatives in narrowings for alt in alternatives])):
+        off_places = [alt for alternatives in narrowings for alt in alternatives]
+        if unnarrow(pod, off_places, keep=manifest_expressions(pod)):
             return f"{UNDONE}never had added: its required affinity off spot capacity", True
         return "", False
     if earlier not in SPOT_MODES:
@@ -588,7 +583,7 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
                 del pod.spec["tolerations"]
     if earlier == "require":
         said = _said_places(earlier_text, REQUIRES, NOT_ON_CLUSTER)
-        if unnarrow(pod, _not_written(pod, said if said is not None else _spot_places(ctx)[0])):
+        if unnarrow(pod, said if said is not None else _spot_places(ctx)[0], keep=manifest_expressions(pod)):
             removed.append("its required spot affinity")
     if earlier == "prefer":
         said = _said_places(earlier_text, PREFERS, f" (weight {PREFERRED_WEIGHT})")
