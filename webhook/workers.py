@@ -14,6 +14,10 @@ its client stays silent for ``IO_TIMEOUT_S``, or has not sent a whole request (T
 ``REQUEST_DEADLINE_S``, so a client that trickles bytes cannot keep a thread either. Before a thread gives its turn
 up to wait for a client, it does the reporting its requests left (``webhook.outbox``); before it stands by, that of
 the bursts of the last ``outbox.LINGER_S`` (else the next burst does, or it does once that time is up).
+
+A request gunicorn itself rejects before the app sees it (a malformed request line or header, one over its limits,
+a body framing it cannot read) is answered in the app's JSON, ``{"error": ...}``, not gunicorn's HTML page
+(``TurnWorker.handle_error``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
+import json
 import logging
 import select
 import socket
@@ -31,10 +36,12 @@ from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
+from gunicorn import util
 from gunicorn.workers import gthread
 from gunicorn.workers.gthread import ThreadWorker
 
 from webhook import outbox
+from webhook.admission import error_body
 
 log = logging.getLogger("gpu_admission.server")
 
@@ -250,6 +257,59 @@ class TurnSSLSocket(ssl.SSLSocket):
         return count
 
 
+_GUNICORN_WRITE_ERROR = util.write_error
+_json_errors = threading.local()
+"""``on`` while this thread runs ``TurnWorker.handle_error``."""
+
+ERROR_DETAIL_CHARS = 300
+"""The most characters of gunicorn's detail kept in an error answer (a rejected request line is up to 8 kB)."""
+
+
+def error_answer(status: int, reason: str, detail: str) -> bytes:
+    """The whole HTTP answer to a request gunicorn rejected (status, reason and detail as gunicorn chose them): the
+    webhook's ``{"error": ...}`` in JSON, the connection closed after it."""
+    if len(detail) > ERROR_DETAIL_CHARS:
+        detail = detail[:ERROR_DETAIL_CHARS] + "..."
+    if status >= 500 and status != 501:  # 501: a Transfer-Encoding gunicorn does not implement, the client's doing
+        said = f" ({detail})" if detail else ""
+        message = f"internal error in the webhook's HTTP server{said}; see the webhook's log"
+    else:
+        message = (
+            f"malformed HTTP request: {detail or reason}; this webhook takes POST /mutate or POST /validate with a "
+            "JSON AdmissionReview"
+        )
+    body = json.dumps(error_body(message), separators=(",", ":")).encode() + b"\n"  # ASCII: non-ASCII escaped
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode("latin-1", "replace") + body
+
+
+def write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:
+    """``gunicorn.util.write_error``'s part, in JSON (``error_answer``); it never raises. On a ``TurnSSLSocket`` the
+    write waits for the client as every other one does, the turn given up meanwhile, IO_TIMEOUT_S each wait and
+    until the request's deadline; any other socket (a connection whose TLS handshake failed) is written as gunicorn
+    does, without waiting: what does not fit in its buffer is not sent."""
+    try:
+        data = error_answer(int(status_int), str(reason), str(mesg))
+        if isinstance(sock, TurnSSLSocket):
+            sock.sendall(data)
+        else:
+            util.write_nonblock(sock, data)
+    except Exception as err:  # the client went away, or never spoke TLS: gunicorn's own write drops it as well
+        log.debug("the error answer to a request gunicorn rejected was not sent: %r", err)
+
+
+def _write_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:
+    """``gunicorn.util.write_error`` in a worker process: JSON inside ``TurnWorker.handle_error``, gunicorn's own
+    elsewhere."""
+    if getattr(_json_errors, "on", False):
+        write_json_error(sock, status_int, reason, mesg)
+    else:
+        _GUNICORN_WRITE_ERROR(sock, status_int, reason, mesg)
+
+
 DATA_WAIT_S = 0.01
 """How long a request thread of gunicorn's gthread worker (since 25) waits for the rest of a body the app did not read
 (a 413), after which the connection is closed (``DEFAULT_WORKER_DATA_TIMEOUT``, 5 s, also bounds that drain for
@@ -259,7 +319,8 @@ not 5 s. For a new connection's first bytes gunicorn waits as long; ``TurnWorker
 
 class TurnWorker(ThreadWorker):  # type: ignore[misc]
     """gunicorn's gthread worker with the pool above (``worker_class`` in ``webhook.server``), its waits for a
-    client's bytes bounded by DATA_WAIT_S, and a new connection that sent nothing closed after IO_TIMEOUT_S."""
+    client's bytes bounded by DATA_WAIT_S, a new connection that sent nothing closed after IO_TIMEOUT_S, and the
+    errors gunicorn answers itself answered in JSON."""
 
     def init_process(self) -> None:
         if hasattr(gthread, "DEFAULT_WORKER_DATA_TIMEOUT"):  # read by gthread at each wait, in this worker only
@@ -291,3 +352,21 @@ class TurnWorker(ThreadWorker):  # type: ignore[misc]
         super().finish_request(conn, fs)
         if pending is not None and len(pending) > before and pending[-1] is conn:
             conn.timeout = min(conn.timeout, time.monotonic() + IO_TIMEOUT_S)
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        """gunicorn's, answering in the webhook's JSON, ``{"error": ...}``, instead of its HTML page: a request it
+        rejected before the app saw it (400, 414, 417, 431, 501), or its own failure outside the app (500).
+
+        gunicorn's code runs unchanged (which errors are the client's, the status, reason and detail, the warning
+        and the access log line); it relies on ``Worker.handle_error`` (gunicorn 23 to 27) writing its answer with
+        one call ``util.write_error(client, status_int, reason, mesg)``, looked up on ``gunicorn.util`` when called,
+        which here is ``_write_error``: JSON on this thread while the flag is set. Should a later gunicorn write
+        otherwise, its HTML comes back, and ``tests/test_http_errors.py`` fails."""
+        util.write_error = _write_error  # this worker process's; gunicorn's own but inside this method
+        _json_errors.on = True
+        try:
+            super().handle_error(req, client, addr, exc)
+        except Exception:  # gunicorn's logging of it failed: the connection is closed all the same
+            log.exception("error while answering a request that gunicorn rejected (%r)", exc)
+        finally:
+            _json_errors.on = False
