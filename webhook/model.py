@@ -210,6 +210,14 @@ class PodView:
                 return True
         return False
 
+    def fraction_container(self) -> JSON | None:
+        """The container the ``gpu-fraction`` annotation gives its fraction to: the one ``gpu-fraction-container``
+        names, else the first (never an init container); None without the annotation or such a container."""
+        if self.annotation("gpu-fraction") is None:
+            return None
+        named = self.annotation("gpu-fraction-container")
+        return next((c for _, c in self.containers(init=False) if not named or c.get("name") == named), None)
+
     def containers(self, init: bool = True) -> Iterator[tuple[str, JSON]]:
         """(list name, container) for every container that is a mapping: initContainers first, then containers."""
         for list_name in ("initContainers", "containers") if init else ("containers",):

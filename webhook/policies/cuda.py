@@ -238,8 +238,13 @@ def _status(requirement: Requirement, group: NodeGroup, ctx: Context, facts: Nod
 def checks_of(pod: PodView, ctx: Context) -> tuple[Check, ...]:
     cs = ctx.settings.cuda
     out: list[Check] = []
+    # The container the gpu-fraction annotation gives its fraction to asks for no GPU until the mig policy converts
+    # it on each pod, yet its CUDA is what decides where that pod may run: the profile chosen for it, and a
+    # template's ask judged for its pods, must know it (found by a generative review of workload lifecycles: a
+    # Deployment so written, with spot never, was admitted without a word, and each pod refused for its CUDA).
+    given = pod.fraction_container() if ctx.settings.mig.enabled else None
     for list_name, container in pod.containers():
-        if not is_gpu_container(container):
+        if not is_gpu_container(container) and container is not given:
             continue
         declared = declared_cuda(container, pod.annotations, cs.image_references)
         requirement = declared.requirement

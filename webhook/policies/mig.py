@@ -1279,7 +1279,8 @@ def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask,
     if choice is not None and not _runs(req, choice):
         fallback = _fallback(req, pod, others, ask)
         if fallback is None or not _runs(req, fallback):
-            said = f"its pods are refused for their CUDA: only {_where(choice.places)} holds it, on too old a driver"
+            # the reason before the places: a long product or pool name is what the 119 characters cut
+            said = f"its pods are refused: only a driver too old for their CUDA offers it ({_where(choice.places)})"
             out.warn(fit_warning(f"{ask.name}: {ask.asked}: {said}", ask.name))
         return
     if choice is not None:
@@ -1461,9 +1462,7 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
             if _republishable(line, name, container, pod, where_now):
                 verified.append(line)
     if not pod.is_template and pod.annotation("gpu-fraction") is not None:
-        target_name = pod.annotation("gpu-fraction-container")
-        containers = [c for _, c in pod.containers(init=False)]
-        target = next((c for c in containers if not target_name or c.get("name") == target_name), None)
+        target = pod.fraction_container()
         if (
             target is not None
             and not _assigned(target, pod.spec)
