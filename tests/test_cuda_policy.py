@@ -1201,6 +1201,36 @@ def test_the_next_review_takes_out_only_the_steering_not_the_spot_places_nor_the
     assert required_terms(pipeline.mutate(sent, update).object) == terms
 
 
+@pytest.mark.parametrize("mode", ["tolerate", "prefer", None])
+def test_a_template_moved_off_require_keeps_only_the_steering_it_needs(mode: str | None) -> None:
+    """The steering by a pool selector that is also a spot place require wrote: the CUDA policy's ``forget`` leaves
+    that expression to the spot policy, which takes its own places out only from the terms its narrowing made
+    (``affinity.unnarrow``'s ``narrowed``). Taken out by ``forget`` first, the term narrowing made for the other
+    place looked like the user's own and stayed: the template kept requiring the pool whose driver is too old."""
+    declared = [
+        {"name": "cw-spot", "nodeSelector": {"example.com/pool": "cw-spot"}, "spot": True, "driverVersion": "550.54"},
+        {"name": "zero-spot", "nodeSelector": {"karpenter.sh/nodepool": "zero-spot"}, "spot": True},
+    ]
+    ctx = context([], settings(cluster={"pools": declared}))
+    template = {"metadata": {"annotations": {"gpu-admission.io/spot": "require"}}, "spec": pod()["spec"]}
+    template["spec"]["containers"][0]["image"] = IMAGE_128
+    deployment: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}}
+    deployment["spec"] = {"selector": {"matchLabels": {"a": "b"}}, "template": template}
+    live = pipeline.mutate(copy.deepcopy(deployment), ctx).object
+    sent = copy.deepcopy(live)
+    notes = sent["spec"]["template"]["metadata"]["annotations"]
+    if mode is None:
+        del notes["gpu-admission.io/spot"]
+    else:
+        notes["gpu-admission.io/spot"] = mode
+    result = pipeline.mutate(sent, dataclasses.replace(ctx, operation="UPDATE", old_object=live))
+    assert result.allowed, result.message
+    zero = {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["zero-spot"]}
+    assert required_terms(result.object) == [{"matchExpressions": [zero]}]
+    update = dataclasses.replace(ctx, operation="UPDATE", old_object=result.object)
+    assert pipeline.mutate(copy.deepcopy(result.object), update).patch == [], "a reinvocation changes nothing"
+
+
 def test_a_cuda_label_term_the_manifest_writes_stays_at_the_next_review() -> None:
     """Terms on GFD's CUDA labels in a reviewed template are the webhook's steering, unless the manifest kubectl
     applied writes them itself (its last-applied-configuration): then they are the user's, and stay. Without a

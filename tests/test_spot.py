@@ -1499,3 +1499,46 @@ def test_a_workload_that_drops_its_gpu_and_its_spot_mode_in_one_edit_loses_what_
     template = _template(result.object)
     assert "tolerations" not in template["spec"] and "affinity" not in template["spec"], template["spec"]
     assert "removed what require had added" in template["metadata"]["annotations"][APPLIED]
+
+
+KARPENTER_SPOT_TERM = {"matchExpressions": [expr(KARPENTER, "spot")]}
+
+
+@pytest.mark.parametrize(
+    ("own", "required"),
+    [
+        pytest.param([KARPENTER_SPOT_TERM], [KARPENTER_SPOT_TERM], id="its-term-a-spot-place"),
+        pytest.param(
+            [KARPENTER_SPOT_TERM, ZONE_A],
+            [KARPENTER_SPOT_TERM, and_(ZONE_A, expr(GKE_SPOT, "true")), and_(ZONE_A, expr(KARPENTER, "spot"))],
+            id="beside-a-term-narrowed",
+        ),
+    ],
+)
+@pytest.mark.parametrize("kind", ["Deployment", "CronJob"])
+def test_the_users_own_term_on_a_spot_place_outlives_the_passes_without_a_manifest(
+    kind: str, own: list[Any], required: list[Any]
+) -> None:
+    """Found among the last session's fuzz leftovers (as 'a CronJob's Job gets a reordering patch'): a workload
+    without kubectl's last-applied manifest (a Helm release, a server-side apply, the Job a CronJob makes from its
+    template) whose own required term is one provider's spot place (Karpenter's) lost it on the webhook's next pass:
+    the words of require name every spot place of the cluster, and that pass took each out of every term and wrote
+    them again, so the pods then required any provider's spot capacity (the CronJob's Jobs each got that patch),
+    and lost it for good when moved off require. A term narrow kept as it was (it implied a spot place on its own)
+    is the pod's own: one the webhook made stands beside its siblings, one per spot place."""
+    nodes = [node("k-spot", {KARPENTER: "spot"}), node("gke-spot", {GKE_SPOT: "true"}), node("od")]
+    ctx = context(nodes)
+    sent = workload(kind, "require")
+    spec = sent["spec"]["jobTemplate"]["spec"] if kind == "CronJob" else sent["spec"]
+    spec["template"]["spec"]["affinity"] = with_terms(*copy.deepcopy(own))
+    live = mutate(sent, ctx).object  # mutate() checks that a second pass (a reinvocation) changes nothing
+    made = live["spec"]["jobTemplate"]["spec"] if kind == "CronJob" else live["spec"]
+    assert required_of(made["template"]) == required
+    if kind == "CronJob":  # the Job its controller makes from the job template, as it is
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "w-1", "namespace": "ml"}, "spec": made}
+        assert pipeline.mutate(copy.deepcopy(job), ctx).patch == []
+        return
+    moved = copy.deepcopy(live)
+    del _template(moved)["metadata"]["annotations"][ANNOTATION]
+    result = pipeline.mutate(moved, dataclasses.replace(ctx, operation="UPDATE", old_object=live))
+    assert required_of(_template(result.object)) == own

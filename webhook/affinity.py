@@ -176,18 +176,29 @@ def _prune(pod: PodView) -> None:
         del pod.spec["affinity"]
 
 
-def unnarrow(pod: PodView, alternatives: Sequence[Sequence[Expression]], keep: frozenset[object] = frozenset()) -> bool:
+def unnarrow(
+    pod: PodView,
+    alternatives: Sequence[Sequence[Expression]],
+    keep: frozenset[object] = frozenset(),
+    narrowed: bool = False,
+) -> bool:
     """Undo ``narrow``: take each alternative's expressions out of every required term (the terms it multiplied
     become the ones it started from again); a term left with nothing, which was only an alternative, goes, and the
     required affinity with the last of them. Expressions in ``keep`` (``json_key``s: the user's own,
-    ``manifest_expressions``) stay. Returns whether the pod changed."""
+    ``manifest_expressions``) stay. With ``narrowed`` (``alternatives`` are those of one ``narrow``), a term is
+    taken apart only where narrow can have made it (``_made``): one narrow kept as it was, since it implied an
+    alternative on its own, is the pod's own. Returns whether the pod changed."""
     drop = {k for alt in alternatives for e in alt if (k := json_key(e)) not in keep}
     existing = required_terms(pod)
     if not drop or not any(json_key(e) in drop for t in existing for e in as_list(t.get("matchExpressions"))):
         return False
+    made = _made(existing, alternatives) if narrowed else None
     kept = _Terms()
     for term in existing:
         budget.check()
+        if made is not None and id(term) not in made:
+            kept.add(copy_json(term))
+            continue
         out = copy_json(term)
         exprs = [e for e in as_list(out.get("matchExpressions")) if json_key(e) not in drop]
         if exprs:
@@ -204,6 +215,29 @@ def unnarrow(pod: PodView, alternatives: Sequence[Sequence[Expression]], keep: f
         del node["requiredDuringSchedulingIgnoredDuringExecution"]
         _prune(pod)
     return True
+
+
+def _made(terms: Sequence[JSON], alternatives: Sequence[Sequence[Expression]]) -> set[int]:
+    """The ``id``s of ``terms`` that ``narrow(alternatives)`` can have made. Narrow multiplies a term by every
+    alternative, or keeps it whole when it implies one: so the terms made from one term share what they hold
+    besides the alternatives' expressions (their base), and together hold every alternative. A term whose base
+    holds only some alternatives was kept as it was: the pod's own, though no manifest says so (a Helm release,
+    the Job a CronJob makes; found as a Karpenter spot term widened to every provider's spot places on the next
+    pass). A later narrowing (the CUDA steering by a pool selector that is also a spot place) only adds
+    expressions, so a base is read without any alternative's."""
+    keys = [{json_key(e) for e in alt} for alt in alternatives]
+    placed = set().union(*keys)
+    bases: dict[tuple[frozenset[object], object], list[tuple[set[object], JSON]]] = {}
+    for term in terms:
+        budget.check()
+        exprs = {json_key(e) for e in as_list(term.get("matchExpressions"))}
+        base = (frozenset(exprs - placed), json_key(term.get("matchFields")))
+        bases.setdefault(base, []).append((exprs, term))
+    out: set[int] = set()
+    for group in bases.values():
+        if all(any(alt <= exprs for exprs, _ in group) for alt in keys):
+            out.update(id(term) for _, term in group)
+    return out
 
 
 def unprefer(pod: PodView, alternatives: Sequence[Sequence[Expression]], weight: int = 100) -> bool:

@@ -74,6 +74,7 @@ from webhook.model import (
     copy_json,
     fit_warning,
 )
+from webhook.policies import spot
 from webhook.quantity import QuantityError, parse_quantity
 
 POLICY = "cuda"
@@ -662,9 +663,10 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
     ours = [*_steering_of(pod), *written] if applied_by_kubectl(pod) else written
     if not ours:
         return
-    # not what the manifest itself writes (the spot policy, which may have written the same pool selector, takes
-    # out and writes again its own places: ``spot._forget_places``)
-    unnarrow(pod, [[e] for e in ours], keep=manifest_expressions(pod))
+    # not what the manifest itself writes, nor a place the spot policy's require wrote (it may be the same pool
+    # selector): that policy takes its own out and writes them again in order (``spot.required_places``)
+    spot_places = frozenset(json_key(e) for e in spot.required_places(ctx.prior.get(spot.APPLIED, "")))
+    unnarrow(pod, [[e] for e in ours], keep=manifest_expressions(pod) | spot_places)
 
 
 def steer(pod: PodView, ctx: Context, out: Outcome) -> None:

@@ -339,6 +339,17 @@ def _said_places(text: str, head: str, tail: str = "") -> list[list[Expression]]
     return _read_places(shown[: -len(tail)] if tail and shown.endswith(tail) else shown)
 
 
+def required_places(applied: str) -> list[Expression]:
+    """The expressions of the spot places that an earlier pass's words (``APPLIED``'s text) say require wrote; []
+    for another mode, or words that cannot be read. This policy takes them out itself (``_forget_places``,
+    ``_undo_earlier``: from the terms it can have made, ``affinity.unnarrow``'s ``narrowed``), so the CUDA
+    steering's ``forget`` before it leaves them, though its steering by a pool selector may have written one too:
+    taken out there, the terms that narrow multiplied no longer showed what it made."""
+    if applied.split(" (", 1)[0] != "require":
+        return []
+    return [e for term in _said_places(applied, REQUIRES, NOT_ON_CLUSTER) or () for e in term]
+
+
 def _spot_place(term: Sequence[Expression], ctx: Context) -> bool:
     """Whether ``term`` is one the webhook writes for a spot place: a spot label of a preset or ``extra_labels``
     (whatever the cluster shows now), or a pool declared ``spot: true``. Words that name anything else are not the
@@ -519,7 +530,8 @@ def _forget_places(pod: PodView, ctx: Context, mode: str, terms: Sequence[Sequen
         return False
     if mode == "require":
         said = _said_places(earlier, REQUIRES, NOT_ON_CLUSTER) or []
-        return unnarrow(pod, [t for t in said if pod.is_template or t not in terms], keep=manifest_expressions(pod))
+        stale = [t for t in said if pod.is_template or t not in terms]
+        return unnarrow(pod, stale, keep=manifest_expressions(pod), narrowed=True)
     said = _said_places(earlier, PREFERS, f" (weight {PREFERRED_WEIGHT})") or []
     stale = [t for t in said if pod.is_template or t not in terms]
     return unprefer(pod, _not_preferred_by_manifest(pod, stale), PREFERRED_WEIGHT)
@@ -583,7 +595,7 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
                 del pod.spec["tolerations"]
     if earlier == "require":
         said = _said_places(earlier_text, REQUIRES, NOT_ON_CLUSTER)
-        if unnarrow(pod, said if said is not None else _spot_places(ctx)[0], keep=manifest_expressions(pod)):
+        if unnarrow(pod, _spot_places(ctx)[0] if said is None else said, keep=manifest_expressions(pod), narrowed=True):
             removed.append("its required spot affinity")
     if earlier == "prefer":
         said = _said_places(earlier_text, PREFERS, f" (weight {PREFERRED_WEIGHT})")
