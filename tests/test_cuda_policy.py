@@ -114,6 +114,9 @@ def test_non_gpu_pods_pass_untouched(obj: dict[str, Any]) -> None:
         pytest.param("520.61.04", "nvidia/cuda:11.8.0-base-ubuntu22.04", False, id="11.8-one-below"),
         pytest.param("610.43.02", "nvidia/cuda:13.3.0-base-ubuntu24.04", True, id="13.3-secondary-row"),
         pytest.param("999.1", "nvidia/cuda:13.9.0-base-ubuntu24.04", False, id="release-newer-than-table"),
+        # NGC 24.06 is built on CUDA 12.5.0: a CUDA 12.4 (R550) driver does not run it, R555 does
+        pytest.param("550.54.14", "nvcr.io/nvidia/pytorch:24.06-py3", False, id="ngc-24.06-on-12.4-driver"),
+        pytest.param("555.42.02", "nvcr.io/nvidia/pytorch:24.06-py3", True, id="ngc-24.06-at-12.5-minimum"),
     ],
 )
 @pytest.mark.parametrize("runtime_labels", [True, False], ids=["gfd-cuda-label", "cuda-from-driver-table"])

@@ -403,7 +403,9 @@ def test_unusable_declarations_are_errors(c: dict[str, Any], annotations: dict[s
         pytest.param("tensorflow/tensorflow:2.17.0-gpu", (12, 3), False, id="tensorflow-2.17"),
         pytest.param("tensorflow/tensorflow:2.18.0-gpu", (12, 5), False, id="tensorflow-2.18"),
         pytest.param("nvcr.io/nvidia/pytorch:24.05-py3", (12, 4), False, id="ngc-primary"),
-        pytest.param("nvcr.io/nvidia/tritonserver:24.06-vllm-python-py3", (12, 4), False, id="ngc-triton-variant"),
+        pytest.param("nvcr.io/nvidia/tritonserver:24.06-vllm-python-py3", (12, 5), False, id="ngc-triton-variant"),
+        # 24.06 is CUDA 12.5.0.23 (PyTorch/Triton release notes), not the MXNet container's 12.4.1
+        pytest.param("nvcr.io/nvidia/pytorch:24.06-py3", (12, 5), False, id="ngc-24.06-cuda-12.5"),
         pytest.param("nvcr.io/nvidia/pytorch:26.05-py3", (13, 2), False, id="ngc-26.05"),
         pytest.param("nvcr.io/nvidia/pytorch:25.01-py3", (12, 8), True, id="ngc-secondary"),
         pytest.param("vllm/vllm-openai:v0.10.1-cu126", (12, 6), False, id="vllm-suffix"),

@@ -427,6 +427,27 @@ def test_gke_pins_the_accelerator_when_the_partition_name_means_less_elsewhere()
 
 
 @pytest.mark.parametrize(
+    ("ask", "partition"),
+    [
+        pytest.param("0.25", "1g.24gb", id="quarter"),
+        pytest.param("0.5", "2g.48gb", id="half"),
+    ],
+)
+def test_gke_rtx_pro_6000_partitions_are_read_as_quarters(ask, partition):
+    # GKE G4 (RTX PRO 6000, accelerator nvidia-rtx-pro-6000): 4 compute slices, 1g.24gb a quarter, 2g.48gb a half.
+    # Read off the names as 7-slice profiles, 1g.24gb would be 1/7 of the compute and 2g.48gb 2/7.
+    nodes = [
+        gke_node("g0", "nvidia-rtx-pro-6000", "1g.24gb", 4, "rtx-quarter"),
+        gke_node("g1", "nvidia-rtx-pro-6000", "2g.48gb", 2, "rtx-half"),
+        gke_node("g2", "nvidia-rtx-pro-6000", "4g.96gb", 1, "rtx-whole"),
+    ]
+    result = review(frac(ask), nodes)
+    assert result.allowed, result.message
+    assert resources_of(result.object) == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
+    assert result.object["spec"]["nodeSelector"]["cloud.google.com/gke-gpu-partition-size"] == partition
+
+
+@pytest.mark.parametrize(
     ("strategy", "expected_resources", "expected_selector"),
     [
         pytest.param("mixed", mig("3g.40gb"), None, id="mixed"),
