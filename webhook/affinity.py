@@ -218,24 +218,32 @@ def unnarrow(
 
 
 def _made(terms: Sequence[JSON], alternatives: Sequence[Sequence[Expression]]) -> set[int]:
-    """The ``id``s of ``terms`` that ``narrow(alternatives)`` can have made. Narrow multiplies a term by every
-    alternative, or keeps it whole when it implies one: so the terms made from one term share what they hold
-    besides the alternatives' expressions (their base), and together hold every alternative. A term whose base
-    holds only some alternatives was kept as it was: the pod's own, though no manifest says so (a Helm release,
-    the Job a CronJob makes; found as a Karpenter spot term widened to every provider's spot places on the next
-    pass). A later narrowing (the CUDA steering by a pool selector that is also a spot place) only adds
-    expressions, so a base is read without any alternative's."""
+    """The ``id``s of ``terms`` that ``narrow(alternatives)`` can have made; the others were the pod's own, though
+    no manifest says so (a Helm release, the Job a CronJob makes; found as a Karpenter spot term widened to every
+    provider's spot places on the next pass). Narrow keeps a term whole when it implies an alternative, or
+    multiplies it by every alternative, its own expressions first (``_with``). So the terms made from one term
+    share what they hold besides the alternatives' expressions (their base) and are at least as many as the
+    alternatives, each alternative in one of them; from no terms at all (a base of nothing) they are every term.
+    Where some term begins with an expression of its own (there were terms), one that begins with an
+    alternative's but holds more was kept as it was. A later narrowing (the CUDA steering: by a pool selector
+    that may also be a spot place) only appends expressions and multiplies terms, which keeps all this."""
     keys = [{json_key(e) for e in alt} for alt in alternatives]
     placed = set().union(*keys)
-    bases: dict[tuple[frozenset[object], object], list[tuple[set[object], JSON]]] = {}
-    for term in terms:
+    held = [([json_key(e) for e in as_list(t.get("matchExpressions"))], t) for t in terms]
+    had_terms = any(exprs and exprs[0] not in placed for exprs, _ in held)
+    groups: dict[tuple[frozenset[object], object], list[tuple[set[object], JSON]]] = {}
+    for exprs, term in held:
         budget.check()
-        exprs = {json_key(e) for e in as_list(term.get("matchExpressions"))}
-        base = (frozenset(exprs - placed), json_key(term.get("matchFields")))
-        bases.setdefault(base, []).append((exprs, term))
+        own = frozenset(set(exprs) - placed)
+        if had_terms and own and exprs[0] in placed:
+            continue
+        groups.setdefault((own, json_key(term.get("matchFields"))), []).append((set(exprs), term))
+    nothing: tuple[frozenset[object], object] = (frozenset(), json_key(None))
     out: set[int] = set()
-    for group in bases.values():
-        if all(any(alt <= exprs for exprs, _ in group) for alt in keys):
+    for base, group in groups.items():
+        if base == nothing and (len(group) < len(terms) or any(_empty(t) for _, t in group)):
+            continue  # narrow multiplies a base of nothing only where there were no terms
+        if len(group) >= len(keys) and all(any(alt <= exprs for exprs, _ in group) for alt in keys):
             out.update(id(term) for _, term in group)
     return out
 
