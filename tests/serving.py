@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,6 +141,19 @@ class Server:
         text = conn.getresponse().read().decode()
         conn.close()
         return text
+
+
+def exchange(server: Server, data: bytes, timeout: float = 15.0) -> bytes:
+    """Send raw bytes over TLS and read until the server closes the connection."""
+    context = ssl.create_default_context(cafile=str(server.ca))
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+    with context.wrap_socket(raw, server_hostname=SERVER_NAME) as tls:
+        tls.sendall(data)
+        got = b""
+        with suppress(OSError):
+            while chunk := tls.recv(65536):
+                got += chunk
+    return got
 
 
 def wait_ready(server: Server, deadline_s: float = 30.0, path: str = "/readyz") -> None:

@@ -1176,17 +1176,12 @@ def test_a_steering_line_naming_other_keys_is_not_said_again() -> None:
     assert cuda.STEERING not in annotation_of(pipeline.review(forged, ctx).object)
 
 
-def test_the_next_review_takes_out_only_the_steering_not_the_spot_places_nor_the_users_pin() -> None:
-    """Found by a review of this session's commits: the steering by pool selector can write the very expression
-    the spot policy's require wrote (or the user's manifest does); taking out every expression the steering line
-    names left a template requiring spot only on a pool whose driver is too old, and dropped a user's own pin."""
+def _spot_required_on_two_declared_pools() -> tuple[Context, dict[str, Any]]:
+    """A Deployment for CUDA 12.8 with spot require, created on two declared spot pools, one on a 550 driver (CUDA
+    12.4) and one whose driver is unknown: its template requires either place and is steered by the second's pool
+    selector, which is also the spot place require wrote."""
     declared = [
-        {
-            "name": "cw-spot",
-            "nodeSelector": {"example.com/pool": "cw-spot"},
-            "spot": True,
-            "driverVersion": "550.54.15",
-        },
+        {"name": "cw-spot", "nodeSelector": {"example.com/pool": "cw-spot"}, "spot": True, "driverVersion": "550.54"},
         {"name": "zero-spot", "nodeSelector": {"karpenter.sh/nodepool": "zero-spot"}, "spot": True},
     ]
     ctx = context([], settings(cluster={"pools": declared}))
@@ -1194,7 +1189,14 @@ def test_the_next_review_takes_out_only_the_steering_not_the_spot_places_nor_the
     template["spec"]["containers"][0]["image"] = IMAGE_128
     deployment: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}}
     deployment["spec"] = {"selector": {"matchLabels": {"a": "b"}}, "template": template}
-    live = pipeline.mutate(copy.deepcopy(deployment), ctx).object
+    return ctx, pipeline.mutate(copy.deepcopy(deployment), ctx).object
+
+
+def test_the_next_review_takes_out_only_the_steering_not_the_spot_places_nor_the_users_pin() -> None:
+    """Found by a review of this session's commits: the steering by pool selector can write the very expression
+    the spot policy's require wrote (or the user's manifest does); taking out every expression the steering line
+    names left a template requiring spot only on a pool whose driver is too old, and dropped a user's own pin."""
+    ctx, live = _spot_required_on_two_declared_pools()
     terms = required_terms(live)
     assert {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["zero-spot"]} in terms[-1]["matchExpressions"]
     assert pipeline.mutate(copy.deepcopy(live), ctx).patch == [], "a reinvocation changes nothing"
@@ -1210,16 +1212,7 @@ def test_a_template_moved_off_require_keeps_only_the_steering_it_needs(mode: str
     that expression to the spot policy, which takes its own places out only from the terms its narrowing made
     (``affinity.unnarrow``'s ``narrowed``). Taken out by ``forget`` first, the term narrowing made for the other
     place looked like the user's own and stayed: the template kept requiring the pool whose driver is too old."""
-    declared = [
-        {"name": "cw-spot", "nodeSelector": {"example.com/pool": "cw-spot"}, "spot": True, "driverVersion": "550.54"},
-        {"name": "zero-spot", "nodeSelector": {"karpenter.sh/nodepool": "zero-spot"}, "spot": True},
-    ]
-    ctx = context([], settings(cluster={"pools": declared}))
-    template = {"metadata": {"annotations": {"gpu-admission.io/spot": "require"}}, "spec": pod()["spec"]}
-    template["spec"]["containers"][0]["image"] = IMAGE_128
-    deployment: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}}
-    deployment["spec"] = {"selector": {"matchLabels": {"a": "b"}}, "template": template}
-    live = pipeline.mutate(copy.deepcopy(deployment), ctx).object
+    ctx, live = _spot_required_on_two_declared_pools()
     sent = copy.deepcopy(live)
     notes = sent["spec"]["template"]["metadata"]["annotations"]
     if mode is None:

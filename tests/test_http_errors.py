@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from gunicorn.config import Config
 from gunicorn.http.errors import InvalidRequestLine, LimitRequestLine
 
 from tests.conftest import EXAMPLES, gpu_pod, review
-from tests.serving import SERVER_NAME, Server, serve
+from tests.serving import Server, exchange, serve
 from webhook.workers import TurnWorker
 
 HINT = "this webhook takes POST /mutate or POST /validate with a JSON AdmissionReview"
@@ -32,19 +31,6 @@ HINT = "this webhook takes POST /mutate or POST /validate with a JSON AdmissionR
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with serve(tmp_path_factory.mktemp("http-errors"), config=EXAMPLES / "config.yaml", workers=1) as s:
         yield s
-
-
-def _exchange(server: Server, data: bytes, timeout: float = 15.0) -> bytes:
-    """Send raw bytes over TLS and read until the server closes the connection."""
-    context = ssl.create_default_context(cafile=str(server.ca))
-    raw = socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
-    with context.wrap_socket(raw, server_hostname=SERVER_NAME) as tls:
-        tls.sendall(data)
-        got = b""
-        with contextlib.suppress(OSError):
-            while chunk := tls.recv(65536):
-                got += chunk
-    return got
 
 
 def _answers(data: bytes) -> list[tuple[bytes, dict[str, str], bytes]]:
@@ -145,7 +131,7 @@ HEAD = b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\
 def test_a_request_gunicorn_rejects_is_answered_in_json(
     server: Server, request_bytes: bytes, status: int, reason: str, names: str
 ) -> None:
-    (answer,) = _answers(_exchange(server, request_bytes))
+    (answer,) = _answers(exchange(server, request_bytes))
     _assert_json_error(answer, status, reason, names)
     _a_review_still_passes(server)
 
@@ -154,14 +140,14 @@ def test_a_chunk_size_gunicorn_cannot_read_is_answered_in_json(server: Server) -
     """A body the app does not read (a 404) is read by gunicorn, to keep the connection alive: its bad chunk size is
     gunicorn's to answer, after the app's answer (a body the app reads is the app's 400, in ``test_server``)."""
     chunked = b"POST /nope HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"
-    first, second = _answers(_exchange(server, chunked))
+    first, second = _answers(exchange(server, chunked))
     assert first[0].startswith(b"HTTP/1.1 404 ") and "no such endpoint" in json.loads(first[2])["error"], first
     _assert_json_error(second, 400, "Bad Request", "Invalid chunk size: b'zz'")
     _a_review_still_passes(server)
 
 
 def test_gunicorn_still_logs_what_it_rejected(server: Server) -> None:
-    _exchange(server, b"xyz\r\n\r\n")
+    exchange(server, b"xyz\r\n\r\n")
     deadline = time.monotonic() + 10
     while "Invalid request from ip=127.0.0.1: Invalid HTTP request line: 'xyz'" not in server.output():
         assert time.monotonic() < deadline, server.output()[-2000:]

@@ -16,7 +16,7 @@ import jsonpatch
 import pytest
 
 from tests.conftest import EXAMPLES, gpu_pod, review
-from tests.serving import SERVER_NAME, Server, serve
+from tests.serving import SERVER_NAME, Server, exchange, serve
 from tests.test_admission import BAD
 
 
@@ -239,19 +239,6 @@ def test_clients_that_trickle_do_not_hold_up_the_reviews(tmp_path: Path) -> None
                 conn.close()
 
 
-def _exchange(server: Server, data: bytes, timeout: float = 15.0) -> bytes:
-    """Send raw bytes over TLS and read until the server closes the connection."""
-    context = ssl.create_default_context(cafile=str(server.ca))
-    raw = socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
-    with context.wrap_socket(raw, server_hostname=SERVER_NAME) as tls:
-        tls.sendall(data)
-        got = b""
-        with contextlib.suppress(OSError):
-            while chunk := tls.recv(65536):
-                got += chunk
-    return got
-
-
 BODY = (EXAMPLES / "admission-review.json").read_bytes()
 HEAD = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
 
@@ -268,7 +255,7 @@ HEAD = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nC
 def test_chunked_framing_the_server_cannot_read_is_a_400(server: Server, chunks: bytes) -> None:
     """Found by a review that attacked the real server: gunicorn's framing errors were answered 500 with a
     traceback (the catch-all for bugs)."""
-    answer = _exchange(server, HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + chunks)
+    answer = exchange(server, HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + chunks)
     status_line, _, rest = answer.partition(b"\r\n")
     assert status_line.startswith(b"HTTP/1.1 400"), answer[:300]
     error = json.loads(rest.partition(b"\r\n\r\n")[2])["error"]
@@ -278,7 +265,7 @@ def test_chunked_framing_the_server_cannot_read_is_a_400(server: Server, chunks:
 
 def test_a_client_that_stops_mid_body_is_recorded_as_a_408_not_a_bug(server: Server) -> None:
     started = time.monotonic()
-    answer = _exchange(server, HEAD + b"Content-Length: %d\r\n\r\n" % (len(BODY) + 50) + BODY)
+    answer = exchange(server, HEAD + b"Content-Length: %d\r\n\r\n" % (len(BODY) + 50) + BODY)
     assert 4.0 < time.monotonic() - started < 12.0 and answer == b""  # closed once silent for IO_TIMEOUT_S
     deadline = time.monotonic() + 10
     while '"status":408' not in server.output():
