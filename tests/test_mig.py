@@ -54,6 +54,12 @@ def mig(profile: str) -> dict[str, Any]:
     return {"limits": {f"nvidia.com/mig-{profile}": "1"}, "requests": {f"nvidia.com/mig-{profile}": "1"}}
 
 
+def mig_limits(profile: str) -> dict[str, Any]:
+    """What a converted mixed-strategy container of a template holds when its limits alone asked: its pods'
+    requests default to their limits, and the webhook writes no request that no manifest has."""
+    return {"limits": {f"nvidia.com/mig-{profile}": "1"}}
+
+
 def frac(value: object, name: str = "trainer") -> dict[str, Any]:
     return pod(container(name, limits={GPU: value}))
 
@@ -705,7 +711,7 @@ def test_workload_template_fraction_is_converted(kind):
     obj = workload(kind, frac("0.5"))
     result = review(obj, [a100_40()])
     assert result.allowed, result.message
-    assert resources_of(result.object) == mig("3g.20gb")
+    assert resources_of(result.object) == mig_limits("3g.20gb")
     assert (
         mig_annotation(result.object)
         == f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb ({A100_40}, pool a100-40)"
@@ -1222,7 +1228,7 @@ def test_conversion_keeps_the_gpu_taint_toleration_its_gpu_request_had():
     result = review(obj, nodes)
     assert result.allowed, result.message
     spec = template_of(result.object)["spec"]
-    assert resources_of(result.object) == mig("3g.40gb")
+    assert resources_of(result.object) == mig_limits("3g.40gb")
     assert spec["tolerations"].count(GPU_TOLERATION) == 1
     assert spec["tolerations"][: len(template_of(obj)["spec"].get("tolerations", []))] == template_of(obj)["spec"].get(
         "tolerations", []
@@ -1293,10 +1299,13 @@ def test_patched_objects_are_schema_valid(kind):
     kubernetes_validate.validate(result.object, "1.34.0", strict=True)
     spec = template_of(result.object)["spec"]
     for c in spec["containers"]:
-        for section in ("limits", "requests"):
-            values = c["resources"][section]
+        for values in c["resources"].values():
             assert all(v == "1" for k, v in values.items() if k.startswith("nvidia.com/")), values
-        assert c["resources"]["limits"] == c["resources"]["requests"]
+        # a request where one was asked (a pod's are defaulted from its limits before the webhook sees it)
+        if c["name"] == "b" or kind == "Pod":
+            assert c["resources"]["limits"] == c["resources"]["requests"]
+        else:
+            assert "requests" not in c["resources"], "a template's limits alone asked: no request no manifest has"
 
 
 @pytest.mark.parametrize(
@@ -1616,8 +1625,8 @@ def test_another_order_is_tried_in_a_workload_template_too():
     obj = workload("Deployment", pod(container("a", limits={GPU: "0.25"}), container("b", limits={GPU: "0.5"})))
     result = review(obj, split_models())
     assert result.allowed, result.message
-    assert resources_of(result.object, "a") == mig("1g.20gb")
-    assert resources_of(result.object, "b") == mig("3g.40gb")
+    assert resources_of(result.object, "a") == mig_limits("1g.20gb")
+    assert resources_of(result.object, "b") == mig_limits("3g.40gb")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1944,10 +1953,10 @@ def test_kubectl_apply_of_a_converted_workload_converts_the_ask_afresh(nodes, as
         template = template_of(result.object)
         resources = template["spec"]["containers"][0]["resources"]
         if "cloud.google.com/gke-gpu-partition-size" in nodes[0]["metadata"]["labels"]:
-            assert resources == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
+            assert resources == {"limits": {GPU: "1"}}
             assert template["spec"]["nodeSelector"]["cloud.google.com/gke-gpu-partition-size"] == profile
         else:
-            assert resources == mig(profile)
+            assert resources == mig_limits(profile)
         assert template["metadata"]["annotations"]["gpu-admission.io/mig"].startswith(f"trainer: {GPU} {ask} -> ")
         assert pipeline.validate(result.object, update).allowed
         assert pipeline.mutate(result.object, update).patch == [], "a second pass changes nothing"
@@ -2038,7 +2047,7 @@ def test_a_pod_asking_a_profile_no_node_offers_now_is_told_and_how_to_convert_af
     had rewritten the line 'as found on the object', and the Event lost the hint)."""
     before = context([mixed_node("m", A100_80, {"3g.40gb": 2}, "a100", 81920)])
     live = pipeline.mutate(workload("Deployment", pod(container(limits={GPU: "0.5"}))), before).object
-    assert template_of(live)["spec"]["containers"][0]["resources"] == mig("3g.40gb")
+    assert template_of(live)["spec"]["containers"][0]["resources"] == mig_limits("3g.40gb")
     after = context([mixed_node("m", A100_80, {"1g.10gb": 7}, "a100", 81920)])
     result = _as_created(_pod_of(live), after)
     assert result.allowed
@@ -2517,3 +2526,37 @@ def test_a_pod_given_its_fraction_by_annotation_takes_a_profile_on_a_driver_that
     )
     assert result.allowed, result.message
     assert resources_of(result.object) == mig("4g.40gb")
+
+
+@pytest.mark.parametrize("requested", [False, True], ids=["limits-only", "limits-and-requests"])
+def test_a_helm_upgrade_from_a_fraction_to_whole_gpus_takes_the_conversion_out(requested: bool) -> None:
+    """Found by a generative review of workload updates without kubectl's manifest (Helm 3 merges the change from
+    its last release's manifest into the live object; server-side apply keeps fields its manifest never had): a
+    fraction converted on GKE to one GPU of a partition (its request of 1, its partition pin), then the manifest's
+    0.5 made 2. The request the webhook wrote, in no manifest, stayed and the update was refused ('request 1 and
+    limit 2') on every upgrade; where the manifest had a request too, the pin stayed and 2 GPUs were sent to a
+    3g.40gb partition. Now a template's limits alone get the converted GPU, as they alone asked (its pods' requests
+    default to their limits), and a whole count other than the conversion's 1 takes the conversion out."""
+    nodes = [gke_node("g", "nvidia-a100-80gb", "3g.40gb", 2, "gke-mig"), whole_node("w", A100_80, 8, "a100")]
+    ctx = context(nodes)
+    asked = {GPU: "0.5"}
+    live = pipeline.mutate(
+        workload("Deployment", pod(container(limits=asked, requests=asked if requested else None))), ctx
+    ).object
+    converted = template_of(live)["spec"]
+    assert converted["containers"][0]["resources"] == (
+        {"limits": {GPU: "1"}, "requests": {GPU: "1"}} if requested else {"limits": {GPU: "1"}}
+    )
+    assert converted["nodeSelector"] == {"cloud.google.com/gke-gpu-partition-size": "3g.40gb"}
+    sent = copy.deepcopy(live)  # the manifest's 0.5 made 2 in the limits, its request (if any) taken out
+    resources = template_of(sent)["spec"]["containers"][0]["resources"]
+    resources["limits"][GPU] = "2"
+    resources.pop("requests", None)
+    update = replace(ctx, operation="UPDATE", old_object=live)
+    result = pipeline.mutate(sent, update)
+    assert result.allowed, result.message
+    spec = template_of(result.object)["spec"]
+    assert spec["containers"][0]["resources"] == {"limits": {GPU: "2"}}
+    assert "nodeSelector" not in spec, "the partition pin went with the conversion"
+    assert pipeline.validate(result.object, update).allowed
+    assert pipeline.mutate(copy.deepcopy(result.object), update).patch == [], "a second pass changes nothing"

@@ -402,6 +402,17 @@ def _asks_again(container: JSON) -> bool:
     return False
 
 
+def _asks_other_whole(container: JSON) -> bool:
+    """The container's limits ask whole GPUs, but not the one a conversion to ``nvidia.com/gpu 1`` writes: the user
+    changed the ask, which a manifest need not say (a Helm release, a server-side apply: the partition pin stayed,
+    and a pod of 2 GPUs was sent to a partition of one)."""
+    try:
+        amount = parse_quantity(_sections(container)[0].get(GPU_RESOURCE))
+    except (QuantityError, TypeError):
+        return False
+    return amount == amount.to_integral_value() and amount != 1
+
+
 def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
     """A workload's container whose earlier conversion its line names ('trainer: nvidia.com/gpu 0.5 ->
     nvidia.com/mig-3g.40gb (...)') and that asks for a fraction or a memory size again (or, beside a MIG device,
@@ -428,7 +439,7 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
             # the ask is back (in limits, requests or both), or is now for whole GPUs: the device was the earlier's
             for section in (limits, requests):
                 changed = section.pop(given, None) is not None or changed
-        elif given.startswith(f"{GPU_RESOURCE} 1") and _asks_again(container):
+        elif given.startswith(f"{GPU_RESOURCE} 1") and (_asks_again(container) or _asks_other_whole(container)):
             for section in (limits, requests):  # the one GPU the conversion wrote, where the ask itself is not
                 if _raw(section.get(GPU_RESOURCE)) == "1":
                     del section[GPU_RESOURCE]
@@ -902,6 +913,10 @@ def _apply(pod: PodView, ask: Ask, choice: Choice) -> None:
         resources = container["resources"] = {}
     for section in ("limits", "requests"):
         values = resources.get(section)
+        if section == "requests" and pod.is_template and not (isinstance(values, dict) and _held(values)):
+            # limits alone asked it: its pods' requests default to their limits, and a request written here would
+            # be in no manifest (a Helm release keeps it: a later whole "2" met the webhook's "1", refused)
+            continue
         if not isinstance(values, dict):
             values = resources[section] = {}
         values.pop(GPU_RESOURCE, None)
@@ -916,6 +931,11 @@ def _apply(pod: PodView, ask: Ask, choice: Choice) -> None:
             pod.spec_dict("nodeSelector")[key] = values[0]
         else:
             require(pod, [expression(key, "In", values)])
+
+
+def _held(section: JSON) -> bool:
+    """Whether a resources section asks what a conversion replaces: a GPU count or a GPU-memory size."""
+    return GPU_RESOURCE in section or GPU_MEMORY_RESOURCE in section
 
 
 def _product(group: NodeGroup) -> str:
