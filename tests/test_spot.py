@@ -1574,3 +1574,40 @@ def test_the_users_own_term_on_a_spot_place_outlives_the_passes_without_a_manife
     del _template(moved)["metadata"]["annotations"][ANNOTATION]
     result = pipeline.mutate(moved, dataclasses.replace(ctx, operation="UPDATE", old_object=live))
     assert required_of(_template(result.object)) == own
+
+
+@pytest.mark.parametrize(
+    ("mode", "then"),
+    [("tolerate", "never"), ("tolerate", None), ("require", "tolerate"), ("require", "never"), ("require", None)],
+)
+def test_the_users_own_spot_toleration_outlives_the_mode_without_a_manifest(mode: str, then: str | None) -> None:
+    """Found by a generative review of workload updates without kubectl's manifest (a Helm release, a server-side
+    apply): a chart's own toleration of GKE's spot taint, written as the webhook writes it, was named in the words
+    as one the webhook added, and went with the mode. The words now name the pod's own apart; what the webhook
+    added still goes."""
+    ctx = context(GKE_NODES, providers=("gke",))
+    own = equal(GKE_SPOT, "true")
+    sent = workload("Deployment", mode)
+    _template(sent)["spec"]["tolerations"] = [copy.deepcopy(own)]
+    live = mutate(sent, ctx).object  # mutate() checks that a second pass (a reinvocation) changes nothing
+    words = _template(live)["metadata"]["annotations"][APPLIED]
+    assert f"tolerates {GKE_SPOT}=true:NoSchedule" in words and f"its own: {GKE_SPOT}=true:NoSchedule" in words
+    update = dataclasses.replace(ctx, operation="UPDATE", old_object=live)
+    again = pipeline.mutate(copy.deepcopy(live), update)
+    assert again.patch == [], "an update of the template as stored changes nothing"
+    moved = copy.deepcopy(live)
+    if then is None:
+        del _template(moved)["metadata"]["annotations"][ANNOTATION]
+    else:
+        _template(moved)["metadata"]["annotations"][ANNOTATION] = then
+    result = pipeline.mutate(moved, update)
+    assert result.allowed, result.message
+    assert own in tolerations_of(_template(result.object)), "the pod's own toleration stays"
+    # a toleration the webhook added goes, as before
+    added = workload("Deployment", mode)
+    live = mutate(added, ctx).object
+    assert own in tolerations_of(_template(live))
+    moved = copy.deepcopy(live)
+    del _template(moved)["metadata"]["annotations"][ANNOTATION]
+    result = pipeline.mutate(moved, dataclasses.replace(ctx, operation="UPDATE", old_object=live))
+    assert own not in tolerations_of(_template(result.object))

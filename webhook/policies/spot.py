@@ -111,6 +111,8 @@ PREFERRED_WEIGHT = 100
 UNDONE = "removed what "
 """How the spot-applied part that says what an earlier mode's additions were taken out begins."""
 NVIDIA_RESOURCES = "nvidia.com/"
+OWN_TOLERATIONS = "its own: "
+"""How the spot-applied part begins that names the tolerations the pod had itself (``_own_tolerations``)."""
 KEPT_OFF = "keeps off spot capacity, whose nodes it would tolerate: requires not "
 """How the spot-applied part that says what ``never`` added begins; the places follow (``_said_off_spot``)."""
 
@@ -486,6 +488,8 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         parts.append("spec.tolerations is not a list: left as it is")
     elif wanted := _distinct(wanted):
         parts.append(f"tolerates {', '.join(str(w) for w in wanted)} ({source})")
+        if own := _own_tolerations(pod, ctx, mode, wanted):
+            parts.append(OWN_TOLERATIONS + ", ".join(str(w) for w in own))
         if _tolerate(pod, wanted):
             out.mutated("spot-toleration")
     elif on_cluster:
@@ -585,7 +589,8 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
     tolerations = pod.spec.get("tolerations")
     if isinstance(tolerations, list) and named:
         manifest = as_list(manifest_template_spec(pod).get("tolerations"))  # the user's own, kubectl says
-        added = [w.toleration() for w in named if w.toleration() not in manifest]
+        own = _said_own(earlier_text)  # the user's own, the words say
+        added = [w.toleration() for w in named if w not in own and w.toleration() not in manifest]
         kept = [t for t in tolerations if t not in added]
         if len(kept) != len(tolerations):
             removed.append("tolerations " + ", ".join(str(w) for w in named if w.toleration() in added))
@@ -675,6 +680,26 @@ def _distinct(wanted: Sequence[Wanted]) -> list[Wanted]:
         if not any(covered([k.toleration()], w) for k in kept):
             kept = [k for k in kept if not covered([w.toleration()], k)] + [w]
     return kept
+
+
+def _own_tolerations(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wanted]) -> list[Wanted]:
+    """The wanted tolerations the pod has of its own: covered before this policy adds any, and none that an
+    earlier pass in this mode added (its words name those). Moved off the mode, they stay (found by a generative
+    review of updates without kubectl's manifest: a Helm chart's own toleration of GKE's spot taint, written as
+    the webhook writes it, went with require)."""
+    earlier = ctx.prior.get(APPLIED, "")
+    added: list[Wanted] = []
+    if earlier.split(" (", 1)[0] == mode:
+        before = _said_own(earlier)
+        added = [w for w in named_tolerations(earlier) or () if w not in before]
+    tolerations = as_list(pod.spec.get("tolerations"))
+    return [w for w in wanted if w not in added and covered(tolerations, w)]
+
+
+def _said_own(text: str) -> list[Wanted]:
+    """The tolerations a ``spot-applied`` text says the pod had itself (``OWN_TOLERATIONS``)."""
+    part = next((p for p in text.split("; ") if p.startswith(OWN_TOLERATIONS)), "")
+    return [w for w in map(parse_wanted, part[len(OWN_TOLERATIONS) :].split(", ")) if w is not None]
 
 
 def _tolerate(pod: PodView, wanted: Sequence[Wanted]) -> bool:
