@@ -2423,6 +2423,7 @@ CUDA_12_8 = "nvidia/cuda:12.8.0-runtime-ubuntu22.04"
 DRIVER_535 = {"nvidia.com/cuda.driver-version.full": "535.104.05"}
 DRIVER_570 = {"nvidia.com/cuda.driver-version.full": "570.124.06"}
 KARPENTER_SPOT = {"karpenter.sh/capacity-type": "spot"}
+FRACTION_SPOT_NEVER = {"gpu-admission.io/gpu-fraction": "0.5", "gpu-admission.io/spot": "never"}
 GKE_SPOT = {"cloud.google.com/gke-spot": "true"}
 GKE_SPOT_TAINT = [{"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}]
 DEDICATED_TAINT = [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
@@ -2441,14 +2442,14 @@ def _old_and_new(labels: dict[str, str] | None, taints: list[Any] | None) -> lis
     ("annotations", "limits", "nodes", "to_fix"),
     [
         pytest.param(
-            {"gpu-admission.io/gpu-fraction": "0.5", "gpu-admission.io/spot": "never"},
+            FRACTION_SPOT_NEVER,
             {},
             _old_and_new(KARPENTER_SPOT, None),
             "target pool a100-new",
             id="annotation-spot-never-keeps-them-off-the-new-driver",
         ),
         pytest.param(
-            {"gpu-admission.io/gpu-fraction": "0.5", "gpu-admission.io/spot": "never"},
+            FRACTION_SPOT_NEVER,
             {},
             _old_and_new(GKE_SPOT, GKE_SPOT_TAINT),
             "target pool a100-new",

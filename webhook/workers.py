@@ -358,8 +358,9 @@ class TurnWorker(ThreadWorker):  # type: ignore[misc]
         rejected before the app saw it (400, 414, 417, 431, 501), or its own failure outside the app (500).
 
         gunicorn's code runs unchanged (which errors are the client's, the status, reason and detail, the warning
-        and the access log line); it relies on ``Worker.handle_error`` (gunicorn 23 to 27) writing its answer with
-        one call ``util.write_error(client, status_int, reason, mesg)``, looked up on ``gunicorn.util`` when called,
+        and the access log line); it relies on ``Worker.handle_error`` (read in gunicorn 27.0.1; pyproject lets 23 to
+        27 in) writing its answer with one call ``util.write_error(client, status_int, reason, mesg)``, looked up on
+        ``gunicorn.util`` when called,
         which here is ``_write_error``: JSON on this thread while the flag is set. Should a later gunicorn write
         otherwise, its HTML comes back, and ``tests/test_http_errors.py`` fails."""
         util.write_error = _write_error  # this worker process's; gunicorn's own but inside this method

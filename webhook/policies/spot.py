@@ -341,13 +341,18 @@ def _said_places(text: str, head: str, tail: str = "") -> list[list[Expression]]
     return _read_places(shown[: -len(tail)] if tail and shown.endswith(tail) else shown)
 
 
+def _mode_of(applied: str) -> str:
+    """The spot mode an earlier pass's words (``APPLIED``'s text) begin with: 'require (asked by annotation); ...'."""
+    return applied.split(" (", 1)[0]
+
+
 def required_places(applied: str) -> list[Expression]:
     """The expressions of the spot places that an earlier pass's words (``APPLIED``'s text) say require wrote; []
     for another mode, or words that cannot be read. This policy takes them out itself (``_forget_places``,
     ``_undo_earlier``: from the terms it can have made, ``affinity.unnarrow``'s ``narrowed``), so the CUDA
     steering's ``forget`` before it leaves them, though its steering by a pool selector may have written one too:
     taken out there, the terms that narrow multiplied no longer showed what it made."""
-    if applied.split(" (", 1)[0] != "require":
+    if _mode_of(applied) != "require":
         return []
     return [e for term in _said_places(applied, REQUIRES, NOT_ON_CLUSTER) or () for e in term]
 
@@ -530,7 +535,7 @@ def _forget_places(pod: PodView, ctx: Context, mode: str, terms: Sequence[Sequen
     policy's ``forget`` took out its steering, which may have written the same pool selector (found by a review
     of this session's commits). Whether the pod changed."""
     earlier = ctx.prior.get(APPLIED, "")
-    if earlier.split(" (", 1)[0] != mode:
+    if _mode_of(earlier) != mode:
         return False
     if mode == "require":
         said = _said_places(earlier, REQUIRES, NOT_ON_CLUSTER) or []
@@ -569,7 +574,7 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
     the annotation it wrote and says them again, and a later UPDATE, whose stored object already says them, drops
     them. Pods are left alone: their spot mode cannot change."""
     earlier_text = ctx.prior.get(APPLIED, "")
-    earlier = earlier_text.split(" (", 1)[0]
+    earlier = _mode_of(earlier_text)
     if not pod.is_template:
         return "", False
     if earlier == mode:
@@ -689,7 +694,7 @@ def _own_tolerations(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wan
     the webhook writes it, went with require)."""
     earlier = ctx.prior.get(APPLIED, "")
     added: list[Wanted] = []
-    if earlier.split(" (", 1)[0] == mode:
+    if _mode_of(earlier) == mode:
         before = _said_own(earlier)
         added = [w for w in named_tolerations(earlier) or () if w not in before]
     tolerations = as_list(pod.spec.get("tolerations"))
