@@ -454,6 +454,26 @@ def test_gke_rtx_pro_6000_partitions_are_read_as_quarters(ask, partition):
 
 
 @pytest.mark.parametrize(
+    ("product", "memory", "offered", "ask", "expected"),
+    [
+        pytest.param("NVIDIA-RTX-PRO-5000-Blackwell", 48000, ["1g.24gb", "2g.48gb"], "0.5", "1g.24gb", id="5000"),
+        pytest.param("NVIDIA-RTX-PRO-4500-Blackwell", 32000, ["1g.16gb", "2g.32gb"], "0.5", "1g.16gb", id="4500"),
+        pytest.param("NVIDIA-RTX-PRO-5000-Blackwell", 48000, ["1g.24gb", "2g.48gb"], "0.6", "2g.48gb", id="0.6"),
+        pytest.param(
+            "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", 97000, ["1g.24gb", "2g.48gb"], "0.5", "2g.48gb", id="6000"
+        ),
+    ],
+)
+def test_two_slice_rtx_pro_profiles_are_halves(product, memory, offered, ask, expected):
+    """RTX PRO 5000 and 4500 Blackwell have two compute slices: 1g.24gb (1g.16gb) is half the GPU there, a quarter
+    on RTX PRO 6000 (MIG user guide, supported profiles). Read as 7-slice profiles, 0.5 took the whole GPU."""
+    nodes = [mixed_node("r0", product, dict.fromkeys(offered, 2), "rtx", memory)]
+    result = review(frac(ask), nodes)
+    assert result.allowed, result.message
+    assert resources_of(result.object) == mig(expected)
+
+
+@pytest.mark.parametrize(
     ("strategy", "expected_resources", "expected_selector"),
     [
         pytest.param("mixed", mig("3g.40gb"), None, id="mixed"),
@@ -544,7 +564,8 @@ def test_pins_the_model_when_a_profile_name_covers_less_on_another_gpu():
     assert result.object["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": A100_40}
     assert (
         mig_annotation(result.object)
-        == f"trainer: nvidia.com/gpu 0.25 -> nvidia.com/mig-1g.10gb ({A100_40}, pool a100-40)"
+        == f"trainer: nvidia.com/gpu 0.25 -> nvidia.com/mig-1g.10gb (pinned to nvidia.com/gpu.product={A100_40}, "
+        f"{A100_40}, pool a100-40)"
     )
 
 
@@ -901,7 +922,8 @@ def test_fallback_whole_gpu_pins_away_from_mig_single_nodes():
     assert resources_of(result.object) == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
     assert result.object["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": A100_80}
     assert mig_annotation(result.object) == (
-        f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/gpu 1 (whole GPU: no MIG profile covers it, {A100_80}, pool whole)"
+        f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/gpu 1 (whole GPU: no MIG profile covers it, pinned to "
+        f"nvidia.com/gpu.product={A100_80}, {A100_80}, pool whole)"
     )
     assert any("whole GPU" in w for w in result.warnings)
     assert "MIGFallback" in pipeline.mutate(frac("0.5"), context(nodes, settings(fallback="whole"))).outcome.reasons
@@ -2561,3 +2583,95 @@ def test_a_helm_upgrade_from_a_fraction_to_whole_gpus_takes_the_conversion_out(r
     assert "nodeSelector" not in spec, "the partition pin went with the conversion"
     assert pipeline.validate(result.object, update).allowed
     assert pipeline.mutate(copy.deepcopy(result.object), update).patch == [], "a second pass changes nothing"
+
+
+A100_40_PCIE = "NVIDIA-A100-PCIE-40GB"
+_PINNED_NODES = {
+    "nodeSelector": [
+        mixed_node("a40", A100_40, {"1g.10gb": 4}, "a100-40", 40960),
+        mixed_node("a80", A100_80, {"1g.10gb": 7, "3g.40gb": 2}, "a100-80", 81920),
+    ],
+    "affinity": [
+        mixed_node("a40", A100_40, {"1g.10gb": 4}, "a100-40", 40960),
+        mixed_node("p40", A100_40_PCIE, {"1g.10gb": 4}, "pcie-40", 40960),
+        mixed_node("a80", A100_80, {"1g.10gb": 7, "3g.40gb": 2}, "a100-80", 81920),
+    ],
+}
+
+
+@pytest.mark.parametrize("form", list(_PINNED_NODES))
+@pytest.mark.parametrize("client", ["helm", "kubectl", "edit"])
+def test_a_changed_fraction_takes_the_model_pin_of_the_earlier_conversion_out(form: str, client: str) -> None:
+    """Found by a generative review of workload updates: a template's 0.25 took 1g.10gb, which covers 0.25 only on
+    the 40 GB A100s, so the template was pinned to them (a nodeSelector, or required affinity for two products);
+    the line did not name the pin, so when the fraction became 0.5 the device went but the pin stayed, and the
+    3g.40gb that the 80 GB A100s offer was out of reach: the update was refused. The line names the pin now, and a
+    new conversion takes it out with the device (Helm 3, kubectl apply, or the device replaced by hand)."""
+    nodes = _PINNED_NODES[form]
+    ctx = context(nodes)
+    live = pipeline.mutate(workload("Deployment", frac("0.25")), ctx).object
+    spec = template_of(live)["spec"]
+    products = sorted({n["metadata"]["labels"]["nvidia.com/gpu.product"] for n in nodes[:-1]})
+    if form == "nodeSelector":
+        assert spec["nodeSelector"] == {"nvidia.com/gpu.product": A100_40}
+    else:
+        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == products
+    line = template_of(live)["metadata"]["annotations"]["gpu-admission.io/mig"]
+    assert line.startswith(
+        f"trainer: nvidia.com/gpu 0.25 -> nvidia.com/mig-1g.10gb (pinned to nvidia.com/gpu.product="
+        f"{' or '.join(products)}, "
+    ), line
+    again = pipeline.mutate(copy.deepcopy(live), replace(ctx, operation="UPDATE", old_object=live))
+    assert again.patch == [], "a second pass republishes the line as it is"
+    sent = copy.deepcopy(live)  # the manifest's 0.25 made 0.5
+    resources = template_of(sent)["spec"]["containers"][0]["resources"]
+    if client == "edit":  # by hand: the device replaced by the new fraction, the pin left
+        resources["limits"] = {GPU: "0.5"}
+    else:  # Helm 3 and kubectl apply merge their manifests' change into the live object: the device stays
+        resources["limits"][GPU] = "0.5"
+    if client == "kubectl":  # its last-applied manifest, which has no pin
+        manifest = workload("Deployment", frac("0.5"))
+        manifest["metadata"].pop("annotations", None)
+        sent["metadata"].setdefault("annotations", {})["kubectl.kubernetes.io/last-applied-configuration"] = json.dumps(
+            manifest
+        )
+    update = replace(ctx, operation="UPDATE", old_object=live)
+    result = pipeline.mutate(sent, update)
+    assert result.allowed, result.message
+    spec = template_of(result.object)["spec"]
+    assert spec["containers"][0]["resources"] == mig_limits("3g.40gb")
+    assert "nodeSelector" not in spec and "affinity" not in spec, "the pin went with the conversion"
+    assert mig_annotation(result.object) == (
+        f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.40gb ({A100_80}, pool a100-80)"
+    )
+    assert pipeline.validate(result.object, update).allowed
+    assert pipeline.mutate(copy.deepcopy(result.object), update).patch == [], "a second pass changes nothing"
+
+
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+def test_a_forged_line_cannot_take_a_templates_own_selector_out(operation: str) -> None:
+    """A conversion line naming a pin is the webhook's only as stored by an earlier review: one written into the
+    object (on create, or by the update itself) that names the template's own selector as a pin takes nothing out
+    (it would free a template of a key another admission controller set)."""
+    nodes = [
+        mixed_node("a80", A100_80, {"3g.40gb": 2}, "a100-80", 81920, extra_labels={"team": "ml"}),
+        mixed_node("b80", A100_80, {"3g.40gb": 2}, "b100-80", 81920),
+    ]
+    ctx = context(nodes)
+    obj = workload("Deployment", frac("0.5"))
+    template_of(obj)["spec"]["nodeSelector"] = {"team": "ml"}
+    stored = pipeline.mutate(copy.deepcopy(obj), ctx).object
+    forged = f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.40gb (pinned to team=ml, {A100_80}, pool a100-80)"
+    template_of(obj)["metadata"].setdefault("annotations", {})["gpu-admission.io/mig"] = forged
+    if operation == "UPDATE":
+        ctx = replace(ctx, operation="UPDATE", old_object=stored)
+        sent = copy.deepcopy(stored)
+        resources = template_of(sent)["spec"]["containers"][0]["resources"]
+        resources["limits"][GPU] = "0.5"  # the fraction back beside the device: converted afresh
+        template_of(sent)["metadata"]["annotations"]["gpu-admission.io/mig"] = forged
+        obj = sent
+    result = pipeline.mutate(obj, ctx)
+    assert result.allowed, result.message
+    assert template_of(result.object)["spec"]["nodeSelector"] == {"team": "ml"}
+    assert template_of(result.object)["spec"]["containers"][0]["resources"] == mig_limits("3g.40gb")

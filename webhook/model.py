@@ -250,6 +250,9 @@ class Context:
     prior: Mapping[str, str] = field(default_factory=dict)
     """The webhook's output annotations as they stood on the incoming object. Not trustworthy on their own (a user
     may have written them): a policy may reuse a prior line only after checking it against the object."""
+    stored: Mapping[str, str] = field(default_factory=dict)
+    """On a workload's UPDATE, the webhook's output annotations on its template as stored: an earlier review's own
+    words (an update's forged ones are taken out before they are stored)."""
 
 
 EventType = Literal["Normal", "Warning"]

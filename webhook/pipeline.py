@@ -415,7 +415,9 @@ def _capped(lines: Sequence[str]) -> list[str]:
     return warnings
 
 
-def _context_for(ctx: Context, view: PodView, prior: Mapping[str, str]) -> Context:
+def _context_for(
+    ctx: Context, view: PodView, prior: Mapping[str, str], stored: Mapping[str, str] | None = None
+) -> Context:
     return Context(
         settings=ctx.settings,
         cluster=ctx.cluster,
@@ -426,6 +428,7 @@ def _context_for(ctx: Context, view: PodView, prior: Mapping[str, str]) -> Conte
         dry_run=ctx.dry_run,
         old_object=ctx.old_object,
         prior=prior,
+        stored=stored or {},
     )
 
 
@@ -658,8 +661,8 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
     if isinstance(annotations, dict):
         for name in prior:
             del annotations[PREFIX + name]  # forged or stale: the policies write them afresh
-    prior = {**_stored_outputs(view, ctx), **prior}
-    pctx = _context_for(ctx, view, prior)
+    stored = _stored_outputs(view, ctx)
+    pctx = _context_for(ctx, view, {**stored, **prior}, stored)
     outcome = Outcome()
     for _, step in MUTATORS:
         step(view, pctx, outcome)

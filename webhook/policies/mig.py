@@ -57,7 +57,7 @@ from decimal import ROUND_CEILING, ROUND_DOWN, Decimal
 from typing import Literal
 
 from webhook import PREFIX, budget
-from webhook.affinity import expression, require
+from webhook.affinity import expression, holds, manifest_expressions, require, unnarrow
 from webhook.cluster import (
     GFD,
     GKE_PARTITION_LABEL,
@@ -336,14 +336,63 @@ def _checked(line: str | None, name: str, container: JSON, pod: PodView) -> tupl
 
 
 def _republishable(line: str | None, name: str, container: JSON, pod: PodView, where_now: str) -> bool:
-    """A prior line that says nothing the object and the cluster do not confirm (``_checked``, and where such a pod
-    can land now). A user's own words are never republished."""
+    """A prior line that says nothing the object and the cluster do not confirm (``_checked``, the pin it names,
+    and where such a pod can land now). A user's own words are never republished."""
     checked = _checked(line, name, container, pod)
     if checked is None:
         return False
+    pin = _named_pin(line or "")
+    if pin is not None and not _carries(pod, pin):
+        return False
+    pinned = f"{_pin_words(pin)}, " if pin else ""
     given = _given(line or "")
-    wheres = [where_now, *(f"{note}, {where_now}" for note in _NOTES)]
+    wheres = [f"{pinned}{where_now}", *(f"{note}, {pinned}{where_now}" for note in _NOTES)]
     return checked[1] in (f"{given} ({w})" for w in wheres)
+
+
+def _pin_words(pin: tuple[str, Sequence[str]]) -> str:
+    """'pinned to nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB' (or 'A or B', as required affinity): how a line
+    names the pin a conversion wrote, so that a later conversion can take it out with the device."""
+    key, values = pin
+    return f"pinned to {key}={' or '.join(values)}"
+
+
+_PINNED = re.compile(
+    rf"^(?:(?:{'|'.join(re.escape(n) for n in _NOTES)}), )?pinned to ([^\s=,]+)=([^\s,]+(?: or [^\s,]+)*), "
+)
+
+
+def _named_pin(line: str) -> tuple[str, list[str]] | None:
+    """The pin (label key, values) a conversion line names (``_pin_words``); None where it names none."""
+    head = f"{_given(line)} ("
+    rest = line.partition(": ")[2].partition(" -> ")[2]
+    if not rest.startswith(head):
+        return None
+    found = _PINNED.match(rest[len(head) :])
+    return (found[1], found[2].split(" or ")) if found else None
+
+
+def _carries(pod: PodView, pin: tuple[str, Sequence[str]]) -> bool:
+    """Whether the pod holds the pin as ``_apply`` writes it: a nodeSelector for one value, else required
+    affinity."""
+    key, values = pin
+    if len(values) == 1:
+        return as_dict(pod.spec.get("nodeSelector")).get(key) == values[0]
+    return holds(pod, [[expression(key, "In", values)]])
+
+
+def _unpin_named(pod: PodView, ctx: Context, line: str) -> bool:
+    """Take out the pin to a GPU model or pool that an earlier conversion wrote and its line names (the device
+    went: a new ask may need another model), unless the manifest kubectl applied writes it; whether the pod
+    changed. Found by a generative review: a 0.25 pinned to the 40 GB A100s (where 1g.10gb covers it) made 0.5
+    was kept off the 80 GB A100s' 3g.40gb, and refused."""
+    pin = _named_pin(line)
+    if pin is None or not _carries(pod, pin) or line not in ctx.stored.get(ANNOTATION, "").split(LINE_SEPARATOR):
+        return False  # only the stored words of an earlier review: a forged pin could free a template of a key
+    key, values = pin
+    if len(values) > 1:
+        return unnarrow(pod, [[expression(key, "In", values)]], keep=manifest_expressions(pod))
+    return _unselect(pod, key, values[0])
 
 
 NOWHERE_NOW = "no node it can run on offers it now"
@@ -355,7 +404,11 @@ def _reworded(line: str | None, name: str, container: JSON, pod: PodView) -> str
     stays on the pod (the validating webhook's warning tells how to convert it afresh), where a line 'as found on
     the object' lost it."""
     checked = _checked(line, name, container, pod)
-    return None if checked is None else f"{name}: {checked[0]} -> {_given(line or '')} ({NOWHERE_NOW})"
+    if checked is None:
+        return None
+    pin = _named_pin(line or "")
+    pinned = f"{_pin_words(pin)}, " if pin and _carries(pod, pin) else ""
+    return f"{name}: {checked[0]} -> {_given(line or '')} ({pinned}{NOWHERE_NOW})"
 
 
 def _named(pod: PodView) -> Iterator[tuple[str, str, JSON]]:
@@ -448,6 +501,8 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
         manifest = _manifest_container(pod, name)
         if manifest is not None and not _asks_again(manifest) and _dropped(ctx, pod, name):
             changed = _take_out(pod, container, given, manifest) or changed
+        if changed or _asks_again(container):  # the conversion is gone (its device taken out by hand, too)
+            changed = _unpin_named(pod, ctx, line) or changed
         if changed:
             forgotten.append(name)
             resources = as_dict(container.get("resources"))
@@ -507,8 +562,14 @@ def _unpin(pod: PodView, given: str) -> bool:
     """Take out the partition pin a conversion to ``nvidia.com/gpu 1 with nodeSelector k=v`` wrote, unless the
     manifest kubectl applied writes it (the user's own pin to that partition); whether the pod changed."""
     key, _, value = given.partition(" with nodeSelector ")[2].partition("=")
+    return bool(key) and _unselect(pod, key, value)
+
+
+def _unselect(pod: PodView, key: str, value: str) -> bool:
+    """Take ``key=value`` out of the pod's nodeSelector, unless the manifest kubectl applied writes it; whether the
+    pod changed."""
     selector = as_dict(pod.spec.get("nodeSelector"))
-    if not key or selector.get(key) != value:
+    if selector.get(key) != value:
         return False
     if as_dict(manifest_template_spec(pod).get("nodeSelector")).get(key) == value:
         return False
@@ -960,6 +1021,8 @@ def _line(ask: Ask, choice: Choice, where_now: str) -> str:
     """'trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb (NVIDIA-A100-SXM4-40GB, pool a100)': where the pod
     lands as it leaves the mutating webhook (``where_now``), or, when it lands nowhere, where the choice was made."""
     where = where_now or _where(choice.places)
+    if choice.pin:
+        where = f"{_pin_words(choice.pin)}, {where}"
     if choice.note:
         where = f"{choice.note}, {where}"
     return f"{ask.name}: {ask.asked} -> {choice.option.given} ({where})"
