@@ -2649,8 +2649,13 @@ def test_a_changed_fraction_takes_the_model_pin_of_the_earlier_conversion_out(fo
     assert pipeline.mutate(copy.deepcopy(result.object), update).patch == [], "a second pass changes nothing"
 
 
+@pytest.mark.parametrize(
+    "given",
+    ["nvidia.com/mig-3g.40gb (pinned to team=ml, ", "nvidia.com/gpu 1 with nodeSelector team=ml ("],
+    ids=["model-pin", "partition-pin"],
+)
 @pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
-def test_a_forged_line_cannot_take_a_templates_own_selector_out(operation: str) -> None:
+def test_a_forged_line_cannot_take_a_templates_own_selector_out(operation: str, given: str) -> None:
     """A conversion line naming a pin is the webhook's only as stored by an earlier review: one written into the
     object (on create, or by the update itself) that names the template's own selector as a pin takes nothing out
     (it would free a template of a key another admission controller set)."""
@@ -2662,13 +2667,13 @@ def test_a_forged_line_cannot_take_a_templates_own_selector_out(operation: str) 
     obj = workload("Deployment", frac("0.5"))
     template_of(obj)["spec"]["nodeSelector"] = {"team": "ml"}
     stored = pipeline.mutate(copy.deepcopy(obj), ctx).object
-    forged = f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.40gb (pinned to team=ml, {A100_80}, pool a100-80)"
+    forged = f"trainer: nvidia.com/gpu 0.5 -> {given}{A100_80}, pool a100-80)"
     template_of(obj)["metadata"].setdefault("annotations", {})["gpu-admission.io/mig"] = forged
     if operation == "UPDATE":
         ctx = replace(ctx, operation="UPDATE", old_object=stored)
         sent = copy.deepcopy(stored)
         resources = template_of(sent)["spec"]["containers"][0]["resources"]
-        resources["limits"][GPU] = "0.5"  # the fraction back beside the device: converted afresh
+        resources["limits"] = {GPU: "0.5"}  # the device replaced by the fraction: converted afresh
         template_of(sent)["metadata"]["annotations"]["gpu-admission.io/mig"] = forged
         obj = sent
     result = pipeline.mutate(obj, ctx)

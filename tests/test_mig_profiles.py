@@ -26,11 +26,14 @@ REFERENCE = {
     "B300": (7, {"1g.34gb": 7, "1g.67gb": 4, "2g.67gb": 3, "3g.135gb": 2, "4g.135gb": 1, "7g.269gb": 1}),
     "GB300": (7, {"1g.35gb": 7, "1g.70gb": 4, "2g.70gb": 3, "3g.139gb": 2, "4g.139gb": 1, "7g.278gb": 1}),
     "RTX-PRO-6000-96GB": (4, {"1g.24gb": 4, "2g.48gb": 2, "4g.96gb": 1}),
+    "RTX-PRO-5000-48GB": (2, {"1g.24gb": 2, "2g.48gb": 1}),
+    "RTX-PRO-4500-32GB": (2, {"1g.16gb": 2, "2g.32gb": 1}),
 }
 # Memory eighths (the MIG user guide: memory is cut in eighths): by compute slices; 1g comes in a small (1/8) and a
-# large (2/8) size on 7-slice GPUs; on 4-slice GPUs 1g is a quarter.
+# large (2/8) size on 7-slice GPUs; on 4-slice GPUs 1g is a quarter, on 2-slice GPUs a half.
 EIGHTHS_7 = {"small-1g": 1, "large-1g": 2, 2: 2, 3: 4, 4: 4, 7: 8}
 EIGHTHS_4 = {1: 2, 2: 4, 4: 8}
+EIGHTHS_2 = {1: 4, 2: 8}
 
 
 def models() -> dict[str, Any]:
@@ -57,7 +60,9 @@ def test_memory_eighths_follow_the_reference(name):
     model = models()[name]
     ones = sorted(row.gb for row in model.profiles.values() if row.slices == 1)
     for row in model.profiles.values():
-        if model.compute_slices == 4:
+        if model.compute_slices == 2:
+            expected = EIGHTHS_2[row.slices]
+        elif model.compute_slices == 4:
             expected = EIGHTHS_4[row.slices]
         elif row.slices == 1:
             expected = EIGHTHS_7["small-1g" if row.gb == ones[0] else "large-1g"]

@@ -387,8 +387,8 @@ def _unpin_named(pod: PodView, ctx: Context, line: str) -> bool:
     changed. Found by a generative review: a 0.25 pinned to the 40 GB A100s (where 1g.10gb covers it) made 0.5
     was kept off the 80 GB A100s' 3g.40gb, and refused."""
     pin = _named_pin(line)
-    if pin is None or not _carries(pod, pin) or line not in ctx.stored.get(ANNOTATION, "").split(LINE_SEPARATOR):
-        return False  # only the stored words of an earlier review: a forged pin could free a template of a key
+    if pin is None or not _carries(pod, pin) or not _stored(ctx, line):
+        return False
     key, values = pin
     if len(values) > 1:
         return unnarrow(pod, [[expression(key, "In", values)]], keep=manifest_expressions(pod))
@@ -497,10 +497,10 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
                 if _raw(section.get(GPU_RESOURCE)) == "1":
                     del section[GPU_RESOURCE]
                     changed = True
-            changed = _unpin(pod, given) or changed
+            changed = _unpin(pod, ctx, line) or changed
         manifest = _manifest_container(pod, name)
         if manifest is not None and not _asks_again(manifest) and _dropped(ctx, pod, name):
-            changed = _take_out(pod, container, given, manifest) or changed
+            changed = _take_out(pod, ctx, container, line, manifest) or changed
         if changed or _asks_again(container):  # the conversion is gone (its device taken out by hand, too)
             changed = _unpin_named(pod, ctx, line) or changed
         if changed:
@@ -535,11 +535,12 @@ def _dropped(ctx: Context, pod: PodView, name: str) -> bool:
     return before is not None and _asks_again(before)
 
 
-def _take_out(pod: PodView, container: JSON, given: str, manifest: JSON) -> bool:
-    """What a conversion wrote (``given``) where the manifest now asks for no fraction nor memory size: none at
+def _take_out(pod: PodView, ctx: Context, container: JSON, line: str, manifest: JSON) -> bool:
+    """What a conversion (its ``line``) wrote where the manifest now asks for no fraction nor memory size: none at
     all (a CPU-only container now: it kept its MIG device, and on single-strategy and GKE nodes the webhook's
     request of one GPU without its limit, which the apiserver refuses), or whole GPUs (kept off whole GPUs by the
     partition pin): a generative review. What the manifest writes itself stays. Whether the container changed."""
+    given = _given(line)
     limits, requests = _sections(container)
     own_limits, own_requests = _sections(manifest)
     changed = False
@@ -555,14 +556,20 @@ def _take_out(pod: PodView, container: JSON, given: str, manifest: JSON) -> bool
         if _raw(section.get(GPU_RESOURCE)) == "1" and GPU_RESOURCE not in own:
             del section[GPU_RESOURCE]
             changed = True
-    return _unpin(pod, given) or changed
+    return _unpin(pod, ctx, line) or changed
 
 
-def _unpin(pod: PodView, given: str) -> bool:
+def _unpin(pod: PodView, ctx: Context, line: str) -> bool:
     """Take out the partition pin a conversion to ``nvidia.com/gpu 1 with nodeSelector k=v`` wrote, unless the
     manifest kubectl applied writes it (the user's own pin to that partition); whether the pod changed."""
-    key, _, value = given.partition(" with nodeSelector ")[2].partition("=")
-    return bool(key) and _unselect(pod, key, value)
+    key, _, value = _given(line).partition(" with nodeSelector ")[2].partition("=")
+    return bool(key) and _stored(ctx, line) and _unselect(pod, key, value)
+
+
+def _stored(ctx: Context, line: str) -> bool:
+    """Whether ``line`` is an earlier review's own, as stored: only such a line takes a pin out (one forged into
+    the object named a template's own nodeSelector, which another admission controller may have set)."""
+    return line in ctx.stored.get(ANNOTATION, "").split(LINE_SEPARATOR)
 
 
 def _unselect(pod: PodView, key: str, value: str) -> bool:
