@@ -1990,7 +1990,8 @@ def test_kubectl_apply_of_a_whole_gpu_over_a_converted_fraction_drops_the_device
     ctx = context(nodes)
     live = pipeline.mutate(workload("Deployment", pod(container(limits={GPU: "0.5"}))), ctx).object
     result = pipeline.mutate(_applied(live, {GPU: "1"}), replace(ctx, operation="UPDATE", old_object=live))
-    assert result.allowed and result.warnings == []
+    assert result.allowed
+    assert result.warnings == ["trainer: took out the earlier conversion's nvidia.com/mig-3g.40gb"]
     assert template_of(result.object)["spec"]["containers"][0]["resources"] == {"limits": {GPU: "1"}}
 
 
@@ -2581,6 +2582,10 @@ def test_a_helm_upgrade_from_a_fraction_to_whole_gpus_takes_the_conversion_out(r
     spec = template_of(result.object)["spec"]
     assert spec["containers"][0]["resources"] == {"limits": {GPU: "2"}}
     assert "nodeSelector" not in spec, "the partition pin went with the conversion"
+    assert result.warnings == [
+        "trainer: took out the earlier conversion's nvidia.com/gpu 1 and "
+        "cloud.google.com/gke-gpu-partition-size=3g.40gb"
+    ]
     assert pipeline.validate(result.object, update).allowed
     assert pipeline.mutate(copy.deepcopy(result.object), update).patch == [], "a second pass changes nothing"
 

@@ -466,7 +466,7 @@ def _asks_other_whole(container: JSON) -> bool:
     return amount == amount.to_integral_value() and amount != 1
 
 
-def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
+def _forget_earlier(pod: PodView, ctx: Context) -> list[tuple[str, str]]:
     """A workload's container whose earlier conversion its line names ('trainer: nvidia.com/gpu 0.5 ->
     nvidia.com/mig-3g.40gb (...)') and that asks for a fraction or a memory size again (or, beside a MIG device,
     for whole GPUs): what that conversion wrote is taken out, to convert the ask afresh. ``kubectl apply``
@@ -474,9 +474,10 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
     device the webhook wrote (on single-strategy and GKE nodes, beside its request of one GPU and its
     nodeSelector), and was refused as a second device, or as a request unequal to the limit. A nodeSelector the
     manifest itself writes (its last-applied-configuration says so) is the user's pin, and stays. A forged line can
-    only take out a device beside a fraction, which is refused otherwise. The names of the containers so treated."""
+    only take out a device beside a fraction, which is refused otherwise. The names of the containers so treated,
+    each with the words of what was taken out where nothing is converted afresh (the ask is gone or whole)."""
     lines = _prior_lines(ctx)
-    forgotten = []
+    forgotten: list[tuple[str, str]] = []
     for _, name, container in _named(pod):
         line = lines.get(name)
         if not line:
@@ -504,12 +505,18 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[str]:
         if changed or _asks_again(container):  # the conversion is gone (its device taken out by hand, too)
             changed = _unpin_named(pod, ctx, line) or changed
         if changed:
-            forgotten.append(name)
+            gone = "" if _asks_again(container) else f"{name}: took out the earlier conversion's {_taken(given)}"
+            forgotten.append((name, gone))
             resources = as_dict(container.get("resources"))
             for section_name in ("limits", "requests"):
                 if resources.get(section_name) == {}:
                     del resources[section_name]
     return forgotten
+
+
+def _taken(given: str) -> str:
+    """'nvidia.com/gpu 1 and cloud.google.com/gke-gpu-partition-size=3g.40gb': what a conversion wrote, in words."""
+    return given.replace(" with nodeSelector ", " and ")
 
 
 def _manifest_container(pod: PodView, name: str) -> JSON | None:
@@ -1431,8 +1438,14 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Before any policy runs: take out of a workload's template what an earlier conversion wrote where the ask
     came back (``_forget_earlier``), so that every policy judges the pod the user wrote (the spot policy, first,
     judged a template moved to never under the earlier review's partition pin: found by a generative review)."""
-    if ctx.settings.mig.enabled and pod.is_template and _forget_earlier(pod, ctx):
+    if not ctx.settings.mig.enabled or not pod.is_template:
+        return
+    forgotten = _forget_earlier(pod, ctx)
+    if forgotten:
         out.mutated("mig-reconverted")
+    for name, gone in forgotten:
+        if gone:  # said, as nothing else will: the template's line goes with the conversion
+            out.warn(fit_warning(gone, name))
 
 
 def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
