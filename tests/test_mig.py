@@ -1629,8 +1629,9 @@ def test_a_pod_no_order_fits_is_refused_as_its_own_order_refuses_it():
     assert not result.allowed and result.reason == "MIGNoProfile"
     offer = (
         " Eligible nodes offer: pool a100-40 (NVIDIA-A100-SXM4-40GB, mixed): 1g.10gb (2/8 memory, 1/7 compute)."
-        " MIG pools this pod cannot use: a100-80 (1g.20gb, 3g.40gb; its node affinity)."
-        " Ask for at most what a profile offered here holds, or for a whole GPU (nvidia.com/gpu: 1)."
+        " MIG pools this pod cannot use: a100-80 (1g.20gb, 3g.40gb; its other containers' nvidia.com/mig-1g.10gb,"
+        " not offered there). Ask for at most what a profile offered here holds, or for a whole GPU"
+        " (nvidia.com/gpu: 1)."
     )
     assert result.message == "\n".join(
         [
@@ -2024,12 +2025,15 @@ def test_kubectl_apply_keeps_a_partition_the_manifest_itself_selects():
     ctx = context(nodes)
     partition = "cloud.google.com/gke-gpu-partition-size"
     manifest = workload("Deployment", pod(container(limits={GPU: "0.25"}), nodeSelector={partition: "3g.40gb"}))
-    live = pipeline.mutate(copy.deepcopy(manifest), ctx).object
-    assert template_of(live)["spec"]["nodeSelector"] == {partition: "3g.40gb"}
     for pinned, want in ((True, "3g.40gb"), (False, "1g.20gb")):
         written = copy.deepcopy(manifest)
-        if not pinned:  # the manifest has no selector: the live one is the webhook's (as if it had chosen it)
+        if not pinned:  # the manifest has no selector: 0.5 took a 3g.40gb partition, the webhook's selector
             del template_of(written)["spec"]["nodeSelector"]
+            first = workload("Deployment", pod(container(limits={GPU: "0.5"})))
+        else:
+            first = manifest
+        live = pipeline.mutate(copy.deepcopy(first), ctx).object
+        assert template_of(live)["spec"]["nodeSelector"] == {partition: "3g.40gb"}
         sent = _applied(live, {GPU: "0.25"})
         sent["metadata"].setdefault("annotations", {})["kubectl.kubernetes.io/last-applied-configuration"] = json.dumps(
             written
@@ -2685,3 +2689,17 @@ def test_a_forged_line_cannot_take_a_templates_own_selector_out(operation: str, 
     assert result.allowed, result.message
     assert template_of(result.object)["spec"]["nodeSelector"] == {"team": "ml"}
     assert template_of(result.object)["spec"]["containers"][0]["resources"] == mig_limits("3g.40gb")
+
+
+def test_a_refusal_names_the_other_containers_device_that_keeps_the_pod_off_a_pool() -> None:
+    """Two 0.5 asks: the trainer's took the A100-40GB's only 3g.20gb, and the sidecar's found no second one there;
+    the refusal said the 80 GB pool was kept off by 'its node affinity', for a pod with none. It names the
+    trainer's device, which that pool does not offer."""
+    nodes = [
+        mixed_node("a40", A100_40, {"3g.20gb": 1}, "a100-40", 40960),
+        mixed_node("a80", A100_80, {"3g.40gb": 2}, "a100-80", 81920),
+    ]
+    obj = pod(container(limits={GPU: "0.5"}), container("sidecar", limits={GPU: "0.5"}))
+    result = review(obj, nodes)
+    assert not result.allowed
+    assert "a100-80 (3g.40gb; its other containers' nvidia.com/mig-3g.20gb, not offered there)" in result.message

@@ -21,6 +21,7 @@ from webhook import PREFIX, budget
 from webhook.model import (
     IGNORE_LABEL,
     JSON,
+    LAST_APPLIED,
     POD_OWNER,
     TEMPLATE_PATHS,
     WARNING_LIMIT,
@@ -36,6 +37,7 @@ from webhook.model import (
     copy_json,
     is_input_annotation,
     json_bytes,
+    manifest_template_spec,
 )
 from webhook.policies import cuda, mig, spot
 
@@ -523,13 +525,24 @@ def _stored_template(obj: JSON, ctx: Context) -> PodView | None:
 
     Such an update (its replicas, its strategy) is not reviewed again: a review would rewrite the template's
     annotations with what the cluster says now (a newer driver, another pool) and so roll every pod of the workload
-    for nothing. Its pods are still reviewed, each as it is created."""
+    for nothing. Its pods are still reviewed, each as it is created. One whose manifest (client-side kubectl
+    apply's) changed the template is reviewed: a fraction dropped from the manifest, or made a whole 1, leaves the
+    template as stored (the device, the webhook's 1, stood in the fraction's place), and what the conversion wrote
+    stayed (a generative review of MIG template lifecycles)."""
     if ctx.operation != "UPDATE" or as_str(obj.get("kind")) == "Pod" or not isinstance(ctx.old_object, dict):
         return None
     new, old = pod_view(obj, ctx.namespace, writable=False), pod_view(ctx.old_object, ctx.namespace, writable=False)
     if new is None or old is None or new.spec != old.spec:
         return None
-    return old if _users_metadata(new.metadata) == _users_metadata(old.metadata) else None
+    if _users_metadata(new.metadata) != _users_metadata(old.metadata):
+        return None
+    if _last_applied(new) != _last_applied(old) and manifest_template_spec(new) != manifest_template_spec(old):
+        return None
+    return old
+
+
+def _last_applied(view: PodView) -> object:
+    return as_dict(as_dict(view.root.get("metadata")).get("annotations")).get(LAST_APPLIED)
 
 
 def _users_metadata(metadata: JSON) -> JSON:

@@ -52,7 +52,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, ROUND_DOWN, Decimal
 from typing import Literal
 
@@ -341,74 +341,119 @@ def _republishable(line: str | None, name: str, container: JSON, pod: PodView, w
     checked = _checked(line, name, container, pod)
     if checked is None:
         return False
-    pin = _named_pin(line or "")
-    if pin is not None and not _carries(pod, pin):
+    said = _said(line or "")
+    if said.pin is not None and not _carries(pod, said.pin):
         return False
-    pinned = f"{_pin_words(pin)}, " if pin else ""
-    given = _given(line or "")
-    wheres = [f"{pinned}{where_now}", *(f"{note}, {pinned}{where_now}" for note in _NOTES)]
-    return checked[1] in (f"{given} ({w})" for w in wheres)
+    return checked[1] == f"{_given(line or '')} ({said.words(where_now)})"
 
 
-def _pin_words(pin: tuple[str, Sequence[str]]) -> str:
+OWN_SELECTOR = "the pod's own nodeSelector"
+"""How a line says that the nodeSelector its conversion names (a single-strategy MIG product, a GKE partition
+size) was the pod's before the conversion: no later change of the ask takes it out."""
+
+Pin = tuple[str, tuple[str, ...]]
+"""A label key and the values a conversion pinned the pod to (one: a nodeSelector; more: required affinity)."""
+
+
+@dataclass(frozen=True)
+class _Said:
+    """What a conversion line says between its parentheses besides where the pod lands: the fallback's note,
+    whether the nodeSelector it names was the pod's own, the pin to GPU models it wrote."""
+
+    note: str = ""
+    own: bool = False
+    pin: Pin | None = None
+
+    def words(self, where: str) -> str:
+        """'whole GPU: no MIG profile covers it, pinned to nvidia.com/gpu.product=A, A, pool p'."""
+        parts = (self.note, OWN_SELECTOR if self.own else "", _pin_words(self.pin) if self.pin else "", where)
+        return ", ".join(p for p in parts if p)
+
+
+def _pin_words(pin: Pin) -> str:
     """'pinned to nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB' (or 'A or B', as required affinity): how a line
     names the pin a conversion wrote, so that a later conversion can take it out with the device."""
     key, values = pin
     return f"pinned to {key}={' or '.join(values)}"
 
 
-_PINNED = re.compile(
-    rf"^(?:(?:{'|'.join(re.escape(n) for n in _NOTES)}), )?pinned to ([^\s=,]+)=([^\s,]+(?: or [^\s,]+)*), "
+_SAID = re.compile(
+    rf"^(?:({'|'.join(re.escape(n) for n in _NOTES)}), )?({re.escape(OWN_SELECTOR)}, )?"
+    r"(?:pinned to ([^\s=,]+)=([^\s,]+(?: or [^\s,]+)*), )?"
 )
 
 
-def _named_pin(line: str) -> tuple[str, list[str]] | None:
-    """The pin (label key, values) a conversion line names (``_pin_words``); None where it names none."""
+def _said(line: str) -> _Said:
+    """What a conversion line says (``_Said``); nothing for a line of another form."""
     head = f"{_given(line)} ("
     rest = line.partition(": ")[2].partition(" -> ")[2]
-    if not rest.startswith(head):
-        return None
-    found = _PINNED.match(rest[len(head) :])
-    return (found[1], found[2].split(" or ")) if found else None
+    found = _SAID.match(rest[len(head) :]) if rest.startswith(head) else None
+    if found is None:
+        return _Said()
+    pin = (found[3], tuple(found[4].split(" or "))) if found[3] else None
+    return _Said(found[1] or "", bool(found[2]) and " with nodeSelector " in head, pin)
 
 
-def _carries(pod: PodView, pin: tuple[str, Sequence[str]]) -> bool:
+def _pins(line: str) -> set[Pin]:
+    """What of the pod's placement a conversion line says the conversion wrote: its pin to GPU models, and the
+    nodeSelector of a single-strategy product or GKE partition size unless that was the pod's own."""
+    said = _said(line)
+    pins = {said.pin} if said.pin else set()
+    key, _, value = _given(line).partition(" with nodeSelector ")[2].partition("=")
+    if key and not said.own:
+        pins.add((key, (value,)))
+    return pins
+
+
+def _carries(pod: PodView, pin: Pin) -> bool:
     """Whether the pod holds the pin as ``_apply`` writes it: a nodeSelector for one value, else required
     affinity."""
     key, values = pin
     if len(values) == 1:
         return as_dict(pod.spec.get("nodeSelector")).get(key) == values[0]
-    return holds(pod, [[expression(key, "In", values)]])
+    return holds(pod, [[expression(key, "In", list(values))]])
 
 
-def _unpin_named(pod: PodView, ctx: Context, line: str) -> bool:
-    """Take out the pin to a GPU model or pool that an earlier conversion wrote and its line names (the device
-    went: a new ask may need another model), unless the manifest kubectl applied writes it; whether the pod
-    changed. Found by a generative review: a 0.25 pinned to the 40 GB A100s (where 1g.10gb covers it) made 0.5
-    was kept off the 80 GB A100s' 3g.40gb, and refused."""
-    pin = _named_pin(line)
-    if pin is None or not _carries(pod, pin) or not _stored(ctx, line):
-        return False
+def _unpin(pod: PodView, pin: Pin) -> bool:
+    """Take a pin an earlier conversion wrote out of the pod, unless the manifest kubectl applied writes it;
+    whether the pod changed."""
     key, values = pin
+    if not _carries(pod, pin):
+        return False
     if len(values) > 1:
-        return unnarrow(pod, [[expression(key, "In", values)]], keep=manifest_expressions(pod))
-    return _unselect(pod, key, values[0])
+        return unnarrow(pod, [[expression(key, "In", list(values))]], keep=manifest_expressions(pod))
+    selector = as_dict(pod.spec.get("nodeSelector"))
+    if as_dict(manifest_template_spec(pod).get("nodeSelector")).get(key) == values[0]:
+        return False
+    del selector[key]
+    if not selector:
+        del pod.spec["nodeSelector"]
+    return True
+
+
+def _stored(ctx: Context, line: str) -> bool:
+    """Whether ``line`` is an earlier review's own, as stored: only such a line takes a pin out (one forged into
+    the object named a template's own nodeSelector, which another admission controller may have set)."""
+    return line in ctx.stored.get(ANNOTATION, "").split(LINE_SEPARATOR)
 
 
 NOWHERE_NOW = "no node it can run on offers it now"
 """Where a line says a converted device is when no node the pod can run on offers it (a MIG layout changed)."""
 
 
-def _reworded(line: str | None, name: str, container: JSON, pod: PodView) -> str | None:
-    """A prior conversion line (``_checked``) reworded to say the pod lands nowhere now: what it was converted from
-    stays on the pod (the validating webhook's warning tells how to convert it afresh), where a line 'as found on
-    the object' lost it."""
+def _reworded(line: str | None, name: str, container: JSON, pod: PodView, where_now: str) -> str | None:
+    """A prior conversion line (``_checked``) reworded to say where the pod lands now, or that it lands nowhere:
+    what it was converted from stays on the pod (the validating webhook's warning tells how to convert it afresh;
+    a workload's next update brings the ask back beside the device), where a line 'as found on the object' lost
+    it, and the ask that came back was refused as a second device (a pool added at a Helm upgrade that dropped the
+    fraction: a generative review)."""
     checked = _checked(line, name, container, pod)
     if checked is None:
         return None
-    pin = _named_pin(line or "")
-    pinned = f"{_pin_words(pin)}, " if pin and _carries(pod, pin) else ""
-    return f"{name}: {checked[0]} -> {_given(line or '')} ({pinned}{NOWHERE_NOW})"
+    said = _said(line or "")
+    if said.pin is not None and not _carries(pod, said.pin):
+        said = replace(said, pin=None)
+    return f"{name}: {checked[0]} -> {_given(line or '')} ({said.words(where_now or NOWHERE_NOW)})"
 
 
 def _named(pod: PodView) -> Iterator[tuple[str, str, JSON]]:
@@ -474,44 +519,112 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[tuple[str, str]]:
     device the webhook wrote (on single-strategy and GKE nodes, beside its request of one GPU and its
     nodeSelector), and was refused as a second device, or as a request unequal to the limit. A nodeSelector the
     manifest itself writes (its last-applied-configuration says so) is the user's pin, and stays. A forged line can
-    only take out a device beside a fraction, which is refused otherwise. The names of the containers so treated,
-    each with the words of what was taken out where nothing is converted afresh (the ask is gone or whole)."""
+    only take out a device beside a fraction, which is refused otherwise: the placement a conversion wrote goes
+    only by a line as stored (``_release``). The names of the containers so treated, each with the words of what
+    was taken out where nothing is converted afresh (the ask is gone or whole)."""
     lines = _prior_lines(ctx)
-    forgotten: list[tuple[str, str]] = []
+    earlier: list[_Earlier] = []
     for _, name, container in _named(pod):
         line = lines.get(name)
-        if not line:
+        asked, arrow, _ = (line or "").partition(": ")[2].partition(" -> ")
+        if line and arrow and _ASKED.match(asked):
+            earlier.append(_drop(pod, ctx, _Earlier(name, container, line)))
+    _release(pod, ctx, earlier)
+    forgotten: list[tuple[str, str]] = []
+    for e in earlier:
+        if not e.changed:
             continue
-        asked, arrow, _ = line.partition(": ")[2].partition(" -> ")
-        if not arrow or not _ASKED.match(asked):
-            continue
-        given = _given(line)
-        limits, requests = _sections(container)
-        changed = False
-        asks = {**limits, **requests}
-        if given.startswith(MIG_RESOURCE_PREFIX) and (GPU_RESOURCE in asks or GPU_MEMORY_RESOURCE in asks):
-            # the ask is back (in limits, requests or both), or is now for whole GPUs: the device was the earlier's
-            for section in (limits, requests):
-                changed = section.pop(given, None) is not None or changed
-        elif given.startswith(f"{GPU_RESOURCE} 1") and (_asks_again(container) or _asks_other_whole(container)):
-            for section in (limits, requests):  # the one GPU the conversion wrote, where the ask itself is not
-                if _raw(section.get(GPU_RESOURCE)) == "1":
-                    del section[GPU_RESOURCE]
-                    changed = True
-            changed = _unpin(pod, ctx, line) or changed
-        manifest = _manifest_container(pod, name)
-        if manifest is not None and not _asks_again(manifest) and _dropped(ctx, pod, name):
-            changed = _take_out(pod, ctx, container, line, manifest) or changed
-        if changed or _asks_again(container):  # the conversion is gone (its device taken out by hand, too)
-            changed = _unpin_named(pod, ctx, line) or changed
-        if changed:
-            gone = "" if _asks_again(container) else f"{name}: took out the earlier conversion's {_taken(given)}"
-            forgotten.append((name, gone))
-            resources = as_dict(container.get("resources"))
-            for section_name in ("limits", "requests"):
-                if resources.get(section_name) == {}:
-                    del resources[section_name]
+        gone = "" if _asks_again(e.container) else f"{e.name}: took out the earlier conversion's {_taken(e.given)}"
+        forgotten.append((e.name, gone))
+        resources = as_dict(e.container.get("resources"))
+        for section_name in ("limits", "requests"):
+            if resources.get(section_name) == {}:
+                del resources[section_name]
     return forgotten
+
+
+@dataclass
+class _Earlier:
+    """A container's earlier conversion, as its line names it, and what became of it here."""
+
+    name: str
+    container: JSON
+    line: str
+    dropped: bool = False
+    """It no longer stands: the ask came back or changed, the manifest dropped it, or what it gave is gone."""
+    changed: bool = False
+    """The container, or the placement its conversion wrote, changed."""
+
+    @property
+    def given(self) -> str:
+        return _given(self.line)
+
+
+def _drop(pod: PodView, ctx: Context, e: _Earlier) -> _Earlier:
+    """Take out what the conversion wrote into the container where its ask came back or changed, or where the
+    manifest dropped it; note whether it still stands."""
+    given = e.given
+    limits, requests = _sections(e.container)
+    asks = {**limits, **requests}
+    if given.startswith(MIG_RESOURCE_PREFIX) and (GPU_RESOURCE in asks or GPU_MEMORY_RESOURCE in asks):
+        # the ask is back (in limits, requests or both), or is now for whole GPUs: the device was the earlier's
+        for section in (limits, requests):
+            e.changed = section.pop(given, None) is not None or e.changed
+        e.dropped = True
+    elif given.startswith(f"{GPU_RESOURCE} 1") and (_asks_again(e.container) or _asks_other_whole(e.container)):
+        for section in (limits, requests):  # the one GPU the conversion wrote, where the ask itself is not
+            if _raw(section.get(GPU_RESOURCE)) == "1":
+                del section[GPU_RESOURCE]
+                e.changed = True
+        e.dropped = True
+    manifest = _manifest_container(pod, e.name)
+    if manifest is not None and not _asks_again(manifest) and _dropped(ctx, pod, e.name):
+        e.changed = _take_out(e.container, given, manifest) or e.changed
+        e.dropped = True
+    # what it gave is gone (a Helm upgrade's merge deleted the webhook's one GPU with the fraction of its last
+    # manifest; an edit took the device out): its placement goes too (a generative review)
+    e.dropped = e.dropped or not _verified(e.line, e.container, pod.spec)
+    return e
+
+
+def _release(pod: PodView, ctx: Context, earlier: Sequence[_Earlier]) -> None:
+    """Take out the placement (``_pins``) that dropped conversions wrote, as their stored lines say. Every other
+    conversion was chosen under it: each is converted afresh with them, its ask put back as its line says (the
+    trainer's 0.25 made 0.5 by hand took the pin to the 40 GB A100s, and the sidecar's 1g.10gb, 1/4 there, was
+    left to land on an 80 GB A100, with 1/8: a generative review); where one cannot be (a line not as stored), the
+    placement stays."""
+    gone = [e for e in earlier if e.dropped and _stored(ctx, e.line)]
+    freed = {pin for e in gone for pin in _pins(e.line) if _carries(pod, pin)}
+    if not freed:
+        return
+    standing = [e for e in earlier if not e.dropped]
+    if not all(_stored(ctx, e.line) and _asked_gpu(e.line) for e in standing):
+        return
+    for e in standing:
+        _ask_again(e)
+    for pin in sorted(freed):
+        if _unpin(pod, pin):
+            for e in gone:
+                e.changed = e.changed or pin in _pins(e.line)
+
+
+def _asked_gpu(line: str) -> str:
+    """The amount of ``nvidia.com/gpu`` a conversion line says was asked ('0.25'); '' for another ask."""
+    resource, _, amount = line.partition(": ")[2].partition(" -> ")[0].partition(" ")
+    return amount if resource == GPU_RESOURCE else ""
+
+
+def _ask_again(e: _Earlier) -> None:
+    """Put a standing conversion's ask (a fraction of ``nvidia.com/gpu``, as its stored line says) back where it
+    gave its device, to convert it afresh."""
+    amount = _asked_gpu(e.line)
+    for section in _sections(e.container):
+        if e.given.startswith(MIG_RESOURCE_PREFIX) and e.given in section:
+            del section[e.given]
+            section[GPU_RESOURCE] = amount
+        elif not e.given.startswith(MIG_RESOURCE_PREFIX) and _raw(section.get(GPU_RESOURCE)) == "1":
+            section[GPU_RESOURCE] = amount
+    e.dropped = e.changed = True
 
 
 def _taken(given: str) -> str:
@@ -542,12 +655,12 @@ def _dropped(ctx: Context, pod: PodView, name: str) -> bool:
     return before is not None and _asks_again(before)
 
 
-def _take_out(pod: PodView, ctx: Context, container: JSON, line: str, manifest: JSON) -> bool:
-    """What a conversion (its ``line``) wrote where the manifest now asks for no fraction nor memory size: none at
+def _take_out(container: JSON, given: str, manifest: JSON) -> bool:
+    """What a conversion (``given``) wrote where the manifest now asks for no fraction nor memory size: none at
     all (a CPU-only container now: it kept its MIG device, and on single-strategy and GKE nodes the webhook's
     request of one GPU without its limit, which the apiserver refuses), or whole GPUs (kept off whole GPUs by the
-    partition pin): a generative review. What the manifest writes itself stays. Whether the container changed."""
-    given = _given(line)
+    partition pin, which ``_release`` takes out): a generative review. What the manifest writes itself stays.
+    Whether the container changed."""
     limits, requests = _sections(container)
     own_limits, own_requests = _sections(manifest)
     changed = False
@@ -563,34 +676,7 @@ def _take_out(pod: PodView, ctx: Context, container: JSON, line: str, manifest: 
         if _raw(section.get(GPU_RESOURCE)) == "1" and GPU_RESOURCE not in own:
             del section[GPU_RESOURCE]
             changed = True
-    return _unpin(pod, ctx, line) or changed
-
-
-def _unpin(pod: PodView, ctx: Context, line: str) -> bool:
-    """Take out the partition pin a conversion to ``nvidia.com/gpu 1 with nodeSelector k=v`` wrote, unless the
-    manifest kubectl applied writes it (the user's own pin to that partition); whether the pod changed."""
-    key, _, value = _given(line).partition(" with nodeSelector ")[2].partition("=")
-    return bool(key) and _stored(ctx, line) and _unselect(pod, key, value)
-
-
-def _stored(ctx: Context, line: str) -> bool:
-    """Whether ``line`` is an earlier review's own, as stored: only such a line takes a pin out (one forged into
-    the object named a template's own nodeSelector, which another admission controller may have set)."""
-    return line in ctx.stored.get(ANNOTATION, "").split(LINE_SEPARATOR)
-
-
-def _unselect(pod: PodView, key: str, value: str) -> bool:
-    """Take ``key=value`` out of the pod's nodeSelector, unless the manifest kubectl applied writes it; whether the
-    pod changed."""
-    selector = as_dict(pod.spec.get("nodeSelector"))
-    if selector.get(key) != value:
-        return False
-    if as_dict(manifest_template_spec(pod).get("nodeSelector")).get(key) == value:
-        return False
-    del selector[key]
-    if not selector:
-        del pod.spec["nodeSelector"]
-    return True
+    return changed
 
 
 def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
@@ -1031,15 +1117,17 @@ def _where(places: Sequence[Placement]) -> str:
     return " or ".join(parts).replace(LINE_SEPARATOR, ", ")
 
 
-def _line(ask: Ask, choice: Choice, where_now: str) -> str:
+def _line(ask: Ask, choice: Choice, where_now: str, own: Mapping[str, object]) -> str:
     """'trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb (NVIDIA-A100-SXM4-40GB, pool a100)': where the pod
-    lands as it leaves the mutating webhook (``where_now``), or, when it lands nowhere, where the choice was made."""
-    where = where_now or _where(choice.places)
-    if choice.pin:
-        where = f"{_pin_words(choice.pin)}, {where}"
-    if choice.note:
-        where = f"{choice.note}, {where}"
-    return f"{ask.name}: {ask.asked} -> {choice.option.given} ({where})"
+    lands as it leaves the mutating webhook (``where_now``), or, when it lands nowhere, where the choice was made.
+    ``own``: the pod's nodeSelector before any conversion."""
+    selector = choice.option.selector
+    said = _Said(
+        choice.note,
+        selector is not None and own.get(selector[0]) == selector[1],
+        (choice.pin[0], tuple(choice.pin[1])) if choice.pin else None,
+    )
+    return f"{ask.name}: {ask.asked} -> {choice.option.given} ({said.words(where_now or _where(choice.places))})"
 
 
 def _plain(amount: Decimal) -> str:
@@ -1177,11 +1265,17 @@ def _refusal(
 def _kept_off(group: NodeGroup, pod: PodView, ctx: Context) -> str:
     """What keeps the pod off a MIG pool, in words: the taints it does not tolerate (not the GPU's own taint, which
     the webhook or ExtendedResourceToleration tolerates for a MIG device), the nodeSelector keys the pool's nodes
-    do not match, else its node affinity."""
+    do not match, the MIG devices its other containers have that the pool does not offer (found by a generative
+    review: 'its node affinity' was said of a pod with none), else its node affinity."""
     spec = {**pod.spec, "tolerations": [*as_list(pod.spec.get("tolerations")), GPU_TAINT_TOLERATION]}
     taints = untolerated(group, spec, ctx.cluster.extended_resource_toleration)
     selector = as_dict(pod.spec.get("nodeSelector"))
     keys = sorted(k for k, v in selector.items() if group.labels.get(k) != v)
+    devices = sorted(
+        r
+        for r, n in requested_resources(pod.spec).items()
+        if r.startswith(MIG_RESOURCE_PREFIX) and group.allocatable.get(r, Decimal(0)) < n
+    )
     parts = []
     if taints:
         spot_keys = {p.key for p in ctx.cluster.presets.spot_taints} | {t.key for t in ctx.settings.spot.extra_taints}
@@ -1189,6 +1283,8 @@ def _kept_off(group: NodeGroup, pod: PodView, ctx: Context) -> str:
         parts.append(f"untolerated taint{'s' if len(taints) > 1 else ''} {', '.join(map(str, taints[:3]))}{spot}")
     if keys:
         parts.append(f"its nodeSelector {', '.join(f'{k}: {selector[k]}' for k in keys[:3])}")
+    if devices:
+        parts.append(f"its other containers' {', '.join(devices[:3])}, not offered there")
     return "; ".join(parts) or "its node affinity"
 
 
@@ -1471,6 +1567,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         req.supported = None if supported is None else frozenset(id(g) for g in supported)
         req.spot_first = "SpotPrefer" in out.reasons
     prior = _prior_lines(ctx)
+    own = dict(as_dict(pod.spec.get("nodeSelector")))
     saved = _saved(pod, asks) if len(asks) > 1 else None
     done = _convert(req, pod, asks)
     if not done.complete and saved is not None and len(done.failed) > 1:
@@ -1497,11 +1594,16 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     out.merge(done.said)
     converted = done.converted
     if converted or prior:
-        out.finish.append(lambda: _describe(pod, ctx, out, prior, converted))
+        out.finish.append(lambda: _describe(pod, ctx, out, prior, converted, own))
 
 
 def _describe(
-    pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str, str], converted: Mapping[int, tuple[Ask, Choice]]
+    pod: PodView,
+    ctx: Context,
+    out: Outcome,
+    prior: Mapping[str, str],
+    converted: Mapping[int, tuple[Ask, Choice]],
+    own: Mapping[str, object],
 ) -> None:
     """Write the annotation's lines once every mutating policy has run: each names where the final pod can get its
     GPU (the cuda policy's steering, after this policy, can narrow it), so that a second pass, and the validating
@@ -1510,10 +1612,12 @@ def _describe(
     lines: list[str] = []
     for _, name, container in _named(pod):
         if id(container) in converted:
-            lines.append(_line(*converted[id(container)], where_now))
+            lines.append(_line(*converted[id(container)], where_now, own))
         elif _republishable(prior.get(name), name, container, pod, where_now):
             lines.append(prior[name])
-        elif not where_now and (reworded := _reworded(prior.get(name), name, container, pod)):
+        elif (not where_now or _stored(ctx, prior.get(name, ""))) and (
+            reworded := _reworded(prior.get(name), name, container, pod, where_now)
+        ):
             lines.append(reworded)
         elif name in prior:
             state = _state_line(name, container, pod.spec)
