@@ -2703,3 +2703,15 @@ def test_a_refusal_names_the_other_containers_device_that_keeps_the_pod_off_a_po
     result = review(obj, nodes)
     assert not result.allowed
     assert "a100-80 (3g.40gb; its other containers' nvidia.com/mig-3g.20gb, not offered there)" in result.message
+
+
+def test_a_refusal_names_the_whole_gpu_that_keeps_the_pod_off_a_single_strategy_pool() -> None:
+    """The trainer's whole GPU is a MIG device on a single-strategy pool, so the sidecar's 0.5 cannot go there:
+    the refusal blamed 'its node affinity', for a pod with none."""
+    nodes = [single_node("s", A100_80, "1g.10gb", 7, "s", 81920), whole_node("w", A100_80, 8, "whole")]
+    result = review(pod(container(limits={GPU: "1"}), container("sidecar", limits={GPU: "0.5"})), nodes)
+    assert not result.allowed
+    assert (
+        "s (1g.10gb; container trainer (nvidia.com/gpu 1) asks whole GPUs, which are MIG devices there)"
+        in result.message
+    )

@@ -230,3 +230,36 @@ def test_the_pods_own_partition_selector_is_not_taken_for_the_conversions() -> N
     result = updated(ctx, sent, live)
     assert spec_of(result)["nodeSelector"] == {PARTITION: "3g.40gb"}
     assert limits_of(result) == {"cpu": "1", GPU: "1"}
+
+
+def test_a_helm_upgrade_to_a_mig_device_of_its_own_takes_the_conversions_out() -> None:
+    """0.5 converted to 3g.40gb, then the manifest asks nvidia.com/mig-1g.20gb itself: Helm's merge left the
+    conversion's device beside it, the validating webhook refused two devices, and every later upgrade too. The
+    webhook writes no second MIG device, so the other one is the user's, and the conversion's goes."""
+    ctx = context([mixed_node("m", A80, {"3g.40gb": 2, "1g.20gb": 4}, "a100", 81920)])
+    live = created(ctx, deployment(container(limits={"cpu": "1", GPU: "0.5"})))
+    sent = copy.deepcopy(live)
+    limits = template_of(sent)["spec"]["containers"][0]["resources"]["limits"]
+    limits["nvidia.com/mig-1g.20gb"] = "1"
+    result = updated(ctx, sent, live)
+    assert limits_of(result) == {"cpu": "1", "nvidia.com/mig-1g.20gb": "1"}
+    assert result.warnings == ["trainer: took out the earlier conversion's nvidia.com/mig-3g.40gb"]
+
+
+def test_a_fraction_changed_beside_a_conversion_that_pinned_the_template_converts_both_afresh() -> None:
+    """The trainer's 0.25 pinned the template to the 40 GB A100s (1g.10gb is 1/4 there), the sidecar's 0.25 took
+    1g.10gb under that pin; the sidecar's device replaced by 0.5 by hand was refused under the trainer's pin, a
+    nodeSelector the user never wrote, though the same template new is admitted (both on the 80 GB A100s)."""
+    ctx = context(
+        [
+            mixed_node("a40", A40, {"1g.10gb": 4}, "a100-40", 40960),
+            mixed_node("a80", A80, {"1g.10gb": 7, "1g.20gb": 4, "3g.40gb": 2}, "a100-80", 81920),
+        ]
+    )
+    live = _two_fractions(ctx)
+    sent = copy.deepcopy(live)
+    template_of(sent)["spec"]["containers"][1]["resources"] = {"limits": {"cpu": "1", GPU: "0.5"}}
+    result = updated(ctx, sent, live)
+    assert limits_of(result, 0) == {"cpu": "1", "nvidia.com/mig-1g.20gb": "1"}
+    assert limits_of(result, 1) == {"cpu": "1", "nvidia.com/mig-3g.40gb": "1"}
+    assert "nodeSelector" not in spec_of(result)

@@ -566,8 +566,10 @@ def _drop(pod: PodView, ctx: Context, e: _Earlier) -> _Earlier:
     given = e.given
     limits, requests = _sections(e.container)
     asks = {**limits, **requests}
-    if given.startswith(MIG_RESOURCE_PREFIX) and (GPU_RESOURCE in asks or GPU_MEMORY_RESOURCE in asks):
-        # the ask is back (in limits, requests or both), or is now for whole GPUs: the device was the earlier's
+    others = [r for r in asks if r.startswith(MIG_RESOURCE_PREFIX) and r != given]
+    if given.startswith(MIG_RESOURCE_PREFIX) and (GPU_RESOURCE in asks or GPU_MEMORY_RESOURCE in asks or others):
+        # the ask is back (in limits, requests or both), or is now for whole GPUs or a MIG device of the user's own
+        # (the webhook writes no second one: Helm's merge left the conversion's beside it, refused as two devices)
         for section in (limits, requests):
             e.changed = section.pop(given, None) is not None or e.changed
         e.dropped = True
@@ -588,21 +590,24 @@ def _drop(pod: PodView, ctx: Context, e: _Earlier) -> _Earlier:
 
 
 def _release(pod: PodView, ctx: Context, earlier: Sequence[_Earlier]) -> None:
-    """Take out the placement (``_pins``) that dropped conversions wrote, as their stored lines say. Every other
-    conversion was chosen under it: each is converted afresh with them, its ask put back as its line says (the
-    trainer's 0.25 made 0.5 by hand took the pin to the 40 GB A100s, and the sidecar's 1g.10gb, 1/4 there, was
-    left to land on an 80 GB A100, with 1/8: a generative review); where one cannot be (a line not as stored), the
-    placement stays."""
+    """Take out the placement (``_pins``) that dropped conversions wrote, as their stored lines say. The template's
+    conversions were chosen together, under it: the others are converted afresh with them, each ask put back as its
+    line says (the trainer's 0.25 made 0.5 by hand took the pin to the 40 GB A100s, and the sidecar's 1g.10gb, 1/4
+    there, was left to land on an 80 GB A100, with 1/8: a generative review). So too where a conversion asked again
+    stands beside one that pinned the template (the sidecar's 0.5 was refused under the trainer's pin, which the
+    same template new does without). Where one cannot be (a line not as stored), the placement stays."""
     gone = [e for e in earlier if e.dropped and _stored(ctx, e.line)]
-    freed = {pin for e in gone for pin in _pins(e.line) if _carries(pod, pin)}
-    if not freed:
-        return
     standing = [e for e in earlier if not e.dropped]
+    freed = {pin for e in gone for pin in _pins(e.line) if _carries(pod, pin)}
+    held = {pin for e in standing for pin in _pins(e.line) if _carries(pod, pin)}
+    if not freed and not (held and any(_asks_again(e.container) for e in gone)):
+        return
     if not all(_stored(ctx, e.line) and _asked_gpu(e.line) for e in standing):
         return
     for e in standing:
         _ask_again(e)
-    for pin in sorted(freed):
+    gone += standing
+    for pin in sorted(freed | held):
         if _unpin(pod, pin):
             for e in gone:
                 e.changed = e.changed or pin in _pins(e.line)
@@ -1230,7 +1235,8 @@ def _refusal(
     elsewhere = [g for g in ctx.cluster.gpu_groups if g.mig_profiles and id(g) not in seen_groups]
     if elsewhere:
         shown = ", ".join(
-            f"{g.pool} ({', '.join(sorted(g.mig_profiles))}; {_kept_off(g, pod, ctx)})" for g in elsewhere[:3]
+            f"{g.pool} ({', '.join(sorted(g.mig_profiles))}; {_kept_off(g, pod, ctx, req.whole)})"
+            for g in elsewhere[:3]
         )
         tail += f" MIG pools this pod cannot use: {shown}."
     if changing and not seen:
@@ -1262,10 +1268,11 @@ def _refusal(
     return head + tail + advice
 
 
-def _kept_off(group: NodeGroup, pod: PodView, ctx: Context) -> str:
+def _kept_off(group: NodeGroup, pod: PodView, ctx: Context, whole: Sequence[str] = ()) -> str:
     """What keeps the pod off a MIG pool, in words: the taints it does not tolerate (not the GPU's own taint, which
     the webhook or ExtendedResourceToleration tolerates for a MIG device), the nodeSelector keys the pool's nodes
-    do not match, the MIG devices its other containers have that the pool does not offer (found by a generative
+    do not match, the MIG devices its other containers have that the pool does not offer, and on single-strategy
+    and GKE pools its containers' whole GPUs (``whole``: each GPU there is a MIG device) (found by a generative
     review: 'its node affinity' was said of a pod with none), else its node affinity."""
     spec = {**pod.spec, "tolerations": [*as_list(pod.spec.get("tolerations")), GPU_TAINT_TOLERATION]}
     taints = untolerated(group, spec, ctx.cluster.extended_resource_toleration)
@@ -1285,6 +1292,8 @@ def _kept_off(group: NodeGroup, pod: PodView, ctx: Context) -> str:
         parts.append(f"its nodeSelector {', '.join(f'{k}: {selector[k]}' for k in keys[:3])}")
     if devices:
         parts.append(f"its other containers' {', '.join(devices[:3])}, not offered there")
+    if whole and group.mig_strategy in ("single", "gke"):
+        parts.append(f"{whole[0]} asks whole GPUs, which are MIG devices there")
     return "; ".join(parts) or "its node affinity"
 
 
