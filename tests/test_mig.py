@@ -2692,12 +2692,12 @@ def test_a_forged_line_cannot_take_a_templates_own_selector_out(operation: str, 
 
 
 def test_a_refusal_names_the_other_containers_device_that_keeps_the_pod_off_a_pool() -> None:
-    """Two 0.5 asks: the trainer's took the A100-40GB's only 3g.20gb, and the sidecar's found no second one there;
-    the refusal said the 80 GB pool was kept off by 'its node affinity', for a pod with none. It names the
-    trainer's device, which that pool does not offer."""
+    """Two 0.5 asks, one 3g.20gb an A100-40GB node, one 3g.40gb an A100-80GB node: the trainer's took the
+    3g.20gb, and the refusal said the 80 GB pool was kept off by 'its node affinity', for a pod with none. It names
+    the trainer's device, which that pool does not offer."""
     nodes = [
         mixed_node("a40", A100_40, {"3g.20gb": 1}, "a100-40", 40960),
-        mixed_node("a80", A100_80, {"3g.40gb": 2}, "a100-80", 81920),
+        mixed_node("a80", A100_80, {"3g.40gb": 1}, "a100-80", 81920),
     ]
     obj = pod(container(limits={GPU: "0.5"}), container("sidecar", limits={GPU: "0.5"}))
     result = review(obj, nodes)
@@ -2714,4 +2714,42 @@ def test_a_refusal_names_the_whole_gpu_that_keeps_the_pod_off_a_single_strategy_
     assert (
         "s (1g.10gb; container trainer (nvidia.com/gpu 1) asks whole GPUs, which are MIG devices there)"
         in result.message
+    )
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Deployment"])
+def test_asks_whose_smallest_profiles_are_on_different_models_are_converted_on_one(kind: str) -> None:
+    """Two 0.5: the smallest profile of each is the A100-40GB's 3g.20gb, one a node, so the second found none in any
+    order, while the A100-80GB offers two 3g.40gb: refused (a generative review). Every ask is tried on one model
+    when no order fits them; the devices alone keep the pod on that model here, so no pin is written."""
+    nodes = [
+        mixed_node("a40", A100_40, {"3g.20gb": 1}, "a100-40", 40960),
+        mixed_node("a80", A100_80, {"3g.40gb": 2}, "a100-80", 81920),
+    ]
+    obj = pod(container(limits={GPU: "0.5"}), container("sidecar", limits={GPU: "0.5"}))
+    result = review(obj if kind == "Pod" else workload(kind, obj), nodes)
+    assert result.allowed, result.message
+    spec = template_of(result.object)["spec"]
+    assert [c["resources"]["limits"] for c in spec["containers"]] == [{"nvidia.com/mig-3g.40gb": "1"}] * 2
+    assert "nodeSelector" not in spec and "affinity" not in spec
+
+
+def test_asks_converted_on_one_model_are_pinned_where_the_devices_alone_do_not_keep_them_there() -> None:
+    """Two 0.25: each one's smallest profile is the A30's 1g.6gb, one a node, so no order fits both; on the next
+    model, the A100-40GB, both take 1g.10gb, which the A100-80GB offers too with 1/8: the pin to the A100-40GB is
+    written, and named by the first line (a later change of the asks takes it out)."""
+    nodes = [
+        mixed_node("a30", "NVIDIA-A30", {"1g.6gb": 1}, "a30", 24576),
+        mixed_node("a40", A100_40, {"1g.10gb": 4}, "a100-40", 40960),
+        mixed_node("a80", A100_80, {"1g.10gb": 7}, "a100-80", 81920),
+    ]
+    obj = pod(container(limits={GPU: "0.25"}), container("sidecar", limits={GPU: "0.25"}))
+    result = review(obj, nodes)
+    assert result.allowed, result.message
+    spec = result.object["spec"]
+    assert [c["resources"]["limits"] for c in spec["containers"]] == [{"nvidia.com/mig-1g.10gb": "1"}] * 2
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": A100_40}
+    assert mig_annotation(result.object) == (
+        f"trainer: nvidia.com/gpu 0.25 -> nvidia.com/mig-1g.10gb (pinned to nvidia.com/gpu.product={A100_40}, "
+        f"{A100_40}, pool a100-40); sidecar: nvidia.com/gpu 0.25 -> nvidia.com/mig-1g.10gb ({A100_40}, pool a100-40)"
     )

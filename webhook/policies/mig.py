@@ -1092,11 +1092,7 @@ def _apply(pod: PodView, ask: Ask, choice: Choice) -> None:
         key, value = choice.option.selector
         pod.spec_dict("nodeSelector")[key] = value
     if choice.pin:
-        key, values = choice.pin
-        if len(values) == 1:
-            pod.spec_dict("nodeSelector")[key] = values[0]
-        else:
-            require(pod, [expression(key, "In", values)])
+        _write_pin(pod, choice.pin)
 
 
 def _held(section: JSON) -> bool:
@@ -1514,6 +1510,72 @@ def _orders(asks: Sequence[Ask]) -> Iterator[list[Ask]]:
             yield list(order)
 
 
+def _by_model(
+    req: _Request, pod: PodView, asks: Sequence[Ask], saved: Sequence[tuple[JSON, str, object]]
+) -> _Pass | None:
+    """A pass in which every ask is converted on one GPU model, tried model by model (the smaller first) where no
+    order of the asks found each a profile: each ask's smallest profile can be on different models, and the first
+    took the only model where the next finds none (two 0.5: an A100-40GB's one 3g.20gb a node, while an
+    A100-80GB offers two 3g.40gb; a generative review). The pin to the model is named by the first conversion's
+    line, and kept only where the devices alone do not keep the pod on that model. None where no model fits all."""
+    ctx = req.ctx
+    models: dict[str, list[NodeGroup]] = {}
+    for group in ctx.cluster.gpu_groups:
+        if group.mig_profiles:
+            models.setdefault(_product(group), []).append(group)
+    if len(models) < 2:
+        return None
+    every = [g for groups in models.values() for g in groups]
+    for _, groups in sorted(models.items(), key=lambda m: (min(g.gpu_memory_mib for g in m[1]), m[0])):
+        budget.check()
+        pin = _pin(groups, [g for g in every if all(g is not m for m in groups)], _pin_keys(ctx))
+        if pin is None:
+            continue
+        _restore(saved)
+        key, values = pin
+        if as_dict(pod.spec.get("nodeSelector")).get(key, values[0]) != values[0] and len(values) == 1:
+            continue
+        _write_pin(pod, pin)
+        done = _convert(req, pod, asks, stop=True)
+        first = next((done.converted[id(a.container)] for a in asks if id(a.container) in done.converted), None)
+        if not done.complete or first is None or first[1].pin is not None:
+            continue
+        ask, choice = first
+        if _covered_beyond(req, pod, pin, done):
+            done.converted[id(ask.container)] = (ask, replace(choice, pin=pin))
+        else:
+            _unpin(pod, (key, tuple(values)))
+        return done
+    return None
+
+
+def _write_pin(pod: PodView, pin: tuple[str, list[str]]) -> None:
+    """Pin the pod as ``_apply`` does: a nodeSelector for one value, else required affinity."""
+    key, values = pin
+    if len(values) == 1:
+        pod.spec_dict("nodeSelector")[key] = values[0]
+    else:
+        require(pod, [expression(key, "In", values)])
+
+
+def _covered_beyond(req: _Request, pod: PodView, pin: tuple[str, list[str]], done: _Pass) -> bool:
+    """Whether the pod, as converted, could land without the pin where a device it has holds less than its ask
+    (1g.10gb is 1/4 of an A100-40GB, 1/8 of an A100-80GB): then the pin stays."""
+    trial = copy_json(pod.spec)
+    key, values = pin
+    if len(values) == 1:
+        as_dict(trial.get("nodeSelector")).pop(key, None)
+    else:
+        unnarrow(PodView(pod.kind, {}, trial, pod.namespace), [[expression(key, "In", values)]])
+    coverage = req.ctx.settings.mig.coverage
+    for cand in _eligible(req.ctx, trial):
+        for ask, choice in done.converted.values():
+            profile = _profile(req, cand.group, choice.option.profile) if choice.option.profile else None
+            if profile is not None and not _covers(ask, profile, coverage):
+                return True
+    return False
+
+
 _ABSENT = object()
 
 
@@ -1597,6 +1659,8 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
             if done.complete or len(done.failed) == 1:
                 break
             failed.add(done.failed)
+        if not done.complete:
+            done = _by_model(req, pod, asks, saved) or done
         if not done.complete:
             _restore(saved)
             done = _convert(req, pod, asks)
