@@ -2721,7 +2721,7 @@ def test_a_refusal_names_the_whole_gpu_that_keeps_the_pod_off_a_single_strategy_
 def test_asks_whose_smallest_profiles_are_on_different_models_are_converted_on_one(kind: str) -> None:
     """Two 0.5: the smallest profile of each is the A100-40GB's 3g.20gb, one a node, so the second found none in any
     order, while the A100-80GB offers two 3g.40gb: refused (a generative review). Every ask is tried on one model
-    when no order fits them; the devices alone keep the pod on that model here, so no pin is written."""
+    when no order fits them, and the pod is pinned to it (named by the first line)."""
     nodes = [
         mixed_node("a40", A100_40, {"3g.20gb": 1}, "a100-40", 40960),
         mixed_node("a80", A100_80, {"3g.40gb": 2}, "a100-80", 81920),
@@ -2731,10 +2731,13 @@ def test_asks_whose_smallest_profiles_are_on_different_models_are_converted_on_o
     assert result.allowed, result.message
     spec = template_of(result.object)["spec"]
     assert [c["resources"]["limits"] for c in spec["containers"]] == [{"nvidia.com/mig-3g.40gb": "1"}] * 2
-    assert "nodeSelector" not in spec and "affinity" not in spec
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": A100_80}
+    assert (mig_annotation(result.object) or "").startswith(
+        f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.40gb (pinned to nvidia.com/gpu.product={A100_80}, "
+    )
 
 
-def test_asks_converted_on_one_model_are_pinned_where_the_devices_alone_do_not_keep_them_there() -> None:
+def test_asks_converted_on_one_model_are_pinned_to_it() -> None:
     """Two 0.25: each one's smallest profile is the A30's 1g.6gb, one a node, so no order fits both; on the next
     model, the A100-40GB, both take 1g.10gb, which the A100-80GB offers too with 1/8: the pin to the A100-40GB is
     written, and named by the first line (a later change of the asks takes it out)."""
@@ -2753,3 +2756,33 @@ def test_asks_converted_on_one_model_are_pinned_where_the_devices_alone_do_not_k
         f"trainer: nvidia.com/gpu 0.25 -> nvidia.com/mig-1g.10gb (pinned to nvidia.com/gpu.product={A100_40}, "
         f"{A100_40}, pool a100-40); sidecar: nvidia.com/gpu 0.25 -> nvidia.com/mig-1g.10gb ({A100_40}, pool a100-40)"
     )
+
+
+def test_asks_converted_on_one_single_strategy_model_keep_its_selector() -> None:
+    """The model pass's pin on a single-strategy pool is the conversions' own nodeSelector (its product holds the
+    profile's name): it was taken out as needless, and each container was left a bare nvidia.com/gpu 1, free to
+    land on a GKE partition of 4g.20gb (1/2 of a 40 GB A100, below the 0.5 of an 80 GB one) or on whole GPUs."""
+    nodes = [
+        single_node("s", A100_80, "4g.40gb", 2, "p0", 81920),
+        gke_node("g", "nvidia-tesla-a100", "4g.20gb", 1, "d1"),
+        whole_node("w", A100_80, 8, "whole"),
+    ]
+    obj = pod(container(limits={"cpu": "1", GPU: "0.5"}), container("sidecar", limits={"cpu": "1", GPU: "0.2"}))
+    ctx = context(nodes)
+    result = pipeline.mutate(copy.deepcopy(obj), ctx)
+    assert result.allowed, result.message
+    spec = result.object["spec"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": f"{A100_80}-MIG-4g.40gb"}
+    assert [c["resources"]["limits"] for c in spec["containers"]] == [{"cpu": "1", GPU: "1"}] * 2
+    assert "pinned to" not in (mig_annotation(result.object) or "pinned to")
+    assert pipeline.validate(result.object, ctx).allowed
+    assert pipeline.mutate(copy.deepcopy(result.object), ctx).patch == [], "a second pass changes nothing"
+
+
+def test_a_refusal_names_the_whole_gpu_a_mixed_pool_has_none_of() -> None:
+    """A mixed pool whose GPUs are all cut into MIG devices offers no whole nvidia.com/gpu: the trainer's keeps the
+    pod off it, and the refusal blamed 'its node affinity'."""
+    nodes = [mixed_node("m", A100_40, {"7g.40gb": 1}, "p0", 40960)]
+    result = review(pod(container(limits={GPU: "1"}), container("sidecar", limits={GPU: "0.5"})), nodes)
+    assert not result.allowed
+    assert "p0 (7g.40gb; container trainer (nvidia.com/gpu 1) asks whole GPUs, none offered there)" in result.message

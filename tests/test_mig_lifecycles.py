@@ -263,3 +263,22 @@ def test_a_fraction_changed_beside_a_conversion_that_pinned_the_template_convert
     assert limits_of(result, 0) == {"cpu": "1", "nvidia.com/mig-1g.20gb": "1"}
     assert limits_of(result, 1) == {"cpu": "1", "nvidia.com/mig-3g.40gb": "1"}
     assert "nodeSelector" not in spec_of(result)
+
+
+def test_a_containers_first_fraction_beside_a_conversion_that_pinned_the_template_converts_both_afresh() -> None:
+    """A sidecar that asked no GPU now asks 0.5 beside the trainer's 0.25, pinned to the 40 GB A100s: refused
+    under that pin, though the same template new is admitted (both on the 80 GB A100s)."""
+    ctx = context(
+        [
+            mixed_node("a40", A40, {"1g.10gb": 4}, "a100-40", 40960),
+            mixed_node("a80", A80, {"1g.10gb": 7, "1g.20gb": 4, "3g.40gb": 2}, "a100-80", 81920),
+        ]
+    )
+    live = created(ctx, deployment(container(limits={"cpu": "1", GPU: "0.25"}), container("sidecar")))
+    assert spec_of_obj(live)["nodeSelector"] == {"nvidia.com/gpu.product": A40}
+    sent = copy.deepcopy(live)
+    template_of(sent)["spec"]["containers"][1]["resources"] = {"limits": {GPU: "0.5"}}
+    result = updated(ctx, sent, live)
+    assert limits_of(result, 0) == {"cpu": "1", "nvidia.com/mig-1g.20gb": "1"}
+    assert limits_of(result, 1) == {"nvidia.com/mig-3g.40gb": "1"}
+    assert "nodeSelector" not in spec_of(result)

@@ -524,12 +524,15 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[tuple[str, str]]:
     was taken out where nothing is converted afresh (the ask is gone or whole)."""
     lines = _prior_lines(ctx)
     earlier: list[_Earlier] = []
+    fresh = False
     for _, name, container in _named(pod):
         line = lines.get(name)
         asked, arrow, _ = (line or "").partition(": ")[2].partition(" -> ")
         if line and arrow and _ASKED.match(asked):
             earlier.append(_drop(pod, ctx, _Earlier(name, container, line)))
-    _release(pod, ctx, earlier)
+        elif _asks_again(container):
+            fresh = True  # a container's first ask: converted beside the earlier conversions
+    _release(pod, ctx, earlier, fresh)
     forgotten: list[tuple[str, str]] = []
     for e in earlier:
         if not e.changed:
@@ -589,18 +592,19 @@ def _drop(pod: PodView, ctx: Context, e: _Earlier) -> _Earlier:
     return e
 
 
-def _release(pod: PodView, ctx: Context, earlier: Sequence[_Earlier]) -> None:
+def _release(pod: PodView, ctx: Context, earlier: Sequence[_Earlier], fresh: bool = False) -> None:
     """Take out the placement (``_pins``) that dropped conversions wrote, as their stored lines say. The template's
     conversions were chosen together, under it: the others are converted afresh with them, each ask put back as its
     line says (the trainer's 0.25 made 0.5 by hand took the pin to the 40 GB A100s, and the sidecar's 1g.10gb, 1/4
     there, was left to land on an 80 GB A100, with 1/8: a generative review). So too where a conversion asked again
     stands beside one that pinned the template (the sidecar's 0.5 was refused under the trainer's pin, which the
-    same template new does without). Where one cannot be (a line not as stored), the placement stays."""
+    same template new does without), or beside a container's first ask (``fresh``). Where one cannot be (a line
+    not as stored), the placement stays."""
     gone = [e for e in earlier if e.dropped and _stored(ctx, e.line)]
     standing = [e for e in earlier if not e.dropped]
     freed = {pin for e in gone for pin in _pins(e.line) if _carries(pod, pin)}
     held = {pin for e in standing for pin in _pins(e.line) if _carries(pod, pin)}
-    if not freed and not (held and any(_asks_again(e.container) for e in gone)):
+    if not freed and not (held and (fresh or any(_asks_again(e.container) for e in gone))):
         return
     if not all(_stored(ctx, e.line) and _asked_gpu(e.line) for e in standing):
         return
@@ -1290,6 +1294,8 @@ def _kept_off(group: NodeGroup, pod: PodView, ctx: Context, whole: Sequence[str]
         parts.append(f"its other containers' {', '.join(devices[:3])}, not offered there")
     if whole and group.mig_strategy in ("single", "gke"):
         parts.append(f"{whole[0]} asks whole GPUs, which are MIG devices there")
+    elif whole and group.allocatable.get(GPU_RESOURCE, Decimal(0)) < 1:
+        parts.append(f"{whole[0]} asks whole GPUs, none offered there")
     return "; ".join(parts) or "its node affinity"
 
 
@@ -1516,8 +1522,9 @@ def _by_model(
     """A pass in which every ask is converted on one GPU model, tried model by model (the smaller first) where no
     order of the asks found each a profile: each ask's smallest profile can be on different models, and the first
     took the only model where the next finds none (two 0.5: an A100-40GB's one 3g.20gb a node, while an
-    A100-80GB offers two 3g.40gb; a generative review). The pin to the model is named by the first conversion's
-    line, and kept only where the devices alone do not keep the pod on that model. None where no model fits all."""
+    A100-80GB offers two 3g.40gb; a generative review). The pin to the model stays (each choice was made for that
+    model alone: a single-strategy or GKE GPU is a bare nvidia.com/gpu elsewhere), named by the first conversion's
+    line unless it is that conversion's own nodeSelector. None where no model fits all."""
     ctx = req.ctx
     models: dict[str, list[NodeGroup]] = {}
     for group in ctx.cluster.gpu_groups:
@@ -1541,10 +1548,8 @@ def _by_model(
         if not done.complete or first is None or first[1].pin is not None:
             continue
         ask, choice = first
-        if _covered_beyond(req, pod, pin, done):
+        if choice.option.selector != (key, values[0]) or len(values) > 1:
             done.converted[id(ask.container)] = (ask, replace(choice, pin=pin))
-        else:
-            _unpin(pod, (key, tuple(values)))
         return done
     return None
 
@@ -1556,24 +1561,6 @@ def _write_pin(pod: PodView, pin: tuple[str, list[str]]) -> None:
         pod.spec_dict("nodeSelector")[key] = values[0]
     else:
         require(pod, [expression(key, "In", values)])
-
-
-def _covered_beyond(req: _Request, pod: PodView, pin: tuple[str, list[str]], done: _Pass) -> bool:
-    """Whether the pod, as converted, could land without the pin where a device it has holds less than its ask
-    (1g.10gb is 1/4 of an A100-40GB, 1/8 of an A100-80GB): then the pin stays."""
-    trial = copy_json(pod.spec)
-    key, values = pin
-    if len(values) == 1:
-        as_dict(trial.get("nodeSelector")).pop(key, None)
-    else:
-        unnarrow(PodView(pod.kind, {}, trial, pod.namespace), [[expression(key, "In", values)]])
-    coverage = req.ctx.settings.mig.coverage
-    for cand in _eligible(req.ctx, trial):
-        for ask, choice in done.converted.values():
-            profile = _profile(req, cand.group, choice.option.profile) if choice.option.profile else None
-            if profile is not None and not _covers(ask, profile, coverage):
-                return True
-    return False
 
 
 _ABSENT = object()
