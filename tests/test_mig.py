@@ -2786,3 +2786,20 @@ def test_a_refusal_names_the_whole_gpu_a_mixed_pool_has_none_of() -> None:
     result = review(pod(container(limits={GPU: "1"}), container("sidecar", limits={GPU: "0.5"})), nodes)
     assert not result.allowed
     assert "p0 (7g.40gb; container trainer (nvidia.com/gpu 1) asks whole GPUs, none offered there)" in result.message
+
+
+def test_a_model_pin_that_a_conversions_own_selector_implies_is_not_written() -> None:
+    """The model pass's pin to an A100-80GB of two single-strategy layouts is required affinity on both products;
+    the conversions' own nodeSelector on the 4g.40gb product implies it, and a line said 'with nodeSelector X
+    (pinned to X or Y, ...)'."""
+    nodes = [
+        mixed_node("a40", A100_40, {"3g.20gb": 1}, "a100-40", 40960),
+        single_node("s4", A100_80, "4g.40gb", 2, "s4", 81920),
+        single_node("s1", A100_80, "1g.10gb", 7, "s1", 81920),
+    ]
+    result = review(pod(container(limits={GPU: "0.5"}), container("sidecar", limits={GPU: "0.5"})), nodes)
+    assert result.allowed, result.message
+    spec = result.object["spec"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": f"{A100_80}-MIG-4g.40gb"}
+    assert "affinity" not in spec
+    assert "pinned to" not in (mig_annotation(result.object) or "pinned to")

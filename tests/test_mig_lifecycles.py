@@ -282,3 +282,21 @@ def test_a_containers_first_fraction_beside_a_conversion_that_pinned_the_templat
     assert limits_of(result, 0) == {"cpu": "1", "nvidia.com/mig-1g.20gb": "1"}
     assert limits_of(result, 1) == {"nvidia.com/mig-3g.40gb": "1"}
     assert "nodeSelector" not in spec_of(result)
+
+
+def test_a_memory_size_in_a_template_does_not_convert_its_other_fractions_afresh_at_every_update() -> None:
+    """A template's memory size waits for its pods, so its container never has a line: it was taken for a
+    container's first fraction at every update, and the trainer's conversion was made afresh (an image changed,
+    a pool added: its GPU moved to the new pool's 3g.20gb)."""
+    first = [single_node("s", A80, "4g.40gb", 2, "p0", 81920)]
+    manifest = deployment(
+        container(limits={"cpu": "1", GPU: "0.5"}),
+        container("sidecar", limits={"cpu": "1", "gpu-admission.io/gpu-memory": "10Gi"}),
+    )
+    live = created(context(first), manifest)
+    ctx = context([*first, mixed_node("m", A40, {"3g.20gb": 2}, "p1", 40960)])
+    sent = copy.deepcopy(live)
+    template_of(sent)["spec"]["containers"][0]["image"] = "ghcr.io/example/train:2"
+    result = updated(ctx, sent, live)
+    assert limits_of(result) == {"cpu": "1", GPU: "1"}
+    assert spec_of(result)["nodeSelector"] == {"nvidia.com/gpu.product": f"{A80}-MIG-4g.40gb"}

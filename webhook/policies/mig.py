@@ -486,10 +486,11 @@ def _warn_whole_and_mig(out: Outcome, name: str, whole: _Read, container: JSON) 
         out.warn(fit_warning(f"{name}: {said}", name))
 
 
-def _asks_again(container: JSON) -> bool:
-    """The container asks for a fraction or a memory size in its limits or requests (as a manifest writes it)."""
+def _asks_again(container: JSON, memory: bool = True) -> bool:
+    """The container asks for a fraction or (``memory``) a memory size in its limits or requests (as a manifest
+    writes it)."""
     for section in _sections(container):
-        if GPU_MEMORY_RESOURCE in section:
+        if memory and GPU_MEMORY_RESOURCE in section:
             return True
         try:
             amount = parse_quantity(section[GPU_RESOURCE]) if GPU_RESOURCE in section else None
@@ -530,8 +531,8 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[tuple[str, str]]:
         asked, arrow, _ = (line or "").partition(": ")[2].partition(" -> ")
         if line and arrow and _ASKED.match(asked):
             earlier.append(_drop(pod, ctx, _Earlier(name, container, line)))
-        elif _asks_again(container):
-            fresh = True  # a container's first ask: converted beside the earlier conversions
+        elif _asks_again(container, memory=False):
+            fresh = True  # a container's first fraction (a memory size waits for the pods): converted beside them
     _release(pod, ctx, earlier, fresh)
     forgotten: list[tuple[str, str]] = []
     for e in earlier:
@@ -1524,7 +1525,7 @@ def _by_model(
     took the only model where the next finds none (two 0.5: an A100-40GB's one 3g.20gb a node, while an
     A100-80GB offers two 3g.40gb; a generative review). The pin to the model stays (each choice was made for that
     model alone: a single-strategy or GKE GPU is a bare nvidia.com/gpu elsewhere), named by the first conversion's
-    line unless it is that conversion's own nodeSelector. None where no model fits all."""
+    line, unless a conversion's own nodeSelector implies it. None where no model fits all."""
     ctx = req.ctx
     models: dict[str, list[NodeGroup]] = {}
     for group in ctx.cluster.gpu_groups:
@@ -1548,8 +1549,12 @@ def _by_model(
         if not done.complete or first is None or first[1].pin is not None:
             continue
         ask, choice = first
-        if choice.option.selector != (key, values[0]) or len(values) > 1:
+        selectors = {c.option.selector for _, c in done.converted.values() if c.option.selector}
+        implied = [s for s in selectors if s[0] == key and s[1] in values]
+        if not implied:
             done.converted[id(ask.container)] = (ask, replace(choice, pin=pin))
+        elif len(values) > 1:  # a conversion's own nodeSelector holds the pod to one of the model's values
+            unnarrow(pod, [[expression(key, "In", values)]])
         return done
     return None
 
