@@ -152,11 +152,15 @@ class Placement:
     usable_mib: int = 0
 
 
+Pin = tuple[str, tuple[str, ...]]
+"""A label key and the values a conversion pinned the pod to (one: a nodeSelector; more: required affinity)."""
+
+
 @dataclass
 class Choice:
     option: Option
     places: list[Placement]
-    pin: tuple[str, list[str]] | None = None
+    pin: Pin | None = None
     note: str = ""
 
 
@@ -351,9 +355,6 @@ OWN_SELECTOR = "the pod's own nodeSelector"
 """How a line says that the nodeSelector its conversion names (a single-strategy MIG product, a GKE partition
 size) was the pod's before the conversion: no later change of the ask takes it out."""
 
-Pin = tuple[str, tuple[str, ...]]
-"""A label key and the values a conversion pinned the pod to (one: a nodeSelector; more: required affinity)."""
-
 
 @dataclass(frozen=True)
 class _Said:
@@ -411,7 +412,7 @@ def _carries(pod: PodView, pin: Pin) -> bool:
     key, values = pin
     if len(values) == 1:
         return as_dict(pod.spec.get("nodeSelector")).get(key) == values[0]
-    return holds(pod, [[expression(key, "In", list(values))]])
+    return holds(pod, [[expression(key, "In", values)]])
 
 
 def _unpin(pod: PodView, pin: Pin) -> bool:
@@ -421,7 +422,7 @@ def _unpin(pod: PodView, pin: Pin) -> bool:
     if not _carries(pod, pin):
         return False
     if len(values) > 1:
-        return unnarrow(pod, [[expression(key, "In", list(values))]], keep=manifest_expressions(pod))
+        return unnarrow(pod, [[expression(key, "In", values)]], keep=manifest_expressions(pod))
     selector = as_dict(pod.spec.get("nodeSelector"))
     if as_dict(manifest_template_spec(pod).get("nodeSelector")).get(key) == values[0]:
         return False
@@ -921,7 +922,7 @@ def _pin_keys(ctx: Context) -> list[str]:
     return [PRODUCT_LABEL, GKE_ACCELERATOR_LABEL, *ctx.cluster.presets.pool_labels]
 
 
-def _pin(good: Sequence[NodeGroup], bad: Sequence[NodeGroup], keys: Sequence[str]) -> tuple[str, list[str]] | None:
+def _pin(good: Sequence[NodeGroup], bad: Sequence[NodeGroup], keys: Sequence[str]) -> Pin | None:
     """A label whose values on the good groups exclude every bad group; None when there is none."""
     for key in keys:
         values = {g.labels.get(key) for g in good}
@@ -929,7 +930,7 @@ def _pin(good: Sequence[NodeGroup], bad: Sequence[NodeGroup], keys: Sequence[str
             continue
         if any(g.labels.get(key) in values for g in bad):
             continue
-        return key, sorted(v for v in values if v is not None)
+        return key, tuple(sorted(v for v in values if v is not None))
     return None
 
 
@@ -1131,7 +1132,7 @@ def _line(ask: Ask, choice: Choice, where_now: str, own: Mapping[str, object]) -
     said = _Said(
         choice.note,
         selector is not None and own.get(selector[0]) == selector[1],
-        (choice.pin[0], tuple(choice.pin[1])) if choice.pin else None,
+        choice.pin,
     )
     return f"{ask.name}: {ask.asked} -> {choice.option.given} ({said.words(where_now or _where(choice.places))})"
 
@@ -1559,7 +1560,7 @@ def _by_model(
     return None
 
 
-def _write_pin(pod: PodView, pin: tuple[str, list[str]]) -> None:
+def _write_pin(pod: PodView, pin: Pin) -> None:
     """Pin the pod as ``_apply`` does: a nodeSelector for one value, else required affinity."""
     key, values = pin
     if len(values) == 1:
