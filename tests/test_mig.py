@@ -2587,8 +2587,7 @@ def test_a_helm_upgrade_from_a_fraction_to_whole_gpus_takes_the_conversion_out(r
     assert spec["containers"][0]["resources"] == {"limits": {GPU: "2"}}
     assert "nodeSelector" not in spec, "the partition pin went with the conversion"
     assert result.warnings == [
-        "trainer: took out the earlier conversion's nvidia.com/gpu 1 and "
-        "cloud.google.com/gke-gpu-partition-size=3g.40gb"
+        "trainer: took out the earlier conversion's cloud.google.com/gke-gpu-partition-size=3g.40gb"
     ]
     assert pipeline.validate(result.object, update).allowed
     assert pipeline.mutate(copy.deepcopy(result.object), update).patch == [], "a second pass changes nothing"

@@ -37,7 +37,6 @@ from webhook.model import (
     copy_json,
     is_input_annotation,
     json_bytes,
-    manifest_template_spec,
 )
 from webhook.policies import cuda, mig, spot
 
@@ -526,9 +525,10 @@ def _stored_template(obj: JSON, ctx: Context) -> PodView | None:
     Such an update (its replicas, its strategy) is not reviewed again: a review would rewrite the template's
     annotations with what the cluster says now (a newer driver, another pool) and so roll every pod of the workload
     for nothing. Its pods are still reviewed, each as it is created. One whose manifest (client-side kubectl
-    apply's) changed the template is reviewed: a fraction dropped from the manifest, or made a whole 1, leaves the
-    template as stored (the device, the webhook's 1, stood in the fraction's place), and what the conversion wrote
-    stayed (a generative review of MIG template lifecycles)."""
+    apply's) changed the template's GPU asks is reviewed: a fraction dropped from the manifest, or made a whole 1,
+    leaves the template as stored (the device, the webhook's 1, stood in the fraction's place), and what the
+    conversion wrote stayed (a generative review of MIG template lifecycles). Any other change of the manifest (a
+    defaulted field written out) leaves the review as stored."""
     if ctx.operation != "UPDATE" or as_str(obj.get("kind")) == "Pod" or not isinstance(ctx.old_object, dict):
         return None
     new, old = pod_view(obj, ctx.namespace, writable=False), pod_view(ctx.old_object, ctx.namespace, writable=False)
@@ -536,7 +536,7 @@ def _stored_template(obj: JSON, ctx: Context) -> PodView | None:
         return None
     if _users_metadata(new.metadata) != _users_metadata(old.metadata):
         return None
-    if _last_applied(new) != _last_applied(old) and manifest_template_spec(new) != manifest_template_spec(old):
+    if _last_applied(new) != _last_applied(old) and mig.manifest_asks(new) != mig.manifest_asks(old):
         return None
     return old
 

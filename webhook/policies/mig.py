@@ -39,7 +39,15 @@ How a profile is chosen, per container (init containers included), each on its o
 5. The containers are taken in turn, each choice narrowing where the next can land. When that leaves one without
    a profile, other orders are tried (the largest asks first, the reverse, every order of up to 4 asks), and the
    first that converts every ask is kept; so whether a pod is admitted does not depend on the order its
-   containers are written in. The lines still name each container, in the pod's order.
+   containers are written in. When no order does, every ask is tried on one GPU model, model by model (the
+   smaller first), and the pod is pinned to it (``_by_model``). The lines still name each container, in the
+   pod's order.
+
+Each line of ``gpu-admission.io/mig`` names what its conversion wrote (``_line``, read back by ``_said``): the
+device, the nodeSelector of a single-strategy product or GKE partition size (``the pod's own nodeSelector`` where
+the template had it before), any pin to GPU models (``pinned to <key>=<values>``). A workload's later update
+(``forget``, before every policy) takes out what a conversion wrote where its ask came back, changed or went (the
+stored lines only take placement out: ``Context.stored``), and converts the template's fractions afresh together.
 
 Nothing is rounded silently: a fraction above 1 that is not whole, request != limit, a value <= 0, a fraction
 together with a memory request, or nothing offered that covers it, are denied from the mutating side (so the user
@@ -339,13 +347,15 @@ def _checked(line: str | None, name: str, container: JSON, pod: PodView) -> tupl
     return asked, tail
 
 
-def _republishable(line: str | None, name: str, container: JSON, pod: PodView, where_now: str) -> bool:
+def _republishable(
+    line: str | None, name: str, container: JSON, pod: PodView, where_now: str, pin_keys: Sequence[str]
+) -> bool:
     """A prior line that says nothing the object and the cluster do not confirm (``_checked``, the pin it names,
     and where such a pod can land now). A user's own words are never republished."""
     checked = _checked(line, name, container, pod)
     if checked is None:
         return False
-    said = _said(line or "")
+    said = _said(line or "", pin_keys)
     if said.pin is not None and not _carries(pod, said.pin):
         return False
     return checked[1] == f"{_given(line or '')} ({said.words(where_now)})"
@@ -384,21 +394,29 @@ _SAID = re.compile(
 )
 
 
-def _said(line: str) -> _Said:
-    """What a conversion line says (``_Said``); nothing for a line of another form."""
+def _said(line: str, pin_keys: Sequence[str]) -> _Said:
+    """What a conversion line says (``_Said``); nothing for a line of another form. A pin is read only on a key
+    the webhook pins by (``pin_keys``): a line forged into a template and confirmed by its own selector on
+    another key (team=ml) would be kept, and its selector taken out at the next change of the ask."""
     head = f"{_given(line)} ("
     rest = line.partition(": ")[2].partition(" -> ")[2]
     found = _SAID.match(rest[len(head) :]) if rest.startswith(head) else None
     if found is None:
         return _Said()
-    pin = (found[3], tuple(found[4].split(" or "))) if found[3] else None
+    pin = (found[3], tuple(found[4].split(" or "))) if found[3] in pin_keys else None
     return _Said(found[1] or "", bool(found[2]) and " with nodeSelector " in head, pin)
 
 
-def _pins(line: str) -> set[Pin]:
+def _all_pin_keys(ctx: Context) -> list[str]:
+    """The keys the webhook pins a pod by: the GPU model's and the pools' (``_pin_keys``), and a fallback's
+    sharing labels."""
+    return [SHARING_LABEL, GKE_SHARING_LABEL, *_pin_keys(ctx)]
+
+
+def _pins(line: str, pin_keys: Sequence[str]) -> set[Pin]:
     """What of the pod's placement a conversion line says the conversion wrote: its pin to GPU models, and the
     nodeSelector of a single-strategy product or GKE partition size unless that was the pod's own."""
-    said = _said(line)
+    said = _said(line, pin_keys)
     pins = {said.pin} if said.pin else set()
     key, _, value = _given(line).partition(" with nodeSelector ")[2].partition("=")
     if key and not said.own:
@@ -442,7 +460,9 @@ NOWHERE_NOW = "no node it can run on offers it now"
 """Where a line says a converted device is when no node the pod can run on offers it (a MIG layout changed)."""
 
 
-def _reworded(line: str | None, name: str, container: JSON, pod: PodView, where_now: str) -> str | None:
+def _reworded(
+    line: str | None, name: str, container: JSON, pod: PodView, where_now: str, pin_keys: Sequence[str]
+) -> str | None:
     """A prior conversion line (``_checked``) reworded to say where the pod lands now, or that it lands nowhere:
     what it was converted from stays on the pod (the validating webhook's warning tells how to convert it afresh;
     a workload's next update brings the ask back beside the device), where a line 'as found on the object' lost
@@ -451,7 +471,7 @@ def _reworded(line: str | None, name: str, container: JSON, pod: PodView, where_
     checked = _checked(line, name, container, pod)
     if checked is None:
         return None
-    said = _said(line or "")
+    said = _said(line or "", pin_keys)
     if said.pin is not None and not _carries(pod, said.pin):
         said = replace(said, pin=None)
     return f"{name}: {checked[0]} -> {_given(line or '')} ({said.words(where_now or NOWHERE_NOW)})"
@@ -539,7 +559,8 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[tuple[str, str]]:
     for e in earlier:
         if not e.changed:
             continue
-        gone = "" if _asks_again(e.container) else f"{e.name}: took out the earlier conversion's {_taken(e.given)}"
+        taken = " and ".join(dict.fromkeys(e.taken))
+        gone = f"{e.name}: took out the earlier conversion's {taken}" if taken and not _asks_again(e.container) else ""
         forgotten.append((e.name, gone))
         resources = as_dict(e.container.get("resources"))
         for section_name in ("limits", "requests"):
@@ -557,8 +578,15 @@ class _Earlier:
     line: str
     dropped: bool = False
     """It no longer stands: the ask came back or changed, the manifest dropped it, or what it gave is gone."""
-    changed: bool = False
-    """The container, or the placement its conversion wrote, changed."""
+    taken: list[str] = field(default_factory=list)
+    """What of it was taken out here, in words ('nvidia.com/gpu 1', 'cloud.google.com/gke-gpu-partition-size=...')."""
+    asked_again: bool = False
+    """Its ask was put back, to convert it afresh with the others (``_ask_again``)."""
+
+    @property
+    def changed(self) -> bool:
+        """The container, or the placement its conversion wrote, changed."""
+        return bool(self.taken) or self.asked_again
 
     @property
     def given(self) -> str:
@@ -571,22 +599,23 @@ def _drop(pod: PodView, ctx: Context, e: _Earlier) -> _Earlier:
     given = e.given
     limits, requests = _sections(e.container)
     asks = {**limits, **requests}
-    others = [r for r in asks if r.startswith(MIG_RESOURCE_PREFIX) and r != given]
+    others = [r for r in _mig_resources(e.container) if r != given]
     if given.startswith(MIG_RESOURCE_PREFIX) and (GPU_RESOURCE in asks or GPU_MEMORY_RESOURCE in asks or others):
         # the ask is back (in limits, requests or both), or is now for whole GPUs or a MIG device of the user's own
         # (the webhook writes no second one: Helm's merge left the conversion's beside it, refused as two devices)
-        for section in (limits, requests):
-            e.changed = section.pop(given, None) is not None or e.changed
+        if any([section.pop(given, None) is not None for section in (limits, requests)]):
+            e.taken.append(given)
         e.dropped = True
     elif given.startswith(f"{GPU_RESOURCE} 1") and (_asks_again(e.container) or _asks_other_whole(e.container)):
         for section in (limits, requests):  # the one GPU the conversion wrote, where the ask itself is not
             if _raw(section.get(GPU_RESOURCE)) == "1":
                 del section[GPU_RESOURCE]
-                e.changed = True
+                e.taken.append(f"{GPU_RESOURCE} 1")
         e.dropped = True
     manifest = _manifest_container(pod, e.name)
     if manifest is not None and not _asks_again(manifest) and _dropped(ctx, pod, e.name):
-        e.changed = _take_out(e.container, given, manifest) or e.changed
+        if _take_out(e.container, given, manifest):
+            e.taken.append(given.partition(" with nodeSelector ")[0])
         e.dropped = True
     # what it gave is gone (a Helm upgrade's merge deleted the webhook's one GPU with the fraction of its last
     # manifest; an edit took the device out): its placement goes too (a generative review)
@@ -604,8 +633,9 @@ def _release(pod: PodView, ctx: Context, earlier: Sequence[_Earlier], fresh: boo
     not as stored), the placement stays."""
     gone = [e for e in earlier if e.dropped and _stored(ctx, e.line)]
     standing = [e for e in earlier if not e.dropped]
-    freed = {pin for e in gone for pin in _pins(e.line) if _carries(pod, pin)}
-    held = {pin for e in standing for pin in _pins(e.line) if _carries(pod, pin)}
+    keys = _all_pin_keys(ctx)
+    freed = {pin for e in gone for pin in _pins(e.line, keys) if _carries(pod, pin)}
+    held = {pin for e in standing for pin in _pins(e.line, keys) if _carries(pod, pin)}
     if not freed and not (held and (fresh or any(_asks_again(e.container) for e in gone))):
         return
     if not all(_stored(ctx, e.line) and _asked_gpu(e.line) for e in standing):
@@ -616,7 +646,8 @@ def _release(pod: PodView, ctx: Context, earlier: Sequence[_Earlier], fresh: boo
     for pin in sorted(freed | held):
         if _unpin(pod, pin):
             for e in gone:
-                e.changed = e.changed or pin in _pins(e.line)
+                if pin in _pins(e.line, keys):
+                    e.taken.append(f"{pin[0]}={' or '.join(pin[1])}")
 
 
 def _asked_gpu(line: str) -> str:
@@ -629,18 +660,31 @@ def _ask_again(e: _Earlier) -> None:
     """Put a standing conversion's ask (a fraction of ``nvidia.com/gpu``, as its stored line says) back where it
     gave its device, to convert it afresh."""
     amount = _asked_gpu(e.line)
+    resource = e.given.partition(" ")[0]  # a MIG device, or the one (shared) GPU given, with its selector
     for section in _sections(e.container):
-        if e.given.startswith(MIG_RESOURCE_PREFIX) and e.given in section:
-            del section[e.given]
+        if resource in section and (resource.startswith(MIG_RESOURCE_PREFIX) or _raw(section[resource]) == "1"):
+            del section[resource]
             section[GPU_RESOURCE] = amount
-        elif not e.given.startswith(MIG_RESOURCE_PREFIX) and _raw(section.get(GPU_RESOURCE)) == "1":
-            section[GPU_RESOURCE] = amount
-    e.dropped = e.changed = True
+            e.asked_again = True
+    e.dropped = True
 
 
-def _taken(given: str) -> str:
-    """'nvidia.com/gpu 1 and cloud.google.com/gke-gpu-partition-size=3g.40gb': what a conversion wrote, in words."""
-    return given.replace(" with nodeSelector ", " and ")
+def manifest_asks(pod: PodView) -> dict[str, list[dict[str, object]]]:
+    """What the manifest client-side ``kubectl apply`` sent asks of GPUs, by container: its limits' and requests'
+    ``nvidia.com/gpu``, memory size and MIG devices (empty without a manifest)."""
+    spec = manifest_template_spec(pod)
+    asks: dict[str, list[dict[str, object]]] = {}
+    for list_name in ("initContainers", "containers"):
+        for c in as_list(spec.get(list_name)):
+            if isinstance(c, dict):
+                asks[as_str(c.get("name"))] = [
+                    {k: v for k, v in section.items() if k in _ASK_KEYS or k.startswith(MIG_RESOURCE_PREFIX)}
+                    for section in _sections(c)
+                ]
+    return asks
+
+
+_ASK_KEYS = frozenset({GPU_RESOURCE, GPU_MEMORY_RESOURCE})
 
 
 def _manifest_container(pod: PodView, name: str) -> JSON | None:
@@ -926,7 +970,7 @@ def _pin(good: Sequence[NodeGroup], bad: Sequence[NodeGroup], keys: Sequence[str
     """A label whose values on the good groups exclude every bad group; None when there is none."""
     for key in keys:
         values = {g.labels.get(key) for g in good}
-        if None in values or not values:
+        if None in values or "" in values or not values:  # an empty value could not be named in a line
             continue
         if any(g.labels.get(key) in values for g in bad):
             continue
@@ -1044,7 +1088,7 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
         return None
     if not good:
         return None
-    pin = _pin(good, bad, [SHARING_LABEL, GKE_SHARING_LABEL, *_pin_keys(ctx)]) if bad else None
+    pin = _pin(good, bad, _all_pin_keys(ctx)) if bad else None
     if bad and pin is None:
         return None
     return Choice(option, [Placement(g, None, True) for g in good], pin, note)
@@ -1535,7 +1579,11 @@ def _by_model(
     if len(models) < 2:
         return None
     every = [g for groups in models.values() for g in groups]
-    for _, groups in sorted(models.items(), key=lambda m: (min(g.gpu_memory_mib for g in m[1]), m[0])):
+
+    def smaller_first(model: tuple[str, list[NodeGroup]]) -> tuple[int, str]:
+        return min(g.gpu_memory_mib or 1 << 30 for g in model[1]), model[0]  # memory unknown: last
+
+    for _, groups in sorted(models.items(), key=smaller_first):
         budget.check()
         pin = _pin(groups, [g for g in every if all(g is not m for m in groups)], _pin_keys(ctx))
         if pin is None:
@@ -1675,14 +1723,15 @@ def _describe(
     GPU (the cuda policy's steering, after this policy, can narrow it), so that a second pass, and the validating
     webhook's Event, find the same words."""
     where_now = _where_now(pod, ctx)
+    keys = _all_pin_keys(ctx)
     lines: list[str] = []
     for _, name, container in _named(pod):
         if id(container) in converted:
             lines.append(_line(*converted[id(container)], where_now, own))
-        elif _republishable(prior.get(name), name, container, pod, where_now):
+        elif _republishable(prior.get(name), name, container, pod, where_now, keys):
             lines.append(prior[name])
         elif (not where_now or _stored(ctx, prior.get(name, ""))) and (
-            reworded := _reworded(prior.get(name), name, container, pod, where_now)
+            reworded := _reworded(prior.get(name), name, container, pod, where_now, keys)
         ):
             lines.append(reworded)
         elif name in prior:
@@ -1732,7 +1781,7 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
         line = prior.get(name)
         if line and _is_mig(_given(line)):
             where_now = where_now if where_now is not None else _where_now(pod, ctx)
-            if _republishable(line, name, container, pod, where_now):
+            if _republishable(line, name, container, pod, where_now, _all_pin_keys(ctx)):
                 verified.append(line)
     if not pod.is_template and pod.annotation("gpu-fraction") is not None:
         target = pod.fraction_container()
