@@ -9,6 +9,8 @@ import json
 from dataclasses import replace
 from typing import Any, cast
 
+import pytest
+
 from tests.mig_fixtures import (
     container,
     context,
@@ -152,25 +154,33 @@ def _two_fractions(ctx: Context) -> dict[str, Any]:
     return created(ctx, manifest)
 
 
-def test_a_pin_two_conversions_share_is_not_taken_from_the_one_left() -> None:
-    """The trainer's and the sidecar's 0.25 each took 1g.10gb, pinned to the 40 GB A100s (1/8 on the 80 GB ones);
-    the trainer's device replaced by 0.5 by hand: the pin went with the trainer's conversion, and the sidecar's
-    1g.10gb could land on an 80 GB A100, with 1/8 where it asked 1/4. Now the sidecar is converted afresh too."""
-    ctx = context(
+def _a100s() -> Context:
+    """1g.10gb is 1/4 of the 40 GB A100s and 1/8 of the 80 GB ones: a 0.25 there is pinned to the 40 GB A100s."""
+    return context(
         [
             mixed_node("a40", A40, {"1g.10gb": 4}, "a100-40", 40960),
             mixed_node("a80", A80, {"1g.10gb": 7, "1g.20gb": 4, "3g.40gb": 2}, "a100-80", 81920),
         ]
     )
+
+
+@pytest.mark.parametrize("changed", [0, 1], ids=["trainer-whose-line-names-the-pin", "sidecar"])
+def test_a_fraction_changed_beside_a_pinned_conversion_converts_both_afresh(changed: int) -> None:
+    """The trainer's and the sidecar's 0.25 each took 1g.10gb, under the trainer's pin to the 40 GB A100s; one of
+    them replaced by 0.5 by hand. The trainer's: the pin went with its conversion, and the sidecar's 1g.10gb could
+    land on an 80 GB A100, with 1/8 where it asked 1/4. The sidecar's: refused under the trainer's pin, which the
+    same template new does without. Both are converted afresh now, on the 80 GB A100s."""
+    ctx = _a100s()
     live = _two_fractions(ctx)
     assert spec_of_obj(live)["nodeSelector"] == {"nvidia.com/gpu.product": A40}
     sent = copy.deepcopy(live)
-    template_of(sent)["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1", GPU: "0.5"}}
+    template_of(sent)["spec"]["containers"][changed]["resources"] = {"limits": {"cpu": "1", GPU: "0.5"}}
     result = updated(ctx, sent, live)
-    assert limits_of(result, 0) == {"cpu": "1", "nvidia.com/mig-3g.40gb": "1"}
-    assert limits_of(result, 1) == {"cpu": "1", "nvidia.com/mig-1g.20gb": "1"}
+    assert limits_of(result, changed) == {"cpu": "1", "nvidia.com/mig-3g.40gb": "1"}
+    assert limits_of(result, 1 - changed) == {"cpu": "1", "nvidia.com/mig-1g.20gb": "1"}
     assert "nodeSelector" not in spec_of(result)
-    assert line_of(result.object).split("; ")[1].startswith("sidecar: nvidia.com/gpu 0.25 -> ")
+    asked = [line.split(" -> ")[0] for line in line_of(result.object).split("; ")]
+    assert asked[1 - changed].endswith(": nvidia.com/gpu 0.25"), "the ask put back as its line said"
 
 
 def test_a_gke_partition_two_conversions_share_is_not_taken_from_the_one_left() -> None:
@@ -247,34 +257,10 @@ def test_a_helm_upgrade_to_a_mig_device_of_its_own_takes_the_conversions_out() -
     assert result.warnings == ["trainer: took out the earlier conversion's nvidia.com/mig-3g.40gb"]
 
 
-def test_a_fraction_changed_beside_a_conversion_that_pinned_the_template_converts_both_afresh() -> None:
-    """The trainer's 0.25 pinned the template to the 40 GB A100s (1g.10gb is 1/4 there), the sidecar's 0.25 took
-    1g.10gb under that pin; the sidecar's device replaced by 0.5 by hand was refused under the trainer's pin, a
-    nodeSelector the user never wrote, though the same template new is admitted (both on the 80 GB A100s)."""
-    ctx = context(
-        [
-            mixed_node("a40", A40, {"1g.10gb": 4}, "a100-40", 40960),
-            mixed_node("a80", A80, {"1g.10gb": 7, "1g.20gb": 4, "3g.40gb": 2}, "a100-80", 81920),
-        ]
-    )
-    live = _two_fractions(ctx)
-    sent = copy.deepcopy(live)
-    template_of(sent)["spec"]["containers"][1]["resources"] = {"limits": {"cpu": "1", GPU: "0.5"}}
-    result = updated(ctx, sent, live)
-    assert limits_of(result, 0) == {"cpu": "1", "nvidia.com/mig-1g.20gb": "1"}
-    assert limits_of(result, 1) == {"cpu": "1", "nvidia.com/mig-3g.40gb": "1"}
-    assert "nodeSelector" not in spec_of(result)
-
-
 def test_a_containers_first_fraction_beside_a_conversion_that_pinned_the_template_converts_both_afresh() -> None:
     """A sidecar that asked no GPU now asks 0.5 beside the trainer's 0.25, pinned to the 40 GB A100s: refused
     under that pin, though the same template new is admitted (both on the 80 GB A100s)."""
-    ctx = context(
-        [
-            mixed_node("a40", A40, {"1g.10gb": 4}, "a100-40", 40960),
-            mixed_node("a80", A80, {"1g.10gb": 7, "1g.20gb": 4, "3g.40gb": 2}, "a100-80", 81920),
-        ]
-    )
+    ctx = _a100s()
     live = created(ctx, deployment(container(limits={"cpu": "1", GPU: "0.25"}), container("sidecar")))
     assert spec_of_obj(live)["nodeSelector"] == {"nvidia.com/gpu.product": A40}
     sent = copy.deepcopy(live)
