@@ -356,3 +356,19 @@ def test_the_warning_names_only_what_the_update_took_out() -> None:
     assert limits_of(result) == {"cpu": "1"}
     assert spec_of(result)["nodeSelector"] == {PARTITION: "3g.40gb"}
     assert result.warnings == ["trainer: took out the earlier conversion's nvidia.com/gpu 1"]
+
+
+def test_no_warning_names_what_a_conversion_made_afresh_wrote_again() -> None:
+    """The trainer's and the sidecar's fractions share a GKE partition pin; the trainer's dropped: its pin went,
+    the sidecar was converted afresh onto the same partition, and the warning said the partition was taken out
+    while the template still selected it."""
+    ctx = context([gke_node("g3", "nvidia-a100-80gb", "3g.40gb", 2, "gke3")])
+    live = created(
+        ctx,
+        deployment(container(limits={"cpu": "1", GPU: "0.5"}), container("sidecar", limits={"cpu": "1", GPU: "0.25"})),
+    )
+    sent = copy.deepcopy(live)
+    template_of(sent)["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
+    result = updated(ctx, sent, live)
+    assert spec_of(result)["nodeSelector"] == {PARTITION: "3g.40gb"}
+    assert result.warnings == []

@@ -533,7 +533,7 @@ def _asks_other_whole(container: JSON) -> bool:
     return amount == amount.to_integral_value() and amount != 1
 
 
-def _forget_earlier(pod: PodView, ctx: Context) -> list[tuple[str, str]]:
+def _forget_earlier(pod: PodView, ctx: Context) -> list[_Earlier]:
     """A workload's container whose earlier conversion its line names ('trainer: nvidia.com/gpu 0.5 ->
     nvidia.com/mig-3g.40gb (...)') and that asks for a fraction or a memory size again (or, beside a MIG device,
     for whole GPUs): what that conversion wrote is taken out, to convert the ask afresh. ``kubectl apply``
@@ -542,8 +542,7 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[tuple[str, str]]:
     nodeSelector), and was refused as a second device, or as a request unequal to the limit. A nodeSelector the
     manifest itself writes (its last-applied-configuration says so) is the user's pin, and stays. A forged line can
     only take out a device beside a fraction, which is refused otherwise: the placement a conversion wrote goes
-    only by a line as stored (``_release``). The names of the containers so treated, each with the words of what
-    was taken out where nothing is converted afresh (the ask is gone or whole)."""
+    only by a line as stored (``_release``). The conversions so treated."""
     lines = _prior_lines(ctx)
     earlier: list[_Earlier] = []
     fresh = False
@@ -555,13 +554,8 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[tuple[str, str]]:
         elif _asks_again(container, memory=False):
             fresh = True  # a container's first fraction (a memory size waits for the pods): converted beside them
     _release(pod, ctx, earlier, fresh)
-    forgotten: list[tuple[str, str]] = []
-    for e in earlier:
-        if not e.changed:
-            continue
-        taken = " and ".join(dict.fromkeys(e.taken))
-        gone = f"{e.name}: took out the earlier conversion's {taken}" if taken and not _asks_again(e.container) else ""
-        forgotten.append((e.name, gone))
+    forgotten = [e for e in earlier if e.changed]
+    for e in forgotten:
         resources = as_dict(e.container.get("resources"))
         for section_name in ("limits", "requests"):
             if resources.get(section_name) == {}:
@@ -1651,9 +1645,27 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
     forgotten = _forget_earlier(pod, ctx)
     if forgotten:
         out.mutated("mig-reconverted")
-    for name, gone in forgotten:
-        if gone:  # said, as nothing else will: the template's line goes with the conversion
-            out.warn(fit_warning(gone, name))
+    gone = [e for e in forgotten if e.taken and not _asks_again(e.container)]
+    if gone:  # said, as nothing else will: the template's line goes with the conversion
+        out.finish.append(lambda: _say_taken(pod, out, gone))
+
+
+def _say_taken(pod: PodView, out: Outcome, gone: Sequence[_Earlier]) -> None:
+    """Warn of what conversions that no longer stand had written and the final template no longer holds (another
+    conversion, made afresh, may have written the same partition selector again: a generative review)."""
+    for e in gone:
+        taken = [t for t in dict.fromkeys(e.taken) if not _holds(pod, e.container, t)]
+        if taken:
+            out.warn(fit_warning(f"{e.name}: took out the earlier conversion's {' and '.join(taken)}", e.name))
+
+
+def _holds(pod: PodView, container: JSON, taken: str) -> bool:
+    """Whether the pod still holds what ``_Earlier.taken`` names: a device, the one GPU, or a pin 'k=v or w'."""
+    if taken.startswith(MIG_RESOURCE_PREFIX) or taken == f"{GPU_RESOURCE} 1":
+        resource = taken.partition(" ")[0]
+        return any(_raw(section.get(resource)) == "1" for section in _sections(container))
+    key, _, values = taken.partition("=")
+    return _carries(pod, (key, tuple(values.split(" or "))))
 
 
 def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
