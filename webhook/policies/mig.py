@@ -618,19 +618,23 @@ def _drop(pod: PodView, ctx: Context, e: _Earlier) -> _Earlier:
 
 
 def _release(pod: PodView, ctx: Context, earlier: Sequence[_Earlier], fresh: bool = False) -> None:
-    """Take out the placement (``_pins``) that dropped conversions wrote, as their stored lines say. The template's
-    conversions were chosen together, under it: the others are converted afresh with them, each ask put back as its
-    line says (the trainer's 0.25 made 0.5 by hand took the pin to the 40 GB A100s, and the sidecar's 1g.10gb, 1/4
-    there, was left to land on an 80 GB A100, with 1/8: a generative review). So too where a conversion asked again
-    stands beside one that pinned the template (the sidecar's 0.5 was refused under the trainer's pin, which the
-    same template new does without), or beside a container's first ask (``fresh``). Where one cannot be (a line
-    not as stored), the placement stays."""
+    """A template's conversions are chosen together, under the placement (``_pins``) their lines say they wrote.
+    Where a conversion that no longer stands wrote placement the pod still holds, or where an ask is to be
+    converted afresh (asked again, or a container's first: ``fresh``) while a standing conversion's placement
+    holds the pod, every standing conversion is converted afresh too, its ask put back as its line says, and that
+    placement is taken out for the conversion to choose anew. Only stored lines count (``_stored``); where a
+    standing conversion cannot be put back (its line not as stored), the placement stays.
+
+    Found by generative reviews: a sidecar's 1g.10gb, 1/4 of the 40 GB A100s its trainer's pin held it to, was
+    left to land on an 80 GB A100 (1/8) when the trainer's conversion went; a sidecar's new 0.5 was refused under
+    the trainer's pin, which the same template new does without."""
     gone = [e for e in earlier if e.dropped and _stored(ctx, e.line)]
     standing = [e for e in earlier if not e.dropped]
     keys = _all_pin_keys(ctx)
     freed = {pin for e in gone for pin in _pins(e.line, keys) if _carries(pod, pin)}
     held = {pin for e in standing for pin in _pins(e.line, keys) if _carries(pod, pin)}
-    if not freed and not (held and (fresh or any(_asks_again(e.container) for e in gone))):
+    converted_afresh = fresh or any(_asks_again(e.container) for e in gone)
+    if not freed and not (held and converted_afresh):
         return
     if not all(_stored(ctx, e.line) and _asked_gpu(e.line) for e in standing):
         return
