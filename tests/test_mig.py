@@ -2802,3 +2802,23 @@ def test_a_model_pin_that_a_conversions_own_selector_implies_is_not_written() ->
     assert spec["nodeSelector"] == {"nvidia.com/gpu.product": f"{A100_80}-MIG-4g.40gb"}
     assert "affinity" not in spec
     assert "pinned to" not in (mig_annotation(result.object) or "pinned to")
+
+
+def test_asks_whose_smallest_profiles_are_on_different_pools_of_one_model_are_converted_on_one() -> None:
+    """0.5 and 0.3 on two pools of one model: one 4g.40gb a node on one, two 7g.80gb on the other. Each ask's
+    smallest profile is the 4g.40gb, one a node, so no order fit both, and the model pass could not tell the pools
+    apart: refused (a generative review: 100 of 30,045 refusals would fit on one pool). Every ask is tried on one
+    pool next, and the pod is pinned to it."""
+    nodes = [
+        mixed_node("p1", A100_80, {"4g.40gb": 1}, "p1", 81920),
+        mixed_node("p0", A100_80, {"7g.80gb": 2}, "p0", 81920),
+    ]
+    obj = pod(container(limits={GPU: "0.5"}), container("sidecar", limits={GPU: "0.3"}))
+    result = review(obj, nodes)
+    assert result.allowed, result.message
+    spec = result.object["spec"]
+    assert [c["resources"]["limits"] for c in spec["containers"]] == [{"nvidia.com/mig-7g.80gb": "1"}] * 2
+    assert spec["nodeSelector"] == {POOL: "p0"}
+    assert (mig_annotation(result.object) or "").startswith(
+        f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-7g.80gb (pinned to {POOL}=p0, "
+    )

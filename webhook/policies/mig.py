@@ -40,8 +40,8 @@ How a profile is chosen, per container (init containers included), each on its o
    a profile, other orders are tried (the largest asks first, the reverse, every order of up to 4 asks), and the
    first that converts every ask is kept; so whether a pod is admitted does not depend on the order its
    containers are written in. When no order does, every ask is tried on one GPU model, model by model (the
-   smaller first), and the pod is pinned to it (``_by_model``). The lines still name each container, in the
-   pod's order.
+   smaller first), then on one pool, and the pod is pinned there (``_on_one``). The lines still name each
+   container, in the pod's order.
 
 Each line of ``gpu-admission.io/mig`` names what its conversion wrote (``_line``, read back by ``_said``): the
 device, the nodeSelector of a single-strategy product or GKE partition size (``the pod's own nodeSelector`` where
@@ -1560,50 +1560,70 @@ def _orders(asks: Sequence[Ask]) -> Iterator[list[Ask]]:
             yield list(order)
 
 
-def _by_model(
+MAX_POOLS_TRIED = 16
+"""The most pools the pool pass tries one by one (``_on_one``): a refusal's work stays bounded on large clusters."""
+
+
+def _on_one(
     req: _Request, pod: PodView, asks: Sequence[Ask], saved: Sequence[tuple[JSON, str, object]]
 ) -> _Pass | None:
-    """A pass in which every ask is converted on one GPU model, tried model by model (the smaller first) where no
-    order of the asks found each a profile: each ask's smallest profile can be on different models, and the first
-    took the only model where the next finds none (two 0.5: an A100-40GB's one 3g.20gb a node, while an
-    A100-80GB offers two 3g.40gb; a generative review). The pin to the model stays (each choice was made for that
-    model alone: a single-strategy or GKE GPU is a bare nvidia.com/gpu elsewhere), named by the first conversion's
-    line, unless a conversion's own nodeSelector implies it. None where no model fits all."""
-    ctx = req.ctx
+    """A pass in which every ask is converted on one GPU model, tried model by model (the smaller first), then on
+    one pool, pool by pool, where no order of the asks found each a profile: each ask's smallest profile can be on
+    different models or pools, and the first took the only place where the next finds none (two 0.5: an
+    A100-40GB's one 3g.20gb a node, while an A100-80GB offers two 3g.40gb; 0.5 and 0.3: a pool of one 4g.40gb a
+    node, another of two 7g.80gb; generative reviews). The pin stays (each choice was made for that place alone:
+    a single-strategy or GKE GPU is a bare nvidia.com/gpu elsewhere), named by the first conversion's line, unless
+    a conversion's own nodeSelector implies it. None where no place fits all."""
+    mig_groups = [g for g in req.ctx.cluster.gpu_groups if g.mig_profiles]
     models: dict[str, list[NodeGroup]] = {}
-    for group in ctx.cluster.gpu_groups:
-        if group.mig_profiles:
-            models.setdefault(_product(group), []).append(group)
-    if len(models) < 2:
-        return None
-    every = [g for groups in models.values() for g in groups]
+    pools: dict[str, list[NodeGroup]] = {}
+    for group in mig_groups:
+        models.setdefault(_product(group), []).append(group)
+        pools.setdefault(group.pool, []).append(group)
 
-    def smaller_first(model: tuple[str, list[NodeGroup]]) -> tuple[int, str]:
-        return min(g.gpu_memory_mib or 1 << 30 for g in model[1]), model[0]  # memory unknown: last
+    def smaller_first(place: tuple[str, list[NodeGroup]]) -> tuple[int, str]:
+        return min(g.gpu_memory_mib or 1 << 30 for g in place[1]), place[0]  # memory unknown: last
 
-    for _, groups in sorted(models.items(), key=smaller_first):
+    places = sorted(models.items(), key=smaller_first) if len(models) > 1 else []
+    if len(pools) > len(models):
+        places += sorted(pools.items(), key=smaller_first)[:MAX_POOLS_TRIED]
+    for _, groups in places:
         budget.check()
-        pin = _pin(groups, [g for g in every if all(g is not m for m in groups)], _pin_keys(ctx))
-        if pin is None:
-            continue
-        _restore(saved)
-        key, values = pin
-        if as_dict(pod.spec.get("nodeSelector")).get(key, values[0]) != values[0] and len(values) == 1:
-            continue
-        _write_pin(pod, pin)
-        done = _convert(req, pod, asks, stop=True)
-        first = next((done.converted[id(a.container)] for a in asks if id(a.container) in done.converted), None)
-        if not done.complete or first is None or first[1].pin is not None:
-            continue
-        ask, choice = first
-        selectors = {c.option.selector for _, c in done.converted.values() if c.option.selector}
-        implied = [s for s in selectors if s[0] == key and s[1] in values]
-        if not implied:
-            done.converted[id(ask.container)] = (ask, replace(choice, pin=pin))
-        elif len(values) > 1:  # a conversion's own nodeSelector holds the pod to one of the model's values
-            unnarrow(pod, [[expression(key, "In", values)]])
-        return done
+        done = _converted_on(req, pod, asks, saved, groups, [g for g in mig_groups if all(g is not m for m in groups)])
+        if done is not None:
+            return done
     return None
+
+
+def _converted_on(
+    req: _Request,
+    pod: PodView,
+    asks: Sequence[Ask],
+    saved: Sequence[tuple[JSON, str, object]],
+    groups: Sequence[NodeGroup],
+    others: Sequence[NodeGroup],
+) -> _Pass | None:
+    """Every ask converted with the pod pinned to ``groups`` (off ``others``); None where that fails."""
+    pin = _pin(groups, others, _pin_keys(req.ctx))
+    if pin is None:
+        return None
+    _restore(saved)
+    key, values = pin
+    if len(values) == 1 and as_dict(pod.spec.get("nodeSelector")).get(key, values[0]) != values[0]:
+        return None
+    _write_pin(pod, pin)
+    done = _convert(req, pod, asks, stop=True)
+    first = next((done.converted[id(a.container)] for a in asks if id(a.container) in done.converted), None)
+    if not done.complete or first is None or first[1].pin is not None:
+        return None
+    ask, choice = first
+    selectors = {c.option.selector for _, c in done.converted.values() if c.option.selector}
+    implied = [s for s in selectors if s[0] == key and s[1] in values]
+    if not implied:
+        done.converted[id(ask.container)] = (ask, replace(choice, pin=pin))
+    elif len(values) > 1:  # a conversion's own nodeSelector holds the pod to one of the place's values
+        unnarrow(pod, [[expression(key, "In", values)]])
+    return done
 
 
 def _write_pin(pod: PodView, pin: Pin) -> None:
@@ -1717,7 +1737,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
                 break
             failed.add(done.failed)
         if not done.complete:
-            done = _by_model(req, pod, asks, saved) or done
+            done = _on_one(req, pod, asks, saved) or done
         if not done.complete:
             _restore(saved)
             done = _convert(req, pod, asks)
