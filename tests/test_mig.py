@@ -2822,3 +2822,16 @@ def test_asks_whose_smallest_profiles_are_on_different_pools_of_one_model_are_co
     assert (mig_annotation(result.object) or "").startswith(
         f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-7g.80gb (pinned to {POOL}=p0, "
     )
+
+
+def test_a_pool_that_is_no_model_is_tried_though_pools_are_as_many_as_models() -> None:
+    """Two pools and two models, but pool p1 holds an 80 GB node and a 40 GB one: the pool pass was skipped (as many
+    pools as models), and 0.5 + 0.3 refused though pool p0's node holds both."""
+    nodes = [
+        mixed_node("a", A100_80, {"4g.40gb": 1}, "p1", 81920),
+        mixed_node("b", A100_80, {"7g.80gb": 2}, "p0", 81920),
+        mixed_node("c", A100_40, {"1g.5gb": 1}, "p1", 40960),
+    ]
+    result = review(pod(container(limits={GPU: "0.5"}), container("sidecar", limits={GPU: "0.3"})), nodes)
+    assert result.allowed, result.message
+    assert result.object["spec"]["nodeSelector"] == {POOL: "p0"}

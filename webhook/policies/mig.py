@@ -1585,8 +1585,10 @@ def _on_one(
         return min(g.gpu_memory_mib or 1 << 30 for g in place[1]), place[0]  # memory unknown: last
 
     places = sorted(models.items(), key=smaller_first) if len(models) > 1 else []
-    if len(pools) > len(models):
-        places += sorted(pools.items(), key=smaller_first)[:MAX_POOLS_TRIED]
+    known = {frozenset(map(id, groups)) for groups in models.values()}  # a pool that is a model was tried as one
+    places += [p for p in sorted(pools.items(), key=smaller_first) if frozenset(map(id, p[1])) not in known][
+        :MAX_POOLS_TRIED
+    ]
     for _, groups in places:
         budget.check()
         done = _converted_on(req, pod, asks, saved, groups, [g for g in mig_groups if all(g is not m for m in groups)])
