@@ -2736,25 +2736,50 @@ def test_asks_whose_smallest_profiles_are_on_different_models_are_converted_on_o
     )
 
 
-def test_asks_converted_on_one_model_are_pinned_to_it() -> None:
-    """Two 0.25: each one's smallest profile is the A30's 1g.6gb, one a node, so no order fits both; on the next
-    model, the A100-40GB, both take 1g.10gb, which the A100-80GB offers too with 1/8: the pin to the A100-40GB is
-    written, and named by the first line (a later change of the asks takes it out)."""
-    nodes = [
-        mixed_node("a30", "NVIDIA-A30", {"1g.6gb": 1}, "a30", 24576),
-        mixed_node("a40", A100_40, {"1g.10gb": 4}, "a100-40", 40960),
-        mixed_node("a80", A100_80, {"1g.10gb": 7}, "a100-80", 81920),
-    ]
-    obj = pod(container(limits={GPU: "0.25"}), container("sidecar", limits={GPU: "0.25"}))
+@pytest.mark.parametrize(
+    ("nodes", "asks", "device", "selector"),
+    [
+        pytest.param(
+            [
+                mixed_node("a30", "NVIDIA-A30", {"1g.6gb": 1}, "a30", 24576),
+                mixed_node("a40", A100_40, {"1g.10gb": 4}, "a100-40", 40960),
+                mixed_node("a80", A100_80, {"1g.10gb": 7}, "a100-80", 81920),
+            ],
+            ("0.25", "0.25"),
+            "1g.10gb",
+            ("nvidia.com/gpu.product", A100_40),
+            id="model",
+        ),
+        pytest.param(
+            [
+                mixed_node("p1", A100_80, {"4g.40gb": 1}, "p1", 81920),
+                mixed_node("p0", A100_80, {"7g.80gb": 2}, "p0", 81920),
+            ],
+            ("0.5", "0.3"),
+            "7g.80gb",
+            (POOL, "p0"),
+            id="pool",
+        ),
+    ],
+)
+def test_asks_no_order_fits_are_converted_on_one_model_or_pool_and_pinned_to_it(nodes, asks, device, selector):
+    """model: two 0.25, each one's smallest profile the A30's 1g.6gb, one a node, so no order fits both; on the
+    next model, the A100-40GB, both take 1g.10gb, which the A100-80GB offers too with 1/8. pool: 0.5 and 0.3 on two
+    pools of one model, one 4g.40gb a node on one, two 7g.80gb on the other; each ask's smallest profile is the
+    4g.40gb, and the model pass cannot tell the pools apart (a generative review: 100 of 30,045 refusals of plain
+    Pods would fit on one pool). The pin is written, and named by the first line (a later change of the asks takes
+    it out)."""
+    obj = pod(container(limits={GPU: asks[0]}), container("sidecar", limits={GPU: asks[1]}))
     result = review(obj, nodes)
     assert result.allowed, result.message
     spec = result.object["spec"]
-    assert [c["resources"]["limits"] for c in spec["containers"]] == [{"nvidia.com/mig-1g.10gb": "1"}] * 2
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": A100_40}
-    assert mig_annotation(result.object) == (
-        f"trainer: nvidia.com/gpu 0.25 -> nvidia.com/mig-1g.10gb (pinned to nvidia.com/gpu.product={A100_40}, "
-        f"{A100_40}, pool a100-40); sidecar: nvidia.com/gpu 0.25 -> nvidia.com/mig-1g.10gb ({A100_40}, pool a100-40)"
+    assert [c["resources"]["limits"] for c in spec["containers"]] == [{f"nvidia.com/mig-{device}": "1"}] * 2
+    assert spec["nodeSelector"] == dict([selector])
+    lines = (mig_annotation(result.object) or "").split("; ")
+    assert lines[0].startswith(
+        f"trainer: nvidia.com/gpu {asks[0]} -> nvidia.com/mig-{device} (pinned to {selector[0]}={selector[1]}, "
     )
+    assert "pinned" not in lines[1]
 
 
 def test_asks_converted_on_one_single_strategy_model_keep_its_selector() -> None:
@@ -2802,26 +2827,6 @@ def test_a_model_pin_that_a_conversions_own_selector_implies_is_not_written() ->
     assert spec["nodeSelector"] == {"nvidia.com/gpu.product": f"{A100_80}-MIG-4g.40gb"}
     assert "affinity" not in spec
     assert "pinned to" not in (mig_annotation(result.object) or "pinned to")
-
-
-def test_asks_whose_smallest_profiles_are_on_different_pools_of_one_model_are_converted_on_one() -> None:
-    """0.5 and 0.3 on two pools of one model: one 4g.40gb a node on one, two 7g.80gb on the other. Each ask's
-    smallest profile is the 4g.40gb, one a node, so no order fit both, and the model pass could not tell the pools
-    apart: refused (a generative review: 100 of 30,045 refusals would fit on one pool). Every ask is tried on one
-    pool next, and the pod is pinned to it."""
-    nodes = [
-        mixed_node("p1", A100_80, {"4g.40gb": 1}, "p1", 81920),
-        mixed_node("p0", A100_80, {"7g.80gb": 2}, "p0", 81920),
-    ]
-    obj = pod(container(limits={GPU: "0.5"}), container("sidecar", limits={GPU: "0.3"}))
-    result = review(obj, nodes)
-    assert result.allowed, result.message
-    spec = result.object["spec"]
-    assert [c["resources"]["limits"] for c in spec["containers"]] == [{"nvidia.com/mig-7g.80gb": "1"}] * 2
-    assert spec["nodeSelector"] == {POOL: "p0"}
-    assert (mig_annotation(result.object) or "").startswith(
-        f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-7g.80gb (pinned to {POOL}=p0, "
-    )
 
 
 def test_a_pool_that_is_no_model_is_tried_though_pools_are_as_many_as_models() -> None:
