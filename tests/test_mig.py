@@ -2732,7 +2732,8 @@ def test_asks_whose_smallest_profiles_are_on_different_models_are_converted_on_o
     assert [c["resources"]["limits"] for c in spec["containers"]] == [{"nvidia.com/mig-3g.40gb": "1"}] * 2
     assert spec["nodeSelector"] == {"nvidia.com/gpu.product": A100_80}
     assert (mig_annotation(result.object) or "").startswith(
-        f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.40gb (pinned to nvidia.com/gpu.product={A100_80}, "
+        "trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.40gb (the pod's fractions fit together only there, "
+        f"pinned to nvidia.com/gpu.product={A100_80}, "
     )
 
 
@@ -2777,7 +2778,8 @@ def test_asks_no_order_fits_are_converted_on_one_model_or_pool_and_pinned_to_it(
     assert spec["nodeSelector"] == dict([selector])
     lines = (mig_annotation(result.object) or "").split("; ")
     assert lines[0].startswith(
-        f"trainer: nvidia.com/gpu {asks[0]} -> nvidia.com/mig-{device} (pinned to {selector[0]}={selector[1]}, "
+        f"trainer: nvidia.com/gpu {asks[0]} -> nvidia.com/mig-{device} (the pod's fractions fit together only "
+        f"there, pinned to {selector[0]}={selector[1]}, "
     )
     assert "pinned" not in lines[1]
 

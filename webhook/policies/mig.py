@@ -326,6 +326,9 @@ NO_PROFILE = "no MIG profile covers it"
 _NOTES = tuple(f"{what}: {NO_PROFILE}" for what in _FALLBACKS)
 """What a fallback's line says: true too where a profile covers it only on drivers too old for its CUDA (one that
 cannot run it covers nothing), so that a later review, under the fallback's own pin, says the same."""
+TOGETHER = "the pod's fractions fit together only there"
+"""What the line of the first conversion made on one model or pool (``_on_one``) says of its pin: why the pod
+was pinned where each fraction alone would have had more places."""
 
 
 def _where_now(pod: PodView, ctx: Context) -> str:
@@ -384,12 +387,17 @@ class _Said:
 def _pin_words(pin: Pin) -> str:
     """'pinned to nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB' (or 'A or B', as required affinity): how a line
     names the pin a conversion wrote, so that a later conversion can take it out with the device."""
+    return f"pinned to {_pin_text(pin)}"
+
+
+def _pin_text(pin: Pin) -> str:
+    """'nvidia.com/gpu.product=A' or 'nvidia.com/gpu.product=A or B'."""
     key, values = pin
-    return f"pinned to {key}={' or '.join(values)}"
+    return f"{key}={' or '.join(values)}"
 
 
 _SAID = re.compile(
-    rf"^(?:({'|'.join(re.escape(n) for n in _NOTES)}), )?({re.escape(OWN_SELECTOR)}, )?"
+    rf"^(?:({'|'.join(re.escape(n) for n in (*_NOTES, TOGETHER))}), )?({re.escape(OWN_SELECTOR)}, )?"
     r"(?:pinned to ([^\s=,]+)=([^\s,]+(?: or [^\s,]+)*), )?"
 )
 
@@ -572,8 +580,8 @@ class _Earlier:
     line: str
     dropped: bool = False
     """It no longer stands: the ask came back or changed, the manifest dropped it, or what it gave is gone."""
-    taken: list[str] = field(default_factory=list)
-    """What of it was taken out here, in words ('nvidia.com/gpu 1', 'cloud.google.com/gke-gpu-partition-size=...')."""
+    taken: list[str | Pin] = field(default_factory=list)
+    """What of it was taken out here: what it gave ('nvidia.com/mig-3g.40gb', 'nvidia.com/gpu 1'), or a pin."""
     asked_again: bool = False
     """Its ask was put back, to convert it afresh with the others (``_ask_again``)."""
 
@@ -645,7 +653,7 @@ def _release(pod: PodView, ctx: Context, earlier: Sequence[_Earlier], fresh: boo
         if _unpin(pod, pin):
             for e in gone:
                 if pin in _pins(e.line, keys):
-                    e.taken.append(f"{pin[0]}={' or '.join(pin[1])}")
+                    e.taken.append(pin)
 
 
 def _asked_gpu(line: str) -> str:
@@ -1621,8 +1629,8 @@ def _converted_on(
     ask, choice = first
     selectors = {c.option.selector for _, c in done.converted.values() if c.option.selector}
     implied = [s for s in selectors if s[0] == key and s[1] in values]
-    if not implied:
-        done.converted[id(ask.container)] = (ask, replace(choice, pin=pin))
+    if not implied:  # the note is only for the line: the choice was converted, not a fallback
+        done.converted[id(ask.container)] = (ask, replace(choice, pin=pin, note=choice.note or TOGETHER))
     elif len(values) > 1:  # a conversion's own nodeSelector holds the pod to one of the place's values
         unnarrow(pod, [[expression(key, "In", values)]])
     return done
@@ -1680,18 +1688,17 @@ def _say_taken(pod: PodView, out: Outcome, gone: Sequence[_Earlier]) -> None:
     """Warn of what conversions that no longer stand had written and the final template no longer holds (another
     conversion, made afresh, may have written the same partition selector again: a generative review)."""
     for e in gone:
-        taken = [t for t in dict.fromkeys(e.taken) if not _holds(pod, e.container, t)]
+        taken = [t if isinstance(t, str) else _pin_text(t) for t in dict.fromkeys(e.taken) if not _holds(pod, e, t)]
         if taken:
             out.warn(fit_warning(f"{e.name}: took out the earlier conversion's {' and '.join(taken)}", e.name))
 
 
-def _holds(pod: PodView, container: JSON, taken: str) -> bool:
-    """Whether the pod still holds what ``_Earlier.taken`` names: a device, the one GPU, or a pin 'k=v or w'."""
-    if taken.startswith(MIG_RESOURCE_PREFIX) or taken == f"{GPU_RESOURCE} 1":
-        resource = taken.partition(" ")[0]
-        return any(_raw(section.get(resource)) == "1" for section in _sections(container))
-    key, _, values = taken.partition("=")
-    return _carries(pod, (key, tuple(values.split(" or "))))
+def _holds(pod: PodView, e: _Earlier, taken: str | Pin) -> bool:
+    """Whether the pod still holds what ``_Earlier.taken`` names: a device or the one GPU given, or a pin."""
+    if not isinstance(taken, str):
+        return _carries(pod, taken)
+    resource = taken.partition(" ")[0]
+    return any(_raw(section.get(resource)) == "1" for section in _sections(e.container))
 
 
 def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
@@ -1717,7 +1724,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         req.supported = None if supported is None else frozenset(id(g) for g in supported)
         req.spot_first = "SpotPrefer" in out.reasons
     prior = _prior_lines(ctx)
-    own = dict(as_dict(pod.spec.get("nodeSelector")))
+    own = dict(as_dict(pod.spec.get("nodeSelector"))) if asks else {}
     saved = _saved(pod, asks) if len(asks) > 1 else None
     done = _convert(req, pod, asks)
     if not done.complete and saved is not None and len(done.failed) > 1:
