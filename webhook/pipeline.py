@@ -3,7 +3,7 @@
 The same functions serve ``/mutate``, ``/validate`` and ``gpu-admission review``:
 
     mutate:   guards -> strip forged output annotations -> what an earlier review of a workload wrote taken out
-              (mig.forget, cuda.forget) -> spot -> mig -> cuda.steer -> annotations -> one diff
+              (mig_update.forget, cuda.forget) -> spot -> mig -> cuda.steer -> annotations -> one diff
     validate: guards -> spot.validate, mig.validate, cuda.validate over the final object -> allowed or denied
 
 Spot runs first because the tolerations it adds change where the pod may land; MIG before CUDA because the MIG
@@ -38,12 +38,12 @@ from webhook.model import (
     is_input_annotation,
     json_bytes,
 )
-from webhook.policies import cuda, mig, spot
+from webhook.policies import cuda, mig, mig_update, spot
 
 Step = Callable[[PodView, Context, Outcome], None]
 
 MUTATORS: tuple[tuple[str, Step], ...] = (
-    ("mig", mig.forget),
+    ("mig", mig_update.forget),
     ("cuda", cuda.forget),
     ("spot", spot.mutate),
     ("mig", mig.mutate),
@@ -536,7 +536,7 @@ def _stored_template(obj: JSON, ctx: Context) -> PodView | None:
         return None
     if _users_metadata(new.metadata) != _users_metadata(old.metadata):
         return None
-    if _last_applied(new) != _last_applied(old) and mig.manifest_asks(new) != mig.manifest_asks(old):
+    if _last_applied(new) != _last_applied(old) and mig_update.manifest_asks(new) != mig_update.manifest_asks(old):
         return None
     return old
 

@@ -43,11 +43,12 @@ How a profile is chosen, per container (init containers included), each on its o
    smaller first), then on one pool, and the pod is pinned there (``_on_one``). The lines still name each
    container, in the pod's order.
 
-Each line of ``gpu-admission.io/mig`` names what its conversion wrote (``_line``, read back by ``_said``): the
+Each line of ``gpu-admission.io/mig`` names what its conversion wrote (``mig_record``: the line's one format): the
 device, the nodeSelector of a single-strategy product or GKE partition size (``the pod's own nodeSelector`` where
 the template had it before), any pin to GPU models (``pinned to <key>=<values>``). A workload's later update
-(``forget``, before every policy) takes out what a conversion wrote where its ask came back, changed or went (the
-stored lines only take placement out: ``Context.stored``), and converts the template's fractions afresh together.
+(``mig_update.forget``, before every policy) takes out what a conversion wrote where its ask came back, changed or
+went (the stored lines only take placement out: ``Context.stored``), and converts the template's fractions afresh
+together.
 
 Nothing is rounded silently: a fraction above 1 that is not whole, request != limit, a value <= 0, a fraction
 together with a memory request, or nothing offered that covers it, are denied from the mutating side (so the user
@@ -58,14 +59,13 @@ reads this message, not Kubernetes' "must be an integer"). ``mig.fallback`` may 
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, ROUND_DOWN, Decimal
 from typing import Literal
 
 from webhook import PREFIX, budget
-from webhook.affinity import expression, holds, manifest_expressions, require, unnarrow
+from webhook.affinity import expression, unnarrow
 from webhook.cluster import (
     GFD,
     GKE_PARTITION_LABEL,
@@ -90,19 +90,18 @@ from webhook.model import (
     Context,
     Outcome,
     PodView,
-    applied_by_kubectl,
     as_dict,
     as_list,
     as_str,
     copy_json,
     fit_warning,
-    manifest_template_spec,
 )
 from webhook.policies import cuda
+from webhook.policies import mig_record as record
+from webhook.policies.mig_record import Line, Pin
 from webhook.quantity import QuantityError, format_quantity, parse_quantity
 
 POLICY = "mig"
-ANNOTATION = "mig"
 PRODUCT_LABEL = GFD + "gpu.product"
 SHARING_LABEL = GFD + "gpu.sharing-strategy"
 GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
@@ -111,8 +110,6 @@ FRACTION_ANNOTATION = PREFIX + "gpu-fraction"
 GIB = Decimal(2**30)
 MIB = 2**20
 STRATEGY_ORDER = {"mixed": 0, "single": 1, "gke": 2}
-LINE_SEPARATOR = "; "
-"""Between the containers' lines of the annotation; a line itself never holds it."""
 
 Kind = Literal["fraction", "memory"]
 
@@ -160,10 +157,6 @@ class Placement:
     usable_mib: int = 0
 
 
-Pin = tuple[str, tuple[str, ...]]
-"""A label key and the values a conversion pinned the pod to (one: a nodeSelector; more: required affinity)."""
-
-
 @dataclass
 class Choice:
     option: Option
@@ -191,12 +184,12 @@ class _Request:
 # Reading what the containers ask for
 
 
-def _sections(container: JSON) -> tuple[dict[str, object], dict[str, object]]:
+def sections(container: JSON) -> tuple[dict[str, object], dict[str, object]]:
     resources = as_dict(container.get("resources"))
     return as_dict(resources.get("limits")), as_dict(resources.get("requests"))
 
 
-def _raw(value: object) -> str:
+def raw_text(value: object) -> str:
     return value if isinstance(value, str) else str(value)
 
 
@@ -209,7 +202,7 @@ class _Read:
 
 def _read(container: JSON, key: str, name: str) -> _Read | None:
     """The amount of ``key`` the container asks for (limit and request must agree); None when it asks none."""
-    limits, requests = _sections(container)
+    limits, requests = sections(container)
     values = [(s, v) for s, v in (("limit", limits.get(key)), ("request", requests.get(key))) if v is not None]
     if not values:
         return None
@@ -219,14 +212,14 @@ def _read(container: JSON, key: str, name: str) -> _Read | None:
             parsed.append(parse_quantity(value))
         except QuantityError:
             return _Read(
-                text=_raw(value),
+                text=raw_text(value),
                 error=(
                     "MIGInvalidRequest",
-                    f"container {name}: {key} {_raw(value)!r} is not a quantity; write e.g. 0.5, 500m or 1.",
+                    f"container {name}: {key} {raw_text(value)!r} is not a quantity; write e.g. 0.5, 500m or 1.",
                 ),
             )
     if len(parsed) == 2 and parsed[0] != parsed[1]:
-        limit, request = _raw(values[0][1]), _raw(values[1][1])
+        limit, request = raw_text(values[0][1]), raw_text(values[1][1])
         return _Read(
             text=limit,
             error=(
@@ -235,7 +228,7 @@ def _read(container: JSON, key: str, name: str) -> _Read | None:
                 f"(extended resources cannot be overcommitted); set both to {limit} or both to {request}.",
             ),
         )
-    return _Read(amount=parsed[0], text=_raw(values[0][1]))
+    return _Read(amount=parsed[0], text=raw_text(values[0][1]))
 
 
 def _fraction_error(name: str, asked: str, amount: Decimal) -> tuple[str, str] | None:
@@ -255,8 +248,8 @@ def _fraction_error(name: str, asked: str, amount: Decimal) -> tuple[str, str] |
     return None
 
 
-def _mig_resources(container: JSON) -> list[str]:
-    limits, requests = _sections(container)
+def mig_resources(container: JSON) -> list[str]:
+    limits, requests = sections(container)
     found = set()
     for key, value in [*limits.items(), *requests.items()]:
         if isinstance(key, str) and key.startswith(MIG_RESOURCE_PREFIX):
@@ -270,7 +263,7 @@ def _mig_resources(container: JSON) -> list[str]:
 
 def _state_tokens(container: JSON, spec: JSON) -> list[str]:
     """How the annotation may name what the container has now (most specific first)."""
-    limits, requests = _sections(container)
+    limits, requests = sections(container)
     merged = {**requests, **limits}
     tokens: list[str] = []
 
@@ -280,7 +273,7 @@ def _state_tokens(container: JSON, spec: JSON) -> list[str]:
         except QuantityError:
             return False
 
-    tokens += [r for r in _mig_resources(container) if one(r)]
+    tokens += [r for r in mig_resources(container) if one(r)]
     if one(SHARED_RESOURCE):
         tokens.append(f"{SHARED_RESOURCE} 1")
     if one(GPU_RESOURCE):
@@ -298,37 +291,9 @@ def _assigned(container: JSON, spec: JSON) -> bool:
     return any(t != f"{GPU_RESOURCE} 1" for t in _state_tokens(container, spec))
 
 
-def _prior_lines(ctx: Context) -> dict[str, str]:
-    lines: dict[str, str] = {}
-    for line in ctx.prior.get(ANNOTATION, "").split(LINE_SEPARATOR):
-        name, sep, _ = line.partition(": ")
-        if sep and name and name not in lines:
-            lines[name] = line
-    return lines
-
-
-def _given(line: str) -> str:
-    _, _, rest = line.partition(": ")
-    if " -> " in rest:
-        rest = rest.split(" -> ", 1)[1]
-    return rest.split(" (", 1)[0]
-
-
-def _verified(line: str | None, container: JSON, spec: JSON) -> bool:
-    return bool(line) and _given(line or "") in _state_tokens(container, spec)
-
-
-_ASKED = re.compile(
-    r"^(nvidia\.com/gpu|gpu-admission\.io/gpu-memory|gpu-admission\.io/gpu-fraction) [-+0-9.eE]{1,64}[A-Za-z]{0,2}$"
-)
-_FALLBACKS = ("whole GPU", "time-sliced shared GPU")
-NO_PROFILE = "no MIG profile covers it"
-_NOTES = tuple(f"{what}: {NO_PROFILE}" for what in _FALLBACKS)
-"""What a fallback's line says: true too where a profile covers it only on drivers too old for its CUDA (one that
-cannot run it covers nothing), so that a later review, under the fallback's own pin, says the same."""
-TOGETHER = "the pod's fractions fit together only there"
-"""What the line of the first conversion made on one model or pool (``_on_one``) says of its pin: why the pod
-was pinned where each fraction alone would have had more places."""
+def verified(line: str | None, container: JSON, spec: JSON) -> bool:
+    """Whether the container holds what ``line`` says it was given."""
+    return bool(line) and record.given_of(line or "") in _state_tokens(container, spec)
 
 
 def _where_now(pod: PodView, ctx: Context) -> str:
@@ -337,155 +302,37 @@ def _where_now(pod: PodView, ctx: Context) -> str:
     return _where(places)
 
 
-def _checked(line: str | None, name: str, container: JSON, pod: PodView) -> tuple[str, str] | None:
-    """(what was asked, the rest) of a prior conversion line that names this container, a request in one of the
-    forms the webhook writes, and what the container has now; None for any other line. Only the amount once asked
-    is taken on trust (it is a bare number)."""
-    if not line or not _verified(line, container, pod.spec):
+def _confirmed(text: str | None, container: JSON, pod: PodView, pin_keys: Sequence[str]) -> Line | None:
+    """A prior conversion's line, a request in one of the forms the webhook writes, where the container has what
+    it was given; its pin, read only on ``pin_keys``, kept where the pod still holds it. None for any other line.
+    Only the amount once asked is taken on trust (it is a bare number)."""
+    if not text or not verified(text, container, pod.spec):
         return None
-    head, _, rest = line.partition(": ")
-    asked, arrow, tail = rest.partition(" -> ")
-    if head != name or not arrow or not _ASKED.match(asked):
+    line = record.parse(text, pin_keys)
+    if not line.conversion:
         return None
-    return asked, tail
+    return line if line.pin is None or record.carries(pod, line.pin) else replace(line, pin=None)
 
 
-def _republishable(
-    line: str | None, name: str, container: JSON, pod: PodView, where_now: str, pin_keys: Sequence[str]
-) -> bool:
-    """A prior line that says nothing the object and the cluster do not confirm (``_checked``, the pin it names,
-    and where such a pod can land now). A user's own words are never republished."""
-    checked = _checked(line, name, container, pod)
-    if checked is None:
-        return False
-    said = _said(line or "", pin_keys)
-    if said.pin is not None and not _carries(pod, said.pin):
-        return False
-    return checked[1] == f"{_given(line or '')} ({said.words(where_now)})"
+def _republishable(text: str | None, container: JSON, pod: PodView, where_now: str, pin_keys: Sequence[str]) -> bool:
+    """A prior line that says nothing the object and the cluster do not confirm (``_confirmed``, the pin it names,
+    and where such a pod can land now): written again, it is the same text. A user's own words are never
+    republished."""
+    line = _confirmed(text, container, pod, pin_keys)
+    return line is not None and str(replace(line, where=where_now)) == text
 
 
-OWN_SELECTOR = "the pod's own nodeSelector"
-"""How a line says that the nodeSelector its conversion names (a single-strategy MIG product, a GKE partition
-size) was the pod's before the conversion: no later change of the ask takes it out."""
-
-
-@dataclass(frozen=True)
-class _Said:
-    """What a conversion line says between its parentheses besides where the pod lands: the fallback's note,
-    whether the nodeSelector it names was the pod's own, the pin to GPU models it wrote."""
-
-    note: str = ""
-    own: bool = False
-    pin: Pin | None = None
-
-    def words(self, where: str) -> str:
-        """'whole GPU: no MIG profile covers it, pinned to nvidia.com/gpu.product=A, A, pool p'."""
-        parts = (self.note, OWN_SELECTOR if self.own else "", _pin_words(self.pin) if self.pin else "", where)
-        return ", ".join(p for p in parts if p)
-
-
-def _pin_words(pin: Pin) -> str:
-    """'pinned to nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB' (or 'A or B', as required affinity): how a line
-    names the pin a conversion wrote, so that a later conversion can take it out with the device."""
-    return f"pinned to {_pin_text(pin)}"
-
-
-def _pin_text(pin: Pin) -> str:
-    """'nvidia.com/gpu.product=A' or 'nvidia.com/gpu.product=A or B'."""
-    key, values = pin
-    return f"{key}={' or '.join(values)}"
-
-
-_SAID = re.compile(
-    rf"^(?:({'|'.join(re.escape(n) for n in (*_NOTES, TOGETHER))}), )?({re.escape(OWN_SELECTOR)}, )?"
-    r"(?:pinned to ([^\s=,]+)=([^\s,]+(?: or [^\s,]+)*), )?"
-)
-
-
-def _said(line: str, pin_keys: Sequence[str]) -> _Said:
-    """What a conversion line says (``_Said``); nothing for a line of another form. A pin is read only on a key
-    the webhook pins by (``pin_keys``): a line forged into a template and confirmed by its own selector on
-    another key (team=ml) would be kept, and its selector taken out at the next change of the ask."""
-    head = f"{_given(line)} ("
-    rest = line.partition(": ")[2].partition(" -> ")[2]
-    found = _SAID.match(rest[len(head) :]) if rest.startswith(head) else None
-    if found is None:
-        return _Said()
-    pin = (found[3], tuple(found[4].split(" or "))) if found[3] in pin_keys else None
-    return _Said(found[1] or "", bool(found[2]) and " with nodeSelector " in head, pin)
-
-
-def _all_pin_keys(ctx: Context) -> list[str]:
-    """The keys the webhook pins a pod by: the GPU model's and the pools' (``_pin_keys``), and a fallback's
-    sharing labels."""
-    return [SHARING_LABEL, GKE_SHARING_LABEL, *_pin_keys(ctx)]
-
-
-def _pins(line: str, pin_keys: Sequence[str]) -> set[Pin]:
-    """What of the pod's placement a conversion line says the conversion wrote: its pin to GPU models, and the
-    nodeSelector of a single-strategy product or GKE partition size unless that was the pod's own."""
-    said = _said(line, pin_keys)
-    pins = {said.pin} if said.pin else set()
-    key, _, value = _given(line).partition(" with nodeSelector ")[2].partition("=")
-    if key and not said.own:
-        pins.add((key, (value,)))
-    return pins
-
-
-def _carries(pod: PodView, pin: Pin) -> bool:
-    """Whether the pod holds the pin as ``_apply`` writes it: a nodeSelector for one value, else required
-    affinity."""
-    key, values = pin
-    if len(values) == 1:
-        return as_dict(pod.spec.get("nodeSelector")).get(key) == values[0]
-    return holds(pod, [[expression(key, "In", values)]])
-
-
-def _unpin(pod: PodView, pin: Pin) -> bool:
-    """Take a pin an earlier conversion wrote out of the pod, unless the manifest kubectl applied writes it;
-    whether the pod changed."""
-    key, values = pin
-    if not _carries(pod, pin):
-        return False
-    if len(values) > 1:
-        return unnarrow(pod, [[expression(key, "In", values)]], keep=manifest_expressions(pod))
-    selector = as_dict(pod.spec.get("nodeSelector"))
-    if as_dict(manifest_template_spec(pod).get("nodeSelector")).get(key) == values[0]:
-        return False
-    del selector[key]
-    if not selector:
-        del pod.spec["nodeSelector"]
-    return True
-
-
-def _stored(ctx: Context, line: str) -> bool:
-    """Whether ``line`` is an earlier review's own, as stored: only such a line takes a pin out (one forged into
-    the object named a template's own nodeSelector, which another admission controller may have set)."""
-    return line in ctx.stored.get(ANNOTATION, "").split(LINE_SEPARATOR)
-
-
-NOWHERE_NOW = "no node it can run on offers it now"
-"""Where a line says a converted device is when no node the pod can run on offers it (a MIG layout changed)."""
-
-
-def _reworded(
-    line: str | None, name: str, container: JSON, pod: PodView, where_now: str, pin_keys: Sequence[str]
-) -> str | None:
-    """A prior conversion line (``_checked``) reworded to say where the pod lands now, or that it lands nowhere:
+def _reworded(text: str | None, container: JSON, pod: PodView, where_now: str, pin_keys: Sequence[str]) -> str | None:
+    """A prior conversion line (``_confirmed``) reworded to say where the pod lands now, or that it lands nowhere:
     what it was converted from stays on the pod (the validating webhook's warning tells how to convert it afresh;
     a workload's next update brings the ask back beside the device), where a line 'as found on the object' lost
     it, and the ask that came back was refused as a second device (a pool added at a Helm upgrade that dropped the
     fraction: a generative review)."""
-    checked = _checked(line, name, container, pod)
-    if checked is None:
-        return None
-    said = _said(line or "", pin_keys)
-    if said.pin is not None and not _carries(pod, said.pin):
-        said = replace(said, pin=None)
-    return f"{name}: {checked[0]} -> {_given(line or '')} ({said.words(where_now or NOWHERE_NOW)})"
+    line = _confirmed(text, container, pod, pin_keys)
+    return None if line is None else str(replace(line, where=where_now or record.NOWHERE_NOW))
 
 
-def _named(pod: PodView) -> Iterator[tuple[str, str, JSON]]:
+def named(pod: PodView) -> Iterator[tuple[str, str, JSON]]:
     """(list name, container name, container); a container without a name is called by its position (#0 ...)."""
     for index, (list_name, container) in enumerate(pod.containers()):
         yield list_name, as_str(container.get("name")) or f"#{index}", container
@@ -493,7 +340,7 @@ def _named(pod: PodView) -> Iterator[tuple[str, str, JSON]]:
 
 def _has_a_device_already(out: Outcome, name: str, asked: str, container: JSON) -> bool:
     """A container that asks for a fraction or a memory size and already has a MIG device: refused (one each)."""
-    devices = _mig_resources(container)
+    devices = mig_resources(container)
     if devices:
         out.deny(
             POLICY,
@@ -508,242 +355,17 @@ def _warn_whole_and_mig(out: Outcome, name: str, whole: _Read, container: JSON) 
     """A container asking for whole GPUs and a MIG device at once: the mixed strategy, the only one that offers
     both, gives it both (single-strategy and GKE nodes have no ``nvidia.com/mig-*``), which is seldom meant: most
     often one of the two was left over from an edit. Not refused: a container may mean to use both."""
-    devices = _mig_resources(container)
+    devices = mig_resources(container)
     if devices:
         gpus = "a whole GPU" if whole.amount == 1 else "whole GPUs"
         said = f"{GPU_RESOURCE} {whole.text} and {devices[0]} give it {gpus} and a MIG device: remove one of them"
         out.warn(fit_warning(f"{name}: {said}", name))
 
 
-def _asks_again(container: JSON, memory: bool = True) -> bool:
-    """The container asks for a fraction or (``memory``) a memory size in its limits or requests (as a manifest
-    writes it)."""
-    for section in _sections(container):
-        if memory and GPU_MEMORY_RESOURCE in section:
-            return True
-        try:
-            amount = parse_quantity(section[GPU_RESOURCE]) if GPU_RESOURCE in section else None
-        except QuantityError:
-            continue
-        if amount is not None and amount != amount.to_integral_value():
-            return True
-    return False
-
-
-def _asks_other_whole(container: JSON) -> bool:
-    """The container's limits ask whole GPUs, but not the one a conversion to ``nvidia.com/gpu 1`` writes: the user
-    changed the ask, which a manifest need not say (a Helm release, a server-side apply: the partition pin stayed,
-    and a pod of 2 GPUs was sent to a partition of one)."""
-    try:
-        amount = parse_quantity(_sections(container)[0].get(GPU_RESOURCE))
-    except (QuantityError, TypeError):
-        return False
-    return amount == amount.to_integral_value() and amount != 1
-
-
-def _forget_earlier(pod: PodView, ctx: Context) -> list[_Earlier]:
-    """A workload's container whose earlier conversion its line names ('trainer: nvidia.com/gpu 0.5 ->
-    nvidia.com/mig-3g.40gb (...)') and that asks for a fraction or a memory size again (or, beside a MIG device,
-    for whole GPUs): what that conversion wrote is taken out, to convert the ask afresh. ``kubectl apply``
-    (client-side) merges the manifest into the live object: the fraction comes back, changed or not, beside the
-    device the webhook wrote (on single-strategy and GKE nodes, beside its request of one GPU and its
-    nodeSelector), and was refused as a second device, or as a request unequal to the limit. A nodeSelector the
-    manifest itself writes (its last-applied-configuration says so) is the user's pin, and stays. A forged line can
-    only take out a device beside a fraction, which is refused otherwise: the placement a conversion wrote goes
-    only by a line as stored (``_release``). The conversions so treated."""
-    lines = _prior_lines(ctx)
-    earlier: list[_Earlier] = []
-    fresh = False
-    for _, name, container in _named(pod):
-        line = lines.get(name)
-        asked, arrow, _ = (line or "").partition(": ")[2].partition(" -> ")
-        if line and arrow and _ASKED.match(asked):
-            earlier.append(_drop(pod, ctx, _Earlier(name, container, line)))
-        elif _asks_again(container, memory=False):
-            fresh = True  # a container's first fraction (a memory size waits for the pods): converted beside them
-    _release(pod, ctx, earlier, fresh)
-    forgotten = [e for e in earlier if e.changed]
-    for e in forgotten:
-        resources = as_dict(e.container.get("resources"))
-        for section_name in ("limits", "requests"):
-            if resources.get(section_name) == {}:
-                del resources[section_name]
-    return forgotten
-
-
-@dataclass
-class _Earlier:
-    """A container's earlier conversion, as its line names it, and what became of it here."""
-
-    name: str
-    container: JSON
-    line: str
-    dropped: bool = False
-    """It no longer stands: the ask came back or changed, the manifest dropped it, or what it gave is gone."""
-    taken: list[str | Pin] = field(default_factory=list)
-    """What of it was taken out here: what it gave ('nvidia.com/mig-3g.40gb', 'nvidia.com/gpu 1'), or a pin."""
-    asked_again: bool = False
-    """Its ask was put back, to convert it afresh with the others (``_ask_again``)."""
-
-    @property
-    def changed(self) -> bool:
-        """The container, or the placement its conversion wrote, changed."""
-        return bool(self.taken) or self.asked_again
-
-    @property
-    def given(self) -> str:
-        return _given(self.line)
-
-
-def _drop(pod: PodView, ctx: Context, e: _Earlier) -> _Earlier:
-    """Take out what the conversion wrote into the container where its ask came back or changed, or where the
-    manifest dropped it; note whether it still stands."""
-    given = e.given
-    limits, requests = _sections(e.container)
-    asks = {**limits, **requests}
-    others = [r for r in _mig_resources(e.container) if r != given]
-    if given.startswith(MIG_RESOURCE_PREFIX) and (GPU_RESOURCE in asks or GPU_MEMORY_RESOURCE in asks or others):
-        # the ask is back (in limits, requests or both), or is now for whole GPUs or a MIG device of the user's own
-        # (the webhook writes no second one: Helm's merge left the conversion's beside it, refused as two devices)
-        if any([section.pop(given, None) is not None for section in (limits, requests)]):
-            e.taken.append(given)
-        e.dropped = True
-    elif given.startswith(f"{GPU_RESOURCE} 1") and (_asks_again(e.container) or _asks_other_whole(e.container)):
-        for section in (limits, requests):  # the one GPU the conversion wrote, where the ask itself is not
-            if _raw(section.get(GPU_RESOURCE)) == "1":
-                del section[GPU_RESOURCE]
-                e.taken.append(f"{GPU_RESOURCE} 1")
-        e.dropped = True
-    manifest = _manifest_container(pod, e.name)
-    if manifest is not None and not _asks_again(manifest) and _dropped(ctx, pod, e.name):
-        if _take_out(e.container, given, manifest):
-            e.taken.append(given.partition(" with nodeSelector ")[0])
-        e.dropped = True
-    # what it gave is gone (a Helm upgrade's merge deleted the webhook's one GPU with the fraction of its last
-    # manifest; an edit took the device out): its placement goes too (a generative review)
-    e.dropped = e.dropped or not _verified(e.line, e.container, pod.spec)
-    return e
-
-
-def _release(pod: PodView, ctx: Context, earlier: Sequence[_Earlier], fresh: bool = False) -> None:
-    """A template's conversions are chosen together, under the placement (``_pins``) their lines say they wrote.
-    Where a conversion that no longer stands wrote placement the pod still holds, or where an ask is to be
-    converted afresh (asked again, or a container's first: ``fresh``) while a standing conversion's placement
-    holds the pod, every standing conversion is converted afresh too, its ask put back as its line says, and that
-    placement is taken out for the conversion to choose anew. Only stored lines count (``_stored``); where a
-    standing conversion cannot be put back (its line not as stored), the placement stays.
-
-    Found by generative reviews: a sidecar's 1g.10gb, 1/4 of the 40 GB A100s its trainer's pin held it to, was
-    left to land on an 80 GB A100 (1/8) when the trainer's conversion went; a sidecar's new 0.5 was refused under
-    the trainer's pin, which the same template new does without."""
-    gone = [e for e in earlier if e.dropped and _stored(ctx, e.line)]
-    standing = [e for e in earlier if not e.dropped]
-    keys = _all_pin_keys(ctx)
-    freed = {pin for e in gone for pin in _pins(e.line, keys) if _carries(pod, pin)}
-    held = {pin for e in standing for pin in _pins(e.line, keys) if _carries(pod, pin)}
-    converted_afresh = fresh or any(_asks_again(e.container) for e in gone)
-    if not freed and not (held and converted_afresh):
-        return
-    if not all(_stored(ctx, e.line) and _asked_gpu(e.line) for e in standing):
-        return
-    for e in standing:
-        _ask_again(e)
-    gone += standing
-    for pin in sorted(freed | held):
-        if _unpin(pod, pin):
-            for e in gone:
-                if pin in _pins(e.line, keys):
-                    e.taken.append(pin)
-
-
-def _asked_gpu(line: str) -> str:
-    """The amount of ``nvidia.com/gpu`` a conversion line says was asked ('0.25'); '' for another ask."""
-    resource, _, amount = line.partition(": ")[2].partition(" -> ")[0].partition(" ")
-    return amount if resource == GPU_RESOURCE else ""
-
-
-def _ask_again(e: _Earlier) -> None:
-    """Put a standing conversion's ask (a fraction of ``nvidia.com/gpu``, as its stored line says) back where it
-    gave its device, to convert it afresh."""
-    amount = _asked_gpu(e.line)
-    resource = e.given.partition(" ")[0]  # a MIG device, or the one (shared) GPU given, with its selector
-    for section in _sections(e.container):
-        if resource in section and (resource.startswith(MIG_RESOURCE_PREFIX) or _raw(section[resource]) == "1"):
-            del section[resource]
-            section[GPU_RESOURCE] = amount
-            e.asked_again = True
-    e.dropped = True
-
-
-def manifest_asks(pod: PodView) -> dict[str, list[dict[str, object]]]:
-    """What the manifest client-side ``kubectl apply`` sent asks of GPUs, by container: its limits' and requests'
-    ``nvidia.com/gpu``, memory size and MIG devices (empty without a manifest)."""
-    spec = manifest_template_spec(pod)
-    asks: dict[str, list[dict[str, object]]] = {}
-    for list_name in ("initContainers", "containers"):
-        for c in as_list(spec.get(list_name)):
-            if isinstance(c, dict):
-                asks[as_str(c.get("name"))] = [
-                    {k: v for k, v in section.items() if k in _ASK_KEYS or k.startswith(MIG_RESOURCE_PREFIX)}
-                    for section in _sections(c)
-                ]
-    return asks
-
-
-_ASK_KEYS = frozenset({GPU_RESOURCE, GPU_MEMORY_RESOURCE})
-
-
-def _manifest_container(pod: PodView, name: str) -> JSON | None:
-    """The container ``name`` of the manifest client-side ``kubectl apply`` sent; None without one."""
-    if not applied_by_kubectl(pod):
-        return None
-    spec = manifest_template_spec(pod)
-    for list_name in ("initContainers", "containers"):
-        for c in as_list(spec.get(list_name)):
-            if isinstance(c, dict) and c.get("name") == name:
-                return c
-    return None
-
-
-def _dropped(ctx: Context, pod: PodView, name: str) -> bool:
-    """Whether the manifest kubectl applied before this update asked a fraction or a memory size for container
-    ``name``: this update's manifest, which asks none, dropped it. Without that, the manifest may be stale (only
-    client-side ``kubectl apply`` writes it: a fraction set by ``kubectl edit`` later, converted, lost its device to
-    the next image change: a review of this session's commits)."""
-    if not isinstance(ctx.old_object, dict):
-        return False
-    before = _manifest_container(PodView(pod.kind, {}, {}, pod.namespace, root=ctx.old_object), name)
-    return before is not None and _asks_again(before)
-
-
-def _take_out(container: JSON, given: str, manifest: JSON) -> bool:
-    """What a conversion (``given``) wrote where the manifest now asks for no fraction nor memory size: none at
-    all (a CPU-only container now: it kept its MIG device, and on single-strategy and GKE nodes the webhook's
-    request of one GPU without its limit, which the apiserver refuses), or whole GPUs (kept off whole GPUs by the
-    partition pin, which ``_release`` takes out): a generative review. What the manifest writes itself stays.
-    Whether the container changed."""
-    limits, requests = _sections(container)
-    own_limits, own_requests = _sections(manifest)
-    changed = False
-    if given.startswith(MIG_RESOURCE_PREFIX):
-        for section, own in ((limits, own_limits), (requests, own_requests)):
-            if given in section and given not in own:
-                del section[given]
-                changed = True
-        return changed
-    if not given.startswith(f"{GPU_RESOURCE} 1"):
-        return False
-    for section, own in ((limits, own_limits), (requests, own_requests)):
-        if _raw(section.get(GPU_RESOURCE)) == "1" and GPU_RESOURCE not in own:
-            del section[GPU_RESOURCE]
-            changed = True
-    return changed
-
-
 def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
     """The asks of every container; refusals of malformed asks go to ``out`` as denials."""
     asks: list[Ask] = []
-    for list_name, name, container in _named(pod):
+    for list_name, name, container in named(pod):
         gpu = _read(container, GPU_RESOURCE, name)
         memory = _read(container, GPU_MEMORY_RESOURCE, name)
         for read in (gpu, memory):
@@ -779,7 +401,7 @@ def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
                     f"(e.g. 20Gi or 10G).",
                 )
                 continue
-            if pod.is_template and GPU_MEMORY_RESOURCE not in _sections(container)[0]:
+            if pod.is_template and GPU_MEMORY_RESOURCE not in sections(container)[0]:
                 # Kept in the template for the pods (see mutate), where Kubernetes refuses a requests-only one.
                 out.deny(
                     POLICY,
@@ -844,9 +466,9 @@ def _annotation_ask(pod: PodView, ctx: Context, out: Outcome, asks: Sequence[Ask
         target = containers[0]
     else:
         return None
-    name = next(n for _, n, c in _named(pod) if c is target)
+    name = next(n for _, n, c in named(pod) if c is target)
     asked = f"{FRACTION_ANNOTATION} {raw.strip()}"  # as a second pass reads it back (the line is checked)
-    if _verified(_prior_lines(ctx).get(name), target, pod.spec):
+    if verified(record.lines_of(ctx).get(name), target, pod.spec):
         return None  # converted on an earlier pass
     if _assigned(target, pod.spec):
         # The user's own MIG resource (or shared GPU) wins, as before; the annotation is not silently dropped.
@@ -947,7 +569,7 @@ def _trial(pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option
         trial["nodeSelector"] = selector
     stripped = {id(a.container) for a in pending}
     for list_name, container in pod.containers():
-        limits, requests = _sections(container)
+        limits, requests = sections(container)
         # Every extended resource stays: the ExtendedResourceToleration plugin tolerates the taints named after them.
         merged = {k: v for k, v in {**requests, **limits}.items() if is_extended_resource_name(k)}
         if id(container) in stripped:
@@ -970,6 +592,12 @@ def _eligible(ctx: Context, trial: JSON) -> list[Candidate]:
 
 def _pin_keys(ctx: Context) -> list[str]:
     return [PRODUCT_LABEL, GKE_ACCELERATOR_LABEL, *ctx.cluster.presets.pool_labels]
+
+
+def all_pin_keys(ctx: Context) -> list[str]:
+    """The keys the webhook pins a pod by: the GPU model's and the pools' (``_pin_keys``), and a fallback's
+    sharing labels."""
+    return [SHARING_LABEL, GKE_SHARING_LABEL, *_pin_keys(ctx)]
 
 
 def _pin(good: Sequence[NodeGroup], bad: Sequence[NodeGroup], keys: Sequence[str]) -> Pin | None:
@@ -1006,7 +634,7 @@ def _whole_gpus(pod: PodView, asks: Sequence[Ask]) -> list[str]:
         return []
     asking = {id(a.container) for a in asks}
     out: list[str] = []
-    for list_name, name, container in _named(pod):
+    for list_name, name, container in named(pod):
         read = _read(container, GPU_RESOURCE, name)
         if id(container) in asking or read is None or read.amount is None:
             continue
@@ -1079,7 +707,7 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
         cands = _eligible(ctx, _trial(pod, pending, ask, option))
         good = [c.group for c in cands if c.group.mig_strategy in ("none", "mixed")]
         bad = [c.group for c in cands if c.group.mig_strategy not in ("none", "mixed")]
-        note = f"whole GPU: {NO_PROFILE}"
+        note = record.WHOLE_NOTE
     elif mode == "shared":
         option = Option("shared", "", SHARED_RESOURCE)
         cands = _eligible(ctx, _trial(pod, pending, ask, option))
@@ -1089,12 +717,12 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
             cands = _eligible(ctx, _trial(pod, pending, ask, option))
             good = [c.group for c in cands if c.group.sharing == "time-slicing"]
             bad = [c.group for c in cands if c.group.sharing != "time-slicing"]
-        note = f"time-sliced shared GPU: {NO_PROFILE}"
+        note = record.SHARED_NOTE
     else:
         return None
     if not good:
         return None
-    pin = _pin(good, bad, _all_pin_keys(ctx)) if bad else None
+    pin = _pin(good, bad, all_pin_keys(ctx)) if bad else None
     if bad and pin is None:
         return None
     return Choice(option, [Placement(g, None, True) for g in good], pin, note)
@@ -1148,7 +776,7 @@ def _apply(pod: PodView, ask: Ask, choice: Choice) -> None:
         key, value = choice.option.selector
         pod.spec_dict("nodeSelector")[key] = value
     if choice.pin:
-        _write_pin(pod, choice.pin)
+        record.write_pin(pod, choice.pin)
 
 
 def _held(section: JSON) -> bool:
@@ -1171,7 +799,7 @@ def _where(places: Sequence[Placement]) -> str:
     for product, names in sorted(pools.items()):
         shown = ", ".join(sorted(names)[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         parts.append(f"{product}, pool{'s' if len(names) > 1 else ''} {shown}")
-    return " or ".join(parts).replace(LINE_SEPARATOR, ", ")
+    return " or ".join(parts).replace(record.SEPARATOR, ", ")
 
 
 def _line(ask: Ask, choice: Choice, where_now: str, own: Mapping[str, object]) -> str:
@@ -1179,12 +807,9 @@ def _line(ask: Ask, choice: Choice, where_now: str, own: Mapping[str, object]) -
     lands as it leaves the mutating webhook (``where_now``), or, when it lands nowhere, where the choice was made.
     ``own``: the pod's nodeSelector before any conversion."""
     selector = choice.option.selector
-    said = _Said(
-        choice.note,
-        selector is not None and own.get(selector[0]) == selector[1],
-        choice.pin,
-    )
-    return f"{ask.name}: {ask.asked} -> {choice.option.given} ({said.words(where_now or _where(choice.places))})"
+    own_selector = selector is not None and own.get(selector[0]) == selector[1]
+    where = where_now or _where(choice.places)
+    return str(Line(ask.name, ask.asked, choice.option.given, choice.note, own_selector, choice.pin, where))
 
 
 def _plain(amount: Decimal) -> str:
@@ -1438,7 +1063,7 @@ def _say_off(pod: PodView, out: Outcome) -> None:
     """With ``mig.enabled`` false nothing is converted: a pod that asks for a fraction, a memory size or the annotation
     is told so (else the annotation is dropped without a word, and a memory request waits for a node forever)."""
     off = "not converted (MIG conversion is off here): ask for a MIG resource"
-    for _, name, container in _named(pod):
+    for _, name, container in named(pod):
         for key in (GPU_RESOURCE, GPU_MEMORY_RESOURCE):
             read = _read(container, key, name)
             whole = read is not None and read.amount is not None and read.amount == read.amount.to_integral_value()
@@ -1621,7 +1246,7 @@ def _converted_on(
     key, values = pin
     if len(values) == 1 and as_dict(pod.spec.get("nodeSelector")).get(key, values[0]) != values[0]:
         return None
-    _write_pin(pod, pin)
+    record.write_pin(pod, pin)
     done = _convert(req, pod, asks, stop=True)
     first = next((done.converted[id(a.container)] for a in asks if id(a.container) in done.converted), None)
     if not done.complete or first is None or first[1].pin is not None:
@@ -1630,19 +1255,10 @@ def _converted_on(
     selectors = {c.option.selector for _, c in done.converted.values() if c.option.selector}
     implied = [s for s in selectors if s[0] == key and s[1] in values]
     if not implied:  # the note is only for the line: the choice was converted, not a fallback
-        done.converted[id(ask.container)] = (ask, replace(choice, pin=pin, note=choice.note or TOGETHER))
+        done.converted[id(ask.container)] = (ask, replace(choice, pin=pin, note=choice.note or record.TOGETHER))
     elif len(values) > 1:  # a conversion's own nodeSelector holds the pod to one of the place's values
         unnarrow(pod, [[expression(key, "In", values)]])
     return done
-
-
-def _write_pin(pod: PodView, pin: Pin) -> None:
-    """Pin the pod as ``_apply`` does: a nodeSelector for one value, else required affinity."""
-    key, values = pin
-    if len(values) == 1:
-        pod.spec_dict("nodeSelector")[key] = values[0]
-    else:
-        require(pod, [expression(key, "In", values)])
 
 
 _ABSENT = object()
@@ -1670,37 +1286,6 @@ checks the others' choices each time, so the work grows with the square of the a
 which the worker answered no other review (found by a review that attacked the real server)."""
 
 
-def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
-    """Before any policy runs: take out of a workload's template what an earlier conversion wrote where the ask
-    came back (``_forget_earlier``), so that every policy judges the pod the user wrote (the spot policy, first,
-    judged a template moved to never under the earlier review's partition pin: found by a generative review)."""
-    if not ctx.settings.mig.enabled or not pod.is_template:
-        return
-    forgotten = _forget_earlier(pod, ctx)
-    if forgotten:
-        out.mutated("mig-reconverted")
-    gone = [e for e in forgotten if e.taken and not _asks_again(e.container)]
-    if gone:  # said, as nothing else will: the template's line goes with the conversion
-        out.finish.append(lambda: _say_taken(pod, out, gone))
-
-
-def _say_taken(pod: PodView, out: Outcome, gone: Sequence[_Earlier]) -> None:
-    """Warn of what conversions that no longer stand had written and the final template no longer holds (another
-    conversion, made afresh, may have written the same partition selector again: a generative review)."""
-    for e in gone:
-        taken = [t if isinstance(t, str) else _pin_text(t) for t in dict.fromkeys(e.taken) if not _holds(pod, e, t)]
-        if taken:
-            out.warn(fit_warning(f"{e.name}: took out the earlier conversion's {' and '.join(taken)}", e.name))
-
-
-def _holds(pod: PodView, e: _Earlier, taken: str | Pin) -> bool:
-    """Whether the pod still holds what ``_Earlier.taken`` names: a device or the one GPU given, or a pin."""
-    if not isinstance(taken, str):
-        return _carries(pod, taken)
-    resource = taken.partition(" ")[0]
-    return any(_raw(section.get(resource)) == "1" for section in _sections(e.container))
-
-
 def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Turn each container's fraction or memory request into a MIG device, or refuse it with a reason."""
     if not ctx.settings.mig.enabled:
@@ -1723,7 +1308,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         supported = cuda.supported_groups(pod, ctx)
         req.supported = None if supported is None else frozenset(id(g) for g in supported)
         req.spot_first = "SpotPrefer" in out.reasons
-    prior = _prior_lines(ctx)
+    prior = record.lines_of(ctx)
     own = dict(as_dict(pod.spec.get("nodeSelector"))) if asks else {}
     saved = _saved(pod, asks) if len(asks) > 1 else None
     done = _convert(req, pod, asks)
@@ -1768,15 +1353,15 @@ def _describe(
     GPU (the cuda policy's steering, after this policy, can narrow it), so that a second pass, and the validating
     webhook's Event, find the same words."""
     where_now = _where_now(pod, ctx)
-    keys = _all_pin_keys(ctx)
+    keys = all_pin_keys(ctx)
     lines: list[str] = []
-    for _, name, container in _named(pod):
+    for _, name, container in named(pod):
         if id(container) in converted:
             lines.append(_line(*converted[id(container)], where_now, own))
-        elif _republishable(prior.get(name), name, container, pod, where_now, keys):
+        elif _republishable(prior.get(name), container, pod, where_now, keys):
             lines.append(prior[name])
-        elif (not where_now or _stored(ctx, prior.get(name, ""))) and (
-            reworded := _reworded(prior.get(name), name, container, pod, where_now, keys)
+        elif (not where_now or record.stored(ctx, prior.get(name, ""))) and (
+            reworded := _reworded(prior.get(name), container, pod, where_now, keys)
         ):
             lines.append(reworded)
         elif name in prior:
@@ -1784,8 +1369,8 @@ def _describe(
             if state:
                 lines.append(state)
     if lines:
-        text = LINE_SEPARATOR.join(lines)
-        out.annotate(ANNOTATION, text)
+        text = record.SEPARATOR.join(lines)
+        out.annotate(record.ANNOTATION, text)
         if converted:
             out.audit["mig"] = text
 
@@ -1794,10 +1379,10 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Refuse what the mutator could not convert, and two MIG devices in one container; report assignments."""
     if not ctx.settings.mig.enabled:
         return
-    verified: list[str] = []
-    prior = _prior_lines(ctx)
+    confirmed: list[str] = []
+    prior = record.lines_of(ctx)
     where_now: str | None = None
-    for _, name, container in _named(pod):
+    for _, name, container in named(pod):
         gpu = _read(container, GPU_RESOURCE, name)
         if gpu and gpu.amount is not None and gpu.amount != gpu.amount.to_integral_value():
             out.deny(
@@ -1815,7 +1400,7 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
                 f"container {name} still asks for {GPU_MEMORY_RESOURCE} {memory.text}: the mutating webhook did "
                 f"not turn it into a MIG profile, and no node offers that resource; ask for a MIG resource.",
             )
-        migs = _mig_resources(container)
+        migs = mig_resources(container)
         if len(migs) > 1:
             out.deny(
                 POLICY,
@@ -1824,16 +1409,16 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
                 f"(k8s-device-plugin#728); split the work over containers or ask for one profile.",
             )
         line = prior.get(name)
-        if line and _is_mig(_given(line)):
+        if line and _is_mig(record.given_of(line)):
             where_now = where_now if where_now is not None else _where_now(pod, ctx)
-            if _republishable(line, name, container, pod, where_now, _all_pin_keys(ctx)):
-                verified.append(line)
+            if _republishable(line, container, pod, where_now, all_pin_keys(ctx)):
+                confirmed.append(line)
     if not pod.is_template and pod.annotation("gpu-fraction") is not None:
         target = pod.fraction_container()
         if (
             target is not None
             and not _assigned(target, pod.spec)
-            and not _verified(prior.get(as_str(target.get("name"))), target, pod.spec)
+            and not verified(prior.get(as_str(target.get("name"))), target, pod.spec)
         ):
             out.deny(
                 POLICY,
@@ -1842,8 +1427,8 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
                 f"{as_str(target.get('name'))}, but it has no MIG device: the mutating webhook did not convert "
                 f"it.",
             )
-    if verified:
-        out.event("MIGAssigned", "MIG devices: " + LINE_SEPARATOR.join(verified))
+    if confirmed:
+        out.event("MIGAssigned", "MIG devices: " + record.SEPARATOR.join(confirmed))
     if not pod.is_template:
         _warn_unoffered(pod, ctx, out, prior)
 
@@ -1858,13 +1443,14 @@ def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str
     groups = ctx.cluster.groups
     if not groups or any(g.mig_changing for g in groups):
         return
-    for _, name, container in _named(pod):
-        line = prior.get(name, "")
-        given = _given(line) if " -> " in line and _verified(line, container, pod.spec) else ""
+    for _, name, container in named(pod):
+        text = prior.get(name, "")
+        line = record.parse(text)
+        given = line.given if " -> " in text and verified(text, container, pod.spec) else ""
         asks: list[tuple[str, bool]] = [
-            (r, any(offers(g, {r: Decimal(1)}) for g in groups)) for r in _mig_resources(container)
+            (r, any(offers(g, {r: Decimal(1)}) for g in groups)) for r in mig_resources(container)
         ]
-        key, _, value = given.partition(" with nodeSelector ")[2].partition("=")
+        key, _, value = given.partition(record.WITH_SELECTOR)[2].partition("=")
         if key and _is_mig(given):  # the webhook's pin to a single-strategy product or a GKE partition size
             one = {GPU_RESOURCE: Decimal(1)}
             asks.append((given, any(g.labels.get(key) == value and offers(g, one) for g in groups)))
@@ -1874,10 +1460,10 @@ def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str
             out.warn(fit_warning(f"mig: {name} asks {what}, which no node or pool offers now: it stays Pending", name))
             earlier = ""
             if what == given:
-                asked = line.partition(": ")[2].split(" -> ", 1)[0]
                 earlier = (
-                    f" It was converted from {asked} ({PREFIX}{ANNOTATION}) before the GPUs had today's layout:"
-                    " apply its workload again to convert it to a profile offered now, or to be told why none fits."
+                    f" It was converted from {line.asked} ({PREFIX}{record.ANNOTATION}) before the GPUs had"
+                    " today's layout: apply its workload again to convert it to a profile offered now, or to be told"
+                    " why none fits."
                 )
             out.event(
                 "MIGUnoffered",
