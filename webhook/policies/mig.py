@@ -1301,15 +1301,18 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
             "them one device (one container), or ask for whole GPUs.",
         )
         return
-    req = _Request(ctx)
-    if asks:
-        req.options = _options(ctx)
-        req.whole = _whole_gpus(pod, asks)
-        supported = cuda.supported_groups(pod, ctx)
-        req.supported = None if supported is None else frozenset(id(g) for g in supported)
-        req.spot_first = "SpotPrefer" in out.reasons
     prior = record.lines_of(ctx)
-    own = dict(as_dict(pod.spec.get("nodeSelector"))) if asks else {}
+    if not asks:  # the lines of an earlier pass (or of the workload's template) are said again, or reworded
+        if prior:
+            out.finish.append(lambda: _describe(pod, ctx, out, prior, {}, {}))
+        return
+    req = _Request(ctx)
+    req.options = _options(ctx)
+    req.whole = _whole_gpus(pod, asks)
+    supported = cuda.supported_groups(pod, ctx)
+    req.supported = None if supported is None else frozenset(id(g) for g in supported)
+    req.spot_first = "SpotPrefer" in out.reasons
+    own = dict(as_dict(pod.spec.get("nodeSelector")))
     saved = _saved(pod, asks) if len(asks) > 1 else None
     done = _convert(req, pod, asks)
     if not done.complete and saved is not None and len(done.failed) > 1:
