@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from webhook.cluster import build_view
+from webhook.config import Settings
+from webhook.model import Context
 from webhook.policies import mig_record as record
 from webhook.policies.mig_record import Line
 
@@ -63,3 +67,84 @@ def test_lines_not_written_by_a_conversion() -> None:
     assert (found.given, found.asked, found.conversion) == ("nvidia.com/mig-1g.10gb", "", False)
     assert not record.parse("trainer: rm -rf -> nvidia.com/mig-1g.10gb (x)").conversion
     assert record.parse("trainer: gpu-admission.io/gpu-memory 20Gi -> nvidia.com/mig-2g.20gb (x)").asked_gpu == ""
+
+
+STORED = [
+    # lines as the webhook writes them today, stored on live objects: a change of the format must still read them
+    (
+        "trainer: nvidia.com/gpu 0.25 -> nvidia.com/mig-1g.10gb (pinned to nvidia.com/gpu.product=NVIDIA-A100-SXM4-"
+        "40GB or NVIDIA-A100-PCIE-40GB, NVIDIA-A100-SXM4-40GB, pool a100-40)",
+        Line(
+            "trainer",
+            "nvidia.com/gpu 0.25",
+            "nvidia.com/mig-1g.10gb",
+            pin=(PRODUCT, ("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB")),
+            where="NVIDIA-A100-SXM4-40GB, pool a100-40",
+        ),
+    ),
+    (
+        "trainer: nvidia.com/gpu 0.5 -> nvidia.com/gpu 1 with nodeSelector nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM"
+        "3-MIG-3g.40gb (the pod's own nodeSelector, NVIDIA-H100-80GB-HBM3-MIG-3g.40gb, pool h100)",
+        Line(
+            "trainer",
+            "nvidia.com/gpu 0.5",
+            f"nvidia.com/gpu 1 with nodeSelector {PRODUCT}=NVIDIA-H100-80GB-HBM3-MIG-3g.40gb",
+            own=True,
+            where="NVIDIA-H100-80GB-HBM3-MIG-3g.40gb, pool h100",
+        ),
+    ),
+    (
+        "side: gpu-admission.io/gpu-memory 20Gi -> nvidia.com/gpu 1 (whole GPU: no MIG profile covers it, pinned to "
+        "nvidia.com/gpu.sharing-strategy=none, NVIDIA-L4, pool l4)",
+        Line(
+            "side",
+            "gpu-admission.io/gpu-memory 20Gi",
+            "nvidia.com/gpu 1",
+            record.WHOLE_NOTE,
+            pin=("nvidia.com/gpu.sharing-strategy", ("none",)),
+            where="NVIDIA-L4, pool l4",
+        ),
+    ),
+    (
+        "a: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.40gb (the pod's fractions fit together only there, pinned to "
+        "cloud.google.com/gke-nodepool=big, NVIDIA-A100-SXM4-80GB, pool big)",
+        Line(
+            "a",
+            "nvidia.com/gpu 0.5",
+            "nvidia.com/mig-3g.40gb",
+            record.TOGETHER,
+            pin=(POOL, ("big",)),
+            where="NVIDIA-A100-SXM4-80GB, pool big",
+        ),
+    ),
+    (
+        "t: nvidia.com/gpu 0.5 -> nvidia.com/gpu 1 with nodeSelector cloud.google.com/gke-gpu-partition-size=3g.40gb "
+        "(the pod's fractions fit together only there, the pod's own nodeSelector, pinned to "
+        "cloud.google.com/gke-nodepool=a or b, nvidia-a100-80gb, pools a, b)",
+        Line(
+            "t",
+            "nvidia.com/gpu 0.5",
+            "nvidia.com/gpu 1 with nodeSelector cloud.google.com/gke-gpu-partition-size=3g.40gb",
+            record.TOGETHER,
+            own=True,
+            pin=(POOL, ("a", "b")),
+            where="nvidia-a100-80gb, pools a, b",
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "line"), STORED)
+def test_lines_as_stored_today_read_and_write_the_same(text: str, line: Line) -> None:
+    keys = [PRODUCT, POOL, "nvidia.com/gpu.sharing-strategy"]
+    assert record.parse(text, keys) == line
+    assert str(line) == text
+
+
+def test_the_lines_of_an_annotation_by_container_the_first_of_each_name() -> None:
+    words = {record.ANNOTATION: record.SEPARATOR.join([STORED[0][0], "b: x (y)", "trainer: later", "no colon"])}
+    ctx = Context(settings=Settings(), cluster=build_view([], Settings()), prior=words)
+    assert record.lines_of(ctx) == {"trainer": STORED[0][0], "b": "b: x (y)"}
+    assert not record.stored(ctx, STORED[0][0])  # the object's words, not as stored
+    ctx = replace(ctx, stored=words)
+    assert record.stored(ctx, STORED[0][0]) and not record.stored(ctx, "trainer: forged")

@@ -145,7 +145,7 @@ class Option:
         if self.strategy == "mixed":
             return self.resource
         if self.selector:
-            return f"{self.resource} 1 with nodeSelector {self.selector[0]}={self.selector[1]}"
+            return f"{self.resource} 1{record.WITH_SELECTOR}{self.selector[0]}={self.selector[1]}"
         return f"{self.resource} 1"
 
 
@@ -281,7 +281,7 @@ def _state_tokens(container: JSON, spec: JSON) -> list[str]:
         for key in (PRODUCT_LABEL, GKE_PARTITION_LABEL, SHARING_LABEL):
             value = selector.get(key)
             if isinstance(value, str) and (key != PRODUCT_LABEL or "-MIG-" in value):
-                tokens.append(f"{GPU_RESOURCE} 1 with nodeSelector {key}={value}")
+                tokens.append(f"{GPU_RESOURCE} 1{record.WITH_SELECTOR}{key}={value}")
         tokens.append(f"{GPU_RESOURCE} 1")
     return tokens
 
@@ -291,8 +291,8 @@ def _assigned(container: JSON, spec: JSON) -> bool:
     return any(t != f"{GPU_RESOURCE} 1" for t in _state_tokens(container, spec))
 
 
-def verified(line: str | None, container: JSON, spec: JSON) -> bool:
-    """Whether the container holds what ``line`` says it was given."""
+def holds_given(line: str | None, container: JSON, spec: JSON) -> bool:
+    """Whether the container holds what ``line`` says it was given (a device, one GPU with its nodeSelector)."""
     return bool(line) and record.given_of(line or "") in _state_tokens(container, spec)
 
 
@@ -306,7 +306,7 @@ def _confirmed(text: str | None, container: JSON, pod: PodView, pin_keys: Sequen
     """A prior conversion's line, a request in one of the forms the webhook writes, where the container has what
     it was given; its pin, read only on ``pin_keys``, kept where the pod still holds it. None for any other line.
     Only the amount once asked is taken on trust (it is a bare number)."""
-    if not text or not verified(text, container, pod.spec):
+    if not text or not holds_given(text, container, pod.spec):
         return None
     line = record.parse(text, pin_keys)
     if not line.conversion:
@@ -468,7 +468,7 @@ def _annotation_ask(pod: PodView, ctx: Context, out: Outcome, asks: Sequence[Ask
         return None
     name = next(n for _, n, c in named(pod) if c is target)
     asked = f"{FRACTION_ANNOTATION} {raw.strip()}"  # as a second pass reads it back (the line is checked)
-    if verified(record.lines_of(ctx).get(name), target, pod.spec):
+    if holds_given(record.lines_of(ctx).get(name), target, pod.spec):
         return None  # converted on an earlier pass
     if _assigned(target, pod.spec):
         # The user's own MIG resource (or shared GPU) wins, as before; the annotation is not silently dropped.
@@ -1421,7 +1421,7 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
         if (
             target is not None
             and not _assigned(target, pod.spec)
-            and not verified(prior.get(as_str(target.get("name"))), target, pod.spec)
+            and not holds_given(prior.get(as_str(target.get("name"))), target, pod.spec)
         ):
             out.deny(
                 POLICY,
@@ -1449,13 +1449,13 @@ def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str
     for _, name, container in named(pod):
         text = prior.get(name, "")
         line = record.parse(text)
-        given = line.given if " -> " in text and verified(text, container, pod.spec) else ""
+        given = line.given if line.conversion and holds_given(text, container, pod.spec) else ""
         asks: list[tuple[str, bool]] = [
             (r, any(offers(g, {r: Decimal(1)}) for g in groups)) for r in mig_resources(container)
         ]
-        key, _, value = given.partition(record.WITH_SELECTOR)[2].partition("=")
-        if key and _is_mig(given):  # the webhook's pin to a single-strategy product or a GKE partition size
+        if given and line.selector and _is_mig(given):  # the pin to a single-strategy product or a GKE partition size
             one = {GPU_RESOURCE: Decimal(1)}
+            key, (value,) = line.selector
             asks.append((given, any(g.labels.get(key) == value and offers(g, one) for g in groups)))
         for what, offered in asks:
             if offered:

@@ -13,7 +13,8 @@ the pin to GPU models or a pool (``pinned to <key>=<a> or <b>``); where the pod 
 conversion wrote names what the container holds: ``<name>: <given> (as found on the object)``.
 
 The line is the record a workload's later update reads (``mig_update``): what the conversion wrote, to take out
-where the ask comes back or changes. Written by ``str(Line)``, read by ``parse``, nowhere else.
+where the ask comes back or changes. A conversion's line is written by ``str(Line)`` and read by ``parse``; the
+'as found on the object' line is written by ``mig._state_line`` and read by ``given_of``.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ _WORDS = re.compile(
 
 @dataclass(frozen=True)
 class Line:
-    """One container's line (the module's docstring); ``asked`` is empty on a line no conversion wrote."""
+    """One container's line (the module's docstring). Only a line whose ``asked`` is in a form a conversion writes
+    (``conversion``) is taken for a conversion's; ``asked`` is empty on a line without ' -> '."""
 
     name: str
     asked: str

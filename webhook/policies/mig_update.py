@@ -29,7 +29,7 @@ from webhook.model import (
     manifest_template_spec,
 )
 from webhook.policies import mig_record as record
-from webhook.policies.mig import all_pin_keys, mig_resources, named, raw_text, sections, verified
+from webhook.policies.mig import all_pin_keys, holds_given, mig_resources, named, raw_text, sections
 from webhook.policies.mig_record import Line, Pin
 from webhook.quantity import QuantityError, parse_quantity
 
@@ -179,16 +179,17 @@ def _drop(pod: PodView, ctx: Context, e: _Earlier) -> _Earlier:
         e.dropped = True
     # what it gave is gone (a Helm upgrade's merge deleted the webhook's one GPU with the fraction of its last
     # manifest; an edit took the device out): its placement goes too (a generative review)
-    e.dropped = e.dropped or not verified(e.text, e.container, pod.spec)
+    e.dropped = e.dropped or not holds_given(e.text, e.container, pod.spec)
     return e
 
 
 def _release(pod: PodView, ctx: Context, earlier: Sequence[_Earlier], fresh: bool = False) -> None:
-    """A template's conversions are chosen together, under the placement (``_pins``) their lines say they wrote.
+    """A template's conversions are chosen together, under the placement (``Line.placement``) their lines say they
+    wrote.
     Where a conversion that no longer stands wrote placement the pod still holds, or where an ask is to be
     converted afresh (asked again, or a container's first: ``fresh``) while a standing conversion's placement
     holds the pod, every standing conversion is converted afresh too, its ask put back as its line says, and that
-    placement is taken out for the conversion to choose anew. Only stored lines count (``_stored``); where a
+    placement is taken out for the conversion to choose anew. Only stored lines count (``record.stored``); where a
     standing conversion cannot be put back (its line not as stored), the placement stays.
 
     Found by generative reviews: a sidecar's 1g.10gb, 1/4 of the 40 GB A100s its trainer's pin held it to, was
