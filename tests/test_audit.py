@@ -222,12 +222,12 @@ def test_decision_line_of_a_denial() -> None:
 
 
 # -- what the apiserver takes: auditAnnotations keys, warnings ----------------------------------------------------
+TORCH_128 = "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime"
+"""CUDA 12.8 without the forward-compatibility libraries: denied on the 550 driver of the test nodes."""
 POLICY_PODS = [
     pytest.param(gpu_pod(), Settings(), id="cuda-compatible"),
-    pytest.param(gpu_pod(image="nvidia/cuda:12.8.0-base-ubuntu22.04"), Settings(), id="cuda-denied"),
-    pytest.param(
-        gpu_pod(image="nvidia/cuda:12.8.0-base-ubuntu22.04"), Settings(cuda=CudaSettings(mode="warn")), id="cuda-warn"
-    ),
+    pytest.param(gpu_pod(image=TORCH_128), Settings(), id="cuda-denied"),
+    pytest.param(gpu_pod(image=TORCH_128), Settings(cuda=CudaSettings(mode="warn")), id="cuda-warn"),
     pytest.param(gpu_pod(image="example.com/private/trainer:v3"), Settings(), id="cuda-unknown"),
     pytest.param(gpu_pod(annotations={"gpu-admission.io/spot": "require"}), Settings(), id="spot-require"),
     pytest.param(gpu_pod(limits={"nvidia.com/gpu": "0.5"}), Settings(), id="mig-fraction-nothing-offered"),
@@ -274,7 +274,7 @@ def test_valid_audit_key(key: str, valid: bool) -> None:
 def test_denial_actions() -> None:
     settings = Settings(cuda=CudaSettings(mode="warn"))
     ctx = Context(settings=settings, cluster=cluster_of(settings).snapshot(), namespace="default")
-    warned = pipeline.validate(gpu_pod(image="nvidia/cuda:12.8.0-base-ubuntu22.04"), ctx)
+    warned = pipeline.validate(gpu_pod(image="pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime"), ctx)
     assert denial_actions(warned) == [("CUDAIncompatible", "warned")]
     denied = pipeline.mutate(gpu_pod(limits={"nvidia.com/gpu": "1.5"}), ctx)
     assert denial_actions(denied) == [("MIGInvalidFraction", "denied")]

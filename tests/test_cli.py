@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -42,7 +43,7 @@ def _pod(image: str, limits: dict[str, str]) -> dict[str, Any]:
 
 
 def test_admitted_pod_exits_0_and_prints_its_annotations(tmp_path: Path) -> None:
-    pod = _pod("nvcr.io/nvidia/pytorch:24.05-py3", {"nvidia.com/gpu": "0.5"})
+    pod = _pod("pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", {"nvidia.com/gpu": "0.5"})
     run = cli("review", "-f", _manifest(tmp_path, pod), "--nodes", str(NODES), "--config", str(CONFIG))
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("ADMITTED")
@@ -51,7 +52,7 @@ def test_admitted_pod_exits_0_and_prints_its_annotations(tmp_path: Path) -> None
 
 
 def test_an_admitted_workload_prints_its_pod_templates_annotations(tmp_path: Path) -> None:
-    pod = _pod("nvcr.io/nvidia/pytorch:24.05-py3", {"nvidia.com/gpu": "0.5"})
+    pod = _pod("pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", {"nvidia.com/gpu": "0.5"})
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -68,7 +69,7 @@ def test_an_admitted_workload_prints_its_pod_templates_annotations(tmp_path: Pat
 
 
 def test_denied_pod_exits_1_with_the_reason(tmp_path: Path) -> None:
-    pod = _pod("nvidia/cuda:13.0.1-runtime-ubuntu24.04", {"nvidia.com/gpu": "1"})
+    pod = _pod("pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime", {"nvidia.com/gpu": "1"})
     run = cli("review", "-f", _manifest(tmp_path, pod), "--nodes", str(NODES), "--config", str(CONFIG), "-o", "json")
     assert run.returncode == 1
     out = json.loads(run.stdout)
@@ -121,7 +122,7 @@ def test_a_yaml_manifest_is_read_as_kubectl_sends_it(tmp_path: Path) -> None:
     """An unquoted date stays the text it is written as (kubectl's YAML reader keeps it a string), and a key YAML
     reads as a number becomes its text: the review prints JSON, and the patch touches neither."""
     path = tmp_path / "m.yaml"
-    pod = _pod("nvcr.io/nvidia/pytorch:24.05-py3", {"nvidia.com/gpu": "1"})
+    pod = _pod("pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", {"nvidia.com/gpu": "1"})
     annotations = "  annotations:\n    built: 2024-05-01\n    7: seven\n"
     text = yaml.safe_dump(pod).replace("  name: p\n", f"  name: p\n{annotations}")
     path.write_text(text)
@@ -145,7 +146,7 @@ def test_a_yaml_manifest_is_read_as_kubectl_sends_it(tmp_path: Path) -> None:
 )
 def test_a_manifest_value_json_cannot_carry_exits_2_naming_where(tmp_path: Path, value: str, words: str) -> None:
     path = tmp_path / "m.yaml"
-    pod = _pod("nvcr.io/nvidia/pytorch:24.05-py3", {"nvidia.com/gpu": "1"})
+    pod = _pod("pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", {"nvidia.com/gpu": "1"})
     path.write_text(yaml.safe_dump(pod).replace("spec:\n", f"spec:\n  terminationGracePeriodSeconds: {value}\n"))
     run = cli("review", "-f", str(path), "--nodes", str(NODES), "--config", str(CONFIG))
     assert run.returncode == 2
@@ -157,7 +158,7 @@ def test_yaml_aliases_that_expand_past_a_million_values_exit_2(tmp_path: Path) -
     review that grew each part of a pod)."""
     laughs = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
     laughs += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 7)]
-    pod = _pod("nvcr.io/nvidia/pytorch:24.05-py3", {"nvidia.com/gpu": "1"})
+    pod = _pod("pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", {"nvidia.com/gpu": "1"})
     text = yaml.safe_dump(pod).replace("spec:\n", "spec:\n  x-laughs:\n" + "".join(f"    {line}\n" for line in laughs))
     path = tmp_path / "laughs.yaml"
     path.write_text(text)
@@ -290,3 +291,29 @@ def test_a_reader_that_goes_away_gets_no_traceback(tmp_path: Path) -> None:
     )
     os.close(write)
     assert proc.returncode == 141 and b"Traceback" not in proc.stderr, proc.stderr.decode()
+
+
+def test_serve_reads_the_image_rules_before_its_workers_fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each worker's first review read and compiled data/cuda-images.yaml (6-11 ms, a review of real images): the
+    master reads it before the fork, and every worker inherits it."""
+    from webhook import cuda_version, server
+    from webhook.cli import build_parser, cmd_serve
+
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_text("x")
+    key.write_text("x")
+    seen: list[int] = []
+    monkeypatch.setattr(
+        server.GunicornServer, "run", lambda self: seen.append(cuda_version.image_rules.cache_info().currsize)
+    )
+    monkeypatch.setattr(server, "prepare_metrics_dir", lambda prefix="": str(tmp_path))
+    config = tmp_path / "config.yaml"
+    config.write_text("audit:\n  events: false\n")  # no Events relay to fork
+    cuda_version.image_rules.cache_clear()
+    flags = ["--nodes", str(EXAMPLES / "nodes.yaml"), "--config", str(config), "--cert", str(cert), "--key", str(key)]
+    args = build_parser().parse_args(["serve", *flags])
+    try:
+        assert cmd_serve(args) == 0
+    finally:
+        gc.unfreeze()  # cmd_serve froze what the test process holds
+    assert seen == [1]

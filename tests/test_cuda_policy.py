@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES
-from tests.cuda_fixtures import POOL_LABEL, container, context, gpu_node, pod, settings
+from tests.cuda_fixtures import A100, POOL_LABEL, container, context, gpu_node, pod, settings
 from webhook import pipeline
 from webhook.cluster import build_view
 from webhook.config import Settings
@@ -22,11 +22,13 @@ CUDA_KEY = "gpu-admission.io/cuda"
 NEW_MAJOR, NEW_MINOR = "nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor"
 OLD_MAJOR, OLD_MINOR = "nvidia.com/cuda.runtime.major", "nvidia.com/cuda.runtime.minor"
 
-IMAGE_128 = "nvcr.io/nvidia/pytorch:25.03-py3"  # CUDA 12.8.1 (secondary row)
+IMAGE_128 = "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-devel"  # CUDA 12.8, no forward compatibility (no compat package)
 DRIVER_128 = "570.26"  # the reference table's CUDA 12.8 GA row: the policy judges 12.8.1 as major.minor
 IMAGE_124 = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
 
 # Pools: gpu-a on R535 (CUDA 12.2), gpu-b on R560 (CUDA 12.6), gpu-c on R570 (CUDA 12.8).
+H100 = "NVIDIA-H100-80GB-HBM3"
+RTX = "NVIDIA-GeForce-RTX-4090"
 A = gpu_node("a-1", "gpu-a", "535.104.05")
 B = gpu_node("b-1", "gpu-b", "560.35.03")
 C = gpu_node("c-1", "gpu-c", "570.124.06")
@@ -102,19 +104,20 @@ def test_non_gpu_pods_pass_untouched(obj: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("driver", "image", "allowed"),
     [
-        pytest.param("570.26", "nvidia/cuda:12.8.0-base-ubuntu22.04", True, id="12.8-at-minimum"),
-        pytest.param("570.25", "nvidia/cuda:12.8.0-base-ubuntu22.04", False, id="12.8-one-below"),
+        pytest.param("570.26", "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime", True, id="12.8-at-minimum"),
+        pytest.param("570.25", "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime", False, id="12.8-one-below"),
         pytest.param("550.54.14", "nvidia/cuda:12.4.1-base-ubuntu22.04", True, id="12.4-at-minimum"),
         pytest.param("550.54.13", "nvidia/cuda:12.4.1-base-ubuntu22.04", False, id="12.4-one-below"),
         pytest.param("535.54.03", "nvidia/cuda:12.2.2-base-ubuntu22.04", True, id="12.2-at-minimum"),
         pytest.param("535.54.02", "nvidia/cuda:12.2.2-base-ubuntu22.04", False, id="12.2-one-below"),
-        pytest.param("580.65.06", "nvidia/cuda:13.0.2-base-ubuntu24.04", True, id="13.0-at-minimum-ga-row"),
-        pytest.param("580.65.05", "nvidia/cuda:13.0.2-base-ubuntu24.04", False, id="13.0-one-below"),
+        pytest.param("580.65.06", "pytorch/pytorch:2.9.1-cuda13.0-cudnn9-runtime", True, id="13.0-at-minimum-ga-row"),
+        pytest.param("580.65.05", "pytorch/pytorch:2.9.1-cuda13.0-cudnn9-runtime", False, id="13.0-one-below"),
         pytest.param("520.61.05", "nvidia/cuda:11.8.0-base-ubuntu22.04", True, id="11.8-at-minimum"),
         pytest.param("520.61.04", "nvidia/cuda:11.8.0-base-ubuntu22.04", False, id="11.8-one-below"),
         pytest.param("610.43.02", "nvidia/cuda:13.3.0-base-ubuntu24.04", True, id="13.3-secondary-row"),
         pytest.param("999.1", "nvidia/cuda:13.9.0-base-ubuntu24.04", False, id="release-newer-than-table"),
         # NGC 24.06 is built on CUDA 12.5.0: a CUDA 12.4 (R550) driver does not run it, R555 does
+        # (its release notes' forward compatibility names R470, R525, R535 and R545, not R550)
         pytest.param("550.54.14", "nvcr.io/nvidia/pytorch:24.06-py3", False, id="ngc-24.06-on-12.4-driver"),
         pytest.param("555.42.02", "nvcr.io/nvidia/pytorch:24.06-py3", True, id="ngc-24.06-at-12.5-minimum"),
     ],
@@ -164,7 +167,7 @@ def test_none_compatible_denies_with_an_actionable_message() -> None:
         "container trainer",  # which container
         f"image {IMAGE_128}",  # which image
         "needs CUDA 12.8",  # which version
-        "from image tag, NGC framework container release 25.03, secondary source",  # where it came from
+        "from image tag, pytorch/pytorch 2.7.0-cuda12.8-cudnn9-devel",  # where it came from
         "pool gpu-a (driver 535.104.05, CUDA 12.2)",  # the pools with driver and CUDA
         "pool gpu-b (driver 560.35.03, CUDA 12.6)",
         "Use an image built for CUDA <= 12.6",  # what to do
@@ -386,7 +389,7 @@ def test_declared_pool_scaled_to_zero_is_eligible() -> None:
         }
     )
     ctx = context([A], s)
-    result = pipeline.review(pod(container(image="nvidia/cuda:13.0.2-base-ubuntu24.04")), ctx)
+    result = pipeline.review(pod(container(image="pytorch/pytorch:2.9.1-cuda13.0-cudnn9-runtime")), ctx)
     assert result.allowed
     assert required_terms(result.object) == [
         {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["h100"]}]}
@@ -439,7 +442,8 @@ def test_forward_compatibility_only_on_data_center_gpus() -> None:
     """The runtime's check passes on a GeForce GPU too, and the CUDA application then fails with error 804: denied,
     saying so; on an H100 of the same driver it is admitted as forward compatibility."""
     geforce = gpu_node("g", "geforce", "535.104.05", product="NVIDIA-GeForce-RTX-4090")
-    obj = pod(container(image="nvidia/cuda:12.8.1-base-ubuntu22.04", env={"NVIDIA_REQUIRE_CUDA": EVERY_BRAND}))
+    image = "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"
+    obj = pod(container(image=image, env={"NVIDIA_REQUIRE_CUDA": EVERY_BRAND}))
     denied = pipeline.review(obj, context([geforce]))
     assert not denied.allowed
     assert "match the driver of pool geforce, but forward compatibility works only on data-center GPUs" in (
@@ -572,9 +576,9 @@ def test_a_strict_lower_bound_needs_the_next_minor() -> None:
             container(image="ubuntu:22.04", env={"CUDA_VERSION": "12.8.1"}), {}, "env CUDA_VERSION", id="cuda-version"
         ),
         pytest.param(
-            container(image="nvidia/cuda:12.8.1-devel-ubuntu24.04"),
+            container(image="pytorch/pytorch:2.8.0-cuda12.8-cudnn9-devel"),
             {},
-            "image tag, nvidia/cuda 12.8.1-devel-ubuntu24.04",
+            "image tag, pytorch/pytorch 2.8.0-cuda12.8-cudnn9-devel",
             id="image",
         ),
     ],
@@ -607,7 +611,7 @@ def test_init_containers_are_checked() -> None:
     obj = pod(container(image=IMAGE_124), init=[container("warmup", image=IMAGE_128)])
     result = pipeline.review(obj, context([A, B]))
     assert not result.allowed
-    assert "container warmup (init) (image nvcr.io/nvidia/pytorch:25.03-py3) needs CUDA 12.8" in result.message
+    assert f"container warmup (init) (image {IMAGE_128}) needs CUDA 12.8" in result.message
     ok = pipeline.review(obj, context([A, B, C]))
     assert ok.allowed and "warmup (init): CUDA 12.8" in annotation_of(ok.object)
 
@@ -794,7 +798,7 @@ def test_warn_mode_warns_of_every_container_with_the_driver_to_upgrade_to() -> N
     """Found by the reporting review: the warning led with the image fix and was cut at kubectl's line length before
     the driver version, and two containers' warnings, cut alike, read as one."""
     ctx = context([A], settings({"mode": "warn"}))
-    obj = pod(container(image=IMAGE_128), container("eval", image="nvidia/cuda:12.6.0-base-ubuntu22.04"))
+    obj = pod(container(image=IMAGE_128), container("eval", image="pytorch/pytorch:2.6.0-cuda12.6-cudnn9-runtime"))
     result = pipeline.review(obj, ctx)
     assert result.allowed
     would = [w for w in result.warnings if w.startswith("would be denied (CUDAIncompatible) in enforce mode: ")]
@@ -1296,3 +1300,34 @@ def test_a_cronjobs_jobs_keep_the_users_own_terms_on_the_cuda_labels() -> None:
     job["spec"]["template"]["spec"]["containers"][0]["image"] = IMAGE_124  # the words' steering outlived its image
     again = pipeline.mutate(job, ctx).object
     assert required_terms(again) == [{"matchExpressions": [own]}], required_terms(again)
+
+
+@pytest.mark.parametrize(
+    ("image", "driver", "product", "platform", "allowed"),
+    [
+        # an image read from its tag runs where its compat libraries do (forward compatibility, data-center GPUs)
+        pytest.param("nvidia/cuda:12.8.0-base-ubuntu22.04", "550.54.15", H100, "amd64", True, id="cuda-12.8-r550"),
+        pytest.param("nvidia/cuda:12.8.0-base-ubuntu22.04", "550.54.15", RTX, "amd64", False, id="geforce"),
+        pytest.param("nvidia/cuda:12.8.0-base-ubuntu22.04", "555.42.06", H100, "amd64", False, id="branch-not-named"),
+        pytest.param("nvidia/cuda:12.4.1-base-ubuntu22.04", "535.104.05", A100, "amd64", True, id="cuda-12.4-amd64"),
+        pytest.param("nvidia/cuda:12.4.1-base-ubuntu22.04", "535.104.05", A100, "arm64", False, id="cuda-12.4-arm64"),
+        pytest.param("nvcr.io/nvidia/pytorch:24.12-py3", "535.230.02", H100, "amd64", True, id="ngc-24.12-r535"),
+        pytest.param("nvcr.io/nvidia/pytorch:24.12-py3", "550.54.15", H100, "amd64", False, id="ngc-24.12-r550"),
+        # Triton's TensorRT-LLM 25.10 is CUDA 12.9.1, not the release's 13.0: NVIDIA lists it with 575.57.08
+        pytest.param("nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3", "575.57.08", H100, "amd64", True, id="trt"),
+        pytest.param("nvcr.io/nvidia/tritonserver:25.10-py3", "575.57.08", H100, "amd64", False, id="triton-13.0"),
+    ],
+)
+def test_an_image_read_from_its_tag_runs_where_its_forward_compatibility_says(
+    image: str, driver: str, product: str, platform: str, allowed: bool
+) -> None:
+    """A pod of the nvidia/cuda:12.8.0 image was refused on H100s of driver 550 (CUDA 12.4), where the image's own
+    NVIDIA_REQUIRE_CUDA accepts R550 and its compat package runs CUDA 12.8 (a review of real manifests: the same
+    pod with that variable in its env was admitted); an NGC 24.12 pod on R535 likewise (its release notes)."""
+    node = gpu_node("n", "pool-x", driver, product=product, labels={"kubernetes.io/arch": platform})
+    result = pipeline.review(pod(container(image=image)), context([node]))
+    assert result.allowed is allowed, result.message
+    if allowed:
+        assert "forward compatibility" in annotation_of(result.object) or "trtllm" in image
+    else:
+        assert result.reason == "CUDAIncompatible"

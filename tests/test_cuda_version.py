@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -517,3 +518,84 @@ def test_env_references_that_double_at_every_entry_stop_at_a_budget() -> None:
         else:
             assert declared.version is None
             assert "env CUDA_VERSION (its $(NAME) references expand past 1 MiB in all" in declared.source, declared
+
+
+@pytest.mark.parametrize(
+    ("image", "version", "floors", "platform"),
+    [
+        # the branches the image's own NVIDIA_REQUIRE_CUDA accepts (data/cuda-images.yaml, nvidia_cuda_forward)
+        pytest.param("nvidia/cuda:12.8.0-base-ubuntu22.04", (12, 8), [470, 535, 550, 560, 565], "", id="cuda-12.8"),
+        pytest.param("nvidia/cuda:13.0.1-runtime-ubuntu24.04", (13, 0), [535, 550, 565, 570, 575], "", id="cuda-13.0"),
+        # before 12.5.1 the Ubuntu arm64 images have no compat package: amd64 nodes only
+        pytest.param("nvidia/cuda:12.4.1-base-ubuntu22.04", (12, 4), [470, 525, 535], "amd64", id="cuda-12.4-amd64"),
+        pytest.param(
+            "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", (12, 5), [470, 535, 550], "amd64", id="sample"
+        ),
+        # NGC release notes: "470.57 (or later R470), 525.85 (or later R525), 535.86 (or later R535), 545.23 ..."
+        pytest.param("nvcr.io/nvidia/pytorch:24.06-py3", (12, 5), [470, 525, 535, 545], "", id="ngc-24.06"),
+        pytest.param("nvcr.io/nvidia/tritonserver:24.10-py3", (12, 6), [470, 525, 535, 545], "", id="ngc-triton"),
+        # without a documented list: the CUDA's own driver
+        pytest.param("nvcr.io/nvidia/pytorch:25.10-py3", (13, 0), [], "", id="ngc-13.x-none"),
+        pytest.param("nvidia/cuda:13.1.0-base-ubuntu24.04", (13, 1), [], "", id="cuda-13.1.0-not-found"),
+        pytest.param("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime", (12, 8), [], "", id="pytorch-no-compat"),
+        pytest.param("nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3", (12, 9), [], "", id="trtllm"),
+    ],
+)
+def test_an_image_read_from_its_tag_brings_its_forward_compatibility(
+    image: str, version: tuple[int, int], floors: list[int], platform: str
+) -> None:
+    requirement = declared_cuda(container(image=image), {}).requirement
+    assert requirement is not None and requirement.cuda == version
+    forward = requirement.forward_terms
+    assert [next(c.value for c in t if c.key == "driver" and c.op == ">=").split(".")[0] for t in forward] == [
+        str(f) for f in floors
+    ]
+    assert all([c.value for c in t if c.key == "platform"] == ([platform] if platform else []) for t in forward)
+
+
+def test_a_forward_branch_holds_on_data_center_gpus_of_its_platform_only() -> None:
+    requirement = declared_cuda(container(image="nvidia/cuda:12.4.1-base-ubuntu22.04"), {}).requirement
+    assert requirement is not None
+
+    def on(driver: str, brands: frozenset[str] = DC, platform: str = "amd64") -> object:
+        return evaluate(requirement, replace(facts("12.2", driver, brands), platform=platform), TABLE)
+
+    assert on("535.104.05") is True  # an A100 on R535, amd64: the image's compat libraries run CUDA 12.4
+    assert on("535.104.05", platform="arm64") is False  # the Ubuntu arm64 image has none
+    assert on("535.104.05", platform="") is None  # not known: not trusted (a known driver is then "old")
+    assert on("535.104.05", frozenset({"geforce"})) is False  # error 804 on a GeForce
+    assert on("545.23.08") is False  # not a branch the image names
+    ngc = declared_cuda(container(image="nvcr.io/nvidia/pytorch:24.06-py3"), {}).requirement
+    assert ngc is not None
+    assert evaluate(ngc, facts("12.3", "545.23.08"), TABLE) is True
+    assert evaluate(ngc, facts("12.3", "545.22.01"), TABLE) is False  # below the release notes' 545.23
+
+
+@pytest.mark.parametrize(
+    ("image", "version"),
+    [
+        # Triton's TensorRT-LLM containers trail the release's CUDA (its "Release Compatibility Matrix")
+        pytest.param("nvcr.io/nvidia/tritonserver:24.06-trtllm-python-py3", (12, 4), id="trtllm-24.06"),
+        pytest.param("nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3", (12, 9), id="trtllm-25.10"),
+        pytest.param("ghcr.io/pytorch/pytorch-nightly:71739c4-cu12.9.1", (12, 9), id="pytorch-nightly"),
+        pytest.param("nvcr.io/nvidia/pytorch:23.10-py3", (12, 2), id="ngc-23.10"),
+        pytest.param("nvcr.io/nvidia/tritonserver:26.06-py3", (13, 3), id="ngc-26.06"),
+    ],
+)
+def test_more_image_rules(image: str, version: tuple[int, int]) -> None:
+    found = image_cuda(image)
+    assert found is not None and found.version[:2] == version
+
+
+def test_a_trtllm_release_not_in_its_table_reads_no_cuda_not_the_release_s_other_containers() -> None:
+    assert image_cuda("nvcr.io/nvidia/tritonserver:26.10-trtllm-python-py3") is None
+    assert image_cuda("nvcr.io/nvidia/tritonserver:26.10-trtllm-python-py3-sbsa") is None
+
+
+def test_every_forward_row_names_a_version_or_release_its_rule_reads() -> None:
+    for rule in image_rules():
+        for key in rule.forward:
+            if rule.releases or rule.secondary_releases:
+                assert key in rule.releases or key in rule.secondary_releases, (rule.name, key)
+            else:
+                assert rule.tag.pattern.startswith("(?P<cuda>") or "(?P<cuda>" in rule.tag.pattern, (rule.name, key)

@@ -213,7 +213,7 @@ def test_warn_mode_incompatible_cuda_is_a_warning_event() -> None:
     sink = Recording()
     settings = Settings(cuda=CudaSettings(mode="warn"))
     app, recorder = app_with(sink, settings)
-    pod = stored_pod(image="nvidia/cuda:12.8.0-base-ubuntu22.04")
+    pod = stored_pod(image="pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime")
     answer = app.test_client().post("/validate", json=review(pod, name="trainer")).get_json()["response"]
     assert answer["allowed"] is True
     assert isinstance(recorder.events, EventQueue) and recorder.events.drain(5)
@@ -992,7 +992,7 @@ def test_a_refused_workload_update_has_no_event() -> None:
     deployment["spec"] = {"selector": {"matchLabels": {"a": "b"}}, "template": template}
     old = pipeline.review(deployment, ctx).object
     new = copy.deepcopy(old)
-    new["spec"]["template"]["spec"]["containers"][0]["image"] = "nvidia/cuda:12.8.0-base-ubuntu22.04"
+    new["spec"]["template"]["spec"]["containers"][0]["image"] = "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime"
     new = pipeline.mutate(new, dataclasses.replace(ctx, operation="UPDATE", old_object=old)).object
     assert "gpu-admission.io/spot-applied" in new["spec"]["template"]["metadata"]["annotations"]
     body = review(new, operation="UPDATE", name="d", oldObject=old)

@@ -32,7 +32,7 @@ def _ctx(settings: Settings, **kw: object) -> Context:
 
 
 def test_cuda_13_image_is_denied_in_enforce_and_warned_in_warn_mode() -> None:
-    pod = gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04")
+    pod = gpu_pod(image="pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime")
     denied = pipeline.review(pod, _ctx(Settings(), namespace="ml"))
     assert not denied.allowed and denied.reason == "CUDAIncompatible"
     warned = pipeline.review(pod, _ctx(Settings(cuda=CudaSettings(namespace_modes={"ml": "warn"})), namespace="ml"))
@@ -43,9 +43,9 @@ def test_cuda_13_image_is_denied_in_enforce_and_warned_in_warn_mode() -> None:
 
 
 def test_warn_mode_audits_every_containers_denial() -> None:
-    pod = gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04")
+    pod = gpu_pod(image="pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime")
     second = copy.deepcopy(pod["spec"]["containers"][0])
-    second.update(name="worker", image="nvidia/cuda:12.9.1-runtime-ubuntu24.04")
+    second.update(name="worker", image="pytorch/pytorch:2.8.0-cuda12.9-cudnn9-runtime")
     pod["spec"]["containers"].append(second)
     warned = pipeline.review(pod, _ctx(Settings(cuda=CudaSettings(mode="warn")), namespace="ml"))
     assert warned.allowed
@@ -55,7 +55,7 @@ def test_warn_mode_audits_every_containers_denial() -> None:
 
 def test_the_decision_names_each_reason_once_within_the_audit_limit() -> None:
     """200 containers denied for one reason: the decision says it once, and within the audit value limit."""
-    pod = gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04")
+    pod = gpu_pod(image="pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime")
     first = pod["spec"]["containers"][0]
     pod["spec"]["containers"] = [{**copy.deepcopy(first), "name": f"c{i}"} for i in range(200)]
     settings = Settings()
@@ -82,7 +82,7 @@ def test_a_second_call_on_the_mutated_pod_sends_no_other_decision() -> None:
 def test_the_mode_follows_the_pods_namespace_when_the_request_names_none() -> None:
     """`gpu-admission review` of a file: no request namespace, the pod's own decides its mode, for the policy's
     words and for the enforcement alike."""
-    pod = gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04")
+    pod = gpu_pod(image="pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime")
     pod["metadata"]["namespace"] = "ml"
     warned = pipeline.review(pod, _ctx(Settings(cuda=CudaSettings(namespace_modes={"ml": "warn"})), namespace=""))
     assert warned.allowed and "cuda-would-deny" in warned.audit
@@ -97,14 +97,14 @@ def test_the_mode_follows_the_pods_namespace_when_the_request_names_none() -> No
     ],
 )
 def test_exemptions_come_from_settings_only(exemptions: ExemptionSettings, ctx: dict[str, object]) -> None:
-    pod = gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04")
+    pod = gpu_pod(image="pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime")
     result = pipeline.review(pod, _ctx(Settings(exemptions=exemptions), **ctx))
     assert result.allowed and result.skipped and result.patch == []
 
 
 @pytest.mark.parametrize("allowed", [True, False])
 def test_opt_out_label_only_where_settings_allow_it(allowed: bool) -> None:
-    pod = gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04")
+    pod = gpu_pod(image="pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime")
     pod["metadata"]["labels"] = {"gpu-admission.io/ignore": "true"}
     settings = Settings(exemptions=ExemptionSettings(allow_opt_out_label=allowed))
     result = pipeline.review(pod, _ctx(settings, namespace="ml"))
@@ -114,7 +114,7 @@ def test_opt_out_label_only_where_settings_allow_it(allowed: bool) -> None:
 
 def test_a_pod_cannot_exempt_itself_by_annotation() -> None:
     pod = gpu_pod(
-        image="nvidia/cuda:13.0.1-runtime-ubuntu24.04",
+        image="pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime",
         annotations={"gpu-admission.io/ignore": "true", "gpu-admission.io/exempt": "true"},
     )
     assert not pipeline.review(pod, _ctx(Settings(), namespace="ml")).allowed
@@ -249,7 +249,7 @@ def _objects_for_invariants() -> list[Any]:
     objects += [
         gpu_pod(),
         gpu_pod(limits={"nvidia.com/gpu": "0.5"}, annotations={"gpu-admission.io/spot": "require"}),
-        gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04"),
+        gpu_pod(image="pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime"),
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -326,7 +326,7 @@ def test_a_denial_names_each_pool_once_with_all_its_drivers() -> None:
     newer = gpu_node("b", labels=pool)  # 550.54.15, CUDA 12.4
     settings = Settings()
     ctx = Context(settings=settings, cluster=build_view([old, newer], settings), namespace="ml")
-    result = pipeline.review(gpu_pod(image="nvidia/cuda:12.8.1-runtime-ubuntu24.04"), ctx)
+    result = pipeline.review(gpu_pod(image="pytorch/pytorch:2.7.1-cuda12.8-cudnn9-devel"), ctx)
     assert not result.allowed
     assert "pool inference (drivers 535.104.05 or 550.54.15, CUDA 12.2 or 12.4)" in result.message
     assert result.message.count("pool inference (") == 1
@@ -485,7 +485,7 @@ def test_a_json_copy_is_exact_and_shares_nothing(value: Any) -> None:
 
 
 def _replicaset(owners: list[dict[str, Any]] | None) -> dict[str, Any]:
-    template = gpu_pod(image="nvidia/cuda:13.0.1-runtime-ubuntu24.04", limits={"nvidia.com/gpu": "0.5"})
+    template = gpu_pod(image="pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime", limits={"nvidia.com/gpu": "0.5"})
     rs: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",

@@ -108,7 +108,7 @@ def test_example_cuda13_pod_is_denied_with_what_to_change(server: Server) -> Non
     message = response["status"]["message"]
     for words in (
         "container trainer",
-        "nvidia/cuda:13.0.1-runtime-ubuntu24.04",
+        "pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime",
         "CUDA 13.0",
         "from image tag",
         "driver 570.124.06",

@@ -86,7 +86,7 @@ def pod(
         meta["annotations"] = notes
     if owner:
         meta["ownerReferences"] = [{"apiVersion": "v1", "kind": owner, "name": "x", "uid": "u", "controller": True}]
-    container: dict[str, Any] = {"name": "main", "image": "nvcr.io/nvidia/pytorch:24.05-py3"}
+    container: dict[str, Any] = {"name": "main", "image": "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime"}
     if gpu is not None:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpu}}
     spec: dict[str, Any] = {"containers": [container]}
@@ -1264,7 +1264,7 @@ def test_never_keeps_its_affinity_on_a_second_pass_after_the_cuda_steering() -> 
         gpu_node("o1", "on-demand-old", "535.104.05", labels={EKS: "ON_DEMAND"}),
     ]
     ctx = cuda_context(nodes)
-    image = "nvcr.io/nvidia/pytorch:25.03-py3"  # CUDA 12.8: driver 570 runs it, 535 does not
+    image = "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-devel"  # CUDA 12.8: driver 570 runs it, 535 does not
     result = mutate(cuda_pod(container(image=image), annotations={ANNOTATION: "never"}), ctx)
     terms = required_of(result.object) or []
     assert terms and all(NOT_EKS_SPOT[0] in t["matchExpressions"] for t in terms)

@@ -74,7 +74,7 @@ def created(*gates: str, tainted: bool = True) -> dict[str, Any]:
             "containers": [
                 {
                     "name": "trainer",
-                    "image": "nvidia/cuda:12.8.0-runtime-ubuntu22.04",
+                    "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
                     "resources": {"limits": {"nvidia.com/gpu": "1"}},
                 }
             ],
@@ -223,7 +223,7 @@ def test_a_gated_pod_may_land_where_the_update_that_ungates_it_adds_a_toleration
             "containers": [
                 {
                     "name": "trainer",
-                    "image": "nvidia/cuda:12.8.0-runtime-ubuntu22.04",
+                    "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
                     "resources": {"limits": {"nvidia.com/gpu": "1"}},
                 }
             ],

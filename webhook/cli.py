@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from certs import cli as certs_cli
-from webhook import pipeline, selftest
+from webhook import cuda_version, pipeline, selftest
 from webhook.cluster import ClusterSource, ClusterView, StaticCluster, build_view, format_pools, read_node_file
 from webhook.config import Settings, load_settings
 from webhook.documents import api_object, read_documents
@@ -79,6 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         recorder = build_recorder(settings, cluster, relay_fd=relay.fd if relay else None)
         return create_app(settings, cluster=cluster, recorder=recorder), cluster
 
+    cuda_version.load_data()  # in the master: no worker's first review reads the YAML
     # What the master holds now is shared with the workers page by page: keep the collector from touching it.
     gc.collect()
     gc.freeze()

@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
@@ -203,8 +203,39 @@ def at_least(version: Version) -> Requirement:
     return Requirement(((Condition("cuda", ">=", show(mm), mm),),), f"cuda>={show(mm)}")
 
 
+@lru_cache(maxsize=256)
+def with_forward(version: Version, forward: Forward) -> Requirement:
+    """``cuda>=<major.minor>``, or, on a data-center GPU (``forward_possible``), a driver of one of the branches
+    whose lowest drivers ``forward`` names: what an image that carries the forward-compatibility libraries
+    documents (nvidia/cuda in its own NVIDIA_REQUIRE_CUDA, an NGC container in its release notes), written as
+    that variable writes it (``driver>=535.86,driver<536``); on nodes of ``forward.platform`` only, when it names
+    one. Without floors, ``at_least``."""
+    if not forward.floors:
+        return at_least(version)
+    on = (Condition("platform", "=", forward.platform),) if forward.platform else ()
+    terms = tuple(
+        (*on, Condition("driver", ">=", show(f), f), Condition("driver", "<", str(f[0] + 1), (f[0] + 1,)))
+        for f in forward.floors
+    )
+    own = at_least(version)
+    return Requirement((*own.terms, *terms), " ".join([own.text, *(",".join(map(str, t)) for t in terms)]))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Image references (data: data/cuda-images.yaml)
+
+
+@dataclass(frozen=True)
+class Forward:
+    """The forward compatibility an image documents: the lowest driver of each branch its compat libraries run
+    on, on data-center GPUs (470.57: R470 from 470.57 on); ``platform``: only its image for that CPU
+    architecture carries them (nvidia/cuda's Ubuntu arm64 images had no compat package before 12.5.1)."""
+
+    floors: tuple[Version, ...] = ()
+    platform: str = ""
+
+
+NO_FORWARD = Forward()
 
 
 @dataclass(frozen=True)
@@ -215,6 +246,8 @@ class ImageRule:
     tag: re.Pattern[str]
     releases: Mapping[str, Version]
     secondary_releases: Mapping[str, Version]
+    forward: Mapping[str, Forward]
+    """The forward compatibility the image documents, by the version (or release) its tag names."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +257,8 @@ class ImageMatch:
     secondary: bool
     detail: str
     """What in the reference said it, e.g. 'NGC framework container release 25.01'."""
+    forward: Forward = field(default_factory=lambda: NO_FORWARD)
+    """``ImageRule.forward`` for this version or release."""
 
 
 def _versions(raw: object) -> dict[str, Version]:
@@ -243,6 +278,20 @@ def _data() -> dict[str, Any]:
     return data
 
 
+def _forward(raw: object) -> dict[str, Forward]:
+    """``forward`` of a rule: the table it names (``nvidia_cuda_forward``: an image built on nvidia/cuda of the
+    version its tag names), or its own. A row is the list of floors, or ``{<platform>: floors}`` where only that
+    platform's image carries them."""
+    table = _data()[raw] if isinstance(raw, str) else raw
+    out: dict[str, Forward] = {}
+    for key, row in as_dict(table).items():
+        platform, floors = next(iter(row.items())) if isinstance(row, dict) else ("", row)
+        versions = tuple(_version(str(f)) for f in as_list(floors))
+        assert versions and all(versions), (key, row)
+        out[str(key)] = Forward(tuple(v for v in versions if v), str(platform))
+    return out
+
+
 @lru_cache(maxsize=1)
 def image_rules() -> tuple[ImageRule, ...]:
     """The image rules, parsed and compiled once."""
@@ -254,9 +303,17 @@ def image_rules() -> tuple[ImageRule, ...]:
             tag=re.compile(str(r["tag"])),
             releases=_versions(r.get("releases")),
             secondary_releases=_versions(r.get("secondary_releases")),
+            forward=_forward(r.get("forward")),
         )
         for r in _data()["rules"]
     )
+
+
+def load_data() -> None:
+    """Read and compile the image rules and brands now (a server does it before it forks: the first request of
+    each worker took 6-11 ms more, reading the YAML)."""
+    image_rules()
+    _brand_rules()
 
 
 @lru_cache(maxsize=1)
@@ -306,16 +363,19 @@ def image_cuda(image: str) -> ImageMatch | None:
         if found.get("cuda"):
             version = _version(found["cuda"])
             if version:
-                return ImageMatch(version, rule, False, f"{rule.name} {tag}")
+                forward = rule.forward.get(found["cuda"], NO_FORWARD)
+                return ImageMatch(version, rule, False, f"{rule.name} {tag}", forward)
         elif found.get("major") and found.get("minor"):
             version = (int(found["major"]), int(found["minor"]))
             return ImageMatch(version, rule, False, f"{rule.name} suffix cu{found['major']}{found['minor']}")
         elif found.get("release"):
             release = found["release"]
+            forward = rule.forward.get(release, NO_FORWARD)
             if release in rule.releases:
-                return ImageMatch(rule.releases[release], rule, False, f"{rule.name} release {release}")
+                return ImageMatch(rule.releases[release], rule, False, f"{rule.name} release {release}", forward)
             if release in rule.secondary_releases:
-                return ImageMatch(rule.secondary_releases[release], rule, True, f"{rule.name} release {release}")
+                version = rule.secondary_releases[release]
+                return ImageMatch(version, rule, True, f"{rule.name} release {release}", forward)
         return None  # the image's own rule matched but does not know this tag: no other rule applies
     return None
 
@@ -482,7 +542,8 @@ def declared_cuda(container: JSON, annotations: Mapping[str, Any], use_image: bo
         if found:
             secondary = ", secondary source" if found.secondary else ""
             source = f"image tag, {found.detail}{secondary}"
-            return Declared(name, image, at_least(found.version), source, secondary=found.secondary)
+            requirement = with_forward(found.version, found.forward)
+            return Declared(name, image, requirement, source, secondary=found.secondary)
     return Declared(name, image)
 
 
@@ -499,6 +560,8 @@ class NodeFacts:
     """The brands the group's GPU may report (empty: unknown)."""
     arch: Version | None
     """Compute capability (nvidia.com/gpu.compute.major/minor)."""
+    platform: str = ""
+    """The nodes' CPU architecture (``kubernetes.io/arch``: amd64, arm64); '' when not known."""
 
 
 def brands_of(product: str) -> frozenset[str]:
@@ -513,12 +576,17 @@ def facts_of(group: NodeGroup) -> NodeFacts:
     labels = group.labels
     return _facts(
         group.cuda, group.driver, group.gpu_product, labels.get(GFD + "gpu.compute.major", ""),
-        labels.get(GFD + "gpu.compute.minor", ""),
+        labels.get(GFD + "gpu.compute.minor", ""), labels.get(PLATFORM_LABEL, ""),
     )  # fmt: skip
 
 
+PLATFORM_LABEL = "kubernetes.io/arch"
+
+
 @functools.lru_cache(maxsize=1024)
-def _facts(cuda: Version | None, driver: Version | None, product: str, major: str, minor: str) -> NodeFacts:
+def _facts(
+    cuda: Version | None, driver: Version | None, product: str, major: str, minor: str, platform: str = ""
+) -> NodeFacts:
     """The same few node shapes recur on every request: derive their facts (brand by regex, above all) once."""
     arch = (int(major), int(minor)) if major.isdigit() and minor.isdigit() and len(major + minor) < 8 else None
     return NodeFacts(
@@ -526,10 +594,13 @@ def _facts(cuda: Version | None, driver: Version | None, product: str, major: st
         driver=driver,
         brands=brands_of(product) if product else frozenset(),
         arch=arch,
+        platform=platform,
     )
 
 
 def _condition_holds(c: Condition, facts: NodeFacts, table: DriverTable, compatibility: Compatibility) -> Verdict:
+    if c.key == "platform":  # the webhook's own (``with_forward``), never read from an expression
+        return facts.platform == c.value if facts.platform else None
     if c.key == "brand":
         if not facts.brands:
             return None

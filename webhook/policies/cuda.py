@@ -944,6 +944,12 @@ def _beyond_cuda(requirement: Requirement) -> bool:
     return any(c.key != "cuda" for t in requirement.terms if t not in forward for c in t)
 
 
+def _more_than_a_floor(requirement: Requirement) -> bool:
+    """The requirement's own terms (its forward-compatibility alternatives aside) say more than one CUDA floor."""
+    forward = requirement.forward_terms
+    return sum(len(t) for t in requirement.terms if t not in forward) > 1
+
+
 def _gpu_brand(group: NodeGroup) -> str:
     """The GPU as a forward-compatibility denial names it: its product, and whether its brand is known."""
     if not group.gpu_product:
@@ -958,7 +964,7 @@ def _no_common_pool(a: Assessment) -> str:
         ok = [g for j, g in enumerate(a.eligible) if a.allowed(a.status[i][j])]
         d = c.declared
         needs = d.version_text
-        if d.requirement is not None and sum(map(len, d.requirement.terms)) > 1:
+        if d.requirement is not None and _more_than_a_floor(d.requirement):
             needs = f"requirement {d.requirement.text}"  # more than a CUDA floor: the rest decides too (driver<550)
         parts.append(f"{c.label} (image {d.image or '(none)'}: {needs} {_source(d)}) runs on {pool_names(ok)}")
     return (
