@@ -85,7 +85,8 @@ def pod(
     if notes:
         meta["annotations"] = notes
     if owner:
-        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": owner, "name": "x", "uid": "u", "controller": True}]
+        version = {"Job": "batch/v1", "ReplicaSet": "apps/v1", "StatefulSet": "apps/v1"}.get(owner, "example.com/v1")
+        meta["ownerReferences"] = [{"apiVersion": version, "kind": owner, "name": "x", "uid": "u", "controller": True}]
     container: dict[str, Any] = {"name": "main", "image": "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime"}
     if gpu is not None:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpu}}
@@ -108,6 +109,14 @@ def workload(kind: str, mode: str | None = None) -> Any:
         spec = {"template": template}
     api = {"Deployment": "apps/v1", "Job": "batch/v1", "CronJob": "batch/v1"}[kind]
     return {"apiVersion": api, "kind": kind, "metadata": {"name": "w", "namespace": "ml"}, "spec": spec}
+
+
+def volcano_pod(kind: str = "Job", version: str = "batch.volcano.sh/v1alpha1") -> Any:
+    """A pod of another controller whose kind is named as a built-in one's may be."""
+    obj = pod()
+    owner = {"apiVersion": version, "kind": kind, "name": "tf", "uid": "u", "controller": True}
+    obj["metadata"]["ownerReferences"] = [owner]
+    return obj
 
 
 def context(
@@ -552,6 +561,21 @@ SPOT_AKS = PROVIDERS["aks"][0]
             "ml",
             "tolerate (default for namespace ml)",
             id="namespace-when-owner-has-none",
+        ),
+        # a Volcano Job (batch.volcano.sh) is not a Job: a gang-scheduled job's pods got the default for Job pods
+        pytest.param(
+            volcano_pod(),
+            {"owner_defaults": {"Job": "require"}, "namespace_defaults": {"ml": "off"}},
+            "ml",
+            None,
+            id="not-a-batch-job",
+        ),
+        pytest.param(
+            volcano_pod(kind="PyTorchJob", version="kubeflow.org/v1"),
+            {"owner_defaults": {"PyTorchJob": "tolerate"}},
+            "ml",
+            "tolerate (default for PyTorchJob pods)",
+            id="a-crd-kind-in-any-group",
         ),
         pytest.param(
             pod(),

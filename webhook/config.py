@@ -187,7 +187,8 @@ class SpotSettings:
     """Per-namespace default."""
     owner_defaults: dict[str, Literal["off", "tolerate", "prefer", "require"]] = field(default_factory=dict)
     """Per owner kind default (Job, ReplicaSet, StatefulSet, ...: the kind of the pod's controller, from its
-    ownerReference; Deployment reaches the pods of its ReplicaSets)."""
+    ownerReference; Deployment reaches the pods of its ReplicaSets). A built-in kind's name means the built-in
+    controller only (Job: batch/v1, not a Volcano Job); another kind is matched in any API group."""
     extra_taints: list[TaintSpec] = field(default_factory=list)
     """Spot taints beyond the provider presets (e.g. a k3s cluster's own)."""
     extra_labels: dict[str, str] = field(default_factory=dict)

@@ -42,6 +42,16 @@ TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
 }
 # The kind that will own the pods a workload creates (for owner-kind defaults).
 POD_OWNER = {"Deployment": "ReplicaSet", "CronJob": "Job"}
+BUILTIN_GROUPS = {
+    "Job": "batch",
+    "ReplicaSet": "apps",
+    "Deployment": "apps",
+    "StatefulSet": "apps",
+    "DaemonSet": "apps",
+    "ReplicationController": "",
+}
+"""The API group of the built-in controllers a pod's owner kind may name: a Volcano Job (batch.volcano.sh) is not
+a Job."""
 
 LWS_PER_POD_LABELS = ("worker-index", "group-index", "group-key", "subgroup-index", "subgroup-key")
 """A LeaderWorkerSet's pod: its index in its group, its group's index and key, its subgroup's (sigs.k8s.io/lws,
@@ -164,6 +174,8 @@ class PodView:
     namespace: str
     owner_kind: str = ""
     """Kind of the pod's controller (from ownerReferences), or of the pods' future owner for a template."""
+    owner_group: str | None = None
+    """The API group of that controller ('batch', '' for the core group); None when its reference names none."""
     root: JSON = field(default_factory=dict, repr=False)
     """The whole admitted object (the working copy) that ``metadata`` and ``spec`` live in."""
     manifest: JSON | None = field(default=None, repr=False, compare=False)

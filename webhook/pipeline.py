@@ -19,6 +19,7 @@ from typing import Any
 
 from webhook import PREFIX, budget
 from webhook.model import (
+    BUILTIN_GROUPS,
     IGNORE_LABEL,
     JSON,
     LAST_APPLIED,
@@ -126,10 +127,13 @@ def pod_view(obj: JSON, namespace: str, writable: bool = True) -> PodView | None
         owners = [o for o in as_list(metadata.get("ownerReferences")) if isinstance(o, dict)]
         controller = next((o for o in owners if o.get("controller") is True), owners[0] if owners else {})
         owner = as_str(controller.get("kind"))
+        version = controller.get("apiVersion")
+        group = version.rpartition("/")[0] if isinstance(version, str) and version else None
     else:
         owner = POD_OWNER.get(kind, kind)
+        group = BUILTIN_GROUPS.get(owner)
     ns = namespace or as_str(as_dict(obj.get("metadata")).get("namespace"))
-    return PodView(kind=kind, metadata=metadata, spec=spec, namespace=ns, owner_kind=owner, root=obj)
+    return PodView(kind=kind, metadata=metadata, spec=spec, namespace=ns, owner_kind=owner, owner_group=group, root=obj)
 
 
 def _exempt(ctx: Context) -> str:

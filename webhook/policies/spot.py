@@ -76,6 +76,7 @@ from webhook.affinity import (
 )
 from webhook.cluster import GPU_TAINT_TOLERATION, Taint, requested_resources, toleration_tolerates
 from webhook.model import (
+    BUILTIN_GROUPS,
     GPU_MEMORY_RESOURCE,
     JSON,
     TEMPLATE_PATHS,
@@ -172,9 +173,11 @@ def covered(tolerations: Iterable[object], wanted: Wanted) -> bool:
 
 def _owner_kinds(pod: PodView) -> tuple[str, ...]:
     """The owner kinds a default may name: the direct controller, and Deployment for the pods of its ReplicaSets
-    (they carry the ``pod-template-hash`` label; a Deployment's own template counts too)."""
+    (they carry the ``pod-template-hash`` label; a Deployment's own template counts too). A built-in kind's name
+    counts only in its own API group: a Volcano Job's pods (batch.volcano.sh, gang-scheduled) got the default for
+    Job pods, spot tolerations with it (a review of real manifests)."""
     owner = pod.owner_kind
-    if not owner:
+    if not owner or BUILTIN_GROUPS.get(owner, pod.owner_group) != pod.owner_group:
         return ()
     from_deployment = pod.kind == "Deployment" or (owner == "ReplicaSet" and "pod-template-hash" in pod.labels)
     return (owner, "Deployment") if from_deployment else (owner,)
