@@ -1627,18 +1627,19 @@ def test_a_pod_no_order_fits_is_refused_as_its_own_order_refuses_it():
     obj = pod(*(container(n, limits={GPU: v}) for n, v in (("a", "0.25"), ("b", "0.5"), ("c", "0.75"))))
     result = review(obj, split_models())
     assert not result.allowed and result.reason == "MIGNoProfile"
-    offer = (
-        " Eligible nodes offer: pool a100-40 (NVIDIA-A100-SXM4-40GB, mixed): 1g.10gb (2/8 memory, 1/7 compute)."
+    offered = " Eligible nodes offer: pool a100-40 (NVIDIA-A100-SXM4-40GB, mixed): 1g.10gb (2/8 memory, 1/7 compute)."
+    advice = " Ask for at most what a profile offered here holds, or for a whole GPU (nvidia.com/gpu: 1)."
+    elsewhere = (
         " MIG pools this pod cannot use: a100-80 (1g.20gb, 3g.40gb; its other containers' nvidia.com/mig-1g.10gb,"
-        " not offered there). Ask for at most what a profile offered here holds, or for a whole GPU"
-        " (nvidia.com/gpu: 1)."
+        " not offered there)."
     )
     assert result.message == "\n".join(
         [
             "container b asks for nvidia.com/gpu 0.5; no eligible node offers a MIG profile whose memory share is"
-            " at least 0.5." + offer,
+            " at least 0.5." + offered + elsewhere + advice,
+            # the A100-80GB's 3g.40gb holds 0.5, not 0.75: no use reaching it
             "container c asks for nvidia.com/gpu 0.75; no eligible node offers a MIG profile whose memory share is"
-            " at least 0.75." + offer,
+            " at least 0.75." + offered + advice,
         ]
     )
     assert result.warnings == []
@@ -2707,13 +2708,31 @@ def test_a_refusal_names_the_other_containers_device_that_keeps_the_pod_off_a_po
 def test_a_refusal_names_the_whole_gpu_that_keeps_the_pod_off_a_single_strategy_pool() -> None:
     """The trainer's whole GPU is a MIG device on a single-strategy pool, so the sidecar's 0.5 cannot go there:
     the refusal blamed 'its node affinity', for a pod with none."""
-    nodes = [single_node("s", A100_80, "1g.10gb", 7, "s", 81920), whole_node("w", A100_80, 8, "whole")]
-    result = review(pod(container(limits={GPU: "1"}), container("sidecar", limits={GPU: "0.5"})), nodes)
+    nodes = [single_node("s", A100_80, "3g.40gb", 2, "s", 81920), whole_node("w", A100_80, 8, "whole")]
+    obj = pod(container(limits={GPU: "1"}), container("sidecar", limits={GPU: "0.5"}), nodeSelector={POOL: "whole"})
+    result = review(obj, nodes)
     assert not result.allowed
     assert (
-        "s (1g.10gb; container trainer (nvidia.com/gpu 1) asks whole GPUs, which are MIG devices there)"
-        in result.message
+        "s (3g.40gb; its nodeSelector cloud.google.com/gke-nodepool: whole; container trainer (nvidia.com/gpu 1)"
+        " asks whole GPUs, which are MIG devices there)" in result.message
     )
+
+
+def test_a_refusal_sends_the_pod_only_to_pools_whose_profiles_hold_it() -> None:
+    """0.5 was told to change its nodeSelector to reach a pool of 1g.5gb (an eighth), and refused there once it
+    did (a review of real manifests): a pool out of reach is named as one to reach only where a profile covers the
+    ask; the others as too small."""
+    nodes = [mixed_node("m", A100_40, {"1g.5gb": 7}, "a100-mig", 40960), whole_node("l", "NVIDIA-L4", 1, "l4")]
+    obj = pod(container(limits={GPU: "0.5"}), nodeSelector={POOL: "l4"})
+    result = review(obj, nodes)
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert "MIG pools this pod cannot use" not in result.message
+    assert result.message.endswith(
+        "MIG pools whose profiles are all smaller than it asks: a100-mig (1g.5gb). Ask for at most what those"
+        " profiles hold, or for a whole GPU (nvidia.com/gpu: 1)."
+    )
+    reachable = review(pod(container(limits={GPU: "0.1"}), nodeSelector={POOL: "l4"}), nodes)
+    assert "MIG pools this pod cannot use: a100-mig (1g.5gb; its nodeSelector" in reachable.message
 
 
 @pytest.mark.parametrize("kind", ["Pod", "Deployment"])

@@ -909,13 +909,20 @@ def _refusal(
             " MIG devices are offered again once MIG Manager has applied it."
         )
     seen_groups = {id(p.group) for p in seen} | barred_groups | short_groups
-    elsewhere = [g for g in ctx.cluster.gpu_groups if g.mig_profiles and id(g) not in seen_groups]
+    others = [g for g in ctx.cluster.gpu_groups if g.mig_profiles and id(g) not in seen_groups]
+    # a pool out of reach is worth reaching only where a profile covers the ask (a review of real manifests: 0.5
+    # was told to change its nodeSelector for a pool of 1g.5gb, and then refused there)
+    elsewhere = [g for g in others if any(_covers(ask, p, coverage) for p in _profiles_of(req, g))]
     if elsewhere:
         shown = ", ".join(
             f"{g.pool} ({', '.join(sorted(g.mig_profiles))}; {_kept_off(g, pod, ctx, req.whole)})"
             for g in elsewhere[:3]
         )
         tail += f" MIG pools this pod cannot use: {shown}."
+    reachable_if = {id(g) for g in elsewhere}
+    too_small = sorted({f"{g.pool} ({', '.join(sorted(g.mig_profiles))})" for g in others if id(g) not in reachable_if})
+    if too_small and not seen:
+        tail += f" MIG pools whose profiles are all smaller than it asks: {', '.join(too_small[:3])}."
     if changing and not seen:
         advice = (
             " Create the pod again once the layout is applied (a workload's controller retries by itself), or ask"
@@ -938,11 +945,17 @@ def _refusal(
             " Change the pod's nodeSelector, node affinity or tolerations so it can reach one of those pools, or ask"
             " for a whole GPU (nvidia.com/gpu: 1)."
         )
+    elif too_small:
+        advice = " Ask for at most what those profiles hold, or for a whole GPU (nvidia.com/gpu: 1)."
     else:
         advice = " Ask for a whole GPU (nvidia.com/gpu: 1), or add MIG-partitioned nodes (or declare their pool)."
     if ctx.settings.mig.fallback != "deny":
         advice = f" The {ctx.settings.mig.fallback} fallback found no GPU either." + advice
     return head + tail + advice
+
+
+def _profiles_of(req: _Request, group: NodeGroup) -> list[Profile]:
+    return [p for name in group.mig_profiles if (p := _profile(req, group, name)) is not None]
 
 
 def _kept_off(group: NodeGroup, pod: PodView, ctx: Context, whole: Sequence[str] = ()) -> str:
