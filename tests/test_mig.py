@@ -274,6 +274,18 @@ def test_memory_request_boundaries(value, expected, warning):
         assert not result.warnings
 
 
+@pytest.mark.parametrize(("value", "warned"), [("5Gi", True), ("4Gi", False)])
+def test_a_workload_whose_pods_get_less_memory_than_asked_is_told_so(value, warned):
+    """A Deployment's gpu-memory 5Gi: its pods got a 1g.5gb of 4864 MiB, said only to each pod, whose warning
+    goes to the ReplicaSet controller (a review of real manifests): the template's review says it to whoever
+    applies the workload."""
+    result = review(workload("Deployment", memreq(value)), [a100_40()])
+    assert result.allowed, result.message
+    said = [w for w in result.warnings if "its pods' nvidia.com/mig-1g.5gb has 4864 MiB usable" in w]
+    assert bool(said) is warned, result.warnings
+    assert all(len(w) < 120 for w in result.warnings)
+
+
 def test_stale_zero_capacity_profiles_are_ignored():
     node = mixed_node("n0", A100_80, {"3g.40gb": 0, "1g.10gb": 0, "7g.80gb": 1}, "a100", 81920)
     result = review(frac("0.25"), [node])
