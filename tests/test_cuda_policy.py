@@ -734,8 +734,10 @@ def test_no_eligible_node_is_not_checked() -> None:
     assert "decision: not checked: no known GPU node matches" in annotation_of(result.object)
     # what keeps it off each pool is said, on the pod and in kubectl (found by a review of provider journeys: a pod
     # without AKS's documented sku=gpu toleration was admitted silently and sat Pending)
-    because = "pool gpu-a: not selected by its nodeSelector or node affinity"
-    assert f"matches the pod's scheduling constraints ({because}); it stays Pending" in annotation_of(result.object)
+    because = "its nodeSelector/affinity excludes pool gpu-a"
+    assert f"matches the pod's scheduling constraints ({because}); it stays Pending until" in annotation_of(
+        result.object
+    )
     assert f"cuda: no known GPU node matches the pod, not checked ({because})" in result.warnings
 
 
@@ -746,11 +748,11 @@ def test_no_eligible_node_names_the_taint_it_does_not_tolerate() -> None:
     result = pipeline.review(obj, context(nodes))
     assert result.allowed
     assert result.warnings == [
-        "cuda: no known GPU node matches the pod, not checked (pool t4pool: untolerated taint sku=gpu:NoSchedule; pool "
-        "other: n…"
+        "cuda: no known GPU node matches the pod, not checked (untolerated taint sku=gpu:NoSchedule of pool t4pool;"
+        " its nodeSel…"
     ]
-    because = "pool t4pool: untolerated taint sku=gpu:NoSchedule; pool other: not selected by its nodeSelector or"
-    assert f"constraints ({because} node affinity); it stays Pending" in annotation_of(result.object)
+    because = "untolerated taint sku=gpu:NoSchedule of pool t4pool; its nodeSelector/affinity excludes pool other"
+    assert f"constraints ({because}); it stays Pending" in annotation_of(result.object)
     asks = pod(container(image=IMAGE_124, gpu=None, resources={"nvidia.com/mig-1g.5gb": "1"}))
     result = pipeline.review(asks, context(nodes))
     assert "cuda: no known GPU node matches the pod, not checked (no known pool offers nvidia.com/mig-1g.5gb)" in (

@@ -394,9 +394,11 @@ def unmatched(a: Assessment, ctx: Context) -> str:
             ruled_out.append(g)
         elif kept := untolerated(g, a.spec, ctx.cluster.extended_resource_toleration):
             taints.setdefault(g.pool, str(kept[0]))
-    parts = [f"pool {pool}: untolerated taint {taint}" for pool, taint in sorted(taints.items())][:MAX_LISTED]
+    # the reason before the pools: a warning is cut at 119 characters, and pool names are long (a review of real
+    # manifests: only the pools were left)
+    parts = [f"untolerated taint {taint} of pool {pool}" for pool, taint in sorted(taints.items())][:MAX_LISTED]
     if ruled_out := [g for g in ruled_out if g.pool not in taints]:
-        parts.append(f"{pool_names(ruled_out, 2)}: not selected by its nodeSelector or node affinity")
+        parts.append(f"its nodeSelector/affinity excludes {pool_names(ruled_out, 2)}")
     return "; ".join(parts)
 
 
@@ -408,7 +410,8 @@ def _decision(a: Assessment, kept_off: Sequence[NodeGroup], mode: str, ctx: Cont
     elif not a.eligible:
         text = "not checked: no known GPU node matches the pod's scheduling constraints"
         if why := unmatched(a, ctx):
-            text += f" ({why}); it stays Pending"
+            text += f" ({why}); it stays Pending until a node it matches joins (an autoscaled pool: declare it in"
+            text += " cluster.pools to have it checked)"
     elif not a.known:
         text = "not checked: no CUDA requirement known"
     elif not a.allowed_groups:
