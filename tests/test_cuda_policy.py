@@ -1333,3 +1333,18 @@ def test_an_image_read_from_its_tag_runs_where_its_forward_compatibility_says(
         assert "forward compatibility" in annotation_of(result.object) or "trtllm" in image
     else:
         assert result.reason == "CUDAIncompatible"
+
+
+@pytest.mark.parametrize(("mode", "warned"), [("tolerate", True), ("prefer", False), ("require", False)])
+def test_a_pod_steered_to_spot_pools_alone_is_told_it_may_be_preempted(mode: str, warned: bool) -> None:
+    """Only a spot pool's driver runs the pod's CUDA: the steering sends a pod that merely tolerates spot to
+    preemptible capacity alone, which only the annotation said (a review of real manifests: a Kueue Job)."""
+    old = gpu_node("old-1", "on-demand", "535.104.05")
+    spot = gpu_node("spot-1", "spot-new", "570.124.06", taints=[SPOT_TAINT], labels={SPOT_TAINT["key"]: "true"})
+    obj = pod(container(image=IMAGE_128), annotations={"gpu-admission.io/spot": mode})
+    result = pipeline.review(obj, context([old, spot]))
+    assert result.allowed, result.message
+    said = "cuda: only spot pools run its CUDA, steered there (it may be preempted): pool spot-new"
+    assert (said in result.warnings) is warned, result.warnings
+    both = pipeline.review(obj, context([old, spot, gpu_node("od-1", "od-new", "570.124.06")]))
+    assert not any("only spot pools" in w for w in both.warnings)  # an on-demand pool runs it too

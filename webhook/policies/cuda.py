@@ -583,6 +583,8 @@ class Steering:
     alternatives: list[list[Expression]] | None
     audit: str
     annotation: str
+    spot_only: str = ""
+    """The pools steered to, when every one of them is spot capacity and a pool it is steered away from is not."""
 
 
 def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Context) -> Steering:
@@ -597,7 +599,9 @@ def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Conte
                 f"(required node affinity on {_keys(alternatives)})"
             )
             steered = assess(checks, spec, ctx, before=a)
-            return Steering(alternatives, audit, annotation(steered, _kept_off(steered, spec, ctx), ctx, mode))
+            words = annotation(steered, _kept_off(steered, spec, ctx), ctx, mode)
+            spot = all(g.spot for g in a.allowed_groups) and not all(g.spot for g in a.blocked_groups)
+            return Steering(alternatives, audit, words, pool_names(a.allowed_groups) if spot else "")
     return Steering(None, "", annotation(a, _kept_off(a, pod.spec, ctx), ctx, mode))
 
 
@@ -689,6 +693,11 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
         out.mutated("cuda-affinity")
         out.reasons.append("CUDASteered")
         out.audit["cuda-steered"] = plan.audit
+    if plan.spot_only and not {"SpotRequire", "SpotPrefer"} & set(out.reasons):
+        # a pod that only tolerates spot is sent to preemptible capacity alone: said (a review of real manifests:
+        # a Kueue Job was steered to a spot pool, its only compatible one, without a word in kubectl)
+        warning = f"cuda: only spot pools run its CUDA, steered there (it may be preempted): {plan.spot_only}"
+        out.warn(clipped(warning, WARNING_LIMIT))
     steered = plan.alternatives if pod.is_template else None
     if pod.is_template and not steered:  # what ``forget`` kept, the manifest writing it too
         said = _said_steering(ctx.prior.get(POLICY, ""))
