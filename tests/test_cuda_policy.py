@@ -117,7 +117,8 @@ def test_non_gpu_pods_pass_untouched(obj: dict[str, Any]) -> None:
         pytest.param("610.43.02", "nvidia/cuda:13.3.0-base-ubuntu24.04", True, id="13.3-secondary-row"),
         pytest.param("999.1", "nvidia/cuda:13.9.0-base-ubuntu24.04", False, id="release-newer-than-table"),
         # NGC 24.06 is built on CUDA 12.5.0: a CUDA 12.4 (R550) driver does not run it, R555 does
-        # (its release notes' forward compatibility names R470, R525, R535 and R545, not R550)
+        # (its forward compatibility, R470, R535 and R550 on amd64 nodes, is not counted on a node of no known CPU
+        # architecture: these have no kubernetes.io/arch label)
         pytest.param("550.54.14", "nvcr.io/nvidia/pytorch:24.06-py3", False, id="ngc-24.06-on-12.4-driver"),
         pytest.param("555.42.02", "nvcr.io/nvidia/pytorch:24.06-py3", True, id="ngc-24.06-at-12.5-minimum"),
     ],
@@ -1313,11 +1314,13 @@ def test_a_cronjobs_jobs_keep_the_users_own_terms_on_the_cuda_labels() -> None:
         pytest.param("nvidia/cuda:12.8.0-base-ubuntu22.04", "555.42.06", H100, "amd64", False, id="branch-not-named"),
         pytest.param("nvidia/cuda:12.4.1-base-ubuntu22.04", "535.104.05", A100, "amd64", True, id="cuda-12.4-amd64"),
         pytest.param("nvidia/cuda:12.4.1-base-ubuntu22.04", "535.104.05", A100, "arm64", False, id="cuda-12.4-arm64"),
+        # NGC 24.12 (CUDA 12.6.3): the branches CUDA 12.6's compat package runs on, R470, R535 and R550
         pytest.param("nvcr.io/nvidia/pytorch:24.12-py3", "535.230.02", H100, "amd64", True, id="ngc-24.12-r535"),
-        pytest.param("nvcr.io/nvidia/pytorch:24.12-py3", "550.54.15", H100, "amd64", False, id="ngc-24.12-r550"),
+        pytest.param("nvcr.io/nvidia/pytorch:24.12-py3", "550.54.15", H100, "amd64", True, id="ngc-24.12-r550"),
+        pytest.param("nvcr.io/nvidia/pytorch:24.12-py3", "545.29.06", H100, "amd64", False, id="ngc-24.12-r545"),
         # Triton's TensorRT-LLM 25.10 is CUDA 12.9.1, not the release's 13.0: NVIDIA lists it with 575.57.08
         pytest.param("nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3", "575.57.08", H100, "amd64", True, id="trt"),
-        pytest.param("nvcr.io/nvidia/tritonserver:25.10-py3", "575.57.08", H100, "amd64", False, id="triton-13.0"),
+        pytest.param("nvcr.io/nvidia/tritonserver:25.10-py3", "560.35.03", H100, "amd64", False, id="triton-13.0"),
     ],
 )
 def test_an_image_read_from_its_tag_runs_where_its_forward_compatibility_says(

@@ -531,11 +531,14 @@ def test_env_references_that_double_at_every_entry_stop_at_a_budget() -> None:
         pytest.param(
             "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", (12, 5), [470, 535, 550], "amd64", id="sample"
         ),
-        # NGC release notes: "470.57 (or later R470), 525.85 (or later R525), 535.86 (or later R535), 545.23 ..."
-        pytest.param("nvcr.io/nvidia/pytorch:24.06-py3", (12, 5), [470, 525, 535, 545], "", id="ngc-24.06"),
-        pytest.param("nvcr.io/nvidia/tritonserver:24.10-py3", (12, 6), [470, 525, 535, 545], "", id="ngc-triton"),
+        # NGC release notes through 24.02: "470.57 (or later R470), 525.85 (or later R525), 535.86 (or later R535),
+        # 545.23 ..."; later releases repeat that list unchanged: their CUDA's compat package's, as nvidia/cuda's
+        pytest.param("nvcr.io/nvidia/pytorch:24.01-py3", (12, 3), [470, 525, 535, 545], "", id="ngc-24.01"),
+        pytest.param("nvcr.io/nvidia/pytorch:24.06-py3", (12, 5), [470, 535, 550], "amd64", id="ngc-24.06"),
+        pytest.param("nvcr.io/nvidia/tritonserver:24.10-py3", (12, 6), [470, 535, 550], "amd64", id="ngc-triton"),
+        pytest.param("nvcr.io/nvidia/pytorch:25.12-py3", (13, 1), [], "", id="ngc-13.1.0-none"),
         # without a documented list: the CUDA's own driver
-        pytest.param("nvcr.io/nvidia/pytorch:25.10-py3", (13, 0), [], "", id="ngc-13.x-none"),
+        pytest.param("nvcr.io/nvidia/pytorch:25.10-py3", (13, 0), [535, 550, 565, 570, 575], "amd64", id="ngc-13.0"),
         pytest.param("nvidia/cuda:13.1.0-base-ubuntu24.04", (13, 1), [], "", id="cuda-13.1.0-not-found"),
         pytest.param("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime", (12, 8), [], "", id="pytorch-no-compat"),
         pytest.param("nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3", (12, 9), [], "", id="trtllm"),
@@ -565,10 +568,10 @@ def test_a_forward_branch_holds_on_data_center_gpus_of_its_platform_only() -> No
     assert on("535.104.05", platform="") is None  # not known: not trusted (a known driver is then "old")
     assert on("535.104.05", frozenset({"geforce"})) is False  # error 804 on a GeForce
     assert on("545.23.08") is False  # not a branch the image names
-    ngc = declared_cuda(container(image="nvcr.io/nvidia/pytorch:24.06-py3"), {}).requirement
+    ngc = declared_cuda(container(image="nvcr.io/nvidia/pytorch:24.01-py3"), {}).requirement
     assert ngc is not None
-    assert evaluate(ngc, facts("12.3", "545.23.08"), TABLE) is True
-    assert evaluate(ngc, facts("12.3", "545.22.01"), TABLE) is False  # below the release notes' 545.23
+    assert evaluate(ngc, facts("12.2", "535.86.10"), TABLE) is True
+    assert evaluate(ngc, facts("12.2", "535.54.03"), TABLE) is False  # below the release notes' 535.86
 
 
 @pytest.mark.parametrize(
@@ -593,9 +596,12 @@ def test_a_trtllm_release_not_in_its_table_reads_no_cuda_not_the_release_s_other
 
 
 def test_every_forward_row_names_a_version_or_release_its_rule_reads() -> None:
+    cuda_minors = {row for row, _ in TABLE.minimum}
     for rule in image_rules():
-        for key in rule.forward:
+        for key, forward in rule.forward.items():
+            assert forward.floors and all(len(f) >= 1 for f in forward.floors), (rule.name, key)
             if rule.releases or rule.secondary_releases:
                 assert key in rule.releases or key in rule.secondary_releases, (rule.name, key)
-            else:
-                assert rule.tag.pattern.startswith("(?P<cuda>") or "(?P<cuda>" in rule.tag.pattern, (rule.name, key)
+            else:  # a CUDA release as the tag names it: X.Y.Z of a CUDA minor the driver table knows
+                version = parse_version(key)
+                assert version is not None and len(version) == 3 and version[:2] in cuda_minors, (rule.name, key)

@@ -571,6 +571,13 @@ SPOT_AKS = PROVIDERS["aks"][0]
             id="not-a-batch-job",
         ),
         pytest.param(
+            volcano_pod(kind="ReplicaSet", version="extensions/v1beta1"),
+            {"owner_defaults": {"ReplicaSet": "tolerate"}},
+            "ml",
+            "tolerate (default for ReplicaSet pods)",
+            id="an-old-group-of-a-built-in-kind",
+        ),
+        pytest.param(
             volcano_pod(kind="PyTorchJob", version="kubeflow.org/v1"),
             {"owner_defaults": {"PyTorchJob": "tolerate"}},
             "ml",

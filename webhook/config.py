@@ -160,7 +160,10 @@ class CudaSettings:
     driver_table: dict[str, str] = field(default_factory=dict)
     """Extra rows for the CUDA -> minimum driver table, e.g. {"13.4": "620.10.01"}."""
     forward_compatibility: bool = True
-    """Honour the forward-compatibility alternatives (driver branch and brand) of a container's NVIDIA_REQUIRE_CUDA."""
+    """Honour forward compatibility on data-center GPUs: the alternatives (driver branch and brand) of a container's
+    NVIDIA_REQUIRE_CUDA, and the branches an image read from its tag documents (nvidia/cuda, NGC: its compat
+    package). Off where the compat libraries are not wired in (a container runtime set up without the NVIDIA
+    Container Toolkit's compat handling)."""
     image_references: bool = True
     """Read the CUDA version from well-known image references (nvidia/cuda, pytorch, NGC ...) when nothing says it."""
 

@@ -281,12 +281,15 @@ def _data() -> dict[str, Any]:
 def _forward(raw: object) -> dict[str, Forward]:
     """``forward`` of a rule: the table it names (``nvidia_cuda_forward``: an image built on nvidia/cuda of the
     version its tag names), or its own. A row is the list of floors, or ``{<platform>: floors}`` where only that
-    platform's image carries them."""
+    platform's image carries them; floors written as a CUDA release ('12.5.0') are that release's row of
+    ``nvidia_cuda_forward`` (the branches its compat package runs on)."""
     table = _data()[raw] if isinstance(raw, str) else raw
     out: dict[str, Forward] = {}
     for key, row in as_dict(table).items():
         platform, floors = next(iter(row.items())) if isinstance(row, dict) else ("", row)
-        versions = tuple(_version(str(f)) for f in as_list(floors))
+        if isinstance(floors, str):
+            floors = list(_forward("nvidia_cuda_forward")[floors].floors)
+        versions = tuple(f if isinstance(f, tuple) else _version(str(f)) for f in as_list(floors))
         assert versions and all(versions), (key, row)
         out[str(key)] = Forward(tuple(v for v in versions if v), str(platform))
     return out
@@ -648,6 +651,19 @@ def forward_barred(requirement: Requirement, facts: NodeFacts, table: DriverTabl
         _term_holds(tuple(c for c in t if c.key != "brand"), facts, table, "strict") is True
         for t in requirement.forward_terms
     )
+
+
+def forward_off_platform(requirement: Requirement, facts: NodeFacts, table: DriverTable) -> str:
+    """The CPU architecture a forward-compatibility alternative is for, where it matches this node group's driver
+    but not its architecture (or the architecture is not known); '' when none does."""
+    for t in requirement.forward_terms:
+        on = next((c for c in t if c.key == "platform"), None)
+        if on is None or facts.platform == on.value:
+            continue
+        rest = tuple(c for c in t if c.key not in ("platform", "brand"))
+        if _term_holds(rest, facts, table, "strict") is True:
+            return on.value
+    return ""
 
 
 def _term_holds(

@@ -55,6 +55,7 @@ from webhook.cuda_version import (
     facts_of,
     forward_barred,
     forward_branches,
+    forward_off_platform,
     show_mm,
     unmet,
 )
@@ -925,6 +926,13 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> tuple
             head += (
                 f" {named} match the driver of {pool_names(barred)}, but forward compatibility works only on"
                 f" data-center GPUs (its GPU: {gpus}; elsewhere CUDA fails with error 804)."
+            )
+        elif off := [g for g in blocked if forward_off_platform(c.requirement, facts_of(g), table)]:
+            platform = forward_off_platform(c.requirement, facts_of(off[0]), table)
+            theirs = sorted({facts_of(g).platform or "not known (no kubernetes.io/arch label)" for g in off})
+            head += (
+                f" {named} match the driver of {pool_names(off)}, but the image carries its compat libraries only"
+                f" for {platform} nodes (theirs: {', '.join(theirs)})."
             )
         else:
             head += f" {named} do not match either."
