@@ -1351,3 +1351,19 @@ def test_a_pod_steered_to_spot_pools_alone_is_told_it_may_be_preempted(mode: str
     assert (said in result.warnings) is warned, result.warnings
     both = pipeline.review(obj, context([old, spot, gpu_node("od-1", "od-new", "570.124.06")]))
     assert not any("only spot pools" in w for w in both.warnings)  # an on-demand pool runs it too
+
+
+@pytest.mark.parametrize(
+    ("platform", "theirs"), [("arm64", "arm64"), (None, "not known (no kubernetes.io/arch label)")]
+)
+def test_a_forward_branch_of_another_cpu_architecture_is_named_as_such(platform: str | None, theirs: str) -> None:
+    """nvidia/cuda 12.4.1's Ubuntu arm64 image has no compat package: on an arm64 H100 of R535 the refusal said its
+    forward-compatibility branches (470, 525, 535) 'do not match either', of a driver of branch 535."""
+    labels = {"kubernetes.io/arch": platform} if platform else None
+    node = gpu_node("n", "pool-x", "535.104.05", product=H100, labels=labels)
+    result = pipeline.review(pod(container(image="nvidia/cuda:12.4.1-base-ubuntu22.04")), context([node]))
+    assert not result.allowed
+    assert (
+        "(driver branches 470, 525, 535) match the driver of pool pool-x, but the image carries its compat libraries"
+        f" only for amd64 nodes (theirs: {theirs})."
+    ) in result.message
