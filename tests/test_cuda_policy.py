@@ -1354,7 +1354,11 @@ def test_a_pod_steered_to_spot_pools_alone_is_told_it_may_be_preempted(mode: str
 
 
 @pytest.mark.parametrize(
-    ("platform", "theirs"), [("arm64", "arm64"), (None, "not known (no kubernetes.io/arch label)")]
+    ("platform", "theirs"),
+    [
+        ("arm64", "arm64"),
+        (None, "not known: no kubernetes.io/arch label, which a declared pool may give in its nodeSelector"),
+    ],
 )
 def test_a_forward_branch_of_another_cpu_architecture_is_named_as_such(platform: str | None, theirs: str) -> None:
     """nvidia/cuda 12.4.1's Ubuntu arm64 image has no compat package: on an arm64 H100 of R535 the refusal said its

@@ -929,7 +929,8 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> tuple
             )
         elif off := [g for g in blocked if forward_off_platform(c.requirement, facts_of(g), table)]:
             platform = forward_off_platform(c.requirement, facts_of(off[0]), table)
-            theirs = sorted({facts_of(g).platform or "not known (no kubernetes.io/arch label)" for g in off})
+            no_label = "not known: no kubernetes.io/arch label, which a declared pool may give in its nodeSelector"
+            theirs = sorted({facts_of(g).platform or no_label for g in off})
             head += (
                 f" {named} match the driver of {pool_names(off)}, but the image carries its compat libraries only"
                 f" for {platform} nodes (theirs: {', '.join(theirs)})."
