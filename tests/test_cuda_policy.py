@@ -1371,3 +1371,20 @@ def test_a_forward_branch_of_another_cpu_architecture_is_named_as_such(platform:
         "(driver branches 470, 525, 535) match the driver of pool pool-x, but the image carries its compat libraries"
         f" only for amd64 nodes (theirs: {theirs})."
     ) in result.message
+
+
+def test_a_refusal_gives_each_pool_its_own_reason_its_forward_branches_do_not_help() -> None:
+    """A GeForce of a branch the image names is told of error 804 whatever its CPU architecture (it was told to
+    label an amd64 node); an arm64 H100 of such a branch of the architecture; a pool of another branch that its
+    driver does not match: each said, where one reason stood for all."""
+    geforce = gpu_node("g", "geforce", "535.104.05", product=RTX, labels={"kubernetes.io/arch": "arm64"})
+    arm = gpu_node("a", "grace", "535.104.05", product=H100, labels={"kubernetes.io/arch": "arm64"})
+    other = gpu_node("o", "r545", "545.29.06", product=H100, labels={"kubernetes.io/arch": "amd64"})
+    result = pipeline.review(
+        pod(container(image="nvidia/cuda:12.4.1-base-ubuntu22.04")), context([geforce, arm, other])
+    )
+    assert not result.allowed
+    message = result.message
+    assert "match the driver of pool geforce, but forward compatibility works only on data-center GPUs" in message
+    assert "They match the driver of pool grace, but the image carries its compat libraries only for amd64" in message
+    assert "They do not match the driver of pool r545." in message

@@ -9,6 +9,7 @@ import pytest
 
 from tests.cuda_fixtures import container
 from webhook.cuda_version import (
+    Forward,
     NodeFacts,
     RequirementError,
     brands_of,
@@ -537,7 +538,7 @@ def test_env_references_that_double_at_every_entry_stop_at_a_budget() -> None:
         pytest.param("nvcr.io/nvidia/pytorch:24.06-py3", (12, 5), [470, 535, 550], "amd64", id="ngc-24.06"),
         pytest.param("nvcr.io/nvidia/tritonserver:24.10-py3", (12, 6), [470, 535, 550], "amd64", id="ngc-triton"),
         pytest.param("nvcr.io/nvidia/pytorch:25.12-py3", (13, 1), [], "", id="ngc-13.1.0-none"),
-        # without a documented list: the CUDA's own driver
+        # without forward compatibility (no row for its CUDA, or no compat package): the CUDA's own driver
         pytest.param("nvcr.io/nvidia/pytorch:25.10-py3", (13, 0), [535, 550, 565, 570, 575], "amd64", id="ngc-13.0"),
         pytest.param("nvidia/cuda:13.1.0-base-ubuntu24.04", (13, 1), [], "", id="cuda-13.1.0-not-found"),
         pytest.param("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime", (12, 8), [], "", id="pytorch-no-compat"),
@@ -595,13 +596,22 @@ def test_a_trtllm_release_not_in_its_table_reads_no_cuda_not_the_release_s_other
     assert image_cuda("nvcr.io/nvidia/tritonserver:26.10-trtllm-python-py3-sbsa") is None
 
 
+def _nvidia_cuda_rows() -> dict[str, Forward]:
+    rule = next(r for r in image_rules() if r.name == "nvidia/cuda")
+    return dict(rule.forward)
+
+
 def test_every_forward_row_names_a_version_or_release_its_rule_reads() -> None:
     cuda_minors = {row for row, _ in TABLE.minimum}
+    nvidia_cuda = {parse_version(r.split()[0]) or (): f for r, f in _nvidia_cuda_rows().items()}
     for rule in image_rules():
         for key, forward in rule.forward.items():
-            assert forward.floors and all(len(f) >= 1 for f in forward.floors), (rule.name, key)
             if rule.releases or rule.secondary_releases:
-                assert key in rule.releases or key in rule.secondary_releases, (rule.name, key)
+                release = rule.releases.get(key) or rule.secondary_releases.get(key)
+                assert release is not None, (rule.name, key)
+                # a row taken from nvidia/cuda's is that of the release's own CUDA
+                same = [v for v, f in nvidia_cuda.items() if f.floors == forward.floors and v[:2] == release[:2]]
+                assert same or key < "24.03", (rule.name, key, release)
             else:  # a CUDA release as the tag names it: X.Y.Z of a CUDA minor the driver table knows
                 version = parse_version(key)
                 assert version is not None and len(version) == 3 and version[:2] in cuda_minors, (rule.name, key)

@@ -645,10 +645,11 @@ def forward_possible(facts: NodeFacts) -> Verdict:
 
 
 def forward_barred(requirement: Requirement, facts: NodeFacts, table: DriverTable) -> bool:
-    """A forward-compatibility alternative matches this node group's driver (its brand conditions aside), but
-    forward compatibility cannot be known to work there (``forward_possible``): the reason a user needs to read."""
+    """A forward-compatibility alternative matches this node group's driver (its brand and CPU architecture aside),
+    but forward compatibility cannot be known to work there (``forward_possible``): the reason a user needs to
+    read (a GeForce is told of error 804, whatever its architecture)."""
     return forward_possible(facts) is not True and any(
-        _term_holds(tuple(c for c in t if c.key != "brand"), facts, table, "strict") is True
+        _term_holds(tuple(c for c in t if c.key not in ("brand", "platform")), facts, table, "strict") is True
         for t in requirement.forward_terms
     )
 

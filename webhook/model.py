@@ -42,16 +42,16 @@ TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
 }
 # The kind that will own the pods a workload creates (for owner-kind defaults).
 POD_OWNER = {"Deployment": "ReplicaSet", "CronJob": "Job"}
-BUILTIN_GROUPS: dict[str, frozenset[str]] = {
-    "Job": frozenset({"batch"}),
-    "ReplicaSet": frozenset({"apps", "extensions"}),
-    "Deployment": frozenset({"apps", "extensions"}),
-    "StatefulSet": frozenset({"apps"}),
-    "DaemonSet": frozenset({"apps", "extensions"}),
-    "ReplicationController": frozenset({""}),
+BUILTIN_GROUPS: dict[str, tuple[str, ...]] = {
+    "Job": ("batch",),
+    "ReplicaSet": ("apps", "extensions"),
+    "Deployment": ("apps", "extensions"),
+    "StatefulSet": ("apps",),
+    "DaemonSet": ("apps", "extensions"),
+    "ReplicationController": ("",),
 }
-"""The API groups of the built-in controllers a pod's owner kind may name (extensions/v1beta1: objects of clusters
-before 1.16, still listed by some tools): a Volcano Job (batch.volcano.sh) is not a Job."""
+"""The API groups of the built-in controllers a pod's owner kind may name, today's first (extensions/v1beta1:
+objects of clusters before 1.16, still listed by some tools): a Volcano Job (batch.volcano.sh) is not a Job."""
 
 LWS_PER_POD_LABELS = ("worker-index", "group-index", "group-key", "subgroup-index", "subgroup-key")
 """A LeaderWorkerSet's pod: its index in its group, its group's index and key, its subgroup's (sigs.k8s.io/lws,

@@ -131,7 +131,7 @@ def pod_view(obj: JSON, namespace: str, writable: bool = True) -> PodView | None
         group = version.rpartition("/")[0] if isinstance(version, str) and version else None
     else:
         owner = POD_OWNER.get(kind, kind)
-        group = min(BUILTIN_GROUPS.get(owner, {""}))  # the template's future owner: a built-in kind
+        group = BUILTIN_GROUPS.get(owner, ("",))[0]  # the template's future owner, of today's group
     ns = namespace or as_str(as_dict(obj.get("metadata")).get("namespace"))
     return PodView(kind=kind, metadata=metadata, spec=spec, namespace=ns, owner_kind=owner, owner_group=group, root=obj)
 

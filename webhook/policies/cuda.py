@@ -919,23 +919,31 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> tuple
     others = sorted({u for g in blocked for u in failing[id(g)] if not u.startswith("cuda")})
     branches = forward_branches(c.requirement)
     if branches and ctx.settings.cuda.forward_compatibility:
-        barred = [g for g in blocked if forward_barred(c.requirement, facts_of(g), table)]
         named = f"Its forward-compatibility alternatives (driver branches {', '.join(branches)})"
+        # each pool's own reason: a GeForce's (error 804), an architecture the image has no compat libraries for,
+        # or a driver of another branch
+        barred = [g for g in blocked if forward_barred(c.requirement, facts_of(g), table)]
+        told = {id(g) for g in barred}
+        off = [g for g in blocked if id(g) not in told and forward_off_platform(c.requirement, facts_of(g), table)]
+        told |= {id(g) for g in off}
+        rest = [g for g in blocked if id(g) not in told]
         if barred:
             gpus = ", ".join(sorted({_gpu_brand(g) for g in barred}))
             head += (
                 f" {named} match the driver of {pool_names(barred)}, but forward compatibility works only on"
                 f" data-center GPUs (its GPU: {gpus}; elsewhere CUDA fails with error 804)."
             )
-        elif off := [g for g in blocked if forward_off_platform(c.requirement, facts_of(g), table)]:
+        if off:
             platform = forward_off_platform(c.requirement, facts_of(off[0]), table)
             no_label = "not known: no kubernetes.io/arch label, which a declared pool may give in its nodeSelector"
             theirs = sorted({facts_of(g).platform or no_label for g in off})
             head += (
-                f" {named} match the driver of {pool_names(off)}, but the image carries its compat libraries only"
-                f" for {platform} nodes (theirs: {', '.join(theirs)})."
+                f" {named if not barred else 'They'} match the driver of {pool_names(off)}, but the image carries"
+                f" its compat libraries only for {platform} nodes (theirs: {', '.join(theirs)})."
             )
-        else:
+        if rest and (barred or off):
+            head += f" They do not match the driver of {pool_names(rest)}."
+        elif rest:
             head += f" {named} do not match either."
     remedies: list[str] = []
     newest = sorted(g.cuda for g in a.eligible if g.cuda)

@@ -177,7 +177,7 @@ def _owner_kinds(pod: PodView) -> tuple[str, ...]:
     counts only in its own API group: a Volcano Job's pods (batch.volcano.sh, gang-scheduled) got the default for
     Job pods, spot tolerations with it (a review of real manifests)."""
     owner = pod.owner_kind
-    if not owner or pod.owner_group not in BUILTIN_GROUPS.get(owner, {pod.owner_group}):
+    if not owner or pod.owner_group not in BUILTIN_GROUPS.get(owner, (pod.owner_group,)):
         return ()
     from_deployment = pod.kind == "Deployment" or (owner == "ReplicaSet" and "pod-template-hash" in pod.labels)
     return (owner, "Deployment") if from_deployment else (owner,)
