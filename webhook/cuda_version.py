@@ -248,6 +248,9 @@ class ImageRule:
     secondary_releases: Mapping[str, Version]
     forward: Mapping[str, Forward]
     """The forward compatibility the image documents, by the version (or release) its tag names."""
+    forward_known_only: bool = False
+    """Read only the versions ``forward`` has a row for (an image whose other versions' forward compatibility is not
+    known reads no CUDA, rather than one refused where its compat libraries would run it)."""
 
 
 @dataclass(frozen=True)
@@ -307,6 +310,7 @@ def image_rules() -> tuple[ImageRule, ...]:
             releases=_versions(r.get("releases")),
             secondary_releases=_versions(r.get("secondary_releases")),
             forward=_forward(r.get("forward")),
+            forward_known_only=bool(r.get("forward_known_only", False)),
         )
         for r in _data()["rules"]
     )
@@ -365,8 +369,8 @@ def image_cuda(image: str) -> ImageMatch | None:
         found = m.groupdict()
         if found.get("cuda"):
             version = _version(found["cuda"])
-            if version:
-                forward = rule.forward.get(found["cuda"], NO_FORWARD)
+            forward = rule.forward.get(found["cuda"], NO_FORWARD)
+            if version and (forward.floors or not rule.forward_known_only):
                 return ImageMatch(version, rule, False, f"{rule.name} {tag}", forward)
         elif found.get("major") and found.get("minor"):
             version = (int(found["major"]), int(found["minor"]))
