@@ -2740,8 +2740,9 @@ def test_a_refusal_sends_the_pod_only_to_pools_whose_profiles_hold_it() -> None:
     assert not result.allowed and result.reason == "MIGNoProfile"
     assert "MIG pools this pod cannot use" not in result.message
     assert result.message.endswith(
-        "MIG pools whose profiles are all smaller than it asks: a100-mig (1g.5gb). Ask for at most what those"
-        " profiles hold, or for a whole GPU (nvidia.com/gpu: 1)."
+        "MIG pools whose profiles are all smaller than it asks: a100-mig (1g.5gb; out of reach too: its nodeSelector"
+        " cloud.google.com/gke-nodepool: l4). Ask for at most what those profiles hold and let the pod reach them, or"
+        " ask for a whole GPU (nvidia.com/gpu: 1)."
     )
     reachable = review(pod(container(limits={GPU: "0.1"}), nodeSelector={POOL: "l4"}), nodes)
     assert "MIG pools this pod cannot use: a100-mig (1g.5gb; its nodeSelector" in reachable.message

@@ -920,7 +920,14 @@ def _refusal(
         )
         tail += f" MIG pools this pod cannot use: {shown}."
     reachable_if = {id(g) for g in elsewhere}
-    too_small = sorted({f"{g.pool} ({', '.join(sorted(g.mig_profiles))})" for g in others if id(g) not in reachable_if})
+    # and what keeps the pod off them too: the advice to ask less is followed by a refusal naming it otherwise
+    too_small = sorted(
+        {
+            f"{g.pool} ({', '.join(sorted(g.mig_profiles))}; out of reach too: {_kept_off(g, pod, ctx, req.whole)})"
+            for g in others
+            if id(g) not in reachable_if
+        }
+    )
     if too_small and not seen:
         tail += f" MIG pools whose profiles are all smaller than it asks: {', '.join(too_small[:3])}."
     if changing and not seen:
@@ -946,7 +953,10 @@ def _refusal(
             " for a whole GPU (nvidia.com/gpu: 1)."
         )
     elif too_small:
-        advice = " Ask for at most what those profiles hold, or for a whole GPU (nvidia.com/gpu: 1)."
+        advice = (
+            " Ask for at most what those profiles hold and let the pod reach them, or ask for a whole GPU"
+            " (nvidia.com/gpu: 1)."
+        )
     else:
         advice = " Ask for a whole GPU (nvidia.com/gpu: 1), or add MIG-partitioned nodes (or declare their pool)."
     if ctx.settings.mig.fallback != "deny":
