@@ -1314,6 +1314,10 @@ def test_a_cronjobs_jobs_keep_the_users_own_terms_on_the_cuda_labels() -> None:
         pytest.param("nvidia/cuda:12.8.0-base-ubuntu22.04", "555.42.06", H100, "amd64", False, id="branch-not-named"),
         pytest.param("nvidia/cuda:12.4.1-base-ubuntu22.04", "535.104.05", A100, "amd64", True, id="cuda-12.4-amd64"),
         pytest.param("nvidia/cuda:12.4.1-base-ubuntu22.04", "535.104.05", A100, "arm64", False, id="cuda-12.4-arm64"),
+        # the device plugin's own e2e Job on a T4 of R470 (its image: nvidia/cuda 11.7.1's compat libraries)
+        pytest.param(
+            "nvcr.io/nvidia/k8s/cuda-sample:nbody-cuda11.7.1", "470.256.02", "Tesla-T4", "amd64", True, id="t4"
+        ),
         # NGC 24.12 (CUDA 12.6.3): the branches CUDA 12.6's compat package runs on, R470, R535 and R550
         pytest.param("nvcr.io/nvidia/pytorch:24.12-py3", "535.230.02", H100, "amd64", True, id="ngc-24.12-r535"),
         pytest.param("nvcr.io/nvidia/pytorch:24.12-py3", "550.54.15", H100, "amd64", True, id="ngc-24.12-r550"),

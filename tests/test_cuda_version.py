@@ -593,11 +593,13 @@ def test_more_image_rules(image: str, version: tuple[int, int]) -> None:
 
 def test_a_cuda_sample_of_a_release_without_a_forward_row_reads_no_cuda() -> None:
     """nbody-cuda11.7.1 (the device plugin's e2e Job) runs on a T4 of R470 through its base image's compat
-    libraries; read as CUDA 11.7, without the row that says so, it was refused (a review of real manifests)."""
-    assert image_cuda("nvcr.io/nvidia/k8s/cuda-sample:nbody-cuda11.7.1") is None
-    assert declared_cuda(container(image="nvcr.io/nvidia/k8s/cuda-sample:nbody-cuda11.7.1"), {}).requirement is None
-    found = image_cuda("nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0")
-    assert found is not None and found.forward.floors
+    libraries; read as CUDA 11.7 without the row that says so, it was refused (a review of real manifests). A
+    sample of a release the table has no row for is not read; 11.7.1's row came with 11.5.2's and 11.6.2's."""
+    assert image_cuda("nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda11.4.3") is None
+    assert declared_cuda(container(image="nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda11.4.3"), {}).requirement is None
+    for tag in ("nbody-cuda11.7.1", "vectoradd-cuda12.5.0"):
+        found = image_cuda(f"nvcr.io/nvidia/k8s/cuda-sample:{tag}")
+        assert found is not None and found.forward.floors and found.forward.platform == "amd64"
 
 
 def test_a_trtllm_release_not_in_its_table_reads_no_cuda_not_the_release_s_other_containers() -> None:
