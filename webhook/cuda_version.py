@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
@@ -260,7 +260,7 @@ class ImageMatch:
     secondary: bool
     detail: str
     """What in the reference said it, e.g. 'NGC framework container release 25.01'."""
-    forward: Forward = field(default_factory=lambda: NO_FORWARD)
+    forward: Forward = NO_FORWARD
     """``ImageRule.forward`` for this version or release."""
 
 
