@@ -372,3 +372,43 @@ def test_no_warning_names_what_a_conversion_made_afresh_wrote_again() -> None:
     result = updated(ctx, sent, live)
     assert spec_of(result)["nodeSelector"] == {PARTITION: "3g.40gb"}
     assert result.warnings == []
+
+
+TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def _tainted_cluster() -> Context:
+    node = mixed_node("n", A80, {"3g.40gb": 2, "1g.10gb": 2}, "a100", 81920)
+    node["spec"]["taints"] = [TAINT]
+    return context([node])
+
+
+def test_a_dropped_fraction_takes_the_gpu_toleration_its_conversion_wrote_with_it() -> None:
+    """The conversion tolerates the MIG nodes' GPU taint (ExtendedResourceToleration sees no nvidia.com/gpu ask
+    any more) and its line says so; when kubectl apply drops the fraction, a CPU-only Deployment kept the
+    toleration, and its pods could take the GPU nodes."""
+    ctx = _tainted_cluster()
+    live = created(ctx, deployment(container(limits={GPU: "0.5"})), by_kubectl=True)
+    assert template_of(live)["spec"]["tolerations"] == [GPU_TOLERATION]
+    assert "the GPU taint tolerated" in (mig_annotation(live) or "")
+    result = updated(ctx, kubectl_applied(live, deployment(container(limits={"cpu": "1"}))), live)
+    assert "tolerations" not in template_of(result.object)["spec"]
+    assert result.warnings == [
+        "trainer: took out the earlier conversion's nvidia.com/mig-3g.40gb and its toleration of the GPU taint"
+    ]
+
+
+def test_the_gpu_toleration_stays_while_a_container_still_asks_a_gpu_or_the_manifest_writes_it() -> None:
+    ctx = _tainted_cluster()
+    two = deployment(container(limits={GPU: "0.5"}), container("sidecar", limits={GPU: "0.1"}))
+    live = created(ctx, two, by_kubectl=True)
+    one = deployment(container(limits={"cpu": "1"}), container("sidecar", limits={GPU: "0.1"}))
+    result = updated(ctx, kubectl_applied(live, one), live)
+    assert template_of(result.object)["spec"]["tolerations"] == [GPU_TOLERATION]  # the sidecar's device needs it
+    own = deployment(container(limits={GPU: "0.5"}), tolerations=[GPU_TOLERATION])
+    live = created(ctx, own, by_kubectl=True)
+    assert "the GPU taint tolerated" not in (mig_annotation(live) or "")  # the manifest's own
+    cpu = deployment(container(limits={"cpu": "1"}), tolerations=[GPU_TOLERATION])
+    result = updated(ctx, kubectl_applied(live, cpu), live)
+    assert template_of(result.object)["spec"]["tolerations"] == [GPU_TOLERATION]

@@ -31,6 +31,7 @@ lines = st.builds(
     own=st.booleans(),
     pin=st.one_of(st.none(), pins.map(lambda p: (p[0], tuple(p[1])))),
     where=st.sampled_from(["NVIDIA-A100-SXM4-80GB, pool a100", "A, pools p, q or B, pool r", record.NOWHERE_NOW]),
+    tolerated=st.booleans(),
 )
 
 

@@ -163,6 +163,8 @@ class Choice:
     places: list[Placement]
     pin: Pin | None = None
     note: str = ""
+    tolerated: bool = False
+    """The conversion wrote the toleration of the GPU taint (``_keep_gpu_toleration``)."""
 
 
 @dataclass
@@ -738,26 +740,30 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
 conversion carries it over, only where the chosen nodes carry that taint and nothing tolerates it yet."""
 
 
-def _keep_gpu_toleration(pod: PodView, choice: Choice) -> None:
+def _keep_gpu_toleration(pod: PodView, choice: Choice) -> bool:
+    """Tolerate the GPU taint of the nodes a MIG device is on (ExtendedResourceToleration sees no nvidia.com/gpu
+    ask any more); whether the toleration was written here."""
     if choice.option.resource == GPU_RESOURCE:
-        return  # the plugin still sees nvidia.com/gpu
+        return False  # the plugin still sees nvidia.com/gpu
     taints = {t for p in choice.places for t in p.group.taints if t.key == GPU_RESOURCE and t.effect == "NoSchedule"}
     if not taints:
-        return
+        return False
     tolerations = pod.spec.get("tolerations")
     if tolerations is None:
         tolerations = pod.spec["tolerations"] = []
     if not isinstance(tolerations, list):
-        return
+        return False
     existing = [t for t in tolerations if isinstance(t, dict)]
     if all(any(toleration_tolerates(t, taint) for t in existing) for taint in taints):
-        return
+        return False
     tolerations.append(dict(GPU_TAINT_TOLERATION))
+    return True
 
 
-def _apply(pod: PodView, ask: Ask, choice: Choice) -> None:
+def _apply(pod: PodView, ask: Ask, choice: Choice) -> Choice:
+    """Write the choice into the pod; the choice as written (whether it wrote the GPU taint's toleration)."""
     container = ask.container
-    _keep_gpu_toleration(pod, choice)
+    tolerated = _keep_gpu_toleration(pod, choice)
     resources = container.get("resources")
     if not isinstance(resources, dict):
         resources = container["resources"] = {}
@@ -777,6 +783,7 @@ def _apply(pod: PodView, ask: Ask, choice: Choice) -> None:
         pod.spec_dict("nodeSelector")[key] = value
     if choice.pin:
         record.write_pin(pod, choice.pin)
+    return replace(choice, tolerated=True) if tolerated else choice
 
 
 def _held(section: JSON) -> bool:
@@ -809,7 +816,8 @@ def _line(ask: Ask, choice: Choice, where_now: str, own: Mapping[str, object]) -
     selector = choice.option.selector
     own_selector = selector is not None and own.get(selector[0]) == selector[1]
     where = where_now or _where(choice.places)
-    return str(Line(ask.name, ask.asked, choice.option.given, choice.note, own_selector, choice.pin, where))
+    given = choice.option.given
+    return str(Line(ask.name, ask.asked, given, choice.note, own_selector, choice.pin, where, choice.tolerated))
 
 
 def _plain(amount: Decimal) -> str:
@@ -1140,7 +1148,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
             out.deny(POLICY, "MIGNoProfile", _refusal(req, pod, pending, ask, seen, barred))
             pending.append(ask)
             continue
-        _apply(pod, ask, choice)
+        choice = _apply(pod, ask, choice)
         done.converted[id(ask.container)] = (ask, choice)
         _warn_usable(out, ask, choice)
         _warn_oversized(out, ask, choice, req.ctx.settings.mig.coverage)

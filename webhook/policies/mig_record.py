@@ -49,6 +49,10 @@ each fraction alone would have had more places."""
 OWN_SELECTOR = "the pod's own nodeSelector"
 """How a line says that the nodeSelector its conversion names (a single-strategy MIG product, a GKE partition
 size) was the pod's before the conversion: no later change of the ask takes it out."""
+TOLERATED = "the GPU taint tolerated"
+"""How a line says its conversion wrote the toleration of the GPU taint (``nvidia.com/gpu Exists``): the MIG device
+asks no nvidia.com/gpu, so ExtendedResourceToleration no longer adds it. Taken out when the conversion goes and no
+container asks a GPU any more (a CPU-only template kept it, and its pods could take the GPU nodes)."""
 NOWHERE_NOW = "no node it can run on offers it now"
 """Where a line says a converted device is when no node the pod can run on offers it (a MIG layout changed)."""
 WITH_SELECTOR = " with nodeSelector "
@@ -57,6 +61,7 @@ WITH_SELECTOR = " with nodeSelector "
 _WORDS = re.compile(
     rf"^(?:({'|'.join(re.escape(n) for n in (WHOLE_NOTE, SHARED_NOTE, TOGETHER))}), )?({re.escape(OWN_SELECTOR)}, )?"
     r"(?:pinned to ([^\s=,]+)=([^\s,]+(?: or [^\s,]+)*), )?"
+    rf"({re.escape(TOLERATED)}, )?"
 )
 
 
@@ -72,10 +77,12 @@ class Line:
     own: bool = False
     pin: Pin | None = None
     where: str = ""
+    tolerated: bool = False
 
     def __str__(self) -> str:
         pin = f"pinned to {pin_text(self.pin)}" if self.pin else ""
-        words = ", ".join(p for p in (self.note, OWN_SELECTOR if self.own else "", pin, self.where) if p)
+        parts = (self.note, OWN_SELECTOR if self.own else "", pin, TOLERATED if self.tolerated else "", self.where)
+        words = ", ".join(p for p in parts if p)
         return f"{self.name}: {self.asked} -> {self.given} ({words})"
 
     @property
@@ -119,7 +126,8 @@ def parse(text: str, pin_keys: Collection[str] = ()) -> Line:
         return Line(name, asked, given)
     pin = (found[3], tuple(found[4].split(" or "))) if found[3] in pin_keys else None
     where = words[found.end() :].removesuffix(")")
-    return Line(name, asked, given, found[1] or "", bool(found[2]) and WITH_SELECTOR in given, pin, where)
+    own = bool(found[2]) and WITH_SELECTOR in given
+    return Line(name, asked, given, found[1] or "", own, pin, where, bool(found[5]))
 
 
 def given_of(text: str) -> str:

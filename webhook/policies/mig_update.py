@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from webhook.cluster import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from webhook.cluster import GPU_RESOURCE, GPU_TAINT_TOLERATION, MIG_RESOURCE_PREFIX
 from webhook.model import (
     GPU_MEMORY_RESOURCE,
     JSON,
@@ -117,6 +117,7 @@ def _forget_earlier(pod: PodView, ctx: Context) -> list[_Earlier]:
         elif _asks_fraction(container):
             fresh = True  # a container's first fraction (a memory size waits for the pods): converted beside them
     _release(pod, ctx, earlier, fresh)
+    _untolerate(pod, ctx, earlier)
     forgotten = [e for e in earlier if e.changed]
     for e in forgotten:
         resources = as_dict(e.container.get("resources"))
@@ -212,6 +213,39 @@ def _release(pod: PodView, ctx: Context, earlier: Sequence[_Earlier], fresh: boo
             for e in gone:
                 if pin in e.line.placement:
                     e.taken.append(pin)
+
+
+UNTOLERATED = "its toleration of the GPU taint"
+"""What ``_untolerate`` took out, as the warning of an update names it."""
+
+
+def _untolerate(pod: PodView, ctx: Context, earlier: Sequence[_Earlier]) -> None:
+    """Take out the toleration of the GPU taint that a conversion which went had written (its stored line says
+    so), where no container asks a GPU any more, unless the manifest kubectl applied writes it: a Deployment whose
+    fraction was dropped kept it, and its CPU pods could take the GPU nodes (a reviewer's question). Where a GPU
+    is still asked, it stays (another conversion may need it); a conversion made afresh writes it again."""
+    wrote = [e for e in earlier if e.dropped and e.line.tolerated and record.stored(ctx, e.text)]
+    if not wrote or any(_asks_gpu(c) for _, _, c in named(pod)):
+        return
+    tolerations = pod.spec.get("tolerations")
+    if not isinstance(tolerations, list) or GPU_TAINT_TOLERATION not in tolerations:
+        return
+    if GPU_TAINT_TOLERATION in as_list(manifest_template_spec(pod).get("tolerations")):
+        return
+    tolerations.remove(GPU_TAINT_TOLERATION)
+    if not tolerations:
+        del pod.spec["tolerations"]
+    wrote[0].taken.append(UNTOLERATED)
+
+
+def _asks_gpu(container: JSON) -> bool:
+    """The container asks a GPU in any form: whole, a fraction, a memory size, a MIG device, a shared GPU."""
+    return any(
+        key in _ASK_KEYS or key.startswith(GPU_RESOURCE) or key.startswith(MIG_RESOURCE_PREFIX)
+        for section in sections(container)
+        for key in section
+        if isinstance(key, str)
+    )
 
 
 def _ask_again(e: _Earlier) -> None:
