@@ -653,8 +653,7 @@ def forward_barred(requirement: Requirement, facts: NodeFacts, table: DriverTabl
     but forward compatibility cannot be known to work there (``forward_possible``): the reason a user needs to
     read (a GeForce is told of error 804, whatever its architecture)."""
     return forward_possible(facts) is not True and any(
-        _term_holds(tuple(c for c in t if c.key not in ("brand", "platform")), facts, table, "strict") is True
-        for t in requirement.forward_terms
+        _driver_holds(t, facts, table) for t in requirement.forward_terms
     )
 
 
@@ -663,12 +662,14 @@ def forward_off_platform(requirement: Requirement, facts: NodeFacts, table: Driv
     but not its architecture (or the architecture is not known); '' when none does."""
     for t in requirement.forward_terms:
         on = next((c for c in t if c.key == "platform"), None)
-        if on is None or facts.platform == on.value:
-            continue
-        rest = tuple(c for c in t if c.key not in ("platform", "brand"))
-        if _term_holds(rest, facts, table, "strict") is True:
+        if on is not None and facts.platform != on.value and _driver_holds(t, facts, table):
             return on.value
     return ""
+
+
+def _driver_holds(term: tuple[Condition, ...], facts: NodeFacts, table: DriverTable) -> bool:
+    """A forward-compatibility alternative's driver conditions hold here (its brand and CPU architecture aside)."""
+    return _term_holds(tuple(c for c in term if c.key not in ("brand", "platform")), facts, table, "strict") is True
 
 
 def _term_holds(

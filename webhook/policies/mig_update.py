@@ -241,10 +241,9 @@ def _untolerate(pod: PodView, ctx: Context, earlier: Sequence[_Earlier]) -> None
 def _asks_gpu(container: JSON) -> bool:
     """The container asks a GPU in any form: whole, a fraction, a memory size, a MIG device, a shared GPU."""
     return any(
-        key in _ASK_KEYS or key.startswith(GPU_RESOURCE) or key.startswith(MIG_RESOURCE_PREFIX)
+        isinstance(key, str) and (key == GPU_MEMORY_RESOURCE or key.startswith((GPU_RESOURCE, MIG_RESOURCE_PREFIX)))
         for section in sections(container)
         for key in section
-        if isinstance(key, str)
     )
 
 
