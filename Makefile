@@ -31,7 +31,10 @@ $(TOOLS)/helm $(TOOLS)/kubectl:
 	rm -rf $(TOOLS)/dl
 
 tools: $(TOOLS)/helm $(TOOLS)/kubectl
-	@command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null)
+	@# wrk: the bench's load generator; docker-registry: a real OCI registry for tests/test_registry.py (Debian's).
+	@missing=""; command -v wrk >/dev/null || missing="wrk"; \
+	  command -v docker-registry >/dev/null || missing="$$missing docker-registry"; \
+	  [ -z "$$missing" ] || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null)
 
 $(CERTS)/tls.crt: | install
 	$(BIN)/gpu-admission certs issue --dir $(CERTS) --service gpu-admission --namespace gpu-admission

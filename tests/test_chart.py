@@ -784,6 +784,25 @@ def test_optional_objects_only_when_enabled():
     assert json.loads(dashboard["data"]["gpu-admission.json"])["panels"]
 
 
+def test_network_policy_lets_the_registry_reader_out_only_when_it_is_on():
+    def egress_ports(*args: str) -> list[set[int]]:
+        policy = find(template("--set", "networkPolicy.enabled=true", *args), "NetworkPolicy")
+        return [{p["port"] for p in rule["ports"]} for rule in policy["spec"]["egress"]]
+
+    assert egress_ports() == [{53}, {443, 6443}]
+    on = egress_ports(
+        "--set",
+        "config.cuda.registry.enabled=true",
+        "--set",
+        "config.cuda.registry.plainHttp={registry.ml.svc:5000,mirror.local}",
+        "--set",
+        "config.cuda.registry.registries={nvcr.io,harbor.corp:8443}",
+        "--set",
+        "networkPolicy.apiServerPorts={6443}",
+    )
+    assert on == [{53}, {6443}, {443, 5000, 80, 8443}]
+
+
 def test_helm_test_hook_sends_a_dry_run_pod_to_a_covered_namespace(rendered):
     name, objects = rendered
     (pod,) = [o for o in find_all(objects, "Pod") if hooks(o) == {"test"}]

@@ -20,6 +20,7 @@ from webhook.cluster import ClusterSource, StaticCluster, build_view
 from webhook.config import Settings
 from webhook.errors import BadRequest, PayloadTooLarge
 from webhook.model import Context
+from webhook.registry import ImageConfigs
 
 
 @dataclass
@@ -31,6 +32,8 @@ class Runtime:
     recorder: Recorder
     unsynced_workers: Callable[[], list[int]] = list
     """The pids of this server's other workers that have not listed the nodes yet (set by ``webhook.server``)."""
+    images: ImageConfigs | None = None
+    """The image configs read from registries (``cuda.registry``), this worker's; None when that is off."""
 
 
 DRAIN_FACTOR = 4
@@ -80,11 +83,20 @@ def _request_of(body: bytes, limit: int) -> ReviewRequest | None:
 
 
 def create_app(
-    settings: Settings | None = None, cluster: ClusterSource | None = None, recorder: Recorder | None = None
+    settings: Settings | None = None,
+    cluster: ClusterSource | None = None,
+    recorder: Recorder | None = None,
+    images: ImageConfigs | None = None,
 ) -> Flask:
+    """``images``: the image configs read from registries; by default this app's own where ``cuda.registry`` is
+    on (its reader threads start with the first image asked, in the process that asks)."""
     settings = settings or Settings()
     cluster = cluster or StaticCluster(build_view([], settings, source="settings", known=False))
-    runtime = Runtime(settings, cluster, recorder or build_recorder(settings, cluster))
+    recorder = recorder or build_recorder(settings, cluster)
+    if images is None and settings.cuda.registry.enabled:
+        metrics = getattr(recorder, "metrics", None)  # a Reporter's; a test's recorder may count nothing
+        images = ImageConfigs(settings.cuda.registry, count=metrics.image_config if metrics is not None else None)
+    runtime = Runtime(settings, cluster, recorder, images=images)
     app = Flask("gpu_admission")
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["gpu_admission"] = runtime
@@ -98,7 +110,7 @@ def create_app(
                 raise BadRequest(f"Content-Encoding {encoding[:40]!r} is not accepted: send the body unencoded", 415)
             body = read_body(settings.max_body_bytes)
             review, result, answer = decisions.decide(
-                endpoint, step, body, request.content_type, settings, cluster.snapshot()
+                endpoint, step, body, request.content_type, settings, cluster.snapshot(), images
             )
         except BadRequest as err:
             runtime.recorder.record(endpoint, None, None, err.status, time.perf_counter() - started, str(err))

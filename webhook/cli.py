@@ -20,6 +20,7 @@ from webhook.config import Settings, load_settings
 from webhook.documents import api_object, read_documents
 from webhook.errors import ConfigError, InputError
 from webhook.model import TEMPLATE_PATHS, Context, as_dict
+from webhook.registry import ImageConfigs
 
 EXIT_ADMITTED, EXIT_DENIED, EXIT_UNUSABLE = 0, 1, 2
 
@@ -105,7 +106,9 @@ def cmd_review(args: argparse.Namespace) -> int:
         raise InputError(f"{args.file}: kind {_object_kind(obj)!r} is not reviewed (expected one of {kinds})")
     view = load_nodes(args.nodes, settings)
     namespace = args.namespace or str(as_dict(obj.get("metadata")).get("namespace") or "default")
-    ctx = Context(settings=settings, cluster=view, namespace=namespace, operation="CREATE")
+    # cuda.registry on: an image's config is read here and now (the server reads in the background)
+    images = ImageConfigs(settings.cuda.registry, background=False) if settings.cuda.registry.enabled else None
+    ctx = Context(settings=settings, cluster=view, namespace=namespace, operation="CREATE", images=images)
     result = pipeline.review(obj, ctx)
     if args.output == "json":
         print(

@@ -141,6 +141,50 @@ class ClusterSettings:
     """Relist Nodes at least this often, whatever the watch says."""
 
 
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_HOST = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*(?::[0-9]{{1,5}})?$")
+
+
+@dataclass(frozen=True)
+class RegistrySettings:
+    """Reading a GPU container's image config (its env) from its registry, when nothing else tells its CUDA."""
+
+    enabled: bool = False
+    """Read the config of an image whose CUDA neither the pod nor the image's name tells (vLLM, TGI, a private
+    build ...): the NVIDIA_REQUIRE_CUDA / CUDA_VERSION its base image set. In the background, never while a pod
+    waits: the first pods of an image not read yet are "CUDA unknown" (unknownVersion), the later ones checked. Each
+    worker reaches the registries itself (the pods' egress: HTTPS, anonymous; a private image's config stays
+    unread)."""
+    registries: list[str] = field(default_factory=list)
+    """The registries read (host or host:port as images name them; docker.io for Docker Hub); empty: any."""
+    plain_http: list[str] = field(default_factory=list)
+    """Registries reached over plain HTTP (an in-cluster registry without TLS), as host or host:port."""
+    timeout_seconds: float = field(default=5.0, metadata={"schema": {"exclusiveMinimum": 0, "maximum": 60}})
+    """Connect and read timeout of each request to a registry."""
+    refresh_seconds: int = field(default=21600, metadata={"schema": {"minimum": 60}})
+    """A tag's config is read again after this (a tag may be pushed anew); one named by digest never changes."""
+    retry_seconds: int = field(default=600, metadata={"schema": {"minimum": 10}})
+    """A config that could not be read (no such image, a private one, the registry unreachable) is tried again
+    after this."""
+    max_images: int = field(default=2000, metadata={"schema": {"minimum": 1}})
+    """Images remembered per worker; past it the longest-known are forgotten first."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.timeout_seconds <= 60:
+            raise ConfigError(f"cuda.registry.timeoutSeconds: {self.timeout_seconds} must be above 0 and at most 60")
+        for name, low in (("refreshSeconds", 60), ("retrySeconds", 10), ("maxImages", 1)):
+            value = getattr(self, _snake(name))
+            if value < low:
+                raise ConfigError(f"cuda.registry.{name}: {value} is below its least value, {low}")
+        for key, hosts in (("registries", self.registries), ("plainHttp", self.plain_http)):
+            for host in hosts:
+                if not _HOST.match(host):
+                    raise ConfigError(
+                        f"cuda.registry.{key}: {host!r} is not a registry host as an image names it (lower case"
+                        " host or host:port, e.g. docker.io, nvcr.io, registry.internal:5000)"
+                    )
+
+
 @dataclass(frozen=True)
 class CudaSettings:
     """The CUDA-versus-driver check."""
@@ -166,6 +210,8 @@ class CudaSettings:
     Container Toolkit's compat handling)."""
     image_references: bool = True
     """Read the CUDA version from well-known image references (nvidia/cuda, pytorch, NGC ...) when nothing says it."""
+    registry: RegistrySettings = field(default_factory=RegistrySettings)
+    """The image's config in its registry: the last source of a container's CUDA (off by default)."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,10 @@ A container's requirement comes from, in order (the first that says anything win
 3. ``NVIDIA_REQUIRE_CUDA`` in the container's env: a requirement expression (below);
 4. ``CUDA_VERSION`` in the container's env: the runtime reads an image with it and no ``NVIDIA_REQUIRE_CUDA`` as
    ``cuda>=<major.minor>``;
-5. the image reference, through the rules of ``data/cuda-images.yaml``.
+5. the image reference, through the rules of ``data/cuda-images.yaml``;
+6. with ``cuda.registry`` on, the image's config in its registry (``webhook.registry``): its env's
+   ``NVIDIA_DISABLE_REQUIRE``, ``NVIDIA_REQUIRE_CUDA`` and ``CUDA_VERSION``, read as 2.-4. are, each under the
+   container's own variable of that name. Read in the background: until it is, the version is unknown.
 
 One of the variables of 2.-4. set by ``valueFrom`` (a ConfigMap, a Secret, a field of the pod) stops the lookup
 there with the version unknown: the runtime reads its value, which the webhook cannot, and it overrides every later
@@ -33,11 +36,11 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
@@ -45,6 +48,9 @@ from webhook import PREFIX, budget
 from webhook.cluster import GFD, NodeGroup
 from webhook.drivers import DriverTable, Version, show
 from webhook.model import JSON, as_dict, as_list, as_str
+
+if TYPE_CHECKING:
+    from webhook.registry import ImageConfig
 
 Compatibility = Literal["strict", "minor"]
 Verdict = bool | None
@@ -505,8 +511,14 @@ def _text(env: Mapping[str, str | Unread], var: str) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
-def declared_cuda(container: JSON, annotations: Mapping[str, Any], use_image: bool = True) -> Declared:
-    """What ``container`` needs, looked up in the documented order (see the module docstring)."""
+def declared_cuda(
+    container: JSON,
+    annotations: Mapping[str, Any],
+    use_image: bool = True,
+    configs: Callable[[str], ImageConfig | None] | None = None,
+) -> Declared:
+    """What ``container`` needs, looked up in the documented order (see the module docstring); ``configs``: the
+    image configs read from registries (``webhook.registry``), the last source, when that is on."""
     name = as_str(container.get("name"))
     image = as_str(container.get("image"))
     for key in (f"{PREFIX}cuda-version.{name}", f"{PREFIX}cuda-version"):
@@ -551,7 +563,39 @@ def declared_cuda(container: JSON, annotations: Mapping[str, Any], use_image: bo
             source = f"image tag, {found.detail}{secondary}"
             requirement = with_forward(found.version, found.forward)
             return Declared(name, image, requirement, source, secondary=found.secondary)
+    if configs is not None and image:
+        return _from_config(name, image, configs(image), env)
     return Declared(name, image)
+
+
+def _from_config(name: str, image: str, config: ImageConfig | None, own: Mapping[str, object]) -> Declared:
+    """What the image's config says (its env, under the container's own: a variable the pod sets, even empty,
+    replaces the image's), read as the container's env is."""
+    if config is None:
+        return Declared(
+            name,
+            image,
+            source="its image's config is not read yet: asked of its registry now; pods created once it"
+            " is read are checked",
+        )
+    if config.error:
+        return Declared(name, image, source=f"its image's config is unread: {config.error}")
+    env = {k: v.strip() for k, v in config.env.items() if k not in own}
+    if env.get("NVIDIA_DISABLE_REQUIRE") in _TRUE:
+        return Declared(name, image, source=f"image config NVIDIA_DISABLE_REQUIRE of {config.where}", disabled=True)
+    if text := env.get("NVIDIA_REQUIRE_CUDA"):
+        source = f"image config NVIDIA_REQUIRE_CUDA of {config.where}"
+        try:
+            return Declared(name, image, parse_requirement(text), source)
+        except RequirementError as err:
+            return Declared(name, image, source=source, error=f"invalid expression: {err}")
+    if text := env.get("CUDA_VERSION"):
+        source = f"image config CUDA_VERSION of {config.where}"
+        version = _version(text)
+        if version is None:
+            return Declared(name, image, source=source, error=f"{text!r} is not a CUDA version")
+        return Declared(name, image, at_least(version), source)
+    return Declared(name, image, source=f"its image's config sets no CUDA variable ({config.where})")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ per request, with the request's own names.
 
 The store hangs on the ``ClusterView`` it was computed against, so a new snapshot starts empty, and a request still
 running against the old one cannot write into the new one's. UPDATEs (which read ``oldObject``) are not stored.
+An answer carries the generation of the image configs read from registries (``webhook.registry``) it was given
+with: once a config is read that was not known, it is given anew.
 
 When the second replica of a shape comes, its body is compared with the first one's (``webhook.replay``): from the
 third on, a body that differs from it only in identity strings is answered without being parsed (``decide``). A
@@ -24,7 +26,7 @@ import logging
 import marshal
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook import replay
 from webhook.admission import (
@@ -38,6 +40,9 @@ from webhook.cluster import ClusterView
 from webhook.config import Settings
 from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_OWNER, PER_POD_SPEC, Context, per_pod_env
 from webhook.pipeline import Result
+
+if TYPE_CHECKING:
+    from webhook.registry import ImageConfigs
 
 log = logging.getLogger("gpu_admission.decisions")
 
@@ -74,6 +79,9 @@ class Stored:
     """The request ``template``'s body came with (its objects left out): what a replayed request is, but for the
     template's slots."""
     tries: int = LEARNING_TRIES
+    images: int = 0
+    """The image configs' generation it was computed with (``registry.ImageConfigs``): a config read since may
+    change it."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,9 @@ class Replay:
     result: Result
 
 
-def context_for(review: ReviewRequest, settings: Settings, view: ClusterView) -> Context:
+def context_for(
+    review: ReviewRequest, settings: Settings, view: ClusterView, images: ImageConfigs | None = None
+) -> Context:
     return Context(
         settings=settings,
         cluster=view,
@@ -98,6 +108,7 @@ def context_for(review: ReviewRequest, settings: Settings, view: ClusterView) ->
         groups=review.groups,
         dry_run=review.dry_run,
         old_object=review.old_object,
+        images=images,
     )
 
 
@@ -163,16 +174,22 @@ def _without_per_pod_env(container: Any) -> Any:
 
 
 def decide(
-    endpoint: str, step: Step, body: bytes, content_type: str | None, settings: Settings, view: ClusterView
+    endpoint: str,
+    step: Step,
+    body: bytes,
+    content_type: str | None,
+    settings: Settings,
+    view: ClusterView,
+    images: ImageConfigs | None = None,
 ) -> tuple[ReviewRequest, Result, bytes]:
     """The request in ``body``, its answer, and the AdmissionReview answer's bytes: replayed (a known replica's
     bytes), reused (an object of a known shape) or computed. BadRequest when the body is not a usable review."""
     check_content_type(content_type)
-    known = _replayed(endpoint, body, settings, view)
+    known = _replayed(endpoint, body, settings, view, images.generation if images is not None else 0)
     if known is not None:
         return known
     review = parse_review(body, settings.max_body_bytes)
-    ctx = context_for(review, settings, view)
+    ctx = context_for(review, settings, view, images)
     result, stored = _answer(endpoint, step, review.object, ctx, body)
     if stored is None:
         return review, result, encode_answer(review.uid, answer_parts(result, mutating=endpoint == "mutate"))
@@ -203,7 +220,8 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
         return step(obj, ctx), None
     store = ctx.cluster.decisions
     stored: Stored | None = store.get(key)
-    if stored is not None and stored.settings is ctx.settings:
+    images = ctx.images.generation if ctx.images is not None else 0  # read before the answer is computed
+    if stored is not None and stored.settings is ctx.settings and stored.images == images:
         return stored.result, stored
     result = step(obj, ctx)
     if result.reason == "TooComplex":  # the clock's verdict, not the shape's: each replica is tried again
@@ -220,7 +238,7 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
         outcome=result.outcome.copy(),
     )
     # apart from ``result``: what its caller does to it stays its own
-    stored = Stored(ctx.settings, kept, answer_parts(kept, mutating=endpoint == "mutate"), body, key)
+    stored = Stored(ctx.settings, kept, answer_parts(kept, mutating=endpoint == "mutate"), body, key, images=images)
     store.put(key, stored, size=len(key) + len(body))
     return result, stored
 
@@ -271,10 +289,11 @@ def _keep(endpoint: str, stored: Stored, view: ClusterView) -> None:
 
 
 def _replayed(
-    endpoint: str, body: bytes, settings: Settings, view: ClusterView
+    endpoint: str, body: bytes, settings: Settings, view: ClusterView, images: int
 ) -> tuple[ReviewRequest, Result, bytes] | None:
     for known in view.replays.get((endpoint, len(body))) or ():
-        texts = known.template.match(body) if known.stored.settings is settings else None
+        current = known.stored.settings is settings and known.stored.images == images
+        texts = known.template.match(body) if current else None
         if texts is None:
             continue
         facts = dict(zip(known.template.labels, texts, strict=True))

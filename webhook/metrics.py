@@ -148,6 +148,14 @@ class Metrics:
             registry=r,
         )
         self.events = _events_counter(r)
+        self.image_configs = Counter(
+            "image_configs",
+            "Image configs read from registries (cuda.registry), by result (read; unreadable: no such image, a"
+            " private one, the registry unreachable; dropped: too many images waiting to be read)",
+            ["result"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.nodes = Gauge(
             "cluster_nodes",
             "Nodes in the cluster snapshot (the largest count any live worker holds)",
@@ -195,6 +203,9 @@ class Metrics:
 
     def denial(self, endpoint: str, reason: str, action: str) -> None:
         self._child(self.denials, endpoint_label(endpoint), reason or "Unknown", action).inc()
+
+    def image_config(self, result: str) -> None:
+        self._child(self.image_configs, result).inc()
 
     def event(self, result: str) -> None:
         self._child(self.events, result).inc()

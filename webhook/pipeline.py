@@ -434,6 +434,7 @@ def _context_for(
         old_object=ctx.old_object,
         prior=prior,
         stored=stored or {},
+        images=ctx.images,
     )
 
 

@@ -245,10 +245,11 @@ def checks_of(pod: PodView, ctx: Context) -> tuple[Check, ...]:
     # template's ask judged for its pods, must know it (found by a generative review of workload lifecycles: a
     # Deployment so written, with spot never, was admitted without a word, and each pod refused for its CUDA).
     given = pod.fraction_container() if ctx.settings.mig.enabled else None
+    configs = ctx.images.lookup if ctx.images is not None and cs.registry.enabled else None
     for list_name, container in pod.containers():
         if not is_gpu_container(container) and container is not given:
             continue
-        declared = declared_cuda(container, pod.annotations, cs.image_references)
+        declared = declared_cuda(container, pod.annotations, cs.image_references, configs)
         requirement = declared.requirement
         if requirement is not None and not cs.forward_compatibility:
             requirement = requirement.without_forward()

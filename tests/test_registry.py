@@ -1,0 +1,478 @@
+"""The image's config in its registry (``cuda.registry``): references, the reader against a real registry
+(Debian's docker-registry behind Docker's token protocol), what a worker keeps, the CUDA it yields, and the real
+server asking in the background while pods wait for nothing."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import http.server
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import yaml
+
+from tests.cuda_fixtures import A100, container, gpu_node, pod, settings
+from tests.registry import DOCKER_MANIFEST, Registry, registry
+from tests.serving import serve
+from webhook import cli, decisions, pipeline
+from webhook.cluster import build_view
+from webhook.config import RegistrySettings
+from webhook.cuda_version import declared_cuda
+from webhook.errors import ConfigError
+from webhook.model import Context
+from webhook.registry import (
+    Client,
+    ImageConfig,
+    ImageConfigs,
+    Reference,
+    Unreadable,
+    choose_platform,
+    config_env,
+    parse_reference,
+)
+
+VLLM = "vllm/vllm-openai:v0.11.0"  # no rule reads its tag: its CUDA is in its config only
+REQUIRE_129 = "cuda>=12.9 brand=unknown,driver>=470,driver<471"
+R535 = [gpu_node("a-1", "gpu-a", "535.104.05"), gpu_node("a-2", "gpu-a", "535.104.05")]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# References, configs, indexes
+
+
+@pytest.mark.parametrize(
+    ("image", "expected", "host"),
+    [
+        ("vllm/vllm-openai:v0.11.0", Reference("docker.io", "vllm/vllm-openai", "v0.11.0"), "registry-1.docker.io"),
+        ("ubuntu", Reference("docker.io", "library/ubuntu", "latest"), "registry-1.docker.io"),
+        ("docker.io/ollama/ollama", Reference("docker.io", "ollama/ollama", "latest"), "registry-1.docker.io"),
+        (
+            "index.docker.io/library/python:3.12",
+            Reference("docker.io", "library/python", "3.12"),
+            "registry-1.docker.io",
+        ),
+        (
+            "nvcr.io/nim/meta/llama-3.1-8b-instruct:1.3",
+            Reference("nvcr.io", "nim/meta/llama-3.1-8b-instruct", "1.3"),
+            "nvcr.io",
+        ),
+        ("localhost:5000/team/model", Reference("localhost:5000", "team/model", "latest"), "localhost:5000"),
+        ("GHCR.IO/huggingface/tgi:3.0", Reference("ghcr.io", "huggingface/tgi", "3.0"), "ghcr.io"),
+        ("x/y:tag@sha256:" + "a" * 64, Reference("docker.io", "x/y", "sha256:" + "a" * 64), "registry-1.docker.io"),
+    ],
+)
+def test_references_read_as_a_runtime_pulls_them(image: str, expected: Reference, host: str) -> None:
+    ref = parse_reference(image)
+    assert ref == expected
+    assert ref.host == host
+
+
+@pytest.mark.parametrize(
+    ("image", "words"),
+    [
+        ("Team/Model:1", "is not a repository name"),
+        ("team/model:bad tag", "is not a tag"),
+        ("team/model@sha256:abc", "is not a sha256 digest"),
+        ("bad_host.example.com:99999999/x", "is not a registry host"),
+    ],
+)
+def test_a_reference_that_is_none_says_which_part(image: str, words: str) -> None:
+    with pytest.raises(Unreadable, match=words):
+        parse_reference(image)
+
+
+def test_only_the_cuda_variables_are_kept_and_a_later_one_wins() -> None:
+    config = {"config": {"Env": ["PATH=/bin", "CUDA_VERSION=12.1.0", "CUDA_VERSION=12.4.1", "NOEQUALS", 3]}}
+    assert config_env(config) == {"CUDA_VERSION": "12.4.1"}
+    assert config_env({"config": None}) == {} == config_env([])
+
+
+def test_an_index_gives_amd64_first_and_never_an_attestation() -> None:
+    digest = {name: "sha256:" + name[0] * 64 for name in ("attestation", "b-arm", "c-amd")}
+    index = {
+        "manifests": [
+            {"digest": digest["attestation"], "platform": {"os": "unknown", "architecture": "unknown"}},
+            {"digest": digest["b-arm"], "platform": {"os": "linux", "architecture": "arm64"}},
+            {"digest": digest["c-amd"], "platform": {"os": "linux", "architecture": "amd64"}},
+        ]
+    }
+    assert choose_platform(index) == (digest["c-amd"], "linux/amd64")
+    del index["manifests"][2]
+    assert choose_platform(index) == (digest["b-arm"], "linux/arm64")
+    del index["manifests"][1]
+    with pytest.raises(Unreadable, match="no Linux image"):
+        choose_platform(index)
+
+
+def test_registry_settings_refuse_what_cannot_work() -> None:
+    with pytest.raises(ConfigError, match=r"cuda.registry.plainHttp: 'http://reg:5000'"):
+        RegistrySettings(plain_http=["http://reg:5000"])
+    with pytest.raises(ConfigError, match="timeoutSeconds"):
+        RegistrySettings(timeout_seconds=0)
+    with pytest.raises(ConfigError, match="retrySeconds: 1 is below"):
+        settings(cuda={"registry": {"retrySeconds": 1}})
+    assert settings(cuda={"registry": {"enabled": True, "plainHttp": ["reg.internal:5000"]}}).cuda.registry.enabled
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The CUDA a config yields
+
+
+def configs_of(known: dict[str, ImageConfig | None]) -> Any:
+    return known.get
+
+
+def test_a_config_yields_the_cuda_as_the_containers_env_would() -> None:
+    where = "docker.io/vllm/vllm-openai:v0.11.0, linux/amd64"
+    config = ImageConfig({"NVIDIA_REQUIRE_CUDA": REQUIRE_129, "CUDA_VERSION": "12.9.1"}, where)
+    got = declared_cuda(container(image=VLLM), {}, configs=configs_of({VLLM: config}))
+    assert got.requirement is not None and got.requirement.text == REQUIRE_129
+    assert got.source == f"image config NVIDIA_REQUIRE_CUDA of {where}"
+    only_version = ImageConfig({"CUDA_VERSION": "12.9.1"}, where)
+    got = declared_cuda(container(image=VLLM), {}, configs=configs_of({VLLM: only_version}))
+    assert got.version == (12, 9) and got.source == f"image config CUDA_VERSION of {where}"
+    disabled = ImageConfig({"NVIDIA_DISABLE_REQUIRE": "true", "CUDA_VERSION": "12.9.1"}, where)
+    assert declared_cuda(container(image=VLLM), {}, configs=configs_of({VLLM: disabled})).disabled
+    nothing = declared_cuda(container(image=VLLM), {}, configs=configs_of({VLLM: ImageConfig({}, where)}))
+    assert nothing.requirement is None and nothing.source == f"its image's config sets no CUDA variable ({where})"
+
+
+def test_the_containers_own_variable_replaces_the_images() -> None:
+    config = ImageConfig({"NVIDIA_REQUIRE_CUDA": REQUIRE_129, "NVIDIA_DISABLE_REQUIRE": "1"}, "w")
+    # an empty NVIDIA_DISABLE_REQUIRE in the pod overrides the image's "1": the image's requirement counts
+    own = container(image=VLLM, env={"NVIDIA_DISABLE_REQUIRE": ""})
+    got = declared_cuda(own, {}, configs=configs_of({VLLM: config}))
+    assert not got.disabled and got.version == (12, 9)
+    # the pod's CUDA_VERSION is read before the config is asked at all
+    asked: list[str] = []
+    got = declared_cuda(container(image=VLLM, env={"CUDA_VERSION": "12.2"}), {}, configs=lambda i: asked.append(i))
+    assert got.version == (12, 2) and asked == []
+    # an image whose tag tells its CUDA is not asked either
+    declared_cuda(container(image="nvidia/cuda:12.4.1-base-ubuntu22.04"), {}, configs=lambda i: asked.append(i))
+    assert asked == []
+
+
+def test_an_unread_config_says_why_and_an_invalid_one_is_an_error() -> None:
+    pending = declared_cuda(container(image=VLLM), {}, configs=configs_of({}))
+    assert pending.requirement is None and "not read yet: asked of its registry now" in pending.source
+    failed = ImageConfig(error="docker.io refuses an anonymous pull of team/model (HTTP 401): a private image?")
+    got = declared_cuda(container(image=VLLM), {}, configs=configs_of({VLLM: failed}))
+    assert got.source == f"its image's config is unread: {failed.error}" and not got.error
+    bad = ImageConfig({"NVIDIA_REQUIRE_CUDA": "cuda>>12"}, "w")
+    got = declared_cuda(container(image=VLLM), {}, configs=configs_of({VLLM: bad}))
+    assert got.error.startswith("invalid expression") and got.source == "image config NVIDIA_REQUIRE_CUDA of w"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a worker keeps
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_worker_reads_once_keeps_for_a_while_and_counts_what_changed() -> None:
+    clock, reads = Clock(), []
+    answers = {"team/a": ImageConfig({"CUDA_VERSION": "12.4"}, "a")}
+
+    def read(ref: Reference) -> ImageConfig:
+        reads.append(ref.repository)
+        if ref.repository in answers:
+            return answers[ref.repository]
+        raise Unreadable("no such image")
+
+    known = ImageConfigs(RegistrySettings(enabled=True, refresh_seconds=600, retry_seconds=60), read, clock)
+    assert known.read_now("team/a:1") == answers["team/a"] and known.generation == 1
+    assert known.lookup("team/a:1") == answers["team/a"]
+    known.read_now("team/a:1")  # the same answer read again: nothing changed
+    assert known.generation == 1 and reads == ["team/a", "team/a"]
+    assert known.read_now("team/b:1").error == "no such image" and known.generation == 2
+    # a digest's config is kept for good; a tag's read again after refreshSeconds, a failure after retrySeconds
+    digest = "team/a@sha256:" + "0" * 64
+    known.read_now(digest)
+    clock.now += 61
+    assert known._known["team/b:1"].until < clock.now <= known._known["team/a:1"].until
+    clock.now += 600
+    assert known._known[digest].until > clock.now
+    answers["team/a"] = ImageConfig({"CUDA_VERSION": "12.8"}, "a")
+    assert known.read_now("team/a:1").env == {"CUDA_VERSION": "12.8"} and known.generation == 4
+
+
+def test_registries_not_listed_are_not_read_and_the_oldest_image_goes_first() -> None:
+    reads: list[str] = []
+
+    def read(ref: Reference) -> ImageConfig:
+        reads.append(str(ref))
+        return ImageConfig({"CUDA_VERSION": "12.4"}, str(ref))
+
+    known = ImageConfigs(RegistrySettings(enabled=True, registries=["nvcr.io"], max_images=2), read, Clock())
+    assert "docker.io is not among the registries read" in known.read_now("vllm/vllm-openai:v1").error
+    known.read_now("nvcr.io/nim/a:1")
+    known.read_now("nvcr.io/nim/b:1")
+    assert list(known._known) == ["nvcr.io/nim/a:1", "nvcr.io/nim/b:1"]
+    assert reads == ["nvcr.io/nim/a:1", "nvcr.io/nim/b:1"]
+
+
+def test_a_reader_that_fails_unexpectedly_says_so_and_waits_to_try_again(caplog: pytest.LogCaptureFixture) -> None:
+    def read(ref: Reference) -> ImageConfig:
+        raise KeyError("config")
+
+    clock = Clock()
+    known = ImageConfigs(RegistrySettings(enabled=True, retry_seconds=60), read, clock)
+    got = known.read_now(VLLM)
+    assert got.error == "reading it failed (KeyError; see the webhook's log)"
+    assert "reading the config of vllm/vllm-openai:v0.11.0" in caplog.text
+    assert known._known[VLLM].until == clock.now + 60
+
+
+def test_a_lookup_answers_at_once_and_the_readers_fill_in() -> None:
+    gate = threading.Event()
+
+    def read(ref: Reference) -> ImageConfig:
+        gate.wait(10)
+        return ImageConfig({"CUDA_VERSION": "12.4"}, str(ref))
+
+    known = ImageConfigs(RegistrySettings(enabled=True), read)
+    started = time.monotonic()
+    assert known.lookup(VLLM) is None and known.lookup(VLLM) is None  # asked once, answered without waiting
+    assert time.monotonic() - started < 1.0
+    gate.set()
+    deadline = time.monotonic() + 10
+    while known.lookup(VLLM) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert known.lookup(VLLM) == ImageConfig({"CUDA_VERSION": "12.4"}, f"docker.io/{VLLM}")
+    assert known.counts["read"] == 1 and known.generation == 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Through the pipeline, and the answers kept for replicas
+
+
+def _ctx(known: ImageConfigs, nodes: list[dict[str, Any]] = R535) -> Context:
+    s = settings(cuda={"registry": {"enabled": True}})
+    return Context(settings=s, cluster=build_view(nodes, s), namespace="ml", images=known)
+
+
+def test_a_pod_is_checked_against_its_images_config_once_it_is_read() -> None:
+    config = ImageConfig({"NVIDIA_REQUIRE_CUDA": REQUIRE_129}, f"docker.io/{VLLM}, linux/amd64")
+    known = ImageConfigs(RegistrySettings(enabled=True), lambda ref: config, Clock())
+    known._asked.add(VLLM)  # as if its readers were busy: nothing read yet
+    ctx = _ctx(known)
+    first = pipeline.validate(pod(container(image=VLLM)), ctx)
+    assert first.allowed
+    assert any("CUDA version unknown" in w for w in first.warnings), first.warnings
+    known.read_now(VLLM)
+    later = pipeline.validate(pod(container(image=VLLM)), ctx)
+    assert not later.allowed
+    assert f"CUDA 12.9 (from image config NVIDIA_REQUIRE_CUDA of docker.io/{VLLM}, linux/amd64)" in later.message
+    assert "pool gpu-a (driver 535.104.05, CUDA 12.2)" in later.message
+    # the same image with the registry off: unknown, as before
+    off = settings()
+    assert pipeline.validate(pod(container(image=VLLM)), Context(settings=off, cluster=build_view(R535, off))).allowed
+
+
+def test_an_answer_kept_for_replicas_is_not_handed_out_once_the_config_is_read() -> None:
+    config = ImageConfig({"CUDA_VERSION": "12.9"}, f"docker.io/{VLLM}")
+    known = ImageConfigs(RegistrySettings(enabled=True), lambda ref: config, Clock())
+    known._asked.add(VLLM)
+    ctx = _ctx(known)
+    replica = pod(container(image=VLLM))
+    body = json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u1",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "ml",
+                "operation": "CREATE",
+                "userInfo": {"username": "alice"},
+                "object": replica,
+            },
+        }
+    ).encode()
+
+    def allowed() -> bool:
+        _, result, _ = decisions.decide(
+            "validate", pipeline.validate, body, "application/json", ctx.settings, ctx.cluster, known
+        )
+        return result.allowed
+
+    assert allowed() and allowed()  # the second: the stored answer
+    known.read_now(VLLM)
+    assert not allowed()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A real registry
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    with registry(tmp_path_factory.mktemp("registry")) as running:
+        yield running
+
+
+def test_the_reader_reads_every_kind_of_image_from_a_real_registry(real: Registry) -> None:
+    h = real.host
+    digest = real.image("vllm/vllm-openai", "v1", ["PATH=/usr/bin", f"NVIDIA_REQUIRE_CUDA={REQUIRE_129}"])
+    real.image("old/docker-format", "v1", ["CUDA_VERSION=11.8.0"], media=DOCKER_MANIFEST)
+    real.index("multi/arch", "v1", {"arm64": ["CUDA_VERSION=12.4.1"], "amd64": ["CUDA_VERSION=12.6.3"]})
+    real.index("arm/only", "v1", {"arm64": ["CUDA_VERSION=12.8.0"]})
+    real.image("private/model", "v1", ["CUDA_VERSION=12.1"])
+    client = Client(RegistrySettings(enabled=True, plain_http=[h]))
+
+    def read(image: str) -> ImageConfig:
+        return client.config(parse_reference(image))
+
+    assert read(f"{h}/vllm/vllm-openai:v1") == ImageConfig(
+        {"NVIDIA_REQUIRE_CUDA": REQUIRE_129}, f"{h}/vllm/vllm-openai:v1"
+    )
+    by_digest = read(f"{h}/vllm/vllm-openai@{digest}")
+    assert (
+        by_digest.env == {"NVIDIA_REQUIRE_CUDA": REQUIRE_129}
+        and by_digest.where == f"{h}/vllm/vllm-openai@{digest[:19]}"
+    )
+    assert read(f"{h}/old/docker-format:v1").env == {"CUDA_VERSION": "11.8.0"}
+    assert read(f"{h}/multi/arch:v1") == ImageConfig({"CUDA_VERSION": "12.6.3"}, f"{h}/multi/arch:v1, linux/amd64")
+    assert read(f"{h}/arm/only:v1") == ImageConfig({"CUDA_VERSION": "12.8.0"}, f"{h}/arm/only:v1, linux/arm64")
+    with pytest.raises(Unreadable, match=rf"^{h} refuses an anonymous pull of private/model \(HTTP 401\)"):
+        read(f"{h}/private/model:v1")
+    with pytest.raises(Unreadable, match=rf"^{h} has no manifest for {h}/vllm/vllm-openai:v2 \(HTTP 404\)"):
+        read(f"{h}/vllm/vllm-openai:v2")
+    # anonymous pulls, each with the token the registry's 401 named (kept for the next read of the repository)
+    anonymous = [scope for scope, pusher in real.tokens.asked if not pusher]
+    assert anonymous.count("repository:vllm/vllm-openai:pull") == 1
+    assert "repository:private/model:pull" in anonymous
+    # over HTTPS unless listed: this registry speaks HTTP only
+    with pytest.raises(Unreadable, match=f"cannot reach {h}"):
+        Client(RegistrySettings(enabled=True, timeout_seconds=2)).config(parse_reference(f"{h}/vllm/vllm-openai:v1"))
+
+
+class _Redirecting(http.server.BaseHTTPRequestHandler):
+    """A registry whose blobs are served from elsewhere (Docker Hub's: a CDN), and that elsewhere."""
+
+    config = json.dumps({"config": {"Env": ["CUDA_VERSION=12.6.3"]}}).encode()
+    seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    def do_GET(self) -> None:
+        digest = "sha256:" + hashlib.sha256(self.config).hexdigest()
+        type(self).seen.append((self.path, self.headers.get("Authorization")))
+        if self.path.startswith("/v2/") and self.headers.get("Authorization") != "Bearer t0k":
+            self._answer(401, b"{}", {"WWW-Authenticate": f'Bearer realm="http://{self.headers["Host"]}/token"'})
+        elif self.path.startswith("/token"):
+            self._answer(200, b'{"access_token": "t0k"}')
+        elif "/manifests/" in self.path:
+            manifest = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "config": {"digest": digest}}
+            self._answer(200, json.dumps(manifest).encode())
+        elif "/blobs/" in self.path:
+            port = self.headers["Host"].rsplit(":", 1)[1]
+            self._answer(307, b"", {"Location": f"http://localhost:{port}/cdn/blob"})
+        else:
+            self._answer(200, self.config)
+
+    def _answer(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_a_blob_redirected_elsewhere_is_fetched_without_the_registrys_token() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Redirecting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        client = Client(RegistrySettings(enabled=True, plain_http=[host, f"localhost:{server.server_address[1]}"]))
+        assert client.config(parse_reference(f"{host}/team/model:1")).env == {"CUDA_VERSION": "12.6.3"}
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert ("/cdn/blob", None) in _Redirecting.seen  # the other host never got the registry's token
+    assert any(path.startswith("/v2/team/model/blobs/") and auth == "Bearer t0k" for path, auth in _Redirecting.seen)
+
+
+def test_the_server_reads_configs_in_the_background_and_checks_the_next_pods(real: Registry, tmp_path: Path) -> None:
+    image = f"{real.host}/serving/llm:v3"
+    real.image("serving/llm", "v3", [f"NVIDIA_REQUIRE_CUDA={REQUIRE_129}", "CUDA_VERSION=12.9.1"])
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": R535}))
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"cuda": {"registry": {"enabled": True, "plainHttp": [real.host]}}}))
+    review: dict[str, Any] = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "first",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "ml",
+            "operation": "CREATE",
+            "userInfo": {"username": "alice"},
+            "object": pod(container(image=image)),
+        },
+    }
+    with serve(tmp_path, nodes=nodes, config=config, workers=2) as server:
+        client = server.client()
+        status, first = client.post("/validate", review)
+        assert status == 200 and first["response"]["allowed"], first
+        assert any("CUDA version unknown" in w for w in first["response"].get("warnings", []))
+        deadline, answer = time.monotonic() + 20, first
+        denied = 0
+        while denied < 4 and time.monotonic() < deadline:
+            again = copy.deepcopy(review)
+            again["request"]["uid"] = f"u{time.monotonic_ns()}"
+            status, answer = client.post("/validate", again)
+            denied = denied + 1 if not answer["response"]["allowed"] else 0
+            time.sleep(0.05)
+        client.close()
+        assert denied == 4, answer
+        message = answer["response"]["status"]["message"]
+        assert f"CUDA 12.9 (from image config NVIDIA_REQUIRE_CUDA of {image})" in message, message
+        assert "pool gpu-a (driver 535.104.05, CUDA 12.2)" in message
+        assert f"image config of {image}: NVIDIA_REQUIRE_CUDA=" in server.output()
+        reads = re.search(r'^gpu_admission_image_configs_total\{result="read"\} (\S+)$', server.metrics(), re.M)
+        assert reads is not None and float(reads.group(1)) >= 1
+    assert A100 in nodes.read_text()
+
+
+def test_review_reads_the_config_there_and_then(
+    real: Registry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    image = f"{real.host}/batch/trainer:2025.1"
+    real.image("batch/trainer", "2025.1", ["CUDA_VERSION=12.9.1"])
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": R535}))
+    manifest = tmp_path / "job.yaml"
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [container(image=image)]}}},
+    }
+    manifest.write_text(yaml.safe_dump(job))
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"cuda": {"registry": {"enabled": True, "plainHttp": [real.host]}}}))
+    args = ["review", "-f", str(manifest), "--nodes", str(nodes)]
+    assert cli.main([*args, "--config", str(config)]) == cli.EXIT_DENIED
+    out = capsys.readouterr().out
+    assert out.startswith("DENIED") and f"CUDA 12.9 (from image config CUDA_VERSION of {image})" in out, out
+    assert cli.main(args) == cli.EXIT_ADMITTED  # the registry off: the version unknown
+    assert "CUDA version unknown" in capsys.readouterr().out

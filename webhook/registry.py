@@ -1,0 +1,468 @@
+"""A GPU container's image config, read from its registry in the background (``cuda.registry``).
+
+Where neither the pod nor the image's name tells a container's CUDA (vLLM, TGI, NIM, a private build ...), its image
+usually does: an image built on nvidia/cuda carries ``NVIDIA_REQUIRE_CUDA`` and ``CUDA_VERSION`` in its config's
+env, which the NVIDIA runtime reads when the container starts. This module reads that config the way a container
+runtime pulls it (the OCI distribution API, distribution-spec v1.1): ``GET /v2/<name>/manifests/<reference>``, the
+platform's manifest where that is an index (linux/amd64 first, then linux/arm64), then the config blob, checked
+against its digest. Anonymously, with the bearer token a registry's 401 names (Docker Hub, nvcr.io, ghcr.io,
+quay.io ...); a registry that wants credentials leaves the image unread (pull secrets are not read).
+
+Never on the request path: a review calls ``ImageConfigs.lookup``, a dict read. An image not read yet is queued for
+this worker's reader threads and reviewed as "CUDA unknown" (the settings' ``unknownVersion``) until it is read.
+Each read that changes what is known bumps ``generation``, which the answers stored for replicas carry
+(``webhook.decisions``): an answer given before the image was read is not handed to the next replica.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode, urljoin, urlsplit
+
+import urllib3
+
+from webhook import __version__
+from webhook.config import RegistrySettings
+
+log = logging.getLogger("gpu_admission.registry")
+
+CUDA_VARIABLES = ("NVIDIA_DISABLE_REQUIRE", "NVIDIA_REQUIRE_CUDA", "CUDA_VERSION")
+"""What is kept of an image's env: the variables ``cuda_version.declared_cuda`` reads."""
+
+DOCKER_HUB = "registry-1.docker.io"
+DOCKER_HUB_NAMES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"})
+
+INDEX_TYPES = frozenset(
+    {"application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json"}
+)
+MANIFEST_TYPES = frozenset(
+    {"application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json"}
+)
+SCHEMA1 = "application/vnd.docker.distribution.manifest.v1"
+SCHEMA1_TYPES = frozenset({f"{SCHEMA1}+json", f"{SCHEMA1}+prettyjws"})
+ACCEPT = ", ".join([*sorted(INDEX_TYPES), *sorted(MANIFEST_TYPES), *sorted(SCHEMA1_TYPES)])
+PLATFORMS = (("linux", "amd64"), ("linux", "arm64"))
+"""The platform whose config is read from a multi-platform image, in order: NVIDIA's own images set the same CUDA
+variables on both (their Dockerfiles are one per CUDA release, the platform an argument)."""
+
+MAX_MANIFEST = 4 << 20
+"""The largest manifest read (distribution's own limit for a manifest PUT is 4 MiB)."""
+MAX_CONFIG = 8 << 20
+"""The largest config blob read (a config with a long history is tens of kB)."""
+MAX_REDIRECTS = 3
+"""A blob's GET is redirected to storage (Docker Hub's: a CDN): followed this many times at most (a manifest's
+redirect is not: registries serve manifests themselves)."""
+READERS = 2
+"""Reader threads per worker: one slow registry (a timeout) does not hold every other image back."""
+QUEUE = 256
+"""Images waiting to be read per worker; past it a new one is not queued (and asked again by its next pod)."""
+
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REPOSITORY = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
+_HOST = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?(?::[0-9]{1,5})?$")
+_CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
+
+
+class Unreadable(Exception):
+    """Why an image's config cannot be read, in words for the pod's annotation."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An image reference as a runtime pulls it: the registry to connect to, the repository, a tag or digest."""
+
+    registry: str
+    """host[:port] as the image names it (docker.io for Docker Hub, as a user writes it)."""
+    repository: str
+    reference: str
+
+    @property
+    def host(self) -> str:
+        """Where the requests go (Docker Hub's API host for docker.io)."""
+        return DOCKER_HUB if self.registry == "docker.io" else self.registry
+
+    @property
+    def by_digest(self) -> bool:
+        return self.reference.startswith("sha256:")
+
+    def __str__(self) -> str:
+        return f"{self.registry}/{self.repository}{'@' if self.by_digest else ':'}{self.reference}"
+
+
+def parse_reference(image: str) -> Reference:
+    """``image`` as the runtime reads it (distribution's reference grammar: Docker Hub's default host and
+    ``library/``, the tag ``latest`` when none is given, a digest over a tag); Unreadable when it is not one."""
+    name, _, digest = image.strip().partition("@")
+    slash, colon = name.rfind("/"), name.rfind(":")
+    tag = ""
+    if colon > slash:
+        name, tag = name[:colon], name[colon + 1 :]
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        registry, path = first.lower(), rest
+    else:
+        registry, path = "docker.io", name
+    if registry in DOCKER_HUB_NAMES:
+        registry = "docker.io"
+        if "/" not in path:
+            path = f"library/{path}"
+    if not _HOST.match(registry):
+        raise Unreadable(f"{registry!r} is not a registry host")
+    if not _REPOSITORY.match(path) or len(path) > 255:
+        raise Unreadable(f"{path[:100]!r} is not a repository name")
+    if digest:
+        if not _DIGEST.match(digest):
+            raise Unreadable(f"{digest[:80]!r} is not a sha256 digest")
+        return Reference(registry, path, digest)
+    if tag and not _TAG.match(tag):
+        raise Unreadable(f"{tag[:80]!r} is not a tag")
+    return Reference(registry, path, tag or "latest")
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """What an image's config says of CUDA, and where it was read; ``error`` says why it could not be."""
+
+    env: Mapping[str, str] = field(default_factory=dict)
+    """The config's values of ``CUDA_VARIABLES`` (the others are not kept)."""
+    where: str = ""
+    """'docker.io/vllm/vllm-openai@sha256:0123456789ab, linux/amd64': the image read, for the pod's words."""
+    error: str = ""
+
+
+def config_env(config: Any) -> dict[str, str]:
+    """``CUDA_VARIABLES`` of an image config (``config.Env``: "NAME=value" strings; a later one wins, as in the
+    runtime)."""
+    env = config.get("config") if isinstance(config, dict) else None
+    items = env.get("Env") if isinstance(env, dict) else None
+    out: dict[str, str] = {}
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, str) and "=" in item:
+            name, value = item.split("=", 1)
+            if name in CUDA_VARIABLES:
+                out[name] = value[:4096]
+    return out
+
+
+def choose_platform(index: Any) -> tuple[str, str]:
+    """The digest and platform ('linux/amd64') of an index's manifest to read (``PLATFORMS``' order, else the first
+    Linux one that is not an attestation)."""
+    manifests = index.get("manifests") if isinstance(index, dict) else None
+    if not isinstance(manifests, list):
+        raise Unreadable("its index lists no manifests")
+    found: dict[tuple[str, str], str] = {}
+    for m in manifests:
+        platform = m.get("platform") if isinstance(m, dict) else None
+        digest = m.get("digest") if isinstance(m, dict) else None
+        if not isinstance(platform, dict) or not isinstance(digest, str) or not _DIGEST.match(digest):
+            continue
+        key = (str(platform.get("os")), str(platform.get("architecture")))
+        found.setdefault(key, digest)
+    for key in (*PLATFORMS, *(k for k in found if k[0] == "linux")):
+        if key in found:
+            return found[key], "/".join(key)
+    raise Unreadable("its index has no Linux image")
+
+
+class Client:
+    """Reads image configs from registries (see the module docstring); one per reader thread's worker."""
+
+    def __init__(self, settings: RegistrySettings) -> None:
+        self.settings = settings
+        timeout = urllib3.Timeout(connect=settings.timeout_seconds, read=settings.timeout_seconds)
+        self._http = urllib3.PoolManager(
+            num_pools=32, maxsize=READERS, retries=False, timeout=timeout, headers={"User-Agent": USER_AGENT}
+        )
+        self._tokens: dict[tuple[str, str], tuple[str, float]] = {}
+
+    def config(self, ref: Reference) -> ImageConfig:
+        """What ``ref``'s config says of CUDA; Unreadable when the registry does not give it."""
+        body, media = self._manifest(ref, ref.reference)
+        platform = ""
+        if media in INDEX_TYPES:
+            digest, platform = choose_platform(body)
+            body, media = self._manifest(ref, digest)
+        if media in SCHEMA1_TYPES:  # Docker's first format: the config is the newest history entry's
+            history = body.get("history")
+            first = history[0] if isinstance(history, list) and history else None
+            raw = first.get("v1Compatibility") if isinstance(first, dict) else None
+            env = config_env(_json(raw.encode() if isinstance(raw, str) else b"", "its v1 manifest's history"))
+            return ImageConfig(env, _where(ref, platform))
+        if media not in MANIFEST_TYPES:
+            raise Unreadable(f"its manifest is of a type not read ({media[:80] or 'none given'})")
+        config = body.get("config")
+        blob = config.get("digest") if isinstance(config, dict) else None
+        if not isinstance(blob, str) or not _DIGEST.match(blob):
+            raise Unreadable("its manifest names no sha256 config")
+        data = self._get(ref, f"blobs/{blob}", "application/json, */*", MAX_CONFIG)[0]
+        if "sha256:" + hashlib.sha256(data).hexdigest() != blob:
+            raise Unreadable(f"the config blob read is not {blob[:19]}... (its digest differs)")
+        return ImageConfig(config_env(_json(data, "its config")), _where(ref, platform))
+
+    def _manifest(self, ref: Reference, reference: str) -> tuple[dict[str, Any], str]:
+        data, content_type = self._get(ref, f"manifests/{reference}", ACCEPT, MAX_MANIFEST)
+        if reference.startswith("sha256:") and "sha256:" + hashlib.sha256(data).hexdigest() != reference:
+            raise Unreadable(f"the manifest read is not {reference[:19]}... (its digest differs)")
+        body = _json(data, "its manifest")
+        if not isinstance(body, dict):
+            raise Unreadable("its manifest is not a JSON object")
+        media = body.get("mediaType")
+        if not isinstance(media, str) or not media:
+            media = content_type.split(";", 1)[0].strip()
+            if not media and body.get("schemaVersion") == 1:
+                media = f"{SCHEMA1}+json"
+        return body, media
+
+    def _scheme(self, host: str) -> str:
+        return "http" if host in self.settings.plain_http else "https"
+
+    def _get(self, ref: Reference, path: str, accept: str, limit: int) -> tuple[bytes, str]:
+        """The body and Content-Type of ``/v2/<repository>/<path>``: a 401's bearer token fetched once, redirects
+        followed (the Authorization header only to the registry itself)."""
+        url = f"{self._scheme(ref.registry)}://{ref.host}/v2/{ref.repository}/{path}"
+        key = (ref.host, ref.repository)
+        token = self._tokens.get(key)
+        authorized = token is not None and token[1] > time.monotonic()
+        headers = {"Accept": accept}
+        if token is not None and authorized:
+            headers["Authorization"] = f"Bearer {token[0]}"
+        hops = 0
+        while True:
+            response = self._request(url, headers, ref)
+            try:
+                status = response.status
+                if status == 401 and not authorized and urlsplit(url).netloc == ref.host:
+                    headers["Authorization"] = f"Bearer {self._token(ref, response.headers.get('WWW-Authenticate'))}"
+                    authorized = True
+                    continue
+                if status in (301, 302, 303, 307, 308) and path.startswith("blobs/") and hops < MAX_REDIRECTS:
+                    hops += 1
+                    target = urljoin(url, response.headers.get("Location", ""))
+                    if urlsplit(target).scheme not in ("https", self._scheme(ref.registry)):
+                        raise Unreadable(f"the registry redirects to {target[:100]}, not over HTTPS")
+                    if urlsplit(target).netloc != ref.host:
+                        headers.pop("Authorization", None)
+                    url = target
+                    continue
+                if status != 200:
+                    raise Unreadable(_status_words(status, ref, path))
+                return _read(response, limit, path), response.headers.get("Content-Type", "")
+            finally:
+                _done(response)
+
+    def _request(self, url: str, headers: Mapping[str, str], ref: Reference) -> Any:
+        try:
+            return self._http.request("GET", url, headers=dict(headers), redirect=False, preload_content=False)
+        except urllib3.exceptions.HTTPError as err:
+            raise Unreadable(f"cannot reach {urlsplit(url).netloc}: {_reason(err)}") from err
+
+    def _token(self, ref: Reference, challenge: str | None) -> str:
+        """An anonymous pull token from the realm a 401's ``WWW-Authenticate: Bearer ...`` names (Docker's token
+        protocol), kept for its lifetime; Unreadable where the registry wants a user and password."""
+        scheme, _, params = (challenge or "").strip().partition(" ")
+        if scheme.lower() != "bearer":
+            raise Unreadable(f"{ref.registry} wants credentials for {ref.repository} (a private image?)")
+        fields = dict(_CHALLENGE.findall(params))
+        realm = fields.get("realm", "")
+        if urlsplit(realm).scheme not in ("https", self._scheme(ref.registry)) or not urlsplit(realm).netloc:
+            raise Unreadable(f"{ref.registry} names a token service not over HTTPS ({realm[:100]!r})")
+        query = {"scope": fields.get("scope") or f"repository:{ref.repository}:pull"}
+        if fields.get("service"):
+            query["service"] = fields["service"]
+        url = realm + ("&" if "?" in realm else "?") + urlencode(query)
+        response = self._request(url, {"Accept": "application/json"}, ref)
+        try:
+            if response.status != 200:
+                raise Unreadable(
+                    f"{ref.registry}'s token service gives no anonymous pull of {ref.repository} (HTTP"
+                    f" {response.status}): a private image?"
+                )
+            answer = _json(_read(response, 1 << 20, "its token"), "the token service's answer")
+        finally:
+            _done(response)
+        token = answer.get("token") or answer.get("access_token") if isinstance(answer, dict) else None
+        if not isinstance(token, str) or not token:
+            raise Unreadable(f"{ref.registry}'s token service answered no token")
+        lifetime = answer.get("expires_in") if isinstance(answer, dict) else None
+        seconds = lifetime if isinstance(lifetime, int) and lifetime > 0 else 60
+        self._tokens[(ref.host, ref.repository)] = (token, time.monotonic() + max(seconds - 10, 10))
+        return token
+
+
+USER_AGENT = f"gpu-admission/{__version__}"
+
+
+def _where(ref: Reference, platform: str) -> str:
+    """'docker.io/vllm/vllm-openai:v0.11.0, linux/amd64' (a digest shown by its first 12 hex digits)."""
+    shown = f"{ref.registry}/{ref.repository}@{ref.reference[:19]}" if ref.by_digest else str(ref)
+    return f"{shown}, {platform}" if platform else shown
+
+
+def _json(data: bytes, what: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError as err:
+        raise Unreadable(f"{what} is not JSON: {err}") from err
+
+
+def _read(response: Any, limit: int, what: str) -> bytes:
+    try:
+        data = response.read(limit + 1)
+    except (urllib3.exceptions.HTTPError, OSError) as err:
+        raise Unreadable(f"reading {what.split('/')[0]}: {_reason(err)}") from err
+    if len(data) > limit:
+        raise Unreadable(f"its {what.split('/')[0]} is over {limit >> 20} MiB")
+    return bytes(data)
+
+
+def _done(response: Any) -> None:
+    """Back to the pool when its body was read whole (an answer of 200 within its limit), else closed: an error's
+    body is not read, however long a registry makes it."""
+    if response.status == 200 and response.isclosed():
+        response.release_conn()
+    else:
+        response.close()
+        response.release_conn()
+
+
+def _reason(err: Exception) -> str:
+    text = str(getattr(err, "reason", None) or err)
+    return text[:160]
+
+
+def _status_words(status: int, ref: Reference, path: str) -> str:
+    what = "manifest" if path.startswith("manifests/") else "config blob"
+    if status == 401 or status == 403:
+        return f"{ref.registry} refuses an anonymous pull of {ref.repository} (HTTP {status}): a private image?"
+    if status == 404:
+        return f"{ref.registry} has no {what} for {ref} (HTTP 404)"
+    if status == 429:
+        return f"{ref.registry} limits the pulls from here (HTTP 429)"
+    return f"{ref.registry} answered HTTP {status} for the {what} of {ref}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a worker knows, and its readers
+
+
+@dataclass(frozen=True)
+class Known:
+    config: ImageConfig
+    until: float
+    """When it is read again (monotonic seconds)."""
+
+
+class ImageConfigs:
+    """The image configs this worker has read, and the threads that read more; ``lookup`` is what a review asks."""
+
+    def __init__(
+        self,
+        settings: RegistrySettings,
+        read: Callable[[Reference], ImageConfig] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        count: Callable[[str], None] | None = None,
+        background: bool = True,
+    ) -> None:
+        """``read``: how a config is read (a ``Client``'s by default); ``count``: told each result (the metrics);
+        ``background``: False reads in the caller's thread (``gpu-admission review``: no pod waits there)."""
+        self.settings = settings
+        self.generation = 0
+        """Bumped by each read that changes what is known (``decisions`` keeps answers per generation)."""
+        self._read = read or Client(settings).config
+        self._clock = clock
+        self._known: dict[str, Known] = {}
+        self._asked: set[str] = set()
+        self._queue: queue.Queue[str] = queue.Queue()
+        self._lock = threading.Lock()
+        self._readers: list[threading.Thread] = []
+        self._pid = 0
+        self.counts = {"read": 0, "unreadable": 0, "dropped": 0}
+        self._count = count
+        self.background = background
+
+    def lookup(self, image: str) -> ImageConfig | None:
+        """What is known of ``image``'s config (None: nothing yet); one not known, or due to be read again, is
+        queued (the known one answers meanwhile)."""
+        known = self._known.get(image)
+        if known is None or known.until <= self._clock():
+            if not self.background:
+                return self.read_now(image)
+            self._ask(image)
+        return known.config if known is not None else None
+
+    def _ask(self, image: str) -> None:
+        with self._lock:
+            if image in self._asked:
+                return
+            if len(self._asked) >= QUEUE:
+                self._counted("dropped")
+                return
+            self._asked.add(image)
+            self._start()
+        self._queue.put(image)
+
+    def _counted(self, result: str) -> None:
+        self.counts[result] += 1
+        if self._count is not None:
+            self._count(result)
+
+    def _start(self) -> None:
+        """The readers, in this process (gunicorn forks after the app's import: threads are started here, once)."""
+        if self._pid == os.getpid() and all(t.is_alive() for t in self._readers):
+            return
+        self._pid = os.getpid()
+        self._readers = [
+            threading.Thread(target=self._run, name=f"gpu-admission-registry-{i}", daemon=True) for i in range(READERS)
+        ]
+        for thread in self._readers:
+            thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self.read_now(self._queue.get())
+
+    def read_now(self, image: str) -> ImageConfig:
+        """Read ``image``'s config here and now, and keep it (the readers' work; ``gpu-admission review``'s)."""
+        settings = self.settings
+        try:
+            ref = parse_reference(image)
+            if settings.registries and ref.registry not in settings.registries:
+                raise Unreadable(f"{ref.registry} is not among the registries read (cuda.registry.registries)")
+            config = self._read(ref)
+            seconds = float("inf") if ref.by_digest else settings.refresh_seconds
+        except Unreadable as err:
+            config, seconds = ImageConfig(error=str(err)), settings.retry_seconds
+        except Exception as err:  # a bug: said, logged, and tried again no sooner than a registry's failure
+            log.exception("reading the config of %s", image[:200])
+            error = f"reading it failed ({type(err).__name__}; see the webhook's log)"
+            config, seconds = ImageConfig(error=error), settings.retry_seconds
+        self._keep(image, config, self._clock() + seconds)
+        return config
+
+    def _keep(self, image: str, config: ImageConfig, until: float) -> None:
+        with self._lock:
+            before = self._known.pop(image, None)
+            self._known[image] = Known(config, until)  # last in the dict: forgotten last
+            while len(self._known) > self.settings.max_images:
+                del self._known[next(iter(self._known))]
+            if before is None or before.config != config:
+                self.generation += 1
+            self._counted("unreadable" if config.error else "read")
+            self._asked.discard(image)
+        log.info(
+            "image config of %s: %s",
+            image[:200],
+            config.error or (", ".join(f"{k}={v}" for k, v in config.env.items()) or "no CUDA variables"),
+        )
