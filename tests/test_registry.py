@@ -11,7 +11,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -174,6 +174,20 @@ def test_an_unread_config_says_why_and_an_invalid_one_is_an_error() -> None:
 # What a worker keeps
 
 
+class Fake:
+    """A registry client that answers with ``read`` and names ``digests`` on a HEAD (none: "")."""
+
+    def __init__(self, read: Callable[[Reference], ImageConfig], digests: dict[str, str] | None = None) -> None:
+        self.read, self.digests, self.heads = read, digests or {}, 0
+
+    def config(self, ref: Reference) -> ImageConfig:
+        return self.read(ref)
+
+    def digest(self, ref: Reference) -> str:
+        self.heads += 1
+        return self.digests.get(ref.repository, "")
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -192,7 +206,7 @@ def test_a_worker_reads_once_keeps_for_a_while_and_counts_what_changed() -> None
             return answers[ref.repository]
         raise Unreadable("no such image")
 
-    known = ImageConfigs(RegistrySettings(enabled=True, refresh_seconds=600, retry_seconds=60), read, clock)
+    known = ImageConfigs(RegistrySettings(enabled=True, refresh_seconds=600, retry_seconds=60), Fake(read), clock)
     assert known.read_now("team/a:1") == answers["team/a"] and known.generation == 1
     assert known.lookup("team/a:1") == answers["team/a"]
     known.read_now("team/a:1")  # the same answer read again: nothing changed
@@ -216,7 +230,7 @@ def test_registries_not_listed_are_not_read_and_the_oldest_image_goes_first() ->
         reads.append(str(ref))
         return ImageConfig({"CUDA_VERSION": "12.4"}, str(ref))
 
-    known = ImageConfigs(RegistrySettings(enabled=True, registries=["nvcr.io"], max_images=2), read, Clock())
+    known = ImageConfigs(RegistrySettings(enabled=True, registries=["nvcr.io"], max_images=2), Fake(read), Clock())
     assert "docker.io is not among the registries read" in known.read_now("vllm/vllm-openai:v1").error
     known.read_now("nvcr.io/nim/a:1")
     known.read_now("nvcr.io/nim/b:1")
@@ -224,12 +238,57 @@ def test_registries_not_listed_are_not_read_and_the_oldest_image_goes_first() ->
     assert reads == ["nvcr.io/nim/a:1", "nvcr.io/nim/b:1"]
 
 
+def test_a_tag_is_read_again_only_when_it_names_another_digest_and_a_failure_keeps_what_was_read() -> None:
+    clock = Clock()
+    versions = {"team/a": "12.4"}
+
+    def read(ref: Reference) -> ImageConfig:
+        if ref.repository not in versions:
+            raise Unreadable("cannot reach registry.example: timed out")
+        version = versions[ref.repository]
+        return ImageConfig({"CUDA_VERSION": version}, str(ref), digest=f"sha256:{version[-1] * 64}")
+
+    fake = Fake(read, {"team/a": "sha256:" + "4" * 64})
+    known = ImageConfigs(RegistrySettings(enabled=True, refresh_seconds=600, retry_seconds=60), fake, clock)
+    first = known.read_now("team/a:1")
+    assert known.read_now("team/a:1") is first and fake.heads == 1 and known.counts["unchanged"] == 1
+    assert known.generation == 1
+    versions["team/a"], fake.digests["team/a"] = "12.8", "sha256:" + "8" * 64  # the tag pushed anew
+    assert known.read_now("team/a:1").env == {"CUDA_VERSION": "12.8"} and known.generation == 2
+    del versions["team/a"]  # the registry away: what it said before stands, asked again after retrySeconds
+    fake.digests.clear()
+    assert known.read_now("team/a:1").env == {"CUDA_VERSION": "12.8"}
+    assert known.counts["unreadable"] == 1 and known.generation == 2
+    assert known._known["team/a:1"].until == clock.now + 60
+
+
+def test_the_workers_of_one_server_share_what_they_read(tmp_path: Path) -> None:
+    reads: list[str] = []
+
+    def read(ref: Reference) -> ImageConfig:
+        reads.append(ref.repository)
+        return ImageConfig({"CUDA_VERSION": "12.6"}, str(ref), digest="sha256:" + "6" * 64)
+
+    one, other = (ImageConfigs(RegistrySettings(enabled=True), Fake(read), shared=tmp_path) for _ in range(2))
+    config = one.read_now(VLLM)
+    assert other.read_now(VLLM) == config and reads == ["vllm/vllm-openai"]
+    assert other.counts["shared"] == 1 and other.lookup(VLLM) == config
+    # a record out of date, or not whole, is not taken: the registry is asked
+    (record,) = tmp_path.glob("*.json")
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({**data, "until": time.time() - 1}))
+    assert ImageConfigs(RegistrySettings(enabled=True), Fake(read), shared=tmp_path).read_now(VLLM) == config
+    record.write_text("{not json")
+    assert ImageConfigs(RegistrySettings(enabled=True), Fake(read), shared=tmp_path).read_now(VLLM) == config
+    assert reads == ["vllm/vllm-openai"] * 3
+
+
 def test_a_reader_that_fails_unexpectedly_says_so_and_waits_to_try_again(caplog: pytest.LogCaptureFixture) -> None:
     def read(ref: Reference) -> ImageConfig:
         raise KeyError("config")
 
     clock = Clock()
-    known = ImageConfigs(RegistrySettings(enabled=True, retry_seconds=60), read, clock)
+    known = ImageConfigs(RegistrySettings(enabled=True, retry_seconds=60), Fake(read), clock)
     got = known.read_now(VLLM)
     assert got.error == "reading it failed (KeyError; see the webhook's log)"
     assert "reading the config of vllm/vllm-openai:v0.11.0" in caplog.text
@@ -243,7 +302,7 @@ def test_a_lookup_answers_at_once_and_the_readers_fill_in() -> None:
         gate.wait(10)
         return ImageConfig({"CUDA_VERSION": "12.4"}, str(ref))
 
-    known = ImageConfigs(RegistrySettings(enabled=True), read)
+    known = ImageConfigs(RegistrySettings(enabled=True), Fake(read))
     started = time.monotonic()
     assert known.lookup(VLLM) is None and known.lookup(VLLM) is None  # asked once, answered without waiting
     assert time.monotonic() - started < 1.0
@@ -266,7 +325,7 @@ def _ctx(known: ImageConfigs, nodes: list[dict[str, Any]] = R535) -> Context:
 
 def test_a_pod_is_checked_against_its_images_config_once_it_is_read() -> None:
     config = ImageConfig({"NVIDIA_REQUIRE_CUDA": REQUIRE_129}, f"docker.io/{VLLM}, linux/amd64")
-    known = ImageConfigs(RegistrySettings(enabled=True), lambda ref: config, Clock())
+    known = ImageConfigs(RegistrySettings(enabled=True), Fake(lambda ref: config), Clock())
     known._asked.add(VLLM)  # as if its readers were busy: nothing read yet
     ctx = _ctx(known)
     first = pipeline.validate(pod(container(image=VLLM)), ctx)
@@ -284,7 +343,7 @@ def test_a_pod_is_checked_against_its_images_config_once_it_is_read() -> None:
 
 def test_an_answer_kept_for_replicas_is_not_handed_out_once_the_config_is_read() -> None:
     config = ImageConfig({"CUDA_VERSION": "12.9"}, f"docker.io/{VLLM}")
-    known = ImageConfigs(RegistrySettings(enabled=True), lambda ref: config, Clock())
+    known = ImageConfigs(RegistrySettings(enabled=True), Fake(lambda ref: config), Clock())
     known._asked.add(VLLM)
     ctx = _ctx(known)
     replica = pod(container(image=VLLM))
@@ -329,7 +388,7 @@ def test_the_reader_reads_every_kind_of_image_from_a_real_registry(real: Registr
     h = real.host
     digest = real.image("vllm/vllm-openai", "v1", ["PATH=/usr/bin", f"NVIDIA_REQUIRE_CUDA={REQUIRE_129}"])
     real.image("old/docker-format", "v1", ["CUDA_VERSION=11.8.0"], media=DOCKER_MANIFEST)
-    real.index("multi/arch", "v1", {"arm64": ["CUDA_VERSION=12.4.1"], "amd64": ["CUDA_VERSION=12.6.3"]})
+    index = real.index("multi/arch", "v1", {"arm64": ["CUDA_VERSION=12.4.1"], "amd64": ["CUDA_VERSION=12.6.3"]})
     real.index("arm/only", "v1", {"arm64": ["CUDA_VERSION=12.8.0"]})
     real.image("private/model", "v1", ["CUDA_VERSION=12.1"])
     client = Client(RegistrySettings(enabled=True, plain_http=[h]))
@@ -337,17 +396,19 @@ def test_the_reader_reads_every_kind_of_image_from_a_real_registry(real: Registr
     def read(image: str) -> ImageConfig:
         return client.config(parse_reference(image))
 
-    assert read(f"{h}/vllm/vllm-openai:v1") == ImageConfig(
-        {"NVIDIA_REQUIRE_CUDA": REQUIRE_129}, f"{h}/vllm/vllm-openai:v1"
-    )
+    tagged = ImageConfig({"NVIDIA_REQUIRE_CUDA": REQUIRE_129}, f"{h}/vllm/vllm-openai:v1", digest=digest)
+    assert read(f"{h}/vllm/vllm-openai:v1") == tagged
     by_digest = read(f"{h}/vllm/vllm-openai@{digest}")
-    assert (
-        by_digest.env == {"NVIDIA_REQUIRE_CUDA": REQUIRE_129}
-        and by_digest.where == f"{h}/vllm/vllm-openai@{digest[:19]}"
-    )
+    assert by_digest.env == tagged.env and by_digest.where == f"{h}/vllm/vllm-openai@{digest[:19]}"
     assert read(f"{h}/old/docker-format:v1").env == {"CUDA_VERSION": "11.8.0"}
-    assert read(f"{h}/multi/arch:v1") == ImageConfig({"CUDA_VERSION": "12.6.3"}, f"{h}/multi/arch:v1, linux/amd64")
-    assert read(f"{h}/arm/only:v1") == ImageConfig({"CUDA_VERSION": "12.8.0"}, f"{h}/arm/only:v1, linux/arm64")
+    multi = read(f"{h}/multi/arch:v1")
+    assert multi == ImageConfig({"CUDA_VERSION": "12.6.3"}, f"{h}/multi/arch:v1, linux/amd64", digest=index)
+    assert read(f"{h}/arm/only:v1").env == {"CUDA_VERSION": "12.8.0"}
+    assert read(f"{h}/arm/only:v1").where == f"{h}/arm/only:v1, linux/arm64"
+    # a HEAD names the digest a tag points at (what a refresh compares before it reads again)
+    assert client.digest(parse_reference(f"{h}/multi/arch:v1")) == index
+    real.index("multi/arch", "v1", {"amd64": ["CUDA_VERSION=12.8.1"]}, attestation=False)
+    assert client.digest(parse_reference(f"{h}/multi/arch:v1")) not in ("", index)
     with pytest.raises(Unreadable, match=rf"^{h} refuses an anonymous pull of private/model \(HTTP 401\)"):
         read(f"{h}/private/model:v1")
     with pytest.raises(Unreadable, match=rf"^{h} has no manifest for {h}/vllm/vllm-openai:v2 \(HTTP 404\)"):
@@ -429,7 +490,9 @@ def test_the_server_reads_configs_in_the_background_and_checks_the_next_pods(rea
             "object": pod(container(image=image)),
         },
     }
-    with serve(tmp_path, nodes=nodes, config=config, workers=2) as server:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    with serve(tmp_path, nodes=nodes, config=config, workers=2, env={"TMPDIR": str(scratch)}) as server:
         client = server.client()
         status, first = client.post("/validate", review)
         assert status == 200 and first["response"]["allowed"], first
@@ -450,6 +513,9 @@ def test_the_server_reads_configs_in_the_background_and_checks_the_next_pods(rea
         assert f"image config of {image}: NVIDIA_REQUIRE_CUDA=" in server.output()
         reads = re.search(r'^gpu_admission_image_configs_total\{result="read"\} (\S+)$', server.metrics(), re.M)
         assert reads is not None and float(reads.group(1)) >= 1
+        (record,) = scratch.glob("gpu-admission-images-*/*.json")  # what the other worker reads first
+        assert json.loads(record.read_text())["image"] == image
+    assert not list(scratch.glob("gpu-admission-images-*")), "the server leaves no shared directory behind"
     assert A100 in nodes.read_text()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
@@ -87,15 +88,18 @@ def create_app(
     cluster: ClusterSource | None = None,
     recorder: Recorder | None = None,
     images: ImageConfigs | None = None,
+    images_shared: Path | None = None,
 ) -> Flask:
     """``images``: the image configs read from registries; by default this app's own where ``cuda.registry`` is
-    on (its reader threads start with the first image asked, in the process that asks)."""
+    on (its reader threads start with the first image asked, in the process that asks), sharing what it reads
+    through the directory ``images_shared`` (the server's workers')."""
     settings = settings or Settings()
     cluster = cluster or StaticCluster(build_view([], settings, source="settings", known=False))
     recorder = recorder or build_recorder(settings, cluster)
     if images is None and settings.cuda.registry.enabled:
         metrics = getattr(recorder, "metrics", None)  # a Reporter's; a test's recorder may count nothing
-        images = ImageConfigs(settings.cuda.registry, count=metrics.image_config if metrics is not None else None)
+        count = metrics.image_config if metrics is not None else None
+        images = ImageConfigs(settings.cuda.registry, count=count, shared=images_shared)
     runtime = Runtime(settings, cluster, recorder, images=images)
     app = Flask("gpu_admission")
     app.json.sort_keys = False  # type: ignore[attr-defined]

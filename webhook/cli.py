@@ -8,7 +8,9 @@ import json
 import logging
 import multiprocessing
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -75,10 +77,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # --nodes (make run): no cluster, Events go to the log; else credentials decide (in-cluster, kubeconfig).
     relay = start_event_relay(settings, discover=not args.nodes)
 
+    # The image configs the workers read from registries go through one directory, so that each is read once
+    # (Docker Hub counts manifest reads against the address's pull limit, which the nodes share).
+    shared = Path(tempfile.mkdtemp(prefix="gpu-admission-images-")) if settings.cuda.registry.enabled else None
+
     def factory() -> tuple[Any, ClusterSource]:
         cluster = cluster_source(settings, nodes)
         recorder = build_recorder(settings, cluster, relay_fd=relay.fd if relay else None)
-        return create_app(settings, cluster=cluster, recorder=recorder), cluster
+        return create_app(settings, cluster=cluster, recorder=recorder, images_shared=shared), cluster
 
     cuda_version.load_data()  # in the master: no worker's first review reads the YAML
     # What the master holds now is shared with the workers page by page: keep the collector from touching it.
@@ -86,7 +92,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     gc.freeze()
     # The relay may take what is left of the graceful timeout (the workers mostly stop at once) to send what they
     # wrote: the kubelet's SIGKILL at the end of the grace period ends it anyway.
-    finish = (lambda: relay.finish(timeout=options.graceful_timeout)) if relay else None
+
+    def finish() -> None:
+        if shared is not None:
+            shutil.rmtree(shared, ignore_errors=True)
+        if relay:
+            relay.finish(timeout=options.graceful_timeout)
+
     GunicornServer(options, factory, on_exit=finish).run()
     return 0
 

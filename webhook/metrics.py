@@ -150,8 +150,9 @@ class Metrics:
         self.events = _events_counter(r)
         self.image_configs = Counter(
             "image_configs",
-            "Image configs read from registries (cuda.registry), by result (read; unreadable: no such image, a"
-            " private one, the registry unreachable; dropped: too many images waiting to be read)",
+            "Image configs read from registries (cuda.registry), by result (read; unchanged: a HEAD named the digest"
+            " read before; shared: another worker's; unreadable: no such image, a private one, the registry"
+            " unreachable; dropped: too many images waiting to be read)",
             ["result"],
             namespace=NAMESPACE,
             registry=r,

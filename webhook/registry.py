@@ -16,6 +16,8 @@ Each read that changes what is known bumps ``generation``, which the answers sto
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -26,7 +28,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 from urllib.parse import urlencode, urljoin, urlsplit
 
 import urllib3
@@ -66,6 +69,13 @@ READERS = 2
 """Reader threads per worker: one slow registry (a timeout) does not hold every other image back."""
 QUEUE = 256
 """Images waiting to be read per worker; past it a new one is not queued (and asked again by its next pod)."""
+FOREVER = 10 * 365 * 86400.0
+"""How long a config read by digest is kept (it cannot change), in seconds."""
+PRUNE_EVERY = 64
+"""Shared files written between two looks for old ones."""
+RESULTS = ("read", "unchanged", "shared", "unreadable", "dropped")
+"""How a read ended: read from the registry; unchanged (a HEAD named the digest read before); shared (another
+worker's); unreadable; dropped (too many images waiting)."""
 
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REPOSITORY = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
@@ -140,6 +150,9 @@ class ImageConfig:
     where: str = ""
     """'docker.io/vllm/vllm-openai@sha256:0123456789ab, linux/amd64': the image read, for the pod's words."""
     error: str = ""
+    digest: str = ""
+    """The manifest (or index) digest its reference named when it was read: a tag's config is read again only when
+    a HEAD of the tag names another (Docker Hub counts GETs of manifests against its pull limits, not HEADs)."""
 
 
 def config_env(config: Any) -> dict[str, str]:
@@ -189,17 +202,17 @@ class Client:
 
     def config(self, ref: Reference) -> ImageConfig:
         """What ``ref``'s config says of CUDA; Unreadable when the registry does not give it."""
-        body, media = self._manifest(ref, ref.reference)
+        body, media, named = self._manifest(ref, ref.reference)
         platform = ""
         if media in INDEX_TYPES:
             digest, platform = choose_platform(body)
-            body, media = self._manifest(ref, digest)
+            body, media, _ = self._manifest(ref, digest)
         if media in SCHEMA1_TYPES:  # Docker's first format: the config is the newest history entry's
             history = body.get("history")
             first = history[0] if isinstance(history, list) and history else None
             raw = first.get("v1Compatibility") if isinstance(first, dict) else None
             env = config_env(_json(raw.encode() if isinstance(raw, str) else b"", "its v1 manifest's history"))
-            return ImageConfig(env, _where(ref, platform))
+            return ImageConfig(env, _where(ref, platform), digest=named)
         if media not in MANIFEST_TYPES:
             raise Unreadable(f"its manifest is of a type not read ({media[:80] or 'none given'})")
         config = body.get("config")
@@ -207,14 +220,24 @@ class Client:
         if not isinstance(blob, str) or not _DIGEST.match(blob):
             raise Unreadable("its manifest names no sha256 config")
         data = self._get(ref, f"blobs/{blob}", "application/json, */*", MAX_CONFIG)[0]
-        if "sha256:" + hashlib.sha256(data).hexdigest() != blob:
+        if _sha256(data) != blob:
             raise Unreadable(f"the config blob read is not {blob[:19]}... (its digest differs)")
-        return ImageConfig(config_env(_json(data, "its config")), _where(ref, platform))
+        return ImageConfig(config_env(_json(data, "its config")), _where(ref, platform), digest=named)
 
-    def _manifest(self, ref: Reference, reference: str) -> tuple[dict[str, Any], str]:
-        data, content_type = self._get(ref, f"manifests/{reference}", ACCEPT, MAX_MANIFEST)
-        if reference.startswith("sha256:") and "sha256:" + hashlib.sha256(data).hexdigest() != reference:
+    def digest(self, ref: Reference) -> str:
+        """The digest ``ref``'s tag names now (a HEAD of its manifest: ``Docker-Content-Digest``); "" when the
+        registry does not say."""
+        headers = self._get(ref, f"manifests/{ref.reference}", ACCEPT, 0, method="HEAD")[1]
+        found = headers.get("Docker-Content-Digest", "")
+        return found if _DIGEST.match(found) else ""
+
+    def _manifest(self, ref: Reference, reference: str) -> tuple[dict[str, Any], str, str]:
+        """The manifest ``reference`` names, its media type and its digest."""
+        data, headers = self._get(ref, f"manifests/{reference}", ACCEPT, MAX_MANIFEST)
+        digest = _sha256(data)
+        if reference.startswith("sha256:") and digest != reference:
             raise Unreadable(f"the manifest read is not {reference[:19]}... (its digest differs)")
+        content_type = headers.get("Content-Type", "")
         body = _json(data, "its manifest")
         if not isinstance(body, dict):
             raise Unreadable("its manifest is not a JSON object")
@@ -223,14 +246,16 @@ class Client:
             media = content_type.split(";", 1)[0].strip()
             if not media and body.get("schemaVersion") == 1:
                 media = f"{SCHEMA1}+json"
-        return body, media
+        return body, media, digest
 
     def _scheme(self, host: str) -> str:
         return "http" if host in self.settings.plain_http else "https"
 
-    def _get(self, ref: Reference, path: str, accept: str, limit: int) -> tuple[bytes, str]:
-        """The body and Content-Type of ``/v2/<repository>/<path>``: a 401's bearer token fetched once, redirects
-        followed (the Authorization header only to the registry itself)."""
+    def _get(
+        self, ref: Reference, path: str, accept: str, limit: int, method: str = "GET"
+    ) -> tuple[bytes, Mapping[str, str]]:
+        """The body (none for a HEAD) and headers of ``/v2/<repository>/<path>``: a 401's bearer token fetched once,
+        redirects followed (the Authorization header only to the registry itself)."""
         url = f"{self._scheme(ref.registry)}://{ref.host}/v2/{ref.repository}/{path}"
         key = (ref.host, ref.repository)
         token = self._tokens.get(key)
@@ -240,7 +265,7 @@ class Client:
             headers["Authorization"] = f"Bearer {token[0]}"
         hops = 0
         while True:
-            response = self._request(url, headers, ref)
+            response = self._request(url, headers, method)
             try:
                 status = response.status
                 if status == 401 and not authorized and urlsplit(url).netloc == ref.host:
@@ -258,13 +283,14 @@ class Client:
                     continue
                 if status != 200:
                     raise Unreadable(_status_words(status, ref, path))
-                return _read(response, limit, path), response.headers.get("Content-Type", "")
+                body = _read(response, limit, path) if method == "GET" else b""
+                return body, response.headers
             finally:
                 _done(response)
 
-    def _request(self, url: str, headers: Mapping[str, str], ref: Reference) -> Any:
+    def _request(self, url: str, headers: Mapping[str, str], method: str = "GET") -> Any:
         try:
-            return self._http.request("GET", url, headers=dict(headers), redirect=False, preload_content=False)
+            return self._http.request(method, url, headers=dict(headers), redirect=False, preload_content=False)
         except urllib3.exceptions.HTTPError as err:
             raise Unreadable(f"cannot reach {urlsplit(url).netloc}: {_reason(err)}") from err
 
@@ -282,7 +308,7 @@ class Client:
         if fields.get("service"):
             query["service"] = fields["service"]
         url = realm + ("&" if "?" in realm else "?") + urlencode(query)
-        response = self._request(url, {"Accept": "application/json"}, ref)
+        response = self._request(url, {"Accept": "application/json"})
         try:
             if response.status != 200:
                 raise Unreadable(
@@ -308,6 +334,10 @@ def _where(ref: Reference, platform: str) -> str:
     """'docker.io/vllm/vllm-openai:v0.11.0, linux/amd64' (a digest shown by its first 12 hex digits)."""
     shown = f"{ref.registry}/{ref.repository}@{ref.reference[:19]}" if ref.by_digest else str(ref)
     return f"{shown}, {platform}" if platform else shown
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def _json(data: bytes, what: str) -> Any:
@@ -364,23 +394,34 @@ class Known:
     """When it is read again (monotonic seconds)."""
 
 
+class Reader(Protocol):
+    """What reads registries (``Client``; the tests' own)."""
+
+    def config(self, ref: Reference) -> ImageConfig: ...
+
+    def digest(self, ref: Reference) -> str: ...
+
+
 class ImageConfigs:
     """The image configs this worker has read, and the threads that read more; ``lookup`` is what a review asks."""
 
     def __init__(
         self,
         settings: RegistrySettings,
-        read: Callable[[Reference], ImageConfig] | None = None,
+        client: Reader | None = None,
         clock: Callable[[], float] = time.monotonic,
         count: Callable[[str], None] | None = None,
         background: bool = True,
+        shared: Path | None = None,
     ) -> None:
-        """``read``: how a config is read (a ``Client``'s by default); ``count``: told each result (the metrics);
-        ``background``: False reads in the caller's thread (``gpu-admission review``: no pod waits there)."""
+        """``client``: what reads the registries (its ``config`` and ``digest``); ``count``: told each result (the
+        metrics); ``background``: False reads in the caller's thread (``gpu-admission review``: no pod waits
+        there); ``shared``: a directory the workers of one server share what they read through (each worker
+        otherwise reads every image itself)."""
         self.settings = settings
         self.generation = 0
         """Bumped by each read that changes what is known (``decisions`` keeps answers per generation)."""
-        self._read = read or Client(settings).config
+        self.client = client or Client(settings)
         self._clock = clock
         self._known: dict[str, Known] = {}
         self._asked: set[str] = set()
@@ -388,9 +429,11 @@ class ImageConfigs:
         self._lock = threading.Lock()
         self._readers: list[threading.Thread] = []
         self._pid = 0
-        self.counts = {"read": 0, "unreadable": 0, "dropped": 0}
+        self.counts = dict.fromkeys(RESULTS, 0)
         self._count = count
         self.background = background
+        self.shared = shared
+        self._writes = 0
 
     def lookup(self, image: str) -> ImageConfig | None:
         """What is known of ``image``'s config (None: nothing yet); one not known, or due to be read again, is
@@ -434,24 +477,39 @@ class ImageConfigs:
             self.read_now(self._queue.get())
 
     def read_now(self, image: str) -> ImageConfig:
-        """Read ``image``'s config here and now, and keep it (the readers' work; ``gpu-admission review``'s)."""
+        """Read ``image``'s config here and now, and keep it (the readers' work; ``gpu-admission review``'s): what
+        another worker read (``shared``), else the registry's answer. A tag read before is read again only where
+        a HEAD names another digest; a registry that fails then leaves what it said before in place."""
         settings = self.settings
+        found = self._shared_get(image)
+        if found is not None:
+            self._keep(image, *found, "shared")
+            return found[0]
+        before = self._known.get(image)
+        result = "read"
         try:
             ref = parse_reference(image)
             if settings.registries and ref.registry not in settings.registries:
                 raise Unreadable(f"{ref.registry} is not among the registries read (cuda.registry.registries)")
-            config = self._read(ref)
-            seconds = float("inf") if ref.by_digest else settings.refresh_seconds
+            if before is not None and before.config.digest and self.client.digest(ref) == before.config.digest:
+                config, result = before.config, "unchanged"
+            else:
+                config = self.client.config(ref)
+            seconds = FOREVER if ref.by_digest else settings.refresh_seconds
         except Unreadable as err:
-            config, seconds = ImageConfig(error=str(err)), settings.retry_seconds
+            config, seconds, result = ImageConfig(error=str(err)), settings.retry_seconds, "unreadable"
+            if before is not None and not before.config.error:
+                log.warning("image config of %s: %s; what it said before stands", image[:200], err)
+                config = before.config
         except Exception as err:  # a bug: said, logged, and tried again no sooner than a registry's failure
             log.exception("reading the config of %s", image[:200])
             error = f"reading it failed ({type(err).__name__}; see the webhook's log)"
-            config, seconds = ImageConfig(error=error), settings.retry_seconds
-        self._keep(image, config, self._clock() + seconds)
+            config, seconds, result = ImageConfig(error=error), settings.retry_seconds, "unreadable"
+        self._keep(image, config, self._clock() + seconds, result)
+        self._shared_put(image, config, seconds)
         return config
 
-    def _keep(self, image: str, config: ImageConfig, until: float) -> None:
+    def _keep(self, image: str, config: ImageConfig, until: float, result: str) -> None:
         with self._lock:
             before = self._known.pop(image, None)
             self._known[image] = Known(config, until)  # last in the dict: forgotten last
@@ -459,10 +517,58 @@ class ImageConfigs:
                 del self._known[next(iter(self._known))]
             if before is None or before.config != config:
                 self.generation += 1
-            self._counted("unreadable" if config.error else "read")
+            self._counted(result)
             self._asked.discard(image)
-        log.info(
-            "image config of %s: %s",
-            image[:200],
-            config.error or (", ".join(f"{k}={v}" for k, v in config.env.items()) or "no CUDA variables"),
-        )
+        if result != "unchanged":
+            words = config.error or ", ".join(f"{k}={v}" for k, v in config.env.items()) or "no CUDA variables"
+            whose = " (another worker's)" if result == "shared" else ""
+            log.info("image config of %s: %s%s", image[:200], words, whose)
+
+    # -- what the workers of one server share ----------------------------------------------------------------
+    def _path(self, image: str) -> Path | None:
+        return self.shared / f"{hashlib.sha256(image.encode()).hexdigest()[:40]}.json" if self.shared else None
+
+    def _shared_get(self, image: str) -> tuple[ImageConfig, float] | None:
+        """What another worker read of ``image`` and until when (in this worker's clock), while it holds."""
+        path = self._path(image)
+        if path is None:
+            return None
+        try:
+            data = json.loads(path.read_bytes())
+            left = float(data["until"]) - time.time()
+            env = data["env"]
+            if data["image"] != image or left <= 0 or not isinstance(env, dict):
+                return None
+            config = ImageConfig(
+                {k: v for k, v in env.items() if k in CUDA_VARIABLES and isinstance(v, str)},
+                str(data["where"]),
+                str(data["error"]),
+                str(data["digest"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return config, self._clock() + left
+
+    def _shared_put(self, image: str, config: ImageConfig, seconds: float) -> None:
+        path = self._path(image)
+        if path is None:
+            return
+        record = {**dataclasses.asdict(config), "image": image, "until": time.time() + min(seconds, FOREVER)}
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            temporary.write_text(json.dumps(record))
+            os.replace(temporary, path)  # whole or not at all, for the other workers
+        except OSError as err:
+            log.warning("cannot share the image config of %s with the other workers: %s", image[:200], err)
+        self._writes += 1
+        if self._writes % PRUNE_EVERY == 0:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Files not written for longer than a tag is kept (a digest's is read again when next asked)."""
+        assert self.shared is not None
+        oldest = time.time() - max(self.settings.refresh_seconds, self.settings.retry_seconds)
+        for path in self.shared.glob("*.json"):
+            with contextlib.suppress(OSError):
+                if path.stat().st_mtime < oldest:
+                    path.unlink()
