@@ -4,6 +4,7 @@ server asking in the background while pods wait for nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import http.server
@@ -28,6 +29,7 @@ from webhook.cuda_version import declared_cuda
 from webhook.errors import ConfigError
 from webhook.model import Context
 from webhook.registry import (
+    QUEUE,
     Client,
     ImageConfig,
     ImageConfigs,
@@ -35,6 +37,7 @@ from webhook.registry import (
     Unreadable,
     choose_platform,
     config_env,
+    inside,
     parse_reference,
 )
 
@@ -144,24 +147,39 @@ def test_a_config_yields_the_cuda_as_the_containers_env_would() -> None:
     assert nothing.requirement is None and nothing.source == f"its image's config sets no CUDA variable ({where})"
 
 
-def test_the_containers_own_variable_replaces_the_images() -> None:
-    config = ImageConfig({"NVIDIA_REQUIRE_CUDA": REQUIRE_129, "NVIDIA_DISABLE_REQUIRE": "1"}, "w")
-    # an empty NVIDIA_DISABLE_REQUIRE in the pod overrides the image's "1": the image's requirement counts
-    own = container(image=VLLM, env={"NVIDIA_DISABLE_REQUIRE": ""})
-    got = declared_cuda(own, {}, configs=configs_of({VLLM: config}))
-    assert not got.disabled and got.version == (12, 9)
-    # the pod's CUDA_VERSION is read before the config is asked at all
+def test_the_image_env_lies_under_the_containers_as_the_runtime_merges_them() -> None:
+    def declared(config: ImageConfig | None, env: dict[str, str], image: str = VLLM) -> Any:
+        return declared_cuda(container(image=image, env=env), {}, configs=configs_of({image: config}))
+
+    where = f"docker.io/{VLLM}"
+    requires = ImageConfig({"NVIDIA_REQUIRE_CUDA": "cuda>=12.8", "CUDA_VERSION": "12.8.1"}, where)
+    # the pod's CUDA_VERSION is read after the image's NVIDIA_REQUIRE_CUDA: the runtime checks 12.8
+    got = declared(requires, {"CUDA_VERSION": "12.2"})
+    assert got.version == (12, 8) and got.source == f"image config NVIDIA_REQUIRE_CUDA of {where}"
+    # ... unless the pod sets that one too (even empty: it replaces the image's)
+    assert declared(requires, {"CUDA_VERSION": "12.2", "NVIDIA_REQUIRE_CUDA": ""}).source == "env CUDA_VERSION"
+    # the image's NVIDIA_DISABLE_REQUIRE turns the runtime's check off under the pod's requirement
+    disables = ImageConfig({"NVIDIA_DISABLE_REQUIRE": "true"}, where)
+    got = declared(disables, {"NVIDIA_REQUIRE_CUDA": "cuda>=13.0"})
+    assert got.disabled and got.source == f"image config NVIDIA_DISABLE_REQUIRE of {where}"
+    got = declared(disables, {"NVIDIA_REQUIRE_CUDA": "cuda>=13.0", "NVIDIA_DISABLE_REQUIRE": "false"})
+    assert got.version == (13, 0) and got.source == "env NVIDIA_REQUIRE_CUDA"
+    # a config that sets nothing above the pod's, one not read yet and one unreadable leave the pod's own value
+    quiet = ImageConfig({"NVIDIA_DISABLE_REQUIRE": "0", "CUDA_VERSION": "12.8"}, where)
+    for config in (quiet, None, ImageConfig(error="cannot reach docker.io")):
+        assert declared(config, {"CUDA_VERSION": "12.2"}).source == "env CUDA_VERSION"
+    # an image a tag rule reads is not asked of its registry
     asked: list[str] = []
-    got = declared_cuda(container(image=VLLM, env={"CUDA_VERSION": "12.2"}), {}, configs=lambda i: asked.append(i))
-    assert got.version == (12, 2) and asked == []
-    # an image whose tag tells its CUDA is not asked either
-    declared_cuda(container(image="nvidia/cuda:12.4.1-base-ubuntu22.04"), {}, configs=lambda i: asked.append(i))
+    tagged = "nvidia/cuda:12.4.1-base-ubuntu22.04"
+    declared_cuda(container(image=tagged, env={"CUDA_VERSION": "12.2"}), {}, configs=lambda i: asked.append(i))
+    declared_cuda(container(image=tagged), {}, configs=lambda i: asked.append(i))
     assert asked == []
 
 
 def test_an_unread_config_says_why_and_an_invalid_one_is_an_error() -> None:
     pending = declared_cuda(container(image=VLLM), {}, configs=configs_of({}))
-    assert pending.requirement is None and "not read yet: asked of its registry now" in pending.source
+    assert pending.requirement is None and pending.pending
+    assert "config was not read yet: asked of its registry, and pods created once it is read" in pending.source
     failed = ImageConfig(error="docker.io refuses an anonymous pull of team/model (HTTP 401): a private image?")
     got = declared_cuda(container(image=VLLM), {}, configs=configs_of({VLLM: failed}))
     assert got.source == f"its image's config is unread: {failed.error}" and not got.error
@@ -215,12 +233,15 @@ def test_a_worker_reads_once_keeps_for_a_while_and_counts_what_changed() -> None
     # a digest's config is kept for good; a tag's read again after refreshSeconds, a failure after retrySeconds
     digest = "team/a@sha256:" + "0" * 64
     known.read_now(digest)
+    assert known.generation == 3
     clock.now += 61
     assert known._known["team/b:1"].until < clock.now <= known._known["team/a:1"].until
+    # a config falling due moves the generation on, once: the answers given with it are given anew
+    assert known.generation == 4 == known.generation
     clock.now += 600
-    assert known._known[digest].until > clock.now
+    assert known._known[digest].until > clock.now and known.generation == 5
     answers["team/a"] = ImageConfig({"CUDA_VERSION": "12.8"}, "a")
-    assert known.read_now("team/a:1").env == {"CUDA_VERSION": "12.8"} and known.generation == 4
+    assert known.read_now("team/a:1").env == {"CUDA_VERSION": "12.8"} and known.generation == 6
 
 
 def test_registries_not_listed_are_not_read_and_the_oldest_image_goes_first() -> None:
@@ -341,6 +362,17 @@ def test_a_pod_is_checked_against_its_images_config_once_it_is_read() -> None:
     assert pipeline.validate(pod(container(image=VLLM)), Context(settings=off, cluster=build_view(R535, off))).allowed
 
 
+def test_a_pod_refused_for_an_unknown_cuda_while_its_config_is_read_is_told_to_come_back() -> None:
+    known = ImageConfigs(RegistrySettings(enabled=True), Fake(lambda ref: ImageConfig({}, "w")), Clock())
+    known._asked.add(VLLM)
+    s = settings(cuda={"unknownVersion": "deny", "registry": {"enabled": True}})
+    ctx = Context(settings=s, cluster=build_view(R535, s), namespace="ml", images=known)
+    refused = pipeline.validate(pod(container(image=VLLM)), ctx)
+    assert not refused.allowed
+    assert "its image's config was not read yet" in refused.message
+    assert "To fix: Create the pod again in a few seconds (a controller does so by itself)" in refused.message
+
+
 def test_an_answer_kept_for_replicas_is_not_handed_out_once_the_config_is_read() -> None:
     config = ImageConfig({"CUDA_VERSION": "12.9"}, f"docker.io/{VLLM}")
     known = ImageConfigs(RegistrySettings(enabled=True), Fake(lambda ref: config), Clock())
@@ -371,6 +403,66 @@ def test_an_answer_kept_for_replicas_is_not_handed_out_once_the_config_is_read()
 
     assert allowed() and allowed()  # the second: the stored answer
     known.read_now(VLLM)
+    assert not allowed()
+
+
+def _review(image: str, uid: str = "u1", name: str = "llm-7d9f-abcde") -> bytes:
+    obj = pod(container(image=image), name=name)
+    obj["metadata"]["uid"] = f"{uid}-pod"
+    request = {
+        "uid": uid,
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": "ml",
+        "operation": "CREATE",
+        "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+        "object": obj,
+    }
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}).encode()
+
+
+def test_replicas_answered_from_a_template_are_checked_once_the_config_is_read() -> None:
+    config = ImageConfig({"CUDA_VERSION": "12.9"}, f"docker.io/{VLLM}")
+    known = ImageConfigs(RegistrySettings(enabled=True), Fake(lambda ref: config), Clock())
+    known._asked.add(VLLM)
+    ctx = _ctx(known)
+
+    def replica(i: int) -> pipeline.Result:
+        body = _review(VLLM, uid=f"0000{i}-aaaa", name=f"llm-7d9f-0000{i}")
+        return decisions.decide(
+            "validate", pipeline.validate, body, "application/json", ctx.settings, ctx.cluster, known
+        )[1]
+
+    assert all(replica(i).allowed for i in range(1, 6))
+    assert replica(6).replayed  # the replicas are answered from a template by now
+    known.read_now(VLLM)
+    later = replica(7)
+    assert not later.allowed and not later.replayed
+
+
+def test_an_answer_given_while_the_registry_failed_is_given_anew_once_it_is_asked_again() -> None:
+    clock = Clock()
+    failing = [True]
+
+    def read(ref: Reference) -> ImageConfig:
+        if failing[0]:
+            raise Unreadable("docker.io limits the pulls from here (HTTP 429)", retry_after=120)
+        return ImageConfig({"CUDA_VERSION": "12.9"}, str(ref))
+
+    known = ImageConfigs(RegistrySettings(enabled=True, retry_seconds=60), Fake(read), clock, background=False)
+    ctx = _ctx(known)
+
+    def allowed() -> bool:
+        body = _review(VLLM)
+        return decisions.decide(
+            "validate", pipeline.validate, body, "application/json", ctx.settings, ctx.cluster, known
+        )[1].allowed
+
+    assert allowed() and allowed() and allowed()
+    failing[0] = False
+    clock.now += 100  # the registry asked for 120 s (Retry-After), more than retrySeconds
+    assert allowed()
+    clock.now += 21
     assert not allowed()
 
 
@@ -417,57 +509,169 @@ def test_the_reader_reads_every_kind_of_image_from_a_real_registry(real: Registr
     anonymous = [scope for scope, pusher in real.tokens.asked if not pusher]
     assert anonymous.count("repository:vllm/vllm-openai:pull") == 1
     assert "repository:private/model:pull" in anonymous
-    # over HTTPS unless listed: this registry speaks HTTP only
-    with pytest.raises(Unreadable, match=f"cannot reach {h}"):
-        Client(RegistrySettings(enabled=True, timeout_seconds=2)).config(parse_reference(f"{h}/vllm/vllm-openai:v1"))
+    # an address inside the cluster or the node is read only where listed; over HTTPS unless plainHttp lists it
+    unlisted = Client(RegistrySettings(enabled=True, timeout_seconds=2))
+    with pytest.raises(Unreadable, match=f"^{h} is inside the cluster or the node: read only where"):
+        unlisted.config(parse_reference(f"{h}/vllm/vllm-openai:v1"))
+    https = Client(RegistrySettings(enabled=True, registries=[h], timeout_seconds=2))
+    with pytest.raises(Unreadable, match=rf"^cannot reach {h} \(the webhook's log says why\)$"):
+        https.config(parse_reference(f"{h}/vllm/vllm-openai:v1"))
 
 
-class _Redirecting(http.server.BaseHTTPRequestHandler):
-    """A registry whose blobs are served from elsewhere (Docker Hub's: a CDN), and that elsewhere."""
+class _Quirky(http.server.BaseHTTPRequestHandler):
+    """A registry with the ways of real ones the Debian registry does not have: blobs served from another host (Docker
+    Hub's CDN), manifests redirected to another host (registry.k8s.io), a Basic challenge offered before the Bearer
+    one, unquoted parameters, tokens that stop being accepted, a manifest served as application/json without its
+    mediaType, an index whose entries name no platform, a blob that trickles, a 429 with Retry-After."""
 
     config = json.dumps({"config": {"Env": ["CUDA_VERSION=12.6.3"]}}).encode()
     seen: ClassVar[list[tuple[str, str | None]]] = []
+    issued: ClassVar[list[str]] = []
+    accepted: ClassVar[set[str]] = set()
+    trickle: ClassVar[float] = 0.0
 
     def do_GET(self) -> None:
+        kind = type(self)
         digest = "sha256:" + hashlib.sha256(self.config).hexdigest()
-        type(self).seen.append((self.path, self.headers.get("Authorization")))
-        if self.path.startswith("/v2/") and self.headers.get("Authorization") != "Bearer t0k":
-            self._answer(401, b"{}", {"WWW-Authenticate": f'Bearer realm="http://{self.headers["Host"]}/token"'})
-        elif self.path.startswith("/token"):
-            self._answer(200, b'{"access_token": "t0k"}')
+        manifest = json.dumps({"schemaVersion": 2, "config": {"digest": digest}}).encode()
+        index = json.dumps({"manifests": [{"digest": "sha256:" + hashlib.sha256(manifest).hexdigest()}]}).encode()
+        port = self.headers["Host"].rsplit(":", 1)[1]
+        kind.seen.append((self.path, self.headers.get("Authorization")))
+        if self.path.startswith("/token"):
+            kind.issued.append(f"t{len(kind.issued)}")
+            kind.accepted.add(kind.issued[-1])
+            self._answer(200, json.dumps({"access_token": kind.issued[-1], "expires_in": 300}).encode())
+        elif self.path.startswith("/v2/limited/"):
+            self._answer(429, b"{}", {"Retry-After": "3600"})
+        elif self.path.startswith("/v2/") and self.headers.get("Authorization", "")[7:] not in kind.accepted:
+            realm = f"http://{self.headers['Host']}/token"
+            challenge = f'Basic realm="basic", Bearer realm="{realm}",service=quirky,scope="repository:x:pull"'
+            self._answer(401, b"{}", {"WWW-Authenticate": challenge})
+        elif self.path.startswith("/v2/k8s/"):
+            self._answer(307, b"", {"Location": f"http://localhost:{port}/v2/moved/{self.path[8:]}"})
+        elif "/manifests/sha256:" in self.path:
+            self._answer(200, manifest, {"Content-Type": "application/json"})
+        elif "/manifests/" in self.path and "/indexed/" in self.path:
+            self._answer(200, index, {"Content-Type": "application/json"})
         elif "/manifests/" in self.path:
-            manifest = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "config": {"digest": digest}}
-            self._answer(200, json.dumps(manifest).encode())
+            self._answer(200, manifest, {"Content-Type": "application/json"})
         elif "/blobs/" in self.path:
-            port = self.headers["Host"].rsplit(":", 1)[1]
             self._answer(307, b"", {"Location": f"http://localhost:{port}/cdn/blob"})
         else:
-            self._answer(200, self.config)
+            self._answer(200, self.config, slow=kind.trickle)
 
-    def _answer(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+    def _answer(self, status: int, body: bytes, headers: dict[str, str] | None = None, slow: float = 0.0) -> None:
         self.send_response(status)
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if not slow:
+            self.wfile.write(body)
+            return
+        with contextlib.suppress(OSError):
+            for i in range(len(body)):
+                self.wfile.write(body[i : i + 1])
+                self.wfile.flush()
+                time.sleep(slow)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
-def test_a_blob_redirected_elsewhere_is_fetched_without_the_registrys_token() -> None:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Redirecting)
+@pytest.fixture
+def quirky() -> Iterator[tuple[str, Client]]:
+    _Quirky.seen, _Quirky.issued, _Quirky.accepted, _Quirky.trickle = [], [], set(), 0.0
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quirky)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    host = f"127.0.0.1:{server.server_address[1]}"
+    port = server.server_address[1]
+    host = f"127.0.0.1:{port}"
     try:
-        client = Client(RegistrySettings(enabled=True, plain_http=[host, f"localhost:{server.server_address[1]}"]))
-        assert client.config(parse_reference(f"{host}/team/model:1")).env == {"CUDA_VERSION": "12.6.3"}
+        yield host, Client(RegistrySettings(enabled=True, plain_http=[host, f"localhost:{port}"], timeout_seconds=0.5))
     finally:
         server.shutdown()
         server.server_close()
-    assert ("/cdn/blob", None) in _Redirecting.seen  # the other host never got the registry's token
-    assert any(path.startswith("/v2/team/model/blobs/") and auth == "Bearer t0k" for path, auth in _Redirecting.seen)
+
+
+def test_a_blob_redirected_elsewhere_is_fetched_without_the_registrys_token(quirky: tuple[str, Client]) -> None:
+    host, client = quirky
+    got = client.config(parse_reference(f"{host}/team/model:1"))
+    assert got.env == {"CUDA_VERSION": "12.6.3"}  # a manifest without mediaType, served as application/json
+    assert ("/cdn/blob", None) in _Quirky.seen  # the other host never got the registry's token
+    assert any(path.startswith("/v2/team/model/blobs/") and auth == "Bearer t0" for path, auth in _Quirky.seen)
+    # the Bearer challenge was found after the Basic one, with its unquoted service, and the repository's pull asked
+    token_asks = [path for path, _ in _Quirky.seen if path.startswith("/token")]
+    assert token_asks == ["/token?scope=repository%3Ax%3Apull&scope=repository%3Ateam%2Fmodel%3Apull&service=quirky"]
+
+
+def test_a_token_no_longer_accepted_is_fetched_again(quirky: tuple[str, Client]) -> None:
+    host, client = quirky
+    client.config(parse_reference(f"{host}/team/model:1"))
+    _Quirky.accepted.clear()  # the registry's signing key rotated, say
+    assert client.config(parse_reference(f"{host}/team/model:1")).env == {"CUDA_VERSION": "12.6.3"}
+    assert _Quirky.issued == ["t0", "t1"]
+
+
+def test_redirected_manifests_and_indexes_without_platforms_are_read(quirky: tuple[str, Client]) -> None:
+    host, client = quirky
+    assert client.config(parse_reference(f"{host}/k8s/team/model:1")).env == {"CUDA_VERSION": "12.6.3"}
+    assert any(path.startswith("/v2/moved/team/model/manifests/1") for path, _ in _Quirky.seen)
+    indexed = client.config(parse_reference(f"{host}/indexed/model:1"))
+    assert indexed.env == {"CUDA_VERSION": "12.6.3"} and indexed.where == f"{host}/indexed/model:1"
+
+
+def test_a_registry_that_trickles_cannot_hold_a_reader(quirky: tuple[str, Client]) -> None:
+    host, client = quirky
+    _Quirky.trickle = 0.1  # a byte every 0.1 s: each wait is short, the whole is not (0.5 s timeout: 2 s in all)
+    started = time.monotonic()
+    with pytest.raises(Unreadable, match="its config blob came too slowly"):
+        client.config(parse_reference(f"{host}/team/model:1"))
+    assert time.monotonic() - started < 5
+
+
+def test_a_registry_that_limits_pulls_is_asked_again_no_sooner_than_it_says(quirky: tuple[str, Client]) -> None:
+    host, client = quirky
+    clock = Clock()
+    known = ImageConfigs(RegistrySettings(enabled=True, retry_seconds=60), client, clock)
+    got = known.read_now(f"{host}/limited/model:1")
+    assert got.error == f"{host} limits the pulls from here (HTTP 429)"
+    assert known._known[f"{host}/limited/model:1"].until == clock.now + 3600
+
+
+@pytest.mark.parametrize(
+    ("host", "inside_"),
+    [
+        ("127.0.0.1:5000", True),
+        ("10.0.0.12", True),
+        ("[::1]:5000", True),
+        ("localhost:5000", True),
+        ("registry:5000", True),  # one label: a Service of the webhook's own namespace
+        ("kubernetes.default.svc", True),
+        ("harbor.registry.svc.cluster.local:443", True),
+        ("printer.local", True),
+        ("nvcr.io", False),
+        ("registry.internal.example.com:5000", False),
+        ("123456789012.dkr.ecr.us-east-1.amazonaws.com", False),
+    ],
+)
+def test_addresses_inside_the_cluster_or_the_node_are_told_apart(host: str, inside_: bool) -> None:
+    assert inside(host) is inside_
+
+
+def test_a_worker_with_too_many_images_waiting_drops_the_next_without_waiting() -> None:
+    gate = threading.Event()
+
+    def read(ref: Reference) -> ImageConfig:
+        gate.wait(10)
+        return ImageConfig({}, str(ref))
+
+    known = ImageConfigs(RegistrySettings(enabled=True), Fake(read))
+    started = time.monotonic()
+    for i in range(QUEUE + 10):
+        assert known.lookup(f"team/model-{i}:1") is None
+    assert time.monotonic() - started < 2
+    assert known.counts["dropped"] == 10
+    gate.set()
 
 
 def test_the_server_reads_configs_in_the_background_and_checks_the_next_pods(real: Registry, tmp_path: Path) -> None:

@@ -11,7 +11,10 @@ A container's requirement comes from, in order (the first that says anything win
 5. the image reference, through the rules of ``data/cuda-images.yaml``;
 6. with ``cuda.registry`` on, the image's config in its registry (``webhook.registry``): its env's
    ``NVIDIA_DISABLE_REQUIRE``, ``NVIDIA_REQUIRE_CUDA`` and ``CUDA_VERSION``, read as 2.-4. are, each under the
-   container's own variable of that name. Read in the background: until it is, the version is unknown.
+   container's own variable of that name (the runtime's merge). Read in the background: until it is, the version is
+   unknown. Where the pod sets a variable of 3.-4. itself, a config already read still counts through the ones the
+   runtime reads before it (the image's ``NVIDIA_REQUIRE_CUDA`` over the pod's ``CUDA_VERSION``; the image's
+   ``NVIDIA_DISABLE_REQUIRE`` over both). An image a rule of 5. reads is not asked of its registry.
 
 One of the variables of 2.-4. set by ``valueFrom`` (a ConfigMap, a Secret, a field of the pod) stops the lookup
 there with the version unknown: the runtime reads its value, which the webhook cannot, and it overrides every later
@@ -413,6 +416,8 @@ class Declared:
     """Why the declaration cannot be used (an invalid expression or version); empty when fine."""
     secondary: bool = False
     """The version comes from a secondary data row."""
+    pending: bool = False
+    """Unknown because the image's config is being read from its registry (``webhook.registry``)."""
 
     @property
     def version(self) -> Version | None:
@@ -543,8 +548,14 @@ def declared_cuda(
             break
     if _text(env, "NVIDIA_DISABLE_REQUIRE") in _TRUE:
         return Declared(name, image, source="env NVIDIA_DISABLE_REQUIRE", disabled=True)
+    # Where the pod sets a variable, the image's config (read from its registry) may still set the ones before it
+    # in the runtime's order: the runtime reads the image's env under the container's (6. in the module docstring).
+    # Only a config already read counts here: the pod's own value stands meanwhile.
     text = _text(env, "NVIDIA_REQUIRE_CUDA")
     if text:
+        above = _config_above(name, image, env, configs, use_image, ("NVIDIA_DISABLE_REQUIRE",))
+        if above is not None:
+            return above
         source = "env NVIDIA_REQUIRE_CUDA"
         try:
             return Declared(name, image, parse_requirement(text), source)
@@ -552,6 +563,9 @@ def declared_cuda(
             return Declared(name, image, source=source, error=f"invalid expression: {err}")
     text = _text(env, "CUDA_VERSION")
     if text:
+        above = _config_above(name, image, env, configs, use_image, ("NVIDIA_DISABLE_REQUIRE", "NVIDIA_REQUIRE_CUDA"))
+        if above is not None:
+            return above
         version = _version(text)
         if version is None:
             return Declared(name, image, source="env CUDA_VERSION", error=f"{text!r} is not a CUDA version")
@@ -568,6 +582,27 @@ def declared_cuda(
     return Declared(name, image)
 
 
+def _config_above(
+    name: str,
+    image: str,
+    own: Mapping[str, object],
+    configs: Callable[[str], ImageConfig | None] | None,
+    use_image: bool,
+    variables: tuple[str, ...],
+) -> Declared | None:
+    """What the image's config says through ``variables`` (those the runtime reads before the pod's own), where
+    the pod does not set them and the config is read; None where it says nothing there. An image whose tag a rule
+    reads is not asked of its registry (the rule stands for its config)."""
+    if configs is None or not image or (use_image and image_cuda(image)):
+        return None
+    config = configs(image)
+    if config is None or config.error or not any(v in config.env and v not in own for v in variables):
+        return None
+    found = _from_config(name, image, config, own)
+    requires = "NVIDIA_REQUIRE_CUDA" in variables and "NVIDIA_REQUIRE_CUDA" not in own
+    return found if found.disabled or (requires and config.env.get("NVIDIA_REQUIRE_CUDA", "").strip()) else None
+
+
 def _from_config(name: str, image: str, config: ImageConfig | None, own: Mapping[str, object]) -> Declared:
     """What the image's config says (its env, under the container's own: a variable the pod sets, even empty,
     replaces the image's), read as the container's env is."""
@@ -575,8 +610,9 @@ def _from_config(name: str, image: str, config: ImageConfig | None, own: Mapping
         return Declared(
             name,
             image,
-            source="its image's config is not read yet: asked of its registry now; pods created once it"
-            " is read are checked",
+            source="its image's config was not read yet: asked of its registry, and pods created once it is read"
+            " are checked",
+            pending=True,
         )
     if config.error:
         return Declared(name, image, source=f"its image's config is unread: {config.error}")

@@ -42,7 +42,7 @@ from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_OWNER, PE
 from webhook.pipeline import Result
 
 if TYPE_CHECKING:
-    from webhook.registry import ImageConfigs
+    from webhook.registry import ImageConfigs, ImageLookup
 
 log = logging.getLogger("gpu_admission.decisions")
 
@@ -97,7 +97,7 @@ class Replay:
 
 
 def context_for(
-    review: ReviewRequest, settings: Settings, view: ClusterView, images: ImageConfigs | None = None
+    review: ReviewRequest, settings: Settings, view: ClusterView, images: ImageLookup | None = None
 ) -> Context:
     return Context(
         settings=settings,
@@ -185,11 +185,12 @@ def decide(
     """The request in ``body``, its answer, and the AdmissionReview answer's bytes: replayed (a known replica's
     bytes), reused (an object of a known shape) or computed. BadRequest when the body is not a usable review."""
     check_content_type(content_type)
-    known = _replayed(endpoint, body, settings, view, images.generation if images is not None else 0)
+    snapshot = images.snapshot() if images is not None else None
+    known = _replayed(endpoint, body, settings, view, snapshot.generation if snapshot is not None else 0)
     if known is not None:
         return known
     review = parse_review(body, settings.max_body_bytes)
-    ctx = context_for(review, settings, view, images)
+    ctx = context_for(review, settings, view, snapshot)
     result, stored = _answer(endpoint, step, review.object, ctx, body)
     if stored is None:
         return review, result, encode_answer(review.uid, answer_parts(result, mutating=endpoint == "mutate"))

@@ -20,7 +20,7 @@ from webhook import PREFIX
 if TYPE_CHECKING:
     from webhook.cluster import ClusterView
     from webhook.config import Settings
-    from webhook.registry import ImageConfigs
+    from webhook.registry import ImageLookup
 
 JSON = dict[str, Any]
 
@@ -266,8 +266,9 @@ class Context:
     stored: Mapping[str, str] = field(default_factory=dict)
     """On a workload's UPDATE, the webhook's output annotations on its template as stored: an earlier review's own
     words (an update's forged ones are taken out before they are stored)."""
-    images: ImageConfigs | None = None
-    """The image configs this worker has read from registries (``cuda.registry``); None: none are read."""
+    images: ImageLookup | None = None
+    """The image configs this worker has read from registries (``cuda.registry``), as this request sees them;
+    None: none are read."""
 
 
 EventType = Literal["Normal", "Warning"]

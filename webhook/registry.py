@@ -8,10 +8,18 @@ platform's manifest where that is an index (linux/amd64 first, then linux/arm64)
 against its digest. Anonymously, with the bearer token a registry's 401 names (Docker Hub, nvcr.io, ghcr.io,
 quay.io ...); a registry that wants credentials leaves the image unread (pull secrets are not read).
 
-Never on the request path: a review calls ``ImageConfigs.lookup``, a dict read. An image not read yet is queued for
-this worker's reader threads and reviewed as "CUDA unknown" (the settings' ``unknownVersion``) until it is read.
-Each read that changes what is known bumps ``generation``, which the answers stored for replicas carry
-(``webhook.decisions``): an answer given before the image was read is not handed to the next replica.
+Never on the request path: a review looks images up in one request's ``Snapshot`` (a dict read each). An image not
+read yet is queued for this worker's reader threads and reviewed as "CUDA unknown" (the settings' ``unknownVersion``)
+until it is read. The ``generation`` moves on with each read that changes what is known and when a config falls due
+to be read again; the answers kept for replicas carry it (``webhook.decisions``), so an answer given before a read is
+not handed to the next replica, and a replica of an image due again asks for it.
+
+What the registries are spared: the workers of one server share what they read (a directory the server makes); a
+tag falls due after ``refreshSeconds`` and is then looked at with a HEAD (Docker Hub counts manifest GETs, not HEADs,
+against an address's pull limit), read again only when it names another digest; a failure is tried again after
+``retrySeconds`` or the registry's ``Retry-After``, the config read before standing meanwhile. What the cluster is
+spared: whoever creates a pod names the host, so an address inside the cluster or the node is read only where the
+settings list it, each read has a deadline, and a pod is told only that a registry could not be reached, not how.
 """
 
 from __future__ import annotations
@@ -19,8 +27,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import ipaddress
 import json
 import logging
+import math
 import os
 import queue
 import re
@@ -63,8 +73,13 @@ MAX_MANIFEST = 4 << 20
 MAX_CONFIG = 8 << 20
 """The largest config blob read (a config with a long history is tens of kB)."""
 MAX_REDIRECTS = 3
-"""A blob's GET is redirected to storage (Docker Hub's: a CDN): followed this many times at most (a manifest's
-redirect is not: registries serve manifests themselves)."""
+"""Redirects followed per request (Docker Hub's blobs go to a CDN, registry.k8s.io sends everything to a regional
+Artifact Registry)."""
+READ_DEADLINE = 4
+"""A config's whole read (its requests together) may take this many times ``timeoutSeconds`` (which bounds each
+wait for the network)."""
+MAX_TOKENS = 1024
+"""Bearer tokens kept per worker (one per repository read; a quarter, the oldest, go when it is reached)."""
 READERS = 2
 """Reader threads per worker: one slow registry (a timeout) does not hold every other image back."""
 QUEUE = 256
@@ -82,11 +97,15 @@ _REPOSITORY = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 _HOST = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?(?::[0-9]{1,5})?$")
-_CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
 
 
 class Unreadable(Exception):
-    """Why an image's config cannot be read, in words for the pod's annotation."""
+    """Why an image's config cannot be read, in words for the pod's annotation; ``retry_after``: seconds the
+    registry asked to wait (a 429's Retry-After)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -171,26 +190,72 @@ def config_env(config: Any) -> dict[str, str]:
 
 def choose_platform(index: Any) -> tuple[str, str]:
     """The digest and platform ('linux/amd64') of an index's manifest to read (``PLATFORMS``' order, else the first
-    Linux one that is not an attestation)."""
+    Linux one that is not an attestation, else the first entry that names no platform)."""
     manifests = index.get("manifests") if isinstance(index, dict) else None
     if not isinstance(manifests, list):
         raise Unreadable("its index lists no manifests")
     found: dict[tuple[str, str], str] = {}
+    unnamed = ""
     for m in manifests:
         platform = m.get("platform") if isinstance(m, dict) else None
         digest = m.get("digest") if isinstance(m, dict) else None
-        if not isinstance(platform, dict) or not isinstance(digest, str) or not _DIGEST.match(digest):
+        if not isinstance(digest, str) or not _DIGEST.match(digest):
             continue
-        key = (str(platform.get("os")), str(platform.get("architecture")))
-        found.setdefault(key, digest)
+        if not isinstance(platform, dict):  # optional in an OCI index
+            unnamed = unnamed or digest
+            continue
+        found.setdefault((str(platform.get("os")), str(platform.get("architecture"))), digest)
     for key in (*PLATFORMS, *(k for k in found if k[0] == "linux")):
         if key in found:
             return found[key], "/".join(key)
+    if unnamed:
+        return unnamed, ""
     raise Unreadable("its index has no Linux image")
 
 
+def media_of(body: dict[str, Any], content_type: str) -> str:
+    """A manifest's media type: its own ``mediaType``, else the Content-Type it came with, else its shape (an OCI
+    manifest need not name its type, and some registries serve it as application/json)."""
+    media = body.get("mediaType")
+    if isinstance(media, str) and media:
+        return media
+    media = content_type.split(";", 1)[0].strip()
+    if media in INDEX_TYPES or media in MANIFEST_TYPES or media in SCHEMA1_TYPES:
+        return media
+    if body.get("schemaVersion") == 1:
+        return f"{SCHEMA1}+json"
+    if isinstance(body.get("manifests"), list):
+        return "application/vnd.oci.image.index.v1+json"
+    if isinstance(body.get("config"), dict):
+        return "application/vnd.oci.image.manifest.v1+json"
+    return media
+
+
+_INSIDE = (".svc", ".local", ".localhost", ".home.arpa")
+
+
+def inside(host: str) -> bool:
+    """``host`` (host[:port]) names the node, the cluster or an address rather than a registry's name: an IP literal,
+    localhost, a name of one label (a Service in the same namespace), a Service's name (.svc, .cluster.local) or a
+    name of the local network (.local, .home.arpa). A pod naming such an image would have the webhook probe it."""
+    name = _hostname(host)
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    return name == "localhost" or "." not in name or name.endswith(_INSIDE)
+
+
+def _hostname(host: str) -> str:
+    """host[:port] without its port, lower case."""
+    if host.startswith("["):
+        return host[1 : host.find("]")].lower()
+    return (host.rsplit(":", 1)[0] if host.count(":") == 1 else host).lower()
+
+
 class Client:
-    """Reads image configs from registries (see the module docstring); one per reader thread's worker."""
+    """Reads image configs from registries (see the module docstring); one per worker, used by its readers."""
 
     def __init__(self, settings: RegistrySettings) -> None:
         self.settings = settings
@@ -199,14 +264,16 @@ class Client:
             num_pools=32, maxsize=READERS, retries=False, timeout=timeout, headers={"User-Agent": USER_AGENT}
         )
         self._tokens: dict[tuple[str, str], tuple[str, float]] = {}
+        self._listed = frozenset((*settings.registries, *settings.plain_http))
 
     def config(self, ref: Reference) -> ImageConfig:
         """What ``ref``'s config says of CUDA; Unreadable when the registry does not give it."""
-        body, media, named = self._manifest(ref, ref.reference)
+        deadline = time.monotonic() + READ_DEADLINE * self.settings.timeout_seconds
+        body, media, named = self._manifest(ref, ref.reference, deadline)
         platform = ""
         if media in INDEX_TYPES:
             digest, platform = choose_platform(body)
-            body, media, _ = self._manifest(ref, digest)
+            body, media, _ = self._manifest(ref, digest, deadline)
         if media in SCHEMA1_TYPES:  # Docker's first format: the config is the newest history entry's
             history = body.get("history")
             first = history[0] if isinstance(history, list) and history else None
@@ -219,7 +286,7 @@ class Client:
         blob = config.get("digest") if isinstance(config, dict) else None
         if not isinstance(blob, str) or not _DIGEST.match(blob):
             raise Unreadable("its manifest names no sha256 config")
-        data = self._get(ref, f"blobs/{blob}", "application/json, */*", MAX_CONFIG)[0]
+        data = self._get(ref, f"blobs/{blob}", "application/json, */*", MAX_CONFIG, deadline)[0]
         if _sha256(data) != blob:
             raise Unreadable(f"the config blob read is not {blob[:19]}... (its digest differs)")
         return ImageConfig(config_env(_json(data, "its config")), _where(ref, platform), digest=named)
@@ -227,63 +294,75 @@ class Client:
     def digest(self, ref: Reference) -> str:
         """The digest ``ref``'s tag names now (a HEAD of its manifest: ``Docker-Content-Digest``); "" when the
         registry does not say."""
-        headers = self._get(ref, f"manifests/{ref.reference}", ACCEPT, 0, method="HEAD")[1]
+        deadline = time.monotonic() + READ_DEADLINE * self.settings.timeout_seconds
+        headers = self._get(ref, f"manifests/{ref.reference}", ACCEPT, 0, deadline, method="HEAD")[1]
         found = headers.get("Docker-Content-Digest", "")
         return found if _DIGEST.match(found) else ""
 
-    def _manifest(self, ref: Reference, reference: str) -> tuple[dict[str, Any], str, str]:
+    def _manifest(self, ref: Reference, reference: str, deadline: float) -> tuple[dict[str, Any], str, str]:
         """The manifest ``reference`` names, its media type and its digest."""
-        data, headers = self._get(ref, f"manifests/{reference}", ACCEPT, MAX_MANIFEST)
+        data, headers = self._get(ref, f"manifests/{reference}", ACCEPT, MAX_MANIFEST, deadline)
         digest = _sha256(data)
-        if reference.startswith("sha256:") and digest != reference:
-            raise Unreadable(f"the manifest read is not {reference[:19]}... (its digest differs)")
-        content_type = headers.get("Content-Type", "")
         body = _json(data, "its manifest")
         if not isinstance(body, dict):
             raise Unreadable("its manifest is not a JSON object")
-        media = body.get("mediaType")
-        if not isinstance(media, str) or not media:
-            media = content_type.split(";", 1)[0].strip()
-            if not media and body.get("schemaVersion") == 1:
-                media = f"{SCHEMA1}+json"
+        media = media_of(body, headers.get("Content-Type", ""))
+        # a signed v1 manifest's digest is its payload's, without the signature: not checked
+        if reference.startswith("sha256:") and digest != reference and media not in SCHEMA1_TYPES:
+            raise Unreadable(f"the manifest read is not {reference[:19]}... (its digest differs)")
         return body, media, digest
 
     def _scheme(self, host: str) -> str:
         return "http" if host in self.settings.plain_http else "https"
 
+    def _target(self, url: str, ref: Reference, what: str) -> str:
+        """``url`` (a redirect's, a token service's) where the reader may go: over HTTPS (or as the registry is
+        reached) and not inside the cluster unless listed."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("https", self._scheme(ref.registry)) or not parts.netloc:
+            raise Unreadable(f"{ref.registry} sends the reader to {url[:100]!r} ({what}), not over HTTPS")
+        own = _hostname(parts.netloc) == _hostname(ref.registry)  # the registry's host, on another port or not
+        if inside(parts.netloc) and parts.netloc not in self._listed and not own:
+            raise Unreadable(f"{ref.registry} sends the reader to {parts.netloc[:100]} ({what}), inside the cluster")
+        return url
+
     def _get(
-        self, ref: Reference, path: str, accept: str, limit: int, method: str = "GET"
+        self, ref: Reference, path: str, accept: str, limit: int, deadline: float, method: str = "GET"
     ) -> tuple[bytes, Mapping[str, str]]:
-        """The body (none for a HEAD) and headers of ``/v2/<repository>/<path>``: a 401's bearer token fetched once,
-        redirects followed (the Authorization header only to the registry itself)."""
+        """The body (none for a HEAD) and headers of ``/v2/<repository>/<path>``: a bearer token fetched on a 401
+        (once more where a kept one was refused), redirects followed (the Authorization header only to the
+        registry itself), the whole within ``deadline``."""
+        if inside(ref.registry) and ref.registry not in self._listed:
+            raise Unreadable(
+                f"{ref.registry} is inside the cluster or the node: read only where cuda.registry.registries or"
+                " plainHttp lists it"
+            )
         url = f"{self._scheme(ref.registry)}://{ref.host}/v2/{ref.repository}/{path}"
-        key = (ref.host, ref.repository)
-        token = self._tokens.get(key)
-        authorized = token is not None and token[1] > time.monotonic()
         headers = {"Accept": accept}
-        if token is not None and authorized:
+        token = self._tokens.get((ref.host, ref.repository))
+        if token is not None and token[1] > time.monotonic():
             headers["Authorization"] = f"Bearer {token[0]}"
+        asked = False  # a token fetched for this request
         hops = 0
         while True:
             response = self._request(url, headers, method)
             try:
                 status = response.status
-                if status == 401 and not authorized and urlsplit(url).netloc == ref.host:
-                    headers["Authorization"] = f"Bearer {self._token(ref, response.headers.get('WWW-Authenticate'))}"
-                    authorized = True
+                if status == 401 and not asked:  # the registry's, or where it redirected to (its own token)
+                    challenge = response.headers.get("WWW-Authenticate")
+                    headers["Authorization"] = f"Bearer {self._token(ref, challenge, urlsplit(url).netloc)}"
+                    asked = True
                     continue
-                if status in (301, 302, 303, 307, 308) and path.startswith("blobs/") and hops < MAX_REDIRECTS:
+                if status in (301, 302, 303, 307, 308) and hops < MAX_REDIRECTS:
                     hops += 1
-                    target = urljoin(url, response.headers.get("Location", ""))
-                    if urlsplit(target).scheme not in ("https", self._scheme(ref.registry)):
-                        raise Unreadable(f"the registry redirects to {target[:100]}, not over HTTPS")
-                    if urlsplit(target).netloc != ref.host:
+                    url = self._target(urljoin(url, response.headers.get("Location", "")), ref, "a redirect")
+                    if urlsplit(url).netloc != ref.host:
                         headers.pop("Authorization", None)
-                    url = target
+                        asked = False
                     continue
                 if status != 200:
-                    raise Unreadable(_status_words(status, ref, path))
-                body = _read(response, limit, path) if method == "GET" else b""
+                    raise Unreadable(_status_words(status, ref, path), _retry_after(response.headers))
+                body = _read(response, limit, path, deadline, urlsplit(url).netloc) if method == "GET" else b""
                 return body, response.headers
             finally:
                 _done(response)
@@ -292,42 +371,76 @@ class Client:
         try:
             return self._http.request(method, url, headers=dict(headers), redirect=False, preload_content=False)
         except urllib3.exceptions.HTTPError as err:
-            raise Unreadable(f"cannot reach {urlsplit(url).netloc}: {_reason(err)}") from err
+            raise _unreachable(urlsplit(url).netloc, err) from err
 
-    def _token(self, ref: Reference, challenge: str | None) -> str:
+    def _token(self, ref: Reference, challenge: str | None, netloc: str) -> str:
         """An anonymous pull token from the realm a 401's ``WWW-Authenticate: Bearer ...`` names (Docker's token
-        protocol), kept for its lifetime; Unreadable where the registry wants a user and password."""
-        scheme, _, params = (challenge or "").strip().partition(" ")
-        if scheme.lower() != "bearer":
+        protocol; the scope it names and the repository's pull), kept for its lifetime where the registry itself
+        asked (``netloc``: who did); Unreadable where the registry wants a user and password."""
+        fields = _bearer(challenge or "")
+        if fields is None:
             raise Unreadable(f"{ref.registry} wants credentials for {ref.repository} (a private image?)")
-        fields = dict(_CHALLENGE.findall(params))
-        realm = fields.get("realm", "")
-        if urlsplit(realm).scheme not in ("https", self._scheme(ref.registry)) or not urlsplit(realm).netloc:
-            raise Unreadable(f"{ref.registry} names a token service not over HTTPS ({realm[:100]!r})")
-        query = {"scope": fields.get("scope") or f"repository:{ref.repository}:pull"}
+        realm = self._target(fields.get("realm", ""), ref, "its token service")
+        pull = f"repository:{ref.repository}:pull"
+        query = [("scope", scope) for scope in dict.fromkeys((fields.get("scope") or pull, pull))]
         if fields.get("service"):
-            query["service"] = fields["service"]
+            query.append(("service", fields["service"]))
         url = realm + ("&" if "?" in realm else "?") + urlencode(query)
         response = self._request(url, {"Accept": "application/json"})
         try:
             if response.status != 200:
                 raise Unreadable(
                     f"{ref.registry}'s token service gives no anonymous pull of {ref.repository} (HTTP"
-                    f" {response.status}): a private image?"
+                    f" {response.status}): a private image?",
+                    _retry_after(response.headers),
                 )
-            answer = _json(_read(response, 1 << 20, "its token"), "the token service's answer")
+            read = _read(response, 1 << 20, "token answer", time.monotonic() + 30, urlsplit(realm).netloc)
+            answer = _json(read, "the token service's answer")
         finally:
             _done(response)
-        token = answer.get("token") or answer.get("access_token") if isinstance(answer, dict) else None
+        token = (answer.get("token") or answer.get("access_token")) if isinstance(answer, dict) else None
         if not isinstance(token, str) or not token:
             raise Unreadable(f"{ref.registry}'s token service answered no token")
-        lifetime = answer.get("expires_in") if isinstance(answer, dict) else None
+        lifetime = answer.get("expires_in")
         seconds = lifetime if isinstance(lifetime, int) and lifetime > 0 else 60
-        self._tokens[(ref.host, ref.repository)] = (token, time.monotonic() + max(seconds - 10, 10))
+        if len(self._tokens) >= MAX_TOKENS:  # the oldest go first (one per repository read)
+            for key in list(self._tokens)[: MAX_TOKENS // 4]:
+                del self._tokens[key]
+        if netloc == ref.host:
+            self._tokens[(ref.host, ref.repository)] = (token, time.monotonic() + max(seconds - 10, 10))
         return token
 
 
 USER_AGENT = f"gpu-admission/{__version__}"
+_CHALLENGE = re.compile(r'([A-Za-z_][\w-]*)=(?:"([^"]*)"|([^",\s]*))')
+
+
+def _bearer(header: str) -> dict[str, str] | None:
+    """The parameters of the Bearer challenge among ``header``'s (a registry may offer Basic first); None when it
+    offers none."""
+    at = re.search(r"(?:^|[\s,])Bearer\s+", header, re.IGNORECASE)
+    if at is None:
+        return None
+    fields: dict[str, str] = {}
+    for m in _CHALLENGE.finditer(header, at.end()):
+        between = header[at.end() : m.start()]
+        if re.search(r"\b(?:Basic|Negotiate|Digest)\b", between, re.IGNORECASE):
+            break  # the next challenge's parameters
+        fields.setdefault(m.group(1).lower(), m.group(2) if m.group(2) is not None else m.group(3))
+    return fields
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """A 429's or 503's ``Retry-After`` in seconds (the date form is not read); None when it gives none."""
+    value = headers.get("Retry-After", "").strip()
+    return float(min(int(value), 86400)) if value.isdigit() else None
+
+
+def _unreachable(netloc: str, err: Exception) -> Unreadable:
+    """What a pod is told of a registry it cannot reach: which, not how (refused, reset, not TLS: that would
+    let whoever names an image map the network from the webhook); the log says how."""
+    log.info("cannot reach %s: %s", netloc[:100], _reason(err))
+    return Unreadable(f"cannot reach {netloc[:100]} (the webhook's log says why)")
 
 
 def _where(ref: Reference, platform: str) -> str:
@@ -347,14 +460,23 @@ def _json(data: bytes, what: str) -> Any:
         raise Unreadable(f"{what} is not JSON: {err}") from err
 
 
-def _read(response: Any, limit: int, what: str) -> bytes:
+def _read(response: Any, limit: int, what: str, deadline: float, host: str) -> bytes:
+    """The body, at most ``limit`` bytes, read by what arrives (``read1``) so that a registry that trickles it
+    cannot hold the reader past ``deadline``."""
+    noun = {"manifests": "manifest", "blobs": "config blob"}.get(what.split("/")[0], what)
+    chunks: list[bytes] = []
+    size = 0
     try:
-        data = response.read(limit + 1)
+        while chunk := response.read1(65536):
+            size += len(chunk)
+            if size > limit:
+                raise Unreadable(f"its {noun} is over {limit >> 20} MiB")
+            if time.monotonic() > deadline:
+                raise Unreadable(f"its {noun} came too slowly (over {READ_DEADLINE} times the timeout)")
+            chunks.append(chunk)
     except (urllib3.exceptions.HTTPError, OSError) as err:
-        raise Unreadable(f"reading {what.split('/')[0]}: {_reason(err)}") from err
-    if len(data) > limit:
-        raise Unreadable(f"its {what.split('/')[0]} is over {limit >> 20} MiB")
-    return bytes(data)
+        raise _unreachable(host, err) from err
+    return b"".join(chunks)
 
 
 def _done(response: Any) -> None:
@@ -402,6 +524,30 @@ class Reader(Protocol):
     def digest(self, ref: Reference) -> str: ...
 
 
+class ImageLookup(Protocol):
+    """What a review asks of the image configs (``ImageConfigs``, or one request's ``Snapshot`` of them)."""
+
+    @property
+    def generation(self) -> int: ...
+
+    def lookup(self, image: str) -> ImageConfig | None: ...
+
+
+class Snapshot:
+    """One request's view of the configs: each image looked up once (a read that lands meanwhile does not change
+    its answer halfway, nor is an image asked twice), with the generation it was taken at."""
+
+    def __init__(self, configs: ImageConfigs, generation: int) -> None:
+        self.generation = generation
+        self._configs = configs
+        self._seen: dict[str, ImageConfig | None] = {}
+
+    def lookup(self, image: str) -> ImageConfig | None:
+        if image not in self._seen:
+            self._seen[image] = self._configs.lookup(image)
+        return self._seen[image]
+
+
 class ImageConfigs:
     """The image configs this worker has read, and the threads that read more; ``lookup`` is what a review asks."""
 
@@ -419,8 +565,9 @@ class ImageConfigs:
         there); ``shared``: a directory the workers of one server share what they read through (each worker
         otherwise reads every image itself)."""
         self.settings = settings
-        self.generation = 0
-        """Bumped by each read that changes what is known (``decisions`` keeps answers per generation)."""
+        self._generation = 0
+        self._soonest = math.inf
+        """The earliest time a known config is due to be read again."""
         self.client = client or Client(settings)
         self._clock = clock
         self._known: dict[str, Known] = {}
@@ -434,6 +581,22 @@ class ImageConfigs:
         self.background = background
         self.shared = shared
         self._writes = 0
+
+    @property
+    def generation(self) -> int:
+        """Moves on with each read that changes what is known, and when a config falls due to be read again: the
+        answers ``decisions`` keeps carry it, so an answer is given anew (and its images asked again) then."""
+        if self._clock() >= self._soonest:
+            with self._lock:
+                now = self._clock()
+                if now >= self._soonest:
+                    self._generation += 1
+                    self._soonest = min((k.until for k in self._known.values() if k.until > now), default=math.inf)
+        return self._generation
+
+    def snapshot(self) -> Snapshot:
+        """A view for one request (``Snapshot``)."""
+        return Snapshot(self, self.generation)
 
     def lookup(self, image: str) -> ImageConfig | None:
         """What is known of ``image``'s config (None: nothing yet); one not known, or due to be read again, is
@@ -497,7 +660,8 @@ class ImageConfigs:
                 config = self.client.config(ref)
             seconds = FOREVER if ref.by_digest else settings.refresh_seconds
         except Unreadable as err:
-            config, seconds, result = ImageConfig(error=str(err)), settings.retry_seconds, "unreadable"
+            seconds = max(settings.retry_seconds, err.retry_after or 0)
+            config, result = ImageConfig(error=str(err)), "unreadable"
             if before is not None and not before.config.error:
                 log.warning("image config of %s: %s; what it said before stands", image[:200], err)
                 config = before.config
@@ -515,8 +679,9 @@ class ImageConfigs:
             self._known[image] = Known(config, until)  # last in the dict: forgotten last
             while len(self._known) > self.settings.max_images:
                 del self._known[next(iter(self._known))]
+            self._soonest = min(self._soonest, until)
             if before is None or before.config != config:
-                self.generation += 1
+                self._generation += 1
             self._counted(result)
             self._asked.discard(image)
         if result != "unchanged":

@@ -1030,6 +1030,12 @@ def _unknown_message(c: Check) -> str:
             f"the pod annotation {PREFIX}cuda-version: \"<major.minor>\" (every GPU container's; this one's own key"
             f" cuda-version.<name> would be over the 63 characters of an annotation name)"
         )
+    if d.pending:  # its controller creates it again: by then the config is read
+        return (
+            f"container {c.label} (image {d.image or '(none)'}): its CUDA version is unknown ({why}). "
+            f"To fix: Create the pod again in a few seconds (a controller does so by itself), or declare it with"
+            f" {declare}."
+        )
     return (
         f"container {c.label} (image {d.image or '(none)'}): its CUDA version is unknown ({why}). "
         f"To fix: Declare it with {declare}."
