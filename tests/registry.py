@@ -248,6 +248,26 @@ def registry(tmp: Path) -> Iterator[Registry]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _token_handler(tokens))
     tokens.port = server.server_address[1]
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for attempt in range(3):  # the port is free when picked, and bound by the registry a moment later
+            try:
+                with _serve(tmp, tokens, bundle) as running:
+                    yield running
+                break
+            except PortTaken:
+                if attempt == 2:
+                    raise
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class PortTaken(Exception):
+    """The registry could not bind the port picked for it."""
+
+
+@contextmanager
+def _serve(tmp: Path, tokens: TokenService, bundle: Path) -> Iterator[Registry]:
     port = free_port()
     config = tmp / "config.yml"
     config.write_text(
@@ -277,15 +297,16 @@ def registry(tmp: Path) -> Iterator[Registry]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-        server.shutdown()
-        server.server_close()
 
 
 def _wait(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"docker-registry exited: {log.read_text()[-2000:]}")
+            text = log.read_text()
+            if "address already in use" in text:
+                raise PortTaken(text[-500:])
+            raise AssertionError(f"docker-registry exited: {text[-2000:]}")
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
             return
