@@ -541,6 +541,12 @@ class _Quirky(http.server.BaseHTTPRequestHandler):
             kind.issued.append(f"t{len(kind.issued)}")
             kind.accepted.add(kind.issued[-1])
             self._answer(200, json.dumps({"access_token": kind.issued[-1], "expires_in": 300}).encode())
+        elif self.path.startswith("/v2/slow-headers/"):
+            with contextlib.suppress(OSError):
+                for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Padding: " + b"x" * 200:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.1)
         elif self.path.startswith("/v2/limited/"):
             self._answer(429, b"{}", {"Retry-After": "3600"})
         elif self.path.startswith("/v2/") and self.headers.get("Authorization", "")[7:] not in kind.accepted:
@@ -626,6 +632,14 @@ def test_a_registry_that_trickles_cannot_hold_a_reader(quirky: tuple[str, Client
     started = time.monotonic()
     with pytest.raises(Unreadable, match="its config blob came too slowly"):
         client.config(parse_reference(f"{host}/team/model:1"))
+    assert time.monotonic() - started < 5
+
+
+def test_a_registry_that_trickles_its_headers_is_cut_off_at_the_deadline(quirky: tuple[str, Client]) -> None:
+    host, client = quirky
+    started = time.monotonic()
+    with pytest.raises(Unreadable, match=f"^{host} answered too slowly$"):
+        client.config(parse_reference(f"{host}/slow-headers/model:1"))
     assert time.monotonic() - started < 5
 
 

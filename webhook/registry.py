@@ -34,6 +34,7 @@ import math
 import os
 import queue
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -254,6 +255,50 @@ def _hostname(host: str) -> str:
     return (host.rsplit(":", 1)[0] if host.count(":") == 1 else host).lower()
 
 
+_DEADLINE = threading.local()
+"""The deadline of the read this thread is doing (``Client``), for the connections' watch (``_Watched``)."""
+
+
+class _Watched:
+    """A connection that is cut (its socket shut down) when the read it serves passes its deadline while the
+    answer's status line and headers are still arriving: the timeout bounds each wait, not a registry that sends
+    them a byte at a time (the body is read against the deadline itself, ``_read``)."""
+
+    sock: Any
+
+    def getresponse(self) -> Any:
+        left = getattr(_DEADLINE, "at", math.inf) - time.monotonic()
+        if left == math.inf:
+            return super().getresponse()  # type: ignore[misc]
+        watch = threading.Timer(max(left, 0.0), self._cut)
+        watch.daemon = True
+        watch.start()
+        try:
+            return super().getresponse()  # type: ignore[misc]
+        finally:
+            watch.cancel()
+
+    def _cut(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+
+class _HTTP(_Watched, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _HTTPS(_Watched, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _Pool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _HTTP
+
+
+class _TLSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _HTTPS
+
+
 class Client:
     """Reads image configs from registries (see the module docstring); one per worker, used by its readers."""
 
@@ -263,6 +308,7 @@ class Client:
         self._http = urllib3.PoolManager(
             num_pools=32, maxsize=READERS, retries=False, timeout=timeout, headers={"User-Agent": USER_AGENT}
         )
+        self._http.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
         self._tokens: dict[tuple[str, str], tuple[str, float]] = {}
         self._listed = frozenset((*settings.registries, *settings.plain_http))
 
@@ -345,12 +391,13 @@ class Client:
         asked = False  # a token fetched for this request
         hops = 0
         while True:
-            response = self._request(url, headers, method)
+            response = self._request(url, headers, method, deadline)
             try:
                 status = response.status
                 if status == 401 and not asked:  # the registry's, or where it redirected to (its own token)
                     challenge = response.headers.get("WWW-Authenticate")
-                    headers["Authorization"] = f"Bearer {self._token(ref, challenge, urlsplit(url).netloc)}"
+                    fresh = self._token(ref, challenge, urlsplit(url).netloc, deadline)
+                    headers["Authorization"] = f"Bearer {fresh}"
                     asked = True
                     continue
                 if status in (301, 302, 303, 307, 308) and hops < MAX_REDIRECTS:
@@ -367,13 +414,22 @@ class Client:
             finally:
                 _done(response)
 
-    def _request(self, url: str, headers: Mapping[str, str], method: str = "GET") -> Any:
+    def _request(self, url: str, headers: Mapping[str, str], method: str = "GET", deadline: float = math.inf) -> Any:
+        _DEADLINE.at = deadline
         try:
-            return self._http.request(method, url, headers=dict(headers), redirect=False, preload_content=False)
+            response = self._http.request(method, url, headers=dict(headers), redirect=False, preload_content=False)
         except urllib3.exceptions.HTTPError as err:
+            if time.monotonic() > deadline:
+                raise Unreadable(f"{urlsplit(url).netloc[:100]} answered too slowly") from err
             raise _unreachable(urlsplit(url).netloc, err) from err
+        finally:
+            _DEADLINE.at = math.inf
+        if time.monotonic() > deadline:  # cut off (``_Watched``): what arrived is not the whole answer
+            _done(response)
+            raise Unreadable(f"{urlsplit(url).netloc[:100]} answered too slowly")
+        return response
 
-    def _token(self, ref: Reference, challenge: str | None, netloc: str) -> str:
+    def _token(self, ref: Reference, challenge: str | None, netloc: str, deadline: float) -> str:
         """An anonymous pull token from the realm a 401's ``WWW-Authenticate: Bearer ...`` names (Docker's token
         protocol; the scope it names and the repository's pull), kept for its lifetime where the registry itself
         asked (``netloc``: who did); Unreadable where the registry wants a user and password."""
@@ -386,7 +442,7 @@ class Client:
         if fields.get("service"):
             query.append(("service", fields["service"]))
         url = realm + ("&" if "?" in realm else "?") + urlencode(query)
-        response = self._request(url, {"Accept": "application/json"})
+        response = self._request(url, {"Accept": "application/json"}, deadline=deadline)
         try:
             if response.status != 200:
                 raise Unreadable(
@@ -394,7 +450,7 @@ class Client:
                     f" {response.status}): a private image?",
                     _retry_after(response.headers),
                 )
-            read = _read(response, 1 << 20, "token answer", time.monotonic() + 30, urlsplit(realm).netloc)
+            read = _read(response, 1 << 20, "token answer", deadline, urlsplit(realm).netloc)
             answer = _json(read, "the token service's answer")
         finally:
             _done(response)
