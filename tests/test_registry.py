@@ -440,6 +440,21 @@ def test_replicas_answered_from_a_template_are_checked_once_the_config_is_read()
     assert not later.allowed and not later.replayed
 
 
+def test_an_answer_that_looked_no_image_up_is_kept_whatever_is_read() -> None:
+    known = ImageConfigs(RegistrySettings(enabled=True), Fake(lambda ref: ImageConfig({}, "w")), Clock())
+    ctx = _ctx(known)
+    body = _review("nvidia/cuda:12.4.1-base-ubuntu22.04")  # its tag tells its CUDA: no registry asked
+
+    def decided() -> pipeline.Result:
+        return decisions.decide(
+            "validate", pipeline.validate, body, "application/json", ctx.settings, ctx.cluster, known
+        )[1]
+
+    assert not decided().reused
+    known.read_now("team/other:1")  # another image read: the generation moves on
+    assert decided().reused and known.counts["read"] == 1
+
+
 def test_an_answer_given_while_the_registry_failed_is_given_anew_once_it_is_asked_again() -> None:
     clock = Clock()
     failing = [True]

@@ -79,9 +79,9 @@ class Stored:
     """The request ``template``'s body came with (its objects left out): what a replayed request is, but for the
     template's slots."""
     tries: int = LEARNING_TRIES
-    images: int = 0
+    images: int | None = None
     """The image configs' generation it was computed with (``registry.ImageConfigs``): a config read since may
-    change it."""
+    change it; None when it looked no image up (its CUDA came from tags and env): no read changes it."""
 
 
 @dataclass(frozen=True)
@@ -222,7 +222,7 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
     store = ctx.cluster.decisions
     stored: Stored | None = store.get(key)
     images = ctx.images.generation if ctx.images is not None else 0  # read before the answer is computed
-    if stored is not None and stored.settings is ctx.settings and stored.images == images:
+    if stored is not None and stored.settings is ctx.settings and stored.images in (None, images):
         return stored.result, stored
     result = step(obj, ctx)
     if result.reason == "TooComplex":  # the clock's verdict, not the shape's: each replica is tried again
@@ -239,7 +239,8 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
         outcome=result.outcome.copy(),
     )
     # apart from ``result``: what its caller does to it stays its own
-    stored = Stored(ctx.settings, kept, answer_parts(kept, mutating=endpoint == "mutate"), body, key, images=images)
+    used = images if getattr(ctx.images, "asked", ctx.images is not None) else None
+    stored = Stored(ctx.settings, kept, answer_parts(kept, mutating=endpoint == "mutate"), body, key, images=used)
     store.put(key, stored, size=len(key) + len(body))
     return result, stored
 
@@ -293,7 +294,7 @@ def _replayed(
     endpoint: str, body: bytes, settings: Settings, view: ClusterView, images: int
 ) -> tuple[ReviewRequest, Result, bytes] | None:
     for known in view.replays.get((endpoint, len(body))) or ():
-        current = known.stored.settings is settings and known.stored.images == images
+        current = known.stored.settings is settings and known.stored.images in (None, images)
         texts = known.template.match(body) if current else None
         if texts is None:
             continue

@@ -598,6 +598,11 @@ class Snapshot:
         self._configs = configs
         self._seen: dict[str, ImageConfig | None] = {}
 
+    @property
+    def asked(self) -> bool:
+        """Whether the request looked any image up (an answer that did not holds whatever is read later)."""
+        return bool(self._seen)
+
     def lookup(self, image: str) -> ImageConfig | None:
         if image not in self._seen:
             self._seen[image] = self._configs.lookup(image)
