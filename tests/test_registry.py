@@ -9,7 +9,11 @@ import copy
 import hashlib
 import http.server
 import json
+import os
 import re
+import socket
+import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,7 +33,9 @@ from webhook.cuda_version import declared_cuda
 from webhook.errors import ConfigError
 from webhook.model import Context
 from webhook.registry import (
+    PRUNE_EVERY,
     QUEUE,
+    READERS,
     Client,
     ImageConfig,
     ImageConfigs,
@@ -179,7 +185,7 @@ def test_the_image_env_lies_under_the_containers_as_the_runtime_merges_them() ->
 def test_an_unread_config_says_why_and_an_invalid_one_is_an_error() -> None:
     pending = declared_cuda(container(image=VLLM), {}, configs=configs_of({}))
     assert pending.requirement is None and pending.pending
-    assert "config was not read yet: asked of its registry, and pods created once it is read" in pending.source
+    assert "config was not read yet (it is read from its registry in the background: pods created" in pending.source
     failed = ImageConfig(error="docker.io refuses an anonymous pull of team/model (HTTP 401): a private image?")
     got = declared_cuda(container(image=VLLM), {}, configs=configs_of({VLLM: failed}))
     assert got.source == f"its image's config is unread: {failed.error}" and not got.error
@@ -304,6 +310,47 @@ def test_the_workers_of_one_server_share_what_they_read(tmp_path: Path) -> None:
     assert reads == ["vllm/vllm-openai"] * 3
 
 
+def test_a_failure_is_not_shared_and_a_worker_takes_what_another_read_at_its_first_lookup(tmp_path: Path) -> None:
+    answers: dict[str, ImageConfig | Unreadable] = {VLLM: Unreadable("cannot reach docker.io")}
+
+    def read(ref: Reference) -> ImageConfig:
+        found = answers[str(ref).removeprefix("docker.io/")]
+        if isinstance(found, Unreadable):
+            raise found
+        return found
+
+    one = ImageConfigs(RegistrySettings(enabled=True), Fake(read), shared=tmp_path)
+    assert one.read_now(VLLM).error and not list(tmp_path.glob("*.json"))
+    answers[VLLM] = ImageConfig({"CUDA_VERSION": "12.6"}, "w")
+    one.read_now(VLLM)
+    other = ImageConfigs(RegistrySettings(enabled=True), Fake(read), shared=tmp_path)
+    assert other.lookup(VLLM) == answers[VLLM]  # from the file, in the review itself: not "not read yet"
+    assert other.counts["shared"] == 1 and not other._asked
+
+
+def test_the_shared_directory_keeps_at_most_max_images(tmp_path: Path) -> None:
+    known = ImageConfigs(
+        RegistrySettings(enabled=True, max_images=10), Fake(lambda ref: ImageConfig({}, str(ref))), shared=tmp_path
+    )
+    (tmp_path / ".left-by-a-killed-worker").write_text("{")
+    os.utime(tmp_path / ".left-by-a-killed-worker", (time.time() - 120, time.time() - 120))
+    for i in range(PRUNE_EVERY):
+        known.read_now(f"team/model-{i}:1")
+    assert len(list(tmp_path.iterdir())) == 10
+
+
+def test_readers_that_died_are_replaced_and_only_they() -> None:
+    known = ImageConfigs(RegistrySettings(enabled=True), Fake(lambda ref: ImageConfig({}, str(ref))))
+    known._start()
+    first = list(known._readers)
+    dead = threading.Thread(target=lambda: None)
+    dead.start()
+    dead.join()
+    known._readers[0] = dead
+    known._start()
+    assert len(known._readers) == READERS and first[1] in known._readers and dead not in known._readers
+
+
 def test_a_reader_that_fails_unexpectedly_says_so_and_waits_to_try_again(caplog: pytest.LogCaptureFixture) -> None:
     def read(ref: Reference) -> ImageConfig:
         raise KeyError("config")
@@ -312,7 +359,7 @@ def test_a_reader_that_fails_unexpectedly_says_so_and_waits_to_try_again(caplog:
     known = ImageConfigs(RegistrySettings(enabled=True, retry_seconds=60), Fake(read), clock)
     got = known.read_now(VLLM)
     assert got.error == "reading it failed (KeyError; see the webhook's log)"
-    assert "reading the config of vllm/vllm-openai:v0.11.0" in caplog.text
+    assert "reading the config of 'vllm/vllm-openai:v0.11.0'" in caplog.text
     assert known._known[VLLM].until == clock.now + 60
 
 
@@ -378,22 +425,7 @@ def test_an_answer_kept_for_replicas_is_not_handed_out_once_the_config_is_read()
     known = ImageConfigs(RegistrySettings(enabled=True), Fake(lambda ref: config), Clock())
     known._asked.add(VLLM)
     ctx = _ctx(known)
-    replica = pod(container(image=VLLM))
-    body = json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "u1",
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "namespace": "ml",
-                "operation": "CREATE",
-                "userInfo": {"username": "alice"},
-                "object": replica,
-            },
-        }
-    ).encode()
+    body = _review(VLLM)
 
     def allowed() -> bool:
         _, result, _ = decisions.decide(
@@ -401,12 +433,17 @@ def test_an_answer_kept_for_replicas_is_not_handed_out_once_the_config_is_read()
         )
         return result.allowed
 
-    assert allowed() and allowed()  # the second: the stored answer
+    assert allowed() and allowed()  # each asks again: no answer is kept while the image is unread
     known.read_now(VLLM)
     assert not allowed()
 
 
 def _review(image: str, uid: str = "u1", name: str = "llm-7d9f-abcde") -> bytes:
+    return json.dumps(review_of(image, uid, name)).encode()
+
+
+def review_of(image: str, uid: str = "u1", name: str = "llm-7d9f-abcde") -> dict[str, Any]:
+    """An AdmissionReview of a pod of one GPU container running ``image``, as its ReplicaSet creates it."""
     obj = pod(container(image=image), name=name)
     obj["metadata"]["uid"] = f"{uid}-pod"
     request = {
@@ -418,13 +455,12 @@ def _review(image: str, uid: str = "u1", name: str = "llm-7d9f-abcde") -> bytes:
         "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
         "object": obj,
     }
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}).encode()
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
-def test_replicas_answered_from_a_template_are_checked_once_the_config_is_read() -> None:
-    config = ImageConfig({"CUDA_VERSION": "12.9"}, f"docker.io/{VLLM}")
-    known = ImageConfigs(RegistrySettings(enabled=True), Fake(lambda ref: config), Clock())
-    known._asked.add(VLLM)
+def test_replicas_answered_from_a_template_are_checked_again_when_the_config_changes() -> None:
+    configs = {"now": ImageConfig({"CUDA_VERSION": "12.1"}, f"docker.io/{VLLM}")}
+    known = ImageConfigs(RegistrySettings(enabled=True), Fake(lambda ref: configs["now"]), Clock())
     ctx = _ctx(known)
 
     def replica(i: int) -> pipeline.Result:
@@ -433,10 +469,13 @@ def test_replicas_answered_from_a_template_are_checked_once_the_config_is_read()
             "validate", pipeline.validate, body, "application/json", ctx.settings, ctx.cluster, known
         )[1]
 
-    assert all(replica(i).allowed for i in range(1, 6))
-    assert replica(6).replayed  # the replicas are answered from a template by now
+    assert replica(0).allowed and not replica(1).reused  # not kept while the image was unread
     known.read_now(VLLM)
-    later = replica(7)
+    assert all(replica(i).allowed for i in range(2, 7))
+    assert replica(7).replayed  # the replicas are answered from a template by now
+    configs["now"] = ImageConfig({"CUDA_VERSION": "12.9"}, f"docker.io/{VLLM}")  # the tag pushed anew
+    known.read_now(VLLM)
+    later = replica(8)
     assert not later.allowed and not later.replayed
 
 
@@ -562,6 +601,12 @@ class _Quirky(http.server.BaseHTTPRequestHandler):
                     self.wfile.write(bytes([byte]))
                     self.wfile.flush()
                     time.sleep(0.1)
+        elif self.path.startswith("/v2/to-metadata/"):
+            self._answer(307, b"", {"Location": "https://169.254.169.254/latest/meta-data/"})
+        elif self.path.startswith("/v2/to-ftp/"):
+            self._answer(307, b"", {"Location": "ftp://files.example.com/blob"})
+        elif self.path.startswith("/v2/realm-inside/"):
+            self._answer(401, b"{}", {"WWW-Authenticate": 'Bearer realm="https://10.96.0.1/token"'})
         elif self.path.startswith("/v2/limited/"):
             self._answer(429, b"{}", {"Retry-After": "3600"})
         elif self.path.startswith("/v2/") and self.headers.get("Authorization", "")[7:] not in kind.accepted:
@@ -641,6 +686,48 @@ def test_redirected_manifests_and_indexes_without_platforms_are_read(quirky: tup
     assert indexed.env == {"CUDA_VERSION": "12.6.3"} and indexed.where == f"{host}/indexed/model:1"
 
 
+@pytest.mark.parametrize(
+    ("repository", "words"),
+    [
+        (
+            "to-metadata/x",
+            r"sends the reader \(a redirect\) to 169.254.169.254, which is inside the cluster or the node",
+        ),
+        ("to-ftp/x", r"sends the reader to 'ftp://files.example.com/blob' \(a redirect\), not over HTTPS"),
+        ("realm-inside/x", r"sends the reader \(its token service\) to 10.96.0.1, which is inside the cluster"),
+    ],
+)
+def test_a_registry_cannot_send_the_reader_inside_the_cluster(
+    quirky: tuple[str, Client], repository: str, words: str
+) -> None:
+    host, client = quirky
+    with pytest.raises(Unreadable, match=words):
+        client.config(parse_reference(f"{host}/{repository}:1"))
+    assert not any(path.startswith("/latest") for path, _ in _Quirky.seen)
+
+
+def test_a_name_that_resolves_inside_the_network_is_read_only_where_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    def resolve(host: str, port: Any, *args: Any, **kw: Any) -> list[Any]:
+        assert host == "registry.corp.example"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.1.2.3", port or 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    client = Client(RegistrySettings(enabled=True))
+    with pytest.raises(
+        Unreadable, match=r"^registry.corp.example resolves to an address inside the network \(10.1.2.3\)"
+    ):
+        client.config(parse_reference("registry.corp.example/team/model:1"))
+    listed = Client(RegistrySettings(enabled=True, registries=["registry.corp.example"], timeout_seconds=0.5))
+    with pytest.raises(Unreadable, match=r"^cannot reach registry\.corp\.example"):  # let through: nothing listens
+        listed.config(parse_reference("registry.corp.example/team/model:1"))
+
+
+def test_a_token_from_where_a_registry_redirected_is_not_kept_for_the_registry(quirky: tuple[str, Client]) -> None:
+    host, client = quirky
+    client.config(parse_reference(f"{host}/k8s/team/model:1"))
+    assert [key for key in client._tokens] == [(host, "k8s/team/model")]
+
+
 def test_a_registry_that_trickles_cannot_hold_a_reader(quirky: tuple[str, Client]) -> None:
     host, client = quirky
     _Quirky.trickle = 0.1  # a byte every 0.1 s: each wait is short, the whole is not (0.5 s timeout: 2 s in all)
@@ -710,19 +797,7 @@ def test_the_server_reads_configs_in_the_background_and_checks_the_next_pods(rea
     nodes.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": R535}))
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"cuda": {"registry": {"enabled": True, "plainHttp": [real.host]}}}))
-    review: dict[str, Any] = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "first",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": "ml",
-            "operation": "CREATE",
-            "userInfo": {"username": "alice"},
-            "object": pod(container(image=image)),
-        },
-    }
+    review = review_of(image, uid="first")
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     with serve(tmp_path, nodes=nodes, config=config, workers=2, env={"TMPDIR": str(scratch)}) as server:
@@ -743,7 +818,7 @@ def test_the_server_reads_configs_in_the_background_and_checks_the_next_pods(rea
         message = answer["response"]["status"]["message"]
         assert f"CUDA 12.9 (from image config NVIDIA_REQUIRE_CUDA of {image})" in message, message
         assert "pool gpu-a (driver 535.104.05, CUDA 12.2)" in message
-        assert f"image config of {image}: NVIDIA_REQUIRE_CUDA=" in server.output()
+        assert f"image config of '{image}': NVIDIA_REQUIRE_CUDA=" in server.output()
         reads = re.search(r'^gpu_admission_image_configs_total\{result="read"\} (\S+)$', server.metrics(), re.M)
         assert reads is not None and float(reads.group(1)) >= 1
         (record,) = scratch.glob("gpu-admission-images-*/*.json")  # what the other worker reads first
@@ -774,3 +849,18 @@ def test_review_reads_the_config_there_and_then(
     assert out.startswith("DENIED") and f"CUDA 12.9 (from image config CUDA_VERSION of {image})" in out, out
     assert cli.main(args) == cli.EXIT_ADMITTED  # the registry off: the version unknown
     assert "CUDA version unknown" in capsys.readouterr().out
+
+
+def test_serve_takes_out_the_shared_directories_an_earlier_server_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = [tmp_path / f"gpu-admission-images-{pid}-abc" for pid in (dead.pid, os.getpid())]
+    running = tmp_path / f"gpu-admission-images-{os.getppid()}-xyz"  # another server, still running
+    for d in (*left, running):
+        d.mkdir()
+    made = cli._images_directory()
+    assert made.is_dir() and made.name.startswith(f"gpu-admission-images-{os.getpid()}-")
+    assert running.is_dir() and not any(d.exists() for d in left)

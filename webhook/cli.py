@@ -79,7 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # The image configs the workers read from registries go through one directory, so that each is read once
     # (Docker Hub counts manifest reads against the address's pull limit, which the nodes share).
-    shared = Path(tempfile.mkdtemp(prefix="gpu-admission-images-")) if settings.cuda.registry.enabled else None
+    shared = _images_directory() if settings.cuda.registry.enabled else None
 
     def factory() -> tuple[Any, ClusterSource]:
         cluster = cluster_source(settings, nodes)
@@ -101,6 +101,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     GunicornServer(options, factory, on_exit=finish).run()
     return 0
+
+
+def _images_directory() -> Path:
+    """A new directory for the image configs the workers share; those an earlier server left (a container restarted
+    keeps its /tmp: the chart's emptyDir) are taken out: their pid, in the name, runs no server now, or is ours."""
+    own = os.getpid()
+    for old in Path(tempfile.gettempdir()).glob("gpu-admission-images-*"):
+        pid = old.name.split("-")[3] if old.name.count("-") >= 4 else ""
+        if not pid.isdigit() or int(pid) == own or not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"gpu-admission-images-{own}-"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _object_kind(obj: Any) -> str:

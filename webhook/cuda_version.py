@@ -610,8 +610,8 @@ def _from_config(name: str, image: str, config: ImageConfig | None, own: Mapping
         return Declared(
             name,
             image,
-            source="its image's config was not read yet: asked of its registry, and pods created once it is read"
-            " are checked",
+            source="its image's config was not read yet (it is read from its registry in the background: pods"
+            " created once it is read are checked)",
             pending=True,
         )
     if config.error:

@@ -227,6 +227,8 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
     result = step(obj, ctx)
     if result.reason == "TooComplex":  # the clock's verdict, not the shape's: each replica is tried again
         return result, None
+    if getattr(ctx.images, "waiting", False):  # an image not read yet: each replica asks for it, until it is
+        return result, None
     if result.patch:  # written once: the answer, the stored answer and the decision log all read it
         result.patch_json = result.patch_bytes()
     kept = dataclasses.replace(

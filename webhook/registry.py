@@ -235,17 +235,38 @@ def media_of(body: dict[str, Any], content_type: str) -> str:
 _INSIDE = (".svc", ".local", ".localhost", ".home.arpa")
 
 
+_NUMERIC = re.compile(r"^(?:0x[0-9a-f]+|[0-9]+)(?:\.(?:0x[0-9a-f]+|[0-9]+)){0,3}$")
+"""An IPv4 address in any of the forms the resolver takes (127.1, 0177.0.0.1, 0x7f.0.0.1, 2130706433)."""
+
+
 def inside(host: str) -> bool:
-    """``host`` (host[:port]) names the node, the cluster or an address rather than a registry's name: an IP literal,
-    localhost, a name of one label (a Service in the same namespace), a Service's name (.svc, .cluster.local) or a
-    name of the local network (.local, .home.arpa). A pod naming such an image would have the webhook probe it."""
-    name = _hostname(host)
+    """``host`` (host[:port]) names the node, the cluster or an address rather than a registry's name: an IP literal
+    (in any form the resolver reads), localhost, a name of one label (a Service in the same namespace), a Service's
+    name (.svc, .cluster.local) or a name of the local network (.local, .home.arpa). A pod naming such an image would
+    have the webhook probe it. Names that only resolve to such addresses are caught when resolved (``Client``)."""
+    name = _hostname(host).rstrip(".")
     try:
         ipaddress.ip_address(name)
         return True
     except ValueError:
         pass
-    return name == "localhost" or "." not in name or name.endswith(_INSIDE)
+    return bool(_NUMERIC.match(name)) or name == "localhost" or "." not in name or name.endswith(_INSIDE)
+
+
+def internal_address(host: str) -> str:
+    """The first address ``host`` resolves to that is not a global one (loopback, link-local, private, shared,
+    reserved): "" when all are global. Unreadable when it does not resolve."""
+    name = _hostname(host).rstrip(".")
+    try:
+        found = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except OSError as err:
+        raise _unreachable(host, err) from err
+    for *_, address in found:
+        ip = ipaddress.ip_address(str(address[0]).split("%", 1)[0])
+        mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+        if not (mapped or ip).is_global:
+            return str(ip)
+    return ""
 
 
 def _hostname(host: str) -> str:
@@ -363,14 +384,28 @@ class Client:
 
     def _target(self, url: str, ref: Reference, what: str) -> str:
         """``url`` (a redirect's, a token service's) where the reader may go: over HTTPS (or as the registry is
-        reached) and not inside the cluster unless listed."""
+        reached) and not inside the cluster unless listed (or the registry's own host)."""
         parts = urlsplit(url)
         if parts.scheme not in ("https", self._scheme(ref.registry)) or not parts.netloc:
             raise Unreadable(f"{ref.registry} sends the reader to {url[:100]!r} ({what}), not over HTTPS")
-        own = _hostname(parts.netloc) == _hostname(ref.registry)  # the registry's host, on another port or not
-        if inside(parts.netloc) and parts.netloc not in self._listed and not own:
-            raise Unreadable(f"{ref.registry} sends the reader to {parts.netloc[:100]} ({what}), inside the cluster")
+        if _hostname(parts.netloc) != _hostname(ref.registry):
+            self._outside(parts.netloc, f"{ref.registry} sends the reader ({what}) to {parts.netloc[:100]}, which")
         return url
+
+    def _outside(self, netloc: str, who: str) -> None:
+        """Unreadable where ``netloc`` is inside the cluster, the node or the local network (by its name, or by
+        what it resolves to) and the settings do not list it."""
+        if netloc in self._listed:
+            return
+        if inside(netloc):
+            raise Unreadable(
+                f"{who} is inside the cluster or the node: read only where registries or plainHttp list it"
+            )
+        if address := internal_address(netloc):
+            raise Unreadable(
+                f"{who} resolves to an address inside the network ({address}): read only where registries or"
+                " plainHttp list it"
+            )
 
     def _get(
         self, ref: Reference, path: str, accept: str, limit: int, deadline: float, method: str = "GET"
@@ -378,11 +413,7 @@ class Client:
         """The body (none for a HEAD) and headers of ``/v2/<repository>/<path>``: a bearer token fetched on a 401
         (once more where a kept one was refused), redirects followed (the Authorization header only to the
         registry itself), the whole within ``deadline``."""
-        if inside(ref.registry) and ref.registry not in self._listed:
-            raise Unreadable(
-                f"{ref.registry} is inside the cluster or the node: read only where cuda.registry.registries or"
-                " plainHttp lists it"
-            )
+        self._outside(ref.registry, ref.registry)
         url = f"{self._scheme(ref.registry)}://{ref.host}/v2/{ref.repository}/{path}"
         headers = {"Accept": accept}
         token = self._tokens.get((ref.host, ref.repository))
@@ -461,7 +492,7 @@ class Client:
         seconds = lifetime if isinstance(lifetime, int) and lifetime > 0 else 60
         if len(self._tokens) >= MAX_TOKENS:  # the oldest go first (one per repository read)
             for key in list(self._tokens)[: MAX_TOKENS // 4]:
-                del self._tokens[key]
+                self._tokens.pop(key, None)  # another reader may have taken it out already
         if netloc == ref.host:
             self._tokens[(ref.host, ref.repository)] = (token, time.monotonic() + max(seconds - 10, 10))
         return token
@@ -603,6 +634,12 @@ class Snapshot:
         """Whether the request looked any image up (an answer that did not holds whatever is read later)."""
         return bool(self._seen)
 
+    @property
+    def waiting(self) -> bool:
+        """Whether an image it looked up is not read yet (its answer is not kept: the next replica asks again, so
+        an image dropped from a full queue is not forgotten)."""
+        return any(config is None for config in self._seen.values())
+
     def lookup(self, image: str) -> ImageConfig | None:
         if image not in self._seen:
             self._seen[image] = self._configs.lookup(image)
@@ -666,6 +703,9 @@ class ImageConfigs:
         if known is None or known.until <= self._clock():
             if not self.background:
                 return self.read_now(image)
+            if known is None and (found := self._shared_get(image)) is not None:
+                self._keep(image, *found, "shared")  # another worker read it: one small file, once per worker
+                return found[0]
             self._ask(image)
         return known.config if known is not None else None
 
@@ -686,19 +726,25 @@ class ImageConfigs:
             self._count(result)
 
     def _start(self) -> None:
-        """The readers, in this process (gunicorn forks after the app's import: threads are started here, once)."""
-        if self._pid == os.getpid() and all(t.is_alive() for t in self._readers):
-            return
-        self._pid = os.getpid()
-        self._readers = [
-            threading.Thread(target=self._run, name=f"gpu-admission-registry-{i}", daemon=True) for i in range(READERS)
-        ]
-        for thread in self._readers:
+        """The readers, in this process (gunicorn forks after the app's import: threads are started here), the
+        missing ones only."""
+        if self._pid != os.getpid():
+            self._pid, self._readers = os.getpid(), []
+        self._readers = [t for t in self._readers if t.is_alive()]
+        for i in range(len(self._readers), READERS):
+            thread = threading.Thread(target=self._run, name=f"gpu-admission-registry-{i}", daemon=True)
+            self._readers.append(thread)
             thread.start()
 
     def _run(self) -> None:
         while True:
-            self.read_now(self._queue.get())
+            image = self._queue.get()
+            try:
+                self.read_now(image)
+            except Exception:  # never the reader's end: the image is asked again by a later review
+                log.exception("reading the config of %r", image[:200])
+                with self._lock:
+                    self._asked.discard(image)
 
     def read_now(self, image: str) -> ImageConfig:
         """Read ``image``'s config here and now, and keep it (the readers' work; ``gpu-admission review``'s): what
@@ -724,14 +770,15 @@ class ImageConfigs:
             seconds = max(settings.retry_seconds, err.retry_after or 0)
             config, result = ImageConfig(error=str(err)), "unreadable"
             if before is not None and not before.config.error:
-                log.warning("image config of %s: %s; what it said before stands", image[:200], err)
+                log.warning("image config of %r: %s; what it said before stands", image[:200], err)
                 config = before.config
         except Exception as err:  # a bug: said, logged, and tried again no sooner than a registry's failure
-            log.exception("reading the config of %s", image[:200])
+            log.exception("reading the config of %r", image[:200])
             error = f"reading it failed ({type(err).__name__}; see the webhook's log)"
             config, seconds, result = ImageConfig(error=error), settings.retry_seconds, "unreadable"
         self._keep(image, config, self._clock() + seconds, result)
-        self._shared_put(image, config, seconds)
+        if not config.error:  # a failure is this worker's own: another's read stands where it has one
+            self._shared_put(image, config, seconds)
         return config
 
     def _keep(self, image: str, config: ImageConfig, until: float, result: str) -> None:
@@ -748,7 +795,7 @@ class ImageConfigs:
         if result != "unchanged":
             words = config.error or ", ".join(f"{k}={v}" for k, v in config.env.items()) or "no CUDA variables"
             whose = " (another worker's)" if result == "shared" else ""
-            log.info("image config of %s: %s%s", image[:200], words, whose)
+            log.info("image config of %r: %s%s", image[:200], words, whose)
 
     # -- what the workers of one server share ----------------------------------------------------------------
     def _path(self, image: str) -> Path | None:
@@ -785,16 +832,25 @@ class ImageConfigs:
             temporary.write_text(json.dumps(record))
             os.replace(temporary, path)  # whole or not at all, for the other workers
         except OSError as err:
-            log.warning("cannot share the image config of %s with the other workers: %s", image[:200], err)
+            log.warning("cannot share the image config of %r with the other workers: %s", image[:200], err)
         self._writes += 1
         if self._writes % PRUNE_EVERY == 0:
             self._prune()
 
     def _prune(self) -> None:
-        """Files not written for longer than a tag is kept (a digest's is read again when next asked)."""
+        """Files not written for longer than a tag is kept (a digest's is read again when next asked), and past
+        ``maxImages`` the oldest; a temporary file a worker left (killed between its write and its rename)."""
         assert self.shared is not None
-        oldest = time.time() - max(self.settings.refresh_seconds, self.settings.retry_seconds)
-        for path in self.shared.glob("*.json"):
+        now = time.time()
+        oldest = now - max(self.settings.refresh_seconds, self.settings.retry_seconds)
+        kept: list[tuple[float, Path]] = []
+        for path in self.shared.iterdir():
             with contextlib.suppress(OSError):
-                if path.stat().st_mtime < oldest:
+                written = path.stat().st_mtime
+                if written < oldest or (path.name.startswith(".") and written < now - 60):
                     path.unlink()
+                elif not path.name.startswith("."):
+                    kept.append((written, path))
+        for _, path in sorted(kept)[: max(len(kept) - self.settings.max_images, 0)]:
+            with contextlib.suppress(OSError):
+                path.unlink()
