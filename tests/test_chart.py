@@ -803,6 +803,26 @@ def test_network_policy_lets_the_registry_reader_out_only_when_it_is_on():
     assert on == [{53}, {6443}, {443, 5000, 80, 8443}]
 
 
+def test_registry_credentials_are_mounted_and_named_in_the_settings():
+    objects = render_values("all-on")
+    deployment = find(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "registry-credentials"]
+    assert volume["secret"] == {
+        "secretName": "registry-pulls",
+        "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
+    }
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "registry-credentials"]
+    config = yaml.safe_load(find(objects, "ConfigMap", f"{RELEASE}-gpu-admission")["data"]["config.yaml"])
+    assert config["cuda"]["registry"]["credentialsFile"] == f"{mount['mountPath']}/config.json"
+    assert mount["readOnly"] is True
+    defaults = render_values("defaults")
+    default_pod = find(defaults, "Deployment")["spec"]["template"]["spec"]
+    assert "registry-credentials" not in {v["name"] for v in default_pod["volumes"]}
+    policy = find(objects, "NetworkPolicy")
+    assert {p["port"] for p in policy["spec"]["egress"][-1]["ports"]} == {443, 8443}
+
+
 def test_helm_test_hook_sends_a_dry_run_pod_to_a_covered_namespace(rendered):
     name, objects = rendered
     (pod,) = [o for o in find_all(objects, "Pod") if hooks(o) == {"test"}]

@@ -4,6 +4,7 @@ server asking in the background while pods wait for nothing."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import hashlib
@@ -13,6 +14,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -45,6 +47,7 @@ from webhook.registry import (
     config_env,
     inside,
     parse_reference,
+    read_credentials,
 )
 
 VLLM = "vllm/vllm-openai:v0.11.0"  # no rule reads its tag: its CUDA is in its config only
@@ -572,6 +575,59 @@ def test_the_reader_reads_every_kind_of_image_from_a_real_registry(real: Registr
         https.config(parse_reference(f"{h}/vllm/vllm-openai:v1"))
 
 
+def test_credentials_are_read_as_docker_login_writes_them() -> None:
+    pair = base64.b64encode(b"$oauthtoken:nvapi-123").decode()
+    text = json.dumps(
+        {
+            "auths": {
+                "nvcr.io": {"auth": pair},
+                "https://index.docker.io/v1/": {"username": "me", "password": "pw"},
+                "harbor.corp.example:8443": {"username": "robot$pull", "password": "s3cret"},
+            }
+        }
+    )
+    got = read_credentials(text)
+    assert got["nvcr.io"] == f"Basic {pair}"
+    assert got["docker.io"] == "Basic " + base64.b64encode(b"me:pw").decode()
+    assert got["harbor.corp.example:8443"] == "Basic " + base64.b64encode(b"robot$pull:s3cret").decode()
+    for bad, words in [
+        ("{}", "no 'auths' mapping"),
+        ('{"auths": {"nvcr.io": {}}}', "neither auth nor username and password"),
+        ('{"auths": {"nvcr.io": {"auth": "bm9jb2xvbg=="}}}', "its auth is not user:password"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            read_credentials(bad)
+
+
+def test_a_private_image_is_read_with_the_credentials_and_only_by_its_registry(real: Registry, tmp_path: Path) -> None:
+    h = real.host
+    real.image("private/llm", "v1", ["CUDA_VERSION=12.9.1"])
+    credentials = tmp_path / "config.json"
+    credentials.write_text(json.dumps({"auths": {"elsewhere.example": {"username": "pusher", "password": "secret"}}}))
+    client = Client(RegistrySettings(enabled=True, plain_http=[h], credentials_file=str(credentials)))
+    with pytest.raises(Unreadable, match="refuses an anonymous pull of private/llm"):
+        client.config(parse_reference(f"{h}/private/llm:v1"))
+    # the Secret renewed with this registry's entry: read again, and used
+    credentials.write_text(json.dumps({"auths": {h: {"username": "pusher", "password": "secret"}}}))
+    assert client.config(parse_reference(f"{h}/private/llm:v1")).env == {"CUDA_VERSION": "12.9.1"}
+    assert real.tokens.asked[-1] == ("repository:private/llm:pull", True)
+
+
+def test_serve_refuses_a_credentials_file_it_cannot_use(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    bad = tmp_path / "pulls.json"
+    bad.write_text('{"auths": {"nvcr.io": {}}}')
+    config.write_text(yaml.safe_dump({"cuda": {"registry": {"enabled": True, "credentialsFile": str(bad)}}}))
+    certs = tmp_path / "certs"
+    args = ["serve", "--config", str(config), "--cert", str(certs / "c"), "--key", str(certs / "k")]
+    done = subprocess.run([sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == cli.EXIT_UNUSABLE
+    assert f"cuda.registry.credentialsFile {bad}: auths['nvcr.io'] has neither auth" in done.stderr
+
+
+BASIC = "Basic " + base64.b64encode(b"user:pass").decode()
+
+
 class _Quirky(http.server.BaseHTTPRequestHandler):
     """A registry with the ways of real ones the Debian registry does not have: blobs served from another host (Docker
     Hub's CDN), manifests redirected to another host (registry.k8s.io), a Basic challenge offered before the Bearer
@@ -609,6 +665,13 @@ class _Quirky(http.server.BaseHTTPRequestHandler):
             self._answer(401, b"{}", {"WWW-Authenticate": 'Bearer realm="https://10.96.0.1/token"'})
         elif self.path.startswith("/v2/limited/"):
             self._answer(429, b"{}", {"Retry-After": "3600"})
+        elif self.path.startswith("/v2/basic-only/"):
+            if self.headers.get("Authorization") != BASIC:
+                self._answer(401, b"{}", {"WWW-Authenticate": 'Basic realm="quirky"'})
+            elif "/manifests/" in self.path:
+                self._answer(200, manifest, {"Content-Type": "application/json"})
+            else:
+                self._answer(307, b"", {"Location": f"http://localhost:{port}/cdn/blob"})
         elif self.path.startswith("/v2/") and self.headers.get("Authorization", "")[7:] not in kind.accepted:
             realm = f"http://{self.headers['Host']}/token"
             challenge = f'Basic realm="basic", Bearer realm="{realm}",service=quirky,scope="repository:x:pull"'
@@ -668,6 +731,22 @@ def test_a_blob_redirected_elsewhere_is_fetched_without_the_registrys_token(quir
     # the Bearer challenge was found after the Basic one, with its unquoted service, and the repository's pull asked
     token_asks = [path for path, _ in _Quirky.seen if path.startswith("/token")]
     assert token_asks == ["/token?scope=repository%3Ax%3Apull&scope=repository%3Ateam%2Fmodel%3Apull&service=quirky"]
+
+
+def test_a_registry_that_asks_for_basic_gets_the_credentials_and_only_it(
+    quirky: tuple[str, Client], tmp_path: Path
+) -> None:
+    host, _ = quirky
+    credentials = tmp_path / "config.json"
+    credentials.write_text(json.dumps({"auths": {host: {"username": "user", "password": "pass"}}}))
+    settings_ = RegistrySettings(
+        enabled=True, plain_http=[host, f"localhost:{host.rsplit(':', 1)[1]}"], credentials_file=str(credentials)
+    )
+    assert Client(settings_).config(parse_reference(f"{host}/basic-only/model:1")).env == {"CUDA_VERSION": "12.6.3"}
+    assert ("/cdn/blob", None) in _Quirky.seen  # the blob's other host got no credentials
+    without = Client(RegistrySettings(enabled=True, plain_http=[host]))
+    with pytest.raises(Unreadable, match="wants credentials for basic-only/model"):
+        without.config(parse_reference(f"{host}/basic-only/model:1"))
 
 
 def test_a_token_no_longer_accepted_is_fetched_again(quirky: tuple[str, Client]) -> None:

@@ -22,7 +22,7 @@ from webhook.config import Settings, load_settings
 from webhook.documents import api_object, read_documents
 from webhook.errors import ConfigError, InputError
 from webhook.model import TEMPLATE_PATHS, Context, as_dict
-from webhook.registry import ImageConfigs
+from webhook.registry import ImageConfigs, read_credentials
 
 EXIT_ADMITTED, EXIT_DENIED, EXIT_UNUSABLE = 0, 1, 2
 
@@ -68,6 +68,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from webhook.audit import build_recorder, start_event_relay
 
     settings = _settings(args.config)
+    if settings.cuda.registry.enabled and (path := settings.cuda.registry.credentials_file):
+        try:  # what a worker would only log (a Secret being renewed), refused at start
+            read_credentials(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise InputError(f"cuda.registry.credentialsFile {path}: {err}") from err
     # A node file is read once, here, before the fork: every worker inherits the view (and fails early, not each).
     nodes: ClusterView | None = load_nodes_apart(args.nodes, settings) if args.nodes else None
     for path in (args.cert, args.key):

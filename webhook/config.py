@@ -168,6 +168,11 @@ class RegistrySettings:
     after this."""
     max_images: int = field(default=2000, metadata={"schema": {"minimum": 1}})
     """Images remembered per worker; past it the longest-known are forgotten first."""
+    credentials_file: str = ""
+    """A Docker config file with read credentials for private registries (the ``.dockerconfigjson`` of a
+    kubernetes.io/dockerconfigjson Secret: its ``auths`` by registry host, each with ``auth`` or
+    ``username``/``password``), sent only to the registry named and the token service it names. Read again when it
+    changes; the chart's ``registryCredentials.secretName`` mounts one and sets this."""
 
     def __post_init__(self) -> None:
         if not 0 < self.timeout_seconds <= 60:

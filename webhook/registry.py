@@ -24,6 +24,7 @@ settings list it, each read has a deadline, and a pod is told only that a regist
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import hashlib
@@ -332,6 +333,7 @@ class Client:
         self._http.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
         self._tokens: dict[tuple[str, str], tuple[str, float]] = {}
         self._listed = frozenset((*settings.registries, *settings.plain_http))
+        self._credentials = Credentials(settings.credentials_file)
 
     def config(self, ref: Reference) -> ImageConfig:
         """What ``ref``'s config says of CUDA; Unreadable when the registry does not give it."""
@@ -418,7 +420,7 @@ class Client:
         headers = {"Accept": accept}
         token = self._tokens.get((ref.host, ref.repository))
         if token is not None and token[1] > time.monotonic():
-            headers["Authorization"] = f"Bearer {token[0]}"
+            headers["Authorization"] = token[0]
         asked = False  # a token fetched for this request
         hops = 0
         while True:
@@ -427,8 +429,7 @@ class Client:
                 status = response.status
                 if status == 401 and not asked:  # the registry's, or where it redirected to (its own token)
                     challenge = response.headers.get("WWW-Authenticate")
-                    fresh = self._token(ref, challenge, urlsplit(url).netloc, deadline)
-                    headers["Authorization"] = f"Bearer {fresh}"
+                    headers["Authorization"] = self._authorize(ref, challenge, urlsplit(url).netloc, deadline)
                     asked = True
                     continue
                 if status in (301, 302, 303, 307, 308) and hops < MAX_REDIRECTS:
@@ -460,25 +461,32 @@ class Client:
             raise Unreadable(f"{urlsplit(url).netloc[:100]} answered too slowly")
         return response
 
-    def _token(self, ref: Reference, challenge: str | None, netloc: str, deadline: float) -> str:
-        """An anonymous pull token from the realm a 401's ``WWW-Authenticate: Bearer ...`` names (Docker's token
-        protocol; the scope it names and the repository's pull), kept for its lifetime where the registry itself
-        asked (``netloc``: who did); Unreadable where the registry wants a user and password."""
+    def _authorize(self, ref: Reference, challenge: str | None, netloc: str, deadline: float) -> str:
+        """The Authorization a 401's ``WWW-Authenticate`` asks for: a pull token from the realm its Bearer challenge
+        names (Docker's token protocol; the scope it names and the repository's pull), asked anonymously or with
+        the registry's credentials (``credentialsFile``); the credentials themselves where it asks for Basic. Kept
+        for its lifetime where the registry itself asked (``netloc``: who did; a redirect's host gets no
+        credentials). Unreadable where it wants credentials the settings do not have."""
+        login = self._credentials.get(ref.registry) if netloc == ref.host else None
         fields = _bearer(challenge or "")
         if fields is None:
-            raise Unreadable(f"{ref.registry} wants credentials for {ref.repository} (a private image?)")
+            if login is None or "basic" not in (challenge or "").lower():
+                raise Unreadable(f"{ref.registry} wants credentials for {ref.repository} (a private image?)")
+            self._tokens[(ref.host, ref.repository)] = (login, time.monotonic() + 3600)
+            return login
         realm = self._target(fields.get("realm", ""), ref, "its token service")
         pull = f"repository:{ref.repository}:pull"
         query = [("scope", scope) for scope in dict.fromkeys((fields.get("scope") or pull, pull))]
         if fields.get("service"):
             query.append(("service", fields["service"]))
         url = realm + ("&" if "?" in realm else "?") + urlencode(query)
-        response = self._request(url, {"Accept": "application/json"}, deadline=deadline)
+        asked = {"Accept": "application/json", **({"Authorization": login} if login else {})}
+        response = self._request(url, asked, deadline=deadline)
         try:
             if response.status != 200:
+                who = "the credentials of credentialsFile" if login else "an anonymous pull"
                 raise Unreadable(
-                    f"{ref.registry}'s token service gives no anonymous pull of {ref.repository} (HTTP"
-                    f" {response.status}): a private image?",
+                    f"{ref.registry}'s token service refuses {who} of {ref.repository} (HTTP {response.status})",
                     _retry_after(response.headers),
                 )
             read = _read(response, 1 << 20, "token answer", deadline, urlsplit(realm).netloc)
@@ -494,11 +502,69 @@ class Client:
             for key in list(self._tokens)[: MAX_TOKENS // 4]:
                 self._tokens.pop(key, None)  # another reader may have taken it out already
         if netloc == ref.host:
-            self._tokens[(ref.host, ref.repository)] = (token, time.monotonic() + max(seconds - 10, 10))
-        return token
+            self._tokens[(ref.host, ref.repository)] = (f"Bearer {token}", time.monotonic() + max(seconds - 10, 10))
+        return f"Bearer {token}"
 
 
 USER_AGENT = f"gpu-admission/{__version__}"
+
+
+class Credentials:
+    """Read credentials by registry host, from a Docker config file (``credentialsFile``), read again when it
+    changes (a Secret's update). A file that cannot be read counts as none, and says so in the log once per
+    change."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._stamp: tuple[float, int] | None = None
+        self._logins: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def get(self, registry: str) -> str | None:
+        """'Basic <base64>' for ``registry`` (host[:port] as images name it; docker.io for Docker Hub)."""
+        if not self.path:
+            return None
+        with self._lock:
+            try:
+                stat = os.stat(self.path)
+                stamp = (stat.st_mtime, stat.st_size)
+            except OSError:
+                stamp = None
+            if stamp != self._stamp:
+                self._stamp = stamp
+                try:
+                    self._logins = read_credentials(Path(self.path).read_text(encoding="utf-8"))
+                except (OSError, ValueError) as err:
+                    log.warning("cuda.registry.credentialsFile %s: %s; no credentials are used", self.path, err)
+                    self._logins = {}
+            return self._logins.get(registry)
+
+
+def read_credentials(text: str) -> dict[str, str]:
+    """'Basic <base64>' by registry host from a Docker config's ``auths`` (keys as ``docker login`` writes them:
+    'https://index.docker.io/v1/' is docker.io); ValueError naming what is wrong."""
+    data = json.loads(text)
+    auths = data.get("auths") if isinstance(data, dict) else None
+    if not isinstance(auths, dict):
+        raise ValueError("no 'auths' mapping (a .dockerconfigjson has one)")
+    out: dict[str, str] = {}
+    for key, entry in auths.items():
+        host = urlsplit(key if "://" in key else f"//{key}").netloc.lower()
+        host = "docker.io" if host in DOCKER_HUB_NAMES else host
+        if not isinstance(entry, dict):
+            raise ValueError(f"auths[{key!r}] is not a mapping")
+        if isinstance(entry.get("auth"), str) and entry["auth"]:
+            pair = base64.b64decode(entry["auth"], validate=True).decode()
+        elif isinstance(entry.get("username"), str) and isinstance(entry.get("password"), str):
+            pair = f"{entry['username']}:{entry['password']}"
+        else:
+            raise ValueError(f"auths[{key!r}] has neither auth nor username and password")
+        if ":" not in pair:
+            raise ValueError(f"auths[{key!r}]: its auth is not user:password")
+        out[host] = "Basic " + base64.b64encode(pair.encode()).decode()
+    return out
+
+
 _CHALLENGE = re.compile(r'([A-Za-z_][\w-]*)=(?:"([^"]*)"|([^",\s]*))')
 
 

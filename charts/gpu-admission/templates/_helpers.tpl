@@ -167,6 +167,13 @@ NOTES.txt prints it at install.
 {{- $ns := $ex.namespaces | default list }}
 {{- $_ := set $ex "namespaces" (append $ns .Release.Namespace | uniq) }}
 {{- $_ := set $cfg "exemptions" $ex }}
+{{- if .Values.registryCredentials.secretName }}
+{{- $cuda := $cfg.cuda | default dict }}
+{{- $registry := $cuda.registry | default dict }}
+{{- $_ := set $registry "credentialsFile" "/etc/gpu-admission-registry/config.json" }}
+{{- $_ := set $cuda "registry" $registry }}
+{{- $_ := set $cfg "cuda" $cuda }}
+{{- end }}
 {{- toYaml $cfg }}
 {{- end }}
 
