@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+import urllib3
 import yaml
 
 from tests.cuda_fixtures import container, gpu_node, pod, settings
@@ -799,6 +800,25 @@ def test_a_name_that_resolves_inside_the_network_is_read_only_where_listed(monke
     listed = Client(RegistrySettings(enabled=True, registries=["registry.corp.example"], timeout_seconds=0.5))
     with pytest.raises(Unreadable, match=r"^cannot reach registry\.corp\.example"):  # let through: nothing listens
         listed.config(parse_reference("registry.corp.example/team/model:1"))
+
+
+def test_the_reader_connects_to_the_address_it_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = iter(["93.184.216.34", "127.0.0.1", "127.0.0.1"])  # public when checked, loopback a moment later
+
+    def resolve(host: str, port: Any, *args: Any, **kw: Any) -> list[Any]:
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port or 0))]
+
+    connected: list[tuple[str, int]] = []
+
+    def connect(address: tuple[str, int], *args: Any, **kw: Any) -> socket.socket:
+        connected.append(address)
+        raise OSError("no route (in the test)")
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    monkeypatch.setattr(urllib3.util.connection, "create_connection", connect)
+    with pytest.raises(Unreadable, match=r"^cannot reach registry\.rebind\.example"):
+        Client(RegistrySettings(enabled=True)).config(parse_reference("registry.rebind.example/team/model:1"))
+    assert connected == [("93.184.216.34", 443)]
 
 
 def test_a_token_from_where_a_registry_redirected_is_not_kept_for_the_registry(quirky: tuple[str, Client]) -> None:

@@ -254,20 +254,20 @@ def inside(host: str) -> bool:
     return bool(_NUMERIC.match(name)) or name == "localhost" or "." not in name or name.endswith(_INSIDE)
 
 
-def internal_address(host: str) -> str:
-    """The first address ``host`` resolves to that is not a global one (loopback, link-local, private, shared,
-    reserved): "" when all are global. Unreadable when it does not resolve."""
+def _addresses(host: str) -> list[str]:
     name = _hostname(host).rstrip(".")
     try:
         found = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
     except OSError as err:
         raise _unreachable(host, err) from err
-    for *_, address in found:
-        ip = ipaddress.ip_address(str(address[0]).split("%", 1)[0])
-        mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
-        if not (mapped or ip).is_global:
-            return str(ip)
-    return ""
+    return [str(address[0]).split("%", 1)[0] for *_, address in found]
+
+
+def _global(address: str) -> bool:
+    """Not loopback, link-local, private, shared (CGNAT) or reserved (an IPv4-mapped IPv6 address as its IPv4)."""
+    ip = ipaddress.ip_address(address)
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return (mapped or ip).is_global
 
 
 def _hostname(host: str) -> str:
@@ -279,6 +279,8 @@ def _hostname(host: str) -> str:
 
 _DEADLINE = threading.local()
 """The deadline of the read this thread is doing (``Client``), for the connections' watch (``_Watched``)."""
+_GUARD = threading.local()
+"""``pick``: the address a connection of this thread's read may go to (``Client._pick``), or None."""
 
 
 class _Watched:
@@ -287,6 +289,18 @@ class _Watched:
     them a byte at a time (the body is read against the deadline itself, ``_read``)."""
 
     sock: Any
+    host: str
+    port: int
+    _dns_host: str
+
+    def _new_conn(self) -> Any:
+        """Connect to the address the reader checked (``Client._pick``), not to what a second lookup of the name
+        gives: a name that resolves to a public address when checked and to an internal one a moment later (DNS
+        rebinding) gets no second lookup."""
+        pick = getattr(_GUARD, "pick", None)
+        if pick is not None:
+            self._dns_host = pick(self.host, self.port)
+        return super()._new_conn()  # type: ignore[misc]
 
     def getresponse(self) -> Any:
         left = getattr(_DEADLINE, "at", math.inf) - time.monotonic()
@@ -333,6 +347,7 @@ class Client:
         self._http.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
         self._tokens: dict[tuple[str, str], tuple[str, float]] = {}
         self._listed = frozenset((*settings.registries, *settings.plain_http))
+        self._listed_hosts = frozenset(_hostname(listed) for listed in self._listed)
         self._credentials = Credentials(settings.credentials_file)
 
     def config(self, ref: Reference) -> ImageConfig:
@@ -403,11 +418,20 @@ class Client:
             raise Unreadable(
                 f"{who} is inside the cluster or the node: read only where registries or plainHttp list it"
             )
-        if address := internal_address(netloc):
+
+    def _pick(self, host: str, port: int) -> str:
+        """The address a connection to ``host`` goes to: resolved once here and checked (none of its addresses may
+        be internal unless the settings list the host, on any port: its token service may be on another); a listed
+        host is left to the resolver."""
+        if host.lower() in self._listed_hosts:
+            return host
+        addresses = _addresses(host)
+        if address := next((a for a in addresses if not _global(a)), ""):
             raise Unreadable(
-                f"{who} resolves to an address inside the network ({address}): read only where registries or"
+                f"{host[:100]} resolves to an address inside the network ({address}): read only where registries or"
                 " plainHttp list it"
             )
+        return addresses[0]
 
     def _get(
         self, ref: Reference, path: str, accept: str, limit: int, deadline: float, method: str = "GET"
@@ -447,7 +471,7 @@ class Client:
                 _done(response)
 
     def _request(self, url: str, headers: Mapping[str, str], method: str = "GET", deadline: float = math.inf) -> Any:
-        _DEADLINE.at = deadline
+        _DEADLINE.at, _GUARD.pick = deadline, self._pick
         try:
             response = self._http.request(method, url, headers=dict(headers), redirect=False, preload_content=False)
         except urllib3.exceptions.HTTPError as err:
@@ -455,7 +479,7 @@ class Client:
                 raise Unreadable(f"{urlsplit(url).netloc[:100]} answered too slowly") from err
             raise _unreachable(urlsplit(url).netloc, err) from err
         finally:
-            _DEADLINE.at = math.inf
+            _DEADLINE.at, _GUARD.pick = math.inf, None
         if time.monotonic() > deadline:  # cut off (``_Watched``): what arrived is not the whole answer
             _done(response)
             raise Unreadable(f"{urlsplit(url).netloc[:100]} answered too slowly")
