@@ -98,7 +98,13 @@ def _token_handler(service: TokenService) -> type[http.server.BaseHTTPRequestHan
         def do_GET(self) -> None:
             query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
             scope = " ".join(query.get("scope", []))
-            pusher = self.headers.get("Authorization") == PUSHER
+            given = self.headers.get("Authorization")
+            pusher = given == PUSHER
+            if given is not None and not pusher:  # an account it does not know
+                self.send_response(401)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             service.asked.append((scope, pusher))
             body = json.dumps({"token": service.token(scope, pusher), "expires_in": 300}).encode()
             self.send_response(200)

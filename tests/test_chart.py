@@ -823,6 +823,28 @@ def test_registry_credentials_are_mounted_and_named_in_the_settings():
     assert {p["port"] for p in policy["spec"]["egress"][-1]["ports"]} == {443, 8443}
 
 
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--set", "registryCredentials.secretName=pulls"], "set config.cuda.registry.enabled: true too"),
+        (
+            [
+                "--set",
+                "registryCredentials.secretName=pulls",
+                "--set",
+                "config.cuda.registry.enabled=true",
+                "--set",
+                "config.cuda.registry.credentialsFile=/etc/pulls.json",
+            ],
+            "both name the credentials: give one",
+        ),
+    ],
+)
+def test_registry_credentials_that_would_do_nothing_or_be_overridden_are_refused(args, words):
+    proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, *args, check=False)
+    assert proc.returncode != 0 and words in proc.stderr
+
+
 def test_helm_test_hook_sends_a_dry_run_pod_to_a_covered_namespace(rendered):
     name, objects = rendered
     (pod,) = [o for o in find_all(objects, "Pod") if hooks(o) == {"test"}]

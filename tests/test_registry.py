@@ -40,6 +40,7 @@ from webhook.registry import (
     QUEUE,
     READERS,
     Client,
+    Credentials,
     ImageConfig,
     ImageConfigs,
     Reference,
@@ -591,10 +592,15 @@ def test_credentials_are_read_as_docker_login_writes_them() -> None:
     assert got["nvcr.io"] == f"Basic {pair}"
     assert got["docker.io"] == "Basic " + base64.b64encode(b"me:pw").decode()
     assert got["harbor.corp.example:8443"] == "Basic " + base64.b64encode(b"robot$pull:s3cret").decode()
+    assert list(read_credentials('{"auths": {"https://nvcr.io:443/v2/": {"auth": "YTpi"}}}')) == ["nvcr.io"]
     for bad, words in [
-        ("{}", "no 'auths' mapping"),
+        ("{}", r"no credentials in 'auths' \(a .dockerconfigjson has one\)"),
+        ('{"credsStore": "desktop"}', "credsStore and credHelpers keep them outside the file"),
         ('{"auths": {"nvcr.io": {}}}', "neither auth nor username and password"),
         ('{"auths": {"nvcr.io": {"auth": "bm9jb2xvbg=="}}}', "its auth is not user:password"),
+        ('{"auths": {"x.azurecr.io": {"identitytoken": "eyJ"}}}', r"an identitytoken \(az acr login\) is not read"),
+        ('{"auths": {"*.azurecr.io": {"auth": "YTpi"}}}', "a wildcard is not read"),
+        ('{"auths": {"ghcr.io/team-a": {"auth": "YTpi"}, "ghcr.io/team-b": {"auth": "YTpi"}}}', "a second entry"),
     ]:
         with pytest.raises(ValueError, match=words):
             read_credentials(bad)
@@ -608,10 +614,23 @@ def test_a_private_image_is_read_with_the_credentials_and_only_by_its_registry(r
     client = Client(RegistrySettings(enabled=True, plain_http=[h], credentials_file=str(credentials)))
     with pytest.raises(Unreadable, match="refuses an anonymous pull of private/llm"):
         client.config(parse_reference(f"{h}/private/llm:v1"))
+    # an account the token service refuses: said as such, and a public image is still read without it
+    credentials.write_text(json.dumps({"auths": {h: {"username": "pusher", "password": "wrong"}}}))
+    real.image("public/llm", "v1", ["CUDA_VERSION=12.4.1"])
+    assert client.config(parse_reference(f"{h}/public/llm:v1")).env == {"CUDA_VERSION": "12.4.1"}
+    with pytest.raises(Unreadable, match=f"^{h} refuses the pull account of cuda.registry.credentialsFile"):
+        client.config(parse_reference(f"{h}/private/llm:v1"))
     # the Secret renewed with this registry's entry: read again, and used
     credentials.write_text(json.dumps({"auths": {h: {"username": "pusher", "password": "secret"}}}))
     assert client.config(parse_reference(f"{h}/private/llm:v1")).env == {"CUDA_VERSION": "12.9.1"}
     assert real.tokens.asked[-1] == ("repository:private/llm:pull", True)
+
+
+def test_a_credentials_file_missing_says_so_at_its_first_use(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    assert Credentials(str(tmp_path / "absent.json")).get("nvcr.io") is None
+    assert (
+        "absent.json: [Errno 2] No such file or directory" in caplog.text and "no credentials are used" in caplog.text
+    )
 
 
 def test_serve_refuses_a_credentials_file_it_cannot_use(tmp_path: Path) -> None:
@@ -666,6 +685,15 @@ class _Quirky(http.server.BaseHTTPRequestHandler):
             self._answer(401, b"{}", {"WWW-Authenticate": 'Bearer realm="https://10.96.0.1/token"'})
         elif self.path.startswith("/v2/limited/"):
             self._answer(429, b"{}", {"Retry-After": "3600"})
+        elif self.path.startswith("/v2/basic-moved/"):
+            if self.headers.get("Authorization") != BASIC:
+                self._answer(401, b"{}", {"WWW-Authenticate": 'Basic realm="quirky"'})
+            else:  # the manifests and blobs are served by another host, which asks for nothing
+                self._answer(307, b"", {"Location": f"http://localhost:{port}/v2/open/{self.path[16:]}"})
+        elif self.path.startswith("/v2/open/") and "/manifests/" in self.path:
+            self._answer(200, manifest, {"Content-Type": "application/json"})
+        elif self.path.startswith("/v2/open/"):
+            self._answer(307, b"", {"Location": f"http://localhost:{port}/cdn/blob"})
         elif self.path.startswith("/v2/basic-only/"):
             if self.headers.get("Authorization") != BASIC:
                 self._answer(401, b"{}", {"WWW-Authenticate": 'Basic realm="quirky"'})
@@ -744,7 +772,9 @@ def test_a_registry_that_asks_for_basic_gets_the_credentials_and_only_it(
         enabled=True, plain_http=[host, f"localhost:{host.rsplit(':', 1)[1]}"], credentials_file=str(credentials)
     )
     assert Client(settings_).config(parse_reference(f"{host}/basic-only/model:1")).env == {"CUDA_VERSION": "12.6.3"}
-    assert ("/cdn/blob", None) in _Quirky.seen  # the blob's other host got no credentials
+    assert Client(settings_).config(parse_reference(f"{host}/basic-moved/model:1")).env == {"CUDA_VERSION": "12.6.3"}
+    elsewhere = [auth for path, auth in _Quirky.seen if path.startswith(("/cdn/", "/v2/open/"))]
+    assert len(elsewhere) >= 4 and set(elsewhere) == {None}  # another host never gets the credentials
     without = Client(RegistrySettings(enabled=True, plain_http=[host]))
     with pytest.raises(Unreadable, match="wants credentials for basic-only/model"):
         without.config(parse_reference(f"{host}/basic-only/model:1"))

@@ -153,8 +153,8 @@ class RegistrySettings:
     """Read the config of an image whose CUDA neither the pod nor the image's name tells (vLLM, TGI, a private
     build ...): the NVIDIA_REQUIRE_CUDA / CUDA_VERSION its base image set. In the background, never while a pod
     waits: the first pods of an image not read yet are "CUDA unknown" (unknownVersion), the later ones checked. The
-    webhook's pods reach the registries (HTTPS, anonymous: a private image's config stays unread); the workers of
-    one pod share what they read."""
+    webhook's pods reach the registries (HTTPS; anonymously, or with credentialsFile's account: a private image
+    without one stays unread); the workers of one pod share what they read."""
     registries: list[str] = field(default_factory=list)
     """The registries read (host or host:port as images name them; docker.io for Docker Hub); empty: any."""
     plain_http: list[str] = field(default_factory=list)

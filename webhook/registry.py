@@ -6,7 +6,8 @@ env, which the NVIDIA runtime reads when the container starts. This module reads
 runtime pulls it (the OCI distribution API, distribution-spec v1.1): ``GET /v2/<name>/manifests/<reference>``, the
 platform's manifest where that is an index (linux/amd64 first, then linux/arm64), then the config blob, checked
 against its digest. Anonymously, with the bearer token a registry's 401 names (Docker Hub, nvcr.io, ghcr.io,
-quay.io ...); a registry that wants credentials leaves the image unread (pull secrets are not read).
+quay.io ...), or with the pull account ``credentialsFile`` gives for the registry; a registry that wants credentials
+the settings do not have leaves the image unread (the pods' own pull secrets are not read).
 
 Never on the request path: a review looks images up in one request's ``Snapshot`` (a dict read each). An image not
 read yet is queued for this worker's reader threads and reviewed as "CUDA unknown" (the settings' ``unknownVersion``)
@@ -464,7 +465,9 @@ class Client:
                         asked = False
                     continue
                 if status != 200:
-                    raise Unreadable(_status_words(status, ref, path), _retry_after(response.headers))
+                    used = headers.get("Authorization", "").startswith("Basic ") or self._credentials.get(ref.registry)
+                    words = _status_words(status, ref, path, bool(used))
+                    raise Unreadable(words, _retry_after(response.headers))
                 body = _read(response, limit, path, deadline, urlsplit(url).netloc) if method == "GET" else b""
                 return body, response.headers
             finally:
@@ -496,7 +499,7 @@ class Client:
         if fields is None:
             if login is None or "basic" not in (challenge or "").lower():
                 raise Unreadable(f"{ref.registry} wants credentials for {ref.repository} (a private image?)")
-            self._tokens[(ref.host, ref.repository)] = (login, time.monotonic() + 3600)
+            self._tokens[(ref.host, ref.repository)] = (login, time.monotonic() + 60)  # a Secret's change within
             return login
         realm = self._target(fields.get("realm", ""), ref, "its token service")
         pull = f"repository:{ref.repository}:pull"
@@ -504,19 +507,12 @@ class Client:
         if fields.get("service"):
             query.append(("service", fields["service"]))
         url = realm + ("&" if "?" in realm else "?") + urlencode(query)
-        asked = {"Accept": "application/json", **({"Authorization": login} if login else {})}
-        response = self._request(url, asked, deadline=deadline)
-        try:
-            if response.status != 200:
-                who = "the credentials of credentialsFile" if login else "an anonymous pull"
-                raise Unreadable(
-                    f"{ref.registry}'s token service refuses {who} of {ref.repository} (HTTP {response.status})",
-                    _retry_after(response.headers),
-                )
-            read = _read(response, 1 << 20, "token answer", deadline, urlsplit(realm).netloc)
-            answer = _json(read, "the token service's answer")
-        finally:
-            _done(response)
+        answer = self._token_answer(ref, url, login, deadline)
+        if answer is None and login is not None:  # a wrong account: a public image is still read without it
+            log.warning("%s's token service refuses the account of credentialsFile; asked anonymously", ref.registry)
+            answer = self._token_answer(ref, url, None, deadline)
+        if answer is None:
+            raise Unreadable(f"{ref.registry}'s token service refuses an anonymous pull of {ref.repository}")
         token = (answer.get("token") or answer.get("access_token")) if isinstance(answer, dict) else None
         if not isinstance(token, str) or not token:
             raise Unreadable(f"{ref.registry}'s token service answered no token")
@@ -529,6 +525,22 @@ class Client:
             self._tokens[(ref.host, ref.repository)] = (f"Bearer {token}", time.monotonic() + max(seconds - 10, 10))
         return f"Bearer {token}"
 
+    def _token_answer(self, ref: Reference, url: str, login: str | None, deadline: float) -> Any:
+        """The token service's answer (JSON); None where it refuses the asker (401, 403); Unreadable otherwise."""
+        asked = {"Accept": "application/json", **({"Authorization": login} if login else {})}
+        response = self._request(url, asked, deadline=deadline)
+        try:
+            if response.status in (401, 403):
+                return None
+            if response.status != 200:
+                raise Unreadable(
+                    f"{ref.registry}'s token service answered HTTP {response.status} for {ref.repository}",
+                    _retry_after(response.headers),
+                )
+            return _json(_read(response, 1 << 20, "token answer", deadline, urlsplit(url).netloc), "its token answer")
+        finally:
+            _done(response)
+
 
 USER_AGENT = f"gpu-admission/{__version__}"
 
@@ -540,7 +552,7 @@ class Credentials:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._stamp: tuple[float, int] | None = None
+        self._stamp: tuple[float, int] | bool | None = False  # never read yet
         self._logins: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -569,14 +581,29 @@ def read_credentials(text: str) -> dict[str, str]:
     'https://index.docker.io/v1/' is docker.io); ValueError naming what is wrong."""
     data = json.loads(text)
     auths = data.get("auths") if isinstance(data, dict) else None
-    if not isinstance(auths, dict):
-        raise ValueError("no 'auths' mapping (a .dockerconfigjson has one)")
+    if not isinstance(auths, dict) or not auths:
+        helpers = isinstance(data, dict) and ("credsStore" in data or "credHelpers" in data)
+        why = (
+            " (credsStore and credHelpers keep them outside the file: make one with kubectl create secret"
+            " docker-registry)"
+            if helpers
+            else " (a .dockerconfigjson has one)"
+        )
+        raise ValueError(f"no credentials in 'auths'{why}")
     out: dict[str, str] = {}
     for key, entry in auths.items():
-        host = urlsplit(key if "://" in key else f"//{key}").netloc.lower()
+        host = urlsplit(key if "://" in key else f"//{key}").netloc.lower().removesuffix(":443")
         host = "docker.io" if host in DOCKER_HUB_NAMES else host
+        if "*" in host:
+            raise ValueError(f"auths[{key!r}]: a wildcard is not read (name each registry)")
+        if host in out:
+            raise ValueError(f"auths[{key!r}]: a second entry for {host} (one account per registry is read)")
         if not isinstance(entry, dict):
             raise ValueError(f"auths[{key!r}] is not a mapping")
+        if entry.get("identitytoken") and not entry.get("auth") and not entry.get("password"):
+            raise ValueError(
+                f"auths[{key!r}]: an identitytoken (az acr login) is not read: give a username and password"
+            )
         if isinstance(entry.get("auth"), str) and entry["auth"]:
             pair = base64.b64decode(entry["auth"], validate=True).decode()
         elif isinstance(entry.get("username"), str) and isinstance(entry.get("password"), str):
@@ -671,8 +698,13 @@ def _reason(err: Exception) -> str:
     return text[:160]
 
 
-def _status_words(status: int, ref: Reference, path: str) -> str:
+def _status_words(status: int, ref: Reference, path: str, account: bool = False) -> str:
     what = "manifest" if path.startswith("manifests/") else "config blob"
+    if (status == 401 or status == 403) and account:
+        return (
+            f"{ref.registry} refuses the pull account of cuda.registry.credentialsFile for {ref.repository} (HTTP"
+            f" {status})"
+        )
     if status == 401 or status == 403:
         return f"{ref.registry} refuses an anonymous pull of {ref.repository} (HTTP {status}): a private image?"
     if status == 404:

@@ -170,6 +170,12 @@ NOTES.txt prints it at install.
 {{- if .Values.registryCredentials.secretName }}
 {{- $cuda := $cfg.cuda | default dict }}
 {{- $registry := $cuda.registry | default dict }}
+{{- if not $registry.enabled }}
+{{- fail "registryCredentials.secretName is for the registry reader: set config.cuda.registry.enabled: true too (or leave the Secret out)" }}
+{{- end }}
+{{- if $registry.credentialsFile }}
+{{- fail "config.cuda.registry.credentialsFile and registryCredentials.secretName both name the credentials: give one (the chart mounts the Secret and sets the file)" }}
+{{- end }}
 {{- $_ := set $registry "credentialsFile" "/etc/gpu-admission-registry/config.json" }}
 {{- $_ := set $cuda "registry" $registry }}
 {{- $_ := set $cfg "cuda" $cuda }}
