@@ -993,3 +993,26 @@ def test_serve_takes_out_the_shared_directories_an_earlier_server_left(
     made = cli._images_directory()
     assert made.is_dir() and made.name.startswith(f"gpu-admission-images-{os.getpid()}-")
     assert running.is_dir() and not any(d.exists() for d in left)
+
+
+def test_the_image_command_says_what_is_read_of_each_image(
+    real: Registry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    image = f"{real.host}/serving/chat:1.2"
+    real.image("serving/chat", "1.2", [f"NVIDIA_REQUIRE_CUDA={REQUIRE_129}"])
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"cuda": {"registry": {"enabled": True, "plainHttp": [real.host]}}}))
+    tagged = "nvidia/cuda:12.8.0-base-ubuntu22.04"
+    assert cli.main(["image", tagged, image, "--config", str(config)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{tagged}: CUDA 12.8 (from image tag, nvidia/cuda 12.8.0-base-ubuntu22.04); also on")
+    assert "driver branches 470, 535" in out[0]
+    assert (
+        out[1] == f"{image}: CUDA 12.9 (from image config NVIDIA_REQUIRE_CUDA of {image}); also on data-center"
+        " GPUs of driver branches 470 (forward compatibility)"
+    )
+    assert cli.main(["image", image]) == 1  # the registry off
+    assert (
+        capsys.readouterr().out
+        == f"{image}: CUDA unknown (no rule reads its tag); cuda.registry.enabled would read its config\n"
+    )

@@ -188,6 +188,31 @@ def cmd_pools(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_image(args: argparse.Namespace) -> int:
+    """What the webhook reads of each image's CUDA, and from where: its tag, or (cuda.registry on) its config in its
+    registry, read here and now. Exit 1 when any is unknown."""
+    settings = _settings(args.config)
+    images = ImageConfigs(settings.cuda.registry, background=False) if settings.cuda.registry.enabled else None
+    unknown = 0
+    for image in args.images:
+        declared = cuda_version.declared_cuda(
+            {"name": "c", "image": image}, {}, settings.cuda.image_references, images.lookup if images else None
+        )
+        if declared.requirement is not None:
+            line = f"{declared.version_text} (from {declared.source})"
+            if branches := cuda_version.forward_branches(declared.requirement):
+                line += f"; also on data-center GPUs of driver branches {', '.join(branches)} (forward compatibility)"
+        elif declared.disabled:
+            line = f"not checked ({declared.source})"
+        else:
+            unknown += 1
+            line = f"CUDA unknown ({declared.error or declared.source or 'no rule reads its tag'})"
+            if images is None and not declared.error:
+                line += "; cuda.registry.enabled would read its config"
+        print(f"{image}: {line}")
+    return 1 if unknown else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from webhook.server import ServeOptions
 
@@ -217,6 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
     pools.add_argument("--config")
     pools.add_argument("-o", "--output", choices=["text", "json"], default="text")
     pools.set_defaults(func=cmd_pools)
+
+    image = sub.add_parser("image", help="show the CUDA the webhook reads of images (their tag, their config)")
+    image.add_argument("images", nargs="+", metavar="IMAGE", help="image references, as a pod names them")
+    image.add_argument("--config", help="settings file (YAML): cuda.registry there reads configs from registries")
+    image.set_defaults(func=cmd_image)
 
     certs_cli.register(sub)
     selftest.register(sub)
