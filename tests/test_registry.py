@@ -26,6 +26,7 @@ import pytest
 import urllib3
 import yaml
 
+from tests.conftest import review
 from tests.cuda_fixtures import container, gpu_node, pod, settings
 from tests.registry import DOCKER_MANIFEST, Registry, registry
 from tests.serving import serve
@@ -451,16 +452,7 @@ def review_of(image: str, uid: str = "u1", name: str = "llm-7d9f-abcde") -> dict
     """An AdmissionReview of a pod of one GPU container running ``image``, as its ReplicaSet creates it."""
     obj = pod(container(image=image), name=name)
     obj["metadata"]["uid"] = f"{uid}-pod"
-    request = {
-        "uid": uid,
-        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "namespace": "ml",
-        "operation": "CREATE",
-        "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
-        "object": obj,
-    }
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    return review(obj, namespace="ml", uid=uid)
 
 
 def test_replicas_answered_from_a_template_are_checked_again_when_the_config_changes() -> None:
@@ -1015,4 +1007,13 @@ def test_the_image_command_says_what_is_read_of_each_image(
     assert (
         capsys.readouterr().out
         == f"{image}: CUDA unknown (no rule reads its tag); cuda.registry.enabled would read its config\n"
+    )
+
+
+def test_the_request_path_bench_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench import registry_path
+
+    registry_path.main(rounds=1, n=5)
+    assert re.fullmatch(
+        r"reader off \(CUDA unknown\) [0-9.]+ us   on \(config read\) [0-9.]+ us\n", capsys.readouterr().out
     )

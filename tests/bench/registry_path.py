@@ -9,6 +9,7 @@ import json
 import time
 from typing import Any
 
+from tests.conftest import review
 from tests.cuda_fixtures import container, gpu_node, pod, settings
 from webhook import decisions, pipeline
 from webhook.cluster import build_view
@@ -32,16 +33,7 @@ class Known:
 def body(i: int) -> bytes:
     obj: dict[str, Any] = pod(container(image=IMAGE), name=f"llm-{i}")
     obj["metadata"]["annotations"] = {"example.com/n": str(i)}
-    request = {
-        "uid": f"u{i}",
-        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "namespace": "ml",
-        "operation": "CREATE",
-        "userInfo": {"username": "alice"},
-        "object": obj,
-    }
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}).encode()
+    return json.dumps(review(obj, namespace="ml", uid=f"u{i}")).encode()
 
 
 def per_request(s: Settings, images: ImageConfigs | None, n: int) -> float:
