@@ -11,8 +11,8 @@ per request, with the request's own names.
 
 The store hangs on the ``ClusterView`` it was computed against, so a new snapshot starts empty, and a request still
 running against the old one cannot write into the new one's. UPDATEs (which read ``oldObject``) are not stored.
-An answer carries the generation of the image configs read from registries (``webhook.registry``) it was given
-with: once a config is read that was not known, it is given anew.
+An answer that looked image configs up (``webhook.registry``) carries their generation and is given anew once it
+moves (a config read, changed or fallen due); one that looked up an image not read yet is not kept at all.
 
 When the second replica of a shape comes, its body is compared with the first one's (``webhook.replay``): from the
 third on, a body that differs from it only in identity strings is answered without being parsed (``decide``). A
