@@ -22,16 +22,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import jsonpatch
 import pytest
 import urllib3
 import yaml
 
-from tests.conftest import review
+from tests.conftest import FIXTURES, review
 from tests.cuda_fixtures import container, gpu_node, pod, settings
 from tests.registry import DOCKER_MANIFEST, Registry, registry
 from tests.serving import serve
 from webhook import cli, decisions, pipeline
-from webhook.cluster import build_view
+from webhook.app import create_app
+from webhook.cluster import StaticCluster, build_view
 from webhook.config import RegistrySettings
 from webhook.cuda_version import declared_cuda
 from webhook.errors import ConfigError
@@ -1017,3 +1019,53 @@ def test_the_request_path_bench_runs(capsys: pytest.CaptureFixture[str]) -> None
     assert re.fullmatch(
         r"reader off \(CUDA unknown\) [0-9.]+ us   on \(config read\) [0-9.]+ us\n", capsys.readouterr().out
     )
+
+
+ODD_CONFIGS = [
+    ImageConfig({"NVIDIA_REQUIRE_CUDA": "cuda>=13.9 brand=tesla,driver>=535,driver<536"}, "w"),
+    ImageConfig({"NVIDIA_REQUIRE_CUDA": "cuda>>12 ,,"}, "w"),
+    ImageConfig({"NVIDIA_DISABLE_REQUIRE": "true", "CUDA_VERSION": "99"}, "w"),
+    ImageConfig({"CUDA_VERSION": "not-a-version"}, "w"),
+    ImageConfig({"CUDA_VERSION": "12." + "9" * 4000}, "w"),
+    ImageConfig({}, "w"),
+    ImageConfig(error="x" * 5000),
+]
+
+
+@pytest.mark.parametrize("odd", range(len(ODD_CONFIGS)))
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.json") if not p.name.startswith("admission.")))
+def test_every_shared_fixture_gets_a_valid_answer_whatever_its_images_configs_say(name: str, odd: int) -> None:
+    s = settings(cuda={"registry": {"enabled": True}})
+    known = ImageConfigs(s.cuda.registry, Fake(lambda ref: ODD_CONFIGS[odd]), Clock(), background=False)
+    nodes = [gpu_node("a-1", "gpu-a", "535.104.05"), gpu_node("c-1", "gpu-c", "570.124.06")]
+    client = create_app(s, cluster=StaticCluster(build_view(nodes, s)), images=known).test_client()
+    obj = json.loads((FIXTURES / name).read_text())
+    gpus = _with_gpus(obj)  # every container a GPU container: its image's config is read
+    for path in ("/mutate", "/validate"):
+        r = client.post(path, data=json.dumps(review(obj, uid="u")), content_type="application/json")
+        assert r.status_code == 200, r.get_json()
+        response = r.get_json()["response"]
+        assert isinstance(response["allowed"], bool) and (response["allowed"] or response["status"]["message"])
+        assert all(len(w) < 120 for w in response.get("warnings", []))
+        if "patch" in response:
+            patched = jsonpatch.apply_patch(obj, json.loads(base64.b64decode(response["patch"])))
+            again = client.post("/mutate", data=json.dumps(review(patched, uid="v")), content_type="application/json")
+            assert "patch" not in again.get_json()["response"], "mutating the result again must change nothing"
+    assert (sum(known.counts.values()) > 0) == (gpus > 0)
+
+
+def _with_gpus(node: Any) -> int:
+    """Give every container under ``node`` (a pod spec's, a template's) a GPU; how many were given one."""
+    count = 0
+    if isinstance(node, dict):
+        for key in ("containers", "initContainers"):
+            for c in node.get(key) or [] if isinstance(node.get(key), list) else []:
+                if isinstance(c, dict) and isinstance(c.get("image"), str):
+                    resources = c.setdefault("resources", {})
+                    resources.setdefault("limits", {})["nvidia.com/gpu"] = "1"
+                    resources.get("requests", {}).pop("nvidia.com/gpu", None)
+                    count += 1
+        count += sum(_with_gpus(v) for k, v in node.items() if k not in ("containers", "initContainers"))
+    elif isinstance(node, list):
+        count += sum(_with_gpus(v) for v in node)
+    return count
