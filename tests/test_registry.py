@@ -161,6 +161,13 @@ def test_a_config_yields_the_cuda_as_the_containers_env_would() -> None:
     assert nothing.requirement is None and nothing.source == f"its image's config sets no CUDA variable ({where})"
 
 
+def test_a_requirement_too_long_to_read_is_said_to_be_so_not_cut() -> None:
+    terms = " ".join(f"brand=tesla,driver>={400 + i},driver<{401 + i}" for i in range(200))
+    env = config_env({"config": {"Env": [f"NVIDIA_REQUIRE_CUDA=cuda>=12.8 {terms}"]}})
+    got = declared_cuda(container(image=VLLM), {}, configs=configs_of({VLLM: ImageConfig(env, "w")}))
+    assert got.error == "invalid expression: longer than 4096 characters"  # not a term cut in two
+
+
 def test_the_image_env_lies_under_the_containers_as_the_runtime_merges_them() -> None:
     def declared(config: ImageConfig | None, env: dict[str, str], image: str = VLLM) -> Any:
         return declared_cuda(container(image=image, env=env), {}, configs=configs_of({image: config}))

@@ -69,6 +69,9 @@ _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 MAX_EXPRESSION = 4096
 MAX_IMAGE = 512
 DOCKER_HUB = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"})
+"""The names Docker Hub goes by in an image reference (and in a Docker config's ``auths``)."""
+CUDA_VARIABLES = ("NVIDIA_DISABLE_REQUIRE", "NVIDIA_REQUIRE_CUDA", "CUDA_VERSION")
+"""The env variables the runtime's CUDA check reads, in the order it reads them (2.-4. of the module docstring)."""
 
 
 class RequirementError(ValueError):
@@ -536,7 +539,7 @@ def declared_cuda(
             return Declared(name, image, source=source, error=f'{value!r} is not a CUDA version (write e.g. "12.4")')
         return Declared(name, image, at_least(version), source)
     env = _env(container)
-    for var in ("NVIDIA_DISABLE_REQUIRE", "NVIDIA_REQUIRE_CUDA", "CUDA_VERSION"):
+    for var in CUDA_VARIABLES:
         unread = env.get(var)
         if isinstance(unread, Unread):
             # what decides the CUDA check at run time is not in the pod: neither a lower source nor the image's

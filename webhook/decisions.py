@@ -227,7 +227,7 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
     result = step(obj, ctx)
     if result.reason == "TooComplex":  # the clock's verdict, not the shape's: each replica is tried again
         return result, None
-    if getattr(ctx.images, "waiting", False):  # an image not read yet: each replica asks for it, until it is
+    if ctx.images is not None and ctx.images.waiting:  # an image not read yet: each replica asks, until it is
         return result, None
     if result.patch:  # written once: the answer, the stored answer and the decision log all read it
         result.patch_json = result.patch_bytes()
@@ -241,7 +241,7 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
         outcome=result.outcome.copy(),
     )
     # apart from ``result``: what its caller does to it stays its own
-    used = images if getattr(ctx.images, "asked", ctx.images is not None) else None
+    used = images if ctx.images is not None and ctx.images.asked else None
     stored = Stored(ctx.settings, kept, answer_parts(kept, mutating=endpoint == "mutate"), body, key, images=used)
     store.put(key, stored, size=len(key) + len(body))
     return result, stored

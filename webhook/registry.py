@@ -49,14 +49,14 @@ import urllib3
 
 from webhook import __version__
 from webhook.config import RegistrySettings
+from webhook.cuda_version import CUDA_VARIABLES, MAX_EXPRESSION
+from webhook.cuda_version import DOCKER_HUB as DOCKER_HUB_NAMES
 
 log = logging.getLogger("gpu_admission.registry")
 
-CUDA_VARIABLES = ("NVIDIA_DISABLE_REQUIRE", "NVIDIA_REQUIRE_CUDA", "CUDA_VERSION")
-"""What is kept of an image's env: the variables ``cuda_version.declared_cuda`` reads."""
-
 DOCKER_HUB = "registry-1.docker.io"
-DOCKER_HUB_NAMES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"})
+"""Where Docker Hub's API answers (an image names it docker.io)."""
+USER_AGENT = f"gpu-admission/{__version__}"
 
 INDEX_TYPES = frozenset(
     {"application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json"}
@@ -186,8 +186,8 @@ def config_env(config: Any) -> dict[str, str]:
     for item in items if isinstance(items, list) else ():
         if isinstance(item, str) and "=" in item:
             name, value = item.split("=", 1)
-            if name in CUDA_VARIABLES:
-                out[name] = value[:4096]
+            if name in CUDA_VARIABLES:  # a value too long to be one is kept too long, for the parser to say so
+                out[name] = value[: MAX_EXPRESSION + 1]
     return out
 
 
@@ -235,8 +235,6 @@ def media_of(body: dict[str, Any], content_type: str) -> str:
 
 
 _INSIDE = (".svc", ".local", ".localhost", ".home.arpa")
-
-
 _NUMERIC = re.compile(r"^(?:0x[0-9a-f]+|[0-9]+)(?:\.(?:0x[0-9a-f]+|[0-9]+)){0,3}$")
 """An IPv4 address in any of the forms the resolver takes (127.1, 0177.0.0.1, 0x7f.0.0.1, 2130706433)."""
 
@@ -411,8 +409,9 @@ class Client:
         return url
 
     def _outside(self, netloc: str, who: str) -> None:
-        """Unreadable where ``netloc`` is inside the cluster, the node or the local network (by its name, or by
-        what it resolves to) and the settings do not list it."""
+        """Unreadable where ``netloc``'s name says it is inside the cluster, the node or the local network
+        (``inside``) and the settings do not list it; what a name resolves to is checked when connecting
+        (``_pick``)."""
         if netloc in self._listed:
             return
         if inside(netloc):
@@ -540,9 +539,6 @@ class Client:
             return _json(_read(response, 1 << 20, "token answer", deadline, urlsplit(url).netloc), "its token answer")
         finally:
             _done(response)
-
-
-USER_AGENT = f"gpu-admission/{__version__}"
 
 
 class Credentials:
@@ -739,6 +735,16 @@ class ImageLookup(Protocol):
     @property
     def generation(self) -> int: ...
 
+    @property
+    def asked(self) -> bool:
+        """Whether the answer being given looked an image up (one that did not holds whatever is read later)."""
+        ...
+
+    @property
+    def waiting(self) -> bool:
+        """Whether an image it looked up is not read yet (its answer is not kept)."""
+        ...
+
     def lookup(self, image: str) -> ImageConfig | None: ...
 
 
@@ -801,6 +807,15 @@ class ImageConfigs:
         self.background = background
         self.shared = shared
         self._writes = 0
+
+    asked = True
+    """Used whole (``gpu-admission review``, tests), not through one request's ``Snapshot``: any image may have
+    been looked up."""
+
+    @property
+    def waiting(self) -> bool:
+        """Whether any image is waiting to be read (used whole: any may be the request's)."""
+        return bool(self._asked)
 
     @property
     def generation(self) -> int:
