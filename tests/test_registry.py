@@ -32,6 +32,7 @@ from tests.cuda_fixtures import container, gpu_node, pod, settings
 from tests.registry import DOCKER_MANIFEST, Registry, registry
 from tests.serving import serve
 from webhook import cli, decisions, pipeline
+from webhook import registry as registry_module
 from webhook.app import create_app
 from webhook.cluster import StaticCluster, build_view
 from webhook.config import RegistrySettings
@@ -831,6 +832,47 @@ def test_a_name_that_resolves_inside_the_network_is_read_only_where_listed(monke
     listed = Client(RegistrySettings(enabled=True, registries=["registry.corp.example"], timeout_seconds=0.5))
     with pytest.raises(Unreadable, match=r"^cannot reach registry\.corp\.example"):  # let through: nothing listens
         listed.config(parse_reference("registry.corp.example/team/model:1"))
+
+
+def test_a_resolver_that_does_not_answer_holds_no_reader(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    answer = threading.Event()  # the resolver answers at the end of the test (its threads then end)
+
+    def resolve(host: str, port: Any, *args: Any, **kw: Any) -> list[Any]:
+        answer.wait(30)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port or 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    client = Client(RegistrySettings(enabled=True, timeout_seconds=0.2))
+    caplog.set_level("INFO", logger="gpu_admission.registry")
+    try:
+        started = time.monotonic()
+        for n in range(registry_module.RESOLVERS):
+            with pytest.raises(Unreadable, match=rf"^cannot reach slow{n}\.example \(the webhook's log says why\)$"):
+                client.config(parse_reference(f"slow{n}.example/team/model:1"))
+        assert time.monotonic() - started < 0.2 * registry_module.RESOLVERS + 2  # each waited its timeout, no more
+        assert "cannot reach slow0.example: its name was not resolved within 0.2 s" in caplog.text
+        started = time.monotonic()  # every lookup's place is taken by one the resolver has not answered
+        with pytest.raises(Unreadable, match=r"^cannot reach one-more\.example"):
+            client.config(parse_reference("one-more.example/team/model:1"))
+        assert time.monotonic() - started < 0.15
+        assert f"{registry_module.RESOLVERS} name lookups are still waiting for the resolver" in caplog.text
+    finally:
+        answer.set()
+    deadline = time.monotonic() + 5  # the places come back once the resolver answers
+    while _free_lookups() < registry_module.RESOLVERS and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _free_lookups() == registry_module.RESOLVERS
+
+
+def _free_lookups() -> int:
+    taken = 0
+    while registry_module._RESOLVING.acquire(blocking=False):
+        taken += 1
+    for _ in range(taken):
+        registry_module._RESOLVING.release()
+    return taken
 
 
 def test_the_reader_connects_to_the_address_it_checked(monkeypatch: pytest.MonkeyPatch) -> None:

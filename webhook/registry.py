@@ -85,6 +85,9 @@ MAX_TOKENS = 1024
 """Bearer tokens kept per worker (one per repository read; a quarter, the oldest, go when it is reached)."""
 READERS = 2
 """Reader threads per worker: one slow registry (a timeout) does not hold every other image back."""
+RESOLVERS = 4
+"""Name lookups of a worker that may wait on the resolver at once (each reader waits at most ``timeoutSeconds``
+for its own; a lookup the resolver never answers keeps its thread, and its place here, until the system gives up)."""
 QUEUE = 256
 """Images waiting to be read per worker; past it a new one is not queued (and asked again by its next pod)."""
 FOREVER = 10 * 365 * 86400.0
@@ -253,13 +256,31 @@ def inside(host: str) -> bool:
     return bool(_NUMERIC.match(name)) or name == "localhost" or "." not in name or name.endswith(_INSIDE)
 
 
-def _addresses(host: str) -> list[str]:
+def _addresses(host: str, wait: float) -> list[str]:
+    """``host``'s addresses, looked up by a thread of its own and waited for at most ``wait`` seconds:
+    ``socket.getaddrinfo`` has no timeout, and a resolver that does not answer would otherwise hold a reader (and
+    the images queued behind it) until the system's resolver gives up. At most ``RESOLVERS`` lookups wait at once."""
     name = _hostname(host).rstrip(".")
-    try:
-        found = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
-    except OSError as err:
-        raise _unreachable(host, err) from err
-    return [str(address[0]).split("%", 1)[0] for *_, address in found]
+    if not _RESOLVING.acquire(blocking=False):
+        raise _unreachable(host, OSError(f"{RESOLVERS} name lookups are still waiting for the resolver"))
+    found: list[list[Any] | OSError] = []
+    done = threading.Event()
+
+    def look() -> None:
+        try:
+            found.append(socket.getaddrinfo(name, None, type=socket.SOCK_STREAM))
+        except OSError as err:
+            found.append(err)
+        finally:
+            _RESOLVING.release()
+            done.set()
+
+    threading.Thread(target=look, name="registry-resolve", daemon=True).start()
+    if not done.wait(max(wait, 0.0)):
+        raise _unreachable(host, OSError(f"its name was not resolved within {wait:.3g} s"))
+    if isinstance(found[0], OSError):
+        raise _unreachable(host, found[0]) from found[0]
+    return [str(address[0]).split("%", 1)[0] for *_, address in found[0]]
 
 
 def _global(address: str) -> bool:
@@ -276,6 +297,7 @@ def _hostname(host: str) -> str:
     return (host.rsplit(":", 1)[0] if host.count(":") == 1 else host).lower()
 
 
+_RESOLVING = threading.BoundedSemaphore(RESOLVERS)
 _DEADLINE = threading.local()
 """The deadline of the read this thread is doing (``Client``), for the connections' watch (``_Watched``)."""
 _GUARD = threading.local()
@@ -425,7 +447,8 @@ class Client:
         host is left to the resolver."""
         if host.lower() in self._listed_hosts:
             return host
-        addresses = _addresses(host)
+        left = getattr(_DEADLINE, "at", math.inf) - time.monotonic()
+        addresses = _addresses(host, min(self.settings.timeout_seconds, left))
         if address := next((a for a in addresses if not _global(a)), ""):
             raise Unreadable(
                 f"{host[:100]} resolves to an address inside the network ({address}): read only where registries or"
