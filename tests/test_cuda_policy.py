@@ -513,10 +513,10 @@ def test_forward_alternatives_named_in_the_denial() -> None:
 )
 def test_invalid_declarations_are_denied(annotations: dict[str, str], env: dict[str, str], fix: str) -> None:
     result = pipeline.review(
-        pod(container(image="nvidia/cuda:12.4.1-base", env=env), annotations=annotations), context([C])
-    )
+        pod(container(image="registry.example/team/trainer:1", env=env), annotations=annotations), context([C])
+    )  # an image whose own env sets no NVIDIA_REQUIRE_CUDA (an nvidia/cuda image's would decide over CUDA_VERSION)
     assert not result.allowed and result.reason == "CUDARequirementInvalid"
-    assert "container trainer (image nvidia/cuda:12.4.1-base)" in result.message
+    assert "container trainer (image registry.example/team/trainer:1)" in result.message
     assert "To fix: write" in result.message and fix in result.message, "the remedy fits where it was written"
 
 

@@ -200,11 +200,34 @@ def env(**values: str) -> dict[str, str]:
             id="ngc-four-part-cuda-version",
         ),
         pytest.param(
-            container(image="nvidia/cuda:12.4.1-base-ubuntu22.04", env=env(CUDA_VERSION="12.8")),
+            container(image="pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime", env=env(CUDA_VERSION="12.8")),
             {},
             (12, 8),
             "env CUDA_VERSION",
             id="env-before-image",
+        ),
+        pytest.param(  # the image's own NVIDIA_REQUIRE_CUDA (cuda>=12.4 ...) is what the runtime reads first
+            container(image="nvidia/cuda:12.4.1-base-ubuntu22.04", env=env(CUDA_VERSION="12.8")),
+            {},
+            (12, 4),
+            "image tag, nvidia/cuda 12.4.1-base-ubuntu22.04: the image's NVIDIA_REQUIRE_CUDA, which the runtime"
+            " reads before the pod's CUDA_VERSION",
+            id="image-require-before-env-cuda-version",
+        ),
+        pytest.param(
+            container(image="nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", env=env(CUDA_VERSION="11.8")),
+            {},
+            (12, 5),
+            "image tag, NVIDIA CUDA sample vectoradd-cuda12.5.0: the image's NVIDIA_REQUIRE_CUDA, which the runtime"
+            " reads before the pod's CUDA_VERSION",
+            id="sample-image-require-before-env-cuda-version",
+        ),
+        pytest.param(  # the pod's empty NVIDIA_REQUIRE_CUDA replaces the image's: CUDA_VERSION is read
+            container(image="nvidia/cuda:12.4.1-base", env=env(CUDA_VERSION="12.8", NVIDIA_REQUIRE_CUDA="")),
+            {},
+            (12, 8),
+            "env CUDA_VERSION",
+            id="emptied-image-require",
         ),
         pytest.param(
             container(image="nvidia/cuda:12.4.1-base-ubuntu22.04"),
@@ -319,7 +342,11 @@ FROM_CONFIG_MAP = {"valueFrom": {"configMapKeyRef": {"name": "x", "key": "y"}}}
 def test_env_references_are_expanded_as_the_kubelet_does(
     entries: list[dict[str, Any]], env_from: bool, version: tuple[int, ...] | None, said: str
 ) -> None:
-    c: dict[str, Any] = {"name": "c", "image": "nvidia/cuda:13.0.1-base-ubuntu24.04", "env": entries}
+    # an nvidia/cuda image, whose tag the env must override; one whose own env sets no NVIDIA_REQUIRE_CUDA where
+    # CUDA_VERSION is read (the runtime reads an nvidia/cuda image's NVIDIA_REQUIRE_CUDA before it)
+    cuda_version = any(entry.get("name") == "CUDA_VERSION" for entry in entries)
+    image = "ubuntu:24.04" if cuda_version else "nvidia/cuda:13.0.1-base-ubuntu24.04"
+    c: dict[str, Any] = {"name": "c", "image": image, "env": entries}
     if env_from:
         c["envFrom"] = [{"configMapRef": {"name": "settings"}}]
     declared = declared_cuda(c, {})
@@ -344,7 +371,15 @@ def test_env_references_are_expanded_as_the_kubelet_does(
             id="disable-from-config-map",
         ),
         pytest.param(
-            [{"name": "CUDA_VERSION", **FROM_CONFIG_MAP}], "env CUDA_VERSION (set by valueFrom", id="over-the-image-tag"
+            [{"name": "CUDA_VERSION", **FROM_CONFIG_MAP}],
+            "image tag, nvidia/cuda 12.4.1-base-ubuntu22.04: the image's NVIDIA_REQUIRE_CUDA, which the runtime reads"
+            " before the pod's CUDA_VERSION",
+            id="under-the-image-require",
+        ),
+        pytest.param(
+            [{"name": "NVIDIA_REQUIRE_CUDA", "value": ""}, {"name": "CUDA_VERSION", **FROM_CONFIG_MAP}],
+            "env CUDA_VERSION (set by valueFrom",
+            id="the-image-require-emptied",
         ),
         pytest.param(
             [{"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=12.8"}, {"name": "CUDA_VERSION", **FROM_CONFIG_MAP}],
@@ -363,7 +398,8 @@ def test_env_references_are_expanded_as_the_kubelet_does(
 )
 def test_a_cuda_variable_set_by_value_from_is_unknown_not_skipped(entries: list[Any], want: str) -> None:
     # The runtime reads the variable's value from the ConfigMap; the image tag (12.4 here) or a lower variable
-    # says nothing of it: the version is unknown, and says why
+    # says nothing of it: the version is unknown, and says why. But the image's own NVIDIA_REQUIRE_CUDA (an
+    # nvidia/cuda image's), which the runtime reads before a CUDA_VERSION, still decides over that one
     c = container(image="nvidia/cuda:12.4.1-base-ubuntu22.04")
     c["env"] = entries
     d = declared_cuda(c, {"gpu-admission.io/other": "x"})
@@ -377,7 +413,9 @@ def test_a_cuda_variable_set_by_value_from_is_unknown_not_skipped(entries: list[
     ("c", "annotations", "fragment"),
     [
         pytest.param(container(), {"gpu-admission.io/cuda-version": "twelve"}, "not a CUDA version", id="annotation"),
-        pytest.param(container(env=env(CUDA_VERSION="12.x")), {}, "not a CUDA version", id="cuda-version"),
+        pytest.param(
+            container(image="ubuntu:24.04", env=env(CUDA_VERSION="12.x")), {}, "not a CUDA version", id="cuda-version"
+        ),
         pytest.param(
             container(env=env(NVIDIA_REQUIRE_CUDA="cuda>=12.4 bogus")), {}, "invalid expression", id="require-cuda"
         ),
@@ -510,7 +548,7 @@ def test_env_references_that_double_at_every_entry_stop_at_a_budget() -> None:
         {"name": "CUDA_VERSION", "value": "12.4"},  # its own value: read as ever
         {"name": "CUDA_VERSION", "value": "12.$(V59)"},  # past the budget: unread, said so
     ):
-        c: dict[str, Any] = {"name": "c", "image": "nvidia/cuda:13.0.1-base-ubuntu24.04", "env": [*bomb, last]}
+        c: dict[str, Any] = {"name": "c", "image": "ubuntu:24.04", "env": [*bomb, last]}
         started = time.process_time()
         declared = declared_cuda(c, {})
         assert time.process_time() - started < 5.0, "the expansion must stop at its budget, not at 2^60 characters"

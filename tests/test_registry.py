@@ -190,6 +190,18 @@ def test_the_image_env_lies_under_the_containers_as_the_runtime_merges_them() ->
     quiet = ImageConfig({"NVIDIA_DISABLE_REQUIRE": "0", "CUDA_VERSION": "12.8"}, where)
     for config in (quiet, None, ImageConfig(error="cannot reach docker.io")):
         assert declared(config, {"CUDA_VERSION": "12.2"}).source == "env CUDA_VERSION"
+    # a CUDA_VERSION of the pod's set by valueFrom is not read where the image's NVIDIA_REQUIRE_CUDA is (nor is an
+    # NVIDIA_REQUIRE_CUDA of the pod's where the image's NVIDIA_DISABLE_REQUIRE is)
+    from_map = {"valueFrom": {"configMapKeyRef": {"name": "x", "key": "y"}}}
+    pod_env = [{"name": "CUDA_VERSION", **from_map}]
+    c = {"name": "c", "image": VLLM, "env": pod_env}
+    got = declared_cuda(c, {}, configs=configs_of({VLLM: requires}))
+    assert got.version == (12, 8) and got.source == f"image config NVIDIA_REQUIRE_CUDA of {where}"
+    for config in (quiet, None):  # the pod's unread value decides where the image sets nothing above it
+        assert declared_cuda(c, {}, configs=configs_of({VLLM: config})).source.startswith("env CUDA_VERSION (set by")
+    c = {"name": "c", "image": VLLM, "env": [{"name": "NVIDIA_REQUIRE_CUDA", **from_map}]}
+    assert declared_cuda(c, {}, configs=configs_of({VLLM: disables})).disabled
+    assert declared_cuda(c, {}, configs=configs_of({VLLM: requires})).requirement is None  # the pod's own decides
     # an image a tag rule reads is not asked of its registry
     asked: list[str] = []
     tagged = "nvidia/cuda:12.4.1-base-ubuntu22.04"

@@ -683,6 +683,7 @@ def test_a_per_pod_value_that_another_env_value_refers_to_tells_the_pods_apart(e
     view = two_driver_view(settings)  # CUDA 12.4 and 12.2
     pod = copy.deepcopy(STEERED)
     container = pod["spec"]["containers"][0]
+    container["image"] = "registry.example/team/trainer:1"  # its env sets no NVIDIA_REQUIRE_CUDA (nvidia/cuda's would)
     for n, rank in enumerate(["12.2", "12.2", "12.2", "12.8"], start=1):
         container["env"] = [{"name": "RANK", "value": rank}, {"name": "CUDA_VERSION", "value": "$(RANK)"}]
         data = body(replica(pod, n))

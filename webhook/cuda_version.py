@@ -16,6 +16,10 @@ A container's requirement comes from, in order (the first that says anything win
    runtime reads before it (the image's ``NVIDIA_REQUIRE_CUDA`` over the pod's ``CUDA_VERSION``; the image's
    ``NVIDIA_DISABLE_REQUIRE`` over both). An image a rule of 5. reads is not asked of its registry.
 
+An nvidia/cuda image (and one its rule knows is built on it, ``sets_require_cuda`` in the data) sets
+``NVIDIA_REQUIRE_CUDA`` in its own env: where the pod sets ``CUDA_VERSION`` and not that, the runtime reads the
+image's, so its tag (5.) decides over the pod's ``CUDA_VERSION`` (4.), even one set by ``valueFrom``.
+
 One of the variables of 2.-4. set by ``valueFrom`` (a ConfigMap, a Secret, a field of the pod) stops the lookup
 there with the version unknown: the runtime reads its value, which the webhook cannot, and it overrides every later
 source (the settings' ``unknownVersion`` decides; the annotation of 1. declares it). Values are read as the kubelet
@@ -263,6 +267,9 @@ class ImageRule:
     forward_known_only: bool = False
     """Read only the versions ``forward`` has a row for (an image whose other versions' forward compatibility is not
     known reads no CUDA, rather than one refused where its compat libraries would run it)."""
+    sets_require_cuda: bool = False
+    """The image's own env sets ``NVIDIA_REQUIRE_CUDA`` (the tag's version and ``forward``), which the runtime reads
+    before a ``CUDA_VERSION`` of the pod's: the tag then decides over it."""
 
 
 @dataclass(frozen=True)
@@ -323,6 +330,7 @@ def image_rules() -> tuple[ImageRule, ...]:
             secondary_releases=_versions(r.get("secondary_releases")),
             forward=_forward(r.get("forward")),
             forward_known_only=bool(r.get("forward_known_only", False)),
+            sets_require_cuda=bool(r.get("sets_require_cuda", False)),
         )
         for r in _data()["rules"]
     )
@@ -543,7 +551,11 @@ def declared_cuda(
         unread = env.get(var)
         if isinstance(unread, Unread):
             # what decides the CUDA check at run time is not in the pod: neither a lower source nor the image's
-            # own value counts, since this one overrides them (the runtime reads the container's env)
+            # own value of it counts, since this one overrides them (the runtime reads the container's env); the
+            # image's variables the runtime reads before it still do
+            above = _image_above(name, image, env, configs, use_image, CUDA_VARIABLES[: CUDA_VARIABLES.index(var)])
+            if above is not None:
+                return above
             return Declared(name, image, source=f"env {var} ({unread.why}, which the webhook cannot read)")
         if var == "NVIDIA_DISABLE_REQUIRE" and _text(env, var) not in _TRUE:
             continue
@@ -556,7 +568,7 @@ def declared_cuda(
     # Only a config already read counts here: the pod's own value stands meanwhile.
     text = _text(env, "NVIDIA_REQUIRE_CUDA")
     if text:
-        above = _config_above(name, image, env, configs, use_image, ("NVIDIA_DISABLE_REQUIRE",))
+        above = _image_above(name, image, env, configs, use_image, ("NVIDIA_DISABLE_REQUIRE",))
         if above is not None:
             return above
         source = "env NVIDIA_REQUIRE_CUDA"
@@ -566,7 +578,7 @@ def declared_cuda(
             return Declared(name, image, source=source, error=f"invalid expression: {err}")
     text = _text(env, "CUDA_VERSION")
     if text:
-        above = _config_above(name, image, env, configs, use_image, ("NVIDIA_DISABLE_REQUIRE", "NVIDIA_REQUIRE_CUDA"))
+        above = _image_above(name, image, env, configs, use_image, ("NVIDIA_DISABLE_REQUIRE", "NVIDIA_REQUIRE_CUDA"))
         if above is not None:
             return above
         version = _version(text)
@@ -576,13 +588,40 @@ def declared_cuda(
     if use_image:
         found = image_cuda(image)
         if found:
-            secondary = ", secondary source" if found.secondary else ""
-            source = f"image tag, {found.detail}{secondary}"
-            requirement = with_forward(found.version, found.forward)
-            return Declared(name, image, requirement, source, secondary=found.secondary)
+            return _from_tag(name, image, found)
     if configs is not None and image:
         return _from_config(name, image, configs(image), env)
     return Declared(name, image)
+
+
+def _from_tag(name: str, image: str, found: ImageMatch, over: str = "") -> Declared:
+    """What the image's tag says, through its rule (``over``: the pod's variable its image's own env decides
+    over)."""
+    secondary = ", secondary source" if found.secondary else ""
+    source = f"image tag, {found.detail}{secondary}"
+    if over:
+        source += f": the image's NVIDIA_REQUIRE_CUDA, which the runtime reads before the pod's {over}"
+    requirement = with_forward(found.version, found.forward)
+    return Declared(name, image, requirement, source, secondary=found.secondary)
+
+
+def _image_above(
+    name: str,
+    image: str,
+    own: Mapping[str, object],
+    configs: Callable[[str], ImageConfig | None] | None,
+    use_image: bool,
+    variables: tuple[str, ...],
+) -> Declared | None:
+    """What the image's own env says through ``variables`` (those the runtime reads before the pod's variable at
+    hand), where the pod does not set them: an image whose tag rule knows its ``NVIDIA_REQUIRE_CUDA``
+    (``ImageRule.sets_require_cuda``), else its config read from its registry (``_config_above``); None where
+    neither says anything there."""
+    if use_image and "NVIDIA_REQUIRE_CUDA" in variables and "NVIDIA_REQUIRE_CUDA" not in own:
+        found = image_cuda(image)
+        if found is not None and found.rule.sets_require_cuda:
+            return _from_tag(name, image, found, over=CUDA_VARIABLES[len(variables)])
+    return _config_above(name, image, own, configs, use_image, variables)
 
 
 def _config_above(
