@@ -258,24 +258,26 @@ def test_a_worker_reads_once_keeps_for_a_while_and_counts_what_changed() -> None
             return answers[ref.repository]
         raise Unreadable("no such image")
 
-    known = ImageConfigs(RegistrySettings(enabled=True, refresh_seconds=600, retry_seconds=60), Fake(read), clock)
-    assert known.read_now("team/a:1") == answers["team/a"] and known.generation == 1
-    assert known.lookup("team/a:1") == answers["team/a"]
-    known.read_now("team/a:1")  # the same answer read again: nothing changed
-    assert known.generation == 1 and reads == ["team/a", "team/a"]
-    assert known.read_now("team/b:1").error == "no such image" and known.generation == 2
+    settings = RegistrySettings(enabled=True, refresh_seconds=600, retry_seconds=60)
+    known = ImageConfigs(settings, Fake(read), clock, background=False)  # a look at a due image reads it then
+    first = known.read_now("team/a:1")
+    assert first == answers["team/a"] and known.lookup("team/a:1") == first
+    used = (("team/a:1", first),)  # what an answer kept for replicas found
+    known.read_now("team/a:1")  # the same answer read again: nothing changed, the answer holds
+    assert known.holds(used) and reads == ["team/a", "team/a"]
+    assert known.read_now("team/b:1").error == "no such image" and known.holds(used)  # another image's read
     # a digest's config is kept for good; a tag's read again after refreshSeconds, a failure after retrySeconds
     digest = "team/a@sha256:" + "0" * 64
     known.read_now(digest)
-    assert known.generation == 3
     clock.now += 61
     assert known._known["team/b:1"].until < clock.now <= known._known["team/a:1"].until
-    # a config falling due moves the generation on, once: the answers given with it are given anew
-    assert known.generation == 4 == known.generation
     clock.now += 600
-    assert known._known[digest].until > clock.now and known.generation == 5
+    assert known._known[digest].until > clock.now
+    # a config fallen due is looked at again by the replica that finds it, and what it said holds if unchanged
+    assert known.holds(used) and reads == ["team/a", "team/a", "team/b", "team/a", "team/a"]
+    assert known.holds(used) and len(reads) == 5  # read once, not due again until refreshSeconds from now
     answers["team/a"] = ImageConfig({"CUDA_VERSION": "12.8"}, "a")
-    assert known.read_now("team/a:1").env == {"CUDA_VERSION": "12.8"} and known.generation == 6
+    assert known.read_now("team/a:1").env == {"CUDA_VERSION": "12.8"} and not known.holds(used)
 
 
 def test_registries_not_listed_are_not_read_and_the_oldest_image_goes_first() -> None:
@@ -307,13 +309,14 @@ def test_a_tag_is_read_again_only_when_it_names_another_digest_and_a_failure_kee
     known = ImageConfigs(RegistrySettings(enabled=True, refresh_seconds=600, retry_seconds=60), fake, clock)
     first = known.read_now("team/a:1")
     assert known.read_now("team/a:1") is first and fake.heads == 1 and known.counts["unchanged"] == 1
-    assert known.generation == 1
+    assert known.holds((("team/a:1", first),))
     versions["team/a"], fake.digests["team/a"] = "12.8", "sha256:" + "8" * 64  # the tag pushed anew
-    assert known.read_now("team/a:1").env == {"CUDA_VERSION": "12.8"} and known.generation == 2
+    second = known.read_now("team/a:1")
+    assert second.env == {"CUDA_VERSION": "12.8"} and not known.holds((("team/a:1", first),))
     del versions["team/a"]  # the registry away: what it said before stands, asked again after retrySeconds
     fake.digests.clear()
     assert known.read_now("team/a:1").env == {"CUDA_VERSION": "12.8"}
-    assert known.counts["unreadable"] == 1 and known.generation == 2
+    assert known.counts["unreadable"] == 1 and known.holds((("team/a:1", second),))
     assert known._known["team/a:1"].until == clock.now + 60
 
 
@@ -407,7 +410,7 @@ def test_a_lookup_answers_at_once_and_the_readers_fill_in() -> None:
     while known.lookup(VLLM) is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert known.lookup(VLLM) == ImageConfig({"CUDA_VERSION": "12.4"}, f"docker.io/{VLLM}")
-    assert known.counts["read"] == 1 and known.generation == 1
+    assert known.counts["read"] == 1
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -511,6 +514,39 @@ def test_an_answer_that_looked_no_image_up_is_kept_whatever_is_read() -> None:
     assert not decided().reused
     known.read_now("team/other:1")  # another image read: the generation moves on
     assert decided().reused and known.counts["read"] == 1
+
+
+def test_an_answer_is_given_anew_only_when_one_of_its_own_images_reads_otherwise() -> None:
+    """Found by the last session's note: one generation for every image gave anew every kept answer that had looked
+    any image up, whenever any config was read or fell due (with 2,000 images, one every few seconds)."""
+    clock, reads = Clock(), []
+    configs = {"vllm/vllm-openai": ImageConfig({"CUDA_VERSION": "12.1"}, "v"), "team/other": ImageConfig({}, "o")}
+
+    def read(ref: Reference) -> ImageConfig:
+        reads.append(ref.repository)
+        return configs[ref.repository]
+
+    known = ImageConfigs(RegistrySettings(enabled=True, refresh_seconds=600), Fake(read), clock, background=False)
+    ctx = _ctx(known)
+
+    def replica(i: int) -> pipeline.Result:
+        body = _review(VLLM, uid=f"0000{i}-aaaa", name=f"llm-7d9f-0000{i}")
+        return decisions.decide(
+            "validate", pipeline.validate, body, "application/json", ctx.settings, ctx.cluster, known
+        )[1]
+
+    assert replica(0).allowed and not replica(0).replayed
+    assert all(replica(i).reused for i in range(1, 4)) and replica(4).replayed  # a template by now
+    known.read_now("team/other:1")  # another image read, and then read otherwise
+    configs["team/other"] = ImageConfig({"CUDA_VERSION": "13.0"}, "o")
+    known.read_now("team/other:1")
+    assert replica(5).replayed
+    clock.now += 601  # its own image falls due: the replica that finds it has it looked at again
+    assert replica(6).replayed and reads.count("vllm/vllm-openai") == 2
+    configs["vllm/vllm-openai"] = ImageConfig({"CUDA_VERSION": "12.9"}, "v")  # the tag pushed anew
+    clock.now += 601
+    later = replica(7)
+    assert not later.allowed and not later.replayed and not later.reused
 
 
 def test_an_answer_given_while_the_registry_failed_is_given_anew_once_it_is_asked_again() -> None:

@@ -11,8 +11,9 @@ per request, with the request's own names.
 
 The store hangs on the ``ClusterView`` it was computed against, so a new snapshot starts empty, and a request still
 running against the old one cannot write into the new one's. UPDATEs (which read ``oldObject``) are not stored.
-An answer that looked image configs up (``webhook.registry``) carries their generation and is given anew once it
-moves (a config read, changed or fallen due); one that looked up an image not read yet is not kept at all.
+An answer that looked image configs up (``webhook.registry``) carries what it found, and is given anew once one of
+those images reads otherwise (read anew and changed, or dropped); one that looked up an image not read yet is not
+kept at all.
 
 When the second replica of a shape comes, its body is compared with the first one's (``webhook.replay``): from the
 third on, a body that differs from it only in identity strings is answered without being parsed (``decide``). A
@@ -42,7 +43,7 @@ from webhook.model import PER_POD_ANNOTATIONS, PER_POD_LABELS, PER_POD_OWNER, PE
 from webhook.pipeline import Result
 
 if TYPE_CHECKING:
-    from webhook.registry import ImageConfigs, ImageLookup
+    from webhook.registry import ImageConfigs, ImageLookup, Used
 
 log = logging.getLogger("gpu_admission.decisions")
 
@@ -79,9 +80,10 @@ class Stored:
     """The request ``template``'s body came with (its objects left out): what a replayed request is, but for the
     template's slots."""
     tries: int = LEARNING_TRIES
-    images: int | None = None
-    """The image configs' generation it was computed with (``registry.ImageConfigs``): a config read since may
-    change it; None when it looked no image up (its CUDA came from tags and env): no read changes it."""
+    images: Used = ()
+    """The images it looked up in the configs read from registries, each with what it found
+    (``registry.ImageConfigs``): it is given again while each is found the same (``ImageLookup.holds``); none when
+    its CUDA came from tags and env: no read changes it."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,7 @@ def decide(
     bytes), reused (an object of a known shape) or computed. BadRequest when the body is not a usable review."""
     check_content_type(content_type)
     snapshot = images.snapshot() if images is not None else None
-    known = _replayed(endpoint, body, settings, view, snapshot.generation if snapshot is not None else 0)
+    known = _replayed(endpoint, body, settings, view, snapshot)
     if known is not None:
         return known
     review = parse_review(body, settings.max_body_bytes)
@@ -221,8 +223,7 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
         return step(obj, ctx), None
     store = ctx.cluster.decisions
     stored: Stored | None = store.get(key)
-    images = ctx.images.generation if ctx.images is not None else 0  # read before the answer is computed
-    if stored is not None and stored.settings is ctx.settings and stored.images in (None, images):
+    if stored is not None and stored.settings is ctx.settings and _holds(stored, ctx.images):
         return stored.result, stored
     result = step(obj, ctx)
     if result.reason == "TooComplex":  # the clock's verdict, not the shape's: each replica is tried again
@@ -241,7 +242,7 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
         outcome=result.outcome.copy(),
     )
     # apart from ``result``: what its caller does to it stays its own
-    used = images if ctx.images is not None and ctx.images.asked else None
+    used = ctx.images.used if ctx.images is not None else ()
     stored = Stored(ctx.settings, kept, answer_parts(kept, mutating=endpoint == "mutate"), body, key, images=used)
     store.put(key, stored, size=len(key) + len(body))
     return result, stored
@@ -292,11 +293,17 @@ def _keep(endpoint: str, stored: Stored, view: ClusterView) -> None:
     view.replays.put(key, (known, *others[: REPLAYS_PER_LENGTH - 1]), size=len(template.body))
 
 
+def _holds(stored: Stored, images: ImageLookup | None) -> bool:
+    """Whether what ``stored`` found in the image configs still stands (it looked none up, or each is found the
+    same: a config read anew, changed, or dropped gives its answers anew; one fallen due is queued by the look)."""
+    return not stored.images or (images is not None and images.holds(stored.images))
+
+
 def _replayed(
-    endpoint: str, body: bytes, settings: Settings, view: ClusterView, images: int
+    endpoint: str, body: bytes, settings: Settings, view: ClusterView, images: ImageLookup | None
 ) -> tuple[ReviewRequest, Result, bytes] | None:
     for known in view.replays.get((endpoint, len(body))) or ():
-        current = known.stored.settings is settings and known.stored.images in (None, images)
+        current = known.stored.settings is settings and _holds(known.stored, images)
         texts = known.template.match(body) if current else None
         if texts is None:
             continue

@@ -11,9 +11,9 @@ the settings do not have leaves the image unread (the pods' own pull secrets are
 
 Never on the request path: a review looks images up in one request's ``Snapshot`` (a dict read each). An image not
 read yet is queued for this worker's reader threads and reviewed as "CUDA unknown" (the settings' ``unknownVersion``)
-until it is read. The ``generation`` moves on with each read that changes what is known and when a config falls due
-to be read again; the answers kept for replicas carry it (``webhook.decisions``), so an answer given before a read is
-not handed to the next replica, and a replica of an image due again asks for it.
+until it is read. The answers kept for replicas carry the configs they found (``webhook.decisions``): each replica
+looks those images up again, so an answer is given anew once one of its images reads otherwise (another image's
+read leaves it be), and a replica of an image due to be read again queues it.
 
 What the registries are spared: the workers of one server share what they read (a directory the server makes); a
 tag falls due after ``refreshSeconds`` and is then looked at with a HEAD (Docker Hub counts manifest GETs, not HEADs,
@@ -752,15 +752,17 @@ class Reader(Protocol):
     def digest(self, ref: Reference) -> str: ...
 
 
+Used = tuple[tuple[str, ImageConfig | None], ...]
+"""The images an answer looked up, each with what it found: the answer holds while each still finds the same."""
+
+
 class ImageLookup(Protocol):
     """What a review asks of the image configs (``ImageConfigs``, or one request's ``Snapshot`` of them)."""
 
     @property
-    def generation(self) -> int: ...
-
-    @property
-    def asked(self) -> bool:
-        """Whether the answer being given looked an image up (one that did not holds whatever is read later)."""
+    def used(self) -> Used:
+        """The images the answer being given looked up, and what each found (an answer that looked none up holds
+        whatever is read later)."""
         ...
 
     @property
@@ -770,20 +772,23 @@ class ImageLookup(Protocol):
 
     def lookup(self, image: str) -> ImageConfig | None: ...
 
+    def holds(self, used: Used) -> bool:
+        """Whether each image of ``used`` is still found as it was (an answer kept with them may be given again).
+        Each is looked up: one due to be read again is queued, and what was read stands until it is."""
+        ...
+
 
 class Snapshot:
     """One request's view of the configs: each image looked up once (a read that lands meanwhile does not change
-    its answer halfway, nor is an image asked twice), with the generation it was taken at."""
+    its answer halfway, nor is an image asked twice)."""
 
-    def __init__(self, configs: ImageConfigs, generation: int) -> None:
-        self.generation = generation
+    def __init__(self, configs: ImageConfigs) -> None:
         self._configs = configs
         self._seen: dict[str, ImageConfig | None] = {}
 
     @property
-    def asked(self) -> bool:
-        """Whether the request looked any image up (an answer that did not holds whatever is read later)."""
-        return bool(self._seen)
+    def used(self) -> Used:
+        return tuple(self._seen.items())
 
     @property
     def waiting(self) -> bool:
@@ -795,6 +800,9 @@ class Snapshot:
         if image not in self._seen:
             self._seen[image] = self._configs.lookup(image)
         return self._seen[image]
+
+    def holds(self, used: Used) -> bool:
+        return all(self.lookup(image) == config for image, config in used)
 
 
 class ImageConfigs:
@@ -814,9 +822,6 @@ class ImageConfigs:
         there); ``shared``: a directory the workers of one server share what they read through (each worker
         otherwise reads every image itself)."""
         self.settings = settings
-        self._generation = 0
-        self._soonest = math.inf
-        """The earliest time a known config is due to be read again."""
         self.client = client or Client(settings)
         self._clock = clock
         self._known: dict[str, Known] = {}
@@ -831,30 +836,24 @@ class ImageConfigs:
         self.shared = shared
         self._writes = 0
 
-    asked = True
-    """Used whole (``gpu-admission review``, tests), not through one request's ``Snapshot``: any image may have
-    been looked up."""
+    @property
+    def used(self) -> Used:
+        """Used whole (``gpu-admission review``, tests), not through one request's ``Snapshot``: any image known
+        may have been looked up."""
+        with self._lock:
+            return tuple((image, known.config) for image, known in self._known.items())
 
     @property
     def waiting(self) -> bool:
         """Whether any image is waiting to be read (used whole: any may be the request's)."""
         return bool(self._asked)
 
-    @property
-    def generation(self) -> int:
-        """Moves on with each read that changes what is known, and when a config falls due to be read again: the
-        answers ``decisions`` keeps carry it, so an answer is given anew (and its images asked again) then."""
-        if self._clock() >= self._soonest:
-            with self._lock:
-                now = self._clock()
-                if now >= self._soonest:
-                    self._generation += 1
-                    self._soonest = min((k.until for k in self._known.values() if k.until > now), default=math.inf)
-        return self._generation
+    def holds(self, used: Used) -> bool:
+        return all(self.lookup(image) == config for image, config in used)
 
     def snapshot(self) -> Snapshot:
         """A view for one request (``Snapshot``)."""
-        return Snapshot(self, self.generation)
+        return Snapshot(self)
 
     def lookup(self, image: str) -> ImageConfig | None:
         """What is known of ``image``'s config (None: nothing yet); one not known, or due to be read again, is
@@ -943,13 +942,10 @@ class ImageConfigs:
 
     def _keep(self, image: str, config: ImageConfig, until: float, result: str) -> None:
         with self._lock:
-            before = self._known.pop(image, None)
+            self._known.pop(image, None)
             self._known[image] = Known(config, until)  # last in the dict: forgotten last
             while len(self._known) > self.settings.max_images:
                 del self._known[next(iter(self._known))]
-            self._soonest = min(self._soonest, until)
-            if before is None or before.config != config:
-                self._generation += 1
             self._counted(result)
             self._asked.discard(image)
         if result != "unchanged":
