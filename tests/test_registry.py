@@ -480,9 +480,8 @@ def review_of(image: str, uid: str = "u1", name: str = "llm-7d9f-abcde") -> dict
     return review(obj, namespace="ml", uid=uid)
 
 
-def test_replicas_answered_from_a_template_are_checked_again_when_the_config_changes() -> None:
-    configs = {"now": ImageConfig({"CUDA_VERSION": "12.1"}, f"docker.io/{VLLM}")}
-    known = ImageConfigs(RegistrySettings(enabled=True), Fake(lambda ref: configs["now"]), Clock())
+def _replicas(known: ImageConfigs) -> Callable[[int], pipeline.Result]:
+    """The answers at /validate to the replicas of a ReplicaSet running VLLM (against R535), by their number."""
     ctx = _ctx(known)
 
     def replica(i: int) -> pipeline.Result:
@@ -491,6 +490,13 @@ def test_replicas_answered_from_a_template_are_checked_again_when_the_config_cha
             "validate", pipeline.validate, body, "application/json", ctx.settings, ctx.cluster, known
         )[1]
 
+    return replica
+
+
+def test_replicas_answered_from_a_template_are_checked_again_when_the_config_changes() -> None:
+    configs = {"now": ImageConfig({"CUDA_VERSION": "12.1"}, f"docker.io/{VLLM}")}
+    known = ImageConfigs(RegistrySettings(enabled=True), Fake(lambda ref: configs["now"]), Clock())
+    replica = _replicas(known)
     assert replica(0).allowed and not replica(1).reused  # not kept while the image was unread
     known.read_now(VLLM)
     assert all(replica(i).allowed for i in range(2, 7))
@@ -527,14 +533,7 @@ def test_an_answer_is_given_anew_only_when_one_of_its_own_images_reads_otherwise
         return configs[ref.repository]
 
     known = ImageConfigs(RegistrySettings(enabled=True, refresh_seconds=600), Fake(read), clock, background=False)
-    ctx = _ctx(known)
-
-    def replica(i: int) -> pipeline.Result:
-        body = _review(VLLM, uid=f"0000{i}-aaaa", name=f"llm-7d9f-0000{i}")
-        return decisions.decide(
-            "validate", pipeline.validate, body, "application/json", ctx.settings, ctx.cluster, known
-        )[1]
-
+    replica = _replicas(known)
     assert replica(0).allowed and not replica(0).replayed
     assert all(replica(i).reused for i in range(1, 4)) and replica(4).replayed  # a template by now
     known.read_now("team/other:1")  # another image read, and then read otherwise

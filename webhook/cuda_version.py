@@ -614,35 +614,24 @@ def _image_above(
     variables: tuple[str, ...],
 ) -> Declared | None:
     """What the image's own env says through ``variables`` (those the runtime reads before the pod's variable at
-    hand), where the pod does not set them: an image whose tag rule knows its ``NVIDIA_REQUIRE_CUDA``
-    (``ImageRule.sets_require_cuda``), else its config read from its registry (``_config_above``); None where
-    neither says anything there."""
-    if use_image and "NVIDIA_REQUIRE_CUDA" in variables and "NVIDIA_REQUIRE_CUDA" not in own:
-        found = image_cuda(image)
-        if found is not None and found.rule.sets_require_cuda:
-            return _from_tag(name, image, found, over=CUDA_VARIABLES[len(variables)])
-    return _config_above(name, image, own, configs, use_image, variables)
-
-
-def _config_above(
-    name: str,
-    image: str,
-    own: Mapping[str, object],
-    configs: Callable[[str], ImageConfig | None] | None,
-    use_image: bool,
-    variables: tuple[str, ...],
-) -> Declared | None:
-    """What the image's config says through ``variables`` (those the runtime reads before the pod's own), where
-    the pod does not set them and the config is read; None where it says nothing there. An image whose tag a rule
-    reads is not asked of its registry (the rule stands for its config)."""
-    if configs is None or not image or (use_image and image_cuda(image)):
+    hand), where the pod does not set them: the ``NVIDIA_REQUIRE_CUDA`` of an image whose tag rule knows it
+    (``ImageRule.sets_require_cuda``), else its config read from its registry; None where neither says anything
+    there. An image whose tag a rule reads is not asked of its registry (the rule stands for its config)."""
+    requires = "NVIDIA_REQUIRE_CUDA" in variables and "NVIDIA_REQUIRE_CUDA" not in own
+    tag = image_cuda(image) if use_image and image else None
+    if tag is not None:
+        return (
+            _from_tag(name, image, tag, over=CUDA_VARIABLES[len(variables)])
+            if requires and tag.rule.sets_require_cuda
+            else None
+        )
+    if configs is None or not image:
         return None
     config = configs(image)
     if config is None or config.error or not any(v in config.env and v not in own for v in variables):
         return None
-    found = _from_config(name, image, config, own)
-    requires = "NVIDIA_REQUIRE_CUDA" in variables and "NVIDIA_REQUIRE_CUDA" not in own
-    return found if found.disabled or (requires and config.env.get("NVIDIA_REQUIRE_CUDA", "").strip()) else None
+    read = _from_config(name, image, config, own)
+    return read if read.disabled or (requires and config.env.get("NVIDIA_REQUIRE_CUDA", "").strip()) else None
 
 
 def _from_config(name: str, image: str, config: ImageConfig | None, own: Mapping[str, object]) -> Declared:
