@@ -229,6 +229,14 @@ def env(**values: str) -> dict[str, str]:
             "env CUDA_VERSION",
             id="emptied-image-require",
         ),
+        pytest.param(  # ... and without one of the pod's, the image's own CUDA_VERSION (no forward terms then)
+            container(image="nvidia/cuda:12.4.1-base", env=env(NVIDIA_REQUIRE_CUDA="")),
+            {},
+            (12, 4),
+            "image tag, nvidia/cuda 12.4.1-base: the image's CUDA_VERSION, the pod's empty NVIDIA_REQUIRE_CUDA"
+            " replacing the image's",
+            id="emptied-image-require-image-cuda-version",
+        ),
         pytest.param(
             container(image="nvidia/cuda:12.4.1-base-ubuntu22.04"),
             {},
@@ -264,6 +272,19 @@ def test_sources_in_order(
 ) -> None:
     d = declared_cuda(c, annotations)
     assert (d.version, d.source, d.error) == (version, source, "")
+
+
+def test_an_emptied_image_requirement_has_no_forward_terms() -> None:
+    """Found by a review: the runtime reads an image whose NVIDIA_REQUIRE_CUDA the pod empties as a legacy one
+    (``cuda>=`` its CUDA_VERSION), so nvidia/cuda's forward-compatibility alternatives do not hold then."""
+    image = "nvidia/cuda:12.4.1-base"
+    assert declared_cuda(container(image=image), {}).requirement.forward_terms  # type: ignore[union-attr]
+    emptied = declared_cuda(container(image=image, env=env(NVIDIA_REQUIRE_CUDA="")), {}).requirement
+    assert emptied is not None and emptied.text == "cuda>=12.4" and not emptied.forward_terms
+    pytorch = "pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime"  # sets no CUDA variable: read from its tag as ever
+    assert declared_cuda(container(image=pytorch, env=env(NVIDIA_REQUIRE_CUDA="")), {}).source == (
+        "image tag, pytorch/pytorch 2.3.1-cuda12.1-cudnn8-runtime"
+    )
 
 
 def test_disable_require_stops_the_image_guess() -> None:

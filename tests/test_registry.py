@@ -548,6 +548,28 @@ def test_an_answer_is_given_anew_only_when_one_of_its_own_images_reads_otherwise
     assert not later.allowed and not later.replayed and not later.reused
 
 
+def test_a_template_of_another_image_is_not_looked_up_for_a_request() -> None:
+    """Found by a review: every template of a body's length had its images looked up before its match, so an
+    answer kept what another image found too, and was given anew when only that one changed."""
+    configs = {"team/aaaa": ImageConfig({"CUDA_VERSION": "12.1"}, "a"), "team/cccc": ImageConfig({}, "c")}
+    known = ImageConfigs(
+        RegistrySettings(enabled=True), Fake(lambda ref: configs[ref.repository]), Clock(), background=False
+    )
+    ctx = _ctx(known)
+
+    def replica(image: str, i: int) -> pipeline.Result:
+        body = _review(image, uid=f"0000{i}-aaaa", name=f"llm-7d9f-0000{i}")  # both images' bodies of one length
+        return decisions.decide(
+            "validate", pipeline.validate, body, "application/json", ctx.settings, ctx.cluster, known
+        )[1]
+
+    assert all(replica("team/aaaa:1", i).allowed for i in range(6))
+    assert [replica("team/cccc:1", i).replayed for i in range(6)][-1]
+    configs["team/aaaa"] = ImageConfig({"CUDA_VERSION": "12.2"}, "a")
+    known.read_now("team/aaaa:1")  # only the other image reads otherwise
+    assert replica("team/cccc:1", 6).replayed
+
+
 def test_an_answer_given_while_the_registry_failed_is_given_anew_once_it_is_asked_again() -> None:
     clock = Clock()
     failing = [True]
@@ -867,7 +889,7 @@ def test_a_registry_cannot_send_the_reader_inside_the_cluster(
 
 def test_a_name_that_resolves_inside_the_network_is_read_only_where_listed(monkeypatch: pytest.MonkeyPatch) -> None:
     def resolve(host: str, port: Any, *args: Any, **kw: Any) -> list[Any]:
-        assert host == "registry.corp.example"
+        assert host in ("registry.corp.example", "10.1.2.3")  # the name, then the address connected to
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.1.2.3", port or 0))]
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
@@ -920,6 +942,71 @@ def _free_lookups() -> int:
     for _ in range(taken):
         registry_module._RESOLVING.release()
     return taken
+
+
+def test_a_listed_registry_is_resolved_within_the_timeout_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    answer = threading.Event()
+
+    def resolve(host: str, port: Any, *args: Any, **kw: Any) -> list[Any]:
+        answer.wait(30)
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    listed = Client(RegistrySettings(enabled=True, registries=["slow.example"], timeout_seconds=0.2))
+    started = time.monotonic()
+    try:
+        with pytest.raises(Unreadable, match=r"^cannot reach slow\.example"):
+            listed.config(parse_reference("slow.example/team/model:1"))
+        assert time.monotonic() - started < 2
+    finally:
+        answer.set()
+
+
+@pytest.mark.parametrize(
+    "error", [UnicodeError("label too long"), socket.gaierror(-2, "Name or service not known")], ids=str
+)
+def test_a_name_the_resolver_refuses_is_a_registry_that_cannot_be_reached(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    def resolve(host: str, port: Any, *args: Any, **kw: Any) -> list[Any]:
+        raise error  # IDNA refuses a label over 63 characters with a UnicodeError, not an OSError
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    with pytest.raises(Unreadable, match=r"^cannot reach x\.example \(the webhook's log says why\)$"):
+        Client(RegistrySettings(enabled=True)).config(parse_reference("x.example/team/model:1"))
+
+
+def test_no_lookup_starts_once_the_reads_deadline_has_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    looked: list[str] = []
+
+    def resolve(host: str, *args: Any, **kw: Any) -> list[Any]:
+        looked.append(host)
+        return []
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    for _ in range(registry_module.RESOLVERS + 1):
+        with pytest.raises(Unreadable, match=r"^cannot reach x\.example"):
+            registry_module._addresses("x.example", -3.0)
+    assert looked == [] and _free_lookups() == registry_module.RESOLVERS
+
+
+def test_the_next_address_is_tried_where_one_does_not_take_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    def resolve(host: str, port: Any, *args: Any, **kw: Any) -> list[Any]:
+        addresses = ["93.184.216.34", "93.184.216.35", "93.184.216.34", "93.184.216.36", "93.184.216.37"]
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port or 0)) for a in addresses]
+
+    connected: list[tuple[str, int]] = []
+
+    def connect(address: tuple[str, int], *args: Any, **kw: Any) -> socket.socket:
+        connected.append(address)
+        raise OSError("connection refused (in the test)")
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    monkeypatch.setattr(urllib3.util.connection, "create_connection", connect)
+    with pytest.raises(Unreadable, match=r"^cannot reach registry\.many\.example"):
+        Client(RegistrySettings(enabled=True)).config(parse_reference("registry.many.example/team/model:1"))
+    # each address once, in the resolver's order, at most MAX_ADDRESSES of them
+    assert connected == [("93.184.216.34", 443), ("93.184.216.35", 443), ("93.184.216.36", 443)]
 
 
 def test_the_reader_connects_to_the_address_it_checked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -588,20 +588,24 @@ def declared_cuda(
     if use_image:
         found = image_cuda(image)
         if found:
-            return _from_tag(name, image, found)
+            return _from_tag(name, image, found, emptied="NVIDIA_REQUIRE_CUDA" in env)
     if configs is not None and image:
         return _from_config(name, image, configs(image), env)
     return Declared(name, image)
 
 
-def _from_tag(name: str, image: str, found: ImageMatch, over: str = "") -> Declared:
+def _from_tag(name: str, image: str, found: ImageMatch, over: str = "", emptied: bool = False) -> Declared:
     """What the image's tag says, through its rule (``over``: the pod's variable its image's own env decides
-    over)."""
+    over; ``emptied``: the pod sets NVIDIA_REQUIRE_CUDA empty, which replaces an image's own, and the runtime
+    then reads the image's CUDA_VERSION as ``cuda>=``, without the forward-compatibility terms)."""
     secondary = ", secondary source" if found.secondary else ""
     source = f"image tag, {found.detail}{secondary}"
+    requirement = with_forward(found.version, found.forward)
     if over:
         source += f": the image's NVIDIA_REQUIRE_CUDA, which the runtime reads before the pod's {over}"
-    requirement = with_forward(found.version, found.forward)
+    elif emptied and found.rule.sets_require_cuda:
+        source += ": the image's CUDA_VERSION, the pod's empty NVIDIA_REQUIRE_CUDA replacing the image's"
+        requirement = at_least(found.version)
     return Declared(name, image, requirement, source, secondary=found.secondary)
 
 

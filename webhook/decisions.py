@@ -303,9 +303,8 @@ def _replayed(
     endpoint: str, body: bytes, settings: Settings, view: ClusterView, images: ImageLookup | None
 ) -> tuple[ReviewRequest, Result, bytes] | None:
     for known in view.replays.get((endpoint, len(body))) or ():
-        current = known.stored.settings is settings and _holds(known.stored, images)
-        texts = known.template.match(body) if current else None
-        if texts is None:
+        texts = known.template.match(body) if known.stored.settings is settings else None
+        if texts is None or not _holds(known.stored, images):  # only the matching one's images are looked up
             continue
         facts = dict(zip(known.template.labels, texts, strict=True))
         base = known.review

@@ -39,6 +39,7 @@ import re
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,9 @@ MAX_TOKENS = 1024
 """Bearer tokens kept per worker (one per repository read; a quarter, the oldest, go when it is reached)."""
 READERS = 2
 """Reader threads per worker: one slow registry (a timeout) does not hold every other image back."""
+MAX_ADDRESSES = 3
+"""Addresses of a name tried in turn, where the one before does not take the connection (each within the timeout,
+the whole within the read's deadline)."""
 RESOLVERS = 4
 """Name lookups of a worker that may wait on the resolver at once (each reader waits at most ``timeoutSeconds``
 for its own; a lookup the resolver never answers keeps its thread, and its place here, until the system gives up)."""
@@ -261,26 +265,35 @@ def _addresses(host: str, wait: float) -> list[str]:
     ``socket.getaddrinfo`` has no timeout, and a resolver that does not answer would otherwise hold a reader (and
     the images queued behind it) until the system's resolver gives up. At most ``RESOLVERS`` lookups wait at once."""
     name = _hostname(host).rstrip(".")
+    if wait <= 0:
+        raise _unreachable(host, OSError("no time was left to resolve its name"))
     if not _RESOLVING.acquire(blocking=False):
         raise _unreachable(host, OSError(f"{RESOLVERS} name lookups are still waiting for the resolver"))
-    found: list[list[Any] | OSError] = []
+    found: list[list[Any] | Exception] = []
     done = threading.Event()
 
     def look() -> None:
         try:
             found.append(socket.getaddrinfo(name, None, type=socket.SOCK_STREAM))
-        except OSError as err:
+        except Exception as err:  # OSError, and UnicodeError for a name IDNA refuses (a label over 63 characters)
             found.append(err)
         finally:
             _RESOLVING.release()
             done.set()
 
-    threading.Thread(target=look, name="registry-resolve", daemon=True).start()
-    if not done.wait(max(wait, 0.0)):
+    try:
+        threading.Thread(target=look, name="registry-resolve", daemon=True).start()
+    except BaseException:
+        _RESOLVING.release()
+        raise
+    if not done.wait(wait):
         raise _unreachable(host, OSError(f"its name was not resolved within {wait:.3g} s"))
-    if isinstance(found[0], OSError):
+    if isinstance(found[0], Exception):
         raise _unreachable(host, found[0]) from found[0]
-    return [str(address[0]).split("%", 1)[0] for *_, address in found[0]]
+    addresses = [str(address[0]).split("%", 1)[0] for *_, address in found[0]]
+    if not addresses:
+        raise _unreachable(host, OSError("its name resolves to no address"))
+    return list(dict.fromkeys(addresses))  # each once (one per socket type and protocol), in the resolver's order
 
 
 def _global(address: str) -> bool:
@@ -319,8 +332,17 @@ class _Watched:
         gives: a name that resolves to a public address when checked and to an internal one a moment later (DNS
         rebinding) gets no second lookup."""
         pick = getattr(_GUARD, "pick", None)
-        if pick is not None:
-            self._dns_host = pick(self.host, self.port)
+        if pick is None:
+            return super()._new_conn()  # type: ignore[misc]
+        addresses = pick(self.host, self.port)[:MAX_ADDRESSES]
+        for address in addresses[:-1]:  # the next where one does not take the connection, as the resolver's user would
+            self._dns_host = address
+            try:
+                return super()._new_conn()  # type: ignore[misc]
+            except (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError):
+                if time.monotonic() >= getattr(_DEADLINE, "at", math.inf):
+                    raise
+        self._dns_host = addresses[-1]
         return super()._new_conn()  # type: ignore[misc]
 
     def getresponse(self) -> Any:
@@ -441,20 +463,20 @@ class Client:
                 f"{who} is inside the cluster or the node: read only where registries or plainHttp list it"
             )
 
-    def _pick(self, host: str, port: int) -> str:
-        """The address a connection to ``host`` goes to: resolved once here and checked (none of its addresses may
-        be internal unless the settings list the host, on any port: its token service may be on another); a listed
-        host is left to the resolver."""
-        if host.lower() in self._listed_hosts:
-            return host
+    def _pick(self, host: str, port: int) -> list[str]:
+        """The addresses a connection to ``host`` may go to, in order: resolved once here (within the timeout) and
+        checked: none may be internal unless the settings list the host, on any port (its token service may be on
+        another)."""
         left = getattr(_DEADLINE, "at", math.inf) - time.monotonic()
         addresses = _addresses(host, min(self.settings.timeout_seconds, left))
+        if host.lower() in self._listed_hosts:
+            return addresses
         if address := next((a for a in addresses if not _global(a)), ""):
             raise Unreadable(
                 f"{host[:100]} resolves to an address inside the network ({address}): read only where registries or"
                 " plainHttp list it"
             )
-        return addresses[0]
+        return addresses
 
     def _get(
         self, ref: Reference, path: str, accept: str, limit: int, deadline: float, method: str = "GET"
@@ -824,7 +846,7 @@ class ImageConfigs:
         self.settings = settings
         self.client = client or Client(settings)
         self._clock = clock
-        self._known: dict[str, Known] = {}
+        self._known: OrderedDict[str, Known] = OrderedDict()
         self._asked: set[str] = set()
         self._queue: queue.Queue[str] = queue.Queue()
         self._lock = threading.Lock()
@@ -942,8 +964,8 @@ class ImageConfigs:
 
     def _keep(self, image: str, config: ImageConfig, until: float, result: str) -> None:
         with self._lock:
-            self._known.pop(image, None)
-            self._known[image] = Known(config, until)  # last in the dict: forgotten last
+            self._known[image] = Known(config, until)  # replaced in place: a lookup meanwhile finds the one or other
+            self._known.move_to_end(image)  # forgotten last
             while len(self._known) > self.settings.max_images:
                 del self._known[next(iter(self._known))]
             self._counted(result)
