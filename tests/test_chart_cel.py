@@ -260,6 +260,12 @@ def test_fixtures_with_every_field_set_evaluate_without_error(default_program, p
             id="pod-of-a-cronjobs-job-sent",
         ),
         pytest.param(
+            pod(container(limits=CPU), ownerReferences=[{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}]),
+            "team",
+            True,
+            id="pod-of-a-kind-named-with-its-group-sent",
+        ),
+        pytest.param(
             pod(container(limits=CPU), ownerReferences=[{"name": "no-kind"}]),
             "team",
             False,

@@ -92,8 +92,24 @@ def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
         pytest.param(
             "spot:\n  ownerDefaults: {job: tolerate}\n",
             "spot.ownerDefaults: 'job' is not a kind as a pod's ownerReferences name it (CamelCase, from a capital"
-            " letter: Job, ReplicaSet, Deployment, StatefulSet, ...): did you mean 'Job'?",
+            " letter: Job, ReplicaSet, Deployment, StatefulSet, ...), nor one with its API group"
+            " (Job.batch.volcano.sh): did you mean 'Job'?",
             id="owner-kind-in-lower-case",
+        ),
+        pytest.param(
+            "spot:\n  ownerDefaults: {CronJob.batch: tolerate}\n",
+            "spot.ownerDefaults: CronJob owns no pod (its Jobs own them)",
+            id="owner-with-group-that-owns-no-pod",
+        ),
+        pytest.param(
+            "spot:\n  ownerDefaults: {Job.Batch.Volcano.sh: tolerate}\n",
+            "spot.ownerDefaults: 'Job.Batch.Volcano.sh' is not a kind",
+            id="owner-group-in-capitals",
+        ),
+        pytest.param(
+            "spot:\n  ownerDefaults: {Job.: tolerate}\n",
+            "spot.ownerDefaults: 'Job.' is not a kind",
+            id="owner-group-empty",
         ),
         pytest.param(
             "cuda:\n  mode: yes\n",
@@ -153,6 +169,13 @@ def test_an_unquoted_off_is_off(tmp_path: Path, where: str) -> None:
 
 def test_a_controllers_own_kind_is_accepted_as_an_owner(tmp_path: Path) -> None:
     settings = load_settings(
-        _write(tmp_path, "spot:\n  ownerDefaults: {PyTorchJob: tolerate, RayCluster: prefer}\n"), {}
+        _write(
+            tmp_path, "spot:\n  ownerDefaults: {PyTorchJob: tolerate, RayCluster: prefer, Job.batch.volcano.sh: off}\n"
+        ),
+        {},
     )
-    assert settings.spot.owner_defaults == {"PyTorchJob": "tolerate", "RayCluster": "prefer"}
+    assert settings.spot.owner_defaults == {
+        "PyTorchJob": "tolerate",
+        "RayCluster": "prefer",
+        "Job.batch.volcano.sh": "off",
+    }

@@ -570,6 +570,27 @@ SPOT_AKS = PROVIDERS["aks"][0]
             None,
             id="not-a-batch-job",
         ),
+        pytest.param(  # ... but may be named with its API group
+            volcano_pod(),
+            {"owner_defaults": {"Job": "require", "Job.batch.volcano.sh": "tolerate"}},
+            "ml",
+            "tolerate (default for Job.batch.volcano.sh pods)",
+            id="a-volcano-job-by-its-group",
+        ),
+        pytest.param(  # a kind with its group comes before its name alone
+            pod(owner="Job"),
+            {"owner_defaults": {"Job": "require", "Job.batch": "tolerate", "Job.batch.volcano.sh": "prefer"}},
+            "ml",
+            "tolerate (default for Job.batch pods)",
+            id="a-batch-job-by-its-group",
+        ),
+        pytest.param(
+            volcano_pod(kind="PyTorchJob", version="kubeflow.org/v1"),
+            {"owner_defaults": {"PyTorchJob.example.com": "require", "PyTorchJob.kubeflow.org": "tolerate"}},
+            "ml",
+            "tolerate (default for PyTorchJob.kubeflow.org pods)",
+            id="a-crd-kind-by-its-group",
+        ),
         pytest.param(
             volcano_pod(kind="ReplicaSet", version="extensions/v1beta1"),
             {"owner_defaults": {"ReplicaSet": "tolerate"}},
@@ -625,6 +646,13 @@ SPOT_AKS = PROVIDERS["aks"][0]
             "ml",
             "tolerate (default for ReplicaSet pods)",
             id="deployment-template-owner-replicaset",
+        ),
+        pytest.param(
+            workload("Deployment"),
+            {"owner_defaults": {"Deployment.apps": "prefer", "Deployment": "require"}},
+            "ml",
+            "prefer (default for Deployment.apps pods)",
+            id="deployment-template-by-its-group",
         ),
         pytest.param(
             workload("CronJob"),

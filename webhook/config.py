@@ -242,7 +242,9 @@ class SpotSettings:
     owner_defaults: dict[str, Literal["off", "tolerate", "prefer", "require"]] = field(default_factory=dict)
     """Per owner kind default (Job, ReplicaSet, StatefulSet, ...: the kind of the pod's controller, from its
     ownerReference; Deployment reaches the pods of its ReplicaSets). A built-in kind's name means the built-in
-    controller only (Job: batch/v1, not a Volcano Job); another kind is matched in any API group."""
+    controller only (Job: batch/v1, not a Volcano Job); another kind is matched in any API group. ``Kind.group``
+    names a kind of one API group only (Job.batch.volcano.sh: a Volcano Job's pods; PyTorchJob.kubeflow.org), and
+    comes before the kind's bare name."""
     extra_taints: list[TaintSpec] = field(default_factory=list)
     """Spot taints beyond the provider presets (e.g. a k3s cluster's own)."""
     extra_labels: dict[str, str] = field(default_factory=dict)
@@ -255,7 +257,7 @@ class SpotSettings:
     """Add only the spot tolerations whose taints the cluster actually has, when the cluster is known."""
 
     def __post_init__(self) -> None:
-        if "CronJob" in self.owner_defaults:
+        if "CronJob" in self.owner_defaults or "CronJob.batch" in self.owner_defaults:
             raise ConfigError(
                 "spot.ownerDefaults: CronJob owns no pod (its Jobs own them): a default for CronJob would never"
                 " apply; use Job (the pods of every Job, a CronJob's included)"
@@ -266,7 +268,8 @@ class SpotSettings:
                 hint = f": did you mean {kinds[kind.lower()]!r}?" if kind.lower() in kinds else ""
                 raise ConfigError(
                     f"spot.ownerDefaults: {kind!r} is not a kind as a pod's ownerReferences name it (CamelCase,"
-                    f" from a capital letter: Job, ReplicaSet, Deployment, StatefulSet, ...){hint}"
+                    f" from a capital letter: Job, ReplicaSet, Deployment, StatefulSet, ...), nor one with its API"
+                    f" group (Job.batch.volcano.sh){hint}"
                 )
         known = sorted(gpu_taint_preset_names())
         unknown = [name for name in self.gpu_taint_presets if name not in known]
@@ -276,7 +279,8 @@ class SpotSettings:
             )
 
 
-_KIND = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+_KIND = re.compile(r"^[A-Z][A-Za-z0-9]*(?:\.[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)*$")
+"""An owner kind (CamelCase), or one with its API group (``Job.batch.volcano.sh``: the group a DNS name)."""
 OWNER_KINDS = ("Job", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet", "ReplicationController")
 """Kinds whose pods a ``spot.ownerDefaults`` entry names most often (any other controller's kind is accepted)."""
 

@@ -172,15 +172,19 @@ def covered(tolerations: Iterable[object], wanted: Wanted) -> bool:
 
 
 def _owner_kinds(pod: PodView) -> tuple[str, ...]:
-    """The owner kinds a default may name: the direct controller, and Deployment for the pods of its ReplicaSets
-    (they carry the ``pod-template-hash`` label; a Deployment's own template counts too). A built-in kind's name
-    counts only in its own API group: a Volcano Job's pods (batch.volcano.sh, gang-scheduled) got the default for
-    Job pods, spot tolerations with it (a review of real manifests)."""
-    owner = pod.owner_kind
-    if not owner or pod.owner_group not in BUILTIN_GROUPS.get(owner, (pod.owner_group,)):
+    """The owner kinds a default may name, in order: the direct controller with its API group
+    (``Job.batch.volcano.sh``), then by its name alone; then Deployment (``Deployment.apps``) for the pods of its
+    ReplicaSets (they carry the ``pod-template-hash`` label; a Deployment's own template counts too). A built-in
+    kind's name alone counts only in its own API group: a Volcano Job's pods (batch.volcano.sh, gang-scheduled) got
+    the default for Job pods, spot tolerations with it (a review of real manifests)."""
+    owner, group = pod.owner_kind, pod.owner_group
+    if not owner:
         return ()
-    from_deployment = pod.kind == "Deployment" or (owner == "ReplicaSet" and "pod-template-hash" in pod.labels)
-    return (owner, "Deployment") if from_deployment else (owner,)
+    builtin = group in BUILTIN_GROUPS.get(owner, (group,))  # or a kind of no built-in name
+    kinds = ((f"{owner}.{group}",) if group else ()) + ((owner,) if builtin else ())
+    if builtin and (pod.kind == "Deployment" or (owner == "ReplicaSet" and "pod-template-hash" in pod.labels)):
+        kinds += ("Deployment.apps", "Deployment")
+    return kinds
 
 
 def _asked(pod: PodView, ctx: Context, out: Outcome) -> tuple[str, str, str]:

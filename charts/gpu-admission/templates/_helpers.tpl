@@ -241,13 +241,15 @@ nothing else would send it). */}}
 {{- end }}
 {{- $kinds := list }}
 {{- $requests := list }}
-{{- range $kind, $mode := ($spot.ownerDefaults | default dict) }}
+{{- range $key, $mode := ($spot.ownerDefaults | default dict) }}
 {{- /* The server refuses these (webhook/config.py) and would crash-loop: say so at install. */}}
-{{- if eq $kind "CronJob" }}
+{{- if or (eq $key "CronJob") (eq $key "CronJob.batch") }}
 {{- fail "config.spot.ownerDefaults: CronJob owns no pod (its Jobs own them): a default for CronJob would never apply; use Job (the pods of every Job, a CronJob's included)" }}
-{{- else if not (regexMatch "^[A-Z][A-Za-z0-9]*$" $kind) }}
-{{- fail (printf "config.spot.ownerDefaults: %q is not a kind as a pod's ownerReferences name it (CamelCase, from a capital letter: Job, ReplicaSet, Deployment, StatefulSet, ...)" $kind) }}
+{{- else if not (regexMatch "^[A-Z][A-Za-z0-9]*(\\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$" $key) }}
+{{- fail (printf "config.spot.ownerDefaults: %q is not a kind as a pod's ownerReferences name it (CamelCase, from a capital letter: Job, ReplicaSet, Deployment, StatefulSet, ...), nor one with its API group (Job.batch.volcano.sh)" $key) }}
 {{- end }}
+{{- /* Job.batch.volcano.sh: matched here by its kind (Job) alone; the server tells the groups apart. */}}
+{{- $kind := index (splitList "." $key) 0 }}
 {{- if ne $mode "off" }}
 {{- $kinds = append $kinds (printf "'%s'" $kind) }}
 {{- /* The workloads whose templates' pods this kind owns: a CronJob's are its Jobs', a Deployment's its ReplicaSets'. */}}
