@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,10 +36,11 @@ from webhook import registry as registry_module
 from webhook.app import create_app
 from webhook.cluster import StaticCluster, build_view
 from webhook.config import RegistrySettings
-from webhook.cuda_version import declared_cuda
+from webhook.cuda_version import PLATFORM_LABEL, declared_cuda
 from webhook.errors import ConfigError
 from webhook.model import Context
 from webhook.registry import (
+    PLATFORMS,
     PRUNE_EVERY,
     QUEUE,
     READERS,
@@ -53,6 +54,7 @@ from webhook.registry import (
     config_env,
     inside,
     parse_reference,
+    platform_order,
     read_credentials,
 )
 
@@ -227,12 +229,15 @@ def test_an_unread_config_says_why_and_an_invalid_one_is_an_error() -> None:
 
 
 class Fake:
-    """A registry client that answers with ``read`` and names ``digests`` on a HEAD (none: "")."""
+    """A registry client that answers with ``read`` and names ``digests`` on a HEAD (none: ""); ``orders``: the
+    platform order of each read."""
 
     def __init__(self, read: Callable[[Reference], ImageConfig], digests: dict[str, str] | None = None) -> None:
         self.read, self.digests, self.heads = read, digests or {}, 0
+        self.orders: list[tuple[str, ...]] = []
 
-    def config(self, ref: Reference) -> ImageConfig:
+    def config(self, ref: Reference, order: Sequence[tuple[str, str]] = PLATFORMS) -> ImageConfig:
+        self.orders.append(tuple("/".join(p) for p in order))
         return self.read(ref)
 
     def digest(self, ref: Reference) -> str:
@@ -1130,6 +1135,64 @@ def test_the_server_reads_configs_in_the_background_and_checks_the_next_pods(rea
         (record,) = scratch.glob("gpu-admission-images-*/*.json")  # what the other worker reads first
         assert json.loads(record.read_text())["image"] == image
     assert not list(scratch.glob("gpu-admission-images-*")), "the server leaves no shared directory behind"
+
+
+def test_an_index_is_read_for_the_platform_of_the_clusters_gpu_nodes() -> None:
+    assert platform_order(["amd64", "arm64", ""]) == PLATFORMS == platform_order([]) == platform_order([""])
+    assert platform_order(["arm64", "", "arm64"]) == (("linux", "arm64"), ("linux", "amd64"))  # GH200, GB200
+    digest = {name: "sha256:" + name[0] * 64 for name in ("a-amd", "b-arm")}
+    index = {
+        "manifests": [
+            {"digest": digest["a-amd"], "platform": {"os": "linux", "architecture": "amd64"}},
+            {"digest": digest["b-arm"], "platform": {"os": "linux", "architecture": "arm64"}},
+        ]
+    }
+    assert choose_platform(index, platform_order(["arm64"])) == (digest["b-arm"], "linux/arm64")
+
+
+@pytest.mark.parametrize("arch", ["arm64", "amd64"])
+def test_the_server_reads_an_arm64_clusters_images_for_arm64(real: Registry, arch: str) -> None:
+    """An nvidia/cuda image before 12.5.1 sets forward-compatibility terms on amd64 only: a GH200 cluster's pods
+    were checked against the amd64 config of a multi-platform image."""
+    image = f"{real.host}/multi/require:v1"
+    real.index(
+        "multi/require",
+        "v1",
+        {"arm64": ["NVIDIA_REQUIRE_CUDA=cuda>=12.4"], "amd64": ["NVIDIA_REQUIRE_CUDA=cuda>=12.4 " + _R535_TERM]},
+    )
+    s = settings(cuda={"registry": {"enabled": True, "plainHttp": [real.host]}})
+    nodes = [gpu_node(f"g-{i}", "gh200", "535.104.05", product=GH200, labels={PLATFORM_LABEL: arch}) for i in (1, 2)]
+    client = create_app(s, cluster=StaticCluster(build_view(nodes, s))).test_client()
+    deadline, answer = time.monotonic() + 20, None
+    while time.monotonic() < deadline:
+        answer = client.post("/validate", json=review_of(image, uid=f"u{time.monotonic_ns()}")).get_json()
+        if not any("unknown" in w for w in answer["response"].get("warnings", [])):
+            break
+        time.sleep(0.05)
+    assert answer is not None
+    # arm64: its own config, no forward terms (the runtime refuses 12.4 on R535); amd64: R535 runs it (compat)
+    assert answer["response"]["allowed"] is (arch == "amd64"), answer
+
+
+def test_review_reads_an_arm64_clusters_images_for_arm64(
+    real: Registry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    image = f"{real.host}/multi/review:v1"
+    real.index("multi/review", "v1", {"arm64": ["CUDA_VERSION=12.9.1"], "amd64": ["CUDA_VERSION=12.1.1"]})
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"cuda": {"registry": {"enabled": True, "plainHttp": [real.host]}}}))
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(pod(container(image=image))))
+    for arch, exit_code in (("arm64", cli.EXIT_DENIED), ("amd64", cli.EXIT_ADMITTED)):
+        nodes = tmp_path / f"{arch}.yaml"
+        items = [gpu_node("g-1", "gh200", "535.104.05", product=GH200, labels={PLATFORM_LABEL: arch})]
+        nodes.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+        assert cli.main(["review", "-f", str(manifest), "--nodes", str(nodes), "--config", str(config)]) == exit_code
+        assert f"from image config CUDA_VERSION of {image}, linux/{arch}" in capsys.readouterr().out
+
+
+_R535_TERM = "brand=tesla,driver>=535,driver<536"
+GH200 = "NVIDIA-GH200-480GB"
 
 
 def test_review_reads_the_config_there_and_then(

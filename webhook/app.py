@@ -19,9 +19,10 @@ from webhook.admission import ReviewRequest, error_body, parse_review
 from webhook.audit import Recorder, build_recorder
 from webhook.cluster import ClusterSource, StaticCluster, build_view
 from webhook.config import Settings
+from webhook.cuda_version import gpu_arches
 from webhook.errors import BadRequest, PayloadTooLarge
 from webhook.model import Context
-from webhook.registry import ImageConfigs
+from webhook.registry import ImageConfigs, platform_order
 
 
 @dataclass
@@ -99,7 +100,12 @@ def create_app(
     if images is None and settings.cuda.registry.enabled:
         metrics = getattr(recorder, "metrics", None)  # a Reporter's; a test's recorder may count nothing
         count = metrics.image_config if metrics is not None else None
-        images = ImageConfigs(settings.cuda.registry, count=count, shared=images_shared)
+        images = ImageConfigs(
+            settings.cuda.registry,
+            count=count,
+            shared=images_shared,
+            platforms=lambda: platform_order(gpu_arches(cluster.snapshot())),
+        )
     runtime = Runtime(settings, cluster, recorder, images=images)
     app = Flask("gpu_admission")
     app.json.sort_keys = False  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ from webhook.config import Settings, load_settings
 from webhook.documents import api_object, read_documents
 from webhook.errors import ConfigError, InputError
 from webhook.model import TEMPLATE_PATHS, Context, as_dict
-from webhook.registry import ImageConfigs, read_credentials
+from webhook.registry import ImageConfigs, platform_order, read_credentials
 
 EXIT_ADMITTED, EXIT_DENIED, EXIT_UNUSABLE = 0, 1, 2
 
@@ -145,7 +145,10 @@ def cmd_review(args: argparse.Namespace) -> int:
     view = load_nodes(args.nodes, settings)
     namespace = args.namespace or str(as_dict(obj.get("metadata")).get("namespace") or "default")
     # cuda.registry on: an image's config is read here and now (the server reads in the background)
-    images = ImageConfigs(settings.cuda.registry, background=False) if settings.cuda.registry.enabled else None
+    images = None
+    if settings.cuda.registry.enabled:
+        order = platform_order(cuda_version.gpu_arches(view))
+        images = ImageConfigs(settings.cuda.registry, background=False, platforms=lambda: order)
     ctx = Context(settings=settings, cluster=view, namespace=namespace, operation="CREATE", images=images)
     result = pipeline.review(obj, ctx)
     if args.output == "json":

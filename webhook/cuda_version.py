@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 
 from webhook import PREFIX, budget
-from webhook.cluster import GFD, NodeGroup
+from webhook.cluster import GFD, ClusterView, NodeGroup
 from webhook.drivers import DriverTable, Version, show
 from webhook.model import JSON, as_dict, as_list, as_str
 
@@ -703,6 +703,11 @@ def facts_of(group: NodeGroup) -> NodeFacts:
 
 
 PLATFORM_LABEL = "kubernetes.io/arch"
+
+
+def gpu_arches(view: ClusterView) -> list[str]:
+    """The CPU architectures of a view's GPU node groups ('' where a group does not say)."""
+    return [g.labels.get(PLATFORM_LABEL, "") for g in view.gpu_groups]
 
 
 @functools.lru_cache(maxsize=1024)

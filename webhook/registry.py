@@ -40,7 +40,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -69,8 +69,9 @@ SCHEMA1 = "application/vnd.docker.distribution.manifest.v1"
 SCHEMA1_TYPES = frozenset({f"{SCHEMA1}+json", f"{SCHEMA1}+prettyjws"})
 ACCEPT = ", ".join([*sorted(INDEX_TYPES), *sorted(MANIFEST_TYPES), *sorted(SCHEMA1_TYPES)])
 PLATFORMS = (("linux", "amd64"), ("linux", "arm64"))
-"""The platform whose config is read from a multi-platform image, in order: NVIDIA's own images set the same CUDA
-variables on both (their Dockerfiles are one per CUDA release, the platform an argument)."""
+"""The platform whose config is read from a multi-platform image, in order (``platform_order``): NVIDIA's own images
+set the same CUDA variables on both (their Dockerfiles are one per CUDA release, the platform an argument), but
+for the forward-compatibility terms of nvidia/cuda before 12.5.1, which only the amd64 images carry."""
 
 MAX_MANIFEST = 4 << 20
 """The largest manifest read (distribution's own limit for a manifest PUT is 4 MiB)."""
@@ -198,7 +199,14 @@ def config_env(config: Any) -> dict[str, str]:
     return out
 
 
-def choose_platform(index: Any) -> tuple[str, str]:
+def platform_order(arches: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """``PLATFORMS`` in the order a cluster whose GPU nodes have CPU architectures ``arches`` reads them: arm64
+    first where every one known is arm64 (GH200, GB200), else amd64 first."""
+    known = {arch for arch in arches if arch}
+    return (PLATFORMS[1], PLATFORMS[0]) if known == {"arm64"} else PLATFORMS
+
+
+def choose_platform(index: Any, order: Sequence[tuple[str, str]] = PLATFORMS) -> tuple[str, str]:
     """The digest and platform ('linux/amd64') of an index's manifest to read (``PLATFORMS``' order, else the first
     Linux one that is not an attestation, else the first entry that names no platform)."""
     manifests = index.get("manifests") if isinstance(index, dict) else None
@@ -215,7 +223,7 @@ def choose_platform(index: Any) -> tuple[str, str]:
             unnamed = unnamed or digest
             continue
         found.setdefault((str(platform.get("os")), str(platform.get("architecture"))), digest)
-    for key in (*PLATFORMS, *(k for k in found if k[0] == "linux")):
+    for key in (*order, *(k for k in found if k[0] == "linux")):
         if key in found:
             return found[key], "/".join(key)
     if unnamed:
@@ -393,13 +401,14 @@ class Client:
         self._listed_hosts = frozenset(_hostname(listed) for listed in self._listed)
         self._credentials = Credentials(settings.credentials_file)
 
-    def config(self, ref: Reference) -> ImageConfig:
-        """What ``ref``'s config says of CUDA; Unreadable when the registry does not give it."""
+    def config(self, ref: Reference, order: Sequence[tuple[str, str]] = PLATFORMS) -> ImageConfig:
+        """What ``ref``'s config says of CUDA (a multi-platform image's first platform of ``order`` it has);
+        Unreadable when the registry does not give it."""
         deadline = time.monotonic() + READ_DEADLINE * self.settings.timeout_seconds
         body, media, named = self._manifest(ref, ref.reference, deadline)
         platform = ""
         if media in INDEX_TYPES:
-            digest, platform = choose_platform(body)
+            digest, platform = choose_platform(body, order)
             body, media, _ = self._manifest(ref, digest, deadline)
         if media in SCHEMA1_TYPES:  # Docker's first format: the config is the newest history entry's
             history = body.get("history")
@@ -769,7 +778,7 @@ class Known:
 class Reader(Protocol):
     """What reads registries (``Client``; the tests' own)."""
 
-    def config(self, ref: Reference) -> ImageConfig: ...
+    def config(self, ref: Reference, order: Sequence[tuple[str, str]] = PLATFORMS) -> ImageConfig: ...
 
     def digest(self, ref: Reference) -> str: ...
 
@@ -838,13 +847,16 @@ class ImageConfigs:
         count: Callable[[str], None] | None = None,
         background: bool = True,
         shared: Path | None = None,
+        platforms: Callable[[], Sequence[tuple[str, str]]] = lambda: PLATFORMS,
     ) -> None:
         """``client``: what reads the registries (its ``config`` and ``digest``); ``count``: told each result (the
         metrics); ``background``: False reads in the caller's thread (``gpu-admission review``: no pod waits
         there); ``shared``: a directory the workers of one server share what they read through (each worker
-        otherwise reads every image itself)."""
+        otherwise reads every image itself); ``platforms``: the order a multi-platform image's configs are read in,
+        at each read (``platform_order`` of the cluster's GPU nodes)."""
         self.settings = settings
         self.client = client or Client(settings)
+        self._platforms = platforms
         self._clock = clock
         self._known: OrderedDict[str, Known] = OrderedDict()
         self._asked: set[str] = set()
@@ -945,7 +957,7 @@ class ImageConfigs:
             if before is not None and before.config.digest and self.client.digest(ref) == before.config.digest:
                 config, result = before.config, "unchanged"
             else:
-                config = self.client.config(ref)
+                config = self.client.config(ref, self._platforms())
             seconds = FOREVER if ref.by_digest else settings.refresh_seconds
         except Unreadable as err:
             seconds = max(settings.retry_seconds, err.retry_after or 0)

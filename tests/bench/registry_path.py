@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from tests.conftest import review
@@ -14,7 +15,7 @@ from tests.cuda_fixtures import container, gpu_node, pod, settings
 from webhook import decisions, pipeline
 from webhook.cluster import build_view
 from webhook.config import Settings
-from webhook.registry import ImageConfig, ImageConfigs, Reference
+from webhook.registry import PLATFORMS, ImageConfig, ImageConfigs, Reference
 
 IMAGE = "vllm/vllm-openai:v0.11.0"
 NODES = [gpu_node(f"a-{i}", f"gpu-{i % 10}", "570.124.06") for i in range(1000)]
@@ -23,7 +24,7 @@ NODES = [gpu_node(f"a-{i}", f"gpu-{i % 10}", "570.124.06") for i in range(1000)]
 class Known:
     """A registry whose every image needs CUDA 12.8 (no network)."""
 
-    def config(self, ref: Reference) -> ImageConfig:
+    def config(self, ref: Reference, order: Sequence[tuple[str, str]] = PLATFORMS) -> ImageConfig:
         return ImageConfig({"NVIDIA_REQUIRE_CUDA": "cuda>=12.8"}, str(ref))
 
     def digest(self, ref: Reference) -> str:
