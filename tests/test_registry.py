@@ -995,10 +995,12 @@ def test_no_lookup_starts_once_the_reads_deadline_has_passed(monkeypatch: pytest
     assert looked == [] and _free_lookups() == registry_module.RESOLVERS
 
 
-def test_the_next_address_is_tried_where_one_does_not_take_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    def resolve(host: str, port: Any, *args: Any, **kw: Any) -> list[Any]:
-        addresses = ["93.184.216.34", "93.184.216.35", "93.184.216.34", "93.184.216.36", "93.184.216.37"]
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port or 0)) for a in addresses]
+def _connected(monkeypatch: pytest.MonkeyPatch, resolved: Callable[[], list[str]], host: str) -> list[Any]:
+    """Where the reader connects (each address refusing it) to read an image of ``host``, which resolves to
+    ``resolved()`` at each lookup."""
+
+    def resolve(name: str, port: Any, *args: Any, **kw: Any) -> list[Any]:
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port or 0)) for a in resolved()]
 
     connected: list[tuple[str, int]] = []
 
@@ -1008,28 +1010,21 @@ def test_the_next_address_is_tried_where_one_does_not_take_the_connection(monkey
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
     monkeypatch.setattr(urllib3.util.connection, "create_connection", connect)
-    with pytest.raises(Unreadable, match=r"^cannot reach registry\.many\.example"):
-        Client(RegistrySettings(enabled=True)).config(parse_reference("registry.many.example/team/model:1"))
+    with pytest.raises(Unreadable, match=rf"^cannot reach {re.escape(host)}"):
+        Client(RegistrySettings(enabled=True)).config(parse_reference(f"{host}/team/model:1"))
+    return connected
+
+
+def test_the_next_address_is_tried_where_one_does_not_take_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    addresses = ["93.184.216.34", "93.184.216.35", "93.184.216.34", "93.184.216.36", "93.184.216.37"]
+    connected = _connected(monkeypatch, lambda: addresses, "registry.many.example")
     # each address once, in the resolver's order, at most MAX_ADDRESSES of them
     assert connected == [("93.184.216.34", 443), ("93.184.216.35", 443), ("93.184.216.36", 443)]
 
 
 def test_the_reader_connects_to_the_address_it_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     answers = iter(["93.184.216.34", "127.0.0.1", "127.0.0.1"])  # public when checked, loopback a moment later
-
-    def resolve(host: str, port: Any, *args: Any, **kw: Any) -> list[Any]:
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port or 0))]
-
-    connected: list[tuple[str, int]] = []
-
-    def connect(address: tuple[str, int], *args: Any, **kw: Any) -> socket.socket:
-        connected.append(address)
-        raise OSError("no route (in the test)")
-
-    monkeypatch.setattr(socket, "getaddrinfo", resolve)
-    monkeypatch.setattr(urllib3.util.connection, "create_connection", connect)
-    with pytest.raises(Unreadable, match=r"^cannot reach registry\.rebind\.example"):
-        Client(RegistrySettings(enabled=True)).config(parse_reference("registry.rebind.example/team/model:1"))
+    connected = _connected(monkeypatch, lambda: [next(answers)], "registry.rebind.example")
     assert connected == [("93.184.216.34", 443)]
 
 
