@@ -266,6 +266,18 @@ def test_fixtures_with_every_field_set_evaluate_without_error(default_program, p
             id="pod-of-a-kind-named-with-its-group-sent",
         ),
         pytest.param(
+            pod(container(limits=CPU), ownerReferences=[{"apiVersion": "example.com/v1", "kind": "PyTorchJob"}]),
+            "team",
+            False,
+            id="pod-of-that-kind-in-another-group-not-sent",
+        ),
+        pytest.param(
+            pod(container(limits=CPU), ownerReferences=[{"kind": "PyTorchJob"}]),
+            "team",
+            False,
+            id="pod-of-that-kind-without-apiversion-not-sent",
+        ),
+        pytest.param(
             pod(container(limits=CPU), ownerReferences=[{"name": "no-kind"}]),
             "team",
             False,

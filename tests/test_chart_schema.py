@@ -217,6 +217,11 @@ def test_every_values_set_renders_settings_the_server_loads(tmp_path, name):
             id="owner-not-a-kind",
         ),
         pytest.param(
+            ["--set", "config.spot.ownerDefaults.ReplicationController\\.core=prefer"],
+            "config.spot.ownerDefaults: ReplicationController is of the core API group, which has no name",
+            id="owner-of-the-core-group",
+        ),
+        pytest.param(
             ["--set", "serviceAccount.create=false"],
             "serviceAccount.name is required when serviceAccount.create is false",
             id="own-service-account-unnamed",

@@ -112,6 +112,16 @@ def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
             id="owner-group-empty",
         ),
         pytest.param(
+            "spot:\n  ownerDefaults: {ReplicationController.core: tolerate}\n",
+            "spot.ownerDefaults: ReplicationController is of the core API group, which has no name",
+            id="owner-of-the-core-group",
+        ),
+        pytest.param(
+            'spot:\n  ownerDefaults: {"Job\\n": tolerate}\n',
+            "spot.ownerDefaults: 'Job\\n' is not a kind",
+            id="owner-with-a-line-end",
+        ),
+        pytest.param(
             "cuda:\n  mode: yes\n",
             "cuda.mode: must be one of enforce, warn, off (got true: YAML reads an unquoted yes, no, on or off as true"
             " or false; quote the value)",

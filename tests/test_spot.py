@@ -119,6 +119,12 @@ def volcano_pod(kind: str = "Job", version: str = "batch.volcano.sh/v1alpha1") -
     return obj
 
 
+def _with_hash(obj: Any) -> Any:
+    """A Deployment's ReplicaSet's pod: the label its ReplicaSet gives it."""
+    obj["metadata"].setdefault("labels", {})["pod-template-hash"] = "5d8f9c7b6"
+    return obj
+
+
 def context(
     nodes: list[Any] | None = None,
     namespace: str = "ml",
@@ -590,6 +596,13 @@ SPOT_AKS = PROVIDERS["aks"][0]
             "ml",
             "tolerate (default for PyTorchJob.kubeflow.org pods)",
             id="a-crd-kind-by-its-group",
+        ),
+        pytest.param(
+            _with_hash(volcano_pod(kind="ReplicaSet", version="extensions/v1beta1")),
+            {"owner_defaults": {"Deployment.extensions": "tolerate", "Deployment.apps": "require"}},
+            "ml",
+            "tolerate (default for Deployment.extensions pods)",
+            id="an-old-deployment-by-its-group",
         ),
         pytest.param(
             volcano_pod(kind="ReplicaSet", version="extensions/v1beta1"),

@@ -244,7 +244,7 @@ class SpotSettings:
     ownerReference; Deployment reaches the pods of its ReplicaSets). A built-in kind's name means the built-in
     controller only (Job: batch/v1, not a Volcano Job); another kind is matched in any API group. ``Kind.group``
     names a kind of one API group only (Job.batch.volcano.sh: a Volcano Job's pods; PyTorchJob.kubeflow.org), and
-    comes before the kind's bare name."""
+    comes before the same kind's bare name (the direct owner's keys come before those of a Deployment above it)."""
     extra_taints: list[TaintSpec] = field(default_factory=list)
     """Spot taints beyond the provider presets (e.g. a k3s cluster's own)."""
     extra_labels: dict[str, str] = field(default_factory=dict)
@@ -263,7 +263,12 @@ class SpotSettings:
                 " apply; use Job (the pods of every Job, a CronJob's included)"
             )
         for kind in self.owner_defaults:
-            if not _KIND.match(kind):
+            if kind.startswith("ReplicationController."):
+                raise ConfigError(
+                    "spot.ownerDefaults: ReplicationController is of the core API group, which has no name: write"
+                    " ReplicationController"
+                )
+            if not _KIND.fullmatch(kind):
                 kinds = {k.lower(): k for k in OWNER_KINDS}
                 hint = f": did you mean {kinds[kind.lower()]!r}?" if kind.lower() in kinds else ""
                 raise ConfigError(
@@ -279,7 +284,7 @@ class SpotSettings:
             )
 
 
-_KIND = re.compile(r"^[A-Z][A-Za-z0-9]*(?:\.[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)*$")
+_KIND = re.compile(r"[A-Z][A-Za-z0-9]*(?:\.[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)*")
 """An owner kind (CamelCase), or one with its API group (``Job.batch.volcano.sh``: the group a DNS name)."""
 OWNER_KINDS = ("Job", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet", "ReplicationController")
 """Kinds whose pods a ``spot.ownerDefaults`` entry names most often (any other controller's kind is accepted)."""

@@ -183,7 +183,7 @@ def _owner_kinds(pod: PodView) -> tuple[str, ...]:
     builtin = group in BUILTIN_GROUPS.get(owner, (group,))  # or a kind of no built-in name
     kinds = ((f"{owner}.{group}",) if group else ()) + ((owner,) if builtin else ())
     if builtin and (pod.kind == "Deployment" or (owner == "ReplicaSet" and "pod-template-hash" in pod.labels)):
-        kinds += ("Deployment.apps", "Deployment")
+        kinds += (f"Deployment.{group if group == 'extensions' else 'apps'}", "Deployment")
     return kinds
 
 

@@ -247,10 +247,17 @@ nothing else would send it). */}}
 {{- fail "config.spot.ownerDefaults: CronJob owns no pod (its Jobs own them): a default for CronJob would never apply; use Job (the pods of every Job, a CronJob's included)" }}
 {{- else if not (regexMatch "^[A-Z][A-Za-z0-9]*(\\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$" $key) }}
 {{- fail (printf "config.spot.ownerDefaults: %q is not a kind as a pod's ownerReferences name it (CamelCase, from a capital letter: Job, ReplicaSet, Deployment, StatefulSet, ...), nor one with its API group (Job.batch.volcano.sh)" $key) }}
+{{- else if hasPrefix "ReplicationController." $key }}
+{{- fail "config.spot.ownerDefaults: ReplicationController is of the core API group, which has no name: write ReplicationController" }}
 {{- end }}
-{{- /* Job.batch.volcano.sh: matched here by its kind (Job) alone; the server tells the groups apart. */}}
-{{- $kind := index (splitList "." $key) 0 }}
-{{- if ne $mode "off" }}
+{{- $parts := splitList "." $key }}
+{{- $kind := first $parts }}
+{{- $group := join "." (rest $parts) }}
+{{- $builtin := get (dict "Job" "batch" "ReplicaSet" "apps" "Deployment" "apps" "StatefulSet" "apps" "DaemonSet" "apps") $kind }}
+{{- if and (ne $mode "off") $group (ne $group $builtin) }}
+{{- /* A kind of another API group (Job.batch.volcano.sh): its pods only, by their owner's apiVersion. */}}
+{{- $terms = append $terms (printf "(has(object.metadata) && has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, has(o.kind) && o.kind == '%s' && has(o.apiVersion) && o.apiVersion.startsWith('%s/')))" $kind $group) }}
+{{- else if ne $mode "off" }}
 {{- $kinds = append $kinds (printf "'%s'" $kind) }}
 {{- /* The workloads whose templates' pods this kind owns: a CronJob's are its Jobs', a Deployment's its ReplicaSets'. */}}
 {{- if eq $kind "Job" }}{{ $requests = append $requests "'CronJob'" }}{{ end }}
