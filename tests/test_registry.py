@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import jsonpatch
 import pytest
@@ -31,12 +31,13 @@ from tests.conftest import FIXTURES, review
 from tests.cuda_fixtures import container, gpu_node, pod, settings
 from tests.registry import DOCKER_MANIFEST, Registry, registry
 from tests.serving import serve
+from webhook import app as app_module
 from webhook import cli, decisions, pipeline
 from webhook import registry as registry_module
 from webhook.app import create_app
 from webhook.cluster import StaticCluster, build_view
-from webhook.config import RegistrySettings
-from webhook.cuda_version import PLATFORM_LABEL, declared_cuda
+from webhook.config import ClusterSettings, PoolSettings, RegistrySettings, Settings
+from webhook.cuda_version import PLATFORM_LABEL, declared_cuda, gpu_arches
 from webhook.errors import ConfigError
 from webhook.model import Context
 from webhook.registry import (
@@ -344,6 +345,52 @@ def test_the_workers_of_one_server_share_what_they_read(tmp_path: Path) -> None:
     record.write_text("{not json")
     assert ImageConfigs(RegistrySettings(enabled=True), Fake(read), shared=tmp_path).read_now(VLLM) == config
     assert reads == ["vllm/vllm-openai"] * 3
+
+
+def test_a_config_read_for_another_platform_is_read_again_when_the_cluster_prefers_another(tmp_path: Path) -> None:
+    """Found by a review: a config read while the cluster's GPU nodes preferred amd64 (a view not synced yet, the
+    nodes added later) was kept for good, a tag's HEAD naming the same index and a digest's never read again."""
+    order: list[tuple[tuple[str, str], ...]] = [PLATFORMS]
+    fake = Fake(lambda ref: ImageConfig({"CUDA_VERSION": "12.6"}, str(ref), digest="sha256:" + "6" * 64))
+    fake.digests["vllm/vllm-openai"] = "sha256:" + "6" * 64
+
+    def configs(shared: Path) -> ImageConfigs:
+        return ImageConfigs(
+            RegistrySettings(enabled=True), fake, background=False, shared=shared, platforms=lambda: order[0]
+        )
+
+    known = configs(tmp_path / "one")
+    (tmp_path / "one").mkdir()
+    digest = "team/a@sha256:" + "0" * 64
+    assert known.lookup(VLLM).preferred == known.lookup(digest).preferred == "linux/amd64"  # type: ignore[union-attr]
+    assert fake.orders == [("linux/amd64", "linux/arm64")] * 2
+    order[0] = platform_order(["arm64"])  # the view synced: GH200 nodes
+    assert known.lookup(VLLM).preferred == known.lookup(digest).preferred == "linux/arm64"  # type: ignore[union-attr]
+    assert fake.orders[2:] == [("linux/arm64", "linux/amd64")] * 2 and fake.heads == 0  # read, not a HEAD
+    assert known.lookup(VLLM).preferred == "linux/arm64" and len(fake.orders) == 4  # type: ignore[union-attr]
+    # another worker's read for the platform its view preferred is not taken by one whose view prefers another
+    assert configs(tmp_path / "one").lookup(VLLM).preferred == "linux/arm64" and len(fake.orders) == 4  # type: ignore[union-attr]
+    order[0] = PLATFORMS
+    assert configs(tmp_path / "one").lookup(VLLM).preferred == "linux/amd64" and len(fake.orders) == 5  # type: ignore[union-attr]
+
+
+def test_the_platform_order_is_worked_out_once_per_view() -> None:
+    s = settings()
+    arm = build_view([gpu_node("g-1", "gh200", "550.54.15", labels={PLATFORM_LABEL: "arm64"})], s)
+    amd = build_view([gpu_node("a-1", "gpu-a", "550.54.15", labels={PLATFORM_LABEL: "amd64"})], s)
+    views = iter([arm, arm, amd])
+    order = app_module._platform_order(cast(Any, type("Source", (), {"snapshot": lambda self: next(views)})()))
+    assert order()[0] == order()[0] == ("linux", "arm64") and order()[0] == ("linux", "amd64")
+    # a declared pool of a Grace product with no kubernetes.io/arch in its nodeSelector: arm64
+    pool = PoolSettings(
+        name="gb200", node_selector={"pool": "gb200"}, gpu_product="NVIDIA-GB200", driver_version="570.124.06"
+    )
+    declared = build_view([], Settings(cluster=ClusterSettings(pools=[pool])), known=False)
+    assert gpu_arches(declared) == ["arm64"]
+    pool = PoolSettings(
+        name="h100", node_selector={"pool": "h100"}, gpu_product="NVIDIA-H100-80GB-HBM3", driver_version="570.124.06"
+    )
+    assert gpu_arches(build_view([], Settings(cluster=ClusterSettings(pools=[pool])), known=False)) == [""]
 
 
 def test_a_failure_is_not_shared_and_a_worker_takes_what_another_read_at_its_first_lookup(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from webhook.config import Settings
 from webhook.cuda_version import gpu_arches
 from webhook.errors import BadRequest, PayloadTooLarge
 from webhook.model import Context
-from webhook.registry import ImageConfigs, platform_order
+from webhook.registry import PLATFORMS, ImageConfigs, platform_order
 
 
 @dataclass
@@ -84,6 +84,20 @@ def _request_of(body: bytes, limit: int) -> ReviewRequest | None:
         return None
 
 
+def _platform_order(cluster: ClusterSource) -> Callable[[], tuple[tuple[str, str], ...]]:
+    """The order the cluster's GPU nodes read a multi-platform image's configs in (``registry.platform_order``),
+    worked out once per view: it is asked at each image looked up."""
+    last: list[tuple[Any, tuple[tuple[str, str], ...]]] = [(None, PLATFORMS)]
+
+    def order() -> tuple[tuple[str, str], ...]:
+        view, known = cluster.snapshot(), last[0]
+        if known[0] is not view:
+            known = last[0] = (view, platform_order(gpu_arches(view)))  # one assignment: a pair never mixed
+        return known[1]
+
+    return order
+
+
 def create_app(
     settings: Settings | None = None,
     cluster: ClusterSource | None = None,
@@ -104,7 +118,7 @@ def create_app(
             settings.cuda.registry,
             count=count,
             shared=images_shared,
-            platforms=lambda: platform_order(gpu_arches(cluster.snapshot())),
+            platforms=_platform_order(cluster),
         )
     runtime = Runtime(settings, cluster, recorder, images=images)
     app = Flask("gpu_admission")

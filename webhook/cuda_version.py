@@ -705,9 +705,17 @@ def facts_of(group: NodeGroup) -> NodeFacts:
 PLATFORM_LABEL = "kubernetes.io/arch"
 
 
+GRACE_PRODUCTS = re.compile(r"(?:^|-)G[BH]\d{3}(?:-|$)")
+"""GPU products of NVIDIA's Grace superchips (GH200, GB200, GB300: the GPU beside an Arm Neoverse V2 CPU, the
+nodes arm64): a declared pool naming one and no ``kubernetes.io/arch`` is taken as arm64."""
+
+
 def gpu_arches(view: ClusterView) -> list[str]:
-    """The CPU architectures of a view's GPU node groups ('' where a group does not say)."""
-    return [g.labels.get(PLATFORM_LABEL, "") for g in view.gpu_groups]
+    """The CPU architectures of a view's GPU node groups (a declared Grace pool's arm64; '' where nothing says)."""
+    return [
+        g.labels.get(PLATFORM_LABEL) or ("arm64" if GRACE_PRODUCTS.search(g.gpu_product) else "")
+        for g in view.gpu_groups
+    ]
 
 
 @functools.lru_cache(maxsize=1024)

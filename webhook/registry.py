@@ -183,6 +183,9 @@ class ImageConfig:
     digest: str = ""
     """The manifest (or index) digest its reference named when it was read: a tag's config is read again only when
     a HEAD of the tag names another (Docker Hub counts GETs of manifests against its pull limits, not HEADs)."""
+    preferred: str = field(default="", compare=False)
+    """The platform read first when it was read ('linux/arm64': ``platform_order``): read again when the cluster's
+    GPU nodes prefer another. Not what it says (``where`` names the platform read): not compared."""
 
 
 def config_env(config: Any) -> dict[str, str]:
@@ -893,7 +896,7 @@ class ImageConfigs:
         """What is known of ``image``'s config (None: nothing yet); one not known, or due to be read again, is
         queued (the known one answers meanwhile)."""
         known = self._known.get(image)
-        if known is None or known.until <= self._clock():
+        if known is None or known.until <= self._clock() or self._other_platform(known.config):
             if not self.background:
                 return self.read_now(image)
             if known is None and (found := self._shared_get(image)) is not None:
@@ -901,6 +904,10 @@ class ImageConfigs:
                 return found[0]
             self._ask(image)
         return known.config if known is not None else None
+
+    def _other_platform(self, config: ImageConfig) -> bool:
+        """Read for another platform than the cluster's GPU nodes now prefer (``ImageConfig.preferred``)."""
+        return bool(config.preferred) and config.preferred != "/".join(self._platforms()[0])
 
     def _ask(self, image: str) -> None:
         with self._lock:
@@ -954,10 +961,12 @@ class ImageConfigs:
             ref = parse_reference(image)
             if settings.registries and ref.registry not in settings.registries:
                 raise Unreadable(f"{ref.registry} is not among the registries read (cuda.registry.registries)")
-            if before is not None and before.config.digest and self.client.digest(ref) == before.config.digest:
-                config, result = before.config, "unchanged"
+            order = self._platforms()
+            kept = before.config if before is not None and not self._other_platform(before.config) else None
+            if kept is not None and kept.digest and self.client.digest(ref) == kept.digest:
+                config, result = kept, "unchanged"
             else:
-                config = self.client.config(ref, self._platforms())
+                config = dataclasses.replace(self.client.config(ref, order), preferred="/".join(order[0]))
             seconds = FOREVER if ref.by_digest else settings.refresh_seconds
         except Unreadable as err:
             seconds = max(settings.retry_seconds, err.retry_after or 0)
@@ -1007,8 +1016,11 @@ class ImageConfigs:
                 str(data["where"]),
                 str(data["error"]),
                 str(data["digest"]),
+                str(data.get("preferred", "")),
             )
         except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if self._other_platform(config):  # read by a worker whose cluster view preferred another
             return None
         return config, self._clock() + left
 
