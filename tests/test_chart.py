@@ -800,7 +800,14 @@ def test_network_policy_lets_the_registry_reader_out_only_when_it_is_on():
         "--set",
         "networkPolicy.apiServerPorts={6443}",
     )
-    assert on == [{53}, {6443}, {443, 5000, 80, 8443}]
+    assert on == [{53}, {6443}, {443, 5000, 80, 8443}, {80}]
+    # the last: EKS Pod Identity's agent, for the ECR logins' AWS credentials, and nowhere else on port 80
+    policy = find(
+        template("--set", "networkPolicy.enabled=true", "--set", "config.cuda.registry.enabled=true"), "NetworkPolicy"
+    )
+    assert policy["spec"]["egress"][-1]["to"] == [{"ipBlock": {"cidr": "169.254.170.23/32"}}]
+    off = egress_ports("--set", "config.cuda.registry.enabled=true", "--set", "config.cuda.registry.ecr=false")
+    assert off == [{53}, {443, 6443}, {443}]
 
 
 def test_registry_credentials_are_mounted_and_named_in_the_settings():
@@ -820,7 +827,7 @@ def test_registry_credentials_are_mounted_and_named_in_the_settings():
     default_pod = find(defaults, "Deployment")["spec"]["template"]["spec"]
     assert "registry-credentials" not in {v["name"] for v in default_pod["volumes"]}
     policy = find(objects, "NetworkPolicy")
-    assert {p["port"] for p in policy["spec"]["egress"][-1]["ports"]} == {443, 8443}
+    assert {p["port"] for p in policy["spec"]["egress"][-2]["ports"]} == {443, 8443}
 
 
 @pytest.mark.parametrize(

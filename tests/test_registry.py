@@ -7,12 +7,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import http.server
 import json
 import os
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -26,7 +28,9 @@ import jsonpatch
 import pytest
 import urllib3
 import yaml
+from cryptography.hazmat.primitives import serialization
 
+from certs.issue import Names, issue_ca, issue_leaf
 from tests.conftest import FIXTURES, review
 from tests.cuda_fixtures import container, gpu_node, pod, settings
 from tests.registry import DOCKER_MANIFEST, Registry, registry
@@ -903,6 +907,113 @@ def test_a_registry_that_asks_for_basic_gets_the_credentials_and_only_it(
         without.config(parse_reference(f"{host}/basic-only/model:1"))
 
 
+ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
+
+
+class _EcrApi(http.server.BaseHTTPRequestHandler):
+    """Amazon ECR's API, GetAuthorizationToken only (JSON 1.1 over HTTP, as botocore calls it): answers with the
+    quirky registry's Basic pair, or with ``error``."""
+
+    asked: ClassVar[list[tuple[str, dict[str, Any], str]]] = []
+    error: ClassVar[str] = ""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).asked.append((self.headers.get("X-Amz-Target", ""), body, self.headers.get("Authorization", "")))
+        if self.error:
+            out, status = json.dumps({"__type": self.error, "message": "not allowed (in the test)"}).encode(), 400
+        else:
+            token = base64.b64encode(b"user:pass").decode()  # the quirky registry's BASIC
+            out, status = (
+                json.dumps({"authorizationData": [{"authorizationToken": token, "expiresAt": 4102444800}]}).encode(),
+                200,
+            )
+        self.send_response(status)
+        self.send_header("Content-Type", "application/x-amz-json-1.1")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def ecr(quirky: tuple[str, Client], monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, RegistrySettings]]:
+    """The quirky registry as a private ECR registry (its name resolving to it), and ECR's API for its logins, with
+    the AWS credentials of the environment (no AWS files, no instance metadata)."""
+    _EcrApi.asked, _EcrApi.error = [], ""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _EcrApi)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    real = socket.getaddrinfo
+
+    def resolve(name: str, *args: Any, **kw: Any) -> Any:
+        return real("127.0.0.1" if name == ECR else name, *args, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "AWS_ENDPOINT_URL_ECR": f"http://127.0.0.1:{server.server_address[1]}",
+        "AWS_CONFIG_FILE": "/nonexistent",
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    port = quirky[0].rsplit(":", 1)[1]
+    registry = f"{ECR}:{port}"
+    try:
+        yield registry, RegistrySettings(enabled=True, plain_http=[registry, f"localhost:{port}"], timeout_seconds=2)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_private_ecr_image_is_read_with_a_login_from_the_ecr_api(ecr: tuple[str, RegistrySettings]) -> None:
+    registry, settings_ = ecr
+    client = Client(settings_)
+    for repository in ("basic-only/model:1", "basic-only/other:2"):
+        assert client.config(parse_reference(f"{registry}/{repository}")).env == {"CUDA_VERSION": "12.6.3"}
+    ((target, body, signed),) = _EcrApi.asked  # asked once, kept until an hour before it expires
+    assert target == "AmazonEC2ContainerRegistry_V20150921.GetAuthorizationToken"
+    assert body == {"registryIds": ["123456789012"]} and signed.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+    assert "/us-east-1/ecr/aws4_request" in signed
+    assert all(auth is None for path, auth in _Quirky.seen if path.startswith("/cdn/"))  # never to another host
+    # another registry is never asked of ECR; a credentialsFile entry comes first; ecr off: a private image
+    other = quirky_host(registry)
+    with pytest.raises(Unreadable, match="wants credentials"):
+        listed = dataclasses.replace(settings_, plain_http=[*settings_.plain_http, other])
+        Client(listed).config(parse_reference(f"{other}/basic-only/model:1"))
+    assert len(_EcrApi.asked) == 1
+    off = Client(dataclasses.replace(settings_, ecr=False))
+    with pytest.raises(Unreadable, match="wants credentials for basic-only/model"):
+        off.config(parse_reference(f"{registry}/basic-only/model:1"))
+    assert len(_EcrApi.asked) == 1
+
+
+def quirky_host(registry: str) -> str:
+    return f"127.0.0.1:{registry.rsplit(':', 1)[1]}"
+
+
+@pytest.mark.parametrize(
+    ("error", "words"),
+    [
+        ("AccessDeniedException", r"ECR gives the webhook's AWS role no pull login for .* \(AccessDeniedException\)"),
+        ("", r"the webhook has no AWS credentials: give its service account an IAM role \(EKS Pod Identity or IRSA\)"),
+    ],
+)
+def test_an_ecr_login_refused_says_what_to_give_the_webhook(
+    ecr: tuple[str, RegistrySettings], monkeypatch: pytest.MonkeyPatch, error: str, words: str
+) -> None:
+    registry, settings_ = ecr
+    _EcrApi.error = error
+    if not error:
+        monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+        monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    with pytest.raises(Unreadable, match=words):
+        Client(settings_).config(parse_reference(f"{registry}/basic-only/model:1"))
+
+
 def test_a_token_no_longer_accepted_is_fetched_again(quirky: tuple[str, Client]) -> None:
     host, client = quirky
     client.config(parse_reference(f"{host}/team/model:1"))
@@ -1060,6 +1171,69 @@ def _connected(monkeypatch: pytest.MonkeyPatch, resolved: Callable[[], list[str]
     with pytest.raises(Unreadable, match=rf"^cannot reach {re.escape(host)}"):
         Client(RegistrySettings(enabled=True)).config(parse_reference(f"{host}/team/model:1"))
     return connected
+
+
+class _TlsRegistry(http.server.BaseHTTPRequestHandler):
+    """A registry over TLS (one image, no auth) that closes each connection after its answer, and notes the Host
+    each request named."""
+
+    config = json.dumps({"config": {"Env": ["CUDA_VERSION=12.6.3"]}}).encode()
+    hosts: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        type(self).hosts.append(self.headers.get("Host", ""))
+        digest = "sha256:" + hashlib.sha256(self.config).hexdigest()
+        manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {"digest": digest}}).encode()
+        body, media = (manifest, OCI_MANIFEST) if "/manifests/" in self.path else (self.config, "application/json")
+        self.send_response(200)
+        for name, value in (("Content-Type", media), ("Content-Length", str(len(body))), ("Connection", "close")):
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+@pytest.mark.parametrize("listed", [True, False], ids=["listed", "public"])
+def test_a_registry_over_tls_is_read_by_its_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, listed: bool) -> None:
+    """Found while testing ECR logins: the reader connected to the address it checked by making it the
+    connection's host, so TLS checked the registry's certificate against the address (every HTTPS registry: "IP
+    address mismatch") and the Host header named it."""
+    ca, ca_key = issue_ca("test registries", 1)
+    leaf, key = issue_leaf(ca, ca_key, Names(("registry.example",)), 1)
+    (tmp_path / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "leaf.crt").write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "leaf.key").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    _TlsRegistry.hosts = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TlsRegistry)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "leaf.crt", tmp_path / "leaf.key")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    real = socket.getaddrinfo
+    monkeypatch.setattr(
+        socket,
+        "getaddrinfo",
+        lambda name, *a, **kw: real("127.0.0.1" if name == "registry.example" else name, *a, **kw),
+    )
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.crt"))
+    if not listed:  # a public registry: its address taken as a public one
+        monkeypatch.setattr(registry_module, "_global", lambda address: True)
+    host = f"registry.example:{server.server_address[1]}"
+    client = Client(RegistrySettings(enabled=True, registries=[host] if listed else []))
+    try:
+        for tag in ("1", "2"):  # each connection closed by the registry after its answer: made again, by its name
+            assert client.config(parse_reference(f"{host}/team/model:{tag}")).env == {"CUDA_VERSION": "12.6.3"}
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert _TlsRegistry.hosts == [host] * 4
 
 
 def test_the_next_address_is_tried_where_one_does_not_take_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:

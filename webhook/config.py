@@ -173,6 +173,11 @@ class RegistrySettings:
     kubernetes.io/dockerconfigjson Secret: its ``auths`` by registry host, each with ``auth`` or
     ``username``/``password``), sent only to the registry named and the token service it names. Read again when it
     changes; the chart's ``registryCredentials.secretName`` mounts one and sets this."""
+    ecr: bool = True
+    """Read private Amazon ECR images (<account>.dkr.ecr.<region>.amazonaws.com) with a pull login the ECR API gives
+    the webhook's own AWS credentials (EKS Pod Identity, IRSA; its role needs ecr:GetAuthorizationToken,
+    ecr:BatchGetImage and ecr:GetDownloadUrlForLayer), asked for again before it expires (12 hours). A
+    credentialsFile entry for the registry comes first."""
 
     def __post_init__(self) -> None:
         if not 0 < self.timeout_seconds <= 60:

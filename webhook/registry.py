@@ -341,20 +341,28 @@ class _Watched:
     def _new_conn(self) -> Any:
         """Connect to the address the reader checked (``Client._pick``), not to what a second lookup of the name
         gives: a name that resolves to a public address when checked and to an internal one a moment later (DNS
-        rebinding) gets no second lookup."""
+        rebinding) gets no second lookup. The name stays the connection's ``host`` (urllib3 reads the TLS name and
+        the Host header from it, and a connection made again looks the name up again): only the socket goes to the
+        address."""
         pick = getattr(_GUARD, "pick", None)
         if pick is None:
             return super()._new_conn()  # type: ignore[misc]
-        addresses = pick(self.host, self.port)[:MAX_ADDRESSES]
-        for address in addresses[:-1]:  # the next where one does not take the connection, as the resolver's user would
-            self._dns_host = address
-            try:
-                return super()._new_conn()  # type: ignore[misc]
-            except (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError):
-                if time.monotonic() >= getattr(_DEADLINE, "at", math.inf):
-                    raise
-        self._dns_host = addresses[-1]
-        return super()._new_conn()  # type: ignore[misc]
+        name = self._dns_host
+        addresses = pick(name, self.port)[:MAX_ADDRESSES]
+        try:
+            for address in addresses[
+                :-1
+            ]:  # the next where one does not take the connection, as a resolver's user would
+                self._dns_host = address
+                try:
+                    return super()._new_conn()  # type: ignore[misc]
+                except (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError):
+                    if time.monotonic() >= getattr(_DEADLINE, "at", math.inf):
+                        raise
+            self._dns_host = addresses[-1]
+            return super()._new_conn()  # type: ignore[misc]
+        finally:
+            self._dns_host = name
 
     def getresponse(self) -> Any:
         left = getattr(_DEADLINE, "at", math.inf) - time.monotonic()
@@ -403,6 +411,7 @@ class Client:
         self._listed = frozenset((*settings.registries, *settings.plain_http))
         self._listed_hosts = frozenset(_hostname(listed) for listed in self._listed)
         self._credentials = Credentials(settings.credentials_file)
+        self._ecr = EcrLogins(settings.timeout_seconds) if settings.ecr else None
 
     def config(self, ref: Reference, order: Sequence[tuple[str, str]] = PLATFORMS) -> ImageConfig:
         """What ``ref``'s config says of CUDA (a multi-platform image's first platform of ``order`` it has);
@@ -550,7 +559,7 @@ class Client:
         the registry's credentials (``credentialsFile``); the credentials themselves where it asks for Basic. Kept
         for its lifetime where the registry itself asked (``netloc``: who did; a redirect's host gets no
         credentials). Unreadable where it wants credentials the settings do not have."""
-        login = self._credentials.get(ref.registry) if netloc == ref.host else None
+        login = self._login(ref.registry) if netloc == ref.host else None
         fields = _bearer(challenge or "")
         if fields is None:
             if login is None or "basic" not in (challenge or "").lower():
@@ -581,6 +590,11 @@ class Client:
             self._tokens[(ref.host, ref.repository)] = (f"Bearer {token}", time.monotonic() + max(seconds - 10, 10))
         return f"Bearer {token}"
 
+    def _login(self, registry: str) -> str | None:
+        """The Authorization of ``registry``'s pull account: credentialsFile's, else a private ECR registry's."""
+        found = self._credentials.get(registry)
+        return found if found is not None or self._ecr is None else self._ecr.get(registry)
+
     def _token_answer(self, ref: Reference, url: str, login: str | None, deadline: float) -> Any:
         """The token service's answer (JSON); None where it refuses the asker (401, 403); Unreadable otherwise."""
         asked = {"Accept": "application/json", **({"Authorization": login} if login else {})}
@@ -596,6 +610,73 @@ class Client:
             return _json(_read(response, 1 << 20, "token answer", deadline, urlsplit(url).netloc), "its token answer")
         finally:
             _done(response)
+
+
+ECR_HOST = re.compile(r"(\d{12})\.dkr\.ecr(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?")
+"""A private Amazon ECR registry: <account>.dkr.ecr[-fips].<region>.amazonaws.com[.cn] (the ECR user guide's
+registry address)."""
+ECR_EARLY = 3600.0
+"""An ECR pull login (valid 12 hours) is asked for again this many seconds before it expires."""
+
+
+class EcrLogins:
+    """Pull logins for private Amazon ECR registries: the ECR API's GetAuthorizationToken, called with the webhook's
+    own AWS credentials (botocore's chain: EKS Pod Identity, IRSA, the environment, the node's role), each kept until
+    an hour before it expires. botocore (the ``aws`` extra, in the image) is imported at the first one."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._logins: dict[str, tuple[str, float]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, registry: str) -> str | None:
+        """'Basic <base64>' for ``registry`` where it is an ECR one (None for any other); Unreadable, in words the
+        platform engineer can act on, where ECR gives none."""
+        found = ECR_HOST.fullmatch(_hostname(registry))
+        if found is None:
+            return None
+        with self._lock:
+            kept = self._logins.get(registry)
+        if kept is not None and kept[1] > time.time():
+            return kept[0]
+        login, expires = self._ask(registry, found.group(1), found.group(2))
+        with self._lock:
+            self._logins[registry] = (login, expires - ECR_EARLY)
+        return login
+
+    def _ask(self, registry: str, account: str, region: str) -> tuple[str, float]:
+        try:
+            import botocore.session
+            from botocore.config import Config
+            from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+        except ImportError as err:
+            raise Unreadable(
+                f"{registry} is a private ECR registry, and reading it needs botocore (the gpu-admission[aws] extra;"
+                " the image has it)"
+            ) from err
+        config = Config(connect_timeout=self.timeout, read_timeout=self.timeout, retries={"max_attempts": 1})
+        try:
+            client = botocore.session.get_session().create_client("ecr", region_name=region, config=config)
+            data = client.get_authorization_token(registryIds=[account])["authorizationData"][0]
+            user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
+            expires = data["expiresAt"].timestamp()
+        except NoCredentialsError as err:
+            raise Unreadable(
+                f"{registry} is a private ECR registry and the webhook has no AWS credentials: give its service"
+                " account an IAM role (EKS Pod Identity or IRSA) allowed ecr:GetAuthorizationToken, ecr:BatchGetImage"
+                " and ecr:GetDownloadUrlForLayer"
+            ) from err
+        except ClientError as err:
+            code = str(err.response.get("Error", {}).get("Code", ""))[:80]
+            log.warning("ECR's GetAuthorizationToken for %s: %s", registry, err)
+            raise Unreadable(
+                f"ECR gives the webhook's AWS role no pull login for {registry} ({code}): allow it"
+                " ecr:GetAuthorizationToken"
+            ) from err
+        except (BotoCoreError, KeyError, IndexError, ValueError, TypeError, AttributeError) as err:
+            raise _unreachable(f"ECR's API in {region}", err) from err
+        login = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        return login, expires
 
 
 class Credentials:
