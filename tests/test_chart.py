@@ -805,7 +805,8 @@ def test_network_policy_lets_the_registry_reader_out_only_when_it_is_on():
     policy = find(
         template("--set", "networkPolicy.enabled=true", "--set", "config.cuda.registry.enabled=true"), "NetworkPolicy"
     )
-    assert policy["spec"]["egress"][-1]["to"] == [{"ipBlock": {"cidr": "169.254.170.23/32"}}]
+    to = [{"ipBlock": {"cidr": "169.254.170.23/32"}}, {"ipBlock": {"cidr": "fd00:ec2::23/128"}}]  # IPv4, IPv6 clusters
+    assert policy["spec"]["egress"][-1]["to"] == to
     off = egress_ports("--set", "config.cuda.registry.enabled=true", "--set", "config.cuda.registry.ecr=false")
     assert off == [{53}, {443, 6443}, {443}]
 

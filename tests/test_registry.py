@@ -916,6 +916,7 @@ class _EcrApi(http.server.BaseHTTPRequestHandler):
 
     asked: ClassVar[list[tuple[str, dict[str, Any], str]]] = []
     error: ClassVar[str] = ""
+    pair: ClassVar[bytes] = b"user:pass"
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -923,7 +924,7 @@ class _EcrApi(http.server.BaseHTTPRequestHandler):
         if self.error:
             out, status = json.dumps({"__type": self.error, "message": "not allowed (in the test)"}).encode(), 400
         else:
-            token = base64.b64encode(b"user:pass").decode()  # the quirky registry's BASIC
+            token = base64.b64encode(self.pair).decode()  # the quirky registry's BASIC
             out, status = (
                 json.dumps({"authorizationData": [{"authorizationToken": token, "expiresAt": 4102444800}]}).encode(),
                 200,
@@ -942,7 +943,7 @@ class _EcrApi(http.server.BaseHTTPRequestHandler):
 def ecr(quirky: tuple[str, Client], monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, RegistrySettings]]:
     """The quirky registry as a private ECR registry (its name resolving to it), and ECR's API for its logins, with
     the AWS credentials of the environment (no AWS files, no instance metadata)."""
-    _EcrApi.asked, _EcrApi.error = [], ""
+    _EcrApi.asked, _EcrApi.error, _EcrApi.pair = [], "", b"user:pass"
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _EcrApi)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     real = socket.getaddrinfo
@@ -1012,6 +1013,57 @@ def test_an_ecr_login_refused_says_what_to_give_the_webhook(
         monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     with pytest.raises(Unreadable, match=words):
         Client(settings_).config(parse_reference(f"{registry}/basic-only/model:1"))
+
+
+def test_an_ecr_login_the_registry_refuses_is_asked_again_and_a_failure_is_kept(
+    ecr: tuple[str, RegistrySettings],
+) -> None:
+    registry, settings_ = ecr
+    client = Client(settings_)
+    _EcrApi.pair = b"user:revoked"  # a login the registry refuses (the role's sessions revoked, say)
+    with pytest.raises(Unreadable, match="refuses the pull account"):
+        client.config(parse_reference(f"{registry}/basic-only/model:1"))
+    _EcrApi.pair = b"user:pass"
+    assert client.config(parse_reference(f"{registry}/basic-only/model:1")).env == {"CUDA_VERSION": "12.6.3"}
+    assert len(_EcrApi.asked) == 2  # not kept for its 12 hours
+    _EcrApi.error = "AccessDeniedException"
+    failing = Client(settings_)
+    for tag in ("1", "2"):  # a refusal is kept for retrySeconds: the API is asked once
+        with pytest.raises(Unreadable, match="AccessDeniedException"):
+            failing.config(parse_reference(f"{registry}/basic-only/model:{tag}"))
+    assert len(_EcrApi.asked) == 3
+
+
+def test_aws_credentials_that_cannot_be_had_are_said_so_in_time(
+    ecr: tuple[str, RegistrySettings], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    registry, settings_ = ecr
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    # IRSA whose token file is not there: botocore's open() fails (an OSError, not one of botocore's errors)
+    monkeypatch.setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/gpu-admission")
+    monkeypatch.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(tmp_path / "missing-token"))
+    with pytest.raises(Unreadable, match="the webhook's AWS credentials could not be had"):
+        Client(settings_).config(parse_reference(f"{registry}/basic-only/model:1"))
+    # EKS Pod Identity's agent that takes no answer: the read waits READ_DEADLINE timeouts, not the chain's own
+    monkeypatch.delenv("AWS_ROLE_ARN")
+    monkeypatch.delenv("AWS_WEB_IDENTITY_TOKEN_FILE")
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    monkeypatch.setenv(
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI", f"http://127.0.0.1:{silent.getsockname()[1]}/v1/credentials"
+    )
+    started = time.monotonic()
+    try:
+        with pytest.raises(Unreadable, match=r"ECR gave no pull login for .* in time"):
+            Client(dataclasses.replace(settings_, timeout_seconds=0.2)).config(
+                parse_reference(f"{registry}/basic-only/model:1")
+            )
+        assert time.monotonic() - started < 0.2 * registry_module.READ_DEADLINE + 1.5
+    finally:
+        silent.close()
+    assert _EcrApi.asked == []
 
 
 def test_a_token_no_longer_accepted_is_fetched_again(quirky: tuple[str, Client]) -> None:

@@ -411,7 +411,7 @@ class Client:
         self._listed = frozenset((*settings.registries, *settings.plain_http))
         self._listed_hosts = frozenset(_hostname(listed) for listed in self._listed)
         self._credentials = Credentials(settings.credentials_file)
-        self._ecr = EcrLogins(settings.timeout_seconds) if settings.ecr else None
+        self._ecr = EcrLogins(settings.timeout_seconds, settings.retry_seconds) if settings.ecr else None
 
     def config(self, ref: Reference, order: Sequence[tuple[str, str]] = PLATFORMS) -> ImageConfig:
         """What ``ref``'s config says of CUDA (a multi-platform image's first platform of ``order`` it has);
@@ -531,6 +531,8 @@ class Client:
                     continue
                 if status != 200:
                     used = headers.get("Authorization", "").startswith("Basic ") or self._credentials.get(ref.registry)
+                    if status in (401, 403) and self._ecr is not None:
+                        self._ecr.forget(ref.registry)  # a login refused is not kept for its 12 hours
                     words = _status_words(status, ref, path, bool(used))
                     raise Unreadable(words, _retry_after(response.headers))
                 body = _read(response, limit, path, deadline, urlsplit(url).netloc) if method == "GET" else b""
@@ -612,22 +614,28 @@ class Client:
             _done(response)
 
 
-ECR_HOST = re.compile(r"(\d{12})\.dkr\.ecr(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?")
+ECR_HOST = re.compile(r"(\d{12})\.dkr\.ecr(-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?")
 """A private Amazon ECR registry: <account>.dkr.ecr[-fips].<region>.amazonaws.com[.cn] (the ECR user guide's
 registry address)."""
 ECR_EARLY = 3600.0
 """An ECR pull login (valid 12 hours) is asked for again this many seconds before it expires."""
+ECR_KEPT = 64
+"""ECR logins kept per worker (one per account and region; the oldest go first)."""
 
 
 class EcrLogins:
     """Pull logins for private Amazon ECR registries: the ECR API's GetAuthorizationToken, called with the webhook's
     own AWS credentials (botocore's chain: EKS Pod Identity, IRSA, the environment, the node's role), each kept until
-    an hour before it expires. botocore (the ``aws`` extra, in the image) is imported at the first one."""
+    an hour before it expires, or until the registry refuses it. One ask at a time, within a deadline (the chain's
+    own calls, STS's among them, may wait longer: they are left behind); a failure is kept for ``retry`` seconds.
+    botocore (the ``aws`` extra, in the image) is imported at the first ask, and one client made per region."""
 
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        self._logins: dict[str, tuple[str, float]] = {}
+    def __init__(self, timeout: float, retry: float) -> None:
+        self.timeout, self.retry = timeout, retry
+        self._logins: OrderedDict[tuple[str, str, bool], tuple[str | Unreadable, float]] = OrderedDict()
+        self._clients: dict[tuple[str, bool], Any] = {}
         self._lock = threading.Lock()
+        self._asking = threading.Lock()
 
     def get(self, registry: str) -> str | None:
         """'Basic <base64>' for ``registry`` where it is an ECR one (None for any other); Unreadable, in words the
@@ -635,31 +643,77 @@ class EcrLogins:
         found = ECR_HOST.fullmatch(_hostname(registry))
         if found is None:
             return None
-        with self._lock:
-            kept = self._logins.get(registry)
-        if kept is not None and kept[1] > time.time():
-            return kept[0]
-        login, expires = self._ask(registry, found.group(1), found.group(2))
-        with self._lock:
-            self._logins[registry] = (login, expires - ECR_EARLY)
-        return login
+        key = (found.group(1), found.group(3), bool(found.group(2)))
+        with self._asking:  # two readers missing at once ask once
+            with self._lock:
+                kept = self._logins.get(key)
+            if kept is None or kept[1] <= time.time():
+                try:
+                    login, until = self._within(registry, key)
+                    kept = (login, until - ECR_EARLY)
+                except Unreadable as err:
+                    kept = (err, time.time() + self.retry)
+                with self._lock:
+                    self._logins[key] = kept
+                    self._logins.move_to_end(key)
+                    while len(self._logins) > ECR_KEPT:
+                        self._logins.popitem(last=False)
+        if isinstance(kept[0], Unreadable):
+            raise kept[0]
+        return kept[0]
 
-    def _ask(self, registry: str, account: str, region: str) -> tuple[str, float]:
+    def forget(self, registry: str) -> None:
+        """The registry refused the login (a role changed, its sessions revoked): ask again at the next read."""
+        found = ECR_HOST.fullmatch(_hostname(registry))
+        if found is not None:
+            with self._lock:
+                self._logins.pop((found.group(1), found.group(3), bool(found.group(2))), None)
+
+    def _within(self, registry: str, key: tuple[str, str, bool]) -> tuple[str, float]:
+        """``_ask`` in a thread of its own, waited for at most ``READ_DEADLINE`` timeouts."""
+        answer: list[tuple[str, float] | Unreadable] = []
+
+        def ask() -> None:
+            try:
+                answer.append(self._ask(registry, *key))
+            except Unreadable as err:
+                answer.append(err)
+
+        thread = threading.Thread(target=ask, name="registry-ecr-login", daemon=True)
+        thread.start()
+        thread.join(READ_DEADLINE * self.timeout)
+        if not answer:
+            log.warning("ECR's login for %s took over %g s (the AWS credentials' chain, or the ECR API)",
+                        registry[:100], READ_DEADLINE * self.timeout)  # fmt: skip
+            raise Unreadable(f"ECR gave no pull login for {registry[:100]} in time (the webhook's log says why)")
+        if isinstance(answer[0], Unreadable):
+            raise answer[0]
+        return answer[0]
+
+    def _ask(self, registry: str, account: str, region: str, fips: bool) -> tuple[str, float]:
         try:
             import botocore.session
             from botocore.config import Config
-            from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+            from botocore.exceptions import BotoCoreError, ClientError, CredentialRetrievalError, NoCredentialsError
         except ImportError as err:
             raise Unreadable(
                 f"{registry} is a private ECR registry, and reading it needs botocore (the gpu-admission[aws] extra;"
                 " the image has it)"
             ) from err
-        config = Config(connect_timeout=self.timeout, read_timeout=self.timeout, retries={"max_attempts": 1})
         try:
-            client = botocore.session.get_session().create_client("ecr", region_name=region, config=config)
+            client = self._clients.get((region, fips))
+            if client is None:
+                config = Config(
+                    connect_timeout=self.timeout,
+                    read_timeout=self.timeout,
+                    retries={"total_max_attempts": 1},
+                    use_fips_endpoint=fips,
+                )
+                client = botocore.session.get_session().create_client("ecr", region_name=region, config=config)
+                self._clients[(region, fips)] = client
             data = client.get_authorization_token(registryIds=[account])["authorizationData"][0]
             user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
-            expires = data["expiresAt"].timestamp()
+            return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode(), data["expiresAt"].timestamp()
         except NoCredentialsError as err:
             raise Unreadable(
                 f"{registry} is a private ECR registry and the webhook has no AWS credentials: give its service"
@@ -669,14 +723,20 @@ class EcrLogins:
         except ClientError as err:
             code = str(err.response.get("Error", {}).get("Code", ""))[:80]
             log.warning("ECR's GetAuthorizationToken for %s: %s", registry, err)
+            if code.startswith("AccessDenied"):
+                raise Unreadable(
+                    f"ECR gives the webhook's AWS role no pull login for {registry} ({code}): allow it"
+                    " ecr:GetAuthorizationToken"
+                ) from err
+            raise Unreadable(f"ECR refuses the webhook a pull login for {registry} ({code}; its log says why)") from err
+        except (CredentialRetrievalError, OSError) as err:  # the agent, STS, a token file that cannot be read
+            log.warning("the webhook's AWS credentials for ECR (%s): %s", registry, err)
             raise Unreadable(
-                f"ECR gives the webhook's AWS role no pull login for {registry} ({code}): allow it"
-                " ecr:GetAuthorizationToken"
+                "the webhook's AWS credentials could not be had (EKS Pod Identity's agent, IRSA's token file or STS:"
+                " its log says why)"
             ) from err
         except (BotoCoreError, KeyError, IndexError, ValueError, TypeError, AttributeError) as err:
             raise _unreachable(f"ECR's API in {region}", err) from err
-        login = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-        return login, expires
 
 
 class Credentials:
