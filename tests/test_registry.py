@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -1286,6 +1287,61 @@ def test_a_registry_over_tls_is_read_by_its_name(tmp_path: Path, monkeypatch: py
         server.shutdown()
         server.server_close()
     assert _TlsRegistry.hosts == [host] * 4
+
+
+class _Forgetful(http.server.BaseHTTPRequestHandler):
+    """A registry behind a NAT that forgets idle connections: a request on a kept connection idle over ``idle``
+    seconds is answered by a TCP reset (AWS's NAT gateway), or by silence (``silent``: Azure's and GCP's)."""
+
+    protocol_version = "HTTP/1.1"
+    config = json.dumps({"config": {"Env": ["CUDA_VERSION=12.6.3"]}}).encode()
+    idle: ClassVar[float] = 0.3
+    silent: ClassVar[bool] = False
+    dropped: ClassVar[int] = 0
+
+    def do_GET(self) -> None:
+        last = getattr(self, "last", None)
+        if last is not None and time.monotonic() - last > self.idle:
+            type(self).dropped += 1
+            if self.silent:
+                time.sleep(3)
+            else:
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            self.connection.close()
+            return
+        digest = "sha256:" + hashlib.sha256(self.config).hexdigest()
+        manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {"digest": digest}}).encode()
+        body, media = (manifest, OCI_MANIFEST) if "/manifests/" in self.path else (self.config, "application/json")
+        self.send_response(200)
+        self.send_header("Content-Type", media)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.last = time.monotonic()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("silent", [False, True], ids=["reset", "silence"])
+def test_a_kept_connection_the_network_forgot_is_asked_again_on_another(silent: bool) -> None:
+    """Found by a review that stood in for real registries: AWS's NAT gateway forgets a connection idle 350 s and
+    answers its next packet with a reset; the first read after an idle spell failed, the image unread for
+    retrySeconds."""
+    _Forgetful.silent, _Forgetful.dropped = silent, 0
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Forgetful)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    client = Client(RegistrySettings(enabled=True, plain_http=[host], timeout_seconds=1))
+    try:
+        assert client.config(parse_reference(f"{host}/team/model:1")).env == {"CUDA_VERSION": "12.6.3"}
+        time.sleep(_Forgetful.idle + 0.2)
+        assert client.config(parse_reference(f"{host}/team/model:2")).env == {"CUDA_VERSION": "12.6.3"}
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert _Forgetful.dropped == 1
 
 
 def test_the_next_address_is_tried_where_one_does_not_take_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -543,7 +543,18 @@ class Client:
     def _request(self, url: str, headers: Mapping[str, str], method: str = "GET", deadline: float = math.inf) -> Any:
         _DEADLINE.at, _GUARD.pick = deadline, self._pick
         try:
-            response = self._http.request(method, url, headers=dict(headers), redirect=False, preload_content=False)
+            for tries_left in range(READERS, -1, -1):
+                try:
+                    response = self._http.request(
+                        method, url, headers=dict(headers), redirect=False, preload_content=False
+                    )
+                    break
+                except (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError) as err:
+                    # a kept connection the network forgot (a NAT's idle timeout: a reset, or silence): the request
+                    # is asked again on another, up to once per kept connection (READERS), within the deadline
+                    if not tries_left or time.monotonic() >= deadline:
+                        raise
+                    log.debug("%s: %s; asked again on another connection", urlsplit(url).netloc[:100], _reason(err))
         except urllib3.exceptions.HTTPError as err:
             if time.monotonic() > deadline:
                 raise Unreadable(f"{urlsplit(url).netloc[:100]} answered too slowly") from err
