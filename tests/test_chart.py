@@ -853,6 +853,29 @@ def test_registry_credentials_that_would_do_nothing_or_be_overridden_are_refused
     assert proc.returncode != 0 and words in proc.stderr
 
 
+def test_a_registry_ca_is_mounted_and_named_in_the_settings():
+    objects = template(
+        "--set", "config.cuda.registry.enabled=true", "--set", "registryCA.configMapName=harbor-ca", "--set",
+        "registryCA.key=root.pem",
+    )  # fmt: skip
+    pod = find(objects, "Deployment")["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "registry-ca"]
+    assert volume["configMap"] == {"name": "harbor-ca", "items": [{"key": "root.pem", "path": "ca.crt"}]}
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "registry-ca"]
+    config = yaml.safe_load(find(objects, "ConfigMap", f"{RELEASE}-gpu-admission")["data"]["config.yaml"])
+    assert config["cuda"]["registry"]["caFile"] == f"{mount['mountPath']}/ca.crt" and mount["readOnly"] is True
+    for args, words in (
+        (["--set", "registryCA.configMapName=harbor-ca"], "set config.cuda.registry.enabled: true too"),
+        (
+            ["--set", "registryCA.configMapName=harbor-ca", "--set", "config.cuda.registry.enabled=true", "--set",
+             "config.cuda.registry.caFile=/etc/ca.pem"],
+            "both name the CA: give one",
+        ),
+    ):  # fmt: skip
+        proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, *args, check=False)
+        assert proc.returncode != 0 and words in proc.stderr, proc.stderr
+
+
 def test_helm_test_hook_sends_a_dry_run_pod_to_a_covered_namespace(rendered):
     name, objects = rendered
     (pod,) = [o for o in find_all(objects, "Pod") if hooks(o) == {"test"}]

@@ -1251,11 +1251,12 @@ class _TlsRegistry(http.server.BaseHTTPRequestHandler):
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 
-@pytest.mark.parametrize("listed", [True, False], ids=["listed", "public"])
-def test_a_registry_over_tls_is_read_by_its_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, listed: bool) -> None:
+@pytest.mark.parametrize("how", ["listed", "public", "ca-file", "untrusted"])
+def test_a_registry_over_tls_is_read_by_its_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     """Found while testing ECR logins: the reader connected to the address it checked by making it the
     connection's host, so TLS checked the registry's certificate against the address (every HTTPS registry: "IP
-    address mismatch") and the Host header named it."""
+    address mismatch") and the Host header named it. Its CA trusted through the system's store (SSL_CERT_FILE
+    here), or through cuda.registry.caFile; neither: not read."""
     ca, ca_key = issue_ca("test registries", 1)
     leaf, key = issue_leaf(ca, ca_key, Names(("registry.example",)), 1)
     (tmp_path / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
@@ -1275,18 +1276,36 @@ def test_a_registry_over_tls_is_read_by_its_name(tmp_path: Path, monkeypatch: py
         "getaddrinfo",
         lambda name, *a, **kw: real("127.0.0.1" if name == "registry.example" else name, *a, **kw),
     )
-    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.crt"))
-    if not listed:  # a public registry: its address taken as a public one
+    if how in ("listed", "public"):
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.crt"))
+    if how == "public":  # a public registry: its address taken as a public one
         monkeypatch.setattr(registry_module, "_global", lambda address: True)
     host = f"registry.example:{server.server_address[1]}"
-    client = Client(RegistrySettings(enabled=True, registries=[host] if listed else []))
+    ca_file = str(tmp_path / "ca.crt") if how == "ca-file" else ""
+    client = Client(RegistrySettings(enabled=True, registries=[] if how == "public" else [host], ca_file=ca_file))
     try:
         for tag in ("1", "2"):  # each connection closed by the registry after its answer: made again, by its name
-            assert client.config(parse_reference(f"{host}/team/model:{tag}")).env == {"CUDA_VERSION": "12.6.3"}
+            if how == "untrusted":
+                with pytest.raises(Unreadable, match=rf"^cannot reach {re.escape(host)}"):
+                    client.config(parse_reference(f"{host}/team/model:{tag}"))
+            else:
+                assert client.config(parse_reference(f"{host}/team/model:{tag}")).env == {"CUDA_VERSION": "12.6.3"}
     finally:
         server.shutdown()
         server.server_close()
-    assert _TlsRegistry.hosts == [host] * 4
+    assert _TlsRegistry.hosts == ([] if how == "untrusted" else [host] * 4)
+
+
+def test_serve_refuses_a_ca_file_it_cannot_use(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    bad = tmp_path / "ca.crt"
+    bad.write_text("not a certificate")
+    config.write_text(yaml.safe_dump({"cuda": {"registry": {"enabled": True, "caFile": str(bad)}}}))
+    certs = tmp_path / "certs"
+    args = ["serve", "--config", str(config), "--cert", str(certs / "c"), "--key", str(certs / "k")]
+    done = subprocess.run([sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == cli.EXIT_UNUSABLE
+    assert f"cuda.registry.caFile {bad}: not a PEM file of CA certificates" in done.stderr
 
 
 class _Forgetful(http.server.BaseHTTPRequestHandler):

@@ -9,6 +9,7 @@ import logging
 import multiprocessing
 import os
 import shutil
+import ssl
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ from webhook.config import Settings, load_settings
 from webhook.documents import api_object, read_documents
 from webhook.errors import ConfigError, InputError
 from webhook.model import TEMPLATE_PATHS, Context, as_dict
-from webhook.registry import ImageConfigs, platform_order, read_credentials
+from webhook.registry import ImageConfigs, platform_order, read_credentials, trust
 
 EXIT_ADMITTED, EXIT_DENIED, EXIT_UNUSABLE = 0, 1, 2
 
@@ -73,6 +74,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             read_credentials(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
             raise InputError(f"cuda.registry.credentialsFile {path}: {err}") from err
+    if settings.cuda.registry.enabled and (path := settings.cuda.registry.ca_file):
+        try:
+            trust(path)
+        except (OSError, ssl.SSLError) as err:
+            raise InputError(f"cuda.registry.caFile {path}: not a PEM file of CA certificates ({err})") from err
     # A node file is read once, here, before the fork: every worker inherits the view (and fails early, not each).
     nodes: ClusterView | None = load_nodes_apart(args.nodes, settings) if args.nodes else None
     for path in (args.cert, args.key):

@@ -37,6 +37,7 @@ import os
 import queue
 import re
 import socket
+import ssl
 import threading
 import time
 from collections import OrderedDict
@@ -397,14 +398,35 @@ class _TLSPool(urllib3.HTTPSConnectionPool):
     ConnectionCls = _HTTPS
 
 
+def trust(ca_file: str) -> ssl.SSLContext | None:
+    """The TLS context of the reader's connections: the system's CAs and ``ca_file``'s (``cuda.registry.caFile``);
+    None (urllib3's own, the system's CAs) without one. OSError or ssl.SSLError where the file is not a PEM bundle
+    (``serve`` refuses it at start; a worker that meets it later logs it and trusts the system's)."""
+    if not ca_file:
+        return None
+    context = ssl.create_default_context()
+    context.load_verify_locations(cafile=ca_file)
+    return context
+
+
 class Client:
     """Reads image configs from registries (see the module docstring); one per worker, used by its readers."""
 
     def __init__(self, settings: RegistrySettings) -> None:
         self.settings = settings
         timeout = urllib3.Timeout(connect=settings.timeout_seconds, read=settings.timeout_seconds)
+        try:
+            context = trust(settings.ca_file)
+        except (OSError, ssl.SSLError) as err:
+            log.warning("cuda.registry.caFile %s: %s; only the system's CAs are trusted", settings.ca_file, err)
+            context = None
         self._http = urllib3.PoolManager(
-            num_pools=32, maxsize=READERS, retries=False, timeout=timeout, headers={"User-Agent": USER_AGENT}
+            num_pools=32,
+            maxsize=READERS,
+            retries=False,
+            timeout=timeout,
+            headers={"User-Agent": USER_AGENT},
+            ssl_context=context,
         )
         self._http.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
         self._tokens: dict[tuple[str, str], tuple[str, float]] = {}

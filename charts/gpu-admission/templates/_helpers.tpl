@@ -180,6 +180,19 @@ NOTES.txt prints it at install.
 {{- $_ := set $cuda "registry" $registry }}
 {{- $_ := set $cfg "cuda" $cuda }}
 {{- end }}
+{{- if .Values.registryCA.configMapName }}
+{{- $cuda := $cfg.cuda | default dict }}
+{{- $registry := $cuda.registry | default dict }}
+{{- if not $registry.enabled }}
+{{- fail "registryCA.configMapName is for the registry reader: set config.cuda.registry.enabled: true too (or leave the CA out)" }}
+{{- end }}
+{{- if $registry.caFile }}
+{{- fail "config.cuda.registry.caFile and registryCA.configMapName both name the CA: give one (the chart mounts the ConfigMap and sets the file)" }}
+{{- end }}
+{{- $_ := set $registry "caFile" "/etc/gpu-admission-registry-ca/ca.crt" }}
+{{- $_ := set $cuda "registry" $registry }}
+{{- $_ := set $cfg "cuda" $cuda }}
+{{- end }}
 {{- toYaml $cfg }}
 {{- end }}
 
