@@ -222,6 +222,11 @@ def test_every_values_set_renders_settings_the_server_loads(tmp_path, name):
             id="owner-of-the-core-group",
         ),
         pytest.param(
+            ["--set", "registryCA.configMapName=ca", "--set", "registryCA.key=no spaces"],
+            "at '/registryCA/key': 'no spaces' does not match pattern",
+            id="registry-ca-key",
+        ),
+        pytest.param(
             ["--set", "serviceAccount.create=false"],
             "serviceAccount.name is required when serviceAccount.create is false",
             id="own-service-account-unnamed",

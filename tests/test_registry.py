@@ -1363,6 +1363,33 @@ def test_a_kept_connection_the_network_forgot_is_asked_again_on_another(silent: 
     assert _Forgetful.dropped == 1
 
 
+def test_a_registry_that_does_not_answer_is_asked_once() -> None:
+    """Found by a review: a request that timed out on a connection made for it was asked again twice (each GET of
+    a manifest counts against Docker Hub's pull limit, and the reader was held three timeouts)."""
+    asked: list[str] = []
+
+    class Silent(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            time.sleep(2)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Silent)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(Unreadable, match=rf"^cannot reach {re.escape(host)}"):
+            Client(RegistrySettings(enabled=True, plain_http=[host], timeout_seconds=0.3)).config(
+                parse_reference(f"{host}/team/model:1")
+            )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked == ["/v2/team/model/manifests/1"]
+
+
 def test_the_next_address_is_tried_where_one_does_not_take_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     addresses = ["93.184.216.34", "93.184.216.35", "93.184.216.34", "93.184.216.36", "93.184.216.37"]
     connected = _connected(monkeypatch, lambda: addresses, "registry.many.example")

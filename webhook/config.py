@@ -175,7 +175,8 @@ class RegistrySettings:
     changes; the chart's ``registryCredentials.secretName`` mounts one and sets this."""
     ca_file: str = ""
     """A PEM file of CA certificates trusted besides the system's, for registries whose certificate a private CA
-    signed (Harbor, an in-cluster registry); the chart's ``registryCA.configMapName`` mounts one and sets this."""
+    signed (Harbor, an in-cluster registry); the chart's ``registryCA.configMapName`` mounts one and sets this.
+    Read when a worker starts (a changed CA is trusted after a restart)."""
     ecr: bool = True
     """Read private Amazon ECR images (<account>.dkr.ecr.<region>.amazonaws.com) with a pull login the ECR API gives
     the webhook's own AWS credentials (EKS Pod Identity, IRSA; its role needs ecr:GetAuthorizationToken,

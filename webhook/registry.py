@@ -326,7 +326,8 @@ _RESOLVING = threading.BoundedSemaphore(RESOLVERS)
 _DEADLINE = threading.local()
 """The deadline of the read this thread is doing (``Client``), for the connections' watch (``_Watched``)."""
 _GUARD = threading.local()
-"""``pick``: the address a connection of this thread's read may go to (``Client._pick``), or None."""
+"""``pick``: the address a connection of this thread's read may go to (``Client._pick``), or None; ``fresh``: the
+request being asked made a connection of its own (``_Watched._new_conn``)."""
 
 
 class _Watched:
@@ -345,6 +346,7 @@ class _Watched:
         rebinding) gets no second lookup. The name stays the connection's ``host`` (urllib3 reads the TLS name and
         the Host header from it, and a connection made again looks the name up again): only the socket goes to the
         address."""
+        _GUARD.fresh = True  # this try's connection was made for it (``Client._request`` asks a made one once)
         pick = getattr(_GUARD, "pick", None)
         if pick is None:
             return super()._new_conn()  # type: ignore[misc]
@@ -405,6 +407,7 @@ def trust(ca_file: str) -> ssl.SSLContext | None:
     if not ca_file:
         return None
     context = ssl.create_default_context()
+    context.hostname_checks_common_name = False  # as urllib3's own: a certificate names its host in its SANs
     context.load_verify_locations(cafile=ca_file)
     return context
 
@@ -566,6 +569,7 @@ class Client:
         _DEADLINE.at, _GUARD.pick = deadline, self._pick
         try:
             for tries_left in range(READERS, -1, -1):
+                _GUARD.fresh = False
                 try:
                     response = self._http.request(
                         method, url, headers=dict(headers), redirect=False, preload_content=False
@@ -573,8 +577,10 @@ class Client:
                     break
                 except (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError) as err:
                     # a kept connection the network forgot (a NAT's idle timeout: a reset, or silence): the request
-                    # is asked again on another, up to once per kept connection (READERS), within the deadline
-                    if not tries_left or time.monotonic() >= deadline:
+                    # is asked again on another, up to once per kept connection (READERS), while a whole timeout
+                    # is left; never after a connection made for it (a slow registry is asked once)
+                    left = deadline - time.monotonic()
+                    if _GUARD.fresh or not tries_left or left < self.settings.timeout_seconds:
                         raise
                     log.debug("%s: %s; asked again on another connection", urlsplit(url).netloc[:100], _reason(err))
         except urllib3.exceptions.HTTPError as err:
