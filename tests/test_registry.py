@@ -761,16 +761,23 @@ def test_a_credentials_file_missing_says_so_at_its_first_use(tmp_path: Path, cap
     )
 
 
-def test_serve_refuses_a_credentials_file_it_cannot_use(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("key", "content", "words"),
+    [
+        ("credentialsFile", '{"auths": {"nvcr.io": {}}}', "auths['nvcr.io'] has neither auth"),
+        ("caFile", "not a certificate", "not a PEM file of CA certificates"),
+    ],
+)
+def test_serve_refuses_a_registry_file_it_cannot_use(tmp_path: Path, key: str, content: str, words: str) -> None:
     config = tmp_path / "config.yaml"
-    bad = tmp_path / "pulls.json"
-    bad.write_text('{"auths": {"nvcr.io": {}}}')
-    config.write_text(yaml.safe_dump({"cuda": {"registry": {"enabled": True, "credentialsFile": str(bad)}}}))
+    bad = tmp_path / "file"
+    bad.write_text(content)
+    config.write_text(yaml.safe_dump({"cuda": {"registry": {"enabled": True, key: str(bad)}}}))
     certs = tmp_path / "certs"
     args = ["serve", "--config", str(config), "--cert", str(certs / "c"), "--key", str(certs / "k")]
     done = subprocess.run([sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True, timeout=60)
     assert done.returncode == cli.EXIT_UNUSABLE
-    assert f"cuda.registry.credentialsFile {bad}: auths['nvcr.io'] has neither auth" in done.stderr
+    assert f"cuda.registry.{key} {bad}: {words}" in done.stderr
 
 
 BASIC = "Basic " + base64.b64encode(b"user:pass").decode()
@@ -1294,18 +1301,6 @@ def test_a_registry_over_tls_is_read_by_its_name(tmp_path: Path, monkeypatch: py
         server.shutdown()
         server.server_close()
     assert _TlsRegistry.hosts == ([] if how == "untrusted" else [host] * 4)
-
-
-def test_serve_refuses_a_ca_file_it_cannot_use(tmp_path: Path) -> None:
-    config = tmp_path / "config.yaml"
-    bad = tmp_path / "ca.crt"
-    bad.write_text("not a certificate")
-    config.write_text(yaml.safe_dump({"cuda": {"registry": {"enabled": True, "caFile": str(bad)}}}))
-    certs = tmp_path / "certs"
-    args = ["serve", "--config", str(config), "--cert", str(certs / "c"), "--key", str(certs / "k")]
-    done = subprocess.run([sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True, timeout=60)
-    assert done.returncode == cli.EXIT_UNUSABLE
-    assert f"cuda.registry.caFile {bad}: not a PEM file of CA certificates" in done.stderr
 
 
 class _Forgetful(http.server.BaseHTTPRequestHandler):
