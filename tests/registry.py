@@ -8,7 +8,6 @@ may push anywhere.
 from __future__ import annotations
 
 import base64
-import datetime
 import hashlib
 import http.server
 import json
@@ -30,8 +29,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
-from cryptography.x509.oid import NameOID
 
+from certs.issue import issue_ca
 from tests.serving import free_port
 
 SERVICE = "gpu-admission-test-registry"
@@ -226,20 +225,10 @@ class Registry:
 
 
 def _certificate(directory: Path) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ISSUER)])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
+    """The token service's signing certificate (the project's own CA builder: ECDSA P-256, for ES256), and the
+    bundle the registry trusts it by."""
+    cert, key = issue_ca(ISSUER, 1)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
     bundle = directory / "tokens.crt"
     bundle.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return key, cert, bundle
