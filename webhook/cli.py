@@ -69,16 +69,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from webhook.audit import build_recorder, start_event_relay
 
     settings = _settings(args.config)
-    if settings.cuda.registry.enabled and (path := settings.cuda.registry.credentials_file):
-        try:  # what a worker would only log (a Secret being renewed), refused at start
-            read_credentials(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            raise InputError(f"cuda.registry.credentialsFile {path}: {err}") from err
-    if settings.cuda.registry.enabled and (path := settings.cuda.registry.ca_file):
-        try:
-            trust(path)
-        except (OSError, ssl.SSLError) as err:
-            raise InputError(f"cuda.registry.caFile {path}: not a PEM file of CA certificates ({err})") from err
+    _check_registry_files(settings)
     # A node file is read once, here, before the fork: every worker inherits the view (and fails early, not each).
     nodes: ClusterView | None = load_nodes_apart(args.nodes, settings) if args.nodes else None
     for path in (args.cert, args.key):
@@ -112,6 +103,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     GunicornServer(options, factory, on_exit=finish).run()
     return 0
+
+
+def _check_registry_files(settings: Settings) -> None:
+    """The registry reader's files, refused at start where a worker would only log them (a Secret being renewed)."""
+    registry = settings.cuda.registry
+    if not registry.enabled:
+        return
+    if path := registry.credentials_file:
+        try:
+            read_credentials(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise InputError(f"cuda.registry.credentialsFile {path}: {err}") from err
+    if path := registry.ca_file:
+        try:
+            trust(path)
+        except (OSError, ssl.SSLError) as err:
+            raise InputError(f"cuda.registry.caFile {path}: not a PEM file of CA certificates ({err})") from err
 
 
 def _images_directory() -> Path:

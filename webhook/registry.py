@@ -1085,9 +1085,13 @@ class ImageConfigs:
             self._ask(image)
         return known.config if known is not None else None
 
+    def _preferred(self) -> str:
+        """The platform the cluster's GPU nodes now read first ('linux/arm64')."""
+        return "/".join(self._platforms()[0])
+
     def _other_platform(self, config: ImageConfig) -> bool:
         """Read for another platform than the cluster's GPU nodes now prefer (``ImageConfig.preferred``)."""
-        return bool(config.preferred) and config.preferred != "/".join(self._platforms()[0])
+        return bool(config.preferred) and config.preferred != self._preferred()
 
     def _ask(self, image: str) -> None:
         with self._lock:
@@ -1141,12 +1145,11 @@ class ImageConfigs:
             ref = parse_reference(image)
             if settings.registries and ref.registry not in settings.registries:
                 raise Unreadable(f"{ref.registry} is not among the registries read (cuda.registry.registries)")
-            order = self._platforms()
             kept = before.config if before is not None and not self._other_platform(before.config) else None
             if kept is not None and kept.digest and self.client.digest(ref) == kept.digest:
                 config, result = kept, "unchanged"
             else:
-                config = dataclasses.replace(self.client.config(ref, order), preferred="/".join(order[0]))
+                config = dataclasses.replace(self.client.config(ref, self._platforms()), preferred=self._preferred())
             seconds = FOREVER if ref.by_digest else settings.refresh_seconds
         except Unreadable as err:
             seconds = max(settings.retry_seconds, err.retry_after or 0)
