@@ -379,13 +379,21 @@ def test_a_config_read_for_another_platform_is_read_again_when_the_cluster_prefe
     assert configs(tmp_path / "one").lookup(VLLM).preferred == "linux/amd64" and len(fake.orders) == 5  # type: ignore[union-attr]
 
 
-def test_the_platform_order_is_worked_out_once_per_view() -> None:
+def test_the_platform_order_is_worked_out_once_per_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    worked: list[Any] = []
+
+    def counted(view: Any) -> list[str]:
+        worked.append(view)
+        return gpu_arches(view)
+
+    monkeypatch.setattr(app_module, "gpu_arches", counted)
     s = settings()
     arm = build_view([gpu_node("g-1", "gh200", "550.54.15", labels={PLATFORM_LABEL: "arm64"})], s)
     amd = build_view([gpu_node("a-1", "gpu-a", "550.54.15", labels={PLATFORM_LABEL: "amd64"})], s)
     views = iter([arm, arm, amd])
     order = app_module._platform_order(cast(Any, type("Source", (), {"snapshot": lambda self: next(views)})()))
     assert order()[0] == order()[0] == ("linux", "arm64") and order()[0] == ("linux", "amd64")
+    assert worked == [arm, amd]  # the second look at the same view used what the first worked out
     # a declared pool of a Grace product with no kubernetes.io/arch in its nodeSelector: arm64
     pool = PoolSettings(
         name="gb200", node_selector={"pool": "gb200"}, gpu_product="NVIDIA-GB200", driver_version="570.124.06"
