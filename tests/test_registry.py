@@ -837,6 +837,11 @@ class _Quirky(http.server.BaseHTTPRequestHandler):
             self._answer(200, manifest, {"Content-Type": "application/json"})
         elif self.path.startswith("/v2/open/"):
             self._answer(307, b"", {"Location": f"http://localhost:{port}/cdn/blob"})
+        elif self.path.startswith("/v2/self-moved/"):
+            if self.headers.get("Authorization") != BASIC:
+                self._answer(401, b"{}", {"WWW-Authenticate": 'Basic realm="quirky"'})
+            else:  # to itself, its name written otherwise (as a redirect may: a case of its own, a default port)
+                self._answer(307, b"", {"Location": f"http://LOCALHOST:{port}/v2/basic-only/{self.path[15:]}"})
         elif self.path.startswith("/v2/basic-only/"):
             if self.headers.get("Authorization") != BASIC:
                 self._answer(401, b"{}", {"WWW-Authenticate": 'Basic realm="quirky"'})
@@ -909,6 +914,7 @@ def test_a_registry_that_asks_for_basic_gets_the_credentials_and_only_it(
     quirky: tuple[str, Client], tmp_path: Path
 ) -> None:
     host, _ = quirky
+    port = host.rsplit(":", 1)[1]
     credentials = tmp_path / "config.json"
     credentials.write_text(json.dumps({"auths": {host: {"username": "user", "password": "pass"}}}))
     settings_ = RegistrySettings(
@@ -918,6 +924,11 @@ def test_a_registry_that_asks_for_basic_gets_the_credentials_and_only_it(
     assert Client(settings_).config(parse_reference(f"{host}/basic-moved/model:1")).env == {"CUDA_VERSION": "12.6.3"}
     elsewhere = [auth for path, auth in _Quirky.seen if path.startswith(("/cdn/", "/v2/open/"))]
     assert len(elsewhere) >= 4 and set(elsewhere) == {None}  # another host never gets the credentials
+    local = RegistrySettings(enabled=True, plain_http=[f"localhost:{port}"], credentials_file=str(credentials))
+    credentials.write_text(json.dumps({"auths": {f"localhost:{port}": {"username": "user", "password": "pass"}}}))
+    # a registry that sends the reader to itself, by its name written in capitals, keeps its credentials
+    moved = Client(local).config(parse_reference(f"localhost:{port}/self-moved/model:1"))
+    assert moved.env == {"CUDA_VERSION": "12.6.3"}
     without = Client(RegistrySettings(enabled=True, plain_http=[host]))
     with pytest.raises(Unreadable, match="wants credentials for basic-only/model"):
         without.config(parse_reference(f"{host}/basic-only/model:1"))
@@ -1688,3 +1699,13 @@ def _with_gpus(node: Any) -> int:
     elif isinstance(node, list):
         count += sum(_with_gpus(v) for v in node)
     return count
+
+
+def test_a_registry_is_its_own_by_host_and_port_however_a_url_writes_them() -> None:
+    client = Client(RegistrySettings(enabled=True))
+    nvcr, hub = parse_reference("nvcr.io/nvidia/pytorch:25.01-py3"), parse_reference("ubuntu:24.04")
+    assert client._own("https://NVCR.IO:443/v2/nvidia/pytorch/manifests/25.01-py3", nvcr)
+    assert client._own("https://registry-1.docker.io/v2/library/ubuntu/blobs/sha256:00", hub)
+    assert not client._own("https://nvcr.io:8443/v2/", nvcr)
+    assert not client._own("https://nvcr.io:99999/v2/", nvcr)  # no port at all: not the registry's
+    assert not client._own("https://docker.io/v2/", hub)  # Docker Hub's requests go to its API host

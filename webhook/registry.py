@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlencode, urljoin, urlsplit
+from urllib.parse import SplitResult, urlencode, urljoin, urlsplit
 
 import urllib3
 
@@ -315,6 +315,15 @@ def _global(address: str) -> bool:
     return (mapped or ip).is_global
 
 
+def _origin(parts: SplitResult) -> tuple[str, int]:
+    """A URL's host (lower case) and port (the scheme's default where it names none)."""
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or past 65535: no registry's own
+        port = -1
+    return (parts.hostname or "", port or (80 if parts.scheme == "http" else 443))
+
+
 def _hostname(host: str) -> str:
     """host[:port] without its port, lower case."""
     if host.startswith("["):
@@ -544,13 +553,13 @@ class Client:
                 status = response.status
                 if status == 401 and not asked:  # the registry's, or where it redirected to (its own token)
                     challenge = response.headers.get("WWW-Authenticate")
-                    headers["Authorization"] = self._authorize(ref, challenge, urlsplit(url).netloc, deadline)
+                    headers["Authorization"] = self._authorize(ref, challenge, self._own(url, ref), deadline)
                     asked = True
                     continue
                 if status in (301, 302, 303, 307, 308) and hops < MAX_REDIRECTS:
                     hops += 1
                     url = self._target(urljoin(url, response.headers.get("Location", "")), ref, "a redirect")
-                    if urlsplit(url).netloc != ref.host:
+                    if not self._own(url, ref):
                         headers.pop("Authorization", None)
                         asked = False
                     continue
@@ -594,13 +603,17 @@ class Client:
             raise Unreadable(f"{urlsplit(url).netloc[:100]} answered too slowly")
         return response
 
-    def _authorize(self, ref: Reference, challenge: str | None, netloc: str, deadline: float) -> str:
+    def _own(self, url: str, ref: Reference) -> bool:
+        """``url`` is the registry's own (its host and port, as a redirect may write them: ``NVCR.IO:443``)."""
+        return _origin(urlsplit(url)) == _origin(urlsplit(f"{self._scheme(ref.registry)}://{ref.host}"))
+
+    def _authorize(self, ref: Reference, challenge: str | None, own: bool, deadline: float) -> str:
         """The Authorization a 401's ``WWW-Authenticate`` asks for: a pull token from the realm its Bearer challenge
         names (Docker's token protocol; the scope it names and the repository's pull), asked anonymously or with
         the registry's credentials (``credentialsFile``); the credentials themselves where it asks for Basic. Kept
-        for its lifetime where the registry itself asked (``netloc``: who did; a redirect's host gets no
-        credentials). Unreadable where it wants credentials the settings do not have."""
-        login = self._login(ref.registry) if netloc == ref.host else None
+        for its lifetime where the registry itself asked (``own``; a redirect's host gets no credentials).
+        Unreadable where it wants credentials the settings do not have."""
+        login = self._login(ref.registry) if own else None
         fields = _bearer(challenge or "")
         if fields is None:
             if login is None or "basic" not in (challenge or "").lower():
@@ -627,7 +640,7 @@ class Client:
         if len(self._tokens) >= MAX_TOKENS:  # the oldest go first (one per repository read)
             for key in list(self._tokens)[: MAX_TOKENS // 4]:
                 self._tokens.pop(key, None)  # another reader may have taken it out already
-        if netloc == ref.host:
+        if own:
             self._tokens[(ref.host, ref.repository)] = (f"Bearer {token}", time.monotonic() + max(seconds - 10, 10))
         return f"Bearer {token}"
 
