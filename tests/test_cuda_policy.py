@@ -22,7 +22,7 @@ CUDA_KEY = "gpu-admission.io/cuda"
 NEW_MAJOR, NEW_MINOR = "nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor"
 OLD_MAJOR, OLD_MINOR = "nvidia.com/cuda.runtime.major", "nvidia.com/cuda.runtime.minor"
 
-IMAGE_128 = "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-devel"  # CUDA 12.8, no forward compatibility (no compat package)
+IMAGE_128 = "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime"  # CUDA 12.8, no forward compatibility (no compat package)
 DRIVER_128 = "570.26"  # the reference table's CUDA 12.8 GA row: the policy judges 12.8.1 as major.minor
 IMAGE_124 = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
 
@@ -168,7 +168,7 @@ def test_none_compatible_denies_with_an_actionable_message() -> None:
         "container trainer",  # which container
         f"image {IMAGE_128}",  # which image
         "needs CUDA 12.8",  # which version
-        "from image tag, pytorch/pytorch 2.7.0-cuda12.8-cudnn9-devel",  # where it came from
+        "from image tag, pytorch/pytorch 2.7.0-cuda12.8-cudnn9-runtime",  # where it came from
         "pool gpu-a (driver 535.104.05, CUDA 12.2)",  # the pools with driver and CUDA
         "pool gpu-b (driver 560.35.03, CUDA 12.6)",
         "Use an image built for CUDA <= 12.6",  # what to do
@@ -577,9 +577,9 @@ def test_a_strict_lower_bound_needs_the_next_minor() -> None:
             container(image="ubuntu:22.04", env={"CUDA_VERSION": "12.8.1"}), {}, "env CUDA_VERSION", id="cuda-version"
         ),
         pytest.param(
-            container(image="pytorch/pytorch:2.8.0-cuda12.8-cudnn9-devel"),
+            container(image="pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"),
             {},
-            "image tag, pytorch/pytorch 2.8.0-cuda12.8-cudnn9-devel",
+            "image tag, pytorch/pytorch 2.8.0-cuda12.8-cudnn9-runtime",
             id="image",
         ),
     ],
@@ -1322,6 +1322,15 @@ def test_a_cronjobs_jobs_keep_the_users_own_terms_on_the_cuda_labels() -> None:
         pytest.param("nvcr.io/nvidia/pytorch:24.12-py3", "535.230.02", H100, "amd64", True, id="ngc-24.12-r535"),
         pytest.param("nvcr.io/nvidia/pytorch:24.12-py3", "550.54.15", H100, "amd64", True, id="ngc-24.12-r550"),
         pytest.param("nvcr.io/nvidia/pytorch:24.12-py3", "545.29.06", H100, "amd64", False, id="ngc-24.12-r545"),
+        # images built on nvidia/cuda whose tag names only the minor release: vLLM's -cuNNN (its Dockerfile's final
+        # stage is FROM nvidia/cuda devel and registers the compat libraries), pytorch's devel images; a runtime
+        # image of pytorch (FROM ubuntu) has no compat package; 12.5's releases differ, so a 12.5 tag has none
+        pytest.param("vllm/vllm-openai:nightly-cu129", "570.124.06", H100, "amd64", True, id="vllm-cu129-r570"),
+        pytest.param("vllm/vllm-openai:nightly-cu129", "570.124.06", RTX, "amd64", False, id="vllm-geforce"),
+        pytest.param("vllm/vllm-openai:v0.10.1-cu126", "535.230.02", A100, "arm64", True, id="vllm-cu126-arm64"),
+        pytest.param("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-devel", "550.127.05", H100, "amd64", True, id="pt-devel"),
+        pytest.param("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime", "550.127.05", H100, "amd64", False, id="pt-rt"),
+        pytest.param("pytorch/pytorch:2.4.0-cuda12.5-cudnn9-devel", "535.230.02", H100, "arm64", False, id="pt-12.5"),
         # Triton's TensorRT-LLM 25.10 is CUDA 12.9.1, not the release's 13.0: NVIDIA lists it with 575.57.08
         pytest.param("nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3", "575.57.08", H100, "amd64", True, id="trt"),
         pytest.param("nvcr.io/nvidia/tritonserver:25.10-py3", "560.35.03", H100, "amd64", False, id="triton-13.0"),

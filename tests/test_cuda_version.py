@@ -601,6 +601,12 @@ def test_env_references_that_double_at_every_entry_stop_at_a_budget() -> None:
         pytest.param("nvcr.io/nvidia/pytorch:25.10-py3", (13, 0), [535, 550, 565, 570, 575], "amd64", id="ngc-13.0"),
         pytest.param("nvidia/cuda:13.1.0-base-ubuntu24.04", (13, 1), [], "", id="cuda-13.1.0-not-found"),
         pytest.param("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime", (12, 8), [], "", id="pytorch-no-compat"),
+        # built on nvidia/cuda, their tags naming the minor release only: that minor's row, where its releases agree
+        pytest.param("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-devel", (12, 8), [470, 535, 550, 560, 565], "", id="pt"),
+        pytest.param("pytorch/pytorch:2.2.0-cuda12.1-cudnn8-devel", (12, 1), [470, 525], "amd64", id="pt-dev-12.1"),
+        pytest.param("pytorch/pytorch:2.4.0-cuda12.5-cudnn9-devel", (12, 5), [], "", id="pt-dev-12.5-rows-differ"),
+        pytest.param("vllm/vllm-openai:nightly-cu129", (12, 9), [535, 550, 560, 565, 570], "", id="vllm-cu129"),
+        pytest.param("vllm/vllm-openai:v0.11.0-cu130", (13, 0), [535, 550, 565, 570, 575], "", id="vllm-cu130"),
         pytest.param("nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3", (12, 9), [], "", id="trtllm"),
     ],
 )
@@ -684,4 +690,22 @@ def test_every_forward_row_names_a_version_or_release_its_rule_reads() -> None:
                 assert same or key < "24.03", (rule.name, key, release)
             else:  # a CUDA release as the tag names it: X.Y.Z of a CUDA minor the driver table knows
                 version = parse_version(key)
-                assert version is not None and len(version) == 3 and version[:2] in cuda_minors, (rule.name, key)
+                assert version is not None and len(version) in (2, 3) and version[:2] in cuda_minors, (rule.name, key)
+                if len(version) == 2:  # a minor's row: the one every release of that minor has
+                    releases = [f for k, f in rule.forward.items() if k.startswith(f"{key}.")]
+                    assert releases and all(f == forward for f in releases), (rule.name, key)
+
+
+@pytest.mark.parametrize(
+    ("image", "version"),
+    [
+        ("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-devel", (12, 8)),
+        ("vllm/vllm-openai:nightly-cu129", (12, 9)),
+        ("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime", (12, 4)),  # FROM ubuntu: no variable of its own
+    ],
+)
+def test_an_image_built_on_nvidia_cuda_decides_over_the_pods_cuda_version(image: str, version: tuple[int, int]) -> None:
+    """The runtime reads the NVIDIA_REQUIRE_CUDA these images inherit from nvidia/cuda before a CUDA_VERSION the pod
+    sets (a review: a pytorch devel image with CUDA_VERSION=12.4 was admitted on a GeForce of R550)."""
+    declared = declared_cuda(container(image=image, env={"CUDA_VERSION": "12.4"}), {})
+    assert declared.version == version, declared.source

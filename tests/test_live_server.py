@@ -17,7 +17,7 @@ from tests.conftest import gpu_node, gpu_pod, review
 from tests.kubeapi import KubeAPI
 from tests.serving import Server, free_port, serve, wait_ready
 
-CUDA_12_6_IMAGE = "pytorch/pytorch:2.6.0-cuda12.6-cudnn9-devel"
+CUDA_12_6_IMAGE = "pytorch/pytorch:2.6.0-cuda12.6-cudnn9-runtime"
 
 
 @pytest.fixture

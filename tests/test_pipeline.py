@@ -326,7 +326,7 @@ def test_a_denial_names_each_pool_once_with_all_its_drivers() -> None:
     newer = gpu_node("b", labels=pool)  # 550.54.15, CUDA 12.4
     settings = Settings()
     ctx = Context(settings=settings, cluster=build_view([old, newer], settings), namespace="ml")
-    result = pipeline.review(gpu_pod(image="pytorch/pytorch:2.7.1-cuda12.8-cudnn9-devel"), ctx)
+    result = pipeline.review(gpu_pod(image="pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"), ctx)
     assert not result.allowed
     assert "pool inference (drivers 535.104.05 or 550.54.15, CUDA 12.2 or 12.4)" in result.message
     assert result.message.count("pool inference (") == 1

@@ -1336,7 +1336,7 @@ def test_never_keeps_its_affinity_on_a_second_pass_after_the_cuda_steering() -> 
         gpu_node("o1", "on-demand-old", "535.104.05", labels={EKS: "ON_DEMAND"}),
     ]
     ctx = cuda_context(nodes)
-    image = "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-devel"  # CUDA 12.8: driver 570 runs it, 535 does not
+    image = "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime"  # CUDA 12.8: driver 570 runs it, 535 does not
     result = mutate(cuda_pod(container(image=image), annotations={ANNOTATION: "never"}), ctx)
     terms = required_of(result.object) or []
     assert terms and all(NOT_EKS_SPOT[0] in t["matchExpressions"] for t in terms)

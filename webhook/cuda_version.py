@@ -314,7 +314,13 @@ def _forward(raw: object) -> dict[str, Forward]:
         versions = tuple(f if isinstance(f, tuple) else _version(str(f)) for f in as_list(floors))
         assert versions and all(versions), (key, row)
         out[str(key)] = Forward(tuple(v for v in versions if v), str(platform))
-    return out
+    minors: dict[str, set[Forward]] = {}
+    for key, row in out.items():
+        if key.count(".") == 2:
+            minors.setdefault(key.rsplit(".", 1)[0], set()).add(row)
+    # a tag that names only the minor release (pytorch's devel images, vLLM's -cuNNN) takes the row its releases
+    # share; none where they differ (12.5.0's arm64 images carry no compat package, 12.5.1's do)
+    return {**{minor: rows.pop() for minor, rows in minors.items() if len(rows) == 1 and minor not in out}, **out}
 
 
 @lru_cache(maxsize=1)
@@ -394,7 +400,8 @@ def image_cuda(image: str) -> ImageMatch | None:
                 return ImageMatch(version, rule, False, f"{rule.name} {tag}", forward)
         elif found.get("major") and found.get("minor"):
             version = (int(found["major"]), int(found["minor"]))
-            return ImageMatch(version, rule, False, f"{rule.name} suffix cu{found['major']}{found['minor']}")
+            forward = rule.forward.get(f"{version[0]}.{version[1]}", NO_FORWARD)
+            return ImageMatch(version, rule, False, f"{rule.name} suffix cu{found['major']}{found['minor']}", forward)
         elif found.get("release"):
             release = found["release"]
             forward = rule.forward.get(release, NO_FORWARD)
