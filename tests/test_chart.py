@@ -270,6 +270,22 @@ def test_namespace_selector_excludes_release_and_system_namespaces(namespace):
             "operator": "NotIn",
             "values": ["true"],
         }
+        # AKS's own namespaces, which its Admissions Enforcer would otherwise add (test below)
+        assert exprs["kubernetes.azure.com/managedby"] == {
+            "key": "kubernetes.azure.com/managedby",
+            "operator": "NotIn",
+            "values": ["aks"],
+        }
+
+
+@pytest.mark.parametrize("name", ["defaults", "all-on", "cert-manager"])
+def test_both_webhook_configurations_opt_out_of_the_aks_admissions_enforcer(name):
+    """AKS rewrote the selectors of a webhook without the annotation, and its field manager then owned them: with
+    Helm 4's server-side apply the next `helm upgrade` failed ("conflicts with "admissionsenforcer"",
+    Azure/AKS#4002). The chart's own selector leaves out what the enforcer would."""
+    objects = render_values(name)
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        assert find(objects, kind)["metadata"]["annotations"]["admissions.enforcer/disabled"] == "true"
 
 
 @pytest.mark.parametrize("name", ["defaults", "all-on"])
@@ -496,8 +512,8 @@ def test_server_rbac_is_minimal(rendered):
     _, objects = rendered
     rules = _rules(objects, "ClusterRole", FULLNAME)
     assert rules == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     ]
     binding = find(objects, "ClusterRoleBinding", FULLNAME)
     deployment = find(objects, "Deployment")
@@ -1006,3 +1022,15 @@ def test_a_provided_ca_bundle_wrapped_over_lines_renders_as_one(tmp_path):
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for hook in find(objects, kind)["webhooks"]:
             assert hook["clientConfig"]["caBundle"] == "".join(wrapped.split())
+
+
+def test_cluster_autoscaler_may_remove_the_node_of_a_replica():
+    """The server's pods mount emptyDir volumes, and Cluster Autoscaler keeps every node that runs such a pod
+    (--skip-nodes-with-local-storage, on by default): a replica on an untainted GPU node kept it rented."""
+    spec = dig(find(template(), "Deployment"), "spec", "template")
+    named = spec["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"]
+    local = {v["name"] for v in spec["spec"]["volumes"] if "emptyDir" in v}
+    assert set(named.split(",")) == local
+    key = "podAnnotations.cluster-autoscaler\\.kubernetes\\.io/safe-to-evict-local-volumes"
+    own = dig(find(template("--set-string", f"{key}=tmp"), "Deployment"), "spec", "template", "metadata")
+    assert own["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"] == "tmp"

@@ -191,3 +191,16 @@ def test_kubernetes_ports_are_no_concern_off_the_host_network():
     # Unused values: the pod's own network has its own ports.
     proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, "--set", "hostNetworkPorts.https=10250", check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "::", "[::]", "10.0.0.7", "fd00::7"])
+def test_the_listen_address_is_given_to_the_server_only_where_set(address: str) -> None:
+    """Unset, the server listens on every address over IPv6 and IPv4 (an IPv6-only cluster's probes and API server
+    reach the pod by its IPv6 address: tests/test_server.py); set, it narrows that."""
+    assert "--host" not in _server(template())[1]["args"]
+    assert _arg(_server(template("--set-string", f"listenAddress={address}"))[1]["args"], "--host") == address
+
+
+def test_a_listen_address_that_is_no_address_is_refused() -> None:
+    proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, "--set-string", "listenAddress=my host", check=False)
+    assert proc.returncode != 0 and "/listenAddress" in proc.stderr

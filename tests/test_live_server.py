@@ -10,12 +10,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from tests.conftest import gpu_node, gpu_pod, review
 from tests.kubeapi import KubeAPI
 from tests.serving import Server, free_port, serve, wait_ready
+from tests.test_chart import FULLNAME, template
 
 CUDA_12_6_IMAGE = "pytorch/pytorch:2.6.0-cuda12.6-cudnn9-runtime"
 
@@ -155,3 +157,53 @@ def test_not_ready_while_any_worker_has_not_listed(tmp_path: Path, api: KubeAPI)
         api.clear_failures()
         wait_ready(server, deadline_s=40)
         assert {status for status, _ in _readyz_everywhere(server)} == {200}
+
+
+def _verb(method: str, path: str) -> tuple[str, str, str] | None:
+    """(API group, resource, RBAC verb) of a request to the API server; None for discovery (no resource)."""
+    parts = urlsplit(path)
+    segments = parts.path.strip("/").split("/")
+    if segments[0] == "api" and len(segments) > 2:
+        group, rest = "", segments[2:]
+    elif segments[0] == "apis" and len(segments) > 3:
+        group, rest = segments[1], segments[3:]
+    else:
+        return None
+    if rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    named = len(rest) > 1
+    watch = parse_qs(parts.query).get("watch", ["false"])[0] in ("true", "1")
+    verbs = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+    verb = verbs.get(method) or ("watch" if watch else "get" if named else "list")
+    return group, rest[0], verb
+
+
+def test_the_servers_cluster_role_grants_what_it_asks_and_no_more(tmp_path: Path, api: KubeAPI) -> None:
+    """Every request the server makes to the API (its node watch, its Events) against the chart's ClusterRole, both
+    ways: a verb it uses and the role lacks is a 403 in a cluster; one the role grants and no code uses (it granted
+    get on nodes and patch on Events of both API groups) is a permission nobody needs."""
+    labels = {
+        "nvidia.com/cuda.driver-version.full": "560.35.03",
+        "nvidia.com/cuda.runtime-version.major": "12",
+        "nvidia.com/cuda.runtime-version.minor": "6",
+    }
+    api.put("v1", "nodes", gpu_node("new-driver", labels=labels))
+    env = {"KUBECONFIG": api.kubeconfig(str(tmp_path / "kubeconfig")), "KUBERNETES_SERVICE_HOST": ""}
+    with serve(tmp_path, nodes=None, workers=1, env=env) as server:
+        client = server.client()
+        status, body = client.post("/validate", review(gpu_pod(image=CUDA_12_6_IMAGE), name="trainer"))
+        assert status == 200 and body["response"]["allowed"], body
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not api.list("v1", "events", "default"):
+            time.sleep(0.1)
+    used = {found for method, path in api.requests if (found := _verb(method, path))}
+    assert ("", "events", "create") in used and ("", "nodes", "watch") in used, used
+    (role,) = [o for o in template() if o["kind"] == "ClusterRole" and o["metadata"]["name"] == FULLNAME]
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert granted == used

@@ -297,3 +297,21 @@ def test_connections_that_send_nothing_are_closed_after_the_io_timeout(tmp_path:
             with contextlib.suppress(ConnectionResetError):
                 assert conn.recv(1) == b"", "the server closes a silent connection"
             conn.close()
+
+
+@pytest.mark.parametrize("host", ["", "[::]"])
+def test_by_default_the_server_listens_over_ipv6_and_ipv4(tmp_path: Path, host: str) -> None:
+    """The chart gives no --host: an IPv6-only cluster's kubelet and API server reach the pod by its IPv6 address,
+    and the server listened on 0.0.0.0 alone (its probes refused, every GPU pod refused under failurePolicy Fail);
+    an IPv6 address written as in a URL ('[::]') was handed to gunicorn as ':::port' and to prometheus unchanged."""
+    with serve(tmp_path, extra_args=["--host", host]) as server:  # ready: /readyz answered over 127.0.0.1
+        context = ssl.create_default_context(cafile=str(server.ca))
+        for address in ("::1", "127.0.0.1"):
+            raw = socket.create_connection((address, server.port), timeout=10)
+            with context.wrap_socket(raw, server_hostname=SERVER_NAME) as tls:
+                tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: webhook\r\nConnection: close\r\n\r\n")
+                assert tls.recv(64).startswith(b"HTTP/1.1 200"), address
+            with socket.create_connection((address, server.metrics_port), timeout=10) as plain:
+                plain.sendall(b"GET /metrics HTTP/1.1\r\nHost: metrics\r\nConnection: close\r\n\r\n")
+                assert plain.recv(64).startswith(b"HTTP/1.0 200"), address
+        assert f"serving on https://[::]:{server.port} " in server.output()

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import shutil
+import socket
 import ssl
 import tempfile
 import threading
@@ -78,6 +79,22 @@ def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
 PORT = whole_number(1, 65535)
 
 
+def listen_address(host: str) -> str:
+    """``host``, or for '' every address: '::' where an IPv6 socket also takes IPv4 connections (Linux's default,
+    ``net.ipv6.bindv6only`` 0: an IPv6-only cluster reaches the pod by its IPv6 address, a dual-stack or IPv4 one by
+    its IPv4 address), else '0.0.0.0' (a kernel without IPv6, or one whose IPv6 sockets take IPv6 alone)."""
+    if host:
+        return host
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::", 0))
+            if probe.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY):
+                return "0.0.0.0"
+    except OSError:
+        return "0.0.0.0"
+    return "::"
+
+
 @dataclass(frozen=True)
 class ServeOptions:
     cert: str
@@ -86,13 +103,12 @@ class ServeOptions:
     metrics_port: int = 9090
     workers: int = 2
     threads: int = THREADS
-    host: str = "0.0.0.0"
+    host: str = ""
+    """The address both ports listen on; '' for every address (``listen_address``)."""
     graceful_timeout: int = 25
 
     @classmethod
-    def add_arguments(
-        cls, parser: argparse.ArgumentParser, port: int, metrics_port: int, host: str = "0.0.0.0"
-    ) -> None:
+    def add_arguments(cls, parser: argparse.ArgumentParser, port: int, metrics_port: int, host: str = "") -> None:
         """The serving flags of ``gpu-admission serve`` and of the bench's baseline (``--cert`` and ``--key`` are
         each one's own): --port, --metrics-port, --workers, --threads, --host, --graceful-timeout."""
         parser.add_argument("--port", type=PORT, default=port, help="HTTPS port of the webhook (default %(default)s)")
@@ -114,7 +130,14 @@ class ServeOptions:
             default=cls.threads,
             help="request threads per worker, taking turns (default %(default)s)",
         )
-        parser.add_argument("--host", default=host, help="address both ports listen on (default %(default)s)")
+        parser.add_argument(
+            "--host",
+            type=lambda text: text.strip().removeprefix("[").removesuffix("]"),
+            default=host,
+            help="address both ports listen on: an IPv4 or IPv6 address (:: is every IPv6 and IPv4 one), or a name;"
+            " by default every address, over IPv6 and IPv4 where the kernel has IPv6 (an IPv6-only cluster's"
+            " kubelet and API server reach the pod by its IPv6 address), else 0.0.0.0",
+        )
         parser.add_argument(
             "--graceful-timeout",
             type=whole_number(1),
@@ -241,12 +264,14 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
         def ssl_context(conf: Any, default: Any) -> ssl.SSLContext:
             return tls.context()
 
+        host = listen_address(o.host)
+        bind = f"[{host}]:{o.port}" if ":" in host else f"{host}:{o.port}"
+
         def when_ready(server: Any) -> None:
-            audit.start_metrics_server(o.metrics_port, o.host)  # the same interface as the webhook itself
+            audit.start_metrics_server(o.metrics_port, host)  # the same interface as the webhook itself
             log.info(
-                "serving on https://%s:%d with %d workers of %d threads; metrics on :%d",
-                o.host,
-                o.port,
+                "serving on https://%s with %d workers of %d threads; metrics on :%d",
+                bind,
                 o.workers,
                 o.threads,
                 o.metrics_port,
@@ -262,7 +287,7 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
                 self.on_exit()
 
         settings = {
-            "bind": f"{o.host}:{o.port}",
+            "bind": bind,
             "workers": o.workers,
             "worker_class": "webhook.workers.TurnWorker",
             "threads": o.threads,

@@ -568,6 +568,21 @@ TZ= and CRON_TZ= in the schedule on create (a CronJob has the timeZone field for
 {{- end }}
 
 {{/*
+The annotations of both webhook configurations. AKS's Admissions Enforcer rewrites the namespaceSelector of every
+webhook that does not opt out, and its field manager then owns the field: Helm 4 applies server-side, so the next
+`helm upgrade` failed with a conflict with "admissionsenforcer" (Azure/AKS#4002). The chart's own selector leaves out
+what the enforcer would (kube-system, and the namespaces AKS manages), so it opts out; elsewhere the annotation is
+read by nothing.
+*/}}
+{{- define "gpu-admission.webhookAnnotations" -}}
+admissions.enforcer/disabled: "true"
+{{- if eq .Values.certs.mode "certManager" }}
+# cert-manager's cainjector copies the Certificate's CA into every webhook's clientConfig.caBundle.
+cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "gpu-admission.fullname" . }}
+{{- end }}
+{{- end }}
+
+{{/*
 The namespaces the webhooks are called for, every one of them (the one that protects the webhook's annotations too):
 not the release's, not those exempt by settings, not those labelled gpu-admission.io/ignore=true (the webhook
 leaves them alone entirely; labelling a namespace takes a namespace admin).
@@ -578,6 +593,10 @@ namespaceSelector:
     - key: kubernetes.io/metadata.name
       operator: NotIn
       values: {{ include "gpu-admission.excludedNamespaces" . }}
+    # AKS's own namespaces, as its Admissions Enforcer would leave them out (webhookAnnotations)
+    - key: kubernetes.azure.com/managedby
+      operator: NotIn
+      values: ["aks"]
     - key: gpu-admission.io/ignore
       operator: NotIn
       values: ["true"]
