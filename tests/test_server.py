@@ -315,3 +315,33 @@ def test_by_default_the_server_listens_over_ipv6_and_ipv4(tmp_path: Path, host: 
                 plain.sendall(b"GET /metrics HTTP/1.1\r\nHost: metrics\r\nConnection: close\r\n\r\n")
                 assert plain.recv(64).startswith(b"HTTP/1.0 200"), address
         assert f"serving on https://[::]:{server.port} " in server.output()
+
+
+def test_clients_that_neither_read_nor_close_do_not_hold_up_the_reviews(tmp_path: Path) -> None:
+    """gunicorn closes a connection that is not kept alive on its worker's main thread, and waited there up to 2 s
+    for the client to close its side (RFC 9112's graceful close): meanwhile the worker accepted nothing, and a
+    client that asks for `Connection: close` and then reads nothing and never closes held every review of the
+    worker 2 s, N of them 2N s (40: 49 s; gunicorn's arbiter killed the worker at times). Found by a review that
+    attacked the real server."""
+    with serve(tmp_path, workers=1) as server:
+        context = ssl.create_default_context(cafile=str(server.ca))
+        body = json.dumps(review(gpu_pod())).encode()
+        ask = HEAD.replace(b"/mutate", b"/validate") + b"Content-Length: %d\r\n\r\n" % len(body) + body
+        held = []
+        for _ in range(10):
+            raw = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+            tls = context.wrap_socket(raw, server_hostname=SERVER_NAME)
+            tls.sendall(ask)  # its answer is never read, the connection never closed
+            held.append(tls)
+        try:
+            time.sleep(0.5)
+            client = server.client(timeout=60)
+            started = time.monotonic()
+            status, answer = client.post("/validate", review(gpu_pod()))
+            waited = time.monotonic() - started
+            client.close()
+            assert status == 200 and answer["response"]["allowed"] is True, answer
+            assert waited < 1.5, f"the review waited {waited:.1f} s behind 10 clients that did not close"
+        finally:
+            for tls in held:
+                tls.close()

@@ -317,6 +317,22 @@ a body the app read whole: 0 would close every kept-alive connection). A silent 
 not 5 s. For a new connection's first bytes gunicorn waits as long; ``TurnWorker.handle`` only looks."""
 
 
+def close_without_waiting(sock: Any, timeout: float = 2.0, max_drain: int = 65536) -> None:
+    """gunicorn's ``util.close_graceful`` (its arguments), without its wait. gunicorn closes a connection that is not
+    kept alive on the worker's main thread, and waited there up to ``timeout`` for the client to close its side, so
+    that no unread byte of the client's turns the close into a reset (RFC 9112, 9.6): meanwhile the worker accepted
+    and answered nothing, and a client that asked for ``Connection: close`` and then neither read nor closed held
+    every review of the worker for 2 s. Here the answer's end (FIN) is sent and what the client sent that is
+    already here is read away (up to ``max_drain``), then the socket is closed: a reset can only follow bytes the
+    client sends after its answer is out."""
+    with contextlib.suppress(OSError):  # a client gone, or nothing more to read (BlockingIOError)
+        socket.socket.shutdown(sock, socket.SHUT_WR)  # the socket's own: an SSLSocket's would drop its TLS state
+        drained = 0
+        while drained < max_drain and (data := socket.socket.recv(sock, 4096, socket.MSG_DONTWAIT)):
+            drained += len(data)
+    util.close(sock)
+
+
 class TurnWorker(ThreadWorker):  # type: ignore[misc]
     """gunicorn's gthread worker with the pool above (``worker_class`` in ``webhook.server``), its waits for a
     client's bytes bounded by DATA_WAIT_S, a new connection that sent nothing closed after IO_TIMEOUT_S, and the
@@ -325,6 +341,7 @@ class TurnWorker(ThreadWorker):  # type: ignore[misc]
     def init_process(self) -> None:
         if hasattr(gthread, "DEFAULT_WORKER_DATA_TIMEOUT"):  # read by gthread at each wait, in this worker only
             gthread.DEFAULT_WORKER_DATA_TIMEOUT = DATA_WAIT_S
+        util.close_graceful = close_without_waiting  # looked up on gunicorn.util at each close, in this worker only
         super().init_process()
 
     def get_thread_pool(self) -> TurnPool:
