@@ -705,7 +705,7 @@ def test_server_container(rendered):
     https, metrics = (10270, 10271) if name == "host-network" else (8443, 9090)
     assert _arg(c["args"], "--port") == str(https) and _arg(c["args"], "--metrics-port") == str(metrics)
     assert int(_arg(c["args"], "--workers")) >= 1
-    assert _arg(c["args"], "--threads") == "128"
+    assert _arg(c["args"], "--threads") == "1000"
     # gunicorn's drain fits in what the grace period leaves after the preStop sleep (30 - 5 - 2 by default)
     grace, pre_stop = spec["terminationGracePeriodSeconds"], c["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert int(_arg(c["args"], "--graceful-timeout")) == grace - pre_stop - 2 == 23

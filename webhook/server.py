@@ -31,12 +31,17 @@ from webhook.workers import TurnSSLSocket
 
 log = logging.getLogger("gpu_admission.server")
 
-THREADS = 128
+KEPT_ALIVE = 1000
+"""Idle kept-alive connections a worker holds besides one per request thread (gunicorn's ``worker_connections`` is
+the two added up: it keeps alive at most ``worker_connections - threads``, and accepts no connection past the sum
+until one closes)."""
+THREADS = 1000
 """Request threads per worker (``--threads``): one runs at a time, the others stand by for clients that stall
 (``webhook.workers``). A thread is made only when every other one waits for a client, and costs about 16 kB: so
-the bound is set for clients that trickle a request, each holding a thread up to ``workers.REQUEST_DEADLINE_S``.
-At 16, sixteen such connections (a broken client, or anything in the cluster that can reach the Service) held
-every thread of a worker and a review waited 10 s behind them, past kube-apiserver's timeout."""
+the bound is set for clients that trickle a request (or its TLS handshake), each holding a thread up to
+``workers.REQUEST_DEADLINE_S``; gunicorn's own default is 1,000 connections a worker. At 16, sixteen such
+connections held every thread of a worker and a review waited 10 s behind them, past kube-apiserver's timeout; at
+128, 300 of them (anything in the cluster that can reach the Service) held a review 19 s."""
 
 KEEPALIVE_S = 100
 """How long an idle keep-alive connection is held: longer than kube-apiserver's webhook client keeps one idle (its
@@ -291,6 +296,7 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
             "workers": o.workers,
             "worker_class": "webhook.workers.TurnWorker",
             "threads": o.threads,
+            "worker_connections": o.threads + KEPT_ALIVE,
             "keepalive": KEEPALIVE_S,
             "timeout": 30,
             "graceful_timeout": o.graceful_timeout,
