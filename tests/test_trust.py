@@ -33,7 +33,7 @@ from webhook import PREFIX
 from webhook.model import is_input_annotation
 
 CUDA12 = "nvidia/cuda:12.2.2-base-ubuntu22.04"
-CUDA13 = "pytorch/pytorch:2.9.0-cuda13.0-cudnn9-devel"
+CUDA13 = "pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime"
 """No node of the hardening cluster supports CUDA 13: a pod with this image is denied whenever it is reviewed."""
 
 
