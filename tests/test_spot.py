@@ -1300,6 +1300,21 @@ def test_never_keeps_off_spot_nodes_that_carry_no_taint(value: str) -> None:
     )
 
 
+@pytest.mark.parametrize(("key", "on_demand", "spot"), [(EKS, "ON_DEMAND", "SPOT"), (KARPENTER, "on-demand", "spot")])
+def test_never_keeps_off_the_spot_nodes_an_autoscaler_may_add(key: str, on_demand: str, spot: str) -> None:
+    """On a cluster whose nodes are all on demand now, never added nothing: Karpenter (spot first where its NodePool
+    allows both) or an EKS spot node group scaled up from zero could then start an untainted spot node for the pod.
+    Every node there carries the capacity-type label, so the pod is kept off its spot value all the same; a cluster
+    whose spot label only spot nodes carry (GKE) shows no such key, and nothing is added there."""
+    nodes = [node("on-demand", {key: on_demand})]
+    result = mutate(pod("never"), context(nodes))
+    assert required_of(result.object) == [{"matchExpressions": [{"key": key, "operator": "NotIn", "values": [spot]}]}]
+    assert applied(result).endswith(f"requires not {key}={spot}")
+    again = mutate(result.object, context(nodes))
+    assert again.patch == [] and applied(again) == applied(result)  # the second pass says the same
+    assert mutate(pod("never"), context([ON_DEMAND])).patch == []  # GKE, on demand only: no spot label on the cluster
+
+
 def test_never_adds_nothing_where_the_spot_nodes_taint_keeps_the_pod_off() -> None:
     tainted = [*PROVIDERS["gke"][0], ON_DEMAND]
     assert mutate(pod("never"), context(tainted)).patch == []

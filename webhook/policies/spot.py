@@ -8,7 +8,9 @@ Asking. The pod (or pod template) annotation ``gpu-admission.io/spot`` says what
                       term; with several label keys (clouds) the requirement is an OR of one alternative per key
     never | false     no toleration, whatever the defaults say; where the pod could land on a spot pool of the
                       known cluster all the same (EKS, Karpenter and CoreWeave spot nodes carry no taint, or it
-                      tolerates the taint itself), a required node affinity off the spot labels (``NotIn``)
+                      tolerates the taint itself), a required node affinity off the spot labels (``NotIn``); so
+                      too where the cluster labels every node with its capacity type (Karpenter, EKS), whose
+                      autoscaler may add spot nodes for the pod when none is there now
 
 When the pod does not ask (or asks with a value not listed above, which is warned about and ignored), the first
 configured default that applies wins, most specific first (``SpotSettings``):
@@ -436,7 +438,17 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
         if not kept:
             return ""
     elif not spot and not kept:
-        return ""
+        # no spot pool it reaches now; where the cluster labels every node with its capacity type (Karpenter, EKS
+        # node groups), its autoscaler may add spot nodes for the pod, untainted: kept off those labels all the same
+        carried = {key for g in ctx.cluster.groups if not g.spot for key in g.labels}
+        coming = [
+            (narrowing, text)
+            for narrowing, text in zip(narrowings, shown.split(" or ") if narrowings else [], strict=True)
+            if all(e["key"] in carried for alternative in narrowing for e in alternative)
+        ]
+        if not coming:
+            return ""
+        narrowings, shown = [n for n, _ in coming], " or ".join(text for _, text in coming)
     changed = False
     for alternatives in narrowings:
         changed = narrow(pod, alternatives) or changed
