@@ -461,9 +461,10 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     return KEPT_OFF + shown
 
 
-def _spot_now(ctx: Context) -> bool:
-    """Whether a node or pool of the known cluster is spot capacity now (its labels or taints, or ``spot: true``)."""
-    return any(g.spot for g in ctx.cluster.groups)
+def _spot_now(ctx: Context, gpu_pod: bool) -> bool:
+    """Whether a node or pool of the known cluster is spot capacity now (its labels or taints, or ``spot: true``),
+    one with GPUs for a GPU pod (a spot pool of CPU nodes is none for it)."""
+    return any(g.spot and (g.has_gpu or not gpu_pod) for g in ctx.cluster.groups)
 
 
 def _label_text(key: str, values: Sequence[str]) -> str:
@@ -491,7 +492,8 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         out.warn(f'spot {mode}, yet {SAFE_TO_EVICT}="false": spot nodes are reclaimed; use spot: never')
     parts = [f"{mode} ({why})"] + ([ignored] if ignored else [])
     known = bool(ctx.cluster.groups)
-    spot_now = _spot_now(ctx)
+    gpu_pod = _is_gpu_pod(pod)
+    spot_now = _spot_now(ctx, gpu_pod)
 
     presets = _spot_presets(ctx)
     wanted, on_cluster = _narrowed(presets, ctx)
@@ -503,7 +505,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         wanted += [w for w in coming if w not in wanted]
         source = "provider presets: no spot node on the cluster now"
     gpu_presets = _gpu_presets(ctx)
-    if gpu_presets and _is_gpu_pod(pod):
+    if gpu_presets and gpu_pod:
         gpu_wanted, _ = _narrowed(gpu_presets, ctx)
         wanted += [w for w in gpu_wanted if w not in wanted]
     current = pod.spec.get("tolerations")
@@ -672,7 +674,8 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     webhook leaves them (its own, and the later policies' steering to a driver or GPU model: on a second pass those
     are the pod's own, so the words cannot tell them apart and stay the same)."""
     if not spot_now and mode == "require":
-        out.warn("spot require: no node or pool is spot capacity now; the pod stays Pending until a spot node joins")
+        gpu = "GPU " if _is_gpu_pod(pod) else ""
+        out.warn(f"spot require: no {gpu}node or pool is spot capacity now; Pending until a {gpu}spot node joins")
     if not spot_now or pod.defers_gpu:  # its pods learn their MIG resource, and so their place, when created
         return
     requested = requested_resources(pod.spec)
