@@ -837,6 +837,11 @@ class _Quirky(http.server.BaseHTTPRequestHandler):
             self._answer(200, manifest, {"Content-Type": "application/json"})
         elif self.path.startswith("/v2/open/"):
             self._answer(307, b"", {"Location": f"http://localhost:{port}/cdn/blob"})
+        elif self.path.startswith("/v2/two-hosts/"):
+            if self.headers.get("Authorization") != BASIC:
+                self._answer(401, b"{}", {"WWW-Authenticate": 'Basic realm="quirky"'})
+            else:  # localhost to urlsplit, 127.0.0.1 to urllib3: the login would go to another host
+                self._answer(307, b"", {"Location": f"http://127.0.0.1:{port}\\@localhost:{port}/cdn/blob"})
         elif self.path.startswith("/v2/self-moved/"):
             if self.headers.get("Authorization") != BASIC:
                 self._answer(401, b"{}", {"WWW-Authenticate": 'Basic realm="quirky"'})
@@ -929,6 +934,11 @@ def test_a_registry_that_asks_for_basic_gets_the_credentials_and_only_it(
     # a registry that sends the reader to itself, by its name written in capitals, keeps its credentials
     moved = Client(local).config(parse_reference(f"localhost:{port}/self-moved/model:1"))
     assert moved.env == {"CUDA_VERSION": "12.6.3"}
+    # but not to a URL that two parsers read as two hosts: the login went to the one the request did
+    _Quirky.seen.clear()
+    with pytest.raises(Unreadable, match="which names no one host"):
+        Client(local).config(parse_reference(f"localhost:{port}/two-hosts/model:1"))
+    assert [auth for path, auth in _Quirky.seen if not path.startswith("/v2/two-hosts/")] == []
     without = Client(RegistrySettings(enabled=True, plain_http=[host]))
     with pytest.raises(Unreadable, match="wants credentials for basic-only/model"):
         without.config(parse_reference(f"{host}/basic-only/model:1"))
@@ -1708,4 +1718,5 @@ def test_a_registry_is_its_own_by_host_and_port_however_a_url_writes_them() -> N
     assert client._own("https://registry-1.docker.io/v2/library/ubuntu/blobs/sha256:00", hub)
     assert not client._own("https://nvcr.io:8443/v2/", nvcr)
     assert not client._own("https://nvcr.io:99999/v2/", nvcr)  # no port at all: not the registry's
+    assert not client._own("https://evil.example\\@nvcr.io/v2/", nvcr)  # where urllib3 sends it: evil.example
     assert not client._own("https://docker.io/v2/", hub)  # Docker Hub's requests go to its API host

@@ -45,9 +45,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import SplitResult, urlencode, urljoin, urlsplit
+from urllib.parse import urlencode, urljoin, urlsplit
 
 import urllib3
+from urllib3.util import parse_url
 
 from webhook import __version__
 from webhook.config import RegistrySettings
@@ -315,13 +316,15 @@ def _global(address: str) -> bool:
     return (mapped or ip).is_global
 
 
-def _origin(parts: SplitResult) -> tuple[str, int]:
-    """A URL's host (lower case) and port (the scheme's default where it names none)."""
+def _origin(url: str) -> tuple[str, int]:
+    """A URL's host (lower case) and port (the scheme's default where it names none), as urllib3 reads it: the
+    request goes where urllib3 reads (``urlsplit`` reads ``https://a.com\\@nvcr.io/`` as nvcr.io, urllib3 as
+    a.com); ('', -1) where it reads none."""
     try:
-        port = parts.port
-    except ValueError:  # not a number, or past 65535: no registry's own
-        port = -1
-    return (parts.hostname or "", port or (80 if parts.scheme == "http" else 443))
+        parts = parse_url(url)
+    except urllib3.exceptions.LocationParseError:  # a port that is no number, or past 65535
+        return "", -1
+    return (parts.host or "").lower(), parts.port or (80 if parts.scheme == "http" else 443)
 
 
 def _hostname(host: str) -> str:
@@ -503,6 +506,10 @@ class Client:
         parts = urlsplit(url)
         if parts.scheme not in ("https", self._scheme(ref.registry)) or not parts.netloc:
             raise Unreadable(f"{ref.registry} sends the reader to {url[:100]!r} ({what}), not over HTTPS")
+        if "@" in parts.netloc or "\\" in url or _origin(url)[0] != (parts.hostname or ""):
+            # credentials in the URL, or a URL two parsers read as two hosts (a backslash before an @): the
+            # registry's login would go where the checks did not look
+            raise Unreadable(f"{ref.registry} sends the reader to {url[:100]!r} ({what}), which names no one host")
         if _hostname(parts.netloc) != _hostname(ref.registry):
             self._outside(parts.netloc, f"{ref.registry} sends the reader ({what}) to {parts.netloc[:100]}, which")
         return url
@@ -605,7 +612,7 @@ class Client:
 
     def _own(self, url: str, ref: Reference) -> bool:
         """``url`` is the registry's own (its host and port, as a redirect may write them: ``NVCR.IO:443``)."""
-        return _origin(urlsplit(url)) == _origin(urlsplit(f"{self._scheme(ref.registry)}://{ref.host}"))
+        return _origin(url) == _origin(f"{self._scheme(ref.registry)}://{ref.host}")
 
     def _authorize(self, ref: Reference, challenge: str | None, own: bool, deadline: float) -> str:
         """The Authorization a 401's ``WWW-Authenticate`` asks for: a pull token from the realm its Bearer challenge
