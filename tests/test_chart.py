@@ -1034,3 +1034,6 @@ def test_cluster_autoscaler_may_remove_the_node_of_a_replica():
     key = "podAnnotations.cluster-autoscaler\\.kubernetes\\.io/safe-to-evict-local-volumes"
     own = dig(find(template("--set-string", f"{key}=tmp"), "Deployment"), "spec", "template", "metadata")
     assert own["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"] == "tmp"
+    # a values file whose podAnnotations is empty (null) still renders, as before the annotation
+    emptied = dig(find(template("--set", "podAnnotations=null"), "Deployment"), "spec", "template", "metadata")
+    assert "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes" in emptied["annotations"]

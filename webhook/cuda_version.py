@@ -314,13 +314,15 @@ def _forward(raw: object) -> dict[str, Forward]:
         versions = tuple(f if isinstance(f, tuple) else _version(str(f)) for f in as_list(floors))
         assert versions and all(versions), (key, row)
         out[str(key)] = Forward(tuple(v for v in versions if v), str(platform))
-    minors: dict[str, set[Forward]] = {}
+    minors: dict[str, list[Forward]] = {}
     for key, row in out.items():
         if key.count(".") == 2:
-            minors.setdefault(key.rsplit(".", 1)[0], set()).add(row)
+            minors.setdefault(key.rsplit(".", 1)[0], []).append(row)
     # a tag that names only the minor release (pytorch's devel images, vLLM's -cuNNN) takes the row its releases
-    # share; none where they differ (12.5.0's arm64 images carry no compat package, 12.5.1's do)
-    return {**{minor: rows.pop() for minor, rows in minors.items() if len(rows) == 1 and minor not in out}, **out}
+    # share, where two or more were read and agree: none where they differ (12.5.0's arm64 images carry no compat
+    # package, 12.5.1's do), nor from one release alone (13.1.1's says nothing of 13.1.0, which was not found)
+    shared = {minor: rows[0] for minor, rows in minors.items() if len(rows) > 1 and len(set(rows)) == 1}
+    return {**{minor: row for minor, row in shared.items() if minor not in out}, **out}
 
 
 @lru_cache(maxsize=1)
