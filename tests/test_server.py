@@ -308,6 +308,10 @@ def test_by_default_the_server_listens_over_ipv6_and_ipv4(tmp_path: Path, host: 
     """The chart gives no --host: an IPv6-only cluster's kubelet and API server reach the pod by its IPv6 address,
     and the server listened on 0.0.0.0 alone (its probes refused, every GPU pod refused under failurePolicy Fail);
     an IPv6 address written as in a URL ('[::]') was handed to gunicorn as ':::port' and to prometheus unchanged."""
+    from webhook.server import listen_addresses
+
+    if listen_addresses("") != ["::"]:
+        pytest.skip("this machine's IPv6 sockets do not take IPv4 connections (or it has no IPv6)")
     with serve(tmp_path, extra_args=["--host", host]) as server:  # ready: /readyz answered over 127.0.0.1
         context = ssl.create_default_context(cafile=str(server.ca))
         for address in ("::1", "127.0.0.1"):
@@ -349,3 +353,36 @@ def test_clients_that_neither_read_nor_close_do_not_hold_up_the_reviews(tmp_path
         finally:
             for tls in held:
                 tls.close()
+
+
+@pytest.mark.parametrize(
+    ("v6only", "fails", "expected"),
+    [(0, False, ["::"]), (1, False, ["0.0.0.0", "::"]), (0, True, ["0.0.0.0"])],
+)
+def test_every_address_is_listened_on_however_the_kernel_takes_ipv6(
+    monkeypatch: pytest.MonkeyPatch, v6only: int, fails: bool, expected: list[str]
+) -> None:
+    """Where IPv6 sockets take IPv6 alone (net.ipv6.bindv6only=1), '::' alone left IPv4 clients out and 0.0.0.0
+    alone IPv6 ones (an IPv6-only cluster): both are listened on then; without IPv6, 0.0.0.0."""
+    from webhook import server as module
+
+    class Probe:
+        def __init__(self, *args: Any) -> None:
+            if fails:
+                raise OSError(97, "Address family not supported by protocol")
+
+        def __enter__(self) -> Probe:
+            return self
+
+        def __exit__(self, *args: Any) -> None:
+            pass
+
+        def bind(self, address: Any) -> None:
+            pass
+
+        def getsockopt(self, *args: Any) -> int:
+            return v6only
+
+    monkeypatch.setattr(socket, "socket", Probe)  # the module's, as webhook.server reads it
+    assert module.listen_addresses("") == expected
+    assert module.listen_addresses("10.0.0.7") == ["10.0.0.7"]

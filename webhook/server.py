@@ -84,20 +84,20 @@ def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
 PORT = whole_number(1, 65535)
 
 
-def listen_address(host: str) -> str:
-    """``host``, or for '' every address: '::' where an IPv6 socket also takes IPv4 connections (Linux's default,
+def listen_addresses(host: str) -> list[str]:
+    """``[host]``, or for '' every address: '::' where an IPv6 socket also takes IPv4 connections (Linux's default,
     ``net.ipv6.bindv6only`` 0: an IPv6-only cluster reaches the pod by its IPv6 address, a dual-stack or IPv4 one by
-    its IPv4 address), else '0.0.0.0' (a kernel without IPv6, or one whose IPv6 sockets take IPv6 alone)."""
+    its IPv4 address); '0.0.0.0' and '::' where IPv6 sockets take IPv6 alone; '0.0.0.0' without IPv6."""
     if host:
-        return host
+        return [host]
     try:
         with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
             probe.bind(("::", 0))
             if probe.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY):
-                return "0.0.0.0"
+                return ["0.0.0.0", "::"]
     except OSError:
-        return "0.0.0.0"
-    return "::"
+        return ["0.0.0.0"]
+    return ["::"]
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class ServeOptions:
     workers: int = 2
     threads: int = THREADS
     host: str = ""
-    """The address both ports listen on; '' for every address (``listen_address``)."""
+    """The address both ports listen on; '' for every address (``listen_addresses``)."""
     graceful_timeout: int = 25
 
     @classmethod
@@ -269,14 +269,15 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
         def ssl_context(conf: Any, default: Any) -> ssl.SSLContext:
             return tls.context()
 
-        host = listen_address(o.host)
-        bind = f"[{host}]:{o.port}" if ":" in host else f"{host}:{o.port}"
+        hosts = listen_addresses(o.host)
+        binds = [f"[{host}]:{o.port}" if ":" in host else f"{host}:{o.port}" for host in hosts]
 
         def when_ready(server: Any) -> None:
-            audit.start_metrics_server(o.metrics_port, host)  # the same interface as the webhook itself
+            for host in hosts:  # the same interfaces as the webhook itself
+                audit.start_metrics_server(o.metrics_port, host)
             log.info(
                 "serving on https://%s with %d workers of %d threads; metrics on :%d",
-                bind,
+                " and https://".join(binds),
                 o.workers,
                 o.threads,
                 o.metrics_port,
@@ -292,7 +293,7 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
                 self.on_exit()
 
         settings = {
-            "bind": bind,
+            "bind": binds,
             "workers": o.workers,
             "worker_class": "webhook.workers.TurnWorker",
             "threads": o.threads,
