@@ -29,6 +29,7 @@ COPY --from=build /opt/venv /opt/venv
 # everything writable lives under /tmp, an emptyDir in the chart.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
+    MALLOC_ARENA_MAX=2 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \
     PROMETHEUS_MULTIPROC_DIR=/tmp/metrics

@@ -705,7 +705,9 @@ def test_server_container(rendered):
     https, metrics = (10270, 10271) if name == "host-network" else (8443, 9090)
     assert _arg(c["args"], "--port") == str(https) and _arg(c["args"], "--metrics-port") == str(metrics)
     assert int(_arg(c["args"], "--workers")) >= 1
-    assert _arg(c["args"], "--threads") == "1000"
+    assert _arg(c["args"], "--threads") == "512"
+    # the request threads' memory: glibc's arenas, up to 8 a core, on a GPU node of 96 cores (Dockerfile too)
+    assert {"name": "MALLOC_ARENA_MAX", "value": "2"} in c["env"]
     # gunicorn's drain fits in what the grace period leaves after the preStop sleep (30 - 5 - 2 by default)
     grace, pre_stop = spec["terminationGracePeriodSeconds"], c["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert int(_arg(c["args"], "--graceful-timeout")) == grace - pre_stop - 2 == 23

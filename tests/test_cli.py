@@ -194,7 +194,7 @@ def test_pools_table_names_every_pool() -> None:
         assert name in run.stdout
 
 
-@pytest.mark.parametrize(("flags", "workers", "threads"), [([], 2, 1000), (["--workers", "3", "--threads", "1"], 3, 1)])
+@pytest.mark.parametrize(("flags", "workers", "threads"), [([], 2, 512), (["--workers", "3", "--threads", "1"], 3, 1)])
 def test_serve_takes_workers_and_threads(flags: list[str], workers: int, threads: int) -> None:
     from webhook.cli import build_parser
     from webhook.server import ServeOptions

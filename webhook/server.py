@@ -35,13 +35,14 @@ KEPT_ALIVE = 1000
 """Idle kept-alive connections a worker holds besides one per request thread (gunicorn's ``worker_connections`` is
 the two added up: it keeps alive at most ``worker_connections - threads``, and accepts no connection past the sum
 until one closes)."""
-THREADS = 1000
+THREADS = 512
 """Request threads per worker (``--threads``): one runs at a time, the others stand by for clients that stall
-(``webhook.workers``). A thread is made only when every other one waits for a client, and costs about 16 kB: so
-the bound is set for clients that trickle a request (or its TLS handshake), each holding a thread up to
-``workers.REQUEST_DEADLINE_S``; gunicorn's own default is 1,000 connections a worker. At 16, sixteen such
-connections held every thread of a worker and a review waited 10 s behind them, past kube-apiserver's timeout; at
-128, 300 of them (anything in the cluster that can reach the Service) held a review 19 s."""
+(``webhook.workers``). A thread is made only when every other one waits for a client, and costs 60-125 kB while it
+waits (measured: 900 of them took a worker 64 MB more): so the bound is set for clients that trickle a request (or
+its TLS handshake), each holding a thread up to ``workers.REQUEST_DEADLINE_S``, within the pod's memory limit
+(two workers: about 70 MB more at the bound). At 16, sixteen such connections held every thread of a worker and a
+review waited 10 s behind them, past kube-apiserver's timeout; at 128, 300 of them (anything in the cluster that
+can reach the Service) held a review 19 s."""
 
 KEEPALIVE_S = 100
 """How long an idle keep-alive connection is held: longer than kube-apiserver's webhook client keeps one idle (its
