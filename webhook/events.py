@@ -11,7 +11,7 @@ worker's interpreter lock for it (an Event sent to the API costs more CPU than t
 15.), and the Events a stopping worker has written still go out. In one process (tests, the Flask test client)
 the request puts the body on a bounded queue whose daemon thread sends it (``EventQueue``). A full pipe or queue
 drops the Event and counts it; it never blocks a request. Sinks: the API (core v1 Events through the
-``kubernetes`` client; RBAC: ``events`` ``create`` and ``patch``) or the log (development, no cluster access).
+``kubernetes`` client; RBAC: core ``events`` ``create``) or the log (development, no cluster access).
 """
 
 from __future__ import annotations
