@@ -1720,3 +1720,25 @@ def test_a_registry_is_its_own_by_host_and_port_however_a_url_writes_them() -> N
     assert not client._own("https://nvcr.io:99999/v2/", nvcr)  # no port at all: not the registry's
     assert not client._own("https://evil.example\\@nvcr.io/v2/", nvcr)  # where urllib3 sends it: evil.example
     assert not client._own("https://docker.io/v2/", hub)  # Docker Hub's requests go to its API host
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("https://evil.example\\@nvcr.io/blob", "which names no one host"),  # urllib3 goes to evil.example
+        ("https://user:pass@cdn.example/blob", "which names no one host"),
+        ("https://evil.example\u2100@nvcr.io/", "not a URL"),  # NFKC makes an @ of it: was a ValueError, a "bug"
+        ("https://[nvcr.io/blob", "not a URL"),
+        ("https://[2606:4700:4700::1111]/blob", "inside the cluster or the node"),  # an address: listed or not read
+        ("https://bücher.example/blob", ""),  # a name of other letters: one host to both parsers (xn--)
+        ("https://cdn.example/blob", ""),
+    ],
+)
+def test_where_a_redirect_may_send_the_reader(url: str, said: str) -> None:
+    client = Client(RegistrySettings(enabled=True))
+    ref = parse_reference("nvcr.io/nvidia/cuda:12.8.0-base-ubuntu22.04")
+    if not said:
+        assert client._target(url, ref, "a redirect") == url
+        return
+    with pytest.raises(Unreadable, match=re.escape(said)):
+        client._target(url, ref, "a redirect")

@@ -1334,6 +1334,25 @@ def test_never_keeps_off_the_spot_nodes_an_autoscaler_may_add(key: str, on_deman
     assert mutate(pod("never"), context([ON_DEMAND])).patch == []  # GKE, on demand only: no spot label on the cluster
 
 
+def test_never_says_the_same_on_a_second_pass_where_the_spot_nodes_are_out_of_reach() -> None:
+    """EKS on-demand GPU nodes beside Karpenter spot nodes of CPUs: the first pass kept the pod off the EKS label's
+    spot value only, and a second (reinvocation; a Deployment's pods) added the Karpenter one, rewriting the words
+    (found by a review of this session's commits)."""
+    cpu_spot = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "cpu-spot", "labels": {KARPENTER: "spot"}},
+        "spec": {"taints": []},
+        "status": {"allocatable": {"cpu": "8"}},
+    }
+    ctx = context([node("gpu-od", {EKS: "ON_DEMAND"}), cpu_spot])
+    for obj in (pod("never"), workload("Deployment", "never")):
+        first = mutate(obj, ctx)
+        second = mutate(first.object, ctx)
+        assert required_of(first.object if obj["kind"] == "Pod" else _template(first.object)) is not None
+        assert second.patch == [] and applied(second) == applied(first), second.patch
+
+
 def test_never_adds_nothing_where_the_spot_nodes_taint_keeps_the_pod_off() -> None:
     tainted = [*PROVIDERS["gke"][0], ON_DEMAND]
     assert mutate(pod("never"), context(tainted)).patch == []

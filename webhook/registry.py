@@ -327,6 +327,17 @@ def _origin(url: str) -> tuple[str, int]:
     return (parts.host or "").lower(), parts.port or (80 if parts.scheme == "http" else 443)
 
 
+def _idna(name: str) -> str:
+    """``name`` as urllib3 connects to it: a name of other than ASCII letters in its IDNA (xn--) form; '' where it
+    has none."""
+    if name.isascii():
+        return name
+    try:
+        return name.encode("idna").decode("ascii")
+    except UnicodeError:
+        return ""
+
+
 def _hostname(host: str) -> str:
     """host[:port] without its port, lower case."""
     if host.startswith("["):
@@ -500,13 +511,17 @@ class Client:
     def _scheme(self, host: str) -> str:
         return "http" if host in self.settings.plain_http else "https"
 
-    def _target(self, url: str, ref: Reference, what: str) -> str:
-        """``url`` (a redirect's, a token service's) where the reader may go: over HTTPS (or as the registry is
-        reached) and not inside the cluster unless listed (or the registry's own host)."""
-        parts = urlsplit(url)
+    def _target(self, url: str, ref: Reference, what: str, base: str = "") -> str:
+        """``url`` (a redirect's, relative to ``base``; a token service's) where the reader may go: over HTTPS (or
+        as the registry is reached) and not inside the cluster unless listed (or the registry's own host)."""
+        try:
+            url = urljoin(base, url) if base else url
+            parts = urlsplit(url)
+        except ValueError as err:  # '[' without its ']', a name that NFKC turns into '@' or '/'
+            raise Unreadable(f"{ref.registry} sends the reader to {url[:100]!r} ({what}), not a URL ({err})") from err
         if parts.scheme not in ("https", self._scheme(ref.registry)) or not parts.netloc:
             raise Unreadable(f"{ref.registry} sends the reader to {url[:100]!r} ({what}), not over HTTPS")
-        if "@" in parts.netloc or "\\" in url or _origin(url)[0] != (parts.hostname or ""):
+        if "@" in parts.netloc or "\\" in url or _origin(url)[0].strip("[]") != _idna(parts.hostname or ""):
             # credentials in the URL, or a URL two parsers read as two hosts (a backslash before an @): the
             # registry's login would go where the checks did not look
             raise Unreadable(f"{ref.registry} sends the reader to {url[:100]!r} ({what}), which names no one host")
@@ -565,7 +580,7 @@ class Client:
                     continue
                 if status in (301, 302, 303, 307, 308) and hops < MAX_REDIRECTS:
                     hops += 1
-                    url = self._target(urljoin(url, response.headers.get("Location", "")), ref, "a redirect")
+                    url = self._target(response.headers.get("Location", ""), ref, "a redirect", base=url)
                     if not self._own(url, ref):
                         headers.pop("Authorization", None)
                         asked = False

@@ -439,16 +439,11 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
             return ""
     elif not spot and not kept:
         # no spot pool it reaches now; where the cluster labels every node with its capacity type (Karpenter, EKS
-        # node groups), its autoscaler may add spot nodes for the pod, untainted: kept off those labels all the same
+        # node groups), its autoscaler may add spot nodes for the pod, untainted: kept off the spot places all the
+        # same (every one: a second pass, which reads them back, adds any left out)
         carried = {key for g in ctx.cluster.groups if not g.spot for key in g.labels}
-        coming = [
-            (narrowing, text)
-            for narrowing, text in zip(narrowings, shown.split(" or ") if narrowings else [], strict=True)
-            if all(e["key"] in carried for alternative in narrowing for e in alternative)
-        ]
-        if not coming:
+        if not any(all(e["key"] in carried for alternative in n for e in alternative) for n in narrowings):
             return ""
-        narrowings, shown = [n for n, _ in coming], " or ".join(text for _, text in coming)
     changed = False
     for alternatives in narrowings:
         changed = narrow(pod, alternatives) or changed
