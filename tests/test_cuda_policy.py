@@ -1401,3 +1401,55 @@ def test_a_refusal_gives_each_pool_its_own_reason_its_forward_branches_do_not_he
     assert "match the driver of pool geforce, but forward compatibility works only on data-center GPUs" in message
     assert "They match the driver of pool grace, but the image carries its compat libraries only for amd64" in message
     assert "They do not match the driver of pool r545." in message
+
+
+def _gke(driver: str) -> Context:
+    """A GKE pool of H100s on GKE's own driver installer (no GPU feature discovery: the driver from settings)."""
+    s = settings(
+        cluster={
+            "pools": [
+                {
+                    "name": "h100",
+                    "nodeSelector": {"cloud.google.com/gke-nodepool": "h100"},
+                    "driverVersion": driver,
+                    "gpuProduct": H100,
+                }
+            ]
+        }
+    )
+    node = gpu_node("gke-h100-1", "h100", None, gfd="none", pool_label="cloud.google.com/gke-nodepool")
+    node["metadata"]["labels"].update({"cloud.google.com/gke-accelerator": "nvidia-h100-80gb", PLATFORM: "amd64"})
+    return context([node], s)
+
+
+PLATFORM = "kubernetes.io/arch"
+
+
+@pytest.mark.parametrize(
+    ("image", "command", "allowed"),
+    [
+        ("nvidia/cuda:12.8.0-base-ubuntu22.04", None, False),  # the toolkit would load its compat libraries: none
+        ("nvcr.io/nvidia/pytorch:24.12-py3", None, True),  # its entrypoint loads them itself
+        ("nvcr.io/nvidia/pytorch:24.12-py3", ["python", "train.py"], False),  # a command replaces that entrypoint
+        ("nvidia/cuda:12.2.2-base-ubuntu22.04", None, True),  # the driver's own CUDA: nothing forward needed
+    ],
+)
+def test_forward_compatibility_on_gkes_driver_installer(image: str, command: list[str] | None, allowed: bool) -> None:
+    """GKE's driver installer and device plugin use no NVIDIA Container Toolkit, so nothing loads an image's compat
+    libraries: an nvidia/cuda:12.8 pod was admitted onto GKE H100s of R535 through forward compatibility and
+    crashes there ("CUDA driver version is insufficient"; docs/install.md said so, the policy did not: found by a
+    review of the docs against the code). NGC's entrypoint loads them itself, where the container keeps it."""
+    c = container(image=image)
+    if command:
+        c["command"] = command
+    result = pipeline.review(pod(c), _gke("535.230.02"))
+    assert result.allowed is allowed, result.message
+    if not allowed:
+        assert "GKE's own driver installer loads no image's compat libraries" in result.message
+        assert ("so keep it (no command:" in result.message) is image.startswith("nvcr.io")
+    # where the GPU Operator's feature discovery says the driver (its toolkit loads them), forward compatibility holds
+    node = gpu_node(
+        "gke-op-1", "h100", "535.230.02", product=H100, pool_label="cloud.google.com/gke-nodepool",
+        labels={PLATFORM: "amd64"},
+    )  # fmt: skip
+    assert pipeline.review(pod(c), context([node])).allowed

@@ -220,7 +220,7 @@ def at_least(version: Version) -> Requirement:
 
 
 @lru_cache(maxsize=256)
-def with_forward(version: Version, forward: Forward) -> Requirement:
+def with_forward(version: Version, forward: Forward, loaded: bool = False) -> Requirement:
     """``cuda>=<major.minor>``, or, on a data-center GPU (``forward_possible``), a driver of one of the branches
     whose lowest drivers ``forward`` names: what an image that carries the forward-compatibility libraries
     documents (nvidia/cuda in its own NVIDIA_REQUIRE_CUDA, an NGC container in its release notes), written as
@@ -234,7 +234,15 @@ def with_forward(version: Version, forward: Forward) -> Requirement:
         for f in forward.floors
     )
     own = at_least(version)
-    return Requirement((*own.terms, *terms), " ".join([own.text, *(",".join(map(str, t)) for t in terms)]))
+    text = " ".join([own.text, *(",".join(map(str, t)) for t in terms)])
+    if loaded:  # the image's entrypoint loads its compat libraries itself: said as a condition, not in the text
+        terms = tuple((*t, LOADED_BY_ENTRYPOINT) for t in terms)
+    return Requirement((*own.terms, *terms), text)
+
+
+LOADED_BY_ENTRYPOINT = Condition("loader", "=", "entrypoint")
+"""On a forward-compatibility alternative: the image's own entrypoint loads its compat libraries (NGC's), so the
+alternative holds where no container toolkit would (``NodeFacts.compat_wired``); always true as a condition."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -270,6 +278,9 @@ class ImageRule:
     sets_require_cuda: bool = False
     """The image's own env sets ``NVIDIA_REQUIRE_CUDA`` (the tag's version and ``forward``), which the runtime reads
     before a ``CUDA_VERSION`` of the pod's: the tag then decides over it."""
+    forward_by_entrypoint: bool = False
+    """The image's entrypoint loads its compat libraries itself (NGC's): its forward compatibility holds where no
+    container toolkit loads them (GKE's driver installer), for a container that keeps that entrypoint."""
 
 
 @dataclass(frozen=True)
@@ -339,6 +350,7 @@ def image_rules() -> tuple[ImageRule, ...]:
             forward=_forward(r.get("forward")),
             forward_known_only=bool(r.get("forward_known_only", False)),
             sets_require_cuda=bool(r.get("sets_require_cuda", False)),
+            forward_by_entrypoint=bool(r.get("forward_by_entrypoint", False)),
         )
         for r in _data()["rules"]
     )
@@ -597,19 +609,24 @@ def declared_cuda(
     if use_image:
         found = image_cuda(image)
         if found:
-            return _from_tag(name, image, found, emptied="NVIDIA_REQUIRE_CUDA" in env)
+            return _from_tag(
+                name, image, found, emptied="NVIDIA_REQUIRE_CUDA" in env, entrypoint=not container.get("command")
+            )
     if configs is not None and image:
         return _from_config(name, image, configs(image), env)
     return Declared(name, image)
 
 
-def _from_tag(name: str, image: str, found: ImageMatch, over: str = "", emptied: bool = False) -> Declared:
+def _from_tag(
+    name: str, image: str, found: ImageMatch, over: str = "", emptied: bool = False, entrypoint: bool = False
+) -> Declared:
     """What the image's tag says, through its rule (``over``: the pod's variable its image's own env decides
     over; ``emptied``: the pod sets NVIDIA_REQUIRE_CUDA empty, which replaces an image's own, and the runtime
-    then reads the image's CUDA_VERSION as ``cuda>=``, without the forward-compatibility terms)."""
+    then reads the image's CUDA_VERSION as ``cuda>=``, without the forward-compatibility terms; ``entrypoint``:
+    the container keeps its image's entrypoint, no ``command`` of its own)."""
     secondary = ", secondary source" if found.secondary else ""
     source = f"image tag, {found.detail}{secondary}"
-    requirement = with_forward(found.version, found.forward)
+    requirement = with_forward(found.version, found.forward, loaded=entrypoint and found.rule.forward_by_entrypoint)
     if over:
         source += f": the image's NVIDIA_REQUIRE_CUDA, which the runtime reads before the pod's {over}"
     elif emptied and found.rule.sets_require_cuda:
@@ -693,6 +710,9 @@ class NodeFacts:
     """Compute capability (nvidia.com/gpu.compute.major/minor)."""
     platform: str = ""
     """The nodes' CPU architecture (``kubernetes.io/arch``: amd64, arm64); '' when not known."""
+    compat_wired: bool = True
+    """The nodes' container runtime loads an image's compat libraries (the NVIDIA Container Toolkit's
+    enable-cuda-compat hook); not where GKE's own driver installer and device plugin run the GPUs."""
 
 
 def brands_of(product: str) -> frozenset[str]:
@@ -707,8 +727,21 @@ def facts_of(group: NodeGroup) -> NodeFacts:
     labels = group.labels
     return _facts(
         group.cuda, group.driver, group.gpu_product, labels.get(GFD + "gpu.compute.major", ""),
-        labels.get(GFD + "gpu.compute.minor", ""), labels.get(PLATFORM_LABEL, ""),
+        labels.get(GFD + "gpu.compute.minor", ""), labels.get(PLATFORM_LABEL, ""), compat_wired(group),
     )  # fmt: skip
+
+
+def compat_wired(group: NodeGroup) -> bool:
+    """Whether the group's container runtime loads an image's compat libraries: not on GKE's own driver installer
+    and device plugin (a GKE label, and a driver not from GPU feature discovery, which comes with the GPU Operator
+    and its toolkit). There a container sees the node's libcuda first (nvidia/cuda's LD_LIBRARY_PATH names GKE's
+    /usr/local/nvidia), and an image newer than the driver fails "CUDA driver version is insufficient"."""
+    if group.driver_source.startswith(GFD):
+        return True
+    return not any(key.startswith(GKE_LABELS) for key in group.labels)
+
+
+GKE_LABELS = "cloud.google.com/gke-"
 
 
 PLATFORM_LABEL = "kubernetes.io/arch"
@@ -729,7 +762,13 @@ def gpu_arches(view: ClusterView) -> list[str]:
 
 @functools.lru_cache(maxsize=1024)
 def _facts(
-    cuda: Version | None, driver: Version | None, product: str, major: str, minor: str, platform: str = ""
+    cuda: Version | None,
+    driver: Version | None,
+    product: str,
+    major: str,
+    minor: str,
+    platform: str = "",
+    wired: bool = True,
 ) -> NodeFacts:
     """The same few node shapes recur on every request: derive their facts (brand by regex, above all) once."""
     arch = (int(major), int(minor)) if major.isdigit() and minor.isdigit() and len(major + minor) < 8 else None
@@ -739,12 +778,15 @@ def _facts(
         brands=brands_of(product) if product else frozenset(),
         arch=arch,
         platform=platform,
+        compat_wired=wired,
     )
 
 
 def _condition_holds(c: Condition, facts: NodeFacts, table: DriverTable, compatibility: Compatibility) -> Verdict:
     if c.key == "platform":  # the webhook's own (``with_forward``), never read from an expression
         return facts.platform == c.value if facts.platform else None
+    if c.key == "loader":  # the webhook's own too: read by ``forward_possible``
+        return True
     if c.key == "brand":
         if not facts.brands:
             return None
@@ -777,9 +819,13 @@ names the GeForce, Quadro and TITAN brands in its alternatives too. The driver b
 taken as written: the images list the branches their compat package supports."""
 
 
-def forward_possible(facts: NodeFacts) -> Verdict:
-    """Can a newer CUDA run on this node group through forward compatibility at all? None when its GPU's brand is
-    unknown, or is an RTX or Quadro one that may be a server-ready SKU."""
+def forward_possible(facts: NodeFacts, term: Sequence[Condition] = ()) -> Verdict:
+    """Can a newer CUDA run on this node group through forward compatibility (the alternative ``term``) at all?
+    False where nothing loads the image's compat libraries (``NodeFacts.compat_wired``; an image whose entrypoint
+    does, ``LOADED_BY_ENTRYPOINT``, aside); None when its GPU's brand is unknown, or is an RTX or Quadro one that
+    may be a server-ready SKU."""
+    if not facts.compat_wired and LOADED_BY_ENTRYPOINT not in term:
+        return False
     if facts.brands & DATA_CENTER_BRANDS:
         return True
     return False if facts.brands & CONSUMER_BRANDS else None
@@ -789,8 +835,8 @@ def forward_barred(requirement: Requirement, facts: NodeFacts, table: DriverTabl
     """A forward-compatibility alternative matches this node group's driver (its brand and CPU architecture aside),
     but forward compatibility cannot be known to work there (``forward_possible``): the reason a user needs to
     read (a GeForce is told of error 804, whatever its architecture)."""
-    return forward_possible(facts) is not True and any(
-        _driver_holds(t, facts, table) for t in requirement.forward_terms
+    return any(
+        forward_possible(facts, t) is not True and _driver_holds(t, facts, table) for t in requirement.forward_terms
     )
 
 
@@ -833,7 +879,7 @@ def evaluate(
         budget.check()
         held = _term_holds(term, facts, table, compatibility)
         if held is not False and id(term) in forward:
-            possible = forward_possible(facts)
+            possible = forward_possible(facts, term)
             if possible is not True:
                 held = possible
         if held is True:
@@ -866,7 +912,7 @@ def accepted_by(requirement: Requirement, facts: NodeFacts, table: DriverTable) 
     ids = {id(t) for t in forward}
     if any(_term_holds(t, facts, table, "strict") is True for t in requirement.terms if id(t) not in ids):
         return "cuda"
-    if forward_possible(facts) and any(_term_holds(t, facts, table, "strict") is True for t in forward):
+    if any(forward_possible(facts, t) and _term_holds(t, facts, table, "strict") is True for t in forward):
         return "forward"
     return "minor"
 

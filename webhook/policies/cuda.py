@@ -56,6 +56,7 @@ from webhook.cuda_version import (
     forward_barred,
     forward_branches,
     forward_off_platform,
+    image_cuda,
     show_mm,
     unmet,
 )
@@ -928,12 +929,27 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> tuple
         off = [g for g in blocked if id(g) not in told and forward_off_platform(c.requirement, facts_of(g), table)]
         told |= {id(g) for g in off}
         rest = [g for g in blocked if id(g) not in told]
+        unwired = [g for g in barred if not facts_of(g).compat_wired]
+        barred = [g for g in barred if facts_of(g).compat_wired]
+        if unwired:
+            found = image_cuda(d.image) if d.image else None
+            keep = (
+                "; this image's entrypoint does, so keep it (no command: of the container's own)"
+                if found is not None and found.rule.forward_by_entrypoint
+                else ""
+            )
+            head += (
+                f" {named} match the driver of {pool_names(unwired)}, but GKE's own driver installer loads no image's"
+                f" compat libraries (no NVIDIA Container Toolkit: the container finds the node's libcuda first){keep}."
+            )
+            named = "They"
         if barred:
             gpus = ", ".join(sorted({_gpu_brand(g) for g in barred}))
             head += (
                 f" {named} match the driver of {pool_names(barred)}, but forward compatibility works only on"
                 f" data-center GPUs (its GPU: {gpus}; elsewhere CUDA fails with error 804)."
             )
+        barred += unwired
         if off:
             platform = forward_off_platform(c.requirement, facts_of(off[0]), table)
             no_label = "not known: no kubernetes.io/arch label, which a declared pool may give in its nodeSelector"
