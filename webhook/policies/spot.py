@@ -43,7 +43,8 @@ on-demand still has ``karpenter.sh/capacity-type``, and Karpenter can launch spo
 nodeSelector of each pool declared with ``spot: true`` (CoreWeave's spot pools carry no spot label). ``require`` on a
 known cluster with none of them is still applied, over the labels of the providers the cluster shows (every preset's
 when it shows none; denied, with how to declare the spot pools, when the providers shown label no spot node, as
-CoreWeave's): ``require`` is a hard constraint the user chose (typically to never pay for on-demand GPUs), a
+CoreWeave's, or where no provider shows at all and ``cluster.providers`` is the default ``[all]``: a k3s or
+self-managed cluster, whose spot nodes no cloud's label tells apart): ``require`` is a hard constraint the user chose (typically to never pay for on-demand GPUs), a
 Pending pod is visible and easy to fix, while silently dropping the requirement would run it on capacity it refused;
 and the view may lag an autoscaler that is about to add spot nodes. ``prefer`` in that case adds no affinity (it
 could not help). ``require`` warns when no node or pool is spot capacity now, and when the pod's own constraints
@@ -295,10 +296,13 @@ def _spot_places(ctx: Context) -> tuple[list[list[Expression]], str, bool]:
                 )
     if terms or not ctx.cluster.groups:
         return terms, " or ".join(shown), True
-    # None on the cluster now: those its provider's spot nodes will carry (every preset's when no provider shows)
-    # (none at all where the providers shown label no spot node: CoreWeave's spot pools carry no spot label)
+    # None on the cluster now: those its provider's spot nodes will carry (none at all where the providers shown
+    # label no spot node: CoreWeave's spot pools carry no spot label); where no provider shows (k3s, self-managed
+    # nodes), those of the providers the settings name, but none for the default [all]: no cloud's autoscaler
+    # adds nodes to such a cluster, and every cloud's labels would leave the pod Pending for good
     seen = _providers_shown(ctx)
-    coming = [k for k, _, provider in ctx.cluster.presets.spot_labels if not seen or provider in seen]
+    guess = seen or "all" not in ctx.settings.cluster.providers
+    coming = [k for k, _, provider in ctx.cluster.presets.spot_labels if guess and (not seen or provider in seen)]
     coming += list(ctx.settings.spot.extra_labels)
     every = [(k, vs) for k, vs in by_key.items() if k in coming]
     return [[expression(k, "In", vs)] for k, vs in every], " or ".join(_label_text(k, vs) for k, vs in every), False
@@ -650,6 +654,9 @@ def _deny_unplaceable(pod: PodView, ctx: Context, out: Outcome, why: str) -> Non
     pool_key = keys[0] if keys else "<a label of the pool's nodes>"
     if seen:
         providers = f"the {', '.join(seen)} preset{'s label' if len(seen) > 1 else ' labels'} no spot node"
+    elif "all" in ctx.settings.cluster.providers:
+        providers = "no node or pool shows a cloud provider's labels (k3s or self-managed nodes, whose spot nodes no"
+        providers += " cloud's label tells apart; cluster.providers names the cloud where its autoscaler adds them)"
     else:
         providers = "no provider preset in force labels spot nodes"
     out.deny(
