@@ -41,12 +41,13 @@ Which places (prefer / require). The spot capacity labels of the presets plus ``
 that the cluster's nodes or pools carry when it is known (by key, not value: a Karpenter cluster whose nodes are all
 on-demand still has ``karpenter.sh/capacity-type``, and Karpenter can launch spot nodes for the pod), and the
 nodeSelector of each pool declared with ``spot: true`` (CoreWeave's spot pools carry no spot label). ``require`` on a
-known cluster with none of them is still applied, over the labels of the providers the cluster shows (every preset's
-when it shows none; denied, with how to declare the spot pools, when the providers shown label no spot node, as
-CoreWeave's, or where no provider shows at all and ``cluster.providers`` is the default ``[all]``: a k3s or
-self-managed cluster, whose spot nodes no cloud's label tells apart): ``require`` is a hard constraint the user chose (typically to never pay for on-demand GPUs), a
-Pending pod is visible and easy to fix, while silently dropping the requirement would run it on capacity it refused;
-and the view may lag an autoscaler that is about to add spot nodes. ``prefer`` in that case adds no affinity (it
+known cluster with none of them is still applied, over the labels of the providers the cluster shows (those of the
+providers the settings name when it shows none; denied, with how to declare the spot pools, when the providers shown
+label no spot node, as CoreWeave's, or where no provider shows at all and ``cluster.providers`` is the default
+``[all]``: a k3s or self-managed cluster, whose spot nodes no cloud's label tells apart): ``require`` is a hard
+constraint the user chose (typically to never pay for on-demand GPUs), a Pending pod is visible and easy to fix,
+while silently dropping the requirement would run it on capacity it refused; and the view may lag an autoscaler
+that is about to add spot nodes. ``prefer`` in that case adds no affinity (it
 could not help). ``require`` warns when no node or pool is spot capacity now, and when the pod's own constraints
 (nodeSelector, affinity, tolerations) leave it no spot pool to run on.
 
