@@ -1748,3 +1748,33 @@ def test_the_users_own_spot_toleration_outlives_the_mode_without_a_manifest(mode
     del _template(moved)["metadata"]["annotations"][ANNOTATION]
     result = pipeline.mutate(moved, dataclasses.replace(ctx, operation="UPDATE", old_object=live))
     assert own not in tolerations_of(_template(result.object))
+
+
+def test_the_cuda_words_name_the_spot_requirement_not_the_pods_own_rules() -> None:
+    """A GPU pod that requires spot where only a CPU pool is spot: the cuda policy said that "its nodeSelector/
+    affinity excludes" the on-demand GPU pool, and the pod had written none (found by a review of the docs against
+    the code)."""
+    cpu_spot = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "cpu-1", "labels": {"cloud.google.com/gke-nodepool": "cpu-spot", GKE_SPOT: "true"}},
+        "spec": {"taints": [taint(f"{GKE_SPOT}=true:NoSchedule")]},
+        "status": {"allocatable": {"cpu": "8"}},
+    }
+    driver = {"nvidia.com/cuda.driver-version.full": "570.124.06", "cloud.google.com/gke-nodepool": "l4-od"}
+    gpu = node("gpu-1", driver)
+
+    def pod_of_cuda() -> Any:
+        obj = pod("require")
+        obj["spec"]["containers"][0]["image"] = "nvidia/cuda:12.4.1-base-ubuntu22.04"
+        return obj
+
+    every = Settings()  # every policy on
+    ctx = Context(settings=every, cluster=build_view([gpu, cpu_spot], every), namespace="ml")
+    said = pipeline.review(pod_of_cuda(), ctx).object["metadata"]["annotations"]["gpu-admission.io/cuda"]
+    assert "(the spot capacity it requires excludes pool l4-od)" in said, said
+    # the pod's own rules are still named as its own
+    own = pod_of_cuda()
+    own["spec"]["nodeSelector"] = {"cloud.google.com/gke-nodepool": "elsewhere"}
+    said = pipeline.review(own, ctx).object["metadata"]["annotations"]["gpu-admission.io/cuda"]
+    assert "(its nodeSelector/affinity excludes pool l4-od)" in said, said

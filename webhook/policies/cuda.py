@@ -401,8 +401,22 @@ def unmatched(a: Assessment, ctx: Context) -> str:
     # manifests: only the pools were left)
     parts = [f"untolerated taint {taint} of pool {pool}" for pool, taint in sorted(taints.items())][:MAX_LISTED]
     if ruled_out := [g for g in ruled_out if g.pool not in taints]:
-        parts.append(f"its nodeSelector/affinity excludes {pool_names(ruled_out, 2)}")
+        if by_spot := _kept_off_by_spot(ruled_out, tolerant, a, ctx):
+            parts.append(f"the spot capacity it requires excludes {pool_names(by_spot, 2)}")
+        if rest := [g for g in ruled_out if g not in by_spot]:
+            parts.append(f"its nodeSelector/affinity excludes {pool_names(rest, 2)}")
     return "; ".join(parts)
+
+
+def _kept_off_by_spot(groups: Sequence[NodeGroup], spec: JSON, a: Assessment, ctx: Context) -> list[NodeGroup]:
+    """Those of ``groups`` that the spot policy's required affinity alone keeps the pod off (its spot places taken
+    out, they match): the words then name it, not the pod's own rules, which the user did not write."""
+    terms = spot.required_spot_places(ctx)
+    trial = PodView("Pod", {}, copy_json(spec), "")
+    if not terms or not unnarrow(trial, terms):
+        return []
+    freed = {id(g) for g in _eligible(trial.spec, ctx, a.resources)}
+    return [g for g in groups if id(g) in freed]
 
 
 def _decision(a: Assessment, kept_off: Sequence[NodeGroup], mode: str, ctx: Context) -> str:

@@ -309,6 +309,11 @@ def _spot_places(ctx: Context) -> tuple[list[list[Expression]], str, bool]:
     return [[expression(k, "In", vs)] for k, vs in every], " or ".join(_label_text(k, vs) for k, vs in every), False
 
 
+def required_spot_places(ctx: Context) -> list[list[Expression]]:
+    """The terms ``require`` ANDs into a pod's required node affinity on this cluster (``_spot_places``)."""
+    return _spot_places(ctx)[0]
+
+
 def _off_spot(ctx: Context) -> tuple[list[list[list[Expression]]], str]:
     """What keeps a pod off the cluster's spot places, as narrowings for ``narrow`` (one per place: the negation of
     its term, an OR of ``NotIn`` per expression), and their text (read back by ``_said_off_spot``); none when the
