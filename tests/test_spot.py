@@ -1778,3 +1778,16 @@ def test_the_cuda_words_name_the_spot_requirement_not_the_pods_own_rules() -> No
     own["spec"]["nodeSelector"] = {"cloud.google.com/gke-nodepool": "elsewhere"}
     said = pipeline.review(own, ctx).object["metadata"]["annotations"]["gpu-admission.io/cuda"]
     assert "(its nodeSelector/affinity excludes pool l4-od)" in said, said
+
+
+def test_never_as_a_default_keeps_a_namespaces_pods_off_untainted_spot_nodes() -> None:
+    """never was accepted on a pod only: a namespace of production inference on EKS could not be kept off the
+    untainted spot nodes there but pod by pod (found by a review of the docs against the code)."""
+    nodes = [node("spot", {EKS: "SPOT"}), node("on-demand", {EKS: "ON_DEMAND"})]
+    for defaults in ({"namespace_defaults": {"ml": "never"}}, {"owner_defaults": {"Job": "never"}}):
+        result = mutate(pod(owner="Job"), context(nodes, **defaults))
+        assert required_of(result.object) == [{"matchExpressions": NOT_EKS_SPOT}], defaults
+        assert (applied(result) or "").startswith("never (default for "), applied(result)
+    asked = mutate(pod("tolerate", owner="Job"), context(nodes, owner_defaults={"Job": "never"}))
+    assert (applied(asked) or "").startswith("tolerate (asked by annotation)")  # the pod's own ask comes first
+    assert required_of(asked.object) is None

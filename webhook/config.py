@@ -244,11 +244,13 @@ class MigSettings:
 class SpotSettings:
     """Spot / preemptible tolerations on request."""
 
-    default: Literal["off", "tolerate", "prefer", "require"] = "off"
-    """What a pod gets when it does not ask (off: nothing)."""
-    namespace_defaults: dict[str, Literal["off", "tolerate", "prefer", "require"]] = field(default_factory=dict)
+    default: Literal["off", "tolerate", "prefer", "require", "never"] = "off"
+    """What a pod gets when it does not ask (off: nothing; never: kept off spot capacity, as the annotation's)."""
+    namespace_defaults: dict[str, Literal["off", "tolerate", "prefer", "require", "never"]] = field(
+        default_factory=dict
+    )
     """Per-namespace default."""
-    owner_defaults: dict[str, Literal["off", "tolerate", "prefer", "require"]] = field(default_factory=dict)
+    owner_defaults: dict[str, Literal["off", "tolerate", "prefer", "require", "never"]] = field(default_factory=dict)
     """Per owner kind default (Job, ReplicaSet, StatefulSet, ...: the kind of the pod's controller, from its
     ownerReference; Deployment reaches the pods of its ReplicaSets). A built-in kind's name means the built-in
     controller only (Job: batch/v1, not a Volcano Job); another kind is matched in any API group. ``Kind.group``
