@@ -1784,7 +1784,8 @@ def test_never_as_a_default_keeps_a_namespaces_pods_off_untainted_spot_nodes() -
     """never was accepted on a pod only: a namespace of production inference on EKS could not be kept off the
     untainted spot nodes there but pod by pod (found by a review of the docs against the code)."""
     nodes = [node("spot", {EKS: "SPOT"}), node("on-demand", {EKS: "ON_DEMAND"})]
-    for defaults in ({"namespace_defaults": {"ml": "never"}}, {"owner_defaults": {"Job": "never"}}):
+    every: list[dict[str, Any]] = [{"namespace_defaults": {"ml": "never"}}, {"owner_defaults": {"Job": "never"}}]
+    for defaults in every:
         result = mutate(pod(owner="Job"), context(nodes, **defaults))
         assert required_of(result.object) == [{"matchExpressions": NOT_EKS_SPOT}], defaults
         assert (applied(result) or "").startswith("never (default for "), applied(result)
