@@ -149,7 +149,7 @@ class ServeOptions:
             type=whole_number(1),
             default=cls.graceful_timeout,
             help="seconds the workers get to finish their requests after SIGTERM (the chart: the pod's grace period "
-            "less its preStop sleep; default %(default)s)",
+            "less its preStop sleep and 2 s; default %(default)s)",
         )
 
     @classmethod
@@ -277,11 +277,11 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
             for host in hosts:  # the same interfaces as the webhook itself
                 audit.start_metrics_server(o.metrics_port, host)
             log.info(
-                "serving on https://%s with %d workers of %d threads; metrics on :%d",
+                "serving on https://%s with %d workers of %d threads; metrics on http://%s",
                 " and https://".join(binds),
                 o.workers,
                 o.threads,
-                o.metrics_port,
+                " and http://".join(f"[{h}]:{o.metrics_port}" if ":" in h else f"{h}:{o.metrics_port}" for h in hosts),
             )
 
         def child_exit(server: Any, worker: Any) -> None:

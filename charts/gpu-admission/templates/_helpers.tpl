@@ -156,7 +156,7 @@ NOTES.txt prints it at install.
 {{- define "gpu-admission.testNamespaceProblem" -}}
 {{- $excluded := include "gpu-admission.excludedNamespaces" . | fromJsonArray }}
 {{- if has .Values.test.namespace $excluded }}
-{{- printf "test.namespace %q is never sent to the webhook (not the release namespace %q, nor kube-system, kube-node-lease, config.exemptions.namespaces or webhook.excludeNamespaces), so the helm test cannot pass: set test.namespace to an existing namespace the webhook covers" .Values.test.namespace .Release.Namespace }}
+{{- printf "test.namespace %q is never sent to the webhook, which leaves out the release namespace %q, kube-system, kube-node-lease, config.exemptions.namespaces and webhook.excludeNamespaces: the helm test cannot pass; set test.namespace to an existing namespace the webhook covers" .Values.test.namespace .Release.Namespace }}
 {{- end }}
 {{- end }}
 
