@@ -1,4 +1,4 @@
-"""gpu-admission serve | review | pools | certs | selftest."""
+"""gpu-admission serve | review | pools | image | certs | selftest."""
 
 from __future__ import annotations
 
