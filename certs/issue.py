@@ -374,6 +374,17 @@ def _ca_text(
     return b"".join(_cert_pem(c) for c in (first, *kept)), max(dropped, 0)
 
 
+def trusting(bundle: Bundle, previous: bytes, now: dt.datetime | None = None) -> Bundle:
+    """``bundle`` whose ``ca.crt`` also carries the unexpired CAs of ``previous`` (PEM) after its own: those the
+    webhook configurations trust now, while the pods still serve a leaf of theirs (a Secret deleted by hand and
+    created again)."""
+    cas = load_certificates(bundle.ca_crt)
+    if not cas:
+        return bundle
+    text, _ = _ca_text(cas[0], [*cas[1:], *load_certificates(previous)], _now(now))
+    return replace(bundle, ca_crt=text)
+
+
 def plan(
     current: Bundle | None,
     service: str,

@@ -31,7 +31,7 @@ import urllib3
 from kubernetes import client
 
 from certs import CertsError
-from certs.issue import CA_CRT, CA_KEY, TLS_CRT, TLS_KEY, Bundle, KeyType, Plan, plan
+from certs.issue import CA_CRT, CA_KEY, TLS_CRT, TLS_KEY, Bundle, KeyType, Plan, plan, trusting
 
 JSON = dict[str, Any]
 SECRET_TYPE = "kubernetes.io/tls"
@@ -236,6 +236,19 @@ def ensure(
         ]
         result.reason = decided.reason
         if obj is None:
+            # Deleted by hand while the pods still serve its leaf (the kubelet keeps a deleted Secret's files until
+            # the new one is there): the new CA goes into the configurations beside those they trust now, before
+            # the Secret, so that the old leaf and the new one both verify; and so in the pre-upgrade hook too,
+            # whose post-upgrade run may never come (a failed or rolled-back upgrade)
+            trusted = _trusted(api, configs)
+            if trusted:
+                decided = Plan(decided.action, trusting(decided.bundle, trusted, now), decided.reason)
+                try:
+                    inject(decided.bundle)
+                except CertsError as err:
+                    if not create_only:
+                        raise
+                    say(f"the new CA is not in the webhook configurations yet ({err}): the post-upgrade run puts it")
             body = {
                 "apiVersion": "v1",
                 "kind": "Secret",
@@ -278,6 +291,24 @@ def ensure(
         return result
     result.configs = inject(decided.bundle)
     return result
+
+
+def _trusted(api: _Api, configs: list[tuple[str, str, Callable[..., Any], Callable[..., Any]]]) -> bytes:
+    """The PEM of the CAs the webhook configurations trust now (their webhooks' ``caBundle``s); nothing where they
+    do not exist (an install) or cannot be read (403)."""
+    found = b""
+    for kind, name, read, _ in configs:
+        try:
+            obj = api.call(f"reading {kind} {name!r}", read, name)
+        except client.ApiException as err:
+            if err.status in (403, 404):
+                continue
+            raise _api_error(f"reading {kind} {name!r}", err) from err
+        for hook in obj.get("webhooks") or []:
+            cc = hook.get("clientConfig") if isinstance(hook, dict) else None
+            if isinstance(cc, dict) and isinstance(cc.get("caBundle"), str):
+                found += _unb64(cc["caBundle"])
+    return found
 
 
 def _inject(

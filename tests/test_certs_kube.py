@@ -397,3 +397,30 @@ def test_create_only_never_touches_an_existing_secret(kube, api_client):
     result, _ = run(api_client, create_only=True)
     assert result.action == "kept" and writes(kube, mark) == []
     assert stored(kube).tls_crt == short.tls_crt
+
+
+@pytest.mark.parametrize("create_only", [False, True], ids=["renewal-job", "pre-upgrade-hook"])
+def test_a_secret_deleted_by_hand_is_made_again_beside_the_ca_the_configurations_trust(
+    kube: KubeAPI, api_client: client.ApiClient, tmp_path: Any, create_only: bool
+) -> None:
+    """The kubelet keeps a deleted Secret's files until the new one is there, so the pods still serve its leaf: the
+    Secret made again had a new CA alone, which replaced the caBundle (the renewal Job) or was never put there
+    (the pre-upgrade hook, whose post-upgrade run a failed upgrade never reaches), and every call failed until the
+    pods, or the caBundle, caught up (found by a review of the certificates' lifecycle). Both leaves verify now."""
+    put_mutating(kube)
+    put_validating(kube)
+    run(api_client)
+    served = stored(kube)
+    kube.delete("v1", "secrets", SECRET, NS)
+    result, _ = run(api_client, create_only=create_only)
+    assert result.action == "created"
+    made = stored(kube)
+    assert len(ci.load_certificates(made.ca_crt)) == 2  # its own CA, then the one the configurations trusted
+    for n, leaf in enumerate((served, made)):
+        files = tmp_path / f"leaf{n}"
+        files.mkdir()
+        (files / "tls.crt").write_bytes(leaf.tls_crt)
+        (files / "tls.key").write_bytes(leaf.tls_key)
+        with tls_server(files) as port:
+            for bundle in ca_bundles(kube):
+                assert connect(port, base64.b64decode(bundle), f"{SVC}.{NS}.svc") == b"ok"

@@ -383,7 +383,7 @@ def _arg(args: list[str], flag: str) -> str:
 def test_self_signed_job_runs_certs_ensure_after_the_webhook_configurations_exist():
     objects = render_values("defaults")
     jobs = {tuple(sorted(hooks(j))): j for j in find_all(objects, "Job")}
-    job = jobs[("post-install", "post-upgrade")]
+    job = jobs[("post-install", "post-rollback", "post-upgrade")]
     assert "before-hook-creation" in job["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
     (container,) = job["spec"]["template"]["spec"]["containers"]
     args = container["args"]
