@@ -386,3 +386,30 @@ def test_every_address_is_listened_on_however_the_kernel_takes_ipv6(
     monkeypatch.setattr(socket, "socket", Probe)  # the module's, as webhook.server reads it
     assert module.listen_addresses("") == expected
     assert module.listen_addresses("10.0.0.7") == ["10.0.0.7"]
+
+
+def test_the_served_certificates_expiry_is_a_metric_and_told_when_near(tmp_path: Path) -> None:
+    """A renewal that fails for weeks went unseen until every call failed: nothing read the served certificate's
+    dates (found by a review of the certificates' lifecycle). Its expiry is a gauge, and the log says when it is
+    near."""
+    from cryptography import x509
+
+    from tests.serving import issue_certs
+
+    certs = issue_certs(tmp_path / "certs", days=5, extra=["--renew-within-days", "1"])
+    expires = x509.load_pem_x509_certificate((certs / "tls.crt").read_bytes()).not_valid_after_utc.timestamp()
+    with serve(tmp_path, certs=certs) as server:
+        deadline = time.monotonic() + 10
+        line = ""
+        while time.monotonic() < deadline and not line:
+            found = [
+                row
+                for row in server.metrics().splitlines()
+                if row.startswith("gpu_admission_serving_certificate_expiry_timestamp_seconds ")
+            ]
+            line = found[0] if found else ""
+            time.sleep(0.2)
+        assert line and abs(float(line.split()[1]) - expires) < 1, line
+        assert "expires in 5.0 days and has not been renewed" in server.output() or (
+            "expires in 4.9 days and has not been renewed" in server.output()
+        ), server.output()[-2000:]

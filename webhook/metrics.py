@@ -92,6 +92,29 @@ def _events_counter(registry: CollectorRegistry) -> Counter:
     )
 
 
+_CERT_EXPIRY: list[Gauge] = []
+
+
+def serving_certificate_expires(timestamp: float) -> None:
+    """Record when the certificate this worker serves expires (``ReloadingTLS``): the gauge
+    ``gpu_admission_serving_certificate_expiry_timestamp_seconds``, the earliest among live workers. Made at the
+    first record, in the worker, so that it is written to the multiprocess directory."""
+    if not multiprocess_dir():
+        return  # one process (tests, the Flask test client): no server, no certificate served
+    if not _CERT_EXPIRY:
+        _ensure_value_class()
+        _CERT_EXPIRY.append(
+            Gauge(
+                "serving_certificate_expiry_timestamp_seconds",
+                "Unix time the serving certificate expires (the earliest among live workers): alert well before it",
+                namespace=NAMESPACE,
+                multiprocess_mode="livemin",
+                registry=None,
+            )
+        )
+    _CERT_EXPIRY[0].set(timestamp)
+
+
 def event_counter() -> Callable[[str], None]:
     """The Events counter alone, for the Events relay process (it holds no snapshot, so no gauges of its own). Made
     at the first count: the relay starts before the master clears the metrics directory of the last run's files."""

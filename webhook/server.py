@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import shutil
 import socket
@@ -167,6 +168,21 @@ class ServeOptions:
         )
 
 
+EXPIRY_WARNING_DAYS = 14
+"""The served certificate expiring within this many days is logged (the chart renews 30 days before, daily)."""
+
+
+def _not_after(path: str) -> float | None:
+    """Unix time the first certificate of the PEM file ``path`` expires; None where it cannot be read."""
+    from cryptography import x509
+
+    try:
+        with open(path, "rb") as f:
+            return x509.load_pem_x509_certificates(f.read())[0].not_valid_after_utc.timestamp()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class ReloadingTLS:
     """One SSL context per worker, rebuilt when the certificate or key file changes on disk.
 
@@ -183,6 +199,9 @@ class ReloadingTLS:
         self._stamp: tuple[float, float] = (0.0, 0.0)
         self._checked = 0.0
         self._context: ssl.SSLContext | None = None
+        self.not_after: float | None = None
+        """Unix time the served certificate expires (None: its file could not be read as PEM)."""
+        self._told = -math.inf
 
     def _mtimes(self) -> tuple[float, float]:
         return os.stat(self.cert).st_mtime_ns, os.stat(self.key).st_mtime_ns
@@ -193,7 +212,36 @@ class ReloadingTLS:
         context.load_cert_chain(certfile=self.cert, keyfile=self.key)
         context.set_alpn_protocols(["http/1.1"])
         context.sslsocket_class = TurnSSLSocket
+        self.not_after = _not_after(self.cert)
+        if self.not_after is not None:
+            from webhook import metrics
+
+            metrics.serving_certificate_expires(self.not_after)
         return context
+
+    def _tell_expiry(self) -> None:
+        """Warn (once an hour a worker) while the served certificate expires within ``EXPIRY_WARNING_DAYS`` or has:
+        its renewal (the chart's CronJob, cert-manager) is not happening, and the API server will soon refuse every
+        call (under failurePolicy Fail, every GPU pod)."""
+        if self.not_after is None or time.monotonic() - self._told < 3600:
+            return
+        days = (self.not_after - time.time()) / 86400
+        if days > EXPIRY_WARNING_DAYS:
+            return
+        self._told = time.monotonic()
+        if days <= 0:
+            log.error(
+                "the serving certificate %s expired %.1f days ago: renew it (see docs/certificates.md)",
+                self.cert,
+                -days,
+            )
+        else:
+            log.warning(
+                "the serving certificate %s expires in %.1f days and has not been renewed: is its renewal failing?"
+                " (see docs/certificates.md)",
+                self.cert,
+                days,
+            )
 
     def context(self) -> ssl.SSLContext:
         now = time.monotonic()
@@ -212,6 +260,7 @@ class ReloadingTLS:
                 if self._context is None:
                     raise
                 log.warning("certificate files unreadable (%s); keeping the previous certificate", err)
+            self._tell_expiry()
             assert self._context is not None
             return self._context
 
