@@ -55,6 +55,8 @@ class _Watch:
         self.collection = collection
         self.namespace = namespace
         self.events: queue.Queue[JSON | None] = queue.Queue()
+        self.cut = False
+        """Closed before its last chunk (``KubeAPI.cut_watches``)."""
 
 
 class KubeAPI:
@@ -146,6 +148,15 @@ class KubeAPI:
     def drop_watches(self) -> None:
         with self.lock:
             for w in self.watches:
+                w.events.put(None)
+            self.watches = []
+
+    def cut_watches(self) -> None:
+        """Close every open watch's connection before its last chunk, as a load balancer cuts an idle stream: the
+        client reads a response that ended prematurely, not a watch that ended."""
+        with self.lock:
+            for w in self.watches:
+                w.cut = True
                 w.events.put(None)
             self.watches = []
 
@@ -426,7 +437,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if w in self.api.watches:
                     self.api.watches.remove(w)
             try:
-                self.wfile.write(b"0\r\n\r\n")
+                if not w.cut:
+                    self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
             except OSError:
                 pass

@@ -461,3 +461,90 @@ def test_before_its_first_list_the_watch_knows_no_pool_not_even_the_declared_one
     source = LiveCluster(Settings(cluster=ClusterSettings(pools=[pool])), lambda: None)
     view = source.snapshot()
     assert not view.known and view.groups == () and "not synced yet" in view.source
+
+
+def test_a_periodic_relist_that_fails_leaves_the_watch_going(
+    api: KubeAPI, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API server's rate limits charge a list of every node far more than a watch: while the relist due every
+    resync got 429s, the loop listed again and again and never watched, and no node change reached the view (found
+    by a review that faulted the API server)."""
+    from tests.kubeapi import _Handler
+
+    throttled = threading.Event()
+    fault = _Handler._fault
+
+    def lists_throttled(self: Any) -> bool:
+        if throttled.is_set() and "/nodes" in self.path and "watch=" not in self.path:
+            self.api.requests.append((self.command, self.path))
+            body = {"kind": "Status", "code": 429, "reason": "TooManyRequests", "message": "throttled"}
+            self._send(429, body, {"Retry-After": "1"})
+            return True
+        return bool(fault(self))
+
+    monkeypatch.setattr(_Handler, "_fault", lists_throttled)
+    api.put("v1", "nodes", node("a"))
+    live = make_live(kubeconfig, resync=2, watch_timeout_seconds=1)
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        throttled.set()
+        time.sleep(2.5)  # the relist falls due, and fails
+        api.put("v1", "nodes", node("b"))
+        api.put("v1", "nodes", node("a", driver="580.65.06"))
+        wait_for(lambda: names(live) == {"a", "b"} and drivers(live)["a"] == "580.65.06", "the watch going on")
+    finally:
+        live.stop()
+
+
+def test_a_watch_cut_after_a_while_is_resumed_at_once(
+    api: KubeAPI, kubeconfig: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A load balancer that cuts idle streams: each cut counted as a failure, so on a quiet cluster the backoff rose
+    to its maximum (30 s in production) and a warning was logged at every cut (found by a review that faulted the
+    API server). A stream open a while that breaks is resumed at once, told at INFO."""
+    from webhook import watch
+
+    monkeypatch.setattr(watch, "WATCH_HELD_S", 0.3)
+    api.put("v1", "nodes", node("a"))
+    live = make_live(kubeconfig, backoff_initial=3.0, backoff_max=3.0, watch_timeout_seconds=30)
+    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        for n in range(3):
+            wait_for(lambda: len(api.watches) == 1, "the watch")
+            time.sleep(0.5)
+            api.cut_watches()
+            api.put("v1", "nodes", node(f"b{n}"))
+            started = time.monotonic()
+            added = f"b{n}"
+            wait_for(lambda: added in names(live), "the node after the cut")  # noqa: B023
+            assert time.monotonic() - started < 2.0, "resumed without the backoff's 3 s"
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+        assert lists(api) == 1, "a cut stream resumes the watch; it does not relist"
+    finally:
+        live.stop()
+
+
+def test_retry_after_is_waited_in_the_loop_and_said(
+    api: KubeAPI, kubeconfig: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """urllib3's own retries (3, each sleeping a 503's or 429's Retry-After) held the first list 3 x Retry-After
+    with nothing logged, and then said "retrying in 0.4s" (found by a review that faulted the API server). The
+    loop asks once, says so, and waits what Retry-After says."""
+    api.put("v1", "nodes", node("a"))
+    api.fail_next(1, 503, retry_after=2)
+    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": kubeconfig})
+    assert live is not None
+    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+    started = time.monotonic()
+    try:
+        live.start()
+        wait_for(lambda: any("HTTP 503" in r.getMessage() for r in caplog.records), "the 503 said", deadline=1.5)
+        said = next(r.getMessage() for r in caplog.records if "HTTP 503" in r.getMessage())
+        assert "retrying in 2.0s" in said, said
+        wait_for(live.ready, "the list after Retry-After")
+        assert time.monotonic() - started >= 2.0
+    finally:
+        live.stop()

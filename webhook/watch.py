@@ -53,6 +53,31 @@ class _StreamError(Exception):
     """The watch stream reported an error other than 410."""
 
 
+def _cut(err: BaseException) -> bool:
+    """The stream itself broke (a reset, an end before its last chunk, a read that timed out): not an answer of the
+    API server's, which a retry without a pause would only repeat."""
+    import urllib3
+
+    return isinstance(err, (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError, ConnectionError))
+
+
+RELIST_RETRY_S = 60.0
+"""A periodic relist that failed is tried again after this long (or its Retry-After), the watch going on meanwhile."""
+WATCH_HELD_S = 10.0
+"""A watch stream open at least this long that then breaks is resumed at once, without a backoff."""
+RETRY_AFTER_MAX_S = 60.0
+
+
+def _retry_after(err: BaseException) -> float:
+    """An API answer's Retry-After, in seconds (at most ``RETRY_AFTER_MAX_S``); 0 when it names none."""
+    headers = getattr(err, "headers", None)
+    value = headers.get("Retry-After") if headers is not None else None
+    try:
+        return min(max(float(value), 0.0), RETRY_AFTER_MAX_S) if value is not None else 0.0
+    except (TypeError, ValueError):
+        return 0.0
+
+
 class Backoff:
     """Capped exponential backoff with full jitter (the delay is uniform in [base/2, base])."""
 
@@ -122,6 +147,8 @@ class LiveCluster:
         """Since when the builds fail (then the view is behind the nodes, watch or not); None while they succeed."""
         self._watching = False
         self._last_list = 0.0
+        self._resync_at = 0.0
+        """When the next periodic relist is due (``resync_seconds`` after the last list; sooner after one failed)."""
         self._generation = 0
         self._published = -1
         self.builds = 0
@@ -199,16 +226,39 @@ class LiveCluster:
         gone_streak = 0
         while not self._stop.is_set():
             delay = 0.0
+            phase, began = "list", 0.0
             try:
                 if client is None:
                     client = self.factory()
                 from kubernetes import client as k8s
 
                 core = k8s.CoreV1Api(client)
-                if need_list or time.monotonic() - self._last_list >= self.resync_seconds:
-                    self._list(core)
-                    need_list = False
-                    backoff.reset()
+                if need_list or time.monotonic() >= self._resync_at:
+                    try:
+                        self._list(core)
+                    except Exception as err:
+                        if need_list or not self._rv or self._stop.is_set() or isinstance(err, _Gone):
+                            raise
+                        if getattr(err, "status", None) == 410:
+                            raise
+                        # The periodic relist failed (the API server's rate limits charge a list of every node far
+                        # more than a watch; a 5xx; a slow list) while the watch may work: watching on from the
+                        # version held, listing again later. Before, the loop listed and listed and never
+                        # watched: no node change reached the view while the lists failed.
+                        retry = max(_retry_after(err), min(self.resync_seconds, RELIST_RETRY_S))
+                        self._resync_at = time.monotonic() + retry
+                        log.warning(
+                            "cluster: the periodic relist of nodes from %s failed: %s; watching on, listing again in"
+                            " %.0fs",
+                            self.description,
+                            _brief(err),
+                            retry,
+                        )
+                    else:
+                        need_list = False
+                        backoff.reset()
+                phase = "watch"
+                began = time.monotonic()
                 events, early = self._watch(core)
                 if events:
                     backoff.reset()
@@ -226,9 +276,15 @@ class LiveCluster:
                     need_list = True
                     gone_streak += 1
                     delay = backoff.next() if gone_streak > 1 else 0.0
+                elif phase == "watch" and _cut(err) and time.monotonic() - began >= WATCH_HELD_S:
+                    # A stream that was open a while and then broke (a load balancer's idle cut, a restarted API
+                    # server): resumed at once from the version held. Counted as a failure, it drove the backoff
+                    # to its maximum on a quiet cluster, node changes reaching the view up to 30 s late.
+                    log.info("cluster: the node watch from %s ended (%s); resuming it", self.description, _brief(err))
+                    backoff.reset()
                 else:
-                    delay = backoff.next()
-                    what = "list" if need_list else "watch"
+                    delay = max(backoff.next(), _retry_after(err))
+                    what = phase
                     state = "" if self._synced.is_set() else "; not ready"
                     log.warning(
                         "cluster: cannot %s nodes from %s: %s%s; retrying in %.1fs",
@@ -282,6 +338,7 @@ class LiveCluster:
                 self._generation += 1
             behind = self._published < self._generation  # a build that failed since: a list mends it
         self._last_list = time.monotonic()
+        self._resync_at = self._last_list + self.resync_seconds
         self._fresh_at = self._last_list
         self.lists += 1
         if behind:
@@ -299,9 +356,7 @@ class LiveCluster:
 
     def _watch(self, core: Any) -> tuple[int, bool]:
         """Follow one watch request until it ends: (events it brought, whether it ended at once and empty)."""
-        timeout = max(
-            1, min(self.watch_timeout_seconds, int(self.resync_seconds - (time.monotonic() - self._last_list)) + 1)
-        )
+        timeout = max(1, min(self.watch_timeout_seconds, int(self._resync_at - time.monotonic()) + 1))
         started = time.monotonic()
         response = core.list_node(
             watch=True,
@@ -322,9 +377,11 @@ class LiveCluster:
                     break
                 self._apply(line)
                 count += 1
+            # ended as the API server ends a watch (its timeoutSeconds): the view was current until now; a stream
+            # that broke or failed says nothing of when it stopped bringing changes
+            self._fresh_at = time.monotonic()
         finally:
             self._watching = False
-            self._fresh_at = time.monotonic()
             self._response = None
             try:
                 response.close()
@@ -463,6 +520,14 @@ def _close(client: Any) -> None:
 # Credentials
 
 
+def _no_retries(cfg: Any) -> None:
+    """No retries inside urllib3 (its default: 3, each 429 or 503 with a Retry-After slept through, unlogged, the
+    loop blind meanwhile): the watch loop retries, logs, and waits as Retry-After says (``_retry_after``)."""
+    import urllib3
+
+    cfg.retries = urllib3.Retry(total=0, redirect=0, respect_retry_after_header=False, raise_on_status=False)
+
+
 def kubeconfig_paths(environ: dict[str, str] | None = None) -> list[str]:
     """Existing kubeconfig files: ``KUBECONFIG`` (a path list), else ``~/.kube/config``."""
     env = os.environ if environ is None else environ
@@ -484,6 +549,8 @@ def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | 
         except config.ConfigException as err:
             raise ConfigError(f"in-cluster credentials: {err}") from err
 
+        _no_retries(cfg)
+
         def in_cluster() -> Any:
             return client.ApiClient(cfg)  # the loader refreshes the rotated service-account token
 
@@ -497,6 +564,7 @@ def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | 
         cfg = client.Configuration()
         # Loaded again for each new client, so that exec-plugin and OIDC tokens are fresh.
         config.load_kube_config(config_file=joined, client_configuration=cfg)  # type: ignore[no-untyped-call]
+        _no_retries(cfg)
         return client.ApiClient(cfg)
 
     try:
