@@ -242,9 +242,8 @@ def ensure(
             # whose post-upgrade run may never come (a failed or rolled-back upgrade)
             trusted = _trusted(api, configs)
             if trusted:
-                decided = Plan(decided.action, trusting(decided.bundle, trusted, now), decided.reason)
                 try:
-                    inject(decided.bundle)
+                    inject(trusting(decided.bundle, trusted, now))
                 except CertsError as err:
                     if not create_only:
                         raise
@@ -289,8 +288,35 @@ def ensure(
         raise CertsError(f"{what} kept changing while being written ({MAX_ROUNDS} attempts); is another job running?")
     if create_only:
         return result
-    result.configs = inject(decided.bundle)
+    injected = decided.bundle
+    if _made_lately(obj, now):
+        # A Secret made in the last minutes (this run, or the pre-upgrade hook's, a Secret deleted by hand): the CAs
+        # the configurations trusted before it stay in the caBundle while pods may still serve their leaf; they are
+        # never stored in the Secret, so the first run after that (the daily renewal) drops them
+        injected = trusting(decided.bundle, _trusted(api, configs), now)
+    result.configs = inject(injected)
     return result
+
+
+LATELY = dt.timedelta(minutes=10)
+"""How long after the Secret is made the CAs trusted before it stay in the caBundle: the kubelet refreshes a mounted
+Secret within a minute or two, and the pods then serve the new leaf."""
+
+
+def _made_lately(obj: JSON | None, now: dt.datetime | None) -> bool:
+    """Whether the Secret (None: made by this run) was created within ``LATELY``."""
+    if obj is None:
+        return True
+    meta = obj.get("metadata")
+    stamp = meta.get("creationTimestamp") if isinstance(meta, dict) else None
+    try:
+        made = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")) if isinstance(stamp, str) else None
+    except ValueError:
+        made = None
+    if made is None or made.tzinfo is None:
+        return False
+    current = now or dt.datetime.now(dt.UTC)
+    return current.replace(tzinfo=current.tzinfo or dt.UTC) - made < LATELY
 
 
 def _trusted(api: _Api, configs: list[tuple[str, str, Callable[..., Any], Callable[..., Any]]]) -> bytes:
