@@ -1792,3 +1792,29 @@ def test_never_as_a_default_keeps_a_namespaces_pods_off_untainted_spot_nodes() -
     asked = mutate(pod("tolerate", owner="Job"), context(nodes, owner_defaults={"Job": "never"}))
     assert (applied(asked) or "").startswith("tolerate (asked by annotation)")  # the pod's own ask comes first
     assert required_of(asked.object) is None
+
+
+def test_a_never_default_leaves_daemonsets_and_bound_pods_alone() -> None:
+    """A global never default reached the GPU Operator's device plugin DaemonSet: its pods kept off spot nodes, those
+    nodes offered no GPU (found by a review of this session's commits). A pod that asks never itself still gets it."""
+    nodes = [node("spot", {EKS: "SPOT"}), node("on-demand", {EKS: "ON_DEMAND"})]
+    ctx = context(nodes, default="never")
+    plugin = pod(gpu=None)
+    plugin["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "nvidia-device-plugin", "uid": "u", "controller": True}
+    ]
+    assert required_of(mutate(plugin, ctx).object) is None
+    daemonset = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "nvidia-device-plugin", "namespace": "gpu-operator"},
+        "spec": {"template": {"metadata": {}, "spec": {"containers": [{"name": "p", "image": "x"}]}}},
+    }
+    assert mutate(daemonset, ctx).patch == []
+    bound = pod()
+    bound["spec"]["nodeName"] = "spot"
+    assert required_of(mutate(bound, ctx).object) is None
+    assert required_of(mutate(pod(), ctx).object) == [{"matchExpressions": NOT_EKS_SPOT}]  # others: kept off
+    asked = copy.deepcopy(plugin)
+    asked["metadata"]["annotations"] = {ANNOTATION: "never"}
+    assert required_of(mutate(asked, ctx).object) == [{"matchExpressions": NOT_EKS_SPOT}]

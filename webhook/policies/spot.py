@@ -208,14 +208,24 @@ def _asked(pod: PodView, ctx: Context, out: Outcome) -> tuple[str, str, str]:
     elif raw is not None:
         ignored = f"{PREFIX}{REQUEST} is not a string: ignored"
         out.warn(f"{PREFIX}{REQUEST}: not a string; ignored (use {ACCEPTED})")
+    mode, why = _default(pod, ctx)
+    if mode == "never" and (pod.owner_kind == "DaemonSet" or pod.spec.get("nodeName")):
+        # a DaemonSet runs on every node it may, the GPU Operator's device plugin and feature discovery among them:
+        # kept off spot nodes by a default, those nodes would offer no GPU; a pod bound to a node is placed already
+        return "off", f"{why} never, which leaves a DaemonSet's pods and pods bound to a node alone", ignored
+    return mode, why, ignored
+
+
+def _default(pod: PodView, ctx: Context) -> tuple[str, str]:
+    """The configured default that applies to a pod that does not ask, and where it came from."""
     settings = ctx.settings.spot
     for owner in _owner_kinds(pod):
         if owner in settings.owner_defaults:
-            return settings.owner_defaults[owner], f"default for {owner} pods", ignored
+            return settings.owner_defaults[owner], f"default for {owner} pods"
     namespace = ctx.namespace or pod.namespace
     if namespace and namespace in settings.namespace_defaults:
-        return settings.namespace_defaults[namespace], f"default for namespace {namespace}", ignored
-    return settings.default, "global default", ignored
+        return settings.namespace_defaults[namespace], f"default for namespace {namespace}"
+    return settings.default, "global default"
 
 
 def _spot_presets(ctx: Context) -> list[TaintPreset]:
