@@ -1453,3 +1453,35 @@ def test_forward_compatibility_on_gkes_driver_installer(image: str, command: lis
         labels={PLATFORM: "amd64"},
     )  # fmt: skip
     assert pipeline.review(pod(c), context([node])).allowed
+
+
+def test_gkes_gpu_operator_pools_keep_their_forward_compatibility_and_an_rtx_is_told_its_own_reason() -> None:
+    """With the GPU Operator on GKE (its toolkit loads compat libraries), a pool scaled to zero was taken for GKE's
+    driver installer; its nodeSelector naming a label of GPU feature discovery says otherwise. On a GKE pool of
+    RTX GPUs the words blamed the driver installer, where forward compatibility is not known to work on the GPU
+    at all (found by a review of this session's commits)."""
+    image = "nvidia/cuda:12.8.0-base-ubuntu22.04"
+    declared = {
+        "name": "h100",
+        "nodeSelector": {"cloud.google.com/gke-nodepool": "h100", "nvidia.com/gpu.present": "true"},
+        "driverVersion": "535.230.02",
+        "gpuProduct": H100,
+    }
+    at_zero = context([], settings(cluster={"pools": [declared]}))
+    assert pipeline.review(pod(container(image=image)), at_zero).allowed
+    s = settings(
+        cluster={
+            "pools": [
+                {
+                    "name": "g4",
+                    "nodeSelector": {"cloud.google.com/gke-nodepool": "g4"},
+                    "driverVersion": "535.230.02",
+                    "gpuProduct": "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
+                }
+            ]
+        }
+    )
+    denied = pipeline.review(pod(container(image="nvcr.io/nvidia/pytorch:24.12-py3")), context([], s))
+    assert not denied.allowed
+    assert "GKE's own driver installer" not in denied.message, denied.message
+    assert "forward compatibility works only on data-center GPUs" in denied.message, denied.message

@@ -13,6 +13,7 @@ In ``warn`` mode nothing is steered (a safe roll-out changes no pod); would-be d
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import marshal
 import re
@@ -56,6 +57,7 @@ from webhook.cuda_version import (
     forward_barred,
     forward_branches,
     forward_off_platform,
+    forward_possible,
     image_cuda,
     show_mm,
     unmet,
@@ -377,6 +379,10 @@ def _container_line(a: Assessment, i: int, ctx: Context) -> str:
     if unknown:
         parts.append(f"driver unknown on {pool_names(unknown)}")
     return "; ".join([line, *parts])
+
+
+def _forward_but_for_wiring(facts: NodeFacts) -> bool:
+    return forward_possible(dataclasses.replace(facts, compat_wired=True)) is True
 
 
 def unmatched(a: Assessment, ctx: Context) -> str:
@@ -943,8 +949,10 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> tuple
         off = [g for g in blocked if id(g) not in told and forward_off_platform(c.requirement, facts_of(g), table)]
         told |= {id(g) for g in off}
         rest = [g for g in blocked if id(g) not in told]
-        unwired = [g for g in barred if not facts_of(g).compat_wired]
-        barred = [g for g in barred if facts_of(g).compat_wired]
+        # GKE's driver installer where forward compatibility would hold but for it (a data-center GPU); an RTX's
+        # or a GeForce's reason is its GPU's, wherever it runs
+        unwired = [g for g in barred if not facts_of(g).compat_wired and _forward_but_for_wiring(facts_of(g))]
+        barred = [g for g in barred if g not in unwired]
         if unwired:
             found = image_cuda(d.image) if d.image else None
             keep = (
