@@ -45,13 +45,15 @@ def _positive_int(value: str) -> int:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     if n > MAX_DAYS:
         raise argparse.ArgumentTypeError(
-            f"{value} is over {MAX_DAYS} (ten years; the CA lasts ten times as long, and dates end at the year 9999)"
+            f"{value} is over {MAX_DAYS} (a hundred years; the CA lasts ten times as long, and dates end at the year"
+            " 9999)"
         )
     return n
 
 
-MAX_DAYS = 3650
-"""The longest serving certificate: its CA is made for ten times as long (``certs.issue.CA_LIFETIME_FACTOR``)."""
+MAX_DAYS = 36500
+"""The longest serving certificate: its CA is made for ten times as long (``certs.issue.CA_LIFETIME_FACTOR``), and a
+certificate's dates end at the year 9999."""
 
 
 def _non_negative(value: str) -> float:

@@ -78,7 +78,7 @@ def test_issue_failure_exits_1_naming_the_directory(tmp_path, capsys):
         pytest.param([*ISSUE, "--dir", "x", "--days", "0"], "at least 1", id="zero-days"),
         pytest.param([*ISSUE, "--dir", "x", "--days", "soon"], "whole number", id="days-not-a-number"),
         # its CA, ten times as long, went past the year 9999: an OverflowError's traceback
-        pytest.param([*ISSUE, "--dir", "x", "--days", "300000"], "is over 3650 (ten years", id="days-past-9999"),
+        pytest.param([*ISSUE, "--dir", "x", "--days", "300000"], "is over 36500 (a hundred years", id="days-past-9999"),
         pytest.param(
             [*ISSUE, "--dir", "x", "--days", "20"], "must be less than --days (20)", id="renew-window-too-big"
         ),
