@@ -297,6 +297,9 @@ def _with_schedule(tmp_path: Path, schedule: str, *args: str) -> subprocess.Comp
         "@daily",
         "@midnight",
         "@weekly",
+        "0 3 */1 * *",
+        "0 3 1-31 * *",
+        "@every 168h",
         "@every 12h",
         "@every 1h30m",
     ],
@@ -311,7 +314,7 @@ def test_renew_schedule_accepts_what_kubernetes_accepts(tmp_path, schedule):
 @pytest.mark.parametrize(
     "schedule",
     ["@monthly", "@yearly", "@annually", "0 0 1 1 *", "59 23 31 12 6", "0 3 1-15/2 JAN,jul *", "0  0 31 * *",
-     "@every 8760h", "@every 20000m"],
+     "@every 8760h", "@every 20000m", "@every 500.0h", "@every 1000000s", "@every 100h100h", "@every 169h"],
 )  # fmt: skip
 def test_a_renew_schedule_rarer_than_weekly_is_refused(tmp_path, schedule):
     """Schedules Kubernetes takes, but between two of whose runs a certificate renewed 30 days before its end can
