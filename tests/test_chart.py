@@ -1039,3 +1039,16 @@ def test_cluster_autoscaler_may_remove_the_node_of_a_replica():
     # a values file whose podAnnotations is empty (null) still renders, as before the annotation
     emptied = dig(find(template("--set", "podAnnotations=null"), "Deployment"), "spec", "template", "metadata")
     assert "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes" in emptied["annotations"]
+
+
+def test_the_pre_upgrade_hook_may_put_a_new_ca_into_the_configurations_and_pre_install_binds_nothing():
+    """A Secret deleted by hand is made again by the pre-upgrade hook, which now puts the new CA beside the one the
+    configurations trust: bound to the release's ClusterRole for them (certs/kube.py), on upgrades only (before an
+    install that role does not exist, and binding it would take the installer the right to bind any role)."""
+    objects = render_values("defaults")
+    (pre,) = [o for o in find_all(objects, "ClusterRoleBinding") if o["metadata"]["name"].endswith("-certs-pre")]
+    assert hooks(pre) == {"pre-upgrade"}
+    role = find(objects, "ClusterRole", pre["roleRef"]["name"])
+    assert role["rules"][0]["resources"] == ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"]
+    (job,) = [j for j in find_all(objects, "Job") if j["metadata"]["name"] == pre["metadata"]["name"]]
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == pre["subjects"][0]["name"]
