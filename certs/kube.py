@@ -212,6 +212,7 @@ def ensure(
         return [_inject(api, kind, name, read, patch, ca_bundle(bundle)) for kind, name, read, patch in configs]
 
     decided: Plan | None = None
+    injected_early = False
     for _ in range(MAX_ROUNDS):
         try:
             obj: JSON | None = api.call(f"reading {what}", api.core.read_namespaced_secret, secret, namespace)
@@ -225,6 +226,13 @@ def ensure(
                 "delete it or name another Secret"
             )
         if create_only and obj is not None:
+            if injected_early:
+                # Another run made the Secret between our read and our create, after our own CA went in (and our
+                # patch may have landed after its last one): its CA goes in beside what is trusted now
+                try:
+                    inject(trusting(bundle_from_secret(obj), _trusted(api, configs), now))
+                except CertsError as err:
+                    say(f"the Secret's CA is not in the webhook configurations yet ({err}): the next run puts it")
             result.action = "kept"
             return result
         current = bundle_from_secret(obj) if obj is not None else None
@@ -244,6 +252,7 @@ def ensure(
             if trusted:
                 try:
                     inject(trusting(decided.bundle, trusted, now))
+                    injected_early = True
                 except CertsError as err:
                     if not create_only:
                         raise

@@ -432,3 +432,37 @@ def test_a_secret_deleted_by_hand_is_made_again_beside_the_ca_the_configurations
     # trusted for the CA's ten years (found by a review of this session's commits)
     run(api_client, now=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=11))
     assert {base64.b64decode(b) for b in ca_bundles(kube)} == {made.ca_crt}
+
+
+class PatchRacing(client.ApiClient):
+    """Lets another job run to completion just before our first patch of a webhook configuration."""
+
+    other: Callable[[], None] | None = None
+
+    def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if method == "PATCH" and "webhookconfigurations" in url and self.other is not None:
+            other, self.other = self.other, None
+            other()
+        return super().call_api(method, url, *args, **kwargs)
+
+
+def test_a_pre_upgrade_hook_that_loses_the_create_puts_the_winners_ca_in(kube, tmp_path):
+    """The Secret deleted by hand: the renewal Job made it again while the pre-upgrade hook was between reading the
+    configurations and patching them; the hook's patch (its own CA and the old one) landed last, it lost the create
+    and returned, and the caBundle trusted no CA of the leaf the pods then served (found by a review of this
+    session's commits)."""
+    put_mutating(kube)
+    put_validating(kube)
+    with client_for(kube, str(tmp_path / "setup")) as setup:
+        run(setup)
+    kube.delete("v1", "secrets", SECRET, NS)
+    with (
+        client_for(kube, str(tmp_path / "other")) as other_client,
+        client_for(kube, str(tmp_path / "ours"), PatchRacing) as ours,
+    ):
+        ours.other = lambda: run(other_client)  # the renewal Job, a full run
+        result, _ = run(ours, create_only=True)
+    assert result.raced and result.action == "kept"
+    served = ci.load_certificates(stored(kube).ca_crt)[0]
+    for bundle in ca_bundles(kube):
+        assert served in ci.load_certificates(base64.b64decode(bundle))
