@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from tests.kubeapi import KubeAPI
@@ -20,7 +21,7 @@ from webhook import watch
 from webhook.cluster import build_view
 from webhook.config import ClusterSettings, PoolSettings, Settings
 from webhook.errors import ConfigError
-from webhook.watch import Backoff, LiveCluster, kubeconfig_paths, live_cluster_from_environment
+from webhook.watch import Backoff, LiveCluster, _no_retries, kubeconfig_paths, live_cluster_from_environment
 
 DEADLINE = 10.0
 
@@ -77,11 +78,14 @@ def make_live(
         "connect_timeout": 1.0,
     }
     defaults.update(kwargs)
-    return LiveCluster(
-        settings,
-        lambda: k8s_config.new_client_from_config(config_file=kubeconfig),  # type: ignore[no-untyped-call]
-        **defaults,
-    )
+
+    def factory() -> Any:  # as the server's: urllib3 asks no answer again (watch._no_retries)
+        cfg = k8s_client.Configuration()
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+        _no_retries(cfg)
+        return k8s_client.ApiClient(cfg)
+
+    return LiveCluster(settings, factory, **defaults)
 
 
 @pytest.fixture
@@ -548,3 +552,4 @@ def test_retry_after_is_waited_in_the_loop_and_said(
         assert time.monotonic() - started >= 2.0
     finally:
         live.stop()
+

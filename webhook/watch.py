@@ -521,11 +521,15 @@ def _close(client: Any) -> None:
 
 
 def _no_retries(cfg: Any) -> None:
-    """No retries inside urllib3 (its default: 3, each 429 or 503 with a Retry-After slept through, unlogged, the
-    loop blind meanwhile): the watch loop retries, logs, and waits as Retry-After says (``_retry_after``)."""
+    """No answer asked again inside urllib3 (its default: 3 tries, each 429 or 503 with a Retry-After slept through,
+    unlogged, the loop blind meanwhile): the watch loop retries, logs, and waits as Retry-After says
+    (``_retry_after``). A connection error or a kept connection the server closed is still tried once more on a new
+    one (a reused connection a server or proxy closed would otherwise be a warning and a backoff)."""
     import urllib3
 
-    cfg.retries = urllib3.Retry(total=0, redirect=0, respect_retry_after_header=False, raise_on_status=False)
+    cfg.retries = urllib3.Retry(
+        total=None, connect=1, read=1, status=0, redirect=0, respect_retry_after_header=False, raise_on_status=False
+    )
 
 
 def kubeconfig_paths(environ: dict[str, str] | None = None) -> list[str]:
