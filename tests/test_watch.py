@@ -552,4 +552,3 @@ def test_retry_after_is_waited_in_the_loop_and_said(
         assert time.monotonic() - started >= 2.0
     finally:
         live.stop()
-
