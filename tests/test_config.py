@@ -97,6 +97,11 @@ def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
             id="owner-kind-in-lower-case",
         ),
         pytest.param(
+            "spot:\n  ownerDefaults: {DaemonSet: never}\n",
+            "spot.ownerDefaults: DaemonSet: never: a default never leaves a DaemonSet's pods alone",
+            id="never-for-daemonsets-that-it-leaves-alone",
+        ),
+        pytest.param(
             "spot:\n  ownerDefaults: {CronJob.batch: tolerate}\n",
             "spot.ownerDefaults: CronJob owns no pod (its Jobs own them)",
             id="owner-with-group-that-owns-no-pod",

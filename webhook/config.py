@@ -273,7 +273,13 @@ class SpotSettings:
                 "spot.ownerDefaults: CronJob owns no pod (its Jobs own them): a default for CronJob would never"
                 " apply; use Job (the pods of every Job, a CronJob's included)"
             )
-        for kind in self.owner_defaults:
+        for kind, mode in self.owner_defaults.items():
+            if mode == "never" and kind.split(".", 1)[0] == "DaemonSet":
+                raise ConfigError(
+                    f"spot.ownerDefaults: {kind}: never: a default never leaves a DaemonSet's pods alone (they run on"
+                    " every node they may, spot nodes' GPU plugins among them), so it would never apply; annotate the"
+                    " DaemonSet's template gpu-admission.io/spot: never to keep it off spot nodes"
+                )
             if kind.startswith("ReplicationController."):
                 raise ConfigError(
                     "spot.ownerDefaults: ReplicationController is of the core API group, which has no name: write"
