@@ -299,6 +299,8 @@ def _with_schedule(tmp_path: Path, schedule: str, *args: str) -> subprocess.Comp
         "@weekly",
         "0 3 */1 * *",
         "0 3 1-31 * *",
+        "0 3 */2 * *",
+        "0 3 1-31/2 * *",
         "@every 168h",
         "@every 12h",
         "@every 1h30m",
@@ -314,7 +316,8 @@ def test_renew_schedule_accepts_what_kubernetes_accepts(tmp_path, schedule):
 @pytest.mark.parametrize(
     "schedule",
     ["@monthly", "@yearly", "@annually", "0 0 1 1 *", "59 23 31 12 6", "0 3 1-15/2 JAN,jul *", "0  0 31 * *",
-     "@every 8760h", "@every 20000m", "@every 500.0h", "@every 1000000s", "@every 100h100h", "@every 169h"],
+     "@every 8760h", "@every 20000m", "@every 500.0h", "@every 1000000s", "@every 100h100h", "@every 169h",
+     "0 3 */8 * *"],
 )  # fmt: skip
 def test_a_renew_schedule_rarer_than_weekly_is_refused(tmp_path, schedule):
     """Schedules Kubernetes takes, but between two of whose runs a certificate renewed 30 days before its end can
@@ -386,3 +389,9 @@ if __name__ == "__main__":
         _write()
     else:
         print(__doc__)
+
+
+def test_a_renew_schedule_of_under_a_minute_is_refused(tmp_path):
+    """@every 1ms: Kubernetes runs such a CronJob every second, a certs Job a second against the API server."""
+    proc = _with_schedule(tmp_path, "@every 1ms")
+    assert proc.returncode != 0 and "more often than once a minute" in proc.stderr, proc.stderr
