@@ -1403,20 +1403,15 @@ def test_a_refusal_gives_each_pool_its_own_reason_its_forward_branches_do_not_he
     assert "They do not match the driver of pool r545." in message
 
 
+def _gke_pool(name: str, product: str, driver: str = "535.230.02", **selector: str) -> dict[str, Any]:
+    """A GKE pool declared in settings: GKE's own driver installer gives no GPU feature discovery labels."""
+    node_selector = {"cloud.google.com/gke-nodepool": name, **selector}
+    return {"name": name, "nodeSelector": node_selector, "driverVersion": driver, "gpuProduct": product}
+
+
 def _gke(driver: str) -> Context:
     """A GKE pool of H100s on GKE's own driver installer (no GPU feature discovery: the driver from settings)."""
-    s = settings(
-        cluster={
-            "pools": [
-                {
-                    "name": "h100",
-                    "nodeSelector": {"cloud.google.com/gke-nodepool": "h100"},
-                    "driverVersion": driver,
-                    "gpuProduct": H100,
-                }
-            ]
-        }
-    )
+    s = settings(cluster={"pools": [_gke_pool("h100", H100, driver)]})
     node = gpu_node("gke-h100-1", "h100", None, gfd="none", pool_label="cloud.google.com/gke-nodepool")
     node["metadata"]["labels"].update({"cloud.google.com/gke-accelerator": "nvidia-h100-80gb", PLATFORM: "amd64"})
     return context([node], s)
@@ -1461,27 +1456,11 @@ def test_gkes_gpu_operator_pools_keep_their_forward_compatibility_and_an_rtx_is_
     RTX GPUs the words blamed the driver installer, where forward compatibility is not known to work on the GPU
     at all (found by a review of this session's commits)."""
     image = "nvidia/cuda:12.8.0-base-ubuntu22.04"
-    declared = {
-        "name": "h100",
-        "nodeSelector": {"cloud.google.com/gke-nodepool": "h100", "nvidia.com/gpu.present": "true"},
-        "driverVersion": "535.230.02",
-        "gpuProduct": H100,
-    }
-    at_zero = context([], settings(cluster={"pools": [declared]}))
+    operator = _gke_pool("h100", H100, **{"nvidia.com/gpu.present": "true"})
+    at_zero = context([], settings(cluster={"pools": [operator]}))
     assert pipeline.review(pod(container(image=image)), at_zero).allowed
-    s = settings(
-        cluster={
-            "pools": [
-                {
-                    "name": "g4",
-                    "nodeSelector": {"cloud.google.com/gke-nodepool": "g4"},
-                    "driverVersion": "535.230.02",
-                    "gpuProduct": "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
-                }
-            ]
-        }
-    )
-    denied = pipeline.review(pod(container(image="nvcr.io/nvidia/pytorch:24.12-py3")), context([], s))
+    rtx = settings(cluster={"pools": [_gke_pool("g4", "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition")]})
+    denied = pipeline.review(pod(container(image="nvcr.io/nvidia/pytorch:24.12-py3")), context([], rtx))
     assert not denied.allowed
     assert "GKE's own driver installer" not in denied.message, denied.message
     assert "forward compatibility works only on data-center GPUs" in denied.message, denied.message

@@ -206,6 +206,17 @@ TRICKLERS = 300
 """More clients that trickle a request than the old default of 16 request threads a worker."""
 
 
+def _a_review_waited(server: Server) -> float:
+    """Seconds a review took on a new connection (answered 200, allowed), as the apiserver sends one."""
+    client = server.client(timeout=60)
+    started = time.monotonic()
+    status, body = client.post("/validate", review(gpu_pod()))
+    waited = time.monotonic() - started
+    client.close()
+    assert status == 200 and body["response"]["allowed"] is True, body
+    return waited
+
+
 def test_clients_that_trickle_do_not_hold_up_the_reviews(tmp_path: Path) -> None:
     """Each trickling client holds a request thread until its request's deadline (10 s): with as many of them as a
     worker has threads, a review waited that long, past kube-apiserver's timeout. Threads are made only when every
@@ -229,12 +240,7 @@ def test_clients_that_trickle_do_not_hold_up_the_reviews(tmp_path: Path) -> None
         sender.start()
         try:
             time.sleep(1.5)  # every trickler has its thread by now
-            client = server.client(timeout=30)
-            started = time.monotonic()
-            status, body = client.post("/validate", review(gpu_pod()))
-            waited = time.monotonic() - started
-            client.close()
-            assert status == 200 and body["response"]["allowed"] is True, body
+            waited = _a_review_waited(server)
             assert waited < 4.0, f"the review waited {waited:.1f} s behind {TRICKLERS} trickling clients"
         finally:
             stop.set()
@@ -343,12 +349,7 @@ def test_clients_that_neither_read_nor_close_do_not_hold_up_the_reviews(tmp_path
             held.append(tls)
         try:
             time.sleep(0.5)
-            client = server.client(timeout=60)
-            started = time.monotonic()
-            status, answer = client.post("/validate", review(gpu_pod()))
-            waited = time.monotonic() - started
-            client.close()
-            assert status == 200 and answer["response"]["allowed"] is True, answer
+            waited = _a_review_waited(server)
             assert waited < 1.5, f"the review waited {waited:.1f} s behind 10 clients that did not close"
         finally:
             for tls in held:
