@@ -1818,3 +1818,18 @@ def test_a_never_default_leaves_daemonsets_and_bound_pods_alone() -> None:
     asked = copy.deepcopy(plugin)
     asked["metadata"]["annotations"] = {ANNOTATION: "never"}
     assert required_of(mutate(asked, ctx).object) == [{"matchExpressions": NOT_EKS_SPOT}]
+
+
+@pytest.mark.parametrize("mode", ["require", "prefer"])
+def test_a_pod_bound_to_a_node_gets_no_spot_affinity(mode: str) -> None:
+    """A pod created with spec.nodeName (a custom scheduler, a controller that places its pods) got the required
+    affinity of require, and the kubelet refuses a bound pod whose node fails it (found by a review of this
+    session's commits); nothing is left to prefer either. Its tolerations stay."""
+    nodes = [node("spot", {EKS: "SPOT"}), node("on-demand", {EKS: "ON_DEMAND"})]
+    bound = pod(mode)
+    bound["spec"]["nodeName"] = "on-demand"
+    result = mutate(bound, context(nodes))
+    assert "affinity" not in result.object["spec"]
+    assert "bound to node on-demand: no affinity" in (applied(result) or "")
+    told = [w for w in result.warnings if "bound to node on-demand, which is not spot capacity" in w]
+    assert bool(told) is (mode == "require"), result.warnings

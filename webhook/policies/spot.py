@@ -538,7 +538,16 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     else:
         parts.append("no spot taint in the provider presets to tolerate")
 
-    if mode in ("prefer", "require"):
+    bound = as_str(pod.spec.get("nodeName"))
+    if mode in ("prefer", "require") and bound:
+        # Placed already: the kubelet refuses a bound pod whose node fails its required affinity, and nothing is
+        # left to prefer. Where its node is known and not spot capacity, require is told it is not met.
+        parts.append(f"bound to node {bound[:80]}: no affinity")
+        node = next((g for g in ctx.cluster.groups if bound in g.nodes), None)
+        if mode == "require" and node is not None and not node.spot:
+            said = f"spot require: the pod is bound to node {bound}, which is not spot capacity"
+            out.warn(clipped(said, WARNING_LIMIT))
+    elif mode in ("prefer", "require"):
         terms, shown, on_cluster = _spot_places(ctx)
         changed = _forget_places(pod, ctx, mode, terms)
         if mode == "prefer" and on_cluster:
