@@ -1316,7 +1316,8 @@ def test_never_keeps_off_spot_nodes_that_carry_no_taint(value: str) -> None:
     result = mutate(pod(value), context(nodes))
     assert required_of(result.object) == [{"matchExpressions": NOT_EKS_SPOT}]
     assert applied(result) == (
-        f"never (asked by annotation); keeps off spot capacity, whose nodes it would tolerate: requires not {EKS}=SPOT"
+        "never (asked by annotation); keeps off spot capacity, whose nodes it would tolerate: requires none of"
+        f" {EKS}=SPOT"
     )
     assert result.outcome.mutations == ["spot-affinity"] and result.warnings == []
     # a template moved to tolerate loses it again, and is as a fresh workload of that mode
@@ -1340,7 +1341,7 @@ def test_never_keeps_off_the_spot_nodes_an_autoscaler_may_add(key: str, on_deman
     nodes = [node("on-demand", {key: on_demand})]
     result = mutate(pod("never"), context(nodes))
     assert required_of(result.object) == [{"matchExpressions": [{"key": key, "operator": "NotIn", "values": [spot]}]}]
-    assert (applied(result) or "").endswith(f"requires not {key}={spot}")
+    assert (applied(result) or "").endswith(f"requires none of {key}={spot}")
     again = mutate(result.object, context(nodes))
     assert again.patch == [] and applied(again) == applied(result)  # the second pass says the same
     assert mutate(pod("never"), context([ON_DEMAND])).patch == []  # GKE, on demand only: no spot label on the cluster
@@ -1383,7 +1384,7 @@ def test_never_adds_nothing_where_the_spot_nodes_taint_keeps_the_pod_off() -> No
     ]
 
 
-KEPT_OFF = "keeps off spot capacity, whose nodes it would tolerate: requires not "
+KEPT_OFF = "keeps off spot capacity, whose nodes it would tolerate: requires none of "
 
 
 def test_never_keeps_its_affinity_on_a_second_pass_after_the_cuda_steering() -> None:
@@ -1833,3 +1834,18 @@ def test_a_pod_bound_to_a_node_gets_no_spot_affinity(mode: str) -> None:
     assert "bound to node on-demand: no affinity" in (applied(result) or "")
     told = [w for w in result.warnings if "bound to node on-demand, which is not spot capacity" in w]
     assert bool(told) is (mode == "require"), result.warnings
+
+
+def test_never_reads_the_words_earlier_releases_wrote() -> None:
+    """ "requires not A or B" read as "(not A) or B" (a review of the docs against the code): the words are now
+    "requires none of A or B", and a pod or template that carries the earlier words keeps them and its affinity."""
+    nodes = [node("spot", {EKS: "SPOT"}), node("on-demand", {EKS: "ON_DEMAND"})]
+    ctx = context(nodes)
+    first = mutate(pod("never"), ctx).object
+    earlier = applied(pipeline.mutate(first, ctx)) or ""
+    assert earlier.endswith(f"{KEPT_OFF}{EKS}=SPOT")
+    written = earlier.replace(KEPT_OFF, spot.KEPT_OFF_BEFORE)
+    first["metadata"]["annotations"][APPLIED] = written
+    again = pipeline.mutate(first, context(nodes))
+    assert again.patch == [] and applied(again) == written
+    assert required_of(again.object) == [{"matchExpressions": NOT_EKS_SPOT}]

@@ -118,8 +118,10 @@ UNDONE = "removed what "
 NVIDIA_RESOURCES = "nvidia.com/"
 OWN_TOLERATIONS = "its own: "
 """How the spot-applied part begins that names the tolerations the pod had itself (``_own_tolerations``)."""
-KEPT_OFF = "keeps off spot capacity, whose nodes it would tolerate: requires not "
+KEPT_OFF = "keeps off spot capacity, whose nodes it would tolerate: requires none of "
 """How the spot-applied part that says what ``never`` added begins; the places follow (``_said_off_spot``)."""
+KEPT_OFF_BEFORE = "keeps off spot capacity, whose nodes it would tolerate: requires not "
+"""The same words as earlier releases wrote them ("requires not A or B" read as "(not A) or B"): still read."""
 
 
 @dataclass(frozen=True)
@@ -412,7 +414,7 @@ def _negated(terms: Sequence[Sequence[Expression]]) -> list[list[list[Expression
 def _said_off_spot(text: str, ctx: Context | None = None) -> list[list[list[Expression]]] | None:
     """The narrowings a spot-applied text says ``never`` added; [] when it says none, None when unreadable (or,
     given ``ctx``, when it names a place that is no spot place: words to be said again must be true)."""
-    terms = _said_places(text, KEPT_OFF)
+    terms = _said_places(text, KEPT_OFF) if KEPT_OFF in text else _said_places(text, KEPT_OFF_BEFORE)
     if terms and ctx is not None and not all(_spot_place(t, ctx) for t in terms):
         return None
     return None if terms is None else _negated(terms)
@@ -471,7 +473,7 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
         out.mutated("spot-affinity")
     out.reasons.append("SpotNever")
     if kept:
-        words = next(p for p in earlier.split("; ") if p.startswith(KEPT_OFF))
+        words = next(p for p in earlier.split("; ") if p.startswith((KEPT_OFF, KEPT_OFF_BEFORE)))
         return words + "".join(f" or {text}" for _, text in fresh)
     return KEPT_OFF + shown
 
