@@ -250,9 +250,9 @@ def ensure(
             # whose post-upgrade run may never come (a failed or rolled-back upgrade)
             trusted = _trusted(api, configs)
             if trusted:
+                injected_early = True  # also where it failed halfway: one configuration may hold our CA alone
                 try:
                     inject(trusting(decided.bundle, trusted, now))
-                    injected_early = True
                 except CertsError as err:
                     if not create_only:
                         raise

@@ -466,3 +466,36 @@ def test_a_pre_upgrade_hook_that_loses_the_create_puts_the_winners_ca_in(kube, t
     served = ci.load_certificates(stored(kube).ca_crt)[0]
     for bundle in ca_bundles(kube):
         assert served in ci.load_certificates(base64.b64decode(bundle))
+
+
+class HalfForbidden(PatchRacing):
+    """PatchRacing whose patches of the validating configuration are refused (403), as an RBAC half-granted."""
+
+    def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if method == "PATCH" and "validatingwebhookconfigurations" in url:
+            if self.other is not None:
+                other, self.other = self.other, None
+                other()
+            raise client.ApiException(status=403, reason="Forbidden")
+        return super().call_api(method, url, *args, **kwargs)
+
+
+def test_a_pre_upgrade_hook_whose_early_inject_half_failed_still_puts_the_winners_ca_in(kube, tmp_path):
+    """Its mutating configuration took its own CA, its validating one refused (403), and it lost the create: it did
+    not put the winner's CA in, as it had not counted the half-done inject (found by a review of this session's
+    commits); the mutating webhooks then refused the served certificate."""
+    put_mutating(kube)
+    put_validating(kube)
+    with client_for(kube, str(tmp_path / "setup")) as setup:
+        run(setup)
+    kube.delete("v1", "secrets", SECRET, NS)
+    with (
+        client_for(kube, str(tmp_path / "other")) as other_client,
+        client_for(kube, str(tmp_path / "ours"), HalfForbidden) as ours,
+    ):
+        ours.other = lambda: run(other_client)
+        result, _ = run(ours, create_only=True)
+    assert result.raced and result.action == "kept"
+    served = ci.load_certificates(stored(kube).ca_crt)[0]
+    for bundle in ca_bundles(kube):
+        assert served in ci.load_certificates(base64.b64decode(bundle))

@@ -163,6 +163,12 @@ def test_every_values_set_renders_settings_the_server_loads(tmp_path, name):
             ["--set-json", 'config.cluster.pools=[{"name":"p","nodeSelector":{}}]'], "nodeSelector", id="empty-selector"
         ),
         pytest.param(["--set", "config.spot.gpuTaintPresets={sku-gpu}"], "gpuTaintPresets", id="unknown-preset"),
+        # the server refuses it at start: its pods would crash-loop after the upgrade
+        pytest.param(
+            ["--set", "config.spot.ownerDefaults.DaemonSet=never"],
+            "DaemonSet: never: a default never leaves a DaemonSet's pods alone",
+            id="never-default-for-daemonsets",
+        ),
         # the hook Job's CA (ten times as long) went past the year 9999 and crashed after install
         pytest.param(["--set", "certs.selfSigned.days=300000"], "/certs/selfSigned/days", id="days-past-9999"),
         # Bounds between two values, which JSON schema cannot state: `fail` in the templates.
@@ -302,6 +308,7 @@ def _with_schedule(tmp_path: Path, schedule: str, *args: str) -> subprocess.Comp
         "0 3 */2 * *",
         "0 3 1-31/2 * *",
         "@every 168h",
+        "@every 90000ms",
         "@every 12h",
         "@every 1h30m",
     ],

@@ -1849,3 +1849,18 @@ def test_never_reads_the_words_earlier_releases_wrote() -> None:
     again = pipeline.mutate(first, context(nodes))
     assert again.patch == [] and applied(again) == written
     assert required_of(again.object) == [{"matchExpressions": NOT_EKS_SPOT}]
+
+
+@pytest.mark.parametrize("mode", ["require", "prefer"])
+def test_a_pod_bound_after_a_pass_loses_the_affinity_that_pass_added(mode: str) -> None:
+    """A first pass added spot affinity; a later webhook bound the pod (spec.nodeName) and the reinvocation wrote
+    "bound to node ...: no affinity" over the words that named it, leaving the affinity, which no pass could then
+    take out, and the kubelet refused the pod (found by a review of this session's commits)."""
+    nodes = [node("spot", {EKS: "SPOT"}), node("on-demand", {EKS: "ON_DEMAND"})]
+    ctx = context(nodes)
+    first = mutate(pod(mode), ctx).object
+    assert "affinity" in first["spec"]
+    first["spec"]["nodeName"] = "on-demand"
+    again = mutate(first, context(nodes, **{}))
+    assert "affinity" not in again.object["spec"], again.object["spec"]
+    assert "bound to node on-demand: no affinity" in (applied(again) or "")

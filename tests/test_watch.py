@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import multiprocessing
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -552,3 +554,56 @@ def test_retry_after_is_waited_in_the_loop_and_said(
         assert time.monotonic() - started >= 2.0
     finally:
         live.stop()
+
+
+def test_an_api_server_whose_certificate_is_not_trusted_is_asked_a_few_times_at_most(tmp_path: Path) -> None:
+    """The watch's clients ask urllib3 for no answer again, and retry a connection error once: with its `other`
+    count unset, a TLS failure was asked again without end inside urllib3, unseen by the loop (no warning, no
+    backoff, a flood of connections to the API server; found by a review of this session's commits)."""
+    import ssl
+
+    import urllib3
+
+    from tests.serving import issue_certs
+
+    certs = issue_certs(tmp_path / "certs")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(certs / "tls.crt"), str(certs / "tls.key"))
+    accepted: list[int] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            with contextlib.suppress(OSError, ssl.SSLError):
+                context.wrap_socket(conn, server_side=True).close()
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    class Configuration:
+        retries: Any = None
+
+    cfg = Configuration()
+    _no_retries(cfg)
+    http = urllib3.PoolManager(retries=cfg.retries, cert_reqs="CERT_REQUIRED", ca_certs=str(tmp_path / "none.pem"))
+    (tmp_path / "none.pem").write_bytes((issue_certs(tmp_path / "other") / "ca.crt").read_bytes())
+    outcome: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            http.request("GET", f"https://127.0.0.1:{port}/api/v1/nodes", timeout=2)
+        except BaseException as err:
+            outcome.append(err)
+
+    asker = threading.Thread(target=ask, daemon=True)
+    asker.start()
+    asker.join(10)
+    listener.close()
+    assert not asker.is_alive() and outcome, f"still asking after {len(accepted)} connections"
+    assert len(accepted) <= 3, accepted

@@ -528,7 +528,14 @@ def _no_retries(cfg: Any) -> None:
     import urllib3
 
     cfg.retries = urllib3.Retry(
-        total=None, connect=1, read=1, status=0, redirect=0, respect_retry_after_header=False, raise_on_status=False
+        total=2,  # and no other error asked again: with other=None a TLS failure was retried without end, unseen
+        connect=1,
+        read=1,
+        status=0,
+        redirect=0,
+        other=0,
+        respect_retry_after_header=False,
+        raise_on_status=False,
     )
 
 

@@ -474,6 +474,8 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     out.reasons.append("SpotNever")
     if kept:
         words = next(p for p in earlier.split("; ") if p.startswith((KEPT_OFF, KEPT_OFF_BEFORE)))
+        if fresh and words.startswith(KEPT_OFF_BEFORE):  # written anew anyway: in the words of now
+            words = KEPT_OFF + words[len(KEPT_OFF_BEFORE) :]
         return words + "".join(f" or {text}" for _, text in fresh)
     return KEPT_OFF + shown
 
@@ -545,6 +547,8 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         # Placed already: the kubelet refuses a bound pod whose node fails its required affinity, and nothing is
         # left to prefer. Where its node is known and not spot capacity, require is told it is not met.
         parts.append(f"bound to node {bound[:80]}: no affinity")
+        if _forget_places(pod, ctx, mode, []):  # what an earlier pass added before the pod was bound goes
+            out.mutated("spot-affinity")
         node = next((g for g in ctx.cluster.groups if bound in g.nodes), None)
         if mode == "require" and node is not None and not node.spot:
             said = f"spot require: the pod is bound to node {bound}, which is not spot capacity"
