@@ -1511,6 +1511,11 @@ def test_the_pods_of_a_never_template_are_kept_off_a_spot_pool_declared_since() 
     assert applied(result) == (
         f"never (asked by annotation); {KEPT_OFF}{EKS}=SPOT or pool cw-spot (example.com/pool=a)"
     )
+    # words of an earlier release, written anew for the place added: in the words of now
+    made["metadata"]["annotations"][APPLIED] = made["metadata"]["annotations"][APPLIED].replace(
+        KEPT_OFF, spot.KEPT_OFF_BEFORE
+    )
+    assert applied(mutate(made, context(nodes, pools=(declared,)))) == applied(result)
 
 
 def test_a_never_template_given_a_spot_pools_selector_is_warned_that_it_matches_no_node() -> None:
