@@ -446,28 +446,6 @@ class PatchRacing(client.ApiClient):
         return super().call_api(method, url, *args, **kwargs)
 
 
-def test_a_pre_upgrade_hook_that_loses_the_create_puts_the_winners_ca_in(kube, tmp_path):
-    """The Secret deleted by hand: the renewal Job made it again while the pre-upgrade hook was between reading the
-    configurations and patching them; the hook's patch (its own CA and the old one) landed last, it lost the create
-    and returned, and the caBundle trusted no CA of the leaf the pods then served (found by a review of this
-    session's commits)."""
-    put_mutating(kube)
-    put_validating(kube)
-    with client_for(kube, str(tmp_path / "setup")) as setup:
-        run(setup)
-    kube.delete("v1", "secrets", SECRET, NS)
-    with (
-        client_for(kube, str(tmp_path / "other")) as other_client,
-        client_for(kube, str(tmp_path / "ours"), PatchRacing) as ours,
-    ):
-        ours.other = lambda: run(other_client)  # the renewal Job, a full run
-        result, _ = run(ours, create_only=True)
-    assert result.raced and result.action == "kept"
-    served = ci.load_certificates(stored(kube).ca_crt)[0]
-    for bundle in ca_bundles(kube):
-        assert served in ci.load_certificates(base64.b64decode(bundle))
-
-
 class HalfForbidden(PatchRacing):
     """PatchRacing whose patches of the validating configuration are refused (403), as an RBAC half-granted."""
 
@@ -480,10 +458,13 @@ class HalfForbidden(PatchRacing):
         return super().call_api(method, url, *args, **kwargs)
 
 
-def test_a_pre_upgrade_hook_whose_early_inject_half_failed_still_puts_the_winners_ca_in(kube, tmp_path):
-    """Its mutating configuration took its own CA, its validating one refused (403), and it lost the create: it did
-    not put the winner's CA in, as it had not counted the half-done inject (found by a review of this session's
-    commits); the mutating webhooks then refused the served certificate."""
+@pytest.mark.parametrize("racing", [PatchRacing, HalfForbidden], ids=["patch-landing-last", "half-forbidden"])
+def test_a_pre_upgrade_hook_that_loses_the_create_puts_the_winners_ca_in(kube, tmp_path, racing):
+    """The Secret deleted by hand: the renewal Job made it again while the pre-upgrade hook was between reading the
+    configurations and patching them. The hook's patch (its own CA and the old one) landed last, it lost the create
+    and returned, and the caBundle trusted no CA of the leaf the pods then served; so too where its validating
+    configuration refused it (403) after the mutating one took it, a half-done inject it did not count (found by
+    reviews of this session's commits)."""
     put_mutating(kube)
     put_validating(kube)
     with client_for(kube, str(tmp_path / "setup")) as setup:
@@ -491,9 +472,9 @@ def test_a_pre_upgrade_hook_whose_early_inject_half_failed_still_puts_the_winner
     kube.delete("v1", "secrets", SECRET, NS)
     with (
         client_for(kube, str(tmp_path / "other")) as other_client,
-        client_for(kube, str(tmp_path / "ours"), HalfForbidden) as ours,
+        client_for(kube, str(tmp_path / "ours"), racing) as ours,
     ):
-        ours.other = lambda: run(other_client)
+        ours.other = lambda: run(other_client)  # the renewal Job, a full run
         result, _ = run(ours, create_only=True)
     assert result.raced and result.action == "kept"
     served = ci.load_certificates(stored(kube).ca_crt)[0]
