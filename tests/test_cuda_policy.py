@@ -1459,6 +1459,11 @@ def test_gkes_gpu_operator_pools_keep_their_forward_compatibility_and_an_rtx_is_
     operator = _gke_pool("h100", H100, **{"nvidia.com/gpu.present": "true"})
     at_zero = context([], settings(cluster={"pools": [operator]}))
     assert pipeline.review(pod(container(image=image)), at_zero).allowed
+    # GKE's own driver installer, its pool at zero: refused (the view's own gpu.product label on a declared pool
+    # made every one of them count as the GPU Operator's: found re-reading this change)
+    installer = context([], settings(cluster={"pools": [_gke_pool("h100", H100)]}))
+    refused = pipeline.review(pod(container(image=image)), installer)
+    assert not refused.allowed and "GKE's own driver installer" in refused.message, refused.message
     rtx = settings(cluster={"pools": [_gke_pool("g4", "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition")]})
     denied = pipeline.review(pod(container(image="nvcr.io/nvidia/pytorch:24.12-py3")), context([], rtx))
     assert not denied.allowed

@@ -16,6 +16,7 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
@@ -346,9 +347,10 @@ def start_event_relay(settings: Settings, discover: bool) -> Relay | None:
     return start_relay(sender)
 
 
-def start_metrics_server(port: int, addr: str = "0.0.0.0") -> None:
-    """Serve Prometheus text on ``addr:port`` (plain HTTP) from the gunicorn master, aggregating every worker."""
-    _metrics.start_metrics_server(port, addr)
+def start_metrics_server(port: int, addrs: Sequence[str] = ("0.0.0.0",)) -> None:
+    """Serve Prometheus text on ``port`` of each address (plain HTTP) from the gunicorn master, aggregating every
+    worker."""
+    _metrics.start_metrics_server(port, addrs)
 
 
 def worker_exited(pid: int) -> None:

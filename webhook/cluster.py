@@ -47,6 +47,21 @@ GPU_VENDOR_PREFIX = "nvidia.com/"
 """What the NVIDIA device plugin names its resources with (whole GPUs, shared GPUs, MIG devices)."""
 GKE_PARTITION_LABEL = "cloud.google.com/gke-gpu-partition-size"
 GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+GKE_LABELS = "cloud.google.com/gke-"
+
+
+def compat_wired(labels: Mapping[str, str], driver_source: str) -> bool:
+    """Whether a group's container runtime loads an image's CUDA compat libraries: not on GKE's own driver installer
+    and device plugin (a GKE label, and no label of GPU feature discovery, which comes with the GPU Operator and its
+    toolkit; a declared pool scaled to zero shows one where its nodeSelector names one, nvidia.com/gpu.present).
+    There a container sees the node's libcuda first (nvidia/cuda's LD_LIBRARY_PATH names GKE's /usr/local/nvidia),
+    and an image newer than the driver fails "CUDA driver version is insufficient". Worked out once per group, when
+    the view is built."""
+    if driver_source.startswith(GFD) or any(key.startswith(GFD) for key in labels):
+        return True  # GPU feature discovery's labels: the GPU Operator, and its toolkit, run the GPUs
+    return not any(key.startswith(GKE_LABELS) for key in labels)
+
+
 GKE_DRIVER_LABEL = "cloud.google.com/gke-gpu-driver-version"
 GKE_SHARING_LABEL = "cloud.google.com/gke-gpu-sharing-strategy"
 """GKE's GPU sharing on a node pool (GPUSharingConfig: ``time-sharing`` or ``mps``), with the most clients a GPU
@@ -138,6 +153,8 @@ class NodeGroup:
     """Facts a user should know about the group, in words (unknown driver, MIG layout changing ...)."""
     driver_version_text: str = ""
     """The driver version as the node or settings wrote it: the fact itself (Tegra's 540.4.0 has no padded part)."""
+    compat_wired: bool = True
+    """The nodes' container runtime loads an image's CUDA compat libraries (``compat_wired``)."""
 
     @property
     def has_gpu(self) -> bool:
@@ -1158,6 +1175,7 @@ class _Builder:
             driver=driver,
             driver_source=driver_source,
             driver_version_text=driver_text if driver else "",
+            compat_wired=compat_wired(labels, driver_source),
             cuda=cuda,
             cuda_source=cuda_source,
             mig_strategy=strategy,
@@ -1212,6 +1230,7 @@ class _Builder:
             gpu_count=pool.gpu_count,
             driver=driver,
             driver_source=f"settings (pool {pool.name})" if driver else "",
+            compat_wired=compat_wired(pool.node_selector, ""),  # the labels its nodes will carry, not those added
             driver_version_text=pool.driver_version.strip() if driver else "",
             cuda=cuda,
             cuda_source=f"driver {show_driver(driver)} via the CUDA/driver table" if cuda and driver else "",

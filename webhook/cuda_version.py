@@ -727,22 +727,8 @@ def facts_of(group: NodeGroup) -> NodeFacts:
     labels = group.labels
     return _facts(
         group.cuda, group.driver, group.gpu_product, labels.get(GFD + "gpu.compute.major", ""),
-        labels.get(GFD + "gpu.compute.minor", ""), labels.get(PLATFORM_LABEL, ""), compat_wired(group),
+        labels.get(GFD + "gpu.compute.minor", ""), labels.get(PLATFORM_LABEL, ""), group.compat_wired,
     )  # fmt: skip
-
-
-def compat_wired(group: NodeGroup) -> bool:
-    """Whether the group's container runtime loads an image's compat libraries: not on GKE's own driver installer
-    and device plugin (a GKE label, and no label of GPU feature discovery, which comes with the GPU Operator and its
-    toolkit; a declared pool scaled to zero shows one where its nodeSelector names one, nvidia.com/gpu.present).
-    There a container sees the node's libcuda first (nvidia/cuda's LD_LIBRARY_PATH names GKE's /usr/local/nvidia),
-    and an image newer than the driver fails "CUDA driver version is insufficient"."""
-    if group.driver_source.startswith(GFD) or any(key.startswith(GFD) for key in group.labels):
-        return True  # GPU feature discovery's labels: the GPU Operator, and its toolkit, run the GPUs
-    return not any(key.startswith(GKE_LABELS) for key in group.labels)
-
-
-GKE_LABELS = "cloud.google.com/gke-"
 
 
 PLATFORM_LABEL = "kubernetes.io/arch"

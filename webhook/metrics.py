@@ -19,7 +19,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
@@ -346,8 +346,9 @@ def master_registry(path: str) -> CollectorRegistry:
     return registry
 
 
-def start_metrics_server(port: int, addr: str = "0.0.0.0") -> None:
-    """Serve ``/metrics`` as plain HTTP on ``port`` from the gunicorn master, adding up every worker's samples.
+def start_metrics_server(port: int, addrs: Sequence[str] = ("0.0.0.0",)) -> None:
+    """Serve ``/metrics`` as plain HTTP on ``port`` of each address, from the gunicorn master, adding up every
+    worker's samples.
 
     Called in the master's ``when_ready``, before the workers are forked: stale files of an earlier run are removed.
     A metrics port that cannot be bound is logged, not fatal: the webhook keeps answering.
@@ -360,10 +361,12 @@ def start_metrics_server(port: int, addr: str = "0.0.0.0") -> None:
         return
     os.makedirs(path, exist_ok=True)
     clear_directory(path)
-    try:
-        start_http_server(port, addr=addr, registry=master_registry(path))
-    except OSError as err:
-        log.error("cannot serve metrics on %s:%d: %s", addr, port, err)
+    registry = master_registry(path)
+    for addr in addrs:
+        try:
+            start_http_server(port, addr=addr, registry=registry)
+        except OSError as err:
+            log.error("cannot serve metrics on %s:%d: %s", addr, port, err)
 
 
 def worker_exited(pid: int) -> None:

@@ -102,6 +102,11 @@ def listen_addresses(host: str) -> list[str]:
     return ["::"]
 
 
+def _address(host: str, port: int) -> str:
+    """host:port, an IPv6 address in brackets (as gunicorn's bind and a URL write it)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 @dataclass(frozen=True)
 class ServeOptions:
     cert: str
@@ -174,13 +179,14 @@ EXPIRY_WARNING_DAYS = 14
 
 def _not_after(path: str) -> float | None:
     """Unix time the first certificate of the PEM file ``path`` expires; None where it cannot be read."""
-    from cryptography import x509
+    from certs.issue import load_certificates
 
     try:
         with open(path, "rb") as f:
-            return x509.load_pem_x509_certificates(f.read())[0].not_valid_after_utc.timestamp()
-    except (OSError, ValueError, IndexError):
+            found = load_certificates(f.read())
+    except OSError:
         return None
+    return found[0].not_valid_after_utc.timestamp() if found else None
 
 
 class ReloadingTLS:
@@ -320,17 +326,16 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
             return tls.context()
 
         hosts = listen_addresses(o.host)
-        binds = [f"[{host}]:{o.port}" if ":" in host else f"{host}:{o.port}" for host in hosts]
+        binds = [_address(host, o.port) for host in hosts]
 
         def when_ready(server: Any) -> None:
-            for host in hosts:  # the same interfaces as the webhook itself
-                audit.start_metrics_server(o.metrics_port, host)
+            audit.start_metrics_server(o.metrics_port, hosts)  # the same interfaces as the webhook itself
             log.info(
                 "serving on https://%s with %d workers of %d threads; metrics on http://%s",
                 " and https://".join(binds),
                 o.workers,
                 o.threads,
-                " and http://".join(f"[{h}]:{o.metrics_port}" if ":" in h else f"{h}:{o.metrics_port}" for h in hosts),
+                " and http://".join(_address(host, o.metrics_port) for host in hosts),
             )
 
         def child_exit(server: Any, worker: Any) -> None:
