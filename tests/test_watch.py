@@ -23,7 +23,7 @@ from webhook import watch
 from webhook.cluster import build_view
 from webhook.config import ClusterSettings, PoolSettings, Settings
 from webhook.errors import ConfigError
-from webhook.watch import Backoff, LiveCluster, _no_retries, kubeconfig_paths, live_cluster_from_environment
+from webhook.watch import Backoff, LiveCluster, _api_retries, kubeconfig_paths, live_cluster_from_environment
 
 DEADLINE = 10.0
 
@@ -81,10 +81,10 @@ def make_live(
     }
     defaults.update(kwargs)
 
-    def factory() -> Any:  # as the server's: urllib3 asks no answer again (watch._no_retries)
+    def factory() -> Any:  # as the server's: urllib3 asks no answer again (watch._api_retries)
         cfg = k8s_client.Configuration()
         k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
-        _no_retries(cfg)
+        _api_retries(cfg)
         return k8s_client.ApiClient(cfg)
 
     return LiveCluster(settings, factory, **defaults)
@@ -590,7 +590,7 @@ def test_an_api_server_whose_certificate_is_not_trusted_is_asked_a_few_times_at_
         retries: Any = None
 
     cfg = Configuration()
-    _no_retries(cfg)
+    _api_retries(cfg)
     http = urllib3.PoolManager(retries=cfg.retries, cert_reqs="CERT_REQUIRED", ca_certs=str(tmp_path / "none.pem"))
     (tmp_path / "none.pem").write_bytes((issue_certs(tmp_path / "other") / "ca.crt").read_bytes())
     outcome: list[BaseException] = []

@@ -68,6 +68,11 @@ WATCH_HELD_S = 10.0
 RETRY_AFTER_MAX_S = 60.0
 
 
+def _status(err: BaseException) -> int | None:
+    """The HTTP status an error of the API carries (410 for an expired watch's ERROR event); None for others."""
+    return 410 if isinstance(err, _Gone) else getattr(err, "status", None)
+
+
 def _retry_after(err: BaseException) -> float:
     """An API answer's Retry-After, in seconds (at most ``RETRY_AFTER_MAX_S``); 0 when it names none."""
     headers = getattr(err, "headers", None)
@@ -237,9 +242,7 @@ class LiveCluster:
                     try:
                         self._list(core)
                     except Exception as err:
-                        if need_list or not self._rv or self._stop.is_set() or isinstance(err, _Gone):
-                            raise
-                        if getattr(err, "status", None) == 410:
+                        if need_list or not self._rv or self._stop.is_set() or _status(err) == 410:
                             raise
                         # The periodic relist failed (the API server's rate limits charge a list of every node far
                         # more than a watch; a 5xx; a slow list) while the watch may work: watching on from the
@@ -268,7 +271,7 @@ class LiveCluster:
             except Exception as err:
                 if self._stop.is_set():
                     break
-                status = 410 if isinstance(err, _Gone) else getattr(err, "status", None)
+                status = _status(err)
                 if status == 410:
                     # The apiserver no longer holds the history from our resourceVersion (compaction, restart):
                     # only a new list tells what changed meanwhile.
@@ -520,11 +523,11 @@ def _close(client: Any) -> None:
 # Credentials
 
 
-def _no_retries(cfg: Any) -> None:
-    """No answer asked again inside urllib3 (its default: 3 tries, each 429 or 503 with a Retry-After slept through,
-    unlogged, the loop blind meanwhile): the watch loop retries, logs, and waits as Retry-After says
-    (``_retry_after``). A connection error or a kept connection the server closed is still tried once more on a new
-    one (a reused connection a server or proxy closed would otherwise be a warning and a backoff)."""
+def _api_retries(cfg: Any) -> None:
+    """The retries of the API clients' urllib3: no answer asked again (its default: 3 tries, each 429 or 503 with a
+    Retry-After slept through, unlogged, the loop blind meanwhile), as the watch loop retries, logs, and waits as
+    Retry-After says (``_retry_after``); a connection error or a kept connection the server closed tried once more on
+    a new one (a reused connection a server or proxy closed would otherwise be a warning and a backoff)."""
     import urllib3
 
     cfg.retries = urllib3.Retry(
@@ -560,7 +563,7 @@ def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | 
         except config.ConfigException as err:
             raise ConfigError(f"in-cluster credentials: {err}") from err
 
-        _no_retries(cfg)
+        _api_retries(cfg)
 
         def in_cluster() -> Any:
             return client.ApiClient(cfg)  # the loader refreshes the rotated service-account token
@@ -575,7 +578,7 @@ def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | 
         cfg = client.Configuration()
         # Loaded again for each new client, so that exec-plugin and OIDC tokens are fresh.
         config.load_kube_config(config_file=joined, client_configuration=cfg)  # type: ignore[no-untyped-call]
-        _no_retries(cfg)
+        _api_retries(cfg)
         return client.ApiClient(cfg)
 
     try:
