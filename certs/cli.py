@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from certs import CertsError
 from certs.issue import Plan, describe, load_certificates, plan, read_files, write_files
 
@@ -185,7 +187,7 @@ def api_client_from_environment() -> Any:
             config.load_kube_config(
                 config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration
             )
-        except (config.ConfigException, OSError) as kubeconfig:
+        except (config.ConfigException, OSError, ValueError, yaml.YAMLError) as kubeconfig:  # ValueError: not UTF-8
             raise CertsError(
                 f"no Kubernetes credentials: not in a cluster ({in_cluster}) and no usable kubeconfig ({kubeconfig})"
             ) from kubeconfig

@@ -118,6 +118,84 @@ def test_unusable_input_exits_2_naming_it(tmp_path: Path, manifest: Any, nodes: 
     assert words in run.stderr and run.stdout == ""
 
 
+GPU_CONTAINER = (
+    '{containers: [{name: t, image: "nvidia/cuda:13.0.0-runtime-ubuntu22.04",'
+    " resources: {limits: {nvidia.com/gpu: 1}}}]}"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        # a typo's lost pod spec was "ADMITTED (no pod spec to review)", exit 0: a CI gate let it through
+        pytest.param(
+            "kind: CronJob\nmetadata: {name: t}\nspec:\n  jobTemplate:\n    template:\n"
+            f"      spec: {GPU_CONTAINER}\n",
+            "a CronJob needs a mapping at spec.jobTemplate.spec (its pod spec at spec.jobTemplate.spec.template.spec);"
+            " found nothing there",
+            id="cronjob-without-job-spec",
+        ),
+        pytest.param(
+            f"kind: Deployment\nmetadata: {{name: t}}\nspec:\ntemplate:\n  spec: {GPU_CONTAINER}\n",
+            "a Deployment needs a mapping at spec (its pod spec at spec.template.spec); found nothing there",
+            id="misindented-template",
+        ),
+        pytest.param(
+            f"kind: Pod\nmetadata: {{name: t}}\nspec: null\ncontainers: {GPU_CONTAINER}\n",
+            "a Pod needs a mapping at spec",
+            id="pod-spec-null",
+        ),
+        pytest.param(
+            f"kind: Pod\nspec: {GPU_CONTAINER}\n",
+            "a Pod needs its metadata (a mapping with its name)",
+            id="no-metadata",
+        ),
+        pytest.param(
+            f"kind: Deployment\nspec:\n  template:\n    metadata: []\n    spec: {GPU_CONTAINER}\n",
+            "spec.template.metadata is a list, not a mapping",
+            id="metadata-list",
+        ),
+        # kubectl refuses these; the review read 12.4 as "CUDA unknown", and honoured spot: true
+        pytest.param(
+            "kind: Pod\nmetadata: {name: t, annotations: {gpu-admission.io/cuda-version: 12.4}}\n"
+            f"spec: {GPU_CONTAINER}\n",
+            "metadata.annotations.gpu-admission.io/cuda-version: 12.4 is not a string (YAML read it as a float)",
+            id="unquoted-annotation",
+        ),
+        pytest.param(
+            f"kind: Deployment\nspec:\n  template:\n    metadata: {{labels: {{on: yes}}}}\n    spec: {GPU_CONTAINER}\n",
+            "spec.template.metadata.labels.true: true is not a string",
+            id="template-label",
+        ),
+        pytest.param("- a\n", "expected an object (a Pod or a workload), found a list", id="a-list"),
+        pytest.param("42\n", "expected an object (a Pod or a workload), found the int '42'", id="a-number"),
+        # a value YAML cannot build was a traceback and exit 1 ("denied")
+        pytest.param(f"kind: Pod\nmetadata: {{name: {'9' * 5000}}}\n", "not valid YAML or JSON", id="huge-int"),
+        pytest.param("kind: Pod\nmetadata: {name: !!int abc}\n", "not valid YAML or JSON", id="bad-tag"),
+    ],
+)
+def test_a_manifest_the_api_server_would_refuse_exits_2_naming_it(tmp_path: Path, text: str, words: str) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    run = cli("review", "-f", str(path), "--nodes", str(NODES))
+    assert (run.returncode, run.stdout) == (2, ""), run.stdout + run.stderr
+    assert words in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+def test_output_that_cannot_be_written_exits_2_without_a_traceback(tmp_path: Path) -> None:
+    """`review ... > /dev/full` was a traceback with exit 1, which says "denied"."""
+    path = _manifest(tmp_path, _pod("nvidia/cuda:12.4.1-base-ubuntu22.04", {"nvidia.com/gpu": "1"}))
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "webhook.cli", "review", "-f", path, "--nodes", str(NODES)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 2 and "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_a_yaml_manifest_is_read_as_kubectl_sends_it(tmp_path: Path) -> None:
     """An unquoted date stays the text it is written as (kubectl's YAML reader keeps it a string), and a key YAML
     reads as a number becomes its text: the review prints JSON, and the patch touches neither."""

@@ -137,6 +137,67 @@ def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
             "spot.gpuTaintPresets: unknown preset 'sku-gpu' (known: aks-sku-gpu)",
             id="unknown-gpu-taint-preset",
         ),
+        # a toleration of the empty key tolerates every taint of its effect
+        pytest.param(
+            "spot:\n  extraTaints: [{key: '', effect: NoSchedule}]\n",
+            "spot.extraTaints[0]: taint key '' is not a taint key",
+            id="empty-taint-key",
+        ),
+        pytest.param(
+            "cluster:\n  pools: [{name: p, nodeSelector: {a: b}, taints: [{key: a, value: 'x y'}]}]\n",
+            "cluster.pools[0].taints[0]: taint a: value 'x y' is not a label value",
+            id="taint-value",
+        ),
+        # 13.10 read as 13.1 would replace the built-in row of CUDA 13.1
+        pytest.param(
+            'cuda:\n  driverTable: {13.10: "580.0"}\n',
+            "cuda.driverTable: the key 13.1 is not a string: YAML read it as a number; quote it",
+            id="unquoted-number-key",
+        ),
+        pytest.param(
+            'cuda:\n  driverTable: {"13.4": garbage}\n',
+            "cuda.driverTable: '13.4': 'garbage' is not a CUDA version",
+            id="driver-table-row",
+        ),
+        pytest.param(
+            "cluster:\n  pools: [{name: p, nodeSelector: {a: b}, driverVersion: 550.90}]\n",
+            "cluster.pools[0].driverVersion: must be a string (got 550.9: YAML read it as a number; quote it)",
+            id="unquoted-driver",
+        ),
+        pytest.param(
+            "cluster:\n  pools: [{name: p, nodeSelector: {a: b}, driverVersion: r535}]\n",
+            "pool 'p': driverVersion 'r535' is not a driver version",
+            id="driver-version",
+        ),
+        pytest.param(
+            "cluster:\n  pools: [{name: p, nodeSelector: {a: b}}, {name: p, nodeSelector: {c: d}}]\n",
+            "cluster.pools: pool 'p' is declared twice",
+            id="duplicate-pool",
+        ),
+        pytest.param(
+            "cluster:\n  pools: [{name: p, nodeSelector: {'Bad Key!': x}}]\n",
+            "pool 'p': nodeSelector Bad Key!: 'x' is not a node label",
+            id="selector-key",
+        ),
+        pytest.param(
+            "cluster:\n  pools: [{name: p, nodeSelector: {pool: 'a b'}}]\n",
+            "pool 'p': nodeSelector pool: 'a b' is not a node label",
+            id="selector-value",
+        ),
+        pytest.param(
+            "cluster:\n  pools: [{name: p, nodeSelector: {a: b}, gpuCount: -3}]\n",
+            "pool 'p': gpuCount -3 is below 0",
+            id="negative-count",
+        ),
+        pytest.param(
+            "cluster:\n  pools: [{name: p, nodeSelector: {a: b}, migStrategy: mixed, migProfiles: {bogus: 1}}]\n",
+            "pool 'p': migProfiles bogus: 1: give a MIG profile",
+            id="profile-name",
+        ),
+        pytest.param("cluster:\n  resyncSeconds: 0\n", "cluster.resyncSeconds: 0 is below 30", id="resync"),
+        pytest.param("CUDA:\n  mode: warn\n", "CUDA: unknown setting", id="key-as-written"),
+        pytest.param("maxBodyBytes: 10\n", "maxBodyBytes: 10 would refuse", id="top-level-as-written"),
+        pytest.param("cuda:\n  mode: !!int abc\n", "not valid YAML", id="yaml-value-error"),
     ],
 )
 def test_bad_settings_name_the_key(tmp_path: Path, text: str, words: str) -> None:
@@ -167,6 +228,25 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
 def test_bad_environment_value_is_named() -> None:
     with pytest.raises(ConfigError, match=r"cuda.mode: must be one of"):
         load_settings(None, environ={"GPU_ADMISSION_CUDA__MODE": "block"})
+    with pytest.raises(ConfigError, match=r"GPU_ADMISSION_CUDA__MODE: not a YAML value \(mapping values"):
+        load_settings(None, environ={"GPU_ADMISSION_CUDA__MODE": "a: b: c"})
+
+
+def test_the_environment_merges_into_keys_as_written(tmp_path: Path) -> None:
+    path = _write(tmp_path, "maxBodyBytes: 4096\ncuda:\n  namespaceModes: {research: warn}\n")
+    settings = load_settings(path, environ={"GPU_ADMISSION_MAX_BODY_BYTES": "8192", "GPU_ADMISSION_CUDA__MODE": "warn"})
+    assert (settings.max_body_bytes, settings.cuda.mode, settings.cuda.namespace_modes) == (
+        8192,
+        "warn",
+        {"research": "warn"},
+    )
+
+
+def test_a_settings_file_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"cuda:\n  mode: \xff\n")
+    with pytest.raises(ConfigError, match=r"config\.yaml: the settings file is not UTF-8 text"):
+        load_settings(path, environ={})
 
 
 @pytest.mark.parametrize("where", ["file", "environment"])

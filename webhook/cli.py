@@ -58,7 +58,9 @@ def cluster_source(settings: Settings, nodes: str | ClusterView | None) -> Clust
 
 
 def _settings(path: str | None) -> Settings:
-    return load_settings(path)
+    settings = load_settings(path)
+    _check_registry_files(settings)
+    return settings
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -69,7 +71,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from webhook.audit import build_recorder, start_event_relay
 
     settings = _settings(args.config)
-    _check_registry_files(settings)
     # A node file is read once, here, before the fork: every worker inherits the view (and fails early, not each).
     nodes: ClusterView | None = load_nodes_apart(args.nodes, settings) if args.nodes else None
     for path in (args.cert, args.key):
@@ -147,17 +148,58 @@ def _object_kind(obj: Any) -> str:
     return str(obj.get("kind")) if isinstance(obj, dict) else type(obj).__name__
 
 
+def _check_manifest(obj: dict[str, Any], where: str) -> None:
+    """What the API server (or kubectl) would refuse, and the webhook would pass as "no pod spec": a reviewed kind
+    without a pod spec at its place, a metadata or a label or annotation that is not a string; InputError naming it."""
+    kind = str(obj["kind"])
+    node: Any = obj
+    path: list[str] = []
+    for key in (*TEMPLATE_PATHS[kind], "spec"):
+        path.append(key)
+        node = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            found = "nothing" if node is None else f"a {type(node).__name__}"
+            raise InputError(
+                f"{where}: a {kind} needs a mapping at {'.'.join(path)} (its pod spec at"
+                f" {'.'.join((*TEMPLATE_PATHS[kind], 'spec'))}); found {found} there"
+            )
+    template = TEMPLATE_PATHS[kind]
+    for owner in sorted({(), template}):
+        at = ".".join((*owner, "metadata"))
+        metadata: Any = obj
+        for key in (*owner, "metadata"):
+            metadata = metadata.get(key) if isinstance(metadata, dict) else None
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InputError(f"{where}: {at} is a {type(metadata).__name__}, not a mapping")
+        for field in ("labels", "annotations"):
+            values = as_dict(metadata).get(field)
+            if values is not None and not isinstance(values, dict):
+                raise InputError(f"{where}: {at}.{field} is a {type(values).__name__}, not a mapping")
+            for key, value in as_dict(values).items():
+                if not isinstance(value, str):
+                    raise InputError(
+                        f"{where}: {at}.{field}.{key}: {json.dumps(value)} is not a string (YAML read it as a"
+                        f" {type(value).__name__}); quote it, as the API server takes only strings there"
+                    )
+
+
 def cmd_review(args: argparse.Namespace) -> int:
     settings = _settings(args.config)
     docs = read_documents(args.file)
-    if len(docs) != 1 or not isinstance(docs[0], dict):
+    if len(docs) != 1:
         raise InputError(f"{args.file}: expected exactly one object (a Pod or a workload), found {len(docs)}")
+    if not isinstance(docs[0], dict):
+        found = "a list" if isinstance(docs[0], list) else f"the {type(docs[0]).__name__} {str(docs[0])[:40]!r}"
+        raise InputError(f"{args.file}: expected an object (a Pod or a workload), found {found}")
     obj = api_object(docs[0], args.file)
     if obj.get("kind") not in TEMPLATE_PATHS:
         kinds = ", ".join(k for k in TEMPLATE_PATHS if k != "PodTemplate")
         raise InputError(f"{args.file}: kind {_object_kind(obj)!r} is not reviewed (expected one of {kinds})")
+    _check_manifest(obj, args.file)
     view = load_nodes(args.nodes, settings)
     namespace = args.namespace or str(as_dict(obj.get("metadata")).get("namespace") or "default")
+    if pipeline.pod_view(obj, namespace, writable=False) is None:  # a Pod without metadata
+        raise InputError(f"{args.file}: a {obj['kind']} needs its metadata (a mapping with its name)")
     # cuda.registry on: an image's config is read here and now (the server reads in the background)
     images = None
     if settings.cuda.registry.enabled:
@@ -299,6 +341,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # own tools do (their exit status is then 141, SIGPIPE's)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as err:  # the output cannot be written (a full disk): not "denied"
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"gpu-admission: {err}", file=sys.stderr)
+        return EXIT_UNUSABLE
     return code
 
 

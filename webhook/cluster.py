@@ -33,7 +33,7 @@ from webhook.config import PoolSettings, Settings
 from webhook.documents import read_documents
 from webhook.drivers import DriverTable, Version, builtin_table, parse_version, show, show_driver
 from webhook.errors import InputError
-from webhook.model import JSON, as_dict, as_list, as_str
+from webhook.model import JSON, as_dict, as_list, as_str, is_label_value, is_qualified_name
 from webhook.presets import Presets, load_presets
 from webhook.quantity import QuantityError, parse_quantity
 
@@ -443,25 +443,7 @@ class StaticCluster:
 # ---------------------------------------------------------------------------------------------------------------
 # Requests
 
-_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _INT64 = re.compile(r"^[+-]?[0-9]+$")
-
-
-def is_qualified_name(name: object) -> bool:
-    """k8s.io/apimachinery IsQualifiedName: ``[prefix/]name``, the shape of label keys and resource names."""
-    if not isinstance(name, str) or not name:
-        return False
-    prefix, sep, rest = name.rpartition("/")
-    if sep and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
-        return False
-    return 0 < len(rest) <= 63 and bool(_QUALIFIED_NAME.match(rest))
-
-
-def is_label_value(value: object) -> bool:
-    return isinstance(value, str) and len(value) <= 63 and bool(_LABEL_VALUE.match(value))
 
 
 def parse_int64(text: object) -> int | None:

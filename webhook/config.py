@@ -22,11 +22,18 @@ from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 import yaml
 
+from webhook.drivers import parse_version
 from webhook.errors import ConfigError
+from webhook.mig_profiles import parse_name
+from webhook.model import is_label_value, is_qualified_name
 from webhook.presets import gpu_taint_preset_names
 
 Mode = Literal["enforce", "warn", "off"]
 Effect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class _Unplaced(ConfigError):
+    """An error of a value that does not know where it stands (a taint: in pools and in spot); ``build`` names it."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,16 @@ class TaintSpec:
     key: str
     value: str = ""
     effect: Effect = "NoSchedule"
+
+    def __post_init__(self) -> None:
+        # an empty key tolerates every taint of the effect; a key the API refuses fails every pod it is written into
+        if not is_qualified_name(self.key):
+            raise _Unplaced(
+                f"taint key {self.key!r} is not a taint key: [prefix/]name, the name 1 to 63 letters, digits, '-', '_'"
+                " or '.' (e.g. cloud.example.com/spot); a toleration of an empty key would tolerate every taint"
+            )
+        if not is_label_value(self.value):
+            raise _Unplaced(f"taint {self.key}: value {self.value!r} is not a label value")
 
 
 POOL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
@@ -84,6 +101,27 @@ class PoolSettings:
                 " pods that then run elsewhere"
             )
         where = f"cluster.pools: pool {self.name!r}"
+        for key, value in self.node_selector.items():
+            if not is_qualified_name(key) or not is_label_value(value):
+                raise ConfigError(
+                    f"{where}: nodeSelector {key}: {value!r} is not a node label (a key [prefix/]name and a value of"
+                    " up to 63 letters, digits, '-', '_' or '.'): no node carries it, and pods steered to the pool"
+                    " would match no node"
+                )
+        if self.driver_version and parse_version(self.driver_version) is None:
+            raise ConfigError(
+                f"{where}: driverVersion {self.driver_version!r} is not a driver version (e.g. 550.54.15, as"
+                " nvidia-smi shows it)"
+            )
+        for name in ("gpu_count", "gpu_memory_mib"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{where}: {_camel(name)} {getattr(self, name)} is below 0")
+        for profile, count in self.mig_profiles.items():
+            if parse_name(profile) is None or count < 0:
+                raise ConfigError(
+                    f"{where}: migProfiles {profile}: {count}: give a MIG profile as nvidia-smi names it (e.g."
+                    " 3g.40gb, 1g.10gb+me) and how many a node offers (0 or more)"
+                )
         from webhook.presets import load_presets  # the providers' data, not a setting
 
         if annotated := sorted(set(self.node_selector) & set(load_presets(("all",)).pool_annotations)):
@@ -137,8 +175,22 @@ class ClusterSettings:
     extended_resource_toleration: bool = True
     """The apiserver runs the ExtendedResourceToleration plugin (on in GKE, AKS, EKS): taints keyed by a requested
     extended resource count as tolerated."""
-    resync_seconds: int = 300
-    """Relist Nodes at least this often, whatever the watch says."""
+    resync_seconds: int = field(default=300, metadata={"schema": {"minimum": 30}})
+    """Relist Nodes at least this often, whatever the watch says (30 or more: each relist lists every Node, in
+    every worker)."""
+
+    def __post_init__(self) -> None:
+        names = [p.name for p in self.pools]
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            raise ConfigError(
+                f"cluster.pools: pool {twice[0]!r} is declared twice: give each pool its own name (the webhook's"
+                " messages and annotations tell pools by name)"
+            )
+        if self.resync_seconds < 30:
+            raise ConfigError(
+                f"cluster.resyncSeconds: {self.resync_seconds} is below 30: each relist lists every Node, in every"
+                " worker"
+            )
 
 
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
@@ -226,6 +278,14 @@ class CudaSettings:
     """Read the CUDA version from well-known image references (nvidia/cuda, pytorch, NGC ...) when nothing says it."""
     registry: RegistrySettings = field(default_factory=RegistrySettings)
     """The image's config in its registry: the last source of a container's CUDA (off by default)."""
+
+    def __post_init__(self) -> None:
+        for cuda, driver in self.driver_table.items():
+            if parse_version(cuda) is None or parse_version(driver) is None:
+                raise ConfigError(
+                    f"cuda.driverTable: {cuda!r}: {driver!r} is not a CUDA version and the oldest driver for it"
+                    ' (e.g. "13.4": "620.10.01")'
+                )
 
 
 @dataclass(frozen=True)
@@ -393,15 +453,24 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{path}: must be a mapping (got {type(value).__name__})")
         _, item = get_args(tp)
-        return {str(k): _convert(item, v, f"{path}.{k}") for k, v in value.items()}
+        for k in value:
+            if not isinstance(k, str):  # YAML reads 13.10 as the number 13.1, yes as true: the text is gone
+                raise ConfigError(f"{path}: the key {k!r} is not a string: YAML read it as a {_yaml_type(k)}; quote it")
+        return {k: _convert(item, v, f"{path}.{k}") for k, v in value.items()}
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return build(tp, value, path)
+    if tp is str and isinstance(value, float):  # 550.90 read as 550.9: a version or a label would change
+        raise ConfigError(f"{path}: must be a string (got {value!r}: YAML read it as a number; quote it)")
     accepted = _SCALARS.get(tp)
     if (accepted is not None and isinstance(value, accepted) and not isinstance(value, bool)) or (
         tp is bool and isinstance(value, bool)
     ):
         return tp(value)
     raise ConfigError(f"{path}: must be {_describe(tp)} (got {value!r})")
+
+
+def _yaml_type(value: object) -> str:
+    return {bool: "boolean", int: "number", float: "number"}.get(type(value), type(value).__name__)
 
 
 def build(cls: type[T], data: Any, path: str = "") -> T:
@@ -428,7 +497,10 @@ def build(cls: type[T], data: Any, path: str = "") -> T:
     ]
     if missing:
         raise ConfigError(f"{where}: missing required setting {', '.join(map(_camel, missing))}")
-    return cls(**values)
+    try:
+        return cls(**values)
+    except _Unplaced as err:
+        raise ConfigError(f"{where}: {err}") from None
 
 
 ENV_PREFIX = "GPU_ADMISSION_"
@@ -447,14 +519,21 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"{name}: conflicts with another variable")
-        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+        try:
+            node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+        except (yaml.YAMLError, ValueError) as err:
+            raise ConfigError(
+                f"{name}: not a YAML value ({err}); quote a string that YAML would read otherwise"
+            ) from err
     return tree
 
 
-def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    out = {_snake(str(k)): v for k, v in base.items()}
+def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``extra`` (the environment's keys: snake_case) over ``base`` (the file's, as written: an error names them so)."""
+    out = dict(base)
+    written = {_snake(str(k)): k for k in out}
     for key, value in extra.items():
-        k = _snake(str(key))
+        k = written.get(_snake(str(key)), key)
         if isinstance(value, Mapping) and isinstance(out.get(k), Mapping):
             out[k] = _merge(dict(out[k]), value)
         else:
@@ -470,9 +549,11 @@ def load_settings(path: str | Path | None = None, environ: Mapping[str, str] | N
             text = Path(path).read_text(encoding="utf-8")
         except OSError as err:
             raise ConfigError(f"{path}: cannot read settings file: {err.strerror}") from err
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{path}: the settings file is not UTF-8 text") from err
         try:
             loaded = yaml.safe_load(text)
-        except yaml.YAMLError as err:
+        except (yaml.YAMLError, ValueError) as err:  # ValueError: a tagged value YAML cannot build (!!int abc)
             raise ConfigError(f"{path}: not valid YAML: {err}") from err
         if loaded is not None and not isinstance(loaded, Mapping):
             raise ConfigError(f"{path}: must hold a mapping of settings")

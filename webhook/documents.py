@@ -46,7 +46,7 @@ def parse_documents(text: str, where: str) -> list[Any]:
             raise InputError(f"{where}: not usable JSON: {str(err)[:100]}") from err
     try:
         return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
-    except yaml.YAMLError as err:
+    except (yaml.YAMLError, ValueError) as err:  # ValueError: a value YAML cannot build (!!int abc, 5,000 digits)
         raise InputError(f"{where}: not valid YAML or JSON: {err}") from err
 
 

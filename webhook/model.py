@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import marshal
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -133,6 +134,28 @@ def is_input_annotation(key: str) -> bool:
         return False
     name = key[len(PREFIX) :]
     return name in INPUT_ANNOTATIONS or name.startswith("cuda-version.")
+
+
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def is_qualified_name(name: object) -> bool:
+    """k8s.io/apimachinery IsQualifiedName: ``[prefix/]name``, the shape of label keys and resource names."""
+    if not isinstance(name, str) or not name:
+        return False
+    prefix, sep, rest = name.rpartition("/")
+    if sep and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(rest) <= 63 and bool(_QUALIFIED_NAME.match(rest))
+
+
+def is_label_value(value: object) -> bool:
+    """k8s.io/apimachinery IsValidLabelValue: empty, or up to 63 letters, digits, '-', '_', '.' from and to an
+    alphanumeric."""
+    return isinstance(value, str) and len(value) <= 63 and bool(_LABEL_VALUE.match(value))
 
 
 def as_dict(value: object) -> dict[str, Any]:
