@@ -378,6 +378,46 @@ def test_a_gpu_node_without_feature_discovery_is_no_no_gpu_pool() -> None:
     assert group.pool == "gpu/driver-unknown"
     cpu = build_view([node(labels={}, alloc={})], Settings())
     assert cpu.groups[0].pool == "no-gpu"
+    # the device plugin's time-slicing renameByDefault: its GPUs are only nvidia.com/gpu.shared
+    shared = build_view([node(labels={}, alloc={"nvidia.com/gpu.shared": "16"})], Settings())
+    assert shared.groups[0].pool == "gpu/driver-unknown" and shared.groups[0].has_gpu
+
+
+def _host_nodes(count: int, key: str = "cloud.google.com/gce-topology-host") -> list[dict[str, Any]]:
+    """A pool of ``count`` GPU nodes, each with its own value of ``key``, two drivers."""
+    return [
+        node(
+            f"gpu-{i}",
+            labels={
+                "cloud.google.com/gke-nodepool": "a3",
+                key: f"host-{i}",
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                "nvidia.com/cuda.driver-version.full": "550.54.15" if i % 2 else "535.104.05",
+            },
+            alloc={"nvidia.com/gpu": "8"},
+        )
+        for i in range(count)
+    ]
+
+
+def test_a_label_of_each_nodes_own_makes_no_group_of_every_node() -> None:
+    """GKE's compact placement labels each node with its host: a group per node, and the policies' work grows with
+    the groups (3,000 nodes: past the 1 s budget, every GPU pod refused; found by a review of the cluster model)."""
+    view = build_view(_host_nodes(200), Settings())
+    assert len(view.groups) == 2 and sum(len(g.nodes) for g in view.groups) == 200
+    assert "cloud.google.com/gce-topology-host" in view.volatile_labels
+    # a rule that names it is still decided node by node
+    found = view.eligible({"nodeSelector": {"cloud.google.com/gce-topology-host": "host-7"}}, {"nvidia.com/gpu"})
+    assert [(c.group.driver_text, c.nodes) for c in found] == [("550.54.15", ("gpu-7",))]
+    # few groups: as they are
+    few = build_view(_host_nodes(40), Settings())
+    assert len(few.groups) == 40 and "cloud.google.com/gce-topology-host" not in few.volatile_labels
+
+
+def test_a_pool_label_is_never_taken_for_a_nodes_own() -> None:
+    """A hundred pools of one node each stay a hundred pools."""
+    view = build_view(_host_nodes(100, key="cloud.google.com/gke-nodepool"), Settings())
+    assert len({g.pool for g in view.groups}) == 100
 
 
 def test_mig_profiles_offered_without_a_strategy_label_are_the_mixed_strategy() -> None:

@@ -1469,3 +1469,37 @@ def test_gkes_gpu_operator_pools_keep_their_forward_compatibility_and_an_rtx_is_
     assert not denied.allowed
     assert "GKE's own driver installer" not in denied.message, denied.message
     assert "forward compatibility works only on data-center GPUs" in denied.message, denied.message
+
+
+def test_steering_a_pool_of_many_groups_works_out_each_selector_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups of one pool whose drivers differ were compared pairwise: 3,000 groups (a label of each node's own)
+    took past the 1 s budget and every GPU pod of the cluster was refused (found by a review of the cluster model).
+    The view is made of one group per node here, as before labels of each node's own were found."""
+    from webhook import cluster
+
+    monkeypatch.setattr(cluster, "MANY_GROUPS", 10_000)
+    nodes = [
+        gpu_node(
+            f"n-{i}",
+            "a3",
+            "550.54.15" if i % 2 else "535.104.05",
+            gfd="old",
+            runtime_labels=False,
+            labels={"cloud.google.com/gce-topology-host": f"h-{i}"},
+        )
+        for i in range(400)
+    ]
+    ctx = context(nodes)
+    assert len(ctx.cluster.groups) == 400
+    calls = []
+    selector = cuda.pool_selector
+
+    def counted(group: Any, c: Context) -> Any:
+        calls.append(group)
+        return selector(group, c)
+
+    monkeypatch.setattr(cuda, "pool_selector", counted)
+    result = pipeline.review(pod(container(image=IMAGE_124)), ctx)
+    assert result.allowed and required_terms(result.object)
+    assert {c.group.driver_text for c in ctx.cluster.eligible(result.object["spec"])} == {"550.54.15"}
+    assert len(calls) <= 4 * len(nodes), len(calls)

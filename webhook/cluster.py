@@ -1053,7 +1053,8 @@ class _Builder:
         for key in self.presets.pool_annotations:
             if node.annotations.get(key):
                 return node.annotations[key], f"annotation {key}"
-        if not product and not profiles and not _whole(node.allocatable.get(GPU_RESOURCE)):
+        gpus = (_whole(node.allocatable.get(r)) for r in (GPU_RESOURCE, SHARED_GPU_RESOURCE))
+        if not product and not profiles and not any(gpus):
             return "no-gpu", "no GPU"  # a GPU node without GPU feature discovery is "gpu/driver-unknown"
         parts = [product or "gpu", f"driver-{driver_text}" if driver else "driver-unknown"]
         if strategy != "none":
@@ -1242,22 +1243,12 @@ def build_view(
     support was denied, and tolerations narrowed to the declared pools' taints: found by a review of day-2
     journeys)."""
     builder = _Builder(settings)
-    buckets: dict[Any, list[Node]] = {}
-    count = 0
-    for obj in node_objects:
-        node = parse_node(obj)
-        if node is None:
-            continue
-        count += 1
-        declared = builder.declared_pool(node.labels)
-        key = (
-            frozenset((k, v) for k, v in node.labels.items() if k not in builder.volatile),
-            node.taints,
-            frozenset(node.allocatable.items()),
-            frozenset((k, node.annotations[k]) for k in builder.presets.pool_annotations if k in node.annotations),
-            declared.name if declared else None,
-        )
-        buckets.setdefault(key, []).append(node)
+    nodes = [node for node in map(parse_node, node_objects) if node is not None]
+    count = len(nodes)
+    buckets = _buckets(nodes, builder)
+    if len(buckets) > MANY_GROUPS and (own := _per_node_keys(nodes, builder)):
+        builder.volatile |= own
+        buckets = _buckets(nodes, builder)
     groups = [builder.group(members) for members in buckets.values()]
     # A declared pool is what its nodes will be until one of them is: a node of it that offers no GPU yet (joining:
     # no device plugin, no GFD labels; its MIG layout changing) leaves the declaration standing beside it. Matched by
@@ -1274,6 +1265,50 @@ def build_view(
         extended_resource_toleration=settings.cluster.extended_resource_toleration,
         volatile_labels=builder.volatile,
         known=synced and (known or bool(groups)),
+    )
+
+
+def _buckets(nodes: Iterable[Node], builder: _Builder) -> dict[Any, list[Node]]:
+    """The nodes by what tells their groups apart: labels but the volatile ones, taints, allocatable, pool."""
+    buckets: dict[Any, list[Node]] = {}
+    for node in nodes:
+        declared = builder.declared_pool(node.labels)
+        key = (
+            frozenset((k, v) for k, v in node.labels.items() if k not in builder.volatile),
+            node.taints,
+            frozenset(node.allocatable.items()),
+            frozenset((k, node.annotations[k]) for k in builder.presets.pool_annotations if k in node.annotations),
+            declared.name if declared else None,
+        )
+        buckets.setdefault(key, []).append(node)
+    return buckets
+
+
+MANY_GROUPS = 64
+"""Past this many groups, labels whose value is each node's own are looked for (``_per_node_keys``)."""
+PER_NODE_VALUES = 32
+"""A label key with at least this many values, on at most two nodes each on average, is a node's own."""
+
+
+def _per_node_keys(nodes: Sequence[Node], builder: _Builder) -> frozenset[str]:
+    """Label keys whose value is each node's own, like the hostname (GKE's cloud.google.com/gce-topology-host on
+    compact placement, k3s's k3s.io/hostname): they made a group of every node, and the policies' work grows with
+    the groups (3,000 nodes of one pool took past the 1 s budget; found by a review of the cluster model). They are
+    then volatile: a pod's rule that names one is still decided node by node. Never a key the webhook reads: the
+    GPU labels, a pool's or a spot label, a declared pool's selector."""
+    kept = {*builder.presets.pool_labels, *(k for k, _, _ in builder.presets.spot_labels)}
+    kept.update(k for pool in builder.pools for k in pool.node_selector)
+    values: dict[str, set[str]] = {}
+    carried: dict[str, int] = {}
+    for node in nodes:
+        for k, v in node.labels.items():
+            if k not in builder.volatile:
+                values.setdefault(k, set()).add(v)
+                carried[k] = carried.get(k, 0) + 1
+    return frozenset(
+        k
+        for k, vs in values.items()
+        if len(vs) >= PER_NODE_VALUES and 2 * len(vs) >= carried[k] and k not in kept and not k.startswith(GFD)
     )
 
 

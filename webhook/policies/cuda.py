@@ -540,42 +540,59 @@ def _by_pool(groups: Iterable[NodeGroup], ctx: Context, blocked: Sequence[NodeGr
     shared: dict[tuple[tuple[str, str], ...], list[NodeGroup]] = {}
     for b in blocked:
         shared.setdefault(tuple(sorted(pool_selector(b, ctx).items())), []).append(b)
-    groups = list(groups)
-    alternatives: list[list[Expression]] = []
+    # each group's selector worked out once, and the groups by it: compared pairwise, a pool of 3,000 groups (a
+    # label of each node's own) took past the budget
+    by_selector: dict[tuple[tuple[str, str], ...], list[NodeGroup]] = {}
     for g in groups:
-        selector = pool_selector(g, ctx)
-        if not selector:
+        by_selector.setdefault(tuple(sorted(pool_selector(g, ctx).items())), []).append(g)
+    alternatives: list[list[Expression]] = []
+    seen: set[object] = set()
+    for key, allowed_here in by_selector.items():
+        if not key:
             continue
-        base = [expression(k, "In", [v]) for k, v in sorted(selector.items())]
-        key = tuple(sorted(selector.items()))
+        selector = dict(key)
+        base = [expression(k, "In", [v]) for k, v in key]
         if key not in shared:
             alts = [base]
         else:
-            allowed_here = [h for h in groups if tuple(sorted(pool_selector(h, ctx).items())) == key]
-            alts = [[*base, *extra] for extra in _driver_terms(g, allowed_here, shared[key], selector)]
+            ranges = _driver_ranges(allowed_here, shared[key])
+            alts = [[*base, *extra] for g in allowed_here for extra in _driver_terms(g, ranges, selector)]
         for alt in alts:
-            if alt not in alternatives:
+            if (written := json_key(alt)) not in seen:
+                seen.add(written)
                 alternatives.append(alt)
     return alternatives
 
 
-def _driver_terms(
-    g: NodeGroup, allowed: Sequence[NodeGroup], blocked: Sequence[NodeGroup], selector: Mapping[str, str]
-) -> list[list[Expression]]:
-    """The driver-label terms that tell ``g`` apart from the blocked groups of its pool (see ``_by_pool``)."""
+def _driver_ranges(allowed: Sequence[NodeGroup], blocked: Sequence[NodeGroup]) -> dict[str, list[list[Expression]]]:
+    """By driver-label prefix, the terms from the lowest allowed driver of a pool up, where its blocked drivers are
+    all below it (see ``_by_pool``): once per pool, not once per group."""
+    ranges: dict[str, list[list[Expression]]] = {}
     for prefix in ("cuda.driver-version", "cuda.driver"):
         major, minor = f"{GFD}{prefix}.major", f"{GFD}{prefix}.minor"
         drivers = [h.driver for h in allowed if major in h.labels and minor in h.labels and h.driver]
-        if major not in g.labels or minor not in g.labels or not drivers:
+        if not drivers:
             continue
         lowest = min(drivers)
         if len(lowest) >= 2 and all(b.driver is not None and b.driver[:2] < lowest[:2] for b in blocked):
             if lowest[1] == 0:
-                return [[expression(major, "Gt", [str(lowest[0] - 1)])]]
-            return [
-                [expression(major, "In", [str(lowest[0])]), expression(minor, "Gt", [str(lowest[1] - 1)])],
-                [expression(major, "Gt", [str(lowest[0])])],
-            ]
+                ranges[prefix] = [[expression(major, "Gt", [str(lowest[0] - 1)])]]
+            else:
+                ranges[prefix] = [
+                    [expression(major, "In", [str(lowest[0])]), expression(minor, "Gt", [str(lowest[1] - 1)])],
+                    [expression(major, "Gt", [str(lowest[0])])],
+                ]
+    return ranges
+
+
+def _driver_terms(
+    g: NodeGroup, ranges: Mapping[str, list[list[Expression]]], selector: Mapping[str, str]
+) -> list[list[Expression]]:
+    """The driver-label terms that tell ``g`` apart from the blocked groups of its pool: the pool's range where
+    ``g`` carries its labels, else ``g``'s exact driver labels."""
+    for prefix, terms in ranges.items():
+        if f"{GFD}{prefix}.major" in g.labels and f"{GFD}{prefix}.minor" in g.labels:
+            return terms
     keys = next((keys for keys in DRIVER_LABELS if all(k in g.labels for k in keys)), ())
     return [[expression(k, "In", [g.labels[k]]) for k in keys if k not in selector]]
 
