@@ -616,6 +616,29 @@ def test_declared_pool_refined_by_live_nodes() -> None:
     assert g.gpu_product == "NVIDIA-A100-SXM4-80GB", "a fact the node lacks comes from the declaration"
 
 
+@pytest.mark.parametrize(
+    ("spec", "taint"),
+    [
+        pytest.param({"unschedulable": True}, None, id="cordoned"),
+        pytest.param({}, {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}, id="not-ready"),
+        pytest.param(
+            {}, {"key": "ToBeDeletedByClusterAutoscaler", "value": "1", "effect": "NoSchedule"}, id="scale-down"
+        ),
+        pytest.param({}, {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}, id="karpenter"),
+    ],
+)
+def test_a_declared_pool_stays_beside_nodes_that_take_no_new_pod(spec: dict[str, Any], taint: Any) -> None:
+    """Its only node cordoned, failing or going away: the autoscaler still adds nodes to the pool for a Pending pod,
+    so the declaration stands beside it (it vanished with them, and a fraction it offers was denied)."""
+    pool = PoolSettings(name="a100", node_selector={"pool": "a100"}, driver_version="550.54.15")
+    settings = Settings(cluster=ClusterSettings(pools=[pool]))
+    leaving = node("x", {"pool": "a100"}, taints=[taint] if taint else [])
+    leaving["spec"].update(spec)
+    view = build_view([leaving], settings)
+    assert sorted((g.declared, g.nodes) for g in view.groups) == [(False, ("x",)), (True, ())]
+    assert [g.declared for g in build_view([node("x", {"pool": "a100"})], settings).groups] == [False]
+
+
 def test_declared_mixed_pool_offers_its_profiles() -> None:
     pool = PoolSettings(
         name="zero",

@@ -17,7 +17,7 @@ from webhook.cluster import (
     requested_resources,
     toleration_tolerates,
 )
-from webhook.config import ClusterSettings, PoolSettings, Settings
+from webhook.config import ClusterSettings, PoolSettings, Settings, load_settings
 
 
 def node(
@@ -244,7 +244,7 @@ def test_toleration_tolerates(tol: Any, taint: Taint, tolerated: bool) -> None:
 def tainted(*taints: dict[str, str], alloc: dict[str, str] | None = None, ert: bool = True) -> ClusterView:
     return build_view(
         [node("t", {"pool": "t"}, list(taints), alloc)],
-        Settings(cluster=ClusterSettings(extended_resource_toleration=ert)),
+        Settings(cluster=ClusterSettings(extended_resource_toleration="on" if ert else "off")),
     )
 
 
@@ -324,6 +324,39 @@ TAINT_CASES = [
 @pytest.mark.parametrize(("taints", "spec", "ert", "eligible"), TAINT_CASES)
 def test_taints(taints: list[dict[str, str]], spec: dict[str, Any], ert: bool, eligible: bool) -> None:
     assert bool(tainted(*taints, ert=ert).eligible(spec)) is eligible
+
+
+@pytest.mark.parametrize(
+    ("labels", "setting", "providers", "plugin"),
+    [
+        pytest.param({"cloud.google.com/gke-nodepool": "a"}, "auto", ["all"], True, id="gke"),
+        pytest.param({"eks.amazonaws.com/nodegroup": "a"}, "auto", ["all"], True, id="eks"),
+        pytest.param({"karpenter.sh/nodepool": "a"}, "auto", ["all"], True, id="karpenter"),
+        pytest.param({"kubernetes.azure.com/agentpool": "a"}, "auto", ["all"], True, id="aks"),
+        # a self-managed cluster: the plugin is off upstream (k3s, kubeadm)
+        pytest.param({"pool": "a"}, "auto", ["all"], False, id="k3s"),
+        pytest.param({"pool": "a"}, "auto", ["gke"], True, id="providers-named"),
+        pytest.param({"pool": "a"}, "on", ["all"], True, id="on"),
+        pytest.param({"cloud.google.com/gke-nodepool": "a"}, "off", ["all"], False, id="off"),
+    ],
+)
+def test_extended_resource_toleration_is_taken_on_where_a_cloud_shows(
+    labels: dict[str, str], setting: str, providers: list[str], plugin: bool
+) -> None:
+    """Taken on for a k3s cluster, a pod was steered to nodes whose nvidia.com/gpu taint it does not tolerate, and
+    stayed Pending (found by a review of the cluster model)."""
+    settings = Settings(cluster=ClusterSettings(extended_resource_toleration=setting, providers=providers))  # type: ignore[arg-type]
+    view = build_view([node("t", labels, [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])], settings)
+    assert view.extended_resource_toleration is plugin
+    assert bool(view.eligible(GPU_LIMIT)) is plugin
+
+
+def test_extended_resource_toleration_reads_true_and_false_as_before(tmp_path: Any) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("cluster:\n  extendedResourceToleration: false\n")
+    assert load_settings(path, environ={}).cluster.extended_resource_toleration == "off"
+    path.write_text("cluster:\n  extendedResourceToleration: true\n")
+    assert load_settings(path, environ={}).cluster.extended_resource_toleration == "on"
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1262,10 +1262,24 @@ def build_view(
         node_count=count,
         source=source,
         presets=builder.presets,
-        extended_resource_toleration=settings.cluster.extended_resource_toleration,
+        extended_resource_toleration=_extended_resource_toleration(groups, builder),
         volatile_labels=builder.volatile,
         known=synced and (known or bool(groups)),
     )
+
+
+def _extended_resource_toleration(groups: Sequence[NodeGroup], builder: _Builder) -> bool:
+    """``cluster.extendedResourceToleration``; auto: on where the cluster shows a cloud (its pool or spot labels, a
+    pool annotation) or the settings name clouds. Taken on for a self-managed cluster (k3s), a pod was steered to
+    nodes whose nvidia.com/gpu taint it does not tolerate, and stayed Pending (found by a review of the cluster
+    model)."""
+    setting = builder.settings.cluster.extended_resource_toleration
+    if setting != "auto":
+        return setting == "on"
+    if "all" not in builder.settings.cluster.providers:
+        return True
+    cloud_keys = {k for keys in builder.presets.node_label_keys.values() for k in keys}
+    return any(not cloud_keys.isdisjoint(g.labels) or g.pool_source.startswith("annotation ") for g in groups)
 
 
 def _buckets(nodes: Iterable[Node], builder: _Builder) -> dict[Any, list[Node]]:
@@ -1312,10 +1326,28 @@ def _per_node_keys(nodes: Sequence[Node], builder: _Builder) -> frozenset[str]:
     )
 
 
+LEAVING_TAINTS = frozenset(
+    (
+        UNSCHEDULABLE_TAINT,  # cordoned (kubectl drain, a surge upgrade)
+        "node.kubernetes.io/not-ready",  # the node lifecycle controller's (kubernetes.io: taint-and-toleration)
+        "node.kubernetes.io/unreachable",
+        "node.kubernetes.io/network-unavailable",
+        "node.cloudprovider.kubernetes.io/uninitialized",  # joining: the cloud controller has not set it up
+        "node.cloudprovider.kubernetes.io/shutdown",
+        "ToBeDeletedByClusterAutoscaler",  # Cluster Autoscaler's scale-down (its FAQ)
+        "karpenter.sh/disrupted",  # Karpenter's (karpenter.sh docs: disruption)
+    )
+)
+"""Taints that say a node takes no new pod for now (joining, cordoned, failing, going away), not what it is."""
+
+
 def _serves(group: NodeGroup) -> bool:
-    """The group's nodes offer a GPU now, in a settled MIG layout."""
+    """The group's nodes offer a GPU now, in a settled MIG layout, and take new pods: a declared pool whose only
+    nodes are cordoned, not ready or going away is still what the autoscaler adds nodes to (before, it vanished
+    with them, and a fraction it offers was denied: found by a review of the cluster model)."""
     offered = any(v > 0 for k, v in group.allocatable.items() if k.startswith(GPU_VENDOR_PREFIX))
-    return offered and group.mig_config_state not in MIG_CHANGING_STATES
+    leaving = any(t.key in LEAVING_TAINTS and t.effect in ("NoSchedule", "NoExecute") for t in group.taints)
+    return offered and not leaving and group.mig_config_state not in MIG_CHANGING_STATES
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -172,9 +172,13 @@ class ClusterSettings:
     timestamp_labels: list[str] = field(default_factory=lambda: ["nvidia.com/gfd.timestamp"])
     """Label keys a labeller rewrites with the time on every run (GPU feature discovery: each minute): a node change
     in their values alone makes no new view of the cluster; the view keeps the values it has."""
-    extended_resource_toleration: bool = True
-    """The apiserver runs the ExtendedResourceToleration plugin (on in GKE, AKS, EKS): taints keyed by a requested
-    extended resource count as tolerated."""
+    extended_resource_toleration: Literal["auto", "on", "off"] = field(
+        default="auto", metadata={"schema": {"enum": ["auto", "on", "off", True, False]}}
+    )
+    """Whether the apiserver runs the ExtendedResourceToleration plugin, by which taints keyed by a requested
+    extended resource (nvidia.com/gpu:NoSchedule) count as tolerated. auto: on where the nodes or declared pools show
+    a cloud's pool, spot or node pool labels (GKE, EKS, AKS enable it; managed clusters taint GPU nodes so), or
+    ``providers`` names clouds; off on self-managed clusters (k3s, kubeadm: off upstream). true or false: on or off."""
     resync_seconds: int = field(default=300, metadata={"schema": {"minimum": 30}})
     """Relist Nodes at least this often, whatever the watch says (30 or more: each relist lists every Node, in
     every worker)."""
