@@ -828,6 +828,35 @@ def test_warn_mode_admits_with_warning_event_and_audit() -> None:
     assert_idempotent(result, ctx)
 
 
+@pytest.mark.parametrize(
+    ("nodes", "obj", "reasons"),
+    [
+        pytest.param([A], pod(container(image="team/train:v3")), ["CUDAVersionUnknown"], id="version-unknown"),
+        pytest.param([NO_DRIVER], pod(container(image=IMAGE_128)), ["CUDADriverUnknown"], id="driver-unknown"),
+        pytest.param(
+            [A],
+            pod(container(image=IMAGE_128), annotations={"gpu-admission.io/cuda-version.trainer": "twelve"}),
+            ["CUDARequirementInvalid"],
+            id="requirement-invalid",
+        ),
+        pytest.param(
+            [A],
+            pod(container(image=IMAGE_128), container("eval", image="team/train:v3")),
+            ["CUDAVersionUnknown", "CUDAIncompatible"],
+            id="two-reasons",
+        ),
+    ],
+)
+def test_warn_mode_event_carries_its_denials_reason(nodes: list[Any], obj: dict[str, Any], reasons: list[str]) -> None:
+    """Found by the observability review: every warn-mode Event read CUDAIncompatible, whatever the denial that enforce
+    mode would have made, while the decision log named the right one."""
+    ctx = context(nodes, settings({"mode": "warn", "unknownVersion": "deny", "unknownDriver": "deny"}))
+    result = pipeline.review(obj, ctx)
+    assert result.allowed
+    assert [(e.reason, e.type) for e in result.outcome.events] == [(r, "Warning") for r in reasons]
+    assert sorted(set(result.outcome.reasons)) == sorted(reasons)
+
+
 def test_warn_mode_does_not_steer_but_says_where_it_may_fail() -> None:
     ctx = context([A, C], settings({"mode": "enforce", "namespaceModes": {"ml": "warn"}}))
     result = pipeline.review(pod(container(image=IMAGE_128)), ctx)

@@ -1245,7 +1245,8 @@ def _validate(a: Assessment, mode: str, ctx: Context, out: Outcome, note: str = 
                         f"cuda: {c.label} needs {c.declared.version_text}; it can land only on {reach} "
                         f"({pool_names(a.eligible)})"
                     )
-            out.event("CUDAIncompatible", " ".join(m for _, m, _ in denials), "Warning")
+            for reason in dict.fromkeys(r for r, _, _ in denials):  # one Event per reason, in the order denied
+                out.event(reason, " ".join(m for r, m, _ in denials if r == reason), "Warning")
         return
     out.reasons.append("CUDAChecked")
     lines = [_container_line(a, i, ctx) for i in range(len(a.checks))]
