@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import select
 import time
 from typing import Any
 from unittest import mock
@@ -174,6 +175,34 @@ def test_a_stored_answers_part_of_the_line_is_written_once_and_only_for_it() -> 
     other = dataclasses.replace(stored, replayed=True)  # another stored answer, perhaps at a reused id
     audit._result_parts[id(other)] = (stored, "stale")
     assert json.loads(audit.decision_text(Recorded(1.0, "mutate", None, other, 200, 0.0)))["replayed"] is True
+
+
+class Writes(io.StringIO):
+    """A stream that keeps each write apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.texts.append(text)
+        return super().write(text)
+
+
+def test_a_burst_of_lines_goes_in_writes_a_pipe_keeps_whole() -> None:
+    """Found by the observability review: a burst's 64 lines (25 kB) went in one write, which Linux cuts where it
+    likes on a full pipe (it keeps a write whole only up to PIPE_BUF), so the lines of workers sharing stderr
+    interleaved and stopped being JSON. Now whole lines, at most PIPE_BUF bytes a write; a longer line alone."""
+    stream = Writes()
+    review_ = ReviewRequest("u" * 36, "CREATE", "n" * 63, "p" * 253, "Pod", "alice", (), False, None, None, Subject())
+    burst = [Recorded(1.0, "mutate", review_, None, 200, 0.001) for _ in range(64)]
+    burst[30] = Recorded(1.0, "mutate", None, None, 500, 0.001, "é" * 3000)  # 6 kB in UTF-8
+    DecisionLog(Settings(), stream).record_all(burst)
+    sizes = [len(text.encode()) for text in stream.texts]
+    assert len(stream.texts) > 1 and all(text.endswith("\n") for text in stream.texts)
+    assert [size > select.PIPE_BUF for size in sizes].count(True) == 1
+    assert stream.texts[[size > select.PIPE_BUF for size in sizes].index(True)].count("\n") == 1, "alone"
+    assert len(lines(stream)) == 64
 
 
 def test_bad_request_is_logged_with_its_error() -> None:

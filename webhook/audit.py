@@ -35,6 +35,7 @@ from webhook.events import (
     Relay,
     Sender,
     api_client_from_environment,
+    pipe_runs,
     start_relay,
 )
 from webhook.events import instance_name as _instance_name
@@ -190,11 +191,12 @@ class DecisionLog:
         self.record_all([Recorded(time.time(), endpoint, review, result, status, seconds, error)])
 
     def record_all(self, requests: list[Recorded]) -> None:
-        """The lines of ``requests``, in one write."""
+        """The lines of ``requests``, in as few writes as keep each whole on a pipe that several workers share
+        (``pipe_runs``): a longer write, its pipe full, is cut where the kernel likes and the lines interleave."""
         if not self.enabled or not requests:
             return
-        lines = [decision_text(r) for r in requests]
-        self.write("\n".join(lines) + "\n")
+        for run in pipe_runs([decision_text(r) + "\n" for r in requests]):
+            self.write("".join(run))
 
     def write(self, text: str) -> None:
         out = self.stream or sys.stderr
@@ -261,8 +263,8 @@ class Reporter:
         outbox.later(self, self.report, Recorded(time.time(), endpoint, review, result, status, seconds, error))
 
     def report(self, requests: list[Recorded]) -> None:
-        """Report ``requests``, in order, each part for all of them at once: the decision log's lines in one write,
-        the metrics, the Events of the /validate ones in as few pipe writes as keep each atomic.
+        """Report ``requests``, in order, each part for all of them at once: the decision log's lines, the
+        metrics, the Events of the /validate ones; lines and Events in as few pipe writes as keep each atomic.
 
         ``record`` hands them here through ``webhook.outbox``: under the server, after the answers went out, when
         the request thread gives its turn up (together with the bursts of the last ``outbox.LINGER_S``). Each write

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import quote, urlsplit
 
 from webhook import http1
@@ -608,16 +608,21 @@ SHORT_MESSAGE = 200
 """An Event's message is cut to this when its line would not fit in one atomic pipe write."""
 
 
-def _chunks(lines: list[bytes], limit: int) -> Iterator[list[bytes]]:
-    """``lines`` in runs of at most ``limit`` bytes together (a longer line alone)."""
-    run: list[bytes] = []
+T = TypeVar("T", str, bytes)
+
+
+def pipe_runs(lines: list[T]) -> Iterator[list[T]]:
+    """``lines`` in runs of at most ``select.PIPE_BUF`` bytes together (UTF-8), a longer line alone: Linux writes
+    that much to a pipe whole, so the lines of several processes that write a run at a time never interleave."""
+    run: list[T] = []
     size = 0
     for line in lines:
-        if run and size + len(line) > limit:
+        length = len(line) if isinstance(line, bytes) or line.isascii() else len(line.encode())
+        if run and size + length > select.PIPE_BUF:
             yield run
             run, size = [], 0
         run.append(line)
-        size += len(line)
+        size += length
     if run:
         yield run
 
@@ -668,12 +673,12 @@ class EventPipe:
             else:
                 fitting.append(line)
         written = 0
-        for chunk in _chunks(fitting, select.PIPE_BUF):
+        for run in pipe_runs(fitting):
             try:
-                os.write(self.fd, b"".join(chunk))
-                written += len(chunk)
+                os.write(self.fd, b"".join(run))
+                written += len(run)
             except OSError as err:  # full (BlockingIOError), the relay gone (EPIPE)
-                self._dropped(len(chunk), err)
+                self._dropped(len(run), err)
         return written
 
     def _dropped(self, count: int, err: Exception) -> None:
