@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import gpu_node, gpu_pod, review
 from tests.kubeapi import KubeAPI
-from webhook import audit, pipeline
+from webhook import audit, budget, pipeline
 from webhook.admission import ReviewRequest, Subject
 from webhook.app import create_app
 from webhook.audit import (
@@ -308,6 +308,39 @@ def test_denial_actions() -> None:
     denied = pipeline.mutate(gpu_pod(limits={"nvidia.com/gpu": "1.5"}), ctx)
     assert denial_actions(denied) == [("MIGInvalidFraction", "denied")]
     assert denial_actions(pipeline.Result(outcome=Outcome())) == []
+
+
+def _refused_by_the_pipeline(reason: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    pod = gpu_pod()
+    if reason == "TooManyContainers":
+        pod["spec"]["containers"] = [dict(pod["spec"]["containers"][0], name=f"c{i}") for i in range(251)]
+    elif reason == "TooManyNodeRules":
+        pod["spec"]["tolerations"] = [{"key": f"k{i}", "operator": "Exists"} for i in range(1100)]
+    else:
+
+        def costly(*args: Any, **kwargs: Any) -> Result:
+            raise budget.TooComplex
+
+        monkeypatch.setattr(pipeline, "_mutate", costly)
+    return pod
+
+
+@pytest.mark.parametrize("reason", ["TooManyContainers", "TooManyNodeRules", "TooComplex"])
+def test_a_refusal_the_pipeline_makes_itself_is_said_alike_everywhere(
+    reason: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the observability review: the refusals made outside the policies were never counted in
+    gpu_admission_denials_total and their decision-log reasons were []."""
+    app, stream = logged_app()
+    answer = app.test_client().post("/mutate", json=review(_refused_by_the_pipeline(reason, monkeypatch)))
+    response = answer.get_json()["response"]
+    assert response["allowed"] is False and response["status"]["reason"] == reason
+    assert response["auditAnnotations"]["decision"] == f"denied ({reason})"
+    assert response["auditAnnotations"]["reason"] == response["status"]["message"]
+    assert lines(stream)[-1]["reasons"] == [reason]
+    metrics = app.extensions["gpu_admission"].recorder.metrics
+    labels = {"endpoint": "mutate", "reason": reason, "action": "denied"}
+    assert metrics.registry.get_sample_value("gpu_admission_denials_total", labels) == 1
 
 
 class Broken(DecisionLog):

@@ -324,9 +324,17 @@ def _oversized(obj: JSON) -> Result | None:
         what, n = over
         reason = "TooManyNodeRules"
         message = f"the pod has {n} {what}; gpu-admission reviews pods of at most {MAX_PLACEMENT[what]}: {FEWER}"
-    return Result(
-        allowed=False, code=422, reason=reason, message=message, object=obj, audit={"decision": f"denied ({reason})"}
-    )
+    return _refused(obj, reason, message)
+
+
+def _refused(obj: Any, reason: str, message: str) -> Result:
+    """A refusal the pipeline makes itself, before or after the policies (a pod too big or too costly to review):
+    a denial as a policy's is, so that its reason is the same in the answer, the audit annotations, the decision log
+    and ``gpu_admission_denials_total``."""
+    outcome = Outcome()
+    outcome.deny("pipeline", reason, message)
+    audit = {"decision": f"denied ({reason})", "reason": clipped(message, AUDIT_VALUE_LIMIT)}
+    return Result(allowed=False, code=422, reason=reason, message=message, object=obj, audit=audit, outcome=outcome)
 
 
 def _prior_outputs(view: PodView) -> dict[str, str]:
@@ -641,8 +649,7 @@ def _bounded(obj: Any, run: Callable[[], Result]) -> Result:
             f"pod's review takes by far ({_sizes(obj)}): write a smaller pod (fewer containers, fewer MIG asks, "
             "fewer node affinity terms and values, fewer extended resources), or split the workload"
         )
-        audit = {"decision": "denied (TooComplex)", "reason": clipped(message, AUDIT_VALUE_LIMIT)}
-        return Result(allowed=False, code=422, reason="TooComplex", message=message, object=obj, audit=audit)
+        return _refused(obj, reason="TooComplex", message=message)
 
 
 def _sizes(obj: Any) -> str:
@@ -687,8 +694,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
     while outcome.finish:
         outcome.finish.pop(0)()
     if grown := _grown_past(view.spec, outcome.mutations):  # refused as the pod as written would be
-        audit = {"decision": "denied (TooManyNodeRules)", "reason": clipped(grown, AUDIT_VALUE_LIMIT)}
-        return Result(allowed=False, code=422, reason="TooManyNodeRules", message=grown, object=obj, audit=audit)
+        return _refused(obj, reason="TooManyNodeRules", message=grown)
     for name, text in sorted(outcome.annotations.items()):
         view.set_annotation(PREFIX + name, text)
     if not had_annotations and view.metadata.get("annotations") == {}:
