@@ -310,6 +310,19 @@ def test_denial_actions() -> None:
     assert denial_actions(pipeline.Result(outcome=Outcome())) == []
 
 
+def test_a_request_counts_each_of_its_denial_reasons_once() -> None:
+    """Found by the observability review: gpu_admission_denials_total counted once per container, so a pod of 8
+    containers refused once read 8."""
+    pod = gpu_pod(limits={"nvidia.com/gpu": "1.5"})
+    pod["spec"]["containers"] = [dict(pod["spec"]["containers"][0], name=f"c{i}") for i in range(8)]
+    app, _ = logged_app()
+    response = app.test_client().post("/mutate", json=review(pod)).get_json()["response"]
+    assert response["status"]["reason"] == "MIGInvalidFraction"
+    metrics = app.extensions["gpu_admission"].recorder.metrics
+    labels = {"endpoint": "mutate", "reason": "MIGInvalidFraction", "action": "denied"}
+    assert metrics.registry.get_sample_value("gpu_admission_denials_total", labels) == 1
+
+
 def _refused_by_the_pipeline(reason: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     pod = gpu_pod()
     if reason == "TooManyContainers":

@@ -212,18 +212,20 @@ def request_decision(result: Result | None, status: int) -> str:
 
 
 def denial_actions(result: Result) -> list[tuple[str, str]]:
-    """(reason, action) per policy refusal: ``denied`` when enforced, ``warned`` when warn mode admitted it.
+    """(reason, action) of the request's refusals, each once (a pod of 8 containers refused for one reason is one
+    denial, as its answer and its audit ``decision`` say): ``denied`` when enforced, ``warned`` when warn mode
+    admitted it.
 
     Warn mode shows as the ``<policy>-would-deny`` audit annotation the pipeline writes; a refusal neither enforced
     nor warned (its policy is off) is not counted.
     """
-    out: list[tuple[str, str]] = []
+    out: dict[tuple[str, str], None] = {}
     for d in result.outcome.denials:
         if f"{d.policy}-would-deny" in result.audit:
-            out.append((d.reason, "warned"))
+            out[(d.reason, "warned")] = None
         elif not result.allowed:
-            out.append((d.reason, "denied"))
-    return out
+            out[(d.reason, "denied")] = None
+    return list(out)
 
 
 class Reporter:
