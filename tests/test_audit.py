@@ -31,7 +31,7 @@ from webhook.audit import (
 )
 from webhook.cluster import StaticCluster, build_view
 from webhook.config import AuditSettings, CudaSettings, Settings
-from webhook.events import EventQueue
+from webhook.events import NAME_LIMIT, EventQueue
 from webhook.metrics import Metrics
 from webhook.model import Context, Outcome, compact_json
 from webhook.pipeline import Result
@@ -203,6 +203,17 @@ def test_a_burst_of_lines_goes_in_writes_a_pipe_keeps_whole() -> None:
     assert [size > select.PIPE_BUF for size in sizes].count(True) == 1
     assert stream.texts[[size > select.PIPE_BUF for size in sizes].index(True)].count("\n") == 1, "alone"
     assert len(lines(stream)) == 64
+
+
+def test_a_skipped_requests_reason_is_cut_as_the_requests_strings_are() -> None:
+    """Found by the observability review: ``skipped`` names the object's kind, which went whole into the line (a
+    3 MB kind, a 3 MB line)."""
+    app, stream = logged_app()
+    obj = {"apiVersion": "v1", "kind": "K" * 300_000, "metadata": {"name": "x", "namespace": "default"}}
+    assert app.test_client().post("/mutate", json=review(obj)).status_code == 200
+    (line,) = lines(stream)
+    assert line["skipped"] == ("kind " + "K" * 300_000)[:NAME_LIMIT]
+    assert len(stream.getvalue()) < 2000
 
 
 def test_bad_request_is_logged_with_its_error() -> None:

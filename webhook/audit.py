@@ -112,7 +112,7 @@ def decision_line(r: Recorded) -> dict[str, object]:
             warnings=len(result.warnings),
         )
         if result.skipped:
-            line["skipped"] = result.skipped
+            line["skipped"] = result.skipped[:NAME_LIMIT]  # it may name the request's kind, of any length
         if result.reused:
             line["reused"] = True
         if result.replayed:
