@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import json
 import re
+import unicodedata
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from tests.conftest import gpu_node, gpu_pod
 from webhook import pipeline
 from webhook.cluster import build_view
-from webhook.config import CudaSettings, ExemptionSettings, Settings
+from webhook.config import CudaSettings, ExemptionSettings, MigSettings, Settings
 from webhook.model import Context, copy_json
 
 QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -348,6 +349,16 @@ def test_warnings_past_the_apiservers_limit_are_counted_not_dropped_unsaid() -> 
         == f"{len(result.outcome.warnings) - len(shown)} more warnings not shown (the apiserver keeps 4096 characters)"
     )
     assert shown == [pipeline._short(w) for w in result.outcome.warnings[: len(shown)]]
+
+
+def test_a_warnings_control_characters_are_written_out() -> None:
+    """Found by the observability review: a warning that quoted a user's value with a newline in it was dropped by
+    the apiserver, unsaid (it refuses a warning with any control character)."""
+    pod = gpu_pod(annotations={"gpu-admission.io/gpu-fraction": "0.5\nplease\x85\x7f"})
+    result = pipeline.mutate(pod, _ctx(Settings(mig=MigSettings(enabled=False)), namespace="ml"))
+    (warning,) = [w for w in result.warnings if "gpu-fraction" in w]
+    assert "0.5\\nplease\\x85\\x7f not converted" in warning
+    assert not any(unicodedata.category(ch) == "Cc" for w in result.warnings for ch in w)
 
 
 def test_the_warnings_of_a_misplaced_annotation_are_within_the_same_limit() -> None:

@@ -373,8 +373,15 @@ def audit_key(key: str) -> str:
     return _AUDIT_KEY_BAD.sub("-", key)[:63].strip("-_.") or "note"
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+"""Unicode's control characters (category Cc): the apiserver drops, unsaid, a warning that holds one (Go's
+``net.NewWarningHeader`` refuses any ``unicode.IsControl`` rune); a user's value may bring one in."""
+
+
 def _short(text: str, limit: int = WARNING_LIMIT) -> str:
-    return clipped(text, limit)
+    """A warning as sent: its control characters escaped as Python writes them (a newline as ``\\n``), cut to
+    ``limit`` characters."""
+    return clipped(_CONTROL.sub(lambda m: repr(m.group())[1:-1], text), limit)
 
 
 def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Result:
