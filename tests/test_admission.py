@@ -6,6 +6,7 @@ import base64
 import json
 import os
 from typing import Any
+from unittest import mock
 
 import jsonpatch
 import pytest
@@ -13,8 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import gpu_pod, review
-from webhook.admission import decode_json
+from webhook import decisions
+from webhook.admission import decode_json, error_body
 from webhook.errors import BadRequest
+from webhook.workers import error_answer
 
 
 def post(client: Any, path: str, body: Any, content_type: str = "application/json") -> Any:
@@ -170,6 +173,45 @@ def test_wrong_method_or_path_is_json(client: Any, method: str, path: str, statu
     r = getattr(client, method)(path)
     assert r.status_code == status
     assert r.get_json()["error"]
+
+
+def assert_status_body(body: dict[str, Any], code: int, reason: str | None) -> None:
+    """An error body client-go reads (a metav1.Status), its message shown to whoever the apiserver answers."""
+    assert {k: body[k] for k in ("kind", "apiVersion", "metadata", "status", "code")} == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "code": code,
+    }, body
+    assert body.get("reason") == reason, body
+    assert isinstance(body["message"], str) and body["message"] and body["error"] == body["message"], body
+
+
+def test_error_answers_are_a_status_client_go_shows(client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the protocol review: the error bodies were ``{"error": ...}`` alone, and client-go shows a non-2xx
+    body only when it decodes as a metav1.Status: the apiserver said 'the server rejected our request for an unknown
+    reason'."""
+    answers = [
+        (post(client, "/mutate", b"{"), 400, "BadRequest"),
+        (post(client, "/mutate", b"x" * (7 * 1024 * 1024 + 1)), 413, "RequestEntityTooLarge"),
+        (post(client, "/mutate", review(gpu_pod()), "text/plain"), 415, "UnsupportedMediaType"),
+        (client.get("/mutate"), 405, "MethodNotAllowed"),
+        (client.get("/nope"), 404, "NotFound"),
+    ]
+    monkeypatch.setattr(decisions, "decide", mock.Mock(side_effect=KeyError("bug")))
+    answers.append((post(client, "/validate", review(gpu_pod())), 500, "InternalError"))
+    for r, code, reason in answers:
+        assert r.status_code == code and r.content_type == "application/json"
+        assert_status_body(r.get_json(), code, reason)
+    assert_status_body(error_body("the request body did not arrive", 408), 408, "Timeout")
+
+
+@pytest.mark.parametrize(("status", "reason"), [(400, "BadRequest"), (431, None), (501, None), (500, "InternalError")])
+def test_gunicorns_error_answers_are_a_status_client_go_shows(status: int, reason: str | None) -> None:
+    head, _, body = error_answer(status, "Some Reason", "what gunicorn said").partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % status) and b"Content-Type: application/json" in head
+    assert_status_body(json.loads(body), status, reason)
 
 
 def test_health_and_ready(client: Any) -> None:

@@ -1,7 +1,7 @@
 """The requests gunicorn itself rejects before the app sees them (a malformed request line or header, one over its
-limits, body framing it cannot read) are answered in the webhook's JSON, ``{"error": ...}``, as every other error
-is, not in gunicorn's HTML page (``webhook.workers.TurnWorker.handle_error``). Against the real server over TLS,
-and the worker's method over socket pairs."""
+limits, body framing it cannot read) are answered in the webhook's JSON, a metav1.Status with the message also under
+``error``, as every other error is, not in gunicorn's HTML page (``webhook.workers.TurnWorker.handle_error``).
+Against the real server over TLS, and the worker's method over socket pairs."""
 
 from __future__ import annotations
 
@@ -54,8 +54,10 @@ def _assert_json_error(answer: tuple[bytes, dict[str, str], bytes], status: int,
     assert status_line == b"HTTP/1.1 %d %s" % (status, reason.encode()), answer
     assert headers["content-type"] == "application/json", answer
     assert headers["connection"] == "close", answer
-    error = json.loads(body)["error"]
-    assert isinstance(error, str), body
+    status_body = json.loads(body)
+    assert (status_body["kind"], status_body["status"], status_body["code"]) == ("Status", "Failure", status), body
+    error = status_body["error"]
+    assert isinstance(error, str) and status_body["message"] == error, body
     assert error.startswith("malformed HTTP request: "), error
     assert names in error, error
     assert HINT in error, error

@@ -1,7 +1,8 @@
 """AdmissionReview admission.k8s.io/v1 at the edge: parse strictly, answer exactly as the apiserver expects.
 
 The wire format is typed here once (TypedDicts); inside, objects stay plain dicts. A request that cannot be reviewed
-raises ``BadRequest`` (answered 4xx with ``{"error": ...}``, so the webhook's failurePolicy decides), never 500.
+raises ``BadRequest`` (answered 4xx with a metav1.Status body, ``error_body``, so the webhook's failurePolicy
+decides), never 500.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import base64
 import gc
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -320,5 +320,28 @@ def encode_answer(uid: str, parts: tuple[bytes, bytes]) -> bytes:
     return parts[0] + json_bytes(uid) + parts[1]
 
 
-def error_body(message: str) -> Mapping[str, str]:
-    return {"error": message}
+STATUS_REASONS = {
+    400: "BadRequest",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    408: "Timeout",
+    413: "RequestEntityTooLarge",
+    415: "UnsupportedMediaType",
+    500: "InternalError",
+}
+"""metav1.StatusReason by HTTP status, for the statuses the webhook answers with (a status it has no name for, as
+gunicorn's 414, 417, 431 or 501, goes without one: StatusReasonUnknown)."""
+
+
+def error_body(message: str, code: int) -> dict[str, object]:
+    """The body of an error answer (4xx, 5xx): a metav1.Status, the one body of a failed call that client-go (the
+    apiserver's webhook client) reads and shows the message of; of any other it says only "the server rejected our
+    request for an unknown reason". The message is also under ``error``, as the webhook has always said it."""
+    body: dict[str, object] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+    body["message"] = message
+    if code in STATUS_REASONS:
+        body["reason"] = STATUS_REASONS[code]
+    body["code"] = code
+    body["error"] = message
+    return body

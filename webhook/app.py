@@ -138,7 +138,7 @@ def create_app(
             )
         except BadRequest as err:
             runtime.recorder.record(endpoint, None, None, err.status, time.perf_counter() - started, str(err))
-            return jsonify(error_body(str(err))), err.status
+            return jsonify(error_body(str(err), err.status)), err.status
         except Exception as err:
             # A bug, not the caller's fault: answer in JSON and say so (the failurePolicy decides); the decision log
             # names the request (its uid, to find it in the apiserver's audit log) and its real latency.
@@ -146,7 +146,7 @@ def create_app(
             app.logger.exception("unexpected error while reviewing")
             known = _request_of(body, settings.max_body_bytes)
             runtime.recorder.record(endpoint, known, None, 500, seconds, f"internal: {type(err).__name__}")
-            return jsonify(error_body(f"internal error ({type(err).__name__}); see the webhook's log")), 500
+            return jsonify(error_body(f"internal error ({type(err).__name__}); see the webhook's log", 500)), 500
         runtime.recorder.record(endpoint, review, result, 200, time.perf_counter() - started)
         return app.response_class(answer, mimetype="application/json"), 200
 
@@ -181,13 +181,13 @@ def create_app(
             405: f"method {request.method} is not allowed on {request.path}",
             413: f"body is over the limit of {settings.max_body_bytes} bytes",
         }
-        return jsonify(error_body(messages.get(code, err.description or err.name))), code
+        return jsonify(error_body(messages.get(code, err.description or err.name), code)), code
 
     @app.errorhandler(Exception)
     def unexpected(err: Exception) -> tuple[Response, int]:
         # A bug, not the caller's fault: still answer in JSON, and say so; the failurePolicy decides.
         app.logger.exception("unexpected error while reviewing")
         runtime.recorder.record(request.path.strip("/"), None, None, 500, 0.0, f"internal: {type(err).__name__}")
-        return jsonify(error_body(f"internal error ({type(err).__name__}); see the webhook's log")), 500
+        return jsonify(error_body(f"internal error ({type(err).__name__}); see the webhook's log", 500)), 500
 
     return app

@@ -1,7 +1,7 @@
 """Errors, typed by who is at fault.
 
 GpuAdmissionError
-├── BadRequest        the caller sent something unusable: 4xx, ``{"error": ...}``
+├── BadRequest        the caller sent something unusable: 4xx, a metav1.Status body (``admission.error_body``)
 │   └── PayloadTooLarge   413
 ├── ConfigError       the settings file or environment is wrong: refuse to start, naming the key
 └── InputError        an offline manifest or node list is unusable (``review`` exits 2)

@@ -16,8 +16,8 @@ up to wait for a client, it does the reporting its requests left (``webhook.outb
 the bursts of the last ``outbox.LINGER_S`` (else the next burst does, or it does once that time is up).
 
 A request gunicorn itself rejects before the app sees it (a malformed request line or header, one over its limits,
-a body framing it cannot read) is answered in the app's JSON, ``{"error": ...}``, not gunicorn's HTML page
-(``TurnWorker.handle_error``).
+a body framing it cannot read) is answered in the app's JSON, a metav1.Status (``admission.error_body``), not
+gunicorn's HTML page (``TurnWorker.handle_error``).
 """
 
 from __future__ import annotations
@@ -267,7 +267,7 @@ ERROR_DETAIL_CHARS = 300
 
 def error_answer(status: int, reason: str, detail: str) -> bytes:
     """The whole HTTP answer to a request gunicorn rejected (status, reason and detail as gunicorn chose them): the
-    webhook's ``{"error": ...}`` in JSON, the connection closed after it."""
+    webhook's error body (``admission.error_body``), the connection closed after it."""
     if len(detail) > ERROR_DETAIL_CHARS:
         detail = detail[:ERROR_DETAIL_CHARS] + "..."
     if status >= 500 and status != 501:  # 501: a Transfer-Encoding gunicorn does not implement, the client's doing
@@ -278,7 +278,7 @@ def error_answer(status: int, reason: str, detail: str) -> bytes:
             f"malformed HTTP request: {detail or reason}; this webhook takes POST /mutate or POST /validate with a "
             "JSON AdmissionReview"
         )
-    body = json.dumps(error_body(message), separators=(",", ":")).encode() + b"\n"  # ASCII: non-ASCII escaped
+    body = json.dumps(error_body(message, status), separators=(",", ":")).encode() + b"\n"  # ASCII: non-ASCII escaped
     head = (
         f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
@@ -371,7 +371,7 @@ class TurnWorker(ThreadWorker):  # type: ignore[misc]
             conn.timeout = min(conn.timeout, time.monotonic() + IO_TIMEOUT_S)
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
-        """gunicorn's, answering in the webhook's JSON, ``{"error": ...}``, instead of its HTML page: a request it
+        """gunicorn's, answering in the webhook's JSON (``admission.error_body``) instead of its HTML page: a request it
         rejected before the app saw it (400, 414, 417, 431, 501), or its own failure outside the app (500).
 
         gunicorn's code runs unchanged (which errors are the client's, the status, reason and detail, the warning
