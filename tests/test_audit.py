@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import re
 import select
 import time
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import gpu_node, gpu_pod, review
+from tests.conftest import REPO, gpu_node, gpu_pod, review
 from tests.kubeapi import KubeAPI
 from webhook import audit, budget, pipeline
 from webhook.admission import ReviewRequest, Subject
@@ -289,6 +290,25 @@ def test_audit_keys_and_warnings_are_what_the_apiserver_keeps(pod: Any, settings
         assert len(warning) < 120, warning
         assert not warning.lower().startswith("warning:")
     assert sum(len(w) for w in answer.get("warnings", [])) <= 4096
+
+
+def test_every_audit_key_and_fixed_decision_is_documented() -> None:
+    """Found by the observability review: the key ``restored`` and the decisions that put the webhook's annotations
+    back were missing from the auditAnnotations table."""
+    keys: set[str] = set()
+    decisions: set[str] = set()
+    for source in (REPO / "webhook").rglob("*.py"):
+        text = source.read_text()
+        keys |= set(re.findall(r'audit\["([a-z][-a-z]*)"\]', text))
+        for literal in re.findall(r"audit\s*=\s*\{([^\n]*)", text):  # audit={"decision": ..., "key": ...}
+            keys |= set(re.findall(r'"([a-z][-a-z]*)": ', literal))
+            decisions |= set(re.findall(r'"decision": "([^"]+)"', literal))
+    assert {"decision", "reason", "restored", "mig", "cuda-decision"} <= keys
+    assert "restored the webhook's annotations" in decisions
+    docs = (REPO / "docs" / "observability.md").read_text()
+    table = docs.split("## Warnings and auditAnnotations", 1)[1].split("\n## ", 1)[0]
+    assert sorted(k for k in keys if f"| `{k}`" not in table and f", `{k}` |" not in table) == []
+    assert sorted(d for d in decisions if f"`{d}`" not in table) == []
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import io
 import json
+import logging
 import os
 import re
 import select
@@ -30,6 +32,7 @@ from webhook import events, pipeline
 from webhook.admission import ReviewRequest, subject_of
 from webhook.app import create_app
 from webhook.audit import Reporter, build_recorder
+from webhook.cli import LOG_FORMAT
 from webhook.cluster import StaticCluster, build_view
 from webhook.config import AuditSettings, CudaSettings, Settings
 from webhook.events import (
@@ -685,6 +688,37 @@ def test_every_event_reason_the_policies_emit_is_documented() -> None:
     docs = (REPO / "docs" / "observability.md").read_text()
     missing = sorted(r for r in emitted if f"| `{r}` |" not in docs)
     assert missing == [], f"document these Event reasons in docs/observability.md: {missing}"
+
+
+def test_the_event_message_limits_are_as_documented() -> None:
+    """Found by the observability review: the docs said 'at most 1024' and nothing of the relay's cut to 200."""
+    docs = " ".join((REPO / "docs" / "observability.md").read_text().split())
+    assert f"at most {events.MESSAGE_LIMIT} characters;" in docs
+    assert f"over the {select.PIPE_BUF} bytes a worker writes whole to the relay's pipe" in docs
+    assert f"with its message cut to {SHORT_MESSAGE} characters" in docs
+
+
+def test_an_event_in_the_serve_log_is_as_documented() -> None:
+    """Found by the observability review: the docs showed the log's Event lines bare, and under ``serve`` they carry
+    the prefix of every log line (``cli.LOG_FORMAT``)."""
+    docs = (REPO / "docs" / "observability.md").read_text()
+    (example,) = re.findall(r"`(\S+ \S+ INFO \S+: )\{\"event\":\"CUDAChecked\",\.\.\.\}`", docs)
+    written = io.StringIO()
+    handler = logging.StreamHandler(written)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    level = events.log.level
+    events.log.addHandler(handler)
+    events.log.setLevel(logging.INFO)
+    try:
+        LogSink().send(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
+    finally:
+        events.log.removeHandler(handler)
+        events.log.setLevel(level)
+    line = written.getvalue()
+    dated = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
+    assert dated.match(example) and dated.match(line), (example, line)
+    assert dated.sub("", line).startswith(dated.sub("", example)), (example, line)
+    assert json.loads(line[line.index("{") :])["event"] == "CUDAChecked"
 
 
 def test_every_denial_reason_is_documented() -> None:
