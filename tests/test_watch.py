@@ -68,7 +68,7 @@ def lists(api: KubeAPI) -> int:
 def make_live(
     kubeconfig: str, resync: int = 300, timestamp_labels: list[str] | None = None, **kwargs: Any
 ) -> LiveCluster:
-    cluster = ClusterSettings(resync_seconds=resync)
+    cluster = ClusterSettings()
     if timestamp_labels is not None:
         cluster = dataclasses.replace(cluster, timestamp_labels=timestamp_labels)
     settings = Settings(cluster=cluster)
@@ -87,7 +87,9 @@ def make_live(
         _api_retries(cfg)
         return k8s_client.ApiClient(cfg)
 
-    return LiveCluster(settings, factory, **defaults)
+    live = LiveCluster(settings, factory, **defaults)
+    live.resync_seconds = resync  # the settings take 30 s or more; the tests' relists come each second or two
+    return live
 
 
 @pytest.fixture
