@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import hashlib
 import io
 import json
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -479,6 +481,39 @@ def test_a_sidecar_that_adds_to_the_gpu_request_is_a_new_placement() -> None:
     assert "CUDASteered" not in sidecar.outcome.reasons
     fresh = pipeline.mutate(with_init(True), ctx(settings, two_driver_view(settings)))
     same_answer(sidecar, fresh)
+
+
+def test_what_a_snapshot_plans_is_bounded_by_bytes() -> None:
+    """Eligibility answers and steering plans are kept by all they depend on: a pod's whole affinity, and the
+    images its checks name. Distinct pods with MBs of them (dryRun ones too) grew a worker without bound (30 pods of
+    3 MB: 72 -> 718 MiB, over the chart's 384Mi); each memo now keeps at most 4 MiB of keys."""
+    settings = Settings()
+    view = two_driver_view(settings)
+
+    def costly(n: int) -> dict[str, Any]:
+        pod = gpu_pod(image=STEERED_IMAGE)
+        zones = [f"zone-{n}-{i:06d}-" + "x" * 20 for i in range(20_000)]  # about 0.7 MB
+        term = {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": zones}]}
+        pod["spec"]["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        }
+        return pod
+
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(12):
+            assert "CUDASteered" in pipeline.mutate(costly(n), ctx(settings, view)).outcome.reasons
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 12 << 20  # was 35 MiB: about 3 MB a pod
+
+    image = "registry.example/team/" + "a" * (5 << 20) + ":12.3"  # a check holds its image
+    pipeline.mutate(gpu_pod(image=image), ctx(settings, view))
+    assert len(view.policy_memo) == 1  # 5 MiB: what was kept is dropped
 
 
 # -- through the app ----------------------------------------------------------------------------------------------

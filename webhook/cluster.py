@@ -271,9 +271,11 @@ class ClusterView:
     volatile_labels: frozenset[str] = frozenset()
     known: bool = True
     """False when no source has described the cluster (no nodes listed yet and no pool declared)."""
-    _memo: Memo = field(default_factory=lambda: Memo(MEMO_SIZE), init=False, compare=False, repr=False, hash=False)
+    _memo: Memo = field(
+        default_factory=lambda: Memo(MEMO_SIZE, 4 << 20), init=False, compare=False, repr=False, hash=False
+    )
     """Answers of ``eligible`` by what they depend on: a request asks several times, and replicas of one workload
-    ask the same; dropped with the view when nodes change."""
+    ask the same; dropped with the view when nodes change. At most 4 MiB of keys (a pod's affinity may be MBs)."""
     decisions: Memo = field(
         default_factory=lambda: Memo(DECISIONS_SIZE, DECISIONS_BYTES), init=False, compare=False, repr=False, hash=False
     )
@@ -283,9 +285,10 @@ class ClusterView:
     )
     """Templates of replicas' bodies, by endpoint and body length, for the answers above (``webhook.replay``)."""
     policy_memo: Memo = field(
-        default_factory=lambda: Memo(MEMO_SIZE), init=False, compare=False, repr=False, hash=False
+        default_factory=lambda: Memo(MEMO_SIZE, 4 << 20), init=False, compare=False, repr=False, hash=False
     )
-    """What a policy planned against this snapshot, by what the plan depends on (the cuda policy's steering)."""
+    """What a policy planned against this snapshot, by what the plan depends on (the cuda policy's steering); at
+    most 4 MiB of keys, each put with its size."""
 
     @property
     def gpu_groups(self) -> tuple[NodeGroup, ...]:

@@ -645,7 +645,9 @@ def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Conte
     return Steering(None, "", annotation(a, _kept_off(a, pod.spec, ctx), ctx, mode))
 
 
-def _plan_key(step: str, pod: PodView, mode: str, checks: tuple[Check, ...]) -> tuple[object, ...] | None:
+def _plan_key(
+    step: str, pod: PodView, mode: str, checks: tuple[Check, ...]
+) -> tuple[str, str, str, tuple[Check, ...], bytes] | None:
     """What the policy's plan for a pod depends on besides settings and snapshot: the mode, the checks (what each
     GPU container declares) and all that eligibility reads of the spec: the scheduling fields, and the containers'
     resources and init containers' restartPolicy as written (from which the scheduler's sums and the extended
@@ -690,8 +692,8 @@ def _planned(step: str, pod: PodView, ctx: Context, make: Callable[[str, tuple[C
         kept: P = stored[1]
         return kept
     made = make(mode, checks)
-    if key is not None:
-        ctx.cluster.policy_memo.put(key, (ctx.settings, made))
+    if key is not None:  # counted by what it holds: the placement's bytes, and the checks' texts (images, ...)
+        ctx.cluster.policy_memo.put(key, (ctx.settings, made), size=len(key[4]) + len(repr(checks)))
     return made
 
 
@@ -839,7 +841,7 @@ def supported_groups(pod: PodView, ctx: Context) -> tuple[NodeGroup, ...] | None
         if all(st == "ok" or (st == "unknown" and unknown_ok) for st in statuses):
             found.append(group)
     supported = tuple(found)
-    ctx.cluster.policy_memo.put(key, (ctx.settings, supported))
+    ctx.cluster.policy_memo.put(key, (ctx.settings, supported), size=len(repr(requirements)))
     return supported
 
 
