@@ -391,12 +391,16 @@ def split_image(image: str) -> tuple[str, str]:
     return (f"{registry}/{path}" if registry else path), tag
 
 
-@lru_cache(maxsize=4096)
 def image_cuda(image: str) -> ImageMatch | None:
-    """The CUDA an image reference reveals, by the first rule that matches; None when none does. Kept by
-    reference: a cluster runs a handful of images, again and again."""
-    if not image or len(image) > MAX_IMAGE:
-        return None
+    """The CUDA an image reference reveals, by the first rule that matches; None when none does, or when it is
+    longer than ``MAX_IMAGE`` (checked before the cache: a pod's 1 MiB image was kept as a key for the process's
+    life)."""
+    return _image_cuda(image) if image and len(image) <= MAX_IMAGE else None
+
+
+@lru_cache(maxsize=4096)
+def _image_cuda(image: str) -> ImageMatch | None:
+    """``image_cuda``, kept by reference: a cluster runs a handful of images, again and again."""
     repository, tag = split_image(image)
     if not tag:
         return None
