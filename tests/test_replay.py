@@ -424,7 +424,7 @@ def test_a_body_of_another_length_is_kept_and_counted_in_place_of_the_one_before
     decide("validate", body(longer), settings, view)
     ((key, stored),) = view.decisions._data.items()
     assert stored.body == body(longer) and stored.key is key
-    assert view.decisions._bytes == len(key) + len(body(longer))
+    assert view.decisions._bytes == stored.size() > len(key) + len(body(longer))
 
 
 def test_the_tenth_pod_of_an_indexed_workload_learns_a_template_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -551,6 +551,21 @@ def test_templates_per_length_are_bounded() -> None:
             decide("validate", body(rev), settings, view)
     (kept,) = view.replays._data.values()
     assert len(kept) == decisions.REPLAYS_PER_LENGTH
+
+
+def test_the_replays_count_every_template_and_its_answer() -> None:
+    """Up to four templates of one length are kept, each with its answer (held after the decisions' store drops
+    it): the store counted the first one's body only."""
+    settings = Settings()
+    view = two_driver_view(settings)
+    for workload in range(decisions.REPLAYS_PER_LENGTH):
+        for n in (1, 2):
+            rev = replica(STEERED, n)
+            rev["request"]["object"]["metadata"]["labels"] = {"app": f"app-{workload}"}
+            decide("validate", body(rev), settings, view)
+    (kept,) = view.replays._data.values()
+    assert len(kept) == decisions.REPLAYS_PER_LENGTH
+    assert view.replays._bytes >= sum(len(r.template.body) + len(b"".join(r.stored.parts)) for r in kept)
 
 
 # -- through the app ----------------------------------------------------------------------------------------------

@@ -295,7 +295,7 @@ def build_response(uid: str, result: Result, mutating: bool) -> ResponseReview:
     response: Response = {"uid": uid, "allowed": result.allowed}
     if not result.allowed:
         response["status"] = {"code": max(result.code, 400), "message": result.message, "reason": result.reason}
-    if mutating and result.allowed and result.patch:
+    if mutating and result.allowed and result.ops:
         response["patch"] = base64.b64encode(result.patch_bytes()).decode()
         response["patchType"] = "JSONPatch"
     if result.warnings:

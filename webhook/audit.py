@@ -107,8 +107,8 @@ def decision_line(r: Recorded) -> dict[str, object]:
             decision=result.decision,
             reasons=list(result.outcome.reasons),
             mutations=list(result.outcome.mutations),
-            patchOps=len(result.patch),
-            patchBytes=len(result.patch_bytes()) if result.patch else 0,
+            patchOps=result.ops,
+            patchBytes=len(result.patch_bytes()) if result.ops else 0,
             warnings=len(result.warnings),
         )
         if result.skipped:
@@ -296,7 +296,7 @@ class Reporter:
         if result is not None:
             if result.reused:
                 m.reused(endpoint)
-            if endpoint == "mutate" and result.allowed and result.patch:
+            if endpoint == "mutate" and result.allowed and result.ops:
                 for kind in result.outcome.mutations:
                     m.mutation(kind)
             for reason, action in denial_actions(result):

@@ -85,6 +85,10 @@ class Stored:
     (``registry.ImageConfigs``): it is given again while each is found the same (``ImageLookup.holds``); none when
     its CUDA came from tags and env: no read changes it."""
 
+    def size(self) -> int:
+        """The bytes it holds, as the stores count them: its key, its body, its answer's parts and its patch."""
+        return len(self.key) + len(self.body) + len(self.parts[0]) + len(self.parts[1]) + len(self.result.patch_json)
+
 
 @dataclass(frozen=True)
 class Replay:
@@ -238,13 +242,14 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
         reused=True,
         warnings=list(result.warnings),
         audit=dict(result.audit),
-        patch=list(result.patch),
+        patch=[],  # kept as its text: its objects share the working copy's and took 7 times the text's bytes
+        patch_ops=len(result.patch),
         outcome=result.outcome.copy(),
     )
     # apart from ``result``: what its caller does to it stays its own
     used = ctx.images.used if ctx.images is not None else ()
     stored = Stored(ctx.settings, kept, answer_parts(kept, mutating=endpoint == "mutate"), body, key, images=used)
-    store.put(key, stored, size=len(key) + len(body))
+    store.put(key, stored, size=stored.size())
     return result, stored
 
 
@@ -260,8 +265,8 @@ def _learn(endpoint: str, stored: Stored, body: bytes, review: ReviewRequest, vi
         before = _kept(endpoint, stored, len(body), view)
     kept = before.body if before else stored.body
     if len(body) != len(kept):
-        view.decisions.put(stored.key, stored, size=len(stored.key) + len(body))
         stored.body = body
+        view.decisions.put(stored.key, stored, size=stored.size())
         return
     if body == kept:
         return
@@ -290,7 +295,8 @@ def _keep(endpoint: str, stored: Stored, view: ClusterView) -> None:
     known = Replay(template, stored, review, replayed)
     key = (endpoint, len(template.body))
     others = [r for r in view.replays.get(key) or () if r.stored is not stored]
-    view.replays.put(key, (known, *others[: REPLAYS_PER_LENGTH - 1]), size=len(template.body))
+    kept = (known, *others[: REPLAYS_PER_LENGTH - 1])  # each holds its body and its answer, stored or not
+    view.replays.put(key, kept, size=sum(len(r.template.body) + r.stored.size() for r in kept))
 
 
 def _holds(stored: Stored, images: ImageLookup | None) -> bool:

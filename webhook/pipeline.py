@@ -81,7 +81,10 @@ class Result:
     read it, never change it. ``object`` is then None."""
     patch_json: bytes = b""
     """``patch`` as JSON (UTF-8), once written (``webhook.decisions`` writes it for every answer it stores); empty
-    otherwise. Once it is written, ``patch`` is read only: the text would no longer say it."""
+    otherwise. Once it is written, ``patch`` is read only: the text would no longer say it. A stored answer keeps
+    only the text (``patch`` empty, its length in ``patch_ops``): its objects took seven times the text's bytes."""
+    patch_ops: int = 0
+    """How many operations ``patch_json`` holds, where ``patch`` was dropped; 0 otherwise (see ``ops``)."""
     replayed: bool = False
     """A reused answer given to a body matched by its bytes, unparsed (``webhook.replay``)."""
 
@@ -90,12 +93,17 @@ class Result:
         return self.patch_json or json_bytes(self.patch)
 
     @property
+    def ops(self) -> int:
+        """How many operations the patch has (0: no change), whether its objects are kept or only its text."""
+        return len(self.patch) or self.patch_ops
+
+    @property
     def decision(self) -> str:
         if self.skipped:
             return "skipped"
         if not self.allowed:
             return "denied"
-        return "patched" if self.patch else "allowed"
+        return "patched" if self.ops else "allowed"
 
 
 def pod_view(obj: JSON, namespace: str, writable: bool = True) -> PodView | None:
