@@ -114,27 +114,31 @@ MAX_SLOTS = 64
 """More slots than this and the body is not worth a template: matching would loop longer than a parse."""
 
 
+DIFFERENT = re.compile(rb"[^\x00]+")
+"""A run of differing bytes, in the XOR of two bodies."""
+
+
 def differing_strings(first: bytes, second: bytes) -> list[Slot] | None:
     """The contents of the JSON strings in which two bodies of one length differ, as (start, end) in order; None
-    when a difference is not inside a plain string of both."""
+    when a difference is not inside a plain string of both. One search per slot: the next difference is looked for
+    past the string of the one before (a string that differs at every other byte was a turn of this loop per
+    byte, 0.7 s of CPU for two 6 MiB bodies, outside the review's budget)."""
     if len(first) != len(second):
         return None
     diff = (int.from_bytes(first, "big") ^ int.from_bytes(second, "big")).to_bytes(len(first), "big")
     slots: list[Slot] = []
-    for run in re.finditer(rb"[^\x00]+", diff):
-        if slots and run.start() <= slots[-1][1]:  # another difference in the string of the slot before
-            if run.end() > slots[-1][1]:
-                return None
-            continue
+    at = 0
+    while (run := DIFFERENT.search(diff, at)) is not None:
         start = first.rfind(b'"', 0, run.start()) + 1
         end = first.find(b'"', run.end())
-        if start == 0 or end < 0:
+        if start == 0 or end < 0 or diff[end]:  # diff[end]: the string's closing quote differs too
             return None
         if PLAIN.fullmatch(first, start, end) is None or PLAIN.fullmatch(second, start, end) is None:
             return None
         slots.append((start, end))
         if len(slots) > MAX_SLOTS:
             return None
+        at = end
     return slots
 
 
