@@ -369,10 +369,13 @@ def test_the_store_is_bounded_by_entries() -> None:
 
 def test_the_store_is_bounded_by_bytes() -> None:
     memo = Memo(entries=100, key_bytes=1000)
-    for n in range(5):
-        memo.put(bytes([n]) * 300, n)
-    assert len(memo) == 2  # 3 x 300 bytes fit; the fourth emptied the store, the fifth joined it
-    assert memo.get(bytes([4]) * 300) == 4 and memo.get(bytes([0]) * 300) is None
+    for n in range(6):
+        memo.put(bytes([n]) * 250, n)
+    assert len(memo) == 2  # 4 x 250 bytes fit; the fifth emptied the store, the sixth joined it
+    assert memo.get(bytes([5]) * 250) == 5 and memo.get(bytes([0]) * 250) is None
+    # one entry past a quarter of the bound is not kept: a pod of megabytes emptied the store for every other one
+    memo.put(b"big", "big", size=251)
+    assert len(memo) == 2 and memo.get(b"big") is None
 
 
 def test_the_store_counts_the_answers_it_holds() -> None:
@@ -410,12 +413,12 @@ def test_a_key_put_again_takes_its_own_place_in_the_store() -> None:
     never empties a full store."""
     memo = Memo(entries=3, key_bytes=1000)
     for n in range(3):
-        memo.put(bytes([n]) * 10, n, size=300)
+        memo.put(bytes([n]) * 10, n, size=250)
     for _ in range(10):
-        memo.put(bytes([0]) * 10, "again", size=300)  # the store is full by entries and by bytes: it stays
+        memo.put(bytes([0]) * 10, "again", size=250)  # the store is full by entries: it stays
     assert len(memo) == 3 and memo.get(bytes([1]) * 10) == 1 and memo.get(bytes([0]) * 10) == "again"
     memo.put(bytes([0]) * 10, "smaller", size=100)
-    memo.put(b"new", "fits", size=0)  # 100 + 300 + 300 + 0 bytes, but a fourth entry: emptied
+    memo.put(b"new", "fits", size=0)  # 100 + 250 + 250 + 0 bytes, but a fourth entry: emptied
     assert len(memo) == 1
     memo = Memo(entries=2)  # by entries only
     memo.put("a", 1)
@@ -541,9 +544,10 @@ def test_what_a_snapshot_plans_is_bounded_by_bytes() -> None:
         tracemalloc.stop()
     assert held < 12 << 20  # was 35 MiB: about 3 MB a pod
 
+    kept = len(view.policy_memo)
     image = "registry.example/team/" + "a" * (5 << 20) + ":12.3"  # a check holds its image
     pipeline.mutate(gpu_pod(image=image), ctx(settings, view))
-    assert len(view.policy_memo) == 1  # 5 MiB: what was kept is dropped
+    assert len(view.policy_memo) == kept  # 5 MiB: not kept, and what was kept stays
 
 
 # -- through the app ----------------------------------------------------------------------------------------------

@@ -246,8 +246,11 @@ class Memo:
 
     def put(self, key: Any, value: Any, size: int | None = None) -> None:
         """``size``: the bytes it counts against ``key_bytes`` (the key's length when not given). A key put again
-        counts its new size in place of its old one."""
+        counts its new size in place of its old one. An entry of more than a quarter of ``key_bytes`` is not kept:
+        each pod of megabytes emptied the store for every other one."""
         size = (len(key) if size is None else size) if self.key_bytes else 0
+        if size > self.key_bytes // 4:
+            return
         entries = len(self._data) + (key not in self._data)
         before = self._sizes.get(key, 0)
         if entries > self.entries or (self.key_bytes and self._bytes - before + size > self.key_bytes):
