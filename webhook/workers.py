@@ -11,7 +11,8 @@ thread takes the next job itself, as long as there is one, without waking anothe
 client (a read or a write that would block, in ``TurnSSLSocket``) does it give the turn up, and a thread standing
 by takes the queue on; the waiting one takes its turn back when its client is ready. A connection is closed when
 its client stays silent for ``IO_TIMEOUT_S``, or has not sent a whole request (TLS handshake included) within
-``REQUEST_DEADLINE_S``, so a client that trickles bytes cannot keep a thread either. Before a thread gives its turn
+``REQUEST_DEADLINE_S``, so a client that trickles bytes cannot keep a thread either; one past its TLS handshake that
+has sent no byte of a request yet waits on the poller, as a kept-alive one does (``AwaitingRequest``). Before a thread gives its turn
 up to wait for a client, it does the reporting its requests left (``webhook.outbox``); before it stands by, that of
 the bursts of the last ``outbox.LINGER_S`` (else the next burst does, or it does once that time is up).
 
@@ -213,6 +214,11 @@ def _wait_for_client(sock: Any, write: bool) -> None:
         _ready_or_timeout(sock, write)
 
 
+class AwaitingRequest(BaseException):  # not an Exception: gunicorn's "except Exception" must let it by
+    """A connection that has done its TLS handshake and sent no byte of a request yet: it waits for one on the
+    worker's poller, as a kept-alive connection does (``TurnWorker.handle``), not in a request thread."""
+
+
 class TurnSSLSocket(ssl.SSLSocket):
     """The SSL context's ``sslsocket_class``. gunicorn reads and writes a client's connection in blocking mode,
     with no timeout; here each of those waits goes through the pool (the turn given up meanwhile) and ends after
@@ -235,6 +241,8 @@ class TurnSSLSocket(ssl.SSLSocket):
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError) as err:
                 if not self._blocks():
                     raise
+                if reading and getattr(self, "_awaiting_request", False):
+                    raise AwaitingRequest from None
                 write = isinstance(err, ssl.SSLWantWriteError) or (
                     not reading and not isinstance(err, ssl.SSLWantReadError)
                 )
@@ -243,13 +251,19 @@ class TurnSSLSocket(ssl.SSLSocket):
     def do_handshake(self, block: bool = False) -> None:
         super().setblocking(False)
         self._io(True, super().do_handshake)
+        # Go's HTTP client (kube-apiserver's) keeps a connection it dialled for a request that another connection
+        # served, idle in its pool: held to IO_TIMEOUT_S like a stalled request, it was closed after 5 s, and a
+        # review sent on it as it closed failed the call (a POST on a connection never used is not retried)
+        self._awaiting_request = True
 
     def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
         data: bytes = self._io(True, super().recv, buflen, flags)
+        self._awaiting_request = False
         return data
 
     def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
         count: int = self._io(True, super().recv_into, buffer, nbytes or 0, flags)
+        self._awaiting_request = False
         return count
 
     def send(self, data: Any, flags: int = 0) -> int:
@@ -358,7 +372,10 @@ class TurnWorker(ThreadWorker):  # type: ignore[misc]
         fresh = defer is not None and not conn.initialized and not getattr(conn, "data_ready", True)
         if fresh and not conn.wait_for_data(0):
             return defer
-        return super().handle(conn)
+        try:
+            return super().handle(conn)
+        except AwaitingRequest:  # its TLS handshake done, no request yet: kept alive (KEEPALIVE_S), on the poller
+            return True
 
     def finish_request(self, conn: Any, fs: Any) -> None:
         """gunicorn's, but a new connection put on the poller to wait for its first bytes is given IO_TIMEOUT_S
