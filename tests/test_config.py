@@ -143,6 +143,12 @@ def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
             "spot.extraTaints[0]: taint key '' is not a taint key",
             id="empty-taint-key",
         ),
+        # a block scalar's line end: "$" let it by, and every spot pod would fail to create
+        pytest.param(
+            'spot:\n  extraTaints: [{key: "example.com/spot\\n"}]\n',
+            "spot.extraTaints[0]: taint key 'example.com/spot\\n' is not a taint key",
+            id="taint-key-line-end",
+        ),
         pytest.param(
             "cluster:\n  pools: [{name: p, nodeSelector: {a: b}, taints: [{key: a, value: 'x y'}]}]\n",
             "cluster.pools[0].taints[0]: taint a: value 'x y' is not a label value",

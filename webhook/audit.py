@@ -45,7 +45,7 @@ from webhook.pipeline import Result
 
 log = logging.getLogger("gpu_admission.decision")
 
-AUDIT_KEY = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+AUDIT_KEY = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 AUDIT_KEY_LIMIT = 63
 
 

@@ -449,7 +449,7 @@ class StaticCluster:
 # ---------------------------------------------------------------------------------------------------------------
 # Requests
 
-_INT64 = re.compile(r"^[+-]?[0-9]+$")
+_INT64 = re.compile(r"^[+-]?[0-9]+\Z")
 
 
 def parse_int64(text: object) -> int | None:

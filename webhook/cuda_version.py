@@ -66,7 +66,7 @@ Verdict = bool | None
 KEYS = ("arch", "brand", "cuda", "driver")
 OPERATORS = ("=", "!=", "<", "<=", ">", ">=")
 _OPERATOR_CHARS = "<>=!"
-_VERSION_TEXT = re.compile(r"^[0-9]{1,9}(?:\.[0-9]{1,9}){0,5}$")
+_VERSION_TEXT = re.compile(r"^[0-9]{1,9}(?:\.[0-9]{1,9}){0,5}\Z")
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 """strconv.ParseBool's true spellings (nvidia-container-toolkit reads NVIDIA_DISABLE_REQUIRE with it)."""
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})

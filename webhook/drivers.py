@@ -11,7 +11,7 @@ from importlib import resources
 import yaml
 
 Version = tuple[int, ...]
-_VERSION = re.compile(r"^[0-9]+(?:\.[0-9]+){0,3}$")
+_VERSION = re.compile(r"^[0-9]+(?:\.[0-9]+){0,3}\Z")
 
 
 def parse_version(text: object) -> Version | None:

@@ -20,7 +20,7 @@ import yaml
 
 from webhook.errors import ConfigError
 
-_NAME = re.compile(r"^(\d+)g\.(\d+)gb(.*)$")
+_NAME = re.compile(r"^(\d+)g\.(\d+)gb(.*)\Z")
 # Typical memory eighths by compute slices on a 7-slice GPU (1g comes in a 1/8 and a 2/8 size).
 _EIGHTHS_BY_SLICES_7 = {1: 1, 2: 2, 3: 4, 4: 4, 7: 8}
 _EIGHTHS_BY_SLICES_4 = {1: 2, 2: 4, 4: 8}

@@ -137,9 +137,9 @@ def is_input_annotation(key: str) -> bool:
 
 
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*\Z")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
 
 
 def is_qualified_name(name: object) -> bool:
@@ -147,15 +147,15 @@ def is_qualified_name(name: object) -> bool:
     if not isinstance(name, str) or not name:
         return False
     prefix, sep, rest = name.rpartition("/")
-    if sep and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+    if sep and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
         return False
-    return 0 < len(rest) <= 63 and bool(_QUALIFIED_NAME.match(rest))
+    return 0 < len(rest) <= 63 and bool(_QUALIFIED_NAME.fullmatch(rest))
 
 
 def is_label_value(value: object) -> bool:
     """k8s.io/apimachinery IsValidLabelValue: empty, or up to 63 letters, digits, '-', '_', '.' from and to an
     alphanumeric."""
-    return isinstance(value, str) and len(value) <= 63 and bool(_LABEL_VALUE.match(value))
+    return isinstance(value, str) and len(value) <= 63 and bool(_LABEL_VALUE.fullmatch(value))  # "$" takes a "\n"
 
 
 def as_dict(value: object) -> dict[str, Any]:

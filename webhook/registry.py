@@ -106,10 +106,10 @@ RESULTS = ("read", "unchanged", "shared", "unreadable", "dropped")
 worker's); unreadable; dropped (too many images waiting)."""
 
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_REPOSITORY = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
-_HOST = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?(?::[0-9]{1,5})?$")
+_REPOSITORY = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*\Z")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
+_DIGEST = re.compile(r"^sha256:[a-f0-9]{64}\Z")
+_HOST = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?(?::[0-9]{1,5})?\Z")
 
 
 class Unreadable(Exception):
@@ -255,7 +255,7 @@ def media_of(body: dict[str, Any], content_type: str) -> str:
 
 
 _INSIDE = (".svc", ".local", ".localhost", ".home.arpa")
-_NUMERIC = re.compile(r"^(?:0x[0-9a-f]+|[0-9]+)(?:\.(?:0x[0-9a-f]+|[0-9]+)){0,3}$")
+_NUMERIC = re.compile(r"^(?:0x[0-9a-f]+|[0-9]+)(?:\.(?:0x[0-9a-f]+|[0-9]+)){0,3}\Z")
 """An IPv4 address in any of the forms the resolver takes (127.1, 0177.0.0.1, 0x7f.0.0.1, 2130706433)."""
 
 

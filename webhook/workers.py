@@ -12,9 +12,10 @@ client (a read or a write that would block, in ``TurnSSLSocket``) does it give t
 by takes the queue on; the waiting one takes its turn back when its client is ready. A connection is closed when
 its client stays silent for ``IO_TIMEOUT_S``, or has not sent a whole request (TLS handshake included) within
 ``REQUEST_DEADLINE_S``, so a client that trickles bytes cannot keep a thread either; one past its TLS handshake that
-has sent no byte of a request yet waits on the poller, as a kept-alive one does (``AwaitingRequest``). Before a thread gives its turn
-up to wait for a client, it does the reporting its requests left (``webhook.outbox``); before it stands by, that of
-the bursts of the last ``outbox.LINGER_S`` (else the next burst does, or it does once that time is up).
+has sent no byte of a request yet waits on the poller, as a kept-alive one does (``AwaitingRequest``). Before a
+thread gives its turn up to wait for a client, it does the reporting its requests left (``webhook.outbox``); before
+it stands by, that of the bursts of the last ``outbox.LINGER_S`` (else the next burst does, or it does once that
+time is up).
 
 A request gunicorn itself rejects before the app sees it (a malformed request line or header, one over its limits,
 a body framing it cannot read) is answered in the app's JSON, a metav1.Status (``admission.error_body``), not
