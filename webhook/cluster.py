@@ -249,7 +249,9 @@ class Memo:
         counts its new size in place of its old one. An entry of more than a quarter of ``key_bytes`` is not kept:
         each pod of megabytes emptied the store for every other one."""
         size = (len(key) if size is None else size) if self.key_bytes else 0
-        if size > self.key_bytes // 4:
+        if size > self.key_bytes // 4:  # and what the key held goes: a value grown in place is never held uncounted
+            self._data.pop(key, None)
+            self._bytes -= self._sizes.pop(key, 0)
             return
         entries = len(self._data) + (key not in self._data)
         before = self._sizes.get(key, 0)
