@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.cuda_fixtures import container
+from webhook import cuda_version
 from webhook.cuda_version import (
     Forward,
     NodeFacts,
@@ -727,3 +728,17 @@ def test_an_image_built_on_nvidia_cuda_decides_over_the_pods_cuda_version(image:
     sets (a review: a pytorch devel image with CUDA_VERSION=12.4 was admitted on a GeForce of R550)."""
     declared = declared_cuda(container(image=image, env={"CUDA_VERSION": "12.4"}), {})
     assert declared.version == version, declared.source
+
+
+def test_an_image_reference_past_max_image_is_not_looked_up_in_its_registry() -> None:
+    """With cuda.registry on, a pod's 1 MiB image reference went to the reader and was kept as its key (up to
+    maxImages of them: GBs a worker), though the tag rules had refused it (found by a review of this session)."""
+    asked: list[str] = []
+
+    def configs(image: str) -> None:
+        asked.append(image)
+
+    long = "registry.example/team/" + "a" * cuda_version.MAX_IMAGE + ":12.4"
+    assert cuda_version.declared_cuda({"name": "c", "image": long}, {}, True, configs).requirement is None
+    cuda_version.declared_cuda({"name": "c", "image": "registry.example/team/app:1"}, {}, True, configs)
+    assert asked == ["registry.example/team/app:1"]

@@ -616,7 +616,7 @@ def declared_cuda(
             return _from_tag(
                 name, image, found, emptied="NVIDIA_REQUIRE_CUDA" in env, entrypoint=not container.get("command")
             )
-    if configs is not None and image:
+    if configs is not None and image and len(image) <= MAX_IMAGE:  # a longer one was kept as the reader's key
         return _from_config(name, image, configs(image), env)
     return Declared(name, image)
 
