@@ -645,6 +645,30 @@ def test_mig_resource_taint_is_tolerated_by_extended_resource_toleration():
     assert "tolerations" not in result.object["spec"]
 
 
+@pytest.mark.parametrize("strategy", ["single", "mixed"])
+def test_a_tainted_mig_pool_gets_its_toleration_where_no_plugin_gives_it(strategy: str) -> None:
+    """Without ExtendedResourceToleration (k3s), a single-strategy pool's nvidia.com/gpu was taken as tolerated by
+    it: the fraction was refused as out of reach ('its node affinity', of a pod with none) while a mixed pool's MIG
+    device got the toleration (found by a review of this session's commits)."""
+    from webhook.config import ClusterSettings, Settings
+
+    if strategy == "single":
+        node = single_node("box", A100_40, "3g.20gb", 4, "a100", 20096)
+    else:
+        node = mixed_node("box", A100_40, {"3g.20gb": 2}, "a100", 40960)
+    node["spec"]["taints"] = [{"key": GPU, "value": "present", "effect": "NoSchedule"}]
+    off = Settings(cluster=ClusterSettings(extended_resource_toleration="off"))
+    result = review(frac("0.5"), [node], off)
+    assert result.allowed, result.message
+    assert result.object["spec"]["tolerations"] == [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
+    view = context([node], off).cluster
+    assert [c.nodes for c in view.eligible(result.object["spec"], set(resources_of(result.object)["limits"]))] == [
+        ("box",)
+    ]
+    on = review(frac("0.5"), [node], Settings(cluster=ClusterSettings(extended_resource_toleration="on")))
+    assert ("tolerations" in on.object["spec"]) is (strategy == "mixed")  # the plugin tolerates nvidia.com/gpu
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Containers: each on its own; init containers; whole numbers untouched
 

@@ -556,11 +556,15 @@ def _gpu_only(resources: Mapping[str, Decimal]) -> dict[str, Decimal]:
     return {k: v for k, v in resources.items() if k.startswith("nvidia.com/")}
 
 
-def _trial(pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option | None) -> JSON:
-    """A slim copy of the spec for eligibility: the pending asks stripped, ``ask`` given ``option``."""
+def _trial(
+    pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option | None, plugin: bool = True
+) -> JSON:
+    """A slim copy of the spec for eligibility: the pending asks stripped, ``ask`` given ``option`` (and the GPU
+    taint's toleration ``_keep_gpu_toleration`` would write; ``plugin``: the cluster runs
+    ExtendedResourceToleration)."""
     spec = pod.spec
     trial: JSON = {k: spec[k] for k in ("nodeName", "affinity", "tolerations") if k in spec}
-    if ask is not None and option is not None and option.resource != GPU_RESOURCE:
+    if ask is not None and option is not None and (option.resource != GPU_RESOURCE or not plugin):
         trial["tolerations"] = [*as_list(spec.get("tolerations")), GPU_TAINT_TOLERATION]
     if as_list(spec.get("schedulingGates")):  # what takes the gate away may add tolerations (cuda._eligible)
         trial["tolerations"] = [*as_list(trial.get("tolerations")), cuda.TOLERATES_ALL]
@@ -662,7 +666,7 @@ def _choose(
         if option.selector and selector.get(option.selector[0], option.selector[1]) != option.selector[1]:
             continue  # another container (or the user) already chose a different profile or product
         places: list[Placement] = []
-        for cand in _eligible(ctx, _trial(pod, pending, ask, option)):
+        for cand in _eligible(ctx, _trial(pod, pending, ask, option, ctx.cluster.extended_resource_toleration)):
             group = cand.group
             if option.profile not in group.mig_profiles:
                 continue
@@ -706,17 +710,17 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
     mode = ctx.settings.mig.fallback
     if mode == "whole":
         option = Option("whole", "", GPU_RESOURCE)
-        cands = _eligible(ctx, _trial(pod, pending, ask, option))
+        cands = _eligible(ctx, _trial(pod, pending, ask, option, ctx.cluster.extended_resource_toleration))
         good = [c.group for c in cands if c.group.mig_strategy in ("none", "mixed")]
         bad = [c.group for c in cands if c.group.mig_strategy not in ("none", "mixed")]
         note = record.WHOLE_NOTE
     elif mode == "shared":
         option = Option("shared", "", SHARED_RESOURCE)
-        cands = _eligible(ctx, _trial(pod, pending, ask, option))
+        cands = _eligible(ctx, _trial(pod, pending, ask, option, ctx.cluster.extended_resource_toleration))
         good, bad = [c.group for c in cands], []
         if not good:
             option = Option("shared", "", GPU_RESOURCE)
-            cands = _eligible(ctx, _trial(pod, pending, ask, option))
+            cands = _eligible(ctx, _trial(pod, pending, ask, option, ctx.cluster.extended_resource_toleration))
             good = [c.group for c in cands if c.group.sharing == "time-slicing"]
             bad = [c.group for c in cands if c.group.sharing != "time-slicing"]
         note = record.SHARED_NOTE
@@ -740,10 +744,12 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
 conversion carries it over, only where the chosen nodes carry that taint and nothing tolerates it yet."""
 
 
-def _keep_gpu_toleration(pod: PodView, choice: Choice) -> bool:
+def _keep_gpu_toleration(pod: PodView, choice: Choice, plugin: bool) -> bool:
     """Tolerate the GPU taint of the nodes a MIG device is on (ExtendedResourceToleration sees no nvidia.com/gpu
-    ask any more); whether the toleration was written here."""
-    if choice.option.resource == GPU_RESOURCE:
+    ask any more), or any device where the cluster runs no such plugin (a single-strategy pool's nvidia.com/gpu on
+    k3s was refused as out of reach while a mixed one's MIG device got its toleration); whether it was written
+    here."""
+    if choice.option.resource == GPU_RESOURCE and plugin:
         return False  # the plugin still sees nvidia.com/gpu
     taints = {t for p in choice.places for t in p.group.taints if t.key == GPU_RESOURCE and t.effect == "NoSchedule"}
     if not taints:
@@ -760,10 +766,10 @@ def _keep_gpu_toleration(pod: PodView, choice: Choice) -> bool:
     return True
 
 
-def _apply(pod: PodView, ask: Ask, choice: Choice) -> Choice:
+def _apply(pod: PodView, ask: Ask, choice: Choice, plugin: bool) -> Choice:
     """Write the choice into the pod; the choice as written (whether it wrote the GPU taint's toleration)."""
     container = ask.container
-    tolerated = _keep_gpu_toleration(pod, choice)
+    tolerated = _keep_gpu_toleration(pod, choice, plugin)
     resources = container.get("resources")
     if not isinstance(resources, dict):
         resources = container["resources"] = {}
@@ -1148,7 +1154,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
             out.deny(POLICY, "MIGNoProfile", _refusal(req, pod, pending, ask, seen, barred))
             pending.append(ask)
             continue
-        choice = _apply(pod, ask, choice)
+        choice = _apply(pod, ask, choice, req.ctx.cluster.extended_resource_toleration)
         done.converted[id(ask.container)] = (ask, choice)
         _warn_usable(out, ask, choice)
         _warn_oversized(out, ask, choice, req.ctx.settings.mig.coverage)
