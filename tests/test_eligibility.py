@@ -14,6 +14,7 @@ from webhook.cluster import (
     build_view,
     container_resources,
     extended_resource_names,
+    format_pools,
     requested_resources,
     toleration_tolerates,
 )
@@ -327,27 +328,59 @@ def test_taints(taints: list[dict[str, str]], spec: dict[str, Any], ert: bool, e
 
 
 @pytest.mark.parametrize(
-    ("labels", "setting", "providers", "plugin"),
+    ("labels", "setting", "providers", "plugin", "extra"),
     [
-        pytest.param({"cloud.google.com/gke-nodepool": "a"}, "auto", ["all"], True, id="gke"),
-        pytest.param({"eks.amazonaws.com/nodegroup": "a"}, "auto", ["all"], True, id="eks"),
-        pytest.param({"karpenter.sh/nodepool": "a"}, "auto", ["all"], True, id="karpenter"),
-        pytest.param({"kubernetes.azure.com/agentpool": "a"}, "auto", ["all"], True, id="aks"),
-        # a self-managed cluster: the plugin is off upstream (k3s, kubeadm)
-        pytest.param({"pool": "a"}, "auto", ["all"], False, id="k3s"),
-        pytest.param({"pool": "a"}, "auto", ["gke"], True, id="providers-named"),
-        pytest.param({"pool": "a"}, "on", ["all"], True, id="on"),
-        pytest.param({"cloud.google.com/gke-nodepool": "a"}, "off", ["all"], False, id="off"),
+        pytest.param({"cloud.google.com/gke-nodepool": "a"}, "auto", ["all"], True, {}, id="gke"),
+        pytest.param({"eks.amazonaws.com/nodegroup": "a"}, "auto", ["all"], True, {}, id="eks"),
+        pytest.param({"karpenter.sh/nodepool": "a"}, "auto", ["all"], True, {}, id="karpenter"),
+        pytest.param({"kubernetes.azure.com/agentpool": "a"}, "auto", ["all"], True, {}, id="aks"),
+        # an EKS self-managed node group carries no EKS label: its kubelet's version tells
+        pytest.param(
+            {"pool": "a"},
+            "auto",
+            ["all"],
+            True,
+            {"status": {"nodeInfo": {"kubeletVersion": "v1.30.4-eks-a737599"}}},
+            id="eks-self-managed",
+        ),
+        pytest.param(
+            {},
+            "auto",
+            ["all"],
+            True,
+            {"metadata": {"annotations": {"oci.oraclecloud.com/node-pool-id": "ocid1.nodepool.oc1..a"}}},
+            id="oke",
+        ),
+        # a self-managed cluster: the plugin is off upstream (k3s, kubeadm), whatever label names its pools
+        pytest.param({"pool": "a"}, "auto", ["all"], False, {}, id="k3s"),
+        pytest.param({"nodepool": "gpu"}, "auto", ["all"], False, {}, id="k3s-with-ovh-pool-label"),
+        pytest.param(
+            {"pool": "a"},
+            "auto",
+            ["all"],
+            False,
+            {"status": {"nodeInfo": {"kubeletVersion": "v1.30.4+k3s1"}}},
+            id="k3s-kubelet",
+        ),
+        pytest.param({"pool": "a"}, "auto", ["gke"], True, {}, id="providers-named"),
+        pytest.param({"pool": "a"}, "auto", ["ovh"], False, {}, id="providers-without-the-plugin"),
+        pytest.param({"pool": "a"}, "auto", [], False, {}, id="no-providers"),
+        pytest.param({"pool": "a"}, "on", ["all"], True, {}, id="on"),
+        pytest.param({"cloud.google.com/gke-nodepool": "a"}, "off", ["all"], False, {}, id="off"),
     ],
 )
 def test_extended_resource_toleration_is_taken_on_where_a_cloud_shows(
-    labels: dict[str, str], setting: str, providers: list[str], plugin: bool
+    labels: dict[str, str], setting: str, providers: list[str], plugin: bool, extra: dict[str, Any]
 ) -> None:
     """Taken on for a k3s cluster, a pod was steered to nodes whose nvidia.com/gpu taint it does not tolerate, and
     stayed Pending (found by a review of the cluster model)."""
     settings = Settings(cluster=ClusterSettings(extended_resource_toleration=setting, providers=providers))  # type: ignore[arg-type]
-    view = build_view([node("t", labels, [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])], settings)
+    tainted = node("t", labels, [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])
+    for part, fields in extra.items():
+        tainted[part].update(fields)
+    view = build_view([tainted], settings)
     assert view.extended_resource_toleration is plugin
+    assert f"ExtendedResourceToleration: {'on' if plugin else 'off'}" in format_pools(view)
     assert bool(view.eligible(GPU_LIMIT)) is plugin
 
 

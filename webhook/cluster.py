@@ -101,6 +101,8 @@ class Node:
     allocatable: Mapping[str, Decimal]
     """Extended resources only (names with a '/')."""
     annotations: Mapping[str, str] = field(default_factory=dict)
+    provider: str = ""
+    """The provider its kubelet version names (``Presets.kubelet_versions``: EKS, GKE), else ""."""
 
 
 @dataclass(frozen=True)
@@ -844,6 +846,10 @@ def _pool_annotation_keys() -> frozenset[str]:
     return frozenset(load_presets(("all",)).pool_annotations)
 
 
+def _kubelet_provider(version: str) -> str:
+    return next((p for mark, p in load_presets(("all",)).kubelet_versions if mark in version), "")
+
+
 def same_node(held: Node, new: Node, timestamp_labels: frozenset[str]) -> bool:
     """Whether ``new`` tells nothing ``held`` does not, but for the values of ``timestamp_labels`` (which a labeller
     rewrites with the time on every run): a label of them added or removed is a change."""
@@ -894,7 +900,8 @@ def parse_node(obj: object) -> Node | None:
             except QuantityError:
                 continue
     ordered = tuple(sorted(taints, key=lambda t: (t.key, t.effect, t.value)))
-    return Node(name, labels, ordered, allocatable, annotations)
+    kubelet = as_str(as_dict(as_dict(obj.get("status")).get("nodeInfo")).get("kubeletVersion"))
+    return Node(name, labels, ordered, allocatable, annotations, _kubelet_provider(kubelet) if kubelet else "")
 
 
 def nodes_from_document(doc: object) -> list[JSON]:
@@ -1270,24 +1277,30 @@ def build_view(
         node_count=count,
         source=source,
         presets=builder.presets,
-        extended_resource_toleration=_extended_resource_toleration(groups, builder),
+        extended_resource_toleration=_extended_resource_toleration(nodes, groups, builder),
         volatile_labels=builder.volatile,
         known=synced and (known or bool(groups)),
     )
 
 
-def _extended_resource_toleration(groups: Sequence[NodeGroup], builder: _Builder) -> bool:
-    """``cluster.extendedResourceToleration``; auto: on where the cluster shows a cloud (its pool or spot labels, a
-    pool annotation) or the settings name clouds. Taken on for a self-managed cluster (k3s), a pod was steered to
-    nodes whose nvidia.com/gpu taint it does not tolerate, and stayed Pending (found by a review of the cluster
-    model)."""
+def _extended_resource_toleration(nodes: Sequence[Node], groups: Sequence[NodeGroup], builder: _Builder) -> bool:
+    """``cluster.extendedResourceToleration``; auto: on where the cluster shows a provider whose API servers run the
+    plugin (``Presets.plugin_providers``: its pool or spot labels on a node or a declared pool, OKE's pool
+    annotation, an EKS or GKE kubelet version), or the settings name such providers. Taken on for a self-managed
+    cluster (k3s), a pod was steered to nodes whose nvidia.com/gpu taint it does not tolerate, and stayed Pending
+    (found by a review of the cluster model); an EKS self-managed node group carries no EKS label, only its
+    kubelet's version."""
     setting = builder.settings.cluster.extended_resource_toleration
     if setting != "auto":
         return setting == "on"
+    plugin = builder.presets.plugin_providers
     if "all" not in builder.settings.cluster.providers:
-        return True
-    cloud_keys = {k for keys in builder.presets.node_label_keys.values() for k in keys}
-    return any(not cloud_keys.isdisjoint(g.labels) or g.pool_source.startswith("annotation ") for g in groups)
+        return bool(plugin)
+    keys = {k for name in plugin for k in builder.presets.node_label_keys.get(name, ())}
+    annotated = "oke" in plugin  # the one provider that names its pools by an annotation
+    return any(n.provider in plugin for n in nodes) or any(
+        not keys.isdisjoint(g.labels) or (annotated and g.pool_source.startswith("annotation ")) for g in groups
+    )
 
 
 def _buckets(nodes: Iterable[Node], builder: _Builder) -> dict[Any, list[Node]]:
@@ -1409,6 +1422,8 @@ def format_pools(view: ClusterView) -> str:
     widths = [max(len(r[i]) for r in (headers, *rows)) for i in range(len(headers))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in (headers, *rows)]
     lines.append(f"{view.node_count} node{'s' if view.node_count != 1 else ''} from {view.source}")
+    plugin = "on" if view.extended_resource_toleration else "off"
+    lines.append(f"ExtendedResourceToleration: {plugin} (cluster.extendedResourceToleration)")
     if not view.known:
         lines.append("the cluster is not known yet: no node list has synced and no pool is declared")
     if notes:

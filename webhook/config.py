@@ -176,9 +176,10 @@ class ClusterSettings:
         default="auto", metadata={"schema": {"enum": ["auto", "on", "off", True, False]}}
     )
     """Whether the apiserver runs the ExtendedResourceToleration plugin, by which taints keyed by a requested
-    extended resource (nvidia.com/gpu:NoSchedule) count as tolerated. auto: on where the nodes or declared pools show
-    a cloud's pool, spot or node pool labels (GKE, EKS, AKS enable it; managed clusters taint GPU nodes so), or
-    ``providers`` names clouds; off on self-managed clusters (k3s, kubeadm: off upstream). true or false: on or off."""
+    extended resource (nvidia.com/gpu:NoSchedule) count as tolerated. auto: on where the cluster shows a provider
+    that enables it (GKE, EKS, AKS, OKE: its pool or spot labels, OKE's pool annotation, an EKS or GKE kubelet
+    version), or ``providers`` names one; off on self-managed clusters (k3s, kubeadm: off upstream). true or false:
+    on or off. ``gpu-admission pools`` prints what it took."""
     resync_seconds: int = field(default=300, metadata={"schema": {"minimum": 30}})
     """Relist Nodes at least this often, whatever the watch says (30 or more: each relist lists every Node, in
     every worker)."""

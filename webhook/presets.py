@@ -35,6 +35,10 @@ class Presets:
     node_label_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Per provider, the node label keys that only its nodes carry (pool and spot labels): how a cluster's
     provider shows."""
+    plugin_providers: frozenset[str] = frozenset()
+    """The providers whose API servers run ExtendedResourceToleration."""
+    kubelet_versions: tuple[tuple[str, str], ...] = ()
+    """(what a provider's kubelet version carries, the provider)."""
 
 
 @lru_cache(maxsize=1)
@@ -85,5 +89,12 @@ def load_presets(
             gpu_taints[preset] = TaintPreset(t["key"], t.get("value"), t["effect"], name)
     spot_labels += [(k, v, "settings") for k, v in (extra_spot_labels or {}).items()]
     return Presets(
-        tuple(pool_labels), tuple(pool_annotations), tuple(spot_labels), tuple(spot_taints), gpu_taints, label_keys
+        tuple(pool_labels),
+        tuple(pool_annotations),
+        tuple(spot_labels),
+        tuple(spot_taints),
+        gpu_taints,
+        label_keys,
+        frozenset(n for n in names if (raw[n] or {}).get("extended_resource_toleration")),
+        tuple((mark, n) for n in names for mark in (raw[n] or {}).get("kubelet_versions", ())),
     )

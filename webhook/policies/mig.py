@@ -556,9 +556,7 @@ def _gpu_only(resources: Mapping[str, Decimal]) -> dict[str, Decimal]:
     return {k: v for k, v in resources.items() if k.startswith("nvidia.com/")}
 
 
-def _trial(
-    pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option | None, plugin: bool = True
-) -> JSON:
+def _trial(pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option | None, plugin: bool = True) -> JSON:
     """A slim copy of the spec for eligibility: the pending asks stripped, ``ask`` given ``option`` (and the GPU
     taint's toleration ``_keep_gpu_toleration`` would write; ``plugin``: the cluster runs
     ExtendedResourceToleration)."""
