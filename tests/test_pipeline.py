@@ -343,12 +343,35 @@ def test_warnings_past_the_apiservers_limit_are_counted_not_dropped_unsaid() -> 
     unknown = [w for w in result.outcome.warnings if "CUDA version unknown" in w]
     assert len(unknown) == 60
     shown, last = result.warnings[:-1], result.warnings[-1]
-    assert len(shown) < 60 and sum(map(len, result.warnings)) <= 4096
+    assert len(shown) < 60 and sum(map(len, result.warnings)) <= pipeline.WARNINGS_TOTAL
     assert (
         last
         == f"{len(result.outcome.warnings) - len(shown)} more warnings not shown (the apiserver keeps 4096 characters)"
     )
     assert shown == [pipeline._short(w) for w in result.outcome.warnings[: len(shown)]]
+
+
+def test_both_answers_warnings_fit_the_apiservers_one_budget_what_would_be_denied_first() -> None:
+    """The apiserver keeps 4096 characters of warnings for the whole API request, both webhooks' and PodSecurity's
+    together, and drops what comes past it unsaid: at 4000 each, a /validate after a full /mutate lost all but its
+    first warning; and the would-deny line came after 45 containers' own, where the cut falls first (found by a
+    review of what the webhook reports)."""
+    pod = gpu_pod(image="pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime")
+    first = pod["spec"]["containers"][0]
+    pod["spec"]["containers"] = [
+        {**first, "name": f"worker-{n:02d}", "image": f"registry.example/team/m{n}:latest"} for n in range(45)
+    ]
+    pod["spec"]["containers"][44]["image"] = first["image"]
+    settings = Settings(cuda=CudaSettings(namespace_modes={"ml": "warn"}, unknown_version="warn"))
+    view = build_view([gpu_node("n1", allocatable={"nvidia.com/gpu": "64"})], settings)
+    ctx = Context(settings=settings, cluster=view, namespace="ml")
+    mutated = pipeline.mutate(copy.deepcopy(pod), ctx)
+    validated = pipeline.validate(mutated.object, ctx)
+    assert validated.allowed
+    assert validated.warnings[0].startswith("would be denied (CUDAIncompatible) in enforce mode"), validated.warnings[0]
+    assert validated.warnings[-1].endswith("more warnings not shown (the apiserver keeps 4096 characters)")
+    together = sum(map(len, mutated.warnings)) + sum(map(len, validated.warnings))
+    assert together <= 2 * pipeline.WARNINGS_TOTAL <= 4096 - 400  # room for PodSecurity's
 
 
 def test_a_warnings_control_characters_are_written_out() -> None:

@@ -52,8 +52,11 @@ MUTATORS: tuple[tuple[str, Step], ...] = (
 )
 VALIDATORS: tuple[tuple[str, Step], ...] = (("spot", spot.validate), ("mig", mig.validate), ("cuda", cuda.validate))
 
-WARNINGS_TOTAL = 4000
-"""Warnings over 4096 characters in total are cut by the apiserver."""
+WARNINGS_TOTAL = 1800
+"""The characters of warnings one answer sends. The apiserver keeps 4096 of them for the whole API request, its
+mutating and validating webhooks' and PodSecurity's together; past it, it cuts each to 256 and then drops the rest
+unsaid (k8s.io/apiserver endpoints/filters/warning.go). Each of the webhook's two answers takes under half, and the
+rest is left to the others (at 4000 each, a /validate after a full /mutate lost all but its first warning)."""
 AUDIT_VALUE_LIMIT = 2000
 MESSAGE_LIMIT = 8000
 """A denial's message (``status.message``: kubectl prints it whole after 'denied the request:'), all of its
@@ -395,6 +398,7 @@ def _short(text: str, limit: int = WARNING_LIMIT) -> str:
 def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Result:
     """Apply enforcement modes and the response limits to what the policies said."""
     enforced: list[Denial] = []
+    others = len(outcome.warnings)
     for d in outcome.denials:
         mode = _mode(d.policy, ctx)
         if mode == "enforce":
@@ -409,6 +413,8 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
                 outcome.warn(f"{head}; to fix: {fix}" if has_fix else f"{head}: {d.message}")
             key = f"{d.policy}-would-deny"  # every container's, not the last one's
             result.audit[key] = f"{result.audit[key]}\n{d.message}" if key in result.audit else d.message
+    # what enforce mode would deny first: past the budget, the per-container lines are what is left unsaid
+    outcome.warnings[:] = [*outcome.warnings[others:], *outcome.warnings[:others]]
     result.warnings = _capped(outcome.warnings)
     result.outcome = outcome
     for key, value in outcome.audit.items():
@@ -434,8 +440,8 @@ def _capped(lines: Sequence[str]) -> list[str]:
     total = 0
     for shown, w in enumerate(lines):
         w = _short(w)
-        if total + len(w) > WARNINGS_TOTAL:
-            # Said in the room WARNINGS_TOTAL leaves under the apiserver's 4096, so that none is dropped unsaid.
+        if total + len(w) > WARNINGS_TOTAL - 80:
+            # said in the room kept for it, so that none is dropped unsaid
             warnings.append(f"{len(lines) - shown} more warnings not shown (the apiserver keeps 4096 characters)")
             break
         warnings.append(w)
