@@ -832,3 +832,22 @@ def test_a_cordoned_node_is_unschedulable_before_its_taint_comes() -> None:
         "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}],
     }
     assert [c.nodes for c in view.eligible(tolerating)] == [("c1",)]
+
+
+def test_pools_named_alike_by_two_providers_are_told_apart() -> None:
+    """An EKS node group and a Karpenter NodePool both called gpu were one pool: spot, though half of it is on
+    demand, and a message said a pod was supported by pool gpu and kept off pool gpu."""
+    view = build_view(
+        [
+            node("a", {"eks.amazonaws.com/nodegroup": "gpu"}),
+            node("b", {"karpenter.sh/nodepool": "gpu", "karpenter.sh/capacity-type": "spot"}),
+            node("c", {"kubernetes.azure.com/agentpool": "other"}),
+            node("d", {"agentpool": "other"}),  # AKS's legacy key: the same provider, the same pool
+        ],
+        Settings(),
+    )
+    assert sorted((p.name, p.as_json()["spot"]) for p in view.pools) == [
+        ("gpu@eks", False),
+        ("gpu@karpenter", True),
+        ("other", False),
+    ]

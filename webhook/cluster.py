@@ -1264,7 +1264,7 @@ def build_view(
     if len(buckets) > MANY_GROUPS and (own := _per_node_keys(nodes, builder)):
         builder.volatile |= own
         buckets = _buckets(nodes, builder)
-    groups = [builder.group(members) for members in buckets.values()]
+    groups = _told_apart([builder.group(members) for members in buckets.values()], builder.presets)
     # A declared pool is what its nodes will be until one of them is: a node of it that offers no GPU yet (joining:
     # no device plugin, no GFD labels; its MIG layout changing) leaves the declaration standing beside it. Matched by
     # its selector, never by a name another pool's label happens to carry.
@@ -1301,6 +1301,28 @@ def _extended_resource_toleration(nodes: Sequence[Node], groups: Sequence[NodeGr
     return any(n.provider in plugin for n in nodes) or any(
         not keys.isdisjoint(g.labels) or (annotated and g.pool_source.startswith("annotation ")) for g in groups
     )
+
+
+def _told_apart(groups: list[NodeGroup], presets: Presets) -> list[NodeGroup]:
+    """Groups named alike by the pool labels of two providers (an EKS node group and a Karpenter NodePool both
+    called gpu) get the provider after the name (gpu@eks, gpu@karpenter): taken for one pool, the on-demand and
+    the spot half were one spot pool, and a message said a pod was supported by pool gpu and kept off pool gpu
+    (found by a review of the cluster model)."""
+    provider = {k: name for name, keys in presets.node_label_keys.items() for k in keys}
+
+    def source(g: NodeGroup) -> str:
+        key = g.pool_source.removeprefix("label ")
+        return provider.get(key, key) if g.pool_source.startswith("label ") else g.pool_source
+
+    sources: dict[str, set[str]] = {}
+    for g in groups:
+        sources.setdefault(g.pool, set()).add(source(g))
+    return [
+        replace(g, pool=f"{g.pool}@{source(g)}")
+        if len(sources[g.pool]) > 1 and g.pool_source.startswith("label ")
+        else g
+        for g in groups
+    ]
 
 
 def _buckets(nodes: Iterable[Node], builder: _Builder) -> dict[Any, list[Node]]:
