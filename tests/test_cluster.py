@@ -851,3 +851,24 @@ def test_pools_named_alike_by_two_providers_are_told_apart() -> None:
         ("gpu@karpenter", True),
         ("other", False),
     ]
+
+
+def test_the_gpu_operators_default_single_strategy_on_whole_gpus_is_no_mig() -> None:
+    """The GPU Operator writes nvidia.com/mig.strategy=single on every GPU node by default, MIG or not: only the
+    product's -MIG-<profile> makes its GPUs MIG devices. Read as MIG, every GFD pool showed 'single: nothing offered'
+    and the whole fallback found no GPU in a cluster of them (found by a review of real clusters)."""
+    labels = {
+        "nvidia.com/gpu.product": "Tesla-T4",
+        "nvidia.com/mig.strategy": "single",
+        "nvidia.com/mig.capable": "false",
+        "nvidia.com/cuda.driver-version.full": "550.54.15",
+    }
+    group = one(labels, alloc={"nvidia.com/gpu": "4"})
+    assert (group.mig_strategy, group.mig_capable, group.mig_profiles, group.pool) == (
+        "none",
+        False,
+        {},
+        "Tesla-T4/driver-550.54.15",
+    )
+    single = one({**labels, "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"}, {"nvidia.com/gpu": "2"})
+    assert (single.mig_strategy, list(single.mig_profiles)) == ("single", ["3g.20gb"])

@@ -1114,6 +1114,12 @@ class _Builder:
             devices = _whole(allocatable.get(GPU_RESOURCE))
             if profile and devices:
                 profiles = {profile: MigOffer(devices, _int_label(labels, GFD + "gpu.memory"))}
+            elif not profile and labels.get(MIG_CONFIG_STATE_LABEL, "") not in MIG_CHANGING_STATES:
+                # The GPU Operator's default strategy is single, written on every GPU node, MIG or not (a T4, an
+                # A100 with MIG off): only the product's -MIG-<profile> says its GPUs are MIG devices; without it
+                # they are whole GPUs (read as MIG, the whole fallback found none in a cluster of them; found by a
+                # review of real clusters)
+                strategy = "none"
         elif strategy == "gke":
             devices = _whole(allocatable.get(GPU_RESOURCE))
             profile = first.labels.get(GKE_PARTITION_LABEL, "")
