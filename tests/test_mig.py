@@ -274,6 +274,26 @@ def test_memory_request_boundaries(value, expected, warning):
         assert not result.warnings
 
 
+@pytest.mark.parametrize(
+    ("product", "profiles", "value", "expected", "warning"),
+    [
+        pytest.param(A100_80, {"3g.40gb": 2}, "40Gi", "3g.40gb", "mig-3g.40gb holds about 40 GB", id="a100-80"),
+        pytest.param(A100_80, {"3g.40gb": 2}, "37Gi", "3g.40gb", None, id="a100-80-within"),
+        pytest.param(A100_80, {"7g.79gb": 1}, "80Gi", "7g.79gb", "mig-7g.79gb holds about 79 GB", id="7g.79gb"),
+    ],
+)
+def test_a_memory_ask_past_a_profile_whose_usable_memory_is_not_known_is_told_so(
+    product, profiles, value, expected, warning
+):
+    """No memory label on the node and no usable figure in the table (A100 80GB, H100): 40Gi on a 3g.40gb and 80Gi
+    on a 7g.79gb went unsaid (found by a review of MIG)."""
+    result = review(memreq(value), [mixed_node("n0", product, profiles, "a100", 81920)])
+    assert result.allowed, result.message
+    assert resources_of(result.object) == mig(expected)
+    said = [w for w in result.warnings if "GB, less than the" in w]
+    assert (warning in said[0]) if warning else not said, result.warnings
+
+
 @pytest.mark.parametrize(("value", "warned"), [("5Gi", True), ("4Gi", False)])
 def test_a_workload_whose_pods_get_less_memory_than_asked_is_told_so(value, warned):
     """A Deployment's gpu-memory 5Gi: its pods got a 1g.5gb of 4864 MiB, said only to each pod, whose warning

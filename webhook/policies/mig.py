@@ -1038,11 +1038,18 @@ def _warn_usable(out: Outcome, ask: Ask, choice: Choice, whose: str = "") -> Non
     ``whose`` device ('its pods' ', for a template whose pods are converted when created)."""
     if ask.kind != "memory":
         return
+    given = choice.option.resource if choice.option.strategy == "mixed" else choice.option.profile
     usable = [p.usable_mib for p in choice.places if p.usable_mib]
     if usable and min(usable) * MIB < ask.amount:
-        given = choice.option.resource if choice.option.strategy == "mixed" else choice.option.profile
         said = f"{whose}{given} has {min(usable)} MiB usable, less than the {_gib(ask.amount)} asked"
         out.warn(fit_warning(f"{ask.name}: {said}", ask.name))
+    elif not usable:
+        # Neither the node's label nor the table says its usable memory (A100 80GB, H100): the name's GB is
+        # decimal, and below every usable figure known (mig.md); 40Gi on a 3g.40gb went unsaid (a review of MIG)
+        named = [parsed[1] for p in choice.places if p.profile and (parsed := parse_name(p.profile.name))]
+        if named and min(named) * 10**9 < ask.amount:
+            said = f"{whose}{given} holds about {min(named)} GB, less than the {_gib(ask.amount)} asked"
+            out.warn(fit_warning(f"{ask.name}: {said}", ask.name))
 
 
 OVERSIZED = 4
