@@ -280,3 +280,11 @@ def test_a_controllers_own_kind_is_accepted_as_an_owner(tmp_path: Path) -> None:
         "RayCluster": "prefer",
         "Job.batch.volcano.sh": "off",
     }
+
+
+def test_a_declared_profile_variant_is_named_as_the_device_plugin_names_it(tmp_path: Path) -> None:
+    """nvidia-smi writes 1g.5gb+me, the device plugin's resource is nvidia.com/mig-1g.5gb.me: a pool declared with
+    the first offered a resource no pod asks for, and a single-strategy pod got a product label value with a '+'
+    (found by a review of MIG)."""
+    text = "cluster:\n  pools: [{name: p, nodeSelector: {a: b}, migStrategy: mixed, migProfiles: {1g.5gb+me: 7}}]\n"
+    assert load_settings(_write(tmp_path, text), environ={}).cluster.pools[0].mig_profiles == {"1g.5gb.me": 7}

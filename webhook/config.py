@@ -116,11 +116,14 @@ class PoolSettings:
         for name in ("gpu_count", "gpu_memory_mib"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{where}: {_camel(name)} {getattr(self, name)} is below 0")
+        # nvidia-smi writes a variant 1g.10gb+me, the device plugin's resource and GFD's label 1g.10gb.me ('+' is
+        # no character of a resource name or a label value): the pool offers it as the plugin names it
+        object.__setattr__(self, "mig_profiles", {k.replace("+", "."): v for k, v in self.mig_profiles.items()})
         for profile, count in self.mig_profiles.items():
             if parse_name(profile) is None or count < 0:
                 raise ConfigError(
                     f"{where}: migProfiles {profile}: {count}: give a MIG profile as nvidia-smi names it (e.g."
-                    " 3g.40gb, 1g.10gb+me) and how many a node offers (0 or more)"
+                    " 3g.40gb, 1g.10gb+me or 1g.10gb.me) and how many a node offers (0 or more)"
                 )
         from webhook.presets import load_presets  # the providers' data, not a setting
 
