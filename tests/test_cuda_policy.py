@@ -1532,3 +1532,23 @@ def test_steering_a_pool_of_many_groups_works_out_each_selector_once(monkeypatch
     assert result.allowed and required_terms(result.object)
     assert {c.group.driver_text for c in ctx.cluster.eligible(result.object["spec"])} == {"550.54.15"}
     assert len(calls) <= 4 * len(nodes), len(calls)
+
+
+def test_karpenter_pools_are_steered_to_by_their_nodepool_label() -> None:
+    """Karpenter makes a node only for labels its NodePools define or it knows: a required term on GFD's CUDA
+    labels left the pod Pending for good once the compatible nodes were busy or consolidated away (found by a review
+    of real clusters). Its pools are named by karpenter.sh/nodepool; other pools keep the CUDA labels."""
+    nodes = [
+        gpu_node("old-1", "old", "535.104.05", pool_label="karpenter.sh/nodepool"),
+        gpu_node("new-1", "new", "570.124.06", pool_label="karpenter.sh/nodepool"),
+    ]
+    ctx = context(nodes)
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed
+    assert required_terms(result.object) == [
+        {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["new"]}]}
+    ]
+    assert_idempotent(result, ctx)
+    eks = context([gpu_node("old-1", "old", "535.104.05"), gpu_node("new-1", "new", "570.124.06")])
+    steered = pipeline.review(pod(container(image=IMAGE_128)), eks)
+    assert {e["key"] for t in required_terms(steered.object) for e in t["matchExpressions"]} <= {NEW_MAJOR, NEW_MINOR}

@@ -39,6 +39,9 @@ class Presets:
     """The providers whose API servers run ExtendedResourceToleration."""
     kubelet_versions: tuple[tuple[str, str], ...] = ()
     """(what a provider's kubelet version carries, the provider)."""
+    pool_steered: frozenset[str] = frozenset()
+    """Pool label keys of providers that make nodes from a pod's rules, and know only their own labels (Karpenter):
+    the CUDA steering names such a pool by its label."""
 
 
 @lru_cache(maxsize=1)
@@ -97,4 +100,5 @@ def load_presets(
         label_keys,
         frozenset(n for n in names if (raw[n] or {}).get("extended_resource_toleration")),
         tuple((mark, n) for n in names for mark in (raw[n] or {}).get("kubelet_versions", ())),
+        frozenset(k for n in names if (raw[n] or {}).get("steer_by_pool") for k in raw[n].get("pool_labels", ())),
     )

@@ -601,7 +601,13 @@ def _narrowed(pod: PodView, a: Assessment, ctx: Context) -> tuple[list[list[Expr
     """The first alternatives (by CUDA labels, else by pool) that keep the pod landing somewhere, and only on
     allowed groups, with the spec they narrow it to; None when none does, or the pod already asks that much."""
     allowed = {id(g) for g in a.allowed_groups}
-    for alternatives in (_by_cuda_labels(a, ctx), _by_pool(a.allowed_groups, ctx, a.blocked_groups)):
+    orders = [_by_cuda_labels(a, ctx), _by_pool(a.allowed_groups, ctx, a.blocked_groups)]
+    steered = ctx.cluster.presets.pool_steered
+    if any(g.pool_source.removeprefix("label ") in steered for g in a.allowed_groups):
+        # Karpenter makes nodes only for labels its NodePools know: a term on GFD's labels left the pod Pending
+        # for good once the nodes there were busy or consolidated away (found by a review of real clusters)
+        orders.reverse()
+    for alternatives in orders:
         if not alternatives:
             continue
         trial = PodView(pod.kind, {}, copy_json(pod.spec), pod.namespace, pod.owner_kind)
