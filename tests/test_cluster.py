@@ -403,15 +403,24 @@ def _host_nodes(count: int, key: str = "cloud.google.com/gce-topology-host") -> 
 def test_a_label_of_each_nodes_own_makes_no_group_of_every_node() -> None:
     """GKE's compact placement labels each node with its host: a group per node, and the policies' work grows with
     the groups (3,000 nodes: past the 1 s budget, every GPU pod refused; found by a review of the cluster model)."""
-    view = build_view(_host_nodes(200), Settings())
+    key = "example.com/rack-slot"  # GKE's own host label is volatile by default
+    view = build_view(_host_nodes(200, key), Settings())
     assert len(view.groups) == 2 and sum(len(g.nodes) for g in view.groups) == 200
-    assert "cloud.google.com/gce-topology-host" in view.volatile_labels
+    assert key in view.volatile_labels
     # a rule that names it is still decided node by node
-    found = view.eligible({"nodeSelector": {"cloud.google.com/gce-topology-host": "host-7"}}, {"nvidia.com/gpu"})
+    found = view.eligible({"nodeSelector": {key: "host-7"}}, {"nvidia.com/gpu"})
     assert [(c.group.driver_text, c.nodes) for c in found] == [("550.54.15", ("gpu-7",))]
     # few groups: as they are
-    few = build_view(_host_nodes(40), Settings())
-    assert len(few.groups) == 40 and "cloud.google.com/gce-topology-host" not in few.volatile_labels
+    few = build_view(_host_nodes(40, key), Settings())
+    assert len(few.groups) == 40 and key not in few.volatile_labels
+    # the keys known to be a node's own are volatile whatever the count, and a pool's notes are said once
+    known = build_view(_host_nodes(40), Settings())
+    assert len(known.groups) == 2
+    unknown = _host_nodes(40, key)
+    for n in unknown:
+        del n["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"]
+    table = format_pools(build_view(unknown, Settings()))
+    assert table.count("driver unknown") == 1 and "(gpu-0, gpu-1, gpu-10 ...): driver unknown" in table, table
 
 
 def test_a_pool_label_is_never_taken_for_a_nodes_own() -> None:

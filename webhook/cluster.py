@@ -1444,9 +1444,12 @@ def format_pools(view: ClusterView) -> str:
                 "yes" if data["spot"] else "no",
             )
         )
+        noted: dict[str, list[str]] = {}  # each note once a pool, with the nodes of every group it is of
         for g in pool.groups:
-            where = f"{', '.join(g.nodes[:3])}{' ...' if len(g.nodes) > 3 else ''}" if g.nodes else "declared"
-            notes += [f"  {pool.name} ({where}): {n}" for n in g.notes]
+            for n in g.notes:
+                noted.setdefault(n, []).extend(g.nodes or ("declared",))
+        for n, nodes in noted.items():
+            notes.append(f"  {pool.name} ({', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}): {n}")
     widths = [max(len(r[i]) for r in (headers, *rows)) for i in range(len(headers))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in (headers, *rows)]
     lines.append(f"{view.node_count} node{'s' if view.node_count != 1 else ''} from {view.source}")

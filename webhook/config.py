@@ -170,7 +170,16 @@ class ClusterSettings:
     """Provider presets to use for pool labels and spot taints/labels (gke, eks, karpenter, aks, oke, ...; all)."""
     pool_label_keys: list[str] = field(default_factory=list)
     """Extra node label keys that name a node's pool (tried before the presets), e.g. for k3s clusters."""
-    volatile_labels: list[str] = field(default_factory=lambda: ["kubernetes.io/hostname", "nvidia.com/gfd.timestamp"])
+    volatile_labels: list[str] = field(
+        default_factory=lambda: [
+            "kubernetes.io/hostname",
+            "nvidia.com/gfd.timestamp",
+            "cloud.google.com/gce-topology-host",  # GKE compact placement: a node's host
+            "alpha.eksctl.io/instance-id",  # eksctl: a node's EC2 instance
+            "k3s.io/hostname",
+            "k3s.io/internal-ip",
+        ]
+    )
     """Per-node label keys that do not make nodes different for scheduling purposes (grouping ignores them)."""
     timestamp_labels: list[str] = field(default_factory=lambda: ["nvidia.com/gfd.timestamp"])
     """Label keys a labeller rewrites with the time on every run (GPU feature discovery: each minute): a node change
