@@ -985,6 +985,20 @@ def test_fallback_whole_gpu_pins_away_from_mig_single_nodes():
     assert "MIGFallback" in pipeline.mutate(frac("0.5"), context(nodes, settings(fallback="whole"))).outcome.reasons
 
 
+@pytest.mark.parametrize("fallback", ["whole", "shared"])
+def test_a_fallback_gives_a_memory_ask_no_gpu_of_less_memory(fallback: str) -> None:
+    """30Gi with a whole or shared fallback went to a T4 of 15 GiB, pinned nowhere (found by a review of MIG)."""
+    t4 = whole_node("t", "Tesla-T4", 4, "t4", sharing="time-slicing" if fallback == "shared" else "")
+    a100 = whole_node("a", A100_80, 8, "a100", sharing="time-slicing" if fallback == "shared" else "")
+    for node, mib in ((t4, "15360"), (a100, "81920")):
+        node["metadata"]["labels"]["nvidia.com/gpu.memory"] = mib
+    result = review(memreq("30Gi"), [t4, a100], settings(fallback=fallback))
+    assert result.allowed, result.message
+    assert result.object["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": A100_80}
+    alone = review(memreq("30Gi"), [t4], settings(fallback=fallback))
+    assert not alone.allowed and f"The {fallback} fallback found no GPU of 30Gi or more either" in alone.message
+
+
 def _gke_time_shared(name: str, pool: str, sharing: str) -> dict[str, Any]:
     """A GKE node of a pool created with GPU sharing: no GFD, GKE's own labels."""
     node = whole_node(name, "", 1, pool)

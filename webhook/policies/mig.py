@@ -724,6 +724,10 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
         note = record.SHARED_NOTE
     else:
         return None
+    if ask.kind == "memory":  # a GPU of less memory than asked is no fallback (30Gi went to a T4 of 15 GiB)
+        small = {id(g) for g in good if g.gpu_memory_mib and g.gpu_memory_mib * MIB < ask.amount}
+        bad += [g for g in good if id(g) in small]
+        good = [g for g in good if id(g) not in small]
     if not good:
         return None
     pin = _pin(good, bad, all_pin_keys(ctx)) if bad else None
@@ -972,7 +976,8 @@ def _refusal(
     else:
         advice = " Ask for a whole GPU (nvidia.com/gpu: 1), or add MIG-partitioned nodes (or declare their pool)."
     if ctx.settings.mig.fallback != "deny":
-        advice = f" The {ctx.settings.mig.fallback} fallback found no GPU either." + advice
+        of = f" of {_gib(ask.amount)} or more" if ask.kind == "memory" else ""
+        advice = f" The {ctx.settings.mig.fallback} fallback found no GPU{of} either." + advice
     return head + tail + advice
 
 
