@@ -985,6 +985,20 @@ def test_fallback_whole_gpu_pins_away_from_mig_single_nodes():
     assert "MIGFallback" in pipeline.mutate(frac("0.5"), context(nodes, settings(fallback="whole"))).outcome.reasons
 
 
+def test_a_mig_device_of_its_own_comes_before_a_time_shared_one_which_is_said() -> None:
+    """A time-sliced mixed pool came before a dedicated single-strategy one, and a time-shared device was given
+    without a word, though its memory is shared with the other pods on it (found by a review of MIG)."""
+    shared = mixed_node("m", A100_40, {"3g.20gb": 8}, "mts", 40960)
+    shared["metadata"]["labels"]["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
+    dedicated = single_node("s", A100_40, "3g.20gb", 2, "dedicated")
+    result = review(frac("0.5"), [shared, dedicated])
+    assert result.object["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": f"{A100_40}-MIG-3g.20gb"}
+    assert not [w for w in result.warnings if "time-slicing" in w]
+    alone = review(frac("0.5"), [shared])
+    assert resources_of(alone.object) == mig("3g.20gb")
+    assert any("nvidia.com/mig-3g.20gb is time-slicing there: shared with other pods" in w for w in alone.warnings)
+
+
 @pytest.mark.parametrize("fallback", ["whole", "shared"])
 def test_a_fallback_gives_a_memory_ask_no_gpu_of_less_memory(fallback: str) -> None:
     """30Gi with a whole or shared fallback went to a T4 of 15 GiB, pinned nowhere (found by a review of MIG)."""

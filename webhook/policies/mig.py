@@ -684,7 +684,10 @@ def _choose(
             gb, slices, *rest = _rank(option, places)
             # a pod that prefers spot capacity: among profiles of one size, one a spot pool offers first
             spot = req.spot_first and any(p.covers and p.group.spot for p in places)
-            ranked.append(((not runs, gb, slices, not spot, *rest), option, places))
+            # a device of its own before one time-shared with other pods (its memory is theirs too): a
+            # time-sliced mixed pool had come before a dedicated single-strategy one (a review of MIG)
+            shared = not any(p.covers and p.group.sharing == "none" for p in places)
+            ranked.append(((not runs, shared, gb, slices, not spot, *rest), option, places))
     ranked.sort(key=lambda r: r[0])
     for _, option, places in ranked:
         good = [p for p in places if p.covers]
@@ -1057,6 +1060,20 @@ def _warn_usable(out: Outcome, ask: Ask, choice: Choice, whose: str = "") -> Non
             out.warn(fit_warning(f"{ask.name}: {said}", ask.name))
 
 
+def _warn_shared(out: Outcome, ask: Ask, choice: Choice) -> None:
+    """A device that every pool it may land on time-shares (GPU sharing on MIG devices: GFD's -SHARED product, a
+    GKE time-sharing partition, a sharing-strategy label): said, since its memory and compute are shared with the
+    other pods given the same device."""
+    if not choice.places or choice.option.strategy in ("whole", "shared"):
+        return  # no MIG device, or a fallback whose note says it
+    sharing = {p.group.sharing for p in choice.places}
+    if "none" in sharing:
+        return
+    given = choice.option.resource if choice.option.strategy == "mixed" else choice.option.profile
+    said = f"{given} is {'/'.join(sorted(sharing))} there: shared with other pods, its memory not its own"
+    out.warn(fit_warning(f"{ask.name}: {said}", ask.name))
+
+
 OVERSIZED = 4
 """A profile holding more than this many times the ask is said: a unit slip (``1e-9``, ``20Mi`` for ``20Gi``) reads
 the same as a real ask, and the container holds the whole profile. Plain rounding stays under it: 0.1 -> 1/8
@@ -1167,6 +1184,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
         choice = _apply(pod, ask, choice, req.ctx.cluster.extended_resource_toleration)
         done.converted[id(ask.container)] = (ask, choice)
         _warn_usable(out, ask, choice)
+        _warn_shared(out, ask, choice)
         _warn_oversized(out, ask, choice, req.ctx.settings.mig.coverage)
         if choice.note:
             out.warn(fit_warning(f"{ask.name}: {ask.asked} -> {choice.option.given} ({choice.note})", ask.name))
