@@ -1514,7 +1514,7 @@ def test_steering_a_pool_of_many_groups_works_out_each_selector_once(monkeypatch
             "550.54.15" if i % 2 else "535.104.05",
             gfd="old",
             runtime_labels=False,
-            labels={"cloud.google.com/gce-topology-host": f"h-{i}"},
+            labels={"example.com/rack-slot": f"h-{i}"},
         )
         for i in range(400)
     ]
