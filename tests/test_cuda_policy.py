@@ -1552,3 +1552,16 @@ def test_karpenter_pools_are_steered_to_by_their_nodepool_label() -> None:
     eks = context([gpu_node("old-1", "old", "535.104.05"), gpu_node("new-1", "new", "570.124.06")])
     steered = pipeline.review(pod(container(image=IMAGE_128)), eks)
     assert {e["key"] for t in required_terms(steered.object) for e in t["matchExpressions"]} <= {NEW_MAJOR, NEW_MINOR}
+
+
+def test_a_gke_pool_whose_gpu_product_nothing_declares_is_known_by_its_accelerator() -> None:
+    """No GFD and no gpuProduct declared: the denial blamed the GPU's brand ('not known (no nvidia.com/gpu.product
+    label)') on GKE's data-center GPUs, where the reason is GKE's driver installer (found by a review of real
+    clusters)."""
+    s = settings(cluster={"pools": [_gke_pool("h100", "", "535.230.02")]})
+    node = gpu_node("gke-h100-1", "h100", None, gfd="none", pool_label="cloud.google.com/gke-nodepool")
+    node["metadata"]["labels"].update({"cloud.google.com/gke-accelerator": "nvidia-h100-80gb", PLATFORM: "amd64"})
+    result = pipeline.review(pod(container(image="nvidia/cuda:12.8.0-base-ubuntu22.04")), context([node], s))
+    assert not result.allowed
+    assert "GKE's own driver installer loads no image's compat libraries" in result.message, result.message
+    assert "brand" not in result.message and "gpu.product" not in result.message

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 
 from webhook import PREFIX, budget
-from webhook.cluster import GFD, ClusterView, NodeGroup
+from webhook.cluster import GFD, GKE_ACCELERATOR_LABEL, ClusterView, NodeGroup
 from webhook.drivers import DriverTable, Version, show
 from webhook.model import JSON, as_dict, as_list, as_str
 
@@ -726,11 +726,17 @@ def brands_of(product: str) -> frozenset[str]:
     return frozenset()
 
 
+def gpu_name(group: NodeGroup) -> str:
+    """The group's GPU as GFD names it, else as GKE's accelerator label does (GKE's own driver installer: no GFD;
+    its data-center GPUs were told "brand not known", and forward compatibility blamed on it)."""
+    return group.gpu_product or group.labels.get(GKE_ACCELERATOR_LABEL, "")
+
+
 def facts_of(group: NodeGroup) -> NodeFacts:
     """What a requirement is evaluated against on a group's nodes."""
     labels = group.labels
     return _facts(
-        group.cuda, group.driver, group.gpu_product, labels.get(GFD + "gpu.compute.major", ""),
+        group.cuda, group.driver, gpu_name(group), labels.get(GFD + "gpu.compute.major", ""),
         labels.get(GFD + "gpu.compute.minor", ""), labels.get(PLATFORM_LABEL, ""), group.compat_wired,
     )  # fmt: skip
 

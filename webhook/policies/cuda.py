@@ -58,6 +58,7 @@ from webhook.cuda_version import (
     forward_branches,
     forward_off_platform,
     forward_possible,
+    gpu_name,
     image_cuda,
     show_mm,
     unmet,
@@ -1045,9 +1046,10 @@ def _more_than_a_floor(requirement: Requirement) -> bool:
 
 def _gpu_brand(group: NodeGroup) -> str:
     """The GPU as a forward-compatibility denial names it: its product, and whether its brand is known."""
-    if not group.gpu_product:
+    name = gpu_name(group)
+    if not name:
         return "not known (no nvidia.com/gpu.product label)"
-    return group.gpu_product if facts_of(group).brands else f"{group.gpu_product}, of a brand not known"
+    return name if facts_of(group).brands else f"{name}, of a brand not known"
 
 
 def _no_common_pool(a: Assessment) -> str:
