@@ -1565,3 +1565,20 @@ def test_a_gke_pool_whose_gpu_product_nothing_declares_is_known_by_its_accelerat
     assert not result.allowed
     assert "GKE's own driver installer loads no image's compat libraries" in result.message, result.message
     assert "brand" not in result.message and "gpu.product" not in result.message
+
+
+def test_an_unlabelled_pool_is_steered_to_by_its_gpu_not_its_exact_driver() -> None:
+    """k3s nodes name no pool: steering pinned a Deployment's template to driver-version.full 570.124.06, and its
+    pods stayed Pending for good once the boxes were upgraded to 580, a driver strictly better (found by a review of
+    real clusters)."""
+    nodes = [
+        gpu_node("h100", "k3s", "570.124.06", product=H100, pool_label="node.kubernetes.io/instance-type"),
+        gpu_node("rtx", "k3s", "570.26", product=RTX, pool_label="node.kubernetes.io/instance-type"),
+    ]
+    ctx = context(nodes)
+    result = pipeline.review(pod(container(image="nvidia/cuda:13.0.0-base-ubuntu22.04")), ctx)
+    assert result.allowed, result.message
+    assert required_terms(result.object) == [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [H100]}]}
+    ]
+    assert_idempotent(result, ctx)

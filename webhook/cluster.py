@@ -47,6 +47,7 @@ GPU_VENDOR_PREFIX = "nvidia.com/"
 """What the NVIDIA device plugin names its resources with (whole GPUs, shared GPUs, MIG devices)."""
 GKE_PARTITION_LABEL = "cloud.google.com/gke-gpu-partition-size"
 GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+PRODUCT_LABEL = GFD + "gpu.product"
 GKE_LABELS = "cloud.google.com/gke-"
 
 
@@ -1090,7 +1091,7 @@ class _Builder:
         notes: list[str] = []
         allocatable = dict(first.allocatable)
 
-        product = labels.get(GFD + "gpu.product", "")
+        product = labels.get(PRODUCT_LABEL, "")
         sharing = labels.get(GFD + "gpu.sharing-strategy", "")
         shared_hint = product.endswith(SHARED_SUFFIX) or allocatable.get(SHARED_GPU_RESOURCE, Decimal(0)) > 0
         if product.endswith(SHARED_SUFFIX):

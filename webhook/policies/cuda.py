@@ -39,6 +39,7 @@ from webhook.cluster import (
     GFD,
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
+    PRODUCT_LABEL,
     NodeGroup,
     offers,
     requested_resources,
@@ -488,6 +489,18 @@ def pool_selector(group: NodeGroup, ctx: Context) -> dict[str, str]:
     return {}
 
 
+def _steering_selector(group: NodeGroup, ctx: Context) -> dict[str, str]:
+    """``pool_selector``, but a group no pool label names (k3s) by its GPU product rather than its exact driver: a
+    Deployment's template pinned to driver-version.full 570.124.06 left its pods Pending for good once the nodes
+    were upgraded to 580 (found by a review of real clusters); the driver range ``_by_pool`` adds where the same
+    product is blocked on an older driver moves up with them."""
+    selector = pool_selector(group, ctx)
+    product = group.labels.get(PRODUCT_LABEL)
+    if product and any(k in selector for keys in DRIVER_LABELS for k in keys):
+        return {PRODUCT_LABEL: product}
+    return selector
+
+
 def _range(prefix: str, lowest: Version) -> list[list[Expression]]:
     major, minor = f"{GFD}{prefix}.major", f"{GFD}{prefix}.minor"
     if lowest[1] == 0:
@@ -540,12 +553,12 @@ def _by_pool(groups: Iterable[NodeGroup], ctx: Context, blocked: Sequence[NodeGr
     moved on to the next driver, found by a review of day-2 journeys), else the exact values."""
     shared: dict[tuple[tuple[str, str], ...], list[NodeGroup]] = {}
     for b in blocked:
-        shared.setdefault(tuple(sorted(pool_selector(b, ctx).items())), []).append(b)
+        shared.setdefault(tuple(sorted(_steering_selector(b, ctx).items())), []).append(b)
     # each group's selector worked out once, and the groups by it: compared pairwise, a pool of 3,000 groups (a
     # label of each node's own) took past the budget
     by_selector: dict[tuple[tuple[str, str], ...], list[NodeGroup]] = {}
     for g in groups:
-        by_selector.setdefault(tuple(sorted(pool_selector(g, ctx).items())), []).append(g)
+        by_selector.setdefault(tuple(sorted(_steering_selector(g, ctx).items())), []).append(g)
     alternatives: list[list[Expression]] = []
     seen: set[object] = set()
     for key, allowed_here in by_selector.items():
@@ -871,7 +884,7 @@ def _upgrade(c: Check, groups: Sequence[NodeGroup], ctx: Context) -> str:
     return f"upgrade the driver to {target} on {pool_names(known)}"  # the version first: a warning is cut short
 
 
-MIG_SELECTOR_KEYS = frozenset({"cloud.google.com/gke-gpu-partition-size", f"{GFD}gpu.product"})
+MIG_SELECTOR_KEYS = frozenset({"cloud.google.com/gke-gpu-partition-size", PRODUCT_LABEL})
 """The nodeSelector keys the mig policy writes (GKE's partition size, a single-strategy MIG product)."""
 
 

@@ -74,6 +74,7 @@ from webhook.cluster import (
     GPU_TAINT_TOLERATION,
     MIG_CONFIG_LABEL,
     MIG_RESOURCE_PREFIX,
+    PRODUCT_LABEL,
     SHARED_SUFFIX,
     Candidate,
     NodeGroup,
@@ -102,7 +103,6 @@ from webhook.policies.mig_record import Line, Pin
 from webhook.quantity import QuantityError, format_quantity, parse_quantity
 
 POLICY = "mig"
-PRODUCT_LABEL = GFD + "gpu.product"
 SHARING_LABEL = GFD + "gpu.sharing-strategy"
 GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 SHARED_RESOURCE = GPU_RESOURCE + ".shared"
