@@ -1582,3 +1582,20 @@ def test_an_unlabelled_pool_is_steered_to_by_its_gpu_not_its_exact_driver() -> N
         {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [H100]}]}
     ]
     assert_idempotent(result, ctx)
+
+
+def test_karpenter_and_other_pools_each_get_their_own_terms() -> None:
+    """Only a Karpenter NodePool's groups are named by their pool label (the others keep GFD's ranges, which move up
+    with a driver upgrade), and a NodePool named as an EKS node group is (gpu@karpenter) is still named by its
+    label's value, not by an exact driver (found by a review of this session's commits)."""
+    karpenter = gpu_node("k-1", "gpu", "570.124.06", pool_label="karpenter.sh/nodepool")
+    same_name = pipeline.review(
+        pod(container(image=IMAGE_128)), context([gpu_node("e-1", "gpu", "535.104.05"), karpenter])
+    )
+    assert required_terms(same_name.object) == [
+        {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["gpu"]}]}
+    ]
+    nodes = [karpenter, gpu_node("e-2", "a", "570.124.06"), gpu_node("e-3", "old", "535.104.05")]
+    mixed = pipeline.review(pod(container(image=IMAGE_128)), context(nodes))
+    keys = [[e["key"] for e in t["matchExpressions"]] for t in required_terms(mixed.object)]
+    assert ["karpenter.sh/nodepool"] in keys and [NEW_MAJOR, NEW_MINOR] in keys, keys

@@ -480,9 +480,10 @@ def pool_selector(group: NodeGroup, ctx: Context) -> dict[str, str]:
     for pool in ctx.settings.cluster.pools:
         if pool.name == group.pool and pool.node_selector and group.pool_source == "settings":
             return dict(pool.node_selector)  # not a pool another label names alike
+    name = group.pool.partition("@")[0]  # gpu@karpenter: two providers' pools named alike (no label value has '@')
     for key in ctx.cluster.presets.pool_labels:
-        if group.labels.get(key) == group.pool:
-            return {key: group.pool}
+        if group.labels.get(key) == name:
+            return {key: name}
     for keys in DRIVER_LABELS:  # the driver's labels, as the group's nodes carry them (older GFD: major/minor/rev)
         if all(k in group.labels for k in keys):
             return {k: group.labels[k] for k in keys}
@@ -512,13 +513,20 @@ def _range(prefix: str, lowest: Version) -> list[list[Expression]]:
 
 
 def _by_cuda_labels(a: Assessment, ctx: Context) -> list[list[Expression]]:
-    """ORed terms on GFD's CUDA labels for the allowed groups that carry them, pool terms for the others.
+    """ORed terms on GFD's CUDA labels for the allowed groups that carry them, pool terms for the others, and for
+    a Karpenter NodePool's groups (``Presets.pool_steered``: Karpenter makes nodes only for labels it knows, and a
+    term on GFD's left the pod Pending for good once the nodes there were busy or consolidated away; found by a
+    review of real clusters).
 
     A range (``>= lowest allowed``) when no blocked group carries a value in it, so that nodes added later with a
     newer driver stay eligible; else the exact values."""
     values: dict[str, set[Version]] = {}
     rest: list[NodeGroup] = []
+    steered = ctx.cluster.presets.pool_steered
     for g in a.allowed_groups:
+        if g.pool_source.removeprefix("label ") in steered:
+            rest.append(g)
+            continue
         labels = _cuda_labels(g)
         prefix = next((p for p in CUDA_LABEL_PREFIXES if p in labels), "")
         if prefix:
@@ -615,13 +623,7 @@ def _narrowed(pod: PodView, a: Assessment, ctx: Context) -> tuple[list[list[Expr
     """The first alternatives (by CUDA labels, else by pool) that keep the pod landing somewhere, and only on
     allowed groups, with the spec they narrow it to; None when none does, or the pod already asks that much."""
     allowed = {id(g) for g in a.allowed_groups}
-    orders = [_by_cuda_labels(a, ctx), _by_pool(a.allowed_groups, ctx, a.blocked_groups)]
-    steered = ctx.cluster.presets.pool_steered
-    if any(g.pool_source.removeprefix("label ") in steered for g in a.allowed_groups):
-        # Karpenter makes nodes only for labels its NodePools know: a term on GFD's labels left the pod Pending
-        # for good once the nodes there were busy or consolidated away (found by a review of real clusters)
-        orders.reverse()
-    for alternatives in orders:
+    for alternatives in (_by_cuda_labels(a, ctx), _by_pool(a.allowed_groups, ctx, a.blocked_groups)):
         if not alternatives:
             continue
         trial = PodView(pod.kind, {}, copy_json(pod.spec), pod.namespace, pod.owner_kind)
