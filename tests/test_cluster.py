@@ -881,3 +881,11 @@ def test_the_gpu_operators_default_single_strategy_on_whole_gpus_is_no_mig() -> 
     )
     single = one({**labels, "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"}, {"nvidia.com/gpu": "2"})
     assert (single.mig_strategy, list(single.mig_profiles)) == ("single", ["3g.20gb"])
+    # a layout asked of MIG Manager whose product label is not rewritten yet, or failed: still MIG
+    for state in ("success", "failed"):
+        asked = {**labels, "nvidia.com/mig.config": "all-1g.10gb", "nvidia.com/mig.config.state": state}
+        assert one(asked, {"nvidia.com/gpu": "56"}).mig_strategy == "single"
+    # a pool declared single, whose nodes GFD does not label so: still MIG
+    pool = PoolSettings(name="a100", node_selector={"pool": "a100"}, mig_strategy="single", gpu_product="X")
+    declared = one({"pool": "a100"}, {"nvidia.com/gpu": "2"}, Settings(cluster=ClusterSettings(pools=[pool])))
+    assert declared.mig_strategy == "single"

@@ -996,6 +996,11 @@ def test_a_mig_device_of_its_own_comes_before_a_time_shared_one_which_is_said() 
     assert not [w for w in result.warnings if "time-slicing" in w]
     alone = review(frac("0.5"), [shared])
     assert resources_of(alone.object) == mig("3g.20gb")
+    # the smallest that covers it first all the same: a 0.1 was given a whole 7g.80gb over a time-shared 1g.10gb
+    small = mixed_node("ts", A100_80, {"1g.10gb": 7}, "small", 81920)
+    small["metadata"]["labels"]["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
+    big = mixed_node("d", A100_80, {"7g.80gb": 1}, "big", 81920)
+    assert resources_of(review(frac("0.1"), [small, big]).object) == mig("1g.10gb")
     assert any("nvidia.com/mig-3g.20gb is time-slicing there: shared with other pods" in w for w in alone.warnings)
 
 

@@ -1026,6 +1026,14 @@ def _single_profile(product: str) -> tuple[str, str]:
     return (base, profile) if sep else (product, "")
 
 
+def _mig_off(labels: Mapping[str, str]) -> bool:
+    """No MIG layout asked of MIG Manager (its nvidia.com/mig.config unset, or all-disabled, the GPU Operator's
+    default) and none being applied."""
+    return labels.get(MIG_CONFIG_LABEL, "all-disabled") == "all-disabled" and (
+        labels.get(MIG_CONFIG_STATE_LABEL, "") not in MIG_CHANGING_STATES
+    )
+
+
 def _whole(amount: Decimal | None) -> int:
     return int(amount) if amount is not None and amount.is_finite() and amount >= 1 else 0
 
@@ -1115,11 +1123,12 @@ class _Builder:
             devices = _whole(allocatable.get(GPU_RESOURCE))
             if profile and devices:
                 profiles = {profile: MigOffer(devices, _int_label(labels, GFD + "gpu.memory"))}
-            elif not profile and labels.get(MIG_CONFIG_STATE_LABEL, "") not in MIG_CHANGING_STATES:
+            elif not profile and labels.get(GFD + "mig.strategy") == "single" and _mig_off(labels):
                 # The GPU Operator's default strategy is single, written on every GPU node, MIG or not (a T4, an
-                # A100 with MIG off): only the product's -MIG-<profile> says its GPUs are MIG devices; without it
-                # they are whole GPUs (read as MIG, the whole fallback found none in a cluster of them; found by a
-                # review of real clusters)
+                # A100 with MIG off): only the product's -MIG-<profile> says its GPUs are MIG devices; without it,
+                # and with no MIG layout asked of MIG Manager, they are whole GPUs (read as MIG, the whole fallback
+                # found none in a cluster of them; found by a review of real clusters). A declared single pool, or
+                # a node given a layout whose product label is not rewritten yet, stays MIG.
                 strategy = "none"
         elif strategy == "gke":
             devices = _whole(allocatable.get(GPU_RESOURCE))

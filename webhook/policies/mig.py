@@ -684,10 +684,11 @@ def _choose(
             gb, slices, *rest = _rank(option, places)
             # a pod that prefers spot capacity: among profiles of one size, one a spot pool offers first
             spot = req.spot_first and any(p.covers and p.group.spot for p in places)
-            # a device of its own before one time-shared with other pods (its memory is theirs too): a
-            # time-sliced mixed pool had come before a dedicated single-strategy one (a review of MIG)
+            # of one size, a device of its own before one time-shared with other pods (its memory is theirs
+            # too): a time-sliced mixed pool had come before a dedicated single-strategy one (a review of MIG);
+            # the smallest that covers the ask first all the same (a 0.1 was given a whole 7g.80gb)
             shared = not any(p.covers and p.group.sharing == "none" for p in places)
-            ranked.append(((not runs, shared, gb, slices, not spot, *rest), option, places))
+            ranked.append(((not runs, gb, slices, shared, not spot, *rest), option, places))
     ranked.sort(key=lambda r: r[0])
     for _, option, places in ranked:
         good = [p for p in places if p.covers]
