@@ -362,6 +362,23 @@ def test_taints(taints: list[dict[str, str]], spec: dict[str, Any], ert: bool, e
             {"status": {"nodeInfo": {"kubeletVersion": "v1.30.4+k3s1"}}},
             id="k3s-kubelet",
         ),
+        # EKS Distro (EKS Anywhere): self-managed, its kubelet's version is not EKS's
+        pytest.param(
+            {"pool": "a"},
+            "auto",
+            ["all"],
+            False,
+            {"status": {"nodeInfo": {"kubeletVersion": "v1.27.1-eks-1-27-4"}}},
+            id="eks-distro",
+        ),
+        pytest.param(
+            {"pool": "a"},
+            "auto",
+            ["all"],
+            True,
+            {"status": {"nodeInfo": {"kubeletVersion": "v1.30.5-gke.1014001"}}},
+            id="gke-kubelet",
+        ),
         pytest.param({"pool": "a"}, "auto", ["gke"], True, {}, id="providers-named"),
         pytest.param({"pool": "a"}, "auto", ["ovh"], False, {}, id="providers-without-the-plugin"),
         pytest.param({"pool": "a"}, "auto", [], False, {}, id="no-providers"),

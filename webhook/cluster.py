@@ -847,8 +847,13 @@ def _pool_annotation_keys() -> frozenset[str]:
     return frozenset(load_presets(("all",)).pool_annotations)
 
 
+@functools.lru_cache(maxsize=1)
+def _kubelet_patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
+    return tuple((re.compile(mark), p) for mark, p in load_presets(("all",)).kubelet_versions)
+
+
 def _kubelet_provider(version: str) -> str:
-    return next((p for mark, p in load_presets(("all",)).kubelet_versions if mark in version), "")
+    return next((p for pattern, p in _kubelet_patterns() if pattern.search(version)), "")
 
 
 def same_node(held: Node, new: Node, timestamp_labels: frozenset[str]) -> bool:
