@@ -331,6 +331,35 @@ def test_a_connection_past_its_tls_handshake_waits_for_its_first_request_as_a_ke
     assert "silent for" not in server.output()[logged:]
 
 
+def test_a_client_that_stops_inside_its_first_tls_record_is_closed_after_the_io_timeout(server: Server) -> None:
+    """The first read past the handshake that would wait took the connection for one awaiting its first request,
+    even with half a TLS record of it in: a client that stopped there was held on the poller, its wait renewed by
+    each byte (found by a review of this session's commits). Only a client that has sent nothing waits so."""
+    from webhook.workers import IO_TIMEOUT_S
+
+    context = ssl.create_default_context(cafile=str(server.ca))
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname=SERVER_NAME)
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            raw.sendall(outgoing.read())
+            incoming.write(raw.recv(65536))
+    raw.sendall(outgoing.read())
+    tls.write(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n")
+    record = outgoing.read()
+    raw.sendall(record[: len(record) // 2])
+    started = time.monotonic()
+    with contextlib.suppress(ConnectionResetError):
+        while raw.recv(65536):
+            pass
+    assert time.monotonic() - started < IO_TIMEOUT_S + 3
+    raw.close()
+
+
 @pytest.mark.parametrize("host", ["", "[::]"])
 def test_by_default_the_server_listens_over_ipv6_and_ipv4(tmp_path: Path, host: str) -> None:
     """The chart gives no --host: an IPv6-only cluster's kubelet and API server reach the pod by its IPv6 address,

@@ -242,8 +242,6 @@ class TurnSSLSocket(ssl.SSLSocket):
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError) as err:
                 if not self._blocks():
                     raise
-                if reading and getattr(self, "_awaiting_request", False):
-                    raise AwaitingRequest from None
                 write = isinstance(err, ssl.SSLWantWriteError) or (
                     not reading and not isinstance(err, ssl.SSLWantReadError)
                 )
@@ -257,14 +255,31 @@ class TurnSSLSocket(ssl.SSLSocket):
         # review sent on it as it closed failed the call (a POST on a connection never used is not retried)
         self._awaiting_request = True
 
+    def _silent(self) -> bool:
+        """Whether the client has sent nothing since its handshake (``AwaitingRequest``); once it has sent a byte,
+        its request is waited for as any other (a client that stops inside its first TLS record was held on the
+        poller, its wait renewed by each byte)."""
+        if not getattr(self, "_awaiting_request", False) or not self._blocks() or self.pending():
+            return False
+        try:
+            silent = not socket.socket.recv(self, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT)  # the raw bytes
+        except BlockingIOError:
+            return True
+        except OSError:
+            silent = False
+        self._awaiting_request = silent
+        return False
+
     def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
+        if self._silent():
+            raise AwaitingRequest
         data: bytes = self._io(True, super().recv, buflen, flags)
-        self._awaiting_request = False
         return data
 
     def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
+        if self._silent():
+            raise AwaitingRequest
         count: int = self._io(True, super().recv_into, buffer, nbytes or 0, flags)
-        self._awaiting_request = False
         return count
 
     def send(self, data: Any, flags: int = 0) -> int:
@@ -375,8 +390,10 @@ class TurnWorker(ThreadWorker):  # type: ignore[misc]
             return defer
         try:
             return super().handle(conn)
-        except AwaitingRequest:  # its TLS handshake done, no request yet: kept alive (KEEPALIVE_S), on the poller
-            return True
+        except AwaitingRequest:  # its TLS handshake done, no request yet: kept alive (KEEPALIVE_S), on the poller,
+            # as many as gunicorn keeps alive after a request, not more (past them, 1,004 silent handshakes held the
+            # worker's every connection 100 s: found by a review)
+            return self.alive and len(self.keepalived_conns) < self.max_keepalived
 
     def finish_request(self, conn: Any, fs: Any) -> None:
         """gunicorn's, but a new connection put on the poller to wait for its first bytes is given IO_TIMEOUT_S
