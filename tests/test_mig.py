@@ -985,6 +985,22 @@ def test_fallback_whole_gpu_pins_away_from_mig_single_nodes():
     assert "MIGFallback" in pipeline.mutate(frac("0.5"), context(nodes, settings(fallback="whole"))).outcome.reasons
 
 
+def test_a_pod_of_whole_gpus_and_a_fraction_is_told_what_helps() -> None:
+    """A mixed pool of MIG devices only, out of reach for the pod's whole-GPU container: it was told to change its
+    nodeSelector (no selector helps); and single-strategy pools barred for its whole GPUs were also said to offer
+    no MIG profiles (found by a review of MIG)."""
+    obj = pod(container("a", limits={GPU: "1"}), container("b", limits={GPU: "0.5"}))
+    mixed = mixed_node("m", A100_40, {"1g.5gb": 7, "3g.20gb": 2}, "a40", 40960)
+    result = review(copy.deepcopy(obj), [whole_node("w", A100_40, 8, "whole"), mixed])
+    assert not result.allowed
+    assert "Run the whole-GPU containers in a pod of their own" in result.message, result.message
+    assert "Change the pod's nodeSelector" not in result.message
+    singles = [single_node("s1", A100_40, "1g.5gb", 7, "sp1"), single_node("s3", A100_40, "3g.20gb", 2, "sp3")]
+    barred = review(copy.deepcopy(obj), singles)
+    assert not barred.allowed and "offer no MIG profiles" not in barred.message, barred.message
+    assert "Pool sp3 (single, 3g.20gb) would cover it" in barred.message
+
+
 def test_a_mig_device_of_its_own_comes_before_a_time_shared_one_which_is_said() -> None:
     """A time-sliced mixed pool came before a dedicated single-strategy one, and a time-shared device was given
     without a word, though its memory is shared with the other pods on it (found by a review of MIG)."""

@@ -889,7 +889,12 @@ def _refusal(
         trial = _trial(pod, [*pending, ask], None, None)
         # Without its GPU request the trial lost the toleration ExtendedResourceToleration gave it: keep it.
         trial["tolerations"] = [*as_list(trial.get("tolerations")), GPU_TAINT_TOLERATION]
-        gpus = [c for c in _eligible(ctx, trial) if id(c.group) not in barred_groups | short_groups]
+        # a MIG pool barred for the pod's whole GPUs is named below, not as a pool that offers no profile
+        gpus = [
+            c
+            for c in _eligible(ctx, trial)
+            if id(c.group) not in barred_groups | short_groups and not c.group.mig_profiles
+        ]
         if short:
             tail = "".join(
                 f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers' this pod would"
@@ -967,6 +972,13 @@ def _refusal(
             " Run the whole-GPU containers in a pod of their own, ask for a fraction in them too, or add"
             " mixed-strategy MIG nodes (whole GPUs and MIG devices side by side)."
         )
+    elif elsewhere and req.whole and all(_only_whole_gpus_keep_off(g, pod, ctx) for g in elsewhere):
+        # no nodeSelector reaches them: their nodes offer no whole GPU for the pod's other containers (a review
+        # of MIG: the pod was told to change its placement rules)
+        advice = (
+            " Run the whole-GPU containers in a pod of their own, ask for a fraction in them too, or add"
+            " mixed-strategy MIG nodes that offer whole GPUs beside MIG devices."
+        )
     elif elsewhere:
         advice = (
             " Change the pod's nodeSelector, node affinity or tolerations so it can reach one of those pools, or ask"
@@ -983,6 +995,15 @@ def _refusal(
         of = f" of {_gib(ask.amount)} or more" if ask.kind == "memory" else ""
         advice = f" The {ctx.settings.mig.fallback} fallback found no GPU{of} either." + advice
     return head + tail + advice
+
+
+def _only_whole_gpus_keep_off(group: NodeGroup, pod: PodView, ctx: Context) -> bool:
+    """The pod's placement rules reach ``group``, whose nodes offer no whole GPU for its whole-GPU containers."""
+    if group.allocatable.get(GPU_RESOURCE, Decimal(0)) > 0:
+        return False
+    rules = {**pod.spec, "containers": [], "initContainers": []}
+    rules["tolerations"] = [*as_list(pod.spec.get("tolerations")), GPU_TAINT_TOLERATION]
+    return any(c.group is group for c in _eligible(ctx, rules))
 
 
 def _profiles_of(req: _Request, group: NodeGroup) -> list[Profile]:
