@@ -1001,6 +1001,16 @@ def test_a_pod_of_whole_gpus_and_a_fraction_is_told_what_helps() -> None:
     assert "Pool sp3 (single, 3g.20gb) would cover it" in barred.message
 
 
+def test_too_few_of_a_covering_profile_is_said_beside_smaller_ones() -> None:
+    """Two 0.5 containers and one 3g.20gb a node: with a 1g.5gb offered too, the pod was told to ask for what a
+    1g.5gb holds, not that it needs two 3g.20gb on one node (found by a review of MIG)."""
+    node = mixed_node("m", A100_40, {"1g.5gb": 7, "3g.20gb": 1}, "a40", 40960)
+    result = review(pod(container("a", limits={GPU: "0.5"}), container("b", limits={GPU: "0.5"})), [node])
+    assert not result.allowed
+    assert "would need 2 nvidia.com/mig-3g.20gb on one node" in result.message, result.message
+    assert "Split the containers into pods of their own" in result.message
+
+
 def test_a_mig_device_of_its_own_comes_before_a_time_shared_one_which_is_said() -> None:
     """A time-sliced mixed pool came before a dedicated single-strategy one, and a time-shared device was given
     without a word, though its memory is shared with the other pods on it (found by a review of MIG)."""

@@ -881,10 +881,17 @@ def _refusal(
     if not ctx.cluster.known or not ctx.cluster.groups:
         return head + " The webhook does not know the cluster's nodes yet (none listed, no pool declared)."
     barred_groups = {id(p.group) for p in barred}
-    short = _too_few(req, pod, pending, ask) if not seen else []
+    # too few of a covering profile for the pod's containers together, beside smaller ones offered too: said, or
+    # the pod was told to ask for what the smaller hold (found by a review of MIG)
+    short = _too_few(req, pod, pending, ask)
     short_groups = {id(g) for g, _ in short}
     if seen:
         tail = f" Eligible nodes offer: {_offered(seen, ask)}."
+        tail += "".join(
+            f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers' this pod would"
+            f" need {need} {resource} on one node."
+            for g, (profile, resource, have, need) in short[:3]
+        )
     else:
         trial = _trial(pod, [*pending, ask], None, None)
         # Without its GPU request the trial lost the toleration ExtendedResourceToleration gave it: keep it.
@@ -960,13 +967,13 @@ def _refusal(
             " Create the pod again once the layout is applied (a workload's controller retries by itself), or ask"
             " for a whole GPU (nvidia.com/gpu: 1)."
         )
-    elif seen:
-        advice = " Ask for at most what a profile offered here holds, or for a whole GPU (nvidia.com/gpu: 1)."
     elif short:
         advice = (
             " Split the containers into pods of their own, ask for a smaller profile in some of them, or for a"
             " whole GPU (nvidia.com/gpu: 1)."
         )
+    elif seen:
+        advice = " Ask for at most what a profile offered here holds, or for a whole GPU (nvidia.com/gpu: 1)."
     elif barred:
         advice = (
             " Run the whole-GPU containers in a pod of their own, ask for a fraction in them too, or add"
