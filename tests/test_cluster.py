@@ -881,10 +881,14 @@ def test_the_gpu_operators_default_single_strategy_on_whole_gpus_is_no_mig() -> 
     )
     single = one({**labels, "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"}, {"nvidia.com/gpu": "2"})
     assert (single.mig_strategy, list(single.mig_profiles)) == ("single", ["3g.20gb"])
-    # a layout asked of MIG Manager whose product label is not rewritten yet, or failed: still MIG
+    # a layout asked of MIG Manager whose product label is not rewritten yet, or failed: still MIG (56 devices
+    # of 8 GPUs); a layout of another name that leaves MIG off (one device a GPU): whole GPUs
+    capable = {**labels, "nvidia.com/mig.capable": "true", "nvidia.com/gpu.count": "8"}
     for state in ("success", "failed"):
-        asked = {**labels, "nvidia.com/mig.config": "all-1g.10gb", "nvidia.com/mig.config.state": state}
+        asked = {**capable, "nvidia.com/mig.config": "all-1g.10gb", "nvidia.com/mig.config.state": state}
         assert one(asked, {"nvidia.com/gpu": "56"}).mig_strategy == "single"
+    custom = {**capable, "nvidia.com/mig.config": "custom-no-mig", "nvidia.com/mig.config.state": "success"}
+    assert one(custom, {"nvidia.com/gpu": "8"}).mig_strategy == "none"
     # a pool declared single, whose nodes GFD does not label so: still MIG
     pool = PoolSettings(name="a100", node_selector={"pool": "a100"}, mig_strategy="single", gpu_product="X")
     declared = one({"pool": "a100"}, {"nvidia.com/gpu": "2"}, Settings(cluster=ClusterSettings(pools=[pool])))

@@ -1599,3 +1599,70 @@ def test_karpenter_and_other_pools_each_get_their_own_terms() -> None:
     mixed = pipeline.review(pod(container(image=IMAGE_128)), context(nodes))
     keys = [[e["key"] for e in t["matchExpressions"]] for t in required_terms(mixed.object)]
     assert ["karpenter.sh/nodepool"] in keys and [NEW_MAJOR, NEW_MINOR] in keys, keys
+
+
+def test_a_templates_steering_by_gpu_product_is_taken_out_when_no_longer_needed() -> None:
+    """A Deployment steered to an unlabelled pool by its GPU product kept the term when its image moved to a CUDA
+    every pool runs, and from then on took it for the user's own (found by a review of this session's commits)."""
+    nodes = [
+        gpu_node("h100", "k3s", "570.124.06", product=H100, pool_label="node.kubernetes.io/instance-type"),
+        gpu_node("rtx", "k3s", "570.26", product=RTX, pool_label="node.kubernetes.io/instance-type"),
+    ]
+    ctx = context(nodes)
+    template = {"metadata": {}, "spec": pod(container(image="nvidia/cuda:13.0.0-base-ubuntu22.04"))["spec"]}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "w", "namespace": "ml"},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": template},
+    }
+    live = pipeline.mutate(copy.deepcopy(deployment), ctx).object
+    assert [e["key"] for t in required_terms(live) for e in t["matchExpressions"]] == ["nvidia.com/gpu.product"]
+    sent = copy.deepcopy(live)
+    sent["spec"]["template"]["spec"]["containers"][0]["image"] = IMAGE_124
+    after = pipeline.mutate(sent, dataclasses.replace(ctx, operation="UPDATE", old_object=live)).object
+    assert required_terms(after) == []
+
+
+def test_a_gpu_product_that_a_labelled_blocked_pool_has_too_is_not_steered_to_by_it() -> None:
+    """An unlabelled H100 on R570 beside an EKS node group of H100s on R535: steering by the product selected both,
+    was refused, and the pod was admitted to land where it cannot run (found by a review of this session's
+    commits); the exact driver tells them apart, and the advice says the same."""
+    nodes = [
+        gpu_node("new", "k3s", "570.124.06", product=H100, pool_label="node.kubernetes.io/instance-type"),
+        gpu_node("old-1", "old", "535.104.05", product=H100),
+    ]
+    for n in nodes:
+        for k in [k for k in n["metadata"]["labels"] if k.startswith("nvidia.com/cuda.runtime")]:
+            del n["metadata"]["labels"][k]
+    ctx = context(nodes)
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed
+    assert {c.group.pool for c in ctx.cluster.eligible(result.object["spec"])} == {f"{H100}/driver-570.124.06"}
+
+
+def test_a_declared_karpenter_pool_is_steered_to_by_its_nodepool_label() -> None:
+    """A pool declared in settings whose selector names a Karpenter NodePool got terms on GFD's labels (found by a
+    review of this session's commits)."""
+    declared = {"name": "gpu", "nodeSelector": {"karpenter.sh/nodepool": "gpu"}, "driverVersion": "570.124.06"}
+    nodes = [
+        gpu_node("k-1", "gpu", "570.124.06", pool_label="karpenter.sh/nodepool"),
+        gpu_node("old-1", "old", "535.104.05"),
+    ]
+    ctx = context(nodes, settings(cluster={"pools": [declared]}))
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert required_terms(result.object) == [
+        {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["gpu"]}]}
+    ]
+
+
+def test_the_advice_names_an_unlabelled_pool_by_its_gpu_product() -> None:
+    """The denial's advice still named the exact driver the steering no longer writes (found by a review)."""
+    nodes = [
+        gpu_node("h100", "k3s", "570.124.06", product=H100, pool_label="example.com/none"),
+        gpu_node("old", "k3s", "535.104.05", product=RTX, pool_label="example.com/none"),
+    ]
+    obj = pod(container(image=IMAGE_128), node_selector={"nvidia.com/cuda.driver-version.full": "535.104.05"})
+    result = pipeline.review(obj, context(nodes))
+    assert not result.allowed
+    assert f"with nodeSelector nvidia.com/gpu.product: {H100}" in result.message, result.message

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import re
 import signal
 import socket
 import ssl
@@ -223,6 +225,26 @@ def test_sigterm_under_load_completes_every_request_in_flight(tmp_path: Path) ->
     lines = [json.loads(line) for line in server.output().splitlines() if line.startswith("{")]
     missing = set(load.answered) - {line.get("uid") for line in lines if "decision" in line}
     assert not missing, f"{len(missing)} answered requests have no decision log line"
+
+
+def test_a_connection_whose_handshake_ends_as_its_worker_stops_is_answered(tmp_path: Path) -> None:
+    """A stopping worker keeps its kept-alive connections for gunicorn's linger and answers them with Connection:
+    close; one past its handshake that has sent no request yet is kept so too. A change of this session closed it
+    at once, and Go does not send a POST again on a connection it never used (found by a review of it)."""
+    with serve(tmp_path, workers=1) as server:
+        worker = int(re.findall(r"Booting worker with pid: (\d+)", server.output())[-1])
+        raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        time.sleep(0.3)  # accepted: it waits for its ClientHello on the worker's poller
+        os.kill(worker, signal.SIGTERM)  # the worker stops (the master starts another)
+        time.sleep(0.3)
+        context = ssl.create_default_context(cafile=str(server.ca))
+        with context.wrap_socket(raw, server_hostname=SERVER_NAME) as tls:
+            time.sleep(0.2)  # the request a moment after the handshake
+            body = light_review()
+            tls.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+            tls.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            answer = tls.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200") and b"Connection: close" in answer, answer[:300]
 
 
 # -- certificate files replaced under load ---------------------------------------------------------------------------

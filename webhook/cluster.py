@@ -1031,12 +1031,18 @@ def _single_profile(product: str) -> tuple[str, str]:
     return (base, profile) if sep else (product, "")
 
 
-def _mig_off(labels: Mapping[str, str]) -> bool:
-    """No MIG layout asked of MIG Manager (its nvidia.com/mig.config unset, or all-disabled, the GPU Operator's
-    default) and none being applied."""
-    return labels.get(MIG_CONFIG_LABEL, "all-disabled") == "all-disabled" and (
-        labels.get(MIG_CONFIG_STATE_LABEL, "") not in MIG_CHANGING_STATES
-    )
+def _mig_off(labels: Mapping[str, str], devices: int) -> bool:
+    """The node's GPUs are whole GPUs though GFD's product names no MIG profile: not MIG-capable; or no layout
+    being applied, and none asked of MIG Manager (nvidia.com/mig.config unset, or the GPU Operator's default
+    all-disabled) or one device a GPU offered (a layout of another name that leaves MIG off: a custom-no-mig was
+    read as MIG offering nothing, found by a review)."""
+    if labels.get(GFD + "mig.capable") == "false":
+        return True
+    if labels.get(MIG_CONFIG_STATE_LABEL, "") in MIG_CHANGING_STATES:
+        return False
+    count = labels.get(GFD + "gpu.count", "")
+    layout = labels.get(MIG_CONFIG_LABEL, "all-disabled")
+    return layout == "all-disabled" or (count.isdigit() and devices == int(count))
 
 
 def _whole(amount: Decimal | None) -> int:
@@ -1128,7 +1134,7 @@ class _Builder:
             devices = _whole(allocatable.get(GPU_RESOURCE))
             if profile and devices:
                 profiles = {profile: MigOffer(devices, _int_label(labels, GFD + "gpu.memory"))}
-            elif not profile and labels.get(GFD + "mig.strategy") == "single" and _mig_off(labels):
+            elif not profile and labels.get(GFD + "mig.strategy") == "single" and _mig_off(labels, devices):
                 # The GPU Operator's default strategy is single, written on every GPU node, MIG or not (a T4, an
                 # A100 with MIG off): only the product's -MIG-<profile> says its GPUs are MIG devices; without it,
                 # and with no MIG layout asked of MIG Manager, they are whole GPUs (read as MIG, the whole fallback

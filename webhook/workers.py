@@ -393,7 +393,8 @@ class TurnWorker(ThreadWorker):  # type: ignore[misc]
         except AwaitingRequest:  # its TLS handshake done, no request yet: kept alive (KEEPALIVE_S), on the poller,
             # as many as gunicorn keeps alive after a request, not more (past them, 1,004 silent handshakes held the
             # worker's every connection 100 s: found by a review)
-            return self.alive and len(self.keepalived_conns) < self.max_keepalived
+            # (a stopping worker keeps it for gunicorn's linger, as its kept-alive ones, and answers it)
+            return not self.alive or len(self.keepalived_conns) < self.max_keepalived
 
     def finish_request(self, conn: Any, fs: Any) -> None:
         """gunicorn's, but a new connection put on the poller to wait for its first bytes is given IO_TIMEOUT_S

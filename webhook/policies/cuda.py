@@ -18,6 +18,7 @@ import functools
 import marshal
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
@@ -490,16 +491,26 @@ def pool_selector(group: NodeGroup, ctx: Context) -> dict[str, str]:
     return {}
 
 
-def _steering_selector(group: NodeGroup, ctx: Context) -> dict[str, str]:
+def _steering_selector(group: NodeGroup, ctx: Context, taken: AbstractSet[str] = frozenset()) -> dict[str, str]:
     """``pool_selector``, but a group no pool label names (k3s) by its GPU product rather than its exact driver: a
     Deployment's template pinned to driver-version.full 570.124.06 left its pods Pending for good once the nodes
     were upgraded to 580 (found by a review of real clusters); the driver range ``_by_pool`` adds where the same
-    product is blocked on an older driver moves up with them."""
+    product is blocked on an older driver moves up with them. Not a product of ``taken``: one that groups it must
+    not select carry under another selector (a pool label), which the product would select too."""
     selector = pool_selector(group, ctx)
     product = group.labels.get(PRODUCT_LABEL)
-    if product and any(k in selector for keys in DRIVER_LABELS for k in keys):
+    if product and product not in taken and _by_driver(selector):
         return {PRODUCT_LABEL: product}
     return selector
+
+
+def _by_driver(selector: Mapping[str, str]) -> bool:
+    return any(k in selector for keys in DRIVER_LABELS for k in keys)
+
+
+def _taken_products(groups: Iterable[NodeGroup], ctx: Context) -> frozenset[str]:
+    """The GPU products of ``groups`` whose selectors are no driver labels (pools a label or settings name)."""
+    return frozenset(g.labels.get(PRODUCT_LABEL, "") for g in groups if not _by_driver(pool_selector(g, ctx))) - {""}
 
 
 def _range(prefix: str, lowest: Version) -> list[list[Expression]]:
@@ -524,7 +535,7 @@ def _by_cuda_labels(a: Assessment, ctx: Context) -> list[list[Expression]]:
     rest: list[NodeGroup] = []
     steered = ctx.cluster.presets.pool_steered
     for g in a.allowed_groups:
-        if g.pool_source.removeprefix("label ") in steered:
+        if not steered.isdisjoint(pool_selector(g, ctx)):  # its selector names a Karpenter NodePool (declared too)
             rest.append(g)
             continue
         labels = _cuda_labels(g)
@@ -559,14 +570,15 @@ def _by_pool(groups: Iterable[NodeGroup], ctx: Context, blocked: Sequence[NodeGr
     of the pool up where its blocked drivers are all below it and the labels give the major and minor (a node
     upgraded later stays eligible: an exact version left the pods of a template Pending for good once the pool
     moved on to the next driver, found by a review of day-2 journeys), else the exact values."""
+    taken = _taken_products(blocked, ctx)
     shared: dict[tuple[tuple[str, str], ...], list[NodeGroup]] = {}
     for b in blocked:
-        shared.setdefault(tuple(sorted(_steering_selector(b, ctx).items())), []).append(b)
+        shared.setdefault(tuple(sorted(_steering_selector(b, ctx, taken).items())), []).append(b)
     # each group's selector worked out once, and the groups by it: compared pairwise, a pool of 3,000 groups (a
     # label of each node's own) took past the budget
     by_selector: dict[tuple[tuple[str, str], ...], list[NodeGroup]] = {}
     for g in groups:
-        by_selector.setdefault(tuple(sorted(_steering_selector(g, ctx).items())), []).append(g)
+        by_selector.setdefault(tuple(sorted(_steering_selector(g, ctx, taken).items())), []).append(g)
     alternatives: list[list[Expression]] = []
     seen: set[object] = set()
     for key, allowed_here in by_selector.items():
@@ -808,6 +820,7 @@ def _could_steer(alternatives: Sequence[Sequence[Expression]], ctx: Context) -> 
     keys = {f"{GFD}{p}.{part}" for p in CUDA_LABEL_PREFIXES for part in ("major", "minor")}
     keys |= {k for group in DRIVER_LABELS for k in group} | set(ctx.cluster.presets.pool_labels)
     keys |= {k for pool in ctx.settings.cluster.pools for k in pool.node_selector}
+    keys.add(PRODUCT_LABEL)  # an unlabelled pool's (``_steering_selector``)
     return all(as_str(e.get("key")) in keys for alt in alternatives for e in alt)
 
 
@@ -908,10 +921,14 @@ def _find_targets(c: Check, a: Assessment, ctx: Context) -> list[str]:
     pool_keys = {k for keys in DRIVER_LABELS for k in keys} | set(ctx.cluster.presets.pool_labels)
     pool_keys |= {k for pool in ctx.settings.cluster.pools for k in pool.node_selector}
     out: list[str] = []
+    ok = {id(g) for g in ctx.cluster.gpu_groups if _status(c.requirement, g, ctx) == "ok"}
+    # an unlabelled pool advised by its GPU product (no exact driver to go stale) where no other group of that
+    # product is left out (found by a review of this session's commits)
+    other = frozenset(g.labels.get(PRODUCT_LABEL, "") for g in ctx.cluster.gpu_groups if id(g) not in ok)
     for g in ctx.cluster.gpu_groups:
-        if id(g) in eligible or not offers(g, a.resources) or _status(c.requirement, g, ctx) != "ok":
+        if id(g) in eligible or not offers(g, a.resources) or id(g) not in ok:
             continue  # a pool whose nodes offer none of what the pod asks is no place to send it
-        selector = pool_selector(g, ctx)
+        selector = _steering_selector(g, ctx, other)
         if any(g.labels.get(k) != v for k, v in own.items() if k in MIG_SELECTOR_KEYS and k not in pool_keys):
             continue  # the MIG partition the mig policy chose keeps it off (other keys: the user's, to change)
         hint = f" with nodeSelector {', '.join(f'{k}: {v}' for k, v in sorted(selector.items()))}" if selector else ""
