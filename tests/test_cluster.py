@@ -889,6 +889,9 @@ def test_the_gpu_operators_default_single_strategy_on_whole_gpus_is_no_mig() -> 
         assert one(asked, {"nvidia.com/gpu": "56"}).mig_strategy == "single"
     custom = {**capable, "nvidia.com/mig.config": "custom-no-mig", "nvidia.com/mig.config.state": "success"}
     assert one(custom, {"nvidia.com/gpu": "8"}).mig_strategy == "none"
+    # one MIG device a GPU under MIG Manager's own layout: MIG all the same
+    big = {**capable, "nvidia.com/mig.config": "all-4g.40gb", "nvidia.com/mig.config.state": "success"}
+    assert one(big, {"nvidia.com/gpu": "8"}).mig_strategy == "single"
     # a pool declared single, whose nodes GFD does not label so: still MIG
     pool = PoolSettings(name="a100", node_selector={"pool": "a100"}, mig_strategy="single", gpu_product="X")
     declared = one({"pool": "a100"}, {"nvidia.com/gpu": "2"}, Settings(cluster=ClusterSettings(pools=[pool])))

@@ -15,7 +15,7 @@ from tests.cuda_fixtures import A100, POOL_LABEL, container, context, gpu_node, 
 from webhook import pipeline
 from webhook.cluster import build_view
 from webhook.config import Settings
-from webhook.model import Context
+from webhook.model import LAST_APPLIED, Context
 from webhook.policies import cuda
 
 CUDA_KEY = "gpu-admission.io/cuda"
@@ -1603,7 +1603,9 @@ def test_karpenter_and_other_pools_each_get_their_own_terms() -> None:
 
 def test_a_templates_steering_by_gpu_product_is_taken_out_when_no_longer_needed() -> None:
     """A Deployment steered to an unlabelled pool by its GPU product kept the term when its image moved to a CUDA
-    every pool runs, and from then on took it for the user's own (found by a review of this session's commits)."""
+    every pool runs, and from then on took it for the user's own (found by a review of this session's commits).
+    Applied by kubectl, its manifest tells the user's own terms from the steering's (without it, a product term is
+    left: it may be the user's, in the same words)."""
     nodes = [
         gpu_node("h100", "k3s", "570.124.06", product=H100, pool_label="node.kubernetes.io/instance-type"),
         gpu_node("rtx", "k3s", "570.26", product=RTX, pool_label="node.kubernetes.io/instance-type"),
@@ -1616,10 +1618,14 @@ def test_a_templates_steering_by_gpu_product_is_taken_out_when_no_longer_needed(
         "metadata": {"name": "w", "namespace": "ml"},
         "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": template},
     }
+    deployment["metadata"]["annotations"] = {LAST_APPLIED: json.dumps(deployment)}
     live = pipeline.mutate(copy.deepcopy(deployment), ctx).object
     assert [e["key"] for t in required_terms(live) for e in t["matchExpressions"]] == ["nvidia.com/gpu.product"]
     sent = copy.deepcopy(live)
     sent["spec"]["template"]["spec"]["containers"][0]["image"] = IMAGE_124
+    applied = copy.deepcopy(deployment)
+    applied["spec"]["template"]["spec"]["containers"][0]["image"] = IMAGE_124
+    sent["metadata"]["annotations"] = {LAST_APPLIED: json.dumps(applied)}
     after = pipeline.mutate(sent, dataclasses.replace(ctx, operation="UPDATE", old_object=live)).object
     assert required_terms(after) == []
 
@@ -1666,3 +1672,50 @@ def test_the_advice_names_an_unlabelled_pool_by_its_gpu_product() -> None:
     result = pipeline.review(obj, context(nodes))
     assert not result.allowed
     assert f"with nodeSelector nvidia.com/gpu.product: {H100}" in result.message, result.message
+
+
+def test_a_users_own_product_terms_stay_where_no_manifest_tells_them_from_the_steerings() -> None:
+    """A Helm-rendered Deployment whose user wrote [product H100] or [product RTX]: the steering to H100 said the
+    same words, and a second pass took the user's H100 term out, leaving the RTX pool that cannot run it (found by a
+    review of this session's commits)."""
+    none = "example.com/none"
+    nodes = [
+        gpu_node("h100", "x", "570.124.06", product=H100, pool_label=none, runtime_labels=False),
+        gpu_node("rtx", "x", "535.104.05", product=RTX, pool_label=none, runtime_labels=False),
+    ]
+    ctx = context(nodes)
+    terms = [[{"key": "nvidia.com/gpu.product", "operator": "In", "values": [v]}] for v in (H100, RTX)]
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": t} for t in terms]
+            }
+        }
+    }
+    template = {"metadata": {}, "spec": pod(container(image=IMAGE_128), affinity=affinity)["spec"]}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "w", "namespace": "ml"},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": template},
+    }
+    first = pipeline.mutate(deployment, ctx)
+    assert first.allowed
+    assert pipeline.mutate(copy.deepcopy(first.object), ctx).patch == []
+
+
+def test_a_taken_product_is_steered_to_with_its_driver() -> None:
+    """An unlabelled H100 and RTX on one driver, a labelled H100 pool blocked on another: the driver alone selected
+    the RTX too, nothing was steered, and the pod could land on it (found by a review of this session's commits)."""
+    forward = "cuda>=12.8 brand=tesla,driver>=535,driver<536 brand=tesla,driver>=570,driver<571"
+    arch = {"kubernetes.io/arch": "amd64"}
+    nodes = [
+        gpu_node("h100-k3s", "x", "535.104.05", product=H100, pool_label="example.com/none", labels=arch),
+        gpu_node("rtx-k3s", "x", "535.104.05", product=RTX, pool_label="example.com/none", labels=arch),
+        gpu_node("h100-eks", "old-h100", "560.35.03", product=H100, labels=arch),
+    ]
+    ctx = context(nodes)
+    vllm = container(image="vllm/vllm-openai:v0.10.1", env={"NVIDIA_REQUIRE_CUDA": forward})
+    result = pipeline.review(pod(vllm), ctx)
+    assert result.allowed
+    assert {c.group.pool for c in ctx.cluster.eligible(result.object["spec"])} == {f"{H100}/driver-535.104.05"}

@@ -1031,6 +1031,10 @@ def _single_profile(product: str) -> tuple[str, str]:
     return (base, profile) if sep else (product, "")
 
 
+MIG_LAYOUT = re.compile(r"all-(?:[0-9]+g\.[0-9]+gb.*|balanced|enabled)")
+"""nvidia.com/mig.config values of MIG Manager's own configs that enable MIG (its default config file)."""
+
+
 def _mig_off(labels: Mapping[str, str], devices: int) -> bool:
     """The node's GPUs are whole GPUs though GFD's product names no MIG profile: not MIG-capable; or no layout
     being applied, and none asked of MIG Manager (nvidia.com/mig.config unset, or the GPU Operator's default
@@ -1042,7 +1046,10 @@ def _mig_off(labels: Mapping[str, str], devices: int) -> bool:
         return False
     count = labels.get(GFD + "gpu.count", "")
     layout = labels.get(MIG_CONFIG_LABEL, "all-disabled")
-    return layout == "all-disabled" or (count.isdigit() and devices == int(count))
+    if layout == "all-disabled":
+        return True
+    # MIG Manager's own layouts name MIG (all-1g.10gb, all-7g.80gb: one device a GPU, all-balanced, all-enabled)
+    return not MIG_LAYOUT.fullmatch(layout) and count.isdigit() and devices == int(count)
 
 
 def _whole(amount: Decimal | None) -> int:

@@ -499,8 +499,9 @@ def _steering_selector(group: NodeGroup, ctx: Context, taken: AbstractSet[str] =
     not select carry under another selector (a pool label), which the product would select too."""
     selector = pool_selector(group, ctx)
     product = group.labels.get(PRODUCT_LABEL)
-    if product and product not in taken and _by_driver(selector):
-        return {PRODUCT_LABEL: product}
+    if product and _by_driver(selector):
+        # a product a labelled blocked pool has too: with the driver (alone, it also selected other GPUs on it)
+        return {PRODUCT_LABEL: product, **selector} if product in taken else {PRODUCT_LABEL: product}
     return selector
 
 
@@ -741,6 +742,11 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
         return
     said = _said_steering(ctx.prior[POLICY]) or []
     written = [e for alt in said for e in alt] if _could_steer(said, ctx) else []
+    if not applied_by_kubectl(pod):
+        # a term on the GPU product may be the user's own, the same words (a Helm chart's, a CronJob's Job): without
+        # kubectl's manifest to tell them apart it stays (a second pass took the user's H100 term out, and the Job
+        # was left only the pool that cannot run it; found by a review)
+        written = [e for e in written if as_str(e.get("key")) != PRODUCT_LABEL]
     # Without kubectl's manifest nothing tells the user's own terms on GFD's CUDA labels from the steering's but
     # the words: a CronJob's Jobs (the CronJob controller writes none) lost the user's own (a generative review)
     ours = [*_steering_of(pod), *written] if applied_by_kubectl(pod) else written
@@ -923,8 +929,10 @@ def _find_targets(c: Check, a: Assessment, ctx: Context) -> list[str]:
     out: list[str] = []
     ok = {id(g) for g in ctx.cluster.gpu_groups if _status(c.requirement, g, ctx) == "ok"}
     # an unlabelled pool advised by its GPU product (no exact driver to go stale) where no other group of that
-    # product is left out (found by a review of this session's commits)
-    other = frozenset(g.labels.get(PRODUCT_LABEL, "") for g in ctx.cluster.gpu_groups if id(g) not in ok)
+    # product is left out, for any container of the pod (found by reviews of this session's commits)
+    requirements = [a.checks[i].requirement for i in a.known]
+    every = {id(g) for g in ctx.cluster.gpu_groups if all(_status(r, g, ctx) == "ok" for r in requirements if r)}
+    other = frozenset(g.labels.get(PRODUCT_LABEL, "") for g in ctx.cluster.gpu_groups if id(g) not in every)
     for g in ctx.cluster.gpu_groups:
         if id(g) in eligible or not offers(g, a.resources) or id(g) not in ok:
             continue  # a pool whose nodes offer none of what the pod asks is no place to send it
