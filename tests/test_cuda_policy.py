@@ -1612,7 +1612,7 @@ def test_a_templates_steering_by_gpu_product_is_taken_out_when_no_longer_needed(
     ]
     ctx = context(nodes)
     template = {"metadata": {}, "spec": pod(container(image="nvidia/cuda:13.0.0-base-ubuntu22.04"))["spec"]}
-    deployment = {
+    deployment: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "w", "namespace": "ml"},
