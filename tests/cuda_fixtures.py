@@ -127,3 +127,13 @@ def context(nodes: list[dict[str, Any]], s: Settings | None = None, namespace: s
 
 def cuda_settings(**kw: Any) -> CudaSettings:
     return CudaSettings(**kw)
+
+
+def deployment(spec: dict[str, Any], name: str = "w") -> dict[str, Any]:
+    """A Deployment in namespace ml whose pod template has ``spec``."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {}, "spec": spec}},
+    }

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES
-from tests.cuda_fixtures import A100, POOL_LABEL, container, context, gpu_node, pod, settings
+from tests.cuda_fixtures import A100, POOL_LABEL, container, context, deployment, gpu_node, pod, settings
 from webhook import pipeline
 from webhook.cluster import build_view
 from webhook.config import Settings
@@ -1611,19 +1611,13 @@ def test_a_templates_steering_by_gpu_product_is_taken_out_when_no_longer_needed(
         gpu_node("rtx", "k3s", "570.26", product=RTX, pool_label="node.kubernetes.io/instance-type"),
     ]
     ctx = context(nodes)
-    template = {"metadata": {}, "spec": pod(container(image="nvidia/cuda:13.0.0-base-ubuntu22.04"))["spec"]}
-    deployment: dict[str, Any] = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "w", "namespace": "ml"},
-        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": template},
-    }
-    deployment["metadata"]["annotations"] = {LAST_APPLIED: json.dumps(deployment)}
-    live = pipeline.mutate(copy.deepcopy(deployment), ctx).object
+    workload = deployment(pod(container(image="nvidia/cuda:13.0.0-base-ubuntu22.04"))["spec"])
+    workload["metadata"]["annotations"] = {LAST_APPLIED: json.dumps(workload)}
+    live = pipeline.mutate(copy.deepcopy(workload), ctx).object
     assert [e["key"] for t in required_terms(live) for e in t["matchExpressions"]] == ["nvidia.com/gpu.product"]
     sent = copy.deepcopy(live)
     sent["spec"]["template"]["spec"]["containers"][0]["image"] = IMAGE_124
-    applied = copy.deepcopy(deployment)
+    applied = copy.deepcopy(workload)
     applied["spec"]["template"]["spec"]["containers"][0]["image"] = IMAGE_124
     sent["metadata"]["annotations"] = {LAST_APPLIED: json.dumps(applied)}
     after = pipeline.mutate(sent, dataclasses.replace(ctx, operation="UPDATE", old_object=live)).object
@@ -1692,14 +1686,7 @@ def test_a_users_own_product_terms_stay_where_no_manifest_tells_them_from_the_st
             }
         }
     }
-    template = {"metadata": {}, "spec": pod(container(image=IMAGE_128), affinity=affinity)["spec"]}
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "w", "namespace": "ml"},
-        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": template},
-    }
-    first = pipeline.mutate(deployment, ctx)
+    first = pipeline.mutate(deployment(pod(container(image=IMAGE_128), affinity=affinity)["spec"]), ctx)
     assert first.allowed
     assert pipeline.mutate(copy.deepcopy(first.object), ctx).patch == []
 

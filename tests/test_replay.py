@@ -566,31 +566,30 @@ def test_other_settings_or_a_new_snapshot_replay_nothing(monkeypatch: pytest.Mon
     assert len(parsed) == 2
 
 
-def test_templates_per_length_are_bounded() -> None:
+def _templates_of_one_length(workloads: int) -> Any:
+    """The replays' store after two replicas of each of ``workloads`` workloads whose bodies have one length."""
     settings = Settings()
     view = two_driver_view(settings)
-    for workload in range(decisions.REPLAYS_PER_LENGTH + 2):
+    for workload in range(workloads):
         for n in (1, 2):
             rev = replica(STEERED, n)
             rev["request"]["object"]["metadata"]["labels"] = {"app": f"app-{workload}"}
             decide("validate", body(rev), settings, view)
-    (kept,) = view.replays._data.values()
+    return view.replays
+
+
+def test_templates_per_length_are_bounded() -> None:
+    (kept,) = _templates_of_one_length(decisions.REPLAYS_PER_LENGTH + 2)._data.values()
     assert len(kept) == decisions.REPLAYS_PER_LENGTH
 
 
 def test_the_replays_count_every_template_and_its_answer() -> None:
     """Up to four templates of one length are kept, each with its answer (held after the decisions' store drops
     it): the store counted the first one's body only."""
-    settings = Settings()
-    view = two_driver_view(settings)
-    for workload in range(decisions.REPLAYS_PER_LENGTH):
-        for n in (1, 2):
-            rev = replica(STEERED, n)
-            rev["request"]["object"]["metadata"]["labels"] = {"app": f"app-{workload}"}
-            decide("validate", body(rev), settings, view)
-    (kept,) = view.replays._data.values()
+    replays = _templates_of_one_length(decisions.REPLAYS_PER_LENGTH)
+    (kept,) = replays._data.values()
     assert len(kept) == decisions.REPLAYS_PER_LENGTH
-    assert view.replays._bytes >= sum(len(r.template.body) + len(b"".join(r.stored.parts)) for r in kept)
+    assert replays._bytes >= sum(len(r.template.body) + len(b"".join(r.stored.parts)) for r in kept)
 
 
 # -- through the app ----------------------------------------------------------------------------------------------
