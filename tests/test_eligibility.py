@@ -327,6 +327,10 @@ def test_taints(taints: list[dict[str, str]], spec: dict[str, Any], ert: bool, e
     assert bool(tainted(*taints, ert=ert).eligible(spec)) is eligible
 
 
+def _kubelet(version: str) -> dict[str, Any]:
+    return {"status": {"nodeInfo": {"kubeletVersion": version}}}
+
+
 @pytest.mark.parametrize(
     ("labels", "setting", "providers", "plugin", "extra"),
     [
@@ -335,14 +339,7 @@ def test_taints(taints: list[dict[str, str]], spec: dict[str, Any], ert: bool, e
         pytest.param({"karpenter.sh/nodepool": "a"}, "auto", ["all"], True, {}, id="karpenter"),
         pytest.param({"kubernetes.azure.com/agentpool": "a"}, "auto", ["all"], True, {}, id="aks"),
         # an EKS self-managed node group carries no EKS label: its kubelet's version tells
-        pytest.param(
-            {"pool": "a"},
-            "auto",
-            ["all"],
-            True,
-            {"status": {"nodeInfo": {"kubeletVersion": "v1.30.4-eks-a737599"}}},
-            id="eks-self-managed",
-        ),
+        pytest.param({"pool": "a"}, "auto", ["all"], True, _kubelet("v1.30.4-eks-a737599"), id="eks-self-managed"),
         pytest.param(
             {},
             "auto",
@@ -354,31 +351,10 @@ def test_taints(taints: list[dict[str, str]], spec: dict[str, Any], ert: bool, e
         # a self-managed cluster: the plugin is off upstream (k3s, kubeadm), whatever label names its pools
         pytest.param({"pool": "a"}, "auto", ["all"], False, {}, id="k3s"),
         pytest.param({"nodepool": "gpu"}, "auto", ["all"], False, {}, id="k3s-with-ovh-pool-label"),
-        pytest.param(
-            {"pool": "a"},
-            "auto",
-            ["all"],
-            False,
-            {"status": {"nodeInfo": {"kubeletVersion": "v1.30.4+k3s1"}}},
-            id="k3s-kubelet",
-        ),
+        pytest.param({"pool": "a"}, "auto", ["all"], False, _kubelet("v1.30.4+k3s1"), id="k3s-kubelet"),
         # EKS Distro (EKS Anywhere): self-managed, its kubelet's version is not EKS's
-        pytest.param(
-            {"pool": "a"},
-            "auto",
-            ["all"],
-            False,
-            {"status": {"nodeInfo": {"kubeletVersion": "v1.27.1-eks-1-27-4"}}},
-            id="eks-distro",
-        ),
-        pytest.param(
-            {"pool": "a"},
-            "auto",
-            ["all"],
-            True,
-            {"status": {"nodeInfo": {"kubeletVersion": "v1.30.5-gke.1014001"}}},
-            id="gke-kubelet",
-        ),
+        pytest.param({"pool": "a"}, "auto", ["all"], False, _kubelet("v1.27.1-eks-1-27-4"), id="eks-distro"),
+        pytest.param({"pool": "a"}, "auto", ["all"], True, _kubelet("v1.30.5-gke.1014001"), id="gke-kubelet"),
         pytest.param({"pool": "a"}, "auto", ["gke"], True, {}, id="providers-named"),
         pytest.param({"pool": "a"}, "auto", ["ovh"], False, {}, id="providers-without-the-plugin"),
         pytest.param({"pool": "a"}, "auto", [], False, {}, id="no-providers"),

@@ -1331,10 +1331,19 @@ def _extended_resource_toleration(nodes: Sequence[Node], groups: Sequence[NodeGr
     if "all" not in builder.settings.cluster.providers:
         return bool(plugin)
     keys = {k for name in plugin for k in builder.presets.node_label_keys.get(name, ())}
-    annotated = "oke" in plugin  # the one provider that names its pools by an annotation
     return any(n.provider in plugin for n in nodes) or any(
-        not keys.isdisjoint(g.labels) or (annotated and g.pool_source.startswith("annotation ")) for g in groups
+        not keys.isdisjoint(g.labels) or g.pool_source.removeprefix("annotation ") in keys for g in groups
     )
+
+
+PROVIDER_MARK = "@"
+"""Between a pool's label value and its provider, where two providers' pools are named alike (no label value
+holds it)."""
+
+
+def pool_label_value(pool: str) -> str:
+    """The pool label's value a pool's name is made of (``_told_apart``): gpu@karpenter -> gpu."""
+    return pool.partition(PROVIDER_MARK)[0]
 
 
 def _told_apart(groups: list[NodeGroup], presets: Presets) -> list[NodeGroup]:
@@ -1352,7 +1361,7 @@ def _told_apart(groups: list[NodeGroup], presets: Presets) -> list[NodeGroup]:
     for g in groups:
         sources.setdefault(g.pool, set()).add(source(g))
     return [
-        replace(g, pool=f"{g.pool}@{source(g)}")
+        replace(g, pool=f"{g.pool}{PROVIDER_MARK}{source(g)}")
         if len(sources[g.pool]) > 1 and g.pool_source.startswith("label ")
         else g
         for g in groups

@@ -33,8 +33,8 @@ class Presets:
     spot_taints: tuple[TaintPreset, ...]
     gpu_taints: Mapping[str, TaintPreset]
     node_label_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Per provider, the node label keys that only its nodes carry (pool and spot labels): how a cluster's
-    provider shows."""
+    """Per provider, the node label (and annotation) keys that only its nodes carry (pool and spot labels, OKE's
+    pool annotation): how a cluster's provider shows."""
     plugin_providers: frozenset[str] = frozenset()
     """The providers whose API servers run ExtendedResourceToleration."""
     kubelet_versions: tuple[tuple[str, str], ...] = ()
@@ -80,7 +80,11 @@ def load_presets(
     label_keys: dict[str, tuple[str, ...]] = {}
     for name in names:
         entry = raw[name] or {}
-        label_keys[name] = tuple(entry.get("pool_labels", [])) + tuple(entry.get("spot_labels", {}))
+        label_keys[name] = (
+            *entry.get("pool_labels", []),
+            *entry.get("spot_labels", {}),
+            *entry.get("pool_annotations", []),
+        )
         pool_labels += [k for k in entry.get("pool_labels", []) if k not in pool_labels]
         pool_annotations += entry.get("pool_annotations", [])
         spot_labels += [(k, str(v), name) for k, v in entry.get("spot_labels", {}).items()]

@@ -262,13 +262,14 @@ class TurnSSLSocket(ssl.SSLSocket):
         if not getattr(self, "_awaiting_request", False) or not self._blocks() or self.pending():
             return False
         try:
-            silent = not socket.socket.recv(self, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT)  # the raw bytes
+            peeked = socket.socket.recv(self, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT)  # the raw bytes, left there
         except BlockingIOError:
-            return True
+            return True  # nothing since the handshake
         except OSError:
-            silent = False
-        self._awaiting_request = silent
-        return False
+            return False  # the read that follows meets the same error
+        if peeked:
+            self._awaiting_request = False
+        return False  # bytes, or the client's close: read as any other
 
     def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
         if self._silent():

@@ -43,6 +43,7 @@ from webhook.cluster import (
     PRODUCT_LABEL,
     NodeGroup,
     offers,
+    pool_label_value,
     requested_resources,
     untolerated,
 )
@@ -481,7 +482,7 @@ def pool_selector(group: NodeGroup, ctx: Context) -> dict[str, str]:
     for pool in ctx.settings.cluster.pools:
         if pool.name == group.pool and pool.node_selector and group.pool_source == "settings":
             return dict(pool.node_selector)  # not a pool another label names alike
-    name = group.pool.partition("@")[0]  # gpu@karpenter: two providers' pools named alike (no label value has '@')
+    name = pool_label_value(group.pool)  # gpu@karpenter: two providers' pools named alike
     for key in ctx.cluster.presets.pool_labels:
         if group.labels.get(key) == name:
             return {key: name}

@@ -925,9 +925,7 @@ def _refusal(
             " of the whole GPU it asks for: one pod cannot mix whole GPUs and such slices."
         )
     # MIG Manager withholds a node's devices while it applies a layout: the pool offers them again when it is done
-    rules = {**pod.spec, "containers": [], "initContainers": []}  # its placement rules alone, the GPU taint tolerated
-    rules["tolerations"] = [*as_list(pod.spec.get("tolerations")), GPU_TAINT_TOLERATION]
-    reachable = {id(c.group) for c in _eligible(ctx, rules)}
+    reachable = {id(c.group) for c in _eligible(ctx, _placement_rules(pod))}
     changing = sorted(
         {
             f"{g.pool} ({MIG_CONFIG_LABEL}={g.mig_config or '?'}, {g.mig_config_state})"
@@ -1008,9 +1006,14 @@ def _only_whole_gpus_keep_off(group: NodeGroup, pod: PodView, ctx: Context) -> b
     """The pod's placement rules reach ``group``, whose nodes offer no whole GPU for its whole-GPU containers."""
     if group.allocatable.get(GPU_RESOURCE, Decimal(0)) > 0:
         return False
+    return any(c.group is group for c in _eligible(ctx, _placement_rules(pod)))
+
+
+def _placement_rules(pod: PodView) -> JSON:
+    """The pod's placement rules alone (no container, so no resource asked), the GPU taint tolerated."""
     rules = {**pod.spec, "containers": [], "initContainers": []}
     rules["tolerations"] = [*as_list(pod.spec.get("tolerations")), GPU_TAINT_TOLERATION]
-    return any(c.group is group for c in _eligible(ctx, rules))
+    return rules
 
 
 def _profiles_of(req: _Request, group: NodeGroup) -> list[Profile]:
