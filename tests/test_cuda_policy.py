@@ -1192,7 +1192,9 @@ def test_a_steering_line_naming_other_keys_is_not_said_again() -> None:
         [{"key": POOL_LABEL, "operator": "In", "values": ["gpu-c", "gpu-d"]}],
     ]
     text = f"decision: x\n{cuda.STEERING}{cuda._steering_text(alternatives)}"
-    assert cuda._said_steering(text) == alternatives
+    assert cuda._said_steering(text) == (alternatives, True)
+    earlier = f"decision: x\n{cuda.STEERING_BEFORE}{cuda._steering_text(alternatives)}"  # an earlier version's line
+    assert cuda._said_steering(earlier) == (alternatives, False)
     ctx = context([A, C])
     assert cuda._could_steer(alternatives, ctx)
     assert not cuda._could_steer([[{"key": "example.com/team", "operator": "In", "values": ["ml"]}]], ctx)
@@ -1689,6 +1691,53 @@ def test_a_users_own_product_terms_stay_where_no_manifest_tells_them_from_the_st
     first = pipeline.mutate(deployment(pod(container(image=IMAGE_128), affinity=affinity)["spec"]), ctx)
     assert first.allowed
     assert pipeline.mutate(copy.deepcopy(first.object), ctx).patch == []
+
+
+def test_a_helm_templates_steering_by_gpu_product_is_taken_out_when_no_longer_needed() -> None:
+    """No kubectl manifest (Helm, a CronJob's Jobs): the product term the steering wrote was kept for good, since
+    the line named it in the same words as a user's own, and the template stayed on one GPU after its image no
+    longer needed it. The line now names only what the steering added; the user's own product term stays."""
+    nodes = [
+        gpu_node("h100", "k3s", "570.124.06", product=H100, pool_label="node.kubernetes.io/instance-type"),
+        gpu_node("rtx", "k3s", "570.26", product=RTX, pool_label="node.kubernetes.io/instance-type"),
+    ]
+    ctx = context(nodes)
+    product = {"key": "nvidia.com/gpu.product", "operator": "In", "values": [H100]}
+    zone = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["h100", "rtx"]}
+    for own in ([], [zone], [product], [zone, product]):
+        affinity = (
+            {"nodeAffinity": {cuda.REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": own}]}}} if own else None
+        )
+        workload = deployment(pod(container(image="nvidia/cuda:13.0.0-base-ubuntu22.04"), affinity=affinity)["spec"])
+        live = pipeline.mutate(copy.deepcopy(workload), ctx).object
+        steered = own if product in own else [*own, product]
+        assert [e for t in required_terms(live) for e in t["matchExpressions"]] == steered
+        assert (f"\n{cuda.STEERING}" in annotation_of(live)) == (product not in own), annotation_of(live)
+        assert pipeline.mutate(copy.deepcopy(live), ctx).patch == []
+        sent = copy.deepcopy(live)  # upgraded by Helm: the image moved to a CUDA every pool runs
+        sent["spec"]["template"]["spec"]["containers"][0]["image"] = IMAGE_124
+        update = dataclasses.replace(ctx, operation="UPDATE", old_object=live)
+        after = pipeline.mutate(sent, update).object
+        assert [e for t in required_terms(after) for e in t["matchExpressions"]] == own, own
+        assert pipeline.mutate(copy.deepcopy(after), update).patch == []
+
+
+def test_an_earlier_versions_steering_line_keeps_a_product_term_without_a_manifest() -> None:
+    """A template steered by an earlier version, whose line named every expression: without kubectl's manifest its
+    product term may be the user's own, and stays, as before."""
+    nodes = [
+        gpu_node("h100", "k3s", "570.124.06", product=H100, pool_label="node.kubernetes.io/instance-type"),
+        gpu_node("rtx", "k3s", "570.26", product=RTX, pool_label="node.kubernetes.io/instance-type"),
+    ]
+    ctx = context(nodes)
+    workload = deployment(pod(container(image="nvidia/cuda:13.0.0-base-ubuntu22.04"))["spec"])
+    live = pipeline.mutate(copy.deepcopy(workload), ctx).object
+    meta = live["spec"]["template"]["metadata"]
+    meta["annotations"][CUDA_KEY] = meta["annotations"][CUDA_KEY].replace(cuda.STEERING, cuda.STEERING_BEFORE)
+    sent = copy.deepcopy(live)
+    sent["spec"]["template"]["spec"]["containers"][0]["image"] = IMAGE_124
+    after = pipeline.mutate(sent, dataclasses.replace(ctx, operation="UPDATE", old_object=live)).object
+    assert [e["key"] for t in required_terms(after) for e in t["matchExpressions"]] == ["nvidia.com/gpu.product"]
 
 
 def test_a_taken_product_is_steered_to_with_its_driver() -> None:

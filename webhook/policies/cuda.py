@@ -737,16 +737,17 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Before any policy runs: a workload this webhook reviewed before has its steering planned afresh, not kept
     from the last review (`kubectl apply` keeps live-only fields: the affinity for an image's newer CUDA outlived
     the image), and the other policies judge it without that steering: the terms its annotation says the webhook
-    wrote (by pool and driver labels too: a Deployment steered to a GKE pool stayed there after every pool was
+    added (by pool and driver labels too: a Deployment steered to a GKE pool stayed there after every pool was
     upgraded, found by two reviews), and any on GFD's CUDA labels; what the manifest kubectl applied writes stays."""
     if not pod.is_template or POLICY not in ctx.prior:
         return
-    said = _said_steering(ctx.prior[POLICY]) or []
+    said, added_only = _said_steering(ctx.prior[POLICY]) or ([], True)
     written = [e for alt in said for e in alt] if _could_steer(said, ctx) else []
-    if not applied_by_kubectl(pod):
-        # a term on the GPU product may be the user's own, the same words (a Helm chart's, a CronJob's Job): without
-        # kubectl's manifest to tell them apart it stays (a second pass took the user's H100 term out, and the Job
-        # was left only the pool that cannot run it; found by a review)
+    if not added_only and not applied_by_kubectl(pod):
+        # an earlier version's line named every expression of the steering, those the template held already too: a
+        # term on the GPU product may then be the user's own, the same words (a Helm chart's, a CronJob's Job), and
+        # without kubectl's manifest to tell them apart it stays (a second pass took the user's H100 term out, and
+        # the Job was left only the pool that cannot run it; found by a review)
         written = [e for e in written if as_str(e.get("key")) != PRODUCT_LABEL]
     # Without kubectl's manifest nothing tells the user's own terms on GFD's CUDA labels from the steering's but
     # the words: a CronJob's Jobs (the CronJob controller writes none) lost the user's own (a generative review)
@@ -767,6 +768,7 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     (``STEERING``), for its next review to take out (``forget``); a pod's, which no later review reads, does not
     (the words, said again on a pod steered already, could be a forged annotation's)."""
     plan = _planned("steer", pod, ctx, lambda mode, checks: plan_steering(pod, mode, checks, ctx))
+    held = _held(pod) if pod.is_template and plan is not None and plan.alternatives else frozenset()
     if plan is None:
         if pod.defers_gpu and mode_of(ctx) != "off":  # a gpu-memory ask, or the gpu-fraction annotation
             out.annotate(POLICY, DEFERRED)
@@ -781,15 +783,35 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
         # a Kueue Job was steered to a spot pool, its only compatible one, without a word in kubectl)
         warning = f"cuda: only spot pools run its CUDA, steered there (it may be preempted): {plan.spot_only}"
         out.warn(clipped(warning, WARNING_LIMIT))
-    steered = plan.alternatives if pod.is_template else None
+    steered = _added(plan.alternatives, held) if pod.is_template and plan.alternatives else None
     if pod.is_template and not steered:  # what ``forget`` kept, the manifest writing it too
         said = _said_steering(ctx.prior.get(POLICY, ""))
-        steered = said if said and _could_steer(said, ctx) and holds(pod, said) else None
+        steered = said[0] if said and _could_steer(said[0], ctx) and holds(pod, said[0]) else None
     out.annotate(POLICY, plan.annotation + (f"\n{STEERING}{_steering_text(steered)}" if steered else ""))
 
 
-STEERING = "steering written by gpu-admission (required node affinity): "
-"""How the annotation's line naming the terms the steering wrote begins; read back by ``_said_steering``."""
+STEERING = "steering added by gpu-admission (required node affinity): "
+"""How the annotation's line naming the expressions the steering added begins; read back by ``_said_steering``."""
+STEERING_BEFORE = "steering written by gpu-admission (required node affinity): "
+"""How an earlier version's line began: it named every expression of the steering, those the template held too."""
+
+
+def _held(pod: PodView) -> frozenset[object]:
+    """The ``json_key``s of the expressions in the template's required terms before the steering narrows them."""
+    return frozenset(json_key(e) for t in required_terms(pod) for e in as_list(t.get("matchExpressions")))
+
+
+def _added(alternatives: Sequence[Sequence[Expression]], held: frozenset[object]) -> list[list[Expression]]:
+    """Of the steering's alternatives, the expressions no term of the template held before: those the steering
+    added, the only ones its next review takes out. One a term held is the template's own (a Helm chart's
+    ``gpu.product In (H100)``, in the steering's words), and is left where it is, though narrow added it to
+    another term: with no manifest to tell them apart, taking it out had left a Job only a pool that cannot run
+    it, and leaving every product term alone had kept a template on one GPU after its image no longer needed it
+    (found by two reviews)."""
+    kept = [[e for e in alt if json_key(e) not in held] for alt in alternatives]
+    return [alt for alt in kept if alt]
+
+
 _EXPRESSION_TEXT = re.compile(r"(\S+) (In|NotIn|Gt|Lt|Exists|DoesNotExist)(?: \(([^()]*)\))?")
 
 
@@ -803,13 +825,15 @@ def _steering_text(alternatives: Sequence[Sequence[Expression]]) -> str:
     return " or ".join(" and ".join(one(e) for e in alt) for alt in alternatives)
 
 
-def _said_steering(text: str) -> list[list[Expression]] | None:
-    """The alternatives an annotation's ``STEERING`` line names; None when it has none or it cannot be read."""
-    line = next((part for part in text.split("\n") if part.startswith(STEERING)), None)
+def _said_steering(text: str) -> tuple[list[list[Expression]], bool] | None:
+    """The alternatives an annotation's steering line names, and whether it names only what the steering added
+    (``STEERING``; not an earlier version's ``STEERING_BEFORE``); None when it has none or it cannot be read."""
+    line = next((part for part in text.split("\n") if part.startswith((STEERING, STEERING_BEFORE))), None)
     if line is None:
         return None
+    added_only = line.startswith(STEERING)
     alternatives = []
-    for alt in line[len(STEERING) :].split(" or "):
+    for alt in line[len(STEERING if added_only else STEERING_BEFORE) :].split(" or "):
         term = []
         for part in alt.split(" and "):
             found = _EXPRESSION_TEXT.fullmatch(part)
@@ -818,7 +842,7 @@ def _said_steering(text: str) -> list[list[Expression]] | None:
             key, operator, values = found.groups()
             term.append(expression(key, operator, values.split(", ") if values is not None else ()))
         alternatives.append(term)
-    return alternatives
+    return alternatives, added_only
 
 
 def _could_steer(alternatives: Sequence[Sequence[Expression]], ctx: Context) -> bool:
