@@ -508,6 +508,18 @@ def _rules(objects: list[dict[str, Any]], kind: str, name: str) -> list[dict[str
     return list(find(objects, kind, name)["rules"])
 
 
+def test_no_pod_is_given_the_variables_of_services():
+    """Under the release name the docs use the Service is gpu-admission, whose variables the kubelet writes as
+    GPU_ADMISSION_SERVICE_HOST and the like: the prefix of the server's settings variables (found by a review)."""
+    proc = helm("template", "gpu-admission", str(CHART), "-n", NAMESPACE)
+    objects = [d for d in yaml.load_all(proc.stdout, Loader=StrictLoader) if d]
+    assert find(objects, "Service")["metadata"]["name"] == "gpu-admission"
+    specs = pod_specs(objects)
+    assert {where.split("/")[0] for where, _ in specs} >= {"Deployment", "Job", "CronJob", "Pod"}
+    for where, spec in specs:
+        assert spec.get("enableServiceLinks") is False, where
+
+
 def test_server_rbac_is_minimal(rendered):
     _, objects = rendered
     rules = _rules(objects, "ClusterRole", FULLNAME)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -236,6 +237,40 @@ def test_bad_environment_value_is_named() -> None:
         load_settings(None, environ={"GPU_ADMISSION_CUDA__MODE": "block"})
     with pytest.raises(ConfigError, match=r"GPU_ADMISSION_CUDA__MODE: not a YAML value \(mapping values"):
         load_settings(None, environ={"GPU_ADMISSION_CUDA__MODE": "a: b: c"})
+
+
+def test_a_services_variables_are_not_settings() -> None:
+    """Installed as the docs show, the Service is named gpu-admission, and the kubelet gives each pod of the
+    namespace GPU_ADMISSION_SERVICE_HOST, GPU_ADMISSION_PORT_443_TCP_ADDR and the like: read as settings, they
+    stopped the server at start ('service_host: unknown setting'; found by a review)."""
+    links = {
+        "GPU_ADMISSION_SERVICE_HOST": "10.96.0.10",
+        "GPU_ADMISSION_SERVICE_PORT": "443",
+        "GPU_ADMISSION_SERVICE_PORT_HTTPS": "443",
+        "GPU_ADMISSION_PORT": "tcp://10.96.0.10:443",
+        "GPU_ADMISSION_PORT_443_TCP": "tcp://10.96.0.10:443",
+        "GPU_ADMISSION_PORT_443_TCP_PROTO": "TCP",
+        "GPU_ADMISSION_PORT_443_TCP_PORT": "443",
+        "GPU_ADMISSION_PORT_443_TCP_ADDR": "10.96.0.10",
+        "GPU_ADMISSION_METRICS_SERVICE_HOST": "10.96.0.11",
+    }
+    settings = load_settings(None, environ={**links, "GPU_ADMISSION_CUDA__MODE": "warn"})
+    assert settings == dataclasses.replace(Settings(), cuda=dataclasses.replace(Settings().cuda, mode="warn"))
+    with pytest.raises(ConfigError, match=r"^max_body_bytes_x: unknown setting"):
+        load_settings(None, environ={"GPU_ADMISSION_MAX_BODY_BYTES_X": "1"})  # what is no Service's still counts
+
+
+def test_an_error_names_the_variable_that_set_the_value() -> None:
+    """'cuda.mode: must be one of ...' sent the user looking for a value the settings file did not hold."""
+    with pytest.raises(ConfigError, match=r"\(set by the environment variable GPU_ADMISSION_CUDA__UNKNOWN_VERSION\)$"):
+        load_settings(None, environ={"GPU_ADMISSION_CUDA__UNKNOWN_VERSION": "maybe"})
+    with pytest.raises(
+        ConfigError, match=r"^cudaa: unknown setting .*\(set by the environment: GPU_ADMISSION_CUDAA__MODE\)$"
+    ):
+        load_settings(None, environ={"GPU_ADMISSION_CUDAA__MODE": "warn"})
+    pools = "[{name: a, nodeSelector: {'bad key': x}}]"
+    with pytest.raises(ConfigError, match=r"\(set by the environment variable GPU_ADMISSION_CLUSTER__POOLS\)$"):
+        load_settings(None, environ={"GPU_ADMISSION_CLUSTER__POOLS": pools})
 
 
 def test_the_environment_merges_into_keys_as_written(tmp_path: Path) -> None:

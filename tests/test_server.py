@@ -124,7 +124,11 @@ def test_example_cuda13_pod_is_denied_with_what_to_change(server: Server) -> Non
 
 def test_warn_mode_over_https_admits_with_short_warnings(tmp_path: Path) -> None:
     body = json.loads((EXAMPLES / "admission-review-cuda13.json").read_text())
-    with serve(tmp_path, config=EXAMPLES / "config.yaml", env={"GPU_ADMISSION_CUDA__MODE": "warn"}) as s:
+    # with the variables the kubelet writes for a Service named gpu-admission (the release name the docs use),
+    # which had stopped the server at start (found by a review)
+    links = {"GPU_ADMISSION_SERVICE_HOST": "10.96.0.10", "GPU_ADMISSION_PORT_443_TCP_ADDR": "10.96.0.10"}
+    env = {**links, "GPU_ADMISSION_CUDA__MODE": "warn"}
+    with serve(tmp_path, config=EXAMPLES / "config.yaml", env=env) as s:
         status, answer = s.client().post("/validate", body)
     response = answer["response"]
     assert status == 200 and response["allowed"] is True

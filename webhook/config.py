@@ -521,16 +521,26 @@ def build(cls: type[T], data: Any, path: str = "") -> T:
 
 
 ENV_PREFIX = "GPU_ADMISSION_"
+SERVICE_LINK = re.compile(
+    r"[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_[0-9]+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)?)\Z"
+)
+"""The variables the kubelet writes for each Service of the pod's namespace (``<NAME>_SERVICE_HOST``,
+``<NAME>_PORT_443_TCP_ADDR``, ...: kubernetes pkg/kubelet/envvars), a Service named ``gpu-admission`` (the chart's
+under the release name the docs use) giving ``GPU_ADMISSION_SERVICE_HOST``: read as a setting, it stopped the
+server at start (found by a review). A setting's variable names a section with ``__``, which these never hold."""
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
+    """The settings the environment gives, as a tree of snake_case keys, and the variable that gave each path."""
     tree: dict[str, Any] = {}
+    named: dict[tuple[str, ...], str] = {}
     for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or ("__" not in name and SERVICE_LINK.match(name)):
             continue
         parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__") if p]
         if not parts:
             continue
+        named[tuple(parts)] = name
         node = tree
         for part in parts[:-1]:
             node = node.setdefault(part, {})
@@ -542,7 +552,21 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
             raise ConfigError(
                 f"{name}: not a YAML value ({err}); quote a string that YAML would read otherwise"
             ) from err
-    return tree
+    return tree, named
+
+
+def _from_variable(err: ConfigError, named: Mapping[tuple[str, ...], str]) -> ConfigError:
+    """``err`` naming the environment variable that set the value it is about, where one did: the path alone
+    (``cuda.mode``) sent the user looking for a value the settings file does not hold."""
+    path = str(err).split(": ", 1)[0]
+    parts = tuple(_snake(re.sub(r"\[[^\]]*\]", "", p)) for p in path.split("."))
+    for end in range(len(parts), 0, -1):
+        if parts[:end] in named:
+            return ConfigError(f"{err} (set by the environment variable {named[parts[:end]]})")
+    under = sorted(name for key, name in named.items() if key[: len(parts)] == parts)  # an unknown section's
+    if under:
+        return ConfigError(f"{err} (set by the environment: {', '.join(under)})")
+    return err
 
 
 def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -575,5 +599,8 @@ def load_settings(path: str | Path | None = None, environ: Mapping[str, str] | N
         if loaded is not None and not isinstance(loaded, Mapping):
             raise ConfigError(f"{path}: must hold a mapping of settings")
         data = dict(loaded or {})
-    env = _env_overrides(os.environ if environ is None else environ)
-    return build(Settings, _merge(data, env))
+    env, named = _env_overrides(os.environ if environ is None else environ)
+    try:
+        return build(Settings, _merge(data, env))
+    except ConfigError as err:
+        raise _from_variable(err, named) from None

@@ -417,6 +417,7 @@ affinity:
 {{- $r := .root -}}
 serviceAccountName: {{ .serviceAccount | default (include "gpu-admission.certsServiceAccountName" $r) }}
 restartPolicy: Never
+enableServiceLinks: false  # the server's settings variables' prefix (deployment.yaml)
 {{- with include "gpu-admission.podScheduling" (dict "root" $r "oneShot" true) | trim }}{{ . | nindent 0 }}{{ end }}
 securityContext:
   {{- include "gpu-admission.podSecurityContext" $r | nindent 2 }}
