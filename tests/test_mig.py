@@ -876,6 +876,12 @@ def test_workload_template_fraction_that_nothing_covers_is_denied():
         ),
         pytest.param(memreq("0"), "MIGInvalidRequest", ["positive whole number of bytes"], id="memory-zero"),
         pytest.param(memreq("500m"), "MIGInvalidRequest", ["positive whole number of bytes"], id="memory-milli"),
+        pytest.param(  # a resource no node offers: admitted, it stayed Pending without a word (found by a review)
+            pod(container(limits={"gpu-admission.io/gpu-memroy": "20Gi"})),
+            "MIGInvalidRequest",
+            ["container trainer asks for gpu-admission.io/gpu-memroy, a resource no node offers", "gpu-memory"],
+            id="misspelt-resource",
+        ),
         pytest.param(
             pod(container(limits={GPU: "0.5", "nvidia.com/mig-1g.5gb": "1"})),
             "MIGMultipleDevices",

@@ -134,6 +134,39 @@ def test_forged_output_annotations_are_replaced_by_the_webhooks_own() -> None:
     assert annotations["gpu-admission.io/cuda"] != "all fine, trust me"
     assert "gpu-admission.io/anything" not in annotations
     assert annotations["gpu-admission.io/spot"] == "never", "input annotations are the user's and stay"
+    assert result.warnings == ["gpu-admission.io/anything taken off: no gpu-admission key"]
+
+
+def test_the_keys_the_policies_write_are_the_output_keys() -> None:
+    """Only these are taken off a pod as forged, and kept as they were by a pod update: a policy writing another
+    would see it kept from a forged annotation."""
+    from webhook.model import OUTPUT_ANNOTATIONS
+    from webhook.policies import cuda, mig_record, spot
+
+    assert sorted([cuda.POLICY, mig_record.ANNOTATION, spot.APPLIED]) == sorted(OUTPUT_ANNOTATIONS)
+
+
+def test_a_misspelt_input_annotation_taken_off_is_named() -> None:
+    """A misspelt input (gpu-memroy, cuda-verison) was taken off as a forged output without a word, and a memory
+    size written as an annotation gave the pod no GPU (found by a review): each is named, with the key meant."""
+    pod = gpu_pod(
+        annotations={
+            "gpu-admission.io/cuda-verison": "12.4",
+            "gpu-admission.io/gpu-memroy": "20Gi",
+            "gpu-admission.io/gpu-memory": "20Gi",
+            "gpu-admission.io/cuda": "forged",
+        }
+    )
+    result = pipeline.mutate(pod, _ctx(Settings(), namespace="ml"))
+    assert list(result.object["metadata"]["annotations"]) == ["gpu-admission.io/cuda"]
+    assert result.warnings[:3] == [
+        "gpu-admission.io/cuda-verison taken off: no gpu-admission key; did you mean gpu-admission.io/cuda-version?",
+        "gpu-admission.io/gpu-memroy taken off: no gpu-admission key; did you mean the resource "
+        "gpu-admission.io/gpu-memory?",
+        "gpu-admission.io/gpu-memory taken off: it is a resource, not an annotation; set it in a container's "
+        "resources.limits",
+    ], result.warnings
+    assert not any("gpu-admission.io/cuda " in w for w in result.warnings), "its own outputs are replaced unsaid"
 
 
 def test_non_gpu_pod_passes_untouched() -> None:

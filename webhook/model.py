@@ -25,8 +25,12 @@ if TYPE_CHECKING:
 
 JSON = dict[str, Any]
 
-# Keys users write (inputs). Every other key under PREFIX is the webhook's own output and is never taken from a pod.
 INPUT_ANNOTATIONS = ("spot", "gpu-fraction", "gpu-fraction-container", "cuda-version")
+"""The keys under PREFIX users write (and ``cuda-version.<container>``)."""
+OUTPUT_ANNOTATIONS = ("cuda", "mig", "spot-applied")
+"""The keys under PREFIX the webhook writes (``Outcome.annotate``). Every key under PREFIX but the inputs is taken
+off a pod as it arrives (forged or stale: a pod carries no word under PREFIX the webhook did not write), and kept
+as it was by a pod update; one that is none of these is said to be taken off (``pipeline._unknown_keys``)."""
 IGNORE_LABEL = PREFIX + "ignore"
 GPU_MEMORY_RESOURCE = PREFIX + "gpu-memory"
 
@@ -126,6 +130,11 @@ def per_pod_env(env: object) -> list[dict[str, Any]]:
     if found and any(isinstance(e, dict) and "$(" in str(e.get("value") or "") for e in env):
         return []
     return found
+
+
+def is_output_annotation(key: object) -> bool:
+    """True for the annotation keys the webhook writes (``OUTPUT_ANNOTATIONS``)."""
+    return isinstance(key, str) and key.startswith(PREFIX) and key[len(PREFIX) :] in OUTPUT_ANNOTATIONS
 
 
 def is_input_annotation(key: str) -> bool:

@@ -12,6 +12,7 @@ resource it picks narrows the nodes that CUDA then checks.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,9 @@ from typing import Any
 from webhook import PREFIX, budget
 from webhook.model import (
     BUILTIN_GROUPS,
+    GPU_MEMORY_RESOURCE,
     IGNORE_LABEL,
+    INPUT_ANNOTATIONS,
     JSON,
     LAST_APPLIED,
     POD_OWNER,
@@ -37,6 +40,7 @@ from webhook.model import (
     clipped,
     copy_json,
     is_input_annotation,
+    is_output_annotation,
     json_bytes,
 )
 from webhook.policies import cuda, mig, mig_update, spot
@@ -701,6 +705,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
         return early
     working = view.root
     prior = _prior_outputs(view)
+    unknown = _unknown_keys(prior)
     annotations = view.metadata.get("annotations")
     # a map that held only the webhook's words is the webhook's (an earlier review made it)
     had_annotations = isinstance(annotations, dict) and len(annotations) > len(prior)
@@ -720,7 +725,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
         view.set_annotation(PREFIX + name, text)
     if not had_annotations and view.metadata.get("annotations") == {}:
         del view.metadata["annotations"]  # do not leave behind an empty map that we created
-    outcome.warnings[:0] = _misplaced_now(obj, ctx)
+    outcome.warnings[:0] = [*_misplaced_now(obj, ctx), *unknown]
     result = Result(object=working)
     _finish(result, pctx, outcome, "unchanged")
     if result.allowed:
@@ -771,6 +776,28 @@ def _misplaced(obj: Any) -> list[str]:
         for key in own
         if isinstance(key, str) and is_input_annotation(key) and key not in template
     ]
+
+
+def _unknown_keys(prior: Mapping[str, str]) -> list[str]:
+    """Warnings for the keys under PREFIX the pod arrives with (``_prior_outputs``) that the webhook neither reads
+    nor writes: taken off as every key under PREFIX but the inputs is (a pod carries no word under PREFIX the
+    webhook did not write), a misspelt input (``gpu-memroy``, ``cuda-verison``) had vanished without a word (found
+    by a review)."""
+    warnings = []
+    for key in (PREFIX + name for name in prior):
+        if is_output_annotation(key):
+            continue
+        if key == GPU_MEMORY_RESOURCE:
+            said = f"{key} taken off: it is a resource, not an annotation; set it in a container's resources.limits"
+        else:
+            near = difflib.get_close_matches(key[len(PREFIX) :], [*INPUT_ANNOTATIONS, "gpu-memory"], 1, 0.7)
+            said = f"{key} taken off: no gpu-admission key"
+            if near == ["gpu-memory"]:
+                said += f"; did you mean the resource {GPU_MEMORY_RESOURCE}?"
+            elif near:
+                said += f"; did you mean {PREFIX}{near[0]}?"
+        warnings.append(_short(said))
+    return warnings
 
 
 def _misplaced_now(obj: Any, ctx: Context) -> list[str]:

@@ -340,6 +340,16 @@ def named(pod: PodView) -> Iterator[tuple[str, str, JSON]]:
         yield list_name, as_str(container.get("name")) or f"#{index}", container
 
 
+def _unknown_resource(container: JSON) -> str | None:
+    """A resource under PREFIX other than ``gpu-admission.io/gpu-memory`` (misspelt: ``gpu-memroy``): no node
+    offers it, and the pod was admitted to stay Pending without a word (found by a review)."""
+    limits, requests = sections(container)
+    for key in (*limits, *requests):
+        if isinstance(key, str) and key.startswith(PREFIX) and key != GPU_MEMORY_RESOURCE:
+            return key
+    return None
+
+
 def _has_a_device_already(out: Outcome, name: str, asked: str, container: JSON) -> bool:
     """A container that asks for a fraction or a memory size and already has a MIG device: refused (one each)."""
     devices = mig_resources(container)
@@ -368,6 +378,14 @@ def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
     """The asks of every container; refusals of malformed asks go to ``out`` as denials."""
     asks: list[Ask] = []
     for list_name, name, container in named(pod):
+        if unknown := _unknown_resource(container):
+            out.deny(
+                POLICY,
+                "MIGInvalidRequest",
+                f"container {name} asks for {unknown}, a resource no node offers: the pod would stay Pending; "
+                f"gpu-admission reads {GPU_MEMORY_RESOURCE} (a memory size, e.g. 20Gi).",
+            )
+            continue
         gpu = _read(container, GPU_RESOURCE, name)
         memory = _read(container, GPU_MEMORY_RESOURCE, name)
         for read in (gpu, memory):
