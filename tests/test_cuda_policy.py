@@ -793,6 +793,75 @@ def test_before_the_first_node_list_the_declared_pools_do_not_stand_for_the_clus
     assert not pipeline.review(pod(container(image=IMAGE_128)), Context(settings=s, cluster=described)).allowed
 
 
+UNKNOWN_IMAGE = "vllm/vllm-openai:latest"  # no CUDA in its tag
+
+
+@pytest.mark.parametrize(
+    ("obj", "nodes", "cuda_settings", "event"),
+    [
+        pytest.param(
+            pod(container("vllm", image=UNKNOWN_IMAGE)),
+            [A],
+            {},
+            ("Warning", f"vllm: CUDA version unknown (image {UNKNOWN_IMAGE}); not checked"),
+            id="version-unknown",
+        ),
+        pytest.param(
+            pod(container("vllm", image=UNKNOWN_IMAGE)),
+            [A],
+            {"unknownVersion": "allow"},
+            ("Normal", f"vllm: CUDA version unknown (image {UNKNOWN_IMAGE}); not checked"),
+            id="version-unknown-allowed",
+        ),
+        pytest.param(
+            pod(container(image=IMAGE_124)),
+            [],
+            {},
+            (
+                "Warning",
+                f"trainer: CUDA 12.4 from image tag, {IMAGE_124.replace(':', ' ')}; not checked (no eligible GPU node)",
+            ),
+            id="no-node",
+        ),
+        pytest.param(
+            pod(container("vllm", image=UNKNOWN_IMAGE)),
+            [],
+            {},
+            ("Warning", f"vllm: CUDA version unknown (image {UNKNOWN_IMAGE}); not checked (no eligible GPU node)"),
+            id="version-unknown-no-node",
+        ),
+        pytest.param(
+            pod(container(image=IMAGE_124, env={"NVIDIA_DISABLE_REQUIRE": "true"})),
+            [C],
+            {},
+            ("Normal", "trainer: CUDA requirement disabled by env NVIDIA_DISABLE_REQUIRE; not checked"),
+            id="requirement-disabled",
+        ),
+        pytest.param(
+            pod(container(image=IMAGE_124), container("vllm", image=UNKNOWN_IMAGE)),
+            [C],
+            {},
+            (
+                "Warning",
+                f"trainer: CUDA 12.4 from image tag, {IMAGE_124.replace(':', ' ')}; supported by pool gpu-c (driver "
+                f"570.124.06, CUDA 12.8); vllm: CUDA version unknown (image {UNKNOWN_IMAGE}); not checked; the "
+                "containers checked: compatible (pool gpu-c)",
+            ),
+            id="one-container-unknown",
+        ),
+    ],
+)
+def test_a_pod_not_checked_has_no_cuda_checked_event(
+    obj: dict[str, Any], nodes: list[dict[str, Any]], cuda_settings: dict[str, Any], event: tuple[str, str]
+) -> None:
+    """Found by a review: a pod whose CUDA was not checked had a Normal CUDAChecked Event ("every GPU container's
+    CUDA is supported", docs/observability.md), its message "not checked (not checked (CUDA version unknown))"."""
+    result = pipeline.review(obj, context(nodes, settings(cuda_settings)))
+    assert result.allowed, result.message
+    assert [(e.reason, e.type, e.message) for e in result.outcome.events] == [("CUDANotChecked", *event)]
+    assert "CUDAChecked" not in result.outcome.reasons and "CUDANotChecked" in result.outcome.reasons
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Enforcement modes
 

@@ -72,6 +72,7 @@ from webhook.model import (
     JSON,
     WARNING_LIMIT,
     Context,
+    EventType,
     Outcome,
     PodView,
     applied_by_kubectl,
@@ -346,15 +347,19 @@ def _source(d: Declared) -> str:
     return f"from {d.source}" if d.source else ""
 
 
+NOT_CHECKED = "; not checked"
+"""How a container line (``_found``) ends when the container's CUDA is not checked."""
+
+
 def _found(c: Check) -> str:
     d = c.declared
     if d.error:
         return f"{c.label}: {d.source} unusable: {d.error}"
     if d.disabled:
-        return f"{c.label}: CUDA requirement disabled by {d.source}; not checked"
+        return f"{c.label}: CUDA requirement disabled by {d.source}{NOT_CHECKED}"
     if c.requirement is None:
         why = f"{d.source}" if d.source else f"image {d.image or '(none)'}"
-        return f"{c.label}: CUDA version unknown ({why}); not checked"
+        return f"{c.label}: CUDA version unknown ({why}){NOT_CHECKED}"
     return f"{c.label}: {d.version_text} {_source(d)}"
 
 
@@ -1323,6 +1328,33 @@ def _validate(a: Assessment, mode: str, ctx: Context, out: Outcome, note: str = 
             for reason in dict.fromkeys(r for r, _, _ in denials):  # one Event per reason, in the order denied
                 out.event(reason, " ".join(m for r, m, _ in denials if r == reason), "Warning")
         return
-    out.reasons.append("CUDAChecked")
     lines = [_container_line(a, i, ctx) for i in range(len(a.checks))]
-    out.event("CUDAChecked", "; ".join(lines) + f" ({decision})")
+    if a.synced and a.eligible and len(a.known) == len(a.checks):
+        out.reasons.append("CUDAChecked")
+        out.event("CUDAChecked", "; ".join(lines) + f" ({decision})")
+        return
+    # Found by a review: a pod whose CUDA (or one container's) was not checked had a Normal CUDAChecked Event, which
+    # operators read as "validated", and its message said "not checked (not checked (...))".
+    out.reasons.append("CUDANotChecked")
+    out.event("CUDANotChecked", _unchecked_message(a, lines, decision), _unchecked_type(a, ctx))
+
+
+def _unchecked_message(a: Assessment, lines: Sequence[str], decision: str) -> str:
+    """The container lines and, once, why they were not checked: for the whole pod (no node list, no node it can
+    land on) in place of each line's own "not checked"; beside the decision on the containers that were checked."""
+    if not a.synced or not a.eligible:
+        return "; ".join(line.removesuffix(NOT_CHECKED) for line in lines) + f"; {decision}"
+    if not a.known:  # every line says "not checked" already, and why
+        return "; ".join(lines)
+    return "; ".join(lines) + f"; the containers checked: {decision}"
+
+
+def _unchecked_type(a: Assessment, ctx: Context) -> EventType:
+    """Warning where nobody chose to leave the pod unchecked: no node list, no node it can land on, or a CUDA
+    version unknown under ``cuda.unknownVersion: warn`` (the create had a warning too). Normal where a pod's own
+    ``NVIDIA_DISABLE_REQUIRE`` or ``cuda.unknownVersion: allow`` left it so."""
+    if not a.synced or not a.eligible:
+        return "Warning"
+    warned = ctx.settings.cuda.unknown_version == "warn"
+    unknown = any(c.requirement is None and not c.declared.disabled for c in a.checks)
+    return "Warning" if warned and unknown else "Normal"
