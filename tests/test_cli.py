@@ -395,3 +395,53 @@ def test_serve_reads_the_image_rules_before_its_workers_fork(tmp_path: Path, mon
     finally:
         gc.unfreeze()  # cmd_serve froze what the test process holds
     assert seen == [1]
+
+
+@pytest.mark.parametrize(
+    ("flags", "config", "warned"),
+    [
+        pytest.param([], "", True, id="no-source"),
+        pytest.param(["--nodes", str(EXAMPLES / "nodes.yaml")], "", False, id="nodes-file"),
+        pytest.param(
+            [],
+            "cluster:\n  pools:\n  - {name: a100, nodeSelector: {pool: a100}, driverVersion: '570.124.06'}\n",
+            False,
+            id="pools",
+        ),
+    ],
+)
+def test_serve_without_nodes_says_so_at_start(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    flags: list[str],
+    config: str,
+    warned: bool,
+) -> None:
+    """Found by a review: with no --nodes, no credentials and no declared pool, ``serve`` was ready with 0 nodes and
+    admitted every GPU pod unchecked; only the Events relay's log line hinted why."""
+    from webhook import server
+    from webhook.cli import build_parser, cmd_serve
+
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_text("x")
+    key.write_text("x")
+    monkeypatch.setattr(server.GunicornServer, "run", lambda self: None)
+    monkeypatch.setattr(server, "prepare_metrics_dir", lambda prefix="": str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    settings = tmp_path / "config.yaml"
+    settings.write_text("audit:\n  events: false\n" + config)  # no Events relay to fork
+    args = build_parser().parse_args(
+        ["serve", *flags, "--config", str(settings), "--cert", str(cert), "--key", str(key)]
+    )
+    caplog.set_level(logging.WARNING, "gpu_admission.cluster")
+    try:
+        assert cmd_serve(args) == 0
+    finally:
+        gc.unfreeze()  # cmd_serve froze what the test process holds
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == (1 if warned else 0), said
+    if warned:
+        assert said[0].startswith("cluster: no nodes known: no --nodes file, no in-cluster credentials"), said
+        assert "CUDA check cannot run" in said[0] and "--nodes FILE" in said[0] and "set KUBECONFIG" in said[0]

@@ -57,6 +57,27 @@ def cluster_source(settings: Settings, nodes: str | ClusterView | None) -> Clust
     return StaticCluster(build_view([], settings, source="settings"))
 
 
+log = logging.getLogger("gpu_admission.cluster")
+
+NO_NODES = (
+    "cluster: no nodes known: no --nodes file, no in-cluster credentials, no kubeconfig (KUBECONFIG, "
+    "~/.kube/config) and no cluster.pools in the configuration. The CUDA check cannot run (GPU pods are admitted "
+    "'not checked (no eligible GPU node)') nor can MIG conversion (fractions are denied: no profile offered), "
+    "though /readyz says ready. Give the webhook its nodes: run it in the cluster (its service account lists "
+    "them), set KUBECONFIG, pass --nodes FILE (kubectl get nodes -o yaml), or declare cluster.pools"
+)
+
+
+def warn_without_nodes(settings: Settings, environ: dict[str, str] | None = None) -> None:
+    """Found by a review: ``serve`` with no cluster source (``cluster_source``'s last resort, no pool declared) was
+    ready with 0 nodes and admitted every GPU pod unchecked, and only the Events relay's log line hinted why. Said
+    once, by the master, before the workers fork; readiness is left as it is (README: configured pools only)."""
+    from webhook.watch import credentials_found
+
+    if not settings.cluster.pools and not credentials_found(environ):
+        log.warning(NO_NODES)
+
+
 def _settings(path: str | None) -> Settings:
     settings = load_settings(path)
     _check_registry_files(settings)
@@ -73,6 +94,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args.config)
     # A node file is read once, here, before the fork: every worker inherits the view (and fails early, not each).
     nodes: ClusterView | None = load_nodes_apart(args.nodes, settings) if args.nodes else None
+    if nodes is None:
+        warn_without_nodes(settings)
     for path in (args.cert, args.key):
         if not Path(path).is_file():
             raise InputError(f"{path}: certificate or key file not found (make one: gpu-admission certs issue)")

@@ -29,7 +29,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -550,13 +550,23 @@ def kubeconfig_paths(environ: dict[str, str] | None = None) -> list[str]:
     return [p for p in candidates if Path(p).expanduser().is_file()]
 
 
+def credentials_found(environ: dict[str, str] | None = None) -> bool:
+    """Whether ``live_cluster_from_environment`` finds credentials to load (it loads nothing)."""
+    env = os.environ if environ is None else environ
+    return _in_cluster(env) or bool(kubeconfig_paths(dict(env)))
+
+
+def _in_cluster(env: Mapping[str, str]) -> bool:
+    return bool(env.get("KUBERNETES_SERVICE_HOST")) and Path(SERVICE_ACCOUNT_TOKEN).is_file()
+
+
 def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | None = None) -> LiveCluster | None:
     """In-cluster credentials (a pod's service account), else the standard kubeconfig; None when neither exists.
     Raises ConfigError when the credentials exist but cannot be loaded. Connects nothing: call ``start()``."""
     from kubernetes import client, config
 
     env = os.environ if environ is None else environ
-    if env.get("KUBERNETES_SERVICE_HOST") and Path(SERVICE_ACCOUNT_TOKEN).is_file():
+    if _in_cluster(env):
         try:
             cfg = client.Configuration()
             config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
