@@ -874,6 +874,18 @@ def test_workload_template_fraction_that_nothing_covers_is_denied():
         pytest.param(
             pod(container(limits={GPU: "1", MEM: "20Gi"})), "MIGConflictingRequest", ["not both"], id="whole-and-memory"
         ),
+        pytest.param(
+            memreq("20GB"),
+            "MIGInvalidRequest",
+            ["'20GB' is not a quantity; GB is not a Kubernetes suffix (no B): write 20Gi (powers of 1024) or 20G"],
+            id="memory-in-gb",
+        ),
+        pytest.param(
+            memreq("lots"),
+            "MIGInvalidRequest",
+            ["'lots' is not a quantity; write a memory size, e.g. 20Gi"],
+            id="memory-not-a-quantity",
+        ),
         pytest.param(memreq("0"), "MIGInvalidRequest", ["positive whole number of bytes"], id="memory-zero"),
         pytest.param(memreq("500m"), "MIGInvalidRequest", ["positive whole number of bytes"], id="memory-milli"),
         pytest.param(  # a resource no node offers: admitted, it stayed Pending without a word (found by a review)

@@ -59,6 +59,7 @@ reads this message, not Kubernetes' "must be an integer"). ``mig.fallback`` may 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, ROUND_DOWN, Decimal
@@ -217,7 +218,7 @@ def _read(container: JSON, key: str, name: str) -> _Read | None:
                 text=raw_text(value),
                 error=(
                     "MIGInvalidRequest",
-                    f"container {name}: {key} {raw_text(value)!r} is not a quantity; write e.g. 0.5, 500m or 1.",
+                    f"container {name}: {key} {raw_text(value)!r} is not a quantity; {_quantity_hint(key, value)}",
                 ),
             )
     if len(parsed) == 2 and parsed[0] != parsed[1]:
@@ -231,6 +232,24 @@ def _read(container: JSON, key: str, name: str) -> _Read | None:
             ),
         )
     return _Read(amount=parsed[0], text=raw_text(values[0][1]))
+
+
+_BYTES_UNIT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([kmgtpe])i?b\s*", re.IGNORECASE)
+"""A memory size with a byte unit (20GB, 512MiB, 1.5gb): what people write, and Kubernetes does not."""
+
+
+def _quantity_hint(key: str, value: object) -> str:
+    """What to write instead: found by a review, a gpu-memory of '20GB' was told 'write e.g. 0.5, 500m or 1'."""
+    if key != GPU_MEMORY_RESOURCE:
+        return "write e.g. 0.5, 500m or 1."
+    if found := _BYTES_UNIT.fullmatch(raw_text(value)):
+        number, letter = found.group(1), found.group(2).upper()
+        binary, decimal = f"{number}{letter}i", f"{number}{'k' if letter == 'K' else letter}"
+        unit = raw_text(value).strip().lstrip("0123456789. ")
+        return (
+            f"{unit} is not a Kubernetes suffix (no B): write {binary} (powers of 1024) or {decimal} (powers of 1000)."
+        )
+    return "write a memory size, e.g. 20Gi (powers of 1024) or 20G (powers of 1000)."
 
 
 def _fraction_error(name: str, asked: str, amount: Decimal) -> tuple[str, str] | None:
