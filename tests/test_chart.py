@@ -380,6 +380,18 @@ def _arg(args: list[str], flag: str) -> str:
     return args[args.index(flag) + 1]
 
 
+def test_the_certs_ensure_line_in_the_docs_counts_the_charts_webhooks():
+    """Found by a review: docs/certificates.md showed the ValidatingWebhookConfiguration as '(1 webhook)', where the
+    chart has two there (validate. and ungate.)."""
+    proc = helm("template", "gpu-admission", str(CHART), "-n", "gpu-admission")
+    objects = [d for d in yaml.load_all(proc.stdout, Loader=StrictLoader) if d]
+    docs = " ".join((ROOT / "docs" / "certificates.md").read_text().split())
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        config = find(objects, kind)
+        said = certs_kube.ConfigResult(kind, config["metadata"]["name"], webhooks=len(config["webhooks"])).text()
+        assert said in docs, said
+
+
 def test_self_signed_job_runs_certs_ensure_after_the_webhook_configurations_exist():
     objects = render_values("defaults")
     jobs = {tuple(sorted(hooks(j))): j for j in find_all(objects, "Job")}
