@@ -21,9 +21,9 @@ NODES = EXAMPLES / "nodes.yaml"
 CONFIG = EXAMPLES / "config.yaml"
 
 
-def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True, timeout=60, input=stdin
+        [sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True, timeout=60, input=stdin, cwd=cwd
     )
 
 
@@ -445,3 +445,91 @@ def test_serve_without_nodes_says_so_at_start(
     if warned:
         assert said[0].startswith("cluster: no nodes known: no --nodes file, no in-cluster credentials"), said
         assert "CUDA check cannot run" in said[0] and "--nodes FILE" in said[0] and "set KUBECONFIG" in said[0]
+
+
+def _admission_review(obj: dict[str, Any], operation: str = "CREATE", namespace: str = "ml") -> dict[str, Any]:
+    request = {"uid": "u-1", "operation": operation, "namespace": namespace, "object": obj}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+@pytest.mark.parametrize(
+    ("review", "code", "words"),
+    [
+        pytest.param(
+            EXAMPLES / "admission-review.json", 0, "nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.40gb", id="readme-example"
+        ),
+        pytest.param(EXAMPLES / "admission-review-cuda13.json", 1, "needs CUDA 13.0", id="readme-denial"),
+        # the request's namespace, the object naming none: an exempt one is skipped as the webhook skips it
+        pytest.param(
+            _admission_review(
+                {**_pod("x", {"nvidia.com/gpu": "1"}), "metadata": {"name": "p"}}, namespace="kube-system"
+            ),
+            0,
+            "ADMITTED (namespace kube-system is exempt)",
+            id="request-namespace",
+        ),
+        # the request's operation: a pod update the webhook would answer without its stored pod
+        pytest.param(
+            _admission_review(_pod("x", {"nvidia.com/gpu": "1"}), operation="UPDATE"),
+            0,
+            "ADMITTED (pod update without the stored pod (oldObject))",
+            id="request-operation",
+        ),
+    ],
+)
+def test_review_takes_an_admission_review(tmp_path: Path, review: Any, code: int, words: str) -> None:
+    """Found by a review: ``review -f examples/admission-review.json`` said "kind 'AdmissionReview' is not
+    reviewed"; its request's object is reviewed, in the request's namespace and operation."""
+    path = review if isinstance(review, Path) else _manifest(tmp_path, review)
+    run = cli("review", "-f", str(path), "--nodes", str(NODES), "--config", str(CONFIG))
+    assert run.returncode == code, run.stderr
+    assert words in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize(
+    ("review", "words"),
+    [
+        pytest.param(
+            _admission_review(_pod("x", {"nvidia.com/gpu": "1"}), operation="DELETE"),
+            "request.operation is DELETE; the webhook reviews a CREATE or an UPDATE",
+            id="delete",
+        ),
+        pytest.param(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"},
+            "request is missing or not an object",
+            id="no-request",
+        ),
+        pytest.param(
+            _admission_review({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}),
+            "request.object: kind 'ConfigMap' is not reviewed",
+            id="not-reviewable-object",
+        ),
+    ],
+)
+def test_an_admission_review_that_cannot_be_reviewed_exits_2_naming_it(tmp_path: Path, review: Any, words: str) -> None:
+    run = cli("review", "-f", _manifest(tmp_path, review), "--nodes", str(NODES))
+    assert run.returncode == 2 and words in run.stderr, run.stderr
+
+
+def test_review_refuses_a_replication_controller_naming_the_kinds_reviewed(tmp_path: Path) -> None:
+    """Found by a review: a ReplicationController was reviewed, which the chart's webhook rules never send (DESIGN's
+    list of manifest kinds has none)."""
+    pod = _pod("nvidia/cuda:12.2.2-base-ubuntu22.04", {"nvidia.com/gpu": "1"})
+    rc = {"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "rc"}, "spec": {"template": pod}}
+    run = cli("review", "-f", _manifest(tmp_path, rc), "--nodes", str(NODES))
+    assert run.returncode == 2, run.stdout
+    kinds = "Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob"
+    assert f"kind 'ReplicationController' is not reviewed (expected one of {kinds}, or an AdmissionReview" in run.stderr
+
+
+def test_the_readmes_example_pod_is_reviewed() -> None:
+    """Found by a review: the README's ``review -f my-pod.yaml`` named a pod no example held."""
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    command = (
+        ".venv/bin/gpu-admission review -f examples/pod.yaml --nodes examples/nodes.yaml --config examples/config.yaml"
+    )
+    assert command in readme
+    run = cli(*command.split()[1:], cwd=EXAMPLES.parent)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("ADMITTED\ngpu-admission.io/cuda: triton: CUDA 12.4 from image tag"), run.stdout
+    assert "required node affinity keeps it off pool NVIDIA-GeForce-RTX-4090" in run.stdout

@@ -18,10 +18,11 @@ from typing import Any
 
 from certs import cli as certs_cli
 from webhook import cuda_version, pipeline, selftest
+from webhook.admission import ReviewRequest, parse_review
 from webhook.cluster import ClusterSource, ClusterView, StaticCluster, build_view, format_pools, read_node_file
 from webhook.config import Settings, load_settings
 from webhook.documents import api_object, read_documents
-from webhook.errors import ConfigError, InputError
+from webhook.errors import BadRequest, ConfigError, InputError
 from webhook.model import TEMPLATE_PATHS, Context, as_dict
 from webhook.registry import ImageConfigs, platform_order, read_credentials, trust
 
@@ -206,6 +207,26 @@ def _check_manifest(obj: dict[str, Any], where: str) -> None:
                     )
 
 
+REVIEWED_KINDS = ("Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob")
+"""The kinds ``review`` takes (DESIGN, "Offline review"): those the chart's webhook rules send. Found by a review:
+a ReplicationController was reviewed, which no installed webhook is ever sent."""
+
+
+def _admission_request(review: dict[str, Any], where: str) -> ReviewRequest:
+    """An AdmissionReview's request, read as the server reads it (``admission.parse_review``). Found by a review:
+    ``review -f examples/admission-review.json`` said "kind 'AdmissionReview' is not reviewed"."""
+    body = json.dumps(review).encode()
+    try:
+        request = parse_review(body, len(body))
+    except BadRequest as err:
+        raise InputError(f"{where}: {err}") from None
+    if request.operation not in ("CREATE", "UPDATE"):
+        raise InputError(
+            f"{where}: request.operation is {request.operation}; the webhook reviews a CREATE or an UPDATE"
+        )
+    return request
+
+
 def cmd_review(args: argparse.Namespace) -> int:
     settings = _settings(args.config)
     docs = read_documents(args.file)
@@ -215,20 +236,38 @@ def cmd_review(args: argparse.Namespace) -> int:
         found = "a list" if isinstance(docs[0], list) else f"the {type(docs[0]).__name__} {str(docs[0])[:40]!r}"
         raise InputError(f"{args.file}: expected an object (a Pod or a workload), found {found}")
     obj = api_object(docs[0], args.file)
-    if obj.get("kind") not in TEMPLATE_PATHS:
-        kinds = ", ".join(k for k in TEMPLATE_PATHS if k != "PodTemplate")
-        raise InputError(f"{args.file}: kind {_object_kind(obj)!r} is not reviewed (expected one of {kinds})")
-    _check_manifest(obj, args.file)
+    where, request = args.file, None
+    if obj.get("kind") == "AdmissionReview":  # its request's object, in its request's namespace and operation
+        request = _admission_request(obj, args.file)
+        obj, where = request.object, f"{args.file}: request.object"
+    if obj.get("kind") not in REVIEWED_KINDS:
+        kinds = ", ".join(REVIEWED_KINDS)
+        raise InputError(
+            f"{where}: kind {_object_kind(obj)!r} is not reviewed (expected one of {kinds}, or an AdmissionReview "
+            "of one)"
+        )
+    _check_manifest(obj, where)
     view = load_nodes(args.nodes, settings)
-    namespace = args.namespace or str(as_dict(obj.get("metadata")).get("namespace") or "default")
+    namespace = (
+        args.namespace
+        or (request.namespace if request else "")
+        or str(as_dict(obj.get("metadata")).get("namespace") or "default")
+    )
     if pipeline.pod_view(obj, namespace, writable=False) is None:  # a Pod without metadata
-        raise InputError(f"{args.file}: a {obj['kind']} needs its metadata (a mapping with its name)")
+        raise InputError(f"{where}: a {obj['kind']} needs its metadata (a mapping with its name)")
     # cuda.registry on: an image's config is read here and now (the server reads in the background)
     images = None
     if settings.cuda.registry.enabled:
         order = platform_order(cuda_version.gpu_arches(view))
         images = ImageConfigs(settings.cuda.registry, background=False, platforms=lambda: order)
-    ctx = Context(settings=settings, cluster=view, namespace=namespace, operation="CREATE", images=images)
+    ctx = Context(
+        settings=settings,
+        cluster=view,
+        namespace=namespace,
+        operation=request.operation if request else "CREATE",
+        old_object=request.old_object if request else None,
+        images=images,
+    )
     result = pipeline.review(obj, ctx)
     if args.output == "json":
         print(
