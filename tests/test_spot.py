@@ -490,6 +490,23 @@ def test_require_where_no_provider_shows_is_refused_saying_how_to_declare_spot_p
     assert mutate(pod("require"), context([ON_DEMAND], pools=(declared,))).allowed
 
 
+def test_an_oke_cluster_with_no_preemptible_node_shows_oke_by_its_pool_annotation() -> None:
+    """OKE names a node's pool by an annotation, which the cluster model reads to tell OKE; the spot policy read the
+    labels alone, and refused require on an OKE cluster with no preemptible node now as on k3s (found by a review
+    of the spot policy)."""
+    on_demand = node("oke-od", taints=("nvidia.com/gpu=present:NoSchedule",))
+    on_demand["metadata"]["annotations"] = {"oci.oraclecloud.com/node-pool-id": "ocid1.nodepool.oc1..gpu"}
+    ctx = context([on_demand])
+    assert ctx.cluster.providers == {"oke"}
+    result = mutate(pod("require"), ctx)
+    assert result.allowed, result.message
+    assert tolerations_of(result.object) == [exists(OKE)]
+    assert required_of(result.object) == [{"matchExpressions": [expr(OKE, "true")]}]
+    assert result.warnings == [
+        "spot require: no GPU node or pool is spot capacity now; Pending until a GPU spot node joins"
+    ]
+
+
 CW_POOL = "compute.coreweave.com/node-pool"
 CW_POOLS = (
     PoolSettings("h100-spot", {CW_POOL: "h100-spot"}, gpu_product="NVIDIA-H100-80GB-HBM3", gpu_count=8, spot=True),

@@ -279,6 +279,8 @@ class ClusterView:
     volatile_labels: frozenset[str] = frozenset()
     known: bool = True
     """False when no source has described the cluster (no nodes listed yet and no pool declared)."""
+    providers: frozenset[str] = frozenset()
+    """The providers of the presets in force that the cluster shows (``shown_providers``)."""
     _memo: Memo = field(
         default_factory=lambda: Memo(MEMO_SIZE, 4 << 20), init=False, compare=False, repr=False, hash=False
     )
@@ -1306,18 +1308,32 @@ def build_view(
     if synced:
         groups += [builder.declared_group(p) for p in builder.pools if p.name not in serving]
     groups.sort(key=lambda g: (g.pool, g.nodes))
+    providers = shown_providers(nodes, groups, builder.presets)
     return ClusterView(
         groups=tuple(groups),
         node_count=count,
         source=source,
         presets=builder.presets,
-        extended_resource_toleration=_extended_resource_toleration(nodes, groups, builder),
+        extended_resource_toleration=_extended_resource_toleration(providers, builder),
         volatile_labels=builder.volatile,
         known=synced and (known or bool(groups)),
+        providers=providers,
     )
 
 
-def _extended_resource_toleration(nodes: Sequence[Node], groups: Sequence[NodeGroup], builder: _Builder) -> bool:
+def shown_providers(nodes: Sequence[Node], groups: Sequence[NodeGroup], presets: Presets) -> frozenset[str]:
+    """The providers (of the presets in force) the cluster shows: their pool or spot labels on a node or a declared
+    pool, OKE's pool annotation on a node, or an EKS or GKE kubelet version. The one place that says how a provider
+    shows: the spot policy read only the labels, and took an OKE cluster with no preemptible node for k3s (found by
+    a review of the spot policy)."""
+    keys = presets.node_label_keys
+    carried = {k for g in groups for k in g.labels} | {k for n in nodes for k in n.annotations}
+    return frozenset(name for name, names in keys.items() if not carried.isdisjoint(names)) | frozenset(
+        n.provider for n in nodes if n.provider in keys
+    )
+
+
+def _extended_resource_toleration(providers: frozenset[str], builder: _Builder) -> bool:
     """``cluster.extendedResourceToleration``; auto: on where the cluster shows a provider whose API servers run the
     plugin (``Presets.plugin_providers``: its pool or spot labels on a node or a declared pool, OKE's pool
     annotation, an EKS or GKE kubelet version), or the settings name such providers. Taken on for a self-managed
@@ -1330,10 +1346,7 @@ def _extended_resource_toleration(nodes: Sequence[Node], groups: Sequence[NodeGr
     plugin = builder.presets.plugin_providers
     if "all" not in builder.settings.cluster.providers:
         return bool(plugin)
-    keys = {k for name in plugin for k in builder.presets.node_label_keys.get(name, ())}
-    return any(n.provider in plugin for n in nodes) or any(
-        not keys.isdisjoint(g.labels) or g.pool_source.removeprefix("annotation ") in keys for g in groups
-    )
+    return not plugin.isdisjoint(providers)
 
 
 PROVIDER_MARK = "@"

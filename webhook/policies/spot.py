@@ -33,7 +33,8 @@ any value; the cluster's effect is used), so a pod does not collect tolerations 
 knowledge of the cluster the presets' own tolerations are added; so they are for ``require`` when no node or pool is
 spot capacity now (a spot pool scaled to zero): the pod can only run on spot nodes yet to come, which carry their
 provider's taints (AKS and OKE taint every spot node), not those of the nodes there now. Those are the presets of
-the providers whose node labels the cluster shows (every preset's when it shows none). ``gpu_taint_presets`` (off by
+the providers the cluster shows (``ClusterView.providers``: their labels, OKE's pool annotation, a kubelet version;
+every preset's when it shows none). ``gpu_taint_presets`` (off by
 default) adds documented GPU taints that ExtendedResourceToleration does not cover (AKS ``sku=gpu:NoSchedule``), to
 GPU pods that get spot tolerations, narrowed the same way.
 
@@ -237,9 +238,10 @@ def _spot_presets(ctx: Context) -> list[TaintPreset]:
 
 
 def _providers_shown(ctx: Context) -> set[str]:
-    """The providers whose node labels (pool or spot labels) the cluster's nodes or pools carry."""
-    keys = ctx.cluster.presets.node_label_keys
-    return {name for name, names in keys.items() if any(map(ctx.cluster.label_values, names))}
+    """The providers the cluster shows (``ClusterView.providers``: their labels, OKE's pool annotation, a kubelet
+    version). Read from the labels alone, an OKE cluster with no preemptible node showed no provider: require was
+    refused as on k3s (found by a review of the spot policy)."""
+    return set(ctx.cluster.providers)
 
 
 def _providers_seen(presets: Sequence[TaintPreset], ctx: Context) -> list[TaintPreset]:
