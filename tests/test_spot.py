@@ -221,7 +221,7 @@ PROVIDERS: dict[str, tuple[list[Any], dict[str, Any], list[Any], list[Any]]] = {
         [exists(OKE)],
         [expr(OKE, "true")],
     ),
-    "eks": ([node("eks-spot", {EKS: "SPOT"})], {}, [], [expr(EKS, "SPOT")]),
+    "eks": ([node("eks-spot", {EKS: "SPOT"})], {}, [], [expr(EKS, "SPOT"), expr(KARPENTER, "spot")]),
     "karpenter": ([node("kp-spot", {KARPENTER: "spot"})], {}, [], [expr(KARPENTER, "spot")]),
     "user-defined": (
         [node("k3s-spot", {USER_KEY: "yes"}, (f"{USER_KEY}=yes:NoExecute",))],
@@ -1322,7 +1322,12 @@ def test_require_where_nothing_tells_spot_nodes_apart_is_denied_with_how_to_decl
     assert result.warnings == []
 
 
-NOT_EKS_SPOT = [{"key": EKS, "operator": "NotIn", "values": ["SPOT"]}]
+NOT_EKS_SPOT = [
+    {"key": EKS, "operator": "NotIn", "values": ["SPOT"]},
+    # Karpenter makes nodes on EKS, from zero: kept off its spot label too, which no node carries here
+    {"key": KARPENTER, "operator": "NotIn", "values": ["spot"]},
+]
+EKS_SPOT_TEXT = f"{EKS}=SPOT or {KARPENTER}=spot"
 
 
 @pytest.mark.parametrize("value", ["never", "false"])
@@ -1334,7 +1339,7 @@ def test_never_keeps_off_spot_nodes_that_carry_no_taint(value: str) -> None:
     assert required_of(result.object) == [{"matchExpressions": NOT_EKS_SPOT}]
     assert applied(result) == (
         "never (asked by annotation); keeps off spot capacity, whose nodes it would tolerate: requires none of"
-        f" {EKS}=SPOT"
+        f" {EKS_SPOT_TEXT}"
     )
     assert result.outcome.mutations == ["spot-affinity"] and result.warnings == []
     # a template moved to tolerate loses it again, and is as a fresh workload of that mode
@@ -1357,11 +1362,37 @@ def test_never_keeps_off_the_spot_nodes_an_autoscaler_may_add(key: str, on_deman
     whose spot label only spot nodes carry (GKE) shows no such key, and nothing is added there."""
     nodes = [node("on-demand", {key: on_demand})]
     result = mutate(pod("never"), context(nodes))
-    assert required_of(result.object) == [{"matchExpressions": [{"key": key, "operator": "NotIn", "values": [spot]}]}]
-    assert (applied(result) or "").endswith(f"requires none of {key}={spot}")
+    want = [{"key": key, "operator": "NotIn", "values": [spot]}]
+    if key == EKS:  # Karpenter makes nodes on EKS: kept off its label too
+        want.append({"key": KARPENTER, "operator": "NotIn", "values": ["spot"]})
+    assert required_of(result.object) == [{"matchExpressions": want}]
+    assert (applied(result) or "").endswith(f"requires none of {key}={spot}" + (f" or {KARPENTER}=spot" * (key == EKS)))
     again = mutate(result.object, context(nodes))
     assert again.patch == [] and applied(again) == applied(result)  # the second pass says the same
     assert mutate(pod("never"), context([ON_DEMAND])).patch == []  # GKE, on demand only: no spot label on the cluster
+
+
+@pytest.mark.parametrize("providers", [("eks", "karpenter"), ("all",)])
+def test_a_karpenter_nodepool_at_zero_is_kept_off_and_required_by_its_label(providers: tuple[str, ...]) -> None:
+    """An EKS managed node group on demand beside a Karpenter GPU NodePool at zero: no node carries Karpenter's
+    capacity-type label, and only EKS's was kept, so never let Karpenter launch an untainted spot node for the pod,
+    and require named a label Karpenter cannot launch a node for: Pending for good (found by a review of the spot
+    policy). The labels of providers the settings name, or that make nodes from zero where their cloud shows, are
+    kept: a NotIn on a label no node carries, or one more alternative of the OR, harms no node."""
+    on_demand = node("eks-od", {EKS: "ON_DEMAND", "eks.amazonaws.com/nodegroup": "gpu-od"})
+    on_demand["status"]["nodeInfo"] = {"kubeletVersion": "v1.30.4-eks-a737599"}
+    ctx = context([on_demand], providers=providers)
+    never = mutate(pod("never"), ctx)
+    assert required_of(never.object) == [{"matchExpressions": NOT_EKS_SPOT}]
+    assert (applied(never) or "").endswith(f"requires none of {EKS_SPOT_TEXT}")
+    required = mutate(pod("require"), ctx)
+    assert required_of(required.object) == [
+        {"matchExpressions": [expr(EKS, "SPOT")]},
+        {"matchExpressions": [expr(KARPENTER, "spot")]},
+    ]
+    assert tolerations_of(required.object) == []  # neither taints its spot nodes
+    # Karpenter's label is no guess where no cloud it runs on shows (a k3s cluster is still refused)
+    assert not pipeline.mutate(pod("require"), context([ON_DEMAND])).allowed
 
 
 def test_never_says_the_same_on_a_second_pass_where_the_spot_nodes_are_out_of_reach() -> None:
@@ -1424,7 +1455,7 @@ def test_never_keeps_its_affinity_on_a_second_pass_after_the_cuda_steering() -> 
     terms = required_of(result.object) or []
     assert terms and all(NOT_EKS_SPOT[0] in t["matchExpressions"] for t in terms)
     assert "cuda-affinity" in result.outcome.mutations
-    assert applied(result) == f"never (asked by annotation); {KEPT_OFF}{EKS}=SPOT"
+    assert applied(result) == f"never (asked by annotation); {KEPT_OFF}{EKS_SPOT_TEXT}"
     # a Deployment applied again (the stored template carries both policies' terms) keeps them and the words
     deployment = workload("Deployment", "never")
     _template(deployment)["spec"]["containers"] = [container(image=image)]
@@ -1497,7 +1528,7 @@ def test_forged_words_on_a_pod_are_not_said_again_as_the_webhooks() -> None:
         },
     )
     result = mutate(forged, context(nodes))
-    assert applied(result) == f"never (asked by annotation); {KEPT_OFF}{EKS}=SPOT"
+    assert applied(result) == f"never (asked by annotation); {KEPT_OFF}{EKS_SPOT_TEXT}"
     assert required_of(result.object) == [{"matchExpressions": [team, *NOT_EKS_SPOT]}]
 
 
@@ -1526,7 +1557,7 @@ def test_the_pods_of_a_never_template_are_kept_off_a_spot_pool_declared_since() 
         {"matchExpressions": [*NOT_EKS_SPOT, {"key": "example.com/pool", "operator": "NotIn", "values": ["a"]}]}
     ]
     assert applied(result) == (
-        f"never (asked by annotation); {KEPT_OFF}{EKS}=SPOT or pool cw-spot (example.com/pool=a)"
+        f"never (asked by annotation); {KEPT_OFF}{EKS_SPOT_TEXT} or pool cw-spot (example.com/pool=a)"
     )
     # words of an earlier release, written anew for the place added: in the words of now
     made["metadata"]["annotations"][APPLIED] = made["metadata"]["annotations"][APPLIED].replace(
@@ -1585,7 +1616,12 @@ def test_never_judges_a_gpu_memory_pod_as_the_device_it_becomes() -> None:
     asks["spec"]["containers"][0]["resources"] = {"limits": {"gpu-admission.io/gpu-memory": "20Gi"}}
     result = mutate(asks, ctx)
     assert required_of(result.object) == [
-        {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "NotIn", "values": ["zero-spot"]}]}
+        {
+            "matchExpressions": [
+                {"key": KARPENTER, "operator": "NotIn", "values": ["spot"]},  # the pool shows Karpenter
+                {"key": "karpenter.sh/nodepool", "operator": "NotIn", "values": ["zero-spot"]},
+            ]
+        }
     ]
 
 
@@ -1865,7 +1901,7 @@ def test_never_reads_the_words_earlier_releases_wrote() -> None:
     ctx = context(nodes)
     first = mutate(pod("never"), ctx).object
     earlier = applied(pipeline.mutate(first, ctx)) or ""
-    assert earlier.endswith(f"{KEPT_OFF}{EKS}=SPOT")
+    assert earlier.endswith(f"{KEPT_OFF}{EKS_SPOT_TEXT}")
     written = earlier.replace(KEPT_OFF, spot.KEPT_OFF_BEFORE)
     first["metadata"]["annotations"][APPLIED] = written
     again = pipeline.mutate(first, context(nodes))

@@ -42,6 +42,9 @@ class Presets:
     pool_steered: frozenset[str] = frozenset()
     """Pool label keys of providers that make nodes from a pod's rules, and know only their own labels (Karpenter):
     the CUDA steering names such a pool by its label."""
+    runs_on: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Per provider that makes nodes from zero (Karpenter), the providers on whose clusters it runs (EKS): where one of
+    them shows, its spot label is kept though no node carries it (a NodePool at zero shows nothing)."""
 
 
 @lru_cache(maxsize=1)
@@ -105,4 +108,5 @@ def load_presets(
         frozenset(n for n in names if (raw[n] or {}).get("extended_resource_toleration")),
         tuple((mark, n) for n in names for mark in (raw[n] or {}).get("kubelet_versions", ())),
         frozenset(k for n in names if (raw[n] or {}).get("steer_by_pool") for k in raw[n].get("pool_labels", ())),
+        {n: frozenset(raw[n]["runs_on"]) for n in names if (raw[n] or {}).get("runs_on")},
     )

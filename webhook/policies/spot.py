@@ -38,18 +38,20 @@ every preset's when it shows none). ``gpu_taint_presets`` (off by
 default) adds documented GPU taints that ExtendedResourceToleration does not cover (AKS ``sku=gpu:NoSchedule``), to
 GPU pods that get spot tolerations, narrowed the same way.
 
-Which places (prefer / require). The spot capacity labels of the presets plus ``extra_labels``, narrowed to the keys
-that the cluster's nodes or pools carry when it is known (by key, not value: a Karpenter cluster whose nodes are all
-on-demand still has ``karpenter.sh/capacity-type``, and Karpenter can launch spot nodes for the pod), and the
-nodeSelector of each pool declared with ``spot: true`` (CoreWeave's spot pools carry no spot label). ``require`` on a
-known cluster with none of them is still applied, over the labels of the providers the cluster shows (those of the
-providers the settings name when it shows none; denied, with how to declare the spot pools, when the providers shown
-label no spot node, as CoreWeave's, or where no provider shows at all and ``cluster.providers`` is the default
-``[all]``: a k3s or self-managed cluster, whose spot nodes no cloud's label tells apart): ``require`` is a hard
-constraint the user chose (typically to never pay for on-demand GPUs), a Pending pod is visible and easy to fix,
-while silently dropping the requirement would run it on capacity it refused; and the view may lag an autoscaler
-that is about to add spot nodes. ``prefer`` in that case adds no affinity (it
-could not help). ``require`` warns when no node or pool is spot capacity now, and when the pod's own constraints
+Which places (prefer / require, and never). The spot capacity labels of the presets plus ``extra_labels``, and the
+nodeSelector of each pool declared with ``spot: true`` (CoreWeave's spot pools carry no spot label). On a known
+cluster, the keys its nodes or pools carry (by key, not value: a Karpenter cluster whose nodes are all on-demand still
+has ``karpenter.sh/capacity-type``, and Karpenter can launch spot nodes for the pod), and every label of a provider
+whose spot nodes may come though none of its labels is there now: one the cluster shows, one the settings name (not
+the default ``[all]``), or one that makes nodes from zero where its cloud shows (``runs_on``: Karpenter on EKS); a
+``NotIn`` on a label no node carries, or one more alternative of the OR, harms no node. ``require`` on a known
+cluster with no place is denied, with how to declare the spot pools: the providers shown label no spot node, as
+CoreWeave's, or no provider shows at all and ``cluster.providers`` is the default ``[all]`` (a k3s or self-managed
+cluster, whose spot nodes no cloud's label tells apart). Where no node carries the labels it names, ``require`` is
+applied all the same: it is a hard constraint the user chose (typically to never pay for on-demand GPUs), a Pending
+pod is visible and easy to fix, while silently dropping the requirement would run it on capacity it refused; and
+the view may lag an autoscaler that is about to add spot nodes. ``prefer`` in that case adds no affinity (it could
+not help). ``require`` warns when no node or pool is spot capacity now, and when the pod's own constraints
 (nodeSelector, affinity, tolerations) leave it no spot pool to run on.
 
 Manners. A user's toleration is never removed or changed; a wanted toleration that an existing one already covers
@@ -244,9 +246,22 @@ def _providers_shown(ctx: Context) -> set[str]:
     return set(ctx.cluster.providers)
 
 
-def _providers_seen(presets: Sequence[TaintPreset], ctx: Context) -> list[TaintPreset]:
-    """The presets of the providers the cluster shows (all of them when it shows none), and those from settings."""
+def _providers_coming(ctx: Context) -> set[str]:
+    """The providers whose spot nodes may come to the cluster though none is there now: those it shows, those the
+    settings name (not the default ``[all]``), and those that make nodes from zero where one of these shows
+    (``Presets.runs_on``: Karpenter on EKS). Their spot labels are kept where no node carries them: a Karpenter
+    NodePool at zero beside an EKS node group got only EKS's label, kept off or required, and Karpenter launched a
+    spot node for a never pod, or none for a require one (found by a review of the spot policy)."""
     seen = _providers_shown(ctx)
+    if "all" not in ctx.settings.cluster.providers:
+        seen |= set(ctx.settings.cluster.providers)
+    return seen | {name for name, hosts in ctx.cluster.presets.runs_on.items() if not hosts.isdisjoint(seen)}
+
+
+def _providers_seen(presets: Sequence[TaintPreset], ctx: Context) -> list[TaintPreset]:
+    """The presets of the providers whose spot nodes may come (``_providers_coming``; all of them when none may),
+    and those from settings."""
+    seen = _providers_coming(ctx)
     return [p for p in presets if not seen or p.provider in seen or p.provider == "settings"]
 
 
@@ -286,8 +301,15 @@ def _spot_places(ctx: Context) -> tuple[list[list[Expression]], str, bool]:
     """Where spot capacity is, as ORed terms for prefer / require, their text, and whether the cluster has any.
 
     The spot capacity labels of the presets and ``extra_labels``, one term per key (its values ORed), in preset
-    order, narrowed to the keys the cluster's nodes or pools carry when it is known; then the nodeSelector of each
-    declared pool with ``spot: true``. All the labels when the cluster is not known or has none of them.
+    order; then the nodeSelector of each declared pool with ``spot: true``. When the cluster is known, only the
+    keys its nodes or pools carry, and every label of a provider whose spot nodes may come (``_providers_coming``),
+    or of ``extra_labels``, none of which is there now (a GKE cluster whose spot nodes carry gke-spot is not given
+    the older gke-preemptible): a ``NotIn`` on a label no node carries, or one more alternative of the OR, harms
+    no node. None at all where the providers shown label no spot node (CoreWeave's spot pools
+    carry no spot label), nor where no provider shows (k3s, self-managed nodes) and the settings name none (the
+    default ``[all]``): no cloud's autoscaler adds nodes to such a cluster, and every cloud's labels would leave a
+    pod that requires them Pending for good. The cluster has some when a node or pool carries one of the labels,
+    or a pool is declared ``spot: true``, or it is not known.
     """
     pairs = [(k, v) for k, v, _ in ctx.cluster.presets.spot_labels]
     pairs += list(ctx.settings.spot.extra_labels.items())
@@ -297,30 +319,28 @@ def _spot_places(ctx: Context) -> tuple[list[list[Expression]], str, bool]:
         if value not in values:
             values.append(value)
     labels = list(by_key.items())
+    on_cluster = not ctx.cluster.groups or any(ctx.cluster.label_values(k) for k, _ in labels)
     if ctx.cluster.groups:
-        labels = [(k, vs) for k, vs in labels if ctx.cluster.label_values(k)]
+        keys: dict[str, list[str]] = {}  # per provider coming, and for settings
+        coming = _providers_coming(ctx)
+        for key, _, provider in ctx.cluster.presets.spot_labels:
+            if provider in coming:
+                keys.setdefault(provider, []).append(key)
+        keys["settings"] = list(ctx.settings.spot.extra_labels)
+        kept = {k for ks in keys.values() if not any(map(ctx.cluster.label_values, ks)) for k in ks}
+        labels = [(k, vs) for k, vs in labels if k in kept or ctx.cluster.label_values(k)]
     terms = [[expression(k, "In", vs)] for k, vs in labels]
     shown = [_label_text(k, vs) for k, vs in labels]
     for pool in ctx.settings.cluster.pools:
         if pool.spot:
+            on_cluster = True
             term = [expression(k, "In", [v]) for k, v in sorted(pool.node_selector.items())]
             if term not in terms:
                 terms.append(term)
                 shown.append(
                     f"pool {pool.name} ({', '.join(f'{k}={v}' for k, v in sorted(pool.node_selector.items()))})"
                 )
-    if terms or not ctx.cluster.groups:
-        return terms, " or ".join(shown), True
-    # None on the cluster now: those its provider's spot nodes will carry (none at all where the providers shown
-    # label no spot node: CoreWeave's spot pools carry no spot label); where no provider shows (k3s, self-managed
-    # nodes), those of the providers the settings name, but none for the default [all]: no cloud's autoscaler
-    # adds nodes to such a cluster, and every cloud's labels would leave the pod Pending for good
-    seen = _providers_shown(ctx)
-    guess = seen or "all" not in ctx.settings.cluster.providers
-    coming = [k for k, _, provider in ctx.cluster.presets.spot_labels if guess and (not seen or provider in seen)]
-    coming += list(ctx.settings.spot.extra_labels)
-    every = [(k, vs) for k, vs in by_key.items() if k in coming]
-    return [[expression(k, "In", vs)] for k, vs in every], " or ".join(_label_text(k, vs) for k, vs in every), False
+    return terms, " or ".join(shown), on_cluster
 
 
 def required_spot_places(ctx: Context) -> list[list[Expression]]:
