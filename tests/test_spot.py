@@ -1359,7 +1359,7 @@ def test_never_keeps_off_the_spot_nodes_an_autoscaler_may_add(key: str, on_deman
     """On a cluster whose nodes are all on demand now, never added nothing: Karpenter (spot first where its NodePool
     allows both) or an EKS spot node group scaled up from zero could then start an untainted spot node for the pod.
     Every node there carries the capacity-type label, so the pod is kept off its spot value all the same; a cluster
-    whose spot label only spot nodes carry (GKE) shows no such key, and nothing is added there."""
+    that shows no provider (k3s) names no spot label, and nothing is added there."""
     nodes = [node("on-demand", {key: on_demand})]
     result = mutate(pod("never"), context(nodes))
     want = [{"key": key, "operator": "NotIn", "values": [spot]}]
@@ -1369,7 +1369,26 @@ def test_never_keeps_off_the_spot_nodes_an_autoscaler_may_add(key: str, on_deman
     assert (applied(result) or "").endswith(f"requires none of {key}={spot}" + (f" or {KARPENTER}=spot" * (key == EKS)))
     again = mutate(result.object, context(nodes))
     assert again.patch == [] and applied(again) == applied(result)  # the second pass says the same
-    assert mutate(pod("never"), context([ON_DEMAND])).patch == []  # GKE, on demand only: no spot label on the cluster
+    assert mutate(pod("never"), context([ON_DEMAND])).patch == []  # no provider shows: no spot label to keep off
+
+
+def test_never_keeps_off_a_gke_spot_pool_at_zero() -> None:
+    """GKE labels only its spot nodes, and taints them only where the pool was made so: with no spot node now,
+    never added nothing, and the autoscaler could scale up an untainted spot pool for the pod (found by a review of
+    the spot policy). The cluster shows GKE: the pod is kept off its spot labels, which harms no node. Where GKE's
+    spot nodes are there now, tainted, their taint keeps the pod off, and nothing is added."""
+    on_demand = node("gke-od", {"cloud.google.com/gke-nodepool": "l4-od"})
+    result = mutate(pod("never"), context([on_demand]))
+    assert required_of(result.object) == [
+        {
+            "matchExpressions": [
+                {"key": GKE_SPOT, "operator": "NotIn", "values": ["true"]},
+                {"key": GKE_PREEMPTIBLE, "operator": "NotIn", "values": ["true"]},
+            ]
+        }
+    ]
+    assert (applied(result) or "").endswith(f"requires none of {GKE_SPOT}=true or {GKE_PREEMPTIBLE}=true")
+    assert mutate(pod("never"), context([on_demand, *PROVIDERS["gke"][0]])).patch == []
 
 
 @pytest.mark.parametrize("providers", [("eks", "karpenter"), ("all",)])

@@ -9,8 +9,9 @@ Asking. The pod (or pod template) annotation ``gpu-admission.io/spot`` says what
     never | false     no toleration, whatever the defaults say; where the pod could land on a spot pool of the
                       known cluster all the same (EKS, Karpenter and CoreWeave spot nodes carry no taint, or it
                       tolerates the taint itself), a required node affinity off the spot labels (``NotIn``); so
-                      too where the cluster labels every node with its capacity type (Karpenter, EKS), whose
-                      autoscaler may add spot nodes for the pod when none is there now
+                      too where the cluster labels every node with its capacity type (Karpenter, EKS), or no node
+                      carries a place's labels (a GKE spot pool at zero), whose autoscaler may add spot nodes for
+                      the pod when none is there now
 
 When the pod does not ask (or asks with a value not listed above, which is warned about and ignored), the first
 configured default that applies wins, most specific first (``SpotSettings``):
@@ -351,10 +352,11 @@ def required_spot_places(ctx: Context) -> list[list[Expression]]:
 def _off_spot(ctx: Context) -> tuple[list[list[list[Expression]]], str]:
     """What keeps a pod off the cluster's spot places, as narrowings for ``narrow`` (one per place: the negation of
     its term, an OR of ``NotIn`` per expression), and their text (read back by ``_said_off_spot``); none when the
-    cluster's nodes and pools show no spot label."""
-    terms, shown, on_cluster = _spot_places(ctx)
-    if not on_cluster or not ctx.cluster.groups:
+    cluster is not known. The places no node carries are among them (a GKE spot pool at zero: found by a review of
+    the spot policy)."""
+    if not ctx.cluster.groups:
         return [], ""
+    terms, shown, _ = _spot_places(ctx)
     return _negated(terms), shown
 
 
@@ -483,10 +485,15 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
             return ""
     elif not spot and not kept:
         # no spot pool it reaches now; where the cluster labels every node with its capacity type (Karpenter, EKS
-        # node groups), its autoscaler may add spot nodes for the pod, untainted: kept off the spot places all the
-        # same (every one: a second pass, which reads them back, adds any left out)
+        # node groups), or no node carries a place's labels (a spot pool at zero: GKE's, untainted unless made so,
+        # did nothing; found by a review of the spot policy), its autoscaler may add spot nodes for the pod,
+        # untainted: kept off the spot places all the same (every one: a second pass, which reads them back, adds
+        # any left out). Where the spot nodes there now carry the place's label, their taints keep the pod off.
         carried = {key for g in ctx.cluster.groups if not g.spot for key in g.labels}
-        if not any(all(e["key"] in carried for alternative in n for e in alternative) for n in narrowings):
+        if not any(
+            all(e["key"] in carried or not ctx.cluster.label_values(e["key"]) for alt in n for e in alt)
+            for n in narrowings
+        ):
             return ""
     changed = False
     for alternatives in narrowings:
