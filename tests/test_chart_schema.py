@@ -169,6 +169,11 @@ def test_every_values_set_renders_settings_the_server_loads(tmp_path, name):
             "DaemonSet: never: a default never leaves a DaemonSet's pods alone",
             id="never-default-for-daemonsets",
         ),
+        pytest.param(
+            ["--set", "config.spot.ownerDefaults.DaemonSet=prefer"],
+            "DaemonSet: prefer: a default prefer leaves a DaemonSet's pods alone",
+            id="prefer-default-for-daemonsets",
+        ),
         # the hook Job's CA (ten times as long) went past the year 9999 and crashed after install
         pytest.param(["--set", "certs.selfSigned.days=300000"], "/certs/selfSigned/days", id="days-past-9999"),
         # Bounds between two values, which JSON schema cannot state: `fail` in the templates.

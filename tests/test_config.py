@@ -103,6 +103,11 @@ def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
             id="never-for-daemonsets-that-it-leaves-alone",
         ),
         pytest.param(
+            "spot:\n  ownerDefaults: {DaemonSet.apps: require}\n",
+            "spot.ownerDefaults: DaemonSet.apps: require: a default require leaves a DaemonSet's pods alone",
+            id="require-for-daemonsets-that-it-leaves-alone",
+        ),
+        pytest.param(
             "spot:\n  ownerDefaults: {CronJob.batch: tolerate}\n",
             "spot.ownerDefaults: CronJob owns no pod (its Jobs own them)",
             id="owner-with-group-that-owns-no-pod",

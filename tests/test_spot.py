@@ -1898,6 +1898,41 @@ def test_a_never_default_leaves_daemonsets_and_bound_pods_alone() -> None:
     assert required_of(mutate(asked, ctx).object) == [{"matchExpressions": NOT_EKS_SPOT}]
 
 
+@pytest.mark.parametrize("mode", ["tolerate", "prefer", "require"])
+def test_no_default_reaches_a_daemonsets_pods_or_template(mode: str) -> None:
+    """Only a never default left DaemonSets alone: a namespace's require default ANDed gke-spot into the affinity of
+    a DaemonSet's pod bound to an on-demand node by matchFields, which was then never schedulable, and its template
+    stopped covering on-demand nodes (found by a review of the spot policy). Every default leaves them alone; the
+    DaemonSet's own annotation still counts."""
+    ctx = context([ON_DEMAND, *PROVIDERS["gke"][0]], namespace_defaults={"ml": mode})
+    host = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["on-demand"]}]}
+    daemon = pod(affinity=with_terms(host))
+    daemon["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u", "controller": True}
+    ]
+    result = mutate(daemon, ctx)
+    assert result.patch == [] and result.outcome.reasons == []
+    daemonset: Any = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "ml"},
+        "spec": {"template": {"metadata": {}, "spec": copy.deepcopy(daemon["spec"])}},
+    }
+    assert mutate(daemonset, ctx).patch == []
+    asked = copy.deepcopy(daemonset)
+    asked["spec"]["template"]["metadata"]["annotations"] = {ANNOTATION: mode}
+    assert (applied(mutate(asked, ctx)) or "").startswith(f"{mode} (asked by annotation)")
+    # a template that a default reached before is given back what it added, and told why
+    earlier = copy.deepcopy(asked)
+    earlier["spec"]["template"]["metadata"]["annotations"] = {}
+    earlier_result = mutate(asked, context([ON_DEMAND, *PROVIDERS["gke"][0]]))
+    earlier["spec"]["template"] = copy.deepcopy(_template(earlier_result.object))
+    del earlier["spec"]["template"]["metadata"]["annotations"][ANNOTATION]
+    undone = mutate(earlier, ctx)
+    assert _template(undone.object)["spec"] == daemon["spec"]
+    assert (applied(undone) or "").startswith(f"off (default for namespace ml {mode}, which leaves a DaemonSet's pods")
+
+
 @pytest.mark.parametrize("mode", ["require", "prefer"])
 def test_a_pod_bound_to_a_node_gets_no_spot_affinity(mode: str) -> None:
     """A pod created with spec.nodeName (a custom scheduler, a controller that places its pods) got the required

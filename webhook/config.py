@@ -351,11 +351,11 @@ class SpotSettings:
                 " apply; use Job (the pods of every Job, a CronJob's included)"
             )
         for kind, mode in self.owner_defaults.items():
-            if mode == "never" and kind.split(".", 1)[0] == "DaemonSet":
+            if mode != "off" and kind.split(".", 1)[0] == "DaemonSet":
                 raise ConfigError(
-                    f"spot.ownerDefaults: {kind}: never: a default never leaves a DaemonSet's pods alone (they run on"
+                    f"spot.ownerDefaults: {kind}: {mode}: a default {mode} leaves a DaemonSet's pods alone (they run on"
                     " every node they may, spot nodes' GPU plugins among them), so it would never apply; annotate the"
-                    " DaemonSet's template gpu-admission.io/spot: never to keep it off spot nodes"
+                    f" DaemonSet's template gpu-admission.io/spot: {mode} to ask it"
                 )
             if kind.startswith("ReplicationController."):
                 raise ConfigError(

@@ -25,7 +25,9 @@ configured default that applies wins, most specific first (``SpotSettings``):
 
 The owner kind goes before the namespace because it says what the workload is (a batch Job survives an eviction by
 being retried), while a namespace groups unrelated workloads; an explicit ``off`` at a more specific level turns a
-broader default off.
+broader default off. No default reaches a DaemonSet's pods or template, whatever its mode (a DaemonSet runs on every
+node it may: kept off spot nodes, those would offer no GPU plugin; kept to them, its pods on other nodes would never
+run); only the annotation does.
 
 Which taints. The spot taints of the provider presets in force (``ctx.cluster.presets``) plus ``extra_taints``.
 When the cluster is known (it has groups: nodes or declared pools) and ``only_cluster_taints`` is on, only the taints
@@ -215,10 +217,14 @@ def _asked(pod: PodView, ctx: Context, out: Outcome) -> tuple[str, str, str]:
         ignored = f"{PREFIX}{REQUEST} is not a string: ignored"
         out.warn(f"{PREFIX}{REQUEST}: not a string; ignored (use {ACCEPTED})")
     mode, why = _default(pod, ctx)
-    if mode == "never" and (pod.owner_kind == "DaemonSet" or pod.spec.get("nodeName")):
+    if mode != "off" and pod.owner_kind == "DaemonSet":  # its pods, and a DaemonSet's template
         # a DaemonSet runs on every node it may, the GPU Operator's device plugin and feature discovery among them:
-        # kept off spot nodes by a default, those nodes would offer no GPU; a pod bound to a node is placed already
-        return "off", f"{why} never, which leaves a DaemonSet's pods and pods bound to a node alone", ignored
+        # kept off spot nodes by a default, those nodes would offer no GPU; kept to them by a require (or prefer)
+        # default, its pod bound to an on-demand node by matchFields was never schedulable, and its template no
+        # longer covered on-demand nodes (found by a review of the spot policy). Only its own annotation counts.
+        return "off", f"{why} {mode}, which leaves a DaemonSet's pods alone", ignored
+    if mode == "never" and pod.spec.get("nodeName"):  # placed already
+        return "off", f"{why} never, which leaves pods bound to a node alone", ignored
     return mode, why, ignored
 
 
