@@ -532,7 +532,10 @@ def _label_text(key: str, values: Sequence[str]) -> str:
 def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Add the spot tolerations (and affinity) the pod asks for, or its defaults give; nothing for other pods."""
     mode, why, ignored = _asked(pod, ctx, out)
-    undone, changed = _undo_earlier(pod, ctx, mode)
+    gpu_pod = _is_gpu_pod(pod)
+    spot_now = _spot_now(ctx, gpu_pod)
+    wanted, on_cluster, source = _wanted(ctx, mode, gpu_pod, spot_now) if mode in SPOT_MODES else ([], False, "")
+    undone, changed = _undo_earlier(pod, ctx, mode, wanted)
     if changed:
         out.mutated("spot-undone")
     if undone:
@@ -546,27 +549,11 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         out.warn(f'spot {mode}, yet {SAFE_TO_EVICT}="false": spot nodes are reclaimed; use spot: never')
     parts = [f"{mode} ({why})"] + ([ignored] if ignored else [])
     known = bool(ctx.cluster.groups)
-    gpu_pod = _is_gpu_pod(pod)
-    spot_now = _spot_now(ctx, gpu_pod)
-
-    presets = _spot_presets(ctx)
-    wanted, on_cluster = _narrowed(presets, ctx)
-    source = "taints on the cluster" if on_cluster else "provider presets"
-    if mode == "require" and known and on_cluster and not spot_now:
-        # The pod can only run on spot nodes that are yet to come (an autoscaler adds them): they will carry the
-        # presets' taints (AKS and OKE taint every spot node), not the taints of the nodes there now.
-        coming = _narrowed(_providers_seen(presets, ctx), ctx, cluster=False)[0]
-        wanted += [w for w in coming if w not in wanted]
-        source = "provider presets: no spot node on the cluster now"
-    gpu_presets = _gpu_presets(ctx)
-    if gpu_presets and gpu_pod:
-        gpu_wanted, _ = _narrowed(gpu_presets, ctx)
-        wanted += [w for w in gpu_wanted if w not in wanted]
     current = pod.spec.get("tolerations")
     if current is not None and not isinstance(current, list):
         # the apiserver rejects such a pod anyway; rewriting the field would change the user's data
         parts.append("spec.tolerations is not a list: left as it is")
-    elif wanted := _distinct(wanted):
+    elif wanted:
         parts.append(f"tolerates {', '.join(str(w) for w in wanted)} ({source})")
         if own := _own_tolerations(pod, ctx, mode, wanted):
             parts.append(OWN_TOLERATIONS + ", ".join(str(w) for w in own))
@@ -613,6 +600,25 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     out.annotate(APPLIED, "; ".join(parts))
 
 
+def _wanted(ctx: Context, mode: str, gpu_pod: bool, spot_now: bool) -> tuple[list[Wanted], bool, str]:
+    """The tolerations a pod of ``mode`` (a spot mode) wants, whether they were narrowed to the cluster's taints,
+    and where they come from, in words."""
+    presets = _spot_presets(ctx)
+    wanted, on_cluster = _narrowed(presets, ctx)
+    source = "taints on the cluster" if on_cluster else "provider presets"
+    if mode == "require" and ctx.cluster.groups and on_cluster and not spot_now:
+        # The pod can only run on spot nodes that are yet to come (an autoscaler adds them): they will carry the
+        # presets' taints (AKS and OKE taint every spot node), not the taints of the nodes there now.
+        coming = _narrowed(_providers_seen(presets, ctx), ctx, cluster=False)[0]
+        wanted += [w for w in coming if w not in wanted]
+        source = "provider presets: no spot node on the cluster now"
+    gpu_presets = _gpu_presets(ctx)
+    if gpu_presets and gpu_pod:
+        gpu_wanted, _ = _narrowed(gpu_presets, ctx)
+        wanted += [w for w in gpu_wanted if w not in wanted]
+    return _distinct(wanted), on_cluster, source
+
+
 def _forget_places(pod: PodView, ctx: Context, mode: str, terms: Sequence[Sequence[Expression]]) -> bool:
     """Take out the spot places an earlier pass of the same mode named and the cluster no longer has (a spot pool
     retired, another declared): a template applied again, or the pods made from it, kept requiring the old place,
@@ -650,7 +656,7 @@ def _spot_reachable(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal] | tu
     return any(c.group.spot for c in ctx.cluster.eligible(pod.spec, gpus, gpu_only=gpu_pod))
 
 
-def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
+def _undo_earlier(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wanted] = ()) -> tuple[str, bool]:
     """A workload's template whose spot mode changed: take out what the webhook added for the earlier mode, which
     its spot-applied annotation names (the tolerations, and the places of the affinity terms; the cluster's spot
     places when the words cannot be read), so that a Deployment moved from require to never does not keep
@@ -658,7 +664,9 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
     named goes too, unless the manifest kubectl applied writes it (``manifest_template_spec``). Returns what was
     taken out, in words, and whether the template changed; a second pass of the same request finds the words in
     the annotation it wrote and says them again, and a later UPDATE, whose stored object already says them, drops
-    them. Pods are left alone: their spot mode cannot change."""
+    them. Pods are left alone: their spot mode cannot change. The tolerations the new mode ``wanted`` are not said
+    to be taken out: they are added again (found by a review of the spot policy: require moved to prefer said its
+    toleration was removed, and the pod kept it)."""
     earlier_text = ctx.prior.get(APPLIED, "")
     earlier = _mode_of(earlier_text)
     if not pod.is_template:
@@ -676,6 +684,7 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
     if earlier not in SPOT_MODES:
         return "", False
     removed: list[str] = []
+    changed = False
     named = named_tolerations(earlier_text) or []
     tolerations = pod.spec.get("tolerations")
     if isinstance(tolerations, list) and named:
@@ -684,7 +693,9 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
         added = [w.toleration() for w in named if w not in own and w.toleration() not in manifest]
         kept = [t for t in tolerations if t not in added]
         if len(kept) != len(tolerations):
-            removed.append("tolerations " + ", ".join(str(w) for w in named if w.toleration() in added))
+            changed = True
+            if gone := [w for w in named if w.toleration() in added and w not in wanted]:
+                removed.append("tolerations " + ", ".join(map(str, gone)))
             if kept:
                 pod.spec["tolerations"] = kept
             else:
@@ -698,7 +709,7 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str) -> tuple[str, bool]:
         places = _not_preferred_by_manifest(pod, said if said is not None else _spot_places(ctx)[0])
         if unprefer(pod, places, PREFERRED_WEIGHT):
             removed.append("its preferred spot affinity")
-    return (f"{UNDONE}{earlier} had added: {', '.join(removed)}", True) if removed else ("", False)
+    return (f"{UNDONE}{earlier} had added: {', '.join(removed)}", True) if removed else ("", changed)
 
 
 def _stored_applied(pod: PodView, ctx: Context) -> str:
