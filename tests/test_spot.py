@@ -1965,6 +1965,36 @@ def test_never_reads_the_words_earlier_releases_wrote() -> None:
     assert required_of(again.object) == [{"matchExpressions": NOT_EKS_SPOT}]
 
 
+def test_never_says_whose_nodes_it_would_tolerate_only_where_it_reaches_them() -> None:
+    """never said "keeps off spot capacity, whose nodes it would tolerate" where the pod reached no spot node: every
+    node carries a capacity label, or a k3s spot node is tainted by extraTaints (found by a review of the spot
+    policy). There it says it reaches none now; the earlier words are still read back, and kept."""
+    k3s = [
+        node("spot", {USER_KEY: "yes"}, (f"{USER_KEY}=yes:NoExecute",)),
+        node("on-demand", {USER_KEY: "no"}),
+    ]
+    extra: dict[str, Any] = {
+        "extra_taints": [TaintSpec(USER_KEY, "yes", "NoExecute")],
+        "extra_labels": {USER_KEY: "yes"},
+    }
+    unreached = "never (asked by annotation); keeps off spot capacity, none of which it reaches now: requires none of"
+    cases: list[tuple[list[Any], dict[str, Any], str]] = [
+        ([node("on-demand", {EKS: "ON_DEMAND"})], {}, EKS_SPOT_TEXT),
+        (k3s, extra, f"{USER_KEY}=yes"),
+    ]
+    for nodes, settings, place in cases:
+        ctx = context(nodes, **settings)
+        result = mutate(pod("never"), ctx)
+        assert applied(result) == f"{unreached} {place}"
+        # words an earlier release wrote on this path are read back, and kept with the affinity
+        earlier = copy.deepcopy(result.object)
+        earlier["metadata"]["annotations"][APPLIED] = f"never (asked by annotation); {KEPT_OFF}{place}"
+        again = pipeline.mutate(earlier, ctx)
+        assert again.patch == [] and required_of(again.object) == required_of(result.object)
+    tolerant = mutate(pod("never", tolerations=[{"operator": "Exists"}]), context(k3s, **extra))
+    assert applied(tolerant) == f"never (asked by annotation); {KEPT_OFF}{USER_KEY}=yes"
+
+
 @pytest.mark.parametrize("mode", ["require", "prefer"])
 def test_a_pod_bound_after_a_pass_loses_the_affinity_that_pass_added(mode: str) -> None:
     """A first pass added spot affinity; a later webhook bound the pod (spec.nodeName) and the reinvocation wrote

@@ -125,9 +125,16 @@ NVIDIA_RESOURCES = "nvidia.com/"
 OWN_TOLERATIONS = "its own: "
 """How the spot-applied part begins that names the tolerations the pod had itself (``_own_tolerations``)."""
 KEPT_OFF = "keeps off spot capacity, whose nodes it would tolerate: requires none of "
-"""How the spot-applied part that says what ``never`` added begins; the places follow (``_said_off_spot``)."""
+"""How the spot-applied part that says what ``never`` added begins where the pod reaches a spot pool now; the places
+follow (``_said_off_spot``)."""
+KEPT_OFF_UNREACHED = "keeps off spot capacity, none of which it reaches now: requires none of "
+"""The same where it reaches none now (spot nodes an autoscaler may add; a spot node whose taint it does not
+tolerate): "whose nodes it would tolerate" was said there too, and was not true (found by a review of the spot
+policy)."""
 KEPT_OFF_BEFORE = "keeps off spot capacity, whose nodes it would tolerate: requires not "
 """The same words as earlier releases wrote them ("requires not A or B" read as "(not A) or B"): still read."""
+KEPT_OFF_WORDS = (KEPT_OFF, KEPT_OFF_UNREACHED, KEPT_OFF_BEFORE)
+"""Every beginning of the part that says what ``never`` added, read back."""
 
 
 @dataclass(frozen=True)
@@ -444,7 +451,8 @@ def _negated(terms: Sequence[Sequence[Expression]]) -> list[list[list[Expression
 def _said_off_spot(text: str, ctx: Context | None = None) -> list[list[list[Expression]]] | None:
     """The narrowings a spot-applied text says ``never`` added; [] when it says none, None when unreadable (or,
     given ``ctx``, when it names a place that is no spot place: words to be said again must be true)."""
-    terms = _said_places(text, KEPT_OFF) if KEPT_OFF in text else _said_places(text, KEPT_OFF_BEFORE)
+    head = next((h for p in text.split("; ") for h in KEPT_OFF_WORDS if p.startswith(h)), "")
+    terms = _said_places(text, head) if head else []
     if terms and ctx is not None and not all(_spot_place(t, ctx) for t in terms):
         return None
     return None if terms is None else _negated(terms)
@@ -508,11 +516,11 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
         out.mutated("spot-affinity")
     out.reasons.append("SpotNever")
     if kept:
-        words = next(p for p in earlier.split("; ") if p.startswith((KEPT_OFF, KEPT_OFF_BEFORE)))
+        words = next(p for p in earlier.split("; ") if p.startswith(KEPT_OFF_WORDS))
         if fresh and words.startswith(KEPT_OFF_BEFORE):  # written anew anyway: in the words of now
             words = KEPT_OFF + words[len(KEPT_OFF_BEFORE) :]
         return words + "".join(f" or {text}" for _, text in fresh)
-    return KEPT_OFF + shown
+    return (KEPT_OFF if spot else KEPT_OFF_UNREACHED) + shown
 
 
 def _spot_now(ctx: Context, gpu_pod: bool) -> bool:
