@@ -1144,6 +1144,27 @@ def test_prefer_says_so_when_the_mig_profile_it_gets_is_on_no_spot_pool() -> Non
     assert not [w for w in mutate(pod("prefer", gpu="0.5"), ctx).warnings if "spot" in w]
 
 
+def test_a_mig_refusal_under_require_names_the_spot_requirement() -> None:
+    """A 0.5 GPU under require, whose profile only an on-demand pool offers, was refused for "its node affinity",
+    and told to change its nodeSelector, node affinity or tolerations: the affinity was the webhook's own (found by
+    a review of the spot policy). It is named, and the advice is the spot mode, as the CUDA refusal words it."""
+    from tests.mig_fixtures import mixed_node
+
+    spot_node = node("spot-0", {GKE_SPOT: "true", NODEPOOL: "spot-l4"}, (f"{GKE_SPOT}=true:NoSchedule",), gpus=8)
+    od_node = mixed_node("od-0", "NVIDIA-A100-SXM4-40GB", {"1g.5gb": 7, "3g.20gb": 2}, "a100-od", 40960)
+    settings = Settings(cuda=CudaSettings(mode="off"), cluster=ClusterSettings(providers=["gke"]))
+    ctx = Context(settings=settings, cluster=build_view([spot_node, od_node], settings), namespace="ml")
+    result = pipeline.mutate(pod("require", gpu="0.5"), ctx)
+    assert not result.allowed
+    assert "a100-od (1g.5gb, 3g.20gb; the spot capacity it requires (gpu-admission.io/spot: require))" in (
+        result.message
+    )
+    assert result.message.endswith(
+        "Ask for gpu-admission.io/spot: prefer (or tolerate) to let it run on demand there, or for a whole GPU"
+        " (nvidia.com/gpu: 1)."
+    )
+
+
 def test_prefer_warns_when_cuda_steering_leaves_it_no_spot_pool() -> None:
     """The spot pool's driver is too old for the image's CUDA 12.4; the cuda policy, after this one, steers the pod
     off it. Before, nothing said that the preference could not be met."""

@@ -98,7 +98,7 @@ from webhook.model import (
     copy_json,
     fit_warning,
 )
-from webhook.policies import cuda
+from webhook.policies import cuda, spot
 from webhook.policies import mig_record as record
 from webhook.policies.mig_record import Line, Pin
 from webhook.quantity import QuantityError, format_quantity, parse_quantity
@@ -1021,6 +1021,11 @@ def _refusal(
             " Run the whole-GPU containers in a pod of their own, ask for a fraction in them too, or add"
             " mixed-strategy MIG nodes that offer whole GPUs beside MIG devices."
         )
+    elif elsewhere and all(_kept_off_by_spot(g, pod, ctx) for g in elsewhere):
+        advice = (
+            f" Ask for {PREFIX}spot: prefer (or tolerate) to let it run on demand there, or for a whole GPU"
+            " (nvidia.com/gpu: 1)."
+        )
     elif elsewhere:
         advice = (
             " Change the pod's nodeSelector, node affinity or tolerations so it can reach one of those pools, or ask"
@@ -1085,7 +1090,25 @@ def _kept_off(group: NodeGroup, pod: PodView, ctx: Context, whole: Sequence[str]
         parts.append(f"{whole[0]} asks whole GPUs, which are MIG devices there")
     elif whole and group.allocatable.get(GPU_RESOURCE, Decimal(0)) < 1:
         parts.append(f"{whole[0]} asks whole GPUs, none offered there")
+    if not parts and _kept_off_by_spot(group, pod, ctx):
+        parts.append(SPOT_REQUIRED)
     return "; ".join(parts) or "its node affinity"
+
+
+SPOT_REQUIRED = f"the spot capacity it requires ({PREFIX}spot: require)"
+"""What keeps a pod off an on-demand pool where the spot policy's required affinity alone does, as the CUDA
+policy says it (``cuda._kept_off_by_spot``)."""
+
+
+def _kept_off_by_spot(group: NodeGroup, pod: PodView, ctx: Context) -> bool:
+    """Whether the spot places ``spot: require`` ANDed into the pod's affinity alone keep it off ``group``: "its node
+    affinity" named the pod's own rules, and the advice was to change them, for the webhook's own requirement
+    (found by a review of the spot policy)."""
+    terms = spot.required_spot_places(ctx)
+    trial = PodView("Pod", {}, copy_json(_placement_rules(pod)), "")  # unnarrow edits the terms in place
+    if group.spot or not terms or not unnarrow(trial, terms):
+        return False
+    return any(c.group is group for c in _eligible(ctx, trial.spec))
 
 
 def _too_few(
