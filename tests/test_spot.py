@@ -925,6 +925,23 @@ def test_gpu_taint_presets(presets: list[str], gpu: str | None, nodes: list[Any]
     assert tolerations_of(result.object) == want
 
 
+def test_require_names_the_untolerated_gpu_taint_of_every_spot_pool_and_its_setting() -> None:
+    """Every AKS spot pool tainted sku=gpu:NoSchedule (ExtendedResourceToleration does not cover it): require was
+    told that "its nodeSelector, affinity or tolerations exclude every spot pool" (found by a review of the spot
+    policy). The taint is named, with the setting that tolerates it; with that setting, nothing is said."""
+    spot_pool = node(
+        "aks-spot",
+        {AKS_POOL: "gpuspot", AKS_SCALESET: "spot"},
+        (f"{AKS_SCALESET}=spot:NoSchedule", "sku=gpu:NoSchedule"),
+    )
+    result = mutate(pod("require"), context([AKS_ON_DEMAND, spot_pool]))
+    assert result.warnings == [
+        "spot require: untolerated taint sku=gpu:NoSchedule (spot.gpuTaintPresets: [aks-sku-gpu] tolerates it)"
+        " (gpuspot)"
+    ]
+    assert mutate(pod("require"), context([AKS_ON_DEMAND, spot_pool], gpu_taint_presets=["aks-sku-gpu"])).warnings == []
+
+
 def test_gpu_taint_presets_not_for_non_spot_pods() -> None:
     result = mutate(pod(), context(AKS_GPU_NODES, gpu_taint_presets=["aks-sku-gpu"]))
     assert result.patch == []
