@@ -111,6 +111,9 @@ def test_opt_out_label_only_where_settings_allow_it(allowed: bool) -> None:
     result = pipeline.review(pod, _ctx(settings, namespace="ml"))
     assert result.allowed is allowed
     assert bool(result.skipped) is allowed
+    # where the label is not honoured, its owner is told so, not left to take the pod for exempt (found by a review)
+    said = "label gpu-admission.io/ignore=true not honoured: opt-out labels are off here (exemptions.allowOptOutLabel)"
+    assert any(w.startswith(said) for w in result.warnings) is not allowed, result.warnings
 
 
 def test_a_pod_cannot_exempt_itself_by_annotation() -> None:

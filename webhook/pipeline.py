@@ -188,6 +188,20 @@ def _guard(obj: Any, ctx: Context) -> str:
     return ""
 
 
+OPT_OUT_OFF = (
+    f"label {IGNORE_LABEL}=true not honoured: opt-out labels are off here (exemptions.allowOptOutLabel); reviewed"
+)
+
+
+def _opt_out_refused(obj: Any, ctx: Context) -> list[str]:
+    """A pod labelled to opt out where the settings do not allow it was reviewed without a word, its owner taking
+    it for exempt (found by a review). Said by the mutating answer, which every reviewed object gets."""
+    labels = as_dict(as_dict(as_dict(obj).get("metadata")).get("labels"))
+    if ctx.settings.exemptions.allow_opt_out_label or labels.get(IGNORE_LABEL) != "true":
+        return []
+    return [OPT_OUT_OFF]
+
+
 POD_UPDATE = "a pod update is reviewed only when it takes the pod's last scheduling gate away"
 
 DEPLOYMENTS_REPLICASET = (
@@ -725,7 +739,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
         view.set_annotation(PREFIX + name, text)
     if not had_annotations and view.metadata.get("annotations") == {}:
         del view.metadata["annotations"]  # do not leave behind an empty map that we created
-    outcome.warnings[:0] = [*_misplaced_now(obj, ctx), *unknown]
+    outcome.warnings[:0] = [*_opt_out_refused(obj, ctx), *_misplaced_now(obj, ctx), *unknown]
     result = Result(object=working)
     _finish(result, pctx, outcome, "unchanged")
     if result.allowed:
