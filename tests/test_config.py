@@ -68,6 +68,27 @@ def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
             "pool 's' has migStrategy single and no gpuProduct",
             id="single-without-product",
         ),
+        pytest.param(  # nvidia-smi's name: the nodeSelector written from it was refused (found by a review)
+            "cluster:\n  pools: [{name: s, nodeSelector: {a: b}, gpuProduct: 'NVIDIA A100-SXM4-80GB'}]\n",
+            "pool 's': gpuProduct 'NVIDIA A100-SXM4-80GB' is not GFD's label value",
+            id="product-with-a-space",
+        ),
+        pytest.param(  # a valid product of 55 characters made a MIG product label of 67 (found by a review)
+            "cluster:\n  pools: [{name: s, nodeSelector: {a: b}, migStrategy: single, migProfiles: {2g.20gb: 2},"
+            " gpuProduct: NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition}]\n",
+            "makes the product label NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition-MIG-2g.20gb (67",
+            id="single-product-too-long",
+        ),
+        pytest.param(  # the required affinity written from it was refused (found by a review)
+            "spot:\n  extraLabels: {example.com/capacity: spot instance}\n",
+            "spot.extraLabels: example.com/capacity: 'spot instance' is not a node label",
+            id="extra-label-value",
+        ),
+        pytest.param(
+            "spot:\n  extraLabels: {bad key: x}\n",
+            "spot.extraLabels: bad key: 'x' is not a node label",
+            id="extra-label-key",
+        ),
         pytest.param(
             "cluster:\n  pools: [{name: o, nodeSelector: {oci.oraclecloud.com/node-pool-id: ocid1.x}}]\n",
             "pool 'o': nodeSelector key oci.oraclecloud.com/node-pool-id is a node annotation",

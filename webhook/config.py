@@ -144,6 +144,20 @@ class PoolSettings:
                 f"{where} has migStrategy single and no gpuProduct: the pods are sent to its nodes by the product"
                 " label <gpuProduct>-MIG-<profile> (e.g. gpuProduct: NVIDIA-A100-SXM4-40GB)"
             )
+        if self.gpu_product and not is_label_value(self.gpu_product):
+            raise ConfigError(
+                f"{where}: gpuProduct {self.gpu_product!r} is not GFD's label value (letters, digits, '-', '_' and '.',"
+                " up to 63: NVIDIA-A100-SXM4-80GB, not nvidia-smi's 'NVIDIA A100-SXM4-80GB'): pods steered by it"
+                " would be refused by the apiserver"
+            )
+        for profile in self.mig_profiles if self.mig_strategy == "single" else ():
+            if not is_label_value(product := f"{self.gpu_product}-MIG-{profile}"):
+                raise ConfigError(
+                    f"{where}: gpuProduct {self.gpu_product!r} with migProfiles {profile} makes the product label"
+                    f" {product} ({len(product)} characters), past a label value's 63, which the apiserver refuses"
+                    " in a nodeSelector; give gpuProduct as the pool's MIG nodes show it in nvidia.com/gpu.product"
+                    " (without its -MIG- part)"
+                )
 
 
 @dataclass(frozen=True)
@@ -345,6 +359,13 @@ class SpotSettings:
     """Add only the spot tolerations whose taints the cluster actually has, when the cluster is known."""
 
     def __post_init__(self) -> None:
+        for key, value in self.extra_labels.items():
+            if not is_qualified_name(key) or not is_label_value(value):
+                raise ConfigError(
+                    f"spot.extraLabels: {key}: {value!r} is not a node label (a key [prefix/]name and a value of up"
+                    " to 63 letters, digits, '-', '_' or '.'): no node carries it, and the apiserver would refuse"
+                    " every pod given affinity on it"
+                )
         if "CronJob" in self.owner_defaults or "CronJob.batch" in self.owner_defaults:
             raise ConfigError(
                 "spot.ownerDefaults: CronJob owns no pod (its Jobs own them): a default for CronJob would never"
