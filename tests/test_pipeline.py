@@ -782,3 +782,33 @@ def test_a_pod_update_without_the_stored_pod_keeps_its_annotations(old: Any) -> 
     )
     result = pipeline.mutate(after, ctx)
     assert result.allowed and result.patch == [] and result.skipped
+
+
+def _annotations_size(obj: dict[str, Any]) -> int:
+    return sum(len(k.encode()) + len(v.encode()) for k, v in obj["metadata"].get("annotations", {}).items())
+
+
+def test_the_webhooks_annotations_keep_the_pod_within_the_apiservers_limit() -> None:
+    """The apiserver takes at most 256 KiB of an object's annotations: a pod near it was admitted with the webhook's
+    words added, and then refused in words that do not name the webhook (found by a review). The container lines,
+    which only people read, go first; past that the pod is refused, saying whose bytes are whose."""
+    ctx = _ctx(Settings(), namespace="ml")
+    clean = pipeline.mutate(gpu_pod(), ctx)
+    words = clean.object["metadata"]["annotations"]["gpu-admission.io/cuda"]
+    decision = words.split("\n")[-1]
+    assert decision.startswith("decision: ") and len(words) > len(decision) + 100
+    key = "example.com/blob"
+    room = pipeline.ANNOTATIONS_LIMIT - len(key) - len("gpu-admission.io/cuda")
+    fits = gpu_pod(annotations={key: "x" * (room - len(words) - 1)})
+    assert pipeline.mutate(fits, ctx).object["metadata"]["annotations"]["gpu-admission.io/cuda"] == words
+    short = f"(1 {pipeline.LEFT_OUT}; gpu-admission review shows them)\n{decision}"
+    assert len(short) < len(words)
+    near = gpu_pod(annotations={key: "x" * (room - len(short))})
+    cut = pipeline.mutate(near, ctx)
+    assert cut.allowed and _annotations_size(cut.object) == pipeline.ANNOTATIONS_LIMIT
+    assert cut.object["metadata"]["annotations"]["gpu-admission.io/cuda"] == short
+    assert pipeline.mutate(copy.deepcopy(cut.object), ctx).patch == []
+    full = gpu_pod(annotations={key: "x" * room})
+    refused = pipeline.mutate(full, ctx)
+    assert not refused.allowed and refused.reason == "AnnotationsTooLong"
+    assert f"its own {pipeline.ANNOTATIONS_LIMIT - len('gpu-admission.io/cuda')}, gpu-admission's" in refused.message

@@ -742,6 +742,8 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
     outcome.warnings[:0] = [*_opt_out_refused(obj, ctx), *_misplaced_now(obj, ctx), *unknown]
     result = Result(object=working)
     _finish(result, pctx, outcome, "unchanged")
+    if result.allowed and (too_long := _fit_annotations(view)):
+        return _refused(obj, reason="AnnotationsTooLong", message=too_long)
     if result.allowed:
         result.patch = make_patch(obj, working)
         if result.patch:
@@ -790,6 +792,48 @@ def _misplaced(obj: Any) -> list[str]:
         for key in own
         if isinstance(key, str) and is_input_annotation(key) and key not in template
     ]
+
+
+ANNOTATIONS_LIMIT = 256 * 1024
+"""The most bytes of keys and values an object's annotations may hold, a pod template's too (k8s.io/apimachinery
+api/validation ValidateAnnotationsSize, TotalAnnotationSizeLimitB)."""
+LEFT_OUT = "container lines left out: with them the pod's annotations would pass the apiserver's 256 KiB"
+
+
+def _bytes(text: str) -> int:
+    """The UTF-8 bytes of ``text`` as the apiserver counts them (a lone surrogate, which JSON may escape, as the
+    three of the replacement character it becomes)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _fit_annotations(view: PodView) -> str:
+    """'' when the pod's annotations, the webhook's written, are within what the apiserver takes; else why they are
+    not. Past it, the apiserver refused the pod that the webhook had admitted, in words that do not name the webhook
+    (a pod of 249 GPU containers against 12 pools, or one whose own annotations were near the limit: found by a
+    review). The container lines of ``gpu-admission.io/cuda``, which only people read, are left out first; what
+    later reviews read back (its decision and steering lines, ``mig``, ``spot-applied``) is kept whole."""
+    annotations = as_dict(view.metadata.get("annotations"))
+    total = sum(_bytes(str(k)) + _bytes(str(v)) for k, v in annotations.items())
+    if total <= ANNOTATIONS_LIMIT:
+        return ""
+    key = PREFIX + cuda.POLICY
+    text = as_str(annotations.get(key))
+    lines = text.split("\n")
+    kept = [line for line in lines if line.startswith(("decision: ", cuda.STEERING))]
+    if len(kept) < len(lines):
+        short = "\n".join([f"({len(lines) - len(kept)} {LEFT_OUT}; gpu-admission review shows them)", *kept])
+        annotations[key] = short
+        total -= _bytes(text) - _bytes(short)
+        if total <= ANNOTATIONS_LIMIT:
+            return ""
+    ours = {k: _bytes(k) + _bytes(str(v)) for k, v in annotations.items() if is_output_annotation(k)}
+    theirs = total - sum(ours.values())
+    said = ", ".join(f"{k[len(PREFIX) :]} {n}" for k, n in ours.items())
+    return (
+        f"the pod's annotations would hold {total} bytes, past the {ANNOTATIONS_LIMIT} the apiserver takes for an"
+        f" object: its own {theirs}, gpu-admission's {sum(ours.values())} ({said}); shorten the pod's own"
+        " annotations (or, where gpu-admission's are the most, give it fewer containers or simpler placement)"
+    )
 
 
 def _unknown_keys(prior: Mapping[str, str]) -> list[str]:
