@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,7 @@ from webhook.model import (
     as_str,
     clipped,
     copy_json,
+    fit_warning,
     is_input_annotation,
     is_output_annotation,
     json_bytes,
@@ -193,13 +194,16 @@ OPT_OUT_OFF = (
 )
 
 
-def _opt_out_refused(obj: Any, ctx: Context) -> list[str]:
+def _opt_out_refused(obj: Any, view: PodView, ctx: Context) -> list[str]:
     """A pod labelled to opt out where the settings do not allow it was reviewed without a word, its owner taking
-    it for exempt (found by a review). Said by the mutating answer, which every reviewed object gets."""
-    labels = as_dict(as_dict(as_dict(obj).get("metadata")).get("labels"))
-    if ctx.settings.exemptions.allow_opt_out_label or labels.get(IGNORE_LABEL) != "true":
+    it for exempt (found by a review). Said by the mutating answer, which every reviewed object gets; for a
+    workload, whose pods carry its template's labels, when either is labelled."""
+    if ctx.settings.exemptions.allow_opt_out_label:
         return []
-    return [OPT_OUT_OFF]
+    for metadata in (as_dict(as_dict(obj).get("metadata")), view.metadata):
+        if as_dict(metadata.get("labels")).get(IGNORE_LABEL) == "true":
+            return [OPT_OUT_OFF]
+    return []
 
 
 POD_UPDATE = "a pod update is reviewed only when it takes the pod's last scheduling gate away"
@@ -621,6 +625,7 @@ def _keep_review(obj: JSON, stored: PodView, ctx: Context) -> Result:
         again = _mutate(obj, ctx, keep=False)
         if again.allowed and not again.patch:
             return again
+    brought = [k[len(PREFIX) :] for k in _output_annotations({"metadata": view.metadata}) if k not in before]
     for key in _output_annotations({"metadata": view.metadata}):
         del view.metadata["annotations"][key]
     for key, value in before.items():
@@ -631,6 +636,7 @@ def _keep_review(obj: JSON, stored: PodView, ctx: Context) -> Result:
     return Result(
         object=working,
         patch=make_patch(obj, working),
+        warnings=_unknown_keys(brought),  # a misspelt key applied again is said again (found by a review)
         audit={"decision": "kept the pod template's review", "restored": restored},
     )
 
@@ -660,11 +666,15 @@ def protect_outputs(obj: Any, old: Any) -> Result:
     if not annotations and "annotations" not in as_dict(as_dict(obj).get("metadata")):
         del metadata["annotations"]
     changed = sorted(k[len(PREFIX) :] for k in set(before) | set(now) if before.get(k) != now.get(k))
-    warning = f"{PREFIX}{', '.join(changed)} can only be written by the webhook; put back as it was"
+    ours = [k for k in changed if is_output_annotation(PREFIX + k)]
+    warnings = (
+        [_short(f"{PREFIX}{', '.join(ours)} can only be written by the webhook; put back as it was")] if ours else []
+    )
+    warnings += _unknown_keys([k for k in changed if k not in ours and PREFIX + k in now])  # a misspelt input
     return Result(
         object=working,
         patch=make_patch(obj, working),
-        warnings=[_short(warning)],
+        warnings=warnings,
         audit={"decision": "restored the webhook's annotations", "restored": ", ".join(changed)},
     )
 
@@ -739,7 +749,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
         view.set_annotation(PREFIX + name, text)
     if not had_annotations and view.metadata.get("annotations") == {}:
         del view.metadata["annotations"]  # do not leave behind an empty map that we created
-    outcome.warnings[:0] = [*_opt_out_refused(obj, ctx), *_misplaced_now(obj, ctx), *unknown]
+    outcome.warnings[:0] = [*_opt_out_refused(obj, view, ctx), *_misplaced_now(obj, ctx), *unknown]
     result = Result(object=working)
     _finish(result, pctx, outcome, "unchanged")
     if result.allowed and (too_long := _fit_annotations(view)):
@@ -836,13 +846,13 @@ def _fit_annotations(view: PodView) -> str:
     )
 
 
-def _unknown_keys(prior: Mapping[str, str]) -> list[str]:
-    """Warnings for the keys under PREFIX the pod arrives with (``_prior_outputs``) that the webhook neither reads
-    nor writes: taken off as every key under PREFIX but the inputs is (a pod carries no word under PREFIX the
-    webhook did not write), a misspelt input (``gpu-memroy``, ``cuda-verison``) had vanished without a word (found
-    by a review)."""
+def _unknown_keys(names: Iterable[str]) -> list[str]:
+    """Warnings for the keys under PREFIX (``names``: what follows it) a pod arrives with, or an update writes, that
+    the webhook neither reads nor writes: taken off as every key under PREFIX but the inputs is (a pod carries no
+    word under PREFIX the webhook did not write), a misspelt input (``gpu-memroy``, ``cuda-verison``) had vanished
+    without a word (found by a review)."""
     warnings = []
-    for key in (PREFIX + name for name in prior):
+    for key in (PREFIX + name for name in names):
         if is_output_annotation(key):
             continue
         if key == GPU_MEMORY_RESOURCE:
@@ -854,7 +864,9 @@ def _unknown_keys(prior: Mapping[str, str]) -> list[str]:
                 said += f"; did you mean the resource {GPU_MEMORY_RESOURCE}?"
             elif near:
                 said += f"; did you mean {PREFIX}{near[0]}?"
-        warnings.append(_short(said))
+            elif key == IGNORE_LABEL:
+                said += "; the opt-out is a label (where the settings allow it)"
+        warnings.append(_short(fit_warning(said, key)))  # the key meant kept whole, the user's shortened
     return warnings
 
 
