@@ -533,3 +533,49 @@ def test_the_readmes_example_pod_is_reviewed() -> None:
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("ADMITTED\ngpu-admission.io/cuda: triton: CUDA 12.4 from image tag"), run.stdout
     assert "required node affinity keeps it off pool NVIDIA-GeForce-RTX-4090" in run.stdout
+
+
+def _pod_update(image: str, gated: bool = True) -> dict[str, Any]:
+    """examples/admission-review-cuda13.json made a pod UPDATE, as Kueue's ungate sends it: the pod reviewed at its
+    create (the webhook's annotation on it), its ``kueue.x-k8s.io/admission`` gate on the stored pod only."""
+    review: dict[str, Any] = json.loads((EXAMPLES / "admission-review-cuda13.json").read_text())
+    request = review["request"]
+    pod = request["object"]
+    pod["spec"]["containers"][0]["image"] = image
+    pod["metadata"]["annotations"] = {"gpu-admission.io/cuda": "trainer: reviewed at its create"}
+    old = json.loads(json.dumps(pod))
+    if gated:
+        old["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    request.update(operation="UPDATE", oldObject=old)
+    return review
+
+
+@pytest.mark.parametrize(
+    ("review", "code", "start"),
+    [
+        pytest.param(
+            _pod_update("pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime"),
+            1,
+            "DENIED\ntaking away the pod's last scheduling gate (kueue.x-k8s.io/admission",
+            id="ungate-denied",
+        ),
+        pytest.param(
+            _pod_update("pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime"), 0, "ADMITTED\n", id="ungate-admitted"
+        ),
+        pytest.param(
+            _pod_update("pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime", gated=False),
+            0,
+            "ADMITTED (pod update leaves the webhook's annotations as they were)\n",
+            id="other-update",
+        ),
+    ],
+)
+def test_review_of_a_pod_update_runs_validate_as_the_apiserver_does(
+    tmp_path: Path, review: dict[str, Any], code: int, start: str
+) -> None:
+    """Found by a review: a pod UPDATE was answered by its mutating step alone, which skips an update that leaves
+    the webhook's annotations as they were; the apiserver calls /validate too, which refuses an ungate where the
+    pod's CUDA runs nowhere it may land now."""
+    run = cli("review", "-f", _manifest(tmp_path, review), "--nodes", str(NODES), "--config", str(CONFIG))
+    assert run.returncode == code, run.stderr
+    assert run.stdout.startswith(start), run.stdout

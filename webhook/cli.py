@@ -227,6 +227,19 @@ def _admission_request(review: dict[str, Any], where: str) -> ReviewRequest:
     return request
 
 
+def _review(obj: dict[str, Any], ctx: Context) -> pipeline.Result:
+    """``pipeline.review``; on a pod UPDATE, ``pipeline.validate`` too whatever the mutating step said, as the
+    apiserver calls every webhook whose rules match the request, the validating ones after the mutating ones. A pod
+    update's mutating step only guards the webhook's annotations (``pipeline.protect_outputs``) and skips one that
+    leaves them as they were, such as the update that takes the pod's last scheduling gate away, which /validate
+    reviews. Found by a review: a Kueue ungate that /validate refuses was ADMITTED."""
+    result = pipeline.review(obj, ctx)
+    if ctx.operation != "UPDATE" or obj.get("kind") != "Pod" or not result.allowed or not result.skipped:
+        return result
+    checked = pipeline.validate(result.object, ctx)
+    return result if checked.skipped else checked
+
+
 def cmd_review(args: argparse.Namespace) -> int:
     settings = _settings(args.config)
     docs = read_documents(args.file)
@@ -268,7 +281,7 @@ def cmd_review(args: argparse.Namespace) -> int:
         old_object=request.old_object if request else None,
         images=images,
     )
-    result = pipeline.review(obj, ctx)
+    result = _review(obj, ctx)
     if args.output == "json":
         print(
             json.dumps(
