@@ -579,3 +579,25 @@ def test_review_of_a_pod_update_runs_validate_as_the_apiserver_does(
     run = cli("review", "-f", _manifest(tmp_path, review), "--nodes", str(NODES), "--config", str(CONFIG))
     assert run.returncode == code, run.stderr
     assert run.stdout.startswith(start), run.stdout
+
+
+@pytest.mark.parametrize(
+    ("exemptions", "words"),
+    [
+        pytest.param({"users": ["alice@example.com"]}, "ADMITTED (user alice@example.com is exempt)\n", id="user"),
+        pytest.param(
+            {"groups": ["system:authenticated"]}, "ADMITTED (group system:authenticated is exempt)\n", id="group"
+        ),
+    ],
+)
+def test_review_of_an_admission_review_exempts_its_user_as_the_server_does(
+    tmp_path: Path, exemptions: dict[str, list[str]], words: str
+) -> None:
+    """Found by a review: the request's userInfo was left out, so user and group exemptions never applied and
+    examples/admission-review.json (alice's) was mutated where the server passes it untouched."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"exemptions": exemptions}))
+    review = EXAMPLES / "admission-review.json"
+    run = cli("review", "-f", str(review), "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(words) and "patch:" not in run.stdout, run.stdout

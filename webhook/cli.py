@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import logging
@@ -21,6 +22,7 @@ from webhook import cuda_version, pipeline, selftest
 from webhook.admission import ReviewRequest, parse_review
 from webhook.cluster import ClusterSource, ClusterView, StaticCluster, build_view, format_pools, read_node_file
 from webhook.config import Settings, load_settings
+from webhook.decisions import context_for
 from webhook.documents import api_object, read_documents
 from webhook.errors import BadRequest, ConfigError, InputError
 from webhook.model import TEMPLATE_PATHS, Context, as_dict
@@ -273,14 +275,10 @@ def cmd_review(args: argparse.Namespace) -> int:
     if settings.cuda.registry.enabled:
         order = platform_order(cuda_version.gpu_arches(view))
         images = ImageConfigs(settings.cuda.registry, background=False, platforms=lambda: order)
-    ctx = Context(
-        settings=settings,
-        cluster=view,
-        namespace=namespace,
-        operation=request.operation if request else "CREATE",
-        old_object=request.old_object if request else None,
-        images=images,
-    )
+    if request:  # as the server makes it: the request's operation, oldObject, user and groups (exemptions), dryRun
+        ctx = dataclasses.replace(context_for(request, settings, view, images), namespace=namespace)
+    else:
+        ctx = Context(settings=settings, cluster=view, namespace=namespace, images=images)
     result = _review(obj, ctx)
     if args.output == "json":
         print(
