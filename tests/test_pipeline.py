@@ -604,6 +604,25 @@ def test_a_deployments_replicaset_is_left_to_the_deployment_and_its_pods() -> No
             lambda n: {"tolerations": [{"key": f"k{i}", "operator": "Exists"} for i in range(n)]},
             id="tol",
         ),
+        pytest.param(
+            "node affinity values",
+            lambda n: {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["a"] * n}
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                }
+            },
+            id="values",
+        ),
     ],
 )
 def test_pods_with_absurd_numbers_of_node_rules_are_refused(part: str, build: Any) -> None:
@@ -877,3 +896,35 @@ def test_a_misspelt_key_applied_again_is_said_again() -> None:
     again = pipeline.mutate(sent, dataclasses.replace(ctx, operation="UPDATE", old_object=live))
     assert again.patch == [{"op": "remove", "path": "/spec/template/metadata/annotations/gpu-admission.io~1x"}]
     assert said in again.warnings
+
+
+def test_a_pod_the_steering_would_take_past_what_etcd_keeps_is_refused_by_the_mutating_webhook() -> None:
+    """A term of 3,000 host names (153 kB) copied into each term the spot require made took the pod past the
+    1.5 MiB etcd keeps of an object, refused by the apiserver in words that do not name the webhook (found by a
+    review): the values are bounded as terms and expressions are, and the advice is to select by a label."""
+    nodes = [
+        gpu_node("spot", labels={"eks.amazonaws.com/capacityType": "SPOT", "karpenter.sh/capacity-type": "spot"}),
+        gpu_node("on-demand", labels={"eks.amazonaws.com/capacityType": "ON_DEMAND"}),
+    ]
+    settings = Settings()
+    ctx = Context(settings=settings, cluster=build_view(nodes, settings), namespace="ml")
+    hosts = [
+        f"ip-10-0-{i // 250}-{i % 250}.ec2.internal"
+        for i in range(pipeline.MAX_PLACEMENT["node affinity values"] // 2 + 1)
+    ]
+    pod = gpu_pod(image="nvidia/cuda:12.4.1-base-ubuntu22.04", annotations={"gpu-admission.io/spot": "require"})
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": hosts}]}
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    }
+    mutated = pipeline.mutate(copy.deepcopy(pod), ctx)
+    assert not mutated.allowed and mutated.reason == "TooManyNodeRules"
+    assert mutated.message.startswith(
+        f"with what gpu-admission adds (spot-affinity) the pod would have {2 * len(hosts) + 2} node affinity values;"
+    ), mutated.message
+    assert mutated.message.endswith(
+        "select the nodes by a label they share rather than listing them (the steering"
+        " copies a term's list into each term it writes)"
+    )
+    term["matchExpressions"][0]["values"] = hosts[: len(hosts) - 2]  # each term: the hosts and the spot place's value
+    assert pipeline.mutate(copy.deepcopy(pod), ctx).allowed
