@@ -59,6 +59,16 @@ POOL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 """A declared pool's name: a label value, as the pools of nodes are named (a node pool label's value)."""
 
 
+def _node_labels(labels: Mapping[str, str], where: str, effect: str) -> None:
+    """Raise naming the first of ``labels`` no node can carry, and what that would do (``effect``)."""
+    for key, value in labels.items():
+        if not is_qualified_name(key) or not is_label_value(value):
+            raise ConfigError(
+                f"{where} {key}: {value!r} is not a node label (a key [prefix/]name and a value of up to 63 letters,"
+                f" digits, '-', '_' or '.'): no node carries it, and {effect}"
+            )
+
+
 @dataclass(frozen=True)
 class PoolSettings:
     """A node pool declared in configuration, for pools that scale to zero or carry no GFD labels (GKE)."""
@@ -101,13 +111,7 @@ class PoolSettings:
                 " pods that then run elsewhere"
             )
         where = f"cluster.pools: pool {self.name!r}"
-        for key, value in self.node_selector.items():
-            if not is_qualified_name(key) or not is_label_value(value):
-                raise ConfigError(
-                    f"{where}: nodeSelector {key}: {value!r} is not a node label (a key [prefix/]name and a value of"
-                    " up to 63 letters, digits, '-', '_' or '.'): no node carries it, and pods steered to the pool"
-                    " would match no node"
-                )
+        _node_labels(self.node_selector, f"{where}: nodeSelector", "pods steered to the pool would match no node")
         if self.driver_version and parse_version(self.driver_version) is None:
             raise ConfigError(
                 f"{where}: driverVersion {self.driver_version!r} is not a driver version (e.g. 550.54.15, as"
@@ -359,13 +363,9 @@ class SpotSettings:
     """Add only the spot tolerations whose taints the cluster actually has, when the cluster is known."""
 
     def __post_init__(self) -> None:
-        for key, value in self.extra_labels.items():
-            if not is_qualified_name(key) or not is_label_value(value):
-                raise ConfigError(
-                    f"spot.extraLabels: {key}: {value!r} is not a node label (a key [prefix/]name and a value of up"
-                    " to 63 letters, digits, '-', '_' or '.'): no node carries it, and the apiserver would refuse"
-                    " every pod given affinity on it"
-                )
+        _node_labels(
+            self.extra_labels, "spot.extraLabels:", "the apiserver would refuse every pod given affinity on it"
+        )
         if "CronJob" in self.owner_defaults or "CronJob.batch" in self.owner_defaults:
             raise ConfigError(
                 "spot.ownerDefaults: CronJob owns no pod (its Jobs own them): a default for CronJob would never"
