@@ -259,6 +259,8 @@ def test_schema_rejects(args, message):
         pytest.param(["--set", "preStopSleepSeconds=29"], id="pre-stop-just-under-the-grace-period"),
         pytest.param(["--set", "podDisruptionBudget.minAvailable=50%"], id="budget-percentage"),
         pytest.param(["--set", "replicaCount=3", "--set", "podDisruptionBudget.minAvailable=2"], id="budget-of-two"),
+        # a tolerate default reaches a DaemonSet's pods: the server loads it (found by a review)
+        pytest.param(["--set", "config.spot.ownerDefaults.DaemonSet=tolerate"], id="tolerate-default-for-daemonsets"),
         # Another cert mode: the self-signed bounds do not apply.
         pytest.param(
             ["--set", "certs.mode=certManager", "--set", "certs.selfSigned.days=1"], id="self-signed-days-unused"

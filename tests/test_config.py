@@ -329,6 +329,14 @@ def test_an_unquoted_off_is_off(tmp_path: Path, where: str) -> None:
     assert (settings.spot.owner_defaults.get("Job") if where == "file" else settings.spot.default) == "off"
 
 
+def test_a_tolerate_default_for_daemonsets_is_accepted(tmp_path: Path) -> None:
+    """Refused with prefer, require and never since an earlier commit, it crash-looped the webhook of a settings file
+    that loaded before (found by a review): a tolerate default reaches a DaemonSet's pods."""
+    text = "spot:\n  ownerDefaults: {DaemonSet: tolerate, DaemonSet.apps: off}\n"
+    settings = load_settings(_write(tmp_path, text), {})
+    assert settings.spot.owner_defaults == {"DaemonSet": "tolerate", "DaemonSet.apps": "off"}
+
+
 def test_a_controllers_own_kind_is_accepted_as_an_owner(tmp_path: Path) -> None:
     settings = load_settings(
         _write(

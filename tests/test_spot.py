@@ -1938,12 +1938,54 @@ def test_a_never_default_leaves_daemonsets_and_bound_pods_alone() -> None:
     assert required_of(mutate(asked, ctx).object) == [{"matchExpressions": NOT_EKS_SPOT}]
 
 
-@pytest.mark.parametrize("mode", ["tolerate", "prefer", "require"])
-def test_no_default_reaches_a_daemonsets_pods_or_template(mode: str) -> None:
+def _daemon_pod(**kwargs: Any) -> Any:
+    """A DaemonSet's pod, bound to node on-demand by matchFields as the DaemonSet controller binds it."""
+    host = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["on-demand"]}]}
+    daemon = pod(affinity=with_terms(host), **kwargs)
+    daemon["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u", "controller": True}
+    ]
+    return daemon
+
+
+def _daemonset(template: Any) -> Any:
+    """A DaemonSet of the pod ``template`` (a pod: its metadata and spec)."""
+    spec = copy.deepcopy(template["spec"])
+    metadata = {k: v for k, v in template["metadata"].items() if k == "annotations"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "ml"},
+        "spec": {"template": {"metadata": metadata, "spec": spec}},
+    }
+
+
+@pytest.mark.parametrize("where", ["namespace_defaults", "owner_defaults", "default"])
+def test_a_tolerate_default_reaches_a_daemonsets_pods_and_template(where: str) -> None:
+    """A tolerate default left DaemonSets alone too, and spot.ownerDefaults {DaemonSet: tolerate}, accepted before,
+    failed the settings at start (found by a review of the spot policy): the GPU Operator's and DCGM's DaemonSets
+    are meant to land on tainted spot nodes. A tolerate default reaches a DaemonSet's pods and template again, and
+    a template it gave the toleration keeps it."""
+    defaults: Any = {"namespace_defaults": {"ml": "tolerate"}, "owner_defaults": {"DaemonSet": "tolerate"}}
+    ctx = context([ON_DEMAND, *PROVIDERS["gke"][0]], **{where: defaults.get(where, "tolerate")})
+    result = mutate(_daemon_pod(), ctx)
+    assert tolerations_of(result.object) == [equal(GKE_SPOT, "true")]
+    assert (applied(result) or "").startswith("tolerate (")
+    template = mutate(_daemonset(_daemon_pod()), ctx)
+    assert tolerations_of(_template(template.object)) == [equal(GKE_SPOT, "true")]
+    later = copy.deepcopy(template.object)  # edited by its owner: reviewed again
+    _template(later)["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5"
+    again = mutate(later, dataclasses.replace(ctx, operation="UPDATE", old_object=template.object))
+    assert tolerations_of(_template(again.object)) == [equal(GKE_SPOT, "true")]
+    assert not any(spot.UNDONE in part for part in (applied(again) or "").split("; "))
+
+
+@pytest.mark.parametrize("mode", ["prefer", "require"])
+def test_no_default_but_tolerate_reaches_a_daemonsets_pods_or_template(mode: str) -> None:
     """Only a never default left DaemonSets alone: a namespace's require default ANDed gke-spot into the affinity of
     a DaemonSet's pod bound to an on-demand node by matchFields, which was then never schedulable, and its template
-    stopped covering on-demand nodes (found by a review of the spot policy). Every default leaves them alone; the
-    DaemonSet's own annotation still counts."""
+    stopped covering on-demand nodes (found by a review of the spot policy). A prefer or require default leaves them
+    alone; the DaemonSet's own annotation still counts."""
     ctx = context([ON_DEMAND, *PROVIDERS["gke"][0]], namespace_defaults={"ml": mode})
     host = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["on-demand"]}]}
     daemon = pod(affinity=with_terms(host))

@@ -350,7 +350,8 @@ class SpotSettings:
     ownerReference; Deployment reaches the pods of its ReplicaSets). A built-in kind's name means the built-in
     controller only (Job: batch/v1, not a Volcano Job); another kind is matched in any API group. ``Kind.group``
     names a kind of one API group only (Job.batch.volcano.sh: a Volcano Job's pods; PyTorchJob.kubeflow.org), and
-    comes before the same kind's bare name (the direct owner's keys come before those of a Deployment above it)."""
+    comes before the same kind's bare name (the direct owner's keys come before those of a Deployment above it).
+    DaemonSet takes only tolerate (or off): a default prefer, require or never leaves a DaemonSet's pods alone."""
     extra_taints: list[TaintSpec] = field(default_factory=list)
     """Spot taints beyond the provider presets (e.g. a k3s cluster's own)."""
     extra_labels: dict[str, str] = field(default_factory=dict)
@@ -372,7 +373,7 @@ class SpotSettings:
                 " apply; use Job (the pods of every Job, a CronJob's included)"
             )
         for kind, mode in self.owner_defaults.items():
-            if mode != "off" and kind.split(".", 1)[0] == "DaemonSet":
+            if mode in ("prefer", "require", "never") and kind.split(".", 1)[0] == "DaemonSet":  # tolerate applies
                 raise ConfigError(
                     f"spot.ownerDefaults: {kind}: {mode}: a default {mode} leaves a DaemonSet's pods alone (they run on"
                     " every node they may, spot nodes' GPU plugins among them), so it would never apply; annotate the"

@@ -25,9 +25,10 @@ configured default that applies wins, most specific first (``SpotSettings``):
 
 The owner kind goes before the namespace because it says what the workload is (a batch Job survives an eviction by
 being retried), while a namespace groups unrelated workloads; an explicit ``off`` at a more specific level turns a
-broader default off. No default reaches a DaemonSet's pods or template, whatever its mode (a DaemonSet runs on every
-node it may: kept off spot nodes, those would offer no GPU plugin; kept to them, its pods on other nodes would never
-run); only the annotation does.
+broader default off. A default prefer, require or never leaves a DaemonSet's pods and template alone (a DaemonSet
+runs on every node it may: kept off spot nodes, those would offer no GPU plugin; kept to them, its pods on other nodes
+would never run); only its annotation asks that. A default tolerate reaches them: tolerating the spot taints lets the
+GPU Operator's and DCGM's DaemonSets run on tainted spot nodes too.
 
 Which taints. The spot taints of the provider presets in force (``ctx.cluster.presets``) plus ``extra_taints``.
 When the cluster is known (it has groups: nodes or declared pools) and ``only_cluster_taints`` is on, only the taints
@@ -117,6 +118,9 @@ MODES = {
 }
 ACCEPTED = "tolerate, true, prefer, require, never or false"
 SPOT_MODES = ("tolerate", "prefer", "require")
+DAEMONSETS_LEFT_ALONE = ("prefer", "require", "never")
+"""The defaults that leave a DaemonSet's pods and template alone (``_asked``); ``SpotSettings`` refuses them in
+``ownerDefaults`` for DaemonSet, where they would never apply."""
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 PREFERRED_WEIGHT = 100
 UNDONE = "removed what "
@@ -224,11 +228,14 @@ def _asked(pod: PodView, ctx: Context, out: Outcome) -> tuple[str, str, str]:
         ignored = f"{PREFIX}{REQUEST} is not a string: ignored"
         out.warn(f"{PREFIX}{REQUEST}: not a string; ignored (use {ACCEPTED})")
     mode, why = _default(pod, ctx)
-    if mode != "off" and pod.owner_kind == "DaemonSet":  # its pods, and a DaemonSet's template
+    if mode in DAEMONSETS_LEFT_ALONE and pod.owner_kind == "DaemonSet":  # its pods, and a DaemonSet's template
         # a DaemonSet runs on every node it may, the GPU Operator's device plugin and feature discovery among them:
         # kept off spot nodes by a default, those nodes would offer no GPU; kept to them by a require (or prefer)
         # default, its pod bound to an on-demand node by matchFields was never schedulable, and its template no
         # longer covered on-demand nodes (found by a review of the spot policy). Only its own annotation counts.
+        # A tolerate default still reaches it: it only lets the DaemonSet run on tainted spot nodes too, which a
+        # GPU Operator's or DCGM's is meant to (found by a review: refusing ownerDefaults DaemonSet: tolerate made
+        # settings that loaded before crash-loop the webhook on upgrade).
         return "off", f"{why} {mode}, which leaves a DaemonSet's pods alone", ignored
     if mode == "never" and pod.spec.get("nodeName"):  # placed already
         return "off", f"{why} never, which leaves pods bound to a node alone", ignored

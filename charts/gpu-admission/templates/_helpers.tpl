@@ -262,7 +262,7 @@ nothing else would send it). */}}
 {{- fail (printf "config.spot.ownerDefaults: %q is not a kind as a pod's ownerReferences name it (CamelCase, from a capital letter: Job, ReplicaSet, Deployment, StatefulSet, ...), nor one with its API group (Job.batch.volcano.sh)" $key) }}
 {{- else if hasPrefix "ReplicationController." $key }}
 {{- fail "config.spot.ownerDefaults: ReplicationController is of the core API group, which has no name: write ReplicationController" }}
-{{- else if and (ne $mode "off") (eq (first (splitList "." $key)) "DaemonSet") }}
+{{- else if and (has $mode (list "prefer" "require" "never")) (eq (first (splitList "." $key)) "DaemonSet") }}
 {{- fail (printf "config.spot.ownerDefaults: %s: %s: a default %s leaves a DaemonSet's pods alone (they run on every node they may, spot nodes' GPU plugins among them), so it would never apply; annotate the DaemonSet's template gpu-admission.io/spot: %s to ask it" $key $mode $mode $mode) }}
 {{- end }}
 {{- $parts := splitList "." $key }}
