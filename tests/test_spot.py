@@ -2015,6 +2015,30 @@ def test_no_default_but_tolerate_reaches_a_daemonsets_pods_or_template(mode: str
     assert (applied(undone) or "").startswith(f"off (default for namespace ml {mode}, which leaves a DaemonSet's pods")
 
 
+@pytest.mark.parametrize("mode", ["prefer", "require"])
+def test_a_daemonsets_pod_steered_by_an_earlier_default_loses_that_affinity(mode: str) -> None:
+    """A DaemonSet's pod made from a template that an earlier release steered under a require default (the template
+    is not reviewed again until it changes) lost only its spot-applied words: its required spot places stayed ANDed
+    with the matchFields that binds it to an on-demand node, never schedulable, and nothing said why (found by a
+    review of the spot policy). What that mode added to its affinity goes, with words that say so; its tolerations
+    stay (the DaemonSet controller chose its node by the template's)."""
+    nodes = [ON_DEMAND, *PROVIDERS["gke"][0]]
+    earlier = mutate(_daemon_pod(mode=mode), context(nodes)).object  # as the earlier release steered it
+    del earlier["metadata"]["annotations"][ANNOTATION]
+    assert earlier["spec"]["affinity"] != _daemon_pod()["spec"]["affinity"]
+    result = mutate(earlier, context(nodes, namespace_defaults={"ml": mode}))
+    assert result.object["spec"]["affinity"] == _daemon_pod()["spec"]["affinity"]
+    assert tolerations_of(result.object) == [equal(GKE_SPOT, "true")]
+    said = "its required spot affinity" if mode == "require" else "its preferred spot affinity"
+    assert applied(result) == (
+        f"off (default for namespace ml {mode}, which leaves a DaemonSet's pods alone); removed what {mode} had"
+        f" added: {said}"
+    )
+    other = copy.deepcopy(earlier)  # another owner's pod is left alone: its mode cannot change
+    other["metadata"]["ownerReferences"][0]["kind"] = "StatefulSet"
+    assert mutate(other, context(nodes, namespace_defaults={"ml": "off"})).object["spec"] == earlier["spec"]
+
+
 @pytest.mark.parametrize("mode", ["require", "prefer"])
 def test_a_pod_bound_to_a_node_gets_no_spot_affinity(mode: str) -> None:
     """A pod created with spec.nodeName (a custom scheduler, a controller that places its pods) got the required

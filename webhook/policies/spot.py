@@ -679,12 +679,17 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wanted
     named goes too, unless the manifest kubectl applied writes it (``manifest_template_spec``). Returns what was
     taken out, in words, and whether the template changed; a second pass of the same request finds the words in
     the annotation it wrote and says them again, and a later UPDATE, whose stored object already says them, drops
-    them. Pods are left alone: their spot mode cannot change. The tolerations the new mode ``wanted`` are not said
-    to be taken out: they are added again (found by a review of the spot policy: require moved to prefer said its
-    toleration was removed, and the pod kept it)."""
+    them. Pods are left alone: their spot mode cannot change, but for a DaemonSet's, made from a template that an
+    earlier release steered under a default that now leaves DaemonSets alone (the template is not reviewed again
+    until it changes): the affinity that mode added goes, with words that say so (found by a review of the spot
+    policy: only the words went, and its required spot places stayed ANDed with the matchFields that binds it to
+    its node). Its tolerations stay: the DaemonSet controller chose its node by the template's. The tolerations
+    the new mode ``wanted`` are not said to be taken out: they are added again (found by a review of the spot
+    policy: require moved to prefer said its toleration was removed, and the pod kept it)."""
     earlier_text = ctx.prior.get(APPLIED, "")
     earlier = _mode_of(earlier_text)
-    if not pod.is_template:
+    daemon = not pod.is_template and pod.owner_kind == "DaemonSet"
+    if not pod.is_template and not daemon:
         return "", False
     if earlier == mode:
         words = [p for p in earlier_text.split("; ") if p.startswith(UNDONE)]
@@ -702,7 +707,7 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wanted
     changed = False
     named = named_tolerations(earlier_text) or []
     tolerations = pod.spec.get("tolerations")
-    if isinstance(tolerations, list) and named:
+    if isinstance(tolerations, list) and named and not daemon:
         manifest = as_list(manifest_template_spec(pod).get("tolerations"))  # the user's own, kubectl says
         own = _said_own(earlier_text)  # the user's own, the words say
         added = [w.toleration() for w in named if w not in own and w.toleration() not in manifest]
