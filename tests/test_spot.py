@@ -1454,6 +1454,32 @@ def test_a_karpenter_nodepool_at_zero_is_kept_off_and_required_by_its_label(prov
     assert not pipeline.mutate(pod("require"), context([ON_DEMAND])).allowed
 
 
+def test_a_provider_shown_by_its_kubelets_alone_names_no_spot_place() -> None:
+    """An EKS cluster of self-managed node groups shows EKS by its kubelet versions alone: its spot nodes carry no
+    eks.amazonaws.com/capacityType (only managed node groups set it; these are labelled lifecycle=spot by their
+    owner). require was admitted requiring EKS's and Karpenter's labels, Pending for good, where it was refused with
+    how to declare the spot pools (found by a review of the spot policy); never kept the pod off labels no node may
+    carry. The kubelet version still counts for the tolerations (and ExtendedResourceToleration)."""
+
+    def self_managed(name: str, labels: dict[str, str] | None = None) -> Any:
+        out = node(name, labels)
+        out["status"]["nodeInfo"] = {"kubeletVersion": "v1.30.4-eks-a737599"}
+        return out
+
+    nodes = [self_managed("sm-od"), self_managed("sm-spot", {"node.kubernetes.io/lifecycle": "spot"})]
+    ctx = context(nodes)
+    assert ctx.cluster.providers == {"eks"} and ctx.cluster.extended_resource_toleration
+    refused = pipeline.mutate(pod("require"), ctx)
+    assert not refused.allowed and "no node or pool shows a cloud provider's labels" in refused.message
+    assert mutate(pod("never"), ctx).patch == []
+    # declared as the settings say, it is required so
+    declared = context(nodes, extra_labels={"node.kubernetes.io/lifecycle": "spot"})
+    required = mutate(pod("require"), declared)
+    assert required_of(required.object) == [{"matchExpressions": [expr("node.kubernetes.io/lifecycle", "spot")]}]
+    # the settings naming EKS (its managed node groups at zero) keep its label
+    assert required_of(mutate(pod("require"), context(nodes, providers=("eks",))).object) is not None
+
+
 def test_never_says_the_same_on_a_second_pass_where_the_spot_nodes_are_out_of_reach() -> None:
     """EKS on-demand GPU nodes beside Karpenter spot nodes of CPUs: the first pass kept the pod off the EKS label's
     spot value only, and a second (reinvocation; a Deployment's pods) added the Karpenter one, rewriting the words

@@ -281,6 +281,10 @@ class ClusterView:
     """False when no source has described the cluster (no nodes listed yet and no pool declared)."""
     providers: frozenset[str] = frozenset()
     """The providers of the presets in force that the cluster shows (``shown_providers``)."""
+    labelled_providers: frozenset[str] = frozenset()
+    """Those of ``providers`` the cluster shows by their labels or OKE's pool annotation, not by a kubelet version
+    alone (``labelled_providers``): an EKS cluster of self-managed node groups shows EKS by its kubelets, and its
+    spot nodes carry no EKS label."""
     _memo: Memo = field(
         default_factory=lambda: Memo(MEMO_SIZE, 4 << 20), init=False, compare=False, repr=False, hash=False
     )
@@ -1318,19 +1322,27 @@ def build_view(
         volatile_labels=builder.volatile,
         known=synced and (known or bool(groups)),
         providers=providers,
+        labelled_providers=labelled_providers(nodes, groups, builder.presets),
     )
 
 
 def shown_providers(nodes: Sequence[Node], groups: Sequence[NodeGroup], presets: Presets) -> frozenset[str]:
     """The providers (of the presets in force) the cluster shows: their pool or spot labels on a node or a declared
-    pool, OKE's pool annotation on a node, or an EKS or GKE kubelet version. The one place that says how a provider
-    shows: the spot policy read only the labels, and took an OKE cluster with no preemptible node for k3s (found by
-    a review of the spot policy)."""
+    pool, OKE's pool annotation on a node (``labelled_providers``), or an EKS or GKE kubelet version. The one place
+    that says how a provider shows: the spot policy read only the labels, and took an OKE cluster with no
+    preemptible node for k3s (found by a review of the spot policy)."""
+    keys = presets.node_label_keys
+    return labelled_providers(nodes, groups, presets) | frozenset(n.provider for n in nodes if n.provider in keys)
+
+
+def labelled_providers(nodes: Sequence[Node], groups: Sequence[NodeGroup], presets: Presets) -> frozenset[str]:
+    """The providers (of the presets in force) whose pool or spot labels a node or a declared pool carries, or whose
+    pool annotation a node does (OKE's): not those shown by a kubelet version alone, whose nodes may carry none of
+    the provider's labels (an EKS self-managed node group's spot nodes carry no capacityType: required, a pod stayed
+    Pending for good; found by a review of the spot policy)."""
     keys = presets.node_label_keys
     carried = {k for g in groups for k in g.labels} | {k for n in nodes for k in n.annotations}
-    return frozenset(name for name, names in keys.items() if not carried.isdisjoint(names)) | frozenset(
-        n.provider for n in nodes if n.provider in keys
-    )
+    return frozenset(name for name, names in keys.items() if not carried.isdisjoint(names))
 
 
 def _extended_resource_toleration(providers: frozenset[str], builder: _Builder) -> bool:

@@ -46,17 +46,18 @@ Which places (prefer / require, and never). The spot capacity labels of the pres
 nodeSelector of each pool declared with ``spot: true`` (CoreWeave's spot pools carry no spot label). On a known
 cluster, the keys its nodes or pools carry (by key, not value: a Karpenter cluster whose nodes are all on-demand still
 has ``karpenter.sh/capacity-type``, and Karpenter can launch spot nodes for the pod), and every label of a provider
-whose spot nodes may come though none of its labels is there now: one the cluster shows, one the settings name (not
-the default ``[all]``), or one that makes nodes from zero where its cloud shows (``runs_on``: Karpenter on EKS); a
-``NotIn`` on a label no node carries, or one more alternative of the OR, harms no node. ``require`` on a known
-cluster with no place is denied, with how to declare the spot pools: the providers shown label no spot node, as
-CoreWeave's, or no provider shows at all and ``cluster.providers`` is the default ``[all]`` (a k3s or self-managed
-cluster, whose spot nodes no cloud's label tells apart). Where no node carries the labels it names, ``require`` is
-applied all the same: it is a hard constraint the user chose (typically to never pay for on-demand GPUs), a Pending
-pod is visible and easy to fix, while silently dropping the requirement would run it on capacity it refused; and
-the view may lag an autoscaler that is about to add spot nodes. ``prefer`` in that case adds no affinity (it could
-not help). ``require`` warns when no node or pool is spot capacity now, and when the pod's own constraints
-(nodeSelector, affinity, tolerations) leave it no spot pool to run on.
+whose spot nodes may come though none of its labels is there now: one the cluster shows by its labels or OKE's pool
+annotation (not by a kubelet version alone: an EKS self-managed node group's spot nodes carry no EKS label), one the
+settings name (not the default ``[all]``), or one that makes nodes from zero where its cloud shows (``runs_on``:
+Karpenter on EKS); a ``NotIn`` on a label no node carries, or one more alternative of the OR, harms no node.
+``require`` on a known cluster with no place is denied, with how to declare the spot pools: the providers shown label
+no spot node, as CoreWeave's, or no provider shows by its labels and ``cluster.providers`` is the default ``[all]``
+(a k3s or self-managed cluster, whose spot nodes no cloud's label tells apart). Where no node carries the labels it
+names, ``require`` is applied all the same: it is a hard constraint the user chose (typically to never pay for
+on-demand GPUs), a Pending pod is visible and easy to fix, while silently dropping the requirement would run it on
+capacity it refused; and the view may lag an autoscaler that is about to add spot nodes. ``prefer`` in that case
+adds no affinity (it could not help). ``require`` warns when no node or pool is spot capacity now, and when the pod's
+own constraints (nodeSelector, affinity, tolerations) leave it no spot pool to run on.
 
 Manners. A user's toleration is never removed or changed; a wanted toleration that an existing one already covers
 (an Exists on the same key, an empty-key Exists, an empty effect, an equal value) is not added. Affinity is edited
@@ -260,20 +261,24 @@ def _spot_presets(ctx: Context) -> list[TaintPreset]:
     return list(dict.fromkeys(presets))
 
 
-def _providers_shown(ctx: Context) -> set[str]:
+def _providers_shown(ctx: Context, labelled: bool = False) -> set[str]:
     """The providers the cluster shows (``ClusterView.providers``: their labels, OKE's pool annotation, a kubelet
     version). Read from the labels alone, an OKE cluster with no preemptible node showed no provider: require was
-    refused as on k3s (found by a review of the spot policy)."""
-    return set(ctx.cluster.providers)
+    refused as on k3s (found by a review of the spot policy). ``labelled``: not those a kubelet version alone shows
+    (``ClusterView.labelled_providers``), for the spot places: an EKS cluster of self-managed node groups, whose
+    spot nodes carry no EKS label, was made to require eks.amazonaws.com/capacityType=SPOT, and its pods stayed
+    Pending for good, where require was refused with how to declare the spot pools (found by a review)."""
+    return set(ctx.cluster.labelled_providers if labelled else ctx.cluster.providers)
 
 
-def _providers_coming(ctx: Context) -> set[str]:
-    """The providers whose spot nodes may come to the cluster though none is there now: those it shows, those the
-    settings name (not the default ``[all]``), and those that make nodes from zero where one of these shows
-    (``Presets.runs_on``: Karpenter on EKS). Their spot labels are kept where no node carries them: a Karpenter
-    NodePool at zero beside an EKS node group got only EKS's label, kept off or required, and Karpenter launched a
-    spot node for a never pod, or none for a require one (found by a review of the spot policy)."""
-    seen = _providers_shown(ctx)
+def _providers_coming(ctx: Context, labelled: bool = False) -> set[str]:
+    """The providers whose spot nodes may come to the cluster though none is there now: those it shows (``labelled``:
+    by their labels, ``_providers_shown``), those the settings name (not the default ``[all]``), and those that
+    make nodes from zero where one of these shows (``Presets.runs_on``: Karpenter on EKS). Their spot labels are
+    kept where no node carries them: a Karpenter NodePool at zero beside an EKS node group got only EKS's label,
+    kept off or required, and Karpenter launched a spot node for a never pod, or none for a require one (found by a
+    review of the spot policy)."""
+    seen = _providers_shown(ctx, labelled)
     if "all" not in ctx.settings.cluster.providers:
         seen |= set(ctx.settings.cluster.providers)
     return seen | {name for name, hosts in ctx.cluster.presets.runs_on.items() if not hosts.isdisjoint(seen)}
@@ -323,7 +328,8 @@ def _spot_places(ctx: Context) -> tuple[list[list[Expression]], str, bool]:
 
     The spot capacity labels of the presets and ``extra_labels``, one term per key (its values ORed), in preset
     order; then the nodeSelector of each declared pool with ``spot: true``. When the cluster is known, only the
-    keys its nodes or pools carry, and every label of a provider whose spot nodes may come (``_providers_coming``),
+    keys its nodes or pools carry, and every label of a provider whose spot nodes may come (``_providers_coming``;
+    not one a kubelet version alone shows: an EKS self-managed node group's spot nodes carry no EKS label),
     or of ``extra_labels``, none of which is there now (a GKE cluster whose spot nodes carry gke-spot is not given
     the older gke-preemptible): a ``NotIn`` on a label no node carries, or one more alternative of the OR, harms
     no node. None at all where the providers shown label no spot node (CoreWeave's spot pools
@@ -343,7 +349,7 @@ def _spot_places(ctx: Context) -> tuple[list[list[Expression]], str, bool]:
     on_cluster = not ctx.cluster.groups or any(ctx.cluster.label_values(k) for k, _ in labels)
     if ctx.cluster.groups:
         keys: dict[str, list[str]] = {}  # per provider coming, and for settings
-        coming = _providers_coming(ctx)
+        coming = _providers_coming(ctx, labelled=True)
         for key, _, provider in ctx.cluster.presets.spot_labels:
             if provider in coming:
                 keys.setdefault(provider, []).append(key)
@@ -746,7 +752,7 @@ def _deny_unplaceable(pod: PodView, ctx: Context, out: Outcome, why: str) -> Non
     """``require`` where nothing tells spot capacity apart: no preset of the providers the cluster shows labels its
     spot nodes, no ``extra_labels``, no pool declared ``spot: true``. No affinity could keep the pod to spot nodes,
     and admitting it would run it on the on-demand capacity it refused."""
-    seen = sorted(_providers_shown(ctx))
+    seen = sorted(_providers_shown(ctx, labelled=True))
     keys = [k for name in seen for k in ctx.cluster.presets.node_label_keys.get(name, ())]
     pool_key = keys[0] if keys else "<a label of the pool's nodes>"
     if seen:
