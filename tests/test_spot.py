@@ -1182,6 +1182,24 @@ def test_a_mig_refusal_under_require_names_the_spot_requirement() -> None:
     )
 
 
+@pytest.mark.parametrize("mode", [None, "never", "tolerate"])
+def test_a_mig_refusal_names_spot_require_only_under_it(mode: str | None) -> None:
+    """A pod that is not under require, whose own affinity keeps it to gke-spot, was told it was kept off the
+    on-demand MIG pool by "the spot capacity it requires (gpu-admission.io/spot: require)", and to ask for prefer
+    (found by a review of the spot policy): its own node affinity is named, and the advice is to change it."""
+    from tests.mig_fixtures import mixed_node
+
+    spot_node = node("spot-0", {GKE_SPOT: "true", NODEPOOL: "spot-l4"}, (f"{GKE_SPOT}=true:NoSchedule",), gpus=8)
+    od_node = mixed_node("od-0", "NVIDIA-A100-SXM4-40GB", {"1g.5gb": 7, "3g.20gb": 2}, "a100-od", 40960)
+    settings = Settings(cuda=CudaSettings(mode="off"), cluster=ClusterSettings(providers=["gke"]))
+    ctx = Context(settings=settings, cluster=build_view([spot_node, od_node], settings), namespace="ml")
+    own = with_terms({"matchExpressions": [expr(GKE_SPOT, "true")]})
+    result = pipeline.mutate(pod(mode, gpu="0.5", affinity=own, tolerations=[equal(GKE_SPOT, "true")]), ctx)
+    assert not result.allowed
+    assert "a100-od (1g.5gb, 3g.20gb; its node affinity)" in result.message
+    assert "spot: require" not in result.message and "spot: prefer" not in result.message
+
+
 def test_prefer_warns_when_cuda_steering_leaves_it_no_spot_pool() -> None:
     """The spot pool's driver is too old for the image's CUDA 12.4; the cuda policy, after this one, steers the pod
     off it. Before, nothing said that the preference could not be met."""

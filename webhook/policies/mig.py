@@ -179,6 +179,8 @@ class _Request:
     """The containers that ask for whole GPUs, in words ('container b (nvidia.com/gpu 1)')."""
     spot_first: bool = False
     """The spot policy, before this one, made the pod prefer spot capacity (``SpotPrefer``)."""
+    spot_required: bool = False
+    """The spot policy, before this one, made the pod require spot capacity (``spot.decided_mode``)."""
     supported: frozenset[int] | None = None
     """Ids of the groups whose driver supports the pod's CUDA (``cuda.supported_groups``); None: not known."""
 
@@ -982,15 +984,14 @@ def _refusal(
     elsewhere = [g for g in others if any(_covers(ask, p, coverage) for p in _profiles_of(req, g))]
     if elsewhere:
         shown = ", ".join(
-            f"{g.pool} ({', '.join(sorted(g.mig_profiles))}; {_kept_off(g, pod, ctx, req.whole)})"
-            for g in elsewhere[:3]
+            f"{g.pool} ({', '.join(sorted(g.mig_profiles))}; {_kept_off(g, pod, req)})" for g in elsewhere[:3]
         )
         tail += f" MIG pools this pod cannot use: {shown}."
     reachable_if = {id(g) for g in elsewhere}
     # and what keeps the pod off them too: the advice to ask less is followed by a refusal naming it otherwise
     too_small = sorted(
         {
-            f"{g.pool} ({', '.join(sorted(g.mig_profiles))}; out of reach too: {_kept_off(g, pod, ctx, req.whole)})"
+            f"{g.pool} ({', '.join(sorted(g.mig_profiles))}; out of reach too: {_kept_off(g, pod, req)})"
             for g in others
             if id(g) not in reachable_if
         }
@@ -1021,7 +1022,7 @@ def _refusal(
             " Run the whole-GPU containers in a pod of their own, ask for a fraction in them too, or add"
             " mixed-strategy MIG nodes that offer whole GPUs beside MIG devices."
         )
-    elif elsewhere and all(_kept_off_by_spot(g, pod, ctx) for g in elsewhere):
+    elif elsewhere and req.spot_required and all(_kept_off_by_spot(g, pod, ctx) for g in elsewhere):
         advice = (
             f" Ask for {PREFIX}spot: prefer (or tolerate) to let it run on demand there, or for a whole GPU"
             " (nvidia.com/gpu: 1)."
@@ -1062,12 +1063,14 @@ def _profiles_of(req: _Request, group: NodeGroup) -> list[Profile]:
     return [p for name in group.mig_profiles if (p := _profile(req, group, name)) is not None]
 
 
-def _kept_off(group: NodeGroup, pod: PodView, ctx: Context, whole: Sequence[str] = ()) -> str:
+def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
     """What keeps the pod off a MIG pool, in words: the taints it does not tolerate (not the GPU's own taint, which
     the webhook or ExtendedResourceToleration tolerates for a MIG device), the nodeSelector keys the pool's nodes
     do not match, the MIG devices its other containers have that the pool does not offer, and on single-strategy
-    and GKE pools its containers' whole GPUs (``whole``: each GPU there is a MIG device) (found by a generative
-    review: 'its node affinity' was said of a pod with none), else its node affinity."""
+    and GKE pools its containers' whole GPUs (``req.whole``: each GPU there is a MIG device) (found by a generative
+    review: 'its node affinity' was said of a pod with none), else its node affinity: the spot capacity it requires
+    where the pod is under ``spot: require`` (``req.spot_required``) and that alone keeps it off."""
+    ctx, whole = req.ctx, req.whole
     spec = {**pod.spec, "tolerations": [*as_list(pod.spec.get("tolerations")), GPU_TAINT_TOLERATION]}
     taints = untolerated(group, spec, ctx.cluster.extended_resource_toleration)
     selector = as_dict(pod.spec.get("nodeSelector"))
@@ -1090,7 +1093,7 @@ def _kept_off(group: NodeGroup, pod: PodView, ctx: Context, whole: Sequence[str]
         parts.append(f"{whole[0]} asks whole GPUs, which are MIG devices there")
     elif whole and group.allocatable.get(GPU_RESOURCE, Decimal(0)) < 1:
         parts.append(f"{whole[0]} asks whole GPUs, none offered there")
-    if not parts and _kept_off_by_spot(group, pod, ctx):
+    if not parts and req.spot_required and _kept_off_by_spot(group, pod, ctx):
         parts.append(SPOT_REQUIRED)
     return "; ".join(parts) or "its node affinity"
 
@@ -1103,7 +1106,9 @@ policy says it (``cuda._kept_off_by_spot``)."""
 def _kept_off_by_spot(group: NodeGroup, pod: PodView, ctx: Context) -> bool:
     """Whether the spot places ``spot: require`` ANDed into the pod's affinity alone keep it off ``group``: "its node
     affinity" named the pod's own rules, and the advice was to change them, for the webhook's own requirement
-    (found by a review of the spot policy)."""
+    (found by a review of the spot policy). Asked only of a pod under ``spot: require`` (``_Request.spot_required``):
+    the same places written by the user, with no spot annotation or under never, were blamed on it too (found by a
+    review)."""
     terms = spot.required_spot_places(ctx)
     trial = PodView("Pod", {}, copy_json(_placement_rules(pod)), "")  # unnarrow edits the terms in place
     if group.spot or not terms or not unnarrow(trial, terms):
@@ -1471,6 +1476,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     supported = cuda.supported_groups(pod, ctx)
     req.supported = None if supported is None else frozenset(id(g) for g in supported)
     req.spot_first = "SpotPrefer" in out.reasons
+    req.spot_required = spot.decided_mode(out) == "require"
     own = dict(as_dict(pod.spec.get("nodeSelector")))
     saved = _saved(pod, asks) if len(asks) > 1 else None
     done = _convert(req, pod, asks)

@@ -422,9 +422,19 @@ def _said_places(text: str, head: str, tail: str = "") -> list[list[Expression]]
     return _read_places(shown[: -len(tail)] if tail and shown.endswith(tail) else shown)
 
 
-def _mode_of(applied: str) -> str:
-    """The spot mode an earlier pass's words (``APPLIED``'s text) begin with: 'require (asked by annotation); ...'."""
+def mode_of(applied: str) -> str:
+    """The spot mode an earlier pass's words (``APPLIED``'s text) begin with: 'require (asked by annotation); ...'.
+    Over the final pod (``validate``), the mode this policy decided: what the cuda policy's refusal may read."""
     return applied.split(" (", 1)[0]
+
+
+def decided_mode(out: Outcome) -> str:
+    """The spot mode this policy decided for the pod in this pass, as its spot-applied words begin (tolerate, prefer,
+    require, never, off; '' where it wrote none: a pod that asks nothing and no default reaches). For the later
+    policies, which name ``spot: require`` as what keeps a pod off on-demand pools only where the pod is under it:
+    the spot places of the cluster matched the pod's own affinity to spot capacity, and a pod that asked nothing was
+    told to ask for prefer instead of require (found by a review of the spot policy)."""
+    return mode_of(out.annotations.get(APPLIED, ""))
 
 
 def required_places(applied: str) -> list[Expression]:
@@ -433,7 +443,7 @@ def required_places(applied: str) -> list[Expression]:
     ``_undo_earlier``: from the terms it can have made, ``affinity.unnarrow``'s ``narrowed``), so the CUDA
     steering's ``forget`` before it leaves them, though its steering by a pool selector may have written one too:
     taken out there, the terms that narrow multiplied no longer showed what it made."""
-    if _mode_of(applied) != "require":
+    if mode_of(applied) != "require":
         return []
     return [e for term in _said_places(applied, REQUIRES, NOT_ON_CLUSTER) or () for e in term]
 
@@ -648,7 +658,7 @@ def _forget_places(pod: PodView, ctx: Context, mode: str, terms: Sequence[Sequen
     policy's ``forget`` took out its steering, which may have written the same pool selector (found by a review
     of this session's commits). Whether the pod changed."""
     earlier = ctx.prior.get(APPLIED, "")
-    if _mode_of(earlier) != mode:
+    if mode_of(earlier) != mode:
         return False
     if mode == "require":
         said = _said_places(earlier, REQUIRES, NOT_ON_CLUSTER) or []
@@ -693,7 +703,7 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wanted
     the new mode ``wanted`` are not said to be taken out: they are added again (found by a review of the spot
     policy: require moved to prefer said its toleration was removed, and the pod kept it)."""
     earlier_text = ctx.prior.get(APPLIED, "")
-    earlier = _mode_of(earlier_text)
+    earlier = mode_of(earlier_text)
     daemon = not pod.is_template and pod.owner_kind == "DaemonSet"
     if not pod.is_template and not daemon:
         return "", False
@@ -839,7 +849,7 @@ def _own_tolerations(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wan
     the webhook writes it, went with require)."""
     earlier = ctx.prior.get(APPLIED, "")
     added: list[Wanted] = []
-    if _mode_of(earlier) == mode:
+    if mode_of(earlier) == mode:
         before = _said_own(earlier)
         added = [w for w in named_tolerations(earlier) or () if w not in before]
     tolerations = as_list(pod.spec.get("tolerations"))
