@@ -2116,7 +2116,8 @@ def test_never_reads_the_words_earlier_releases_wrote() -> None:
 def test_never_says_whose_nodes_it_would_tolerate_only_where_it_reaches_them() -> None:
     """never said "keeps off spot capacity, whose nodes it would tolerate" where the pod reached no spot node: every
     node carries a capacity label, or a k3s spot node is tainted by extraTaints (found by a review of the spot
-    policy). There it says it reaches none now; the earlier words are still read back, and kept."""
+    policy). There it says it reaches none now; the earlier words are still read back, the affinity kept, and said
+    in the words of now."""
     k3s = [
         node("spot", {USER_KEY: "yes"}, (f"{USER_KEY}=yes:NoExecute",)),
         node("on-demand", {USER_KEY: "no"}),
@@ -2134,13 +2135,43 @@ def test_never_says_whose_nodes_it_would_tolerate_only_where_it_reaches_them() -
         ctx = context(nodes, **settings)
         result = mutate(pod("never"), ctx)
         assert applied(result) == f"{unreached} {place}"
-        # words an earlier release wrote on this path are read back, and kept with the affinity
+        # words an earlier release wrote on this path are read back: the affinity is kept, and they say it now
         earlier = copy.deepcopy(result.object)
         earlier["metadata"]["annotations"][APPLIED] = f"never (asked by annotation); {KEPT_OFF}{place}"
-        again = pipeline.mutate(earlier, ctx)
-        assert again.patch == [] and required_of(again.object) == required_of(result.object)
+        again = mutate(earlier, ctx)
+        assert applied(again) == applied(result) and again.object["spec"] == result.object["spec"]
     tolerant = mutate(pod("never", tolerations=[{"operator": "Exists"}]), context(k3s, **extra))
     assert applied(tolerant) == f"never (asked by annotation); {KEPT_OFF}{USER_KEY}=yes"
+
+
+def test_never_says_whether_it_tolerates_spot_nodes_as_the_cluster_is_now() -> None:
+    """never's words were kept as they stood where the pod carried them: a template's "none of which it reaches now"
+    on the pods made from it once an EKS spot node group had scaled up, and "whose nodes it would tolerate" on those
+    made once it had scaled down; an earlier release's words, rewritten as a place was added, said "whose nodes it
+    would tolerate" with no spot node (found by a review of the spot policy). Their beginning is said as the cluster
+    is now, and a second pass says the same."""
+    on_demand = node("eks-od", {EKS: "ON_DEMAND", "eks.amazonaws.com/nodegroup": "gpu-od"})
+    spot_node = node("eks-spot", {EKS: "SPOT", "eks.amazonaws.com/nodegroup": "gpu-spot"})
+    unreached = f"never (asked by annotation); {spot.KEPT_OFF_UNREACHED}{EKS_SPOT_TEXT}"
+    reached = f"never (asked by annotation); {KEPT_OFF}{EKS_SPOT_TEXT}"
+    for before, after, said in [
+        ([on_demand], [on_demand, spot_node], reached),
+        ([on_demand, spot_node], [on_demand], unreached),
+    ]:
+        template = _template(mutate(workload("Deployment", "never"), context(before)).object)
+        made = _with_hash({"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(template)})
+        made["metadata"]["namespace"] = "ml"
+        made["metadata"]["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "w-5d8f9c7b6", "uid": "u", "controller": True}
+        ]
+        result = mutate(made, context(after))
+        assert applied(result) == said and result.object["spec"] == made["spec"]
+    # an earlier release's words, one place short, with no spot node: rewritten, in the words of now
+    earlier = pod("never", affinity=with_terms({"matchExpressions": [NOT_EKS_SPOT[0]]}))
+    earlier["metadata"]["annotations"][APPLIED] = f"never (asked by annotation); {spot.KEPT_OFF_BEFORE}{EKS}=SPOT"
+    result = mutate(earlier, context([on_demand]))
+    assert applied(result) == unreached
+    assert required_of(result.object) == [{"matchExpressions": NOT_EKS_SPOT}]
 
 
 @pytest.mark.parametrize("mode", ["require", "prefer"])

@@ -538,12 +538,27 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     if changed:
         out.mutated("spot-affinity")
     out.reasons.append("SpotNever")
+    now = KEPT_OFF if _tolerates_spot(judged, pod, ctx) else KEPT_OFF_UNREACHED
     if kept:
         words = next(p for p in earlier.split("; ") if p.startswith(KEPT_OFF_WORDS))
-        if fresh and words.startswith(KEPT_OFF_BEFORE):  # written anew anyway: in the words of now
-            words = KEPT_OFF + words[len(KEPT_OFF_BEFORE) :]
+        head = next(h for h in KEPT_OFF_WORDS if words.startswith(h))
+        # The places are said again as they were, their beginning as the cluster is now: a template's "none of which
+        # it reaches now" stayed on the pods made from it once a spot pool had scaled up, and the reverse; an earlier
+        # release's words, rewritten, said "whose nodes it would tolerate" with no spot node (found by a review of the
+        # spot policy). Those words are kept as they stand where they are still true and nothing is added.
+        if fresh or head != KEPT_OFF_BEFORE or now != KEPT_OFF:
+            words = now + words[len(head) :]
         return words + "".join(f" or {text}" for _, text in fresh)
-    return (KEPT_OFF if spot else KEPT_OFF_UNREACHED) + shown
+    return now + shown
+
+
+def _tolerates_spot(judged: JSON, pod: PodView, ctx: Context) -> bool:
+    """Whether a pod of spec ``judged`` would tolerate the nodes of a spot pool there now, its node affinity and
+    nodeSelector aside: what never's words say ("whose nodes it would tolerate", else "none of which it reaches
+    now"), the same on every pass. Judged with them, a second pass saw the later policies' steering (the cuda
+    policy's terms to the pools whose driver runs it) as the pod's own, and would say otherwise than the first."""
+    untied = {k: v for k, v in judged.items() if k not in ("affinity", "nodeSelector")}
+    return any(c.group.spot for c in ctx.cluster.eligible(untied, (), gpu_only=_is_gpu_pod(pod)))
 
 
 def _spot_now(ctx: Context, gpu_pod: bool) -> bool:
