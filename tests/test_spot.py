@@ -1412,6 +1412,29 @@ def test_never_keeps_off_spot_nodes_that_carry_no_taint(value: str) -> None:
     )
 
 
+@pytest.mark.parametrize("provider", ["aks", "oke"])
+def test_never_adds_nothing_for_spot_nodes_that_always_come_tainted(provider: str) -> None:
+    """AKS and OKE taint every spot node they make: with no spot node now, never added NotIn on their spot labels to
+    every pod all the same, where it had added nothing (found by a review of the spot policy: a never default would
+    have rolled every Deployment on its next edit). A pod that tolerates those taints is still kept off them."""
+    if provider == "aks":
+        on_demand = node("aks-od", {"kubernetes.azure.com/agentpool": "gpuod"})
+        key, value = AKS_SCALESET, "spot"
+    else:
+        on_demand = node("oke-od")
+        on_demand["metadata"]["annotations"] = {"oci.oraclecloud.com/node-pool-id": "ocid1.nodepool.oc1.od"}
+        key, value = OKE, "true"
+    ctx = context([on_demand])
+    assert ctx.cluster.providers == {provider}
+    assert mutate(pod("never"), ctx).patch == []
+    assert mutate(workload("Deployment", "never"), ctx).patch == []
+    tolerant = mutate(pod("never", tolerations=[equal(key, value)]), ctx)
+    assert {"key": key, "operator": "NotIn", "values": [value]} in (required_of(tolerant.object) or [{}])[0][
+        "matchExpressions"
+    ]
+    assert (applied(tolerant) or "").startswith(f"never (asked by annotation); {spot.KEPT_OFF_UNREACHED}")
+
+
 @pytest.mark.parametrize(("key", "on_demand", "spot"), [(EKS, "ON_DEMAND", "SPOT"), (KARPENTER, "on-demand", "spot")])
 def test_never_keeps_off_the_spot_nodes_an_autoscaler_may_add(key: str, on_demand: str, spot: str) -> None:
     """On a cluster whose nodes are all on demand now, never added nothing: Karpenter (spot first where its NodePool

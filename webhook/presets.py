@@ -45,6 +45,8 @@ class Presets:
     runs_on: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Per provider that makes nodes from zero (Karpenter), the providers on whose clusters it runs (EKS): where one of
     them shows, its spot label is kept though no node carries it (a NodePool at zero shows nothing)."""
+    spot_tainted: frozenset[str] = frozenset()
+    """The providers that give every spot node their spot taints (AKS, OKE; GKE only where the pool was made so)."""
 
 
 @lru_cache(maxsize=1)
@@ -109,4 +111,5 @@ def load_presets(
         tuple((mark, n) for n in names for mark in (raw[n] or {}).get("kubelet_versions", ())),
         frozenset(k for n in names if (raw[n] or {}).get("steer_by_pool") for k in raw[n].get("pool_labels", ())),
         {n: frozenset(raw[n]["runs_on"]) for n in names if (raw[n] or {}).get("runs_on")},
+        frozenset(n for n in names if (raw[n] or {}).get("spot_tainted")),
     )

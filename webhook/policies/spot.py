@@ -11,7 +11,8 @@ Asking. The pod (or pod template) annotation ``gpu-admission.io/spot`` says what
                       tolerates the taint itself), a required node affinity off the spot labels (``NotIn``); so
                       too where the cluster labels every node with its capacity type (Karpenter, EKS), or no node
                       carries a place's labels (a GKE spot pool at zero), whose autoscaler may add spot nodes for
-                      the pod when none is there now
+                      the pod when none is there now; not for a provider that taints every spot node (AKS, OKE)
+                      where the pod does not tolerate those taints
 
 When the pod does not ask (or asks with a value not listed above, which is warned about and ignored), the first
 configured default that applies wins, most specific first (``SpotSettings``):
@@ -526,9 +527,14 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
         # did nothing; found by a review of the spot policy), its autoscaler may add spot nodes for the pod,
         # untainted: kept off the spot places all the same (every one: a second pass, which reads them back, adds
         # any left out). Where the spot nodes there now carry the place's label, their taints keep the pod off.
+        # Not where every spot node of the place's provider carries taints the pod does not tolerate (AKS, OKE):
+        # those keep it off, as they do the spot nodes there now (found by a review: a never default edited every
+        # pod of an AKS cluster with no spot node, and would have rolled every Deployment on its next edit).
         carried = {key for g in ctx.cluster.groups if not g.spot for key in g.labels}
+        tolerations = as_list(judged.get("tolerations"))
         if not any(
             all(e["key"] in carried or not ctx.cluster.label_values(e["key"]) for alt in n for e in alt)
+            and not _tainted_off({e["key"] for alt in n for e in alt}, tolerations, ctx)
             for n in narrowings
         ):
             return ""
@@ -550,6 +556,32 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
             words = now + words[len(head) :]
         return words + "".join(f" or {text}" for _, text in fresh)
     return now + shown
+
+
+def _tainted_off(keys: Iterable[str], tolerations: Sequence[object], ctx: Context) -> bool:
+    """Whether each of ``keys`` is a spot label of providers that give every spot node their spot taints
+    (``Presets.spot_tainted``), and the pod does not tolerate all of those taints: a spot node so labelled would
+    never take it. A taint of undocumented value (OKE's) counts as tolerated by a toleration of any value."""
+    presets = ctx.cluster.presets
+    for key in keys:
+        owners = {p for k, _, p in presets.spot_labels if k == key}
+        if not owners or not owners <= presets.spot_tainted:
+            return False
+        for owner in owners:
+            taints = [t for t in presets.spot_taints if t.provider == owner]
+            if not taints or all(_may_tolerate(tolerations, t) for t in taints):
+                return False
+    return True
+
+
+def _may_tolerate(tolerations: Sequence[object], preset: TaintPreset) -> bool:
+    return any(
+        isinstance(tol, dict)
+        and toleration_tolerates(
+            tol, Taint(preset.key, as_str(tol.get("value")) if preset.value is None else preset.value, preset.effect)
+        )
+        for tol in tolerations
+    )
 
 
 def _tolerates_spot(judged: JSON, pod: PodView, ctx: Context) -> bool:
