@@ -936,10 +936,19 @@ def test_require_names_the_untolerated_gpu_taint_of_every_spot_pool_and_its_sett
     )
     result = mutate(pod("require"), context([AKS_ON_DEMAND, spot_pool]))
     assert result.warnings == [
-        "spot require: untolerated taint sku=gpu:NoSchedule (spot.gpuTaintPresets: [aks-sku-gpu] tolerates it)"
-        " (gpuspot)"
+        "spot require: untolerated sku=gpu:NoSchedule (set spot.gpuTaintPresets: [aks-sku-gpu]) (gpuspot)"
     ]
     assert mutate(pod("require"), context([AKS_ON_DEMAND, spot_pool], gpu_taint_presets=["aks-sku-gpu"])).warnings == []
+    # prefer's warning, cut at 119 characters, lost the pool and that the pod runs on demand (found by a review):
+    # the whole of it fits, and the annotation says it in full
+    preferred = mutate(pod("prefer"), context([AKS_ON_DEMAND, spot_pool]))
+    assert preferred.warnings == [
+        "spot prefer: untolerated sku=gpu:NoSchedule (set spot.gpuTaintPresets: [aks-sku-gpu]): it runs on demand"
+        " (gpuspot)"
+    ]
+    assert (applied(preferred) or "").endswith(
+        "; untolerated taint sku=gpu:NoSchedule (spot.gpuTaintPresets: [aks-sku-gpu] tolerates it) (gpuspot)"
+    )
 
 
 def test_gpu_taint_presets_not_for_non_spot_pods() -> None:

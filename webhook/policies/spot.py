@@ -849,7 +849,7 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
         why = f"no spot pool offers its {', '.join(sorted(gpus))}"  # e.g. the MIG profile it was given
         detail = why
     elif taint := _untolerated_gpu_taint(pod, ctx, gpus, gpu_pod):
-        why = detail = taint
+        why, detail = taint
     else:
         why = "its nodeSelector, affinity or tolerations exclude every spot pool"
         detail = f"{why}, as the webhook leaves them (its steering: {PREFIX}cuda, {PREFIX}mig)"
@@ -863,20 +863,27 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     out.warn(f"{head} ({shown if len(shown) <= room else shown[: room - 1] + '…'})")
 
 
-def _untolerated_gpu_taint(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal], gpu_pod: bool) -> str:
+def _untolerated_gpu_taint(
+    pod: PodView, ctx: Context, gpus: Mapping[str, Decimal], gpu_pod: bool
+) -> tuple[str, str] | None:
     """Where a documented GPU taint that ExtendedResourceToleration does not cover, and no setting tolerates, keeps
     the pod off every spot pool (AKS's sku=gpu:NoSchedule), the words that name it and the setting that tolerates
-    it: "its nodeSelector, affinity or tolerations" was said instead (found by a review of the spot policy)."""
+    it: "its nodeSelector, affinity or tolerations" was said instead (found by a review of the spot policy). Short
+    words for the warning, and those of the annotation: prefer's warning, cut at 119 characters, lost the pools and
+    that the pod runs on demand (found by a review)."""
     off = {n: p for n, p in ctx.cluster.presets.gpu_taints.items() if n not in ctx.settings.spot.gpu_taint_presets}
     if not gpu_pod or not off:
-        return ""
+        return None
     spec = {**pod.spec, "tolerations": as_list(pod.spec.get("tolerations"))}
     for name, p in sorted(off.items()):
         trial = {**spec, "tolerations": [*spec["tolerations"], Wanted(p.key, p.value, p.effect).toleration()]}
         if any(c.group.spot for c in ctx.cluster.eligible(trial, gpus, gpu_only=gpu_pod)):
             taint = Wanted(p.key, p.value, p.effect)
-            return f"untolerated taint {taint} (spot.gpuTaintPresets: [{name}] tolerates it)"
-    return ""
+            return (
+                f"untolerated {taint} (set spot.gpuTaintPresets: [{name}])",
+                f"untolerated taint {taint} (spot.gpuTaintPresets: [{name}] tolerates it)",
+            )
+    return None
 
 
 def _distinct(wanted: Sequence[Wanted]) -> list[Wanted]:
