@@ -2219,3 +2219,27 @@ def test_a_pod_bound_after_a_pass_loses_the_affinity_that_pass_added(mode: str) 
     again = mutate(first, context(nodes, **{}))
     assert "affinity" not in again.object["spec"], again.object["spec"]
     assert "bound to node on-demand: no affinity" in (applied(again) or "")
+
+
+def _cpu_node(name: str, labels: dict[str, str]) -> Any:
+    out = node(name, labels, gpus=0)
+    del out["metadata"]["labels"]["nvidia.com/gpu.product"]
+    return out
+
+
+@pytest.mark.parametrize(
+    "nodes",
+    [
+        pytest.param([], id="unknown"),
+        pytest.param([ON_DEMAND], id="on-demand"),
+        pytest.param([ON_DEMAND, *PROVIDERS["gke"][0]], id="gke-spot"),
+        pytest.param([_cpu_node("cpu-spot", {KARPENTER: "spot"}), node("eks-od", {EKS: "ON_DEMAND"})], id="cpu-spot"),
+    ],
+)
+def test_the_view_says_once_what_the_spot_policy_asks_of_every_request(nodes: list[Any]) -> None:
+    """Whether spot capacity is there now, and the label keys of on-demand groups, were worked out from the groups on
+    every request (found by a review): the view carries them, built with it, as the groups say."""
+    view = context(nodes).cluster
+    assert view.spot_now is any(g.spot for g in view.groups)
+    assert view.gpu_spot_now is any(g.spot and g.has_gpu for g in view.groups)
+    assert view.on_demand_keys == {k for g in view.groups if not g.spot for k in g.labels}

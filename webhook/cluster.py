@@ -285,6 +285,13 @@ class ClusterView:
     """Those of ``providers`` the cluster shows by their labels or OKE's pool annotation, not by a kubelet version
     alone (``labelled_providers``): an EKS cluster of self-managed node groups shows EKS by its kubelets, and its
     spot nodes carry no EKS label."""
+    spot_now: bool = False
+    """A group is spot capacity now (its labels or taints, or a pool declared ``spot: true``)."""
+    gpu_spot_now: bool = False
+    """A group with GPUs is spot capacity now."""
+    on_demand_keys: frozenset[str] = frozenset()
+    """The label keys of the groups that are not spot capacity. These three are read by the spot policy on every
+    request, and were worked out there from the groups each time (found by a review)."""
     _memo: Memo = field(
         default_factory=lambda: Memo(MEMO_SIZE, 4 << 20), init=False, compare=False, repr=False, hash=False
     )
@@ -1323,6 +1330,9 @@ def build_view(
         known=synced and (known or bool(groups)),
         providers=providers,
         labelled_providers=labelled_providers(nodes, groups, builder.presets),
+        spot_now=any(g.spot for g in groups),
+        gpu_spot_now=any(g.spot and g.has_gpu for g in groups),
+        on_demand_keys=frozenset(key for g in groups if not g.spot for key in g.labels),
     )
 
 

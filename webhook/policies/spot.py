@@ -530,7 +530,7 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
         # Not where every spot node of the place's provider carries taints the pod does not tolerate (AKS, OKE):
         # those keep it off, as they do the spot nodes there now (found by a review: a never default edited every
         # pod of an AKS cluster with no spot node, and would have rolled every Deployment on its next edit).
-        carried = {key for g in ctx.cluster.groups if not g.spot for key in g.labels}
+        carried = ctx.cluster.on_demand_keys
         tolerations = as_list(judged.get("tolerations"))
         if not any(
             all(e["key"] in carried or not ctx.cluster.label_values(e["key"]) for alt in n for e in alt)
@@ -596,7 +596,7 @@ def _tolerates_spot(judged: JSON, pod: PodView, ctx: Context) -> bool:
 def _spot_now(ctx: Context, gpu_pod: bool) -> bool:
     """Whether a node or pool of the known cluster is spot capacity now (its labels or taints, or ``spot: true``),
     one with GPUs for a GPU pod (a spot pool of CPU nodes is none for it)."""
-    return any(g.spot and (g.has_gpu or not gpu_pod) for g in ctx.cluster.groups)
+    return ctx.cluster.gpu_spot_now if gpu_pod else ctx.cluster.spot_now
 
 
 def _label_text(key: str, values: Sequence[str]) -> str:
