@@ -529,7 +529,7 @@ def test_what_a_snapshot_plans_is_bounded_by_bytes() -> None:
 
     def costly(n: int) -> dict[str, Any]:
         pod = gpu_pod(image=STEERED_IMAGE)
-        zones = [f"zone-{n}-{i:06d}-" + "x" * 20 for i in range(20_000)]  # about 0.7 MB
+        zones = [f"zone-{n:02d}-{i:06d}-" + "x" * 44 for i in range(8_000)]  # 0.5 MB, within the values' bound
         term = {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": zones}]}
         pod["spec"]["affinity"] = {
             "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
