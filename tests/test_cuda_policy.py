@@ -1791,33 +1791,6 @@ def test_a_helm_templates_steering_by_gpu_product_is_taken_out_when_no_longer_ne
         assert pipeline.mutate(copy.deepcopy(after), update).patch == []
 
 
-def test_steering_added_beside_a_users_own_product_term_is_taken_out_of_the_terms_it_made() -> None:
-    """A Helm chart's terms [hostname In (h100, rtx)] or [product H100]: the steering added the product to the first
-    term, the line named nothing (the second held it), and after the image moved to a CUDA every pool runs the
-    template kept H100 only, the RTX left out for good (found by a review of this session's commits). The line names
-    what narrow added; it is taken out of the terms narrow made, and the user's own term stays."""
-    nodes = [
-        gpu_node("h100", "k3s", "570.124.06", product=H100, pool_label="node.kubernetes.io/instance-type"),
-        gpu_node("rtx", "k3s", "570.26", product=RTX, pool_label="node.kubernetes.io/instance-type"),
-    ]
-    ctx = context(nodes)
-    hosts = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["h100", "rtx"]}
-    product = {"key": "nvidia.com/gpu.product", "operator": "In", "values": [H100]}
-    own = [{"matchExpressions": [hosts]}, {"matchExpressions": [product]}]
-    affinity = {"nodeAffinity": {cuda.REQUIRED: {"nodeSelectorTerms": copy.deepcopy(own)}}}
-    workload = deployment(pod(container(image="nvidia/cuda:13.0.0-base-ubuntu22.04"), affinity=affinity)["spec"])
-    live = pipeline.mutate(copy.deepcopy(workload), ctx).object
-    assert required_terms(live) == [{"matchExpressions": [hosts, product]}, {"matchExpressions": [product]}]
-    assert f"\n{cuda.STEERING}nvidia.com/gpu.product In ({H100})" in annotation_of(live)
-    assert pipeline.mutate(copy.deepcopy(live), ctx).patch == []
-    sent = copy.deepcopy(live)
-    sent["spec"]["template"]["spec"]["containers"][0]["image"] = IMAGE_124
-    update = dataclasses.replace(ctx, operation="UPDATE", old_object=live)
-    after = pipeline.mutate(sent, update).object
-    assert required_terms(after) == own
-    assert pipeline.mutate(copy.deepcopy(after), update).patch == []
-
-
 def test_an_earlier_versions_steering_line_keeps_a_product_term_without_a_manifest() -> None:
     """A template steered by an earlier version, whose line named every expression: without kubectl's manifest its
     product term may be the user's own, and stays, as before."""

@@ -94,19 +94,6 @@ def narrow(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool:
     return True
 
 
-def added_by_narrow(terms: Sequence[JSON], alternatives: Sequence[Sequence[Expression]]) -> list[list[Expression]]:
-    """Of ``alternatives``, the expressions ``narrow`` adds to a pod whose required terms are ``terms``: those of
-    an alternative that some term it multiplies lacks (every one where there are no terms; none where narrow
-    changes nothing). An expression every such term held already is the pod's own. Alternatives left with nothing
-    are dropped."""
-    multiplied = [t for t in terms if not _empty(t) and not any(_implied(t, alt) for alt in alternatives)]
-    if terms and not multiplied:
-        return []
-    held = [{json_key(e) for e in as_list(t.get("matchExpressions"))} for t in multiplied]
-    added = [[e for e in alt if not held or any(json_key(e) not in h for h in held)] for alt in alternatives]
-    return [alt for alt in added if alt]
-
-
 def holds(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool:
     """Whether ``narrow(pod, alternatives)`` has been applied: the pod has required terms, each implying one of the
     alternatives (or empty)."""

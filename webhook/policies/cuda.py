@@ -27,7 +27,6 @@ from typing import Literal, TypeVar
 from webhook import PREFIX
 from webhook.affinity import (
     Expression,
-    added_by_narrow,
     expression,
     holds,
     json_key,
@@ -755,21 +754,15 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
         # without kubectl's manifest to tell them apart it stays (a second pass took the user's H100 term out, and
         # the Job was left only the pool that cannot run it; found by a review)
         written = [e for e in written if as_str(e.get("key")) != PRODUCT_LABEL]
+    # Without kubectl's manifest nothing tells the user's own terms on GFD's CUDA labels from the steering's but
+    # the words: a CronJob's Jobs (the CronJob controller writes none) lost the user's own (a generative review)
+    ours = [*_steering_of(pod), *written] if applied_by_kubectl(pod) else written
+    if not ours:
+        return
     # not what the manifest itself writes, nor a place the spot policy's require wrote (it may be the same pool
     # selector): that policy takes its own out and writes them again in order (``spot.required_places``)
     spot_places = frozenset(json_key(e) for e in spot.required_places(ctx.prior.get(spot.APPLIED, "")))
-    if not applied_by_kubectl(pod):
-        # Without kubectl's manifest nothing tells the user's own terms on GFD's CUDA labels from the steering's but
-        # the words: a CronJob's Jobs (the CronJob controller writes none) lost the user's own (a generative review).
-        # The line names what the steering added; it is taken out of the terms the steering made, not of one the
-        # template held whole (a user's [product H100] beside [hostname ...], to which the steering added it)
-        if written:
-            alternatives = said if added_only else [[e] for e in written]
-            unnarrow(pod, alternatives, keep=spot_places, narrowed=added_only)
-        return
-    ours = [*_steering_of(pod), *written]
-    if ours:
-        unnarrow(pod, [[e] for e in ours], keep=manifest_expressions(pod) | spot_places)
+    unnarrow(pod, [[e] for e in ours], keep=manifest_expressions(pod) | spot_places)
 
 
 def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
@@ -780,7 +773,7 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     (``STEERING``), for its next review to take out (``forget``); a pod's, which no later review reads, does not
     (the words, said again on a pod steered already, could be a forged annotation's)."""
     plan = _planned("steer", pod, ctx, lambda mode, checks: plan_steering(pod, mode, checks, ctx))
-    before = required_terms(pod) if pod.is_template else []  # narrow replaces the list, and copies what it keeps
+    held = _held(pod) if pod.is_template and plan is not None and plan.alternatives else frozenset()
     if plan is None:
         if pod.defers_gpu and mode_of(ctx) != "off":  # a gpu-memory ask, or the gpu-fraction annotation
             out.annotate(POLICY, DEFERRED)
@@ -795,11 +788,7 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
         # a Kueue Job was steered to a spot pool, its only compatible one, without a word in kubectl)
         warning = f"cuda: only spot pools run its CUDA, steered there (it may be preempted): {plan.spot_only}"
         out.warn(clipped(warning, WARNING_LIMIT))
-    # a template's line names only what the steering added (``added_by_narrow``): an expression the template
-    # held already is its own, a Helm chart's gpu.product In (H100) in the steering's words; taking it out had left
-    # a Job only a pool that cannot run it, and leaving every product term alone had kept a template on one GPU
-    # after its image no longer needed it (found by two reviews)
-    steered = added_by_narrow(before, plan.alternatives) if pod.is_template and plan.alternatives else None
+    steered = _added(plan.alternatives, held) if pod.is_template and plan.alternatives else None
     if pod.is_template and not steered:  # what ``forget`` kept, the manifest writing it too
         said = _said_steering(ctx.prior.get(POLICY, ""))
         steered = said[0] if said and _could_steer(said[0], ctx) and holds(pod, said[0]) else None
@@ -810,6 +799,22 @@ STEERING = "steering added by gpu-admission (required node affinity): "
 """How the annotation's line naming the expressions the steering added begins; read back by ``_said_steering``."""
 STEERING_BEFORE = "steering written by gpu-admission (required node affinity): "
 """How an earlier version's line began: it named every expression of the steering, those the template held too."""
+
+
+def _held(pod: PodView) -> frozenset[object]:
+    """The ``json_key``s of the expressions in the template's required terms before the steering narrows them."""
+    return frozenset(json_key(e) for t in required_terms(pod) for e in as_list(t.get("matchExpressions")))
+
+
+def _added(alternatives: Sequence[Sequence[Expression]], held: frozenset[object]) -> list[list[Expression]]:
+    """Of the steering's alternatives, the expressions no term of the template held before: those the steering
+    added, the only ones its next review takes out. One a term held is the template's own (a Helm chart's
+    ``gpu.product In (H100)``, in the steering's words), and is left where it is, though narrow added it to
+    another term: with no manifest to tell them apart, taking it out had left a Job only a pool that cannot run
+    it, and leaving every product term alone had kept a template on one GPU after its image no longer needed it
+    (found by two reviews)."""
+    kept = [[e for e in alt if json_key(e) not in held] for alt in alternatives]
+    return [alt for alt in kept if alt]
 
 
 _EXPRESSION_TEXT = re.compile(r"(\S+) (In|NotIn|Gt|Lt|Exists|DoesNotExist)(?: \(([^()]*)\))?")
