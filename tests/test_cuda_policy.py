@@ -1791,6 +1791,37 @@ def test_a_helm_templates_steering_by_gpu_product_is_taken_out_when_no_longer_ne
         assert pipeline.mutate(copy.deepcopy(after), update).patch == []
 
 
+def test_a_users_own_term_holding_the_steering_keeps_it_without_a_manifest() -> None:
+    """A Helm chart's terms [zone a, product H100] or [zone b]: the steering added the product to the second term.
+    Taking the line's product out of every term that looks made by it took the user's own H100 out of the first,
+    and the RTX in zone a could run the pod (found by a review of this session's commits). With no manifest and a
+    term that held an expression the steering writes, that expression is not named, and stays (a term narrow
+    multiplied keeps it too: the known limit, see the cuda policy's ``_added``)."""
+    nodes = [
+        gpu_node("h100-a", "k3s", "570.124.06", product=H100, labels={"topology.kubernetes.io/zone": "a"}),
+        gpu_node("rtx-a", "k3s", "570.26", product=RTX, labels={"topology.kubernetes.io/zone": "a"}),
+        gpu_node("h100-b", "k3s", "570.124.06", product=H100, labels={"topology.kubernetes.io/zone": "b"}),
+        gpu_node("rtx-b", "k3s", "570.26", product=RTX, labels={"topology.kubernetes.io/zone": "b"}),
+    ]
+    for n in nodes:
+        n["metadata"]["labels"]["node.kubernetes.io/instance-type"] = n["metadata"]["labels"].pop(POOL_LABEL, "x")
+    ctx = context(nodes)
+    product = {"key": "nvidia.com/gpu.product", "operator": "In", "values": [H100]}
+    zone_a = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}
+    zone_b = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["b"]}
+    own = [{"matchExpressions": [zone_a, product]}, {"matchExpressions": [zone_b]}]
+    affinity = {"nodeAffinity": {cuda.REQUIRED: {"nodeSelectorTerms": copy.deepcopy(own)}}}
+    workload = deployment(pod(container(image="nvidia/cuda:13.0.0-base-ubuntu22.04"), affinity=affinity)["spec"])
+    live = pipeline.mutate(copy.deepcopy(workload), ctx).object
+    assert required_terms(live) == [own[0], {"matchExpressions": [zone_b, product]}]
+    sent = copy.deepcopy(live)
+    sent["spec"]["template"]["spec"]["containers"][0]["image"] = IMAGE_124
+    update = dataclasses.replace(ctx, operation="UPDATE", old_object=live)
+    after = pipeline.mutate(sent, update).object
+    assert own[0] in required_terms(after), required_terms(after)
+    assert pipeline.mutate(copy.deepcopy(after), update).patch == []
+
+
 def test_an_earlier_versions_steering_line_keeps_a_product_term_without_a_manifest() -> None:
     """A template steered by an earlier version, whose line named every expression: without kubectl's manifest its
     product term may be the user's own, and stays, as before."""

@@ -812,7 +812,10 @@ def _added(alternatives: Sequence[Sequence[Expression]], held: frozenset[object]
     ``gpu.product In (H100)``, in the steering's words), and is left where it is, though narrow added it to
     another term: with no manifest to tell them apart, taking it out had left a Job only a pool that cannot run
     it, and leaving every product term alone had kept a template on one GPU after its image no longer needed it
-    (found by two reviews)."""
+    (found by two reviews). The known limit: where one term held it and narrow added it to another, it stays in
+    both after the image no longer needs it (a stale restriction, never a user's lost). Taking it out of the terms
+    that look made by narrow instead took a user's own [zone a, product H100] apart (found by a review): telling
+    them apart needs the line to name, per term, what narrow kept whole."""
     kept = [[e for e in alt if json_key(e) not in held] for alt in alternatives]
     return [alt for alt in kept if alt]
 
