@@ -381,7 +381,7 @@ def test_refused_bodies_name_what_is_wrong(text: str, words: str) -> None:
     ("path", "image"),
     [
         ("/mutate", "nvidia/cuda:12.2.2-base-ubuntu22.04"),
-        ("/validate", "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime"),  # no forward compatibility: denied
+        ("/validate", "pytorch/pytorch-nightly:2700000-cu12.8"),  # no forward compatibility: denied
     ],
 )
 def test_an_answer_that_quotes_a_lone_surrogate_is_still_json(client: Any, path: str, image: str) -> None:

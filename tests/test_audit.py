@@ -263,7 +263,7 @@ def test_decision_line_of_a_denial() -> None:
 
 
 # -- what the apiserver takes: auditAnnotations keys, warnings ----------------------------------------------------
-TORCH_128 = "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime"
+TORCH_128 = "pytorch/pytorch-nightly:2700000-cu12.8"
 """CUDA 12.8 without the forward-compatibility libraries: denied on the 550 driver of the test nodes."""
 POLICY_PODS = [
     pytest.param(gpu_pod(), Settings(), id="cuda-compatible"),
@@ -334,7 +334,7 @@ def test_valid_audit_key(key: str, valid: bool) -> None:
 def test_denial_actions() -> None:
     settings = Settings(cuda=CudaSettings(mode="warn"))
     ctx = Context(settings=settings, cluster=cluster_of(settings).snapshot(), namespace="default")
-    warned = pipeline.validate(gpu_pod(image="pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime"), ctx)
+    warned = pipeline.validate(gpu_pod(image="pytorch/pytorch-nightly:2700000-cu12.8"), ctx)
     assert denial_actions(warned) == [("CUDAIncompatible", "warned")]
     denied = pipeline.mutate(gpu_pod(limits={"nvidia.com/gpu": "1.5"}), ctx)
     assert denial_actions(denied) == [("MIGInvalidFraction", "denied")]

@@ -43,7 +43,7 @@ def _pod(image: str, limits: dict[str, str]) -> dict[str, Any]:
 
 
 def test_admitted_pod_exits_0_and_prints_its_annotations(tmp_path: Path) -> None:
-    pod = _pod("pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", {"nvidia.com/gpu": "0.5"})
+    pod = _pod("pytorch/pytorch-nightly:2400000-cu12.4", {"nvidia.com/gpu": "0.5"})
     run = cli("review", "-f", _manifest(tmp_path, pod), "--nodes", str(NODES), "--config", str(CONFIG))
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("ADMITTED")
@@ -52,7 +52,7 @@ def test_admitted_pod_exits_0_and_prints_its_annotations(tmp_path: Path) -> None
 
 
 def test_an_admitted_workload_prints_its_pod_templates_annotations(tmp_path: Path) -> None:
-    pod = _pod("pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", {"nvidia.com/gpu": "0.5"})
+    pod = _pod("pytorch/pytorch-nightly:2400000-cu12.4", {"nvidia.com/gpu": "0.5"})
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -200,7 +200,7 @@ def test_a_yaml_manifest_is_read_as_kubectl_sends_it(tmp_path: Path) -> None:
     """An unquoted date stays the text it is written as (kubectl's YAML reader keeps it a string), and a key YAML
     reads as a number becomes its text: the review prints JSON, and the patch touches neither."""
     path = tmp_path / "m.yaml"
-    pod = _pod("pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", {"nvidia.com/gpu": "1"})
+    pod = _pod("pytorch/pytorch-nightly:2400000-cu12.4", {"nvidia.com/gpu": "1"})
     annotations = "  annotations:\n    built: 2024-05-01\n    7: seven\n"
     text = yaml.safe_dump(pod).replace("  name: p\n", f"  name: p\n{annotations}")
     path.write_text(text)
@@ -224,7 +224,7 @@ def test_a_yaml_manifest_is_read_as_kubectl_sends_it(tmp_path: Path) -> None:
 )
 def test_a_manifest_value_json_cannot_carry_exits_2_naming_where(tmp_path: Path, value: str, words: str) -> None:
     path = tmp_path / "m.yaml"
-    pod = _pod("pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", {"nvidia.com/gpu": "1"})
+    pod = _pod("pytorch/pytorch-nightly:2400000-cu12.4", {"nvidia.com/gpu": "1"})
     path.write_text(yaml.safe_dump(pod).replace("spec:\n", f"spec:\n  terminationGracePeriodSeconds: {value}\n"))
     run = cli("review", "-f", str(path), "--nodes", str(NODES), "--config", str(CONFIG))
     assert run.returncode == 2
@@ -236,7 +236,7 @@ def test_yaml_aliases_that_expand_past_a_million_values_exit_2(tmp_path: Path) -
     review that grew each part of a pod)."""
     laughs = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
     laughs += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 7)]
-    pod = _pod("pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", {"nvidia.com/gpu": "1"})
+    pod = _pod("pytorch/pytorch-nightly:2400000-cu12.4", {"nvidia.com/gpu": "1"})
     text = yaml.safe_dump(pod).replace("spec:\n", "spec:\n  x-laughs:\n" + "".join(f"    {line}\n" for line in laughs))
     path = tmp_path / "laughs.yaml"
     path.write_text(text)
@@ -559,9 +559,7 @@ def _pod_update(image: str, gated: bool = True) -> dict[str, Any]:
             "DENIED\ntaking away the pod's last scheduling gate (kueue.x-k8s.io/admission",
             id="ungate-denied",
         ),
-        pytest.param(
-            _pod_update("pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime"), 0, "ADMITTED\n", id="ungate-admitted"
-        ),
+        pytest.param(_pod_update("pytorch/pytorch-nightly:2400000-cu12.4"), 0, "ADMITTED\n", id="ungate-admitted"),
         pytest.param(
             _pod_update("pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime", gated=False),
             0,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import io
 import json
 from decimal import Decimal
 from typing import Any
@@ -22,7 +24,7 @@ CUDA_KEY = "gpu-admission.io/cuda"
 NEW_MAJOR, NEW_MINOR = "nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor"
 OLD_MAJOR, OLD_MINOR = "nvidia.com/cuda.runtime.major", "nvidia.com/cuda.runtime.minor"
 
-IMAGE_128 = "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime"  # CUDA 12.8, no forward compatibility (no compat package)
+IMAGE_128 = "pytorch/pytorch-nightly:2700000-cu12.8"  # CUDA 12.8, no forward compatibility (no compat package)
 DRIVER_128 = "570.26"  # the reference table's CUDA 12.8 GA row: the policy judges 12.8.1 as major.minor
 IMAGE_124 = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
 
@@ -104,8 +106,8 @@ def test_non_gpu_pods_pass_untouched(obj: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("driver", "image", "allowed"),
     [
-        pytest.param("570.26", "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime", True, id="12.8-at-minimum"),
-        pytest.param("570.25", "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime", False, id="12.8-one-below"),
+        pytest.param("570.26", "pytorch/pytorch-nightly:2700000-cu12.8", True, id="12.8-at-minimum"),
+        pytest.param("570.25", "pytorch/pytorch-nightly:2700000-cu12.8", False, id="12.8-one-below"),
         pytest.param("550.54.14", "nvidia/cuda:12.4.1-base-ubuntu22.04", True, id="12.4-at-minimum"),
         pytest.param("550.54.13", "nvidia/cuda:12.4.1-base-ubuntu22.04", False, id="12.4-one-below"),
         pytest.param("535.54.03", "nvidia/cuda:12.2.2-base-ubuntu22.04", True, id="12.2-at-minimum"),
@@ -168,7 +170,7 @@ def test_none_compatible_denies_with_an_actionable_message() -> None:
         "container trainer",  # which container
         f"image {IMAGE_128}",  # which image
         "needs CUDA 12.8",  # which version
-        "from image tag, pytorch/pytorch 2.7.0-cuda12.8-cudnn9-runtime",  # where it came from
+        "from image tag, pytorch nightly 2700000-cu12.8",  # where it came from
         "pool gpu-a (driver 535.104.05, CUDA 12.2)",  # the pools with driver and CUDA
         "pool gpu-b (driver 560.35.03, CUDA 12.6)",
         "Use an image built for CUDA <= 12.6",  # what to do
@@ -443,7 +445,7 @@ def test_forward_compatibility_only_on_data_center_gpus() -> None:
     """The runtime's check passes on a GeForce GPU too, and the CUDA application then fails with error 804: denied,
     saying so; on an H100 of the same driver it is admitted as forward compatibility."""
     geforce = gpu_node("g", "geforce", "535.104.05", product="NVIDIA-GeForce-RTX-4090")
-    image = "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"
+    image = "pytorch/pytorch-nightly:2800000-cu12.8"
     obj = pod(container(image=image, env={"NVIDIA_REQUIRE_CUDA": EVERY_BRAND}))
     denied = pipeline.review(obj, context([geforce]))
     assert not denied.allowed
@@ -577,9 +579,9 @@ def test_a_strict_lower_bound_needs_the_next_minor() -> None:
             container(image="ubuntu:22.04", env={"CUDA_VERSION": "12.8.1"}), {}, "env CUDA_VERSION", id="cuda-version"
         ),
         pytest.param(
-            container(image="pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"),
+            container(image="pytorch/pytorch-nightly:2800000-cu12.8"),
             {},
-            "image tag, pytorch/pytorch 2.8.0-cuda12.8-cudnn9-runtime",
+            "image tag, pytorch nightly 2800000-cu12.8",
             id="image",
         ),
     ],
@@ -870,7 +872,7 @@ def test_warn_mode_warns_of_every_container_with_the_driver_to_upgrade_to() -> N
     """Found by the reporting review: the warning led with the image fix and was cut at kubectl's line length before
     the driver version, and two containers' warnings, cut alike, read as one."""
     ctx = context([A], settings({"mode": "warn"}))
-    obj = pod(container(image=IMAGE_128), container("eval", image="pytorch/pytorch:2.6.0-cuda12.6-cudnn9-runtime"))
+    obj = pod(container(image=IMAGE_128), container("eval", image="pytorch/pytorch-nightly:2600000-cu12.6"))
     result = pipeline.review(obj, ctx)
     assert result.allowed
     would = [w for w in result.warnings if w.startswith("would be denied (CUDAIncompatible) in enforce mode: ")]
@@ -1429,7 +1431,7 @@ def test_a_cronjobs_jobs_keep_the_users_own_terms_on_the_cuda_labels() -> None:
         pytest.param("vllm/vllm-openai:nightly-cu129", "570.124.06", RTX, "amd64", False, id="vllm-geforce"),
         pytest.param("vllm/vllm-openai:v0.10.1-cu126", "535.230.02", A100, "arm64", True, id="vllm-cu126-arm64"),
         pytest.param("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-devel", "550.127.05", H100, "amd64", True, id="pt-devel"),
-        pytest.param("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime", "550.127.05", H100, "amd64", False, id="pt-rt"),
+        pytest.param("pytorch/pytorch-nightly:2700000-cu12.8", "550.127.05", H100, "amd64", False, id="pt-rt"),
         pytest.param("pytorch/pytorch:2.4.0-cuda12.5-cudnn9-devel", "535.230.02", H100, "arm64", False, id="pt-12.5"),
         # Triton's TensorRT-LLM 25.10 is CUDA 12.9.1, not the release's 13.0: NVIDIA lists it with 575.57.08
         pytest.param("nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3", "575.57.08", H100, "amd64", True, id="trt"),
@@ -1855,3 +1857,37 @@ def test_a_taken_product_is_steered_to_with_its_driver() -> None:
     result = pipeline.review(pod(vllm), ctx)
     assert result.allowed
     assert {c.group.pool for c in ctx.cluster.eligible(result.object["spec"])} == {f"{H100}/driver-535.104.05"}
+
+
+RUNTIME_124 = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+
+
+def test_a_pytorch_runtime_image_runs_on_any_driver_of_its_major_by_minor_version_compatibility() -> None:
+    """pytorch/pytorch's runtime images are built FROM ubuntu with PyTorch's CUDA libraries and set no CUDA
+    variable: nothing checks them at start, and minor-version compatibility runs a 12.x build on any driver from
+    525.60.13. Under strict they were refused on driver 535 (CUDA 12.2), the most common image on the most common
+    driver (found by a review of real images). Strict still holds for images that the runtime checks."""
+    nodes = [gpu_node("old", "old", "535.104.05", product=H100), gpu_node("new", "new", "570.124.06", product=H100)]
+    ctx = context(nodes)
+    result = pipeline.review(pod(container(image=RUNTIME_124)), ctx)
+    assert result.allowed, result.message
+    assert required_terms(result.object) == []  # both pools run it: nothing steered
+    said = annotation_of(result.object)
+    assert said.split("\n")[0].endswith("CUDA 12.2) (minor-version compatibility on pool old)"), said
+    strict = pipeline.review(pod(container(image="pytorch/pytorch-nightly:2510000-cu12.4")), ctx)  # no rule says so
+    assert {e["key"] for t in required_terms(strict.object) for e in t["matchExpressions"]} == {NEW_MAJOR, NEW_MINOR}
+    below = pipeline.review(pod(container(image=RUNTIME_124)), context([gpu_node("r470", "r470", "470.256.02")]))
+    assert not below.allowed and "or upgrade the driver to >= 525.60.13 on pool r470" in below.message, below.message
+    thirteen = pipeline.review(pod(container(image="pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime")), ctx)
+    assert not thirteen.allowed and "needs CUDA 13.0" in thirteen.message  # its major's floor is 580.65.06
+
+
+def test_the_image_command_says_where_minor_version_compatibility_runs_an_image() -> None:
+    from webhook import cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["image", RUNTIME_124, "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-devel"]) == 0
+    runtime, devel = out.getvalue().splitlines()
+    assert runtime.endswith("; also on drivers >= 525.60.13 (minor-version compatibility)"), runtime
+    assert "minor-version" not in devel and "(forward compatibility)" in devel, devel

@@ -202,7 +202,7 @@ def env(**values: str) -> dict[str, str]:
             id="ngc-four-part-cuda-version",
         ),
         pytest.param(
-            container(image="pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime", env=env(CUDA_VERSION="12.8")),
+            container(image="pytorch/pytorch-nightly:2310000-cu12.1", env=env(CUDA_VERSION="12.8")),
             {},
             (12, 8),
             "env CUDA_VERSION",
@@ -283,9 +283,9 @@ def test_an_emptied_image_requirement_has_no_forward_terms() -> None:
     assert declared_cuda(container(image=image), {}).requirement.forward_terms  # type: ignore[union-attr]
     emptied = declared_cuda(container(image=image, env=env(NVIDIA_REQUIRE_CUDA="")), {}).requirement
     assert emptied is not None and emptied.text == "cuda>=12.4" and not emptied.forward_terms
-    pytorch = "pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime"  # sets no CUDA variable: read from its tag as ever
+    pytorch = "pytorch/pytorch-nightly:2310000-cu12.1"  # sets no CUDA variable: read from its tag as ever
     assert declared_cuda(container(image=pytorch, env=env(NVIDIA_REQUIRE_CUDA="")), {}).source == (
-        "image tag, pytorch/pytorch 2.3.1-cuda12.1-cudnn8-runtime"
+        "image tag, pytorch nightly 2310000-cu12.1"
     )
 
 
@@ -459,7 +459,7 @@ def test_unusable_declarations_are_errors(c: dict[str, Any], annotations: dict[s
         pytest.param("nvcr.io/nvidia/cuda:12.6.2-runtime-ubuntu24.04", (12, 6), False, id="nvcr-cuda"),
         pytest.param("localhost:5000/nvidia/cuda:12.1.0-base", (12, 1), False, id="registry-with-port"),
         pytest.param("nvidia/cuda:12.4.1-base@sha256:" + "a" * 64, (12, 4), False, id="tag-and-digest"),
-        pytest.param("pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime", (12, 1), False, id="pytorch"),
+        pytest.param("pytorch/pytorch-nightly:2310000-cu12.1", (12, 1), False, id="pytorch"),
         pytest.param("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-devel", (12, 4), False, id="pytorch-devel"),
         pytest.param("tensorflow/tensorflow:2.15.0-gpu", (12, 2), False, id="tensorflow-2.15"),
         pytest.param("tensorflow/tensorflow:2.13.1-gpu-jupyter", (11, 8), False, id="tensorflow-jupyter"),
@@ -616,7 +616,7 @@ def test_env_references_that_double_at_every_entry_stop_at_a_budget() -> None:
         # without forward compatibility (no row for its CUDA, or no compat package): the CUDA's own driver
         pytest.param("nvcr.io/nvidia/pytorch:25.10-py3", (13, 0), [535, 550, 565, 570, 575], "amd64", id="ngc-13.0"),
         pytest.param("nvidia/cuda:13.1.0-base-ubuntu24.04", (13, 1), [], "", id="cuda-13.1.0-not-found"),
-        pytest.param("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime", (12, 8), [], "", id="pytorch-no-compat"),
+        pytest.param("pytorch/pytorch-nightly:2700000-cu12.8", (12, 8), [], "", id="pytorch-no-compat"),
         # built on nvidia/cuda, their tags naming the minor release only: that minor's row, where its releases agree
         pytest.param("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-devel", (12, 8), [470, 535, 550, 560, 565], "", id="pt"),
         pytest.param("pytorch/pytorch:2.2.0-cuda12.1-cudnn8-devel", (12, 1), [470, 525], "amd64", id="pt-dev-12.1"),
@@ -720,7 +720,7 @@ def test_every_forward_row_names_a_version_or_release_its_rule_reads() -> None:
     [
         ("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-devel", (12, 8)),
         ("vllm/vllm-openai:nightly-cu129", (12, 9)),
-        ("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime", (12, 4)),  # FROM ubuntu: no variable of its own
+        ("pytorch/pytorch-nightly:2700000-cu12.8", (12, 4)),  # FROM ubuntu: no variable of its own
     ],
 )
 def test_an_image_built_on_nvidia_cuda_decides_over_the_pods_cuda_version(image: str, version: tuple[int, int]) -> None:

@@ -108,7 +108,7 @@ def test_describe_shows_annotations_and_events(kubeapi: KubeAPI, tmp_path: Path)
 def test_describe_shows_a_warn_mode_incompatibility_as_a_warning(kubeapi: KubeAPI, tmp_path: Path) -> None:
     kubeconfig = kubeapi.kubeconfig(str(tmp_path / "kubeconfig"))
     settings = Settings(cuda=CudaSettings(mode="warn"))
-    _, answer = admit(kubeapi, kubeconfig, settings, gpu_pod(image="pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime"))
+    _, answer = admit(kubeapi, kubeconfig, settings, gpu_pod(image="pytorch/pytorch-nightly:2700000-cu12.8"))
     assert answer["allowed"] is True
     assert any("would be denied (CUDAIncompatible)" in w for w in answer["warnings"])
     assert "cuda-would-deny" in answer["auditAnnotations"]

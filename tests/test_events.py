@@ -216,7 +216,7 @@ def test_warn_mode_incompatible_cuda_is_a_warning_event() -> None:
     sink = Recording()
     settings = Settings(cuda=CudaSettings(mode="warn"))
     app, recorder = app_with(sink, settings)
-    pod = stored_pod(image="pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime")
+    pod = stored_pod(image="pytorch/pytorch-nightly:2700000-cu12.8")
     answer = app.test_client().post("/validate", json=review(pod, name="trainer")).get_json()["response"]
     assert answer["allowed"] is True
     assert isinstance(recorder.events, EventQueue) and recorder.events.drain(5)
@@ -1026,7 +1026,7 @@ def test_a_refused_workload_update_has_no_event() -> None:
     deployment["spec"] = {"selector": {"matchLabels": {"a": "b"}}, "template": template}
     old = pipeline.review(deployment, ctx).object
     new = copy.deepcopy(old)
-    new["spec"]["template"]["spec"]["containers"][0]["image"] = "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime"
+    new["spec"]["template"]["spec"]["containers"][0]["image"] = "pytorch/pytorch-nightly:2700000-cu12.8"
     new = pipeline.mutate(new, dataclasses.replace(ctx, operation="UPDATE", old_object=old)).object
     assert "gpu-admission.io/spot-applied" in new["spec"]["template"]["metadata"]["annotations"]
     body = review(new, operation="UPDATE", name="d", oldObject=old)

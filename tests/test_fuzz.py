@@ -174,7 +174,7 @@ images = st.sampled_from(
         "nvidia/cuda:12.8.0-devel",
         "nvcr.io/nvidia/pytorch:24.01-py3",
         "nvcr.io/nvidia/pytorch:25.03-py3",
-        "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime",
+        "pytorch/pytorch-nightly:2300000-cu12.1",
         "busybox",
         "",
         "nvidia/cuda",

@@ -19,7 +19,7 @@ from tests.kubeapi import KubeAPI
 from tests.serving import Server, free_port, serve, wait_ready
 from tests.test_chart import FULLNAME, template
 
-CUDA_12_6_IMAGE = "pytorch/pytorch:2.6.0-cuda12.6-cudnn9-runtime"
+CUDA_12_6_IMAGE = "pytorch/pytorch-nightly:2600000-cu12.6"
 
 
 @pytest.fixture

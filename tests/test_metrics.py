@@ -76,7 +76,7 @@ def test_requests_latency_mutations_denials_in_process() -> None:
     spot = gpu_pod(annotations={"gpu-admission.io/spot": "tolerate"})
     assert client.post("/mutate", json=review(spot)).status_code == 200
     assert client.post("/mutate", json=review(gpu_pod(limits={"nvidia.com/gpu": "1.5"}))).status_code == 200
-    too_new = gpu_pod(image="pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime")
+    too_new = gpu_pod(image="pytorch/pytorch-nightly:2700000-cu12.8")
     assert client.post("/validate", json=review(too_new)).status_code
     assert client.post("/validate", json=review(gpu_pod(), namespace="kube-system")).status_code == 200
     assert client.post("/validate", data=b"[", content_type="application/json").status_code == 400

@@ -2136,7 +2136,7 @@ def test_a_template_left_to_its_pods_whose_cuda_no_pool_supports_is_warned():
     old = {"nvidia.com/cuda.driver-version.full": "535.104.05"}
     nodes = [mixed_node("a40", A100_40, {"1g.10gb": 14}, "old-mig", 40960, extra_labels=old)]
     s = replace(settings(), cuda=CudaSettings())
-    template_pod = pod(container(limits={MEM: "5Gi"}, image="pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"))
+    template_pod = pod(container(limits={MEM: "5Gi"}, image="pytorch/pytorch-nightly:2710000-cu12.8"))
     deployment = review(workload("Deployment", template_pod), nodes, s)
     assert deployment.allowed
     assert "cuda: trainer needs CUDA 12.8: each pod will be denied, no pool its pods can reach supports it (pool" in (
@@ -2291,7 +2291,7 @@ def test_the_fallback_goes_before_a_profile_on_a_driver_too_old_for_the_pod():
         gpu_node("a-0", "a", "535.104.05", labels=mig_labels, gpus="0", allocatable={"nvidia.com/mig-3g.40gb": "2"}),
         gpu_node("b-0", "b", "570.124.06"),
     ]
-    wanted = cuda_pod(cuda_container(image="pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime", gpu="0.5"))
+    wanted = cuda_pod(cuda_container(image="pytorch/pytorch-nightly:2710000-cu12.8", gpu="0.5"))
     s = replace(settings(fallback="whole"), cuda=CudaSettings())
     result = review(copy.deepcopy(wanted), nodes, s)
     assert result.allowed, result.message
@@ -2415,7 +2415,7 @@ def test_a_conversion_whose_ask_the_manifest_drops_is_taken_out(fraction: str, n
     ("containers", "said"),
     [
         pytest.param(
-            [("embed", "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime", {"gpu-admission.io/gpu-memory": "40Gi"})],
+            [("embed", "pytorch/pytorch-nightly:2710000-cu12.8", {"gpu-admission.io/gpu-memory": "40Gi"})],
             "gpu-admission.io/gpu-memory 40Gi: its pods are refused: only a driver too old for their CUDA offers it",
             id="held-only-on-too-old-a-driver",
         ),
@@ -2580,7 +2580,7 @@ def test_a_cronjobs_queue_is_read_where_its_jobs_get_it(where: str) -> None:
     assert any("Kueue sees it as written" in w for w in result.warnings) is (where == "job-template"), result.warnings
 
 
-CUDA_12_8 = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
+CUDA_12_8 = "pytorch/pytorch-nightly:2710000-cu12.8"
 DRIVER_535 = {"nvidia.com/cuda.driver-version.full": "535.104.05"}
 DRIVER_570 = {"nvidia.com/cuda.driver-version.full": "570.124.06"}
 KARPENTER_SPOT = {"karpenter.sh/capacity-type": "spot"}

@@ -46,7 +46,7 @@ def test_cuda_13_image_is_denied_in_enforce_and_warned_in_warn_mode() -> None:
 def test_warn_mode_audits_every_containers_denial() -> None:
     pod = gpu_pod(image="pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime")
     second = copy.deepcopy(pod["spec"]["containers"][0])
-    second.update(name="worker", image="pytorch/pytorch:2.8.0-cuda12.9-cudnn9-runtime")
+    second.update(name="worker", image="pytorch/pytorch-nightly:2800000-cu12.9")
     pod["spec"]["containers"].append(second)
     warned = pipeline.review(pod, _ctx(Settings(cuda=CudaSettings(mode="warn")), namespace="ml"))
     assert warned.allowed
@@ -363,7 +363,7 @@ def test_a_denial_names_each_pool_once_with_all_its_drivers() -> None:
     newer = gpu_node("b", labels=pool)  # 550.54.15, CUDA 12.4
     settings = Settings()
     ctx = Context(settings=settings, cluster=build_view([old, newer], settings), namespace="ml")
-    result = pipeline.review(gpu_pod(image="pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"), ctx)
+    result = pipeline.review(gpu_pod(image="pytorch/pytorch-nightly:2710000-cu12.8"), ctx)
     assert not result.allowed
     assert "pool inference (drivers 535.104.05 or 550.54.15, CUDA 12.2 or 12.4)" in result.message
     assert result.message.count("pool inference (") == 1

@@ -87,7 +87,7 @@ def pod(
     if owner:
         version = {"Job": "batch/v1", "ReplicaSet": "apps/v1", "StatefulSet": "apps/v1"}.get(owner, "example.com/v1")
         meta["ownerReferences"] = [{"apiVersion": version, "kind": owner, "name": "x", "uid": "u", "controller": True}]
-    container: dict[str, Any] = {"name": "main", "image": "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime"}
+    container: dict[str, Any] = {"name": "main", "image": "pytorch/pytorch-nightly:2400000-cu12.4"}
     if gpu is not None:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpu}}
     spec: dict[str, Any] = {"containers": [container]}
@@ -1585,7 +1585,7 @@ def test_never_keeps_its_affinity_on_a_second_pass_after_the_cuda_steering() -> 
         gpu_node("o1", "on-demand-old", "535.104.05", labels={EKS: "ON_DEMAND"}),
     ]
     ctx = cuda_context(nodes)
-    image = "pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime"  # CUDA 12.8: driver 570 runs it, 535 does not
+    image = "pytorch/pytorch-nightly:2700000-cu12.8"  # CUDA 12.8: driver 570 runs it, 535 does not
     result = mutate(cuda_pod(container(image=image), annotations={ANNOTATION: "never"}), ctx)
     terms = required_of(result.object) or []
     assert terms and all(NOT_EKS_SPOT[0] in t["matchExpressions"] for t in terms)

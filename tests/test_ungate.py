@@ -74,7 +74,7 @@ def created(*gates: str, tainted: bool = True) -> dict[str, Any]:
             "containers": [
                 {
                     "name": "trainer",
-                    "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+                    "image": "pytorch/pytorch-nightly:2710000-cu12.8",
                     "resources": {"limits": {"nvidia.com/gpu": "1"}},
                 }
             ],
@@ -223,7 +223,7 @@ def test_a_gated_pod_may_land_where_the_update_that_ungates_it_adds_a_toleration
             "containers": [
                 {
                     "name": "trainer",
-                    "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+                    "image": "pytorch/pytorch-nightly:2710000-cu12.8",
                     "resources": {"limits": {"nvidia.com/gpu": "1"}},
                 }
             ],

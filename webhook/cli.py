@@ -24,8 +24,10 @@ from webhook.cluster import ClusterSource, ClusterView, StaticCluster, build_vie
 from webhook.config import Settings, load_settings
 from webhook.decisions import context_for
 from webhook.documents import api_object, read_documents
+from webhook.drivers import show_driver
 from webhook.errors import BadRequest, ConfigError, InputError
 from webhook.model import TEMPLATE_PATHS, Context, as_dict
+from webhook.policies.cuda import driver_table
 from webhook.registry import ImageConfigs, platform_order, read_credentials, trust
 
 EXIT_ADMITTED, EXIT_DENIED, EXIT_UNUSABLE = 0, 1, 2
@@ -334,6 +336,10 @@ def cmd_image(args: argparse.Namespace) -> int:
             line = f"{declared.version_text} (from {declared.source})"
             if branches := cuda_version.forward_branches(declared.requirement):
                 line += f"; also on data-center GPUs of driver branches {', '.join(branches)} (forward compatibility)"
+            if cuda_version.is_minor_compatible(declared.requirement) and declared.version is not None:
+                floor = driver_table(settings.cuda).minor_floor.get(declared.version[0])
+                if floor is not None:
+                    line += f"; also on drivers >= {show_driver(floor)} (minor-version compatibility)"
         elif declared.disabled:
             line = f"not checked ({declared.source})"
         else:

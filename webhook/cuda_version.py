@@ -240,6 +240,24 @@ def with_forward(version: Version, forward: Forward, loaded: bool = False) -> Re
     return Requirement((*own.terms, *terms), text)
 
 
+@lru_cache(maxsize=256)
+def minor_compatible(requirement: Requirement) -> Requirement:
+    """``requirement`` with its CUDA terms marked ``MINOR_COMPATIBLE``: judged by minor-version compatibility."""
+    terms = tuple((*t, MINOR_COMPATIBLE) if any(c.key == "cuda" for c in t) else t for t in requirement.terms)
+    return Requirement(terms, requirement.text)
+
+
+MINOR_COMPATIBLE = Condition("minor", "=", "compatible")
+"""On a ``cuda>=`` term: the image bundles its CUDA libraries and has the runtime check nothing
+(``ImageRule.minor_compatible``), so NVIDIA's minor-version compatibility runs it on any driver of its major at or
+above the major's floor (``DriverTable.minor_floor``), whatever ``cuda.compatibility`` says; always true as a
+condition."""
+
+
+def is_minor_compatible(requirement: Requirement | None) -> bool:
+    return requirement is not None and any(MINOR_COMPATIBLE in t for t in requirement.terms)
+
+
 LOADED_BY_ENTRYPOINT = Condition("loader", "=", "entrypoint")
 """On a forward-compatibility alternative: the image's own entrypoint loads its compat libraries (NGC's), so the
 alternative holds where no container toolkit would (``NodeFacts.compat_wired``); always true as a condition."""
@@ -281,6 +299,11 @@ class ImageRule:
     forward_by_entrypoint: bool = False
     """The image's entrypoint loads its compat libraries itself (NGC's): its forward compatibility holds where no
     container toolkit loads them (GKE's driver installer), for a container that keeps that entrypoint."""
+    minor_compatible: bool = False
+    """The image bundles its CUDA libraries (pip wheels) and sets no CUDA variable, so the runtime checks nothing and
+    NVIDIA's minor-version compatibility decides: any driver of its major at or above the major's floor runs it
+    (``MINOR_COMPATIBLE``). pytorch/pytorch's runtime images: refused on a 535 driver under strict, they run there
+    (found by a review of real images)."""
 
 
 @dataclass(frozen=True)
@@ -351,6 +374,7 @@ def image_rules() -> tuple[ImageRule, ...]:
             forward_known_only=bool(r.get("forward_known_only", False)),
             sets_require_cuda=bool(r.get("sets_require_cuda", False)),
             forward_by_entrypoint=bool(r.get("forward_by_entrypoint", False)),
+            minor_compatible=bool(r.get("minor_compatible", False)),
         )
         for r in _data()["rules"]
     )
@@ -631,6 +655,8 @@ def _from_tag(
     secondary = ", secondary source" if found.secondary else ""
     source = f"image tag, {found.detail}{secondary}"
     requirement = with_forward(found.version, found.forward, loaded=entrypoint and found.rule.forward_by_entrypoint)
+    if found.rule.minor_compatible:
+        requirement = minor_compatible(requirement)
     if over:
         source += f": the image's NVIDIA_REQUIRE_CUDA, which the runtime reads before the pod's {over}"
     elif emptied and found.rule.sets_require_cuda:
@@ -782,7 +808,7 @@ def _facts(
 def _condition_holds(c: Condition, facts: NodeFacts, table: DriverTable, compatibility: Compatibility) -> Verdict:
     if c.key == "platform":  # the webhook's own (``with_forward``), never read from an expression
         return facts.platform == c.value if facts.platform else None
-    if c.key == "loader":  # the webhook's own too: read by ``forward_possible``
+    if c.key in ("loader", "minor"):  # the webhook's own too: read by ``forward_possible`` and ``_term_holds``
         return True
     if c.key == "brand":
         if not facts.brands:
@@ -856,6 +882,8 @@ def _term_holds(
     term: tuple[Condition, ...], facts: NodeFacts, table: DriverTable, compatibility: Compatibility
 ) -> Verdict:
     result: Verdict = True
+    if MINOR_COMPATIBLE in term:
+        compatibility = "minor"
     for c in term:
         held = _condition_holds(c, facts, table, compatibility)
         if held is False:
@@ -897,7 +925,8 @@ def unmet(requirement: Requirement, facts: NodeFacts, table: DriverTable, compat
         if id(term) in forward:
             continue
         for c in term:
-            if _condition_holds(c, facts, table, compatibility) is False and str(c) not in out:
+            held = _condition_holds(c, facts, table, "minor" if MINOR_COMPATIBLE in term else compatibility)
+            if held is False and str(c) not in out:
                 out.append(str(c))
     return out
 
@@ -907,7 +936,8 @@ def accepted_by(requirement: Requirement, facts: NodeFacts, table: DriverTable) 
     forward-compatibility alternative (driver branch and brand only), 'minor' through minor-version compatibility."""
     forward = requirement.forward_terms
     ids = {id(t) for t in forward}
-    if any(_term_holds(t, facts, table, "strict") is True for t in requirement.terms if id(t) not in ids):
+    own = (tuple(c for c in t if c is not MINOR_COMPATIBLE) for t in requirement.terms if id(t) not in ids)
+    if any(_term_holds(t, facts, table, "strict") is True for t in own):
         return "cuda"
     if any(forward_possible(facts, t) and _term_holds(t, facts, table, "strict") is True for t in forward):
         return "forward"

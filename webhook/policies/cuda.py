@@ -49,6 +49,7 @@ from webhook.cluster import (
 )
 from webhook.config import CudaSettings
 from webhook.cuda_version import (
+    MINOR_COMPATIBLE,
     Declared,
     NodeFacts,
     Requirement,
@@ -63,6 +64,7 @@ from webhook.cuda_version import (
     forward_possible,
     gpu_name,
     image_cuda,
+    is_minor_compatible,
     show_mm,
     unmet,
 )
@@ -930,7 +932,8 @@ def _upgrade(c: Check, groups: Sequence[NodeGroup], ctx: Context) -> str:
         return ""
     table = driver_table(ctx.settings.cuda)
     need = table.minimum_driver(version)
-    floor = table.minor_floor.get(version[0]) if ctx.settings.cuda.compatibility == "minor" else None
+    minor = ctx.settings.cuda.compatibility == "minor" or is_minor_compatible(c.requirement)
+    floor = table.minor_floor.get(version[0]) if minor else None
     if floor is not None and (need is None or floor < need):
         need = floor  # minor-version compatibility: any <major>.x runs on the major's floor
     newer = f"one that supports CUDA {show(version)} (newer than the table knows)"
@@ -1108,13 +1111,13 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> tuple
 def _beyond_cuda(requirement: Requirement) -> bool:
     """A term of the requirement's own (not a forward-compatibility alternative) asks more than the CUDA."""
     forward = requirement.forward_terms
-    return any(c.key != "cuda" for t in requirement.terms if t not in forward for c in t)
+    return any(c.key != "cuda" and c is not MINOR_COMPATIBLE for t in requirement.terms if t not in forward for c in t)
 
 
 def _more_than_a_floor(requirement: Requirement) -> bool:
     """The requirement's own terms (its forward-compatibility alternatives aside) say more than one CUDA floor."""
     forward = requirement.forward_terms
-    return sum(len(t) for t in requirement.terms if t not in forward) > 1
+    return sum(len([c for c in t if c is not MINOR_COMPATIBLE]) for t in requirement.terms if t not in forward) > 1
 
 
 def _gpu_brand(group: NodeGroup) -> str:
