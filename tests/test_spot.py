@@ -1507,27 +1507,61 @@ def test_a_karpenter_nodepool_at_zero_is_kept_off_and_required_by_its_label(prov
 def test_a_provider_shown_by_its_kubelets_alone_names_no_spot_place() -> None:
     """An EKS cluster of self-managed node groups shows EKS by its kubelet versions alone: its spot nodes carry no
     eks.amazonaws.com/capacityType (only managed node groups set it; these are labelled lifecycle=spot by their
-    owner). require was admitted requiring EKS's and Karpenter's labels, Pending for good, where it was refused with
-    how to declare the spot pools (found by a review of the spot policy); never kept the pod off labels no node may
-    carry. The kubelet version still counts for the tolerations (and ExtendedResourceToleration)."""
-
-    def self_managed(name: str, labels: dict[str, str] | None = None) -> Any:
-        out = node(name, labels)
-        out["status"]["nodeInfo"] = {"kubeletVersion": "v1.30.4-eks-a737599"}
-        return out
-
-    nodes = [self_managed("sm-od"), self_managed("sm-spot", {"node.kubernetes.io/lifecycle": "spot"})]
+    owner). require was admitted requiring EKS's label, Pending for good (found by a review of the spot policy).
+    Karpenter's label is kept (``test_karpenter_runs_on_a_cloud_shown_by_its_kubelets_alone``). The kubelet
+    version still counts for the tolerations (and ExtendedResourceToleration)."""
+    nodes = [_self_managed("sm-od"), _self_managed("sm-spot", {"node.kubernetes.io/lifecycle": "spot"})]
     ctx = context(nodes)
     assert ctx.cluster.providers == {"eks"} and ctx.cluster.extended_resource_toleration
-    refused = pipeline.mutate(pod("require"), ctx)
-    assert not refused.allowed and "no node or pool shows a cloud provider's labels" in refused.message
-    assert mutate(pod("never"), ctx).patch == []
+    places = required_of(mutate(pod("require"), ctx).object)
+    assert places == [{"matchExpressions": [expr(KARPENTER, "spot")]}]  # not EKS's
+    assert EKS not in str(required_of(mutate(pod("never"), ctx).object))
     # declared as the settings say, it is required so
     declared = context(nodes, extra_labels={"node.kubernetes.io/lifecycle": "spot"})
     required = mutate(pod("require"), declared)
-    assert required_of(required.object) == [{"matchExpressions": [expr("node.kubernetes.io/lifecycle", "spot")]}]
+    assert required_of(required.object) == [
+        {"matchExpressions": [expr(KARPENTER, "spot")]},
+        {"matchExpressions": [expr("node.kubernetes.io/lifecycle", "spot")]},
+    ]
     # the settings naming EKS (its managed node groups at zero) keep its label
-    assert required_of(mutate(pod("require"), context(nodes, providers=("eks",))).object) is not None
+    assert required_of(mutate(pod("require"), context(nodes, providers=("eks",))).object) == [
+        {"matchExpressions": [expr(EKS, "SPOT")]}
+    ]
+
+
+def _self_managed(name: str, labels: dict[str, str] | None = None) -> Any:
+    """A node of an EKS self-managed node group: EKS's kubelet version, none of its labels."""
+    out = node(name, labels)
+    out["status"]["nodeInfo"] = {"kubeletVersion": "v1.30.4-eks-a737599"}
+    return out
+
+
+def test_karpenter_runs_on_a_cloud_shown_by_its_kubelets_alone() -> None:
+    """A self-managed EKS cluster (EKS shown by its kubelet versions alone) with a Karpenter NodePool at zero: read
+    from the providers shown by their labels, Karpenter's spot label was dropped with EKS's, never added nothing
+    (Karpenter could launch a spot node for the pod) and require was refused, where it had been admitted (found by
+    a review of the spot policy). Karpenter runs on EKS, however EKS shows: its label is kept, and require, on it
+    alone, says that the pod runs only where Karpenter is installed (a cluster without it: Pending, not refused)."""
+    ctx = context([_self_managed("sm-1"), _self_managed("sm-2")])
+    required = mutate(pod("require"), ctx)
+    assert required.allowed, required.message
+    assert required_of(required.object) == [{"matchExpressions": [expr(KARPENTER, "spot")]}]
+    assert required.warnings == [
+        "spot require: no GPU node or pool is spot capacity now; Pending until karpenter (if installed) adds a GPU"
+        " spot node"
+    ]
+    assert (applied(required) or "").endswith(f"requires {KARPENTER}=spot{spot.NOT_ON_CLUSTER}")
+    never = mutate(pod("never"), ctx)
+    assert required_of(never.object) == [
+        {"matchExpressions": [{"key": KARPENTER, "operator": "NotIn", "values": ["spot"]}]}
+    ]
+    assert (applied(never) or "").endswith(f"requires none of {KARPENTER}=spot")
+    # where a managed node group shows EKS by its labels, the pod may wait for either: no word of Karpenter
+    managed = node("eks-od", {EKS: "ON_DEMAND", "eks.amazonaws.com/nodegroup": "gpu-od"})
+    both = mutate(pod("require"), context([managed, _self_managed("sm-1")]))
+    assert both.warnings == [
+        "spot require: no GPU node or pool is spot capacity now; Pending until a GPU spot node joins"
+    ]
 
 
 def test_never_says_the_same_on_a_second_pass_where_the_spot_nodes_are_out_of_reach() -> None:

@@ -49,8 +49,10 @@ cluster, the keys its nodes or pools carry (by key, not value: a Karpenter clust
 has ``karpenter.sh/capacity-type``, and Karpenter can launch spot nodes for the pod), and every label of a provider
 whose spot nodes may come though none of its labels is there now: one the cluster shows by its labels or OKE's pool
 annotation (not by a kubelet version alone: an EKS self-managed node group's spot nodes carry no EKS label), one the
-settings name (not the default ``[all]``), or one that makes nodes from zero where its cloud shows (``runs_on``:
-Karpenter on EKS); a ``NotIn`` on a label no node carries, or one more alternative of the OR, harms no node.
+settings name (not the default ``[all]``), or one that makes nodes from zero where its cloud shows, by a kubelet
+version too (``runs_on``: Karpenter on EKS, self-managed node groups included; ``require`` on its label alone warns
+that the pod runs only if it is installed); a ``NotIn`` on a label no node carries, or one more alternative of the OR,
+harms no node.
 ``require`` on a known cluster with no place is denied, with how to declare the spot pools: the providers shown label
 no spot node, as CoreWeave's, or no provider shows by its labels and ``cluster.providers`` is the default ``[all]``
 (a k3s or self-managed cluster, whose spot nodes no cloud's label tells apart). Where no node carries the labels it
@@ -275,14 +277,30 @@ def _providers_shown(ctx: Context, labelled: bool = False) -> set[str]:
 def _providers_coming(ctx: Context, labelled: bool = False) -> set[str]:
     """The providers whose spot nodes may come to the cluster though none is there now: those it shows (``labelled``:
     by their labels, ``_providers_shown``), those the settings name (not the default ``[all]``), and those that
-    make nodes from zero where one of these shows (``Presets.runs_on``: Karpenter on EKS). Their spot labels are
+    make nodes from zero where one of these shows (``_makers_from_zero``: Karpenter on EKS). Their spot labels are
     kept where no node carries them: a Karpenter NodePool at zero beside an EKS node group got only EKS's label,
     kept off or required, and Karpenter launched a spot node for a never pod, or none for a require one (found by a
     review of the spot policy)."""
-    seen = _providers_shown(ctx, labelled)
-    if "all" not in ctx.settings.cluster.providers:
-        seen |= set(ctx.settings.cluster.providers)
-    return seen | {name for name, hosts in ctx.cluster.presets.runs_on.items() if not hosts.isdisjoint(seen)}
+    return _providers_shown(ctx, labelled) | _providers_named(ctx) | _makers_from_zero(ctx)
+
+
+def _providers_named(ctx: Context) -> set[str]:
+    """The providers the settings name (none for the default ``[all]``)."""
+    named = ctx.settings.cluster.providers
+    return set() if "all" in named else set(named)
+
+
+def _makers_from_zero(ctx: Context) -> set[str]:
+    """The providers that make nodes from zero (``Presets.runs_on``) where a cloud they run on shows, by a kubelet
+    version too, or the settings name it. Read from the providers shown by their labels alone
+    (``_providers_coming(labelled=True)``), a self-managed EKS cluster, which shows EKS by its kubelets, lost
+    Karpenter's spot label with EKS's: never let Karpenter launch a spot node for the pod, and require was refused
+    where it had been admitted (found by a review of the spot policy). On such a cluster without Karpenter, never
+    adds a ``NotIn`` on a label no node carries, harmless, and require is admitted on Karpenter's label alone and
+    stays Pending, which its warning says (``_warn_unplaceable``): refusing it would refuse it where a NodePool at
+    zero waits for it."""
+    hosts = _providers_shown(ctx) | _providers_named(ctx)
+    return {name for name, on in ctx.cluster.presets.runs_on.items() if not on.isdisjoint(hosts)}
 
 
 def _providers_seen(presets: Sequence[TaintPreset], ctx: Context) -> list[TaintPreset]:
@@ -330,7 +348,8 @@ def _spot_places(ctx: Context) -> tuple[list[list[Expression]], str, bool]:
     The spot capacity labels of the presets and ``extra_labels``, one term per key (its values ORed), in preset
     order; then the nodeSelector of each declared pool with ``spot: true``. When the cluster is known, only the
     keys its nodes or pools carry, and every label of a provider whose spot nodes may come (``_providers_coming``;
-    not one a kubelet version alone shows: an EKS self-managed node group's spot nodes carry no EKS label),
+    not one a kubelet version alone shows: an EKS self-managed node group's spot nodes carry no EKS label, though
+    Karpenter's, which runs on it, are kept),
     or of ``extra_labels``, none of which is there now (a GKE cluster whose spot nodes carry gke-spot is not given
     the older gke-preemptible): a ``NotIn`` on a label no node carries, or one more alternative of the OR, harms
     no node. None at all where the providers shown label no spot node (CoreWeave's spot pools
@@ -837,7 +856,11 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     are the pod's own, so the words cannot tell them apart and stay the same)."""
     if not spot_now and mode == "require":
         gpu = "GPU " if _is_gpu_pod(pod) else ""
-        out.warn(f"spot require: no {gpu}node or pool is spot capacity now; Pending until a {gpu}spot node joins")
+        joins = f"a {gpu}spot node joins"
+        if makers := _only_makers_unseen(ctx):
+            joins = f"{makers} (if installed) adds a {gpu}spot node"
+        text = f"spot require: no {gpu}node or pool is spot capacity now; Pending until {joins}"
+        out.warn(clipped(text, WARNING_LIMIT))
     if not spot_now or pod.defers_gpu:  # its pods learn their MIG resource, and so their place, when created
         return
     requested = requested_resources(pod.spec)
@@ -861,6 +884,19 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     shown = ", ".join(pools)
     room = max(117 - len(head) - 3, 2)
     out.warn(f"{head} ({shown if len(shown) <= room else shown[: room - 1] + '…'})")
+
+
+def _only_makers_unseen(ctx: Context) -> str:
+    """The providers that make nodes from zero, shown by no node and named by no setting (``_makers_from_zero``:
+    Karpenter on a self-managed EKS cluster), where the places ``require`` names are all their labels, in words;
+    '' elsewhere. Nothing shows that such a provider is installed: the pod runs only if it is (found by a review of
+    the spot policy)."""
+    unseen = _makers_from_zero(ctx) - _providers_shown(ctx) - _providers_named(ctx)
+    owners = {k: p for k, _, p in ctx.cluster.presets.spot_labels if p in unseen}
+    terms = _spot_places(ctx)[0]
+    if not terms or not all(len(t) == 1 and as_str(t[0].get("key")) in owners for t in terms):
+        return ""
+    return ", ".join(sorted({owners[as_str(t[0].get("key"))] for t in terms}))
 
 
 def _untolerated_gpu_taint(
