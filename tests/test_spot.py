@@ -2114,15 +2114,64 @@ def test_no_default_but_tolerate_reaches_a_daemonsets_pods_or_template(mode: str
     asked = copy.deepcopy(daemonset)
     asked["spec"]["template"]["metadata"]["annotations"] = {ANNOTATION: mode}
     assert (applied(mutate(asked, ctx)) or "").startswith(f"{mode} (asked by annotation)")
-    # a template that a default reached before is given back what it added, and told why
+    # a template that a default reached before is given back the affinity it added, and told why; its tolerations
+    # stay (``test_a_default_that_leaves_a_daemonset_alone_keeps_its_templates_tolerations``)
     earlier = copy.deepcopy(asked)
     earlier["spec"]["template"]["metadata"]["annotations"] = {}
     earlier_result = mutate(asked, context([ON_DEMAND, *PROVIDERS["gke"][0]]))
     earlier["spec"]["template"] = copy.deepcopy(_template(earlier_result.object))
     del earlier["spec"]["template"]["metadata"]["annotations"][ANNOTATION]
     undone = mutate(earlier, ctx)
-    assert _template(undone.object)["spec"] == daemon["spec"]
+    assert _template(undone.object)["spec"] == {**daemon["spec"], "tolerations": [equal(GKE_SPOT, "true")]}
     assert (applied(undone) or "").startswith(f"off (default for namespace ml {mode}, which leaves a DaemonSet's pods")
+
+
+DAEMON_TOLERATES = " (a DaemonSet's pods run on the nodes they tolerate)"
+
+
+@pytest.mark.parametrize("earlier", ["tolerate", "require"])
+def test_a_default_that_leaves_a_daemonset_alone_keeps_its_templates_tolerations(earlier: str) -> None:
+    """A DaemonSet's template that a tolerate default gave gke-spot's toleration (or that an earlier release steered
+    under a require default), edited after the default became prefer, which leaves DaemonSets alone, lost the
+    toleration: at its next rollout the DaemonSet controller made no pod for its tainted spot nodes (the GPU
+    plugin's, DCGM's; found by a review of the spot policy). Its tolerations are kept, and said so; only the
+    affinity the earlier mode added goes. A later annotation of the DaemonSet's own still counts."""
+    nodes = [ON_DEMAND, *PROVIDERS["gke"][0]]
+    if earlier == "tolerate":
+        made = mutate(_daemonset(pod()), context(nodes, namespace_defaults={"ml": "tolerate"})).object
+    else:  # as the earlier release steered it: by a require default, in the words of now
+        made = mutate(_daemonset(pod("require")), context(nodes)).object
+        del _template(made)["metadata"]["annotations"][ANNOTATION]
+        words = _template(made)["metadata"]["annotations"][APPLIED].replace("asked by annotation", "default for")
+        _template(made)["metadata"]["annotations"][APPLIED] = words.replace(" for)", " for namespace ml)")
+        assert required_of(_template(made)) is not None
+    ctx = context(nodes, namespace_defaults={"ml": "prefer"})
+    later = copy.deepcopy(made)  # edited by its owner: reviewed again
+    _template(later)["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5"
+    update = dataclasses.replace(ctx, operation="UPDATE", old_object=made)
+    result = mutate(later, update)
+    assert tolerations_of(_template(result.object)) == [equal(GKE_SPOT, "true")]
+    assert required_of(_template(result.object)) is None
+    removed = "removed what require had added: its required spot affinity; " if earlier == "require" else ""
+    assert applied(result) == (
+        "off (default for namespace ml prefer, which leaves a DaemonSet's pods alone); "
+        f"{removed}kept what {earlier} had added: tolerations {GKE_SPOT}=true:NoSchedule{DAEMON_TOLERATES}"
+    )
+    # its pods keep them too, and say so; the next edit says nothing more, and changes nothing
+    made_pod = _daemon_pod(annotations=dict(_template(result.object)["metadata"]["annotations"]))
+    made_pod["spec"]["tolerations"] = tolerations_of(_template(result.object))
+    assert mutate(made_pod, ctx).patch == []
+    next_edit = copy.deepcopy(result.object)
+    _template(next_edit)["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.6"
+    quiet = mutate(next_edit, dataclasses.replace(ctx, operation="UPDATE", old_object=result.object))
+    assert tolerations_of(_template(quiet.object)) == [equal(GKE_SPOT, "true")]
+    assert applied(quiet) is None
+    # the DaemonSet's own never: kept off the spot nodes it tolerates
+    asked = copy.deepcopy(quiet.object)
+    _template(asked)["metadata"].setdefault("annotations", {})[ANNOTATION] = "never"
+    never = mutate(asked, dataclasses.replace(ctx, operation="UPDATE", old_object=quiet.object))
+    off_spot = [{"key": GKE_SPOT, "operator": "NotIn", "values": ["true"]}]
+    assert required_of(_template(never.object)) == [{"matchExpressions": off_spot}]
 
 
 @pytest.mark.parametrize("mode", ["prefer", "require"])
@@ -2142,7 +2191,7 @@ def test_a_daemonsets_pod_steered_by_an_earlier_default_loses_that_affinity(mode
     said = "its required spot affinity" if mode == "require" else "its preferred spot affinity"
     assert applied(result) == (
         f"off (default for namespace ml {mode}, which leaves a DaemonSet's pods alone); removed what {mode} had"
-        f" added: {said}"
+        f" added: {said}; kept what {mode} had added: tolerations {GKE_SPOT}=true:NoSchedule{DAEMON_TOLERATES}"
     )
     other = copy.deepcopy(earlier)  # another owner's pod is left alone: its mode cannot change
     other["metadata"]["ownerReferences"][0]["kind"] = "StatefulSet"

@@ -29,7 +29,8 @@ being retried), while a namespace groups unrelated workloads; an explicit ``off`
 broader default off. A default prefer, require or never leaves a DaemonSet's pods and template alone (a DaemonSet
 runs on every node it may: kept off spot nodes, those would offer no GPU plugin; kept to them, its pods on other nodes
 would never run); only its annotation asks that. A default tolerate reaches them: tolerating the spot taints lets the
-GPU Operator's and DCGM's DaemonSets run on tainted spot nodes too.
+GPU Operator's and DCGM's DaemonSets run on tainted spot nodes too. The spot tolerations an earlier mode gave a
+DaemonSet's template stay once such a default leaves it alone; only that mode's affinity goes (``_undo_earlier``).
 
 Which taints. The spot taints of the provider presets in force (``ctx.cluster.presets``) plus ``extra_taints``.
 When the cluster is known (it has groups: nodes or declared pools) and ``only_cluster_taints`` is on, only the taints
@@ -129,6 +130,8 @@ EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 PREFERRED_WEIGHT = 100
 UNDONE = "removed what "
 """How the spot-applied part that says what an earlier mode's additions were taken out begins."""
+KEPT = "kept what "
+"""How the spot-applied part that says what an earlier mode's tolerations were left on a DaemonSet begins."""
 NVIDIA_RESOURCES = "nvidia.com/"
 OWN_TOLERATIONS = "its own: "
 """How the spot-applied part begins that names the tolerations the pod had itself (``_own_tolerations``)."""
@@ -232,7 +235,7 @@ def _asked(pod: PodView, ctx: Context, out: Outcome) -> tuple[str, str, str]:
         ignored = f"{PREFIX}{REQUEST} is not a string: ignored"
         out.warn(f"{PREFIX}{REQUEST}: not a string; ignored (use {ACCEPTED})")
     mode, why = _default(pod, ctx)
-    if mode in DAEMONSETS_LEFT_ALONE and pod.owner_kind == "DaemonSet":  # its pods, and a DaemonSet's template
+    if _leaves_alone(pod, mode):  # its pods, and a DaemonSet's template
         # a DaemonSet runs on every node it may, the GPU Operator's device plugin and feature discovery among them:
         # kept off spot nodes by a default, those nodes would offer no GPU; kept to them by a require (or prefer)
         # default, its pod bound to an on-demand node by matchFields was never schedulable, and its template no
@@ -244,6 +247,11 @@ def _asked(pod: PodView, ctx: Context, out: Outcome) -> tuple[str, str, str]:
     if mode == "never" and pod.spec.get("nodeName"):  # placed already
         return "off", f"{why} never, which leaves pods bound to a node alone", ignored
     return mode, why, ignored
+
+
+def _leaves_alone(pod: PodView, default: str) -> bool:
+    """Whether a ``default`` mode leaves the pod, a DaemonSet's or its template, alone (``DAEMONSETS_LEFT_ALONE``)."""
+    return default in DAEMONSETS_LEFT_ALONE and pod.owner_kind == "DaemonSet"
 
 
 def _default(pod: PodView, ctx: Context) -> tuple[str, str]:
@@ -765,17 +773,22 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wanted
     earlier release steered under a default that now leaves DaemonSets alone (the template is not reviewed again
     until it changes): the affinity that mode added goes, with words that say so (found by a review of the spot
     policy: only the words went, and its required spot places stayed ANDed with the matchFields that binds it to
-    its node). Its tolerations stay: the DaemonSet controller chose its node by the template's. The tolerations
-    the new mode ``wanted`` are not said to be taken out: they are added again (found by a review of the spot
-    policy: require moved to prefer said its toleration was removed, and the pod kept it)."""
+    its node). Its tolerations stay: the DaemonSet controller chose its node by the template's. So do a DaemonSet
+    template's, where the mode is off because a default leaves it alone (``_leaves_alone``): a tolerate default's
+    toleration went at the template's next change, and its next rollout left out its pods on tainted spot nodes
+    (the GPU plugin's, DCGM's; found by a review of the spot policy); the affinity goes. Those kept are said so
+    (``KEPT``). The tolerations the new mode ``wanted`` are not said to be taken out: they are added again (found
+    by a review of the spot policy: require moved to prefer said its toleration was removed, and the pod kept it)."""
     earlier_text = ctx.prior.get(APPLIED, "")
     earlier = mode_of(earlier_text)
     daemon = not pod.is_template and pod.owner_kind == "DaemonSet"
     if not pod.is_template and not daemon:
         return "", False
     if earlier == mode:
-        words = [p for p in earlier_text.split("; ") if p.startswith(UNDONE)]
-        return (words[0], False) if words and words[0] not in _stored_applied(pod, ctx).split("; ") else ("", False)
+        stored = _stored_applied(pod, ctx).split("; ")
+        words = [p for p in earlier_text.split("; ") if p.startswith((UNDONE, KEPT)) and p not in stored]
+        return "; ".join(words), False
+    keep = daemon or (mode == "off" and _leaves_alone(pod, _default(pod, ctx)[0]))
     if earlier == "never":
         off = _said_off_spot(earlier_text)
         narrowings = off if off is not None else _off_spot(ctx)[0]
@@ -786,15 +799,18 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wanted
     if earlier not in SPOT_MODES:
         return "", False
     removed: list[str] = []
+    held: list[Wanted] = []
     changed = False
     named = named_tolerations(earlier_text) or []
     tolerations = pod.spec.get("tolerations")
-    if isinstance(tolerations, list) and named and not daemon:
+    if isinstance(tolerations, list) and named:
         manifest = as_list(manifest_template_spec(pod).get("tolerations"))  # the user's own, kubectl says
         own = _said_own(earlier_text)  # the user's own, the words say
         added = [w.toleration() for w in named if w not in own and w.toleration() not in manifest]
         kept = [t for t in tolerations if t not in added]
-        if len(kept) != len(tolerations):
+        if keep:
+            held = [w for w in named if w.toleration() in added and w.toleration() in tolerations and w not in wanted]
+        elif len(kept) != len(tolerations):
             changed = True
             if gone := [w for w in named if w.toleration() in added and w not in wanted]:
                 removed.append("tolerations " + ", ".join(map(str, gone)))
@@ -811,7 +827,13 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wanted
         places = _not_preferred_by_manifest(pod, said if said is not None else _spot_places(ctx)[0])
         if unprefer(pod, places, PREFERRED_WEIGHT):
             removed.append("its preferred spot affinity")
-    return (f"{UNDONE}{earlier} had added: {', '.join(removed)}", True) if removed else ("", changed)
+    words = [f"{UNDONE}{earlier} had added: {', '.join(removed)}"] if removed else []
+    if held:  # the DaemonSet controller places its pods by them
+        shown = ", ".join(map(str, held))
+        words.append(
+            f"{KEPT}{earlier} had added: tolerations {shown} (a DaemonSet's pods run on the nodes they tolerate)"
+        )
+    return "; ".join(words), changed or bool(removed)
 
 
 def _stored_applied(pod: PodView, ctx: Context) -> str:
