@@ -466,6 +466,12 @@ def test_unusable_declarations_are_errors(c: dict[str, Any], annotations: dict[s
         pytest.param("tensorflow/tensorflow:2.17.0-gpu", (12, 3), False, id="tensorflow-2.17"),
         pytest.param("tensorflow/tensorflow:2.18.0-gpu", (12, 5), False, id="tensorflow-2.18"),
         pytest.param("nvcr.io/nvidia/pytorch:24.05-py3", (12, 4), False, id="ngc-primary"),
+        # nvcr.io through a proxy or mirror read no CUDA (found by a review of real images)
+        pytest.param("harbor.example.com/nvcr/nvidia/pytorch:24.05-py3", (12, 4), False, id="ngc-harbor-proxy"),
+        pytest.param("registry.local:5000/nvidia/tritonserver:24.06-vllm-python-py3", (12, 5), False, id="ngc-mirror"),
+        pytest.param(
+            "harbor.example.com/nvcr/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", (12, 5), False, id="sample-proxy"
+        ),
         pytest.param("nvcr.io/nvidia/tritonserver:24.06-vllm-python-py3", (12, 5), False, id="ngc-triton-variant"),
         # 24.06 is CUDA 12.5.0.23 (PyTorch/Triton release notes), not the MXNet container's 12.4.1
         pytest.param("nvcr.io/nvidia/pytorch:24.06-py3", (12, 5), False, id="ngc-24.06-cuda-12.5"),
@@ -496,7 +502,7 @@ def test_image_rules(image: str, version: tuple[int, ...], secondary: bool) -> N
         pytest.param("tensorflow/tensorflow:2.99.0-gpu", id="tensorflow-unknown-release"),
         pytest.param("nvcr.io/nvidia/pytorch:99.99-py3", id="ngc-unknown-release"),
         pytest.param("nvcr.io/nvidia/nemo:24.05", id="ngc-other-product"),
-        pytest.param("example.com/nvidia/pytorch:24.05-py3", id="ngc-name-elsewhere"),
+        pytest.param("example.com/team/pytorch:24.05-py3", id="ngc-product-elsewhere"),  # not under nvidia/
         pytest.param("", id="empty"),
         pytest.param("nvidia/cuda:" + "1" * 600, id="absurdly-long"),
     ],
