@@ -748,3 +748,18 @@ def test_an_image_reference_past_max_image_is_not_looked_up_in_its_registry() ->
     assert cuda_version.declared_cuda({"name": "c", "image": long}, {}, True, configs).requirement is None
     cuda_version.declared_cuda({"name": "c", "image": "registry.example/team/app:1"}, {}, True, configs)
     assert asked == ["registry.example/team/app:1"]
+
+
+@pytest.mark.parametrize(
+    "image", ["nvcr.io/nvidia/k8s-device-plugin:v0.16.2", "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.8-3.6.0-ubuntu22.04"]
+)
+def test_nvidias_cluster_components_set_disable_require_in_their_images(image: str) -> None:
+    """Their images set NVIDIA_DISABLE_REQUIRE=true: the runtime checks no CUDA for them. They read as 'CUDA
+    unknown', warned of on every node and refused under unknownVersion: deny (found by a review of real images).
+    A pod that sets the variable itself decides."""
+    d = declared_cuda(container(image=image), {})
+    assert d.disabled and d.requirement is None and d.source.startswith("its image sets NVIDIA_DISABLE_REQUIRE: ")
+    assert declared_cuda(container(image=image, env=env(CUDA_VERSION="12.4")), {}).disabled  # still: the image's
+    own = declared_cuda(container(image=image, env=env(NVIDIA_DISABLE_REQUIRE="false", CUDA_VERSION="12.4")), {})
+    assert not own.disabled and own.version == (12, 4)
+    assert not declared_cuda(container(image=image), {}, use_image=False).disabled

@@ -380,11 +380,26 @@ def image_rules() -> tuple[ImageRule, ...]:
     )
 
 
+@lru_cache(maxsize=1)
+def _disabling_rules() -> tuple[tuple[re.Pattern[str], str], ...]:
+    """The repositories whose images set NVIDIA_DISABLE_REQUIRE themselves, and their names (``disables_require``)."""
+    return tuple((re.compile(str(r["repository"])), str(r["name"])) for r in _data().get("disables_require", ()))
+
+
+def disables_require(image: str) -> str:
+    """The name of the rule that says ``image`` sets NVIDIA_DISABLE_REQUIRE itself; '' where none does."""
+    if not image or len(image) > MAX_IMAGE:
+        return ""
+    repository, _ = split_image(image)
+    return next((name for pattern, name in _disabling_rules() if pattern.fullmatch(repository)), "")
+
+
 def load_data() -> None:
     """Read and compile the image rules and brands now (a server does it before it forks: the first request of
     each worker took 6-11 ms more, reading the YAML)."""
     image_rules()
     _brand_rules()
+    _disabling_rules()
 
 
 @lru_cache(maxsize=1)
@@ -612,6 +627,9 @@ def declared_cuda(
             break
     if _text(env, "NVIDIA_DISABLE_REQUIRE") in _TRUE:
         return Declared(name, image, source="env NVIDIA_DISABLE_REQUIRE", disabled=True)
+    if use_image and "NVIDIA_DISABLE_REQUIRE" not in env and (rule := disables_require(image)):
+        # the image's own, under the container's env: the runtime checks nothing, whatever else the pod sets
+        return Declared(name, image, source=f"its image sets NVIDIA_DISABLE_REQUIRE: {rule}", disabled=True)
     # Where the pod sets a variable, the image's config (read from its registry) may still set the ones before it
     # in the runtime's order: the runtime reads the image's env under the container's (6. in the module docstring).
     # Only a config already read counts here: the pod's own value stands meanwhile.
