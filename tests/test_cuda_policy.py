@@ -1880,14 +1880,21 @@ def test_a_pytorch_runtime_image_runs_on_any_driver_of_its_major_by_minor_versio
     assert not below.allowed and "or upgrade the driver to >= 525.60.13 on pool r470" in below.message, below.message
     thirteen = pipeline.review(pod(container(image="pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime")), ctx)
     assert not thirteen.allowed and "needs CUDA 13.0" in thirteen.message  # its major's floor is 580.65.06
+    # the version restated in the annotation: nothing checks it still (it was held to strict; found by a review)
+    restated = pod(container(image=RUNTIME_124), annotations={"gpu-admission.io/cuda-version": "12.4"})
+    assert pipeline.review(restated, context([nodes[0]])).allowed
+    checked = pod(container(image=RUNTIME_124, env={"CUDA_VERSION": "12.4"}))
+    assert not pipeline.review(checked, context([nodes[0]])).allowed  # the runtime checks the pod's own CUDA_VERSION
 
 
 def test_the_image_command_says_where_minor_version_compatibility_runs_an_image() -> None:
     from webhook import cli
 
     out = io.StringIO()
+    thirteen = "pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime"  # 13.x's floor is 13.0's own driver: nothing more
     with contextlib.redirect_stdout(out):
-        assert cli.main(["image", RUNTIME_124, "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-devel"]) == 0
-    runtime, devel = out.getvalue().splitlines()
+        assert cli.main(["image", RUNTIME_124, "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-devel", thirteen]) == 0
+    runtime, devel, newest = out.getvalue().splitlines()
     assert runtime.endswith("; also on drivers >= 525.60.13 (minor-version compatibility)"), runtime
     assert "minor-version" not in devel and "(forward compatibility)" in devel, devel
+    assert "also on" not in newest, newest

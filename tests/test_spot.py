@@ -2121,6 +2121,10 @@ def test_no_default_but_tolerate_reaches_a_daemonsets_pods_or_template(mode: str
     earlier_result = mutate(asked, context([ON_DEMAND, *PROVIDERS["gke"][0]]))
     earlier["spec"]["template"] = copy.deepcopy(_template(earlier_result.object))
     del earlier["spec"]["template"]["metadata"]["annotations"][ANNOTATION]
+    words = earlier["spec"]["template"]["metadata"]["annotations"][APPLIED]  # as a default of an earlier release
+    earlier["spec"]["template"]["metadata"]["annotations"][APPLIED] = words.replace(
+        "asked by annotation", "default for namespace ml"
+    )
     undone = mutate(earlier, ctx)
     assert _template(undone.object)["spec"] == {**daemon["spec"], "tolerations": [equal(GKE_SPOT, "true")]}
     assert (applied(undone) or "").startswith(f"off (default for namespace ml {mode}, which leaves a DaemonSet's pods")
@@ -2172,6 +2176,21 @@ def test_a_default_that_leaves_a_daemonset_alone_keeps_its_templates_tolerations
     never = mutate(asked, dataclasses.replace(ctx, operation="UPDATE", old_object=quiet.object))
     off_spot = [{"key": GKE_SPOT, "operator": "NotIn", "values": ["true"]}]
     assert required_of(_template(never.object)) == [{"matchExpressions": off_spot}]
+
+
+def test_a_daemonset_that_takes_its_own_tolerate_back_loses_the_tolerations_whatever_the_default() -> None:
+    """A DaemonSet whose own annotation asked tolerate, the annotation then taken out under a prefer default (which
+    leaves DaemonSets alone), kept the toleration, said to be kept; under the default off it went (found by a review
+    of this session's commits). The owner took the request back: what it added goes."""
+    nodes = [ON_DEMAND, *PROVIDERS["gke"][0]]
+    ctx = context(nodes, namespace_defaults={"ml": "prefer"})
+    made = mutate(_daemonset(pod("tolerate")), ctx).object
+    assert tolerations_of(_template(made)) == [equal(GKE_SPOT, "true")]
+    later = copy.deepcopy(made)
+    del _template(later)["metadata"]["annotations"][ANNOTATION]
+    result = mutate(later, dataclasses.replace(ctx, operation="UPDATE", old_object=made))
+    assert tolerations_of(_template(result.object)) == []
+    assert "removed what tolerate had added: tolerations" in (applied(result) or ""), applied(result)
 
 
 @pytest.mark.parametrize("mode", ["prefer", "require"])

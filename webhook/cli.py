@@ -337,8 +337,9 @@ def cmd_image(args: argparse.Namespace) -> int:
             if branches := cuda_version.forward_branches(declared.requirement):
                 line += f"; also on data-center GPUs of driver branches {', '.join(branches)} (forward compatibility)"
             if cuda_version.is_minor_compatible(declared.requirement) and declared.version is not None:
-                floor = driver_table(settings.cuda).minor_floor.get(declared.version[0])
-                if floor is not None:
+                table = driver_table(settings.cuda)
+                floor, own = table.minor_floor.get(declared.version[0]), table.minimum_driver(declared.version)
+                if floor is not None and (own is None or floor < own):  # 13.0's floor is its own driver: no more
                     line += f"; also on drivers >= {show_driver(floor)} (minor-version compatibility)"
         elif declared.disabled:
             line = f"not checked ({declared.source})"

@@ -609,7 +609,14 @@ def declared_cuda(
         version = _version(value.strip())
         if version is None:
             return Declared(name, image, source=source, error=f'{value!r} is not a CUDA version (write e.g. "12.4")')
-        return Declared(name, image, at_least(version), source)
+        requirement = at_least(version)
+        if use_image and "NVIDIA_REQUIRE_CUDA" not in _env(container) and "CUDA_VERSION" not in _env(container):
+            found = image_cuda(image) if image else None
+            if found is not None and found.rule.minor_compatible:
+                # the annotation says a version, not that anything checks it: nothing does in such an image (a
+                # pytorch runtime image restated in the annotation was held to strict; found by a review)
+                requirement = minor_compatible(requirement)
+        return Declared(name, image, requirement, source)
     env = _env(container)
     for var in CUDA_VARIABLES:
         unread = env.get(var)

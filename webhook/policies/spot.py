@@ -788,7 +788,10 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wanted
         stored = _stored_applied(pod, ctx).split("; ")
         words = [p for p in earlier_text.split("; ") if p.startswith((UNDONE, KEPT)) and p not in stored]
         return "; ".join(words), False
-    keep = daemon or (mode == "off" and _leaves_alone(pod, _default(pod, ctx)[0]))
+    # kept where a default put them, not where the DaemonSet's own annotation asked and now asks nothing: its owner
+    # took the request back (found by a review of this session's commits)
+    by_default = not earlier_text.startswith(f"{earlier} (asked by annotation)")
+    keep = daemon or (mode == "off" and by_default and _leaves_alone(pod, _default(pod, ctx)[0]))
     if earlier == "never":
         off = _said_off_spot(earlier_text)
         narrowings = off if off is not None else _off_spot(ctx)[0]
