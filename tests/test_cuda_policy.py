@@ -1096,10 +1096,17 @@ def test_the_advice_to_target_a_pool_says_what_else_reaching_it_takes() -> None:
     )
     obj["spec"]["tolerations"] = [{**SPOT_TAINT, "operator": "Equal"}]
     message = pipeline.validate(obj, context([old_spot, ondemand])).message
+    # the pod's own affinity, not spot: require (it had been named so; found by a review of the spot policy)
+    assert (
+        f"target pool od-new (driver 570.124.06, CUDA 12.8) with nodeSelector {POOL_LABEL}: od-new (its required "
+        "node affinity keeps it off that pool too)"
+    ) in message
+    required_by_us = pod(container(image=IMAGE_128), annotations={"gpu-admission.io/spot": "require"})
+    message = pipeline.review(required_by_us, context([old_spot, ondemand])).message
     assert (
         f"target pool od-new (driver 570.124.06, CUDA 12.8) with nodeSelector {POOL_LABEL}: od-new (its required "
         "node affinity keeps it off that pool too: it requires spot capacity (gpu-admission.io/spot: require))"
-    ) in message
+    ) in message, message
 
 
 @pytest.mark.parametrize("gfd", ["new", "old"])

@@ -2006,6 +2006,16 @@ def test_the_cuda_words_name_the_spot_requirement_not_the_pods_own_rules() -> No
     own["spec"]["nodeSelector"] = {"cloud.google.com/gke-nodepool": "elsewhere"}
     said = pipeline.review(own, ctx).object["metadata"]["annotations"]["gpu-admission.io/cuda"]
     assert "(its nodeSelector/affinity excludes pool l4-od)" in said, said
+    # a pod that asks no spot mode and writes the spot place itself: its own rules (it had been told spot: require
+    # kept it off; found by a review of the spot policy)
+    written = pod_of_cuda()
+    del written["metadata"]["annotations"][ANNOTATION]
+    written["spec"]["affinity"] = with_terms(
+        {"matchExpressions": [{"key": GKE_SPOT, "operator": "In", "values": ["true"]}]}
+    )
+    written["spec"]["tolerations"] = [equal(GKE_SPOT, "true")]
+    said = pipeline.review(written, ctx).object["metadata"]["annotations"]["gpu-admission.io/cuda"]
+    assert "(its nodeSelector/affinity excludes pool l4-od)" in said and "spot capacity it requires" not in said, said
 
 
 def test_never_as_a_default_keeps_a_namespaces_pods_off_untainted_spot_nodes() -> None:

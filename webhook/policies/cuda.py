@@ -418,7 +418,7 @@ def unmatched(a: Assessment, ctx: Context) -> str:
     # manifests: only the pools were left)
     parts = [f"untolerated taint {taint} of pool {pool}" for pool, taint in sorted(taints.items())][:MAX_LISTED]
     if ruled_out := [g for g in ruled_out if g.pool not in taints]:
-        if by_spot := _kept_off_by_spot(ruled_out, tolerant, a, ctx):
+        if by_spot := _kept_off_by_spot(ruled_out, tolerant, a, ctx) if _spot_mode(ctx) == "require" else []:
             parts.append(f"the spot capacity it requires excludes {pool_names(by_spot, 2)}")
         if rest := [g for g in ruled_out if g not in by_spot]:
             parts.append(f"its nodeSelector/affinity excludes {pool_names(rest, 2)}")
@@ -689,8 +689,8 @@ def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Conte
 
 
 def _plan_key(
-    step: str, pod: PodView, mode: str, checks: tuple[Check, ...]
-) -> tuple[str, str, str, tuple[Check, ...], bytes] | None:
+    step: str, pod: PodView, mode: str, checks: tuple[Check, ...], spot_mode: str
+) -> tuple[str, str, str, tuple[Check, ...], bytes, str] | None:
     """What the policy's plan for a pod depends on besides settings and snapshot: the mode, the checks (what each
     GPU container declares) and all that eligibility reads of the spec: the scheduling fields, and the containers'
     resources and init containers' restartPolicy as written (from which the scheduler's sums and the extended
@@ -713,7 +713,7 @@ def _plan_key(
         )
     except ValueError:
         return None
-    return (POLICY, step, mode, checks, placement)
+    return (POLICY, step, mode, checks, placement, spot_mode)
 
 
 P = TypeVar("P")
@@ -729,7 +729,7 @@ def _planned(step: str, pod: PodView, ctx: Context, make: Callable[[str, tuple[C
     checks = checks_of(pod, ctx)
     if not checks:
         return None
-    key = _plan_key(step, pod, mode, checks)
+    key = _plan_key(step, pod, mode, checks, _spot_mode(ctx))  # the words name spot: require only under it
     stored = ctx.cluster.policy_memo.get(key) if key is not None else None
     if stored is not None and stored[0] is ctx.settings:
         kept: P = stored[1]
@@ -738,6 +738,13 @@ def _planned(step: str, pod: PodView, ctx: Context, make: Callable[[str, tuple[C
     if key is not None:  # counted by what it holds: the placement's bytes, and the checks' texts (images, ...)
         ctx.cluster.policy_memo.put(key, (ctx.settings, made), size=len(key[4]) + len(repr(checks)))
     return made
+
+
+def _spot_mode(ctx: Context) -> str:
+    """The spot mode the spot policy decided for the pod (its words: this pass's in ``steer``, the final pod's in
+    ``validate``): the words name ``spot: require`` as what keeps a pod off a pool only under it, not for a pod whose
+    own affinity names spot capacity (found by a review of the spot policy; the MIG refusal's the same)."""
+    return spot.mode_of(ctx.prior.get(spot.APPLIED, ""))
 
 
 def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
@@ -774,6 +781,7 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     snapshot and settings, applied to each. A template's annotation names the terms the steering wrote
     (``STEERING``), for its next review to take out (``forget``); a pod's, which no later review reads, does not
     (the words, said again on a pod steered already, could be a forged annotation's)."""
+    ctx = dataclasses.replace(ctx, prior={**ctx.prior, spot.APPLIED: out.annotations.get(spot.APPLIED, "")})
     plan = _planned("steer", pod, ctx, lambda mode, checks: plan_steering(pod, mode, checks, ctx))
     held = _held(pod) if pod.is_template and plan is not None and plan.alternatives else frozenset()
     if plan is None:
@@ -1004,7 +1012,8 @@ def _reach(group: NodeGroup, selector: Mapping[str, str], a: Assessment, ctx: Co
             for t in as_list(required.get("nodeSelectorTerms"))
             for e in as_list(as_dict(t).get("matchExpressions"))
         }
-        spot = f": it requires spot capacity ({PREFIX}spot: require)" if keys & spot_keys and not group.spot else ""
+        by_spot = bool(keys & spot_keys) and not group.spot and _spot_mode(ctx) == "require"
+        spot = f": it requires spot capacity ({PREFIX}spot: require)" if by_spot else ""
         text += f" (its required node affinity keeps it off that pool too{spot})"
     return text
 
