@@ -831,6 +831,11 @@ def test_the_webhooks_annotations_keep_the_pod_within_the_apiservers_limit() -> 
     refused = pipeline.mutate(full, ctx)
     assert not refused.allowed and refused.reason == "AnnotationsTooLong"
     assert f"its own {pipeline.ANNOTATIONS_LIMIT - len('gpu-admission.io/cuda')}, gpu-admission's" in refused.message
+    # the CUDA check off: no gpu-admission.io/cuda to shorten, and none made up (refused for the bytes it has)
+    off = _ctx(Settings(cuda=CudaSettings(mode="off")), namespace="ml")
+    plain = pipeline.mutate(gpu_pod(annotations={key: "x" * room, "gpu-admission.io/spot": "tolerate"}), off)
+    assert plain.reason == "AnnotationsTooLong" and "(spot-applied " in plain.message, plain.message
+    assert re.search(r"gpu-admission's [0-9]+ \(spot-applied [0-9]+\)", plain.message), plain.message
 
 
 def test_a_misspelt_key_written_by_an_update_is_named_not_called_the_webhooks() -> None:

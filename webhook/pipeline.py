@@ -845,7 +845,7 @@ def _fit_annotations(view: PodView) -> str:
     text = as_str(annotations.get(key))
     lines = text.split("\n")
     kept = [line for line in lines if line.startswith(("decision: ", cuda.STEERING))]
-    if len(kept) < len(lines):
+    if key in annotations and len(kept) < len(lines):
         short = "\n".join([f"({len(lines) - len(kept)} {LEFT_OUT}; gpu-admission review shows them)", *kept])
         annotations[key] = short
         total -= _bytes(text) - _bytes(short)
