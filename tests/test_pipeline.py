@@ -382,7 +382,8 @@ def test_warnings_past_the_apiservers_limit_are_counted_not_dropped_unsaid() -> 
     assert len(shown) < 60 and sum(map(len, result.warnings)) <= pipeline.WARNINGS_TOTAL
     assert (
         last
-        == f"{len(result.outcome.warnings) - len(shown)} more warnings not shown (the apiserver keeps 4096 characters)"
+        == f"{len(result.outcome.warnings) - len(shown)} more warnings not shown (an answer keeps to 1800 characters;"
+        " gpu-admission review shows them all)"
     )
     assert shown == [pipeline._short(w) for w in result.outcome.warnings[: len(shown)]]
 
@@ -405,7 +406,7 @@ def test_both_answers_warnings_fit_the_apiservers_one_budget_what_would_be_denie
     validated = pipeline.validate(mutated.object, ctx)
     assert validated.allowed
     assert validated.warnings[0].startswith("would be denied (CUDAIncompatible) in enforce mode"), validated.warnings[0]
-    assert validated.warnings[-1].endswith("more warnings not shown (the apiserver keeps 4096 characters)")
+    assert validated.warnings[-1].endswith(pipeline.NOT_SHOWN)
     together = sum(map(len, mutated.warnings)) + sum(map(len, validated.warnings))
     assert together <= 2 * pipeline.WARNINGS_TOTAL <= 4096 - 400  # room for PodSecurity's
 
@@ -436,7 +437,7 @@ def test_the_warnings_of_a_misplaced_annotation_are_within_the_same_limit() -> N
     result = pipeline.mutate(deployment, _ctx(Settings(cuda=CudaSettings(unknown_version="warn")), namespace="ml"))
     assert sum(map(len, result.warnings)) <= pipeline.WARNINGS_TOTAL
     assert result.warnings[0].startswith("gpu-admission.io/cuda-version.worker-00 is on the Deployment")
-    assert result.warnings[-1].endswith("more warnings not shown (the apiserver keeps 4096 characters)")
+    assert result.warnings[-1].endswith(pipeline.NOT_SHOWN)
 
 
 # -- a workload UPDATE that leaves its pod template as it was -----------------------------------------------------

@@ -135,6 +135,8 @@ class Requirement:
 
     terms: tuple[tuple[Condition, ...], ...]
     text: str
+    minor: bool = False
+    """Judged by minor-version compatibility whatever ``cuda.compatibility`` says (``minor_compatible``)."""
 
     @property
     def cuda(self) -> Version | None:
@@ -162,7 +164,7 @@ class Requirement:
     def without_forward(self) -> Requirement:
         """Only the terms that ask the node's CUDA (forward compatibility not honoured); unchanged if none does."""
         kept = tuple(t for t in self.terms if any(c.key == "cuda" for c in t))
-        return Requirement(kept, self.text) if kept else self
+        return Requirement(kept, self.text, self.minor) if kept else self
 
 
 def _next_minor(version: Version) -> Version:
@@ -242,20 +244,15 @@ def with_forward(version: Version, forward: Forward, loaded: bool = False) -> Re
 
 @lru_cache(maxsize=256)
 def minor_compatible(requirement: Requirement) -> Requirement:
-    """``requirement`` with its CUDA terms marked ``MINOR_COMPATIBLE``: judged by minor-version compatibility."""
-    terms = tuple((*t, MINOR_COMPATIBLE) if any(c.key == "cuda" for c in t) else t for t in requirement.terms)
-    return Requirement(terms, requirement.text)
-
-
-MINOR_COMPATIBLE = Condition("minor", "=", "compatible")
-"""On a ``cuda>=`` term: the image bundles its CUDA libraries and has the runtime check nothing
-(``ImageRule.minor_compatible``), so NVIDIA's minor-version compatibility runs it on any driver of its major at or
-above the major's floor (``DriverTable.minor_floor``), whatever ``cuda.compatibility`` says; always true as a
-condition."""
+    """``requirement`` judged by minor-version compatibility (``Requirement.minor``): the image bundles its CUDA
+    libraries and has the runtime check nothing (``ImageRule.minor_compatible``), so NVIDIA's minor-version
+    compatibility runs it on any driver of its major at or above the major's floor (``DriverTable.minor_floor``),
+    whatever ``cuda.compatibility`` says."""
+    return Requirement(requirement.terms, requirement.text, minor=True)
 
 
 def is_minor_compatible(requirement: Requirement | None) -> bool:
-    return requirement is not None and any(MINOR_COMPATIBLE in t for t in requirement.terms)
+    return requirement is not None and requirement.minor
 
 
 LOADED_BY_ENTRYPOINT = Condition("loader", "=", "entrypoint")
@@ -302,7 +299,7 @@ class ImageRule:
     minor_compatible: bool = False
     """The image bundles its CUDA libraries (pip wheels) and sets no CUDA variable, so the runtime checks nothing and
     NVIDIA's minor-version compatibility decides: any driver of its major at or above the major's floor runs it
-    (``MINOR_COMPATIBLE``). pytorch/pytorch's runtime images: refused on a 535 driver under strict, they run there
+    (``Requirement.minor``). pytorch/pytorch's runtime images: refused on a 535 driver under strict, they run there
     (found by a review of real images)."""
 
 
@@ -833,7 +830,7 @@ def _facts(
 def _condition_holds(c: Condition, facts: NodeFacts, table: DriverTable, compatibility: Compatibility) -> Verdict:
     if c.key == "platform":  # the webhook's own (``with_forward``), never read from an expression
         return facts.platform == c.value if facts.platform else None
-    if c.key in ("loader", "minor"):  # the webhook's own too: read by ``forward_possible`` and ``_term_holds``
+    if c.key == "loader":  # the webhook's own too: read by ``forward_possible``
         return True
     if c.key == "brand":
         if not facts.brands:
@@ -907,8 +904,6 @@ def _term_holds(
     term: tuple[Condition, ...], facts: NodeFacts, table: DriverTable, compatibility: Compatibility
 ) -> Verdict:
     result: Verdict = True
-    if MINOR_COMPATIBLE in term:
-        compatibility = "minor"
     for c in term:
         held = _condition_holds(c, facts, table, compatibility)
         if held is False:
@@ -923,6 +918,7 @@ def evaluate(
 ) -> Verdict:
     """Does a node group with ``facts`` satisfy ``requirement``? Three-valued: OR of ANDs over True/False/None. A
     forward-compatibility alternative holds only where forward compatibility can work (``forward_possible``)."""
+    compatibility = "minor" if requirement.minor else compatibility
     result: Verdict = False
     forward = {id(t) for t in requirement.forward_terms}  # by identity: comparing terms was quadratic in them
     for term in requirement.terms:
@@ -943,6 +939,7 @@ def unmet(requirement: Requirement, facts: NodeFacts, table: DriverTable, compat
     """The conditions of ``requirement``'s own terms (its forward-compatibility alternatives aside) that a node
     group with ``facts`` does not meet, each once, as written: what a denial names when a term asks more than a
     CUDA floor (``cuda>=12.0,driver<560``)."""
+    compatibility = "minor" if requirement.minor else compatibility
     forward = {id(t) for t in requirement.forward_terms}
     out: list[str] = []
     for term in requirement.terms:
@@ -950,8 +947,7 @@ def unmet(requirement: Requirement, facts: NodeFacts, table: DriverTable, compat
         if id(term) in forward:
             continue
         for c in term:
-            held = _condition_holds(c, facts, table, "minor" if MINOR_COMPATIBLE in term else compatibility)
-            if held is False and str(c) not in out:
+            if _condition_holds(c, facts, table, compatibility) is False and str(c) not in out:
                 out.append(str(c))
     return out
 
@@ -961,8 +957,7 @@ def accepted_by(requirement: Requirement, facts: NodeFacts, table: DriverTable) 
     forward-compatibility alternative (driver branch and brand only), 'minor' through minor-version compatibility."""
     forward = requirement.forward_terms
     ids = {id(t) for t in forward}
-    own = (tuple(c for c in t if c is not MINOR_COMPATIBLE) for t in requirement.terms if id(t) not in ids)
-    if any(_term_holds(t, facts, table, "strict") is True for t in own):
+    if any(_term_holds(t, facts, table, "strict") is True for t in requirement.terms if id(t) not in ids):
         return "cuda"
     if any(forward_possible(facts, t) and _term_holds(t, facts, table, "strict") is True for t in forward):
         return "forward"

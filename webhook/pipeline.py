@@ -62,6 +62,11 @@ WARNINGS_TOTAL = 1800
 mutating and validating webhooks' and PodSecurity's together; past it, it cuts each to 256 and then drops the rest
 unsaid (k8s.io/apiserver endpoints/filters/warning.go). Each of the webhook's two answers takes under half, and the
 rest is left to the others (at 4000 each, a /validate after a full /mutate lost all but its first warning)."""
+NOT_SHOWN = (
+    f"more warnings not shown (an answer keeps to {WARNINGS_TOTAL} characters; gpu-admission review shows them all)"
+)
+"""How the line ends that counts the warnings past ``WARNINGS_TOTAL`` (it had named the apiserver's 4096, which the
+user then looked for in vain; found by a read of the whole change)."""
 AUDIT_VALUE_LIMIT = 2000
 MESSAGE_LIMIT = 8000
 """A denial's message (``status.message``: kubectl prints it whole after 'denied the request:'), all of its
@@ -479,7 +484,7 @@ def _capped(lines: Sequence[str]) -> list[str]:
         w = _short(w)
         if total + len(w) > WARNINGS_TOTAL - 80:
             # said in the room kept for it, so that none is dropped unsaid
-            warnings.append(f"{len(lines) - shown} more warnings not shown (the apiserver keeps 4096 characters)")
+            warnings.append(f"{len(lines) - shown} {NOT_SHOWN}")
             break
         warnings.append(w)
         total += len(w)

@@ -49,7 +49,6 @@ from webhook.cluster import (
 )
 from webhook.config import CudaSettings
 from webhook.cuda_version import (
-    MINOR_COMPATIBLE,
     Declared,
     NodeFacts,
     Requirement,
@@ -1120,13 +1119,13 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> tuple
 def _beyond_cuda(requirement: Requirement) -> bool:
     """A term of the requirement's own (not a forward-compatibility alternative) asks more than the CUDA."""
     forward = requirement.forward_terms
-    return any(c.key != "cuda" and c is not MINOR_COMPATIBLE for t in requirement.terms if t not in forward for c in t)
+    return any(c.key != "cuda" for t in requirement.terms if t not in forward for c in t)
 
 
 def _more_than_a_floor(requirement: Requirement) -> bool:
     """The requirement's own terms (its forward-compatibility alternatives aside) say more than one CUDA floor."""
     forward = requirement.forward_terms
-    return sum(len([c for c in t if c is not MINOR_COMPATIBLE]) for t in requirement.terms if t not in forward) > 1
+    return sum(len(t) for t in requirement.terms if t not in forward) > 1
 
 
 def _gpu_brand(group: NodeGroup) -> str:
