@@ -321,7 +321,10 @@ def holds_given(line: str | None, container: JSON, spec: JSON) -> bool:
 
 def _where_now(pod: PodView, ctx: Context) -> str:
     """Where the pod, as it stands, can get its GPU: the words a line written by ``_line`` ends with."""
-    places = [Placement(c.group, None, True) for c in _eligible(ctx, _trial(pod, [], None, None))]
+    places = [
+        Placement(c.group, None, True)
+        for c in _eligible(ctx, _trial(pod, [], None, None, ctx.cluster.extended_resource_toleration))
+    ]
     return _where(places)
 
 
@@ -595,7 +598,7 @@ def _gpu_only(resources: Mapping[str, Decimal]) -> dict[str, Decimal]:
     return {k: v for k, v in resources.items() if k.startswith("nvidia.com/")}
 
 
-def _trial(pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option | None, plugin: bool = True) -> JSON:
+def _trial(pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option | None, plugin: bool) -> JSON:
     """A slim copy of the spec for eligibility: the pending asks stripped, ``ask`` given ``option`` (and the GPU
     taint's toleration ``_keep_gpu_toleration`` would write; ``plugin``: the cluster runs
     ExtendedResourceToleration)."""
@@ -932,7 +935,7 @@ def _refusal(
             for g, (profile, resource, have, need) in short[:3]
         )
     else:
-        trial = _trial(pod, [*pending, ask], None, None)
+        trial = _trial(pod, [*pending, ask], None, None, ctx.cluster.extended_resource_toleration)
         # Without its GPU request the trial lost the toleration ExtendedResourceToleration gave it: keep it.
         trial["tolerations"] = [*as_list(trial.get("tolerations")), GPU_TAINT_TOLERATION]
         # a MIG pool barred for the pod's whole GPUs is named below, not as a pool that offers no profile
@@ -1126,7 +1129,7 @@ def _too_few(
     for option in req.options:
         if option.strategy not in ("mixed", "single", "gke"):
             continue
-        trial = _trial(pod, pending, ask, option)
+        trial = _trial(pod, pending, ask, option, req.ctx.cluster.extended_resource_toleration)
         need = requested_resources(trial).get(option.resource, Decimal(0))
         for cand in req.ctx.cluster.eligible(trial, resources={option.resource: Decimal(1)}, gpu_only=True):
             group = cand.group
