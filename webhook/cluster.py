@@ -1319,7 +1319,8 @@ def build_view(
     if synced:
         groups += [builder.declared_group(p) for p in builder.pools if p.name not in serving]
     groups.sort(key=lambda g: (g.pool, g.nodes))
-    providers = shown_providers(nodes, groups, builder.presets)
+    labelled = labelled_providers(nodes, groups, builder.presets)
+    providers = shown_providers(nodes, labelled, builder.presets)
     return ClusterView(
         groups=tuple(groups),
         node_count=count,
@@ -1329,20 +1330,21 @@ def build_view(
         volatile_labels=builder.volatile,
         known=synced and (known or bool(groups)),
         providers=providers,
-        labelled_providers=labelled_providers(nodes, groups, builder.presets),
+        labelled_providers=labelled,
         spot_now=any(g.spot for g in groups),
         gpu_spot_now=any(g.spot and g.has_gpu for g in groups),
         on_demand_keys=frozenset(key for g in groups if not g.spot for key in g.labels),
     )
 
 
-def shown_providers(nodes: Sequence[Node], groups: Sequence[NodeGroup], presets: Presets) -> frozenset[str]:
-    """The providers (of the presets in force) the cluster shows: their pool or spot labels on a node or a declared
-    pool, OKE's pool annotation on a node (``labelled_providers``), or an EKS or GKE kubelet version. The one place
+def shown_providers(nodes: Sequence[Node], labelled: frozenset[str], presets: Presets) -> frozenset[str]:
+    """The providers (of the presets in force) the cluster shows: ``labelled`` (their pool or spot labels on a node
+    or a declared pool, OKE's pool annotation on a node: ``labelled_providers``, worked out once), or an EKS or GKE
+    kubelet version. The one place
     that says how a provider shows: the spot policy read only the labels, and took an OKE cluster with no
     preemptible node for k3s (found by a review of the spot policy)."""
     keys = presets.node_label_keys
-    return labelled_providers(nodes, groups, presets) | frozenset(n.provider for n in nodes if n.provider in keys)
+    return labelled | frozenset(n.provider for n in nodes if n.provider in keys)
 
 
 def labelled_providers(nodes: Sequence[Node], groups: Sequence[NodeGroup], presets: Presets) -> frozenset[str]:

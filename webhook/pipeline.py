@@ -645,8 +645,9 @@ def _keep_review(obj: JSON, stored: PodView, ctx: Context) -> Result:
         again = _mutate(obj, ctx, keep=False)
         if again.allowed and not again.patch:
             return again
-    brought = [k[len(PREFIX) :] for k in _output_annotations({"metadata": view.metadata}) if k not in before]
-    for key in _output_annotations({"metadata": view.metadata}):
+    arrived = _output_annotations({"metadata": view.metadata})
+    brought = [k[len(PREFIX) :] for k in arrived if k not in before]
+    for key in arrived:
         del view.metadata["annotations"][key]
     for key, value in before.items():
         view.set_annotation(key, value)

@@ -973,9 +973,7 @@ def _find_targets(c: Check, a: Assessment, ctx: Context) -> list[str]:
     ok = {id(g) for g in ctx.cluster.gpu_groups if _status(c.requirement, g, ctx) == "ok"}
     # an unlabelled pool advised by its GPU product (no exact driver to go stale) where no other group of that
     # product is left out, for any container of the pod (found by reviews of this session's commits)
-    requirements = [a.checks[i].requirement for i in a.known]
-    every = {id(g) for g in ctx.cluster.gpu_groups if all(_status(r, g, ctx) == "ok" for r in requirements if r)}
-    other = frozenset(g.labels.get(PRODUCT_LABEL, "") for g in ctx.cluster.gpu_groups if id(g) not in every)
+    other = _left_out_products(tuple(r for i in a.known if (r := a.checks[i].requirement) is not None), ctx)
     for g in ctx.cluster.gpu_groups:
         if id(g) in eligible or not offers(g, a.resources) or id(g) not in ok:
             continue  # a pool whose nodes offer none of what the pod asks is no place to send it
@@ -987,6 +985,25 @@ def _find_targets(c: Check, a: Assessment, ctx: Context) -> list[str]:
         if text not in out:
             out.append(text)
     return sorted(out)[:3]
+
+
+def _left_out_products(requirements: tuple[Requirement, ...], ctx: Context) -> frozenset[str]:
+    """The GPU products of the groups that some of ``requirements`` does not run on: the advice names an unlabelled
+    pool by its product only where no such group has it. Once per snapshot and settings for the same requirements
+    (it had been worked out over every GPU group for each container of a refused pod; found by a read of the
+    whole change)."""
+    key = (POLICY, "left-out", requirements)
+    stored = ctx.cluster.policy_memo.get(key)
+    if stored is not None and stored[0] is ctx.settings:
+        kept: frozenset[str] = stored[1]
+        return kept
+    products = frozenset(
+        g.labels.get(PRODUCT_LABEL, "")
+        for g in ctx.cluster.gpu_groups
+        if not all(_status(r, g, ctx) == "ok" for r in requirements)
+    )
+    ctx.cluster.policy_memo.put(key, (ctx.settings, products), size=len(repr(requirements)))
+    return products
 
 
 def _reach(group: NodeGroup, selector: Mapping[str, str], a: Assessment, ctx: Context) -> str:
