@@ -479,6 +479,17 @@ def test_unusable_declarations_are_errors(c: dict[str, Any], annotations: dict[s
         pytest.param("nvcr.io/nvidia/pytorch:25.01-py3", (12, 8), True, id="ngc-secondary"),
         pytest.param("vllm/vllm-openai:v0.10.1-cu126", (12, 6), False, id="vllm-suffix"),
         pytest.param("vllm/vllm-openai:nightly-cu129", (12, 9), False, id="vllm-nightly-suffix"),
+        # RAPIDS: <RAPIDS>[a]-cuda<X.Y>-py<P> (rapidsai/docker README), on NGC too
+        pytest.param("rapidsai/base:25.02-cuda12.8-py3.12", (12, 8), False, id="rapids-base"),
+        pytest.param("rapidsai/notebooks:24.12-cuda12.5-py3.12", (12, 5), False, id="rapids-notebooks"),
+        pytest.param("rapidsai/base:25.04a-cuda12.8-py3.12", (12, 8), False, id="rapids-nightly"),
+        pytest.param("nvcr.io/nvidia/rapidsai/base:25.08-cuda12.9-py3.13", (12, 9), False, id="rapids-ngc"),
+        # Ray: <ray>[-py<NNN>]-cu<NNN>[-<arch>] (ray-project/ray docker/ray/README.md)
+        pytest.param("rayproject/ray:2.40.0-py310-cu124", (12, 4), False, id="ray"),
+        pytest.param("rayproject/ray:2.9.3-cu118", (11, 8), False, id="ray-no-python"),
+        pytest.param("rayproject/ray:nightly-py39-cu121-aarch64", (12, 1), False, id="ray-nightly-arch"),
+        pytest.param("rayproject/ray-ml:2.9.3-py310-cu118", (11, 8), False, id="ray-ml"),
+        pytest.param("rayproject/ray-llm:2.46.0-py311-cu128", (12, 8), False, id="ray-llm"),
     ],
 )
 def test_image_rules(image: str, version: tuple[int, ...], secondary: bool) -> None:
@@ -503,6 +514,16 @@ def test_image_rules(image: str, version: tuple[int, ...], secondary: bool) -> N
         pytest.param("nvcr.io/nvidia/pytorch:99.99-py3", id="ngc-unknown-release"),
         pytest.param("nvcr.io/nvidia/nemo:24.05", id="ngc-other-product"),
         pytest.param("example.com/team/pytorch:24.05-py3", id="ngc-product-elsewhere"),  # not under nvidia/
+        # RAPIDS 25.10 on also tags the CUDA major alone: no minor to read
+        pytest.param("rapidsai/base:25.12-cuda12-py3.13", id="rapids-major-only"),
+        pytest.param("rapidsai/ci-conda:25.10-cuda13.0.2-ubuntu24.04-py3.13", id="rapids-ci-image"),  # not the rule's
+        # Ray's -gpu aliases some -cuNNN tag; -cpu and no suffix are Ubuntu
+        pytest.param("rayproject/ray:2.40.0-py310-gpu", id="ray-gpu-alias"),
+        pytest.param("rayproject/ray:2.40.0-py310-cpu", id="ray-cpu"),
+        pytest.param("rayproject/ray:2.40.0", id="ray-no-suffix"),
+        pytest.param("rayproject/ray:2.40.0-py310-cu12", id="ray-two-digit-suffix"),
+        pytest.param("anyscale/ray:2.40.0-py310-cu124", id="anyscale-not-read"),
+        pytest.param("lmsysorg/sglang:v0.4.1-cu124", id="sglang-not-read"),
         pytest.param("", id="empty"),
         pytest.param("nvidia/cuda:" + "1" * 600, id="absurdly-long"),
     ],
@@ -629,6 +650,9 @@ def test_env_references_that_double_at_every_entry_stop_at_a_budget() -> None:
         pytest.param("pytorch/pytorch:2.4.0-cuda12.5-cudnn9-devel", (12, 5), [], "", id="pt-dev-12.5-rows-differ"),
         pytest.param("vllm/vllm-openai:nightly-cu129", (12, 9), [535, 550, 560, 565, 570], "", id="vllm-cu129"),
         pytest.param("vllm/vllm-openai:v0.11.0-cu130", (13, 0), [535, 550, 565, 570, 575], "", id="vllm-cu130"),
+        pytest.param("rapidsai/base:25.02-cuda12.8-py3.12", (12, 8), [470, 535, 550, 560, 565], "", id="rapids-12.8"),
+        pytest.param("rayproject/ray:2.40.0-py310-cu124", (12, 4), [470, 525, 535], "amd64", id="ray-cu124"),
+        pytest.param("rayproject/ray:2.10.0-py310-cu125", (12, 5), [], "", id="ray-cu125-rows-differ"),
         # a minor of one release read: its row says nothing of the others (13.1.0 was not found)
         pytest.param("vllm/vllm-openai:nightly-cu131", (13, 1), [], "", id="vllm-cu131-one-release"),
         pytest.param("pytorch/pytorch:1.13.1-cuda11.6-cudnn8-devel", (11, 6), [], "", id="pt-dev-11.6-one-release"),
@@ -726,6 +750,8 @@ def test_every_forward_row_names_a_version_or_release_its_rule_reads() -> None:
     [
         ("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-devel", (12, 8)),
         ("vllm/vllm-openai:nightly-cu129", (12, 9)),
+        ("rapidsai/base:25.02-cuda12.8-py3.12", (12, 8)),
+        ("rayproject/ray:2.40.0-py310-cu128", (12, 8)),
         ("pytorch/pytorch-nightly:2700000-cu12.8", (12, 4)),  # FROM ubuntu: no variable of its own
     ],
 )
