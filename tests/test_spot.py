@@ -2018,6 +2018,46 @@ def test_the_cuda_words_name_the_spot_requirement_not_the_pods_own_rules() -> No
     assert "(its nodeSelector/affinity excludes pool l4-od)" in said and "spot capacity it requires" not in said, said
 
 
+@pytest.mark.parametrize("earlier", ["forged require on a pod", "tolerate on the stored template"])
+def test_the_cuda_words_read_the_spot_mode_of_this_pass_not_the_earlier_words(earlier: str) -> None:
+    """The cuda policy names spot: require as what keeps a pod off a pool by the mode the spot policy decided in
+    this pass, not by the spot-applied words the object came with (``Context.prior``, the last review's or a user's):
+    a pod that asks nothing is not blamed on a require its forged words name, and a workload moved to require is
+    told so on the update that moves it."""
+    cpu_spot = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "cpu-1", "labels": {"cloud.google.com/gke-nodepool": "cpu-spot", GKE_SPOT: "true"}},
+        "spec": {"taints": [taint(f"{GKE_SPOT}=true:NoSchedule")]},
+        "status": {"allocatable": {"cpu": "8"}},
+    }
+    gpu = node("gpu-1", {"nvidia.com/cuda.driver-version.full": "570.124.06", "cloud.google.com/gke-nodepool": "l4-od"})
+    every = Settings()
+    ctx = Context(settings=every, cluster=build_view([gpu, cpu_spot], every), namespace="ml")
+    image = "nvidia/cuda:12.4.1-base-ubuntu22.04"
+    if earlier == "forged require on a pod":
+        obj = pod(
+            tolerations=[equal(GKE_SPOT, "true")], affinity=with_terms({"matchExpressions": [expr(GKE_SPOT, "true")]})
+        )
+        obj["metadata"]["annotations"] = {APPLIED: f"require (asked by annotation); requires {GKE_SPOT}=true"}
+        obj["spec"]["containers"][0]["image"] = image
+        result = pipeline.review(obj, ctx)
+        said = result.object["metadata"]["annotations"]["gpu-admission.io/cuda"]
+        assert "(its nodeSelector/affinity excludes pool l4-od)" in said, said
+        assert not any("spot capacity it requires" in w for w in result.warnings), result.warnings
+    else:
+        deployment = workload("Deployment", "tolerate")
+        _template(deployment)["spec"]["containers"][0]["image"] = image
+        stored = pipeline.review(deployment, ctx).object
+        assert (applied(pipeline.review(stored, ctx)) or "").startswith("tolerate ("), (
+            "the words the update starts from"
+        )
+        update = dataclasses.replace(ctx, operation="UPDATE", old_object=stored)
+        result = pipeline.review(_switched(stored, "require"), update)
+        said = _template(result.object)["metadata"]["annotations"]["gpu-admission.io/cuda"]
+        assert "(the spot capacity it requires excludes pool l4-od)" in said, said
+
+
 def test_never_as_a_default_keeps_a_namespaces_pods_off_untainted_spot_nodes() -> None:
     """never was accepted on a pod only: a namespace of production inference on EKS could not be kept off the
     untainted spot nodes there but pod by pod (found by a review of the docs against the code)."""

@@ -294,9 +294,7 @@ class Context:
     """request.oldObject (UPDATE only)."""
     prior: Mapping[str, str] = field(default_factory=dict)
     """The webhook's output annotations as they stood on the incoming object. Not trustworthy on their own (a user
-    may have written them): a policy may reuse a prior line only after checking it against the object. One
-    exception: under ``cuda.steer`` its ``spot-applied`` is this pass's words, the spot mode just decided, which the
-    steering's words and plan key read (``cuda._spot_mode``)."""
+    may have written them): a policy may reuse a prior line only after checking it against the object."""
     stored: Mapping[str, str] = field(default_factory=dict)
     """On a workload's UPDATE, the webhook's output annotations on its template as stored: an earlier review's own
     words (an update's forged ones are taken out before they are stored)."""

@@ -176,6 +176,10 @@ class Assessment:
     node list, not of a node."""
     spec: JSON | None = None
     """The spec assessed (read, never changed): what a denial's advice checks its targets against."""
+    spot_mode: str = ""
+    """The spot mode the spot policy decided for the pod (``spot.decided_mode`` in ``steer``, the final pod's words in
+    ``validate``): the words name ``spot: require`` as what keeps the pod off a pool only under it, not for a pod
+    whose own affinity names spot capacity (found by a review of the spot policy; the MIG refusal's the same)."""
 
     @functools.cached_property
     def known(self) -> tuple[int, ...]:
@@ -266,9 +270,11 @@ def checks_of(pod: PodView, ctx: Context) -> tuple[Check, ...]:
     return tuple(out)
 
 
-def assess(checks: tuple[Check, ...], spec: JSON, ctx: Context, before: Assessment | None = None) -> Assessment:
-    """Every check against every group ``spec`` may land on; statuses ``before`` (the same checks, before the spec
-    was narrowed) are taken over rather than evaluated again."""
+def assess(
+    checks: tuple[Check, ...], spec: JSON, ctx: Context, spot_mode: str, before: Assessment | None = None
+) -> Assessment:
+    """Every check against every group ``spec`` may land on, for a pod under ``spot_mode``; statuses ``before`` (the
+    same checks, before the spec was narrowed) are taken over rather than evaluated again."""
     resources = gpu_resources(spec) if before is None else before.resources
     eligible = _eligible(spec, ctx, resources) if ctx.cluster.known else ()
     facts = [facts_of(g) for g in eligible]  # once per group, not once per container and group
@@ -280,7 +286,7 @@ def assess(checks: tuple[Check, ...], spec: JSON, ctx: Context, before: Assessme
             row.append(known or (_status(c.requirement, g, ctx, f) if c.requirement else "ok"))
         rows.append(tuple(row))
     unknown_driver_ok = ctx.settings.cuda.unknown_driver != "deny"
-    return Assessment(checks, eligible, tuple(rows), unknown_driver_ok, resources, ctx.cluster.known, spec)
+    return Assessment(checks, eligible, tuple(rows), unknown_driver_ok, resources, ctx.cluster.known, spec, spot_mode)
 
 
 def _without_required(spec: JSON) -> JSON | None:
@@ -417,7 +423,7 @@ def unmatched(a: Assessment, ctx: Context) -> str:
     # manifests: only the pools were left)
     parts = [f"untolerated taint {taint} of pool {pool}" for pool, taint in sorted(taints.items())][:MAX_LISTED]
     if ruled_out := [g for g in ruled_out if g.pool not in taints]:
-        if by_spot := _kept_off_by_spot(ruled_out, tolerant, a, ctx) if _spot_mode(ctx) == "require" else []:
+        if by_spot := _kept_off_by_spot(ruled_out, tolerant, a, ctx) if a.spot_mode == "require" else []:
             parts.append(f"the spot capacity it requires excludes {pool_names(by_spot, 2)}")
         if rest := [g for g in ruled_out if g not in by_spot]:
             parts.append(f"its nodeSelector/affinity excludes {pool_names(rest, 2)}")
@@ -669,9 +675,9 @@ class Steering:
     """The pools steered to, when every one of them is spot capacity and a pool it is steered away from is not."""
 
 
-def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Context) -> Steering:
+def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Context, spot_mode: str) -> Steering:
     """Decide the steering without changing ``pod``: the annotation describes the pod as it will stand."""
-    a = assess(checks, pod.spec, ctx)
+    a = assess(checks, pod.spec, ctx, spot_mode)
     if mode == "enforce" and ctx.settings.cuda.steer and a.allowed_groups and a.blocked_groups:
         narrowed = _narrowed(pod, a, ctx)
         if narrowed is not None:
@@ -680,7 +686,7 @@ def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Conte
                 f"to {pool_names(a.allowed_groups)}, away from {pool_names(a.blocked_groups)} "
                 f"(required node affinity on {_keys(alternatives)})"
             )
-            steered = assess(checks, spec, ctx, before=a)
+            steered = assess(checks, spec, ctx, spot_mode, before=a)
             words = annotation(steered, _kept_off(steered, spec, ctx), ctx, mode)
             spot = all(g.spot for g in a.allowed_groups) and not all(g.spot for g in a.blocked_groups)
             return Steering(alternatives, audit, words, pool_names(a.allowed_groups) if spot else "")
@@ -718,17 +724,19 @@ def _plan_key(
 P = TypeVar("P")
 
 
-def _planned(step: str, pod: PodView, ctx: Context, make: Callable[[str, tuple[Check, ...]], P]) -> P | None:
+def _planned(
+    step: str, pod: PodView, ctx: Context, spot_mode: str, make: Callable[[str, tuple[Check, ...]], P]
+) -> P | None:
     """``make(mode, checks)``, kept per snapshot and settings (``ClusterView.policy_memo``) for the pods that
-    declare the same CUDA and ask to land in the same places; None when the check is off or no container asks for
-    a GPU."""
+    declare the same CUDA, ask to land in the same places and are under the same ``spot_mode`` (the words name spot:
+    require only under it); None when the check is off or no container asks for a GPU."""
     mode = mode_of(ctx)
     if mode == "off" or pod.defers_gpu:  # its pods are checked when their MIG profile, and so their place, is chosen
         return None
     checks = checks_of(pod, ctx)
     if not checks:
         return None
-    key = _plan_key(step, pod, mode, checks, _spot_mode(ctx))  # the words name spot: require only under it
+    key = _plan_key(step, pod, mode, checks, spot_mode)
     stored = ctx.cluster.policy_memo.get(key) if key is not None else None
     if stored is not None and stored[0] is ctx.settings:
         kept: P = stored[1]
@@ -737,13 +745,6 @@ def _planned(step: str, pod: PodView, ctx: Context, make: Callable[[str, tuple[C
     if key is not None:  # counted by what it holds: the placement's bytes, and the checks' texts (images, ...)
         ctx.cluster.policy_memo.put(key, (ctx.settings, made), size=len(key[4]) + len(repr(checks)))
     return made
-
-
-def _spot_mode(ctx: Context) -> str:
-    """The spot mode the spot policy decided for the pod (its words: this pass's in ``steer``, the final pod's in
-    ``validate``): the words name ``spot: require`` as what keeps a pod off a pool only under it, not for a pod whose
-    own affinity names spot capacity (found by a review of the spot policy; the MIG refusal's the same)."""
-    return spot.mode_of(ctx.prior.get(spot.APPLIED, ""))
 
 
 def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
@@ -780,8 +781,8 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     snapshot and settings, applied to each. A template's annotation names the terms the steering wrote
     (``STEERING``), for its next review to take out (``forget``); a pod's, which no later review reads, does not
     (the words, said again on a pod steered already, could be a forged annotation's)."""
-    ctx = dataclasses.replace(ctx, prior={**ctx.prior, spot.APPLIED: out.annotations.get(spot.APPLIED, "")})
-    plan = _planned("steer", pod, ctx, lambda mode, checks: plan_steering(pod, mode, checks, ctx))
+    spot_mode = spot.decided_mode(out)
+    plan = _planned("steer", pod, ctx, spot_mode, lambda mode, checks: plan_steering(pod, mode, checks, ctx, spot_mode))
     held = _held(pod) if pod.is_template and plan is not None and plan.alternatives else frozenset()
     if plan is None:
         if pod.defers_gpu and mode_of(ctx) != "off":  # a gpu-memory ask, or the gpu-fraction annotation
@@ -879,7 +880,7 @@ def _warn_deferred(pod: PodView, ctx: Context, out: Outcome) -> None:
     checks = checks_of(pod, ctx)
     if not checks:
         return
-    a = assess(checks, pod.spec, ctx)
+    a = assess(checks, pod.spec, ctx, spot.decided_mode(out))
     if not a.known or not a.eligible or a.allowed_groups:
         return
     for i in a.known:
@@ -1028,7 +1029,7 @@ def _reach(group: NodeGroup, selector: Mapping[str, str], a: Assessment, ctx: Co
             for t in as_list(required.get("nodeSelectorTerms"))
             for e in as_list(as_dict(t).get("matchExpressions"))
         }
-        by_spot = bool(keys & spot_keys) and not group.spot and _spot_mode(ctx) == "require"
+        by_spot = bool(keys & spot_keys) and not group.spot and a.spot_mode == "require"
         spot = f": it requires spot capacity ({PREFIX}spot: require)" if by_spot else ""
         text += f" (its required node affinity keeps it off that pool too{spot})"
     return text
@@ -1286,11 +1287,13 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
     Decided once per snapshot and settings for pods that declare the same CUDA and ask for the same places, as
     ``steer`` is."""
     ungated = pod.kind == "Pod" and ctx.operation == "UPDATE"  # the only pod update reviewed (pipeline.ungated)
+    spot_mode = spot.mode_of(as_str(pod.annotations.get(PREFIX + spot.APPLIED)))  # the final pod's words
     decided = _planned(
         "ungated" if ungated else "validate",
         pod,
         ctx,
-        lambda mode, checks: _validated(assess(checks, pod.spec, ctx), mode, ctx, ungated),
+        spot_mode,
+        lambda mode, checks: _validated(assess(checks, pod.spec, ctx, spot_mode), mode, ctx, ungated),
     )
     if decided is not None:
         out.merge(decided)
@@ -1326,7 +1329,7 @@ def _validated(a: Assessment, mode: str, ctx: Context, ungated: bool = False) ->
     note = ""
     if ungated and a.synced and not a.eligible and a.known and a.spec is not None:
         loose = _without_required(a.spec)
-        unplaced = assess(a.checks, loose, ctx) if loose is not None else None
+        unplaced = assess(a.checks, loose, ctx, a.spot_mode) if loose is not None else None
         if unplaced is not None and unplaced.eligible and _denials(unplaced, ctx):
             a, note = unplaced, UNPLACEABLE
     _validate(a, mode, ctx, out, note)
