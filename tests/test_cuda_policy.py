@@ -1105,7 +1105,7 @@ def test_the_advice_to_target_a_pool_says_what_else_reaching_it_takes() -> None:
     message = pipeline.review(required_by_us, context([old_spot, ondemand])).message
     assert (
         f"target pool od-new (driver 570.124.06, CUDA 12.8) with nodeSelector {POOL_LABEL}: od-new (its required "
-        "node affinity keeps it off that pool too: it requires spot capacity (gpu-admission.io/spot: require))"
+        "node affinity keeps it off that pool too: the spot capacity it requires (gpu-admission.io/spot: require))"
     ) in message, message
 
 

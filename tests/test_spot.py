@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -1976,6 +1977,26 @@ def test_the_users_own_spot_toleration_outlives_the_mode_without_a_manifest(mode
     del _template(moved)["metadata"]["annotations"][ANNOTATION]
     result = pipeline.mutate(moved, dataclasses.replace(ctx, operation="UPDATE", old_object=live))
     assert own not in tolerations_of(_template(result.object))
+
+
+@pytest.mark.parametrize("mode", ["require", "prefer", "never", ""])
+def test_only_the_pools_the_spot_places_alone_keep_a_pod_off_are_blamed_on_require(mode: str) -> None:
+    """``spot.kept_off_by_require``, which the cuda and mig policies both ask: of the on-demand pools, the one the
+    pod's own nodeSelector also excludes is its own rules' doing, the other the spot places'; and nothing is blamed
+    on require for a pod that is not under it, though its affinity holds the same places."""
+    nodes = [
+        node("spot", {GKE_SPOT: "true", NODEPOOL: "l4-spot"}, (f"{GKE_SPOT}=true:NoSchedule",)),
+        node("od-a", {NODEPOOL: "l4-a", "example.com/team": "ml"}),
+        node("od-b", {NODEPOOL: "l4-b"}),
+    ]
+    ctx = context(nodes, providers=("gke",))
+    obj = pod("require")
+    obj["spec"]["nodeSelector"] = {"example.com/team": "ml"}
+    spec = mutate(obj, ctx).object["spec"]
+    assert required_of({"spec": spec}) == [{"matchExpressions": [expr(GKE_SPOT, "true")]}]
+    on_demand = [g for g in ctx.cluster.gpu_groups if not g.spot]
+    kept_off = spot.kept_off_by_require(mode, spec, on_demand, ctx, {"nvidia.com/gpu": Decimal(1)})
+    assert [g.pool for g in kept_off] == (["l4-a"] if mode == "require" else [])
 
 
 def test_the_cuda_words_name_the_spot_requirement_not_the_pods_own_rules() -> None:

@@ -423,22 +423,11 @@ def unmatched(a: Assessment, ctx: Context) -> str:
     # manifests: only the pools were left)
     parts = [f"untolerated taint {taint} of pool {pool}" for pool, taint in sorted(taints.items())][:MAX_LISTED]
     if ruled_out := [g for g in ruled_out if g.pool not in taints]:
-        if by_spot := _kept_off_by_spot(ruled_out, tolerant, a, ctx) if a.spot_mode == "require" else []:
-            parts.append(f"the spot capacity it requires excludes {pool_names(by_spot, 2)}")
+        if by_spot := spot.kept_off_by_require(a.spot_mode, tolerant, ruled_out, ctx, a.resources):
+            parts.append(f"{spot.REQUIRED_CAPACITY} excludes {pool_names(by_spot, 2)}")
         if rest := [g for g in ruled_out if g not in by_spot]:
             parts.append(f"its nodeSelector/affinity excludes {pool_names(rest, 2)}")
     return "; ".join(parts)
-
-
-def _kept_off_by_spot(groups: Sequence[NodeGroup], spec: JSON, a: Assessment, ctx: Context) -> list[NodeGroup]:
-    """Those of ``groups`` that the spot policy's required affinity alone keeps the pod off (its spot places taken
-    out, they match): the words then name it, not the pod's own rules, which the user did not write."""
-    terms = spot.required_spot_places(ctx)
-    trial = PodView("Pod", {}, copy_json(spec), "")
-    if not terms or not unnarrow(trial, terms):
-        return []
-    freed = {id(g) for g in _eligible(trial.spec, ctx, a.resources)}
-    return [g for g in groups if id(g) in freed]
 
 
 def _decision(a: Assessment, kept_off: Sequence[NodeGroup], mode: str, ctx: Context) -> str:
@@ -1018,8 +1007,8 @@ def _reach(group: NodeGroup, selector: Mapping[str, str], a: Assessment, ctx: Co
     if taints:
         shown = ", ".join(str(t) for t in taints[:3]) + (f" and {len(taints) - 3} more" if len(taints) > 3 else "")
         spot_taints = {p.key for p in ctx.cluster.presets.spot_taints} | {t.key for t in ctx.settings.spot.extra_taints}
-        spot = f" (or annotation {PREFIX}spot: tolerate)" if all(t.key in spot_taints for t in taints) else ""
-        text = f" and a toleration of {shown}{spot}"
+        tolerate = f" (or annotation {PREFIX}spot: tolerate)" if all(t.key in spot_taints for t in taints) else ""
+        text = f" and a toleration of {shown}{tolerate}"
         trial["tolerations"] = [*as_list(a.spec.get("tolerations")), TOLERATES_ALL]  # affinity alone
     if not any(g is group for g in _eligible(trial, ctx, a.resources)):
         spot_keys = {k for k, _, _ in ctx.cluster.presets.spot_labels} | set(ctx.settings.spot.extra_labels)
@@ -1030,8 +1019,8 @@ def _reach(group: NodeGroup, selector: Mapping[str, str], a: Assessment, ctx: Co
             for e in as_list(as_dict(t).get("matchExpressions"))
         }
         by_spot = bool(keys & spot_keys) and not group.spot and a.spot_mode == "require"
-        spot = f": it requires spot capacity ({PREFIX}spot: require)" if by_spot else ""
-        text += f" (its required node affinity keeps it off that pool too{spot})"
+        why = f": {spot.KEPT_OFF_BY_REQUIRE}" if by_spot else ""
+        text += f" (its required node affinity keeps it off that pool too{why})"
     return text
 
 

@@ -179,8 +179,8 @@ class _Request:
     """The containers that ask for whole GPUs, in words ('container b (nvidia.com/gpu 1)')."""
     spot_first: bool = False
     """The spot policy, before this one, made the pod prefer spot capacity (``SpotPrefer``)."""
-    spot_required: bool = False
-    """The spot policy, before this one, made the pod require spot capacity (``spot.decided_mode``)."""
+    spot_mode: str = ""
+    """The spot mode the spot policy, before this one, decided for the pod (``spot.decided_mode``)."""
     supported: frozenset[int] | None = None
     """Ids of the groups whose driver supports the pod's CUDA (``cuda.supported_groups``); None: not known."""
 
@@ -1025,7 +1025,7 @@ def _refusal(
             " Run the whole-GPU containers in a pod of their own, ask for a fraction in them too, or add"
             " mixed-strategy MIG nodes that offer whole GPUs beside MIG devices."
         )
-    elif elsewhere and req.spot_required and all(_kept_off_by_spot(g, pod, ctx) for g in elsewhere):
+    elif _kept_off_by_spot(elsewhere, pod, req):
         advice = (
             f" Ask for {PREFIX}spot: prefer (or tolerate) to let it run on demand there, or for a whole GPU"
             " (nvidia.com/gpu: 1)."
@@ -1072,7 +1072,7 @@ def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
     do not match, the MIG devices its other containers have that the pool does not offer, and on single-strategy
     and GKE pools its containers' whole GPUs (``req.whole``: each GPU there is a MIG device) (found by a generative
     review: 'its node affinity' was said of a pod with none), else its node affinity: the spot capacity it requires
-    where the pod is under ``spot: require`` (``req.spot_required``) and that alone keeps it off."""
+    where the pod is under ``spot: require`` and that alone keeps it off (``_kept_off_by_spot``)."""
     ctx, whole = req.ctx, req.whole
     spec = {**pod.spec, "tolerations": [*as_list(pod.spec.get("tolerations")), GPU_TAINT_TOLERATION]}
     taints = untolerated(group, spec, ctx.cluster.extended_resource_toleration)
@@ -1086,8 +1086,8 @@ def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
     parts = []
     if taints:
         spot_keys = {p.key for p in ctx.cluster.presets.spot_taints} | {t.key for t in ctx.settings.spot.extra_taints}
-        spot = f" (or annotation {PREFIX}spot: tolerate)" if all(t.key in spot_keys for t in taints) else ""
-        parts.append(f"untolerated taint{'s' if len(taints) > 1 else ''} {', '.join(map(str, taints[:3]))}{spot}")
+        tolerate = f" (or annotation {PREFIX}spot: tolerate)" if all(t.key in spot_keys for t in taints) else ""
+        parts.append(f"untolerated taint{'s' if len(taints) > 1 else ''} {', '.join(map(str, taints[:3]))}{tolerate}")
     if keys:
         parts.append(f"its nodeSelector {', '.join(f'{k}: {selector[k]}' for k in keys[:3])}")
     if devices:
@@ -1096,27 +1096,18 @@ def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
         parts.append(f"{whole[0]} asks whole GPUs, which are MIG devices there")
     elif whole and group.allocatable.get(GPU_RESOURCE, Decimal(0)) < 1:
         parts.append(f"{whole[0]} asks whole GPUs, none offered there")
-    if not parts and req.spot_required and _kept_off_by_spot(group, pod, ctx):
-        parts.append(SPOT_REQUIRED)
+    if not parts and _kept_off_by_spot([group], pod, req):
+        parts.append(spot.KEPT_OFF_BY_REQUIRE)
     return "; ".join(parts) or "its node affinity"
 
 
-SPOT_REQUIRED = f"the spot capacity it requires ({PREFIX}spot: require)"
-"""What keeps a pod off an on-demand pool where the spot policy's required affinity alone does, as the CUDA
-policy says it (``cuda._kept_off_by_spot``)."""
-
-
-def _kept_off_by_spot(group: NodeGroup, pod: PodView, ctx: Context) -> bool:
-    """Whether the spot places ``spot: require`` ANDed into the pod's affinity alone keep it off ``group``: "its node
-    affinity" named the pod's own rules, and the advice was to change them, for the webhook's own requirement
-    (found by a review of the spot policy). Asked only of a pod under ``spot: require`` (``_Request.spot_required``):
-    the same places written by the user, with no spot annotation or under never, were blamed on it too (found by a
-    review)."""
-    terms = spot.required_spot_places(ctx)
-    trial = PodView("Pod", {}, copy_json(_placement_rules(pod)), "")  # unnarrow edits the terms in place
-    if group.spot or not terms or not unnarrow(trial, terms):
+def _kept_off_by_spot(groups: Sequence[NodeGroup], pod: PodView, req: _Request) -> bool:
+    """Whether only the spot places ``spot: require`` ANDed into the pod's affinity keep it off every one of
+    ``groups``, on-demand pools (``spot.kept_off_by_require``): "its node affinity" named the pod's own rules, and
+    the advice was to change them, for the webhook's own requirement (found by a review of the spot policy)."""
+    if not groups or any(g.spot for g in groups):
         return False
-    return any(c.group is group for c in _eligible(ctx, trial.spec))
+    return len(spot.kept_off_by_require(req.spot_mode, _placement_rules(pod), groups, req.ctx)) == len(groups)
 
 
 def _too_few(
@@ -1479,7 +1470,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     supported = cuda.supported_groups(pod, ctx)
     req.supported = None if supported is None else frozenset(id(g) for g in supported)
     req.spot_first = "SpotPrefer" in out.reasons
-    req.spot_required = spot.decided_mode(out) == "require"
+    req.spot_mode = spot.decided_mode(out)
     own = dict(as_dict(pod.spec.get("nodeSelector")))
     saved = _saved(pod, asks) if len(asks) > 1 else None
     done = _convert(req, pod, asks)
