@@ -1682,6 +1682,35 @@ def test_the_places_in_the_words_read_back_as_the_terms_they_name() -> None:
     assert spot._said_off_spot(f"never (x); {KEPT_OFF}pool p (example.com/pool=a100-spot)", ctx) is None
 
 
+def test_the_spot_places_are_worked_out_once_per_snapshot_and_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_spot_places`` is kept per snapshot and settings (``ClusterView.policy_memo``): the pods of a workload ask
+    it of the same snapshot again and again. Other settings over the same snapshot, or the same settings over a
+    snapshot whose nodes changed, are not told the places kept for another."""
+    nodes = [node("spot", {EKS: "SPOT"}), node("on-demand", {EKS: "ON_DEMAND"})]
+    ctx = context(nodes)
+    found: list[Context] = []
+    work = spot._find_spot_places
+
+    def counted(c: Context) -> spot.Places:
+        found.append(c)
+        return work(c)
+
+    monkeypatch.setattr(spot, "_find_spot_places", counted)
+    for _ in range(3):
+        assert mutate(pod("require"), ctx).allowed
+    assert len(found) == 1, "worked out once for the snapshot and settings"
+    shown = spot._spot_places(ctx)[1]
+    assert shown == f"{EKS}=SPOT or {KARPENTER}=spot", shown
+    # other settings over the same snapshot: their own extra label; then the first settings again, as they were
+    extra = context(nodes, extra_labels={USER_KEY: "true"}).settings
+    assert spot._spot_places(dataclasses.replace(ctx, settings=extra))[1] == f"{shown} or {USER_KEY}=true"
+    assert spot._spot_places(ctx)[1] == shown
+    # the same settings over a snapshot whose nodes changed: a GKE spot node came
+    grown = dataclasses.replace(ctx, cluster=build_view([*nodes, node("g", {GKE_SPOT: "true"})], ctx.settings))
+    assert spot._spot_places(grown)[1] == f"{GKE_SPOT}=true or {shown}"
+    assert len(found) == 4
+
+
 def test_forged_words_on_a_pod_are_not_said_again_as_the_webhooks() -> None:
     """A pod created with a spot-applied annotation that says never kept it off a place, and the NotIn to match:
     the webhook kept both and said the words again as its own (found by a review of this change). Words naming a

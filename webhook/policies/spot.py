@@ -350,7 +350,25 @@ def _is_gpu_pod(pod: PodView, requested: Mapping[str, Decimal] | None = None) ->
     )
 
 
-def _spot_places(ctx: Context) -> tuple[list[list[Expression]], str, bool]:
+Places = tuple[list[list[Expression]], str, bool]
+_PLACES = ("spot", "places")
+"""``_spot_places``' key in ``ClusterView.policy_memo``."""
+
+
+def _spot_places(ctx: Context) -> Places:
+    """``_find_spot_places``, worked out once per snapshot and settings (``ClusterView.policy_memo``): they depend on
+    nothing else, and a request asked for them several times (this policy's steps, the cuda and mig policies' words
+    on spot: require), each pod of a workload again. Shared between requests: read only."""
+    stored = ctx.cluster.policy_memo.get(_PLACES)
+    if stored is not None and stored[0] is ctx.settings:
+        kept: Places = stored[1]
+        return kept
+    found = _find_spot_places(ctx)
+    ctx.cluster.policy_memo.put(_PLACES, (ctx.settings, found), size=len(found[1]))
+    return found
+
+
+def _find_spot_places(ctx: Context) -> Places:
     """Where spot capacity is, as ORed terms for prefer / require, their text, and whether the cluster has any.
 
     The spot capacity labels of the presets and ``extra_labels``, one term per key (its values ORed), in preset
