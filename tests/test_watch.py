@@ -535,6 +535,44 @@ def test_a_watch_cut_after_a_while_is_resumed_at_once(
         live.stop()
 
 
+def watches(api: KubeAPI) -> int:
+    return sum(1 for method, path in api.requests if method == "GET" and "/nodes" in path and "watch=" in path)
+
+
+def test_a_watch_that_falls_silent_stops_counting_as_current_and_is_begun_again(
+    api: KubeAPI, kubeconfig: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A connection that a NAT or load balancer drops without a reset looks open: the view counted as current (age
+    0) and no change came, up to the watch's read timeout (timeoutSeconds + 30: 330 s). The API server sends a
+    bookmark about every minute, so a watch that brings nothing for ``silence_seconds`` is taken for dead: the age
+    counts from its last bookmark, and a new watch, from the version held, brings the change it missed."""
+    api.bookmark_seconds = 0.2
+    api.put("v1", "nodes", node("a"))
+    live = make_live(kubeconfig, watch_timeout_seconds=30, silence_seconds=1.0)
+    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        wait_for(lambda: len(api.watches) == 1, "the watch")
+        time.sleep(2.2)  # quiet for more than twice the bound: the bookmarks keep the watch current and going
+        assert live.snapshot_age_seconds == 0.0
+        assert watches(api) == 1, "a quiet watch that brings bookmarks is not begun again"
+        api.stall_watches()
+        api.put("v1", "nodes", node("b"))  # a change the dead stream never brings
+        api.fail_next(4, 503)  # and the new watch is refused a while, so that the age can be seen meanwhile
+        stalled = time.monotonic()
+        wait_for(lambda: live.snapshot_age_seconds >= 1.0, "the view no longer current", deadline=3)
+        assert live.snapshot_age_seconds < 1.0 + 2.0, "counted from the last bookmark"
+        wait_for(lambda: "b" in names(live), "the change through a new watch", deadline=3)
+        assert time.monotonic() - stalled < 4.0
+        assert lists(api) == 1, "begun again from the version held: nothing listed"
+        said = [r for r in caplog.records if "brought no event or bookmark for 1s" in r.getMessage()]
+        assert said and said[0].levelno == logging.WARNING, caplog.text
+        wait_for(lambda: live.snapshot_age_seconds == 0.0, "current again")
+    finally:
+        live.stop()
+
+
 def test_retry_after_is_waited_in_the_loop_and_said(
     api: KubeAPI, kubeconfig: str, caplog: pytest.LogCaptureFixture
 ) -> None:
