@@ -3,21 +3,25 @@ apiserver takes them, the Reporter's fan-out, and where build_recorder sends Eve
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import io
 import json
 import re
 import select
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 from unittest import mock
 
+import jsonpatch
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import REPO, gpu_node, gpu_pod, review
 from tests.kubeapi import KubeAPI
+from tests.mig_fixtures import mixed_node
 from webhook import audit, budget, pipeline
 from webhook.admission import ReviewRequest, Subject
 from webhook.app import create_app
@@ -309,6 +313,70 @@ def test_every_audit_key_and_fixed_decision_is_documented() -> None:
     table = docs.split("## Warnings and auditAnnotations", 1)[1].split("\n## ", 1)[0]
     assert sorted(k for k in keys if f"| `{k}`" not in table and f", `{k}` |" not in table) == []
     assert sorted(d for d in decisions if f"`{d}`" not in table) == []
+
+
+def apiserver_audit(answers: list[dict[str, Any]]) -> tuple[dict[str, str], list[str]]:
+    """The audit annotations kube-apiserver keeps from the answers of one request's calls, and the keys it refused:
+    a key keeps its first value; another value for it is refused and only logged (k8s.io/apiserver pkg/admission
+    ``attributesRecord.AddAnnotation``, called by the mutating dispatcher for each key of each answer)."""
+    kept: dict[str, str] = {}
+    refused: list[str] = []
+    for answer in answers:
+        for key, value in answer.get("auditAnnotations", {}).items():
+            if kept.setdefault(key, value) != value:
+                refused.append(key)
+    return kept, refused
+
+
+def _apply(pod: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    ops = json.loads(base64.b64decode(answer["patch"])) if "patch" in answer else []
+    return cast(dict[str, Any], jsonpatch.apply_patch(pod, ops))
+
+
+def _another_fraction(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"].append(
+        {"name": "helper", "image": "ghcr.io/example/helper:1", "resources": {"limits": {"nvidia.com/gpu": "0.25"}}}
+    )
+
+
+def _a_fraction(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "0.5"
+
+
+def _a_label(pod: dict[str, Any]) -> None:
+    pod["metadata"]["labels"] = {"sidecar.istio.io/inject": "true"}
+
+
+@pytest.mark.parametrize(
+    ("limits", "later", "changed"),
+    [
+        pytest.param({"nvidia.com/gpu": "0.5"}, _another_fraction, True, id="converted-then-converted-again"),
+        pytest.param({"nvidia.com/gpu": "1"}, _a_fraction, True, id="unchanged-then-converted"),
+        pytest.param({"nvidia.com/gpu": "0.5"}, _a_label, False, id="converted-then-nothing-to-do"),
+    ],
+)
+def test_a_reinvocation_leaves_what_it_decided_in_the_audit_log(
+    limits: dict[str, str], later: Callable[[dict[str, Any]], None], changed: bool
+) -> None:
+    """The apiserver calls the mutating webhook again when a later webhook changed the pod (reinvocationPolicy
+    IfNeeded) and keeps an audit key's first value: a second call that converted another fraction, or converted
+    one where the first had said "unchanged", was refused its "mig" and "decision", and the audit log told of the
+    first call's pod, not the one admitted. A call on an object that carries the webhook's words writes its keys
+    under "again-"; a call that changes nothing says nothing (the validating webhook's decision stands)."""
+    settings = dataclasses.replace(Settings(), cuda=CudaSettings(mode="off"))
+    a100 = mixed_node("a100-a", "NVIDIA-A100-SXM4-80GB", {"1g.10gb": 7, "3g.40gb": 2}, "a100", memory_mib=81920)
+    client = create_app(settings, cluster=StaticCluster(build_view([a100], settings))).test_client()
+    pod = gpu_pod(limits=limits)
+    first = client.post("/mutate", json=review(pod)).get_json()["response"]
+    passed = _apply(pod, first)
+    later(passed)  # what the later webhook wrote
+    second = client.post("/mutate", json=review(passed)).get_json()["response"]  # a new uid, as the apiserver's
+    final = _apply(passed, second)
+    kept, refused = apiserver_audit([first, second])
+    assert refused == [], f"the apiserver keeps the first call's {refused}: {first} then {second}"
+    assert ("patch" in second) is changed
+    said = {k: kept.get(pipeline.AGAIN + k, kept.get(k)) for k in ("decision", "mig")}
+    assert said == {"decision": "mutated", "mig": final["metadata"]["annotations"]["gpu-admission.io/mig"]}, kept
 
 
 @pytest.mark.parametrize(

@@ -417,6 +417,14 @@ def _mode(policy: str, ctx: Context) -> str:
     return "enforce"
 
 
+AGAIN = "again-"
+"""The prefix of the audit keys of a mutating pass over an object that already carries the webhook's words and that
+changes it again or refuses it: the apiserver calling again (``reinvocationPolicy: IfNeeded``) after a later webhook
+changed the pod, or a pod made from a template the webhook reviewed. kube-apiserver keeps the first value an audit
+key gets in one request and only logs a warning for another (k8s.io/apiserver pkg/admission ``attributesRecord.
+AddAnnotation``: "admission annotations are not allowd to be overwritten"; the mutating dispatcher logs "Failed to
+set admission audit annotation"): under the first call's keys, what the second one decided was lost."""
+
 _AUDIT_KEY_BAD = re.compile(r"[^-A-Za-z0-9_.]+")
 
 
@@ -765,7 +773,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
     while outcome.finish:
         outcome.finish.pop(0)()
     if grown := _grown_past(view.spec, outcome.mutations):  # refused as the pod as written would be
-        return _refused(obj, reason="TooManyNodeRules", message=grown)
+        return _again(_refused(obj, reason="TooManyNodeRules", message=grown), prior)
     for name, text in sorted(outcome.annotations.items()):
         view.set_annotation(PREFIX + name, text)
     if not had_annotations and view.metadata.get("annotations") == {}:
@@ -774,18 +782,25 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
     result = Result(object=working)
     _finish(result, pctx, outcome, "unchanged")
     if result.allowed and (too_long := _fit_annotations(view)):
-        return _refused(obj, reason="AnnotationsTooLong", message=too_long)
+        return _again(_refused(obj, reason="AnnotationsTooLong", message=too_long), prior)
     if result.allowed:
         result.patch = make_patch(obj, working)
         if result.patch:
             result.audit["decision"] = "mutated" if outcome.mutations else "annotated"
-        elif prior:
-            # The object is as the webhook leaves it: most often the apiserver calling again (reinvocation, after
-            # a later webhook's change), whose first answer said "mutated"; the apiserver keeps an audit key's
-            # first value and logs a warning for each other one, so none is sent.
-            del result.audit["decision"]
+        else:
+            # Nothing to say: the apiserver may call again after a later webhook's change (reinvocation), and that
+            # call, changing the pod, would be lost under this one's "unchanged"; or this is that call, on a pod
+            # as the webhook left it, whose first answer said "mutated". The validating webhook's decision stands.
+            result.audit.clear()
     else:
         result.object = obj
+    return _again(result, prior)
+
+
+def _again(result: Result, prior: Mapping[str, str]) -> Result:
+    """``result`` with its audit keys under ``AGAIN`` when the object carried the webhook's words (``prior``)."""
+    if prior:
+        result.audit = {audit_key(AGAIN + key): value for key, value in result.audit.items()}
     return result
 
 
