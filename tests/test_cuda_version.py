@@ -490,6 +490,9 @@ def test_unusable_declarations_are_errors(c: dict[str, Any], annotations: dict[s
         pytest.param("rayproject/ray:nightly-py39-cu121-aarch64", (12, 1), False, id="ray-nightly-arch"),
         pytest.param("rayproject/ray-ml:2.9.3-py310-cu118", (11, 8), False, id="ray-ml"),
         pytest.param("rayproject/ray-llm:2.46.0-py311-cu128", (12, 8), False, id="ray-llm"),
+        pytest.param("rayproject/ray:2.55.1.68d0e4-extra-py312-cu128", (12, 8), False, id="ray-extra"),
+        pytest.param("rayproject/ray-llm:2.46.0-extra-py311-cu128", (12, 8), False, id="ray-llm-extra"),
+        pytest.param("rayproject/ray:nightly-extra-py312-cu128", (12, 8), False, id="ray-nightly-extra"),
     ],
 )
 def test_image_rules(image: str, version: tuple[int, ...], secondary: bool) -> None:
