@@ -38,7 +38,7 @@ from webhook.cluster import StaticCluster, build_view
 from webhook.config import AuditSettings, CudaSettings, Settings
 from webhook.events import NAME_LIMIT, EventQueue
 from webhook.metrics import Metrics
-from webhook.model import Context, Outcome, compact_json
+from webhook.model import Context, Outcome, compact_json, is_output_annotation
 from webhook.pipeline import Result
 
 SECRET = "hunter2-s3cr3t-value"
@@ -347,6 +347,37 @@ def _a_label(pod: dict[str, Any]) -> None:
     pod["metadata"]["labels"] = {"sidecar.istio.io/inject": "true"}
 
 
+def mig_client(*nodes: dict[str, Any]) -> Any:
+    """The webhook (CUDA check off) on an A100 node of MIG profiles, and ``nodes``."""
+    settings = dataclasses.replace(Settings(), cuda=CudaSettings(mode="off"))
+    a100 = mixed_node("a100-a", "NVIDIA-A100-SXM4-80GB", {"1g.10gb": 7, "3g.40gb": 2}, "a100", memory_mib=81920)
+    return create_app(settings, cluster=StaticCluster(build_view([a100, *nodes], settings))).test_client()
+
+
+def reinvoked(
+    client: Any, pod: dict[str, Any], later: Callable[[dict[str, Any]], None]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The mutating webhook's answers to the two calls of one request, the pod changed between them by a later
+    webhook (``later``), and the pod as the second call leaves it; each call with a new uid, as the apiserver's.
+    Checks the audit rule: the second call, on a pod that carries the webhook's annotations, writes each key also
+    under ``again-``, and those hold what it decided; only the plain keys of the first call keep their values."""
+    first = client.post("/mutate", json=review(pod)).get_json()["response"]
+    passed = _apply(pod, first)
+    later(passed)
+    second = client.post("/mutate", json=review(passed)).get_json()["response"]
+    kept, refused = apiserver_audit([first, second])
+    said, before = second.get("auditAnnotations", {}), first.get("auditAnnotations", {})
+    plain = {k: v for k, v in said.items() if not k.startswith(pipeline.AGAIN)}
+    if any(is_output_annotation(k) for k in passed["metadata"].get("annotations", {})):
+        assert said == {**plain, **{pipeline.AGAIN + k: v for k, v in plain.items()}}, said
+    assert {k: kept[k] for k in said if k.startswith(pipeline.AGAIN)} == {
+        k: v for k, v in said.items() if k.startswith(pipeline.AGAIN)
+    }, f"the apiserver keeps another call's again- keys: {first} then {second}"
+    assert refused == [k for k in plain if before.get(k, plain[k]) != plain[k]], refused
+    assert all(valid_audit_key(k) for k in said), said
+    return first, second, _apply(passed, second)
+
+
 @pytest.mark.parametrize(
     ("limits", "later", "changed"),
     [
@@ -361,22 +392,110 @@ def test_a_reinvocation_leaves_what_it_decided_in_the_audit_log(
     """The apiserver calls the mutating webhook again when a later webhook changed the pod (reinvocationPolicy
     IfNeeded) and keeps an audit key's first value: a second call that converted another fraction, or converted
     one where the first had said "unchanged", was refused its "mig" and "decision", and the audit log told of the
-    first call's pod, not the one admitted. A call on an object that carries the webhook's words writes its keys
-    under "again-"; a call that changes nothing says nothing (the validating webhook's decision stands)."""
-    settings = dataclasses.replace(Settings(), cuda=CudaSettings(mode="off"))
-    a100 = mixed_node("a100-a", "NVIDIA-A100-SXM4-80GB", {"1g.10gb": 7, "3g.40gb": 2}, "a100", memory_mib=81920)
-    client = create_app(settings, cluster=StaticCluster(build_view([a100], settings))).test_client()
-    pod = gpu_pod(limits=limits)
-    first = client.post("/mutate", json=review(pod)).get_json()["response"]
-    passed = _apply(pod, first)
-    later(passed)  # what the later webhook wrote
-    second = client.post("/mutate", json=review(passed)).get_json()["response"]  # a new uid, as the apiserver's
-    final = _apply(passed, second)
-    kept, refused = apiserver_audit([first, second])
-    assert refused == [], f"the apiserver keeps the first call's {refused}: {first} then {second}"
+    first call's pod, not the one admitted. A call on an object that carries the webhook's words writes each key
+    twice, plain and under "again-": the plain ones keep what the first call said (where operators look), the
+    "again-" ones what the last call decided; a call that changes nothing says nothing (the validating webhook's
+    decision stands)."""
+    first, second, final = reinvoked(mig_client(), gpu_pod(limits=limits), later)
     assert ("patch" in second) is changed
+    kept, _ = apiserver_audit([first, second])
+    mig = final["metadata"]["annotations"]["gpu-admission.io/mig"]
+    assert kept["decision"] == "mutated", kept  # the first call's, or the second's where the first said nothing
     said = {k: kept.get(pipeline.AGAIN + k, kept.get(k)) for k in ("decision", "mig")}
-    assert said == {"decision": "mutated", "mig": final["metadata"]["annotations"]["gpu-admission.io/mig"]}, kept
+    assert said == {"decision": "mutated", "mig": mig}, kept
+    if changed and "auditAnnotations" in first:
+        assert kept[pipeline.AGAIN + "mig"] == mig != kept["mig"] == first["auditAnnotations"]["mig"], kept
+
+
+SPOT_NODE = gpu_node("spot-a", labels={"cloud.google.com/gke-spot": "true"}, taints=[SPOT_TAINT])
+
+
+def _containers(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"] += [{"name": f"c{i}", "image": "busybox"} for i in range(pipeline.MAX_CONTAINERS)]
+
+
+def _tolerations(pod: dict[str, Any], n: int = pipeline.MAX_PLACEMENT["tolerations"] + 1) -> None:
+    pod["spec"]["tolerations"] = [{"key": f"k{i}", "operator": "Exists"} for i in range(n)]
+
+
+def _tolerations_and_spot(pod: dict[str, Any]) -> None:
+    _tolerations(pod, pipeline.MAX_PLACEMENT["tolerations"])  # at the cap; the webhook's spot toleration passes it
+    pod["metadata"]["annotations"]["gpu-admission.io/spot"] = "tolerate"
+
+
+def _a_blob(pod: dict[str, Any]) -> None:
+    key = "example.com/blob"
+    pod["metadata"]["annotations"][key] = "x" * (pipeline.ANNOTATIONS_LIMIT - len(key))
+
+
+def _past_the_budget(monkeypatch: pytest.MonkeyPatch) -> Callable[[dict[str, Any]], None]:
+    def later(pod: dict[str, Any]) -> None:
+        _another_fraction(pod)
+        monkeypatch.setattr(budget, "REVIEW_CPU_SECONDS", 0.0)  # for the second call
+        monkeypatch.setattr(budget, "EVERY", 1)
+
+    return later
+
+
+def _impossible_fraction(pod: dict[str, Any]) -> None:
+    _another_fraction(pod)
+    pod["spec"]["containers"][-1]["resources"]["limits"]["nvidia.com/gpu"] = "1.5"
+
+
+@pytest.mark.parametrize(
+    ("later", "reason", "words"),
+    [
+        pytest.param(_containers, "TooManyContainers", "has 251 containers", id="oversized-containers"),
+        pytest.param(_tolerations, "TooManyNodeRules", "has 1025 tolerations", id="oversized-as-written"),
+        pytest.param(_tolerations_and_spot, "TooManyNodeRules", "with what gpu-admission adds", id="grown-past-a-cap"),
+        pytest.param(_a_blob, "AnnotationsTooLong", "the pod's annotations would hold", id="annotations-too-long"),
+        pytest.param(None, "TooComplex", "gave up reviewing", id="past-the-cpu-budget"),
+        pytest.param(_impossible_fraction, "MIGInvalidFraction", "1.5", id="a-policy"),
+    ],
+)
+def test_a_reinvocation_refused_leaves_its_refusal_under_again_keys(
+    later: Callable[[dict[str, Any]], None] | None, reason: str, words: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a review: the refusals made outside the policies (a pod too big, its review past the CPU budget)
+    kept their plain keys on a second call, so the audit log of a pod the apiserver refused kept only the first
+    call's "decision: mutated". Every refusal path of a second call writes its keys under "again-" too."""
+    first, second, _ = reinvoked(
+        mig_client(SPOT_NODE), gpu_pod(limits={"nvidia.com/gpu": "0.5"}), later or _past_the_budget(monkeypatch)
+    )
+    assert not second["allowed"] and second["status"]["reason"] == reason, second["status"]
+    assert words in second["status"]["message"], second["status"]
+    kept, refused = apiserver_audit([first, second])
+    assert refused == ["decision"]
+    assert kept["decision"] == "mutated" and kept[pipeline.AGAIN + "decision"] == f"denied ({reason})", kept
+    assert kept[pipeline.AGAIN + "reason"] == kept["reason"] == second["auditAnnotations"]["reason"]
+
+
+def _made_from_a_reviewed_template(limits: dict[str, str]) -> dict[str, Any]:
+    """A ReplicaSet's pod: its template was reviewed, so it comes with the webhook's words on it."""
+    pod = gpu_pod(limits=limits, annotations={"gpu-admission.io/cuda": "decision: not checked"})
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "trainer-7d9", "uid": "u", "controller": True}
+    ]
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("limits", "decision"),
+    [
+        pytest.param({"nvidia.com/gpu": "0.5"}, "mutated", id="converted"),
+        pytest.param({"nvidia.com/gpu": "1.5"}, "denied (MIGInvalidFraction)", id="refused"),
+    ],
+)
+def test_a_pod_made_from_a_reviewed_template_says_its_first_decision_under_the_plain_keys(
+    limits: dict[str, str], decision: str
+) -> None:
+    """Found by a review: a workload's pod comes with its template's words on it, so its first call wrote only
+    "again-" keys, and an audit query or alert on "decision" missed every Deployment's, Job's and ReplicaSet's pod
+    refused. The plain keys are written too, as for any first call."""
+    response = mig_client().post("/mutate", json=review(_made_from_a_reviewed_template(limits))).get_json()
+    said = response["response"]["auditAnnotations"]
+    assert said["decision"] == said[pipeline.AGAIN + "decision"] == decision, said
+    assert all(valid_audit_key(k) for k in said), said
 
 
 @pytest.mark.parametrize(
@@ -409,14 +528,17 @@ def test_denial_actions() -> None:
     assert denial_actions(pipeline.Result(outcome=Outcome())) == []
 
 
-def test_a_request_counts_each_of_its_denial_reasons_once() -> None:
+@pytest.mark.parametrize("words", [{}, {"gpu-admission.io/mig": "trainer: an earlier review's"}])
+def test_a_request_counts_each_of_its_denial_reasons_once(words: dict[str, str]) -> None:
     """Found by the observability review: gpu_admission_denials_total counted once per container, so a pod of 8
-    containers refused once read 8."""
-    pod = gpu_pod(limits={"nvidia.com/gpu": "1.5"})
+    containers refused once read 8. A pod that carries the webhook's words has its audit keys written twice
+    (``pipeline.AGAIN``), and its denial still counted once."""
+    pod = gpu_pod(limits={"nvidia.com/gpu": "1.5"}, annotations=words)
     pod["spec"]["containers"] = [dict(pod["spec"]["containers"][0], name=f"c{i}") for i in range(8)]
     app, _ = logged_app()
     response = app.test_client().post("/mutate", json=review(pod)).get_json()["response"]
     assert response["status"]["reason"] == "MIGInvalidFraction"
+    assert (pipeline.AGAIN + "decision" in response["auditAnnotations"]) is bool(words)
     metrics = app.extensions["gpu_admission"].recorder.metrics
     labels = {"endpoint": "mutate", "reason": "MIGInvalidFraction", "action": "denied"}
     assert metrics.registry.get_sample_value("gpu_admission_denials_total", labels) == 1

@@ -41,7 +41,7 @@ from webhook.events import (
 from webhook.events import instance_name as _instance_name
 from webhook.metrics import Metrics
 from webhook.model import compact_json
-from webhook.pipeline import AGAIN, Result
+from webhook.pipeline import Result
 
 log = logging.getLogger("gpu_admission.decision")
 
@@ -216,13 +216,13 @@ def denial_actions(result: Result) -> list[tuple[str, str]]:
     denial, as its answer and its audit ``decision`` say): ``denied`` when enforced, ``warned`` when warn mode
     admitted it.
 
-    Warn mode shows as the ``<policy>-would-deny`` audit annotation the pipeline writes (``again-`` before it on a
-    second pass, ``pipeline.AGAIN``); a refusal neither enforced nor warned (its policy is off) is not counted.
+    Warn mode shows as the ``<policy>-would-deny`` audit annotation the pipeline writes (its ``again-`` copy,
+    ``pipeline.AGAIN``, comes with it, and counts nothing more); a refusal neither enforced nor warned (its policy is
+    off) is not counted.
     """
     out: dict[tuple[str, str], None] = {}
     for d in result.outcome.denials:
-        key = f"{d.policy}-would-deny"
-        if key in result.audit or AGAIN + key in result.audit:
+        if f"{d.policy}-would-deny" in result.audit:
             out[(d.reason, "warned")] = None
         elif not result.allowed:
             out[(d.reason, "denied")] = None

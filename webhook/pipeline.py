@@ -418,12 +418,13 @@ def _mode(policy: str, ctx: Context) -> str:
 
 
 AGAIN = "again-"
-"""The prefix of the audit keys of a mutating pass over an object that already carries the webhook's words and that
-changes it again or refuses it: the apiserver calling again (``reinvocationPolicy: IfNeeded``) after a later webhook
-changed the pod, or a pod made from a template the webhook reviewed. kube-apiserver keeps the first value an audit
-key gets in one request and only logs a warning for another (k8s.io/apiserver pkg/admission ``attributesRecord.
-AddAnnotation``: "admission annotations are not allowd to be overwritten"; the mutating dispatcher logs "Failed to
-set admission audit annotation"): under the first call's keys, what the second one decided was lost."""
+"""The prefix of the second copy of each audit key a mutating call writes on an object that already carries the
+webhook's annotations (``mutate``): the apiserver calling again (``reinvocationPolicy: IfNeeded``) after a later
+webhook changed the pod, or a pod made from a template the webhook reviewed (its first call). kube-apiserver keeps
+the first value an audit key gets in one request and only logs a warning for another (k8s.io/apiserver pkg/admission
+``attributesRecord.AddAnnotation``: "admission annotations are not allowd to be overwritten"; the mutating dispatcher
+logs "Failed to set admission audit annotation"): under the first call's keys alone, what the second one decided was
+lost; under ``again-`` keys alone, a workload's pods' first calls were missing from a query on ``decision``."""
 
 _AUDIT_KEY_BAD = re.compile(r"[^-A-Za-z0-9_.]+")
 
@@ -709,10 +710,26 @@ def protect_outputs(obj: Any, old: Any) -> Result:
 
 
 def mutate(obj: Any, ctx: Context) -> Result:
-    """Run the mutating policies over a copy of ``obj``; the patch turns ``obj`` into ``result.object``."""
+    """Run the mutating policies over a copy of ``obj``; the patch turns ``obj`` into ``result.object``.
+
+    On an object that already carries the webhook's annotations every audit key is written twice, as ``<key>`` and
+    ``AGAIN + <key>``: a first call's plain keys are where an operator looks; where the apiserver calls again, the
+    plain keys keep the first call's values and the ``AGAIN`` ones are set by this call, unless a first call on
+    such an object (a pod made from a reviewed template) set them before."""
+    again = _carries_outputs(obj)
     if ctx.operation == "UPDATE" and as_dict(obj).get("kind") == "Pod" and not _exempt(ctx):
-        return protect_outputs(obj, ctx.old_object)
-    return _bounded(obj, lambda: _mutate(obj, ctx, keep=True))
+        result = protect_outputs(obj, ctx.old_object)
+    else:
+        result = _bounded(obj, lambda: _mutate(obj, ctx, keep=True))
+    if again:
+        result.audit.update({audit_key(AGAIN + key): value for key, value in result.audit.items()})
+    return result
+
+
+def _carries_outputs(obj: Any) -> bool:
+    """Whether the pod, or a workload's pod template, in ``obj`` carries any of the webhook's annotations."""
+    view = pod_view(obj, "", writable=False) if isinstance(obj, dict) else None
+    return view is not None and any(is_output_annotation(key) for key in view.annotations)
 
 
 def _bounded(obj: Any, run: Callable[[], Result]) -> Result:
@@ -773,7 +790,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
     while outcome.finish:
         outcome.finish.pop(0)()
     if grown := _grown_past(view.spec, outcome.mutations):  # refused as the pod as written would be
-        return _again(_refused(obj, reason="TooManyNodeRules", message=grown), prior)
+        return _refused(obj, reason="TooManyNodeRules", message=grown)
     for name, text in sorted(outcome.annotations.items()):
         view.set_annotation(PREFIX + name, text)
     if not had_annotations and view.metadata.get("annotations") == {}:
@@ -782,7 +799,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
     result = Result(object=working)
     _finish(result, pctx, outcome, "unchanged")
     if result.allowed and (too_long := _fit_annotations(view)):
-        return _again(_refused(obj, reason="AnnotationsTooLong", message=too_long), prior)
+        return _refused(obj, reason="AnnotationsTooLong", message=too_long)
     if result.allowed:
         result.patch = make_patch(obj, working)
         if result.patch:
@@ -794,13 +811,6 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
             result.audit.clear()
     else:
         result.object = obj
-    return _again(result, prior)
-
-
-def _again(result: Result, prior: Mapping[str, str]) -> Result:
-    """``result`` with its audit keys under ``AGAIN`` when the object carried the webhook's words (``prior``)."""
-    if prior:
-        result.audit = {audit_key(AGAIN + key): value for key, value in result.audit.items()}
     return result
 
 
