@@ -24,7 +24,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Literal, TypeVar
 
-from webhook import PREFIX, budget
+from webhook import PREFIX
 from webhook.affinity import (
     Expression,
     expression,
@@ -894,47 +894,34 @@ def _said_steering(text: str) -> tuple[list[list[Expression]], bool] | None:
 
 def _said_appended(pod: PodView, text: str, ctx: Context) -> dict[str, list[Expression]]:
     """What the annotation's ``STEERING_TERMS`` line says the steering added to single terms, by ``term_mark``, of
-    what the words can be trusted with: none where the line cannot be read, names more terms than the template has
-    or a key the steering never writes (``_could_steer``). On an UPDATE, none unless the required terms are those of
-    the template as stored: the ones the steering left. A list the update wrote is the user's own, and a term of it
-    may be written as the steering had written one (a Helm chart that adopts for zone b the H100 the steering had
-    added there: Helm writes no manifest, and the line took the chart's own product out; found by a review); a list
-    the user reordered keeps what the steering added (a stale restriction, never a user's expression lost). An
-    expression is taken for the steering's in a term only where a term the line does not name it for holds it too
-    (narrow appends to a term only what it lacks, and the line names only what another term held): a line edited or
-    forged to name a user's own expression of one term, or of every term that holds it, takes nothing out. A term
-    the manifest kubectl applied writes as it stands is the user's. Terms not as the steering left them (the user
-    changed one, or a MIG pin the update took out was in them) keep what the steering added."""
+    what the words can be trusted with: none where the line cannot be read or names a key the steering never writes
+    (``_could_steer``). On an UPDATE, none unless the required terms are those of the template as stored: the ones
+    the steering left. A list the update wrote is the user's own, and a term of it may be written as the steering
+    had written one (a Helm chart that adopts for zone b the H100 the steering had added there: Helm writes no
+    manifest, and the line took the chart's own product out; found by a review); a list the user reordered keeps
+    what the steering added (a stale restriction, never a user's expression lost). An expression is taken for the
+    steering's in a term only where a term the line does not name it for holds it too (narrow appends to a term only
+    what it lacks, and the line names only what another term held): a line edited or forged to name a user's own
+    expression of one term, or of every term that holds it, takes nothing out. A term the manifest kubectl applied
+    writes as it stands is the user's. Terms not as the steering left them (the user changed one, or a MIG pin the
+    update took out was in them) keep what the steering added."""
     line = next((part for part in text.split("\n") if part.startswith(STEERING_TERMS)), None)
-    terms = required_terms(pod)
-    if line is None or (ctx.operation == "UPDATE" and terms != required_terms(stored_template(pod, ctx))):
+    if line is None or (ctx.operation == "UPDATE" and required_terms(pod) != required_terms(stored_template(pod, ctx))):
         return {}
-    entries = line[len(STEERING_TERMS) :].split("; ")
-    if len(entries) > len(terms):  # one entry per term the steering made, at most
-        return {}
-    said: dict[str, dict[object, Expression]] = {}  # by mark, each expression once (a forged line may repeat one)
-    for entry in entries:
+    said: dict[str, list[Expression]] = {}
+    for entry in line[len(STEERING_TERMS) :].split("; "):
         found = _TERM_TEXT.fullmatch(entry)
         exprs = _said_expressions(found[1]) if found else None
         if found is None or exprs is None:
             return {}
-        named = said.setdefault(found[2], {})
-        for e in exprs:
-            budget.check()
-            named.setdefault(json_key(e), e)
-    if not _could_steer([list(named.values()) for named in said.values()], ctx):
+        said.setdefault(found[2], []).extend(exprs)
+    if not _could_steer(list(said.values()), ctx):
         return {}
     users = {term_mark(t) for t in manifest_terms(pod)}
-    found_in: set[str] = set()
-    elsewhere: set[object] = set()
-    for term in terms:
-        budget.check()
-        mark = term_mark(term)
-        named = said.get(mark, {}) if mark not in users else {}
-        if named:
-            found_in.add(mark)
-        elsewhere.update(k for e in as_list(term.get("matchExpressions")) if (k := json_key(e)) not in named)
-    return {mark: [e for k, e in said[mark].items() if k in elsewhere] for mark in found_in}
+    named = {mark: {json_key(e) for e in exprs} for mark, exprs in said.items() if mark not in users}
+    marked = [(term_mark(t), as_list(t.get("matchExpressions"))) for t in required_terms(pod)]
+    elsewhere = {k for mark, exprs in marked for e in exprs if (k := json_key(e)) not in named.get(mark, ())}
+    return {mark: [e for e in said[mark] if json_key(e) in elsewhere] for mark, _ in marked if mark in named}
 
 
 def _could_steer(alternatives: Sequence[Sequence[Expression]], ctx: Context) -> bool:
