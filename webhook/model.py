@@ -450,18 +450,6 @@ def manifest_template_spec(pod: PodView) -> JSON:
     return pod.manifest
 
 
-def stored_template(pod: PodView, ctx: Context) -> PodView:
-    """The pod template of the object as stored before this UPDATE (``ctx.old_object``), where ``pod``'s kind keeps
-    it: an earlier review's result, as the webhook (and any later webhook) left it. Empty where there is none (a
-    CREATE). Not to be changed."""
-    node: Any = ctx.old_object
-    for key in TEMPLATE_PATHS.get(pod.kind, ()):
-        node = node.get(key) if isinstance(node, dict) else None
-    template = as_dict(node)
-    metadata, spec = as_dict(template.get("metadata")), as_dict(template.get("spec"))
-    return PodView(pod.kind, metadata, spec, pod.namespace, root=as_dict(ctx.old_object))
-
-
 def applied_by_kubectl(pod: PodView) -> bool:
     """Whether the object carries the manifest client-side ``kubectl apply`` sent (``manifest_template_spec``)."""
     return isinstance(as_dict(as_dict(pod.root.get("metadata")).get("annotations")).get(LAST_APPLIED), str)

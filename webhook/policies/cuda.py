@@ -86,7 +86,6 @@ from webhook.model import (
     clipped,
     copy_json,
     fit_warning,
-    stored_template,
 )
 from webhook.policies import spot
 from webhook.quantity import QuantityError, parse_quantity
@@ -746,8 +745,7 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
     the image), and the other policies judge it without that steering: the terms its annotation says the webhook
     added (by pool and driver labels too: a Deployment steered to a GKE pool stayed there after every pool was
     upgraded, found by two reviews), and any on GFD's CUDA labels; what the manifest kubectl applied writes stays.
-    What the steering added to single terms (``STEERING_TERMS``) is taken out of those terms alone, where the
-    update leaves the terms as the steering left them (``_said_appended``)."""
+    What the steering added to single terms (``STEERING_TERMS``) is taken out of those terms alone."""
     if not pod.is_template or POLICY not in ctx.prior:
         return
     said, added_only = _said_steering(ctx.prior[POLICY]) or ([], True)
@@ -841,8 +839,7 @@ def _added(alternatives: Sequence[Sequence[Expression]], held: frozenset[object]
 def _appended_text(pod: PodView, appended: Sequence[Sequence[Expression]], held: frozenset[object]) -> str:
     """'k In (a) and m In (b) in term 2 (#1f2e3d4c); ...': for each term the steering made, what narrow appended to
     it (``narrowing``) that a term of the template held before (``held``), by the term's place, for people, and its
-    ``term_mark``, for the next review to find it (in a copy created with the terms reordered, too); '' when there is
-    none."""
+    ``term_mark``, for the next review to find it wherever it moved; '' when there is none."""
     entries = []
     for place, (term, extra) in enumerate(zip(required_terms(pod), appended, strict=True), start=1):
         if own := [e for e in extra if json_key(e) in held]:
@@ -894,19 +891,15 @@ def _said_steering(text: str) -> tuple[list[list[Expression]], bool] | None:
 
 def _said_appended(pod: PodView, text: str, ctx: Context) -> dict[str, list[Expression]]:
     """What the annotation's ``STEERING_TERMS`` line says the steering added to single terms, by ``term_mark``, of
-    what the words can be trusted with: none where the line cannot be read or names a key the steering never writes
-    (``_could_steer``). On an UPDATE, none unless the required terms are those of the template as stored: the ones
-    the steering left. A list the update wrote is the user's own, and a term of it may be written as the steering
-    had written one (a Helm chart that adopts for zone b the H100 the steering had added there: Helm writes no
-    manifest, and the line took the chart's own product out; found by a review); a list the user reordered keeps
-    what the steering added (a stale restriction, never a user's expression lost). An expression is taken for the
-    steering's in a term only where a term the line does not name it for holds it too (narrow appends to a term only
-    what it lacks, and the line names only what another term held): a line edited or forged to name a user's own
-    expression of one term, or of every term that holds it, takes nothing out. A term the manifest kubectl applied
-    writes as it stands is the user's. Terms not as the steering left them (the user changed one, or a MIG pin the
-    update took out was in them) keep what the steering added."""
+    what the words can be trusted with: none where the line cannot be read or names a key the steering never
+    writes (``_could_steer``). An expression is taken for the steering's in a term only where a term the line does
+    not name it for holds it too (narrow appends to a term only what it lacks, and the line names only what
+    another term held): a line edited or forged to name a user's own expression of one term, or of every term that
+    holds it, takes nothing out. A term the manifest kubectl applied writes as it stands is the user's. A term not
+    as the steering left it (the user changed it, or a MIG pin the update took out was in it) is not found, and
+    keeps what the steering added (a stale restriction, as before this line; never a user's expression lost)."""
     line = next((part for part in text.split("\n") if part.startswith(STEERING_TERMS)), None)
-    if line is None or (ctx.operation == "UPDATE" and required_terms(pod) != required_terms(stored_template(pod, ctx))):
+    if line is None:
         return {}
     said: dict[str, list[Expression]] = {}
     for entry in line[len(STEERING_TERMS) :].split("; "):

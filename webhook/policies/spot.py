@@ -75,6 +75,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from webhook import PREFIX
 from webhook.affinity import (
@@ -94,6 +95,7 @@ from webhook.model import (
     BUILTIN_GROUPS,
     GPU_MEMORY_RESOURCE,
     JSON,
+    TEMPLATE_PATHS,
     WARNING_LIMIT,
     Context,
     Outcome,
@@ -104,7 +106,6 @@ from webhook.model import (
     clipped,
     copy_json,
     manifest_template_spec,
-    stored_template,
 )
 from webhook.presets import TaintPreset
 
@@ -884,7 +885,12 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wanted
 
 def _stored_applied(pod: PodView, ctx: Context) -> str:
     """The spot-applied annotation of the template as the object was stored before this UPDATE; '' on a CREATE."""
-    return as_str(stored_template(pod, ctx).annotations.get(PREFIX + APPLIED))
+    node: Any = ctx.old_object
+    for key in TEMPLATE_PATHS.get(pod.kind, ()):
+        node = node.get(key) if isinstance(node, dict) else None
+    metadata = node.get("metadata") if isinstance(node, dict) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    return as_str(annotations.get(PREFIX + APPLIED)) if isinstance(annotations, dict) else ""
 
 
 def _deny_unplaceable(pod: PodView, ctx: Context, out: Outcome, why: str) -> None:
