@@ -7,8 +7,7 @@ are not added twice, so applying the same narrowing again changes nothing.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import orjson
 
@@ -47,18 +46,15 @@ def required_terms(pod: PodView) -> list[JSON]:
     return [t for t in as_list(required.get("nodeSelectorTerms")) if isinstance(t, dict)]
 
 
-def _with(term: JSON, extra: Sequence[Expression]) -> tuple[JSON, list[Expression]]:
-    """``term`` with ``extra`` appended, and what of it was appended (what the term did not hold)."""
+def _with(term: JSON, extra: Sequence[Expression]) -> JSON:
     out = copy_json(term)
     exprs = out.get("matchExpressions")
     if not isinstance(exprs, list):
         exprs = out["matchExpressions"] = []
-    appended = []
     for e in extra:
         if e not in exprs:
             exprs.append(copy_json(e))
-            appended.append(e)
-    return out, appended
+    return out
 
 
 def _implied(term: JSON, alternative: Sequence[Expression]) -> bool:
@@ -80,33 +76,22 @@ def narrow(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool:
     A term that already implies one of the alternatives is kept as it is (so a second run is a no-op), and so is
     an empty term, which matches no node: narrowing never makes a term match nodes it did not.
     """
-    return narrowing(pod, alternatives) is not None
-
-
-def narrowing(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> list[list[Expression]] | None:
-    """``narrow``, saying what it did: for each required term it leaves, in order, the expressions it appended to
-    that term (none to a term it kept whole); None where the pod did not change. A term made twice (from two
-    terms, or equal to one kept whole) is said as it was first made."""
     if not alternatives:
-        return None
+        return False
     existing = required_terms(pod)
     if existing and all(_empty(t) or any(_implied(t, alt) for alt in alternatives) for t in existing):
-        return None
+        return False
     base = existing or [{}]
     terms = _Terms()
-    appended: list[list[Expression]] = []
     for term in base:
         if existing and (_empty(term) or any(_implied(term, alt) for alt in alternatives)):
-            if terms.add(copy_json(term)):
-                appended.append([])
+            terms.add(copy_json(term))
             continue
         for alt in alternatives:
             budget.check()
-            made, extra = _with(term, alt)
-            if terms.add(made):
-                appended.append(extra)
+            terms.add(_with(term, alt))
     _required(pod)["nodeSelectorTerms"] = terms.kept
-    return appended
+    return True
 
 
 def holds(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> bool:
@@ -129,30 +114,12 @@ def json_key(value: object) -> bytes | object:
         return ("id", id(value))
 
 
-def term_mark(term: JSON) -> str:
-    """A short digest of a required term's expressions and fields, to tell it again wherever it moved: the same
-    however its JSON is written (key order; an empty list, which the apiserver leaves out, or none)."""
-    parts = [
-        [(e.get("key"), e.get("operator"), as_list(e.get("values"))) for e in map(as_dict, as_list(term.get(part)))]
-        for part in ("matchExpressions", "matchFields")
-    ]
-    try:
-        text = orjson.dumps(parts)
-    except TypeError:
-        text = repr(parts).encode()
-    return hashlib.blake2b(text, digest_size=4).hexdigest()
-
-
-def manifest_terms(pod: PodView) -> list[JSON]:
-    """The required terms of the manifest kubectl applied (none where it wrote none, or there is none)."""
-    return required_terms(PodView(pod.kind, {}, manifest_template_spec(pod), pod.namespace))
-
-
 def manifest_expressions(pod: PodView) -> frozenset[object]:
     """The ``json_key``s of the expressions in the required terms of the manifest kubectl applied: the user's own,
     which what the webhook takes out of a template (an earlier steering, an earlier spot mode's places) leaves
     alone, though it may equal one the webhook writes."""
-    return frozenset(json_key(e) for t in manifest_terms(pod) for e in as_list(t.get("matchExpressions")))
+    manifest = PodView(pod.kind, {}, manifest_template_spec(pod), pod.namespace)
+    return frozenset(json_key(e) for t in required_terms(manifest) for e in as_list(t.get("matchExpressions")))
 
 
 class _Terms:
@@ -214,33 +181,26 @@ def unnarrow(
     alternatives: Sequence[Sequence[Expression]],
     keep: frozenset[object] = frozenset(),
     narrowed: bool = False,
-    appended: Mapping[str, Sequence[Expression]] | None = None,
 ) -> bool:
     """Undo ``narrow``: take each alternative's expressions out of every required term (the terms it multiplied
     become the ones it started from again); a term left with nothing, which was only an alternative, goes, and the
     required affinity with the last of them. Expressions in ``keep`` (``json_key``s: the user's own,
     ``manifest_expressions``) stay. With ``narrowed`` (``alternatives`` are those of one ``narrow``), a term is
     taken apart only where narrow can have made it (``_made``): one narrow kept as it was, since it implied an
-    alternative on its own, is the pod's own. ``appended`` (by ``term_mark``): expressions that narrow appended to
-    one term (``narrowing``), taken out of the term of that mark only, ``keep`` or not. Returns whether the pod
-    changed."""
+    alternative on its own, is the pod's own. Returns whether the pod changed."""
     drop = {k for alt in alternatives for e in alt if (k := json_key(e)) not in keep}
-    within = {m: {json_key(e) for e in exprs} for m, exprs in (appended or {}).items()}
     existing = required_terms(pod)
-    dropped = [(t, drop | within.get(term_mark(t), set()) if within else drop) for t in existing]
-    if not (drop or within) or not any(
-        json_key(e) in out for t, out in dropped for e in as_list(t.get("matchExpressions"))
-    ):
+    if not drop or not any(json_key(e) in drop for t in existing for e in as_list(t.get("matchExpressions"))):
         return False
     made = _made(existing, alternatives) if narrowed else None
     kept = _Terms()
-    for term, out_of_it in dropped:
+    for term in existing:
         budget.check()
         if made is not None and id(term) not in made:
             kept.add(copy_json(term))
             continue
         out = copy_json(term)
-        exprs = [e for e in as_list(out.get("matchExpressions")) if json_key(e) not in out_of_it]
+        exprs = [e for e in as_list(out.get("matchExpressions")) if json_key(e) not in drop]
         if exprs:
             out["matchExpressions"] = exprs
         else:

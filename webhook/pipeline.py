@@ -875,7 +875,7 @@ def _fit_annotations(view: PodView) -> str:
     key = PREFIX + cuda.POLICY
     text = as_str(annotations.get(key))
     lines = text.split("\n")
-    kept = [line for line in lines if line.startswith(("decision: ", cuda.STEERING, cuda.STEERING_TERMS))]
+    kept = [line for line in lines if line.startswith(("decision: ", cuda.STEERING))]
     if key in annotations and len(kept) < len(lines):
         short = "\n".join([f"({len(lines) - len(kept)} {LEFT_OUT}; gpu-admission review shows them)", *kept])
         annotations[key] = short

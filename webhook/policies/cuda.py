@@ -31,11 +31,8 @@ from webhook.affinity import (
     holds,
     json_key,
     manifest_expressions,
-    manifest_terms,
     narrow,
-    narrowing,
     required_terms,
-    term_mark,
     unnarrow,
 )
 from webhook.cluster import (
@@ -744,12 +741,10 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
     from the last review (`kubectl apply` keeps live-only fields: the affinity for an image's newer CUDA outlived
     the image), and the other policies judge it without that steering: the terms its annotation says the webhook
     added (by pool and driver labels too: a Deployment steered to a GKE pool stayed there after every pool was
-    upgraded, found by two reviews), and any on GFD's CUDA labels; what the manifest kubectl applied writes stays.
-    What the steering added to single terms (``STEERING_TERMS``) is taken out of those terms alone."""
+    upgraded, found by two reviews), and any on GFD's CUDA labels; what the manifest kubectl applied writes stays."""
     if not pod.is_template or POLICY not in ctx.prior:
         return
     said, added_only = _said_steering(ctx.prior[POLICY]) or ([], True)
-    appended = _said_appended(pod, ctx.prior[POLICY], ctx)
     written = [e for alt in said for e in alt] if _could_steer(said, ctx) else []
     if not added_only and not applied_by_kubectl(pod):
         # an earlier version's line named every expression of the steering, those the template held already too: a
@@ -760,13 +755,12 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
     # Without kubectl's manifest nothing tells the user's own terms on GFD's CUDA labels from the steering's but
     # the words: a CronJob's Jobs (the CronJob controller writes none) lost the user's own (a generative review)
     ours = [*_steering_of(pod), *written] if applied_by_kubectl(pod) else written
-    if not ours and not appended:
+    if not ours:
         return
     # not what the manifest itself writes, nor a place the spot policy's require wrote (it may be the same pool
-    # selector): that policy takes its own out and writes them again in order (``spot.required_places``); what the
-    # steering added to single terms comes out of those alone, which leaves them as the spot policy left them
+    # selector): that policy takes its own out and writes them again in order (``spot.required_places``)
     spot_places = frozenset(json_key(e) for e in spot.required_places(ctx.prior.get(spot.APPLIED, "")))
-    unnarrow(pod, [[e] for e in ours], keep=manifest_expressions(pod) | spot_places, appended=appended)
+    unnarrow(pod, [[e] for e in ours], keep=manifest_expressions(pod) | spot_places)
 
 
 def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
@@ -774,9 +768,8 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
 
     Pods that declare the same CUDA and ask to land in the same places get the same steering: planned once per
     snapshot and settings, applied to each. A template's annotation names the terms the steering wrote
-    (``STEERING``, and ``STEERING_TERMS`` for what it added to single terms), for its next review to take out
-    (``forget``); a pod's, which no later review reads, does not (the words, said again on a pod steered already,
-    could be a forged annotation's)."""
+    (``STEERING``), for its next review to take out (``forget``); a pod's, which no later review reads, does not
+    (the words, said again on a pod steered already, could be a forged annotation's)."""
     spot_mode = spot.decided_mode(out)
     plan = _planned("steer", pod, ctx, spot_mode, lambda mode, checks: plan_steering(pod, mode, checks, ctx, spot_mode))
     held = _held(pod) if pod.is_template and plan is not None and plan.alternatives else frozenset()
@@ -785,8 +778,7 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
             out.annotate(POLICY, DEFERRED)
             _warn_deferred(pod, ctx, out)
         return
-    appended = narrowing(pod, plan.alternatives) if plan.alternatives else None
-    if appended is not None:
+    if plan.alternatives and narrow(pod, plan.alternatives):
         out.mutated("cuda-affinity")
         out.reasons.append("CUDASteered")
         out.audit["cuda-steered"] = plan.audit
@@ -799,23 +791,13 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     if pod.is_template and not steered:  # what ``forget`` kept, the manifest writing it too
         said = _said_steering(ctx.prior.get(POLICY, ""))
         steered = said[0] if said and _could_steer(said[0], ctx) and holds(pod, said[0]) else None
-    single = _appended_text(pod, appended, held) if pod.is_template and appended else ""
-    lines = [plan.annotation]
-    if steered:
-        lines.append(f"{STEERING}{_steering_text(steered)}")
-    if single:
-        lines.append(f"{STEERING_TERMS}{single}")
-    out.annotate(POLICY, "\n".join(lines))
+    out.annotate(POLICY, plan.annotation + (f"\n{STEERING}{_steering_text(steered)}" if steered else ""))
 
 
 STEERING = "steering added by gpu-admission (required node affinity): "
 """How the annotation's line naming the expressions the steering added begins; read back by ``_said_steering``."""
 STEERING_BEFORE = "steering written by gpu-admission (required node affinity): "
 """How an earlier version's line began: it named every expression of the steering, those the template held too."""
-STEERING_TERMS = "steering added by gpu-admission to single terms (required node affinity): "
-"""How the line begins that names, term by term, what the steering added to a term though another held it
-(``_appended_text``); read back by ``_said_appended``. A line of its own: a version that knows only ``STEERING``
-still reads that line, and passes over this one."""
 
 
 def _held(pod: PodView) -> frozenset[object]:
@@ -825,30 +807,19 @@ def _held(pod: PodView) -> frozenset[object]:
 
 def _added(alternatives: Sequence[Sequence[Expression]], held: frozenset[object]) -> list[list[Expression]]:
     """Of the steering's alternatives, the expressions no term of the template held before: those the steering
-    added to every term it made, which its next review takes out of every term (``STEERING``). One a term held may
-    be the template's own (a Helm chart's ``gpu.product In (H100)``, in the steering's words): taking it out of
-    every term had left a Job only a pool that cannot run it, and leaving every product term alone had kept a
-    template on one GPU after its image no longer needed it (found by two reviews). Where narrow added such an
-    expression to other terms, ``_appended_text`` names it for those terms alone: said here, it stayed in them
-    after the image no longer needed it (a stale restriction), and taking it out of the terms that looked made by
-    narrow took a user's own [zone a, product H100] apart (found by a review)."""
+    added, the only ones its next review takes out. One a term held is the template's own (a Helm chart's
+    ``gpu.product In (H100)``, in the steering's words), and is left where it is, though narrow added it to
+    another term: with no manifest to tell them apart, taking it out had left a Job only a pool that cannot run
+    it, and leaving every product term alone had kept a template on one GPU after its image no longer needed it
+    (found by two reviews). The known limit: where one term held it and narrow added it to another, it stays in
+    both after the image no longer needs it (a stale restriction, never a user's lost). Taking it out of the terms
+    that look made by narrow instead took a user's own [zone a, product H100] apart (found by a review): telling
+    them apart needs the line to name, per term, what narrow kept whole."""
     kept = [[e for e in alt if json_key(e) not in held] for alt in alternatives]
     return [alt for alt in kept if alt]
 
 
-def _appended_text(pod: PodView, appended: Sequence[Sequence[Expression]], held: frozenset[object]) -> str:
-    """'k In (a) and m In (b) in term 2 (#1f2e3d4c); ...': for each term the steering made, what narrow appended to
-    it (``narrowing``) that a term of the template held before (``held``), by the term's place, for people, and its
-    ``term_mark``, for the next review to find it wherever it moved; '' when there is none."""
-    entries = []
-    for place, (term, extra) in enumerate(zip(required_terms(pod), appended, strict=True), start=1):
-        if own := [e for e in extra if json_key(e) in held]:
-            entries.append(f"{_steering_text([own])} in term {place} (#{term_mark(term)})")
-    return "; ".join(entries)
-
-
 _EXPRESSION_TEXT = re.compile(r"(\S+) (In|NotIn|Gt|Lt|Exists|DoesNotExist)(?: \(([^()]*)\))?")
-_TERM_TEXT = re.compile(r"(.+) in term [0-9]+ \(#([0-9a-f]{8})\)")
 
 
 def _steering_text(alternatives: Sequence[Sequence[Expression]]) -> str:
@@ -861,18 +832,6 @@ def _steering_text(alternatives: Sequence[Sequence[Expression]]) -> str:
     return " or ".join(" and ".join(one(e) for e in alt) for alt in alternatives)
 
 
-def _said_expressions(text: str) -> list[Expression] | None:
-    """The expressions of 'k In (a, b) and m Gt (3)'; None when it cannot be read."""
-    term = []
-    for part in text.split(" and "):
-        found = _EXPRESSION_TEXT.fullmatch(part)
-        if found is None:
-            return None
-        key, operator, values = found.groups()
-        term.append(expression(key, operator, values.split(", ") if values is not None else ()))
-    return term
-
-
 def _said_steering(text: str) -> tuple[list[list[Expression]], bool] | None:
     """The alternatives an annotation's steering line names, and whether it names only what the steering added
     (``STEERING``; not an earlier version's ``STEERING_BEFORE``); None when it has none or it cannot be read."""
@@ -882,39 +841,15 @@ def _said_steering(text: str) -> tuple[list[list[Expression]], bool] | None:
     added_only = line.startswith(STEERING)
     alternatives = []
     for alt in line[len(STEERING if added_only else STEERING_BEFORE) :].split(" or "):
-        term = _said_expressions(alt)
-        if term is None:
-            return None
+        term = []
+        for part in alt.split(" and "):
+            found = _EXPRESSION_TEXT.fullmatch(part)
+            if found is None:
+                return None
+            key, operator, values = found.groups()
+            term.append(expression(key, operator, values.split(", ") if values is not None else ()))
         alternatives.append(term)
     return alternatives, added_only
-
-
-def _said_appended(pod: PodView, text: str, ctx: Context) -> dict[str, list[Expression]]:
-    """What the annotation's ``STEERING_TERMS`` line says the steering added to single terms, by ``term_mark``, of
-    what the words can be trusted with: none where the line cannot be read or names a key the steering never
-    writes (``_could_steer``). An expression is taken for the steering's in a term only where a term the line does
-    not name it for holds it too (narrow appends to a term only what it lacks, and the line names only what
-    another term held): a line edited or forged to name a user's own expression of one term, or of every term that
-    holds it, takes nothing out. A term the manifest kubectl applied writes as it stands is the user's. A term not
-    as the steering left it (the user changed it, or a MIG pin the update took out was in it) is not found, and
-    keeps what the steering added (a stale restriction, as before this line; never a user's expression lost)."""
-    line = next((part for part in text.split("\n") if part.startswith(STEERING_TERMS)), None)
-    if line is None:
-        return {}
-    said: dict[str, list[Expression]] = {}
-    for entry in line[len(STEERING_TERMS) :].split("; "):
-        found = _TERM_TEXT.fullmatch(entry)
-        exprs = _said_expressions(found[1]) if found else None
-        if found is None or exprs is None:
-            return {}
-        said.setdefault(found[2], []).extend(exprs)
-    if not _could_steer(list(said.values()), ctx):
-        return {}
-    users = {term_mark(t) for t in manifest_terms(pod)}
-    named = {mark: {json_key(e) for e in exprs} for mark, exprs in said.items() if mark not in users}
-    marked = [(term_mark(t), as_list(t.get("matchExpressions"))) for t in required_terms(pod)]
-    elsewhere = {k for mark, exprs in marked for e in exprs if (k := json_key(e)) not in named.get(mark, ())}
-    return {mark: [e for e in said[mark] if json_key(e) in elsewhere] for mark, _ in marked if mark in named}
 
 
 def _could_steer(alternatives: Sequence[Sequence[Expression]], ctx: Context) -> bool:
