@@ -5,9 +5,9 @@ It keeps objects by collection path, hands out resourceVersions, and serves: dis
 (``?watch=true`` from a resourceVersion, streamed as JSON lines), get, create (``generateName`` included), replace,
 patch (merge, strategic-merge treated as merge, JSON patch) and delete (uid and resourceVersion preconditions
 checked). Faults for tests: ``expire(rv)`` makes watches from an older resourceVersion get 410 Gone,
-``drop_watches()`` cuts every open watch stream, ``stall_watches()`` makes them fall silent with their connection
-open (as one a NAT dropped without a reset), ``bookmark_seconds`` sends a BOOKMARK that often to watches that ask
-for them, ``fail_next(n, code)`` answers the next n requests with an error,
+``drop_watches()`` cuts every open watch stream, ``bookmark_seconds`` sends a BOOKMARK that often to watches that
+ask for them once there is a resourceVersion newer than the one they began from (as kube-apiserver's watch cache
+does: on a quiet collection a watch hears nothing), ``fail_next(n, code)`` answers the next n requests with an error,
 ``hang_up_next(n, stored)`` closes the connection of the next n creates without an answer (having stored the
 object, or not), ``stop()/start()`` take it off the air. ``KubeAPI(tls=(cert, key), ca=ca)`` serves HTTPS;
 ``connections`` counts the connections accepted; ``create_delay`` holds each create that long, and
@@ -53,15 +53,15 @@ RESOURCES: dict[str, dict[str, tuple[str, bool]]] = {
 
 
 class _Watch:
-    def __init__(self, collection: str, namespace: str | None, bookmarks: bool = False) -> None:
+    def __init__(self, collection: str, namespace: str | None, since: int = 0, bookmarks: bool = False) -> None:
         self.collection = collection
         self.namespace = namespace
+        self.since = since
+        """The resourceVersion it began from."""
         self.bookmarks = bookmarks
         self.events: queue.Queue[JSON | None] = queue.Queue()
         self.cut = False
         """Closed before its last chunk (``KubeAPI.cut_watches``)."""
-        self.stalled = False
-        """Sends nothing more, not even its end, until the server stops (``KubeAPI.stall_watches``)."""
 
 
 class KubeAPI:
@@ -84,9 +84,10 @@ class KubeAPI:
         self.rv = 100
         self.expired_before = 0
         self.watches: list[_Watch] = []
-        self.stalled: list[_Watch] = []
         self.bookmark_seconds: float | None = None
-        """Send a BOOKMARK this often to each watch that asks for them (kube-apiserver: about every minute)."""
+        """Send a BOOKMARK this often to each watch that asks for them (kube-apiserver: about every minute), once the
+        resourceVersion is newer than the one the watch began from (k8s.io/apiserver pkg/storage/cacher,
+        cacheWatcher: a bookmark goes out only when ``event.ResourceVersion > resourceVersion``)."""
         self.requests: list[tuple[str, str]] = []
         self.request_headers: list[dict[str, str]] = []  # one per request, as ``requests``
         self._failures: list[int] = []
@@ -155,18 +156,8 @@ class KubeAPI:
 
     def drop_watches(self) -> None:
         with self.lock:
-            for w in self.watches + self.stalled:
-                w.events.put(None)
-            self.watches = []
-            self.stalled = []
-
-    def stall_watches(self) -> None:
-        """Every open watch sends nothing more, no event, no bookmark, no end, its connection held open (until
-        ``stop`` or ``drop_watches``): what a client sees of a connection a NAT or load balancer dropped unseen."""
-        with self.lock:
             for w in self.watches:
-                w.stalled = True
-            self.stalled += self.watches
+                w.events.put(None)
             self.watches = []
 
     def cut_watches(self) -> None:
@@ -426,7 +417,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _watch(self, key: str, namespace: str | None, query: dict[str, list[str]]) -> None:
         since = int(query.get("resourceVersion", ["0"])[0] or 0)
         timeout = float(query.get("timeoutSeconds", ["30"])[0])
-        w = _Watch(key, namespace, query.get("allowWatchBookmarks", ["false"])[0] == "true")
+        w = _Watch(key, namespace, since, query.get("allowWatchBookmarks", ["false"])[0] == "true")
         with self.api.lock:
             gone = since and since < self.api.expired_before
             if not gone:
@@ -455,7 +446,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if w in self.api.watches:
                     self.api.watches.remove(w)
             try:
-                if not (w.cut or w.stalled):
+                if not w.cut:
                     self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
             except OSError:
@@ -465,24 +456,23 @@ class _Handler(BaseHTTPRequestHandler):
     def _drain(self, w: _Watch, timeout: float) -> Iterator[JSON]:
         deadline = time.monotonic() + timeout
         bookmark_at = time.monotonic()
-        while w.stalled or time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             every = self.api.bookmark_seconds
-            if w.bookmarks and every is not None and not w.stalled and time.monotonic() - bookmark_at >= every:
+            if w.bookmarks and every is not None and time.monotonic() - bookmark_at >= every:
                 with self.api.lock:  # events are queued under the lock: none queued, every one up to rv was sent
-                    rv = str(self.api.rv) if w.events.empty() else None
-                if rv is not None:
+                    rv = self.api.rv if w.events.empty() else None
+                if rv is not None and rv > w.since:
                     bookmark_at = time.monotonic()
                     gv, resource = w.collection.rsplit("/", 1)
                     kind = RESOURCES[gv][resource][0]
-                    yield {"type": "BOOKMARK", "object": {"kind": kind, "metadata": {"resourceVersion": rv}}}
+                    yield {"type": "BOOKMARK", "object": {"kind": kind, "metadata": {"resourceVersion": str(rv)}}}
             try:
                 event = w.events.get(timeout=0.1 if every is None else min(0.1, every / 5))
             except queue.Empty:
                 continue
             if event is None:
                 return
-            if not w.stalled:
-                yield event
+            yield event
 
     def _chunk(self, event: JSON) -> None:
         data = json.dumps(event).encode() + b"\n"

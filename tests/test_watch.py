@@ -23,7 +23,7 @@ from webhook import watch
 from webhook.cluster import build_view
 from webhook.config import ClusterSettings, PoolSettings, Settings
 from webhook.errors import ConfigError
-from webhook.watch import Backoff, LiveCluster, _api_retries, kubeconfig_paths, live_cluster_from_environment
+from webhook.watch import Backoff, LiveCluster, _api_connections, kubeconfig_paths, live_cluster_from_environment
 
 DEADLINE = 10.0
 
@@ -81,10 +81,10 @@ def make_live(
     }
     defaults.update(kwargs)
 
-    def factory() -> Any:  # as the server's: urllib3 asks no answer again (watch._api_retries)
+    def factory() -> Any:  # as the server's: keepalive, and urllib3 asks no answer again (watch._api_connections)
         cfg = k8s_client.Configuration()
         k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
-        _api_retries(cfg)
+        _api_connections(cfg)
         return k8s_client.ApiClient(cfg)
 
     live = LiveCluster(settings, factory, **defaults)
@@ -539,38 +539,103 @@ def watches(api: KubeAPI) -> int:
     return sum(1 for method, path in api.requests if method == "GET" and "/nodes" in path and "watch=" in path)
 
 
-def test_a_watch_that_falls_silent_stops_counting_as_current_and_is_begun_again(
+def watch_socket(live: LiveCluster) -> socket.socket | None:
+    """The client's socket under the open watch (None between watches)."""
+    response = live._response
+    return getattr(getattr(response, "connection", None), "sock", None)
+
+
+def test_a_quiet_watch_that_hears_nothing_stays_current_and_open(
     api: KubeAPI, kubeconfig: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A connection that a NAT or load balancer drops without a reset looks open: the view counted as current (age
-    0) and no change came, up to the watch's read timeout (timeoutSeconds + 30: 330 s). The API server sends a
-    bookmark about every minute, so a watch that brings nothing for ``silence_seconds`` is taken for dead: the age
-    counts from its last bookmark, and a new watch, from the version held, brings the change it missed."""
-    api.bookmark_seconds = 0.2
+    """kube-apiserver's watch cache sends a bookmark only once its resourceVersion passed the one the watch began
+    from: on a quiet node set (kubelets report about every 5 minutes on a small cluster) a healthy watch hears
+    nothing for minutes. Taken for a dead connection after 150 s of silence, it was begun again every 150 s, told at
+    WARNING, and the age read non-zero (found by a review). Its read timeout is above its timeoutSeconds: nothing
+    cuts it before the API server ends it, and the age stays 0 while it is open."""
+    api.bookmark_seconds = 0.2  # sent, were the resourceVersion newer than the watch's
     api.put("v1", "nodes", node("a"))
-    live = make_live(kubeconfig, watch_timeout_seconds=30, silence_seconds=1.0)
+    live = make_live(kubeconfig, resync=3600, watch_timeout_seconds=300)
     caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
     try:
         live.start()
         wait_for(live.ready, "the first list")
-        wait_for(lambda: len(api.watches) == 1, "the watch")
-        time.sleep(2.2)  # quiet for more than twice the bound: the bookmarks keep the watch current and going
-        assert live.snapshot_age_seconds == 0.0
-        assert watches(api) == 1, "a quiet watch that brings bookmarks is not begun again"
-        api.stall_watches()
-        api.put("v1", "nodes", node("b"))  # a change the dead stream never brings
-        api.fail_next(4, 503)  # and the new watch is refused a while, so that the age can be seen meanwhile
-        stalled = time.monotonic()
-        wait_for(lambda: live.snapshot_age_seconds >= 1.0, "the view no longer current", deadline=3)
-        assert live.snapshot_age_seconds < 1.0 + 2.0, "counted from the last bookmark"
-        wait_for(lambda: "b" in names(live), "the change through a new watch", deadline=3)
-        assert time.monotonic() - stalled < 4.0
-        assert lists(api) == 1, "begun again from the version held: nothing listed"
-        said = [r for r in caplog.records if "brought no event or bookmark for 1s" in r.getMessage()]
-        assert said and said[0].levelno == logging.WARNING, caplog.text
-        wait_for(lambda: live.snapshot_age_seconds == 0.0, "current again")
+        wait_for(lambda: watch_socket(live) is not None and live.snapshot_age_seconds == 0.0, "the open watch")
+        sock = watch_socket(live)
+        assert sock is not None
+        (path,) = [p for m, p in api.requests if m == "GET" and "watch=" in p]
+        assert "timeoutSeconds=300" in path
+        read_timeout = sock.gettimeout()
+        assert read_timeout is not None and read_timeout > 300, f"a silent read is cut after {read_timeout} s"
+        ages = []
+        quiet_until = time.monotonic() + 2.0
+        while time.monotonic() < quiet_until:
+            ages.append(live.snapshot_age_seconds)
+            time.sleep(0.05)
+        assert set(ages) == {0.0}
+        assert watches(api) == 1 and lists(api) == 1
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+        api.put("v1", "nodes", node("b"))  # still following
+        wait_for(lambda: "b" in names(live), "the change through the same watch")
+        assert watches(api) == 1
     finally:
         live.stop()
+
+
+@pytest.mark.parametrize("where", ["kubeconfig", "in-cluster"])
+def test_the_watch_connection_has_tcp_keepalive(
+    api: KubeAPI, kubeconfig: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A connection that a NAT or load balancer dropped without a reset looks open and brings nothing, as a quiet
+    watch does: TCP keepalive breaks it within a minute (probed after 30 s idle, every 10 s, given up after 3), and
+    the watch resumes. The clients of both credential paths ask for it: the options are on the watch's socket."""
+    from kubernetes import config as k8s_config
+
+    env = {"KUBECONFIG": kubeconfig, "KUBERNETES_SERVICE_HOST": ""}
+    if where == "in-cluster":
+        token = tmp_path / "token"
+        token.write_text("t")
+        monkeypatch.setattr(watch, "SERVICE_ACCOUNT_TOKEN", str(token))
+        env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+
+        def test_server(client_configuration: Any) -> None:  # in a pod: the ServiceAccount's; here the test server
+            k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=client_configuration)  # type: ignore[no-untyped-call]
+
+        monkeypatch.setattr(k8s_config, "load_incluster_config", test_server)
+    api.put("v1", "nodes", node("a"))
+    live = live_cluster_from_environment(Settings(), env)
+    assert live is not None and live.description.startswith("in-cluster" if where == "in-cluster" else api.url)
+    try:
+        live.start()
+        wait_for(lambda: live.ready() and watch_socket(live) is not None, "the open watch")
+        sock = watch_socket(live)
+        assert sock is not None
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 30
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 10
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1, "urllib3's default kept"
+    finally:
+        live.stop()
+
+
+def test_a_connection_keepalive_broke_is_told_as_such() -> None:
+    """urllib3 reports a connection the kernel broke (its keepalive probes unanswered: ``ETIMEDOUT``) as a read that
+    timed out, which the log then told, though no read timeout had passed: it says what happened."""
+    import errno
+
+    import urllib3
+
+    def read_error(cause: OSError) -> BaseException:
+        try:
+            raise urllib3.exceptions.ReadTimeoutError(None, None, "Read timed out.") from cause  # type: ignore[arg-type]
+        except urllib3.exceptions.ReadTimeoutError as err:
+            return err
+
+    dead = watch._brief(read_error(TimeoutError(errno.ETIMEDOUT, "Connection timed out")))
+    assert "found dead, its TCP keepalive probes unanswered" in dead and "NAT or load balancer" in dead
+    timed_out = watch._brief(read_error(TimeoutError("timed out")))  # its own read timeout: as urllib3 says
+    assert "Read timed out." in timed_out and "keepalive" not in timed_out
 
 
 def test_retry_after_is_waited_in_the_loop_and_said(
@@ -630,7 +695,7 @@ def test_an_api_server_whose_certificate_is_not_trusted_is_asked_a_few_times_at_
         retries: Any = None
 
     cfg = Configuration()
-    _api_retries(cfg)
+    _api_connections(cfg)
     http = urllib3.PoolManager(retries=cfg.retries, cert_reqs="CERT_REQUIRED", ca_certs=str(tmp_path / "none.pem"))
     (tmp_path / "none.pem").write_bytes((issue_certs(tmp_path / "other") / "ca.crt").read_bytes())
     outcome: list[BaseException] = []

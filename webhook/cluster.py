@@ -429,8 +429,8 @@ class ClusterSource(Protocol):
 
     @property
     def snapshot_age_seconds(self) -> float:
-        """How far behind the cluster the snapshot may be: for the live watch, 0 while its watch is open and not
-        silent, else the time since its nodes were last known current; for a node file, the time since it was read."""
+        """How far behind the cluster the snapshot may be: for the live watch, 0 while its watch is open, else the
+        time since its nodes were last known current; for a node file, the time since it was read."""
         ...
 
 

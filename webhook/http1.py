@@ -25,6 +25,24 @@ HEADER_LIMIT = 100
 """The most header (or trailer) lines in an answer."""
 BODY_LIMIT = 16 << 20
 """The longest answer body read: an Event comes back as a few kB."""
+KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 30, 10, 3
+"""TCP keepalive on the connections to the API server (the node watch's and list's), through the
+``kubernetes`` client configuration's ``socket_options`` (``keepalive_options``). A connection that a NAT or load
+balancer dropped without a reset, or whose API server vanished, looks open and brings nothing; a quiet node watch
+brings nothing for minutes too (kube-apiserver's watch cache sends a bookmark only once its resourceVersion passed
+the one the watch began from), so silence proves nothing. The kernel probes a connection idle for 30 s (client-go
+dials with a 30 s keepalive) every 10 s and breaks it when 3 probes go unanswered: a dead peer is found within a
+minute of the last byte received (client-go's, with Go's 15 s x 9 probes, after 2.75 minutes). The probes also
+keep the idle timers of NATs and cloud load balancers (Azure's 4 minutes, AWS NLB's 350 s) from dropping a
+quiet connection at all."""
+
+
+def keepalive_options() -> list[tuple[int, int, int]]:
+    """Socket options for a ``kubernetes`` client configuration (``socket_options``: urllib3 applies them to each
+    connection it opens): urllib3's default (``TCP_NODELAY``) and keepalive as above."""
+    from kubernetes.utils.keepalive import tcp_keepalive_socket_options
+
+    return tcp_keepalive_socket_options(KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES)
 
 
 class Stale(http.client.RemoteDisconnected):

@@ -6,10 +6,11 @@ in a process other than the one that started the threads begins afresh. Two daem
 
 - the *watcher* lists Nodes (in pages), then watches from the list's resourceVersion with bookmarks; a watch that
   ends is resumed from the last resourceVersion seen; a 410 Gone (an ERROR event on the stream, or the status of the
-  watch request) means the apiserver no longer has that history, so it lists again; a watch silent for
-  ``silence_seconds`` (no event, no bookmark: a connection that died unseen) is begun again at once; any other failure
-  (a dropped stream, an unreachable apiserver, a 5xx) is retried with capped, jittered exponential backoff. Every
-  ``resync_seconds`` it lists again whatever the watch says.
+  watch request) means the apiserver no longer has that history, so it lists again; any other failure (a dropped
+  stream, an unreachable apiserver, a 5xx) is retried with capped, jittered exponential backoff. A connection that
+  died unseen (a NAT's or load balancer's drop without a reset) is broken by TCP keepalive within a minute
+  (``http1.KEEPALIVE_IDLE_S``), and the watch resumed. Every ``resync_seconds`` it lists again whatever the watch
+  says.
 - the *builder* folds the node objects into an immutable ClusterView (``build_view``) at most every
   ``debounce_seconds``, so a burst of thousands of node events costs a few rebuilds, and swaps it in atomically.
 
@@ -23,6 +24,7 @@ Node objects stay plain dicts (``_preload_content=False``): no round trip throug
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -34,6 +36,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from webhook import http1
 from webhook.cluster import ClusterView, Node, build_view, parse_node, same_node
 from webhook.config import Settings
 from webhook.errors import ConfigError
@@ -62,28 +65,11 @@ def _cut(err: BaseException) -> bool:
     return isinstance(err, (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError, ConnectionError))
 
 
-WATCH_SILENCE_S = 150.0
-"""A watch that brings nothing (no event, no bookmark) for this long is taken for a connection that died unseen (a
-NAT or load balancer that dropped it without a reset): the view stops counting as current and the watch is begun
-again. kube-apiserver's watch cache sends each watcher that asks for bookmarks one about every minute, and one 2 s
-before the watch's timeout (k8s.io/apiserver pkg/storage/cacher: ``defaultBookmarkFrequency = time.Minute``,
-``cacheWatcher.nextBookmarkTime``; dispatched on a timer of 1 s +-25%), so a healthy watch on a quiet cluster speaks at
-least every ~61 s: 150 s lets one bookmark be lost or late without a needless restart (a restart resumes from the
-version held; it lists nothing). The API server promises no bookmark interval: without its watch cache (or just after
-it restarted, before its cache saw any change) a quiet watch is begun again each 150 s, which costs one request."""
 RELIST_RETRY_S = 60.0
 """A periodic relist that failed is tried again after this long (or its Retry-After), the watch going on meanwhile."""
 WATCH_HELD_S = 10.0
 """A watch stream open at least this long that then breaks is resumed at once, without a backoff."""
 RETRY_AFTER_MAX_S = 60.0
-
-
-def _silent(err: BaseException) -> bool:
-    """A read of the watch timed out: nothing came for ``silence_seconds`` (its read timeout)."""
-    import urllib3
-
-    reason = err.reason if isinstance(err, urllib3.exceptions.MaxRetryError) else err
-    return isinstance(reason, urllib3.exceptions.ReadTimeoutError)
 
 
 def _status(err: BaseException) -> int | None:
@@ -134,7 +120,6 @@ class LiveCluster:
         watch_timeout_seconds: int = 300,
         page_size: int = 500,
         connect_timeout: float = 10.0,
-        silence_seconds: float = WATCH_SILENCE_S,
     ) -> None:
         self.settings = settings
         self.factory = api_client_factory
@@ -145,7 +130,6 @@ class LiveCluster:
         self.watch_timeout_seconds = max(1, watch_timeout_seconds)
         self.page_size = page_size
         self.connect_timeout = connect_timeout
-        self.silence_seconds = silence_seconds
         self.resync_seconds = max(1, settings.cluster.resync_seconds)
         self._timestamp_labels = frozenset(settings.cluster.timestamp_labels)
         self._pid: int | None = None
@@ -171,8 +155,6 @@ class LiveCluster:
         self._failing_since: float | None = None
         """Since when the builds fail (then the view is behind the nodes, watch or not); None while they succeed."""
         self._watching = False
-        self._heard_at = 0.0
-        """When the open watch last spoke: its answer came, or a line of it (an event, a bookmark)."""
         self._last_list = 0.0
         self._resync_at = 0.0
         """When the next periodic relist is due (``resync_seconds`` after the last list; sooner after one failed)."""
@@ -220,12 +202,12 @@ class LiveCluster:
     # -- metrics ------------------------------------------------------------------------------------------------
     @property
     def snapshot_age_seconds(self) -> float:
-        """How stale the snapshot may be: 0 while a watch is open and has spoken within ``silence_seconds``, else
-        the time since the nodes were last known current (since start when they never were)."""
+        """How stale the snapshot may be: 0 while a watch is open, else the time since the nodes were last known
+        current (since start when they never were)."""
         now = time.monotonic()
         if self._failing_since is not None:  # the nodes are known, the view is not built from them
             return now - (self._published_at if self._published_at is not None else self._started_at)
-        if self._watching and now - self._heard_at < self.silence_seconds:
+        if self._watching:
             return 0.0
         return now - (self._fresh_at if self._fresh_at is not None else self._started_at)
 
@@ -301,23 +283,11 @@ class LiveCluster:
                     need_list = True
                     gone_streak += 1
                     delay = backoff.next() if gone_streak > 1 else 0.0
-                elif phase == "watch" and _silent(err):
-                    # Nothing came, not even the bookmark the API server sends about every minute: the connection
-                    # may have died without a reset (a NAT's or load balancer's idle drop). Begun again at once,
-                    # from the version held; the age counts from the last event or bookmark.
-                    log.warning(
-                        "cluster: the node watch from %s brought no event or bookmark for %.0fs (its connection may"
-                        " have been dropped without a reset); the node view was last known current %.0fs ago;"
-                        " watching again",
-                        self.description,
-                        self.silence_seconds,
-                        self.snapshot_age_seconds,
-                    )
-                    backoff.reset()
                 elif phase == "watch" and _cut(err) and time.monotonic() - began >= WATCH_HELD_S:
                     # A stream that was open a while and then broke (a load balancer's idle cut, a restarted API
-                    # server): resumed at once from the version held. Counted as a failure, it drove the backoff
-                    # to its maximum on a quiet cluster, node changes reaching the view up to 30 s late.
+                    # server, a connection that died unseen, broken by TCP keepalive): resumed at once from the
+                    # version held. Counted as a failure, it drove the backoff to its maximum on a quiet cluster,
+                    # node changes reaching the view up to 30 s late.
                     log.info("cluster: the node watch from %s ended (%s); resuming it", self.description, _brief(err))
                     backoff.reset()
                 else:
@@ -402,11 +372,12 @@ class LiveCluster:
             allow_watch_bookmarks=True,
             timeout_seconds=timeout,
             _preload_content=False,
-            # the read timeout is the silence allowed: the socket read of a watch that brings nothing times out
-            _request_timeout=(self.connect_timeout, self.silence_seconds),
+            # above timeoutSeconds: a quiet watch may bring nothing for its whole life (kube-apiserver's watch cache
+            # sends a bookmark only once its resourceVersion passed the one the watch began from, and on a quiet
+            # node set that takes minutes); a connection that died unseen is found by TCP keepalive instead
+            _request_timeout=(self.connect_timeout, timeout + 30),
         )
         self._response = response
-        self._heard_at = time.monotonic()
         self._watching = True
         count = 0
         try:
@@ -415,13 +386,12 @@ class LiveCluster:
             for line in _lines(response):
                 if self._stop.is_set():
                     break
-                self._heard_at = time.monotonic()
                 self._apply(line)
                 # an event or a bookmark: every change up to it has come (an ERROR raised above and is no news)
-                self._fresh_at = self._heard_at
+                self._fresh_at = time.monotonic()
                 count += 1
             # ended as the API server ends a watch (its timeoutSeconds): the view was current until now; a stream
-            # that broke, failed or fell silent was current up to its last event or bookmark
+            # that broke or failed was current up to its last event or bookmark
             self._fresh_at = time.monotonic()
         finally:
             self._watching = False
@@ -547,8 +517,24 @@ def _brief(err: BaseException) -> str:
     reason = getattr(err, "reason", None)
     if status:
         return f"HTTP {status} {reason or ''}".strip()
+    if _timed_out(err):
+        return (
+            "its connection was found dead, its TCP keepalive probes unanswered: dropped on the way without a reset"
+            " by a NAT or load balancer, or the API server's host gone"
+        )
     text = str(err) or type(err).__name__
     return text if len(text) < 200 else text[:200] + "..."
+
+
+def _timed_out(err: BaseException) -> bool:
+    """The kernel broke an open connection (``ETIMEDOUT``: its keepalive probes went unanswered), which urllib3
+    reports as a read that timed out. urllib3's own read timeout (``socket.timeout``) carries no errno."""
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno == errno.ETIMEDOUT:
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _close(client: Any) -> None:
@@ -563,13 +549,17 @@ def _close(client: Any) -> None:
 # Credentials
 
 
-def _api_retries(cfg: Any) -> None:
-    """The retries of the API clients' urllib3: no answer asked again (its default: 3 tries, each 429 or 503 with a
-    Retry-After slept through, unlogged, the loop blind meanwhile), as the watch loop retries, logs, and waits as
-    Retry-After says (``_retry_after``); a connection error or a kept connection the server closed tried once more on
-    a new one (a reused connection a server or proxy closed would otherwise be a warning and a backoff)."""
+def _api_connections(cfg: Any) -> None:
+    """The connections of the API clients' urllib3: TCP keepalive (``http1.keepalive_options``: a watch whose
+    connection died unseen breaks within a minute and is resumed; without it, it looked open and brought nothing
+    until its read timed out, timeoutSeconds + 30 s later). And their retries: no answer asked again (urllib3's
+    default: 3 tries, each 429 or 503 with a Retry-After slept through, unlogged, the loop blind meanwhile), as the
+    watch loop retries, logs, and waits as Retry-After says (``_retry_after``); a connection error or a kept
+    connection the server closed tried once more on a new one (a reused connection a server or proxy closed would
+    otherwise be a warning and a backoff)."""
     import urllib3
 
+    cfg.socket_options = http1.keepalive_options()
     cfg.retries = urllib3.Retry(
         total=2,  # and no other error asked again: with other=None a TLS failure was retried without end, unseen
         connect=1,
@@ -613,7 +603,7 @@ def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | 
         except config.ConfigException as err:
             raise ConfigError(f"in-cluster credentials: {err}") from err
 
-        _api_retries(cfg)
+        _api_connections(cfg)
 
         def in_cluster() -> Any:
             return client.ApiClient(cfg)  # the loader refreshes the rotated service-account token
@@ -628,7 +618,7 @@ def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | 
         cfg = client.Configuration()
         # Loaded again for each new client, so that exec-plugin and OIDC tokens are fresh.
         config.load_kube_config(config_file=joined, client_configuration=cfg)  # type: ignore[no-untyped-call]
-        _api_retries(cfg)
+        _api_connections(cfg)
         return client.ApiClient(cfg)
 
     try:
