@@ -12,6 +12,7 @@ import os
 import re
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -28,7 +29,7 @@ from kubernetes import config as kube_config
 from tests.conftest import REPO, gpu_node, gpu_pod, review
 from tests.kubeapi import KubeAPI
 from tests.serving import issue_certs
-from webhook import events, pipeline
+from webhook import events, http1, pipeline
 from webhook.admission import ReviewRequest, subject_of
 from webhook.app import create_app
 from webhook.audit import Reporter, build_recorder
@@ -647,6 +648,32 @@ def test_api_sink_leaves_to_the_client_what_only_it_does(tls_api: KubeAPI, setti
     if "proxy" not in setting:  # the client's own path honours it, and the Event arrives
         sink.send(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
         assert len(tls_api.list("v1", "events", "default")) == 1
+
+
+def test_the_api_sinks_connections_have_tcp_keepalive(
+    kubeapi: KubeAPI, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The relay keeps its connections between Events, idle for hours on a quiet cluster: one that a NAT or load
+    balancer dropped without a reset made the next Event wait out its timeout, a try spent. The credentials found
+    (``api_client_from_environment``) ask for TCP keepalive: its probes keep such a connection open, and one that
+    died anyway breaks within a minute. The sink's own connection honours it, and so does the client's path."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", kubeapi.kubeconfig(str(tmp_path / "kubeconfig")))
+    api = events.api_client_from_environment()
+    assert api is not None
+    sink = ApiSink(api)
+    sink.send(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
+    here = sink._here()
+    assert here is not None and here.connection is not None and here.connection._sock is not None
+    sock = here.connection._sock
+    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 30
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 10
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    # the client's own path (a proxy, a TLS server name): urllib3 sets the same options on each connection it opens
+    assert api.rest_client.pool_manager.connection_pool_kw["socket_options"] == http1.keepalive_options()
+    assert len(kubeapi.list("v1", "events", "default")) == 1
 
 
 def test_the_relay_sends_events_to_the_api_several_at_once(kubeapi: KubeAPI) -> None:

@@ -4,12 +4,13 @@ raising (never a hang, never a wrong body taken for the right one)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import http.client
 import socket
 import ssl
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -245,6 +246,33 @@ def test_the_host_header_names_the_port_only_when_it_is_not_the_default() -> Non
     assert http1.Connection("10.0.0.1", 6443, ssl.create_default_context(), 1).host == "10.0.0.1:6443"
     assert http1.Connection("fd00::1", 80, None, 1).host == "[fd00::1]"
     assert http1.Connection("fd00::1", 8080, None, 1).host == "[fd00::1]:8080"
+
+
+@pytest.mark.parametrize("server", [[ok(), ok()]], indirect=True)
+@pytest.mark.parametrize("broken", [True, False], ids=["keepalive-broke-it", "own-timeout"])
+def test_a_kept_connection_that_keepalive_found_dead_is_stale(server: Scripted, broken: bool) -> None:
+    """A kept-alive connection whose TCP keepalive probes went unanswered while it was idle (the kernel broke it:
+    ETIMEDOUT, at once, on the next write) is sent again at once on a new connection, as one the server closed: not
+    a try spent. A request's own timeout is no broken connection: it stays a TimeoutError."""
+    conn = connect(server)
+    assert conn.post("/p", b"{}", {})[0] == 201
+    kept = conn._sock
+    assert kept is not None
+    real: socket.socket = kept
+
+    class Broken:
+        def sendall(self, data: bytes) -> None:
+            raise TimeoutError(errno.ETIMEDOUT, "Connection timed out") if broken else TimeoutError("timed out")
+
+        def close(self) -> None:
+            real.close()
+
+    conn._sock = cast(Any, Broken())
+    with pytest.raises(http1.Stale if broken else TimeoutError) as raised:
+        conn.post("/p", b"{}", {})
+    assert isinstance(raised.value, http1.Stale) == broken
+    assert not conn.open
+    assert conn.post("/p", b"{}", {})[0] == 201  # on a new connection
 
 
 def test_a_server_that_never_answers_times_out() -> None:

@@ -223,9 +223,10 @@ EVENTS_PATH = "/api/v1/namespaces/{namespace}/events"
 
 class _Direct:
     """POSTs over one kept-alive connection (``webhook.http1``) to the server of a ``kubernetes`` client configuration,
-    with its TLS settings (CA file or data, client certificate, ``verify_ssl``); None from ``of`` when the
-    configuration asks for what only the client's own path does (a proxy, a TLS server name or host name of its
-    own, socket options). One per sending thread (``ApiSink._here``): a connection carries one request at a time."""
+    with its TLS settings (CA file or data, client certificate, ``verify_ssl``) and socket options (TCP keepalive:
+    ``api_client_from_environment``); None from ``of`` when the configuration asks for what only the client's own
+    path does (a proxy, a TLS server name or host name of its own). One per sending thread (``ApiSink._here``): a
+    connection carries one request at a time."""
 
     def __init__(self, configuration: Any, timeout: float) -> None:
         url = urlsplit(configuration.host)
@@ -279,7 +280,7 @@ class _Direct:
     def of(cls, configuration: Any, timeout: float) -> _Direct | None:
         if configuration.host.split("://", 1)[0] not in ("http", "https"):
             return None
-        if configuration.proxy or configuration.tls_server_name or configuration.socket_options:
+        if configuration.proxy or configuration.tls_server_name:
             return None
         if configuration.assert_hostname is not None:
             return None
@@ -296,7 +297,8 @@ class _Direct:
         one (a kept-alive connection the server closed meanwhile fails as the request goes out, ``http1.Stale``:
         ``ApiSink.send`` sends it again at once)."""
         if self.connection is None or not self.connection.open:  # a new connection: with the TLS files as they are
-            self.connection = http1.Connection(self.address, self.port, self._fresh_tls(), self.timeout)
+            options = self.configuration.socket_options
+            self.connection = http1.Connection(self.address, self.port, self._fresh_tls(), self.timeout, options)
         status, reason, data = self.connection.post(self.prefix + path, body, headers)
         return status, reason, data, self.connection.head
 
@@ -887,4 +889,7 @@ def api_client_from_environment() -> Any | None:
         except Exception as err:  # no file, no context, unreadable: all mean "no cluster access"
             log.info("no cluster credentials (%s): events go to the log", str(err)[:200])
             return None
+    # the relay's connections stay open between Events, idle for hours on a quiet cluster: keepalive keeps a NAT or
+    # load balancer from dropping them unseen, and finds one that died before an Event waits on it
+    configuration.socket_options = http1.keepalive_options()
     return client.ApiClient(configuration)

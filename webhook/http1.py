@@ -14,6 +14,7 @@ new connection), and ``Stale`` when that connection had been kept alive from an 
 
 from __future__ import annotations
 
+import errno
 import http.client
 import socket
 import ssl
@@ -26,7 +27,7 @@ HEADER_LIMIT = 100
 BODY_LIMIT = 16 << 20
 """The longest answer body read: an Event comes back as a few kB."""
 KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 30, 10, 3
-"""TCP keepalive on the connections to the API server (the node watch's and list's), through the
+"""TCP keepalive on the connections to the API server (the node watch's and list's, the Events'), through the
 ``kubernetes`` client configuration's ``socket_options`` (``keepalive_options``). A connection that a NAT or load
 balancer dropped without a reset, or whose API server vanished, looks open and brings nothing; a quiet node watch
 brings nothing for minutes too (kube-apiserver's watch cache sends a bookmark only once its resourceVersion passed
@@ -35,19 +36,22 @@ dials with a 30 s keepalive) every 10 s and breaks it when 3 probes go unanswere
 minute of the last byte received (client-go's, with Go's 15 s x 9 probes, after 2.75 minutes). The probes also
 keep the idle timers of NATs and cloud load balancers (Azure's 4 minutes, AWS NLB's 350 s) from dropping a
 quiet connection at all."""
+TCP_NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+"""The socket options of a connection whose configuration names none (urllib3's default): a request goes out as one
+write, and its answer waits for no delayed ACK."""
 
 
 def keepalive_options() -> list[tuple[int, int, int]]:
     """Socket options for a ``kubernetes`` client configuration (``socket_options``: urllib3 applies them to each
-    connection it opens): urllib3's default (``TCP_NODELAY``) and keepalive as above."""
+    connection it opens, ``Connection`` too): urllib3's default (``TCP_NODELAY``) and keepalive as above."""
     from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 
     return tcp_keepalive_socket_options(KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES)
 
 
 class Stale(http.client.RemoteDisconnected):
-    """A kept-alive connection broke before its answer came: the server, or a load balancer on the way (Azure's
-    closes a connection idle for 4 minutes), closed it while it was idle. Worth sending again at once on a new
+    """A kept-alive connection broke before its answer came: the server, or a load balancer on the way, closed it
+    while it was idle, or TCP keepalive found it dead (``KEEPALIVE_IDLE_S``). Worth sending again at once on a new
     connection, not counted as a failed try; the request may have reached the server (an Event then answers
     AlreadyExists)."""
 
@@ -56,8 +60,17 @@ class Connection:
     """A kept-alive connection to ``address:port`` (TLS with ``tls``), opened at the first request and again after
     the server closed it. One request at a time: a thread of its own per connection."""
 
-    def __init__(self, address: str, port: int, tls: ssl.SSLContext | None, timeout: float) -> None:
+    def __init__(
+        self,
+        address: str,
+        port: int,
+        tls: ssl.SSLContext | None,
+        timeout: float,
+        options: list[tuple[int, int, int]] | None = None,
+    ) -> None:
         self.address, self.port, self.tls, self.timeout = address, port, tls, timeout
+        self.options = TCP_NODELAY if options is None else options
+        """Socket options set on each connection opened (a configuration's ``socket_options``, as urllib3 sets them)."""
         default = 443 if tls is not None else 80
         host = f"[{address}]" if ":" in address else address
         self.host = host if port == default else f"{host}:{port}"
@@ -69,7 +82,8 @@ class Connection:
     def _open(self) -> tuple[socket.socket, BinaryIO]:
         sock = socket.create_connection((self.address, self.port), timeout=self.timeout)
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for level, name, value in self.options:
+                sock.setsockopt(level, name, value)
             if self.tls is not None:
                 sock = self.tls.wrap_socket(sock, server_hostname=self.address)
         except BaseException:
@@ -108,9 +122,11 @@ class Connection:
         try:
             sock.sendall(request)
             status, reason, data, keep = read_answer(reader, self.head)
-        except ConnectionError as err:  # reset, broken pipe, closed without answering
+        except (ConnectionError, TimeoutError) as err:
             self.close()
-            if reused:
+            # reset, broken pipe, closed without answering; or broken by TCP keepalive while idle (ETIMEDOUT: this
+            # request's own timeout carries no errno, and is no broken connection)
+            if reused and (isinstance(err, ConnectionError) or err.errno == errno.ETIMEDOUT):
                 raise Stale(f"the kept-alive connection broke before the answer: {err}") from err
             raise
         except BaseException:
