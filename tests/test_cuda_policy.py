@@ -34,6 +34,20 @@ RTX = "NVIDIA-GeForce-RTX-4090"
 A = gpu_node("a-1", "gpu-a", "535.104.05")
 B = gpu_node("b-1", "gpu-b", "560.35.03")
 C = gpu_node("c-1", "gpu-c", "570.124.06")
+# A k3s-like cluster: GPU VMs whose pools a label of the user's own names (cluster.poolLabelKeys), no provider's, so
+# no autoscaler builds their nodes from a template: the steering writes terms on GFD's CUDA labels there.
+K3S_POOL = "example.com/pool"
+
+
+def k3s_node(name: str, pool: str, driver: str, **kw: Any) -> dict[str, Any]:
+    return gpu_node(name, pool, driver, pool_label=K3S_POOL, **kw)
+
+
+def k3s_context(nodes: list[dict[str, Any]]) -> Context:
+    return context(nodes, settings(cluster={"poolLabelKeys": [K3S_POOL]}))
+
+
+K3S_A, K3S_C = k3s_node("a-1", "gpu-a", "535.104.05"), k3s_node("c-1", "gpu-c", "570.124.06")
 
 
 def required_terms(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -207,7 +221,9 @@ def test_a_pool_whose_nodes_offer_no_gpu_is_not_advised() -> None:
 
 
 def test_some_compatible_steers_on_gfd_cuda_labels() -> None:
-    ctx = context([A, B, C])
+    """On a k3s-like cluster (an EKS one is steered by its node groups: see
+    test_node_groups_an_autoscaler_makes_from_zero_are_steered_to_by_their_pool_label)."""
+    ctx = k3s_context([K3S_A, k3s_node("b-1", "gpu-b", "560.35.03"), K3S_C])
     result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
     assert result.allowed, result.message
     assert required_terms(result.object) == [
@@ -231,15 +247,17 @@ def test_some_compatible_steers_on_gfd_cuda_labels() -> None:
 
 
 def test_steering_keeps_future_newer_nodes_eligible() -> None:
-    ctx = context([A, B])
-    result = pipeline.review(pod(container(image=IMAGE_124)), ctx)
-    later = context([A, B, gpu_node("d-1", "gpu-d", "580.95.05")])  # a CUDA 13.0 pool added afterwards
+    """Where GFD's labels are steered on (k3s-like); pools an autoscaler makes nodes for are named instead, and a
+    pool added later is not in the terms until the workload's template is updated."""
+    old, new = K3S_A, k3s_node("b-1", "gpu-b", "560.35.03")
+    result = pipeline.review(pod(container(image=IMAGE_124)), k3s_context([old, new]))
+    later = k3s_context([old, new, k3s_node("d-1", "gpu-d", "580.95.05")])  # a CUDA 13.0 pool added afterwards
     assert {c.group.pool for c in later.cluster.eligible(result.object["spec"])} == {"gpu-b", "gpu-d"}
 
 
 def test_steering_with_old_gfd_labels() -> None:
-    nodes = [gpu_node("a-1", "gpu-a", "535.104.05", gfd="old"), gpu_node("c-1", "gpu-c", "570.26", gfd="old")]
-    ctx = context(nodes)
+    nodes = [k3s_node("a-1", "gpu-a", "535.104.05", gfd="old"), k3s_node("c-1", "gpu-c", "570.26", gfd="old")]
+    ctx = k3s_context(nodes)
     result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
     assert result.allowed
     keys = {e["key"] for t in required_terms(result.object) for e in t["matchExpressions"]}
@@ -259,8 +277,8 @@ def test_steering_with_old_and_new_labels_mixed() -> None:
 
 def test_exact_values_when_a_newer_pool_is_blocked() -> None:
     # gpu-c has the newest CUDA but compute capability 7.0, which the arch condition rules out: no range works.
-    nodes = [A, gpu_node("b-1", "gpu-b", "520.61.05"), gpu_node("c-1", "gpu-c", "570.124.06", compute=("7", "0"))]
-    ctx = context(nodes)
+    nodes = [K3S_A, k3s_node("b-1", "gpu-b", "520.61.05"), k3s_node("c-1", "gpu-c", "570.124.06", compute=("7", "0"))]
+    ctx = k3s_context(nodes)
     obj = pod(container(image="ubuntu:22.04", env={"NVIDIA_REQUIRE_CUDA": "cuda>=11.8,arch>=8.0"}))
     result = pipeline.review(obj, ctx)
     assert result.allowed
@@ -313,11 +331,11 @@ ZONE_AFFINITY = {
 )
 def test_steering_merges_into_existing_affinity(kind: str, wrap: Any) -> None:
     zoned = [
-        gpu_node(f"{p}-{z}", f"gpu-{p}", d, labels={"topology.kubernetes.io/zone": z})
+        k3s_node(f"{p}-{z}", f"gpu-{p}", d, labels={"topology.kubernetes.io/zone": z})
         for p, d in (("a", "535.104.05"), ("c", "570.124.06"))
         for z in ("z1", "z2", "z3")
     ]
-    ctx = context(zoned)
+    ctx = k3s_context(zoned)
     obj = wrap(pod(container(image=IMAGE_128), affinity=copy.deepcopy(ZONE_AFFINITY)))
     result = pipeline.review(obj, ctx)
     assert result.allowed and result.object["kind"] == kind
@@ -1614,10 +1632,85 @@ def test_steering_a_pool_of_many_groups_works_out_each_selector_once(monkeypatch
     assert len(calls) <= 4 * len(nodes), len(calls)
 
 
+def _template_node(labels: dict[str, str]) -> dict[str, Any]:
+    """The node Cluster Autoscaler imagines for a node group at zero: the group's own labels (its pool label, the
+    instance type), a GPU, and none of GFD's labels, which GFD writes after the node boots."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "template-node-for-new", "labels": labels},
+        "spec": {},
+        "status": {"allocatable": {"cpu": "96", "memory": "1000Gi", "nvidia.com/gpu": "8"}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("pool_label", "also"),
+    [
+        pytest.param("eks.amazonaws.com/nodegroup", {}, id="eks"),
+        pytest.param("cloud.google.com/gke-nodepool", {}, id="gke"),
+        pytest.param("kubernetes.azure.com/agentpool", {"agentpool": "new"}, id="aks"),
+        pytest.param("compute.coreweave.com/node-pool", {}, id="coreweave"),
+    ],
+)
+def test_node_groups_an_autoscaler_makes_from_zero_are_steered_to_by_their_pool_label(
+    pool_label: str, also: dict[str, str]
+) -> None:
+    """Cluster Autoscaler scales a node group up from zero only where the node it builds from the group's definition
+    (EKS: the managed nodegroup's labels and the ASG's node-template tags; GKE: the node pool's labels; AKS: the
+    agent pool's labels and VMSS tags) matches the pod's rules, and GFD's labels are never on it: a Deployment steered
+    by GFD's CUDA labels to a GPU group scaled to zero stayed Pending for good ("node(s) didn't match Pod's node
+    affinity" in CA's NotTriggerScaleUp Events). Such groups are steered to by their pool label."""
+    nodes = [
+        gpu_node("old-1", "old", "535.104.05", pool_label=pool_label, labels={k: "old" for k in also}),
+        gpu_node("new-1", "new", "570.124.06", pool_label=pool_label, labels=also),
+    ]
+    ctx = context(nodes)
+    result = pipeline.review(deployment(pod(container(image=IMAGE_128))["spec"]), ctx)
+    assert result.allowed, result.message
+    assert required_terms(result.object) == [
+        {"matchExpressions": [{"key": pool_label, "operator": "In", "values": ["new"]}]}
+    ]
+    assert "supported by pool new (driver 570.124.06, CUDA 12.8)" in annotation_of(result.object)
+    assert_idempotent(result, ctx)
+    spec = result.object["spec"]["template"]["spec"]
+    at_zero = build_view([_template_node({pool_label: "new", **also})], Settings())
+    assert at_zero.eligible(spec), "the template node of the group at zero matches the steered pods"
+    old_at_zero = build_view([_template_node({pool_label: "old", **{k: "old" for k in also}})], Settings())
+    assert not old_at_zero.eligible(spec), "nor is the old group scaled up for them"
+
+
+def test_a_k3s_box_keeps_gfd_steering_beside_an_eks_node_group() -> None:
+    """GPU VMs joined with k3s carry no provider's pool label and no autoscaler builds their nodes from a template:
+    the steering keeps GFD's range for them (a box upgraded later to a newer driver stays eligible), and names the
+    EKS node group beside them."""
+    box = gpu_node("box-1", "ignored", "575.51.03", pool_label="example.com/none")
+    nodes = [gpu_node("old-1", "old", "535.104.05"), gpu_node("new-1", "new", "570.124.06"), box]
+    ctx = context(nodes)
+    result = pipeline.review(deployment(pod(container(image=IMAGE_128))["spec"]), ctx)
+    assert result.allowed, result.message
+    assert required_terms(result.object) == [
+        {
+            "matchExpressions": [
+                {"key": NEW_MAJOR, "operator": "In", "values": ["12"]},
+                {"key": NEW_MINOR, "operator": "Gt", "values": ["8"]},
+            ]
+        },
+        {"matchExpressions": [{"key": NEW_MAJOR, "operator": "Gt", "values": ["12"]}]},
+        {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": ["new"]}]},
+    ]
+    assert_idempotent(result, ctx)
+    spec = result.object["spec"]["template"]["spec"]
+    assert build_view([_template_node({POOL_LABEL: "new"})], Settings()).eligible(spec)
+    upgraded = gpu_node("box-1", "ignored", "580.95.05", pool_label="example.com/none")  # CUDA 13.0
+    assert build_view([upgraded], Settings()).eligible(spec)
+
+
 def test_karpenter_pools_are_steered_to_by_their_nodepool_label() -> None:
     """Karpenter makes a node only for labels its NodePools define or it knows: a required term on GFD's CUDA
     labels left the pod Pending for good once the compatible nodes were busy or consolidated away (found by a review
-    of real clusters). Its pools are named by karpenter.sh/nodepool; other pools keep the CUDA labels."""
+    of real clusters). Its pools are named by karpenter.sh/nodepool; pools no autoscaler makes (k3s-like) keep the
+    CUDA labels."""
     nodes = [
         gpu_node("old-1", "old", "535.104.05", pool_label="karpenter.sh/nodepool"),
         gpu_node("new-1", "new", "570.124.06", pool_label="karpenter.sh/nodepool"),
@@ -1629,8 +1722,8 @@ def test_karpenter_pools_are_steered_to_by_their_nodepool_label() -> None:
         {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["new"]}]}
     ]
     assert_idempotent(result, ctx)
-    eks = context([gpu_node("old-1", "old", "535.104.05"), gpu_node("new-1", "new", "570.124.06")])
-    steered = pipeline.review(pod(container(image=IMAGE_128)), eks)
+    k3s = k3s_context([k3s_node("old-1", "old", "535.104.05"), k3s_node("new-1", "new", "570.124.06")])
+    steered = pipeline.review(pod(container(image=IMAGE_128)), k3s)
     assert {e["key"] for t in required_terms(steered.object) for e in t["matchExpressions"]} <= {NEW_MAJOR, NEW_MINOR}
 
 
@@ -1665,9 +1758,9 @@ def test_an_unlabelled_pool_is_steered_to_by_its_gpu_not_its_exact_driver() -> N
 
 
 def test_karpenter_and_other_pools_each_get_their_own_terms() -> None:
-    """Only a Karpenter NodePool's groups are named by their pool label (the others keep GFD's ranges, which move up
-    with a driver upgrade), and a NodePool named as an EKS node group is (gpu@karpenter) is still named by its
-    label's value, not by an exact driver (found by a review of this session's commits)."""
+    """A Karpenter NodePool's groups are named by their pool label while pools no autoscaler makes (k3s-like) keep
+    GFD's ranges, which move up with a driver upgrade; and a NodePool named as an EKS node group is (gpu@karpenter)
+    is still named by its label's value, not by an exact driver (found by a review of this session's commits)."""
     karpenter = gpu_node("k-1", "gpu", "570.124.06", pool_label="karpenter.sh/nodepool")
     same_name = pipeline.review(
         pod(container(image=IMAGE_128)), context([gpu_node("e-1", "gpu", "535.104.05"), karpenter])
@@ -1675,8 +1768,8 @@ def test_karpenter_and_other_pools_each_get_their_own_terms() -> None:
     assert required_terms(same_name.object) == [
         {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["gpu"]}]}
     ]
-    nodes = [karpenter, gpu_node("e-2", "a", "570.124.06"), gpu_node("e-3", "old", "535.104.05")]
-    mixed = pipeline.review(pod(container(image=IMAGE_128)), context(nodes))
+    nodes = [karpenter, k3s_node("e-2", "a", "570.124.06"), k3s_node("e-3", "old", "535.104.05")]
+    mixed = pipeline.review(pod(container(image=IMAGE_128)), k3s_context(nodes))
     keys = [[e["key"] for e in t["matchExpressions"]] for t in required_terms(mixed.object)]
     assert ["karpenter.sh/nodepool"] in keys and [NEW_MAJOR, NEW_MINOR] in keys, keys
 
@@ -1882,7 +1975,9 @@ def test_a_pytorch_runtime_image_runs_on_any_driver_of_its_major_by_minor_versio
     said = annotation_of(result.object)
     assert said.split("\n")[0].endswith("CUDA 12.2) (minor-version compatibility on pool old)"), said
     strict = pipeline.review(pod(container(image="pytorch/pytorch-nightly:2510000-cu12.4")), ctx)  # no rule says so
-    assert {e["key"] for t in required_terms(strict.object) for e in t["matchExpressions"]} == {NEW_MAJOR, NEW_MINOR}
+    assert required_terms(strict.object) == [  # steered to the EKS node group that runs it
+        {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": ["new"]}]}
+    ]
     below = pipeline.review(pod(container(image=RUNTIME_124)), context([gpu_node("r470", "r470", "470.256.02")]))
     assert not below.allowed and "or upgrade the driver to >= 525.60.13 on pool r470" in below.message, below.message
     thirteen = pipeline.review(pod(container(image="pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime")), ctx)

@@ -141,13 +141,16 @@ def test_the_update_that_ungates_a_pod_onto_a_driver_that_runs_it_is_let_through
 
 
 def test_an_ungating_onto_only_pools_the_steering_keeps_it_off_is_refused_for_its_cuda() -> None:
-    """Kueue matches the pod's affinity with a flavor's node labels only on the keys the flavor names: the steering
-    on GFD's CUDA labels written at the create did not keep it from choosing the old pool, where the pod would stay
-    Pending for good."""
+    """Kueue admits the pod to the old pool's flavor though the steering written at the create keeps it off that
+    pool (a flavor is matched only on the keys it names: steering on GFD's CUDA labels Kueue never sees), and the pod
+    would stay Pending for good. The GKE pools here are steered to by their pool label (Cluster Autoscaler scales a
+    pool up from zero on a node built from the pool's definition, which carries no GFD label)."""
     app, recorder, sink = app_with(tainted=False)
     old = created(GATE, tainted=False)
     steering = old["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert "nvidia.com/cuda.runtime-version" in str(steering)
+    assert steering["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": POOL, "operator": "In", "values": ["h100-new"]}]}
+    ]
     answer = update(app, "/validate", admitted(old, "h100-old"), old)
     assert answer["allowed"] is False and answer["status"]["reason"] == "CUDAIncompatible"
     message = answer["status"]["message"]
@@ -235,7 +238,7 @@ def test_a_gated_pod_may_land_where_the_update_that_ungates_it_adds_a_toleration
     result = pipeline.review(copy.deepcopy(pod), ctx)
     assert result.allowed, result.message
     stored = result.object
-    assert "nvidia.com/cuda.runtime-version" in json.dumps(stored["spec"]["affinity"]), "steered off the old pool"
+    assert f'"{POOL}", "operator": "In", "values": ["h100-new"]' in json.dumps(stored["spec"]["affinity"]), "steered"
     to_new = copy.deepcopy(stored)
     del to_new["spec"]["schedulingGates"]
     to_new["spec"]["nodeSelector"] = {POOL: "h100-new"}

@@ -40,8 +40,9 @@ class Presets:
     kubelet_versions: tuple[tuple[str, str], ...] = ()
     """(what a provider's kubelet version carries, the provider)."""
     pool_steered: frozenset[str] = frozenset()
-    """Pool label keys of providers that make nodes from a pod's rules, and know only their own labels (Karpenter):
-    the CUDA steering names such a pool by its label."""
+    """Pool label keys of providers whose autoscaler makes a pool's nodes from the pool's own definition, which never
+    carries GFD's labels (Karpenter's NodePools; Cluster Autoscaler's template node for a group at zero on GKE, EKS,
+    AKS, ...: ``steer_by_pool`` in providers.yaml): the CUDA steering names such a pool by its label."""
     runs_on: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Per provider that makes nodes from zero (Karpenter), the providers on whose clusters it runs (EKS): where one of
     them shows, its spot label is kept though no node carries it (a NodePool at zero shows nothing)."""

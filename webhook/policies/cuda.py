@@ -528,9 +528,12 @@ def _range(prefix: str, lowest: Version) -> list[list[Expression]]:
 
 def _by_cuda_labels(a: Assessment, ctx: Context) -> list[list[Expression]]:
     """ORed terms on GFD's CUDA labels for the allowed groups that carry them, pool terms for the others, and for
-    a Karpenter NodePool's groups (``Presets.pool_steered``: Karpenter makes nodes only for labels it knows, and a
-    term on GFD's left the pod Pending for good once the nodes there were busy or consolidated away; found by a
-    review of real clusters).
+    the groups of a pool an autoscaler makes nodes for from the pool's own definition (``Presets.pool_steered``: a
+    Karpenter NodePool, whose nodes are made only for labels Karpenter knows; a GKE, EKS or AKS node group, which
+    Cluster Autoscaler scales up from zero on a template node with its labels and none of GFD's). A term on GFD's
+    labels left such a workload's pods Pending for good once the nodes there were busy, consolidated away or scaled
+    to zero (found by reviews of real clusters). The price: a pool added later is not in the terms until the
+    workload's template is updated.
 
     A range (``>= lowest allowed``) when no blocked group carries a value in it, so that nodes added later with a
     newer driver stay eligible; else the exact values."""
@@ -538,7 +541,7 @@ def _by_cuda_labels(a: Assessment, ctx: Context) -> list[list[Expression]]:
     rest: list[NodeGroup] = []
     steered = ctx.cluster.presets.pool_steered
     for g in a.allowed_groups:
-        if not steered.isdisjoint(pool_selector(g, ctx)):  # its selector names a Karpenter NodePool (declared too)
+        if not steered.isdisjoint(pool_selector(g, ctx)):  # its selector names such a pool (declared too)
             rest.append(g)
             continue
         labels = _cuda_labels(g)
