@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import http.client
+import os
 import socket
 import ssl
 import threading
@@ -249,8 +250,10 @@ def test_the_host_header_names_the_port_only_when_it_is_not_the_default() -> Non
 
 
 @pytest.mark.parametrize("server", [[ok(), ok()]], indirect=True)
-@pytest.mark.parametrize("broken", [True, False], ids=["keepalive-broke-it", "own-timeout"])
-def test_a_kept_connection_that_keepalive_found_dead_is_stale(server: Scripted, broken: bool) -> None:
+@pytest.mark.parametrize(
+    "dead", [errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH, 0], ids=["timedout", "host", "net", "own-timeout"]
+)
+def test_a_kept_connection_that_keepalive_found_dead_is_stale(server: Scripted, dead: int) -> None:
     """A kept-alive connection whose TCP keepalive probes went unanswered while it was idle (the kernel broke it:
     ETIMEDOUT, at once, on the next write) is sent again at once on a new connection, as one the server closed: not
     a try spent. A request's own timeout is no broken connection: it stays a TimeoutError."""
@@ -262,15 +265,17 @@ def test_a_kept_connection_that_keepalive_found_dead_is_stale(server: Scripted, 
 
     class Broken:
         def sendall(self, data: bytes) -> None:
-            raise TimeoutError(errno.ETIMEDOUT, "Connection timed out") if broken else TimeoutError("timed out")
+            if dead == errno.ETIMEDOUT:
+                raise TimeoutError(dead, "Connection timed out")
+            raise OSError(dead, os.strerror(dead)) if dead else TimeoutError("timed out")
 
         def close(self) -> None:
             real.close()
 
     conn._sock = cast(Any, Broken())
-    with pytest.raises(http1.Stale if broken else TimeoutError) as raised:
+    with pytest.raises(http1.Stale if dead else TimeoutError) as raised:
         conn.post("/p", b"{}", {})
-    assert isinstance(raised.value, http1.Stale) == broken
+    assert isinstance(raised.value, http1.Stale) == bool(dead)
     assert not conn.open
     assert conn.post("/p", b"{}", {})[0] == 201  # on a new connection
 

@@ -49,6 +49,11 @@ def keepalive_options() -> list[tuple[int, int, int]]:
     return tcp_keepalive_socket_options(KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES)
 
 
+DEAD_ERRNOS = frozenset({errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN})
+"""How the kernel reports a connection TCP keepalive broke: its probes unanswered (ETIMEDOUT), or answered by a
+router's ICMP unreachable (a review of the keepalive: only ETIMEDOUT was known, the rest spent a try)."""
+
+
 class Stale(http.client.RemoteDisconnected):
     """A kept-alive connection broke before its answer came: the server, or a load balancer on the way, closed it
     while it was idle, or TCP keepalive found it dead (``KEEPALIVE_IDLE_S``). Worth sending again at once on a new
@@ -122,11 +127,12 @@ class Connection:
         try:
             sock.sendall(request)
             status, reason, data, keep = read_answer(reader, self.head)
-        except (ConnectionError, TimeoutError) as err:
+        except OSError as err:
             self.close()
-            # reset, broken pipe, closed without answering; or broken by TCP keepalive while idle (ETIMEDOUT: this
-            # request's own timeout carries no errno, and is no broken connection)
-            if reused and (isinstance(err, ConnectionError) or err.errno == errno.ETIMEDOUT):
+            # reset, broken pipe, closed without answering; or broken by TCP keepalive while idle (ETIMEDOUT; or the
+            # ICMP answer to a probe, host or network unreachable: the API server's host gone). This request's own
+            # timeout carries no errno, and is no broken connection
+            if reused and (isinstance(err, ConnectionError) or err.errno in DEAD_ERRNOS):
                 raise Stale(f"the kept-alive connection broke before the answer: {err}") from err
             raise
         except BaseException:

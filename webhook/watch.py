@@ -24,7 +24,6 @@ Node objects stay plain dicts (``_preload_content=False``): no round trip throug
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -527,11 +526,11 @@ def _brief(err: BaseException) -> str:
 
 
 def _timed_out(err: BaseException) -> bool:
-    """The kernel broke an open connection (``ETIMEDOUT``: its keepalive probes went unanswered), which urllib3
-    reports as a read that timed out. urllib3's own read timeout (``socket.timeout``) carries no errno."""
+    """The kernel broke an open connection (``http1.DEAD_ERRNOS``: its keepalive probes unanswered, or answered
+    unreachable), which urllib3 reports as a read that failed. urllib3's own read timeout carries no errno."""
     cause: BaseException | None = err
     while cause is not None:
-        if isinstance(cause, OSError) and cause.errno == errno.ETIMEDOUT:
+        if isinstance(cause, OSError) and cause.errno in http1.DEAD_ERRNOS:
             return True
         cause = cause.__cause__ or cause.__context__
     return False
