@@ -2028,17 +2028,22 @@ def test_only_the_pools_the_spot_places_alone_keep_a_pod_off_are_blamed_on_requi
     assert [g.pool for g in kept_off] == (["l4-a"] if mode == "require" else [])
 
 
-def test_the_cuda_words_name_the_spot_requirement_not_the_pods_own_rules() -> None:
-    """A GPU pod that requires spot where only a CPU pool is spot: the cuda policy said that "its nodeSelector/
-    affinity excludes" the on-demand GPU pool, and the pod had written none (found by a review of the docs against
-    the code)."""
-    cpu_spot = {
+def _gke_cpu_spot_node() -> Any:
+    """A GKE spot node of a CPU pool, labelled and tainted as GKE does."""
+    return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": "cpu-1", "labels": {"cloud.google.com/gke-nodepool": "cpu-spot", GKE_SPOT: "true"}},
         "spec": {"taints": [taint(f"{GKE_SPOT}=true:NoSchedule")]},
         "status": {"allocatable": {"cpu": "8"}},
     }
+
+
+def test_the_cuda_words_name_the_spot_requirement_not_the_pods_own_rules() -> None:
+    """A GPU pod that requires spot where only a CPU pool is spot: the cuda policy said that "its nodeSelector/
+    affinity excludes" the on-demand GPU pool, and the pod had written none (found by a review of the docs against
+    the code)."""
+    cpu_spot = _gke_cpu_spot_node()
     driver = {"nvidia.com/cuda.driver-version.full": "570.124.06", "cloud.google.com/gke-nodepool": "l4-od"}
     gpu = node("gpu-1", driver)
 
@@ -2074,13 +2079,7 @@ def test_the_cuda_words_read_the_spot_mode_of_this_pass_not_the_earlier_words(ea
     this pass, not by the spot-applied words the object came with (``Context.prior``, the last review's or a user's):
     a pod that asks nothing is not blamed on a require its forged words name, and a workload moved to require is
     told so on the update that moves it."""
-    cpu_spot = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": "cpu-1", "labels": {"cloud.google.com/gke-nodepool": "cpu-spot", GKE_SPOT: "true"}},
-        "spec": {"taints": [taint(f"{GKE_SPOT}=true:NoSchedule")]},
-        "status": {"allocatable": {"cpu": "8"}},
-    }
+    cpu_spot = _gke_cpu_spot_node()
     gpu = node("gpu-1", {"nvidia.com/cuda.driver-version.full": "570.124.06", "cloud.google.com/gke-nodepool": "l4-od"})
     every = Settings()
     ctx = Context(settings=every, cluster=build_view([gpu, cpu_spot], every), namespace="ml")
