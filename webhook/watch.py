@@ -24,6 +24,7 @@ Node objects stay plain dicts (``_preload_content=False``): no round trip throug
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -516,24 +517,37 @@ def _brief(err: BaseException) -> str:
     reason = getattr(err, "reason", None)
     if status:
         return f"HTTP {status} {reason or ''}".strip()
-    if _timed_out(err):
+    broke = _broken_open(err)
+    if broke is not None:
+        how = (
+            "its TCP keepalive probes unanswered"
+            if broke == errno.ETIMEDOUT
+            else f"the API server's host or network unreachable ({os.strerror(broke)})"
+        )
         return (
-            "its connection was found dead, its TCP keepalive probes unanswered: dropped on the way without a reset"
-            " by a NAT or load balancer, or the API server's host gone"
+            f"its connection was found dead, {how}: dropped on the way without a reset by a NAT or load balancer,"
+            " or the API server's host gone"
         )
     text = str(err) or type(err).__name__
     return text if len(text) < 200 else text[:200] + "..."
 
 
-def _timed_out(err: BaseException) -> bool:
-    """The kernel broke an open connection (``http1.DEAD_ERRNOS``: its keepalive probes unanswered, or answered
-    unreachable), which urllib3 reports as a read that failed. urllib3's own read timeout carries no errno."""
+def _broken_open(err: BaseException) -> int | None:
+    """The errno with which the kernel broke a connection that was open (``http1.DEAD_ERRNOS``: its keepalive probes
+    unanswered, or answered unreachable), which urllib3 reports as a read that failed; None for anything else: its
+    own read timeout (no errno), and a connection that could not be made (the same errnos, told by urllib3 as what
+    they are: "Failed to establish a new connection")."""
+    import urllib3
+
+    found = None
     cause: BaseException | None = err
     while cause is not None:
-        if isinstance(cause, OSError) and cause.errno in http1.DEAD_ERRNOS:
-            return True
+        if isinstance(cause, (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError)):
+            return None
+        if found is None and isinstance(cause, OSError) and cause.errno in http1.DEAD_ERRNOS:
+            found = cause.errno
         cause = cause.__cause__ or cause.__context__
-    return False
+    return found
 
 
 def _close(client: Any) -> None:
