@@ -2444,3 +2444,26 @@ def test_the_view_says_once_what_the_spot_policy_asks_of_every_request(nodes: li
     assert view.spot_now is any(g.spot for g in view.groups)
     assert view.gpu_spot_now is any(g.spot and g.has_gpu for g in view.groups)
     assert view.on_demand_keys == {k for g in view.groups if not g.spot for k in g.labels}
+
+
+@pytest.mark.parametrize("own_zone", [False, True], ids=["spot-alone", "own-zone-too"])
+def test_the_cuda_refusal_blames_require_only_where_the_spot_places_alone_keep_the_pod_off(own_zone: bool) -> None:
+    """The refusal's advice (target the on-demand pool that runs its CUDA) names spot: require as what keeps the pod
+    off that pool only where the spot places alone do: a pod whose own zone rule kept it off too was told to leave
+    require, which would not have let it run there (found by the last read of a session's change)."""
+    from tests.cuda_fixtures import container, context, gpu_node
+    from tests.cuda_fixtures import pod as cuda_pod
+
+    zone = "topology.kubernetes.io/zone"
+    spot_taint = {"key": GKE_SPOT, "value": "true", "effect": "NoSchedule"}
+    old_spot = gpu_node("old-2", "old-spot", "535.104.05", taints=[spot_taint], labels={GKE_SPOT: "true", zone: "z1"})
+    on_demand = gpu_node("od-1", "od-new", "570.124.06", labels={zone: "z2"})
+    rule = {"nodeSelectorTerms": [{"matchExpressions": [expr(zone, "z1")]}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": rule}} if own_zone else None
+    image = "pytorch/pytorch-nightly:2700000-cu12.8"  # CUDA 12.8, no forward compatibility
+    obj = cuda_pod(container(image=image), annotations={ANNOTATION: "require"}, affinity=affinity)
+    result = pipeline.review(obj, context([old_spot, on_demand]))
+    assert not result.allowed
+    advice = next(line for line in result.message.split("\n") if "target pool od-new" in line)
+    assert "its required node affinity keeps it off that pool too" in advice, advice
+    assert (spot.KEPT_OFF_BY_REQUIRE in advice) != own_zone, advice

@@ -1014,14 +1014,9 @@ def _reach(group: NodeGroup, selector: Mapping[str, str], a: Assessment, ctx: Co
         text = f" and a toleration of {shown}{tolerate}"
         trial["tolerations"] = [*as_list(a.spec.get("tolerations")), TOLERATES_ALL]  # affinity alone
     if not any(g is group for g in _eligible(trial, ctx, a.resources)):
-        spot_keys = {k for k, _, _ in ctx.cluster.presets.spot_labels} | set(ctx.settings.spot.extra_labels)
-        required = as_dict(as_dict(as_dict(a.spec.get("affinity")).get("nodeAffinity")).get(REQUIRED))
-        keys = {
-            as_dict(e).get("key")
-            for t in as_list(required.get("nodeSelectorTerms"))
-            for e in as_list(as_dict(t).get("matchExpressions"))
-        }
-        by_spot = bool(keys & spot_keys) and not group.spot and a.spot_mode == "require"
+        # named only where the spot places alone keep it off (not where its own rules do too: a review found the
+        # advice to leave require given to a pod whose own zone rule kept it off as well)
+        by_spot = bool(spot.kept_off_by_require(a.spot_mode, trial, [group], ctx, a.resources))
         why = f": {spot.KEPT_OFF_BY_REQUIRE}" if by_spot else ""
         text += f" (its required node affinity keeps it off that pool too{why})"
     return text
