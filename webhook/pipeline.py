@@ -447,7 +447,8 @@ def _short(text: str, limit: int = WARNING_LIMIT) -> str:
 
 
 def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Result:
-    """Apply enforcement modes and the response limits to what the policies said."""
+    """Apply enforcement modes and the response limits to what the policies said; ``steps``: the audit ``decision``
+    of an allowed answer ('' to leave it to the caller)."""
     enforced: list[Denial] = []
     others = len(outcome.warnings)
     for d in outcome.denials:
@@ -480,7 +481,7 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
         reasons = ", ".join(dict.fromkeys(d.reason for d in enforced))  # each once: one per container repeats
         result.audit["decision"] = clipped(f"denied ({reasons})", AUDIT_VALUE_LIMIT)
         result.audit["reason"] = clipped(result.message, AUDIT_VALUE_LIMIT)
-    else:
+    elif steps:
         result.audit["decision"] = clipped(steps, AUDIT_VALUE_LIMIT)
     return result
 
@@ -797,7 +798,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
         del view.metadata["annotations"]  # do not leave behind an empty map that we created
     outcome.warnings[:0] = [*_opt_out_refused(obj, view, ctx), *_misplaced_now(obj, ctx), *unknown]
     result = Result(object=working)
-    _finish(result, pctx, outcome, "unchanged")
+    _finish(result, pctx, outcome, "")  # an allowed answer's decision follows from its patch, below
     if result.allowed and (too_long := _fit_annotations(view)):
         return _refused(obj, reason="AnnotationsTooLong", message=too_long)
     if result.allowed:
@@ -806,8 +807,8 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
             result.audit["decision"] = "mutated" if outcome.mutations else "annotated"
         else:
             # Nothing to say: the apiserver may call again after a later webhook's change (reinvocation), and that
-            # call, changing the pod, would be lost under this one's "unchanged"; or this is that call, on a pod
-            # as the webhook left it, whose first answer said "mutated". The validating webhook's decision stands.
+            # call, changing the pod, would be lost under a first value of this one's; or this is that call, on a
+            # pod as the webhook left it, whose first answer said "mutated". The validating webhook's decision stands.
             result.audit.clear()
     else:
         result.object = obj
