@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -429,6 +430,28 @@ def test_a_key_put_again_takes_its_own_place_in_the_store() -> None:
     memo.put("b", 2)
     memo.put("a", 3)
     assert (len(memo), memo.get("a"), memo.get("b")) == (2, 3, 2)
+
+
+def test_a_value_kept_per_settings_is_made_once_for_each_settings_and_counted_by_its_size() -> None:
+    """``Memo.per_settings``: the policies' answers that depend on the snapshot and the settings alone are made once
+    per settings object (a reload makes them again), and counted as their ``size`` says (one too big is not kept)."""
+    memo = Memo(entries=10, key_bytes=1000)
+    made: list[str] = []
+
+    def make(name: str) -> Callable[[], str]:
+        def one() -> str:
+            made.append(name)
+            return name
+
+        return one
+
+    first, reloaded = Settings(), Settings()
+    assert memo.per_settings("k", first, make("one"), len) == "one"
+    assert memo.per_settings("k", first, make("two"), len) == "one"  # kept
+    assert memo.per_settings("k", reloaded, make("three"), len) == "three"  # other settings: made again
+    assert made == ["one", "three"]
+    assert memo.per_settings("big", first, make("x" * 300), len) == "x" * 300  # past a quarter: not kept
+    assert memo.get("big") is None and memo.get("k") is not None
 
 
 def test_an_object_too_deep_for_marshal_is_answered_unstored() -> None:

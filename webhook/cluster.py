@@ -22,11 +22,11 @@ import functools
 import marshal
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from webhook import budget
 from webhook.config import PoolSettings, Settings
@@ -230,6 +230,9 @@ class Pool:
         }
 
 
+T = TypeVar("T")
+
+
 class Memo:
     """A store of answers computed against one snapshot, bounded by entries and by the bytes of its keys (or the
     sizes given); emptied when full. Shared by a worker's threads: each step is one dict operation, and a count off
@@ -264,6 +267,18 @@ class Memo:
         if self.key_bytes:
             self._sizes[key] = size
         self._bytes += size - before
+
+    def per_settings(self, key: Any, settings: object, make: Callable[[], T], size: Callable[[T], int]) -> T:
+        """``make()``, kept under ``key`` with the settings it was made for (a snapshot outlives a settings reload:
+        made again for other settings), counted as ``size(value)``. The value is shared between requests: read
+        only."""
+        stored = self._data.get(key)
+        if stored is not None and stored[0] is settings:
+            kept: T = stored[1]
+            return kept
+        made = make()
+        self.put(key, (settings, made), size=size(made))
+        return made
 
 
 @dataclass(frozen=True)

@@ -729,14 +729,11 @@ def _planned(
     if not checks:
         return None
     key = _plan_key(step, pod, mode, checks, spot_mode)
-    stored = ctx.cluster.policy_memo.get(key) if key is not None else None
-    if stored is not None and stored[0] is ctx.settings:
-        kept: P = stored[1]
-        return kept
-    made = make(mode, checks)
-    if key is not None:  # counted by what it holds: the placement's bytes, and the checks' texts (images, ...)
-        ctx.cluster.policy_memo.put(key, (ctx.settings, made), size=len(key[4]) + len(repr(checks)))
-    return made
+    if key is None:
+        return make(mode, checks)
+    # counted by what it holds: the placement's bytes, and the checks' texts (images, ...)
+    size = len(key[4]) + len(repr(checks))
+    return ctx.cluster.policy_memo.per_settings(key, ctx.settings, lambda: make(mode, checks), lambda _: size)
 
 
 def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
@@ -904,21 +901,20 @@ def supported_groups(pod: PodView, ctx: Context) -> tuple[NodeGroup, ...] | None
     requirements = tuple(c.requirement for c in checks_of(pod, ctx) if c.requirement is not None)
     if not requirements:
         return None
-    key = (POLICY, "supported", requirements)
-    stored = ctx.cluster.policy_memo.get(key)
-    if stored is not None and stored[0] is ctx.settings:
-        kept: tuple[NodeGroup, ...] = stored[1]
-        return kept
     unknown_ok = ctx.settings.cuda.unknown_driver != "deny"
-    found = []
-    for group in ctx.cluster.gpu_groups:
+
+    def runs(group: NodeGroup) -> bool:
         facts = facts_of(group)
         statuses = [_status(r, group, ctx, facts) for r in requirements]
-        if all(st == "ok" or (st == "unknown" and unknown_ok) for st in statuses):
-            found.append(group)
-    supported = tuple(found)
-    ctx.cluster.policy_memo.put(key, (ctx.settings, supported), size=len(repr(requirements)))
-    return supported
+        return all(st == "ok" or (st == "unknown" and unknown_ok) for st in statuses)
+
+    size = len(repr(requirements))
+    return ctx.cluster.policy_memo.per_settings(
+        (POLICY, "supported", requirements),
+        ctx.settings,
+        lambda: tuple(g for g in ctx.cluster.gpu_groups if runs(g)),
+        lambda _: size,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -985,18 +981,17 @@ def _left_out_products(requirements: tuple[Requirement, ...], ctx: Context) -> f
     pool by its product only where no such group has it. Once per snapshot and settings for the same requirements
     (it had been worked out over every GPU group for each container of a refused pod; found by a read of the
     whole change)."""
-    key = (POLICY, "left-out", requirements)
-    stored = ctx.cluster.policy_memo.get(key)
-    if stored is not None and stored[0] is ctx.settings:
-        kept: frozenset[str] = stored[1]
-        return kept
-    products = frozenset(
-        g.labels.get(PRODUCT_LABEL, "")
-        for g in ctx.cluster.gpu_groups
-        if not all(_status(r, g, ctx) == "ok" for r in requirements)
+    size = len(repr(requirements))
+    return ctx.cluster.policy_memo.per_settings(
+        (POLICY, "left-out", requirements),
+        ctx.settings,
+        lambda: frozenset(
+            g.labels.get(PRODUCT_LABEL, "")
+            for g in ctx.cluster.gpu_groups
+            if not all(_status(r, g, ctx) == "ok" for r in requirements)
+        ),
+        lambda _: size,
     )
-    ctx.cluster.policy_memo.put(key, (ctx.settings, products), size=len(repr(requirements)))
-    return products
 
 
 def _reach(group: NodeGroup, selector: Mapping[str, str], a: Assessment, ctx: Context) -> str:

@@ -359,13 +359,9 @@ def _spot_places(ctx: Context) -> Places:
     """``_find_spot_places``, worked out once per snapshot and settings (``ClusterView.policy_memo``): they depend on
     nothing else, and a request asked for them several times (this policy's steps, the cuda and mig policies' words
     on spot: require), each pod of a workload again. Shared between requests: read only."""
-    stored = ctx.cluster.policy_memo.get(_PLACES)
-    if stored is not None and stored[0] is ctx.settings:
-        kept: Places = stored[1]
-        return kept
-    found = _find_spot_places(ctx)
-    ctx.cluster.policy_memo.put(_PLACES, (ctx.settings, found), size=len(found[1]))
-    return found
+    return ctx.cluster.policy_memo.per_settings(
+        _PLACES, ctx.settings, lambda: _find_spot_places(ctx), lambda found: len(found[1])
+    )
 
 
 def _find_spot_places(ctx: Context) -> Places:
