@@ -1706,6 +1706,77 @@ def test_a_k3s_box_keeps_gfd_steering_beside_an_eks_node_group() -> None:
     assert build_view([upgraded], Settings()).eligible(spec)
 
 
+def test_a_declared_pool_of_eks_nodes_is_steered_to_by_its_declared_selector() -> None:
+    """A pool declared by another label than its nodes' node group (the instance type, an ASG's node-template label)
+    is still a node group Cluster Autoscaler scales up from zero on a template node without GFD's labels: it is
+    named by its declared nodeSelector while its nodes are up too, not by GFD's CUDA labels (found by a review)."""
+    pools = [
+        {"name": p, "nodeSelector": {"node.kubernetes.io/instance-type": f"p5-{p}"}, "driverVersion": d}
+        for p, d in (("old", "535.104.05"), ("new", "570.124.06"))
+    ]
+    nodes = [
+        gpu_node(f"{p}-1", p, d, labels={"node.kubernetes.io/instance-type": f"p5-{p}"})
+        for p, d in (("old", "535.104.05"), ("new", "570.124.06"))
+    ]
+    ctx = context(nodes, settings(cluster={"pools": pools}))
+    result = pipeline.review(deployment(pod(container(image=IMAGE_128))["spec"]), ctx)
+    assert result.allowed, result.message
+    assert required_terms(result.object) == [
+        {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p5-new"]}]}
+    ]
+    assert_idempotent(result, ctx)
+    at_zero = build_view(
+        [_template_node({POOL_LABEL: "new", "node.kubernetes.io/instance-type": "p5-new"})], Settings()
+    )
+    assert at_zero.eligible(result.object["spec"]["template"]["spec"])
+
+
+@pytest.mark.parametrize(
+    ("key", "pool_label_keys"),
+    [
+        pytest.param("nodepool", [], id="ovh-nodepool"),
+        pytest.param("agentpool", [], id="bare-agentpool"),
+        pytest.param("nodepool", ["nodepool"], id="nodepool-listed"),
+        pytest.param("kubernetes.azure.com/agentpool", ["kubernetes.azure.com/agentpool"], id="aks-key-listed"),
+    ],
+)
+def test_generic_or_listed_pool_labels_keep_gfd_steering(key: str, pool_label_keys: list[str]) -> None:
+    """A k3s or kubeadm cluster's own nodes labelled with a generic name (OVH's nodepool, AKS's legacy bare
+    agentpool), or with a key the user lists in cluster.poolLabelKeys even where a provider's is spelled alike, are
+    no pool an autoscaler builds from a template: GFD's range terms, which a box upgraded later still matches (found
+    by a review: under the default providers [all] they were named by their pool label)."""
+    nodes = [gpu_node(f"{p}-1", f"gpu-{p}", d, pool_label=key) for p, d in (("a", "535.104.05"), ("c", "570.124.06"))]
+    ctx = context(nodes, settings(cluster={"poolLabelKeys": pool_label_keys}))
+    result = pipeline.review(deployment(pod(container(image=IMAGE_128))["spec"]), ctx)
+    assert result.allowed, result.message
+    assert required_terms(result.object) == [
+        {
+            "matchExpressions": [
+                {"key": NEW_MAJOR, "operator": "In", "values": ["12"]},
+                {"key": NEW_MINOR, "operator": "Gt", "values": ["7"]},
+            ]
+        },
+        {"matchExpressions": [{"key": NEW_MAJOR, "operator": "Gt", "values": ["12"]}]},
+    ]
+    upgraded = gpu_node("a-1", "gpu-a", "580.95.05", pool_label=key)  # CUDA 13.0
+    assert build_view([upgraded], Settings()).eligible(result.object["spec"]["template"]["spec"])
+
+
+def test_aks_nodes_are_steered_by_their_agentpool_label_not_the_bare_one() -> None:
+    """An AKS node carries kubernetes.azure.com/agentpool and the legacy bare agentpool: only the former is AKS's own,
+    and names its pool (bare agentpool alone is generic: test_generic_or_listed_pool_labels_keep_gfd_steering)."""
+    nodes = [
+        gpu_node(f"{p}-1", p, d, pool_label="kubernetes.azure.com/agentpool", labels={"agentpool": p})
+        for p, d in (("old", "535.104.05"), ("new", "570.124.06"))
+    ]
+    ctx = context(nodes)
+    assert "agentpool" not in ctx.cluster.presets.pool_steered
+    result = pipeline.review(deployment(pod(container(image=IMAGE_128))["spec"]), ctx)
+    assert required_terms(result.object) == [
+        {"matchExpressions": [{"key": "kubernetes.azure.com/agentpool", "operator": "In", "values": ["new"]}]}
+    ]
+
+
 def test_karpenter_pools_are_steered_to_by_their_nodepool_label() -> None:
     """Karpenter makes a node only for labels its NodePools define or it knows: a required term on GFD's CUDA
     labels left the pod Pending for good once the compatible nodes were busy or consolidated away (found by a review

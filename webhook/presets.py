@@ -42,7 +42,9 @@ class Presets:
     pool_steered: frozenset[str] = frozenset()
     """Pool label keys of providers whose autoscaler makes a pool's nodes from the pool's own definition, which never
     carries GFD's labels (Karpenter's NodePools; Cluster Autoscaler's template node for a group at zero on GKE, EKS,
-    AKS, ...: ``steer_by_pool`` in providers.yaml): the CUDA steering names such a pool by its label."""
+    AKS, ...: ``steer_by_pool`` in providers.yaml): the CUDA steering names such a pool by its label. Never a key
+    the user lists in ``cluster.poolLabelKeys``: that names the user's own pools (a k3s cluster's nodepool or
+    agentpool label, spelled as OVH's or AKS's), which the README keeps on GFD's terms."""
     runs_on: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Per provider that makes nodes from zero (Karpenter), the providers on whose clusters it runs (EKS): where one of
     them shows, its spot label is kept though no node carries it (a NodePool at zero shows nothing)."""
@@ -65,6 +67,13 @@ def known_providers() -> tuple[str, ...]:
 def gpu_taint_preset_names() -> frozenset[str]:
     """The names ``spot.gpuTaintPresets`` may give: every provider's GPU taint presets."""
     return frozenset(name for entry in _raw().values() for name in (entry or {}).get("gpu_taints", {}))
+
+
+def _steered_keys(entry: Mapping[str, Any]) -> Sequence[str]:
+    """A provider's ``steer_by_pool``: true for all its pool labels, or a list of them (its own, not a generic name
+    like AKS's bare agentpool that other clusters' nodes carry too)."""
+    steer = entry.get("steer_by_pool") or ()
+    return entry.get("pool_labels", ()) if steer is True else steer
 
 
 def load_presets(
@@ -110,7 +119,7 @@ def load_presets(
         label_keys,
         frozenset(n for n in names if (raw[n] or {}).get("extended_resource_toleration")),
         tuple((mark, n) for n in names for mark in (raw[n] or {}).get("kubelet_versions", ())),
-        frozenset(k for n in names if (raw[n] or {}).get("steer_by_pool") for k in raw[n].get("pool_labels", ())),
+        frozenset(k for n in names for k in _steered_keys(raw[n] or {})) - set(extra_pool_labels),
         {n: frozenset(raw[n]["runs_on"]) for n in names if (raw[n] or {}).get("runs_on")},
         frozenset(n for n in names if (raw[n] or {}).get("spot_tainted")),
     )

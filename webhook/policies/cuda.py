@@ -541,7 +541,9 @@ def _by_cuda_labels(a: Assessment, ctx: Context) -> list[list[Expression]]:
     rest: list[NodeGroup] = []
     steered = ctx.cluster.presets.pool_steered
     for g in a.allowed_groups:
-        if not steered.isdisjoint(pool_selector(g, ctx)):  # its selector names such a pool (declared too)
+        # its selector names such a pool, or its nodes carry such a pool's label though a declared pool's selector
+        # is another of theirs (an instance type, an ASG's node-template label): named by that selector all the same
+        if not (steered.isdisjoint(pool_selector(g, ctx)) and steered.isdisjoint(g.labels)):
             rest.append(g)
             continue
         labels = _cuda_labels(g)
