@@ -1795,7 +1795,15 @@ def test_karpenter_pools_are_steered_to_by_their_nodepool_label() -> None:
     assert_idempotent(result, ctx)
     k3s = k3s_context([k3s_node("old-1", "old", "535.104.05"), k3s_node("new-1", "new", "570.124.06")])
     steered = pipeline.review(pod(container(image=IMAGE_128)), k3s)
-    assert {e["key"] for t in required_terms(steered.object) for e in t["matchExpressions"]} <= {NEW_MAJOR, NEW_MINOR}
+    assert required_terms(steered.object) == [  # the range from CUDA 12.8 up, not a pool (the subset test passed
+        {  # whatever was steered, or nothing; found by a read of the change)
+            "matchExpressions": [
+                {"key": NEW_MAJOR, "operator": "In", "values": ["12"]},
+                {"key": NEW_MINOR, "operator": "Gt", "values": ["7"]},
+            ]
+        },
+        {"matchExpressions": [{"key": NEW_MAJOR, "operator": "Gt", "values": ["12"]}]},
+    ]
 
 
 def test_a_gke_pool_whose_gpu_product_nothing_declares_is_known_by_its_accelerator() -> None:
