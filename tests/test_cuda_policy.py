@@ -1732,20 +1732,25 @@ def test_a_declared_pool_of_eks_nodes_is_steered_to_by_its_declared_selector() -
 
 
 @pytest.mark.parametrize(
-    ("key", "pool_label_keys"),
+    ("key", "pool_label_keys", "gke"),
     [
-        pytest.param("nodepool", [], id="ovh-nodepool"),
-        pytest.param("agentpool", [], id="bare-agentpool"),
-        pytest.param("nodepool", ["nodepool"], id="nodepool-listed"),
-        pytest.param("kubernetes.azure.com/agentpool", ["kubernetes.azure.com/agentpool"], id="aks-key-listed"),
+        pytest.param("nodepool", [], False, id="ovh-nodepool"),
+        pytest.param("agentpool", [], False, id="bare-agentpool"),
+        pytest.param("nodepool", ["nodepool"], False, id="nodepool-listed"),
+        pytest.param("kubernetes.azure.com/agentpool", ["kubernetes.azure.com/agentpool"], False, id="aks-key-listed"),
+        # the nodes carry GKE's pool label too, but the user's key names the pool (a review of the fix)
+        pytest.param("team.example.com/pool", ["team.example.com/pool"], True, id="own-key-beside-gke-nodepool"),
     ],
 )
-def test_generic_or_listed_pool_labels_keep_gfd_steering(key: str, pool_label_keys: list[str]) -> None:
+def test_generic_or_listed_pool_labels_keep_gfd_steering(key: str, pool_label_keys: list[str], gke: bool) -> None:
     """A k3s or kubeadm cluster's own nodes labelled with a generic name (OVH's nodepool, AKS's legacy bare
     agentpool), or with a key the user lists in cluster.poolLabelKeys even where a provider's is spelled alike, are
     no pool an autoscaler builds from a template: GFD's range terms, which a box upgraded later still matches (found
     by a review: under the default providers [all] they were named by their pool label)."""
-    nodes = [gpu_node(f"{p}-1", f"gpu-{p}", d, pool_label=key) for p, d in (("a", "535.104.05"), ("c", "570.124.06"))]
+    nodes = [
+        gpu_node(f"{p}-1", f"gpu-{p}", d, pool_label=key, labels={"cloud.google.com/gke-nodepool": p} if gke else None)
+        for p, d in (("a", "535.104.05"), ("c", "570.124.06"))
+    ]
     ctx = context(nodes, settings(cluster={"poolLabelKeys": pool_label_keys}))
     result = pipeline.review(deployment(pod(container(image=IMAGE_128))["spec"]), ctx)
     assert result.allowed, result.message

@@ -542,8 +542,11 @@ def _by_cuda_labels(a: Assessment, ctx: Context) -> list[list[Expression]]:
     steered = ctx.cluster.presets.pool_steered
     for g in a.allowed_groups:
         # its selector names such a pool, or its nodes carry such a pool's label though a declared pool's selector
-        # is another of theirs (an instance type, an ASG's node-template label): named by that selector all the same
-        if not (steered.isdisjoint(pool_selector(g, ctx)) and steered.isdisjoint(g.labels)):
+        # is another of theirs (an instance type, an ASG's node-template label): named by that selector all the same.
+        # Not a pool named by a key of cluster.poolLabelKeys: those keep GFD's terms (a review found them pinned by
+        # the user's key where the nodes carried GKE's pool label too)
+        declared = g.pool_source == "settings"
+        if not steered.isdisjoint(pool_selector(g, ctx)) or (declared and not steered.isdisjoint(g.labels)):
             rest.append(g)
             continue
         labels = _cuda_labels(g)
@@ -733,9 +736,10 @@ def _planned(
     key = _plan_key(step, pod, mode, checks, spot_mode)
     if key is None:
         return make(mode, checks)
-    # counted by what it holds: the placement's bytes, and the checks' texts (images, ...)
-    size = len(key[4]) + len(repr(checks))
-    return ctx.cluster.policy_memo.per_settings(key, ctx.settings, lambda: make(mode, checks), lambda _: size)
+    # counted by what it holds: the placement's bytes, and the checks' texts (images, ...), worked out once made
+    return ctx.cluster.policy_memo.per_settings(
+        key, ctx.settings, lambda: make(mode, checks), lambda _: len(key[4]) + len(repr(checks))
+    )
 
 
 def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
@@ -910,12 +914,11 @@ def supported_groups(pod: PodView, ctx: Context) -> tuple[NodeGroup, ...] | None
         statuses = [_status(r, group, ctx, facts) for r in requirements]
         return all(st == "ok" or (st == "unknown" and unknown_ok) for st in statuses)
 
-    size = len(repr(requirements))
     return ctx.cluster.policy_memo.per_settings(
         (POLICY, "supported", requirements),
         ctx.settings,
         lambda: tuple(g for g in ctx.cluster.gpu_groups if runs(g)),
-        lambda _: size,
+        lambda _: len(repr(requirements)),
     )
 
 
@@ -983,7 +986,6 @@ def _left_out_products(requirements: tuple[Requirement, ...], ctx: Context) -> f
     pool by its product only where no such group has it. Once per snapshot and settings for the same requirements
     (it had been worked out over every GPU group for each container of a refused pod; found by a read of the
     whole change)."""
-    size = len(repr(requirements))
     return ctx.cluster.policy_memo.per_settings(
         (POLICY, "left-out", requirements),
         ctx.settings,
@@ -992,7 +994,7 @@ def _left_out_products(requirements: tuple[Requirement, ...], ctx: Context) -> f
             for g in ctx.cluster.gpu_groups
             if not all(_status(r, g, ctx) == "ok" for r in requirements)
         ),
-        lambda _: size,
+        lambda _: len(repr(requirements)),
     )
 
 
