@@ -519,15 +519,12 @@ def _brief(err: BaseException) -> str:
         return f"HTTP {status} {reason or ''}".strip()
     broke = _broken_open(err)
     if broke is not None:
-        how = (
-            "its TCP keepalive probes unanswered"
-            if broke == errno.ETIMEDOUT
-            else f"the API server's host or network unreachable ({os.strerror(broke)})"
-        )
-        return (
-            f"its connection was found dead, {how}: dropped on the way without a reset by a NAT or load balancer,"
-            " or the API server's host gone"
-        )
+        if broke == errno.ETIMEDOUT:
+            return (
+                "its connection was found dead, its TCP keepalive probes unanswered: dropped on the way without a"
+                " reset by a NAT or load balancer, or the API server's host gone"
+            )
+        return f"its connection was found dead, the API server's host or network unreachable ({os.strerror(broke)})"
     text = str(err) or type(err).__name__
     return text if len(text) < 200 else text[:200] + "..."
 
