@@ -43,6 +43,19 @@ def k3s_node(name: str, pool: str, driver: str, **kw: Any) -> dict[str, Any]:
     return gpu_node(name, pool, driver, pool_label=K3S_POOL, **kw)
 
 
+def from_cuda(major: int, minor: int) -> list[dict[str, Any]]:
+    """The steering's GFD range terms: CUDA ``major.minor`` and up (``nvidia.com/cuda.runtime-version``)."""
+    return [
+        {
+            "matchExpressions": [
+                {"key": NEW_MAJOR, "operator": "In", "values": [str(major)]},
+                {"key": NEW_MINOR, "operator": "Gt", "values": [str(minor - 1)]},
+            ]
+        },
+        {"matchExpressions": [{"key": NEW_MAJOR, "operator": "Gt", "values": [str(major)]}]},
+    ]
+
+
 def k3s_context(nodes: list[dict[str, Any]]) -> Context:
     return context(nodes, settings(cluster={"poolLabelKeys": [K3S_POOL]}))
 
@@ -226,15 +239,7 @@ def test_some_compatible_steers_on_gfd_cuda_labels() -> None:
     ctx = k3s_context([K3S_A, k3s_node("b-1", "gpu-b", "560.35.03"), K3S_C])
     result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
     assert result.allowed, result.message
-    assert required_terms(result.object) == [
-        {
-            "matchExpressions": [
-                {"key": NEW_MAJOR, "operator": "In", "values": ["12"]},
-                {"key": NEW_MINOR, "operator": "Gt", "values": ["7"]},
-            ]
-        },
-        {"matchExpressions": [{"key": NEW_MAJOR, "operator": "Gt", "values": ["12"]}]},
-    ]
+    assert required_terms(result.object) == from_cuda(12, 8)
     text = annotation_of(result.object)
     assert "supported by pool gpu-c (driver 570.124.06, CUDA 12.8)" in text
     assert (
@@ -1690,13 +1695,7 @@ def test_a_k3s_box_keeps_gfd_steering_beside_an_eks_node_group() -> None:
     result = pipeline.review(deployment(pod(container(image=IMAGE_128))["spec"]), ctx)
     assert result.allowed, result.message
     assert required_terms(result.object) == [
-        {
-            "matchExpressions": [
-                {"key": NEW_MAJOR, "operator": "In", "values": ["12"]},
-                {"key": NEW_MINOR, "operator": "Gt", "values": ["8"]},
-            ]
-        },
-        {"matchExpressions": [{"key": NEW_MAJOR, "operator": "Gt", "values": ["12"]}]},
+        *from_cuda(12, 9),
         {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": ["new"]}]},
     ]
     assert_idempotent(result, ctx)
@@ -1754,15 +1753,7 @@ def test_generic_or_listed_pool_labels_keep_gfd_steering(key: str, pool_label_ke
     ctx = context(nodes, settings(cluster={"poolLabelKeys": pool_label_keys}))
     result = pipeline.review(deployment(pod(container(image=IMAGE_128))["spec"]), ctx)
     assert result.allowed, result.message
-    assert required_terms(result.object) == [
-        {
-            "matchExpressions": [
-                {"key": NEW_MAJOR, "operator": "In", "values": ["12"]},
-                {"key": NEW_MINOR, "operator": "Gt", "values": ["7"]},
-            ]
-        },
-        {"matchExpressions": [{"key": NEW_MAJOR, "operator": "Gt", "values": ["12"]}]},
-    ]
+    assert required_terms(result.object) == from_cuda(12, 8)
     upgraded = gpu_node("a-1", "gpu-a", "580.95.05", pool_label=key)  # CUDA 13.0
     assert build_view([upgraded], Settings()).eligible(result.object["spec"]["template"]["spec"])
 
@@ -1800,15 +1791,8 @@ def test_karpenter_pools_are_steered_to_by_their_nodepool_label() -> None:
     assert_idempotent(result, ctx)
     k3s = k3s_context([k3s_node("old-1", "old", "535.104.05"), k3s_node("new-1", "new", "570.124.06")])
     steered = pipeline.review(pod(container(image=IMAGE_128)), k3s)
-    assert required_terms(steered.object) == [  # the range from CUDA 12.8 up, not a pool (the subset test passed
-        {  # whatever was steered, or nothing; found by a read of the change)
-            "matchExpressions": [
-                {"key": NEW_MAJOR, "operator": "In", "values": ["12"]},
-                {"key": NEW_MINOR, "operator": "Gt", "values": ["7"]},
-            ]
-        },
-        {"matchExpressions": [{"key": NEW_MAJOR, "operator": "Gt", "values": ["12"]}]},
-    ]
+    # the range from CUDA 12.8 up, not a pool (a subset test passed whatever was steered, or nothing)
+    assert required_terms(steered.object) == from_cuda(12, 8)
 
 
 def test_a_gke_pool_whose_gpu_product_nothing_declares_is_known_by_its_accelerator() -> None:
