@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 from kubernetes import client as k8s_client
@@ -578,6 +579,43 @@ def test_a_quiet_watch_that_hears_nothing_stays_current_and_open(
         api.put("v1", "nodes", node("b"))  # still following
         wait_for(lambda: "b" in names(live), "the change through the same watch")
         assert watches(api) == 1
+    finally:
+        live.stop()
+
+
+def watched_from(api: KubeAPI) -> list[str]:
+    """The ``resourceVersion`` each node watch request asked to begin from, in order."""
+    return [
+        parse_qs(urlparse(path).query).get("resourceVersion", [""])[0]
+        for method, path in api.requests
+        if method == "GET" and "/nodes" in path and "watch=" in path
+    ]
+
+
+def test_a_bookmark_moves_the_version_the_next_watch_resumes_from(api: KubeAPI, kubeconfig: str) -> None:
+    """On a cluster whose nodes are quiet while other objects change, a bookmark is the node watch's only news of
+    the resourceVersion: resumed from the list's version after a cut, the watch asks for history the API server
+    may have compacted (410 Gone, and a list of every node). The bookmark's version is the one held and resumed
+    from, with no relist."""
+    api.bookmark_seconds = 0.1
+    api.put("v1", "nodes", node("a"))
+    live = make_live(kubeconfig, resync=3600, watch_timeout_seconds=300)  # nothing but the cut ends the watch
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        wait_for(lambda: len(api.watches) == 1, "the watch")
+        listed = live._rv
+        assert watched_from(api) == [listed]
+        # not a node: the resourceVersion moves past the watch's, which hears of it only through a bookmark
+        moved = api.put("v1", "configmaps", {"metadata": {"name": "other"}}, "default")["metadata"]["resourceVersion"]
+        assert int(moved) > int(listed)
+        wait_for(lambda: live._rv == moved, f"a bookmark at resourceVersion {moved}, held by the watch")
+        api.cut_watches()
+        wait_for(lambda: len(watched_from(api)) == 2, "the watch resumed after the cut")
+        assert watched_from(api) == [listed, moved], "resumed from the bookmark's version, not the list's"
+        assert lists(api) == 1, "a bookmark and a cut resume the watch; they do not relist"
+        api.put("v1", "nodes", node("b"))
+        wait_for(lambda: names(live) == {"a", "b"}, "a node added after the resume")
     finally:
         live.stop()
 
