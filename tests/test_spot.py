@@ -2467,3 +2467,20 @@ def test_the_cuda_refusal_blames_require_only_where_the_spot_places_alone_keep_t
     advice = next(line for line in result.message.split("\n") if "target pool od-new" in line)
     assert "its required node affinity keeps it off that pool too" in advice, advice
     assert (spot.KEPT_OFF_BY_REQUIRE in advice) != own_zone, advice
+
+
+def test_the_tolerate_hint_is_given_only_where_every_taint_is_a_spot_taint_tolerate_reaches() -> None:
+    """The cuda and mig policies' advice adds "(or annotation gpu-admission.io/spot: tolerate)" to the taints that
+    keep a pod off a pool only where tolerate would tolerate them all: the presets' spot taints and extra_taints."""
+    from webhook.cluster import Taint
+
+    spot_taint, gpu = Taint(GKE_SPOT, "true", "NoSchedule"), Taint("sku", "gpu", "NoSchedule")
+    own = Taint("example.com/cheap", "yes", "NoSchedule")
+    plain = Context(settings=Settings(), cluster=build_view([], Settings()), namespace="ml")
+    extra = Settings(spot=SpotSettings(extra_taints=[TaintSpec("example.com/cheap", "yes", "NoSchedule")]))
+    with_extra = Context(settings=extra, cluster=build_view([], extra), namespace="ml")
+    assert spot.tolerate_hint([spot_taint], plain) == " (or annotation gpu-admission.io/spot: tolerate)"
+    assert spot.tolerate_hint([spot_taint, gpu], plain) == ""  # tolerate would leave sku=gpu untolerated
+    assert spot.tolerate_hint([own], plain) == ""
+    assert spot.tolerate_hint([own, spot_taint], with_extra) != ""
+    assert spot.tolerate_hint([], plain) == ""

@@ -1008,9 +1008,7 @@ def _reach(group: NodeGroup, selector: Mapping[str, str], a: Assessment, ctx: Co
     text = ""
     if taints:
         shown = ", ".join(str(t) for t in taints[:3]) + (f" and {len(taints) - 3} more" if len(taints) > 3 else "")
-        spot_taints = {p.key for p in ctx.cluster.presets.spot_taints} | {t.key for t in ctx.settings.spot.extra_taints}
-        tolerate = f" (or annotation {PREFIX}spot: tolerate)" if all(t.key in spot_taints for t in taints) else ""
-        text = f" and a toleration of {shown}{tolerate}"
+        text = f" and a toleration of {shown}{spot.tolerate_hint(taints, ctx)}"
         trial["tolerations"] = [*as_list(a.spec.get("tolerations")), TOLERATES_ALL]  # affinity alone
     if not any(g is group for g in _eligible(trial, ctx, a.resources)):
         # named only where the spot places alone keep it off (not where its own rules do too: a review found the

@@ -1085,9 +1085,8 @@ def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
     )
     parts = []
     if taints:
-        spot_keys = {p.key for p in ctx.cluster.presets.spot_taints} | {t.key for t in ctx.settings.spot.extra_taints}
-        tolerate = f" (or annotation {PREFIX}spot: tolerate)" if all(t.key in spot_keys for t in taints) else ""
-        parts.append(f"untolerated taint{'s' if len(taints) > 1 else ''} {', '.join(map(str, taints[:3]))}{tolerate}")
+        hint = spot.tolerate_hint(taints, ctx)
+        parts.append(f"untolerated taint{'s' if len(taints) > 1 else ''} {', '.join(map(str, taints[:3]))}{hint}")
     if keys:
         parts.append(f"its nodeSelector {', '.join(f'{k}: {selector[k]}' for k in keys[:3])}")
     if devices:

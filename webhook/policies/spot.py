@@ -420,6 +420,14 @@ repeats (cut at 119 characters, it would lose the pools named after the annotati
 KEPT_OFF_BY_REQUIRE = f"{REQUIRED_CAPACITY} ({PREFIX}spot: require)"
 
 
+def tolerate_hint(taints: Sequence[Taint], ctx: Context) -> str:
+    """The advice's hint that this policy's tolerate would do, "(or annotation gpu-admission.io/spot: tolerate)",
+    where every one of ``taints`` is a spot taint it tolerates (the presets' and ``extra_taints``): one place for the
+    cuda and mig policies' advice on a pool they keep a pod off; '' otherwise."""
+    keys = {p.key for p in _spot_presets(ctx)}
+    return f" (or annotation {PREFIX}spot: tolerate)" if taints and all(t.key in keys for t in taints) else ""
+
+
 def kept_off_by_require(
     mode: str,
     spec: JSON,
