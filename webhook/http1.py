@@ -75,7 +75,8 @@ class Connection:
     ) -> None:
         self.address, self.port, self.tls, self.timeout = address, port, tls, timeout
         self.options = TCP_NODELAY if options is None else options
-        """Socket options set on each connection opened (a configuration's ``socket_options``, as urllib3 sets them)."""
+        """Socket options set on each connection opened (a configuration's ``socket_options``), once it is connected,
+        where urllib3 sets them before: the same for keepalive and TCP_NODELAY, not for options that act on the SYN."""
         default = 443 if tls is not None else 80
         host = f"[{address}]" if ":" in address else address
         self.host = host if port == default else f"{host}:{port}"
