@@ -2068,3 +2068,51 @@ def test_the_image_command_says_where_minor_version_compatibility_runs_an_image(
     assert runtime.endswith("; also on drivers >= 525.60.13 (minor-version compatibility)"), runtime
     assert "minor-version" not in devel and "(forward compatibility)" in devel, devel
     assert "also on" not in newest, newest
+
+
+A10G = "NVIDIA-A10G"
+
+
+def test_a_declared_version_keeps_the_forward_compatibility_its_image_carries() -> None:
+    """The 'CUDA version unknown' warning asks for the annotation, and the annotation was a bare cuda>=X.Y: an
+    nvidia/cuda:12.4.1 image restated in it was refused on an A10G of R535, which its compat package runs (and which
+    admitted the same image without the annotation; found by a review). A version above the tag's is one its compat
+    libraries do not bring; an image no rule reads is told how to say what its own requirement says."""
+    ctx = context([gpu_node("a", "a10g", "535.183.01", product=A10G, labels={"kubernetes.io/arch": "amd64"})])
+    image = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+    assert pipeline.review(pod(container(image=image)), ctx).allowed
+    restated = pipeline.review(pod(container(image=image), annotations={"gpu-admission.io/cuda-version": "12.4"}), ctx)
+    assert restated.allowed, restated.message
+    lower = pipeline.review(pod(container(image=image), annotations={"gpu-admission.io/cuda-version": "12.3"}), ctx)
+    assert lower.allowed, lower.message
+    above = pipeline.review(pod(container(image=image), annotations={"gpu-admission.io/cuda-version": "12.6"}), ctx)
+    assert not above.allowed and "needs CUDA 12.6 (from annotation gpu-admission.io/cuda-version)" in above.message
+    unread = pod(container(image="vllm/vllm-openai:v0.6.3"), annotations={"gpu-admission.io/cuda-version": "12.4"})
+    refused = pipeline.review(unread, ctx)
+    assert not refused.allowed
+    assert refused.message.endswith(
+        "; or if the image is built on nvidia/cuda, write its NVIDIA_REQUIRE_CUDA (docker inspect) as the"
+        " container's env instead of the annotation: its compat libraries may run it on these drivers."
+    ), refused.message
+    geforce = context([gpu_node("g", "rtx", "535.183.01", product=RTX)])  # no compat libraries run there
+    assert "NVIDIA_REQUIRE_CUDA (docker inspect)" not in pipeline.review(unread, geforce).message
+
+
+def test_a_declared_pool_at_zero_without_an_architecture_is_told_to_declare_one() -> None:
+    """A declared pool at zero whose nodeSelector names no kubernetes.io/arch refused an image whose compat
+    libraries are amd64's alone, which its running nodes admit: the refusal offered a downgrade or a driver upgrade,
+    not the one line of settings (found by a review)."""
+    selector = {"eks.amazonaws.com/nodegroup": "epool"}
+    pool: dict[str, Any] = {"name": "epool", "nodeSelector": selector, "driverVersion": "535.183.01"}
+    result = pipeline.review(
+        pod(container(image="nvidia/cuda:12.4.1-runtime-ubuntu22.04")),
+        context([], settings(cluster={"pools": [{**pool, "gpuProduct": A10G, "gpuCount": 1}]})),
+    )
+    assert not result.allowed
+    assert (
+        "To fix: Give pool epool the nodeSelector kubernetes.io/arch: amd64 in settings (cluster.pools[].nodeSelector)"
+        " if its nodes are amd64; or use an image built for CUDA <= 12.2"
+    ) in result.message, result.message
+    declared = {**pool, "nodeSelector": {**selector, "kubernetes.io/arch": "amd64"}}
+    fixed = context([], settings(cluster={"pools": [{**declared, "gpuProduct": A10G, "gpuCount": 1}]}))
+    assert pipeline.review(pod(container(image="nvidia/cuda:12.4.1-runtime-ubuntu22.04")), fixed).allowed

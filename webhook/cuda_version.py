@@ -349,10 +349,17 @@ def _forward(raw: object) -> dict[str, Forward]:
     for key, row in out.items():
         if key.count(".") == 2:
             minors.setdefault(key.rsplit(".", 1)[0], []).append(row)
-    # a tag that names only the minor release (pytorch's devel images, vLLM's -cuNNN) takes the row its releases
-    # share, where two or more were read and agree: none where they differ (12.5.0's arm64 images carry no compat
-    # package, 12.5.1's do), nor from one release alone (13.1.1's says nothing of 13.1.0, which was not found)
-    shared = {minor: rows[0] for minor, rows in minors.items() if len(rows) > 1 and len(set(rows)) == 1}
+    # a tag that names only the minor release (pytorch's devel images, vLLM's -cuNNN, RAPIDS' -cudaX.Y) takes what
+    # every release of the minor read carries, where two or more were read: their branches where they agree, on
+    # the one CPU architecture any of them is restricted to (12.5.0's arm64 images carry no compat package, 12.5.1's
+    # do: amd64, where both do; refused on every amd64 R535 node before, found by a review); none where the branches
+    # differ, nor from one release alone (13.1.1's says nothing of 13.1.0, which was not found; a minor of one
+    # release only, 11.8, has a row of its own in the data)
+    shared: dict[str, Forward] = {}
+    for minor, rows in minors.items():
+        platforms = {r.platform for r in rows} - {""}
+        if len(rows) > 1 and len({r.floors for r in rows}) == 1 and len(platforms) <= 1:
+            shared[minor] = Forward(rows[0].floors, next(iter(platforms), ""))
     return {**{minor: row for minor, row in shared.items() if minor not in out}, **out}
 
 
@@ -613,6 +620,13 @@ def declared_cuda(
                 # the annotation says a version, not that anything checks it: nothing does in such an image (a
                 # pytorch runtime image restated in the annotation was held to strict; found by a review)
                 requirement = minor_compatible(requirement)
+            elif found is not None and found.forward.floors and major_minor(version) <= major_minor(found.version):
+                # the image's compat libraries (its tag's CUDA, at or above the annotation's) run it on the driver
+                # branches they run its tag's CUDA on: an nvidia/cuda:12.4.1 image restated in the annotation, as
+                # the 'CUDA version unknown' warning asks, was refused on R535 though it runs there (found by a
+                # review); a newer version than the tag's is one they do not bring
+                entrypoint = not container.get("command") and found.rule.forward_by_entrypoint
+                requirement = with_forward(version, found.forward, loaded=entrypoint)
         return Declared(name, image, requirement, source)
     env = _env(container)
     for var in CUDA_VARIABLES:

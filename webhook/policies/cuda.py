@@ -1052,6 +1052,7 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> tuple
     on_cuda = [g for g in blocked if all(u.startswith("cuda") for u in failing[id(g)])]
     others = sorted({u for g in blocked for u in failing[id(g)] if not u.startswith("cuda")})
     branches = forward_branches(c.requirement)
+    off: list[NodeGroup] = []
     if branches and ctx.settings.cuda.forward_compatibility:
         named = f"Its forward-compatibility alternatives (driver branches {', '.join(branches)})"
         # each pool's own reason: a GeForce's (error 804), an architecture the image has no compat libraries for,
@@ -1097,6 +1098,14 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> tuple
         elif rest:
             head += f" {named} do not match either."
     remedies: list[str] = []
+    if off and (undeclared := [g for g in off if not facts_of(g).platform and g.pool_source == "settings"]):
+        # the one-line fix where the pool is at zero: its nodes would have said their architecture (found by a
+        # review: a declared pool refused at zero what its running nodes admit)
+        platform = forward_off_platform(c.requirement, facts_of(undeclared[0]), table)
+        remedies.append(
+            f"give {pool_names(undeclared)} the nodeSelector kubernetes.io/arch: {platform} in settings"
+            f" (cluster.pools[].nodeSelector) if its nodes are {platform}"
+        )
     newest = sorted(g.cuda for g in a.eligible if g.cuda)
     cuda_fails = not others or any(u.startswith("cuda") for g in blocked for u in failing[id(g)])
     image = f"use an image built for CUDA <= {show_mm(newest[-1])}" if newest and d.version and cuda_fails else ""
@@ -1110,6 +1119,18 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> tuple
         remedies.append(f"drop {', '.join(others)} from the requirement ({_source(d)}) if the image does not need it")
     if unknown:
         remedies.append(f"declare the driver of {pool_names(unknown)} in settings (cluster.pools[].driverVersion)")
+    if (
+        d.source.startswith("annotation ")
+        and not forward_branches(c.requirement)
+        and any(forward_possible(facts_of(g)) for g in on_cuda)
+    ):
+        # the annotation is a bare cuda>=X.Y: an image built on nvidia/cuda carries compat libraries that run it on
+        # these data-center GPUs, which only its own requirement says (the webhook reads no rule for this image;
+        # found by a review: the annotation the 'CUDA version unknown' warning asks for refused such images)
+        remedies.append(
+            "if the image is built on nvidia/cuda, write its NVIDIA_REQUIRE_CUDA (docker inspect) as the container's"
+            " env instead of the annotation: its compat libraries may run it on these drivers"
+        )
     if not remedies:
         remedies.append("declare the CUDA version the image really needs (annotation gpu-admission.io/cuda-version)")
     text = "; or ".join(remedies)
