@@ -2,7 +2,9 @@
 
 A container's requirement comes from, in order (the first that says anything wins):
 
-1. the pod annotation ``gpu-admission.io/cuda-version.<container>``, then ``gpu-admission.io/cuda-version``;
+1. the pod annotation ``gpu-admission.io/cuda-version.<container>``, then ``gpu-admission.io/cuda-version``
+   (``cuda>=<major.minor>``; where the container sets none of 2.-4. and a rule of 5. reads its image at that
+   version or above, with the forward compatibility the image's tag brings);
 2. ``NVIDIA_DISABLE_REQUIRE`` (a Go boolean) set true in the container's env: the runtime checks none of the
    requirements below, so neither does the webhook (the container is "not checked");
 3. ``NVIDIA_REQUIRE_CUDA`` in the container's env: a requirement expression (below);
