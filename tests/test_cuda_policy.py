@@ -1758,6 +1758,38 @@ def test_generic_or_listed_pool_labels_keep_gfd_steering(key: str, pool_label_ke
     assert build_view([upgraded], Settings()).eligible(result.object["spec"]["template"]["spec"])
 
 
+@pytest.mark.parametrize(
+    ("key", "pool_label_keys"),
+    [
+        pytest.param("agentpool", [], id="bare-agentpool"),
+        pytest.param("agentpool", ["agentpool"], id="agentpool-listed"),
+        pytest.param("kubernetes.azure.com/agentpool", ["kubernetes.azure.com/agentpool"], id="aks-key-listed"),
+    ],
+)
+def test_a_generic_or_listed_pool_label_shows_no_cloud_whose_apiserver_tolerates_the_gpu_taint(
+    key: str, pool_label_keys: list[str]
+) -> None:
+    """k3s runs no ExtendedResourceToleration (off upstream): a k3s cluster whose pools are labelled agentpool counted
+    as AKS, the taint nvidia.com/gpu was taken as tolerated, and a pod was steered to the only pool that runs it, whose
+    taint it does not tolerate: Pending for good. A generic pool label, or a key listed in cluster.poolLabelKeys,
+    shows no provider: the refusal names the toleration (found by a review of the cluster model)."""
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    nodes = [
+        gpu_node("old-1", "old", "535.104.05", pool_label=key),
+        gpu_node("new-1", "new", "570.124.06", pool_label=key, taints=[gpu_taint]),
+    ]
+    ctx = context(nodes, settings(cluster={"poolLabelKeys": pool_label_keys}))
+    assert (ctx.cluster.providers, ctx.cluster.extended_resource_toleration) == (frozenset(), False)
+    obj = pod(container(image=IMAGE_128))
+    assert required_terms(pipeline.mutate(obj, ctx).object) == []
+    message = pipeline.validate(obj, ctx).message
+    assert message.endswith(
+        "To fix: Use an image built for CUDA <= 12.2; or target pool new (driver 570.124.06, CUDA 12.8) with"
+        f" nodeSelector {key}: new and a toleration of nvidia.com/gpu=present:NoSchedule; or upgrade the driver to"
+        " >= 570.26 on pool old."
+    ), message
+
+
 def test_aks_nodes_are_steered_by_their_agentpool_label_not_the_bare_one() -> None:
     """An AKS node carries kubernetes.azure.com/agentpool and the legacy bare agentpool: only the former is AKS's own,
     and names its pool (bare agentpool alone is generic: test_generic_or_listed_pool_labels_keep_gfd_steering)."""

@@ -351,6 +351,8 @@ def _kubelet(version: str) -> dict[str, Any]:
         # a self-managed cluster: the plugin is off upstream (k3s, kubeadm), whatever label names its pools
         pytest.param({"pool": "a"}, "auto", ["all"], False, {}, id="k3s"),
         pytest.param({"nodepool": "gpu"}, "auto", ["all"], False, {}, id="k3s-with-ovh-pool-label"),
+        # bare agentpool is AKS's legacy pool label, but a generic name: AKS shows by kubernetes.azure.com/agentpool
+        pytest.param({"agentpool": "gpu"}, "auto", ["all"], False, {}, id="k3s-with-aks-legacy-pool-label"),
         pytest.param({"pool": "a"}, "auto", ["all"], False, _kubelet("v1.30.4+k3s1"), id="k3s-kubelet"),
         # EKS Distro (EKS Anywhere): self-managed, its kubelet's version is not EKS's
         pytest.param({"pool": "a"}, "auto", ["all"], False, _kubelet("v1.27.1-eks-1-27-4"), id="eks-distro"),

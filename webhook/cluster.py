@@ -1358,7 +1358,7 @@ def shown_providers(nodes: Sequence[Node], labelled: frozenset[str], presets: Pr
     kubelet version. The one place
     that says how a provider shows: the spot policy read only the labels, and took an OKE cluster with no
     preemptible node for k3s (found by a review of the spot policy)."""
-    keys = presets.node_label_keys
+    keys = presets.shown_by
     return labelled | frozenset(n.provider for n in nodes if n.provider in keys)
 
 
@@ -1366,8 +1366,9 @@ def labelled_providers(nodes: Sequence[Node], groups: Sequence[NodeGroup], prese
     """The providers (of the presets in force) whose pool or spot labels a node or a declared pool carries, or whose
     pool annotation a node does (OKE's): not those shown by a kubelet version alone, whose nodes may carry none of
     the provider's labels (an EKS self-managed node group's spot nodes carry no capacityType: required, a pod stayed
-    Pending for good; found by a review of the spot policy)."""
-    keys = presets.node_label_keys
+    Pending for good; found by a review of the spot policy). Only by the keys only its nodes carry
+    (``Presets.shown_by``): not a generic pool label such as agentpool, nor one listed in cluster.poolLabelKeys."""
+    keys = presets.shown_by
     carried = {k for g in groups for k in g.labels} | {k for n in nodes for k in n.annotations}
     return frozenset(name for name, names in keys.items() if not carried.isdisjoint(names))
 

@@ -33,8 +33,13 @@ class Presets:
     spot_taints: tuple[TaintPreset, ...]
     gpu_taints: Mapping[str, TaintPreset]
     node_label_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Per provider, the node label (and annotation) keys that only its nodes carry (pool and spot labels, OKE's
-    pool annotation): how a cluster's provider shows."""
+    """Per provider, the node label (and annotation) keys it names pools and spot nodes by (pool and spot labels,
+    OKE's pool annotation), generic ones included: whose pool a group is."""
+    shown_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per provider, those of its ``node_label_keys`` that only its nodes carry: how a cluster's provider shows. Not a
+    generic pool label (``generic_pool_labels`` in providers.yaml: AKS's bare agentpool, OVH's nodepool), nor a key
+    the user lists in ``cluster.poolLabelKeys``, which names the user's own pools: a k3s cluster labelled agentpool
+    counted as AKS and took ExtendedResourceToleration on (found by a review of the cluster model)."""
     plugin_providers: frozenset[str] = frozenset()
     """The providers whose API servers run ExtendedResourceToleration."""
     kubelet_versions: tuple[tuple[str, str], ...] = ()
@@ -42,9 +47,10 @@ class Presets:
     pool_steered: frozenset[str] = frozenset()
     """Pool label keys of providers whose autoscaler makes a pool's nodes from the pool's own definition, which never
     carries GFD's labels (Karpenter's NodePools; Cluster Autoscaler's template node for a group at zero on GKE, EKS,
-    AKS, ...: ``steer_by_pool`` in providers.yaml): the CUDA steering names such a pool by its label. Never a key
-    the user lists in ``cluster.poolLabelKeys``: that names the user's own pools (a k3s cluster's nodepool or
-    agentpool label, spelled as OVH's or AKS's), which the README keeps on GFD's terms."""
+    AKS, ...: ``steer_by_pool`` in providers.yaml): the CUDA steering names such a pool by its label. Never a
+    generic pool label (AKS's bare agentpool: ``generic_pool_labels``), nor a key the user lists in
+    ``cluster.poolLabelKeys``: that names the user's own pools (a k3s cluster's nodepool or agentpool label, spelled
+    as OVH's or AKS's), which the README keeps on GFD's terms."""
     runs_on: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Per provider that makes nodes from zero (Karpenter), the providers on whose clusters it runs (EKS): where one of
     them shows, its spot label is kept though no node carries it (a NodePool at zero shows nothing)."""
@@ -69,11 +75,11 @@ def gpu_taint_preset_names() -> frozenset[str]:
     return frozenset(name for entry in _raw().values() for name in (entry or {}).get("gpu_taints", {}))
 
 
-def _steered_keys(entry: Mapping[str, Any]) -> Sequence[str]:
-    """A provider's ``steer_by_pool``: true for all its pool labels, or a list of them (its own, not a generic name
-    like AKS's bare agentpool that other clusters' nodes carry too)."""
-    steer = entry.get("steer_by_pool") or ()
-    return entry.get("pool_labels", ()) if steer is True else steer
+def _own_pool_labels(entry: Mapping[str, Any]) -> list[str]:
+    """A provider's pool labels that only its nodes carry: not a generic name like AKS's bare agentpool, which other
+    clusters' nodes carry too (``generic_pool_labels``)."""
+    generic = entry.get("generic_pool_labels", ())
+    return [k for k in entry.get("pool_labels", ()) if k not in generic]
 
 
 def load_presets(
@@ -93,12 +99,18 @@ def load_presets(
     spot_taints: list[TaintPreset] = [TaintPreset(k, v or None, e, "settings") for k, v, e in extra_spot_taints]
     gpu_taints: dict[str, TaintPreset] = {}
     label_keys: dict[str, tuple[str, ...]] = {}
+    shown_by: dict[str, tuple[str, ...]] = {}
     for name in names:
         entry = raw[name] or {}
         label_keys[name] = (
             *entry.get("pool_labels", []),
             *entry.get("spot_labels", {}),
             *entry.get("pool_annotations", []),
+        )
+        shown_by[name] = tuple(
+            k
+            for k in (*_own_pool_labels(entry), *entry.get("spot_labels", {}), *entry.get("pool_annotations", []))
+            if k not in extra_pool_labels
         )
         pool_labels += [k for k in entry.get("pool_labels", []) if k not in pool_labels]
         pool_annotations += entry.get("pool_annotations", [])
@@ -117,9 +129,11 @@ def load_presets(
         tuple(spot_taints),
         gpu_taints,
         label_keys,
+        shown_by,
         frozenset(n for n in names if (raw[n] or {}).get("extended_resource_toleration")),
         tuple((mark, n) for n in names for mark in (raw[n] or {}).get("kubelet_versions", ())),
-        frozenset(k for n in names for k in _steered_keys(raw[n] or {})) - set(extra_pool_labels),
+        frozenset(k for n in names if (raw[n] or {}).get("steer_by_pool") for k in _own_pool_labels(raw[n]))
+        - set(extra_pool_labels),
         {n: frozenset(raw[n]["runs_on"]) for n in names if (raw[n] or {}).get("runs_on")},
         frozenset(n for n in names if (raw[n] or {}).get("spot_tainted")),
     )
