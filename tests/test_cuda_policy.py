@@ -1091,6 +1091,47 @@ def test_pool_lists_are_capped_so_the_annotations_stay_far_below_the_apiservers_
 SPOT_TAINT = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
 
 
+@pytest.mark.parametrize(
+    ("taints", "cordoned", "state"),
+    [
+        pytest.param([], True, "cordoned", id="cordoned"),
+        pytest.param(
+            [{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}], False, "not ready", id="not-ready"
+        ),
+        pytest.param(
+            [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}],
+            True,
+            "cordoned and unreachable",
+            id="cordoned-unreachable",
+        ),
+    ],
+)
+def test_the_advice_never_says_to_tolerate_a_cordon_or_a_node_not_ready(
+    taints: list[dict[str, str]], cordoned: bool, state: str
+) -> None:
+    """The only pool that runs the pod is cordoned (a drain) or not ready: the refusal stands (the pod would land on
+    the old pool, and fail), but the advice said "and a toleration of node.kubernetes.io/unschedulable:NoSchedule",
+    which bypasses a drain, or lands the pod on a broken node (found by a review of the cluster model)."""
+    new = gpu_node("new-1", "new", "570.124.06", taints=taints)
+    new["spec"]["unschedulable"] = cordoned
+    message = pipeline.validate(pod(container(image=IMAGE_128)), context([A, new])).message
+    assert message.endswith(
+        f"To fix: Use an image built for CUDA <= 12.2; or target pool new (driver 570.124.06, CUDA 12.8) with"
+        f" nodeSelector {POOL_LABEL}: new (its nodes are {state} now: the pod waits until one takes pods again); or"
+        " upgrade the driver to >= 570.26 on pool gpu-a."
+    ), message
+    # a pod kept to that pool: not checked, and what keeps it off in words
+    result = pipeline.review(pod(container(image=IMAGE_128), node_selector={POOL_LABEL: "new"}), context([A, new]))
+    assert result.allowed
+    because = f"nodes {state} now in pool new; its nodeSelector/affinity excludes pool gpu-a"
+    assert f"constraints ({because}); it stays Pending" in annotation_of(result.object)
+    # a pool one of whose nodes takes pods is advised as that node, not also as cordoned
+    kept_off = pod(container(image=IMAGE_128), node_selector={POOL_LABEL: "gpu-a"})
+    message = pipeline.validate(kept_off, context([A, new, gpu_node("new-2", "new", "570.124.06")])).message
+    assert f"or target pool new (driver 570.124.06, CUDA 12.8) with nodeSelector {POOL_LABEL}: new; or" in message
+    assert message.count("target pool new") == 1, message
+
+
 def test_the_advice_to_target_a_pool_says_what_else_reaching_it_takes() -> None:
     # Following "target pool X with nodeSelector ..." must give a pod that can land there: the pool's spot taint
     # needs a toleration, and a pod that requires spot capacity cannot go to an on-demand pool by a selector

@@ -2067,6 +2067,32 @@ def test_a_mig_pool_kept_off_by_a_spot_taint_is_named_with_that_taint_only():
     assert "present" not in result.message
 
 
+def test_a_cordoned_mig_pool_is_said_to_be_so_not_a_taint_to_tolerate() -> None:
+    """The only MIG pool is cordoned (a drain): the refusal said "untolerated taint
+    node.kubernetes.io/unschedulable:NoSchedule" and told the pod to change its tolerations, which bypasses the drain
+    (found by a review of the cluster model)."""
+    cordon = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    nodes = [
+        whole_node("l4", "NVIDIA-L4", 1, "inference"),
+        mixed_node("m0", A100_40, {"3g.20gb": 2}, "a100", 40960, taints=[cordon]),
+    ]
+    result = review(frac("0.5"), nodes)
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert result.message.endswith(
+        "MIG pools this pod cannot use: a100 (3g.20gb; its nodes are cordoned now). Create the pod again once those"
+        " pools' nodes take pods (a workload's controller retries by itself), or ask for a whole GPU"
+        " (nvidia.com/gpu: 1)."
+    ), result.message
+    # a taint it may tolerate is still named, and the advice to change its tolerations stays
+    nodes[1] = mixed_node("m0", A100_40, {"3g.20gb": 2}, "a100", 40960, taints=[cordon, {**cordon, "key": "team"}])
+    result = review(frac("0.5"), nodes)
+    assert result.message.endswith(
+        "MIG pools this pod cannot use: a100 (3g.20gb; untolerated taint team:NoSchedule; its nodes are cordoned"
+        " now). Change the pod's nodeSelector, node affinity or tolerations so it can reach one of those pools, or"
+        " ask for a whole GPU (nvidia.com/gpu: 1)."
+    ), result.message
+
+
 def _applied(live: dict[str, Any], limits: dict[str, str]) -> dict[str, Any]:
     """What `kubectl apply` (client-side) sends for a manifest whose container asks ``limits``: its three-way merge
     sets what the manifest has and the live object lacks or holds otherwise, and keeps what only the live object

@@ -542,6 +542,25 @@ def test_require_where_the_pods_constraints_exclude_every_spot_pool() -> None:
     assert mutate(pod("require"), context(nodes, providers=("gke",))).warnings == []
 
 
+def test_spot_pools_that_are_cordoned_are_said_so_not_excluded_by_the_pods_tolerations() -> None:
+    """Every spot node cordoned (a drain) or not ready: the warning blamed the pod's tolerations, and no pod should
+    tolerate a drain or a broken node (found by a review of the cluster model)."""
+    pool = "cloud.google.com/gke-nodepool"
+    spot_taint = f"{GKE_SPOT}=true:NoSchedule"
+    nodes = [
+        node("od", {pool: "od-new"}),
+        node("a", {GKE_SPOT: "true", pool: "spot-l4"}, (spot_taint, "node.kubernetes.io/unschedulable:NoSchedule")),
+        node("b", {GKE_SPOT: "true", pool: "spot-a100"}, (spot_taint, "node.kubernetes.io/not-ready:NoExecute")),
+    ]
+    why = "the spot nodes it can use are all cordoned and not ready now"
+    assert mutate(pod("require"), context(nodes, providers=("gke",))).warnings == [
+        f"spot require: {why} (spot-a100, spot-l4)"
+    ]
+    result = mutate(pod("prefer"), context(nodes, providers=("gke",)))
+    assert result.warnings == [f"spot prefer: {why}: it runs on demand (spot-a100, spot-l4)"]
+    assert (applied(result) or "").endswith(f"; {why} (spot-a100, spot-l4)")
+
+
 @pytest.mark.parametrize(
     ("preferred", "want"),
     [

@@ -1465,19 +1465,37 @@ def _per_node_keys(nodes: Sequence[Node], builder: _Builder) -> frozenset[str]:
     )
 
 
-LEAVING_TAINTS = frozenset(
-    (
-        UNSCHEDULABLE_TAINT,  # cordoned (kubectl drain, a surge upgrade)
-        "node.kubernetes.io/not-ready",  # the node lifecycle controller's (kubernetes.io: taint-and-toleration)
-        "node.kubernetes.io/unreachable",
-        "node.kubernetes.io/network-unavailable",
-        "node.cloudprovider.kubernetes.io/uninitialized",  # joining: the cloud controller has not set it up
-        "node.cloudprovider.kubernetes.io/shutdown",
-        "ToBeDeletedByClusterAutoscaler",  # Cluster Autoscaler's scale-down (its FAQ)
-        "karpenter.sh/disrupted",  # Karpenter's (karpenter.sh docs: disruption)
-    )
-)
-"""Taints that say a node takes no new pod for now (joining, cordoned, failing, going away), not what it is."""
+LEAVING_TAINTS: Mapping[str, str] = {
+    UNSCHEDULABLE_TAINT: "cordoned",  # kubectl drain, a surge upgrade
+    "node.kubernetes.io/not-ready": "not ready",  # the node lifecycle controller (kubernetes.io: taint-and-toleration)
+    "node.kubernetes.io/unreachable": "unreachable",
+    "node.kubernetes.io/network-unavailable": "without network",
+    "node.cloudprovider.kubernetes.io/uninitialized": "joining",  # the cloud controller has not set it up
+    "node.cloudprovider.kubernetes.io/shutdown": "shut down",
+    "ToBeDeletedByClusterAutoscaler": "being removed by Cluster Autoscaler",  # its scale-down (its FAQ)
+    "karpenter.sh/disrupted": "being removed by Karpenter",  # karpenter.sh docs: disruption
+}
+"""Taints that say a node takes no new pod for now (joining, cordoned, failing, going away), not what it is; with
+what each says of the node, in words."""
+LEAVING_TOLERATIONS = tuple({"key": key, "operator": "Exists"} for key in LEAVING_TAINTS)
+"""Tolerations of ``LEAVING_TAINTS``: only to ask what else keeps a pod off a pool (never written to a pod)."""
+
+
+def split_leaving(taints: Iterable[Taint]) -> tuple[list[Taint], str]:
+    """``taints`` (those that keep a pod off a group: ``untolerated``) as advice gives them: the ones a pod may be
+    told to tolerate, and what the ``LEAVING_TAINTS`` among them say of the nodes, in words ('cordoned', 'not ready
+    and unreachable'; '' for none). Told to tolerate node.kubernetes.io/unschedulable, a user bypassed a drain, and
+    one told to tolerate not-ready landed on a broken node; the pod waits for such nodes to take pods again (found by
+    a review of the cluster model)."""
+    taints = list(taints)
+    keys = {t.key for t in taints}
+    words = " and ".join(dict.fromkeys(w for key, w in LEAVING_TAINTS.items() if key in keys))
+    return [t for t in taints if t.key not in LEAVING_TAINTS], words
+
+
+def leaving(group: NodeGroup) -> bool:
+    """The group's nodes take no new pod for now (a ``LEAVING_TAINTS`` taint that filters)."""
+    return any(t.key in LEAVING_TAINTS and t.effect in ("NoSchedule", "NoExecute") for t in group.taints)
 
 
 def _serves(group: NodeGroup) -> bool:
@@ -1485,8 +1503,7 @@ def _serves(group: NodeGroup) -> bool:
     nodes are cordoned, not ready or going away is still what the autoscaler adds nodes to (before, it vanished
     with them, and a fraction it offers was denied: found by a review of the cluster model)."""
     offered = any(v > 0 for k, v in group.allocatable.items() if k.startswith(GPU_VENDOR_PREFIX))
-    leaving = any(t.key in LEAVING_TAINTS and t.effect in ("NoSchedule", "NoExecute") for t in group.taints)
-    return offered and not leaving and group.mig_config_state not in MIG_CHANGING_STATES
+    return offered and not leaving(group) and group.mig_config_state not in MIG_CHANGING_STATES
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -42,9 +42,11 @@ from webhook.cluster import (
     MIG_RESOURCE_PREFIX,
     PRODUCT_LABEL,
     NodeGroup,
+    leaving,
     offers,
     pool_label_value,
     requested_resources,
+    split_leaving,
     untolerated,
 )
 from webhook.config import CudaSettings
@@ -412,17 +414,20 @@ def unmatched(a: Assessment, ctx: Context) -> str:
         return f"no known pool offers {', '.join(sorted(a.resources)) or 'a GPU'}"
     tolerant = {**a.spec, "tolerations": [*as_list(a.spec.get("tolerations")), TOLERATES_ALL]}
     selected = {id(g) for g in _eligible(tolerant, ctx, a.resources)}
-    taints: dict[str, str] = {}
+    reasons: dict[str, str] = {}
     ruled_out: list[NodeGroup] = []
     for g in offering:
         if id(g) not in selected:
             ruled_out.append(g)
         elif kept := untolerated(g, a.spec, ctx.cluster.extended_resource_toleration):
-            taints.setdefault(g.pool, str(kept[0]))
+            # a cordoned or not-ready pool in words, not as a taint to tolerate (``split_leaving``)
+            tolerable, state = split_leaving(kept)
+            why = f"untolerated taint {tolerable[0]} of" if tolerable else f"nodes {state} now in"
+            reasons.setdefault(g.pool, f"{why} pool {g.pool}")
     # the reason before the pools: a warning is cut at 119 characters, and pool names are long (a review of real
     # manifests: only the pools were left)
-    parts = [f"untolerated taint {taint} of pool {pool}" for pool, taint in sorted(taints.items())][:MAX_LISTED]
-    if ruled_out := [g for g in ruled_out if g.pool not in taints]:
+    parts = [why for _, why in sorted(reasons.items())][:MAX_LISTED]
+    if ruled_out := [g for g in ruled_out if g.pool not in reasons]:
         if by_spot := spot.kept_off_by_require(a.spot_mode, tolerant, ruled_out, ctx, a.resources):
             parts.append(f"{spot.REQUIRED_CAPACITY} excludes {pool_names(by_spot, 2)}")
         if rest := [g for g in ruled_out if g not in by_spot]:
@@ -968,9 +973,13 @@ def _find_targets(c: Check, a: Assessment, ctx: Context) -> list[str]:
     # an unlabelled pool advised by its GPU product (no exact driver to go stale) where no other group of that
     # product is left out, for any container of the pod (found by reviews of this session's commits)
     other = _left_out_products(tuple(r for i in a.known if (r := a.checks[i].requirement) is not None), ctx)
-    for g in ctx.cluster.gpu_groups:
-        if id(g) in eligible or not offers(g, a.resources) or id(g) not in ok:
-            continue  # a pool whose nodes offer none of what the pod asks is no place to send it
+    # a pool whose nodes offer none of what the pod asks is no place to send it
+    groups = [g for g in ctx.cluster.gpu_groups if id(g) not in eligible and offers(g, a.resources) and id(g) in ok]
+    # a pool some of whose nodes take pods is advised as those, not also as cordoned (``_reach``)
+    taking = {g.pool for g in groups if not leaving(g)}
+    for g in groups:
+        if g.pool in taking and leaving(g):
+            continue
         selector = _steering_selector(g, ctx, other)
         if any(g.labels.get(k) != v for k, v in own.items() if k in MIG_SELECTOR_KEYS and k not in pool_keys):
             continue  # the MIG partition the mig policy chose keeps it off (other keys: the user's, to change)
@@ -999,16 +1008,20 @@ def _left_out_products(requirements: tuple[Requirement, ...], ctx: Context) -> f
 
 
 def _reach(group: NodeGroup, selector: Mapping[str, str], a: Assessment, ctx: Context) -> str:
-    """What else the pod needs to land on ``group`` once it selects it: tolerations of its taints, or required
-    node affinity that lets it (spot: require keeps a pod off on-demand pools)."""
+    """What else the pod needs to land on ``group`` once it selects it: tolerations of its taints (not of those
+    that say its nodes take no pod now, cordoned or not ready: what they say instead), or required node affinity
+    that lets it (spot: require keeps a pod off on-demand pools)."""
     if a.spec is None:
         return ""
     trial = {**a.spec, "nodeSelector": dict(selector)}  # the advice: select that pool (instead of others)
-    taints = untolerated(group, trial, ctx.cluster.extended_resource_toleration)
+    taints, state = split_leaving(untolerated(group, trial, ctx.cluster.extended_resource_toleration))
     text = ""
     if taints:
         shown = ", ".join(str(t) for t in taints[:3]) + (f" and {len(taints) - 3} more" if len(taints) > 3 else "")
         text = f" and a toleration of {shown}{spot.tolerate_hint(taints, ctx)}"
+    if state:  # no toleration of a drain or a broken node: the pod waits for the pool (``split_leaving``)
+        text += f" (its nodes are {state} now: the pod waits until one takes pods again)"
+    if taints or state:
         trial["tolerations"] = [*as_list(a.spec.get("tolerations")), TOLERATES_ALL]  # affinity alone
     if not any(g is group for g in _eligible(trial, ctx, a.resources)):
         # named only where the spot places alone keep it off (not where its own rules do too: a review found the

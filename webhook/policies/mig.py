@@ -73,6 +73,7 @@ from webhook.cluster import (
     GKE_SHARING_LABEL,
     GPU_RESOURCE,
     GPU_TAINT_TOLERATION,
+    LEAVING_TOLERATIONS,
     MIG_CONFIG_LABEL,
     MIG_RESOURCE_PREFIX,
     PRODUCT_LABEL,
@@ -82,6 +83,7 @@ from webhook.cluster import (
     is_extended_resource_name,
     offers,
     requested_resources,
+    split_leaving,
     toleration_tolerates,
     untolerated,
 )
@@ -1030,6 +1032,11 @@ def _refusal(
             f" Ask for {PREFIX}spot: prefer (or tolerate) to let it run on demand there, or for a whole GPU"
             " (nvidia.com/gpu: 1)."
         )
+    elif _only_leaving_keeps_off(elsewhere, pod, ctx):
+        advice = (
+            " Create the pod again once those pools' nodes take pods (a workload's controller retries by itself), or"
+            " ask for a whole GPU (nvidia.com/gpu: 1)."
+        )
     elif elsewhere:
         advice = (
             " Change the pod's nodeSelector, node affinity or tolerations so it can reach one of those pools, or ask"
@@ -1055,6 +1062,16 @@ def _only_whole_gpus_keep_off(group: NodeGroup, pod: PodView, ctx: Context) -> b
     return any(c.group is group for c in _eligible(ctx, _placement_rules(pod)))
 
 
+def _only_leaving_keeps_off(groups: Sequence[NodeGroup], pod: PodView, ctx: Context) -> bool:
+    """The pod's placement rules reach every one of ``groups`` but for the taints that say their nodes take no pod
+    now (``LEAVING_TAINTS``: cordoned, not ready): no rule of its own to change, and no toleration of a drain or a
+    broken node to add (found by a review of the cluster model: it was told to change its tolerations)."""
+    rules = _placement_rules(pod)
+    rules["tolerations"] = [*rules["tolerations"], *LEAVING_TOLERATIONS]
+    reached = {id(c.group) for c in _eligible(ctx, rules)}
+    return bool(groups) and all(id(g) in reached for g in groups)
+
+
 def _placement_rules(pod: PodView) -> JSON:
     """The pod's placement rules alone (no container, so no resource asked), the GPU taint tolerated."""
     rules = {**pod.spec, "containers": [], "initContainers": []}
@@ -1068,14 +1085,16 @@ def _profiles_of(req: _Request, group: NodeGroup) -> list[Profile]:
 
 def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
     """What keeps the pod off a MIG pool, in words: the taints it does not tolerate (not the GPU's own taint, which
-    the webhook or ExtendedResourceToleration tolerates for a MIG device), the nodeSelector keys the pool's nodes
-    do not match, the MIG devices its other containers have that the pool does not offer, and on single-strategy
-    and GKE pools its containers' whole GPUs (``req.whole``: each GPU there is a MIG device) (found by a generative
-    review: 'its node affinity' was said of a pod with none), else its node affinity: the spot capacity it requires
-    where the pod is under ``spot: require`` and that alone keeps it off (``_kept_off_by_spot``)."""
+    the webhook or ExtendedResourceToleration tolerates for a MIG device; not a cordon or a not-ready node's, which
+    no pod should tolerate: what they say of its nodes instead, ``split_leaving``), the nodeSelector keys the pool's
+    nodes do not match, the MIG devices its other containers have that the pool does not offer, and on
+    single-strategy and GKE pools its containers' whole GPUs (``req.whole``: each GPU there is a MIG device) (found
+    by a generative review: 'its node affinity' was said of a pod with none), else its node affinity: the spot
+    capacity it requires where the pod is under ``spot: require`` and that alone keeps it off
+    (``_kept_off_by_spot``)."""
     ctx, whole = req.ctx, req.whole
     spec = {**pod.spec, "tolerations": [*as_list(pod.spec.get("tolerations")), GPU_TAINT_TOLERATION]}
-    taints = untolerated(group, spec, ctx.cluster.extended_resource_toleration)
+    taints, state = split_leaving(untolerated(group, spec, ctx.cluster.extended_resource_toleration))
     selector = as_dict(pod.spec.get("nodeSelector"))
     keys = sorted(k for k, v in selector.items() if group.labels.get(k) != v)
     devices = sorted(
@@ -1087,6 +1106,8 @@ def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
     if taints:
         hint = spot.tolerate_hint(taints, ctx)
         parts.append(f"untolerated taint{'s' if len(taints) > 1 else ''} {', '.join(map(str, taints[:3]))}{hint}")
+    if state:  # not a taint to tolerate: a drain, a broken node (``split_leaving``)
+        parts.append(f"its nodes are {state} now")
     if keys:
         parts.append(f"its nodeSelector {', '.join(f'{k}: {selector[k]}' for k in keys[:3])}")
     if devices:

@@ -90,7 +90,15 @@ from webhook.affinity import (
     unnarrow,
     unprefer,
 )
-from webhook.cluster import GPU_TAINT_TOLERATION, NodeGroup, Taint, requested_resources, toleration_tolerates
+from webhook.cluster import (
+    GPU_TAINT_TOLERATION,
+    LEAVING_TOLERATIONS,
+    NodeGroup,
+    Taint,
+    requested_resources,
+    split_leaving,
+    toleration_tolerates,
+)
 from webhook.model import (
     BUILTIN_GROUPS,
     GPU_MEMORY_RESOURCE,
@@ -946,6 +954,8 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
         detail = why
     elif taint := _untolerated_gpu_taint(pod, ctx, gpus, gpu_pod):
         why, detail = taint
+    elif state := _spot_leaving(pod, ctx, gpus, gpu_pod):
+        why = detail = f"the spot nodes it can use are all {state} now"
     else:
         why = "its nodeSelector, affinity or tolerations exclude every spot pool"
         detail = f"{why}, as the webhook leaves them (its steering: {PREFIX}cuda, {PREFIX}mig)"
@@ -970,6 +980,15 @@ def _only_makers_unseen(ctx: Context) -> str:
     if not terms or not all(len(t) == 1 and as_str(t[0].get("key")) in owners for t in terms):
         return ""
     return ", ".join(sorted({owners[as_str(t[0].get("key"))] for t in terms}))
+
+
+def _spot_leaving(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal], gpu_pod: bool) -> str:
+    """Where only taints that say their nodes take no pod now (``LEAVING_TAINTS``: cordoned, not ready) keep the
+    pod off every spot pool, what they say, in words; '' otherwise. Its tolerations were blamed, and no pod should
+    tolerate a drain or a broken node: it waits for them (found by a review of the cluster model)."""
+    trial = {**pod.spec, "tolerations": [*as_list(pod.spec.get("tolerations")), *LEAVING_TOLERATIONS]}
+    groups = [c.group for c in ctx.cluster.eligible(trial, gpus, gpu_only=gpu_pod) if c.group.spot]
+    return split_leaving(t for g in groups for t in g.taints)[1]
 
 
 def _untolerated_gpu_taint(
