@@ -634,6 +634,13 @@ def test_declared_pool_refined_by_live_nodes() -> None:
             {}, {"key": "ToBeDeletedByClusterAutoscaler", "value": "1", "effect": "NoSchedule"}, id="scale-down"
         ),
         pytest.param({}, {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}, id="karpenter"),
+        # Karpenter v0.32-v0.37 (its v1beta1 API), and a node Karpenter has not registered yet
+        pytest.param(
+            {},
+            {"key": "karpenter.sh/disruption", "value": "disrupting", "effect": "NoSchedule"},
+            id="karpenter-v1beta1",
+        ),
+        pytest.param({}, {"key": "karpenter.sh/unregistered", "effect": "NoExecute"}, id="karpenter-unregistered"),
     ],
 )
 def test_a_declared_pool_stays_beside_nodes_that_take_no_new_pod(spec: dict[str, Any], taint: Any) -> None:

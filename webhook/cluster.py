@@ -1473,7 +1473,12 @@ LEAVING_TAINTS: Mapping[str, str] = {
     "node.cloudprovider.kubernetes.io/uninitialized": "joining",  # the cloud controller has not set it up
     "node.cloudprovider.kubernetes.io/shutdown": "shut down",
     "ToBeDeletedByClusterAutoscaler": "being removed by Cluster Autoscaler",  # its scale-down (its FAQ)
-    "karpenter.sh/disrupted": "being removed by Karpenter",  # karpenter.sh docs: disruption
+    # Karpenter's (kubernetes-sigs/karpenter pkg/apis/v1/taints.go): v1's disrupted, v0.32-v0.37's (v1beta1)
+    # karpenter.sh/disruption=disrupting:NoSchedule, which v1 still reads as its own (IsDisruptingTaint), and
+    # unregistered:NoExecute, on a node until Karpenter has registered it
+    "karpenter.sh/disrupted": "being removed by Karpenter",
+    "karpenter.sh/disruption": "being removed by Karpenter",
+    "karpenter.sh/unregistered": "joining",
 }
 """Taints that say a node takes no new pod for now (joining, cordoned, failing, going away), not what it is; with
 what each says of the node, in words."""
