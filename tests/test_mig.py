@@ -1019,6 +1019,22 @@ def test_a_pod_of_whole_gpus_and_a_fraction_is_told_what_helps() -> None:
     assert "Pool sp3 (single, 3g.20gb) would cover it" in barred.message
 
 
+def test_a_pod_without_placement_rules_kept_off_by_its_whole_gpu_is_not_told_they_match_no_node() -> None:
+    """A mixed node of MIG devices and no whole GPU: the pod's whole-GPU container keeps it off, but the refusal
+    said no GPU node matched its nodeSelector, node affinity and tolerations, which it has none of (found by a
+    review of MIG)."""
+    obj = pod(container("a", limits={GPU: "0.5"}), container("b", limits={GPU: "1"}))
+    result = review(obj, [mixed_node("n", A100_40, {"3g.20gb": 2}, "p", 40960)])
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert result.message == (
+        "container a asks for nvidia.com/gpu 0.5; no eligible node offers a MIG profile whose memory share is at "
+        "least 0.5. The GPU nodes its nodeSelector, node affinity and tolerations reach do not offer the other "
+        "resources the pod asks for. MIG pools this pod cannot use: p (3g.20gb; container b (nvidia.com/gpu 1) asks "
+        "whole GPUs, none offered there). Run the whole-GPU containers in a pod of their own, ask for a fraction in "
+        "them too, or add mixed-strategy MIG nodes that offer whole GPUs beside MIG devices."
+    )
+
+
 def test_too_few_of_a_covering_profile_is_said_beside_smaller_ones() -> None:
     """Two 0.5 containers and one 3g.20gb a node: with a 1g.5gb offered too, the pod was told to ask for what a
     1g.5gb holds, not that it needs two 3g.20gb on one node (found by a review of MIG)."""

@@ -957,6 +957,14 @@ def _refusal(
             tail = f" Eligible GPU nodes offer no MIG profiles: {described}."
         elif barred:
             tail = ""
+        elif ctx.cluster.eligible(trial, gpu_only=True):
+            # its placement rules reach GPU nodes: what its other requests ask keeps it off them, not those rules
+            # (a pod with none was told its nodeSelector, node affinity and tolerations matched no GPU node: a
+            # review of MIG)
+            tail = (
+                " The GPU nodes its nodeSelector, node affinity and tolerations reach do not offer the other"
+                " resources the pod asks for."
+            )
         else:
             tail = " No GPU node matches the pod's nodeSelector, node affinity and tolerations."
     if barred:
