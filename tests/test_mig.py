@@ -31,7 +31,9 @@ from tests.mig_fixtures import (
     workload,
 )
 from webhook import pipeline
+from webhook.cluster import GKE_SHARING_LABEL
 from webhook.config import CudaSettings, PoolSettings
+from webhook.policies.mig import SHARING_LABEL
 
 GPU = "nvidia.com/gpu"
 MEM = "gpu-admission.io/gpu-memory"
@@ -1062,6 +1064,104 @@ def test_a_mig_device_of_its_own_comes_before_a_time_shared_one_which_is_said() 
     big = mixed_node("d", A100_80, {"7g.80gb": 1}, "big", 81920)
     assert resources_of(review(frac("0.1"), [small, big]).object) == mig("1g.10gb")
     assert any("nvidia.com/mig-3g.20gb is time-slicing there: shared with other pods" in w for w in alone.warnings)
+
+
+def _time_shared(node: dict[str, Any], gke: bool = False) -> dict[str, Any]:
+    labels = node["metadata"]["labels"]
+    if gke:
+        labels.update({GKE_SHARING_LABEL: "time-sharing", "cloud.google.com/gke-max-shared-clients-per-gpu": "2"})
+    else:
+        labels.update({SHARING_LABEL: "time-slicing", "nvidia.com/gpu.replicas": "4"})
+    return node
+
+
+@pytest.mark.parametrize(
+    ("nodes", "selector", "line"),
+    [
+        pytest.param(
+            [
+                mixed_node("d", A100_40, {"3g.20gb": 2}, "ded", 40960),
+                _time_shared(mixed_node("s", A100_40, {"3g.20gb": 8}, "ts", 40960)),
+            ],
+            {POOL: "ded"},
+            f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb (pinned to {POOL}=ded, {A100_40}, pool ded)",
+            id="mixed-same-resource",
+        ),
+        pytest.param(
+            [
+                mixed_node("d", A100_40, {"3g.20gb": 2}, "ded", 40960, extra_labels={SHARING_LABEL: "none"}),
+                _time_shared(mixed_node("s", A100_40, {"3g.20gb": 8}, "ts", 40960)),
+            ],
+            {SHARING_LABEL: "none"},
+            f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb (pinned to {SHARING_LABEL}=none, {A100_40}, "
+            "pool ded)",
+            id="mixed-gfd-sharing-label",
+        ),
+        pytest.param(
+            [
+                gke_node("g1", "nvidia-tesla-a100", "3g.20gb", 2, "gded"),
+                _time_shared(gke_node("g2", "nvidia-tesla-a100", "3g.20gb", 4, "gts"), gke=True),
+            ],
+            {"cloud.google.com/gke-gpu-partition-size": "3g.20gb", POOL: "gded"},
+            "trainer: nvidia.com/gpu 0.5 -> nvidia.com/gpu 1 with nodeSelector cloud.google.com/gke-gpu-partition-size="
+            f"3g.20gb (pinned to {POOL}=gded, nvidia-tesla-a100, pool gded)",
+            id="gke-time-sharing-partition",
+        ),
+    ],
+)
+def test_a_fraction_is_pinned_to_its_own_device_where_time_shared_pools_offer_the_same_one(nodes, selector, line):
+    """Without renameByDefault a time-sliced mixed pool offers the same nvidia.com/mig-3g.20gb as a dedicated one,
+    and a GKE time-sharing partition has the same partition size: both in one option, 0.5 could land on a
+    3g.20gb shared four ways without a word (found by a review of MIG)."""
+    result = review(frac("0.5"), nodes)
+    assert result.allowed, result.message
+    assert result.object["spec"]["nodeSelector"] == selector
+    assert mig_annotation(result.object) == line
+    assert not [w for w in result.warnings if "time-s" in w], result.warnings
+    assert mutate_twice(frac("0.5"), nodes)[1] == []
+
+
+def test_a_time_shared_pool_no_label_tells_from_a_dedicated_one_is_said() -> None:
+    """Dedicated and time-sliced nodes of one pool offering the same device, no label telling them apart: not
+    pinned, and the sharing is said (it was said only where every place shared the device: a review of MIG)."""
+    nodes = [
+        mixed_node("d", A100_40, {"3g.20gb": 2}, "mixed", 40960),
+        _time_shared(mixed_node("s", A100_40, {"3g.20gb": 8}, "mixed", 40960)),
+    ]
+    result = review(frac("0.5"), nodes)
+    assert result.allowed, result.message
+    assert "nodeSelector" not in result.object["spec"]
+    assert result.warnings == [
+        "trainer: nvidia.com/mig-3g.20gb is time-slicing on pool mixed: shared with other pods, its memory not its own"
+    ]
+
+
+def test_a_fraction_is_not_pinned_to_its_own_device_where_only_a_time_shared_pool_runs_its_cuda() -> None:
+    """The pin to dedicated pools never goes where the pod's CUDA cannot run: it would be refused there, while the
+    cuda policy steers it to the time-shared pool that runs it (where the sharing is said)."""
+    from tests.cuda_fixtures import container as cuda_container
+    from tests.cuda_fixtures import gpu_node
+    from tests.cuda_fixtures import pod as cuda_pod
+
+    mig_labels = {"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig.capable": "true"}
+    device = {"nvidia.com/mig-3g.40gb": "2"}
+    nodes = [
+        gpu_node("a-0", "old", "535.104.05", labels=mig_labels, gpus="0", allocatable=device),
+        gpu_node(
+            "b-0",
+            "new",
+            "570.124.06",
+            labels={**mig_labels, SHARING_LABEL: "time-slicing"},
+            gpus="0",
+            allocatable=device,
+        ),
+    ]
+    wanted = cuda_pod(cuda_container(image="pytorch/pytorch-nightly:2710000-cu12.8", gpu="0.5"))
+    result = review(wanted, nodes, replace(settings(), cuda=CudaSettings()))
+    assert result.allowed, result.message
+    assert resources_of(result.object) == mig("3g.40gb")
+    assert "nodeSelector" not in result.object["spec"]
+    assert "nvidia.com/mig-3g.40gb is time-slicing on pool new: shared with other pods" in " ".join(result.warnings)
 
 
 @pytest.mark.parametrize("fallback", ["whole", "shared"])

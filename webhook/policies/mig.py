@@ -35,7 +35,10 @@ How a profile is chosen, per container (init containers included), each on its o
    offers first.
 4. When the same profile name is also offered by eligible nodes of another GPU model on which it does not cover the
    request (``1g.10gb`` is 2/8 of an A100-40GB but 1/8 of an A100-80GB), the pod is pinned to the covering GPU
-   model(s) on ``nvidia.com/gpu.product`` (or the GKE accelerator, or the pool label).
+   model(s) on ``nvidia.com/gpu.product`` (or the GKE accelerator, or the pool label). So is a profile that pools
+   which time-share it offer under the same name as dedicated ones (a time-sliced mixed pool without
+   renameByDefault, a GKE time-sharing partition): pinned to the dedicated ones (their sharing label, GPU model or
+   pool), where one runs the pod's CUDA; where no label tells them apart, the shared pools are named in a warning.
 5. The containers are taken in turn, each choice narrowing where the next can land. When that leaves one without
    a profile, other orders are tried (the largest asks first, the reverse, every order of up to 4 asks), and the
    first that converts every ask is kept; so whether a pod is admitted does not depend on the order its
@@ -737,6 +740,8 @@ def _choose(
     for _, option, places in ranked:
         good = [p for p in places if p.covers]
         bad = [p.group for p in places if not p.covers]
+        if own := _own_devices(req, option, good, bad):
+            return own, seen, barred
         pin = None
         if bad:
             pin = _pin([p.group for p in good], bad, _pin_keys(ctx))
@@ -744,6 +749,20 @@ def _choose(
                 continue
         return Choice(option, good, pin), seen, barred
     return None, seen, barred
+
+
+def _own_devices(req: _Request, option: Option, good: Sequence[Placement], bad: Sequence[NodeGroup]) -> Choice | None:
+    """The choice pinned to the pools where the device is the pod's own, where pools that time-share it offer it
+    under the same name too (a time-sliced mixed pool without renameByDefault, a GKE time-sharing partition): one
+    option, so the ranking's 'a device of its own first' never told them apart, and 0.5 was given a 3g.20gb shared
+    four ways without a word (a review of MIG). None where no dedicated pool whose driver runs the pod's CUDA
+    offers it, or no label tells those pools from the others (``_warn_shared`` then says the sharing)."""
+    own = [p for p in good if p.group.sharing == "none"]
+    if len(own) == len(good) or not any(req.supported is None or id(p.group) in req.supported for p in own):
+        return None
+    shared = [p.group for p in good if p.group.sharing != "none"]
+    pin = _pin([p.group for p in own], [*bad, *shared], all_pin_keys(req.ctx))
+    return Choice(option, own, pin) if pin else None
 
 
 def _runs(req: _Request, choice: Choice) -> bool:
@@ -1180,17 +1199,30 @@ def _warn_usable(out: Outcome, ask: Ask, choice: Choice, whose: str = "") -> Non
 
 
 def _warn_shared(out: Outcome, ask: Ask, choice: Choice) -> None:
-    """A device that every pool it may land on time-shares (GPU sharing on MIG devices: GFD's -SHARED product, a
-    GKE time-sharing partition, a sharing-strategy label): said, since its memory and compute are shared with the
-    other pods given the same device."""
+    """A device that a pool it may land on time-shares (GPU sharing on MIG devices: GFD's -SHARED product, a GKE
+    time-sharing partition, a sharing-strategy label): said, since its memory and compute are shared with the
+    other pods given the same device; where dedicated pools offer it too and no label pins the pod to them
+    (``_own_devices``), the shared pools are named (it was said only where every pool shared it: a review of
+    MIG)."""
     if not choice.places or choice.option.strategy in ("whole", "shared"):
         return  # no MIG device, or a fallback whose note says it
-    sharing = {p.group.sharing for p in choice.places}
-    if "none" in sharing:
+    shared = [p.group for p in choice.places if p.group.sharing != "none"]
+    if not shared:
         return
     given = choice.option.resource if choice.option.strategy == "mixed" else choice.option.profile
-    said = f"{given} is {'/'.join(sorted(sharing))} there: shared with other pods, its memory not its own"
+    sharing = "/".join(sorted({g.sharing for g in shared}))
+    where = "there" if len(shared) == len(choice.places) else f"on {_pools(shared)}"
+    said = f"{given} is {sharing} {where}: shared with other pods, its memory not its own"
     out.warn(fit_warning(f"{ask.name}: {said}", ask.name))
+
+
+def _pools(groups: Iterable[NodeGroup]) -> str:
+    """'pool a' or 'pools a, b, c and 2 more'."""
+    names = sorted({g.pool for g in groups})
+    shown = ", ".join(names[:3]).replace(record.SEPARATOR, ", ") + (
+        f" and {len(names) - 3} more" if len(names) > 3 else ""
+    )
+    return f"pool{'s' if len(names) > 1 else ''} {shown}"
 
 
 OVERSIZED = 4
