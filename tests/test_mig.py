@@ -832,6 +832,52 @@ def test_workload_template_memory_and_annotation_stay(kind, template):
     assert resources_of(review(made, [a100_40()]).object) == mig("3g.20gb")
 
 
+DAEMON_NODES = [
+    mixed_node("n1", A100_40, {"3g.20gb": 2, "1g.10gb": 4}, "a100-40", 40960),
+    mixed_node("n2", A100_80, {"3g.40gb": 2, "1g.10gb": 7}, "a100-80", 81920),
+]
+
+
+@pytest.mark.parametrize(
+    ("ask", "line", "selector", "warning"),
+    [
+        pytest.param(
+            "0.5",
+            f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb ({A100_40}, pool a100-40, its pods on pool "
+            "a100-80 stay Pending)",
+            None,
+            "mig: DaemonSet pods Pending on pool a100-80 (no such device): use annotation "
+            "gpu-admission.io/gpu-fraction",
+            id="pending",
+        ),
+        pytest.param(
+            "0.25",
+            f"trainer: nvidia.com/gpu 0.25 -> nvidia.com/mig-1g.10gb (pinned to nvidia.com/gpu.product={A100_40}, "
+            f"{A100_40}, pool a100-40)",
+            {"nvidia.com/gpu.product": A100_40},
+            "mig: no DaemonSet pod on pool a100-80 (pinned off): use annotation gpu-admission.io/gpu-fraction",
+            id="pinned-off",
+        ),
+    ],
+)
+def test_a_daemonset_template_converted_for_one_gpu_model_says_where_its_pods_get_no_device(
+    ask, line, selector, warning
+):
+    """A DaemonSet makes a pod for every node it selects, whatever its template asks: converted to the A100-40GB's
+    3g.20gb, its pods on the A100-80GB nodes (3g.40gb) stayed Pending, and pinned to the A100-40GB (1g.10gb is 1/8
+    of an A100-80GB), it ran on no A100-80GB node, both without a word (found by a review of MIG)."""
+    obj = workload("DaemonSet", frac(ask))
+    result = review(copy.deepcopy(obj), DAEMON_NODES)
+    assert result.allowed, result.message
+    assert mig_annotation(result.object) == line
+    assert template_of(result.object)["spec"].get("nodeSelector") == selector
+    assert result.warnings == [warning]
+    assert mutate_twice(obj, DAEMON_NODES)[1] == []
+    # a Deployment's pods go where the device is: nothing to say
+    deployment = review(workload("Deployment", frac(ask)), DAEMON_NODES)
+    assert deployment.allowed and deployment.warnings == []
+
+
 def test_workload_template_memory_that_nothing_covers_warns():
     result = review(workload("Deployment", memreq("500Gi")), [a100_40()])
     assert result.allowed and result.patch == []
@@ -2388,6 +2434,48 @@ def test_a_gke_partition_no_pool_has_now_is_told_too():
         "strategy)); the pod stays Pending until one does. It was converted from nvidia.com/gpu 0.5"
     ), event.message
     assert not _unoffered_events(_as_created(_pod_of(live), before))
+
+
+def _daemon_pod_of(workload_obj: dict[str, Any], node: str) -> dict[str, Any]:
+    """The pod the DaemonSet controller makes from its template for ``node`` (matchFields on metadata.name)."""
+    made = _pod_of(workload_obj)
+    made["metadata"]["ownerReferences"][0].update({"kind": "DaemonSet", "name": "d"})
+    on_node = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+    made["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": on_node}}
+    }
+    return made
+
+
+def test_a_pod_no_node_it_can_run_on_offers_its_device_is_told_though_another_pool_offers_it():
+    """A DaemonSet's pod for an A100-80GB node asked the 3g.20gb its template was converted to on the A100-40GB:
+    Pending for good, and told nothing, since some pool offered that device (found by a review of MIG). Now the
+    pods no node they can run on serves are told, and so is a pod of another owner that its own nodeSelector
+    keeps off the pools that offer its device."""
+    ctx = context(DAEMON_NODES)
+    live = pipeline.mutate(workload("DaemonSet", frac("0.5")), ctx).object
+    result = _as_created(_daemon_pod_of(live, "n2"), ctx)
+    assert result.allowed
+    assert result.warnings == [
+        "mig: trainer asks nvidia.com/mig-3g.20gb, which no node it can run on offers now: it stays Pending"
+    ]
+    (event,) = _unoffered_events(result)
+    assert event.type == "Warning"
+    assert event.message == (
+        "container trainer asks for nvidia.com/mig-3g.20gb, which no node it can run on offers (pool a100-40 offers "
+        "it, out of the pod's nodeSelector, node affinity or tolerations); the pod stays Pending until one does. Its "
+        "DaemonSet's template asks this one device of every node it selects: give pool a100-80 a MIG layout that "
+        "offers it, keep the DaemonSet off it (a nodeSelector or node affinity), or ask the fraction by annotation "
+        "gpu-admission.io/gpu-fraction, which is converted on each pod for its node."
+    )
+    served = _as_created(_daemon_pod_of(live, "n1"), ctx)
+    assert served.warnings == [] and not _unoffered_events(served)
+    kept_off = pod(container(limits=mig("3g.20gb")["limits"]), nodeSelector={POOL: "a100-80"})
+    (event,) = _unoffered_events(_as_created(kept_off, ctx))
+    assert event.message == (
+        "container trainer asks for nvidia.com/mig-3g.20gb, which no node it can run on offers (pool a100-40 offers "
+        "it, out of the pod's nodeSelector, node affinity or tolerations); the pod stays Pending until one does."
+    )
 
 
 def test_a_refusal_while_a_mig_layout_is_changing_says_so_and_when_to_try_again():

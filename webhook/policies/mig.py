@@ -11,7 +11,9 @@ Kubernetes validates a workload's pod template when the workload is created and 
 fractional ``nvidia.com/gpu`` is converted in Deployment, StatefulSet, DaemonSet, ReplicaSet, Job and CronJob
 templates too. The memory resource and the annotation leave templates unchanged (what GitOps users prefer: the
 manifest in git stays what the cluster holds); the pods are converted when they are created, and the template only
-gets a warning when nothing offered now would cover the request.
+gets a warning when nothing offered now would cover the request. A DaemonSet's converted template is told which
+pools get no pod (pinned off) or a Pending one (``_warn_daemonset``): its controller makes a pod for every node it
+selects, whatever the device its template asks.
 
 How a profile is chosen, per container (init containers included), each on its own:
 
@@ -325,12 +327,39 @@ def holds_given(line: str | None, container: JSON, spec: JSON) -> bool:
 
 
 def _where_now(pod: PodView, ctx: Context) -> str:
-    """Where the pod, as it stands, can get its GPU: the words a line written by ``_line`` ends with."""
-    places = [
-        Placement(c.group, None, True)
-        for c in _eligible(ctx, _trial(pod, [], None, None, ctx.cluster.extended_resource_toleration))
-    ]
-    return _where(places)
+    """Where the pod, as it stands, can get its GPU: the words a line written by ``_line`` ends with; for a
+    DaemonSet's template, with the pools where its pods stay Pending (``_daemon_pending``)."""
+    served = _served(pod, ctx)
+    where = _where([Placement(g, None, True) for g in served])
+    pending = _daemon_pending(pod, ctx, served) if where else []
+    return f"{where}, {DAEMON_PENDING.format(pools=_pools(pending))}" if pending else where
+
+
+def _served(pod: PodView, ctx: Context) -> list[NodeGroup]:
+    """The groups where the pod, as it stands, can get every GPU device its containers ask."""
+    return [c.group for c in _eligible(ctx, _trial(pod, [], None, None, ctx.cluster.extended_resource_toleration))]
+
+
+DAEMON_PENDING = "its pods on {pools} stay Pending"
+"""What a DaemonSet's line adds where the pods it makes on some pools get no device there."""
+
+
+def _daemon_nodes(pod: PodView, ctx: Context) -> list[NodeGroup]:
+    """The GPU groups a DaemonSet makes a pod for (none for other kinds): those its template's nodeSelector, node
+    affinity and tolerations reach. Its controller checks no resource, and gives no toleration for the resources
+    asked, as ExtendedResourceToleration gives the pods (kubernetes pkg/controller/daemon ``predicates``)."""
+    if pod.kind != "DaemonSet":
+        return []
+    rules: JSON = {k: pod.spec[k] for k in ("nodeSelector", "affinity", "tolerations") if k in pod.spec}
+    return [c.group for c in ctx.cluster.eligible(rules, gpu_only=True)]
+
+
+def _daemon_pending(pod: PodView, ctx: Context, served: Sequence[NodeGroup]) -> list[NodeGroup]:
+    """The groups a DaemonSet makes a pod for whose nodes do not offer what its template asks (``served``: those
+    that do): one template asks one device of every node, and its pods there stay Pending for good (a fraction
+    converted to an A100-40GB's 3g.20gb, and the A100-80GB nodes offering 3g.40gb: a review of MIG)."""
+    kept = {id(g) for g in served}
+    return [g for g in _daemon_nodes(pod, ctx) if id(g) not in kept]
 
 
 def _confirmed(text: str | None, container: JSON, pod: PodView, pin_keys: Sequence[str]) -> Line | None:
@@ -1532,6 +1561,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     req.spot_first = "SpotPrefer" in out.reasons
     req.spot_mode = spot.decided_mode(out)
     own = dict(as_dict(pod.spec.get("nodeSelector")))
+    daemons = _daemon_nodes(pod, ctx)  # before the conversion's pins
     saved = _saved(pod, asks) if len(asks) > 1 else None
     done = _convert(req, pod, asks)
     if not done.complete and saved is not None and len(done.failed) > 1:
@@ -1561,6 +1591,23 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     converted = done.converted
     if converted or prior:
         out.finish.append(lambda: _describe(pod, ctx, out, prior, converted, own))
+    if converted and daemons:
+        after = {id(g) for g in _daemon_nodes(pod, ctx)}
+        pinned_off = [g for g in daemons if id(g) not in after]
+        out.finish.append(lambda: _warn_daemonset(pod, ctx, out, pinned_off))
+
+
+def _warn_daemonset(pod: PodView, ctx: Context, out: Outcome, pinned_off: Sequence[NodeGroup]) -> None:
+    """A DaemonSet runs a pod on every node it selects, and its template was converted to one device for all of
+    them: the pools its pods get none on are said, those the conversion's pin or nodeSelector keeps it off (no
+    pod) and those that do not offer the device (a Pending pod for good). One template cannot ask each node for its
+    own profile; the fraction annotation, converted on each pod for its node, can (a review of MIG: its pods on
+    another GPU model stayed Pending, or the DaemonSet was shrunk to one model, without a word)."""
+    advice = f"use annotation {FRACTION_ANNOTATION}"  # the pools first: a long pool name cuts the advice
+    if pinned_off:
+        out.warn(fit_warning(f"mig: no DaemonSet pod on {_pools(pinned_off)} (pinned off): {advice}", ""))
+    if pending := _daemon_pending(pod, ctx, _served(pod, ctx)):
+        out.warn(fit_warning(f"mig: DaemonSet pods Pending on {_pools(pending)} (no such device): {advice}", ""))
 
 
 def _describe(
@@ -1656,43 +1703,79 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
 
 
 def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str, str]) -> None:
-    """A pod asking for a MIG device that no node or declared pool offers now: it stays Pending, and the scheduler
-    says only 'Insufficient nvidia.com/mig-3g.40gb' (or, for a device of a single-strategy or GKE node, that no
-    node matches its nodeSelector). Most often its workload's fraction was converted before the GPUs were given
-    another MIG layout: the template keeps the old profile, and applying the workload again converts it afresh.
-    Said as a warning and a Warning Event (the pods of a controller have no one to read a warning). Not while a
-    MIG layout is changing (MIG Manager withholds the devices then), nor where the webhook knows no node or pool."""
+    """A pod asking for a MIG device that no node it can run on (its nodeSelector, node affinity, matchFields and
+    tolerations) offers now: it stays Pending, and the scheduler says only 'Insufficient nvidia.com/mig-3g.40gb' (or,
+    for a device of a single-strategy or GKE node, that no node matches its nodeSelector). Most often its workload's
+    fraction was converted before the GPUs were given another MIG layout: the template keeps the old profile, and
+    applying the workload again converts it afresh. A DaemonSet's pod is made for each node its template selects,
+    whatever the device its template asks (its pod for an A100-80GB node asked the 3g.20gb of the A100-40GB its
+    template was converted for, and was told nothing, since another pool offered it: a review of MIG). Said as a
+    warning and a Warning Event (the pods of a controller have no one to read a warning). Not while a MIG layout is
+    changing (MIG Manager withholds the devices then), nor where the webhook knows no node or pool."""
     groups = ctx.cluster.groups
     if not groups or any(g.mig_changing for g in groups):
         return
+    rules = _trial(pod, [], None, None, ctx.cluster.extended_resource_toleration)
     for _, name, container in named(pod):
         text = prior.get(name, "")
         line = record.parse(text)
         given = line.given if line.conversion and holds_given(text, container, pod.spec) else ""
-        asks: list[tuple[str, bool]] = [
-            (r, any(offers(g, {r: Decimal(1)}) for g in groups)) for r in mig_resources(container)
+        asks: list[tuple[str, dict[str, Decimal], Pin | None]] = [
+            (r, {r: Decimal(1)}, None) for r in mig_resources(container)
         ]
         if given and line.selector and _is_mig(given):  # the pin to a single-strategy product or a GKE partition size
-            one = {GPU_RESOURCE: Decimal(1)}
-            key, (value,) = line.selector
-            asks.append((given, any(g.labels.get(key) == value and offers(g, one) for g in groups)))
-        for what, offered in asks:
-            if offered:
+            asks.append((given, {GPU_RESOURCE: Decimal(1)}, line.selector))
+        for what, wanted, selector in asks:
+            offering = [g for g in groups if offers(g, wanted) and (selector is None or _labelled(g, selector))]
+            reached = {id(c.group) for c in ctx.cluster.eligible(rules, resources=wanted, gpu_only=True)}
+            if any(id(g) in reached for g in offering):
                 continue
-            out.warn(fit_warning(f"mig: {name} asks {what}, which no node or pool offers now: it stays Pending", name))
-            earlier = ""
-            if what == given:
-                earlier = (
-                    f" It was converted from {line.asked} ({PREFIX}{record.ANNOTATION}) before the GPUs had"
-                    " today's layout: apply its workload again to convert it to a profile offered now, or to be told"
-                    " why none fits."
-                )
-            out.event(
-                "MIGUnoffered",
-                f"container {name} asks for {what}, which no node or declared pool offers ({_offered_now(groups)});"
-                f" the pod stays Pending until one does.{earlier}",
-                "Warning",
-            )
+            _say_unoffered(pod, ctx, out, name, what, line if what == given else None, offering)
+
+
+def _labelled(group: NodeGroup, selector: Pin) -> bool:
+    key, (value,) = selector
+    return group.labels.get(key) == value
+
+
+def _say_unoffered(
+    pod: PodView, ctx: Context, out: Outcome, name: str, what: str, line: Line | None, offering: Sequence[NodeGroup]
+) -> None:
+    """``_warn_unoffered``'s words: no node or declared pool offers the device, or none the pod can run on (the
+    pools that do named); from the conversion's ``line``, what it was converted from and how to convert it afresh,
+    or for a DaemonSet's pod, what helps (applying it again converts its template to the same device)."""
+    groups = ctx.cluster.groups
+    if not offering:
+        warned = f"mig: {name} asks {what}, which no node or pool offers now: it stays Pending"
+        said = f"which no node or declared pool offers ({_offered_now(groups)})"
+    else:
+        warned = f"mig: {name} asks {what}, which no node it can run on offers now: it stays Pending"
+        offer = "offers" if len({g.pool for g in offering}) == 1 else "offer"
+        said = (
+            f"which no node it can run on offers ({_pools(offering)} {offer} it, out of the pod's nodeSelector, node"
+            " affinity or tolerations)"
+        )
+    out.warn(fit_warning(warned, name))
+    hint = ""
+    if offering and pod.owner_kind == "DaemonSet":
+        targets = [c.group for c in ctx.cluster.eligible(_placement_rules(pod), gpu_only=True)]
+        where = _pools(targets) if targets else "its node's pool"
+        hint = (
+            f" Its DaemonSet's template asks this one device of every node it selects: give {where} a MIG layout"
+            f" that offers it, keep the DaemonSet off it (a nodeSelector or node affinity), or ask the fraction by"
+            f" annotation {FRACTION_ANNOTATION}, which is converted on each pod for its node."
+        )
+    elif line is not None:
+        hint = (
+            f" It was converted from {line.asked} ({PREFIX}{record.ANNOTATION}) before the GPUs had"
+            " today's layout: apply its workload again to convert it to a profile offered now, or to be told"
+            " why none fits."
+        )
+    out.event(
+        "MIGUnoffered",
+        f"container {name} asks for {what}, {said}; the pod stays Pending until one does.{hint}",
+        "Warning",
+    )
 
 
 def _offered_now(groups: Sequence[NodeGroup]) -> str:
