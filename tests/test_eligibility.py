@@ -486,6 +486,21 @@ def test_declared_pool_without_nodes_is_judged_on_its_labels() -> None:
     assert view.eligible(affinity(fields=[expr("metadata.name", "In", "zero-1")])) == []
 
 
+def test_a_declared_pool_without_nodes_holds_a_name_not_in() -> None:
+    """The nodes it will get carry names of their own: a rule that keeps the pod off one node (NotIn) lets it on
+    them, one that pins it to a node (In) does not (every field rule kept the pod off every pool at zero)."""
+    pool = PoolSettings(name="zero", node_selector={"pool": "zero"}, driver_version="570.26")
+    view = build_view([node("a1", {"pool": "a"})], Settings(cluster=ClusterSettings(pools=[pool])))
+    off_a1 = affinity(fields=[expr("metadata.name", "NotIn", "a1")])
+    assert [(c.group.pool, c.nodes) for c in view.eligible(off_a1)] == [("zero", ())]
+    off_gone = affinity(fields=[expr("metadata.name", "NotIn", "bad-1")])
+    assert [(c.group.pool, c.nodes) for c in view.eligible(off_gone)] == [("gpu/driver-unknown", ("a1",)), ("zero", ())]
+    to_zero = {"nodeSelector": {"pool": "zero"}, **off_gone}
+    assert [(c.group.pool, c.nodes) for c in view.eligible(to_zero)] == [("zero", ())]
+    on_a1 = affinity(fields=[expr("metadata.name", "In", "a1")])
+    assert [(c.group.pool, c.nodes) for c in view.eligible(on_a1)] == [("gpu/driver-unknown", ("a1",))]
+
+
 def test_groups_not_nodes() -> None:
     nodes = [node(f"n{i}", {"pool": f"p{i % 4}"}) for i in range(400)]
     view = build_view(nodes, Settings())

@@ -725,8 +725,9 @@ class _Term:
     fields: tuple[tuple[bool, str], ...]
 
     def matches(self, labels: Mapping[str, str], name: str | None) -> bool:
-        if self.fields and name is None:
-            return False  # a pool without nodes now cannot satisfy a field selector on a node's name
+        """``name`` None: a declared pool without nodes now, whose nodes to come carry names of their own, none a rule
+        names now: ``metadata.name In`` fails, ``NotIn`` holds (every field rule failed, and a NotIn of a node gone
+        bad kept the pod off every declared pool at zero; found by a review of the cluster model)."""
         for is_in, value in self.fields:
             if (name == value) != is_in:
                 return False
