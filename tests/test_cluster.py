@@ -826,6 +826,31 @@ def test_a_declared_pools_node_that_offers_no_gpu_yet_leaves_the_declaration_sta
     assert [g.declared for g in ready.groups] == [False], "a node that serves replaces the declaration"
 
 
+def test_a_declared_pool_at_zero_carries_the_labels_its_nodes_are_certain_to() -> None:
+    """Its nodeSelector's, the kubelet's OS labels, and where the selector names GKE's pool, GKE's accelerator type
+    of its gpuProduct; nothing else (a pod that selected another label was refused where the pool ran its CUDA)."""
+    pools = [
+        PoolSettings(name="l4", node_selector={"cloud.google.com/gke-nodepool": "l4"}, gpu_product="NVIDIA-L4"),
+        PoolSettings(name="k3s", node_selector={"pool": "k3s", "kubernetes.io/os": "linux"}, gpu_product="NVIDIA-L4"),
+    ]
+    view = build_view([], Settings(cluster=ClusterSettings(pools=pools)))
+    assert {g.pool: dict(g.labels) for g in view.groups} == {
+        "l4": {
+            "cloud.google.com/gke-nodepool": "l4",
+            "cloud.google.com/gke-accelerator": "nvidia-l4",
+            "kubernetes.io/os": "linux",
+            "beta.kubernetes.io/os": "linux",
+            "nvidia.com/gpu.product": "NVIDIA-L4",
+        },
+        "k3s": {
+            "pool": "k3s",
+            "kubernetes.io/os": "linux",
+            "beta.kubernetes.io/os": "linux",
+            "nvidia.com/gpu.product": "NVIDIA-L4",
+        },
+    }
+
+
 def test_a_declared_pool_without_a_gpu_count_takes_a_pod_of_any_count() -> None:
     pool = PoolSettings(name="h100", node_selector={"pool": "h100"}, driver_version="550.90.07")
     view = build_view([], Settings(cluster=ClusterSettings(pools=[pool])))

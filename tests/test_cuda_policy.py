@@ -423,6 +423,52 @@ def test_declared_pool_scaled_to_zero_is_eligible() -> None:
     assert_idempotent(result, ctx)
 
 
+GKE_POOL, GKE_ACCELERATOR = "cloud.google.com/gke-nodepool", "cloud.google.com/gke-accelerator"
+
+
+@pytest.mark.parametrize(
+    ("node", "old", "new", "selector"),
+    [
+        pytest.param(
+            gpu_node("a-1", "gpu-a", "535.104.05", labels={"kubernetes.io/os": "linux"}),
+            [],
+            {"eks.amazonaws.com/nodegroup": "h100"},
+            {"kubernetes.io/os": "linux"},
+            id="helm-chart-os",
+        ),
+        pytest.param(
+            gpu_node("gke-1", "old", None, gfd="none", pool_label=GKE_POOL, labels={GKE_ACCELERATOR: "nvidia-l4"}),
+            [
+                {
+                    "name": "old",
+                    "nodeSelector": {GKE_POOL: "old"},
+                    "driverVersion": "535.104.05",
+                    "gpuProduct": "NVIDIA-L4",
+                }
+            ],
+            {GKE_POOL: "h100"},
+            {GKE_ACCELERATOR: "nvidia-l4"},
+            id="gke-accelerator",
+        ),
+    ],
+)
+def test_a_pod_that_selects_a_label_of_a_declared_pool_at_zero_is_steered_there(
+    node: dict[str, Any], old: list[dict[str, Any]], new: dict[str, str], selector: dict[str, str]
+) -> None:
+    """The pool at zero carries the labels its nodes are certain to (the kubelet's OS, GKE's accelerator type of
+    its gpuProduct): a pod that selects one was refused, only the running pool of the old driver left to it, and
+    the advice to select the pool at zero then said its pool was not known."""
+    declared = {"name": "h100", "nodeSelector": new, "driverVersion": "580.95.05", "gpuProduct": "NVIDIA-L4"}
+    ctx = context([node], settings(cluster={"pools": [*old, declared]}))
+    obj = pod(container(image="pytorch/pytorch:2.9.1-cuda13.0-cudnn9-runtime"), node_selector=selector)
+    result = pipeline.review(obj, ctx)
+    assert result.allowed, result.message
+    assert result.object["spec"]["nodeSelector"] == selector
+    ((key, value),) = new.items()
+    assert required_terms(result.object) == [{"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}]
+    assert_idempotent(result, ctx)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Expressions: forward compatibility, invalid ones, minor-version compatibility
 

@@ -501,6 +501,60 @@ def test_a_declared_pool_without_nodes_holds_a_name_not_in() -> None:
     assert [(c.group.pool, c.nodes) for c in view.eligible(on_a1)] == [("gpu/driver-unknown", ("a1",))]
 
 
+GKE_POOL, GKE_ACCELERATOR = "cloud.google.com/gke-nodepool", "cloud.google.com/gke-accelerator"
+EKS_AT_ZERO = PoolSettings(name="gpu-new", node_selector={"eks.amazonaws.com/nodegroup": "gpu-new"})
+
+
+def gke_at_zero(name: str, product: str, **kw: Any) -> PoolSettings:
+    return PoolSettings(name=name, node_selector={GKE_POOL: name}, gpu_product=product, **kw)
+
+
+@pytest.mark.parametrize(
+    ("pool", "selector", "eligible"),
+    [
+        pytest.param(EKS_AT_ZERO, {"kubernetes.io/os": "linux"}, ["gpu-new"], id="os-linux"),
+        pytest.param(EKS_AT_ZERO, {"beta.kubernetes.io/os": "linux"}, ["gpu-new"], id="beta-os-linux"),
+        pytest.param(EKS_AT_ZERO, {"kubernetes.io/os": "windows"}, [], id="os-windows"),
+        pytest.param(EKS_AT_ZERO, {"kubernetes.io/arch": "amd64"}, [], id="arch-not-known-not-guessed"),
+        pytest.param(gke_at_zero("l4", "NVIDIA-L4"), {GKE_ACCELERATOR: "nvidia-l4"}, ["l4"], id="gke-l4"),
+        pytest.param(gke_at_zero("l4", "NVIDIA-L4"), {GKE_ACCELERATOR: "nvidia-tesla-t4"}, [], id="gke-another-gpu"),
+        pytest.param(gke_at_zero("l4", ""), {GKE_ACCELERATOR: "nvidia-l4"}, [], id="gke-no-product-not-guessed"),
+        pytest.param(
+            gke_at_zero("a100", "NVIDIA-A100-SXM4-40GB", mig_strategy="gke", mig_profiles={"1g.5gb": 7}),
+            {GKE_ACCELERATOR: "nvidia-tesla-a100", "cloud.google.com/gke-gpu-partition-size": "1g.5gb"},
+            ["a100"],
+            id="gke-mig-as-its-docs-select",
+        ),
+        pytest.param(
+            gke_at_zero("h100", "NVIDIA-H100-80GB-HBM3"),
+            {GKE_ACCELERATOR: "nvidia-h100-80gb"},
+            [],
+            id="gke-h100-is-two",
+        ),
+        pytest.param(
+            gke_at_zero("h100", "nvidia-h100-mega-80gb"),
+            {GKE_ACCELERATOR: "nvidia-h100-mega-80gb"},
+            ["h100"],
+            id="gke-product-given-as-accelerator",
+        ),
+        pytest.param(
+            PoolSettings(name="l4", node_selector={"pool": "l4"}, gpu_product="NVIDIA-L4"),
+            {GKE_ACCELERATOR: "nvidia-l4"},
+            [],
+            id="selector-names-no-gke-pool",
+        ),
+    ],
+)
+def test_a_declared_pool_without_nodes_carries_the_labels_its_nodes_are_certain_to(
+    pool: PoolSettings, selector: dict[str, str], eligible: list[str]
+) -> None:
+    """Judged on its nodeSelector's labels alone, it matched no pod that selects another (a Helm chart's
+    kubernetes.io/os, GKE's documented accelerator label), and such a pod was refused where the pool ran its CUDA.
+    What a declaration cannot know (the CPU architecture; a GPU GKE names two ways) is not guessed."""
+    view = build_view([], Settings(cluster=ClusterSettings(pools=[pool])))
+    assert [c.group.pool for c in view.eligible({"nodeSelector": selector})] == eligible
+
+
 def test_groups_not_nodes() -> None:
     nodes = [node(f"n{i}", {"pool": f"p{i % 4}"}) for i in range(400)]
     view = build_view(nodes, Settings())

@@ -33,6 +33,7 @@ from webhook.config import PoolSettings, Settings
 from webhook.documents import read_documents
 from webhook.drivers import DriverTable, Version, builtin_table, parse_version, show, show_driver
 from webhook.errors import InputError
+from webhook.mig_profiles import load_table
 from webhook.model import JSON, as_dict, as_list, as_str, is_label_value, is_qualified_name
 from webhook.presets import Presets, load_presets
 from webhook.quantity import QuantityError, parse_quantity
@@ -49,6 +50,10 @@ GKE_PARTITION_LABEL = "cloud.google.com/gke-gpu-partition-size"
 GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 PRODUCT_LABEL = GFD + "gpu.product"
 GKE_LABELS = "cloud.google.com/gke-"
+NODE_OS_LABELS: Mapping[str, str] = {"kubernetes.io/os": "linux", "beta.kubernetes.io/os": "linux"}
+"""What the kubelet labels a Linux node with (the beta key too), as Cluster Autoscaler's template node for a group at
+zero carries them (its generic labels): every GPU node runs Linux (NVIDIA's device plugin, which offers
+nvidia.com/gpu, runs on nothing else)."""
 
 
 def compat_wired(labels: Mapping[str, str], driver_source: str) -> bool:
@@ -1257,7 +1262,7 @@ class _Builder:
 
     def declared_group(self, pool: PoolSettings) -> NodeGroup:
         """A group for a declared pool that has no node now: what its nodes will look like."""
-        labels = dict(pool.node_selector)
+        labels = {**certain_labels(pool, self.presets), **pool.node_selector}
         allocatable: dict[str, Decimal] = {}
         count = pool.gpu_count or 1
         product = pool.gpu_product
@@ -1305,6 +1310,39 @@ class _Builder:
             counts_known=bool(pool.gpu_count) or (pool.mig_strategy != "none" and bool(profiles)),
             notes=notes,
         )
+
+
+def certain_labels(pool: PoolSettings, presets: Presets) -> dict[str, str]:
+    """The labels every node of a declared pool carries beyond its nodeSelector, which a pod may select on (many
+    Helm charts' kubernetes.io/os: linux; GKE's documented cloud.google.com/gke-accelerator): the kubelet's OS labels
+    (``NODE_OS_LABELS``), and the accelerator label of a provider whose own label the selector names
+    (``Presets.named_by``), where its gpuProduct is or names one accelerator type. Cluster Autoscaler's template
+    node for the group carries them too. What a declaration cannot know (the CPU architecture, the zone, the instance
+    type) stays absent: a pod that selects it is not sent to the pool on a guess. With its selector's labels alone,
+    a pool at zero matched no such pod, which was refused where the pool ran its CUDA (found by a review of the
+    cluster model)."""
+    labels = dict(NODE_OS_LABELS)
+    for provider in sorted(presets.named_by(pool.node_selector)):
+        if provider in presets.accelerator_labels:
+            key, by_product = presets.accelerator_labels[provider]
+            names = _accelerator_names(pool.gpu_product, key, by_product)
+            if len(names) == 1:
+                labels[key] = next(iter(names))
+    return labels
+
+
+def _accelerator_names(product: str, key: str, by_product: Mapping[str, str]) -> frozenset[str]:
+    """The accelerator types (of label ``key``) a declared gpuProduct names: itself where it is one; else the one
+    providers.yaml gives the product, or those of the MIG GPU models that match it (mig-profiles.yaml's
+    gke_accelerators, for GKE's label)."""
+    if not product:
+        return frozenset()
+    models = load_table().models if key == GKE_ACCELERATOR_LABEL else ()
+    if product in {*by_product.values(), *(a for m in models for a in m.gke_accelerators)}:
+        return frozenset({product})
+    if product in by_product:
+        return frozenset({by_product[product]})
+    return frozenset(a for m in models if m.matches(product) for a in m.gke_accelerators)
 
 
 def build_view(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -56,6 +56,17 @@ class Presets:
     them shows, its spot label is kept though no node carries it (a NodePool at zero shows nothing)."""
     spot_tainted: frozenset[str] = frozenset()
     """The providers that give every spot node their spot taints (AKS, OKE; GKE only where the pool was made so)."""
+    accelerator_labels: Mapping[str, tuple[str, Mapping[str, str]]] = field(default_factory=dict)
+    """Per provider that labels every GPU node with its accelerator type (GKE): the label, and the types of the GPUs
+    without MIG by the product GFD names them (``accelerator_label``, ``accelerators`` in providers.yaml)."""
+
+    def named_by(self, keys: Collection[str]) -> frozenset[str]:
+        """The providers a declared pool's nodeSelector of ``keys`` names by a label only their nodes carry: a spot
+        label, or a pool label ``steer_by_pool`` lists (AKS's kubernetes.azure.com/agentpool, not the bare agentpool
+        a k3s cluster's own nodes may carry too, nor a key of ``cluster.poolLabelKeys``)."""
+        own = {k: p for k, _, p in self.spot_labels if p in self.node_label_keys}
+        own |= {k: p for p, names in self.node_label_keys.items() for k in names if k in self.pool_steered}
+        return frozenset(own[k] for k in keys if k in own)
 
 
 @lru_cache(maxsize=1)
@@ -136,4 +147,9 @@ def load_presets(
         - set(extra_pool_labels),
         {n: frozenset(raw[n]["runs_on"]) for n in names if (raw[n] or {}).get("runs_on")},
         frozenset(n for n in names if (raw[n] or {}).get("spot_tainted")),
+        {
+            n: (raw[n]["accelerator_label"], {str(k): str(v) for k, v in (raw[n].get("accelerators") or {}).items()})
+            for n in names
+            if (raw[n] or {}).get("accelerator_label")
+        },
     )
