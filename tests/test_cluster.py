@@ -851,6 +851,53 @@ def test_a_declared_pool_at_zero_carries_the_labels_its_nodes_are_certain_to() -
     }
 
 
+AKS_SPOT = "kubernetes.azure.com/scalesetpriority"
+
+
+@pytest.mark.parametrize(
+    ("selector", "spot", "taints", "taints_now"),
+    [
+        pytest.param(
+            {"kubernetes.azure.com/agentpool": "spotgpu"}, True, [], [f"{AKS_SPOT}=spot:NoSchedule"], id="aks"
+        ),
+        pytest.param({AKS_SPOT: "spot"}, False, [], [f"{AKS_SPOT}=spot:NoSchedule"], id="aks-spot-label"),
+        pytest.param({"kubernetes.azure.com/agentpool": "gpu"}, False, [], [], id="aks-on-demand"),
+        pytest.param({"agentpool": "spotgpu"}, True, [], [], id="generic-agentpool-a-k3s-node-may-carry"),
+        pytest.param(
+            {"kubernetes.azure.com/agentpool": "spotgpu"},
+            True,
+            [TaintSpec(AKS_SPOT, "spot", "NoExecute"), TaintSpec("sku", "gpu")],
+            [f"{AKS_SPOT}=spot:NoExecute", f"{AKS_SPOT}=spot:NoSchedule", "sku=gpu:NoSchedule"],
+            id="aks-with-its-own",
+        ),
+        pytest.param(
+            {"oci.oraclecloud.com/oke-is-preemptible": "true"},
+            False,
+            [],
+            ["oci.oraclecloud.com/oke-is-preemptible:NoSchedule"],
+            id="oke-undocumented-value",
+        ),
+        pytest.param(
+            {"oci.oraclecloud.com/oke-is-preemptible": "true"},
+            False,
+            [TaintSpec("oci.oraclecloud.com/oke-is-preemptible", "true")],
+            ["oci.oraclecloud.com/oke-is-preemptible=true:NoSchedule"],
+            id="oke-declared-value-kept",
+        ),
+        pytest.param({"cloud.google.com/gke-nodepool": "spot"}, True, [], [], id="gke-taints-only-pools-made-so"),
+    ],
+)
+def test_a_declared_spot_pool_at_zero_carries_the_spot_taints_its_provider_gives_every_spot_node(
+    selector: dict[str, str], spot: bool, taints: list[TaintSpec], taints_now: list[str]
+) -> None:
+    """AKS taints every spot node (OKE every preemptible one): a pool at zero that its selector shows to be one was
+    taken as untainted, and a pod was steered there with no toleration, Pending for good."""
+    pool = PoolSettings(name="p", node_selector=selector, driver_version="580.65.06", spot=spot, taints=taints)
+    (g,) = build_view([], Settings(cluster=ClusterSettings(pools=[pool]))).groups
+    assert g.spot is (spot or bool(taints_now))
+    assert sorted(str(t) for t in g.taints) == taints_now
+
+
 def test_a_declared_pool_without_a_gpu_count_takes_a_pod_of_any_count() -> None:
     pool = PoolSettings(name="h100", node_selector={"pool": "h100"}, driver_version="550.90.07")
     view = build_view([], Settings(cluster=ClusterSettings(pools=[pool])))

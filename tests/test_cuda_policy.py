@@ -1585,6 +1585,34 @@ def test_a_pod_steered_to_spot_pools_alone_is_told_it_may_be_preempted(mode: str
     assert not any("only spot pools" in w for w in both.warnings)  # an on-demand pool runs it too
 
 
+def test_a_declared_aks_spot_pool_at_zero_is_reached_only_with_the_toleration_of_its_spot_taint() -> None:
+    """AKS taints every spot node: its spot pool at zero was taken as untainted, and a pod that does not tolerate
+    the taint was steered there alone ("only spot pools run its CUDA") and stayed Pending for good; refused as with
+    a node of it there, the advice naming the toleration."""
+    aks = "kubernetes.azure.com/agentpool"
+    old = gpu_node("aks-gpu-1", "gpu", "535.104.05", product=RTX, pool_label=aks)
+    spot = {"name": "spotgpu", "nodeSelector": {aks: "spotgpu"}, "driverVersion": "570.124.06", "spot": True}
+    ctx = context([old], settings(cluster={"pools": [{**spot, "gpuProduct": RTX}]}))
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert not result.allowed and result.reason == "CUDAIncompatible"
+    assert required_terms(result.object) == []
+    assert (
+        "target pool spotgpu (driver 570.124.06, CUDA 12.8) with nodeSelector kubernetes.azure.com/agentpool: spotgpu"
+        " and a toleration of kubernetes.azure.com/scalesetpriority=spot:NoSchedule (or annotation"
+        " gpu-admission.io/spot: tolerate)"
+    ) in result.message
+    tolerating = pipeline.review(
+        pod(container(image=IMAGE_128), annotations={"gpu-admission.io/spot": "tolerate"}), ctx
+    )
+    assert tolerating.allowed, tolerating.message
+    assert tolerating.object["spec"]["tolerations"] == [
+        {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}
+    ]
+    assert required_terms(tolerating.object) == [
+        {"matchExpressions": [{"key": aks, "operator": "In", "values": ["spotgpu"]}]}
+    ]
+
+
 @pytest.mark.parametrize(
     ("platform", "theirs"),
     [

@@ -1280,7 +1280,17 @@ class _Builder:
             labels.setdefault(GFD + "gpu.product", product)
         if pool.mig_strategy in ("mixed", "single"):
             labels.setdefault(GFD + "mig.strategy", pool.mig_strategy)
-        taints = tuple(sorted({Taint(t.key, t.value, t.effect) for t in pool.taints}, key=lambda t: (t.key, t.effect)))
+        declared = {Taint(t.key, t.value, t.effect) for t in pool.taints}
+        spot = pool.spot or self.is_spot(labels, declared)
+        # its nodes carry the spot taints of the provider its selector names where that provider taints every spot
+        # node (AKS): taken as untainted, a pod was steered there without the toleration, and stayed Pending for good
+        # (found by a review of the cluster model). One of undocumented value (OKE's) is tolerated by Exists.
+        added = {
+            Taint(t.key, t.value or "", t.effect)
+            for t in (self.presets.tainted_spot_taints(pool.node_selector) if spot else ())
+            if not any(d.key == t.key and d.effect == t.effect for d in declared)
+        }
+        taints = tuple(sorted(declared | added, key=lambda t: (t.key, t.effect)))
         driver = parse_version(pool.driver_version)
         cuda = self.table.cuda_for_driver(driver) if driver else None
         notes = () if driver else (f"driver unknown: pool {pool.name} declares no driverVersion",)
@@ -1303,7 +1313,7 @@ class _Builder:
             mig_strategy=pool.mig_strategy,
             mig_profiles=profiles,
             sharing=pool.sharing,
-            spot=pool.spot or self.is_spot(labels, taints),
+            spot=spot,
             declared=True,
             mig_capable=pool.mig_strategy != "none",
             pool_source="settings",

@@ -68,6 +68,12 @@ class Presets:
         own |= {k: p for p, names in self.node_label_keys.items() for k in names if k in self.pool_steered}
         return frozenset(own[k] for k in keys if k in own)
 
+    def tainted_spot_taints(self, keys: Collection[str]) -> tuple[TaintPreset, ...]:
+        """The spot taints of the providers that give every spot node theirs (``spot_tainted``: AKS, OKE) and that a
+        declared pool's nodeSelector of ``keys`` names (``named_by``): what the nodes of such a pool, spot, carry."""
+        named = self.named_by(keys) & self.spot_tainted
+        return tuple(t for t in self.spot_taints if t.provider in named)
+
 
 @lru_cache(maxsize=1)
 def _raw() -> dict[str, Any]:
