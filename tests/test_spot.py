@@ -469,8 +469,31 @@ def test_require_with_no_spot_node_now(providers: tuple[str, ...]) -> None:
     later = context([AKS_ON_DEMAND, joined], providers=providers)
     names = {n for c in later.cluster.eligible(result.object["spec"]) for n in c.nodes}
     assert names == {"aks-spot"}
-    # tolerate and prefer still take only the taints there are
-    assert tolerations_of(mutate(pod("prefer"), context([AKS_ON_DEMAND], providers=providers)).object) == []
+
+
+@pytest.mark.parametrize("mode", ["tolerate", "prefer"])
+@pytest.mark.parametrize("providers", [("aks",), ("all",)])
+def test_tolerate_and_prefer_with_no_spot_node_now(mode: str, providers: tuple[str, ...]) -> None:
+    """An AKS spot pool scaled to zero: tolerate and prefer took only the taints there are, none, and Cluster
+    Autoscaler never scaled the pool up for the pod, whose template node carries AKS's taint (found by a review of
+    the spot policy). They get the taint of the spot nodes to come, as require does; on a cluster that shows no
+    cloud (k3s), no cloud's."""
+    result = mutate(pod(mode), context([AKS_ON_DEMAND], providers=providers))
+    assert tolerations_of(result.object) == [equal(AKS_SCALESET, "spot")]
+    assert result.warnings == []
+    prefers = "; no spot capacity label on the cluster to prefer" if mode == "prefer" else ""
+    assert applied(result) == (
+        f"{mode} (asked by annotation); tolerates {AKS_SCALESET}=spot:NoSchedule (provider presets: no spot node on"
+        f" the cluster now){prefers}"
+    )
+    joined = node("aks-spot", {AKS_POOL: "gpuspot", AKS_PRIORITY: "spot", AKS_SCALESET: "spot"})
+    joined["spec"]["taints"] = [taint(f"{AKS_SCALESET}=spot:NoSchedule")]
+    later = context([AKS_ON_DEMAND, joined], providers=providers)
+    names = {n for c in later.cluster.eligible(result.object["spec"]) for n in c.nodes}
+    assert names == {"aks-od", "aks-spot"}
+    k3s = mutate(pod(mode), context([ON_DEMAND]))
+    assert tolerations_of(k3s.object) == []
+    assert "no spot taint on the cluster's nodes or pools to tolerate" in (applied(k3s) or "")
 
 
 def test_require_where_no_provider_shows_is_refused_saying_how_to_declare_spot_pools() -> None:
@@ -829,7 +852,12 @@ ALL_PRESET_TOLERATIONS = [
         pytest.param([], {}, ALL_PRESET_TOLERATIONS, id="unknown-cluster-all-presets"),
         pytest.param(SPOT_AKS, {"only_cluster_taints": False}, ALL_PRESET_TOLERATIONS, id="narrowing-off"),
         pytest.param([], {"providers": ("aks",)}, [AKS_WANT], id="unknown-cluster-one-provider"),
-        pytest.param(PROVIDERS["gke"][0], {"providers": ("aks",)}, [], id="taint-of-a-provider-not-configured"),
+        pytest.param(
+            [ON_DEMAND, *PROVIDERS["gke"][0]],
+            {"providers": ("aks",)},
+            [AKS_WANT],  # no AKS spot node now: those to come carry AKS's taint
+            id="taint-of-a-provider-not-configured",
+        ),
         pytest.param([ON_DEMAND], {}, [], id="no-spot-taint-on-cluster"),
         pytest.param(
             [node("o", {}, (f"{OKE}=yes:NoExecute", f"{OKE}=yes:NoSchedule"))],
@@ -866,10 +894,16 @@ ALL_PRESET_TOLERATIONS = [
             id="declared-pool-scaled-to-zero",
         ),
         pytest.param(
+            [ON_DEMAND, *SPOT_AKS],
+            {"extra_taints": [TaintSpec(USER_KEY, "", "NoSchedule")]},
+            [AKS_WANT],
+            id="user-taint-not-on-cluster",
+        ),
+        pytest.param(
             [ON_DEMAND],
             {"extra_taints": [TaintSpec(USER_KEY, "", "NoSchedule")]},
-            [],
-            id="user-taint-not-on-cluster",
+            [exists(USER_KEY)],  # the spot nodes to come carry it
+            id="user-taint-no-spot-node-now",
         ),
         pytest.param(
             [],

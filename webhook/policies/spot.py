@@ -36,13 +36,15 @@ Which taints. The spot taints of the provider presets in force (``ctx.cluster.pr
 When the cluster is known (it has groups: nodes or declared pools) and ``only_cluster_taints`` is on, only the taints
 the cluster actually carries are tolerated, exactly as they stand there (a preset with an undocumented value matches
 any value; the cluster's effect is used), so a pod does not collect tolerations for clouds it is not on. With no
-knowledge of the cluster the presets' own tolerations are added; so they are for ``require`` when no node or pool is
-spot capacity now (a spot pool scaled to zero): the pod can only run on spot nodes yet to come, which carry their
-provider's taints (AKS and OKE taint every spot node), not those of the nodes there now. Those are the presets of
-the providers the cluster shows (``ClusterView.providers``: their labels, OKE's pool annotation, a kubelet version;
-every preset's when it shows none). ``gpu_taint_presets`` (off by
-default) adds documented GPU taints that ExtendedResourceToleration does not cover (AKS ``sku=gpu:NoSchedule``), to
-GPU pods that get spot tolerations, narrowed the same way.
+knowledge of the cluster the presets' own tolerations are added; so they are, beside those of the taints there now,
+when no node or pool is spot capacity now (a spot pool scaled to zero): the spot nodes the pod may run on are yet to
+come, and carry their provider's taints (AKS and OKE taint every spot node), not those of the nodes there now; an
+autoscaler scales a pool up from zero only for a pod that tolerates them. Those are the presets of the providers
+the cluster shows (``ClusterView.providers``: their labels, OKE's pool annotation, a kubelet version) or the
+settings name, and ``extra_taints``; for ``require`` every preset's when it shows none (tolerate and prefer would
+collect tolerations for clouds the cluster is not on). ``gpu_taint_presets`` (off by default) adds documented GPU
+taints that ExtendedResourceToleration does not cover (AKS ``sku=gpu:NoSchedule``), to GPU pods that get spot
+tolerations, narrowed the same way.
 
 Which places (prefer / require, and never). The spot capacity labels of the presets plus ``extra_labels``, and the
 nodeSelector of each pool declared with ``spot: true`` (CoreWeave's spot pools carry no spot label). On a known
@@ -319,11 +321,11 @@ def _makers_from_zero(ctx: Context) -> set[str]:
     return {name for name, on in ctx.cluster.presets.runs_on.items() if not on.isdisjoint(hosts)}
 
 
-def _providers_seen(presets: Sequence[TaintPreset], ctx: Context) -> list[TaintPreset]:
-    """The presets of the providers whose spot nodes may come (``_providers_coming``; all of them when none may),
-    and those from settings."""
+def _providers_seen(presets: Sequence[TaintPreset], ctx: Context, every: bool = True) -> list[TaintPreset]:
+    """The presets of the providers whose spot nodes may come (``_providers_coming``; all of them when none may,
+    if ``every``), and those from settings."""
     seen = _providers_coming(ctx)
-    return [p for p in presets if not seen or p.provider in seen or p.provider == "settings"]
+    return [p for p in presets if (every and not seen) or p.provider in seen or p.provider == "settings"]
 
 
 def _gpu_presets(ctx: Context) -> list[TaintPreset]:
@@ -767,10 +769,15 @@ def _wanted(ctx: Context, mode: str, gpu_pod: bool, spot_now: bool) -> tuple[lis
     presets = _spot_presets(ctx)
     wanted, on_cluster = _narrowed(presets, ctx)
     source = "taints on the cluster" if on_cluster else "provider presets"
-    if mode == "require" and ctx.cluster.groups and on_cluster and not spot_now:
-        # The pod can only run on spot nodes that are yet to come (an autoscaler adds them): they will carry the
-        # presets' taints (AKS and OKE taint every spot node), not the taints of the nodes there now.
-        coming = _narrowed(_providers_seen(presets, ctx), ctx, cluster=False)[0]
+    if ctx.cluster.groups and on_cluster and not spot_now:
+        # The spot nodes the pod may run on are yet to come (an autoscaler adds them): they will carry the presets'
+        # taints (AKS and OKE taint every spot node), not the taints of the nodes there now; and an autoscaler
+        # scales a spot pool up from zero only for a pod that tolerates its template node's taints. For tolerate and
+        # prefer too: narrowed to the taints there now, they got none, and an AKS spot pool at zero was never
+        # scaled up for them (found by a review of the spot policy). Not every cloud's where the cluster shows
+        # none (k3s): they would be tolerations for clouds it is not on, where require's pod can run nowhere else.
+        seen = _providers_seen(presets, ctx, every=mode == "require")
+        coming = _narrowed(seen, ctx, cluster=False)[0]
         wanted += [w for w in coming if w not in wanted]
         source = "provider presets: no spot node on the cluster now"
     gpu_presets = _gpu_presets(ctx)
