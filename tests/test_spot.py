@@ -1516,6 +1516,78 @@ def test_never_keeps_off_the_spot_nodes_an_autoscaler_may_add(key: str, on_deman
     assert mutate(pod("never"), context([ON_DEMAND])).patch == []  # no provider shows: no spot label to keep off
 
 
+EVERY_SPOT_PLACE = [
+    (GKE_SPOT, "true"),
+    (GKE_PREEMPTIBLE, "true"),
+    (EKS, "SPOT"),
+    (KARPENTER, "spot"),
+    (AKS_PRIORITY, "spot"),
+    (AKS_SCALESET, "spot"),
+    (OKE, "true"),
+]
+NOT_EVERY_SPOT_PLACE = [{"key": k, "operator": "NotIn", "values": [v]} for k, v in EVERY_SPOT_PLACE]
+
+
+def test_never_keeps_off_every_spot_place_where_the_cluster_is_not_known() -> None:
+    """With no node list yet and no pool declared, never did nothing and said nothing, while require was kept to
+    every provider's spot labels: an EKS, Karpenter or CoreWeave spot node, untainted, took the pod (found by a
+    review of the spot policy). It is kept off them all; a NotIn on a label no node carries harms no node."""
+    result = mutate(pod("never"), context([]))
+    assert required_of(result.object) == [{"matchExpressions": NOT_EVERY_SPOT_PLACE}]
+    assert applied(result) == "never (asked by annotation); " + spot.KEPT_OFF_UNKNOWN + " or ".join(
+        f"{k}={v}" for k, v in EVERY_SPOT_PLACE
+    )
+    assert result.outcome.mutations == ["spot-affinity"] and result.warnings == []
+    # once the nodes are known, the pod keeps it, said as the cluster is now
+    nodes = [node("spot", {EKS: "SPOT"}), node("on-demand", {EKS: "ON_DEMAND"})]
+    known = mutate(result.object, context(nodes))
+    assert required_of(known.object) == [{"matchExpressions": NOT_EVERY_SPOT_PLACE}]
+    assert (applied(known) or "").startswith(f"never (asked by annotation); {KEPT_OFF}{GKE_SPOT}=true or ")
+    # a template moved to tolerate loses it, whatever the view shows then
+    first = mutate(workload("Deployment", "never"), context([])).object
+    for view in ([], nodes):
+        moved = _template(mutate(_switched(first, "tolerate"), context(view)).object)
+        assert "affinity" not in moved["spec"]
+        assert (
+            "removed what never had added: its required affinity off spot capacity"
+            in (moved["metadata"]["annotations"][APPLIED])
+        )
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        pytest.param(
+            {"nodeSelector": {GKE_SPOT: "true"}}, "its nodeSelector or affinity pins it to spot capacity", id="selector"
+        ),
+        pytest.param(
+            {"affinity": with_terms({"matchExpressions": [expr(KARPENTER, "spot")]}, and_(ZONE_A, expr(EKS, "SPOT")))},
+            "its nodeSelector or affinity pins it to spot capacity",
+            id="every-term",
+        ),
+        pytest.param({"nodeName": "n1"}, "it is bound to a node", id="bound"),
+        pytest.param({"affinity": with_terms({"matchExpressions": [expr(KARPENTER, "spot")]}, ZONE_A)}, "", id="free"),
+    ],
+)
+def test_never_where_the_cluster_is_not_known_leaves_a_pod_pinned_to_spot_as_it_is(spec: Any, why: str) -> None:
+    """Where no node tells where its own rules lead, a pod they pin to spot capacity, or a bound one, is not kept
+    off every spot place: that would leave it no node (on a known cluster, its rules leaving it only spot pools are
+    warned of instead, as here). One term free of them is narrowed as any pod."""
+    obj = pod("never")
+    obj["spec"].update(copy.deepcopy(spec))
+    result = mutate(obj, context([]))
+    if why:
+        assert result.patch == []
+        assert result.warnings == [f"spot never, yet {why}: not kept off spot capacity (no node known yet)"]
+    else:
+        assert result.warnings == []
+        karpenter_spot = {"matchExpressions": [expr(KARPENTER, "spot")]}
+        assert required_of(result.object) == [
+            and_(karpenter_spot, *NOT_EVERY_SPOT_PLACE),  # matches no node now: the zone's term takes it
+            and_(ZONE_A, *NOT_EVERY_SPOT_PLACE),
+        ]
+
+
 def test_never_keeps_off_a_gke_spot_pool_at_zero() -> None:
     """GKE labels only its spot nodes, and taints them only where the pool was made so: with no spot node now,
     never added nothing, and the autoscaler could scale up an untainted spot pool for the pod (found by a review of

@@ -12,7 +12,9 @@ Asking. The pod (or pod template) annotation ``gpu-admission.io/spot`` says what
                       too where the cluster labels every node with its capacity type (Karpenter, EKS), or no node
                       carries a place's labels (a GKE spot pool at zero), whose autoscaler may add spot nodes for
                       the pod when none is there now; not for a provider that taints every spot node (AKS, OKE)
-                      where the pod does not tolerate those taints
+                      where the pod does not tolerate those taints. Where the cluster is not known (no node list
+                      yet, no pool declared), off every spot place, as ``require`` is kept to them all; not where
+                      its own nodeSelector or affinity pins it to one (a warning instead), nor a pod bound to a node
 
 When the pod does not ask (or asks with a value not listed above, which is warned about and ignored), the first
 configured default that applies wins, most specific first (``SpotSettings``):
@@ -152,9 +154,11 @@ KEPT_OFF_UNREACHED = "keeps off spot capacity, none of which it reaches now: req
 """The same where it reaches none now (spot nodes an autoscaler may add; a spot node whose taint it does not
 tolerate): "whose nodes it would tolerate" was said there too, and was not true (found by a review of the spot
 policy)."""
+KEPT_OFF_UNKNOWN = "keeps off spot capacity, the cluster's nodes not known yet: requires none of "
+"""The same where the cluster is not known (no node list yet, no pool declared): every spot place is kept off."""
 KEPT_OFF_BEFORE = "keeps off spot capacity, whose nodes it would tolerate: requires not "
 """The same words as earlier releases wrote them ("requires not A or B" read as "(not A) or B"): still read."""
-KEPT_OFF_WORDS = (KEPT_OFF, KEPT_OFF_UNREACHED, KEPT_OFF_BEFORE)
+KEPT_OFF_WORDS = (KEPT_OFF, KEPT_OFF_UNREACHED, KEPT_OFF_UNKNOWN, KEPT_OFF_BEFORE)
 """Every beginning of the part that says what ``never`` added, read back."""
 
 
@@ -463,11 +467,10 @@ def kept_off_by_require(
 
 def _off_spot(ctx: Context) -> tuple[list[list[list[Expression]]], str]:
     """What keeps a pod off the cluster's spot places, as narrowings for ``narrow`` (one per place: the negation of
-    its term, an OR of ``NotIn`` per expression), and their text (read back by ``_said_off_spot``); none when the
-    cluster is not known. The places no node carries are among them (a GKE spot pool at zero: found by a review of
-    the spot policy)."""
-    if not ctx.cluster.groups:
-        return [], ""
+    its term, an OR of ``NotIn`` per expression), and their text (read back by ``_said_off_spot``). The places no
+    node carries are among them (a GKE spot pool at zero: found by a review of the spot policy); where the cluster
+    is not known, every one (``_spot_places``), as require is kept to them all: never did nothing there, and an
+    EKS, Karpenter or CoreWeave spot node, untainted, took the pod unsaid (found by a review of the spot policy)."""
     terms, shown, _ = _spot_places(ctx)
     return _negated(terms), shown
 
@@ -623,13 +626,20 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
             for n in narrowings
         ):
             return ""
+        if not ctx.cluster.groups and (why := _unjudged(own.spec, narrowings)):
+            # no node tells where its own rules lead: kept off every spot place, they could leave it nowhere
+            out.warn(clipped(f"spot never, yet {why}: not kept off spot capacity (no node known yet)", WARNING_LIMIT))
+            return ""
     changed = False
     for alternatives in narrowings:
         changed = narrow(pod, alternatives) or changed
     if changed:
         out.mutated("spot-affinity")
     out.reasons.append("SpotNever")
-    now = KEPT_OFF if _tolerates_spot(judged, pod, ctx) else KEPT_OFF_UNREACHED
+    if not ctx.cluster.groups:
+        now = KEPT_OFF_UNKNOWN  # "none of which it reaches now" would not be known to be true
+    else:
+        now = KEPT_OFF if _tolerates_spot(judged, pod, ctx) else KEPT_OFF_UNREACHED
     if kept:
         words = next(p for p in earlier.split("; ") if p.startswith(KEPT_OFF_WORDS))
         head = next(h for h in KEPT_OFF_WORDS if words.startswith(h))
@@ -641,6 +651,29 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
             words = now + words[len(head) :]
         return words + "".join(f" or {text}" for _, text in fresh)
     return now + shown
+
+
+def _unjudged(spec: JSON, narrowings: Sequence[Sequence[Sequence[Expression]]]) -> str:
+    """Where the cluster is not known, why keeping a pod of ``spec`` off the spot places (``narrowings``) could
+    leave it no node, in words; '' where it cannot: it is bound to a node (the kubelet refuses a pod whose node
+    fails its required affinity), or its own nodeSelector or each of its required terms pins it to a spot place (a
+    label ``In`` values all of that place's, a nodeSelector's value one of them), as the known cluster's nodes tell
+    (``_keep_off_spot``: "leave it only spot pools")."""
+    if spec.get("nodeName"):
+        return "it is bound to a node"
+    selector = as_dict(spec.get("nodeSelector"))
+
+    def pinned(term: JSON, off: Expression) -> bool:  # the term leaves ``off``'s key no value but those it excludes
+        key, values = off["key"], off["values"]
+        if key in selector:
+            return selector[key] in values
+        ins = [e for e in as_list(term.get("matchExpressions")) if isinstance(e, dict) and e.get("key") == key]
+        return any(e.get("operator") == "In" and set(as_list(e.get("values"))) <= set(values) for e in ins)
+
+    terms = required_terms(PodView("Pod", {}, spec, "")) or [{}]
+    if all(any(all(any(pinned(t, e) for e in alt) for alt in n) for n in narrowings) for t in terms):
+        return "its nodeSelector or affinity pins it to spot capacity"
+    return ""
 
 
 def _tainted_off(keys: Iterable[str], tolerations: Sequence[object], ctx: Context) -> bool:
