@@ -311,15 +311,39 @@ def test_existing_tolerations(existing: list[Any], added: bool) -> None:
 @pytest.mark.parametrize(
     ("existing", "added"),
     [
-        pytest.param([equal(OKE, "true")], True, id="equal-does-not-cover-exists"),
+        # the taint on the cluster is OKE=true:NoSchedule: the pod's own Equal tolerates it, and got a second,
+        # broader toleration beside it (found by a review of the spot policy)
+        pytest.param([equal(OKE, "true")], False, id="equal-of-the-clusters-value-covers-exists"),
+        pytest.param([equal(OKE, "false")], True, id="equal-of-another-value"),
         pytest.param([{"key": OKE, "operator": "Exists"}], False, id="exists-covers-exists"),
         pytest.param([{"operator": "Exists"}], False, id="empty-key-exists-covers-exists"),
         pytest.param([exists(OKE, "NoExecute")], True, id="exists-other-effect"),
     ],
 )
 def test_existing_tolerations_against_exists(existing: list[Any], added: bool) -> None:
-    result = mutate(pod("tolerate", tolerations=copy.deepcopy(existing)), context(PROVIDERS["oke"][0]))
+    ctx = context(PROVIDERS["oke"][0])
+    result = mutate(pod("tolerate", tolerations=copy.deepcopy(existing)), ctx)
     assert tolerations_of(result.object) == ([*existing, exists(OKE)] if added else existing)
+    own = "" if added else f"; its own: {OKE}:NoSchedule"
+    assert applied(result) == f"tolerate (asked by annotation); tolerates {OKE}:NoSchedule (taints on the cluster){own}"
+    assert [e.reason for e in pipeline.validate(result.object, ctx).outcome.events] == ["SpotTolerated"]
+
+
+def test_an_equal_covers_exists_only_for_the_values_on_the_cluster() -> None:
+    """Two values of OKE's taint on the cluster: a toleration of one does not cover the Exists; with no preemptible
+    node now (the spot nodes to come, of a value not known), neither does one of the value there was."""
+    nodes = [
+        node("o1", {OKE: "true"}, (f"{OKE}=true:NoSchedule",)),
+        node("o2", {OKE: "yes"}, (f"{OKE}=yes:NoSchedule",)),
+    ]
+    two = mutate(pod("tolerate", tolerations=[equal(OKE, "true")]), context(nodes))
+    assert tolerations_of(two.object) == [equal(OKE, "true"), exists(OKE)]
+    both = [equal(OKE, "true"), equal(OKE, "yes")]
+    assert tolerations_of(mutate(pod("tolerate", tolerations=copy.deepcopy(both)), context(nodes)).object) == both
+    on_demand = node("oke-od")
+    on_demand["metadata"]["annotations"] = {"oci.oraclecloud.com/node-pool-id": "ocid1.nodepool.oc1.od"}
+    at_zero = mutate(pod("require", tolerations=[equal(OKE, "true")]), context([on_demand]))
+    assert tolerations_of(at_zero.object) == [equal(OKE, "true"), exists(OKE)]
 
 
 def test_tolerations_not_a_list_are_left_alone() -> None:

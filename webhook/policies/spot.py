@@ -68,7 +68,8 @@ adds no affinity (it could not help). ``require`` warns when no node or pool is 
 own constraints (nodeSelector, affinity, tolerations) leave it no spot pool to run on.
 
 Manners. A user's toleration is never removed or changed; a wanted toleration that an existing one already covers
-(an Exists on the same key, an empty-key Exists, an empty effect, an equal value) is not added. Affinity is edited
+(an Exists on the same key, an empty-key Exists, an empty effect, an equal value; for the Exists of a preset of
+undocumented value, tolerations of each value its taints carry on the cluster) is not added. Affinity is edited
 through ``webhook.affinity``, which is idempotent. The annotation ``gpu-admission.io/spot-applied`` describes the
 resulting state and the decision, never the delta, so a second pass writes the same text and an empty patch.
 """
@@ -77,7 +78,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -170,6 +171,9 @@ class Wanted:
     value: str | None
     """None: operator Exists (any value)."""
     effect: str
+    on_cluster: frozenset[str] = field(default=frozenset(), compare=False)
+    """An Exists's: the values the cluster's taints of its key and effect carry (``_cluster_values``), each of
+    which a pod's own toleration of may tolerate instead (``covered``)."""
 
     def toleration(self) -> JSON:
         if self.value is None:
@@ -193,10 +197,15 @@ def parse_wanted(text: str) -> Wanted | None:
 
 
 def covered(tolerations: Iterable[object], wanted: Wanted) -> bool:
-    """Whether an existing toleration already tolerates everything ``wanted`` would."""
-    for tol in tolerations:
-        if not isinstance(tol, dict):
-            continue
+    """Whether an existing toleration already tolerates everything ``wanted`` would; for an Exists, or the taints of
+    its key and effect on the cluster (``Wanted.on_cluster``): OKE's, of undocumented value, tolerated by the pod's
+    own Equal, got a second, broader toleration (found by a review of the spot policy)."""
+    own = [tol for tol in tolerations if isinstance(tol, dict)]
+    if wanted.value is None and wanted.on_cluster:
+        taints = [Taint(wanted.key, v, wanted.effect) for v in wanted.on_cluster]
+        if all(any(toleration_tolerates(tol, t) for tol in own) for t in taints):
+            return True
+    for tol in own:
         if wanted.value is not None:
             if toleration_tolerates(tol, Taint(wanted.key, wanted.value, wanted.effect)):
                 return True
@@ -348,11 +357,16 @@ def _narrowed(presets: Sequence[TaintPreset], ctx: Context, cluster: bool = True
                 if t.key != p.key or t.effect not in EFFECTS:
                     continue
                 if p.value is None:
-                    wanted.append(Wanted(t.key, None, t.effect))
+                    wanted.append(Wanted(t.key, None, t.effect, _cluster_values(t.key, t.effect, ctx)))
                 elif t.value == p.value:
                     wanted.append(Wanted(t.key, t.value, t.effect))
         return list(dict.fromkeys(wanted)), True
     return list(dict.fromkeys(Wanted(p.key, p.value, p.effect) for p in presets)), False
+
+
+def _cluster_values(key: str, effect: str, ctx: Context) -> frozenset[str]:
+    """The values the cluster's taints of ``key`` and ``effect`` carry (``Wanted.on_cluster``)."""
+    return frozenset(t.value for t in ctx.cluster.taints() if t.key == key and t.effect == effect)
 
 
 def _is_gpu_pod(pod: PodView, requested: Mapping[str, Decimal] | None = None) -> bool:
@@ -1056,11 +1070,12 @@ def _untolerated_gpu_taint(
 
 def _distinct(wanted: Sequence[Wanted]) -> list[Wanted]:
     """``wanted`` without those another one covers (``key:NoSchedule`` covers ``key=true:NoSchedule``: a setting
-    that names a preset's key with a value of its own), in their order."""
+    that names a preset's key with a value of its own), in their order. Compared as tolerations, the cluster's
+    values aside (``Wanted.on_cluster``): the broader one stays."""
     kept: list[Wanted] = []
     for w in wanted:
-        if not any(covered([k.toleration()], w) for k in kept):
-            kept = [k for k in kept if not covered([w.toleration()], k)] + [w]
+        if not any(covered([k.toleration()], replace(w, on_cluster=frozenset())) for k in kept):
+            kept = [k for k in kept if not covered([w.toleration()], replace(k, on_cluster=frozenset()))] + [w]
     return kept
 
 
@@ -1116,5 +1131,6 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
     tolerations = pod.spec.get("tolerations", [])
     if not named or not isinstance(tolerations, list):
         return  # unreadable, or no toleration to speak of (EKS and Karpenter spot nodes carry no taint)
+    named = [replace(w, on_cluster=_cluster_values(w.key, w.effect, ctx)) if w.value is None else w for w in named]
     if all(covered(tolerations, w) for w in named):
         out.event("SpotTolerated", f"spot {text}")
