@@ -61,12 +61,10 @@ class Presets:
     without MIG by the product GFD names them (``accelerator_label``, ``accelerators`` in providers.yaml)."""
 
     def named_by(self, keys: Collection[str]) -> frozenset[str]:
-        """The providers a declared pool's nodeSelector of ``keys`` names by a label only their nodes carry: a spot
-        label, or a pool label ``steer_by_pool`` lists (AKS's kubernetes.azure.com/agentpool, not the bare agentpool
-        a k3s cluster's own nodes may carry too, nor a key of ``cluster.poolLabelKeys``)."""
-        own = {k: p for k, _, p in self.spot_labels if p in self.node_label_keys}
-        own |= {k: p for p, names in self.node_label_keys.items() for k in names if k in self.pool_steered}
-        return frozenset(own[k] for k in keys if k in own)
+        """The providers a declared pool's nodeSelector of ``keys`` names by a label only their nodes carry
+        (``shown_by``: AKS's kubernetes.azure.com/agentpool, not the bare agentpool a k3s cluster's own nodes may
+        carry too, nor a key of ``cluster.poolLabelKeys``)."""
+        return frozenset(p for p, own in self.shown_by.items() if any(k in own for k in keys))
 
     def tainted_spot_taints(self, keys: Collection[str]) -> tuple[TaintPreset, ...]:
         """The spot taints of the providers that give every spot node theirs (``spot_tainted``: AKS, OKE) and that a
