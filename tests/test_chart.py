@@ -104,6 +104,11 @@ def hooks(obj: dict[str, Any]) -> set[str]:
     return {h for h in value.split(",") if h}
 
 
+def certs_jobs(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Jobs of the certs tool (selfSigned mode), not the config check every mode has."""
+    return [j for j in find_all(objects, "Job") if j["metadata"]["labels"]["app.kubernetes.io/component"] == "certs"]
+
+
 def pod_specs(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     return [
         (f"{o['kind']}/{o['metadata']['name']}", dig(o, *POD_SPEC_PATHS[o["kind"]]))
@@ -498,14 +503,14 @@ def test_cleanup_hook_can_be_left_out_for_gitops(value, present):
     pre_delete = [o for o in objects if "pre-delete" in hooks(o)]
     assert len(pre_delete) == (1 if present else 0)
     # The rest of the self-signed machinery is unchanged.
-    assert len(find_all(objects, "Job")) == (3 if present else 2)
+    assert len(certs_jobs(objects)) == (3 if present else 2)
     assert find_all(objects, "CronJob")
 
 
 @pytest.mark.parametrize("name", ["cert-manager", "provided"])
 def test_no_certs_job_outside_self_signed(name):
     objects = render_values(name)
-    assert [j["metadata"]["name"] for j in find_all(objects, "Job")] == []
+    assert [j["metadata"]["name"] for j in find_all(objects, "Job")] == [f"{FULLNAME}-config-check"]
     assert find_all(objects, "CronJob") == []
 
 
@@ -630,7 +635,10 @@ def test_long_release_names_give_valid_distinct_names(release, args, values, mod
     # What refers to a name finds it: ServiceAccounts run as, RBAC bound, the certs tool's Service and Secret.
     accounts = set(seen["ServiceAccount"])
     for where, spec in pod_specs(objects):
-        assert spec["serviceAccountName"] in accounts, where
+        if "serviceAccountName" in spec:
+            assert spec["serviceAccountName"] in accounts, where
+        else:  # the config check reads a file: the namespace's default ServiceAccount, with no token
+            assert spec["automountServiceAccountToken"] is False, where
     for binding in find_all(objects, "RoleBinding") + find_all(objects, "ClusterRoleBinding"):
         role_kind = binding["roleRef"]["kind"]
         assert binding["roleRef"]["name"] in seen[role_kind], binding["metadata"]["name"]
@@ -699,7 +707,7 @@ def test_every_pod_is_scheduled_where_the_server_may_run(name):
     server, _ = _server(objects)
     fields = ("imagePullSecrets", "priorityClassName", "nodeSelector", "tolerations")
     one_shot = [(where, spec) for where, spec in pod_specs(objects) if not where.startswith("Deployment/")]
-    assert len(one_shot) == 5  # certs-pre, certs, cleanup Jobs, the CronJob, the helm test pod
+    assert len(one_shot) == 6  # config-check, certs-pre, certs, cleanup Jobs, the CronJob, the helm test pod
     for where, spec in one_shot:
         for field in fields:
             assert spec.get(field) == server.get(field), f"{where} {field}"
@@ -993,7 +1001,7 @@ def test_self_signed_pre_install_job_creates_the_secret_so_helm_wait_can_finish(
     # Secret: a pre-install Job creates it (only when missing), with its own hook-scoped RBAC; pre-upgrade too, for
     # an upgrade that finds none (certs.mode switched from provided).
     objects = render_values("defaults")
-    (pre,) = [j for j in find_all(objects, "Job") if hooks(j) == {"pre-install", "pre-upgrade"}]
+    (pre,) = [j for j in certs_jobs(objects) if hooks(j) == {"pre-install", "pre-upgrade"}]
     (container,) = pre["spec"]["template"]["spec"]["containers"]
     args = container["args"]
     assert args[:2] == ["certs", "ensure"] and "--create-only" in args

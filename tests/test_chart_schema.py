@@ -11,6 +11,7 @@ import dataclasses
 import inspect
 import itertools
 import json
+import os
 import subprocess
 import sys
 import types
@@ -21,8 +22,11 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 import pytest
 import yaml
 
-from tests.test_chart import CHART, VALUES, find, helm, render_values, template
+from tests.conftest import EXAMPLES
+from tests.test_chart import CHART, FULLNAME, VALUE_SETS, VALUES, find, find_all, helm, hooks, render_values, template
+from webhook import cli as webhook_cli
 from webhook import config as settings_module
+from webhook.errors import ConfigError
 
 SCHEMA_PATH = CHART / "values.schema.json"
 
@@ -143,6 +147,160 @@ def test_every_values_set_renders_settings_the_server_loads(tmp_path, name):
     path.write_text(cm["data"]["config.yaml"])
     settings = settings_module.load_settings(path, environ={})
     assert "gpu-admission" in settings.exemptions.namespaces
+
+
+# The pre-install and pre-upgrade hook that loads the rendered settings with the server's own loader: what the schema
+# cannot catch fails `helm install` before any webhook configuration exists (found by a review).
+CONFIG_CHECK = f"{FULLNAME}-config-check"
+
+
+def run_config_check(
+    objects: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
+    """The config-check Job's container, run here: the image's entrypoint (gpu-admission: webhook.cli) with the
+    container's args and settings variables, and the ConfigMap it mounts written where it mounts it. (exit code,
+    stdout, stderr)."""
+    spec = find(objects, "Job", CONFIG_CHECK)["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert "command" not in container  # the image's ENTRYPOINT, gpu-admission (test_chart_dockerfile.py)
+    (mount,) = container["volumeMounts"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    directory = tmp_path / "mounted"
+    directory.mkdir(parents=True)
+    for key, text in find(objects, "ConfigMap", volume["configMap"]["name"])["data"].items():
+        (directory / key).write_text(text)
+    for name in [n for n in os.environ if n.startswith(settings_module.ENV_PREFIX)]:
+        monkeypatch.delenv(name)
+    for env in container["env"]:
+        monkeypatch.setenv(env["name"], env["value"])
+    capsys.readouterr()
+    code = webhook_cli.main([a.replace(mount["mountPath"], str(directory)) for a in container["args"]])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _server_refusal(objects: list[dict[str, Any]], tmp_path: Path) -> str:
+    """What the server says at start of the settings the release's own ConfigMap gives it (its settings variables
+    from extraEnv, as the Deployment sets them)."""
+    path = tmp_path / "server.yaml"
+    path.write_text(find(objects, "ConfigMap", FULLNAME)["data"]["config.yaml"])
+    (container,) = find(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    environ = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    with pytest.raises(ConfigError) as refused:
+        settings_module.load_settings(path, environ=environ)
+    return str(refused.value)
+
+
+def test_the_config_check_is_a_hook_before_everything_else_in_every_cert_mode():
+    for name in VALUE_SETS:
+        objects = render_values(name)
+        job, config_map = find(objects, "Job", CONFIG_CHECK), find(objects, "ConfigMap", CONFIG_CHECK)
+        assert config_map["data"] == find(objects, "ConfigMap", FULLNAME)["data"], name  # what the server reads
+        weights = []
+        for obj in (config_map, job):
+            annotations = obj["metadata"]["annotations"]
+            assert hooks(obj) == {"pre-install", "pre-upgrade"}, name
+            assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded", name
+            weights.append(int(annotations["helm.sh/hook-weight"]))
+        others = [
+            int(o["metadata"]["annotations"].get("helm.sh/hook-weight", "0"))
+            for o in objects
+            if hooks(o) & {"pre-install", "pre-upgrade"} and o not in (job, config_map)
+        ]
+        # the ConfigMap exists before the Job starts, and the Job has passed before any other hook (the certs Secret)
+        assert weights[0] < weights[1] < min(others, default=0), name
+        assert job["spec"]["podFailurePolicy"]["rules"] == [
+            {"action": "FailJob", "onExitCodes": {"containerName": "check", "operator": "In", "values": [2]}}
+        ]
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_the_config_check_passes_the_value_sets(tmp_path, monkeypatch, capsys, name):
+    code, out, err = run_config_check(render_values(name), tmp_path, monkeypatch, capsys)
+    assert (code, err) == (0, ""), err
+    assert out == f"{tmp_path}/mounted/config.yaml: settings the server loads\n"
+
+
+@pytest.mark.parametrize("example", ["config.yaml", "config-cluster.yaml"])
+def test_the_config_check_passes_the_example_settings(tmp_path, monkeypatch, capsys, example):
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"config": yaml.safe_load((EXAMPLES / example).read_text())}))
+    code, _, err = run_config_check(template("-f", str(values)), tmp_path, monkeypatch, capsys)
+    assert (code, err) == (0, ""), err
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        pytest.param(
+            {"config": {"cuda": {"registry": {"enabled": True, "registries": ["https://nvcr.io"]}}}},
+            "cuda.registry.registries: 'https://nvcr.io' is not a registry host as an image names it",
+            id="registry-as-a-url",
+        ),
+        pytest.param(
+            {"config": {"cluster": {"pools": [
+                {"name": "a100", "nodeSelector": {"pool": "a100"}, "driverVersion": "R550"},
+            ]}}},
+            "cluster.pools: pool 'a100': driverVersion 'R550' is not a driver version",
+            id="driver-branch-as-version",
+        ),
+        pytest.param(
+            {"config": {"cluster": {"pools": [{
+                "name": "a100", "nodeSelector": {"pool": "a100"}, "driverVersion": "550.54.15", "migStrategy": "single",
+                "gpuProduct": "NVIDIA-A100-SXM4-40GB", "migProfiles": {"1g.5gb": 7, "3g.20gb": 2},
+            }]}}},
+            "cluster.pools: pool 'a100' has migStrategy single and 2 migProfiles",
+            id="single-strategy-two-profiles",
+        ),
+        pytest.param(
+            {"config": {"cluster": {"pools": [
+                {"name": "a100", "nodeSelector": {"pool": "a100"}}, {"name": "a100", "nodeSelector": {"pool": "spot"}},
+            ]}}},
+            "cluster.pools: pool 'a100' is declared twice",
+            id="pool-declared-twice",
+        ),
+        pytest.param(
+            {"config": {"spot": {"extraLabels": {"node.example.com/capacity": "spot instance"}}}},
+            "spot.extraLabels: node.example.com/capacity: 'spot instance' is not a node label",
+            id="spot-label-with-a-space",
+        ),
+        pytest.param(
+            {"config": {"cuda": {"driverTable": {"12.9": "r575"}}}},
+            "cuda.driverTable: '12.9': 'r575' is not a CUDA version and the oldest driver for it",
+            id="driver-table-branch",
+        ),
+        pytest.param(
+            {"config": {"cluster": {"pools": [{"name": "h100", "nodeSelector": {"instance-type": "p5.48xlarge "}}]}}},
+            "cluster.pools: pool 'h100': nodeSelector instance-type: 'p5.48xlarge ' is not a node label",
+            id="selector-value-with-a-trailing-space",
+        ),
+        pytest.param(
+            {"extraEnv": [{"name": "GPU_ADMISSION_CUDA__MODE", "value": "block"}]},
+            "(set by the environment variable GPU_ADMISSION_CUDA__MODE)",
+            id="settings-variable",
+        ),
+    ],
+)  # fmt: skip
+def test_the_config_check_refuses_what_the_server_refuses_at_start(tmp_path, monkeypatch, capsys, values, message):
+    """Values the schema lets through and the server refuses at start: the hook Job exits 2 with the server's own
+    message, which fails the install before the webhook configurations exist."""
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    for mode in ("selfSigned", "certManager"):
+        objects = template("-f", str(path), "--set", f"certs.mode={mode}")
+        refusal = _server_refusal(objects, tmp_path)
+        assert message in refusal
+        assert run_config_check(objects, tmp_path / mode, monkeypatch, capsys) == (2, "", f"gpu-admission: {refusal}\n")
+
+
+def test_the_config_check_can_be_left_out():
+    objects = template("--set", "configCheck.enabled=false")
+    assert [o["metadata"]["name"] for o in objects if "config-check" in o["metadata"]["name"]] == []
+    assert [j["metadata"]["name"] for j in find_all(objects, "Job")] == [
+        f"{FULLNAME}-certs",
+        f"{FULLNAME}-certs-pre",
+        f"{FULLNAME}-certs-cleanup",
+    ]
 
 
 @pytest.mark.parametrize(

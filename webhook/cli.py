@@ -1,4 +1,4 @@
-"""gpu-admission serve | review | pools | image | certs | selftest."""
+"""gpu-admission serve | check-config | review | pools | image | certs | selftest."""
 
 from __future__ import annotations
 
@@ -131,6 +131,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
             relay.finish(timeout=options.graceful_timeout)
 
     GunicornServer(options, factory, on_exit=finish).run()
+    return 0
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    """Load a settings file (and the environment's settings variables) as ``serve`` does, and stop there: exit 2 with
+    the reason where ``serve`` would refuse to start. The chart's pre-install and pre-upgrade hook runs it on the
+    settings the release renders, so a value the chart's schema lets through and the server refuses (a registry given
+    as a URL, a pool declared twice) fails ``helm install`` before any webhook configuration exists, rather than
+    leaving it (failurePolicy Fail) in front of pods that never start (found by a review). The registry reader's
+    files (credentialsFile, caFile) are not read: they are mounted into the server's pods alone."""
+    load_settings(args.config)
+    print(f"{args.config}: settings the server loads")
     return 0
 
 
@@ -367,6 +379,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ServeOptions.add_arguments(serve, port=8443, metrics_port=9090)
     serve.set_defaults(func=cmd_serve)
+
+    check = sub.add_parser(
+        "check-config", help="load a settings file as serve does and exit (2, saying why, where serve would refuse it)"
+    )
+    check.add_argument("--config", required=True, help="settings file (YAML)")
+    check.set_defaults(func=cmd_check_config)
 
     review = sub.add_parser("review", help="show what the webhook would do with a manifest")
     review.add_argument("-f", "--file", required=True, help="a Pod or workload manifest (YAML or JSON; - for stdin)")
