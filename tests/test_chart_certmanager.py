@@ -221,6 +221,57 @@ def test_bad_ca_settings_are_refused(args, message):
     assert message in proc.stderr, proc.stderr
 
 
+# What cert-manager's webhook refuses of a Certificate (ValidateDuration: duration >= 1h, renewBefore >= 5m and below
+# the duration) is refused at render, with the chart's CA or the user's issuer (found by a review: the default
+# renewBefore with a 720h duration rendered, and cert-manager then refused the serving Certificate).
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ["certs.certManager.duration=720h"],
+            "certs.certManager.renewBefore (720h) must be below certs.certManager.duration (720h): cert-manager "
+            "refuses a Certificate that is due for renewal as soon as it is issued; shorten renewBefore (a third of "
+            "the duration is cert-manager's own default)",
+            id="renew-before-the-duration",
+        ),
+        pytest.param(
+            ["certs.certManager.duration=2h", "certs.certManager.renewBefore=1h60m"],
+            "certs.certManager.renewBefore (1h60m) must be below certs.certManager.duration (2h)",
+            id="renew-before-the-duration-written-otherwise",
+        ),
+        pytest.param(
+            ["certs.certManager.duration=30m", "certs.certManager.renewBefore=10m"],
+            "certs.certManager.duration (30m) must be at least 1h: cert-manager refuses a shorter Certificate",
+            id="duration-under-an-hour",
+        ),
+        pytest.param(
+            ["certs.certManager.renewBefore=4m59s"],
+            "certs.certManager.renewBefore (4m59s) must be at least 5m: cert-manager refuses a renewBefore under 5m",
+            id="renew-before-under-5m",
+        ),
+    ],
+)
+@pytest.mark.parametrize(
+    "issuer", [[], ["certs.certManager.issuerRef.name=company-ca"]], ids=["own-ca", "users-issuer"]
+)
+def test_serving_certificate_durations_cert_manager_refuses_are_refused(args, message, issuer):
+    sets = [a for s in ["certs.mode=certManager", *issuer, *args] for a in ("--set", s)]
+    proc = helm("template", "r", str(CHART), "-n", NAMESPACE, *sets, check=False)
+    assert proc.returncode != 0, f"helm accepted {args}"
+    assert message in proc.stderr, proc.stderr
+
+
+def test_the_shortest_serving_certificate_cert_manager_takes_renders():
+    objects = template(
+        "--set", "certs.mode=certManager", "--set", "certs.certManager.duration=1h",
+        "--set", "certs.certManager.renewBefore=59m59s", "--set", "certs.certManager.caRenewBefore=1h",
+    )  # fmt: skip
+    serving = chain(objects)[3]
+    assert (serving["spec"]["duration"], serving["spec"]["renewBefore"]) == ("1h", "59m59s")
+    objects = template("--set", "certs.mode=certManager", "--set", "certs.certManager.renewBefore=5m")
+    assert chain(objects)[3]["spec"]["renewBefore"] == "5m"
+
+
 def test_ca_settings_are_unused_with_a_users_issuer():
     # The guard on caRenewBefore is about the chart's CA; with your issuer there is none to check.
     objects = template(
