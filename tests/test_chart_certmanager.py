@@ -187,6 +187,58 @@ def test_user_issuer_renders_one_certificate_and_no_ca():
     assert [o["kind"] for o in cert_manager_objects(objects)] == ["Certificate"]
 
 
+@pytest.mark.parametrize(
+    ("kind", "group"),
+    [
+        pytest.param("AWSPCAClusterIssuer", "awspca.cert-manager.io", id="aws-private-ca"),
+        pytest.param("GoogleCASClusterIssuer", "cas-issuer.jetstack.io", id="google-cas"),
+        pytest.param("ClusterIssuer", "cert-manager.io", id="cert-managers-own"),
+    ],
+)
+def test_an_external_issuer_is_named_by_its_own_kind_and_group(kind, group):
+    """The kinds of an external issuer's API group are its own (found by a review: only Issuer and ClusterIssuer
+    were taken, whatever the group)."""
+    objects = template(
+        "--set", "certs.mode=certManager", "--set", "certs.certManager.issuerRef.name=pca",
+        "--set", f"certs.certManager.issuerRef.kind={kind}", "--set", f"certs.certManager.issuerRef.group={group}",
+    )  # fmt: skip
+    assert injected_certificate(objects)["spec"]["issuerRef"] == {"name": "pca", "kind": kind, "group": group}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ["kind=Vault"],
+            "- at '/certs/certManager/issuerRef/kind': value must be one of 'Issuer', 'ClusterIssuer'",
+            id="other-kind-of-cert-managers-group",
+        ),
+        pytest.param(
+            ["kind=AWSPCAClusterIssuer", "group=cert-manager.io"],
+            "- at '/certs/certManager/issuerRef/kind': value must be one of 'Issuer', 'ClusterIssuer'",
+            id="external-kind-in-cert-managers-group",
+        ),
+        pytest.param(
+            ["group=awspca.cert-manager.io"],
+            "- at '/certs/certManager/issuerRef': missing property 'kind'",
+            id="external-group-without-its-kind",
+        ),
+        pytest.param(
+            ["kind=awspcaclusterissuer", "group=awspca.cert-manager.io"],
+            "- at '/certs/certManager/issuerRef/kind': 'awspcaclusterissuer' does not match pattern "
+            "'^[A-Z][A-Za-z0-9]*$'",
+            id="not-a-kind",
+        ),
+    ],
+)
+def test_an_issuer_kind_its_group_does_not_have_is_refused(args, message):
+    sets = ["certs.mode=certManager", "certs.certManager.issuerRef.name=pca"]
+    sets += [f"certs.certManager.issuerRef.{a}" for a in args]
+    proc = helm("template", "r", str(CHART), "-n", NAMESPACE, *[a for s in sets for a in ("--set", s)], check=False)
+    assert proc.returncode != 0, f"helm accepted {args}"
+    assert message in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("name", ["cert-manager", "cert-manager-issuer"])
 def test_cert_manager_objects_use_only_known_fields(name):
     for obj in cert_manager_objects(render_values(name)):
