@@ -1032,13 +1032,30 @@ def test_the_service_monitor_selects_the_service():
     assert find(objects, "Service")["spec"]["selector"].items() <= pods.items()
 
 
-def test_a_release_name_that_starts_with_a_digit_is_refused_unless_overridden():
-    """helm allows '1abc' as a release name; the Service '1abc-gpu-admission' it would make is refused by the API."""
-    refused = helm("template", "1abc", str(CHART), "-n", NAMESPACE, check=False)
+@pytest.mark.parametrize(
+    ("release", "args", "given", "service"),
+    [
+        pytest.param("1abc", [], "1abc", "1abc-gpu-admission", id="release-from-a-digit"),
+        # found by a review: helm takes a dot in a release name, the apiserver not in a Service's
+        pytest.param("my.gpu", [], "my.gpu", "my.gpu-gpu-admission", id="release-with-a-dot"),
+        pytest.param("r", ["--set", "fullnameOverride=gpu.admission"], "gpu.admission", "gpu.admission", id="override"),
+        pytest.param("r", ["--set", "fullnameOverride=Webhook"], "Webhook", "Webhook", id="override-in-capitals"),
+        pytest.param("r", ["--set", "nameOverride=gpu_admission"], "r", "r-gpu_admission", id="name-override"),
+    ],
+)
+def test_a_name_kubernetes_refuses_for_a_service_is_refused_unless_overridden(release, args, given, service):
+    """helm allows '1abc' and 'my.gpu' as release names; the Service each would make is not an RFC 1035 label, and
+    the API refuses it."""
+    refused = helm("template", release, str(CHART), "-n", NAMESPACE, *args, check=False)
     assert refused.returncode != 0
-    assert 'the release name "1abc" (or fullnameOverride) must start with a lowercase letter' in refused.stderr
+    assert (
+        f"the release name {json.dumps(given)} (or fullnameOverride, nameOverride) makes the Service name "
+        f"{json.dumps(service)}, which Kubernetes refuses: a Service name is an RFC 1035 label (lower case letters "
+        "a-z, digits and '-', starting with a letter, ending with a letter or digit; no '.'). Choose such a release "
+        "name, or set fullnameOverride to one"
+    ) in refused.stderr, refused.stderr
     objects = [
-        d for d in yaml.safe_load_all(helm("template", "1abc", str(CHART), "--set", "fullnameOverride=w").stdout) if d
+        d for d in yaml.safe_load_all(helm("template", release, str(CHART), "--set", "fullnameOverride=w").stdout) if d
     ]
     assert find(objects, "Service")["metadata"]["name"] == "w"
 

@@ -4,21 +4,24 @@
 {{- end }}
 
 {{- define "gpu-admission.fullname" -}}
-{{- /* The Service takes this name, and a Service's name must start with a letter (RFC 1035), which helm does not
-ask of a release name. */}}
-{{- if not (regexMatch "^[a-z]" (.Values.fullnameOverride | default .Release.Name)) }}
-{{- fail (printf "the release name %q (or fullnameOverride) must start with a lowercase letter (a-z): the Service takes its name, and Kubernetes refuses a Service name that does not (RFC 1035)" (.Values.fullnameOverride | default .Release.Name)) }}
-{{- end }}
+{{- $fullname := "" }}
 {{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- $fullname = .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
 {{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- $fullname = .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- $fullname = printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
 {{- end }}
 {{- end }}
+{{- /* The Service takes this name, and a Service's name must be an RFC 1035 label (lower case letters, digits and '-',
+from a letter), which helm does not ask of a release name: it takes one that starts with a digit or holds a dot
+(my.gpu), and the apiserver refused the Service, the certs tool its name (found by a review). */}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $fullname) }}
+{{- fail (printf "the release name %q (or fullnameOverride, nameOverride) makes the Service name %q, which Kubernetes refuses: a Service name is an RFC 1035 label (lower case letters a-z, digits and '-', starting with a letter, ending with a letter or digit; no '.'). Choose such a release name, or set fullnameOverride to one" (.Values.fullnameOverride | default .Release.Name) $fullname) }}
+{{- end }}
+{{- $fullname }}
 {{- end }}
 
 {{- /*
