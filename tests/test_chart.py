@@ -796,6 +796,32 @@ def test_image_by_tag_or_digest():
     assert c["image"].endswith("@sha256:" + "0123456789abcdef" * 4)
 
 
+@pytest.mark.parametrize(
+    ("args", "image"),
+    [
+        # helm reads a value of digits alone as a number (found by a review: the schema refused it)
+        pytest.param(["--set", "image.tag=123"], "123", id="digits"),
+        pytest.param(["--set", "image.tag=0"], "0", id="zero"),
+        pytest.param(["--set", "image.tag=0123"], "0123", id="leading-zero"),
+        pytest.param(["--set", "image.tag=v1.2"], "v1.2", id="text"),
+        pytest.param(["--set", "image.tag=null"], "0.1.0", id="none"),
+    ],
+)
+def test_an_image_tag_is_written_as_given(args, image):
+    for where, spec in pod_specs(template(*args)):
+        for container in spec["containers"]:
+            assert container["image"] == f"ghcr.io/gpu-admission/gpu-admission:{image}", where
+
+
+def test_a_decimal_image_tag_must_be_quoted(tmp_path):
+    # YAML reads 1.10 as the number 1.1: refused, not rendered as a tag that was never pushed
+    values = tmp_path / "values.yaml"
+    values.write_text("image: {tag: 1.10}\n")
+    proc = helm("template", RELEASE, str(CHART), "-f", str(values), check=False)
+    assert proc.returncode != 0
+    assert "- at '/image/tag': got number, want integer or string" in proc.stderr, proc.stderr
+
+
 def test_settings_config_map_adds_the_release_namespace_to_exemptions(rendered):
     _, objects = rendered
     settings = yaml.safe_load(find(objects, "ConfigMap", FULLNAME)["data"]["config.yaml"])

@@ -96,7 +96,10 @@ would bind the server's ClusterRole (read every Node, write Events) to every pod
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- /* A tag of digits alone (--set image.tag=123) comes as a number: written as given (found by a review). */}}
+{{- $tag := .Values.image.tag }}
+{{- if kindIs "invalid" $tag }}{{ $tag = "" }}{{ end }}
+{{- printf "%s:%s" .Values.image.repository (toString $tag | default .Chart.AppVersion) }}
 {{- end }}
 {{- end }}
 
