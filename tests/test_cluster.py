@@ -975,3 +975,19 @@ def test_the_gpu_operators_default_single_strategy_on_whole_gpus_is_no_mig() -> 
     pool = PoolSettings(name="a100", node_selector={"pool": "a100"}, mig_strategy="single", gpu_product="X")
     declared = one({"pool": "a100"}, {"nvidia.com/gpu": "2"}, Settings(cluster=ClusterSettings(pools=[pool])))
     assert declared.mig_strategy == "single"
+
+
+@pytest.mark.parametrize(
+    ("aks_nodes", "taints_now"), [(True, [f"{AKS_SPOT}=spot:NoSchedule"]), (False, [])], ids=["aks-cluster", "k3s"]
+)
+def test_a_spot_pool_declared_by_the_legacy_agentpool_label_on_an_aks_cluster_carries_its_spot_taint(
+    aks_nodes: bool, taints_now: list[str]
+) -> None:
+    """Every AKS node carries the bare agentpool label too, and a user may declare a pool by it: on a cluster whose
+    nodes show AKS, such a spot pool at zero was taken as untainted, and a pod was steered there with no toleration,
+    Pending for good (found by a review of the fix above). On a cluster that shows no AKS it names no provider."""
+    labels = {"kubernetes.azure.com/agentpool": "cpu", "agentpool": "cpu"} if aks_nodes else {"agentpool": "cpu"}
+    pool = PoolSettings(name="spot", node_selector={"agentpool": "spot"}, driver_version="580.65.06", spot=True)
+    view = build_view([node("cpu-1", labels)], Settings(cluster=ClusterSettings(pools=[pool])))
+    (g,) = [g for g in view.groups if g.pool == "spot"]
+    assert sorted(str(t) for t in g.taints) == taints_now

@@ -1878,7 +1878,6 @@ def test_generic_or_listed_pool_labels_keep_gfd_steering(key: str, pool_label_ke
     [
         pytest.param("agentpool", [], id="bare-agentpool"),
         pytest.param("agentpool", ["agentpool"], id="agentpool-listed"),
-        pytest.param("kubernetes.azure.com/agentpool", ["kubernetes.azure.com/agentpool"], id="aks-key-listed"),
     ],
 )
 def test_a_generic_or_listed_pool_label_shows_no_cloud_whose_apiserver_tolerates_the_gpu_taint(
@@ -1886,8 +1885,8 @@ def test_a_generic_or_listed_pool_label_shows_no_cloud_whose_apiserver_tolerates
 ) -> None:
     """k3s runs no ExtendedResourceToleration (off upstream): a k3s cluster whose pools are labelled agentpool counted
     as AKS, the taint nvidia.com/gpu was taken as tolerated, and a pod was steered to the only pool that runs it, whose
-    taint it does not tolerate: Pending for good. A generic pool label, or a key listed in cluster.poolLabelKeys,
-    shows no provider: the refusal names the toleration (found by a review of the cluster model)."""
+    taint it does not tolerate: Pending for good. A generic pool label, listed in cluster.poolLabelKeys or not, shows
+    no provider: the refusal names the toleration (found by a review of the cluster model)."""
     gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     nodes = [
         gpu_node("old-1", "old", "535.104.05", pool_label=key),
@@ -2263,3 +2262,36 @@ def test_a_declared_pool_at_zero_without_an_architecture_is_told_to_declare_one(
     declared = {**pool, "nodeSelector": {**selector, "kubernetes.io/arch": "amd64"}}
     fixed = context([], settings(cluster={"pools": [{**declared, "gpuProduct": A10G, "gpuCount": 1}]}))
     assert pipeline.review(pod(container(image="nvidia/cuda:12.4.1-runtime-ubuntu22.04")), fixed).allowed
+
+
+def test_a_providers_own_pool_label_listed_in_pool_label_keys_still_shows_it() -> None:
+    """An AKS user may list kubernetes.azure.com/agentpool in cluster.poolLabelKeys (tried first, to name pools): the
+    cluster stopped counting as AKS, lost ExtendedResourceToleration, and refused a pod the scheduler places on the
+    tainted pool that runs it (found by a review of the fix that made generic labels show no cloud). Listed, the key
+    is not steered by (GFD's terms), but it still shows its provider."""
+    aks = "kubernetes.azure.com/agentpool"
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    nodes = [
+        gpu_node("old-1", "old", "535.104.05", pool_label=aks, labels={"agentpool": "old"}),
+        gpu_node("new-1", "new", "570.124.06", pool_label=aks, labels={"agentpool": "new"}, taints=[gpu_taint]),
+    ]
+    ctx = context(nodes, settings(cluster={"poolLabelKeys": [aks]}))
+    assert (ctx.cluster.providers, ctx.cluster.extended_resource_toleration) == (frozenset({"aks"}), True)
+    result = pipeline.review(pod(container(image=IMAGE_128)), ctx)
+    assert result.allowed, result.message
+    assert required_terms(result.object) == from_cuda(12, 8)
+
+
+def test_the_annotations_require_cuda_advice_is_not_given_where_the_tag_is_read_older() -> None:
+    """The webhook reads nvidia/cuda:12.2.2's tag: an annotation of 12.4 is above what its compat libraries bring, so
+    writing the image's own NVIDIA_REQUIRE_CUDA would admit the pod on R470-R535 where a 12.4 build fails (found by
+    a review of the advice)."""
+    ctx = context([gpu_node("a", "p", "535.183.01", product=H100, labels={"kubernetes.io/arch": "amd64"})])
+    obj = pod(
+        container(image="nvidia/cuda:12.2.2-runtime-ubuntu22.04"), annotations={"gpu-admission.io/cuda-version": "12.4"}
+    )
+    result = pipeline.review(obj, ctx)
+    assert not result.allowed
+    assert result.message.endswith(
+        "To fix: Use an image built for CUDA <= 12.2; or upgrade the driver to >= 550.54.14 on pool p."
+    ), result.message

@@ -1260,8 +1260,9 @@ class _Builder:
             notes=tuple(notes),
         )
 
-    def declared_group(self, pool: PoolSettings) -> NodeGroup:
-        """A group for a declared pool that has no node now: what its nodes will look like."""
+    def declared_group(self, pool: PoolSettings, shown: frozenset[str] = frozenset()) -> NodeGroup:
+        """A group for a declared pool that has no node now: what its nodes will look like (``shown``: the providers
+        the cluster's nodes show, whose generic pool labels then name them too)."""
         labels = {**certain_labels(pool, self.presets), **pool.node_selector}
         allocatable: dict[str, Decimal] = {}
         count = pool.gpu_count or 1
@@ -1287,7 +1288,7 @@ class _Builder:
         # (found by a review of the cluster model). One of undocumented value (OKE's) is tolerated by Exists.
         added = {
             Taint(t.key, t.value or "", t.effect)
-            for t in (self.presets.tainted_spot_taints(pool.node_selector) if spot else ())
+            for t in (self.presets.tainted_spot_taints(pool.node_selector, shown) if spot else ())
             if not any(d.key == t.key and d.effect == t.effect for d in declared)
         }
         taints = tuple(sorted(declared | added, key=lambda t: (t.key, t.effect)))
@@ -1380,8 +1381,9 @@ def build_view(
     # no device plugin, no GFD labels; its MIG layout changing) leaves the declaration standing beside it. Matched by
     # its selector, never by a name another pool's label happens to carry.
     serving = {key[4] for key, g in zip(buckets, groups, strict=True) if key[4] is not None and _serves(g)}
-    if synced:
-        groups += [builder.declared_group(p) for p in builder.pools if p.name not in serving]
+    if synced and (declared := [p for p in builder.pools if p.name not in serving]):
+        shown = shown_providers(nodes, labelled_providers(nodes, groups, builder.presets), builder.presets)
+        groups += [builder.declared_group(p, shown) for p in declared]
     groups.sort(key=lambda g: (g.pool, g.nodes))
     labelled = labelled_providers(nodes, groups, builder.presets)
     providers = shown_providers(nodes, labelled, builder.presets)
@@ -1416,7 +1418,7 @@ def labelled_providers(nodes: Sequence[Node], groups: Sequence[NodeGroup], prese
     pool annotation a node does (OKE's): not those shown by a kubelet version alone, whose nodes may carry none of
     the provider's labels (an EKS self-managed node group's spot nodes carry no capacityType: required, a pod stayed
     Pending for good; found by a review of the spot policy). Only by the keys only its nodes carry
-    (``Presets.shown_by``): not a generic pool label such as agentpool, nor one listed in cluster.poolLabelKeys."""
+    (``Presets.shown_by``): not a generic pool label such as agentpool."""
     keys = presets.shown_by
     carried = {k for g in groups for k in g.labels} | {k for n in nodes for k in n.annotations}
     return frozenset(name for name, names in keys.items() if not carried.isdisjoint(names))

@@ -208,7 +208,7 @@ class ClusterSettings:
     """Whether the apiserver runs the ExtendedResourceToleration plugin, by which taints keyed by a requested
     extended resource (nvidia.com/gpu:NoSchedule) count as tolerated. auto: on where the cluster shows a provider
     that enables it (GKE, EKS, AKS, OKE: its pool or spot labels, OKE's pool annotation, an EKS or GKE kubelet
-    version; not a generic pool label such as agentpool, nor a key in ``poolLabelKeys``), or ``providers`` names
+    version; not a generic pool label such as agentpool), or ``providers`` names
     one; off on self-managed clusters (k3s, kubeadm: off upstream). true or false:
     on or off. ``gpu-admission pools`` prints what it took."""
     resync_seconds: int = field(default=300, metadata={"schema": {"minimum": 30}})

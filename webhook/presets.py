@@ -37,9 +37,11 @@ class Presets:
     OKE's pool annotation), generic ones included: whose pool a group is."""
     shown_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Per provider, those of its ``node_label_keys`` that only its nodes carry: how a cluster's provider shows. Not a
-    generic pool label (``generic_pool_labels`` in providers.yaml: AKS's bare agentpool, OVH's nodepool), nor a key
-    the user lists in ``cluster.poolLabelKeys``, which names the user's own pools: a k3s cluster labelled agentpool
-    counted as AKS and took ExtendedResourceToleration on (found by a review of the cluster model)."""
+    generic pool label (``generic_pool_labels`` in providers.yaml: AKS's bare agentpool, OVH's nodepool): a k3s
+    cluster labelled agentpool counted as AKS and took ExtendedResourceToleration on (found by a review of the
+    cluster model). A provider's own key listed in ``cluster.poolLabelKeys`` (tried first, to name pools) still shows
+    it: an AKS cluster that listed kubernetes.azure.com/agentpool lost the plugin and its spot presets, and refused
+    pods it ran (found by a review of that fix)."""
     plugin_providers: frozenset[str] = frozenset()
     """The providers whose API servers run ExtendedResourceToleration."""
     kubelet_versions: tuple[tuple[str, str], ...] = ()
@@ -60,16 +62,18 @@ class Presets:
     """Per provider that labels every GPU node with its accelerator type (GKE): the label, and the types of the GPUs
     without MIG by the product GFD names them (``accelerator_label``, ``accelerators`` in providers.yaml)."""
 
-    def named_by(self, keys: Collection[str]) -> frozenset[str]:
+    def named_by(self, keys: Collection[str], shown: Collection[str] = ()) -> frozenset[str]:
         """The providers a declared pool's nodeSelector of ``keys`` names by a label only their nodes carry
         (``shown_by``: AKS's kubernetes.azure.com/agentpool, not the bare agentpool a k3s cluster's own nodes may
-        carry too, nor a key of ``cluster.poolLabelKeys``)."""
-        return frozenset(p for p, own in self.shown_by.items() if any(k in own for k in keys))
+        carry too), or, of the providers the cluster's nodes show (``shown``), by any of their keys: an AKS spot pool
+        declared by its legacy agentpool label was taken as untainted on an AKS cluster (found by a review)."""
+        own = frozenset(p for p, names in self.shown_by.items() if any(k in names for k in keys))
+        return own | frozenset(p for p in shown if any(k in self.node_label_keys.get(p, ()) for k in keys))
 
-    def tainted_spot_taints(self, keys: Collection[str]) -> tuple[TaintPreset, ...]:
+    def tainted_spot_taints(self, keys: Collection[str], shown: Collection[str] = ()) -> tuple[TaintPreset, ...]:
         """The spot taints of the providers that give every spot node theirs (``spot_tainted``: AKS, OKE) and that a
         declared pool's nodeSelector of ``keys`` names (``named_by``): what the nodes of such a pool, spot, carry."""
-        named = self.named_by(keys) & self.spot_tainted
+        named = self.named_by(keys, shown) & self.spot_tainted
         return tuple(t for t in self.spot_taints if t.provider in named)
 
 
@@ -122,11 +126,7 @@ def load_presets(
             *entry.get("spot_labels", {}),
             *entry.get("pool_annotations", []),
         )
-        shown_by[name] = tuple(
-            k
-            for k in (*_own_pool_labels(entry), *entry.get("spot_labels", {}), *entry.get("pool_annotations", []))
-            if k not in extra_pool_labels
-        )
+        shown_by[name] = (*_own_pool_labels(entry), *entry.get("spot_labels", {}), *entry.get("pool_annotations", []))
         pool_labels += [k for k in entry.get("pool_labels", []) if k not in pool_labels]
         pool_annotations += entry.get("pool_annotations", [])
         spot_labels += [(k, str(v), name) for k, v in entry.get("spot_labels", {}).items()]

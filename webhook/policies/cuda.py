@@ -1135,6 +1135,7 @@ def incompatible_message(c: Check, a: Assessment, i: int, ctx: Context) -> tuple
     if (
         d.source.startswith("annotation ")
         and not forward_branches(c.requirement)
+        and (not d.image or image_cuda(d.image) is None)  # a tag read older than the annotation: its compat won't
         and any(forward_possible(facts_of(g)) for g in on_cuda)
     ):
         # the annotation is a bare cuda>=X.Y: an image built on nvidia/cuda carries compat libraries that run it on
