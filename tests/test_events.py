@@ -188,6 +188,8 @@ def test_event_body_limits() -> None:
     body = event_body(subject_of(pod), "default", "p" * 253, Event("CUDAIncompatible", "x" * 5000, "Warning"), "i")
     assert len(body["metadata"]["name"]) <= 253
     assert len(body["message"]) == 1024
+    one_line = event_body(subject_of(pod), "default", "p", Event("CUDAIncompatible", "a" * 900 + "b" * 900), "i")
+    assert one_line["message"] == "a" * (1024 - 341 - 1) + "…" + "b" * 341, "the middle cut, the last third kept"
     assert body["type"] == "Warning"
     names = {event_body(subject_of(pod), "default", "p", CHECKED, "i")["metadata"]["name"] for _ in range(50)}
     assert len(names) == 50, "Event names must not collide"
@@ -720,7 +722,7 @@ def test_every_event_reason_the_policies_emit_is_documented() -> None:
 def test_the_event_message_limits_are_as_documented() -> None:
     """Found by the observability review: the docs said 'at most 1024' and nothing of the relay's cut to 200."""
     docs = " ".join((REPO / "docs" / "observability.md").read_text().split())
-    assert f"at most {events.MESSAGE_LIMIT} characters;" in docs
+    assert f"at most {events.MESSAGE_LIMIT} characters, a longer one cut in its middle," in docs
     assert f"over the {select.PIPE_BUF} bytes a worker writes whole to the relay's pipe" in docs
     assert f"with its message cut to {SHORT_MESSAGE} characters" in docs
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import gpu_node, review
 from tests.test_events import Recording
-from webhook import pipeline
+from webhook import events, pipeline
 from webhook.app import create_app
 from webhook.audit import build_recorder
 from webhook.cluster import StaticCluster, build_view
@@ -129,6 +129,21 @@ def test_the_update_that_ungates_a_pod_onto_a_too_old_driver_is_refused_and_told
     assert (event["type"], event["reason"]) == ("Warning", "UngateRefused")
     assert event["message"].startswith("CUDAIncompatible: taking away the pod's last scheduling gate")
     assert event["involvedObject"]["name"] == "trainer" and event["involvedObject"]["uid"] == old["metadata"]["uid"]
+
+
+def test_a_refusal_over_the_events_limit_keeps_its_advice_in_the_event() -> None:
+    """Found by a review of the reporting: the refusal (1085 characters) and its reason came to more than the Event's
+    1024, and the cut at the end took Kueue's advice, which the gated pod's Event is the only place to read (the
+    updater, a controller, only logs the refusal). The middle goes instead, the cut shown."""
+    app, recorder, sink = app_with()
+    old = created(GATE)
+    answer = update(app, "/validate", admitted(old, "h100-old"), old)
+    told = f"CUDAIncompatible: {answer['status']['message']}"
+    assert len(told) > events.MESSAGE_LIMIT
+    (event,) = sent(recorder, sink)
+    kept, cut, advice = event["message"].partition("…\n")
+    assert (cut, advice, len(event["message"])) == ("…\n", pipeline.KUEUE_ADVICE, events.MESSAGE_LIMIT)
+    assert told.startswith(kept) and "To fix: Use an image built for CUDA <= 12.2;" in kept
 
 
 def test_the_update_that_ungates_a_pod_onto_a_driver_that_runs_it_is_let_through_and_checked_again() -> None:

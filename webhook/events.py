@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import quote, urlsplit
 
 from webhook import http1
-from webhook.model import JSON, Event, as_dict, as_str, clipped, compact_json
+from webhook.model import JSON, Event, as_dict, as_str, clipped, compact_json, middle_clipped
 
 if TYPE_CHECKING:
     from webhook.admission import ReviewRequest, Subject
@@ -51,7 +51,9 @@ log = logging.getLogger("gpu_admission.events")
 COMPONENT = "gpu-admission"
 """``source.component`` and ``reportingComponent``: the ``From`` column of ``kubectl describe``."""
 MESSAGE_LIMIT = 1024
-"""events.k8s.io limits a note to 1 kB; core v1 Events are kept to the same size."""
+"""events.k8s.io limits a note to 1 kB; core v1 Events are kept to the same size, a longer message cut in its middle
+(``middle_clipped``): for a pod whose ungating is refused, its Event is the only place a user reads the refusal, and
+the advice is its end."""
 NAME_LIMIT = 253
 
 
@@ -102,7 +104,7 @@ def _event(
         "metadata": {"name": event_name, "namespace": namespace},
         "involvedObject": involved,
         "reason": event.reason,
-        "message": clipped(event.message, MESSAGE_LIMIT),
+        "message": middle_clipped(event.message, MESSAGE_LIMIT),
         "type": event.type,
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,

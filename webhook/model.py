@@ -405,6 +405,18 @@ def clipped(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def middle_clipped(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters in its middle, the cut shown by '…': its start says what is wrong,
+    its end what to do (a refusal's last line is its advice: ``pipeline.KUEUE_ADVICE``), and a cut at the end lost the
+    advice of a long refusal (a review's finding). The end kept is the last line where it takes at most half of
+    ``limit``, else the last third of ``limit``."""
+    if len(text) <= limit:
+        return text
+    head, newline, last = text.rpartition("\n")
+    end = newline + last if head and len(last) < limit // 2 else text[len(text) - limit // 3 :]
+    return text[: limit - len(end) - 1] + "…" + end
+
+
 def fit_warning(text: str, name: str) -> str:
     """``text`` in at most WARNING_LIMIT characters, its advice kept: a container name of up to 63 characters leaves
     too little room for it, so the name (its first appearance) is shortened in the middle ('train…r-0') first; only
