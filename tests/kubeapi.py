@@ -3,15 +3,15 @@
 It keeps objects by collection path, hands out resourceVersions, and serves: discovery (``/api``, ``/apis``,
 ``/api/v1``, ``/apis/<group>/<version>``), list (with ``labelSelector`` / ``fieldSelector`` equality), watch
 (``?watch=true`` from a resourceVersion, streamed as JSON lines), get, create (``generateName`` included), replace,
-patch (merge, strategic-merge treated as merge, JSON patch) and delete (uid and resourceVersion preconditions
-checked). Faults for tests: ``expire(rv)`` makes watches from an older resourceVersion get 410 Gone,
-``drop_watches()`` cuts every open watch stream, ``bookmark_seconds`` sends a BOOKMARK that often to watches that
-ask for them once there is a resourceVersion newer than the one they began from (as kube-apiserver's watch cache
+patch (merge, a resourceVersion in it a precondition; strategic-merge treated as merge; JSON patch) and delete (uid and
+resourceVersion preconditions checked). Faults for tests: ``expire(rv)`` makes watches from an older resourceVersion get
+410 Gone, ``drop_watches()`` cuts every open watch stream, ``bookmark_seconds`` sends a BOOKMARK that often to watches
+that ask for them once there is a resourceVersion newer than the one they began from (as kube-apiserver's watch cache
 does: on a quiet collection a watch hears nothing), ``fail_next(n, code)`` answers the next n requests with an error,
-``hang_up_next(n, stored)`` closes the connection of the next n creates without an answer (having stored the
-object, or not), ``stop()/start()`` take it off the air. ``KubeAPI(tls=(cert, key), ca=ca)`` serves HTTPS;
-``connections`` counts the connections accepted; ``create_delay`` holds each create that long, and
-``most_in_flight`` says how many were under way at once.
+``hang_up_next(n, stored)`` closes the connection of the next n creates without an answer (having stored the object, or
+not), ``stop()/start()`` take it off the air. ``KubeAPI(tls=(cert, key), ca=ca)`` serves HTTPS; ``connections`` counts
+the connections accepted; ``create_delay`` holds each create that long, and ``most_in_flight`` says how many were under
+way at once.
 """
 
 from __future__ import annotations
@@ -526,6 +526,7 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         gv, resource, namespace, name, _ = route
         if self.api.get(gv, resource, name or "", namespace or "") is None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))  # keep the connection usable
             self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
             return None
         return gv, resource, namespace or "", name or ""
@@ -557,7 +558,11 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._body()
             if "json-patch" in (self.headers.get("Content-Type") or ""):
                 patched = jsonpatch.apply_patch(current, body)
-            else:
+            else:  # a merge patch that names a resourceVersion applies to that one only, as the apiserver's
+                wanted = (body.get("metadata") or {}).get("resourceVersion")
+                if wanted is not None and wanted != current["metadata"].get("resourceVersion"):
+                    self._send(409, _status(409, "Conflict", "the object has been modified; please apply your changes"))
+                    return
                 patched = _merge(current, body)
             self._send(200, self.api.put(gv, resource, patched, namespace))
 

@@ -542,7 +542,7 @@ def test_server_rbac_is_minimal(rendered):
     rules = _rules(objects, "ClusterRole", FULLNAME)
     assert rules == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
     binding = find(objects, "ClusterRoleBinding", FULLNAME)
     deployment = find(objects, "Deployment")

@@ -191,8 +191,35 @@ def test_event_body_limits() -> None:
     one_line = event_body(subject_of(pod), "default", "p", Event("CUDAIncompatible", "a" * 900 + "b" * 900), "i")
     assert one_line["message"] == "a" * (1024 - 341 - 1) + "…" + "b" * 341, "the middle cut, the last third kept"
     assert body["type"] == "Warning"
-    names = {event_body(subject_of(pod), "default", "p", CHECKED, "i")["metadata"]["name"] for _ in range(50)}
-    assert len(names) == 50, "Event names must not collide"
+
+
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def test_an_events_name_is_the_report_about_the_object() -> None:
+    """Found by a review of the reporting: every Event was named by the time, and a controller retrying a refused
+    ungating got one per retry, an identical line each in ``kubectl describe pod``. The same report about the same
+    object is the same Event (``ApiSink.send`` raises its count); any other, another."""
+
+    def name(pod_name: str = "trainer", uid: str = "uid-1", kind: str = "Pod", event: Event = CHECKED) -> str:
+        subject = subject_of({"apiVersion": "v1", "kind": kind, "metadata": {"name": pod_name, "uid": uid}})
+        named: str = event_body(subject, "default", pod_name, event, "i")["metadata"]["name"]
+        assert len(named) <= 253 and DNS_SUBDOMAIN.fullmatch(named), named
+        return named
+
+    same = {name() for _ in range(3)}
+    assert len(same) == 1 and same.pop().startswith("trainer.")
+    others = [
+        name(pod_name="trainer-2"),
+        name(uid="uid-2"),
+        name(kind="Job"),
+        name(event=Event("CUDANotChecked", CHECKED.message)),
+        name(event=Event(CHECKED.reason, CHECKED.message + ".")),
+        name(event=Event(CHECKED.reason, CHECKED.message, "Warning")),
+    ]
+    assert len({name(), *others}) == 7
+    long = name(pod_name="a" * 235 + "-" + "b" * 17)  # cut where it would end in '-'
+    assert long.startswith("a" * 235 + ".") and len(long) == 252
 
 
 # -- through the app ----------------------------------------------------------------------------------------------
@@ -639,6 +666,75 @@ def test_a_kept_alive_connection_the_server_closed_costs_no_try(kubeapi: KubeAPI
     assert (fresh.sent, fresh.failed) == (0, 1)
 
 
+EVENTS = "/api/v1/namespaces/default/events"
+
+
+@pytest.mark.parametrize("path", ["direct", "client"])
+def test_a_report_made_again_raises_its_events_count(kubeapi: KubeAPI, path: str) -> None:
+    """Found by a review of the reporting: the same report again (a controller retrying a refused ungating) made an
+    Event each time. It raises the count of the one there and sets its lastTimestamp, as client-go's recorder does
+    ("x3 over 2m"): the first repeat reads the count from the answer to a patch of lastTimestamp alone (the RBAC
+    grants no get), a later one is a single PATCH of the count this sink left."""
+    sink = ApiSink(configured(kubeapi))
+    if path == "client":
+        sink.direct = None
+    subject = subject_of(stored_pod())
+    bodies = [event_body(subject, "default", "trainer", CHECKED, "i", now=1_800_000_000 + 60 * n) for n in range(3)]
+    for body in bodies:
+        sink.send(body)
+    (stored,) = kubeapi.list("v1", "events", "default")
+    assert (stored["count"], stored["firstTimestamp"], stored["lastTimestamp"]) == (
+        3,
+        "2027-01-15T08:00:00Z",
+        "2027-01-15T08:02:00Z",
+    )
+    item = f"{EVENTS}/{bodies[0]['metadata']['name']}"
+    assert kubeapi.requests == [("POST", EVENTS), ("POST", EVENTS), ("PATCH", item), ("PATCH", item), ("PATCH", item)]
+    headers = {k.lower(): v for k, v in kubeapi.request_headers[-1].items()}
+    assert headers["content-type"] == "application/merge-patch+json"
+
+
+def test_a_count_raised_elsewhere_meanwhile_is_read_again_and_an_event_gone_is_created_again(kubeapi: KubeAPI) -> None:
+    """Two replicas' relays report the same refusal (a controller's retries reach either): a sink raises the count the
+    Event holds, not the one it left (its patch names the resourceVersion it read: a Conflict, and it reads again).
+    An Event gone meanwhile (its TTL) is created again."""
+    body = event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i")
+    one, other = ApiSink(configured(kubeapi)), ApiSink(configured(kubeapi))
+    one.send(body)
+    one.send(body)
+    other.send(body)
+    one.send(body)
+    (stored,) = kubeapi.list("v1", "events", "default")
+    assert stored["count"] == 4
+    kubeapi.delete("v1", "events", body["metadata"]["name"], "default")
+    one.send(body)
+    (stored,) = kubeapi.list("v1", "events", "default")
+    assert stored["count"] == 1 and stored["message"] == CHECKED.message
+
+
+def test_the_relay_sends_the_same_event_read_at_once_in_turn(kubeapi: KubeAPI) -> None:
+    """A controller's retries reach the relay in one read: the same Event four times. From four threads at once their
+    creates raced and their count raises met Conflicts; in turn, one creates it and the next raise its count, while
+    other Events go at the same time."""
+    kubeapi.create_delay = 0.1
+    read_fd, write_fd = os.pipe()
+    pipe = EventPipe(write_fd)
+    repeated = event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i")
+    for body in [repeated] * 4 + [
+        event_body(subject_of(stored_pod(f"pod-{n}")), "default", f"pod-{n}", CHECKED, "i") for n in range(4)
+    ]:
+        assert pipe.submit(body)
+    os.close(write_fd)
+    sender = events.Sender(ApiSink(configured(kubeapi)))
+    run_relay(read_fd, sender, linger=0)
+    assert (sender.sent, sender.failed) == (8, 0)
+    counts = {e["involvedObject"]["name"]: e["count"] for e in kubeapi.list("v1", "events", "default")}
+    assert counts == {"trainer": 4, **{f"pod-{n}": 1 for n in range(4)}}
+    patches = [path for method, path in kubeapi.requests if method == "PATCH"]
+    assert patches == [f"{EVENTS}/{repeated['metadata']['name']}"] * 4  # lastTimestamp alone, then 3 counts
+    assert kubeapi.most_in_flight > 1, "sent one at a time"
+
+
 @pytest.mark.parametrize(
     "setting",
     [{"proxy": "http://127.0.0.1:9"}, {"tls_server_name": "localhost"}, {"assert_hostname": "localhost"}],
@@ -1003,11 +1099,10 @@ def test_a_relay_that_dies_is_started_again(tmp_path: Any) -> None:
 
 
 # -- Event lines from templates (the relay's pipe) -----------------------------------------------------------------
-def _without_suffix(body: dict[str, Any]) -> dict[str, Any]:
-    """The body with what is made at the moment it is written taken off: its name's suffix (time and random bits,
-    ``.<hex>``) and its timestamps (two bodies written a second boundary apart differ there)."""
+def _without_time(body: dict[str, Any]) -> dict[str, Any]:
+    """The body with what is made at the moment it is written taken off: its timestamps (two bodies written a second
+    boundary apart differ there)."""
     out = copy.deepcopy(body)
-    out["metadata"]["name"] = out["metadata"]["name"].rsplit(".", 1)[0]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", out.pop("firstTimestamp"))
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", out.pop("lastTimestamp"))
     return out
@@ -1031,7 +1126,7 @@ def test_an_events_line_is_its_body_as_json(name: str, message: str, uid: str, k
         assert line.endswith(b"\n") and line.count(b"\n") == 1
         parsed = json.loads(line)
         assert parsed["firstTimestamp"] == parsed["lastTimestamp"]  # one time, written into two marks
-        assert _without_suffix(parsed) == _without_suffix(body)
+        assert _without_time(parsed) == _without_time(body)
         assert len(parsed["metadata"]["name"]) <= 253
 
 

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import gpu_node, review
-from tests.test_events import Recording
+from tests.kubeapi import KubeAPI
+from tests.test_events import Recording, configured
 from webhook import events, pipeline
 from webhook.app import create_app
 from webhook.audit import build_recorder
@@ -144,6 +145,34 @@ def test_a_refusal_over_the_events_limit_keeps_its_advice_in_the_event() -> None
     kept, cut, advice = event["message"].partition("…\n")
     assert (cut, advice, len(event["message"])) == ("…\n", pipeline.KUEUE_ADVICE, events.MESSAGE_LIMIT)
     assert told.startswith(kept) and "To fix: Use an image built for CUDA <= 12.2;" in kept
+
+
+def test_a_refusal_retried_is_one_event_whose_count_goes_up() -> None:
+    """Found by a review of the reporting: Kueue tries a refused ungating again and again (controller-runtime's
+    backoff), and each refusal was an Event of its own: an identical Warning line per retry under the pod's Events,
+    an object each in etcd. The same refusal is one Event whose count goes up, as client-go's recorder aggregates;
+    another refusal of the same pod (another gate taken away with it) is another Event."""
+    api = KubeAPI().start()
+    try:
+        settings = Settings(audit=AuditSettings(event_queue_size=100))
+        cluster = StaticCluster(build_view(nodes(), settings))
+        recorder = build_recorder(settings, cluster, api_client=configured(api))
+        app = create_app(settings, cluster=cluster, recorder=recorder)
+        old = created(GATE)
+        for _ in range(3):
+            assert update(app, "/validate", admitted(old, "h100-old"), old)["allowed"] is False
+        two_gates = copy.deepcopy(old)
+        two_gates["spec"]["schedulingGates"].append({"name": "example.com/quota"})
+        assert update(app, "/validate", admitted(old, "h100-old"), two_gates)["allowed"] is False
+        assert isinstance(recorder.events, EventQueue) and recorder.events.drain(10)
+        told = api.list("v1", "events", "ml")
+    finally:
+        api.stop()
+    assert {e["involvedObject"]["uid"] for e in told} == {old["metadata"]["uid"]}
+    gates = "CUDAIncompatible: taking away the pod's last scheduling gate (kueue.x-k8s.io/admission"
+    counts = sorted((e["count"], e["message"].split(", by ")[0]) for e in told)
+    assert counts == [(1, f"{gates}, example.com/quota"), (3, gates)]
+    assert (recorder.events.sent, recorder.events.failed) == (4, 0)
 
 
 def test_the_update_that_ungates_a_pod_onto_a_driver_that_runs_it_is_let_through_and_checked_again() -> None:

@@ -11,7 +11,8 @@ worker's interpreter lock for it (an Event sent to the API costs more CPU than t
 15.), and the Events a stopping worker has written still go out. In one process (tests, the Flask test client)
 the request puts the body on a bounded queue whose daemon thread sends it (``EventQueue``). A full pipe or queue
 drops the Event and counts it; it never blocks a request. Sinks: the API (core v1 Events through the
-``kubernetes`` client; RBAC: core ``events`` ``create``) or the log (development, no cluster access).
+``kubernetes`` client; RBAC: core ``events`` ``create`` and ``patch``: the same report about the same object again
+raises its Event's count, ``ApiSink.send``) or the log (development, no cluster access).
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import hashlib
 import http.client
 import json
 import logging
 import os
 import queue
-import random
 import re
 import select
 import signal
@@ -68,20 +69,32 @@ def _timestamp(now: float) -> str:
     return str(_STAMP[1])
 
 
-def _suffix() -> str:
-    """What makes an Event's name its own: the time in nanoseconds (as client-go writes it) and 24 random bits
-    (two workers in one nanosecond; ``random`` is seeded anew in every forked child)."""
-    return f".{time.time_ns():x}{random.getrandbits(24):06x}"
+@functools.lru_cache(maxsize=256)
+def _report(event: Event) -> bytes:
+    """A digest of what an Event says: its type, reason and message as sent (reused answers share their Events)."""
+    said = f"{event.type}\0{event.reason}\0{middle_clipped(event.message, MESSAGE_LIMIT)}"
+    return hashlib.blake2b(said.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def event_name(kind: str, name: str, uid: str, event: Event) -> str:
+    """The name of the Event that tells ``event`` about the object: its name, then a digest of the object (kind,
+    name, uid) and of the report (``_report``). The same report about the same object is the same Event, whose count
+    the relay raises (``ApiSink.send``), as client-go's recorder aggregates a repeat ("x15 over 10m" in ``kubectl
+    describe``): named by the time, as client-go names them, a controller retrying a refused ungating got an Event
+    per retry, one identical line each in the pod's Events (a review's finding). A valid DNS subdomain: the object's
+    name cut, if need be, where it does not end in '.' or '-'."""
+    about = f"{kind or 'Pod'}/{name}/{uid}".encode("utf-8", "surrogatepass")
+    suffix = "." + hashlib.blake2b(_report(event) + about, digest_size=8).hexdigest()
+    return name[: NAME_LIMIT - len(suffix)].rstrip(".-") + suffix
 
 
 def event_body(
     subject: Subject, namespace: str, name: str, event: Event, instance: str, now: float | None = None
 ) -> JSON:
     """A core v1 Event about the reviewed object (a plain dict: the client sends it as it is)."""
-    suffix = _suffix()
     stamp = _timestamp(time.time() if now is None else now)
-    event_name = name[: NAME_LIMIT - len(suffix)] + suffix
-    return _event(subject.api_version, subject.kind, subject.uid, namespace, event_name, name, event, instance, stamp)
+    named = event_name(subject.kind, name, subject.uid, event)
+    return _event(subject.api_version, subject.kind, subject.uid, namespace, named, name, event, instance, stamp)
 
 
 def _event(
@@ -174,8 +187,7 @@ def event_lines(review: ReviewRequest | None, result: Result | None, instance: s
             lines.append(_line(event_body(subject, namespace, name, event, instance)))
             continue
         pieces, order = template
-        suffix = _suffix()
-        fills = (name[: NAME_LIMIT - len(suffix)] + suffix, name, subject.uid, _timestamp(time.time()))
+        fills = (event_name(subject.kind, name, subject.uid, event), name, subject.uid, _timestamp(time.time()))
         out = [pieces[0]]
         for at, mark in enumerate(order, 1):
             out += (_STRING(fills[mark]), pieces[at])
@@ -221,6 +233,18 @@ burst of pods past that filled the pipe and dropped Events."""
 
 
 EVENTS_PATH = "/api/v1/namespaces/{namespace}/events"
+EVENT_PATH = EVENTS_PATH + "/{name}"
+JSON_TYPE = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+"""How client-go's recorder raises a repeated Event's count (a patch of ``count`` and ``lastTimestamp``); a merge
+patch that names a ``metadata.resourceVersion`` applies only to that version (else 409 Conflict)."""
+
+REPEATS_KEPT = 4096
+"""Events whose count the API sink raised, kept with the count and the resourceVersion it left them at, the least
+recently raised forgotten first (client-go's recorder keeps 4096 in its cache): their next repeat is one PATCH."""
+REPEAT_TRIES = 3
+"""How often the API sink sets about a repeat (create, read the count, raise it) before it gives up, counted
+failed: each time the Event changed in between (another replica raised its count) or went (its TTL)."""
 
 
 class _Direct:
@@ -294,14 +318,16 @@ class _Direct:
         twin.connection = None
         return twin
 
-    def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes, dict[bytes, bytes]]:
+    def request(
+        self, method: str, path: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, str, bytes, dict[bytes, bytes]]:
         """(status, reason, body, header fields). A failed connection is closed, and the next request opens a new
         one (a kept-alive connection the server closed meanwhile fails as the request goes out, ``http1.Stale``:
         ``ApiSink.send`` sends it again at once)."""
         if self.connection is None or not self.connection.open:  # a new connection: with the TLS files as they are
             options = self.configuration.socket_options
             self.connection = http1.Connection(self.address, self.port, self._fresh_tls(), self.timeout, options)
-        status, reason, data = self.connection.post(self.prefix + path, body, headers)
+        status, reason, data = self.connection.request(method, self.prefix + path, body, headers)
         return status, reason, data, self.connection.head
 
 
@@ -329,6 +355,10 @@ class ApiSink:
         self.direct = _Direct.of(api_client.configuration, timeout)
         """How this configuration is reached without the client; each sending thread uses a copy (``_here``)."""
         self._threads = threading.local()
+        self._repeats: dict[tuple[str, str], tuple[int, str]] = {}
+        """(namespace, name) -> (count, resourceVersion) of the Events whose count this sink raised (REPEATS_KEPT,
+        oldest first); shared by its sending threads, under ``_repeats_lock``."""
+        self._repeats_lock = threading.Lock()
 
     def _here(self) -> _Direct | None:
         """This thread's connection to the server (``direct``, apart); None for the client's own path."""
@@ -339,51 +369,57 @@ class ApiSink:
             mine = self._threads.direct = self.direct.apart()
         return mine
 
-    def _headers(self) -> dict[str, str]:
-        headers = {**self.client.default_headers, "Content-Type": "application/json", "Accept": "application/json"}
+    def _headers(self, content_type: str) -> dict[str, str]:
+        headers = {**self.client.default_headers, "Content-Type": content_type, "Accept": JSON_TYPE}
         for auth in self.client.configuration.auth_settings().values():
             if auth.get("in") == "header" and auth.get("value"):
                 headers[auth["key"]] = auth["value"]
         return headers
 
-    def _post(self, namespace: str, body: JSON) -> None:
+    def _request(self, method: str, path: str, where: dict[str, str], payload: JSON, content_type: str) -> bytes:
+        """One request to ``path`` (its ``{namespace}`` and ``{name}`` from ``where``): the answer's body, or an
+        ``ApiException`` with its status (and Retry-After) when it is not a success."""
         from kubernetes.client.exceptions import ApiException
 
         direct = self._here()
         if direct is not None:
-            path = EVENTS_PATH.format(namespace=quote(namespace, safe=""))
-            status, reason, data, head = direct.post(path, compact_json(body).encode(), self._headers())
+            url = path.format(**{key: quote(value, safe="") for key, value in where.items()})
+            status, reason, data, head = direct.request(
+                method, url, compact_json(payload).encode(), self._headers(content_type)
+            )
             if not 200 <= status <= 299:
                 err = ApiException(status=status, reason=f"{reason}: {data[:200].decode('utf-8', 'replace')}")
                 if b"retry-after" in head:
                     err.headers = {"Retry-After": head[b"retry-after"].decode("latin-1")}
                 raise err
-            return
+            return data
         request = self.client.param_serialize(
-            method="POST",
-            resource_path=EVENTS_PATH,
-            path_params={"namespace": namespace},
-            header_params={"Content-Type": "application/json", "Accept": "application/json"},
-            body=body,
+            method=method,
+            resource_path=path,
+            path_params=where,
+            header_params={"Content-Type": content_type, "Accept": JSON_TYPE},
+            body=payload,
             auth_settings=["BearerToken"],
             _host=self.host,
         )
         response = self.client.call_api(*request, _request_timeout=self.timeout)
-        response.read()  # to the end, so that the connection goes back to the pool
+        data = response.read() or b""  # to the end, so that the connection goes back to the pool
         if not 200 <= response.status <= 299:
-            text = (response.data or b"").decode("utf-8", "replace")
-            raise ApiException.from_response(http_resp=response, body=text, data=None)
+            raise ApiException.from_response(http_resp=response, body=data.decode("utf-8", "replace"), data=None)
+        return bytes(data)
 
-    def send(self, body: JSON) -> None:
+    def _exchange(self, method: str, path: str, where: dict[str, str], payload: JSON, content_type: str) -> bytes:
+        """``_request``, tried again as a failure calls for: at once on a new connection when a kept-alive one broke
+        (``http1.Stale``), after a pause (or the answer's Retry-After) for a status of RETRY_STATUSES or a connection
+        error, ``attempts`` tries in all. A Conflict (AlreadyExists, or a resourceVersion changed) after a try that
+        may have reached the server means that try was applied: b"" (its answer unknown)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        namespace = as_str(as_dict(body.get("metadata")).get("namespace"))
         attempt, resent = 1, False
         while True:
             try:
-                self._post(namespace, body)
-                return
+                return self._request(method, path, where, payload, content_type)
             except http1.Stale:
                 if not resent:  # closed while idle: again at once on a new connection, and not a try of its own
                     resent = True
@@ -391,8 +427,8 @@ class ApiSink:
                 if attempt >= self.attempts:
                     raise
             except ApiException as err:
-                if err.status == 409 and (attempt > 1 or resent):  # AlreadyExists: a try before was created
-                    return
+                if err.status == 409 and (attempt > 1 or resent):  # a try before was applied
+                    return b""
                 if err.status not in RETRY_STATUSES or attempt >= self.attempts:
                     raise
                 wait = _retry_after(err)
@@ -405,6 +441,66 @@ class ApiSink:
                     raise
             time.sleep(self.backoff * attempt)
             attempt += 1
+
+    def send(self, body: JSON) -> None:
+        """Create the Event; or, where it is there (its name is the report's, ``event_name``: the same report about
+        the same object made before, by this relay or another replica's), raise its ``count`` by one and set its
+        ``lastTimestamp`` to the body's, as client-go's recorder does with a repeat. The count raised is the one this
+        sink left it at (``_repeats``), else the one read from the answer to a patch of ``lastTimestamp`` alone (the
+        webhook's RBAC grants ``patch`` on Events, not ``get``); the patch that raises it names the resourceVersion
+        that count was read at, so that a change in between (another replica raising it) is a Conflict, and the
+        count is read again. An Event gone meanwhile (its TTL, an hour by default) is created again."""
+        from kubernetes.client.exceptions import ApiException
+
+        meta = as_dict(body.get("metadata"))
+        where = {"namespace": as_str(meta.get("namespace")), "name": as_str(meta.get("name"))}
+        key = (where["namespace"], where["name"])
+        stamp = body.get("lastTimestamp")
+        with self._repeats_lock:
+            known = self._repeats.get(key)
+        create = known is None
+        for _ in range(REPEAT_TRIES):
+            try:
+                if create:
+                    self._exchange("POST", EVENTS_PATH, {"namespace": where["namespace"]}, body, JSON_TYPE)
+                    return
+                if known is None:
+                    known = _count_of(self._exchange("PATCH", EVENT_PATH, where, {"lastTimestamp": stamp}, MERGE_PATCH))
+                    if known is None:
+                        raise ValueError("the API server's answer to a patch of the Event holds no count")
+                raised = {"count": known[0] + 1, "lastTimestamp": stamp, "metadata": {"resourceVersion": known[1]}}
+                self._keep(key, _count_of(self._exchange("PATCH", EVENT_PATH, where, raised, MERGE_PATCH)))
+                return
+            except ApiException as err:
+                if err.status not in (404, 409) or (create and err.status == 404):
+                    raise
+                self._keep(key, None)
+                create, known = err.status == 404, None  # gone: create it; there (AlreadyExists), or changed: read it
+        raise ApiException(status=409, reason=f"the Event changed {REPEAT_TRIES} times while its count was raised")
+
+    def _keep(self, key: tuple[str, str], count: tuple[int, str] | None) -> None:
+        """Remember the count and resourceVersion an Event was left at; None: forget it (not known)."""
+        with self._repeats_lock:
+            self._repeats.pop(key, None)
+            if count is not None:
+                self._repeats[key] = count
+                if len(self._repeats) > REPEATS_KEPT:
+                    del self._repeats[next(iter(self._repeats))]
+
+
+def _count_of(answer: bytes) -> tuple[int, str] | None:
+    """(count, resourceVersion) of an Event in the API server's answer; None for an answer that holds none (b"": a
+    try before was applied, ``ApiSink._exchange``)."""
+    try:
+        event = json.loads(answer) if answer else None
+    except ValueError:
+        return None
+    if not isinstance(event, dict):
+        return None
+    count, version = event.get("count"), as_dict(event.get("metadata")).get("resourceVersion")
+    if not isinstance(count, int) or not isinstance(version, str):
+        return None
+    return count, version
 
 
 FULL_TELL_S = 60.0
@@ -478,8 +574,17 @@ class Sender:
             return
         if self._senders is None:
             self._senders = ThreadPoolExecutor(width, "gpu-adm-events")
-        for _ in self._senders.map(self.deliver, bodies):
+        # the same Event twice (a controller's retries, ``event_name``): in turn, in one thread, so that the second
+        # raises the count of the one the first created rather than racing its create
+        runs: dict[str, list[JSON]] = {}
+        for body in bodies:
+            runs.setdefault(as_str(as_dict(body.get("metadata")).get("name")), []).append(body)
+        for _ in self._senders.map(self._deliver_run, runs.values()):
             pass
+
+    def _deliver_run(self, bodies: list[JSON]) -> None:
+        for body in bodies:
+            self.deliver(body)
 
     def deliver(self, body: JSON) -> None:
         """Send one Event now, in the calling thread (the relay's or one of its senders'), and count it."""

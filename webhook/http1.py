@@ -1,6 +1,7 @@
 """One HTTP/1.1 request at a time over a kept-alive connection: what the Events relay needs to create an Event.
 
-The relay creates one Event per GPU pod admitted, and each is a POST whose answer matters only by its status.
+The relay creates one Event per GPU pod admitted, and each is a POST whose answer matters only by its status (a
+PATCH raises the count of an Event reported again: ``webhook.events``).
 ``http.client`` spends most of such a request's CPU on its generality: a call and a check per header line going out,
 and the ``email`` package's parser for the headers coming back. Here a request goes out as one write, and the
 answer's head is read line by line from a buffered reader (C code), keeping only what framing the body needs:
@@ -110,10 +111,14 @@ class Connection:
         return self._sock is not None
 
     def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
-        """Send ``POST path`` with ``body`` and ``headers`` (``Host`` and ``Content-Length`` are written here) and
+        """``request`` with POST."""
+        return self.request("POST", path, body, headers)
+
+    def request(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
+        """Send ``method path`` with ``body`` and ``headers`` (``Host`` and ``Content-Length`` are written here) and
         read the answer: (status, reason, body), its header fields in ``head``. On any failure the connection is
         closed and the error raised."""
-        head = [f"POST {path} HTTP/1.1", f"Host: {self.host}", f"Content-Length: {len(body)}"]
+        head = [f"{method} {path} HTTP/1.1", f"Host: {self.host}", f"Content-Length: {len(body)}"]
         for name, value in headers.items():
             if any(c in name or c in value for c in "\r\n\0") or ":" in name:
                 raise ValueError(f"the header {name!r} holds a character no header may hold")
