@@ -2478,6 +2478,32 @@ def test_a_pod_no_node_it_can_run_on_offers_its_device_is_told_though_another_po
     )
 
 
+@pytest.mark.parametrize(
+    "joining",
+    [
+        pytest.param(None, id="not-seen-yet"),
+        pytest.param(whole_node("n3", A100_40, 0, "a100-40"), id="no-device-yet"),
+    ],
+)
+def test_a_daemonset_pod_for_a_node_joining_is_not_told_its_device_is_unoffered(joining):
+    """The DaemonSet controller makes a pod for a node as it joins, before the webhook's watch has seen the node or
+    while its device plugin offers nothing yet (GFD's labels up, no device): the pod for a new A100-40GB node was
+    told that no node it can run on offers its 3g.20gb and to give its node's pool a MIG layout that offers it,
+    which the pool had; it runs once the plugin advertises the device (found by a review of MIG). The pod for a
+    node that offers devices, but not this one, is still told."""
+    ctx = context(DAEMON_NODES)
+    live = pipeline.mutate(workload("DaemonSet", frac("0.5")), ctx).object
+    joined = context([*DAEMON_NODES, joining] if joining else DAEMON_NODES)
+    result = _as_created(_daemon_pod_of(live, "n3"), joined)
+    assert result.allowed
+    assert result.warnings == [] and _unoffered_events(result) == []
+    (event,) = _unoffered_events(_as_created(_daemon_pod_of(live, "n2"), joined))
+    assert event.message.startswith(
+        "container trainer asks for nvidia.com/mig-3g.20gb, which no node it can run on offers (pool a100-40 offers "
+        "it, out of the pod's nodeSelector, node affinity or tolerations)"
+    ), event.message
+
+
 def test_a_refusal_while_a_mig_layout_is_changing_says_so_and_when_to_try_again():
     """MIG Manager withholds a node's devices while it applies a layout: the refusal said the eligible nodes offer
     no MIG profiles and to add MIG-partitioned nodes (found by a review of day-2 journeys)."""

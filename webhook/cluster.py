@@ -173,6 +173,12 @@ class NodeGroup:
         )
 
     @property
+    def offers_gpu(self) -> bool:
+        """A GPU device (whole, shared or MIG) is offered now (allocatable > 0 of an ``nvidia.com/`` resource): not
+        so on a node that has joined before its device plugin advertises one."""
+        return any(v > 0 for k, v in self.allocatable.items() if k.startswith(GPU_VENDOR_PREFIX))
+
+    @property
     def driver_text(self) -> str:
         return self.driver_version_text or show_driver(self.driver)
 
@@ -1558,8 +1564,7 @@ def _serves(group: NodeGroup) -> bool:
     """The group's nodes offer a GPU now, in a settled MIG layout, and take new pods: a declared pool whose only
     nodes are cordoned, not ready or going away is still what the autoscaler adds nodes to (before, it vanished
     with them, and a fraction it offers was denied: found by a review of the cluster model)."""
-    offered = any(v > 0 for k, v in group.allocatable.items() if k.startswith(GPU_VENDOR_PREFIX))
-    return offered and not leaving(group) and group.mig_config_state not in MIG_CHANGING_STATES
+    return group.offers_gpu and not leaving(group) and group.mig_config_state not in MIG_CHANGING_STATES
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1711,7 +1711,8 @@ def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str
     whatever the device its template asks (its pod for an A100-80GB node asked the 3g.20gb of the A100-40GB its
     template was converted for, and was told nothing, since another pool offered it: a review of MIG). Said as a
     warning and a Warning Event (the pods of a controller have no one to read a warning). Not while a MIG layout is
-    changing (MIG Manager withholds the devices then), nor where the webhook knows no node or pool."""
+    changing (MIG Manager withholds the devices then), nor where the webhook knows no node or pool, nor where a pool
+    offers the device and the pod reaches no node that offers any device now (``_reaches_devices``: a node joining)."""
     groups = ctx.cluster.groups
     if not groups or any(g.mig_changing for g in groups):
         return
@@ -1730,7 +1731,22 @@ def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str
             reached = {id(c.group) for c in ctx.cluster.eligible(rules, resources=wanted, gpu_only=True)}
             if any(id(g) in reached for g in offering):
                 continue
+            if offering and not _reaches_devices(pod, ctx, selector):
+                continue  # its node is not known yet, or offers no device yet: the device may come with the plugin
             _say_unoffered(pod, ctx, out, name, what, line if what == given else None, offering)
+
+
+def _reaches_devices(pod: PodView, ctx: Context, selector: Pin | None) -> bool:
+    """Whether the pod's placement rules reach a node that offers GPU devices now, or a declared pool (what its
+    nodes will offer), but for ``selector`` (the nodeSelector of the conversion's device, which is what is asked).
+    A DaemonSet's pod is made for a node as it joins, before the webhook's watch has seen it or while its device
+    plugin and GFD are not up: it reaches none, and the device its template asks may come with the plugin (a pod on
+    a new A100-40GB node was told its 3g.20gb is offered by no node it can run on, and to give its pool a MIG
+    layout that offers it, which the pool had: found by a review of MIG)."""
+    rules = _placement_rules(pod)
+    if selector is not None:
+        rules["nodeSelector"] = {k: v for k, v in as_dict(rules.get("nodeSelector")).items() if k != selector[0]}
+    return any(c.group.offers_gpu for c in ctx.cluster.eligible(rules, gpu_only=True))
 
 
 def _labelled(group: NodeGroup, selector: Pin) -> bool:
