@@ -1182,6 +1182,28 @@ def test_a_time_shared_pool_no_label_tells_from_a_dedicated_one_is_said() -> Non
     ]
 
 
+@pytest.mark.parametrize("dedicated", [{}, {SHARING_LABEL: "none"}], ids=["by-pool", "by-sharing-label"])
+def test_a_daemonset_fraction_is_not_pinned_off_the_time_shared_pools(dedicated: dict[str, str]) -> None:
+    """A DaemonSet makes a pod for every node it selects: pinned to the dedicated pool, its next rollout took its
+    pods off every time-sliced node, where the shared device served them, with only a warning at its apply (found
+    by a review of MIG). Not pinned: the shared pool is named, as where no label tells the pools apart."""
+    nodes = [
+        mixed_node("d", A100_40, {"3g.20gb": 2}, "ded", 40960, extra_labels=dedicated),
+        _time_shared(mixed_node("s", A100_40, {"3g.20gb": 8}, "ts", 40960)),
+    ]
+    obj = workload("DaemonSet", frac("0.5"))
+    result = review(copy.deepcopy(obj), nodes)
+    assert result.allowed, result.message
+    assert "nodeSelector" not in template_of(result.object)["spec"]
+    assert mig_annotation(result.object) == (
+        f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb ({A100_40}, pools ded, ts)"
+    )
+    assert result.warnings == [
+        "trainer: nvidia.com/mig-3g.20gb is time-slicing on pool ts: shared with other pods, its memory not its own"
+    ]
+    assert mutate_twice(obj, nodes)[1] == []
+
+
 def test_a_fraction_is_not_pinned_to_its_own_device_where_only_a_time_shared_pool_runs_its_cuda() -> None:
     """The pin to dedicated pools never goes where the pod's CUDA cannot run: it would be refused there, while the
     cuda policy steers it to the time-shared pool that runs it (where the sharing is said)."""

@@ -40,7 +40,8 @@ How a profile is chosen, per container (init containers included), each on its o
    model(s) on ``nvidia.com/gpu.product`` (or the GKE accelerator, or the pool label). So is a profile that pools
    which time-share it offer under the same name as dedicated ones (a time-sliced mixed pool without
    renameByDefault, a GKE time-sharing partition): pinned to the dedicated ones (their sharing label, GPU model or
-   pool), where one runs the pod's CUDA; where no label tells them apart, the shared pools are named in a warning.
+   pool), where one runs the pod's CUDA (not a DaemonSet, whose pods on the shared pools the pin would take away);
+   where no label tells them apart, or for a DaemonSet, the shared pools are named in a warning.
 5. The containers are taken in turn, each choice narrowing where the next can land. When that leaves one without
    a profile, other orders are tried (the largest asks first, the reverse, every order of up to 4 asks), and the
    first that converts every ask is kept; so whether a pod is admitted does not depend on the order its
@@ -769,7 +770,7 @@ def _choose(
     for _, option, places in ranked:
         good = [p for p in places if p.covers]
         bad = [p.group for p in places if not p.covers]
-        if own := _own_devices(req, option, good, bad):
+        if pod.owner_kind != "DaemonSet" and (own := _own_devices(req, option, good, bad)):
             return own, seen, barred
         pin = None
         if bad:
@@ -785,7 +786,12 @@ def _own_devices(req: _Request, option: Option, good: Sequence[Placement], bad: 
     under the same name too (a time-sliced mixed pool without renameByDefault, a GKE time-sharing partition): one
     option, so the ranking's 'a device of its own first' never told them apart, and 0.5 was given a 3g.20gb shared
     four ways without a word (a review of MIG). None where no dedicated pool whose driver runs the pod's CUDA
-    offers it, or no label tells those pools from the others (``_warn_shared`` then says the sharing)."""
+    offers it, or no label tells those pools from the others (``_warn_shared`` then says the sharing). Not asked
+    for a DaemonSet (``_choose``): its controller makes a pod for every node it selects, and the pin took its pods
+    off every time-sliced node, where the shared device served them (found by a review of MIG); the shared pools
+    are named as where no label tells them apart. The pin is a nodeSelector, not a preference: a pod that may take
+    a shared device where the dedicated ones are full asks the device by its name (``nvidia.com/mig-<profile>``),
+    which no conversion pins."""
     own = [p for p in good if p.group.sharing == "none"]
     if len(own) == len(good) or not any(req.supported is None or id(p.group) in req.supported for p in own):
         return None
