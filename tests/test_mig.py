@@ -2526,6 +2526,33 @@ def test_a_daemonset_pod_for_a_node_joining_is_not_told_its_device_is_unoffered(
     ), event.message
 
 
+@pytest.mark.parametrize(
+    ("extra", "where"),
+    [
+        pytest.param([], "pool a100-40, its pods on pool a100-80 stay Pending", id="pending-elsewhere"),
+        pytest.param(
+            [mixed_node("n3", A100_40, {"3g.20gb": 2}, "a100-40b", 40960)],
+            "pools a100-40, a100-40b, its pods on pool a100-80 stay Pending",
+            id="several-pools",
+        ),
+    ],
+)
+def test_a_daemonset_pod_where_its_device_is_keeps_its_templates_line_and_is_told_assigned(extra, where):
+    """A DaemonSet's template line names every pool it serves and those its pods stay Pending on, where the pod its
+    controller makes for a node reaches that node's pool alone: the pod on an A100-40GB node, which runs, had its
+    line made 'trainer: nvidia.com/mig-3g.20gb (as found on the object)' and got no MIGAssigned Event (found by a
+    review of MIG)."""
+    ctx = context([*DAEMON_NODES, *extra])
+    live = pipeline.mutate(workload("DaemonSet", frac("0.5")), ctx).object
+    line = f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb ({A100_40}, {where})"
+    assert mig_annotation(live) == line
+    mutated = pipeline.mutate(_daemon_pod_of(live, "n1"), ctx)
+    assert mutated.allowed and mutated.patch == [] and mutated.warnings == []
+    validated = pipeline.validate(mutated.object, ctx)
+    assert validated.warnings == []
+    assert [(e.reason, e.message) for e in validated.outcome.events] == [("MIGAssigned", f"MIG devices: {line}")]
+
+
 def test_a_refusal_while_a_mig_layout_is_changing_says_so_and_when_to_try_again():
     """MIG Manager withholds a node's devices while it applies a layout: the refusal said the eligible nodes offer
     no MIG profiles and to add MIG-partitioned nodes (found by a review of day-2 journeys)."""

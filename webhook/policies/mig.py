@@ -377,10 +377,47 @@ def _confirmed(text: str | None, container: JSON, pod: PodView, pin_keys: Sequen
 
 def _republishable(text: str | None, container: JSON, pod: PodView, where_now: str, pin_keys: Sequence[str]) -> bool:
     """A prior line that says nothing the object and the cluster do not confirm (``_confirmed``, the pin it names,
-    and where such a pod can land now): written again, it is the same text. A user's own words are never
-    republished."""
+    and where such a pod can land now: ``_lands_as_said``): written again, it is the same text. A user's own words
+    are never republished."""
     line = _confirmed(text, container, pod, pin_keys)
-    return line is not None and str(replace(line, where=where_now)) == text
+    return line is not None and str(line) == text and _lands_as_said(pod, line.where, where_now)
+
+
+_DAEMON_PENDING_WORDS = re.compile(re.escape(", " + DAEMON_PENDING).replace(re.escape("{pools}"), "pools? .+") + "$")
+_PLACE = re.compile(r"(.+?), pools? (.+)")
+_MORE = re.compile(r" and [0-9]+ more$")
+
+
+def _lands_as_said(pod: PodView, said: str, where_now: str) -> bool:
+    """Whether a line's words of where the pod gets its GPU (``said``) hold for it as it stands (``where_now``). A
+    pod's line was written on its template: a DaemonSet's names the pools its pods stay Pending on
+    (``DAEMON_PENDING``), and every pool it serves, where the pod its controller makes for a node reaches that
+    node's alone; its pods lost their line (made 'as found on the object') and their MIGAssigned Event (found by a
+    review of MIG). Those are confirmed where the places it reaches are among those said."""
+    if said == where_now:
+        return True
+    if pod.is_template or not where_now:
+        return False
+    served = _DAEMON_PENDING_WORDS.sub("", said)
+    if served == where_now:
+        return True
+    if pod.owner_kind != "DaemonSet":
+        return False
+    named, reached = _places_said(served), _places_said(where_now)
+    if named is None or reached is None:
+        return False
+    return all(pools <= named.get(product, set()) for product, pools in reached.items())
+
+
+def _places_said(where: str) -> dict[str, set[str]] | None:
+    """The pools by GPU model that ``_where``'s words name; None where they do not name all ('and 2 more')."""
+    places: dict[str, set[str]] = {}
+    for part in where.split(" or "):
+        found = _PLACE.fullmatch(part)
+        if found is None or _MORE.search(found[2]):
+            return None
+        places.setdefault(found[1], set()).update(found[2].split(", "))
+    return places
 
 
 def _reworded(text: str | None, container: JSON, pod: PodView, where_now: str, pin_keys: Sequence[str]) -> str | None:
