@@ -14,7 +14,9 @@ Asking. The pod (or pod template) annotation ``gpu-admission.io/spot`` says what
                       the pod when none is there now; not for a provider that taints every spot node (AKS, OKE)
                       where the pod does not tolerate those taints. Where the cluster is not known (no node list
                       yet, no pool declared), off every spot place, as ``require`` is kept to them all; not where
-                      its own nodeSelector or affinity pins it to one (a warning instead), nor a pod bound to a node
+                      its own nodeSelector or affinity pins it to one, its nodeSelector chooses its place (a node
+                      group's label, not the OS's), or it is bound to a node (nodeName, a DaemonSet's matchFields):
+                      a warning instead
 
 When the pod does not ask (or asks with a value not listed above, which is warned about and ignored), the first
 configured default that applies wins, most specific first (``SpotSettings``):
@@ -98,12 +100,14 @@ from webhook.affinity import (
 from webhook.cluster import (
     GPU_TAINT_TOLERATION,
     LEAVING_TOLERATIONS,
+    NODE_OS_LABELS,
     NodeGroup,
     Taint,
     requested_resources,
     split_leaving,
     toleration_tolerates,
 )
+from webhook.cuda_version import PLATFORM_LABEL
 from webhook.model import (
     BUILTIN_GROUPS,
     GPU_MEMORY_RESOURCE,
@@ -667,13 +671,23 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     return now + shown
 
 
+PLACELESS_LABELS = frozenset({*NODE_OS_LABELS, PLATFORM_LABEL})
+"""Label keys every node carries, whatever its pool or capacity: a nodeSelector on them alone (many Helm charts'
+kubernetes.io/os: linux) chooses no place."""
+
+
 def _unjudged(spec: JSON, narrowings: Sequence[Sequence[Sequence[Expression]]]) -> str:
     """Where the cluster is not known, why keeping a pod of ``spec`` off the spot places (``narrowings``) could
-    leave it no node, in words; '' where it cannot: it is bound to a node (the kubelet refuses a pod whose node
-    fails its required affinity), or its own nodeSelector or each of its required terms pins it to a spot place (a
-    label ``In`` values all of that place's, a nodeSelector's value one of them), as the known cluster's nodes tell
-    (``_keep_off_spot``: "leave it only spot pools")."""
-    if spec.get("nodeName"):
+    leave it no node, in words; '' where it cannot: it is bound to a node (``nodeName``, or ``metadata.name In`` in
+    each required term, as the DaemonSet controller binds its pods: the kubelet refuses a pod whose node fails its
+    required affinity), its own nodeSelector or each of its required terms pins it to a spot place (a label ``In``
+    values all of that place's, a nodeSelector's value one of them), as the known cluster's nodes tell
+    (``_keep_off_spot``: "leave it only spot pools"), or its nodeSelector chooses its place on other labels (a
+    node group's, a pool's: which may be spot, and no node tells; not ``PLACELESS_LABELS``). A DaemonSet's pod for
+    a spot node, and a pod selecting an EKS spot node group, were kept off every spot place, Pending for good and
+    not warned of (found by a review of the spot policy)."""
+    terms = required_terms(PodView("Pod", {}, spec, ""))
+    if spec.get("nodeName") or (terms and all(_names_nodes(t) for t in terms)):
         return "it is bound to a node"
     selector = as_dict(spec.get("nodeSelector"))
 
@@ -684,10 +698,19 @@ def _unjudged(spec: JSON, narrowings: Sequence[Sequence[Sequence[Expression]]]) 
         ins = [e for e in as_list(term.get("matchExpressions")) if isinstance(e, dict) and e.get("key") == key]
         return any(e.get("operator") == "In" and set(as_list(e.get("values"))) <= set(values) for e in ins)
 
-    terms = required_terms(PodView("Pod", {}, spec, "")) or [{}]
-    if all(any(all(any(pinned(t, e) for e in alt) for alt in n) for n in narrowings) for t in terms):
+    if all(any(all(any(pinned(t, e) for e in alt) for alt in n) for n in narrowings) for t in terms or [{}]):
         return "its nodeSelector or affinity pins it to spot capacity"
+    if any(key not in PLACELESS_LABELS for key in selector):
+        return "its nodeSelector chooses its place"
     return ""
+
+
+def _names_nodes(term: JSON) -> bool:
+    """The term holds only the nodes it names (``matchFields`` ``metadata.name In``)."""
+    return any(
+        isinstance(f, dict) and f.get("key") == "metadata.name" and f.get("operator") == "In"
+        for f in as_list(term.get("matchFields"))
+    )
 
 
 def _tainted_off(keys: Iterable[str], tolerations: Sequence[object], ctx: Context) -> bool:
