@@ -520,6 +520,43 @@ def test_tolerate_and_prefer_with_no_spot_node_now(mode: str, providers: tuple[s
     assert "no spot taint on the cluster's nodes or pools to tolerate" in (applied(k3s) or "")
 
 
+@pytest.mark.parametrize("later", ["never", "off"])
+def test_spot_tolerations_added_at_zero_stay_named_and_go_with_the_mode(later: str) -> None:
+    """A tolerate Deployment reviewed while the GKE spot pool was at zero got GKE's spot tolerations; reviewed again
+    once an untainted spot node was there, it wanted none, its words named none, and moved to never or off it kept
+    them for good (found by a review of the spot policy). They are named on while the pod carries them, and go
+    with the mode."""
+    gke_pool = "cloud.google.com/gke-nodepool"
+    on_demand = node("gke-od", {gke_pool: "l4-od"})
+    at_zero = context([on_demand])
+    scaled = context([on_demand, node("gke-spot", {GKE_SPOT: "true", gke_pool: "spot-l4"})])
+    first = mutate(workload("Deployment", "tolerate"), at_zero).object
+    added = [equal(GKE_SPOT, "true"), equal(GKE_PREEMPTIBLE, "true")]
+    assert tolerations_of(_template(first)) == added
+    edited = mutate(first, scaled)
+    assert tolerations_of(_template(edited.object)) == added
+    assert applied(edited) == (
+        "tolerate (asked by annotation); no spot taint on the cluster's nodes or pools to tolerate; still tolerates "
+        f"{GKE_SPOT}=true:NoSchedule, {GKE_PREEMPTIBLE}=true:NoSchedule (added by an earlier review: taken out when "
+        "the spot mode changes)"
+    )
+    moved = mutate(_switched(edited.object, later), scaled)
+    assert "tolerations" not in _template(moved.object)["spec"]
+    assert (
+        f"removed what tolerate had added: tolerations {GKE_SPOT}=true:NoSchedule, {GKE_PREEMPTIBLE}=true:NoSchedule"
+        in (applied(moved) or "")
+    )
+    # the pod's own toleration of the same taint is never named as added, nor taken out
+    own = workload("Deployment", "tolerate")
+    _template(own)["spec"]["tolerations"] = [equal(GKE_SPOT, "true")]
+    kept = mutate(mutate(own, at_zero).object, scaled)
+    assert applied(kept) == (
+        "tolerate (asked by annotation); no spot taint on the cluster's nodes or pools to tolerate; still tolerates "
+        f"{GKE_PREEMPTIBLE}=true:NoSchedule (added by an earlier review: taken out when the spot mode changes)"
+    )
+    assert tolerations_of(_template(mutate(_switched(kept.object, later), scaled).object)) == [equal(GKE_SPOT, "true")]
+
+
 def test_require_where_no_provider_shows_is_refused_saying_how_to_declare_spot_pools() -> None:
     """Nodes that show no cloud's labels (k3s, self-managed): require added every cloud's spot labels and taints,
     and the pod stayed Pending for good, told only to wait for a spot node (found by a review of the docs against
@@ -1119,6 +1156,8 @@ def test_forged_applied_annotation_is_rewritten() -> None:
     [
         "tolerate (asked by annotation); tolerates a=b:NoSchedule, c:NoExecute (taints on the cluster)",
         "tolerate (global default); no spot taint on the cluster's nodes or pools to tolerate",
+        "tolerate (global default); tolerates a=b:NoSchedule (taints on the cluster); still tolerates c:NoExecute"
+        " (added by an earlier review: taken out when the spot mode changes)",
     ],
 )
 def test_named_tolerations_round_trip(text: str) -> None:

@@ -48,7 +48,9 @@ the cluster shows (``ClusterView.providers``: their labels, OKE's pool annotatio
 settings name, and ``extra_taints``; for ``require`` every preset's when it shows none (tolerate and prefer would
 collect tolerations for clouds the cluster is not on). ``gpu_taint_presets`` (off by default) adds documented GPU
 taints that ExtendedResourceToleration does not cover (AKS ``sku=gpu:NoSchedule``), to GPU pods that get spot
-tolerations, narrowed the same way.
+tolerations, narrowed the same way. The tolerations an earlier pass of the mode added and it no longer wants (those
+of a spot pool at zero, once an untainted spot node is there) stay on the pod, named as ``still tolerates``: a
+change of mode takes them out.
 
 Which places (prefer / require, and never). The spot capacity labels of the presets plus ``extra_labels``, and the
 nodeSelector of each pool declared with ``spot: true`` (CoreWeave's spot pools carry no spot label). On a known
@@ -149,6 +151,12 @@ UNDONE = "removed what "
 """How the spot-applied part that says what an earlier mode's additions were taken out begins."""
 KEPT = "kept what "
 """How the spot-applied part that says what an earlier mode's tolerations were left on a DaemonSet begins."""
+TOLERATES = "tolerates "
+"""How the spot-applied part that names the tolerations the mode wants begins."""
+STILL_TOLERATES = "still tolerates "
+"""How the part begins that names the tolerations an earlier pass of the same mode added, which the pod still
+carries and the mode no longer wants (``_still_carried``); read back with the others (``named_tolerations``)."""
+STILL_WHY = " (added by an earlier review: taken out when the spot mode changes)"
 NVIDIA_RESOURCES = "nvidia.com/"
 OWN_TOLERATIONS = "its own: "
 """How the spot-applied part begins that names the tolerations the pod had itself (``_own_tolerations``)."""
@@ -787,7 +795,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         # the apiserver rejects such a pod anyway; rewriting the field would change the user's data
         parts.append("spec.tolerations is not a list: left as it is")
     elif wanted:
-        parts.append(f"tolerates {', '.join(str(w) for w in wanted)} ({source})")
+        parts.append(f"{TOLERATES}{', '.join(str(w) for w in wanted)} ({source})")
         if own := _own_tolerations(pod, ctx, mode, wanted):
             parts.append(OWN_TOLERATIONS + ", ".join(str(w) for w in own))
         if _tolerate(pod, wanted):
@@ -796,6 +804,8 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         parts.append("no spot taint on the cluster's nodes or pools to tolerate")
     else:
         parts.append("no spot taint in the provider presets to tolerate")
+    if isinstance(current, list) and (still := _still_carried(pod, ctx, mode, wanted)):
+        parts.append(STILL_TOLERATES + ", ".join(map(str, still)) + STILL_WHY)
 
     bound = as_str(pod.spec.get("nodeName"))
     if mode in ("prefer", "require") and bound:
@@ -1107,13 +1117,28 @@ def _own_tolerations(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wan
     earlier pass in this mode added (its words name those). Moved off the mode, they stay (found by a generative
     review of updates without kubectl's manifest: a Helm chart's own toleration of GKE's spot taint, written as
     the webhook writes it, went with require)."""
-    earlier = ctx.prior.get(APPLIED, "")
-    added: list[Wanted] = []
-    if mode_of(earlier) == mode:
-        before = _said_own(earlier)
-        added = [w for w in named_tolerations(earlier) or () if w not in before]
+    added = _added_earlier(ctx, mode)
     tolerations = as_list(pod.spec.get("tolerations"))
     return [w for w in wanted if w not in added and covered(tolerations, w)]
+
+
+def _added_earlier(ctx: Context, mode: str) -> list[Wanted]:
+    """The tolerations an earlier pass in ``mode`` says it added (named, and not the pod's own)."""
+    earlier = ctx.prior.get(APPLIED, "")
+    if mode_of(earlier) != mode:
+        return []
+    before = _said_own(earlier)
+    return [w for w in named_tolerations(earlier) or () if w not in before]
+
+
+def _still_carried(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wanted]) -> list[Wanted]:
+    """The tolerations an earlier pass in this mode added that the pod still carries and the mode no longer wants:
+    named on, so that a later change of mode takes them out (``_undo_earlier`` reads the names). A GKE spot pool at
+    zero gave a tolerate Deployment its provider's spot tolerations; edited once an untainted spot node was there,
+    its words named none, and moved to never or off, it kept them for good (found by a review of the spot policy).
+    Left on the pod, as a change of mode does not take them out before it comes."""
+    tolerations = as_list(pod.spec.get("tolerations"))
+    return [w for w in _added_earlier(ctx, mode) if w not in wanted and w.toleration() in tolerations]
 
 
 def _said_own(text: str) -> list[Wanted]:
@@ -1135,13 +1160,17 @@ def _tolerate(pod: PodView, wanted: Sequence[Wanted]) -> bool:
 
 
 def named_tolerations(text: str) -> list[Wanted] | None:
-    """The tolerations a ``spot-applied`` text names; None when a part of it cannot be read back."""
+    """The tolerations a ``spot-applied`` text names (``TOLERATES``, ``STILL_TOLERATES``); None when a part of it
+    cannot be read back."""
+    named: list[Wanted] = []
     for part in text.split("; "):
-        if part.startswith("tolerates "):
-            items = part[len("tolerates ") :].split(" (", 1)[0].split(", ")
-            parsed = [parse_wanted(i) for i in items]
-            return [w for w in parsed if w is not None] if all(parsed) else None
-    return []
+        head = next((h for h in (TOLERATES, STILL_TOLERATES) if part.startswith(h)), "")
+        if head:
+            parsed = [parse_wanted(i) for i in part[len(head) :].split(" (", 1)[0].split(", ")]
+            if not all(parsed):
+                return None
+            named += [w for w in parsed if w is not None]
+    return named
 
 
 def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
