@@ -25,6 +25,7 @@ import yaml
 from tests.conftest import EXAMPLES
 from tests.test_chart import CHART, FULLNAME, VALUE_SETS, VALUES, find, find_all, helm, hooks, render_values, template
 from webhook import cli as webhook_cli
+from webhook import cluster as cluster_module
 from webhook import config as settings_module
 from webhook.errors import ConfigError
 
@@ -293,6 +294,20 @@ def test_the_config_check_refuses_what_the_server_refuses_at_start(tmp_path, mon
         assert run_config_check(objects, tmp_path / mode, monkeypatch, capsys) == (2, "", f"gpu-admission: {refusal}\n")
 
 
+def test_the_config_check_refuses_what_a_worker_refuses_when_it_boots(tmp_path, monkeypatch, capsys):
+    """The settings loaded, each worker builds the cluster view from them when it boots: what that refuses (a
+    provider unknown to the presets did, before the loader checked it) would kill every worker after the hook passed
+    (found by a review)."""
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise ConfigError("cluster.providers: refused where the worker's cluster view is built")
+
+    monkeypatch.setattr(cluster_module, "load_presets", refuse)  # what _Builder runs in build_view
+    code, out, err = run_config_check(render_values("defaults"), tmp_path, monkeypatch, capsys)
+    assert (code, out) == (2, "")
+    assert err == "gpu-admission: cluster.providers: refused where the worker's cluster view is built\n"
+
+
 def test_the_config_check_can_be_left_out():
     objects = template("--set", "configCheck.enabled=false")
     assert [o["metadata"]["name"] for o in objects if "config-check" in o["metadata"]["name"]] == []
@@ -321,6 +336,13 @@ def test_the_config_check_can_be_left_out():
             ["--set-json", 'config.cluster.pools=[{"name":"p","nodeSelector":{}}]'], "nodeSelector", id="empty-selector"
         ),
         pytest.param(["--set", "config.spot.gpuTaintPresets={sku-gpu}"], "gpuTaintPresets", id="unknown-preset"),
+        # the presets' names, from providers.yaml: a typo killed every worker at boot (found by a review)
+        pytest.param(
+            ["--set", "config.cluster.providers={gke,coreweav}"],
+            "at '/config/cluster/providers/1': value must be one of 'all', 'gke', 'eks', 'karpenter', 'aks', 'oke',"
+            " 'coreweave', 'doks', 'vke', 'lke', 'scaleway', 'ovh', 'civo', 'nebius'",
+            id="unknown-provider",
+        ),
         # the server refuses it at start: its pods would crash-loop after the upgrade
         pytest.param(
             ["--set", "config.spot.ownerDefaults.DaemonSet=never"],

@@ -164,6 +164,13 @@ def test_keys_in_either_case(tmp_path: Path, text: str) -> None:
             "spot.gpuTaintPresets: unknown preset 'sku-gpu' (known: aks-sku-gpu)",
             id="unknown-gpu-taint-preset",
         ),
+        # met only by the cluster view each worker builds at boot, the typo killed every worker (found by a review)
+        pytest.param(
+            "cluster:\n  providers: [gke, coreweav]\n",
+            "cluster.providers: unknown provider 'coreweav': give those whose presets the webhook has (all, gke, eks,"
+            " karpenter, aks, oke, coreweave, doks, vke, lke, scaleway, ovh, civo, nebius)",
+            id="unknown-provider",
+        ),
         # a toleration of the empty key tolerates every taint of its effect
         pytest.param(
             "spot:\n  extraTaints: [{key: '', effect: NoSchedule}]\n",

@@ -140,8 +140,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     settings the release renders, so a value the chart's schema lets through and the server refuses (a registry given
     as a URL, a pool declared twice) fails ``helm install`` before any webhook configuration exists, rather than
     leaving it (failurePolicy Fail) in front of pods that never start (found by a review). The registry reader's
-    files (credentialsFile, caFile) are not read: they are mounted into the server's pods alone."""
-    load_settings(args.config)
+    files (credentialsFile, caFile) are not read: they are mounted into the server's pods alone. The settings are
+    then folded into the cluster view each worker builds when it boots (with no node): what that refuses (a provider
+    unknown to the presets did) kills every worker after the master has started (found by a review)."""
+    build_view([], load_settings(args.config), source="settings")
     print(f"{args.config}: settings the server loads")
     return 0
 

@@ -26,7 +26,7 @@ from webhook.drivers import parse_version
 from webhook.errors import ConfigError
 from webhook.mig_profiles import parse_name
 from webhook.model import is_label_value, is_qualified_name
-from webhook.presets import gpu_taint_preset_names
+from webhook.presets import check_providers, gpu_taint_preset_names, known_providers
 
 Mode = Literal["enforce", "warn", "off"]
 Effect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
@@ -184,7 +184,9 @@ class ClusterSettings:
 
     pools: list[PoolSettings] = field(default_factory=list)
     """Pools declared here; live or listed nodes that match a pool's nodeSelector add to and refine it."""
-    providers: list[str] = field(default_factory=lambda: ["all"])
+    providers: list[str] = field(
+        default_factory=lambda: ["all"], metadata={"schema": {"items": {"enum": ["all", *known_providers()]}}}
+    )
     """Provider presets to use for pool labels and spot taints/labels (gke, eks, karpenter, aks, oke, ...; all)."""
     pool_label_keys: list[str] = field(default_factory=list)
     """Extra node label keys that name a node's pool (tried before the presets), e.g. for k3s clusters."""
@@ -216,6 +218,7 @@ class ClusterSettings:
     every worker)."""
 
     def __post_init__(self) -> None:
+        check_providers(self.providers)
         names = [p.name for p in self.pools]
         if twice := sorted({n for n in names if names.count(n) > 1}):
             raise ConfigError(

@@ -89,6 +89,18 @@ def known_providers() -> tuple[str, ...]:
     return tuple(_raw())
 
 
+def check_providers(names: Sequence[str]) -> None:
+    """Raise ConfigError naming the providers ``cluster.providers`` gives that have no presets (nor are ``all``).
+    Run when the settings load: met only by the cluster view each worker builds at boot, a typo (coreweav) passed
+    ``gpu-admission check-config`` and the chart's hook, and every worker then failed to boot behind the webhook
+    configurations (found by a review)."""
+    if unknown := [n for n in names if n != "all" and n not in _raw()]:
+        raise ConfigError(
+            f"cluster.providers: unknown provider {', '.join(map(repr, unknown))}: give those whose presets the"
+            f" webhook has (all, {', '.join(_raw())})"
+        )
+
+
 def gpu_taint_preset_names() -> frozenset[str]:
     """The names ``spot.gpuTaintPresets`` may give: every provider's GPU taint presets."""
     return frozenset(name for entry in _raw().values() for name in (entry or {}).get("gpu_taints", {}))
@@ -108,10 +120,8 @@ def load_presets(
     extra_spot_labels: Mapping[str, str] | None = None,
 ) -> Presets:
     raw = _raw()
+    check_providers(providers)
     names = list(raw) if "all" in providers else list(providers)
-    unknown = [n for n in names if n not in raw]
-    if unknown:
-        raise ConfigError(f"cluster.providers: unknown provider {', '.join(unknown)} (known: all, {', '.join(raw)})")
     pool_labels: list[str] = list(extra_pool_labels)
     pool_annotations: list[str] = []
     spot_labels: list[tuple[str, str, str]] = []
