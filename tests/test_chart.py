@@ -803,6 +803,7 @@ def test_image_by_tag_or_digest():
         pytest.param(["--set", "image.tag=123"], "123", id="digits"),
         pytest.param(["--set", "image.tag=0"], "0", id="zero"),
         pytest.param(["--set", "image.tag=0123"], "0123", id="leading-zero"),
+        pytest.param(["--set", "image.tag=20240101"], "20240101", id="date"),
         pytest.param(["--set", "image.tag=v1.2"], "v1.2", id="text"),
         pytest.param(["--set", "image.tag=null"], "0.1.0", id="none"),
     ],
@@ -811,6 +812,32 @@ def test_an_image_tag_is_written_as_given(args, image):
     for where, spec in pod_specs(template(*args)):
         for container in spec["containers"]:
             assert container["image"] == f"ghcr.io/gpu-admission/gpu-admission:{image}", where
+
+
+@pytest.mark.parametrize(
+    ("tag", "read"),
+    [
+        pytest.param("20240101", "2.0240101e+07", id="date"),
+        pytest.param("0123", "83", id="octal"),
+        pytest.param("2.0", "2", id="whole-decimal"),
+        pytest.param("123", "123", id="digits"),
+    ],
+)
+def test_an_image_tag_of_digits_must_be_quoted_in_a_values_file(tmp_path, tag, read):
+    # helm reads a number in a values file as a float, which the schema's integer lets by and which is not the tag as
+    # written: 20240101 rendered an image :2.0240101e+07, 0123 one :83 (found by a review)
+    values = tmp_path / "values.yaml"
+    values.write_text(f"image: {{tag: {tag}}}\n")
+    proc = helm("template", RELEASE, str(CHART), "-f", str(values), check=False)
+    assert proc.returncode != 0
+    assert (
+        f'image.tag: quote it in your values file (tag: "0123"): YAML read it as a number, {read}, not as the text'
+        " written (0123 is read as 83, 2.0 as 2, 20240101 as 2.0240101e+07); --set image.tag=0123 takes it as written"
+    ) in proc.stderr, proc.stderr
+    values.write_text(f'image: {{tag: "{tag}"}}\n')
+    for where, spec in pod_specs(template("-f", str(values))):
+        for container in spec["containers"]:
+            assert container["image"] == f"ghcr.io/gpu-admission/gpu-admission:{tag}", where
 
 
 def test_a_decimal_image_tag_must_be_quoted(tmp_path):

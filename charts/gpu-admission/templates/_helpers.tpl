@@ -96,9 +96,14 @@ would bind the server's ClusterRole (read every Node, write Events) to every pod
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
 {{- else }}
-{{- /* A tag of digits alone (--set image.tag=123) comes as a number: written as given (found by a review). */}}
+{{- /* A tag of digits alone given by --set (image.tag=123) comes as an integer (int64): written as given (found by a
+review). A number in a values file comes as a float64, which is not the tag as written (0123 is read as 83, 20240101
+is written 2.0240101e+07, 2.0 is 2): refused, as the schema's "integer" cannot (found by a review of that fix). */}}
 {{- $tag := .Values.image.tag }}
 {{- if kindIs "invalid" $tag }}{{ $tag = "" }}{{ end }}
+{{- if not (or (kindIs "string" $tag) (kindIs "int64" $tag)) }}
+{{- fail (printf "image.tag: quote it in your values file (tag: \"0123\"): YAML read it as a number, %v, not as the text written (0123 is read as 83, 2.0 as 2, 20240101 as 2.0240101e+07); --set image.tag=0123 takes it as written" $tag) }}
+{{- end }}
 {{- printf "%s:%s" .Values.image.repository (toString $tag | default .Chart.AppVersion) }}
 {{- end }}
 {{- end }}
