@@ -949,6 +949,14 @@ def test_registry_credentials_are_mounted_and_named_in_the_settings():
             ],
             "both name the credentials: give one",
         ),
+        # a file of the settings' own is in no pod: the server refused to start, after the config check passed
+        # (found by a review)
+        (
+            ["--set", "config.cuda.registry.enabled=true", "--set", "config.cuda.registry.credentialsFile=/etc/p.json"],
+            "config.cuda.registry.credentialsFile /etc/p.json is a file the chart mounts into no pod (the server would"
+            " refuse to start): give the kubernetes.io/dockerconfigjson Secret in registryCredentials.secretName"
+            " instead (the chart mounts it and sets the file)",
+        ),
     ],
 )
 def test_registry_credentials_that_would_do_nothing_or_be_overridden_are_refused(args, words):
@@ -973,6 +981,12 @@ def test_a_registry_ca_is_mounted_and_named_in_the_settings():
             ["--set", "registryCA.configMapName=harbor-ca", "--set", "config.cuda.registry.enabled=true", "--set",
              "config.cuda.registry.caFile=/etc/ca.pem"],
             "both name the CA: give one",
+        ),
+        (
+            ["--set", "config.cuda.registry.enabled=true", "--set", "config.cuda.registry.caFile=/etc/ca.pem"],
+            "config.cuda.registry.caFile /etc/ca.pem is a file the chart mounts into no pod (the server would refuse to"
+            " start): give the ConfigMap of the PEM bundle in registryCA.configMapName instead (the chart mounts it"
+            " and sets the file)",
         ),
     ):  # fmt: skip
         proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, *args, check=False)

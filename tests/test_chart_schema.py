@@ -21,13 +21,15 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import pytest
 import yaml
+from cryptography.hazmat.primitives import serialization
 
+from certs.issue import issue_ca
 from tests.conftest import EXAMPLES
 from tests.test_chart import CHART, FULLNAME, VALUE_SETS, VALUES, find, find_all, helm, hooks, render_values, template
 from webhook import cli as webhook_cli
 from webhook import cluster as cluster_module
 from webhook import config as settings_module
-from webhook.errors import ConfigError
+from webhook.errors import ConfigError, InputError
 
 SCHEMA_PATH = CHART / "values.schema.json"
 
@@ -156,26 +158,46 @@ CONFIG_CHECK = f"{FULLNAME}-config-check"
 
 
 def run_config_check(
-    objects: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    objects: list[dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    existing: dict[str, dict[str, str]] | None = None,
 ) -> tuple[int, str, str]:
     """The config-check Job's container, run here: the image's entrypoint (gpu-admission: webhook.cli) with the
-    container's args and settings variables, and the ConfigMap it mounts written where it mounts it. (exit code,
-    stdout, stderr)."""
+    container's args and settings variables, and each volume it mounts written where it mounts it (a directory of
+    its own under tmp_path/mounted, the paths in the files and args moved there): the hook's ConfigMap, or the
+    user's Secret or ConfigMap of that name in ``existing`` ({key: text}), which the release does not make; an
+    optional volume of an object not there is empty, as the kubelet leaves it. (exit code, stdout, stderr)."""
     spec = find(objects, "Job", CONFIG_CHECK)["spec"]["template"]["spec"]
     (container,) = spec["containers"]
     assert "command" not in container  # the image's ENTRYPOINT, gpu-admission (test_chart_dockerfile.py)
-    (mount,) = container["volumeMounts"]
-    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
-    directory = tmp_path / "mounted"
-    directory.mkdir(parents=True)
-    for key, text in find(objects, "ConfigMap", volume["configMap"]["name"])["data"].items():
-        (directory / key).write_text(text)
+    volumes = {v["name"]: v.get("configMap") or v["secret"] for v in spec["volumes"]}
+    made = {o["metadata"]["name"]: o["data"] for o in find_all(objects, "ConfigMap") if hooks(o)}
+    places = {f"{m['mountPath']}/": f"{tmp_path}/mounted/{m['name']}/" for m in container["volumeMounts"]}
+
+    def placed(text: str) -> str:
+        for mount_path, directory in places.items():
+            text = text.replace(mount_path, directory)
+        return text
+
+    for mount in container["volumeMounts"]:
+        source = volumes[mount["name"]]
+        name = source.get("name") or source["secretName"]
+        data = made.get(name, (existing or {}).get(name))
+        assert data is not None or source.get("optional"), f"the pod never starts: {name} is not there"
+        directory = Path(placed(f"{mount['mountPath']}/"))
+        directory.mkdir(parents=True)
+        paths = {i["key"]: i["path"] for i in source.get("items", [])} or {key: key for key in data or {}}
+        for key, path in paths.items():
+            if data and key in data:
+                (directory / path).write_text(placed(data[key]))
     for name in [n for n in os.environ if n.startswith(settings_module.ENV_PREFIX)]:
         monkeypatch.delenv(name)
     for env in container["env"]:
         monkeypatch.setenv(env["name"], env["value"])
     capsys.readouterr()
-    code = webhook_cli.main([a.replace(mount["mountPath"], str(directory)) for a in container["args"]])
+    code = webhook_cli.main([placed(a) for a in container["args"]])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -219,7 +241,7 @@ def test_the_config_check_is_a_hook_before_everything_else_in_every_cert_mode():
 def test_the_config_check_passes_the_value_sets(tmp_path, monkeypatch, capsys, name):
     code, out, err = run_config_check(render_values(name), tmp_path, monkeypatch, capsys)
     assert (code, err) == (0, ""), err
-    assert out == f"{tmp_path}/mounted/config.yaml: settings the server loads\n"
+    assert out == f"{tmp_path}/mounted/config/config.yaml: settings the server loads\n"
 
 
 @pytest.mark.parametrize("example", ["config.yaml", "config-cluster.yaml"])
@@ -292,6 +314,73 @@ def test_the_config_check_refuses_what_the_server_refuses_at_start(tmp_path, mon
         refusal = _server_refusal(objects, tmp_path)
         assert message in refusal
         assert run_config_check(objects, tmp_path / mode, monkeypatch, capsys) == (2, "", f"gpu-admission: {refusal}\n")
+
+
+REGISTRY_FILES = (
+    "--set", "config.cuda.registry.enabled=true", "--set", "registryCredentials.secretName=pulls",
+    "--set", "registryCA.configMapName=harbor-ca", "--set", "registryCA.key=root.pem",
+)  # fmt: skip
+PULLS = json.dumps({"auths": {"nvcr.io": {"username": "$oauthtoken", "password": "key"}}})
+
+
+def test_the_config_check_mounts_the_registry_files_the_server_mounts_optional():
+    objects = template(*REGISTRY_FILES)
+    check = find(objects, "Job", CONFIG_CHECK)["spec"]["template"]["spec"]
+    server = find(objects, "Deployment")["spec"]["template"]["spec"]
+    names = ("registry-credentials", "registry-ca")
+    assert [m for m in check["containers"][0]["volumeMounts"] if m["name"] in names] == [
+        m for m in server["containers"][0]["volumeMounts"] if m["name"] in names
+    ]
+    credentials = {"secretName": "pulls", "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}
+    ca = {"name": "harbor-ca", "items": [{"key": "root.pem", "path": "ca.crt"}]}
+    assert [v for v in server["volumes"] if v["name"] in names] == [
+        {"name": "registry-credentials", "secret": credentials},
+        {"name": "registry-ca", "configMap": ca},
+    ]
+    # the server's pods wait for the objects; the hook runs before an Argo CD sync or an umbrella chart makes them
+    assert [v for v in check["volumes"] if v["name"] in names] == [
+        {"name": "registry-credentials", "secret": {**credentials, "optional": True}},
+        {"name": "registry-ca", "configMap": {**ca, "optional": True}},
+    ]
+    assert check["containers"][0]["args"][-1] == "--absent-registry-files"
+
+
+@pytest.mark.parametrize(
+    ("credentials", "ca", "words"),
+    [
+        pytest.param(PULLS, "ca", None, id="read"),
+        pytest.param(None, None, None, id="not-made-yet"),
+        pytest.param(
+            '{"auths": {"nvcr.io": {}}}', "ca", "registry-credentials/config.json: auths['nvcr.io'] has neither auth",
+            id="credentials-without-an-account",
+        ),
+        pytest.param(
+            '{"credsStore": "desktop"}', None, "registry-credentials/config.json: no credentials in 'auths'",
+            id="credentials-kept-elsewhere",
+        ),
+        pytest.param(PULLS, "not a certificate", "registry-ca/ca.crt: not a PEM file of CA certificates", id="ca"),
+    ],
+)  # fmt: skip
+def test_the_config_check_reads_the_registry_files_as_the_server_does_at_start(
+    tmp_path, monkeypatch, capsys, credentials, ca, words
+):
+    """A Secret or CA ConfigMap the server cannot use stopped it at start (exit 2), after the hook had passed (found
+    by a review); one not made yet passes: the server's pods wait for it."""
+    existing = {}
+    if credentials is not None:
+        existing["pulls"] = {".dockerconfigjson": credentials}
+    if ca is not None:
+        pem = issue_ca("registry CA", 1)[0].public_bytes(serialization.Encoding.PEM).decode()
+        existing["harbor-ca"] = {"root.pem": pem if ca == "ca" else ca}
+    code, out, err = run_config_check(template(*REGISTRY_FILES), tmp_path, monkeypatch, capsys, existing)
+    path = tmp_path / "mounted" / "config" / "config.yaml"
+    if words is None:
+        assert (code, out, err) == (0, f"{path}: settings the server loads\n", "")
+        return
+    with pytest.raises(InputError) as refused:  # what `serve` runs first on the same files
+        webhook_cli._settings(str(path))
+    assert words in str(refused.value)
+    assert (code, out, err) == (2, "", f"gpu-admission: {refused.value}\n")
 
 
 def test_the_config_check_refuses_what_a_worker_refuses_when_it_boots(tmp_path, monkeypatch, capsys):

@@ -788,6 +788,26 @@ def test_serve_refuses_a_registry_file_it_cannot_use(tmp_path: Path, key: str, c
     assert f"cuda.registry.{key} {bad}: {words}" in done.stderr
 
 
+def test_check_config_reads_the_registry_files_as_serve_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """check-config exits 0 only where serve would start: the registry files are read (found by a review); a file not
+    there passes only with --absent-registry-files (the chart's hook, whose optional volumes wait on nothing)."""
+    credentials = tmp_path / "config.json"
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"cuda": {"registry": {"enabled": True, "credentialsFile": str(credentials)}}}))
+    check = ["check-config", "--config", str(config)]
+    assert cli.main(check) == cli.EXIT_UNUSABLE
+    missing = f"gpu-admission: cuda.registry.credentialsFile {credentials}: [Errno 2] No such file or directory: "
+    assert capsys.readouterr().err == f"{missing}'{credentials}'\n"
+    assert cli.main([*check, "--absent-registry-files"]) == 0
+    assert capsys.readouterr() == (f"{config}: settings the server loads\n", "")
+    credentials.write_text('{"auths": {"nvcr.io": {}}}')
+    assert cli.main([*check, "--absent-registry-files"]) == cli.EXIT_UNUSABLE
+    unusable = f"gpu-admission: cuda.registry.credentialsFile {credentials}: auths['nvcr.io'] has neither auth"
+    assert capsys.readouterr().err.startswith(unusable)
+
+
 BASIC = "Basic " + base64.b64encode(b"user:pass").decode()
 
 

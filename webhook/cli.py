@@ -83,9 +83,9 @@ def warn_without_nodes(settings: Settings, environ: dict[str, str] | None = None
         log.warning(NO_NODES)
 
 
-def _settings(path: str | None) -> Settings:
+def _settings(path: str | None, absent_files: bool = False) -> Settings:
     settings = load_settings(path)
-    _check_registry_files(settings)
+    _check_registry_files(settings, absent_files)
     return settings
 
 
@@ -140,25 +140,32 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     settings the release renders, so a value the chart's schema lets through and the server refuses (a registry given
     as a URL, a pool declared twice) fails ``helm install`` before any webhook configuration exists, rather than
     leaving it (failurePolicy Fail) in front of pods that never start (found by a review). The registry reader's
-    files (credentialsFile, caFile) are not read: they are mounted into the server's pods alone. The settings are
-    then folded into the cluster view each worker builds when it boots (with no node): what that refuses (a provider
-    unknown to the presets did) kills every worker after the master has started (found by a review)."""
-    build_view([], load_settings(args.config), source="settings")
+    files (credentialsFile, caFile) are read as ``serve`` reads them (the hook mounts the Secret and ConfigMap the
+    server mounts: a malformed one stopped the server at start, after the hook passed; found by a review);
+    ``--absent-registry-files`` passes one that is not there. The settings are then folded into the cluster view
+    each worker builds when it boots (with no node): what that refuses (a provider unknown to the presets did) kills
+    every worker after the master has started (found by a review)."""
+    build_view([], _settings(args.config, args.absent_registry_files), source="settings")
     print(f"{args.config}: settings the server loads")
     return 0
 
 
-def _check_registry_files(settings: Settings) -> None:
-    """The registry reader's files, refused at start where a worker would only log them (a Secret being renewed)."""
+def _check_registry_files(settings: Settings, absent_files: bool = False) -> None:
+    """The registry reader's files, refused at start where a worker would only log them (a Secret being renewed).
+    ``absent_files``: a file that is not there passes (the chart's config check mounts the user's Secret and
+    ConfigMap optional: one an Argo CD sync makes after its PreSync hooks is not there yet, and the server's pods,
+    which mount them as required, wait for it)."""
     registry = settings.cuda.registry
     if not registry.enabled:
         return
-    if path := registry.credentials_file:
+    files = (registry.credentials_file, registry.ca_file)
+    credentials, ca = [path if not absent_files or Path(path).exists() else "" for path in files]
+    if path := credentials:
         try:
             read_credentials(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
             raise InputError(f"cuda.registry.credentialsFile {path}: {err}") from err
-    if path := registry.ca_file:
+    if path := ca:
         try:
             trust(path)
         except (OSError, ssl.SSLError) as err:
@@ -386,6 +393,12 @@ def build_parser() -> argparse.ArgumentParser:
         "check-config", help="load a settings file as serve does and exit (2, saying why, where serve would refuse it)"
     )
     check.add_argument("--config", required=True, help="settings file (YAML)")
+    check.add_argument(
+        "--absent-registry-files",
+        action="store_true",
+        help="pass a cuda.registry credentialsFile or caFile that is not there (one that is, is read as serve reads"
+        " it): the chart's hook, whose optional volumes are empty until the Secret or ConfigMap exists",
+    )
     check.set_defaults(func=cmd_check_config)
 
     review = sub.add_parser("review", help="show what the webhook would do with a manifest")

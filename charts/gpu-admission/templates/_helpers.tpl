@@ -204,7 +204,59 @@ NOTES.txt prints it at install.
 {{- $_ := set $cuda "registry" $registry }}
 {{- $_ := set $cfg "cuda" $cuda }}
 {{- end }}
+{{- /* A file of the settings' own is in no pod: the chart mounts none but these, and the server refuses to start
+where one is missing (found by a review). */}}
+{{- $registry := ($cfg.cuda | default dict).registry | default dict }}
+{{- if and $registry.enabled $registry.credentialsFile (not .Values.registryCredentials.secretName) }}
+{{- fail (printf "config.cuda.registry.credentialsFile %s is a file the chart mounts into no pod (the server would refuse to start): give the kubernetes.io/dockerconfigjson Secret in registryCredentials.secretName instead (the chart mounts it and sets the file)" $registry.credentialsFile) }}
+{{- end }}
+{{- if and $registry.enabled $registry.caFile (not .Values.registryCA.configMapName) }}
+{{- fail (printf "config.cuda.registry.caFile %s is a file the chart mounts into no pod (the server would refuse to start): give the ConfigMap of the PEM bundle in registryCA.configMapName instead (the chart mounts it and sets the file)" $registry.caFile) }}
+{{- end }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+The registry reader's files (config.cuda.registry): the user's Secret and ConfigMap, mounted where
+"gpu-admission.settings" names them, into the server's pods and the config check's (config-check.yaml), which reads
+them as the server does at start. `optional`: the config check's, which runs before the release's objects exist.
+*/}}
+{{- define "gpu-admission.registryVolumeMounts" -}}
+{{- with .Values.registryCredentials.secretName }}
+# Read credentials for private registries (config.cuda.registry): a Secret volume, renewed in place.
+- name: registry-credentials
+  mountPath: /etc/gpu-admission-registry
+  readOnly: true
+{{- end }}
+{{- with .Values.registryCA.configMapName }}
+# CA certificates of registries a private CA signed (config.cuda.registry.caFile).
+- name: registry-ca
+  mountPath: /etc/gpu-admission-registry-ca
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "gpu-admission.registryVolumes" -}}
+{{- with .root.Values.registryCredentials.secretName }}
+- name: registry-credentials
+  secret:
+    secretName: {{ . }}
+    items:
+      - {key: .dockerconfigjson, path: config.json}
+    {{- if $.optional }}
+    optional: true
+    {{- end }}
+{{- end }}
+{{- with .root.Values.registryCA.configMapName }}
+- name: registry-ca
+  configMap:
+    name: {{ . }}
+    items:
+      - {key: {{ $.root.Values.registryCA.key | quote }}, path: ca.crt}
+    {{- if $.optional }}
+    optional: true
+    {{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
