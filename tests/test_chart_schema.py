@@ -25,7 +25,19 @@ from cryptography.hazmat.primitives import serialization
 
 from certs.issue import issue_ca
 from tests.conftest import EXAMPLES
-from tests.test_chart import CHART, FULLNAME, VALUE_SETS, VALUES, find, find_all, helm, hooks, render_values, template
+from tests.test_chart import (
+    CHART,
+    FULLNAME,
+    VALUE_SETS,
+    VALUES,
+    certs_jobs,
+    find,
+    find_all,
+    helm,
+    hooks,
+    render_values,
+    template,
+)
 from webhook import cli as webhook_cli
 from webhook import cluster as cluster_module
 from webhook import config as settings_module
@@ -235,6 +247,25 @@ def test_the_config_check_is_a_hook_before_everything_else_in_every_cert_mode():
         assert job["spec"]["podFailurePolicy"]["rules"] == [
             {"action": "FailJob", "onExitCodes": {"containerName": "check", "operator": "In", "values": [2]}}
         ]
+
+
+def test_the_config_check_pod_takes_its_resources_the_certs_jobs_deadline_and_no_mesh_proxy():
+    """A namespace quota that requires limits.cpu made no pod of resources that could not be set; a pool scaled from
+    zero could outlast 120 s; an Istio or Linkerd proxy injected as a plain container kept the Job from completing
+    (found by a review)."""
+    objects = template("--set", "configCheck.resources.limits.cpu=200m")
+    job = find(objects, "Job", CONFIG_CHECK)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["resources"] == {
+        "requests": {"cpu": "10m", "memory": "64Mi"},
+        "limits": {"cpu": "200m", "memory": "128Mi"},
+    }
+    assert {j["spec"]["activeDeadlineSeconds"] for j in certs_jobs(objects) if hooks(j) != {"pre-delete"}} == {300}
+    assert job["spec"]["activeDeadlineSeconds"] == 300
+    assert job["spec"]["template"]["metadata"]["annotations"] == {
+        "sidecar.istio.io/inject": "false",
+        "linkerd.io/inject": "disabled",
+    }
 
 
 @pytest.mark.parametrize("name", VALUE_SETS)
