@@ -991,3 +991,44 @@ def test_a_spot_pool_declared_by_the_legacy_agentpool_label_on_an_aks_cluster_ca
     view = build_view([node("cpu-1", labels)], Settings(cluster=ClusterSettings(pools=[pool])))
     (g,) = [g for g in view.groups if g.pool == "spot"]
     assert sorted(str(t) for t in g.taints) == taints_now
+
+
+@pytest.mark.parametrize(
+    ("shown", "taints_now"),
+    [
+        pytest.param({"kubernetes.azure.com/agentpool": "cpu"}, [f"{AKS_SPOT}=spot:NoSchedule"], id="aks"),
+        pytest.param(
+            {"oci.oraclecloud.com/oke-is-preemptible": "false"},
+            ["oci.oraclecloud.com/oke-is-preemptible:NoSchedule"],
+            id="oke",
+        ),
+        # a provider whose spot nodes may carry no taint shows too: nothing is added on a guess
+        pytest.param(
+            {"kubernetes.azure.com/agentpool": "cpu", "karpenter.sh/nodepool": "default"}, [], id="aks-and-karpenter"
+        ),
+        pytest.param({"eks.amazonaws.com/nodegroup": "cpu"}, [], id="eks"),
+        pytest.param({}, [], id="k3s"),
+    ],
+)
+def test_a_spot_pool_declared_by_the_users_own_label_carries_the_spot_taint_of_a_cluster_that_taints_every_one(
+    shown: dict[str, str], taints_now: list[str]
+) -> None:
+    """OKE names its pools by an annotation, so a preemptible pool is declared by a label of the user's own, and AKS
+    pools are often labelled so too: such a spot pool at zero was taken as untainted on a cluster whose every spot
+    node is tainted, and a pod was steered there alone and stayed Pending (found by a review of the whole change)."""
+    pool = PoolSettings(
+        name="spot", node_selector={"team.example.com/pool": "spot"}, driver_version="580.65.06", spot=True
+    )
+    view = build_view([node("cpu-1", shown)], Settings(cluster=ClusterSettings(pools=[pool])))
+    (g,) = [g for g in view.groups if g.pool == "spot"]
+    assert sorted(str(t) for t in g.taints) == taints_now
+
+
+def test_a_declared_pool_beside_a_node_under_pressure_stands() -> None:
+    """A node under disk pressure takes no new pod: a declared pool whose only node was so vanished, and the pod was
+    refused where the pool's autoscaler would add a node that runs it (found by a review of the whole change)."""
+    pool = PoolSettings(name="new", node_selector={"pool": "new"}, driver_version="580.65.06")
+    pressed = node("new-1", {"pool": "new", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+    pressed["spec"]["taints"] = [{"key": "node.kubernetes.io/disk-pressure", "effect": "NoSchedule"}]
+    view = build_view([pressed], Settings(cluster=ClusterSettings(pools=[pool])))
+    assert sorted((g.pool, g.nodes) for g in view.groups) == [("new", ()), ("new", ("new-1",))]

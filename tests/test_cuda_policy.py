@@ -1150,6 +1150,19 @@ SPOT_TAINT = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "No
             "cordoned and unreachable",
             id="cordoned-unreachable",
         ),
+        # the other conditions' taints and a non-graceful shutdown's (found by a review of the whole change)
+        pytest.param(
+            [{"key": "node.kubernetes.io/disk-pressure", "effect": "NoSchedule"}],
+            False,
+            "under disk pressure",
+            id="disk-pressure",
+        ),
+        pytest.param(
+            [{"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}],
+            False,
+            "out of service",
+            id="out-of-service",
+        ),
     ],
 )
 def test_the_advice_never_says_to_tolerate_a_cordon_or_a_node_not_ready(

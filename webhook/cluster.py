@@ -1527,6 +1527,13 @@ LEAVING_TAINTS: Mapping[str, str] = {
     "node.kubernetes.io/not-ready": "not ready",  # the node lifecycle controller (kubernetes.io: taint-and-toleration)
     "node.kubernetes.io/unreachable": "unreachable",
     "node.kubernetes.io/network-unavailable": "without network",
+    # the other node conditions' taints (kubernetes.io: taint-and-toleration, "Taint Nodes by Condition"), and the one
+    # for a non-graceful node shutdown (kubernetes.io: node-shutdown); a refusal told the pod to tolerate disk
+    # pressure, and a declared pool whose only node was under it vanished (found by a review of the whole change)
+    "node.kubernetes.io/memory-pressure": "under memory pressure",
+    "node.kubernetes.io/disk-pressure": "under disk pressure",
+    "node.kubernetes.io/pid-pressure": "under PID pressure",
+    "node.kubernetes.io/out-of-service": "out of service",
     "node.cloudprovider.kubernetes.io/uninitialized": "joining",  # the cloud controller has not set it up
     "node.cloudprovider.kubernetes.io/shutdown": "shut down",
     "ToBeDeletedByClusterAutoscaler": "being removed by Cluster Autoscaler",  # its scale-down (its FAQ)

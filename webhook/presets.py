@@ -70,10 +70,21 @@ class Presets:
         own = frozenset(p for p, names in self.shown_by.items() if any(k in names for k in keys))
         return own | frozenset(p for p in shown if any(k in self.node_label_keys.get(p, ()) for k in keys))
 
+    def spotting(self, shown: Collection[str]) -> frozenset[str]:
+        """Those of the ``shown`` providers that make spot nodes (a spot label or taint of theirs is known)."""
+        makers = {p for _, _, p in self.spot_labels} | {t.provider for t in self.spot_taints}
+        return frozenset(p for p in shown if p in makers)
+
     def tainted_spot_taints(self, keys: Collection[str], shown: Collection[str] = ()) -> tuple[TaintPreset, ...]:
         """The spot taints of the providers that give every spot node theirs (``spot_tainted``: AKS, OKE) and that a
         declared pool's nodeSelector of ``keys`` names (``named_by``): what the nodes of such a pool, spot, carry."""
-        named = self.named_by(keys, shown) & self.spot_tainted
+        named = self.named_by(keys, shown)
+        if not named and (spotting := self.spotting(shown)) and spotting <= self.spot_tainted:
+            # a pool the user's own label selects, on a cluster whose every provider that makes spot nodes taints
+            # them all (AKS, OKE: OKE's pools are an annotation, so a custom label is the usual way to declare one):
+            # taken as untainted, a pod was steered there alone and stayed Pending (found by a review)
+            named = spotting
+        named &= self.spot_tainted
         return tuple(t for t in self.spot_taints if t.provider in named)
 
 
