@@ -190,6 +190,9 @@ def test_event_body_limits() -> None:
     assert len(body["message"]) == 1024
     one_line = event_body(subject_of(pod), "default", "p", Event("CUDAIncompatible", "a" * 900 + "b" * 900), "i")
     assert one_line["message"] == "a" * (1024 - 341 - 1) + "…" + "b" * 341, "the middle cut, the last third kept"
+    advice = "\nTo fix: use an image built for CUDA <= 12.2."
+    ending = event_body(subject_of(pod), "default", "p", Event("CUDAIncompatible", "a" * 2000 + advice + "\n\n"), "i")
+    assert ending["message"] == "a" * (1024 - len(advice) - 1) + "…" + advice, "the last line before the newlines kept"
     assert body["type"] == "Warning"
 
 

@@ -409,7 +409,11 @@ def middle_clipped(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters in its middle, the cut shown by '…': its start says what is wrong,
     its end what to do (a refusal's last line is its advice: ``pipeline.KUEUE_ADVICE``), and a cut at the end lost the
     advice of a long refusal (a review's finding). The end kept is the last line where it takes at most half of
-    ``limit``, else the last third of ``limit``."""
+    ``limit``, else the last third of ``limit``. Newlines at its end go first: the last line of a message that ends
+    in one was that newline alone, and the advice was cut (found by a review)."""
+    if len(text) <= limit:
+        return text
+    text = text.rstrip("\n")
     if len(text) <= limit:
         return text
     head, newline, last = text.rpartition("\n")
