@@ -8,10 +8,10 @@ resourceVersion preconditions checked). Faults for tests: ``expire(rv)`` makes w
 410 Gone, ``drop_watches()`` cuts every open watch stream, ``bookmark_seconds`` sends a BOOKMARK that often to watches
 that ask for them once there is a resourceVersion newer than the one they began from (as kube-apiserver's watch cache
 does: on a quiet collection a watch hears nothing), ``fail_next(n, code)`` answers the next n requests with an error,
-``hang_up_next(n, stored)`` closes the connection of the next n creates without an answer (having stored the object, or
-not), ``stop()/start()`` take it off the air. ``KubeAPI(tls=(cert, key), ca=ca)`` serves HTTPS; ``connections`` counts
-the connections accepted; ``create_delay`` holds each create that long, and ``most_in_flight`` says how many were under
-way at once.
+``hang_up_next(n, stored)`` closes the connection of the next n creates or patches without an answer (having stored or
+patched the object, or not), ``stop()/start()`` take it off the air. ``KubeAPI(tls=(cert, key), ca=ca)`` serves
+HTTPS; ``connections`` counts the connections accepted; ``create_delay`` holds each create that long, and
+``most_in_flight`` says how many were under way at once.
 """
 
 from __future__ import annotations
@@ -191,8 +191,9 @@ class KubeAPI:
             self._failures = []
 
     def hang_up_next(self, count: int, stored: bool = False) -> None:
-        """The next ``count`` creates are read and their connection closed with no answer, as a server does that
-        closes an idle keep-alive connection as a request arrives; ``stored``: after the object was created."""
+        """The next ``count`` creates or patches are read and their connection closed with no answer, as a server does
+        that closes an idle keep-alive connection as a request arrives; ``stored``: after the object was created or
+        patched."""
         with self.lock:
             self._hang_ups += [stored] * count
 
@@ -556,6 +557,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
                 return
             body = self._body()
+            hang_up = self.api._hang_ups.pop(0) if self.api._hang_ups else None
+            if hang_up is not None and not hang_up:
+                self.close_connection = True
+                return
             if "json-patch" in (self.headers.get("Content-Type") or ""):
                 patched = jsonpatch.apply_patch(current, body)
             else:  # a merge patch that names a resourceVersion applies to that one only, as the apiserver's
@@ -564,7 +569,11 @@ class _Handler(BaseHTTPRequestHandler):
                     self._send(409, _status(409, "Conflict", "the object has been modified; please apply your changes"))
                     return
                 patched = _merge(current, body)
-            self._send(200, self.api.put(gv, resource, patched, namespace))
+            stored = self.api.put(gv, resource, patched, namespace)
+            if hang_up:
+                self.close_connection = True
+                return
+            self._send(200, stored)
 
     def do_DELETE(self) -> None:
         found = self._existing()

@@ -647,7 +647,7 @@ def test_a_connection_the_server_closed_gets_the_event_again_and_once(
     kubeapi: KubeAPI, stored: bool, kept: bool
 ) -> None:
     """A server that closes a kept-alive connection as a request arrives: the Event is sent again on a new one, and
-    an AlreadyExists then means the first try was created: sent, once."""
+    an AlreadyExists then reads it: its count 1 and its firstTimestamp the body's, the first try made it: sent, once."""
     q = EventQueue(ApiSink(configured(kubeapi), backoff=0.001))
     assert _hung_up_once(kubeapi, q, kept, stored) == 1
     assert (q.sent, q.failed) == (1 + kept, 0)
@@ -676,8 +676,8 @@ EVENTS = "/api/v1/namespaces/default/events"
 def test_a_report_made_again_raises_its_events_count(kubeapi: KubeAPI, path: str) -> None:
     """Found by a review of the reporting: the same report again (a controller retrying a refused ungating) made an
     Event each time. It raises the count of the one there and sets its lastTimestamp, as client-go's recorder does
-    ("x3 over 2m"): the first repeat reads the count from the answer to a patch of lastTimestamp alone (the RBAC
-    grants no get), a later one is a single PATCH of the count this sink left."""
+    ("x3 over 2m"): each repeat is a single PATCH of the count this sink left, the first one's from the answer to its
+    create (a review's finding: without it, every repeat was a create again, which a retry made look sent)."""
     sink = ApiSink(configured(kubeapi))
     if path == "client":
         sink.direct = None
@@ -692,9 +692,80 @@ def test_a_report_made_again_raises_its_events_count(kubeapi: KubeAPI, path: str
         "2027-01-15T08:02:00Z",
     )
     item = f"{EVENTS}/{bodies[0]['metadata']['name']}"
-    assert kubeapi.requests == [("POST", EVENTS), ("POST", EVENTS), ("PATCH", item), ("PATCH", item), ("PATCH", item)]
+    assert kubeapi.requests == [("POST", EVENTS), ("PATCH", item), ("PATCH", item)]
     headers = {k.lower(): v for k, v in kubeapi.request_headers[-1].items()}
     assert headers["content-type"] == "application/merge-patch+json"
+
+
+def test_repeats_over_kept_alive_connections_the_server_closed_raise_one_events_count(kubeapi: KubeAPI) -> None:
+    """Found by a review: Kueue retries a refused ungating minutes apart, and the apiserver closes a connection idle
+    90 s, so a repeat's request went out on a closed connection and again at once. Its create (every repeat was one)
+    met AlreadyExists on the retry, taken as its first try's doing: counted sent, the count never raised. This
+    replica's repeats are PATCHes of the count its create left (tried again, the resourceVersion is unchanged);
+    another replica's repeat is a create, whose AlreadyExists after a retry reads the Event, not its own: raised."""
+    sink = ApiSink(configured(kubeapi), backoff=0.001)
+    subject = subject_of(stored_pod())
+    bodies = [event_body(subject, "default", "trainer", CHECKED, "i", now=1_800_000_000 + 120 * n) for n in range(5)]
+    sink.send(bodies[0])
+    for body in bodies[1:4]:
+        kubeapi.hang_up_next(1)  # idle while Kueue waited: the kept-alive connection closed as the repeat arrives
+        sink.send(body)
+    other = ApiSink(configured(kubeapi), backoff=0.001)
+    other.send(event_body(subject_of(stored_pod("first")), "default", "first", CHECKED, "i"))  # a kept-alive one
+    kubeapi.hang_up_next(1)
+    other.send(bodies[4])
+    (stored,) = [e for e in kubeapi.list("v1", "events", "default") if e["involvedObject"]["name"] == "trainer"]
+    assert (stored["count"], stored["firstTimestamp"], stored["lastTimestamp"]) == (
+        5,
+        "2027-01-15T08:00:00Z",
+        "2027-01-15T08:08:00Z",
+    )
+    item = f"{EVENTS}/{bodies[0]['metadata']['name']}"
+    assert kubeapi.requests == [
+        ("POST", EVENTS),
+        *[("PATCH", item)] * 6,  # each repeat: hung up, then raised on a new connection
+        ("POST", EVENTS),  # "first"
+        *[("POST", EVENTS)] * 2,  # hung up, then AlreadyExists
+        *[("PATCH", item)] * 2,  # the count read (lastTimestamp alone), then raised
+    ]
+    assert kubeapi.connections == 6
+
+
+@pytest.mark.parametrize(
+    ("fault", "before", "count", "patches"),
+    [
+        pytest.param("hang-up", True, 2, 2, id="hung-up-repeat"),
+        pytest.param("500", True, 2, 2, id="500-repeat"),
+        pytest.param("hang-up-created", False, 1, 1, id="hung-up-once-created"),
+    ],
+)
+def test_a_create_tried_again_that_meets_already_exists_reads_whose_it_is(
+    kubeapi: KubeAPI, fault: str, before: bool, count: int, patches: int
+) -> None:
+    """Found by a review: a create whose first try was closed while idle, answered 500, or hung up once done (its
+    answer lost), met AlreadyExists on its retry and was taken as the first try's doing. The Event is read (a patch
+    of lastTimestamp alone): count 1 and the body's own firstTimestamp is the first try's, sent once; else (made
+    before, by another replica or before this sink forgot it) its count is raised."""
+    subject = subject_of(stored_pod())
+    if before:
+        ApiSink(configured(kubeapi)).send(event_body(subject, "default", "trainer", CHECKED, "i", now=1_800_000_000))
+    sink = ApiSink(configured(kubeapi), backoff=0.001)
+    sink.send(event_body(subject_of(stored_pod("first")), "default", "first", CHECKED, "i"))  # a kept-alive one
+    del kubeapi.requests[:]
+    if fault == "500":
+        kubeapi.fail_next(1, 500)
+    else:
+        kubeapi.hang_up_next(1, stored=fault == "hang-up-created")
+    body = event_body(subject, "default", "trainer", CHECKED, "i", now=1_800_000_300)
+    sink.send(body)
+    (stored,) = [e for e in kubeapi.list("v1", "events", "default") if e["involvedObject"]["name"] == "trainer"]
+    assert (stored["count"], stored["lastTimestamp"]) == (count, "2027-01-15T08:05:00Z")
+    item = f"{EVENTS}/{body['metadata']['name']}"
+    assert kubeapi.requests == [("POST", EVENTS), ("POST", EVENTS), *[("PATCH", item)] * patches]  # read, raised
+    kubeapi.hang_up_next(1)  # the next repeat: a PATCH of the count read, tried again
+    sink.send(event_body(subject, "default", "trainer", CHECKED, "i", now=1_800_000_600))
+    (stored,) = [e for e in kubeapi.list("v1", "events", "default") if e["involvedObject"]["name"] == "trainer"]
+    assert (stored["count"], stored["lastTimestamp"]) == (count + 1, "2027-01-15T08:10:00Z")
 
 
 def test_a_count_raised_elsewhere_meanwhile_is_read_again_and_an_event_gone_is_created_again(kubeapi: KubeAPI) -> None:
@@ -734,7 +805,7 @@ def test_the_relay_sends_the_same_event_read_at_once_in_turn(kubeapi: KubeAPI) -
     counts = {e["involvedObject"]["name"]: e["count"] for e in kubeapi.list("v1", "events", "default")}
     assert counts == {"trainer": 4, **{f"pod-{n}": 1 for n in range(4)}}
     patches = [path for method, path in kubeapi.requests if method == "PATCH"]
-    assert patches == [f"{EVENTS}/{repeated['metadata']['name']}"] * 4  # lastTimestamp alone, then 3 counts
+    assert patches == [f"{EVENTS}/{repeated['metadata']['name']}"] * 3  # 3 counts, the first from the create's answer
     assert kubeapi.most_in_flight > 1, "sent one at a time"
 
 

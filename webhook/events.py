@@ -240,8 +240,9 @@ MERGE_PATCH = "application/merge-patch+json"
 patch that names a ``metadata.resourceVersion`` applies only to that version (else 409 Conflict)."""
 
 REPEATS_KEPT = 4096
-"""Events whose count the API sink raised, kept with the count and the resourceVersion it left them at, the least
-recently raised forgotten first (client-go's recorder keeps 4096 in its cache): their next repeat is one PATCH."""
+"""Events the API sink created or whose count it raised, kept with the count and the resourceVersion it left them
+at, the least recently sent forgotten first (client-go's recorder keeps 4096 in its cache): their next repeat is one
+PATCH, which names that resourceVersion, so that a retry of it is not mistaken for a repeat already counted."""
 REPEAT_TRIES = 3
 """How often the API sink sets about a repeat (create, read the count, raise it) before it gives up, counted
 failed: each time the Event changed in between (another replica raised its count) or went (its TTL)."""
@@ -356,8 +357,8 @@ class ApiSink:
         """How this configuration is reached without the client; each sending thread uses a copy (``_here``)."""
         self._threads = threading.local()
         self._repeats: dict[tuple[str, str], tuple[int, str]] = {}
-        """(namespace, name) -> (count, resourceVersion) of the Events whose count this sink raised (REPEATS_KEPT,
-        oldest first); shared by its sending threads, under ``_repeats_lock``."""
+        """(namespace, name) -> (count, resourceVersion) of the Events this sink created or whose count it raised
+        (REPEATS_KEPT, oldest first); shared by its sending threads, under ``_repeats_lock``."""
         self._repeats_lock = threading.Lock()
 
     def _here(self) -> _Direct | None:
@@ -408,11 +409,14 @@ class ApiSink:
             raise ApiException.from_response(http_resp=response, body=data.decode("utf-8", "replace"), data=None)
         return bytes(data)
 
-    def _exchange(self, method: str, path: str, where: dict[str, str], payload: JSON, content_type: str) -> bytes:
+    def _exchange(
+        self, method: str, path: str, where: dict[str, str], payload: JSON, content_type: str
+    ) -> bytes | None:
         """``_request``, tried again as a failure calls for: at once on a new connection when a kept-alive one broke
         (``http1.Stale``), after a pause (or the answer's Retry-After) for a status of RETRY_STATUSES or a connection
-        error, ``attempts`` tries in all. A Conflict (AlreadyExists, or a resourceVersion changed) after a try that
-        may have reached the server means that try was applied: b"" (its answer unknown)."""
+        error, ``attempts`` tries in all. None: a Conflict (AlreadyExists, or a resourceVersion changed) after a try
+        that may have reached the server, which that try may have caused or not (``send`` tells them apart: an Event's
+        name is its report's, so a repeat's create meets AlreadyExists whoever made it)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -427,8 +431,8 @@ class ApiSink:
                 if attempt >= self.attempts:
                     raise
             except ApiException as err:
-                if err.status == 409 and (attempt > 1 or resent):  # a try before was applied
-                    return b""
+                if err.status == 409 and (attempt > 1 or resent):  # a try before may have been applied
+                    return None
                 if err.status not in RETRY_STATUSES or attempt >= self.attempts:
                     raise
                 wait = _retry_after(err)
@@ -446,10 +450,18 @@ class ApiSink:
         """Create the Event; or, where it is there (its name is the report's, ``event_name``: the same report about
         the same object made before, by this relay or another replica's), raise its ``count`` by one and set its
         ``lastTimestamp`` to the body's, as client-go's recorder does with a repeat. The count raised is the one this
-        sink left it at (``_repeats``), else the one read from the answer to a patch of ``lastTimestamp`` alone (the
-        webhook's RBAC grants ``patch`` on Events, not ``get``); the patch that raises it names the resourceVersion
-        that count was read at, so that a change in between (another replica raising it) is a Conflict, and the
-        count is read again. An Event gone meanwhile (its TTL, an hour by default) is created again."""
+        sink left it at (``_repeats``: the answer to its create or to its last raise), else the one read from the
+        answer to a patch of ``lastTimestamp`` alone (the webhook's RBAC grants ``patch`` on Events, not ``get``); the
+        patch that raises it names the resourceVersion that count was read at, so that a change in between (another
+        replica raising it) is a Conflict, and the count is read again. An Event gone meanwhile (its TTL, an hour by
+        default) is created again.
+
+        A create tried again that meets AlreadyExists (its kept-alive connection closed while idle, as the apiserver
+        does after 90 s, or its first try answered 500) reads the Event: its own first try made it where the count is
+        1 and the firstTimestamp is the body's; else it was there before, and its count is raised. Taken as made by
+        the first try, a repeat after an idle while was counted sent and dropped, the count never raised (found by a
+        review). A Conflict after a raise tried again is read again as any Conflict: that first try, closed while idle
+        or answered 500, was not applied (one that timed out may have been: the count then goes one too high)."""
         from kubernetes.client.exceptions import ApiException
 
         meta = as_dict(body.get("metadata"))
@@ -458,24 +470,36 @@ class ApiSink:
         stamp = body.get("lastTimestamp")
         with self._repeats_lock:
             known = self._repeats.get(key)
-        create = known is None
+        create, unsure = known is None, False
         for _ in range(REPEAT_TRIES):
+            status = 409
             try:
                 if create:
-                    self._exchange("POST", EVENTS_PATH, {"namespace": where["namespace"]}, body, JSON_TYPE)
-                    return
+                    made = self._exchange("POST", EVENTS_PATH, {"namespace": where["namespace"]}, body, JSON_TYPE)
+                    if made is not None:
+                        self._keep(key, _count_of(_event_in(made)))  # its next repeat: one PATCH
+                        return
+                    create, unsure = False, True  # AlreadyExists after a retry: made by the first try, or before?
                 if known is None:
-                    known = _count_of(self._exchange("PATCH", EVENT_PATH, where, {"lastTimestamp": stamp}, MERGE_PATCH))
+                    event = _event_in(self._exchange("PATCH", EVENT_PATH, where, {"lastTimestamp": stamp}, MERGE_PATCH))
+                    known = _count_of(event)
                     if known is None:
                         raise ValueError("the API server's answer to a patch of the Event holds no count")
+                    if unsure and known[0] == 1 and event.get("firstTimestamp") == body.get("firstTimestamp"):
+                        self._keep(key, known)  # the create's first try made it
+                        return
                 raised = {"count": known[0] + 1, "lastTimestamp": stamp, "metadata": {"resourceVersion": known[1]}}
-                self._keep(key, _count_of(self._exchange("PATCH", EVENT_PATH, where, raised, MERGE_PATCH)))
-                return
+                answer = self._exchange("PATCH", EVENT_PATH, where, raised, MERGE_PATCH)
+                if answer is not None:
+                    self._keep(key, _count_of(_event_in(answer)))
+                    return
             except ApiException as err:
                 if err.status not in (404, 409) or (create and err.status == 404):
                     raise
-                self._keep(key, None)
-                create, known = err.status == 404, None  # gone: create it; there (AlreadyExists), or changed: read it
+                status = err.status
+            self._keep(key, None)
+            # gone: create it; there (AlreadyExists), or changed (a Conflict, after a retry too): read it
+            create, known, unsure = status == 404, None, False
         raise ApiException(status=409, reason=f"the Event changed {REPEAT_TRIES} times while its count was raised")
 
     def _keep(self, key: tuple[str, str], count: tuple[int, str] | None) -> None:
@@ -488,15 +512,17 @@ class ApiSink:
                     del self._repeats[next(iter(self._repeats))]
 
 
-def _count_of(answer: bytes) -> tuple[int, str] | None:
-    """(count, resourceVersion) of an Event in the API server's answer; None for an answer that holds none (b"": a
-    try before was applied, ``ApiSink._exchange``)."""
+def _event_in(answer: bytes | None) -> JSON:
+    """The Event in the API server's answer; {} for an answer that holds none (None: ``ApiSink._exchange``)."""
     try:
         event = json.loads(answer) if answer else None
     except ValueError:
-        return None
-    if not isinstance(event, dict):
-        return None
+        return {}
+    return event if isinstance(event, dict) else {}
+
+
+def _count_of(event: JSON) -> tuple[int, str] | None:
+    """(count, resourceVersion) of an Event (``_event_in``); None for one that says neither."""
     count, version = event.get("count"), as_dict(event.get("metadata")).get("resourceVersion")
     if not isinstance(count, int) or not isinstance(version, str):
         return None
