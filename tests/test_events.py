@@ -465,6 +465,27 @@ def test_failures_of_one_kind_are_logged_once_a_while_with_their_count(
     assert caplog.records[-1].getMessage().endswith("(50 Events failed so since the last such line)")
 
 
+def test_a_repeat_whose_patch_is_refused_is_told_as_a_patch(kubeapi: KubeAPI, caplog: pytest.LogCaptureFixture) -> None:
+    """Found by a review: RBAC managed outside the chart, or a ClusterRole from before repeats were counted, grants
+    create on Events and not patch: every repeat failed, told as 'cannot create the ... event', the verb only in the
+    quoted answer. A refused patch names the patch, told apart from a refused create."""
+    sender = events.Sender(ApiSink(configured(kubeapi), backoff=0.001))
+    subject = subject_of(stored_pod())
+    sender.deliver(event_body(subject, "default", "trainer", CHECKED, "i"))
+    with caplog.at_level("WARNING", logger="gpu_admission.events"):
+        kubeapi.fail_next(1, 403)
+        sender.deliver(event_body(subject, "default", "trainer", CHECKED, "i"))  # the repeat: its patch refused
+        kubeapi.fail_next(1, 403)
+        sender.deliver(event_body(subject_of(stored_pod("other")), "default", "other", CHECKED, "i"))
+    assert (sender.sent, sender.failed) == (1, 2)
+    refused = ": HTTP 403 Forbidden: "
+    assert [r.getMessage().partition(refused)[:2] for r in caplog.records] == [
+        ("cannot raise the count of the CUDAChecked event on default/trainer (patch)", refused),
+        ("cannot create the CUDAChecked event on default/other", refused),
+    ]
+    assert [method for method, _ in kubeapi.requests] == ["POST", "PATCH", "POST"]
+
+
 def test_the_api_servers_ca_read_again_when_its_file_changes(tmp_path: Any) -> None:
     """The cluster's CA rotated: the kubelet rewrites the mounted ca.crt, and a new connection trusts what it says
     now (the context was built once, and every Event failed until a restart; found by a review)."""

@@ -248,6 +248,13 @@ REPEAT_TRIES = 3
 failed: each time the Event changed in between (another replica raised its count) or went (its TTL)."""
 
 
+class NotRaised(Exception):
+    """A repeat's Event could not have its count raised: a patch of it failed (``__cause__``: how). Told apart from
+    a failed create in the log, which names the patch: RBAC managed outside the chart, or a ClusterRole from before
+    repeats were counted, grants ``create`` on Events and not ``patch``, and every repeat was told as a create that
+    failed, the verb only in the quoted answer (found by a review)."""
+
+
 class _Direct:
     """POSTs over one kept-alive connection (``webhook.http1``) to the server of a ``kubernetes`` client configuration,
     with its TLS settings (CA file or data, client certificate, ``verify_ssl``) and socket options (TCP keepalive:
@@ -481,15 +488,15 @@ class ApiSink:
                         return
                     create, unsure = False, True  # AlreadyExists after a retry: made by the first try, or before?
                 if known is None:
-                    event = _event_in(self._exchange("PATCH", EVENT_PATH, where, {"lastTimestamp": stamp}, MERGE_PATCH))
+                    event = _event_in(self._patch(where, {"lastTimestamp": stamp}))
                     known = _count_of(event)
                     if known is None:
-                        raise ValueError("the API server's answer to a patch of the Event holds no count")
+                        raise NotRaised("the API server's answer to a patch of the Event holds no count")
                     if unsure and known[0] == 1 and event.get("firstTimestamp") == body.get("firstTimestamp"):
                         self._keep(key, known)  # the create's first try made it
                         return
                 raised = {"count": known[0] + 1, "lastTimestamp": stamp, "metadata": {"resourceVersion": known[1]}}
-                answer = self._exchange("PATCH", EVENT_PATH, where, raised, MERGE_PATCH)
+                answer = self._patch(where, raised)
                 if answer is not None:
                     self._keep(key, _count_of(_event_in(answer)))
                     return
@@ -500,7 +507,17 @@ class ApiSink:
             self._keep(key, None)
             # gone: create it; there (AlreadyExists), or changed (a Conflict, after a retry too): read it
             create, known, unsure = status == 404, None, False
-        raise ApiException(status=409, reason=f"the Event changed {REPEAT_TRIES} times while its count was raised")
+        raise NotRaised(f"the Event changed {REPEAT_TRIES} times while its count was raised")
+
+    def _patch(self, where: dict[str, str], payload: JSON) -> bytes | None:
+        """``_exchange`` of a merge patch of the Event; a failure other than its being gone (404) or changed (409) is
+        ``NotRaised``."""
+        try:
+            return self._exchange("PATCH", EVENT_PATH, where, payload, MERGE_PATCH)
+        except Exception as err:
+            if getattr(err, "status", None) in (404, 409):
+                raise
+            raise NotRaised(_short_error(err)) from err
 
     def _keep(self, key: tuple[str, str], count: tuple[int, str] | None) -> None:
         """Remember the count and resourceVersion an Event was left at; None: forget it (not known)."""
@@ -622,20 +639,25 @@ class Sender:
             self._tell_failed(body, err)
 
     def _tell_failed(self, body: JSON, err: Exception) -> None:
-        """A warning at the first failure of a kind (an HTTP status, an exception type), then at most one per
-        FULL_TELL_S with how many failed so since: an API that refuses (403: no RBAC) or is down fails every Event,
-        and a line each would flood the log."""
-        count = self._failures.count(f"{type(err).__name__} {getattr(err, 'status', '')}".strip())
+        """A warning at the first failure of a kind (a create's or a patch's, an HTTP status, an exception type), then
+        at most one per FULL_TELL_S with how many failed so since: an API that refuses (403: no RBAC) or is down fails
+        every Event, and a line each would flood the log. A repeat's count not raised names the patch (``NotRaised``):
+        its RBAC is ``patch``, not ``create``."""
+        doing, verb = ("raise the count of", " (patch)") if isinstance(err, NotRaised) else ("create", "")
+        cause = err.__cause__ if isinstance(err, NotRaised) and isinstance(err.__cause__, Exception) else err
+        count = self._failures.count(f"{doing} {type(cause).__name__} {getattr(cause, 'status', '')}".strip())
         if count is None:
             return
         involved = as_dict(body.get("involvedObject"))
         more = f" ({count} Events failed so since the last such line)" if count > 1 else ""
         log.warning(
-            "cannot create the %s event on %s/%s: %s%s",
+            "cannot %s the %s event on %s/%s%s: %s%s",
+            doing,
             body.get("reason"),
             involved.get("namespace"),
             involved.get("name"),
-            _short_error(err),
+            verb,
+            _short_error(cause),
             more,
         )
 
