@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES
+from tests.serving import issue_certs
 from webhook import cli as webhook_cli
 
 NODES = EXAMPLES / "nodes.yaml"
@@ -25,6 +26,12 @@ def cli(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subpro
     return subprocess.run(
         [sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True, timeout=60, input=stdin, cwd=cwd
     )
+
+
+@pytest.fixture(scope="module")
+def serving_certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A serving certificate and its key (``serve`` builds its TLS context from them before it forks)."""
+    return issue_certs(tmp_path_factory.mktemp("certs"))
 
 
 def _manifest(tmp_path: Path, obj: Any) -> str:
@@ -371,15 +378,15 @@ def test_a_reader_that_goes_away_gets_no_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 141 and b"Traceback" not in proc.stderr, proc.stderr.decode()
 
 
-def test_serve_reads_the_image_rules_before_its_workers_fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_serve_reads_the_image_rules_before_its_workers_fork(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serving_certs: Path
+) -> None:
     """Each worker's first review read and compiled data/cuda-images.yaml (6-11 ms, a review of real images): the
     master reads it before the fork, and every worker inherits it."""
     from webhook import cuda_version, server
     from webhook.cli import build_parser, cmd_serve
 
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    cert.write_text("x")
-    key.write_text("x")
+    cert, key = serving_certs / "tls.crt", serving_certs / "tls.key"
     seen: list[int] = []
     monkeypatch.setattr(
         server.GunicornServer, "run", lambda self: seen.append(cuda_version.image_rules.cache_info().currsize)
@@ -414,6 +421,7 @@ def test_serve_without_nodes_says_so_at_start(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    serving_certs: Path,
     flags: list[str],
     config: str,
     warned: bool,
@@ -423,9 +431,7 @@ def test_serve_without_nodes_says_so_at_start(
     from webhook import server
     from webhook.cli import build_parser, cmd_serve
 
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    cert.write_text("x")
-    key.write_text("x")
+    cert, key = serving_certs / "tls.crt", serving_certs / "tls.key"
     monkeypatch.setattr(server.GunicornServer, "run", lambda self: None)
     monkeypatch.setattr(server, "prepare_metrics_dir", lambda prefix="": str(tmp_path))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)

@@ -16,7 +16,7 @@ import jsonpatch
 import pytest
 
 from tests.conftest import EXAMPLES, gpu_pod, review
-from tests.serving import SERVER_NAME, Server, exchange, serve
+from tests.serving import SERVER_NAME, Server, exchange, issue_certs, serve
 from tests.test_admission import BAD
 
 
@@ -204,6 +204,22 @@ def test_unusable_nodes_file_fails_before_serving(tmp_path: Path) -> None:
     with serve(tmp_path, nodes=bad, wait=False) as s:
         assert s.proc.wait(timeout=30) == 2
         assert "expected a Node" in s.output()
+
+
+def test_a_certificate_that_is_not_its_keys_fails_before_serving(tmp_path: Path) -> None:
+    """The CA's certificate given as --cert (or a provided Secret's mismatched pair): the server said "serving on"
+    and failed every TLS handshake, each worker building its context at its first connection; under failurePolicy
+    Fail, every GPU pod was refused (found by a review)."""
+    certs = issue_certs(tmp_path / "certs")
+    (certs / "tls.crt").write_bytes((certs / "ca.crt").read_bytes())
+    with serve(tmp_path, certs=certs, wait=False) as s:
+        assert s.proc.wait(timeout=30) == 2
+        (said,) = [line for line in s.output().splitlines() if line.startswith("gpu-admission: ")]
+        assert said.startswith(f"gpu-admission: --cert/--key ({certs}/tls.crt, {certs}/tls.key): [X509: KEY_VALUES")
+        assert said.endswith(
+            "give the serving certificate (tls.crt, not the CA's ca.crt) and the key it was issued for (tls.key)"
+        )
+        assert "serving on" not in s.output()
 
 
 TRICKLERS = 300
@@ -449,8 +465,6 @@ def test_the_served_certificates_expiry_is_a_metric_and_told_when_near(tmp_path:
     dates (found by a review of the certificates' lifecycle). Its expiry is a gauge, and the log says when it is
     near."""
     from cryptography import x509
-
-    from tests.serving import issue_certs
 
     certs = issue_certs(tmp_path / "certs", days=5, extra=["--renew-within-days", "1"])
     expires = x509.load_pem_x509_certificate((certs / "tls.crt").read_bytes()).not_valid_after_utc.timestamp()

@@ -89,6 +89,22 @@ def _settings(path: str | None, absent_files: bool = False) -> Settings:
     return settings
 
 
+def _check_serving_pair(cert: str, key: str) -> None:
+    """The TLS context built once here, before the workers fork: each worker builds its own at its first connection
+    (``server.ReloadingTLS``), so a certificate that is not its key's (ca.crt given as --cert, a provided Secret's
+    mismatched pair) started a server that said "serving on" and failed every handshake; under failurePolicy Fail,
+    every GPU pod was refused (found by a review)."""
+    from webhook.server import server_context
+
+    try:
+        server_context(cert, key)
+    except (OSError, ssl.SSLError) as err:
+        raise InputError(
+            f"--cert/--key ({cert}, {key}): {err}; give the serving certificate (tls.crt, not the CA's ca.crt) and"
+            " the key it was issued for (tls.key)"
+        ) from err
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from webhook.server import GunicornServer, ServeOptions, prepare_metrics_dir
 
@@ -97,13 +113,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from webhook.audit import build_recorder, start_event_relay
 
     settings = _settings(args.config)
+    for path in (args.cert, args.key):
+        if not Path(path).is_file():
+            raise InputError(f"{path}: certificate or key file not found (make one: gpu-admission certs issue)")
+    _check_serving_pair(args.cert, args.key)
     # A node file is read once, here, before the fork: every worker inherits the view (and fails early, not each).
     nodes: ClusterView | None = load_nodes_apart(args.nodes, settings) if args.nodes else None
     if nodes is None:
         warn_without_nodes(settings)
-    for path in (args.cert, args.key):
-        if not Path(path).is_file():
-            raise InputError(f"{path}: certificate or key file not found (make one: gpu-admission certs issue)")
     options = ServeOptions.from_args(args)
     # --nodes (make run): no cluster, Events go to the log; else credentials decide (in-cluster, kubeconfig).
     relay = start_event_relay(settings, discover=not args.nodes)

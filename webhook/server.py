@@ -189,6 +189,17 @@ def _not_after(path: str) -> float | None:
     return found[0].not_valid_after_utc.timestamp() if found else None
 
 
+def server_context(cert: str, key: str) -> ssl.SSLContext:
+    """The TLS context served from the PEM files ``cert`` and ``key``; ssl.SSLError where they do not make a pair
+    (``[X509: KEY_VALUES_MISMATCH]``) or are not PEM, OSError where they cannot be read."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile=cert, keyfile=key)
+    context.set_alpn_protocols(["http/1.1"])
+    context.sslsocket_class = TurnSSLSocket
+    return context
+
+
 class ReloadingTLS:
     """One SSL context per worker, rebuilt when the certificate or key file changes on disk.
 
@@ -213,11 +224,7 @@ class ReloadingTLS:
         return os.stat(self.cert).st_mtime_ns, os.stat(self.key).st_mtime_ns
 
     def build(self) -> ssl.SSLContext:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(certfile=self.cert, keyfile=self.key)
-        context.set_alpn_protocols(["http/1.1"])
-        context.sslsocket_class = TurnSSLSocket
+        context = server_context(self.cert, self.key)
         self.not_after = _not_after(self.cert)
         if self.not_after is not None:
             from webhook import metrics
