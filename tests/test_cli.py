@@ -334,6 +334,20 @@ def test_serve_refuses_counts_and_ports_out_of_range(
     assert said in capsys.readouterr().err
 
 
+def test_serve_refuses_the_webhooks_port_for_metrics(serving_certs: Path) -> None:
+    """Both ports listen on the same addresses: one port for both was accepted, /metrics could not bind, and the log
+    said metrics were served there (found by a review)."""
+    cert, key = str(serving_certs / "tls.crt"), str(serving_certs / "tls.key")
+    run = cli(
+        "serve", "--cert", cert, "--key", key, "--host", "127.0.0.1", "--port", "18443", "--metrics-port", "18443"
+    )
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == (
+        "gpu-admission: --metrics-port 18443 is also --port, the webhook's, on the same addresses (--host): give"
+        " /metrics a port of its own\n"
+    )
+
+
 def test_the_baselines_flags_are_the_webhooks(capsys: pytest.CaptureFixture[str]) -> None:
     from tests.bench import noop
 

@@ -222,6 +222,26 @@ def test_a_certificate_that_is_not_its_keys_fails_before_serving(tmp_path: Path)
         assert "serving on" not in s.output()
 
 
+def test_a_metrics_port_that_cannot_be_bound_is_not_said_to_serve_metrics(tmp_path: Path) -> None:
+    """The port taken (or --port's own): the log said "cannot serve metrics" and then "metrics on http://" that port
+    (found by a review). The webhook serves on; its start line says metrics are not served."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with serve(tmp_path, extra_args=["--metrics-port", str(port)]) as server:
+            output = server.output()
+    refused = (
+        f"ERROR gpu_admission.metrics: cannot serve metrics on 127.0.0.1:{port}: [Errno 98] Address already in use"
+    )
+    assert refused in output, output
+    (started,) = [line for line in output.splitlines() if "serving on https://" in line]
+    assert started.endswith(
+        f"INFO gpu_admission.server: serving on https://127.0.0.1:{server.port} with 1 workers of 512 threads;"
+        " metrics not served (see above)"
+    ), started
+
+
 TRICKLERS = 300
 """More clients that trickle a request than the old default of 16 request threads a worker."""
 

@@ -352,10 +352,10 @@ def start_event_relay(settings: Settings, discover: bool) -> Relay | None:
     return start_relay(sender)
 
 
-def start_metrics_server(port: int, addrs: Sequence[str] = ("0.0.0.0",)) -> None:
+def start_metrics_server(port: int, addrs: Sequence[str] = ("0.0.0.0",)) -> list[str]:
     """Serve Prometheus text on ``port`` of each address (plain HTTP) from the gunicorn master, aggregating every
-    worker."""
-    _metrics.start_metrics_server(port, addrs)
+    worker; the addresses it listens on."""
+    return _metrics.start_metrics_server(port, addrs)
 
 
 def worker_exited(pid: int) -> None:

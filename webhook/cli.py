@@ -108,6 +108,7 @@ def _check_serving_pair(cert: str, key: str) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from webhook.server import GunicornServer, ServeOptions, prepare_metrics_dir
 
+    options = ServeOptions.from_args(args)
     prepare_metrics_dir()  # before the app (and prometheus_client) is imported
     from webhook.app import create_app
     from webhook.audit import build_recorder, start_event_relay
@@ -121,7 +122,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     nodes: ClusterView | None = load_nodes_apart(args.nodes, settings) if args.nodes else None
     if nodes is None:
         warn_without_nodes(settings)
-    options = ServeOptions.from_args(args)
     # --nodes (make run): no cluster, Events go to the log; else credentials decide (in-cluster, kubeconfig).
     relay = start_event_relay(settings, discover=not args.nodes)
 

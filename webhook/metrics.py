@@ -346,9 +346,9 @@ def master_registry(path: str) -> CollectorRegistry:
     return registry
 
 
-def start_metrics_server(port: int, addrs: Sequence[str] = ("0.0.0.0",)) -> None:
+def start_metrics_server(port: int, addrs: Sequence[str] = ("0.0.0.0",)) -> list[str]:
     """Serve ``/metrics`` as plain HTTP on ``port`` of each address, from the gunicorn master, adding up every
-    worker's samples.
+    worker's samples; the addresses it listens on.
 
     Called in the master's ``when_ready``, before the workers are forked: stale files of an earlier run are removed.
     A metrics port that cannot be bound is logged, not fatal: the webhook keeps answering.
@@ -358,15 +358,19 @@ def start_metrics_server(port: int, addrs: Sequence[str] = ("0.0.0.0",)) -> None
     path = multiprocess_dir()
     if path is None:
         log.warning("%s is not set: the metrics endpoint would not see the workers; not started", ENV)
-        return
+        return []
     os.makedirs(path, exist_ok=True)
     clear_directory(path)
     registry = master_registry(path)
+    served = []
     for addr in addrs:
         try:
             start_http_server(port, addr=addr, registry=registry)
         except OSError as err:
             log.error("cannot serve metrics on %s:%d: %s", addr, port, err)
+        else:
+            served.append(addr)
+    return served
 
 
 def worker_exited(pid: int) -> None:

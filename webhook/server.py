@@ -28,6 +28,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from webhook.cluster import ClusterSource
+from webhook.errors import InputError
 from webhook.workers import TurnSSLSocket
 
 log = logging.getLogger("gpu_admission.server")
@@ -160,7 +161,14 @@ class ServeOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeOptions:
-        """From the flags ``add_arguments`` adds, and --cert and --key."""
+        """From the flags ``add_arguments`` adds, and --cert and --key. Both ports listen on the same addresses
+        (--host): one port for both was accepted, /metrics failed to bind and the log went on to say it was served
+        there (found by a review); InputError."""
+        if args.metrics_port == args.port:
+            raise InputError(
+                f"--metrics-port {args.metrics_port} is also --port, the webhook's, on the same addresses (--host):"
+                " give /metrics a port of its own"
+            )
         return cls(
             cert=args.cert,
             key=args.key,
@@ -336,13 +344,16 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
         binds = [_address(host, o.port) for host in hosts]
 
         def when_ready(server: Any) -> None:
-            audit.start_metrics_server(o.metrics_port, hosts)  # the same interfaces as the webhook itself
+            served = audit.start_metrics_server(o.metrics_port, hosts)  # the same interfaces as the webhook itself
             log.info(
-                "serving on https://%s with %d workers of %d threads; metrics on http://%s",
+                "serving on https://%s with %d workers of %d threads; %s",
                 " and https://".join(binds),
                 o.workers,
                 o.threads,
-                " and http://".join(_address(host, o.metrics_port) for host in hosts),
+                # only where it listens: a port taken (its error logged above) was said to serve metrics
+                "metrics on http://" + " and http://".join(_address(host, o.metrics_port) for host in served)
+                if served
+                else "metrics not served (see above)",
             )
 
         def child_exit(server: Any, worker: Any) -> None:
