@@ -125,10 +125,10 @@ def test_unusable_input_exits_2_naming_it(tmp_path: Path, manifest: Any, nodes: 
     assert words in run.stderr and run.stdout == ""
 
 
-GPU_CONTAINER = (
-    '{containers: [{name: t, image: "nvidia/cuda:13.0.0-runtime-ubuntu22.04",'
-    " resources: {limits: {nvidia.com/gpu: 1}}}]}"
+GPU_CONTAINERS = (
+    '[{name: t, image: "nvidia/cuda:13.0.0-runtime-ubuntu22.04", resources: {limits: {nvidia.com/gpu: 1}}}]'
 )
+GPU_CONTAINER = f"{{containers: {GPU_CONTAINERS}}}"
 
 
 @pytest.mark.parametrize(
@@ -173,6 +173,30 @@ GPU_CONTAINER = (
             f"kind: Deployment\nspec:\n  template:\n    metadata: {{labels: {{on: yes}}}}\n    spec: {GPU_CONTAINER}\n",
             "spec.template.metadata.labels.true: true is not a string",
             id="template-label",
+        ),
+        # kubectl refuses these too (cannot unmarshal number into EnvVar.value of type string): the unquoted 12.10
+        # was "CUDA unknown" and ADMITTED, the quoted one DENIED
+        pytest.param(
+            "kind: Pod\nmetadata: {name: t}\nspec:\n  containers:\n  - {name: t, image: myorg/app:1,"
+            " env: [{name: CUDA_VERSION, value: 12.10}], resources: {limits: {nvidia.com/gpu: 1}}}\n",
+            "m.yaml: spec.containers[0].env[0].value (container t, variable CUDA_VERSION): 12.1 is not a string (YAML"
+            " read it as a float); quote it, as the API server takes only strings there\n",
+            id="unquoted-env-value",
+        ),
+        pytest.param(
+            "kind: CronJob\nspec:\n  jobTemplate:\n    spec:\n      template:\n        spec:\n"
+            f"          containers: {GPU_CONTAINERS}\n"
+            "          initContainers: [{name: i, image: busybox,"
+            " env: [{name: A, value: '1'}, {name: B, value: true}]}]\n",
+            "m.yaml: spec.jobTemplate.spec.template.spec.initContainers[0].env[1].value (container i, variable B): true"
+            " is not a string (YAML read it as a bool)",
+            id="template-init-container-env-value",
+        ),
+        pytest.param(
+            f"kind: Pod\nmetadata: {{name: t}}\nspec:\n  containers: {GPU_CONTAINERS}\n"
+            "  ephemeralContainers: [{name: debug, image: busybox, env: [{name: 7, value: x}]}]\n",
+            "m.yaml: spec.ephemeralContainers[0].env[0].name (container debug): 7 is not a string",
+            id="ephemeral-container-env-name",
         ),
         pytest.param("- a\n", "expected an object (a Pod or a workload), found a list", id="a-list"),
         pytest.param("42\n", "expected an object (a Pod or a workload), found the int '42'", id="a-number"),

@@ -26,7 +26,7 @@ from webhook.decisions import context_for
 from webhook.documents import api_object, read_documents
 from webhook.drivers import show_driver
 from webhook.errors import BadRequest, ConfigError, InputError
-from webhook.model import TEMPLATE_PATHS, Context, as_dict
+from webhook.model import TEMPLATE_PATHS, Context, as_dict, as_list
 from webhook.policies.cuda import driver_table
 from webhook.registry import ImageConfigs, platform_order, read_credentials, trust
 
@@ -214,9 +214,37 @@ def _object_kind(obj: Any) -> str:
     return str(obj.get("kind")) if isinstance(obj, dict) else type(obj).__name__
 
 
+CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+
+
+def _not_a_string(where: str, at: str, value: Any) -> InputError:
+    return InputError(
+        f"{where}: {at}: {json.dumps(value)} is not a string (YAML read it as a {type(value).__name__}); quote it,"
+        " as the API server takes only strings there"
+    )
+
+
+def _check_env(spec: dict[str, Any], at: str, where: str) -> None:
+    """Each container's env names and values are strings: an unquoted ``value: 12.10`` (a float) is refused by the
+    API server (cannot unmarshal number into EnvVar.value of type string), and the review read it as CUDA unknown
+    and ADMITTED what the quoted "12.10" is DENIED for (found by a review)."""
+    for list_name in CONTAINER_LISTS:
+        for index, container in enumerate(as_list(spec.get(list_name))):
+            for number, variable in enumerate(as_list(as_dict(container).get("env"))):
+                for field in ("name", "value"):
+                    value = as_dict(variable).get(field)
+                    if value is not None and not isinstance(value, str):
+                        names = [f"container {as_dict(container).get('name')}"]
+                        if isinstance(name := as_dict(variable).get("name"), str):
+                            names.append(f"variable {name}")
+                        named = f"{at}.{list_name}[{index}].env[{number}].{field} ({', '.join(names)})"
+                        raise _not_a_string(where, named, value)
+
+
 def _check_manifest(obj: dict[str, Any], where: str) -> None:
     """What the API server (or kubectl) would refuse, and the webhook would pass as "no pod spec": a reviewed kind
-    without a pod spec at its place, a metadata or a label or annotation that is not a string; InputError naming it."""
+    without a pod spec at its place, a metadata or a label or annotation that is not a string, a container's env
+    name or value that is not a string; InputError naming it."""
     kind = str(obj["kind"])
     node: Any = obj
     path: list[str] = []
@@ -243,10 +271,8 @@ def _check_manifest(obj: dict[str, Any], where: str) -> None:
                 raise InputError(f"{where}: {at}.{field} is a {type(values).__name__}, not a mapping")
             for key, value in as_dict(values).items():
                 if not isinstance(value, str):
-                    raise InputError(
-                        f"{where}: {at}.{field}.{key}: {json.dumps(value)} is not a string (YAML read it as a"
-                        f" {type(value).__name__}); quote it, as the API server takes only strings there"
-                    )
+                    raise _not_a_string(where, f"{at}.{field}.{key}", value)
+    _check_env(node, ".".join(path), where)
 
 
 REVIEWED_KINDS = ("Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob")
