@@ -284,6 +284,43 @@ def test_bad_settings_exit_2_naming_the_key(tmp_path: Path) -> None:
     assert run.returncode == 2 and "cuda.mode" in run.stderr
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["review", "-f", str(EXAMPLES / "pod.yaml"), "--nodes", str(NODES)], id="review"),
+        pytest.param(["pools", "--nodes", str(NODES)], id="pools"),
+        pytest.param(["image", "nvidia/cuda:12.4.1-base-ubuntu22.04"], id="image"),
+        pytest.param(["serve", "--nodes", str(NODES)], id="serve"),
+    ],
+)
+def test_a_wrong_file_given_as_settings_is_named(command: list[str]) -> None:
+    """A manifest given as --config said "gpu-admission: apiVersion: unknown setting", naming no file, where every
+    other input error names its file (found by a review)."""
+    pod = str(EXAMPLES / "pod.yaml")
+    run = cli(*command, "--config", pod)
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr.startswith(f"gpu-admission: {pod}: apiVersion: unknown setting (known here: "), run.stderr
+
+
+def test_stdin_is_not_read_for_both_the_manifest_and_the_nodes() -> None:
+    """The second read found it empty, and the error said to make the node list with `kubectl get nodes -o yaml
+    > -` (found by a review)."""
+    run = cli("review", "-f", "-", "--nodes", "-", stdin=(EXAMPLES / "pod.yaml").read_text())
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == (
+        "gpu-admission: -f - and --nodes -: standard input can be read once; give the manifest or the nodes as a file\n"
+    )
+
+
+def test_nodes_from_an_empty_stdin_says_to_pipe_them() -> None:
+    run = cli("pools", "--nodes", "-", stdin="")
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == (
+        "gpu-admission: -: standard input held no node list (pipe one in: kubectl get nodes -o yaml | gpu-admission"
+        " ... --nodes -)\n"
+    )
+
+
 def test_pools_json_has_the_contract_fields() -> None:
     run = cli("pools", "--nodes", str(NODES), "--config", str(CONFIG), "-o", "json")
     assert run.returncode == 0, run.stderr

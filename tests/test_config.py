@@ -306,6 +306,22 @@ def test_an_error_names_the_variable_that_set_the_value() -> None:
         load_settings(None, environ={"GPU_ADMISSION_CLUSTER__POOLS": pools})
 
 
+def test_an_error_in_the_file_names_the_file(tmp_path: Path) -> None:
+    """A wrong file given as --config said "apiVersion: unknown setting" without naming it, where every other input
+    error names its file (found by a review); a value a variable set names the variable, not the file."""
+    path = _write(tmp_path, "cuda:\n  mode: block\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(path, environ={})
+    assert str(err.value) == f"{path}: cuda.mode: must be one of enforce, warn, off (got 'block')"
+    path = _write(tmp_path, "cuda:\n  mode: warn\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(path, environ={"GPU_ADMISSION_CUDA__UNKNOWN_VERSION": "maybe"})
+    assert str(err.value) == (
+        "cuda.unknown_version: must be one of warn, deny, allow (got 'maybe') (set by the environment variable"
+        " GPU_ADMISSION_CUDA__UNKNOWN_VERSION)"
+    )
+
+
 def test_the_environment_merges_into_keys_as_written(tmp_path: Path) -> None:
     path = _write(tmp_path, "maxBodyBytes: 4096\ncuda:\n  namespaceModes: {research: warn}\n")
     settings = load_settings(path, environ={"GPU_ADMISSION_MAX_BODY_BYTES": "8192", "GPU_ADMISSION_CUDA__MODE": "warn"})

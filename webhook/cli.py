@@ -309,6 +309,10 @@ def _review(obj: dict[str, Any], ctx: Context) -> pipeline.Result:
 
 
 def cmd_review(args: argparse.Namespace) -> int:
+    if args.file == "-" and args.nodes == "-":  # the second read found it empty, and was told to write a file "-"
+        raise InputError(
+            "-f - and --nodes -: standard input can be read once; give the manifest or the nodes as a file"
+        )
     settings = _settings(args.config)
     docs = read_documents(args.file)
     if len(docs) != 1:

@@ -964,6 +964,10 @@ def read_node_file(path: str | Path) -> list[JSON]:
     ``kind: List``; several YAML documents allowed). Raises InputError saying what is wrong."""
     where = str(path)
     documents = read_documents(path)
+    if not documents and where == "-":  # not "> -": standard input is piped, not written (a review's finding)
+        raise InputError(
+            "-: standard input held no node list (pipe one in: kubectl get nodes -o yaml | gpu-admission ... --nodes -)"
+        )
     if not documents:
         raise InputError(f"{where}: the node list is empty (make one with: kubectl get nodes -o yaml > {where})")
     nodes: list[JSON] = []

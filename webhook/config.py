@@ -609,7 +609,8 @@ def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def load_settings(path: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
-    """Load settings from ``path`` (YAML) and the environment; raise ConfigError naming the bad key."""
+    """Load settings from ``path`` (YAML) and the environment; raise ConfigError naming the bad key, and the file
+    or the variable that set it."""
     data: dict[str, Any] = {}
     if path:
         try:
@@ -629,4 +630,7 @@ def load_settings(path: str | Path | None = None, environ: Mapping[str, str] | N
     try:
         return build(Settings, _merge(data, env))
     except ConfigError as err:
-        raise _from_variable(err, named) from None
+        told = _from_variable(err, named)
+        if told is err and path:  # the file's own value: named with the file, as its read errors are (a review's)
+            raise ConfigError(f"{path}: {err}") from None
+        raise told from None
