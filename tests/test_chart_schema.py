@@ -344,7 +344,8 @@ def test_the_config_check_refuses_what_the_server_refuses_at_start(tmp_path, mon
         objects = template("-f", str(path), "--set", f"certs.mode={mode}")
         refusal = _server_refusal(objects, tmp_path)
         assert message in refusal
-        told = refusal.replace(str(tmp_path / "server.yaml"), str(tmp_path / mode / "mounted" / "config.yaml"))
+        mounted = tmp_path / mode / "mounted" / "config" / "config.yaml"
+        told = refusal.replace(str(tmp_path / "server.yaml"), str(mounted))
         assert run_config_check(objects, tmp_path / mode, monkeypatch, capsys) == (2, "", f"gpu-admission: {told}\n")
 
 
