@@ -37,6 +37,7 @@ from webhook.policies.mig import SHARING_LABEL
 
 GPU = "nvidia.com/gpu"
 MEM = "gpu-admission.io/gpu-memory"
+SPOT = "gpu-admission.io/spot"
 A100_40 = "NVIDIA-A100-SXM4-40GB"
 A100_80 = "NVIDIA-A100-SXM4-80GB"
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -1202,6 +1203,109 @@ def test_a_daemonset_fraction_is_not_pinned_off_the_time_shared_pools(dedicated:
         "trainer: nvidia.com/mig-3g.20gb is time-slicing on pool ts: shared with other pods, its memory not its own"
     ]
     assert mutate_twice(obj, nodes)[1] == []
+
+
+SPOT_DEDICATED_NODES = [
+    mixed_node("d", A100_40, {"3g.20gb": 2}, "ded-spot", 40960, extra_labels={"cloud.google.com/gke-spot": "true"}),
+    _time_shared(mixed_node("s", A100_40, {"3g.20gb": 8}, "ts-od", 40960)),
+]
+SHARED_ON_TS_OD = (
+    "trainer: nvidia.com/mig-3g.20gb is time-slicing on pool ts-od: shared with other pods, its memory not its own"
+)
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Deployment"])
+@pytest.mark.parametrize("spot", [None, "tolerate"])
+def test_a_fraction_is_not_pinned_to_its_own_device_on_spot_pools_alone(kind: str, spot: str | None) -> None:
+    """Untainted spot nodes (EKS, Karpenter, CoreWeave, GKE without the taint) take every pod: the pin to the pool
+    that gave the device undivided sent a pod that did not ask for spot capacity to a spot pool alone, off the
+    on-demand pool that time-shared it, without a word (found by a review of MIG). Not pinned: the shared pool is
+    named, as where no label tells the pools apart."""
+    obj = frac("0.5") if spot is None else pod(container(limits={GPU: "0.5"}), annotations={SPOT: spot})
+    obj = obj if kind == "Pod" else workload(kind, obj)
+    result = review(copy.deepcopy(obj), SPOT_DEDICATED_NODES)
+    assert result.allowed, result.message
+    assert "nodeSelector" not in template_of(result.object)["spec"]
+    assert "affinity" not in template_of(result.object)["spec"]
+    assert mig_annotation(result.object) == (
+        f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb ({A100_40}, pools ded-spot, ts-od)"
+    )
+    assert result.warnings == [SHARED_ON_TS_OD]
+    assert mutate_twice(obj, SPOT_DEDICATED_NODES)[1] == []
+
+
+def test_a_fraction_is_not_pinned_to_a_declared_spot_pool_at_zero_beside_a_running_shared_one() -> None:
+    """A spot pool declared at zero that would give the device undivided: the pin made a pod that did not ask for
+    spot capacity wait for its scale-up, while a running on-demand node time-shared the device (found by a review
+    of MIG)."""
+    declared = PoolSettings(
+        name="ded-spot",
+        node_selector={POOL: "ded-spot"},
+        spot=True,
+        gpu_product=A100_40,
+        gpu_memory_mib=40960,
+        mig_strategy="mixed",
+        mig_profiles={"3g.20gb": 2},
+    )
+    nodes = [_time_shared(mixed_node("s", A100_40, {"3g.20gb": 8}, "ts-od", 40960))]
+    result = review(frac("0.5"), nodes, settings([declared]))
+    assert result.allowed, result.message
+    assert "nodeSelector" not in result.object["spec"]
+    assert mig_annotation(result.object) == (
+        f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb ({A100_40}, pools ded-spot, ts-od)"
+    )
+    assert result.warnings == [SHARED_ON_TS_OD]
+
+
+def test_a_fraction_is_pinned_to_its_own_devices_spot_ones_too_where_one_is_on_demand() -> None:
+    """Not spot capacity alone: the pin takes every dedicated pool, the spot one too (the pod may run there, as
+    without the webhook), and none of the shared pool."""
+    nodes = [*SPOT_DEDICATED_NODES, mixed_node("o", A100_40, {"3g.20gb": 2}, "ded-od", 40960)]
+    result = review(frac("0.5"), nodes)
+    assert result.allowed, result.message
+    assert result.object["spec"]["affinity"] == {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": POOL, "operator": "In", "values": ["ded-od", "ded-spot"]}]}
+                ]
+            }
+        }
+    }
+    assert mig_annotation(result.object) == (
+        f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb (pinned to {POOL}=ded-od or ded-spot, {A100_40}, "
+        "pools ded-od, ded-spot)"
+    )
+    assert result.warnings == []
+
+
+@pytest.mark.parametrize(
+    ("spot", "selector", "line"),
+    [
+        pytest.param(
+            "prefer",
+            {POOL: "ded-spot"},
+            f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb (pinned to {POOL}=ded-spot, {A100_40}, "
+            "pool ded-spot)",
+            id="prefer-pinned",
+        ),
+        pytest.param(
+            "require",
+            None,  # its spot affinity keeps it off the on-demand pool already
+            f"trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb ({A100_40}, pool ded-spot)",
+            id="require-kept-there",
+        ),
+    ],
+)
+def test_a_fraction_that_asks_for_spot_keeps_its_own_device_on_a_spot_pool(
+    spot: str, selector: dict[str, str] | None, line: str
+) -> None:
+    """A pod that prefers or requires spot capacity asked for it: the dedicated spot pool is where it goes."""
+    result = review(pod(container(limits={GPU: "0.5"}), annotations={SPOT: spot}), SPOT_DEDICATED_NODES)
+    assert result.allowed, result.message
+    assert result.object["spec"].get("nodeSelector") == selector
+    assert mig_annotation(result.object) == line
+    assert result.warnings == []
 
 
 def test_a_fraction_is_not_pinned_to_its_own_device_where_only_a_time_shared_pool_runs_its_cuda() -> None:

@@ -40,8 +40,9 @@ How a profile is chosen, per container (init containers included), each on its o
    model(s) on ``nvidia.com/gpu.product`` (or the GKE accelerator, or the pool label). So is a profile that pools
    which time-share it offer under the same name as dedicated ones (a time-sliced mixed pool without
    renameByDefault, a GKE time-sharing partition): pinned to the dedicated ones (their sharing label, GPU model or
-   pool), where one runs the pod's CUDA (not a DaemonSet, whose pods on the shared pools the pin would take away);
-   where no label tells them apart, or for a DaemonSet, the shared pools are named in a warning.
+   pool), where one runs the pod's CUDA (not a DaemonSet, whose pods on the shared pools the pin would take away;
+   not to spot pools alone, for a pod that neither prefers nor requires spot capacity); where no label tells them
+   apart, for a DaemonSet, or on spot pools alone, the shared pools are named in a warning.
 5. The containers are taken in turn, each choice narrowing where the next can land. When that leaves one without
    a profile, other orders are tried (the largest asks first, the reverse, every order of up to 4 asks), and the
    first that converts every ask is kept; so whether a pod is admitted does not depend on the order its
@@ -828,13 +829,29 @@ def _own_devices(req: _Request, option: Option, good: Sequence[Placement], bad: 
     off every time-sliced node, where the shared device served them (found by a review of MIG); the shared pools
     are named as where no label tells them apart. The pin is a nodeSelector, not a preference: a pod that may take
     a shared device where the dedicated ones are full asks the device by its name (``nvidia.com/mig-<profile>``),
-    which no conversion pins."""
+    which no conversion pins. Nor where it would narrow the pod to spot capacity it did not ask for
+    (``_spot_alone``)."""
     own = [p for p in good if p.group.sharing == "none"]
     if len(own) == len(good) or not any(req.supported is None or id(p.group) in req.supported for p in own):
         return None
     shared = [p.group for p in good if p.group.sharing != "none"]
+    if _spot_alone(req, [p.group for p in own], shared):
+        return None
     pin = _pin([p.group for p in own], [*bad, *shared], all_pin_keys(req.ctx))
     return Choice(option, own, pin) if pin else None
+
+
+def _spot_alone(req: _Request, own: Sequence[NodeGroup], shared: Sequence[NodeGroup]) -> bool:
+    """Whether the pin to the dedicated pools ``own`` would leave a pod that neither prefers nor requires spot
+    capacity (its decided spot mode) on spot pools alone, off ``shared`` pools that are on demand. EKS, Karpenter,
+    CoreWeave and untainted GKE spot nodes take every pod: a Deployment that asked nothing was pinned to a spot pool
+    that gave the device undivided, beside an on-demand pool that time-shared it, without a word, or made to wait
+    for a declared spot pool at zero while a running node served it (found by a review of MIG). The CUDA steering
+    goes to spot pools alone only where no other pool runs the pod's CUDA (and says so); a device of its own is not
+    worth that: the shared pools are named in a warning (``_warn_shared``)."""
+    if req.spot_mode in ("prefer", "require"):
+        return False
+    return all(g.spot for g in own) and not all(g.spot for g in shared)
 
 
 def _runs(req: _Request, choice: Choice) -> bool:
