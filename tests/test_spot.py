@@ -30,6 +30,7 @@ AKS_PRIORITY = "kubernetes.azure.com/priority"
 OKE = "oci.oraclecloud.com/oke-is-preemptible"
 EKS = "eks.amazonaws.com/capacityType"
 KARPENTER = "karpenter.sh/capacity-type"
+NODE_GROUP = "eks.amazonaws.com/nodegroup"
 USER_KEY = "example.com/spot"
 
 
@@ -1630,24 +1631,43 @@ def test_never_keeps_off_every_spot_place_where_the_cluster_is_not_known() -> No
         ),
         pytest.param({"nodeName": "n1"}, "it is bound to a node", id="bound"),
         pytest.param({"affinity": with_terms(HOST)}, "it is bound to a node", id="bound-by-match-fields"),
+        pytest.param({"nodeSelector": {NODE_GROUP: "gpu-spot"}}, "its nodeSelector chooses its place", id="node-group"),
         pytest.param(
-            {"nodeSelector": {"eks.amazonaws.com/nodegroup": "gpu-spot"}},
-            "its nodeSelector chooses its place",
-            id="node-group",
+            {"nodeSelector": {"kubernetes.io/hostname": "n1"}}, "its nodeSelector chooses its place", id="host-selector"
+        ),
+        pytest.param(
+            {"affinity": with_terms({"matchExpressions": [expr(NODE_GROUP, "gpu-spot")]})},
+            "its node affinity chooses its place",
+            id="node-group-term",
+        ),
+        pytest.param(
+            {"affinity": with_terms(and_(ZONE_A, expr(NODE_GROUP, "gpu-spot", "gpu-od")), HOST)},
+            "its node affinity chooses its place",
+            id="node-group-and-host-terms",
         ),
         pytest.param({"affinity": with_terms({"matchExpressions": [expr(KARPENTER, "spot")]}, ZONE_A)}, "", id="free"),
         pytest.param({"affinity": with_terms(HOST, ZONE_A)}, "", id="one-term-unbound"),
+        pytest.param(
+            {"affinity": with_terms({"matchExpressions": [expr(NODE_GROUP, "gpu-spot")]}, ZONE_A)},
+            "",
+            id="one-term-free-of-node-groups",
+        ),
         pytest.param({"nodeSelector": {"kubernetes.io/os": "linux"}}, "", id="os-selector"),
+        pytest.param({"nodeSelector": {"beta.kubernetes.io/arch": "amd64"}}, "", id="beta-arch-selector"),
+        pytest.param({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}}, "", id="gpu-selector"),
+        pytest.param({"nodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"}}, "", id="instance-type"),
     ],
 )
 def test_never_where_the_cluster_is_not_known_leaves_a_pod_pinned_to_spot_as_it_is(spec: Any, why: str) -> None:
     """Where no node tells where its own rules lead, a pod they pin to spot capacity, a bound one (by nodeName, or
-    by matchFields in every term, as the DaemonSet controller binds its pods), or one whose nodeSelector chooses
-    its place (an EKS node group, which may be spot) is not kept off every spot place: that would leave it no node
-    (on a known cluster, its rules leaving it only spot pools are warned of instead, as here; a DaemonSet's pod for
-    a spot node, and a pod selecting a spot node group, were Pending for good, not warned of: found by a review of
-    the spot policy). One term free of them is narrowed as any pod, and a nodeSelector on what every node carries
-    chooses no place."""
+    by matchFields in every term, as the DaemonSet controller binds its pods), or one whose nodeSelector or every
+    required term chooses its place (an EKS node group, which may be spot; a node) is not kept off every spot
+    place: that would leave it no node (on a known cluster, its rules leaving it only spot pools are warned of
+    instead, as here; a DaemonSet's pod for a spot node, and a pod selecting a spot node group, were Pending for
+    good, not warned of: found by a review of the spot policy; one selecting it by its affinity still was, found by
+    a review of that fix). One term free of them is narrowed as any pod, and so is a nodeSelector on what says
+    nothing of capacity (the OS, the architecture, a GPU model, an instance type: those were left on spot capacity,
+    found by the same review)."""
     obj = pod("never")
     obj["spec"].update(copy.deepcopy(spec))
     result = mutate(obj, context([]))

@@ -14,8 +14,9 @@ Asking. The pod (or pod template) annotation ``gpu-admission.io/spot`` says what
                       the pod when none is there now; not for a provider that taints every spot node (AKS, OKE)
                       where the pod does not tolerate those taints. Where the cluster is not known (no node list
                       yet, no pool declared), off every spot place, as ``require`` is kept to them all; not where
-                      its own nodeSelector or affinity pins it to one, its nodeSelector chooses its place (a node
-                      group's label, not the OS's), or it is bound to a node (nodeName, a DaemonSet's matchFields):
+                      its own nodeSelector or affinity pins it to one, its nodeSelector or each required term
+                      chooses its place (a pool's, a node group's or a node's label: not a GPU model's, an instance
+                      type's, a zone's, the OS's), or it is bound to a node (nodeName, a DaemonSet's matchFields):
                       a warning instead
 
 When the pod does not ask (or asks with a value not listed above, which is warned about and ignored), the first
@@ -102,14 +103,12 @@ from webhook.affinity import (
 from webhook.cluster import (
     GPU_TAINT_TOLERATION,
     LEAVING_TOLERATIONS,
-    NODE_OS_LABELS,
     NodeGroup,
     Taint,
     requested_resources,
     split_leaving,
     toleration_tolerates,
 )
-from webhook.cuda_version import PLATFORM_LABEL
 from webhook.model import (
     BUILTIN_GROUPS,
     GPU_MEMORY_RESOURCE,
@@ -652,7 +651,7 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
             for n in narrowings
         ):
             return ""
-        if not ctx.cluster.groups and (why := _unjudged(own.spec, narrowings)):
+        if not ctx.cluster.groups and (why := _unjudged(own.spec, narrowings, ctx)):
             # no node tells where its own rules lead: kept off every spot place, they could leave it nowhere
             out.warn(clipped(f"spot never, yet {why}: not kept off spot capacity (no node known yet)", WARNING_LIMIT))
             return ""
@@ -679,21 +678,29 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     return now + shown
 
 
-PLACELESS_LABELS = frozenset({*NODE_OS_LABELS, PLATFORM_LABEL})
-"""Label keys every node carries, whatever its pool or capacity: a nodeSelector on them alone (many Helm charts'
-kubernetes.io/os: linux) chooses no place."""
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
-def _unjudged(spec: JSON, narrowings: Sequence[Sequence[Sequence[Expression]]]) -> str:
+def _place_keys(ctx: Context) -> frozenset[str]:
+    """The label keys by which a pod chooses its place, which may be spot capacity and no node tells where the
+    cluster is not known: a pool's or node group's (the presets' pool labels, ``cluster.poolLabelKeys``), a node's.
+    Not a GPU model's, an instance type's, a zone's, the OS's or the architecture's: those say nothing of capacity,
+    and a pod that selects nvidia.com/gpu.product is kept off spot places as any other."""
+    return frozenset({*ctx.cluster.presets.pool_labels, HOSTNAME_LABEL})
+
+
+def _unjudged(spec: JSON, narrowings: Sequence[Sequence[Sequence[Expression]]], ctx: Context) -> str:
     """Where the cluster is not known, why keeping a pod of ``spec`` off the spot places (``narrowings``) could
     leave it no node, in words; '' where it cannot: it is bound to a node (``nodeName``, or ``metadata.name In`` in
     each required term, as the DaemonSet controller binds its pods: the kubelet refuses a pod whose node fails its
     required affinity), its own nodeSelector or each of its required terms pins it to a spot place (a label ``In``
     values all of that place's, a nodeSelector's value one of them), as the known cluster's nodes tell
-    (``_keep_off_spot``: "leave it only spot pools"), or its nodeSelector chooses its place on other labels (a
-    node group's, a pool's: which may be spot, and no node tells; not ``PLACELESS_LABELS``). A DaemonSet's pod for
-    a spot node, and a pod selecting an EKS spot node group, were kept off every spot place, Pending for good and
-    not warned of (found by a review of the spot policy)."""
+    (``_keep_off_spot``: "leave it only spot pools"), or its nodeSelector or each of its required terms chooses its
+    place by a pool's, a node group's or a node's label (``_place_keys``), or names its nodes (``_names_nodes``):
+    which may be spot, and no node tells. A DaemonSet's pod for a spot node, and a pod selecting an EKS spot node
+    group, were kept off every spot place, Pending for good and not warned of (found by a review of the spot
+    policy); so was one selecting the node group by its required affinity, while one selecting a GPU model was
+    left on spot capacity (found by a review of that fix)."""
     terms = required_terms(PodView("Pod", {}, spec, ""))
     if spec.get("nodeName") or (terms and all(_names_nodes(t) for t in terms)):
         return "it is bound to a node"
@@ -708,9 +715,20 @@ def _unjudged(spec: JSON, narrowings: Sequence[Sequence[Sequence[Expression]]]) 
 
     if all(any(all(any(pinned(t, e) for e in alt) for alt in n) for n in narrowings) for t in terms or [{}]):
         return "its nodeSelector or affinity pins it to spot capacity"
-    if any(key not in PLACELESS_LABELS for key in selector):
+    keys = _place_keys(ctx)
+    if any(key in keys for key in selector):
         return "its nodeSelector chooses its place"
+    if terms and all(_names_nodes(t) or _chooses(t, keys) for t in terms):
+        return "its node affinity chooses its place"
     return ""
+
+
+def _chooses(term: JSON, keys: frozenset[str]) -> bool:
+    """The term holds only the nodes of the values it names of one of ``keys`` (``In``)."""
+    return any(
+        isinstance(e, dict) and e.get("key") in keys and e.get("operator") == "In" and as_list(e.get("values"))
+        for e in as_list(term.get("matchExpressions"))
+    )
 
 
 def _names_nodes(term: JSON) -> bool:
