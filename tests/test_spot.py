@@ -1159,6 +1159,8 @@ def test_forged_applied_annotation_is_rewritten() -> None:
         "tolerate (global default); no spot taint on the cluster's nodes or pools to tolerate",
         "tolerate (global default); tolerates a=b:NoSchedule (taints on the cluster); still tolerates c:NoExecute"
         " (added by an earlier review: taken out when the spot mode changes)",
+        "tolerate (global default); tolerates a=b:NoSchedule (taints on the cluster); still tolerates c:NoExecute"
+        + spot.STILL_WHY_DAEMONSET,
     ],
 )
 def test_named_tolerations_round_trip(text: str) -> None:
@@ -2492,6 +2494,45 @@ def test_a_default_that_leaves_a_daemonset_alone_keeps_its_templates_tolerations
     never = mutate(asked, dataclasses.replace(ctx, operation="UPDATE", old_object=quiet.object))
     off_spot = [{"key": GKE_SPOT, "operator": "NotIn", "values": ["true"]}]
     assert required_of(_template(never.object)) == [{"matchExpressions": off_spot}]
+
+
+def test_a_daemonsets_spot_tolerations_added_at_zero_are_said_to_stay_where_a_default_leaves_it_alone() -> None:
+    """A DaemonSet's template that a tolerate default gave GKE's spot tolerations while the spot pool was at zero,
+    edited once an untainted spot node was there, was told they would be taken out when its spot mode changed; the
+    default then became prefer, which leaves DaemonSets alone: its mode became off and they were kept (found by a
+    review of the spot policy). Its words say so; a DaemonSet whose own annotation asked keeps the plain words."""
+    gke_pool = "cloud.google.com/gke-nodepool"
+    on_demand = node("gke-od", {gke_pool: "l4-od"})
+    nodes = [on_demand, node("gke-spot", {GKE_SPOT: "true", gke_pool: "spot-l4"})]
+    added = [equal(GKE_SPOT, "true"), equal(GKE_PREEMPTIBLE, "true")]
+    shown = f"{GKE_SPOT}=true:NoSchedule, {GKE_PREEMPTIBLE}=true:NoSchedule"
+    made = mutate(_daemonset(pod()), context([on_demand], namespace_defaults={"ml": "tolerate"})).object
+    assert tolerations_of(_template(made)) == added
+    later = copy.deepcopy(made)  # edited by its owner once the spot node is there
+    _template(later)["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5"
+    ctx = context(nodes, namespace_defaults={"ml": "tolerate"})
+    edited = mutate(later, dataclasses.replace(ctx, operation="UPDATE", old_object=made))
+    assert applied(edited) == (
+        "tolerate (default for namespace ml); no spot taint on the cluster's nodes or pools to tolerate; still "
+        f"tolerates {shown} (added by an earlier review: taken out when the spot mode changes, kept where a default "
+        "comes to leave the DaemonSet alone)"
+    )
+    # the default becomes prefer: kept, as the words said
+    moved = copy.deepcopy(edited.object)
+    _template(moved)["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.6"
+    prefer = context(nodes, namespace_defaults={"ml": "prefer"})
+    kept = mutate(moved, dataclasses.replace(prefer, operation="UPDATE", old_object=edited.object))
+    assert tolerations_of(_template(kept.object)) == added
+    assert applied(kept) == (
+        "off (default for namespace ml prefer, which leaves a DaemonSet's pods alone); "
+        f"kept what tolerate had added: tolerations {shown}{DAEMON_TOLERATES}"
+    )
+    # asked by its own annotation: taking it back takes them out, whatever the default (the plain words)
+    own = mutate(_daemonset(pod("tolerate")), context([on_demand])).object
+    own_later = copy.deepcopy(own)
+    _template(own_later)["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5"
+    own_edited = mutate(own_later, dataclasses.replace(context(nodes), operation="UPDATE", old_object=own))
+    assert (applied(own_edited) or "").endswith(f"still tolerates {shown}{spot.STILL_WHY}")
 
 
 def test_a_daemonset_that_takes_its_own_tolerate_back_loses_the_tolerations_whatever_the_default() -> None:

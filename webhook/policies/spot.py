@@ -51,7 +51,7 @@ collect tolerations for clouds the cluster is not on). ``gpu_taint_presets`` (of
 taints that ExtendedResourceToleration does not cover (AKS ``sku=gpu:NoSchedule``), to GPU pods that get spot
 tolerations, narrowed the same way. The tolerations an earlier pass of the mode added and it no longer wants (those
 of a spot pool at zero, once an untainted spot node is there) stay on the pod, named as ``still tolerates``: a
-change of mode takes them out.
+change of mode takes them out, but on a DaemonSet that a default gave them and another default comes to leave alone.
 
 Which places (prefer / require, and never). The spot capacity labels of the presets plus ``extra_labels``, and the
 nodeSelector of each pool declared with ``spot: true`` (CoreWeave's spot pools carry no spot label). On a known
@@ -156,6 +156,15 @@ STILL_TOLERATES = "still tolerates "
 """How the part begins that names the tolerations an earlier pass of the same mode added, which the pod still
 carries and the mode no longer wants (``_still_carried``); read back with the others (``named_tolerations``)."""
 STILL_WHY = " (added by an earlier review: taken out when the spot mode changes)"
+STILL_WHY_DAEMONSET = (
+    " (added by an earlier review: taken out when the spot mode changes, kept where a default comes to leave the"
+    " DaemonSet alone)"
+)
+"""The same words for a DaemonSet whose mode a default gave: a default that leaves it alone makes its mode off and
+keeps them (``_undo_earlier``, ``KEPT``); "taken out when the spot mode changes" was not true there (found by a
+review of the spot policy)."""
+ASKED = "asked by annotation"
+"""Where the mode came from when the pod's own annotation asked it (``_asked``), as the words say it."""
 NVIDIA_RESOURCES = "nvidia.com/"
 OWN_TOLERATIONS = "its own: "
 """How the spot-applied part begins that names the tolerations the pod had itself (``_own_tolerations``)."""
@@ -261,7 +270,7 @@ def _asked(pod: PodView, ctx: Context, out: Outcome) -> tuple[str, str, str]:
     if isinstance(raw, str):
         mode = MODES.get(raw.strip().lower())
         if mode:
-            return mode, "asked by annotation", ""
+            return mode, ASKED, ""
         shown = raw if len(raw) <= 24 else raw[:23] + "…"
         ignored = f"{PREFIX}{REQUEST} {shown!r} is not {ACCEPTED}: ignored"
         out.warn(f"{PREFIX}{REQUEST}: {shown!r} is not {ACCEPTED}; ignored")
@@ -823,7 +832,8 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     else:
         parts.append("no spot taint in the provider presets to tolerate")
     if isinstance(current, list) and (still := _still_carried(pod, ctx, mode, wanted)):
-        parts.append(STILL_TOLERATES + ", ".join(map(str, still)) + STILL_WHY)
+        why_still = STILL_WHY_DAEMONSET if pod.owner_kind == "DaemonSet" and why != ASKED else STILL_WHY
+        parts.append(STILL_TOLERATES + ", ".join(map(str, still)) + why_still)
 
     bound = as_str(pod.spec.get("nodeName"))
     if mode in ("prefer", "require") and bound:
@@ -951,7 +961,7 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wanted
         return "; ".join(words), False
     # kept where a default put them, not where the DaemonSet's own annotation asked and now asks nothing: its owner
     # took the request back (found by a review of this session's commits)
-    by_default = not earlier_text.startswith(f"{earlier} (asked by annotation)")
+    by_default = not earlier_text.startswith(f"{earlier} ({ASKED})")
     keep = daemon or (mode == "off" and by_default and _leaves_alone(pod, _default(pod, ctx)[0]))
     if earlier == "never":
         off = _said_off_spot(earlier_text)
