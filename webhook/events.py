@@ -243,6 +243,9 @@ REPEATS_KEPT = 4096
 """Events the API sink created or whose count it raised, kept with the count and the resourceVersion it left them
 at, the least recently sent forgotten first (client-go's recorder keeps 4096 in its cache): their next repeat is one
 PATCH, which names that resourceVersion, so that a retry of it is not mistaken for a repeat already counted."""
+OWN_FIRST = ("firstTimestamp", "reportingInstance")
+"""What tells a create's own first try from an Event made before it, at a count of 1: timestamps are whole seconds,
+and each replica reports as its own instance (its pod name), set at create and never patched."""
 REPEAT_TRIES = 3
 """How often the API sink sets about a repeat (create, read the count, raise it) before it gives up, counted
 failed: each time the Event changed in between (another replica raised its count) or went (its TTL)."""
@@ -465,10 +468,12 @@ class ApiSink:
 
         A create tried again that meets AlreadyExists (its kept-alive connection closed while idle, as the apiserver
         does after 90 s, or its first try answered 500) reads the Event: its own first try made it where the count is
-        1 and the firstTimestamp is the body's; else it was there before, and its count is raised. Taken as made by
-        the first try, a repeat after an idle while was counted sent and dropped, the count never raised (found by a
-        review). A Conflict after a raise tried again is read again as any Conflict: that first try, closed while idle
-        or answered 500, was not applied (one that timed out may have been: the count then goes one too high)."""
+        1 and its firstTimestamp and reportingInstance are the body's (``OWN_FIRST``: another replica's create in the
+        same second has the same stamp; found by a review); else it was there before, and its count is raised. Taken
+        as made by the first try, a repeat after an idle while was counted sent and dropped, the count never raised
+        (found by a review). A Conflict after a raise tried again is read again as any Conflict: that first try,
+        closed while idle or answered 500, was not applied (one that timed out, or whose connection broke once it was,
+        may have been: the count then goes one too high)."""
         from kubernetes.client.exceptions import ApiException
 
         meta = as_dict(body.get("metadata"))
@@ -492,7 +497,7 @@ class ApiSink:
                     known = _count_of(event)
                     if known is None:
                         raise NotRaised("the API server's answer to a patch of the Event holds no count")
-                    if unsure and known[0] == 1 and event.get("firstTimestamp") == body.get("firstTimestamp"):
+                    if unsure and known[0] == 1 and all(event.get(k) == body.get(k) for k in OWN_FIRST):
                         self._keep(key, known)  # the create's first try made it
                         return
                 raised = {"count": known[0] + 1, "lastTimestamp": stamp, "metadata": {"resourceVersion": known[1]}}
