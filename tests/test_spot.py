@@ -1658,6 +1658,19 @@ def test_never_keeps_off_every_spot_place_where_the_cluster_is_not_known() -> No
         pytest.param({"nodeSelector": {"beta.kubernetes.io/arch": "amd64"}}, "", id="beta-arch-selector"),
         pytest.param({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}}, "", id="gpu-selector"),
         pytest.param({"nodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"}}, "", id="instance-type"),
+        # eksctl's node group label, and one of the user's own, choose a place too (found by a review: a list of the
+        # presets' pool labels narrowed them, and a pod on an eksctl spot node group was Pending for good)
+        pytest.param(
+            {"nodeSelector": {"alpha.eksctl.io/nodegroup-name": "gpu-spot"}},
+            "its nodeSelector chooses its place",
+            id="eksctl-node-group",
+        ),
+        pytest.param(
+            {"affinity": with_terms({"matchExpressions": [expr("node.kubernetes.io/lifecycle", "spot")]})},
+            "its node affinity chooses its place",
+            id="own-label-term",
+        ),
+        pytest.param({"nodeSelector": {"topology.kubernetes.io/zone": "us-east-1a"}}, "", id="zone-selector"),
     ],
 )
 def test_never_where_the_cluster_is_not_known_leaves_a_pod_pinned_to_spot_as_it_is(spec: Any, why: str) -> None:

@@ -41,8 +41,8 @@ How a profile is chosen, per container (init containers included), each on its o
    which time-share it offer under the same name as dedicated ones (a time-sliced mixed pool without
    renameByDefault, a GKE time-sharing partition): pinned to the dedicated ones (their sharing label, GPU model or
    pool), where one runs the pod's CUDA (not a DaemonSet, whose pods on the shared pools the pin would take away;
-   not to spot pools alone, for a pod that neither prefers nor requires spot capacity); where no label tells them
-   apart, for a DaemonSet, or on spot pools alone, the shared pools are named in a warning.
+   not to spot pools alone beside an on-demand pool that shares the device, whatever the spot mode); where no label
+   tells them apart, for a DaemonSet, or on spot pools alone, the shared pools are named in a warning.
 5. The containers are taken in turn, each choice narrowing where the next can land. When that leaves one without
    a profile, other orders are tried (the largest asks first, the reverse, every order of up to 4 asks), and the
    first that converts every ask is kept; so whether a pod is admitted does not depend on the order its
@@ -842,15 +842,15 @@ def _own_devices(req: _Request, option: Option, good: Sequence[Placement], bad: 
 
 
 def _spot_alone(req: _Request, own: Sequence[NodeGroup], shared: Sequence[NodeGroup]) -> bool:
-    """Whether the pin to the dedicated pools ``own`` would leave a pod that neither prefers nor requires spot
-    capacity (its decided spot mode) on spot pools alone, off ``shared`` pools that are on demand. EKS, Karpenter,
-    CoreWeave and untainted GKE spot nodes take every pod: a Deployment that asked nothing was pinned to a spot pool
-    that gave the device undivided, beside an on-demand pool that time-shared it, without a word, or made to wait
-    for a declared spot pool at zero while a running node served it (found by a review of MIG). The CUDA steering
-    goes to spot pools alone only where no other pool runs the pod's CUDA (and says so); a device of its own is not
-    worth that: the shared pools are named in a warning (``_warn_shared``)."""
-    if req.spot_mode in ("prefer", "require"):
-        return False
+    """Whether the pin to the dedicated pools ``own`` would leave the pod on spot pools alone, off ``shared`` pools
+    that are on demand. EKS, Karpenter, CoreWeave and untainted GKE spot nodes take every pod: a Deployment that
+    asked nothing was pinned to a spot pool that gave the device undivided, beside an on-demand pool that time-shared
+    it, without a word, or made to wait for a declared spot pool at zero while a running node served it (found by a
+    review of MIG). The CUDA steering goes to spot pools alone only where no other pool runs the pod's CUDA (and
+    says so); a device of its own is not worth that: the shared pools are named in a warning (``_warn_shared``).
+    Whatever the spot mode: under prefer the pin made the preference a requirement, and a workload whose mode an
+    UPDATE changed kept a pin its conversion was not redone for (found by a review); prefer's own preferred affinity
+    leans to the spot pool, require's keeps the pod there."""
     return all(g.spot for g in own) and not all(g.spot for g in shared)
 
 

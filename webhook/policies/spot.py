@@ -690,12 +690,42 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
-def _place_keys(ctx: Context) -> frozenset[str]:
-    """The label keys by which a pod chooses its place, which may be spot capacity and no node tells where the
-    cluster is not known: a pool's or node group's (the presets' pool labels, ``cluster.poolLabelKeys``), a node's.
-    Not a GPU model's, an instance type's, a zone's, the OS's or the architecture's: those say nothing of capacity,
-    and a pod that selects nvidia.com/gpu.product is kept off spot places as any other."""
-    return frozenset({*ctx.cluster.presets.pool_labels, HOSTNAME_LABEL})
+CAPACITY_BLIND_LABELS = frozenset(
+    {
+        "kubernetes.io/os",
+        "beta.kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/arch",
+        "node.kubernetes.io/instance-type",
+        "beta.kubernetes.io/instance-type",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+        "cloud.google.com/gke-accelerator",
+        "kubernetes.azure.com/accelerator",
+    }
+)
+"""Well-known node labels that say nothing of a node's capacity type (the OS, the architecture, the instance type,
+the zone, a cloud's accelerator; kubernetes.io "Well-Known Labels, Annotations and Taints"), and, by prefix
+(``CAPACITY_BLIND_PREFIXES``), GFD's and NFD's: a pod that selects by them alone is kept off spot places as any
+other where no node tells where spot capacity is."""
+CAPACITY_BLIND_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/")
+
+
+def _chooses_by(key: object, ctx: Context) -> bool:
+    """A nodeSelector or ``In`` on ``key`` chooses the pod's place, which may be spot capacity and no node tells
+    where the cluster is not known: any key but the well-known ones that say nothing of capacity
+    (``CAPACITY_BLIND_LABELS``) and the spot labels themselves (which ``_unjudged`` reads as pinning, or not). A list
+    of the keys that do (the presets' pool labels) missed eksctl's nodegroup-name and every label of the user's own:
+    such pods were kept off every spot place, Pending for good on a spot node group, not warned of (found by a
+    review)."""
+    return (
+        isinstance(key, str)
+        and key not in CAPACITY_BLIND_LABELS
+        and not key.startswith(CAPACITY_BLIND_PREFIXES)
+        and all(key != k for k, _, _ in ctx.cluster.presets.spot_labels)
+    )
 
 
 def _unjudged(spec: JSON, narrowings: Sequence[Sequence[Sequence[Expression]]], ctx: Context) -> str:
@@ -705,7 +735,7 @@ def _unjudged(spec: JSON, narrowings: Sequence[Sequence[Sequence[Expression]]], 
     required affinity), its own nodeSelector or each of its required terms pins it to a spot place (a label ``In``
     values all of that place's, a nodeSelector's value one of them), as the known cluster's nodes tell
     (``_keep_off_spot``: "leave it only spot pools"), or its nodeSelector or each of its required terms chooses its
-    place by a pool's, a node group's or a node's label (``_place_keys``), or names its nodes (``_names_nodes``):
+    place by a label that may say where spot capacity is (``_chooses_by``), or names its nodes (``_names_nodes``):
     which may be spot, and no node tells. A DaemonSet's pod for a spot node, and a pod selecting an EKS spot node
     group, were kept off every spot place, Pending for good and not warned of (found by a review of the spot
     policy); so was one selecting the node group by its required affinity, while one selecting a GPU model was
@@ -724,18 +754,20 @@ def _unjudged(spec: JSON, narrowings: Sequence[Sequence[Sequence[Expression]]], 
 
     if all(any(all(any(pinned(t, e) for e in alt) for alt in n) for n in narrowings) for t in terms or [{}]):
         return "its nodeSelector or affinity pins it to spot capacity"
-    keys = _place_keys(ctx)
-    if any(key in keys for key in selector):
+    if any(_chooses_by(key, ctx) for key in selector):
         return "its nodeSelector chooses its place"
-    if terms and all(_names_nodes(t) or _chooses(t, keys) for t in terms):
+    if terms and all(_names_nodes(t) or _chooses(t, ctx) for t in terms):
         return "its node affinity chooses its place"
     return ""
 
 
-def _chooses(term: JSON, keys: frozenset[str]) -> bool:
-    """The term holds only the nodes of the values it names of one of ``keys`` (``In``)."""
+def _chooses(term: JSON, ctx: Context) -> bool:
+    """The term holds only the nodes of the values it names of a key that chooses a place (``In``, ``_chooses_by``)."""
     return any(
-        isinstance(e, dict) and e.get("key") in keys and e.get("operator") == "In" and as_list(e.get("values"))
+        isinstance(e, dict)
+        and _chooses_by(e.get("key"), ctx)
+        and e.get("operator") == "In"
+        and as_list(e.get("values"))
         for e in as_list(term.get("matchExpressions"))
     )
 
