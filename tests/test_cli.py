@@ -166,7 +166,7 @@ GPU_CONTAINER = f"{{containers: {GPU_CONTAINERS}}}"
         pytest.param(
             "kind: Pod\nmetadata: {name: t, annotations: {gpu-admission.io/cuda-version: 12.4}}\n"
             f"spec: {GPU_CONTAINER}\n",
-            "metadata.annotations.gpu-admission.io/cuda-version: 12.4 is not a string (YAML read it as a float)",
+            "metadata.annotations.gpu-admission.io/cuda-version: 12.4 is not a string (YAML read it as a number)",
             id="unquoted-annotation",
         ),
         pytest.param(
@@ -180,7 +180,7 @@ GPU_CONTAINER = f"{{containers: {GPU_CONTAINERS}}}"
             "kind: Pod\nmetadata: {name: t}\nspec:\n  containers:\n  - {name: t, image: myorg/app:1,"
             " env: [{name: CUDA_VERSION, value: 12.10}], resources: {limits: {nvidia.com/gpu: 1}}}\n",
             "m.yaml: spec.containers[0].env[0].value (container t, variable CUDA_VERSION): 12.1 is not a string (YAML"
-            " read it as a float); quote it, as the API server takes only strings there\n",
+            " read it as a number); quote it, as the API server takes only strings there\n",
             id="unquoted-env-value",
         ),
         pytest.param(
@@ -189,7 +189,7 @@ GPU_CONTAINER = f"{{containers: {GPU_CONTAINERS}}}"
             "          initContainers: [{name: i, image: busybox,"
             " env: [{name: A, value: '1'}, {name: B, value: true}]}]\n",
             "m.yaml: spec.jobTemplate.spec.template.spec.initContainers[0].env[1].value (container i, variable B): true"
-            " is not a string (YAML read it as a bool)",
+            " is not a string (YAML read it as a boolean)",
             id="template-init-container-env-value",
         ),
         pytest.param(

@@ -21,7 +21,7 @@ from certs import cli as certs_cli
 from webhook import cuda_version, pipeline, selftest
 from webhook.admission import ReviewRequest, parse_review
 from webhook.cluster import ClusterSource, ClusterView, StaticCluster, build_view, format_pools, read_node_file
-from webhook.config import Settings, load_settings
+from webhook.config import Settings, load_settings, yaml_type
 from webhook.decisions import context_for
 from webhook.documents import api_object, read_documents
 from webhook.drivers import show_driver
@@ -219,7 +219,7 @@ CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
 def _not_a_string(where: str, at: str, value: Any) -> InputError:
     return InputError(
-        f"{where}: {at}: {json.dumps(value)} is not a string (YAML read it as a {type(value).__name__}); quote it,"
+        f"{where}: {at}: {json.dumps(value)} is not a string (YAML read it as a {yaml_type(value)}); quote it,"
         " as the API server takes only strings there"
     )
 

@@ -498,7 +498,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         _, item = get_args(tp)
         for k in value:
             if not isinstance(k, str):  # YAML reads 13.10 as the number 13.1, yes as true: the text is gone
-                raise ConfigError(f"{path}: the key {k!r} is not a string: YAML read it as a {_yaml_type(k)}; quote it")
+                raise ConfigError(f"{path}: the key {k!r} is not a string: YAML read it as a {yaml_type(k)}; quote it")
         return {k: _convert(item, v, f"{path}.{k}") for k, v in value.items()}
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return build(tp, value, path)
@@ -512,7 +512,8 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     raise ConfigError(f"{path}: must be {_describe(tp)} (got {value!r})")
 
 
-def _yaml_type(value: object) -> str:
+def yaml_type(value: object) -> str:
+    """What YAML read a value as, in words ('number', 'boolean'), for a message that asks to quote it."""
     return {bool: "boolean", int: "number", float: "number"}.get(type(value), type(value).__name__)
 
 

@@ -17,6 +17,7 @@ from flask import Flask, Response, jsonify, request
 
 from webhook.cluster import ClusterSource, StaticCluster, build_view
 from webhook.config import Settings
+from webhook.errors import InputError
 from webhook.server import GunicornServer, ServeOptions, prepare_metrics_dir
 
 
@@ -45,8 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--key", required=True)
     ServeOptions.add_arguments(parser, port=8444, metrics_port=9091, host="127.0.0.1")
     args = parser.parse_args(argv)
+    try:
+        options = ServeOptions.from_args(args)
+    except InputError as err:  # what serve refuses (its metrics port on its own port), told as serve tells it
+        parser.error(str(err))
     prepare_metrics_dir("noop-metrics-")
-    options = ServeOptions.from_args(args)
 
     def factory() -> tuple[Any, ClusterSource]:
         return create_noop_app(), StaticCluster(build_view([], Settings(), source="none"))

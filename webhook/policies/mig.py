@@ -835,13 +835,13 @@ def _own_devices(req: _Request, option: Option, good: Sequence[Placement], bad: 
     if len(own) == len(good) or not any(req.supported is None or id(p.group) in req.supported for p in own):
         return None
     shared = [p.group for p in good if p.group.sharing != "none"]
-    if _spot_alone(req, [p.group for p in own], shared):
+    if _spot_alone([p.group for p in own], shared):
         return None
     pin = _pin([p.group for p in own], [*bad, *shared], all_pin_keys(req.ctx))
     return Choice(option, own, pin) if pin else None
 
 
-def _spot_alone(req: _Request, own: Sequence[NodeGroup], shared: Sequence[NodeGroup]) -> bool:
+def _spot_alone(own: Sequence[NodeGroup], shared: Sequence[NodeGroup]) -> bool:
     """Whether the pin to the dedicated pools ``own`` would leave the pod on spot pools alone, off ``shared`` pools
     that are on demand. EKS, Karpenter, CoreWeave and untainted GKE spot nodes take every pod: a Deployment that
     asked nothing was pinned to a spot pool that gave the device undivided, beside an on-demand pool that time-shared
