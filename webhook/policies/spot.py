@@ -15,9 +15,9 @@ Asking. The pod (or pod template) annotation ``gpu-admission.io/spot`` says what
                       where the pod does not tolerate those taints. Where the cluster is not known (no node list
                       yet, no pool declared), off every spot place, as ``require`` is kept to them all; not where
                       its own nodeSelector or affinity pins it to one, its nodeSelector or each required term
-                      chooses its place (a pool's, a node group's or a node's label: not a GPU model's, an instance
-                      type's, a zone's, the OS's), or it is bound to a node (nodeName, a DaemonSet's matchFields):
-                      a warning instead
+                      chooses its place (any label but the spot labels and those that say nothing of capacity:
+                      GFD's, NFD's, an instance type's, a zone's, the OS's, the architecture's), or it is bound
+                      to a node (nodeName, a DaemonSet's matchFields): a warning instead
 
 When the pod does not ask (or asks with a value not listed above, which is warned about and ignored), the first
 configured default that applies wins, most specific first (``SpotSettings``):
