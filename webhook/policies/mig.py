@@ -1306,12 +1306,8 @@ def _warn_shared(out: Outcome, ask: Ask, choice: Choice) -> None:
 
 
 def _pools(groups: Iterable[NodeGroup]) -> str:
-    """'pool a' or 'pools a, b, c and 2 more'."""
-    names = sorted({g.pool for g in groups})
-    shown = ", ".join(names[:3]).replace(record.SEPARATOR, ", ") + (
-        f" and {len(names) - 3} more" if len(names) > 3 else ""
-    )
-    return f"pool{'s' if len(names) > 1 else ''} {shown}"
+    """'pool a' or 'pools a, b, c and 2 more' (``cuda.pool_names``; never the lines' separator)."""
+    return cuda.pool_names(groups, 3).replace(record.SEPARATOR, ", ")
 
 
 OVERSIZED = 4
