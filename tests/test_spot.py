@@ -502,11 +502,18 @@ def test_tolerate_and_prefer_with_no_spot_node_now(mode: str, providers: tuple[s
     """An AKS spot pool scaled to zero: tolerate and prefer took only the taints there are, none, and Cluster
     Autoscaler never scaled the pool up for the pod, whose template node carries AKS's taint (found by a review of
     the spot policy). They get the taint of the spot nodes to come, as require does; on a cluster that shows no
-    cloud (k3s), no cloud's."""
+    cloud (k3s), no cloud's. Prefer prefers their labels too, as require requires them: it said "no spot capacity
+    label on the cluster to prefer", and nothing favoured the spot nodes once they came (found by a review)."""
     result = mutate(pod(mode), context([AKS_ON_DEMAND], providers=providers))
     assert tolerations_of(result.object) == [equal(AKS_SCALESET, "spot")]
     assert result.warnings == []
-    prefers = "; no spot capacity label on the cluster to prefer" if mode == "prefer" else ""
+    preferred = [expr(AKS_PRIORITY, "spot"), expr(AKS_SCALESET, "spot")] if mode == "prefer" else []
+    assert preferred_of(result.object) == [{"weight": 100, "preference": {"matchExpressions": [e]}} for e in preferred]
+    prefers = (
+        f"; prefers {AKS_PRIORITY}=spot or {AKS_SCALESET}=spot{spot.NOT_ON_CLUSTER} (weight 100)"
+        if mode == "prefer"
+        else ""
+    )
     assert applied(result) == (
         f"{mode} (asked by annotation); tolerates {AKS_SCALESET}=spot:NoSchedule (provider presets: no spot node on"
         f" the cluster now){prefers}"
@@ -517,8 +524,125 @@ def test_tolerate_and_prefer_with_no_spot_node_now(mode: str, providers: tuple[s
     names = {n for c in later.cluster.eligible(result.object["spec"]) for n in c.nodes}
     assert names == {"aks-od", "aks-spot"}
     k3s = mutate(pod(mode), context([ON_DEMAND]))
-    assert tolerations_of(k3s.object) == []
-    assert "no spot taint on the cluster's nodes or pools to tolerate" in (applied(k3s) or "")
+    assert tolerations_of(k3s.object) == [] and preferred_of(k3s.object) == []
+    nothing = "; no spot capacity label on the cluster to prefer" if mode == "prefer" else ""
+    assert applied(k3s) == (
+        f"{mode} (asked by annotation); no spot taint on the cluster's nodes or pools to tolerate{nothing}"
+    )
+
+
+GKE_OD = node("gke-od", {"cloud.google.com/gke-nodepool": "l4-od"})
+
+
+def _self_managed(name: str, labels: dict[str, str] | None = None) -> Any:
+    """A node of an EKS self-managed node group: EKS's kubelet version, none of its labels."""
+    out = node(name, labels)
+    out["status"]["nodeInfo"] = {"kubeletVersion": "v1.30.4-eks-a737599"}
+    return out
+
+
+@pytest.mark.parametrize(
+    ("nodes", "providers", "labels"),
+    [
+        pytest.param([GKE_OD], ("all",), [expr(GKE_SPOT, "true"), expr(GKE_PREEMPTIBLE, "true")], id="gke-shown"),
+        pytest.param([ON_DEMAND], ("gke",), [expr(GKE_SPOT, "true"), expr(GKE_PREEMPTIBLE, "true")], id="gke-named"),
+        pytest.param(
+            [node("eks-od", {NODE_GROUP: "gpu-od"})],
+            ("all",),
+            [expr(EKS, "SPOT"), expr(KARPENTER, "spot")],
+            id="eks-node-group-and-karpenter",
+        ),
+        pytest.param([_self_managed("sm-1")], ("all",), [expr(KARPENTER, "spot")], id="eks-self-managed-karpenter"),
+        pytest.param([ON_DEMAND], ("all",), [], id="k3s-nothing"),
+        pytest.param([], ("coreweave",), [], id="no-preset-labels-spot-nodes"),
+    ],
+)
+def test_prefer_with_no_spot_node_now_prefers_the_spot_labels_of_the_providers_seen(
+    nodes: list[Any], providers: tuple[str, ...], labels: list[Any]
+) -> None:
+    """Prefer with no spot node now (a spot pool at zero) prefers the spot labels of the providers whose spot nodes
+    may come, as require requires them (``_spot_places``): harmless where no node carries them, and the scheduler
+    (and Karpenter, which tries a pod's preferences first) favours the spot nodes once they come. Not every cloud's
+    where no cloud shows (k3s); where no preset labels spot nodes, it says it prefers nothing (it said "prefers
+    (weight 100)", naming no place)."""
+    result = mutate(pod("prefer"), context(nodes, providers=providers))
+    assert preferred_of(result.object) == [{"weight": 100, "preference": {"matchExpressions": [e]}} for e in labels]
+    assert result.warnings == []
+    shown = " or ".join(f"{e['key']}={e['values'][0]}" for e in labels)
+    said = (applied(result) or "").split("; ")[-1]
+    known = spot.NOT_ON_CLUSTER if nodes else ""
+    assert said == (
+        f"prefers {shown}{known} (weight 100)" if labels else "no spot capacity label on the cluster to prefer"
+    )
+
+
+@pytest.mark.parametrize("later", ["never", "off"])
+def test_a_deployment_that_prefers_spot_at_zero_keeps_its_words_true(later: str) -> None:
+    """A prefer Deployment reviewed while the AKS spot pool is at zero prefers AKS's spot labels; an update that
+    leaves its template as it was, once a spot node is there, changes nothing (its pods do not roll); the pods made
+    from it, and its next edit, say what is true then (the labels on the cluster's nodes); moved to never or off, it
+    loses exactly the affinity prefer added."""
+    spot_node = node("aks-spot", {AKS_POOL: "gpuspot", AKS_PRIORITY: "spot", AKS_SCALESET: "spot"})
+    spot_node["spec"]["taints"] = [taint(f"{AKS_SCALESET}=spot:NoSchedule")]
+    at_zero, scaled = context([AKS_ON_DEMAND]), context([AKS_ON_DEMAND, spot_node])
+    first = mutate(workload("Deployment", "prefer"), at_zero).object
+    preferred = [
+        {"weight": 100, "preference": {"matchExpressions": [expr(AKS_PRIORITY, "spot")]}},
+        {"weight": 100, "preference": {"matchExpressions": [expr(AKS_SCALESET, "spot")]}},
+    ]
+    places = f"prefers {AKS_PRIORITY}=spot or {AKS_SCALESET}=spot"
+    assert preferred_of(_template(first)) == preferred
+    assert _template(first)["metadata"]["annotations"][APPLIED] == (
+        f"prefer (asked by annotation); tolerates {AKS_SCALESET}=spot:NoSchedule (provider presets: no spot node on"
+        f" the cluster now); {places}{spot.NOT_ON_CLUSTER} (weight 100)"
+    )
+    unchanged = pipeline.mutate(copy.deepcopy(first), dataclasses.replace(scaled, operation="UPDATE", old_object=first))
+    assert unchanged.patch == []
+    now = f"prefer (asked by annotation); tolerates {AKS_SCALESET}=spot:NoSchedule (taints on the cluster); {places}"
+
+    def made_from(live: Any) -> Any:  # a pod its ReplicaSet makes from the template
+        made = _with_hash({"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(_template(live))})
+        made["metadata"]["namespace"] = "ml"
+        made["metadata"]["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "w-5d8f9c7b6", "uid": "u", "controller": True}
+        ]
+        return made
+
+    made = made_from(first)
+    made_pod = mutate(made, scaled)
+    assert made_pod.object["spec"] == made["spec"]
+    assert applied(made_pod) == f"{now} (weight 100)"
+    edited = copy.deepcopy(first)
+    _template(edited)["spec"]["containers"][0]["image"] = "nvidia/cuda:12.4.1-base-ubuntu22.04"
+    update = dataclasses.replace(scaled, operation="UPDATE", old_object=first)
+    again = mutate(edited, update)
+    assert _template(again.object)["spec"] == _template(edited)["spec"]
+    assert applied(again) == f"{now} (weight 100)"
+
+    def switched(live: Any) -> Any:
+        out = _switched(live, later)
+        if later == "off":  # the annotation taken out: the default, off
+            del _template(out)["metadata"]["annotations"][ANNOTATION]
+        return out
+
+    moved = mutate(switched(first), dataclasses.replace(at_zero, operation="UPDATE", old_object=first))
+    assert _template(moved.object)["spec"] == _template(workload("Deployment"))["spec"]
+    why = "asked by annotation" if later == "never" else "global default"
+    assert applied(moved) == (
+        f"{later} ({why}); removed what prefer had added: tolerations {AKS_SCALESET}=spot:NoSchedule, its preferred"
+        " spot affinity"
+    )
+    # GKE's words at zero name both its labels; once a gke-spot node is there, only that one is a place: the other
+    # is read back from the words, and goes from the pods made then, and with the mode
+    gke_first = mutate(workload("Deployment", "prefer"), context([GKE_OD])).object
+    gke_scaled = context([GKE_OD, *PROVIDERS["gke"][0]])
+    gke_pod = mutate(made_from(gke_first), gke_scaled)
+    assert preferred_of(gke_pod.object) == [
+        {"weight": 100, "preference": {"matchExpressions": [expr(GKE_SPOT, "true")]}}
+    ]
+    assert (applied(gke_pod) or "").endswith(f"; prefers {GKE_SPOT}=true (weight 100)")
+    gke_moved = mutate(switched(gke_first), dataclasses.replace(gke_scaled, operation="UPDATE", old_object=gke_first))
+    assert _template(gke_moved.object)["spec"] == _template(workload("Deployment"))["spec"]
 
 
 @pytest.mark.parametrize("later", ["never", "off"])
@@ -996,7 +1120,7 @@ def test_narrowing(nodes: list[Any], kwargs: dict[str, Any], want: list[Any]) ->
             True,
             id="require-no-label-still-added",
         ),
-        pytest.param([ON_DEMAND], ("gke",), "prefer", None, False, id="prefer-no-label-nothing"),
+        pytest.param([ON_DEMAND], ("all",), "prefer", None, False, id="prefer-no-provider-nothing"),
         pytest.param(
             [],
             ("eks", "karpenter"),
@@ -1760,13 +1884,6 @@ def test_a_provider_shown_by_its_kubelets_alone_names_no_spot_place() -> None:
     assert required_of(mutate(pod("require"), context(nodes, providers=("eks",))).object) == [
         {"matchExpressions": [expr(EKS, "SPOT")]}
     ]
-
-
-def _self_managed(name: str, labels: dict[str, str] | None = None) -> Any:
-    """A node of an EKS self-managed node group: EKS's kubelet version, none of its labels."""
-    out = node(name, labels)
-    out["status"]["nodeInfo"] = {"kubeletVersion": "v1.30.4-eks-a737599"}
-    return out
 
 
 def test_karpenter_runs_on_a_cloud_shown_by_its_kubelets_alone() -> None:

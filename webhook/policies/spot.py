@@ -68,9 +68,11 @@ no spot node, as CoreWeave's, or no provider shows by its labels and ``cluster.p
 (a k3s or self-managed cluster, whose spot nodes no cloud's label tells apart). Where no node carries the labels it
 names, ``require`` is applied all the same: it is a hard constraint the user chose (typically to never pay for
 on-demand GPUs), a Pending pod is visible and easy to fix, while silently dropping the requirement would run it on
-capacity it refused; and the view may lag an autoscaler that is about to add spot nodes. ``prefer`` in that case
-adds no affinity (it could not help). ``require`` warns when no node or pool is spot capacity now, and when the pod's
-own constraints (nodeSelector, affinity, tolerations) leave it no spot pool to run on.
+capacity it refused; and the view may lag an autoscaler that is about to add spot nodes. So is ``prefer`` (a spot
+pool at zero: the labels of the providers whose spot nodes may come, none where no provider shows), so that the
+scheduler favours the spot nodes once they come; both say that no node carries them now. ``require`` warns when no
+node or pool is spot capacity now, and when the pod's own constraints (nodeSelector, affinity, tolerations) leave it
+no spot pool to run on.
 
 Manners. A user's toleration is never removed or changed; a wanted toleration that an existing one already covers
 (an Exists on the same key, an empty-key Exists, an empty effect, an equal value; for the Exists of a preset of
@@ -515,6 +517,8 @@ _EQUAL_TEXT = re.compile(r"([^\s=]+)=(\S+)")
 REQUIRES = "requires "
 PREFERS = "prefers "
 NOT_ON_CLUSTER = " (none of these labels is on the cluster's nodes or pools)"
+WEIGHT_TEXT = f" (weight {PREFERRED_WEIGHT})"
+"""How the part that says what ``prefer`` added ends; ``NOT_ON_CLUSTER`` before it where no node carries them."""
 
 
 def _read_places(shown: str) -> list[list[Expression]] | None:
@@ -533,16 +537,18 @@ def _read_places(shown: str) -> list[list[Expression]] | None:
     return terms
 
 
-def _said_places(text: str, head: str, tail: str = "") -> list[list[Expression]] | None:
-    """The spot places the part of a spot-applied text that begins with ``head`` names (``tail``, if it ends so,
-    left out); [] when no part does, None when they cannot be read. Read back from the words, not from today's
-    view of the cluster, which may no longer show the places the webhook wrote (a spot pool scaled to zero) or may
-    show others."""
+def _said_places(text: str, head: str, *tails: str) -> list[list[Expression]] | None:
+    """The spot places the part of a spot-applied text that begins with ``head`` names (each of ``tails`` in turn,
+    if it ends so, left out); [] when no part does, None when they cannot be read. Read back from the words, not
+    from today's view of the cluster, which may no longer show the places the webhook wrote (a spot pool scaled to
+    zero) or may show others."""
     part = next((p for p in text.split("; ") if p.startswith(head)), None)
     if part is None:
         return []
     shown = part[len(head) :]
-    return _read_places(shown[: -len(tail)] if tail and shown.endswith(tail) else shown)
+    for tail in tails:
+        shown = shown[: -len(tail)] if shown.endswith(tail) else shown
+    return _read_places(shown)
 
 
 def mode_of(applied: str) -> str:
@@ -881,10 +887,14 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     elif mode in ("prefer", "require"):
         terms, shown, on_cluster = _spot_places(ctx)
         changed = _forget_places(pod, ctx, mode, terms)
-        if mode == "prefer" and on_cluster:
+        if mode == "prefer" and terms:
+            # Where no node carries them now (a spot pool at zero), the labels of the providers whose spot nodes
+            # may come, as require's: with no preference, the scheduler had no reason to favour the spot nodes once
+            # they came, nor Karpenter (which tries a pod's preferences first) to launch spot ones (found by a
+            # review of the spot policy). None where the cluster shows no provider (k3s: ``_find_spot_places``).
             for term in terms:
                 changed = prefer(pod, term, PREFERRED_WEIGHT) or changed
-            parts.append(f"{PREFERS}{shown} (weight {PREFERRED_WEIGHT})")
+            parts.append(PREFERS + shown + ("" if on_cluster else NOT_ON_CLUSTER) + WEIGHT_TEXT)
         elif mode == "prefer":
             parts.append("no spot capacity label on the cluster to prefer")
         elif not terms:
@@ -941,7 +951,7 @@ def _forget_places(pod: PodView, ctx: Context, mode: str, terms: Sequence[Sequen
         said = _said_places(earlier, REQUIRES, NOT_ON_CLUSTER) or []
         stale = [t for t in said if pod.is_template or t not in terms]
         return unnarrow(pod, stale, keep=manifest_expressions(pod), narrowed=True)
-    said = _said_places(earlier, PREFERS, f" (weight {PREFERRED_WEIGHT})") or []
+    said = _said_places(earlier, PREFERS, WEIGHT_TEXT, NOT_ON_CLUSTER) or []
     stale = [t for t in said if pod.is_template or t not in terms]
     return unprefer(pod, _not_preferred_by_manifest(pod, stale), PREFERRED_WEIGHT)
 
@@ -1029,7 +1039,7 @@ def _undo_earlier(pod: PodView, ctx: Context, mode: str, wanted: Sequence[Wanted
         if unnarrow(pod, _spot_places(ctx)[0] if said is None else said, keep=manifest_expressions(pod), narrowed=True):
             removed.append("its required spot affinity")
     if earlier == "prefer":
-        said = _said_places(earlier_text, PREFERS, f" (weight {PREFERRED_WEIGHT})")
+        said = _said_places(earlier_text, PREFERS, WEIGHT_TEXT, NOT_ON_CLUSTER)
         places = _not_preferred_by_manifest(pod, said if said is not None else _spot_places(ctx)[0])
         if unprefer(pod, places, PREFERRED_WEIGHT):
             removed.append("its preferred spot affinity")
