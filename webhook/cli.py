@@ -214,9 +214,6 @@ def _object_kind(obj: Any) -> str:
     return str(obj.get("kind")) if isinstance(obj, dict) else type(obj).__name__
 
 
-CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
-
-
 def _not_a_string(where: str, at: str, value: Any) -> InputError:
     return InputError(
         f"{where}: {at}: {json.dumps(value)} is not a string (YAML read it as a {yaml_type(value)}); quote it,"
@@ -228,14 +225,14 @@ def _check_env(spec: dict[str, Any], at: str, where: str) -> None:
     """Each container's env names and values are strings: an unquoted ``value: 12.10`` (a float) is refused by the
     API server (cannot unmarshal number into EnvVar.value of type string), and the review read it as CUDA unknown
     and ADMITTED what the quoted "12.10" is DENIED for (found by a review)."""
-    for list_name in CONTAINER_LISTS:
-        for index, container in enumerate(as_list(spec.get(list_name))):
-            for number, variable in enumerate(as_list(as_dict(container).get("env"))):
+    for list_name in ("initContainers", "containers", "ephemeralContainers"):
+        for index, container in enumerate(map(as_dict, as_list(spec.get(list_name)))):
+            for number, variable in enumerate(map(as_dict, as_list(container.get("env")))):
                 for field in ("name", "value"):
-                    value = as_dict(variable).get(field)
+                    value = variable.get(field)
                     if value is not None and not isinstance(value, str):
-                        names = [f"container {as_dict(container).get('name')}"]
-                        if isinstance(name := as_dict(variable).get("name"), str):
+                        names = [f"container {container.get('name')}"]
+                        if isinstance(name := variable.get("name"), str):
                             names.append(f"variable {name}")
                         named = f"{at}.{list_name}[{index}].env[{number}].{field} ({', '.join(names)})"
                         raise _not_a_string(where, named, value)

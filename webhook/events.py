@@ -54,7 +54,8 @@ COMPONENT = "gpu-admission"
 MESSAGE_LIMIT = 1024
 """events.k8s.io limits a note to 1 kB; core v1 Events are kept to the same size, a longer message cut in its middle
 (``middle_clipped``): for a pod whose ungating is refused, its Event is the only place a user reads the refusal, and
-the advice is its end."""
+the advice is its end. (A line too long for the relay's pipe, of mostly non-ASCII text, is cut further, at its end:
+``Pipe.write_lines``.)"""
 NAME_LIMIT = 253
 
 
@@ -259,11 +260,11 @@ class NotRaised(Exception):
 
 
 class _Direct:
-    """POSTs over one kept-alive connection (``webhook.http1``) to the server of a ``kubernetes`` client configuration,
-    with its TLS settings (CA file or data, client certificate, ``verify_ssl``) and socket options (TCP keepalive:
-    ``api_client_from_environment``); None from ``of`` when the configuration asks for what only the client's own
-    path does (a proxy, a TLS server name or host name of its own). One per sending thread (``ApiSink._here``): a
-    connection carries one request at a time."""
+    """Requests (POST, PATCH) over one kept-alive connection (``webhook.http1``) to the server of a ``kubernetes``
+    client configuration, with its TLS settings (CA file or data, client certificate, ``verify_ssl``) and socket
+    options (TCP keepalive: ``api_client_from_environment``); None from ``of`` when the configuration asks for what
+    only the client's own path does (a proxy, a TLS server name or host name of its own). One per sending thread
+    (``ApiSink._here``): a connection carries one request at a time."""
 
     def __init__(self, configuration: Any, timeout: float) -> None:
         url = urlsplit(configuration.host)
@@ -544,7 +545,7 @@ def _event_in(answer: bytes | None) -> JSON:
 
 
 def _count_of(event: JSON) -> tuple[int, str] | None:
-    """(count, resourceVersion) of an Event (``_event_in``); None for one that says neither."""
+    """(count, resourceVersion) of an Event (``_event_in``); None unless it says both."""
     count, version = event.get("count"), as_dict(event.get("metadata")).get("resourceVersion")
     if not isinstance(count, int) or not isinstance(version, str):
         return None
@@ -601,7 +602,7 @@ class Sender:
         self._counts = threading.Lock()
         self._senders: ThreadPoolExecutor | None = None
         self._failures = _OnceAWhile()
-        """Failures by kind (an HTTP status, an exception type), for the log."""
+        """Failures by kind (a create's or a count raise's, and an HTTP status or an exception type), for the log."""
 
     def _count(self, result: str) -> None:
         with self._counts:
@@ -617,8 +618,7 @@ class Sender:
         and counted. A sink that sends one at a time sends in this thread."""
         width = int(getattr(self.sink, "concurrency", 1))
         if width <= 1:
-            for body in bodies:
-                self.deliver(body)
+            self._deliver_run(bodies)
             return
         if self._senders is None:
             self._senders = ThreadPoolExecutor(width, "gpu-adm-events")
