@@ -721,6 +721,60 @@ def test_every_pod_is_scheduled_where_the_server_may_run(name):
         assert set(server["affinity"]) == {"nodeAffinity", "podAntiAffinity"}
 
 
+def _pod_metadata(obj: dict[str, Any]) -> dict[str, Any]:
+    """The metadata of the pods an object makes (a Pod's own)."""
+    meta: dict[str, Any] = dig(obj, *POD_SPEC_PATHS[obj["kind"]][:-1], "metadata")
+    return meta
+
+
+def test_every_one_shot_pod_takes_the_job_pod_labels_and_annotations_not_the_servers(rendered):
+    """A service mesh's proxy injected into a Job's pod (a plain container that never exits) kept the Job running
+    after its container ended, and `helm install` waited on the hook until its timeout; a policy engine may ask for
+    labels. Every Job, the CronJob's and the helm test pod take jobPodLabels and jobPodAnnotations, injection off by
+    default; the server's podLabels and podAnnotations (Prometheus, Vault ...) stay on the server's pods."""
+    name, objects = rendered
+    chart, given = (yaml.safe_load(path.read_text()) or {} for path in (CHART / "values.yaml", VALUES / f"{name}.yaml"))
+    server = _pod_metadata(find(objects, "Deployment"))
+    one_shot = [o for o in objects if o["kind"] in POD_SPEC_PATHS and o["kind"] != "Deployment"]
+    assert {o["metadata"]["name"] for o in one_shot} >= {f"{FULLNAME}-config-check", f"{FULLNAME}-test"}
+    for obj in one_shot:
+        where, meta = f"{obj['kind']}/{obj['metadata']['name']}", _pod_metadata(obj)
+        labels, annotations = meta["labels"], meta.get("annotations", {})
+        for field, found in (("jobPodLabels", labels), ("jobPodAnnotations", annotations)):
+            assert found.items() >= (chart[field] | given.get(field, {})).items(), f"{where} {field}"
+        assert labels["sidecar.istio.io/inject"] == "false" and annotations["linkerd.io/inject"] == "disabled", where
+        assert labels["app.kubernetes.io/component"] == obj["metadata"]["labels"]["app.kubernetes.io/component"], where
+        assert not labels.keys() & given.get("podLabels", {}).keys(), where
+        assert not annotations.keys() & given.get("podAnnotations", {}).keys(), where
+    assert "sidecar.istio.io/inject" not in server["labels"] and "linkerd.io/inject" not in server["annotations"]
+    if name == "all-on":
+        assert len(one_shot) == 6  # config-check, certs-pre, certs, cleanup Jobs, the CronJob, the helm test pod
+        assert given["jobPodLabels"] and given["jobPodAnnotations"] and given["podLabels"] and given["podAnnotations"]
+        assert server["labels"].items() >= given["podLabels"].items()
+
+
+def test_a_mesh_that_must_inject_every_pod_can_drop_the_job_pods_opt_out():
+    """A policy that requires every pod in the mesh refuses the opt-out: null drops a default key, as helm does."""
+    objects = template("--set", "jobPodLabels.sidecar\\.istio\\.io/inject=null", "--set", "jobPodAnnotations=null")
+    one_shot = [o for o in objects if o["kind"] in ("Job", "CronJob", "Pod")]
+    assert len(one_shot) == 6
+    for obj in one_shot:
+        meta = _pod_metadata(obj)
+        assert "sidecar.istio.io/inject" not in meta["labels"] and "linkerd.io/inject" not in meta.get(
+            "annotations", {}
+        )
+        assert meta["labels"]["app.kubernetes.io/instance"] == RELEASE
+
+
+@pytest.mark.parametrize(
+    ("field", "key"), [("jobPodLabels", "app.kubernetes.io/component"), ("jobPodAnnotations", "helm.sh/hook")]
+)
+def test_a_job_pod_key_the_chart_sets_is_refused_not_written_twice(field, key):
+    escaped = key.replace(".", "\\.")
+    proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, "--set", f"{field}.{escaped}=mine", check=False)
+    assert proc.returncode != 0 and f"{field}: {key} is set by the chart on its Job and test pods" in proc.stderr
+
+
 def _server(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
     deployment = find(objects, "Deployment")
     spec = dig(deployment, "spec", "template", "spec")

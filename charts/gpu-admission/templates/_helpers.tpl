@@ -475,6 +475,32 @@ affinity:
 {{- end }}
 {{- end }}
 
+{{- /*
+The metadata of a one-shot pod's template (config check, certs Jobs, renewal CronJob, cleanup Job, helm test pod):
+(dict "root" . "component" NAME ["annotations" DICT, the helm test pod's hook annotations]). The chart's labels and
+jobPodLabels, its annotations and jobPodAnnotations (not podLabels and podAnnotations: those are the server's).
+A key the chart sets itself is refused, not written twice (kustomize and Argo CD refuse a key given twice).
+*/}}
+{{- define "gpu-admission.jobPodMetadata" -}}
+{{- $labels := include "gpu-admission.labels" .root | fromYaml }}
+{{- $_ := set $labels "app.kubernetes.io/component" .component }}
+{{- $annotations := .annotations | default dict }}
+{{- range $field, $own := dict "jobPodLabels" $labels "jobPodAnnotations" $annotations }}
+{{- range $key, $value := index $.root.Values $field }}
+{{- if hasKey $own $key }}
+{{- fail (printf "%s: %s is set by the chart on its Job and test pods (%s: %s); leave it out" $field $key $key (get $own $key)) }}
+{{- end }}
+{{- $_ := set $own $key $value }}
+{{- end }}
+{{- end -}}
+labels:
+  {{- toYaml $labels | nindent 2 }}
+{{- with $annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
 {{/* Pod spec of the certs Jobs and of the renewal CronJob: (dict "root" . ["serviceAccount" NAME] ["createOnly" true]). */}}
 {{- define "gpu-admission.certsPodSpec" -}}
 {{- $r := .root -}}
