@@ -442,6 +442,16 @@ def test_uninstall_deletes_the_secret_the_job_made():
     compile(container["args"][0], "cleanup", "exec")
 
 
+def test_every_job_has_the_time_a_node_from_zero_takes(rendered):
+    """One deadline for every Job, retries included: the uninstall's cleanup Job had 120 s, too short for a node to
+    be made where it may run (a pool scaled to zero), where the other Jobs had 300 s (a review's finding)."""
+    name, objects = rendered
+    job_specs = [j["spec"] for j in find_all(objects, "Job")]
+    job_specs += [c["spec"]["jobTemplate"]["spec"] for c in find_all(objects, "CronJob")]
+    assert len(job_specs) >= (5 if name == "defaults" else 1)  # config check, certs-pre, certs, cleanup, renewal
+    assert {spec["activeDeadlineSeconds"] for spec in job_specs} == {300}, name
+
+
 # The labels `gpu-admission certs ensure` puts on the Secret it makes, which the cleanup Job looks for.
 CERTS_LABELS = dict(certs_kube.LABELS)
 

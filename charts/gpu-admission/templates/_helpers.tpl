@@ -501,6 +501,14 @@ annotations:
 {{- end }}
 {{- end }}
 
+{{- /*
+The activeDeadlineSeconds of every Job of the chart (config check, certs, renewal, cleanup): the time, retries
+included, for a node to be made where its pod may run (a pool scaled from zero takes minutes on the managed clouds)
+and the image pulled. The cleanup Job had 120 s, too short for such a node to come, and `helm uninstall` failed.
+docs/install.md's --timeout advice rests on it.
+*/}}
+{{- define "gpu-admission.jobDeadlineSeconds" -}}300{{- end }}
+
 {{/* Pod spec of the certs Jobs and of the renewal CronJob: (dict "root" . ["serviceAccount" NAME] ["createOnly" true]). */}}
 {{- define "gpu-admission.certsPodSpec" -}}
 {{- $r := .root -}}
