@@ -452,6 +452,24 @@ def test_every_job_has_the_time_a_node_from_zero_takes(rendered):
     assert {spec["activeDeadlineSeconds"] for spec in job_specs} == {300}, name
 
 
+def test_the_timeout_the_docs_give_outlasts_every_job_and_their_sum_is_as_said():
+    """Helm waits for each hook Job up to --timeout (5m by default), the Jobs' own deadline: where their pods waited
+    for a node made from zero, helm gave up with them or just before they finished, and with Helm 4 a failed hook
+    is only reported once --timeout has passed (helm/helm#31690). The docs give a --timeout that leaves each Job's
+    own outcome to decide (twice its deadline), the deadline and the sum of an install's Jobs as the chart has them."""
+    objects = render_values("defaults")
+    (deadline,) = {j["spec"]["activeDeadlineSeconds"] for j in find_all(objects, "Job")}
+    install_jobs = [j for j in find_all(objects, "Job") if hooks(j) & {"pre-install", "post-install"}]
+    assert len(install_jobs) == 3  # the config check, certs-pre, certs
+    readme, install = ((ROOT / path).read_text() for path in ("README.md", "docs/install.md"))
+    notes = helm("install", RELEASE, str(CHART), "--dry-run=client", "-n", NAMESPACE).stdout.split("NOTES:", 1)[1]
+    for where, text in (("README.md", readme), ("docs/install.md", install), ("NOTES", notes)):
+        minutes = [int(m) for m in re.findall(r"--timeout (\d+)m\b", text)]
+        assert minutes and all(m * 60 >= 2 * deadline for m in minutes), (where, minutes)
+        assert f"{deadline} s" in text, where
+    assert f"up to {len(install_jobs) * deadline // 60} minutes in all" in install
+
+
 # The labels `gpu-admission certs ensure` puts on the Secret it makes, which the cleanup Job looks for.
 CERTS_LABELS = dict(certs_kube.LABELS)
 
