@@ -1016,34 +1016,40 @@ def test_registry_credentials_are_mounted_and_named_in_the_settings():
     assert {p["port"] for p in policy["spec"]["egress"][-2]["ports"]} == {443, 8443}
 
 
-@pytest.mark.parametrize(
-    ("args", "words"),
-    [
-        (["--set", "registryCredentials.secretName=pulls"], "set config.cuda.registry.enabled: true too"),
-        (
-            [
-                "--set",
-                "registryCredentials.secretName=pulls",
-                "--set",
-                "config.cuda.registry.enabled=true",
-                "--set",
-                "config.cuda.registry.credentialsFile=/etc/pulls.json",
-            ],
-            "both name the credentials: give one",
-        ),
-        # a file of the settings' own is in no pod: the server refused to start, after the config check passed
-        # (found by a review)
-        (
-            ["--set", "config.cuda.registry.enabled=true", "--set", "config.cuda.registry.credentialsFile=/etc/p.json"],
-            "config.cuda.registry.credentialsFile /etc/p.json is a file the chart mounts into no pod (the server would"
-            " refuse to start): give the kubernetes.io/dockerconfigjson Secret in registryCredentials.secretName"
-            " instead (the chart mounts it and sets the file)",
-        ),
-    ],
-)
-def test_registry_credentials_that_would_do_nothing_or_be_overridden_are_refused(args, words):
-    proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, *args, check=False)
-    assert proc.returncode != 0 and words in proc.stderr
+# The registry reader's files: (the file's settings key, the value that names the user's object, its text).
+REGISTRY_FILES = [
+    ("credentialsFile", "registryCredentials.secretName", "the file of the kubernetes.io/dockerconfigjson Secret"),
+    ("caFile", "registryCA.configMapName", "the PEM bundle of the ConfigMap"),
+]
+
+
+@pytest.mark.parametrize(("file", "value", "holds"), REGISTRY_FILES, ids=["credentials", "ca"])
+def test_a_registry_file_the_chart_would_not_mount_is_refused_with_one_message(file, value, holds):
+    """Each mistake fails the render (the server would refuse to start, or the value would do nothing), with one
+    message: a path of the settings' own got "both name ...: give one" beside the value, and giving one (the path)
+    then got "a file the chart mounts into no pod" (a review's finding)."""
+    enabled = ["--set", "config.cuda.registry.enabled=true"]
+    own = ["--set", f"config.cuda.registry.{file}=/etc/mine"]
+    named = ["--set", f"{value}=mine"]
+
+    def refusal(*args: str) -> str:
+        proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, *args, check=False)
+        assert proc.returncode != 0
+        (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error:")]
+        return line.split("): ", 1)[1]
+
+    what = "the Secret" if file == "credentialsFile" else "the CA"
+    for args in (named, [*named, *own]):
+        assert refusal(*args) == (
+            f"{value} is for the registry reader: set config.cuda.registry.enabled: true too (or leave {what} out)"
+        )
+    mine = (
+        f"config.cuda.registry.{file} /etc/mine: leave it out of config; the chart sets it to {holds} named in {value},"
+        " which it mounts (a path of your own is a file in no pod, and the server would refuse to start)"
+    )
+    assert refusal(*enabled, *own) == refusal(*enabled, *own, *named) == mine
+    helm("template", RELEASE, str(CHART), "-n", NAMESPACE, *enabled, *named)  # what the message asks for renders
+    helm("template", RELEASE, str(CHART), "-n", NAMESPACE, *own)  # the reader off: the server never reads the file
 
 
 def test_a_registry_ca_is_mounted_and_named_in_the_settings():
@@ -1057,22 +1063,6 @@ def test_a_registry_ca_is_mounted_and_named_in_the_settings():
     (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "registry-ca"]
     config = yaml.safe_load(find(objects, "ConfigMap", f"{RELEASE}-gpu-admission")["data"]["config.yaml"])
     assert config["cuda"]["registry"]["caFile"] == f"{mount['mountPath']}/ca.crt" and mount["readOnly"] is True
-    for args, words in (
-        (["--set", "registryCA.configMapName=harbor-ca"], "set config.cuda.registry.enabled: true too"),
-        (
-            ["--set", "registryCA.configMapName=harbor-ca", "--set", "config.cuda.registry.enabled=true", "--set",
-             "config.cuda.registry.caFile=/etc/ca.pem"],
-            "both name the CA: give one",
-        ),
-        (
-            ["--set", "config.cuda.registry.enabled=true", "--set", "config.cuda.registry.caFile=/etc/ca.pem"],
-            "config.cuda.registry.caFile /etc/ca.pem is a file the chart mounts into no pod (the server would refuse to"
-            " start): give the ConfigMap of the PEM bundle in registryCA.configMapName instead (the chart mounts it"
-            " and sets the file)",
-        ),
-    ):  # fmt: skip
-        proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, *args, check=False)
-        assert proc.returncode != 0 and words in proc.stderr, proc.stderr
 
 
 def test_helm_test_hook_sends_a_dry_run_pod_to_a_covered_namespace(rendered):

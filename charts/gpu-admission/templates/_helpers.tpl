@@ -178,40 +178,26 @@ NOTES.txt prints it at install.
 {{- $ns := $ex.namespaces | default list }}
 {{- $_ := set $ex "namespaces" (append $ns .Release.Namespace | uniq) }}
 {{- $_ := set $cfg "exemptions" $ex }}
-{{- if .Values.registryCredentials.secretName }}
+{{- /* The registry reader's files are the chart's to name: it mounts the user's Secret or ConfigMap and sets the
+path. A path of the settings' own is a file in no pod (the server refuses to start where one is missing), whether or
+not the value is given too: one check, one message, for each file (found by a review). */}}
+{{- $files := list
+  (dict "file" "credentialsFile" "value" "registryCredentials.secretName" "given" .Values.registryCredentials.secretName "what" "the Secret" "holds" "the file of the kubernetes.io/dockerconfigjson Secret" "path" "/etc/gpu-admission-registry/config.json")
+  (dict "file" "caFile" "value" "registryCA.configMapName" "given" .Values.registryCA.configMapName "what" "the CA" "holds" "the PEM bundle of the ConfigMap" "path" "/etc/gpu-admission-registry-ca/ca.crt") }}
+{{- range $files }}
 {{- $cuda := $cfg.cuda | default dict }}
 {{- $registry := $cuda.registry | default dict }}
-{{- if not $registry.enabled }}
-{{- fail "registryCredentials.secretName is for the registry reader: set config.cuda.registry.enabled: true too (or leave the Secret out)" }}
+{{- if and .given (not $registry.enabled) }}
+{{- fail (printf "%s is for the registry reader: set config.cuda.registry.enabled: true too (or leave %s out)" .value .what) }}
 {{- end }}
-{{- if $registry.credentialsFile }}
-{{- fail "config.cuda.registry.credentialsFile and registryCredentials.secretName both name the credentials: give one (the chart mounts the Secret and sets the file)" }}
+{{- if and $registry.enabled (index $registry .file) }}
+{{- fail (printf "config.cuda.registry.%s %s: leave it out of config; the chart sets it to %s named in %s, which it mounts (a path of your own is a file in no pod, and the server would refuse to start)" .file (index $registry .file) .holds .value) }}
 {{- end }}
-{{- $_ := set $registry "credentialsFile" "/etc/gpu-admission-registry/config.json" }}
+{{- if .given }}
+{{- $_ := set $registry .file .path }}
 {{- $_ := set $cuda "registry" $registry }}
 {{- $_ := set $cfg "cuda" $cuda }}
 {{- end }}
-{{- if .Values.registryCA.configMapName }}
-{{- $cuda := $cfg.cuda | default dict }}
-{{- $registry := $cuda.registry | default dict }}
-{{- if not $registry.enabled }}
-{{- fail "registryCA.configMapName is for the registry reader: set config.cuda.registry.enabled: true too (or leave the CA out)" }}
-{{- end }}
-{{- if $registry.caFile }}
-{{- fail "config.cuda.registry.caFile and registryCA.configMapName both name the CA: give one (the chart mounts the ConfigMap and sets the file)" }}
-{{- end }}
-{{- $_ := set $registry "caFile" "/etc/gpu-admission-registry-ca/ca.crt" }}
-{{- $_ := set $cuda "registry" $registry }}
-{{- $_ := set $cfg "cuda" $cuda }}
-{{- end }}
-{{- /* A file of the settings' own is in no pod: the chart mounts none but these, and the server refuses to start
-where one is missing (found by a review). */}}
-{{- $registry := ($cfg.cuda | default dict).registry | default dict }}
-{{- if and $registry.enabled $registry.credentialsFile (not .Values.registryCredentials.secretName) }}
-{{- fail (printf "config.cuda.registry.credentialsFile %s is a file the chart mounts into no pod (the server would refuse to start): give the kubernetes.io/dockerconfigjson Secret in registryCredentials.secretName instead (the chart mounts it and sets the file)" $registry.credentialsFile) }}
-{{- end }}
-{{- if and $registry.enabled $registry.caFile (not .Values.registryCA.configMapName) }}
-{{- fail (printf "config.cuda.registry.caFile %s is a file the chart mounts into no pod (the server would refuse to start): give the ConfigMap of the PEM bundle in registryCA.configMapName instead (the chart mounts it and sets the file)" $registry.caFile) }}
 {{- end }}
 {{- toYaml $cfg }}
 {{- end }}
