@@ -38,7 +38,9 @@ invalid expression: an error, never a pass. Unlike the runtime, which stops at t
 expression is checked, so a bad term is reported whatever the node.
 
 ``cuda`` compares with the newest CUDA the node's driver supports, at major.minor (every 12.4.x image says
-``cuda>=12.4``; a driver reports ``12.4``).
+``cuda>=12.4``; a driver reports ``12.4``, whichever 550 build it is: see ``data/cuda-driver.yaml``). A bound written
+with a patch release (``cuda>=12.4.1``) is read at major.minor too: the CUDA 12.4.1 runtime runs on any 12.4 driver,
+although the legacy runtime's check (``dsl_compare_version`` against ``"12.4"``) refuses it on every one of them.
 """
 
 from __future__ import annotations
