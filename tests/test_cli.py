@@ -409,13 +409,30 @@ def test_serve_refuses_the_webhooks_port_for_metrics(serving_certs: Path) -> Non
     )
 
 
-def test_the_baselines_flags_are_the_webhooks(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        pytest.param(["--workers", "0"], "argument --workers: must be a whole number of 1 or more", id="workers"),
+        pytest.param(
+            ["--port", "9100", "--metrics-port", "9100"],
+            "--metrics-port 9100 is also --port, the webhook's, on the same addresses (--host)",
+            id="equal-ports",
+        ),
+        pytest.param([], "missing.crt: certificate or key file not found", id="no-certificate"),
+    ],
+)
+def test_the_baseline_refuses_what_serve_refuses(
+    capsys: pytest.CaptureFixture[str], serving_certs: Path, flags: list[str], said: str
+) -> None:
+    """The bench's no-op server takes serve's flags, and says what is wrong with them as serve does: a certificate
+    that is not there ended in gunicorn's traceback."""
     from tests.bench import noop
 
+    cert = "missing.crt" if not flags else str(serving_certs / "tls.crt")
     with pytest.raises(SystemExit) as stopped:
-        noop.main(["--cert", "c", "--key", "k", "--workers", "0"])
+        noop.main(["--cert", cert, "--key", str(serving_certs / "tls.key"), *flags])
     assert stopped.value.code == 2
-    assert "argument --workers: must be a whole number of 1 or more" in capsys.readouterr().err
+    assert said in capsys.readouterr().err
 
 
 def test_log_records_collect_nothing_the_log_formats_do_not_show(

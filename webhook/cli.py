@@ -89,13 +89,17 @@ def _settings(path: str | None, absent_files: bool = False) -> Settings:
     return settings
 
 
-def _check_serving_pair(cert: str, key: str) -> None:
+def check_serving_pair(cert: str, key: str) -> None:
     """The TLS context built once here, before the workers fork: each worker builds its own at its first connection
     (``server.ReloadingTLS``), so a certificate that is not its key's (ca.crt given as --cert, a provided Secret's
     mismatched pair) started a server that said "serving on" and failed every handshake; under failurePolicy Fail,
-    every GPU pod was refused (found by a review)."""
+    every GPU pod was refused (found by a review). A file that is not there is named (gunicorn's master had ended
+    in a traceback). InputError."""
     from webhook.server import server_context
 
+    for path in (cert, key):
+        if not Path(path).is_file():
+            raise InputError(f"{path}: certificate or key file not found (make one: gpu-admission certs issue)")
     try:
         server_context(cert, key)
     except (OSError, ssl.SSLError) as err:
@@ -114,10 +118,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from webhook.audit import build_recorder, start_event_relay
 
     settings = _settings(args.config)
-    for path in (args.cert, args.key):
-        if not Path(path).is_file():
-            raise InputError(f"{path}: certificate or key file not found (make one: gpu-admission certs issue)")
-    _check_serving_pair(args.cert, args.key)
+    check_serving_pair(args.cert, args.key)
     # A node file is read once, here, before the fork: every worker inherits the view (and fails early, not each).
     nodes: ClusterView | None = load_nodes_apart(args.nodes, settings) if args.nodes else None
     if nodes is None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from flask import Flask, Response, jsonify, request
 
+from webhook.cli import check_serving_pair
 from webhook.cluster import ClusterSource, StaticCluster, build_view
 from webhook.config import Settings
 from webhook.errors import InputError
@@ -46,9 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--key", required=True)
     ServeOptions.add_arguments(parser, port=8444, metrics_port=9091, host="127.0.0.1")
     args = parser.parse_args(argv)
-    try:
+    try:  # what serve refuses (its metrics port on its own port, a certificate not there), told as serve tells it
         options = ServeOptions.from_args(args)
-    except InputError as err:  # what serve refuses (its metrics port on its own port), told as serve tells it
+        check_serving_pair(args.cert, args.key)
+    except InputError as err:
         parser.error(str(err))
     prepare_metrics_dir("noop-metrics-")
 
