@@ -697,3 +697,65 @@ def test_review_of_an_admission_review_exempts_its_user_as_the_server_does(
     run = cli("review", "-f", str(review), "--nodes", str(NODES), "--config", str(config))
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith(words) and "patch:" not in run.stdout, run.stdout
+
+
+def _deployment(name: str, image: str, limits: dict[str, str]) -> dict[str, Any]:
+    pod = _pod(image, limits)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod["spec"]},
+        },
+    }
+
+
+CUDA13 = "pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime"
+CUDA124 = "pytorch/pytorch-nightly:2400000-cu12.4"
+
+
+@pytest.mark.parametrize(
+    ("limits", "image", "refused"),
+    [
+        pytest.param(
+            {"gpu-admission.io/gpu-memory": "900Gi"}, CUDA124, "900Gi: largest offered is 3g.40gb", id="mig-no-profile"
+        ),
+        pytest.param(
+            {"gpu-admission.io/gpu-memory": "20Gi"},
+            CUDA13,
+            "cuda: main needs CUDA 13.0: each pod will be denied",
+            id="cuda-too-new",
+        ),
+    ],
+)
+def test_a_workload_whose_pods_would_each_be_refused_exits_1(
+    tmp_path: Path, limits: dict[str, str], image: str, refused: str
+) -> None:
+    """The webhook admits a template whose gpu-memory ask its pods convert, each as it is created; where every pod
+    would be refused, ``review`` said ADMITTED and exited 0, and a CI gate let the broken manifest through."""
+    path = _manifest(tmp_path, _deployment("d", image, limits))
+    text = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(CONFIG))
+    assert text.returncode == 1, text.stderr
+    assert text.stdout.startswith(
+        "PODS DENIED\nthe webhook admits the Deployment itself, but would refuse each pod it makes"
+    ), text.stdout
+    assert f"- main: gpu-admission.io/gpu-memory {refused}" in text.stdout or f"- {refused}" in text.stdout
+    assert refused not in "".join(line for line in text.stdout.splitlines() if line.startswith("Warning:"))
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(CONFIG), "-o", "json")
+    assert run.returncode == 1, run.stderr
+    out = json.loads(run.stdout)
+    assert (out["allowed"], out["podsAllowed"]) == (True, False)  # the webhook's answer stays its own
+    assert any(refused in w for w in out["warnings"])
+
+
+def test_a_workload_whose_pods_cuda_mode_warn_only_warns_of_exits_0(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"cuda": {"mode": "warn"}}))
+    path = _manifest(tmp_path, _deployment("d", CUDA13, {"gpu-admission.io/gpu-memory": "20Gi"}))
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "-o", "json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert (out["allowed"], out["podsAllowed"]) == (True, True)
+    assert any("each pod will be warned of it (cuda mode warn)" in w for w in out["warnings"])

@@ -349,33 +349,50 @@ def cmd_review(args: argparse.Namespace) -> int:
         ctx = Context(settings=settings, cluster=view, namespace=namespace, images=images)
     result = _review(obj, ctx)
     if args.output == "json":
+        print(json.dumps(_verdict(obj, result), indent=2))
+    else:
+        _print_text(obj, namespace, result)
+    return EXIT_ADMITTED if result.allowed and not result.pods_refused else EXIT_DENIED
+
+
+def _verdict(obj: dict[str, Any], result: pipeline.Result) -> dict[str, Any]:
+    """The contract's object (DESIGN, "Offline review"); a workload's says too whether its pods would be admitted
+    as they are created (``podsAllowed``): the webhook admits a template whose pods it would each refuse."""
+    verdict = {
+        "allowed": result.allowed,
+        "message": result.message,
+        "warnings": result.warnings,
+        "patch": result.patch,
+        "object": result.object,
+    }
+    if obj["kind"] != "Pod":
+        verdict["podsAllowed"] = result.allowed and not result.pods_refused
+    return verdict
+
+
+def _print_text(obj: dict[str, Any], namespace: str, result: pipeline.Result) -> None:
+    if result.allowed and result.pods_refused:
+        print("PODS DENIED")
         print(
-            json.dumps(
-                {
-                    "allowed": result.allowed,
-                    "message": result.message,
-                    "warnings": result.warnings,
-                    "patch": result.patch,
-                    "object": result.object,
-                },
-                indent=2,
-            )
+            f"the webhook admits the {obj['kind']} itself, but would refuse each pod it makes, as the pod is created:"
         )
+        for why in result.pods_refused:
+            print(f"- {why}")
     else:
         print(("ADMITTED" if result.allowed else "DENIED") + (f" ({result.skipped})" if result.skipped else ""))
-        if result.message:
-            print(result.message)
-        for w in result.warnings:
+    if result.message:
+        print(result.message)
+    for w in result.warnings:
+        if w not in result.pods_refused:
             print(f"Warning: {w}")
-        template = pipeline.pod_view(result.object, namespace, writable=False) if result.allowed else None
-        annotations = template.annotations if template is not None else {}  # a workload's: its pod template's
-        for key, value in sorted(annotations.items()):
-            if key.startswith("gpu-admission.io/"):
-                print(f"{key}: {value}")
-        if result.patch:
-            print("patch:")
-            print(json.dumps(result.patch, indent=2))
-    return EXIT_ADMITTED if result.allowed else EXIT_DENIED
+    template = pipeline.pod_view(result.object, namespace, writable=False) if result.allowed else None
+    annotations = template.annotations if template is not None else {}  # a workload's: its pod template's
+    for key, value in sorted(annotations.items()):
+        if key.startswith("gpu-admission.io/"):
+            print(f"{key}: {value}")
+    if result.patch:
+        print("patch:")
+        print(json.dumps(result.patch, indent=2))
 
 
 def cmd_pools(args: argparse.Namespace) -> int:
@@ -446,7 +463,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(func=cmd_check_config)
 
-    review = sub.add_parser("review", help="show what the webhook would do with a manifest")
+    review = sub.add_parser(
+        "review",
+        help="show what the webhook would do with a manifest",
+        description="Review a Pod or a workload. Exit 0 when admitted; 1 when denied, or for a workload whose pods"
+        " the webhook would each refuse as they are created (PODS DENIED: the webhook admits the workload itself);"
+        " 2 when it could not be reviewed. -o json prints one object {allowed, message, warnings, patch, object},"
+        " a workload's with podsAllowed.",
+    )
     review.add_argument("-f", "--file", required=True, help="a Pod or workload manifest (YAML or JSON; - for stdin)")
     review.add_argument("--nodes", required=True, help="node list (kubectl get nodes -o yaml)")
     review.add_argument("--config")

@@ -241,6 +241,7 @@ def _answer(endpoint: str, step: Step, obj: Any, ctx: Context, body: bytes = b""
         object=None,
         reused=True,
         warnings=list(result.warnings),
+        pods_refused=list(result.pods_refused),
         audit=dict(result.audit),
         patch=[],  # kept as its text: its objects share the working copy's and took 7 times the text's bytes
         patch_ops=len(result.patch),

@@ -341,6 +341,10 @@ class Outcome:
     """Kinds of change made (for metrics): spot-toleration, spot-affinity, mig, cuda-affinity, ..."""
     reasons: list[str] = field(default_factory=list)
     """Short reason codes of every decision, for the decision log."""
+    pods_refused: list[str] = field(default_factory=list)
+    """Why each pod made from a workload's template would be refused, where the template itself passes: its pods are
+    reviewed each as it is created (a gpu-memory size or the gpu-fraction annotation is converted then). Each is a
+    warning too; ``gpu-admission review`` exits 1 on any (a CI gate had let such a workload through)."""
     finish: list[Callable[[], None]] = field(default_factory=list, repr=False, compare=False)
     """What a policy leaves to do once every mutating policy has run (the pipeline runs and empties it): words that
     must describe the final pod, which the later policies' changes shape (the mig policy's lines name where the pod
@@ -359,6 +363,11 @@ class Outcome:
         self.denials.append(Denial(policy, reason, message, summary))
         self.reasons.append(reason)
 
+    def refuse_pods(self, text: str) -> None:
+        """Warn that each pod of the workload would be refused (``pods_refused``)."""
+        self.warn(text)
+        self.pods_refused.append(text)
+
     def event(self, reason: str, message: str, type: EventType = "Normal") -> None:
         self.events.append(Event(reason, message, type))
 
@@ -376,6 +385,7 @@ class Outcome:
             audit=dict(self.audit),
             mutations=list(self.mutations),
             reasons=list(self.reasons),
+            pods_refused=list(self.pods_refused),
             finish=list(self.finish),
             _warned=set(self._warned),
         )
@@ -390,6 +400,7 @@ class Outcome:
         self.audit.update(other.audit)
         self.mutations.extend(other.mutations)
         self.reasons.extend(other.reasons)
+        self.pods_refused.extend(other.pods_refused)
         self.finish.extend(other.finish)
 
 

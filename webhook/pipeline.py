@@ -100,6 +100,8 @@ class Result:
     """How many operations ``patch_json`` holds, where ``patch`` was dropped; 0 otherwise (see ``ops``)."""
     replayed: bool = False
     """A reused answer given to a body matched by its bytes, unparsed (``webhook.replay``)."""
+    pods_refused: list[str] = field(default_factory=list)
+    """A workload's ``Outcome.pods_refused``: why each of its pods would be refused though it is admitted."""
 
     def patch_bytes(self) -> bytes:
         """The patch as compact JSON, in UTF-8."""
@@ -468,6 +470,7 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
     # what enforce mode would deny first: past the budget, the per-container lines are what is left unsaid
     outcome.warnings[:] = [*outcome.warnings[others:], *outcome.warnings[:others]]
     result.warnings = _capped(outcome.warnings)
+    result.pods_refused = list(outcome.pods_refused)
     result.outcome = outcome
     for key, value in outcome.audit.items():
         result.audit[audit_key(key)] = value
@@ -937,6 +940,7 @@ def review(obj: Any, ctx: Context) -> Result:
     checked = validate(mutated.object, ctx)
     warnings = list(dict.fromkeys(mutated.warnings + checked.warnings))
     checked.warnings = warnings
+    checked.pods_refused = list(dict.fromkeys(mutated.pods_refused + checked.pods_refused))
     checked.patch = mutated.patch
     checked.object = mutated.object if checked.allowed else obj
     checked.audit = {**mutated.audit, **checked.audit}

@@ -886,12 +886,17 @@ def _warn_deferred(pod: PodView, ctx: Context, out: Outcome) -> None:
     for i in a.known:
         if not any(a.allowed(st) for st in a.status[i]):
             c = a.checks[i]
-            fate = "denied" if mode_of(ctx) == "enforce" else "warned of it (cuda mode warn)"
-            text = (
+            enforced = mode_of(ctx) == "enforce"
+            fate = "denied" if enforced else "warned of it (cuda mode warn)"
+            text = clipped(
                 f"cuda: {c.label} needs {c.declared.version_text}: each pod will be {fate}, no pool its pods can "
-                f"reach supports it ({pool_names(a.eligible)})"
+                f"reach supports it ({pool_names(a.eligible)})",
+                WARNING_LIMIT,
             )
-            out.warn(clipped(text, WARNING_LIMIT))
+            if enforced:
+                out.refuse_pods(text)
+            else:
+                out.warn(text)
 
 
 DEFERRED = (

@@ -1462,7 +1462,7 @@ def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask,
         if fallback is None or not _runs(req, fallback):
             # the reason before the places: a long product or pool name is what the 119 characters cut
             said = f"its pods are refused: only a driver too old for their CUDA offers it ({_where(choice.places)})"
-            out.warn(fit_warning(f"{ask.name}: {ask.asked}: {said}", ask.name))
+            out.refuse_pods(fit_warning(f"{ask.name}: {ask.asked}: {said}", ask.name))
         return
     if choice is not None:
         # said to whoever applies the workload: the pods' own warning goes to their controller, unread (a review
@@ -1479,7 +1479,7 @@ def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask,
         if seen
         else "no eligible node offers MIG now, so"
     )
-    out.warn(fit_warning(f"{ask.name}: {ask.asked}: {said} its pods are refused", ask.name))
+    out.refuse_pods(fit_warning(f"{ask.name}: {ask.asked}: {said} its pods are refused", ask.name))
 
 
 def _orders(asks: Sequence[Ask]) -> Iterator[list[Ask]]:
