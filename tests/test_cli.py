@@ -100,7 +100,7 @@ def test_manifest_from_stdin(tmp_path: Path) -> None:
             "kind 'ConfigMap' is not reviewed",
             id="not-reviewable",
         ),
-        pytest.param("two", None, "expected exactly one object", id="two-documents"),
+        pytest.param("empty", None, "no object in it", id="empty"),
         pytest.param("not-yaml", None, "not valid YAML", id="garbage-manifest"),
         pytest.param(None, "missing", "cannot read", id="missing-nodes"),
         pytest.param(None, {"kind": "ConfigMap"}, "expected a Node", id="not-nodes"),
@@ -108,8 +108,8 @@ def test_manifest_from_stdin(tmp_path: Path) -> None:
 )
 def test_unusable_input_exits_2_naming_it(tmp_path: Path, manifest: Any, nodes: Any, words: str) -> None:
     path = tmp_path / "m.yaml"
-    if manifest == "two":
-        path.write_text("kind: Pod\n---\nkind: Pod\n")
+    if manifest == "empty":
+        path.write_text("# nothing\n---\n")
     elif manifest == "not-yaml":
         path.write_text("kind: [Pod\n")
     else:
@@ -759,3 +759,96 @@ def test_a_workload_whose_pods_cuda_mode_warn_only_warns_of_exits_0(tmp_path: Pa
     out = json.loads(run.stdout)
     assert (out["allowed"], out["podsAllowed"]) == (True, True)
     assert any("each pod will be warned of it (cuda mode warn)" in w for w in out["warnings"])
+
+
+STREAM = [  # what ``helm template`` or ``kustomize build`` prints: workloads among other kinds, and a List
+    {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "ml"}, "spec": {}},
+    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}},
+    {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            _pod("nvidia/cuda:12.2.2-base-ubuntu22.04", {"nvidia.com/gpu": "1"}),
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}},
+        ],
+    },
+    _deployment("d", CUDA13, {"nvidia.com/gpu": "1"}),
+]
+
+
+def _stream(tmp_path: Path, docs: list[Any]) -> str:
+    path = tmp_path / "stream.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return str(path)
+
+
+def test_a_stream_is_reviewed_object_by_object(tmp_path: Path) -> None:
+    """``helm template ... | gpu-admission review -f -`` exited 2, "expected exactly one object"."""
+    path = _stream(tmp_path, STREAM)
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(CONFIG))
+    assert run.returncode == 1, run.stderr  # the Deployment is denied
+    pod_at, deployment_at = run.stdout.index("== Pod ml/p ("), run.stdout.index("== Deployment ml/d (")
+    assert run.stdout.startswith(f"== Pod ml/p ({path}: document 3, items[0])\nADMITTED\n")
+    assert f"== Deployment ml/d ({path}: document 4)\nDENIED\ncontainer main" in run.stdout
+    assert pod_at < deployment_at
+    assert run.stderr.splitlines() == [
+        f"gpu-admission: {path}: document 1 (Service ml/web): not reviewed: kind 'Service' is not a Pod or a workload",
+        f"gpu-admission: {path}: document 2 (ConfigMap cfg): not reviewed: kind 'ConfigMap' is not a Pod or a workload",
+        f"gpu-admission: {path}: document 3, items[1] (Secret s): not reviewed: kind 'Secret' is not a Pod or a"
+        " workload",
+    ]
+    run = cli(
+        "review", "-f", "-", "--nodes", str(NODES), "--config", str(CONFIG), "-o", "json", stdin=Path(path).read_text()
+    )
+    assert run.returncode == 1, run.stderr
+    out = json.loads(run.stdout)
+    assert [(o["kind"], o["name"], o["namespace"], o["allowed"]) for o in out] == [
+        ("Pod", "p", "ml", True),
+        ("Deployment", "d", "ml", False),
+    ]
+    assert "podsAllowed" not in out[0] and out[1]["podsAllowed"] is False
+    assert set(out[0]) == {"kind", "name", "namespace", "allowed", "message", "warnings", "patch", "object"}
+
+
+def test_a_stream_of_admitted_objects_exits_0(tmp_path: Path) -> None:
+    docs = [STREAM[0], _deployment("a", CUDA124, {"nvidia.com/gpu": "0.5"}), _pod(CUDA124, {"nvidia.com/gpu": "1"})]
+    run = cli("review", "-f", _stream(tmp_path, docs), "--nodes", str(NODES), "--config", str(CONFIG), "-o", "json")
+    assert run.returncode == 0, run.stderr
+    assert [(o["kind"], o["allowed"], o.get("podsAllowed")) for o in json.loads(run.stdout)] == [
+        ("Deployment", True, True),
+        ("Pod", True, None),
+    ]
+
+
+def test_a_list_of_one_object_prints_the_one_object(tmp_path: Path) -> None:
+    """One object stays the contract's one object, whether a document or the only item of a List."""
+    listed = {"apiVersion": "v1", "kind": "List", "items": [_pod(CUDA124, {"nvidia.com/gpu": "1"})]}
+    run = cli("review", "-f", _manifest(tmp_path, listed), "--nodes", str(NODES), "-o", "json")
+    assert run.returncode == 0, run.stderr
+    assert set(json.loads(run.stdout)) == {"allowed", "message", "warnings", "patch", "object"}
+
+
+def test_an_unusable_document_in_a_stream_exits_2_naming_it(tmp_path: Path) -> None:
+    bad = _pod(CUDA124, {"nvidia.com/gpu": "1"})
+    bad["metadata"].update(name="bad", labels={"tier": 1})
+    path = _stream(tmp_path, [_pod(CUDA124, {"nvidia.com/gpu": "1"}), STREAM[0], bad, 42])
+    run = cli("review", "-f", path, "--nodes", str(NODES))
+    assert run.returncode == 2
+    assert run.stdout.startswith(f"== Pod ml/p ({path}: document 1)\nADMITTED\n"), run.stdout  # the others are
+    said = run.stderr.splitlines()
+    assert said[1].startswith(
+        f"gpu-admission: {path}: document 3 (Pod ml/bad): metadata.labels.tier: 1 is not a string"
+    )
+    assert said[2:] == [
+        f"gpu-admission: {path}: document 4: expected an object (a Pod or a workload), found the int '42'",
+        f"gpu-admission: {path}: 2 of its 4 objects could not be reviewed",
+    ]
+
+
+def test_a_stream_with_nothing_to_review_exits_2_saying_so(tmp_path: Path) -> None:
+    run = cli("review", "-f", _stream(tmp_path, STREAM[:2]), "--nodes", str(NODES))
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr.splitlines()[-1].endswith(
+        "stream.yaml: nothing to review: none of its 2 objects is a Pod or a workload (Pod, Deployment, StatefulSet,"
+        " DaemonSet, ReplicaSet, Job, CronJob), or an AdmissionReview of one"
+    )

@@ -306,56 +306,122 @@ def _review(obj: dict[str, Any], ctx: Context) -> pipeline.Result:
     return result if checked.skipped else checked
 
 
-def cmd_review(args: argparse.Namespace) -> int:
-    if args.file == "-" and args.nodes == "-":  # the second read found it empty, and was told to write a file "-"
-        raise InputError(
-            "-f - and --nodes -: standard input can be read once; give the manifest or the nodes as a file"
-        )
-    settings = _settings(args.config)
-    docs = read_documents(args.file)
-    if len(docs) != 1:
-        raise InputError(f"{args.file}: expected exactly one object (a Pod or a workload), found {len(docs)}")
-    if not isinstance(docs[0], dict):
-        found = "a list" if isinstance(docs[0], list) else f"the {type(docs[0]).__name__} {str(docs[0])[:40]!r}"
-        raise InputError(f"{args.file}: expected an object (a Pod or a workload), found {found}")
-    obj = api_object(docs[0], args.file)
-    where, request = args.file, None
-    if obj.get("kind") == "AdmissionReview":  # its request's object, in its request's namespace and operation
-        request = _admission_request(obj, args.file)
-        obj, where = request.object, f"{args.file}: request.object"
-    if obj.get("kind") not in REVIEWED_KINDS:
+class _NotReviewed(InputError):
+    """An object of a kind the webhook is not sent (a Service, a ConfigMap): passed over in a stream of several."""
+
+    def __init__(self, where: str, kind: str) -> None:
         kinds = ", ".join(REVIEWED_KINDS)
-        raise InputError(
-            f"{where}: kind {_object_kind(obj)!r} is not reviewed (expected one of {kinds}, or an AdmissionReview "
-            "of one)"
+        super().__init__(
+            f"{where}: kind {kind!r} is not reviewed (expected one of {kinds}, or an AdmissionReview of one)"
         )
+        self.where, self.kind = where, kind
+
+
+@dataclasses.dataclass
+class _Item:
+    """One object to review: where it stands in the input, the object, the AdmissionReview request it came in (None
+    for a manifest), and the namespace it is reviewed in."""
+
+    at: str
+    obj: dict[str, Any]
+    request: ReviewRequest | None
+    namespace: str
+
+    @property
+    def kind(self) -> str:
+        return str(self.obj["kind"])
+
+    @property
+    def name(self) -> str:
+        return _name(self.obj)
+
+
+def _name(obj: dict[str, Any]) -> str:
+    """An object's name, or the prefix its name is generated from ('' when it has neither)."""
+    metadata = as_dict(obj.get("metadata"))
+    return str(metadata.get("name") or metadata.get("generateName") or "")
+
+
+def _objects(docs: list[Any], path: str) -> list[tuple[str, Any]]:
+    """Each object of the input with where it stands: its document (numbered from 1 where there are several) and,
+    in a ``kind: List`` (what ``kubectl get -o yaml`` prints), its place in the items."""
+    found: list[tuple[str, Any]] = []
+    for number, doc in enumerate(docs, 1):
+        at = path if len(docs) == 1 else f"{path}: document {number}"
+        items = doc.get("items") if isinstance(doc, dict) and str(doc.get("kind")).endswith("List") else None
+        if isinstance(items, list):
+            found.extend((f"{at}, items[{index}]", item) for index, item in enumerate(items))
+        else:
+            found.append((at, doc))
+    return found
+
+
+def _label(value: Any) -> str:
+    """`` (Kind namespace/name)`` of an object, as far as it says them ('' when it is not a mapping)."""
+    if not isinstance(value, dict):
+        return ""
+    namespace = as_dict(value.get("metadata")).get("namespace")
+    return f" ({_object_kind(value)} {f'{namespace}/' if namespace else ''}{_name(value) or '(no name)'})"
+
+
+def _item(at: str, value: Any, namespace: str | None, labelled: bool) -> _Item:
+    """The object at ``at``, checked as the API server would check it; _NotReviewed for a kind the webhook is not
+    sent, InputError for one it cannot review. ``labelled``: messages name its kind and name (one of several)."""
+    where = at + _label(value) if labelled else at
+    if not isinstance(value, dict):
+        found = "a list" if isinstance(value, list) else f"the {type(value).__name__} {str(value)[:40]!r}"
+        raise InputError(f"{where}: expected an object (a Pod or a workload), found {found}")
+    obj = api_object(value, where)
+    request = None
+    if obj.get("kind") == "AdmissionReview":  # its request's object, in its request's namespace and operation
+        request = _admission_request(obj, where)
+        obj, where = request.object, f"{where}: request.object"
+    if obj.get("kind") not in REVIEWED_KINDS:
+        raise _NotReviewed(where, _object_kind(obj))
     _check_manifest(obj, where)
-    view = load_nodes(args.nodes, settings)
     namespace = (
-        args.namespace
+        namespace
         or (request.namespace if request else "")
         or str(as_dict(obj.get("metadata")).get("namespace") or "default")
     )
     if pipeline.pod_view(obj, namespace, writable=False) is None:  # a Pod without metadata
         raise InputError(f"{where}: a {obj['kind']} needs its metadata (a mapping with its name)")
-    # cuda.registry on: an image's config is read here and now (the server reads in the background)
-    images = None
-    if settings.cuda.registry.enabled:
-        order = platform_order(cuda_version.gpu_arches(view))
-        images = ImageConfigs(settings.cuda.registry, background=False, platforms=lambda: order)
-    if request:  # as the server makes it: the request's operation, oldObject, user and groups (exemptions), dryRun
-        ctx = dataclasses.replace(context_for(request, settings, view, images), namespace=namespace)
-    else:
-        ctx = Context(settings=settings, cluster=view, namespace=namespace, images=images)
-    result = _review(obj, ctx)
-    if args.output == "json":
-        print(json.dumps(_verdict(obj, result), indent=2))
-    else:
-        _print_text(obj, namespace, result)
-    return EXIT_ADMITTED if result.allowed and not result.pods_refused else EXIT_DENIED
+    return _Item(at, obj, request, namespace)
 
 
-def _verdict(obj: dict[str, Any], result: pipeline.Result) -> dict[str, Any]:
+def _items(path: str, namespace: str | None) -> tuple[list[_Item], int, int]:
+    """The objects of the input to review, how many could not be (each said on stderr) and how many it holds. One
+    of a kind the webhook is not sent is said and passed over. One object alone: what is wrong with it is the
+    command's error, as it always was."""
+    found = _objects(read_documents(path), path)
+    if not found:
+        raise InputError(f"{path}: no object in it (empty, or a List without items); give a Pod or a workload manifest")
+    if len(found) == 1:
+        return [_item(*found[0], namespace, labelled=False)], 0, 1
+    items: list[_Item] = []
+    unusable = 0
+    for at, value in found:
+        try:
+            items.append(_item(at, value, namespace, labelled=True))
+        except _NotReviewed as err:
+            print(
+                f"gpu-admission: {err.where}: not reviewed: kind {err.kind!r} is not a Pod or a workload",
+                file=sys.stderr,
+            )
+        except InputError as err:
+            unusable += 1
+            print(f"gpu-admission: {err}", file=sys.stderr)
+    if unusable:
+        print(f"gpu-admission: {path}: {unusable} of its {len(found)} objects could not be reviewed", file=sys.stderr)
+    elif not items:
+        raise InputError(
+            f"{path}: nothing to review: none of its {len(found)} objects is a Pod or a workload"
+            f" ({', '.join(REVIEWED_KINDS)}), or an AdmissionReview of one"
+        )
+    return items, unusable, len(found)
+
+
+def _verdict(item: _Item, result: pipeline.Result) -> dict[str, Any]:
     """The contract's object (DESIGN, "Offline review"); a workload's says too whether its pods would be admitted
     as they are created (``podsAllowed``): the webhook admits a template whose pods it would each refuse."""
     verdict = {
@@ -365,17 +431,15 @@ def _verdict(obj: dict[str, Any], result: pipeline.Result) -> dict[str, Any]:
         "patch": result.patch,
         "object": result.object,
     }
-    if obj["kind"] != "Pod":
+    if item.kind != "Pod":
         verdict["podsAllowed"] = result.allowed and not result.pods_refused
     return verdict
 
 
-def _print_text(obj: dict[str, Any], namespace: str, result: pipeline.Result) -> None:
+def _print_text(item: _Item, result: pipeline.Result) -> None:
     if result.allowed and result.pods_refused:
         print("PODS DENIED")
-        print(
-            f"the webhook admits the {obj['kind']} itself, but would refuse each pod it makes, as the pod is created:"
-        )
+        print(f"the webhook admits the {item.kind} itself, but would refuse each pod it makes, as the pod is created:")
         for why in result.pods_refused:
             print(f"- {why}")
     else:
@@ -385,7 +449,7 @@ def _print_text(obj: dict[str, Any], namespace: str, result: pipeline.Result) ->
     for w in result.warnings:
         if w not in result.pods_refused:
             print(f"Warning: {w}")
-    template = pipeline.pod_view(result.object, namespace, writable=False) if result.allowed else None
+    template = pipeline.pod_view(result.object, item.namespace, writable=False) if result.allowed else None
     annotations = template.annotations if template is not None else {}  # a workload's: its pod template's
     for key, value in sorted(annotations.items()):
         if key.startswith("gpu-admission.io/"):
@@ -393,6 +457,47 @@ def _print_text(obj: dict[str, Any], namespace: str, result: pipeline.Result) ->
     if result.patch:
         print("patch:")
         print(json.dumps(result.patch, indent=2))
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    """Review each Pod and workload of the input (one object, or a stream of documents and Lists: ``helm
+    template``, ``kustomize build``); exit 2 where one could not be reviewed, else 1 where one is denied or is a
+    workload whose pods would each be, else 0."""
+    if args.file == "-" and args.nodes == "-":  # the second read found it empty, and was told to write a file "-"
+        raise InputError(
+            "-f - and --nodes -: standard input can be read once; give the manifest or the nodes as a file"
+        )
+    settings = _settings(args.config)
+    items, unusable, held = _items(args.file, args.namespace)
+    if not items:
+        return EXIT_UNUSABLE
+    view = load_nodes(args.nodes, settings)
+    # cuda.registry on: an image's config is read here and now (the server reads in the background)
+    images = None
+    if settings.cuda.registry.enabled:
+        order = platform_order(cuda_version.gpu_arches(view))
+        images = ImageConfigs(settings.cuda.registry, background=False, platforms=lambda: order)
+    verdicts: list[dict[str, Any]] = []
+    denied = False
+    for item in items:
+        if item.request:  # as the server makes it: the request's operation, oldObject, user and groups, dryRun
+            ctx = dataclasses.replace(context_for(item.request, settings, view, images), namespace=item.namespace)
+        else:
+            ctx = Context(settings=settings, cluster=view, namespace=item.namespace, images=images)
+        result = _review(item.obj, ctx)
+        denied = denied or not result.allowed or bool(result.pods_refused)
+        if args.output == "json":
+            named = {"kind": item.kind, "name": item.name, "namespace": item.namespace} if held > 1 else {}
+            verdicts.append({**named, **_verdict(item, result)})
+            continue
+        if held > 1:
+            print(f"== {item.kind} {item.namespace}/{item.name} ({item.at})")
+        _print_text(item, result)
+    if args.output == "json":
+        print(json.dumps(verdicts if held > 1 else verdicts[0], indent=2))
+    if unusable:
+        return EXIT_UNUSABLE
+    return EXIT_DENIED if denied else EXIT_ADMITTED
 
 
 def cmd_pools(args: argparse.Namespace) -> int:
@@ -466,12 +571,17 @@ def build_parser() -> argparse.ArgumentParser:
     review = sub.add_parser(
         "review",
         help="show what the webhook would do with a manifest",
-        description="Review a Pod or a workload. Exit 0 when admitted; 1 when denied, or for a workload whose pods"
-        " the webhook would each refuse as they are created (PODS DENIED: the webhook admits the workload itself);"
-        " 2 when it could not be reviewed. -o json prints one object {allowed, message, warnings, patch, object},"
-        " a workload's with podsAllowed.",
+        description="Review each Pod and workload of the manifest: one object, or a stream of them (helm template,"
+        " kustomize build; documents and kind: List items), other kinds passed over and named on stderr. Exit 0"
+        " when every one is admitted; 1 when one is denied, or is a workload whose pods the webhook would each"
+        " refuse as they are created (PODS DENIED: the webhook admits the workload itself); 2 when one could not"
+        " be reviewed, or none is there. -o json prints one object {allowed, message, warnings, patch, object},"
+        " a workload's with podsAllowed; for an input of several objects, a list of them, each with its kind,"
+        " name and namespace.",
     )
-    review.add_argument("-f", "--file", required=True, help="a Pod or workload manifest (YAML or JSON; - for stdin)")
+    review.add_argument(
+        "-f", "--file", required=True, help="a Pod or workload manifest, or several (YAML or JSON; - for stdin)"
+    )
     review.add_argument("--nodes", required=True, help="node list (kubectl get nodes -o yaml)")
     review.add_argument("--config")
     review.add_argument("--namespace")
