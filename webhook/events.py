@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import queue
+import random
 import re
 import select
 import signal
@@ -244,12 +245,18 @@ REPEATS_KEPT = 4096
 """Events the API sink created or whose count it raised, kept with the count and the resourceVersion it left them
 at, the least recently sent forgotten first (client-go's recorder keeps 4096 in its cache): their next repeat is one
 PATCH, which names that resourceVersion, so that a retry of it is not mistaken for a repeat already counted."""
-OWN_FIRST = ("firstTimestamp", "reportingInstance")
-"""What tells a create's own first try from an Event made before it, at a count of 1: timestamps are whole seconds,
-and each replica reports as its own instance (its pod name), set at create and never patched."""
-REPEAT_TRIES = 3
+OWN_FIRST = ("count", "firstTimestamp", "reportingInstance")
+"""What tells a create's own first try from an Event made before it: its count is the body's, and timestamps are whole
+seconds, and each replica reports as its own instance (its pod name), set at create and never patched."""
+REPEAT_TRIES = 8
 """How often the API sink sets about a repeat (create, read the count, raise it) before it gives up, counted
 failed: each time the Event changed in between (another replica raised its count) or went (its TTL)."""
+CONFLICT_PAUSE_S = 0.01
+"""The window of the random pause before a count is read again after the second Conflict of a repeat, doubled with
+each one after (six: at most 0.63 s in all): replicas that a controller's retries reach at once raise the same Event at
+once, and the one whose raise lands first changes it under the others; each read (a patch) changes it too. Read and
+raised again at once, three replicas ran out of tries and counted an Event failed though the API was healthy (a
+review's finding); at random moments, each in turn finds it unchanged."""
 
 
 class NotRaised(Exception):
@@ -459,32 +466,37 @@ class ApiSink:
 
     def send(self, body: JSON) -> None:
         """Create the Event; or, where it is there (its name is the report's, ``event_name``: the same report about
-        the same object made before, by this relay or another replica's), raise its ``count`` by one and set its
-        ``lastTimestamp`` to the body's, as client-go's recorder does with a repeat. The count raised is the one this
-        sink left it at (``_repeats``: the answer to its create or to its last raise), else the one read from the
-        answer to a patch of ``lastTimestamp`` alone (the webhook's RBAC grants ``patch`` on Events, not ``get``); the
-        patch that raises it names the resourceVersion that count was read at, so that a change in between (another
-        replica raising it) is a Conflict, and the count is read again. An Event gone meanwhile (its TTL, an hour by
-        default) is created again.
+        the same object made before, by this relay or another replica's), raise its ``count`` by the body's (1, or the
+        repeats the relay read at once: ``Sender.deliver_all``) and set its ``lastTimestamp`` to the body's, as
+        client-go's recorder does with a repeat. The count raised is the one this sink left it at (``_repeats``: the
+        answer to its create or to its last raise), else the one read from the answer to a patch of ``lastTimestamp``
+        alone (the webhook's RBAC grants ``patch`` on Events, not ``get``); the patch that raises it names the
+        resourceVersion that count was read at, so that a change in between (another replica raising it) is a
+        Conflict, and the count is read again (after a random pause from the second on: CONFLICT_PAUSE_S). An Event
+        gone meanwhile (its TTL, an hour by default) is created again.
 
         A create tried again that meets AlreadyExists (its kept-alive connection closed while idle, as the apiserver
-        does after 90 s, or its first try answered 500) reads the Event: its own first try made it where the count is
-        1 and its firstTimestamp and reportingInstance are the body's (``OWN_FIRST``: another replica's create in the
-        same second has the same stamp; found by a review); else it was there before, and its count is raised. Taken
-        as made by the first try, a repeat after an idle while was counted sent and dropped, the count never raised
-        (found by a review). A Conflict after a raise tried again is read again as any Conflict: that first try,
-        closed while idle or answered 500, was not applied (one that timed out, or whose connection broke once it was,
-        may have been: the count then goes one too high)."""
+        does after 90 s, or its first try answered 500) reads the Event: its own first try made it where the count,
+        firstTimestamp and reportingInstance are the body's (``OWN_FIRST``: another replica's create in the same second
+        has the same stamp; found by a review); else it was there before, and its count is raised. Taken as made by
+        the first try, a repeat after an idle while was counted sent and dropped, the count never raised (found by a
+        review). A Conflict after a raise tried again is read again as any Conflict: that first try, closed while idle
+        or answered 500, was not applied (one that timed out, or whose connection broke once it was, may have been:
+        the count then goes one too high)."""
         from kubernetes.client.exceptions import ApiException
 
         meta = as_dict(body.get("metadata"))
         where = {"namespace": as_str(meta.get("namespace")), "name": as_str(meta.get("name"))}
         key = (where["namespace"], where["name"])
-        stamp = body.get("lastTimestamp")
+        stamp, repeats = body.get("lastTimestamp"), _repeats_in(body)
         with self._repeats_lock:
             known = self._repeats.get(key)
-        create, unsure = known is None, False
+        create, conflicts = known is None, 0
+        lost: JSON | None = None
+        """What the create's first try would have left, where a retry met AlreadyExists."""
         for _ in range(REPEAT_TRIES):
+            if conflicts > 1:  # the second Conflict: others raise it at once too
+                time.sleep(random.uniform(0, CONFLICT_PAUSE_S * 2 ** (conflicts - 2)))
             status = 409
             try:
                 if create:
@@ -492,16 +504,20 @@ class ApiSink:
                     if made is not None:
                         self._keep(key, _count_of(_event_in(made)))  # its next repeat: one PATCH
                         return
-                    create, unsure = False, True  # AlreadyExists after a retry: made by the first try, or before?
+                    create, lost = False, {k: body.get(k) for k in OWN_FIRST}  # made by the first try, or before?
                 if known is None:
                     event = _event_in(self._patch(where, {"lastTimestamp": stamp}))
                     known = _count_of(event)
                     if known is None:
                         raise NotRaised("the API server's answer to a patch of the Event holds no count")
-                    if unsure and known[0] == 1 and all(event.get(k) == body.get(k) for k in OWN_FIRST):
+                    if lost is not None and all(event.get(k) == v for k, v in lost.items()):
                         self._keep(key, known)  # the create's first try made it
                         return
-                raised = {"count": known[0] + 1, "lastTimestamp": stamp, "metadata": {"resourceVersion": known[1]}}
+                raised = {
+                    "count": known[0] + repeats,
+                    "lastTimestamp": stamp,
+                    "metadata": {"resourceVersion": known[1]},
+                }
                 answer = self._patch(where, raised)
                 if answer is not None:
                     self._keep(key, _count_of(_event_in(answer)))
@@ -512,7 +528,8 @@ class ApiSink:
                 status = err.status
             self._keep(key, None)
             # gone: create it; there (AlreadyExists), or changed (a Conflict, after a retry too): read it
-            create, known, unsure = status == 404, None, False
+            create, known, lost = status == 404, None, None
+            conflicts += status == 409
         raise NotRaised(f"the Event changed {REPEAT_TRIES} times while its count was raised")
 
     def _patch(self, where: dict[str, str], payload: JSON) -> bytes | None:
@@ -544,12 +561,31 @@ def _event_in(answer: bytes | None) -> JSON:
     return event if isinstance(event, dict) else {}
 
 
+def _repeats_in(body: JSON) -> int:
+    """How many reports an Event body stands for: its ``count`` (more than 1 where the relay read the same Event
+    several times at once, ``Sender.deliver_all``)."""
+    count = body.get("count")
+    return count if isinstance(count, int) and count > 0 else 1
+
+
 def _count_of(event: JSON) -> tuple[int, str] | None:
     """(count, resourceVersion) of an Event (``_event_in``); None unless it says both."""
     count, version = event.get("count"), as_dict(event.get("metadata")).get("resourceVersion")
     if not isinstance(count, int) or not isinstance(version, str):
         return None
     return count, version
+
+
+def _merged(bodies: list[JSON]) -> JSON:
+    """The bodies of one Event (one name) as one: the first's ``firstTimestamp``, the last's ``lastTimestamp``, and the
+    reports of them all as its ``count``."""
+    if len(bodies) == 1:
+        return bodies[0]
+    return {
+        **bodies[-1],
+        "firstTimestamp": bodies[0].get("firstTimestamp"),
+        "count": sum(_repeats_in(body) for body in bodies),
+    }
 
 
 FULL_TELL_S = 60.0
@@ -615,33 +651,37 @@ class Sender:
     def deliver_all(self, bodies: list[JSON]) -> None:
         """Send ``bodies`` (what the relay read at once), up to the sink's ``concurrency`` at a time, from as many
         threads (started at the first batch: each keeps its connection); return when every one is sent or failed,
-        and counted. A sink that sends one at a time sends in this thread."""
+        and counted. A sink that sends one at a time sends in this thread, each body as it is.
+
+        The same Event read several times (a controller's retries, ``event_name``) goes once, its count that many
+        (``_merged``): sent each in turn, it cost a PATCH each, and each raise was a moment for another replica's
+        raise of it to meet a Conflict."""
         width = int(getattr(self.sink, "concurrency", 1))
         if width <= 1:
-            self._deliver_run(bodies)
+            for body in bodies:
+                self.deliver(body)
             return
         if self._senders is None:
             self._senders = ThreadPoolExecutor(width, "gpu-adm-events")
-        # the same Event twice (a controller's retries, ``event_name``): in turn, in one thread, so that the second
-        # raises the count of the one the first created rather than racing its create
-        runs: dict[str, list[JSON]] = {}
+        runs: dict[tuple[str, str], list[JSON]] = {}
         for body in bodies:
-            runs.setdefault(as_str(as_dict(body.get("metadata")).get("name")), []).append(body)
-        for _ in self._senders.map(self._deliver_run, runs.values()):
+            meta = as_dict(body.get("metadata"))
+            runs.setdefault((as_str(meta.get("namespace")), as_str(meta.get("name"))), []).append(body)
+        for _ in self._senders.map(lambda run: self.deliver(_merged(run), len(run)), runs.values()):
             pass
 
-    def _deliver_run(self, bodies: list[JSON]) -> None:
-        for body in bodies:
-            self.deliver(body)
-
-    def deliver(self, body: JSON) -> None:
-        """Send one Event now, in the calling thread (the relay's or one of its senders'), and count it."""
+    def deliver(self, body: JSON, reports: int = 1) -> None:
+        """Send one Event now, in the calling thread (the relay's or one of its senders'), and count it ``reports``
+        times (the bodies ``_merged`` into it)."""
+        failure: Exception | None = None
         try:
             self.sink.send(body)
-            self._count("sent")
         except Exception as err:
-            self._count("failed")
-            self._tell_failed(body, err)
+            failure = err
+        for _ in range(reports):
+            self._count("sent" if failure is None else "failed")
+        if failure is not None:
+            self._tell_failed(body, failure)
 
     def _tell_failed(self, body: JSON, err: Exception) -> None:
         """A warning at the first failure of a kind (a create's or a patch's, an HTTP status, an exception type), then
