@@ -878,6 +878,28 @@ def test_replicas_raising_one_event_at_once_count_every_repeat(kubeapi: KubeAPI,
     assert stored["count"] == 4 * replicas
 
 
+def test_an_event_that_repeats_stays_known_past_many_one_off_creates(
+    kubeapi: KubeAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a review: on a busy cluster every new pod's Event is created once and never again, and they pushed out
+    of the sink's counts an Event that repeats (a refused ungating every few minutes): its next repeat cost a create
+    (AlreadyExists), a read and a raise. An Event seen again is kept apart from those seen once."""
+    monkeypatch.setattr(events, "REPEATS_KEPT", 4)
+    sink = ApiSink(configured(kubeapi))
+    repeated = event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i")
+    sink.send(repeated)
+    sink.send(repeated)
+    for n in range(3 * events.REPEATS_KEPT):
+        sink.send(event_body(subject_of(stored_pod(f"pod-{n}")), "default", f"pod-{n}", CHECKED, "i"))
+    del kubeapi.requests[:]
+    sink.send(repeated)
+    assert kubeapi.requests == [("PATCH", f"{EVENTS}/{repeated['metadata']['name']}")]
+    kept = sink._counts
+    assert (len(kept._once), len(kept._again)) == (events.REPEATS_KEPT, 1)
+    (stored,) = [e for e in kubeapi.list("v1", "events", "default") if e["involvedObject"]["name"] == "trainer"]
+    assert stored["count"] == 3
+
+
 @pytest.mark.parametrize(
     "setting",
     [{"proxy": "http://127.0.0.1:9"}, {"tls_server_name": "localhost"}, {"assert_hostname": "localhost"}],

@@ -242,9 +242,9 @@ MERGE_PATCH = "application/merge-patch+json"
 patch that names a ``metadata.resourceVersion`` applies only to that version (else 409 Conflict)."""
 
 REPEATS_KEPT = 4096
-"""Events the API sink created or whose count it raised, kept with the count and the resourceVersion it left them
-at, the least recently sent forgotten first (client-go's recorder keeps 4096 in its cache): their next repeat is one
-PATCH, which names that resourceVersion, so that a retry of it is not mistaken for a repeat already counted."""
+"""Events the API sink keeps the count and resourceVersion it left them at, in each of two parts (``_Counts``): their
+next repeat is one PATCH, which names that resourceVersion, so that a retry of it is not mistaken for a repeat already
+counted (client-go's recorder keeps 4096 in its cache)."""
 OWN_FIRST = ("count", "firstTimestamp", "reportingInstance")
 """What tells a create's own first try from an Event made before it: its count is the body's, and timestamps are whole
 seconds, and each replica reports as its own instance (its pod name), set at create and never patched."""
@@ -374,10 +374,8 @@ class ApiSink:
         self.direct = _Direct.of(api_client.configuration, timeout)
         """How this configuration is reached without the client; each sending thread uses a copy (``_here``)."""
         self._threads = threading.local()
-        self._repeats: dict[tuple[str, str], tuple[int, str]] = {}
-        """(namespace, name) -> (count, resourceVersion) of the Events this sink created or whose count it raised
-        (REPEATS_KEPT, oldest first); shared by its sending threads, under ``_repeats_lock``."""
-        self._repeats_lock = threading.Lock()
+        self._counts = _Counts(REPEATS_KEPT)
+        """(namespace, name) -> (count, resourceVersion) of the Events this sink created or whose count it raised."""
 
     def _here(self) -> _Direct | None:
         """This thread's connection to the server (``direct``, apart); None for the client's own path."""
@@ -468,7 +466,7 @@ class ApiSink:
         """Create the Event; or, where it is there (its name is the report's, ``event_name``: the same report about
         the same object made before, by this relay or another replica's), raise its ``count`` by the body's (1, or the
         repeats the relay read at once: ``Sender.deliver_all``) and set its ``lastTimestamp`` to the body's, as
-        client-go's recorder does with a repeat. The count raised is the one this sink left it at (``_repeats``: the
+        client-go's recorder does with a repeat. The count raised is the one this sink left it at (``_counts``: the
         answer to its create or to its last raise), else the one read from the answer to a patch of ``lastTimestamp``
         alone (the webhook's RBAC grants ``patch`` on Events, not ``get``); the patch that raises it names the
         resourceVersion that count was read at, so that a change in between (another replica raising it) is a
@@ -489,8 +487,7 @@ class ApiSink:
         where = {"namespace": as_str(meta.get("namespace")), "name": as_str(meta.get("name"))}
         key = (where["namespace"], where["name"])
         stamp, repeats = body.get("lastTimestamp"), _repeats_in(body)
-        with self._repeats_lock:
-            known = self._repeats.get(key)
+        known = self._counts.get(key)
         create, conflicts = known is None, 0
         lost: JSON | None = None
         """What the create's first try would have left, where a retry met AlreadyExists."""
@@ -502,7 +499,7 @@ class ApiSink:
                 if create:
                     made = self._exchange("POST", EVENTS_PATH, {"namespace": where["namespace"]}, body, JSON_TYPE)
                     if made is not None:
-                        self._keep(key, _count_of(_event_in(made)))  # its next repeat: one PATCH
+                        self._counts.keep(key, _count_of(_event_in(made)))  # its next repeat: one PATCH
                         return
                     create, lost = False, {k: body.get(k) for k in OWN_FIRST}  # made by the first try, or before?
                 if known is None:
@@ -511,7 +508,7 @@ class ApiSink:
                     if known is None:
                         raise NotRaised("the API server's answer to a patch of the Event holds no count")
                     if lost is not None and all(event.get(k) == v for k, v in lost.items()):
-                        self._keep(key, known)  # the create's first try made it
+                        self._counts.keep(key, known)  # the create's first try made it
                         return
                 raised = {
                     "count": known[0] + repeats,
@@ -520,13 +517,13 @@ class ApiSink:
                 }
                 answer = self._patch(where, raised)
                 if answer is not None:
-                    self._keep(key, _count_of(_event_in(answer)))
+                    self._counts.keep(key, _count_of(_event_in(answer)))
                     return
             except ApiException as err:
                 if err.status not in (404, 409) or (create and err.status == 404):
                     raise
                 status = err.status
-            self._keep(key, None)
+            self._counts.keep(key, None)
             # gone: create it; there (AlreadyExists), or changed (a Conflict, after a retry too): read it
             create, known, lost = status == 404, None, None
             conflicts += status == 409
@@ -542,14 +539,37 @@ class ApiSink:
                 raise
             raise NotRaised(_short_error(err)) from err
 
-    def _keep(self, key: tuple[str, str], count: tuple[int, str] | None) -> None:
-        """Remember the count and resourceVersion an Event was left at; None: forget it (not known)."""
-        with self._repeats_lock:
-            self._repeats.pop(key, None)
-            if count is not None:
-                self._repeats[key] = count
-                if len(self._repeats) > REPEATS_KEPT:
-                    del self._repeats[next(iter(self._repeats))]
+
+class _Counts:
+    """The count and resourceVersion the API sink left each Event at (``ApiSink.send``), for REPEATS_KEPT Events
+    sent once (count 1) and as many that repeat, each part forgetting its least recently sent first; shared by the
+    sink's sending threads. On a busy cluster nearly every Event is a new pod's, sent once and never again: kept
+    with the rest, 4096 of them pushed out an Event that repeats (a controller retrying a refused ungating every few
+    minutes), whose next repeat then cost a create (AlreadyExists), a read and a raise instead of one PATCH (a
+    review's finding). Here they push out only each other."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._once: dict[tuple[str, str], tuple[int, str]] = {}
+        self._again: dict[tuple[str, str], tuple[int, str]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> tuple[int, str] | None:
+        with self._lock:
+            return self._again.get(key) or self._once.get(key)
+
+    def keep(self, key: tuple[str, str], count: tuple[int, str] | None) -> None:
+        """Remember the count and resourceVersion an Event was left at, as the most recently sent of its part; None:
+        forget it (not known)."""
+        with self._lock:
+            self._once.pop(key, None)
+            self._again.pop(key, None)
+            if count is None:
+                return
+            part = self._again if count[0] > 1 else self._once
+            part[key] = count
+            if len(part) > self.size:
+                del part[next(iter(part))]
 
 
 def _event_in(answer: bytes | None) -> JSON:
