@@ -901,6 +901,37 @@ def test_an_event_that_repeats_stays_known_past_many_one_off_creates(
 
 
 @pytest.mark.parametrize(
+    ("whose", "count"),
+    [pytest.param("its own", 2, id="applied-then-hung-up"), pytest.param("another's", 3, id="another-replicas")],
+)
+def test_a_raise_tried_again_that_meets_a_conflict_reads_whose_it_is(
+    kubeapi: KubeAPI, monkeypatch: pytest.MonkeyPatch, whose: str, count: int
+) -> None:
+    """A raise whose connection broke once the apiserver had applied it met a Conflict when tried again (the
+    resourceVersion it names is gone), was read again and raised again: the count one too high. The Event read
+    says which raise landed: one to its count by this replica (its reportingInstance) was its own first try's, sent
+    once; another replica's raise in between (the first try never arrived) is counted and this one raised after."""
+    subject = subject_of(stored_pod())
+    sink = ApiSink(configured(kubeapi), backoff=0.001)
+    sink.send(event_body(subject, "default", "trainer", CHECKED, "a"))
+    other = ApiSink(configured(kubeapi))
+    if whose == "its own":
+        kubeapi.hang_up_next(1, stored=True)
+    else:
+        first_try = sink._request
+
+        def lost_on_the_way(method: str, path: str, where: Any, payload: Any, content_type: str) -> bytes:
+            monkeypatch.setattr(sink, "_request", first_try)
+            other.send(event_body(subject, "default", "trainer", CHECKED, "b"))  # lands first
+            raise TimeoutError("timed out")
+
+        monkeypatch.setattr(sink, "_request", lost_on_the_way)
+    sink.send(event_body(subject, "default", "trainer", CHECKED, "a"))
+    (stored,) = kubeapi.list("v1", "events", "default")
+    assert (stored["count"], stored["reportingInstance"]) == (count, "a")
+
+
+@pytest.mark.parametrize(
     "setting",
     [{"proxy": "http://127.0.0.1:9"}, {"tls_server_name": "localhost"}, {"assert_hostname": "localhost"}],
     ids=lambda s: next(iter(s)),
@@ -1337,4 +1368,4 @@ def test_another_replicas_create_in_the_same_second_is_not_taken_for_a_first_tri
     kubeapi.hang_up_next(1)
     other.send(event_body(subject, "default", "trainer", CHECKED, "b", now=1_800_000_000))
     (stored,) = [e for e in kubeapi.list("v1", "events", "default") if e["involvedObject"]["name"] == "trainer"]
-    assert (stored["count"], stored["reportingInstance"]) == (2, "a")
+    assert (stored["count"], stored["reportingInstance"]) == (2, "b")  # raised by b

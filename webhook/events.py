@@ -247,7 +247,11 @@ next repeat is one PATCH, which names that resourceVersion, so that a retry of i
 counted (client-go's recorder keeps 4096 in its cache)."""
 OWN_FIRST = ("count", "firstTimestamp", "reportingInstance")
 """What tells a create's own first try from an Event made before it: its count is the body's, and timestamps are whole
-seconds, and each replica reports as its own instance (its pod name), set at create and never patched."""
+seconds, and each replica reports as its own instance (its pod name), so another replica's create in the same second
+differs there; a raise sets the count and ``reportingInstance`` (``OWN_RAISE``)."""
+OWN_RAISE = ("count", "reportingInstance")
+"""What tells a raise's own first try from another replica's raise: the count it raised to, and the replica that raised
+it (each raise sets ``reportingInstance`` to its own)."""
 REPEAT_TRIES = 8
 """How often the API sink sets about a repeat (create, read the count, raise it) before it gives up, counted
 failed: each time the Event changed in between (another replica raised its count) or went (its TTL)."""
@@ -465,22 +469,21 @@ class ApiSink:
     def send(self, body: JSON) -> None:
         """Create the Event; or, where it is there (its name is the report's, ``event_name``: the same report about
         the same object made before, by this relay or another replica's), raise its ``count`` by the body's (1, or the
-        repeats the relay read at once: ``Sender.deliver_all``) and set its ``lastTimestamp`` to the body's, as
-        client-go's recorder does with a repeat. The count raised is the one this sink left it at (``_counts``: the
-        answer to its create or to its last raise), else the one read from the answer to a patch of ``lastTimestamp``
-        alone (the webhook's RBAC grants ``patch`` on Events, not ``get``); the patch that raises it names the
-        resourceVersion that count was read at, so that a change in between (another replica raising it) is a
-        Conflict, and the count is read again (after a random pause from the second on: CONFLICT_PAUSE_S). An Event
-        gone meanwhile (its TTL, an hour by default) is created again.
+        repeats the relay read at once: ``Sender.deliver_all``), set its ``lastTimestamp`` to the body's and its
+        ``reportingInstance`` to this replica, as client-go's recorder does with a repeat. The count raised is the one
+        this sink left it at (``_counts``: the answer to its create or to its last raise), else the one read from the
+        answer to a patch of ``lastTimestamp`` alone (the webhook's RBAC grants ``patch`` on Events, not ``get``); the
+        patch that raises it names the resourceVersion that count was read at, so that a change in between (another
+        replica raising it) is a Conflict, and the count is read again (after a random pause from the second on:
+        CONFLICT_PAUSE_S). An Event gone meanwhile (its TTL, an hour by default) is created again.
 
-        A create tried again that meets AlreadyExists (its kept-alive connection closed while idle, as the apiserver
-        does after 90 s, or its first try answered 500) reads the Event: its own first try made it where the count,
-        firstTimestamp and reportingInstance are the body's (``OWN_FIRST``: another replica's create in the same second
-        has the same stamp; found by a review); else it was there before, and its count is raised. Taken as made by
-        the first try, a repeat after an idle while was counted sent and dropped, the count never raised (found by a
-        review). A Conflict after a raise tried again is read again as any Conflict: that first try, closed while idle
-        or answered 500, was not applied (one that timed out, or whose connection broke once it was, may have been:
-        the count then goes one too high)."""
+        A write tried again that meets a Conflict (its kept-alive connection closed while idle, as the apiserver does
+        after 90 s, its first try answered 500 or timed out, or its connection broke once the apiserver had applied
+        it) reads the Event: the first try was applied where the Event is as it would have left it (a create's count,
+        firstTimestamp and reportingInstance, ``OWN_FIRST``; a raise's count and reportingInstance, ``OWN_RAISE``), and
+        it is sent; else another replica's write came first, and the count is raised. Taken as the first try's doing,
+        a create's AlreadyExists dropped a repeat, its count never raised; taken as another's, a raise applied before
+        its connection broke was applied again, the count one too high (both found by reviews)."""
         from kubernetes.client.exceptions import ApiException
 
         meta = as_dict(body.get("metadata"))
@@ -490,7 +493,7 @@ class ApiSink:
         known = self._counts.get(key)
         create, conflicts = known is None, 0
         lost: JSON | None = None
-        """What the create's first try would have left, where a retry met AlreadyExists."""
+        """The fields a write whose answer was lost would have left, had it been applied."""
         for _ in range(REPEAT_TRIES):
             if conflicts > 1:  # the second Conflict: others raise it at once too
                 time.sleep(random.uniform(0, CONFLICT_PAUSE_S * 2 ** (conflicts - 2)))
@@ -508,24 +511,26 @@ class ApiSink:
                     if known is None:
                         raise NotRaised("the API server's answer to a patch of the Event holds no count")
                     if lost is not None and all(event.get(k) == v for k, v in lost.items()):
-                        self._counts.keep(key, known)  # the create's first try made it
+                        self._counts.keep(key, known)  # the first try of the lost write was applied
                         return
                 raised = {
                     "count": known[0] + repeats,
                     "lastTimestamp": stamp,
+                    "reportingInstance": body.get("reportingInstance"),
                     "metadata": {"resourceVersion": known[1]},
                 }
                 answer = self._patch(where, raised)
                 if answer is not None:
                     self._counts.keep(key, _count_of(_event_in(answer)))
                     return
+                lost = {k: raised[k] for k in OWN_RAISE}  # a Conflict after a retry: applied by the first try?
             except ApiException as err:
                 if err.status not in (404, 409) or (create and err.status == 404):
                     raise
-                status = err.status
+                status, lost = err.status, None
             self._counts.keep(key, None)
             # gone: create it; there (AlreadyExists), or changed (a Conflict, after a retry too): read it
-            create, known, lost = status == 404, None, None
+            create, known = status == 404, None
             conflicts += status == 409
         raise NotRaised(f"the Event changed {REPEAT_TRIES} times while its count was raised")
 
