@@ -828,15 +828,28 @@ def test_a_declared_pools_node_that_offers_no_gpu_yet_leaves_the_declaration_sta
 
 def test_a_declared_pool_at_zero_carries_the_labels_its_nodes_are_certain_to() -> None:
     """Its nodeSelector's, the kubelet's OS labels, and where the selector names GKE's pool, GKE's accelerator type
-    of its gpuProduct; nothing else (a pod that selected another label was refused where the pool ran its CUDA)."""
+    of its gpuProduct; GFD's product label only where GFD runs (not on GKE's own device plugin); nothing else (a
+    pod that selected another label was refused where the pool ran its CUDA)."""
     pools = [
         PoolSettings(name="l4", node_selector={"cloud.google.com/gke-nodepool": "l4"}, gpu_product="NVIDIA-L4"),
+        PoolSettings(
+            name="l4-operator",
+            node_selector={"cloud.google.com/gke-nodepool": "l4-operator", "nvidia.com/gpu.present": "true"},
+            gpu_product="NVIDIA-L4",
+        ),
         PoolSettings(name="k3s", node_selector={"pool": "k3s", "kubernetes.io/os": "linux"}, gpu_product="NVIDIA-L4"),
     ]
     view = build_view([], Settings(cluster=ClusterSettings(pools=pools)))
     assert {g.pool: dict(g.labels) for g in view.groups} == {
         "l4": {
             "cloud.google.com/gke-nodepool": "l4",
+            "cloud.google.com/gke-accelerator": "nvidia-l4",
+            "kubernetes.io/os": "linux",
+            "beta.kubernetes.io/os": "linux",
+        },
+        "l4-operator": {
+            "cloud.google.com/gke-nodepool": "l4-operator",
+            "nvidia.com/gpu.present": "true",
             "cloud.google.com/gke-accelerator": "nvidia-l4",
             "kubernetes.io/os": "linux",
             "beta.kubernetes.io/os": "linux",
@@ -849,6 +862,21 @@ def test_a_declared_pool_at_zero_carries_the_labels_its_nodes_are_certain_to() -
             "nvidia.com/gpu.product": "NVIDIA-L4",
         },
     }
+
+
+def test_a_declared_gke_pool_at_zero_takes_no_pod_that_selects_gfds_product() -> None:
+    """GKE's own device plugin writes no GFD label: a pod that selected nvidia.com/gpu.product was sent to a GKE
+    pool at zero whose nodes never carry it, and stayed Pending there. A pool declared with the GPU Operator's MIG
+    strategy runs GFD, and takes it."""
+    selects = {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}}
+    gke = PoolSettings(
+        name="a100", node_selector={"cloud.google.com/gke-nodepool": "a100"}, gpu_product="NVIDIA-A100-SXM4-40GB"
+    )
+    view = build_view([], Settings(cluster=ClusterSettings(pools=[gke])))
+    assert view.eligible(selects) == []
+    mixed = dataclasses.replace(gke, mig_strategy="mixed", mig_profiles={"3g.20gb": 2})
+    view = build_view([], Settings(cluster=ClusterSettings(pools=[mixed])))
+    assert [c.group.pool for c in view.eligible(selects)] == ["a100"]
 
 
 AKS_SPOT = "kubernetes.azure.com/scalesetpriority"

@@ -63,9 +63,15 @@ def compat_wired(labels: Mapping[str, str], driver_source: str) -> bool:
     There a container sees the node's libcuda first (nvidia/cuda's LD_LIBRARY_PATH names GKE's /usr/local/nvidia),
     and an image newer than the driver fails "CUDA driver version is insufficient". Worked out once per group, when
     the view is built."""
-    if driver_source.startswith(GFD) or any(key.startswith(GFD) for key in labels):
+    if driver_source.startswith(GFD):
         return True  # GPU feature discovery's labels: the GPU Operator, and its toolkit, run the GPUs
-    return not any(key.startswith(GKE_LABELS) for key in labels)
+    return not gke_own_plugin(labels)
+
+
+def gke_own_plugin(labels: Mapping[str, str]) -> bool:
+    """Whether nodes of ``labels`` run GKE's own driver installer and device plugin: a GKE label, and no label of
+    GPU feature discovery (which comes with the GPU Operator). Their nodes carry none of GFD's labels."""
+    return any(key.startswith(GKE_LABELS) for key in labels) and not any(key.startswith(GFD) for key in labels)
 
 
 GKE_DRIVER_LABEL = "cloud.google.com/gke-gpu-driver-version"
@@ -1283,12 +1289,16 @@ class _Builder:
             allocatable[GPU_RESOURCE] = Decimal(0)
         else:
             allocatable[GPU_RESOURCE] = Decimal(sum(o.count for o in profiles.values()) if profiles else count)
+        # GFD's product label only where GFD runs: a declared single or mixed strategy is the GPU Operator's, but
+        # GKE's own device plugin writes none (a GKE pool at zero took a pod selecting it, pinned the pod to it,
+        # and its nodes never matched: found by a review of the cluster model)
+        gfd = pool.mig_strategy in ("single", "mixed") or not gke_own_plugin(pool.node_selector)
         if pool.mig_strategy == "single" and len(profiles) == 1 and product:
-            labels.setdefault(GFD + "gpu.product", f"{product}-MIG-{next(iter(profiles))}")
+            labels.setdefault(PRODUCT_LABEL, f"{product}-MIG-{next(iter(profiles))}")
         elif pool.mig_strategy == "gke" and len(profiles) == 1:
             labels.setdefault(GKE_PARTITION_LABEL, next(iter(profiles)))
-        elif product:
-            labels.setdefault(GFD + "gpu.product", product)
+        elif product and gfd:
+            labels.setdefault(PRODUCT_LABEL, product)
         if pool.mig_strategy in ("mixed", "single"):
             labels.setdefault(GFD + "mig.strategy", pool.mig_strategy)
         declared = {Taint(t.key, t.value, t.effect) for t in pool.taints}
