@@ -879,6 +879,35 @@ def test_a_declared_gke_pool_at_zero_takes_no_pod_that_selects_gfds_product() ->
     assert [c.group.pool for c in view.eligible(selects)] == ["a100"]
 
 
+AKS_ACCELERATOR = "kubernetes.azure.com/accelerator"
+
+
+@pytest.mark.parametrize(
+    ("selector", "nodes", "carries"),
+    [
+        pytest.param({"kubernetes.azure.com/agentpool": "gpu"}, [], True, id="aks-pool-label"),
+        pytest.param({"kubernetes.azure.com/scalesetpriority": "spot"}, [], True, id="aks-spot-label"),
+        pytest.param(
+            {"agentpool": "gpu"}, [node("aks-cpu", {"kubernetes.azure.com/agentpool": "cpu"})], True, id="aks-shown"
+        ),
+        pytest.param({"agentpool": "gpu"}, [node("k3s-cpu", {"agentpool": "cpu"})], False, id="k3s-agentpool"),
+        pytest.param({"cloud.google.com/gke-nodepool": "gpu"}, [], False, id="gke"),
+    ],
+)
+def test_a_declared_aks_pool_at_zero_carries_aks_accelerator_label(
+    selector: dict[str, str], nodes: list[Any], carries: bool
+) -> None:
+    """AKS labels every NVIDIA GPU node kubernetes.azure.com/accelerator: nvidia, as Cluster Autoscaler's template
+    node for a pool at zero does: a pod that selected it was kept off an AKS pool at zero, and refused there. Not a
+    k3s pool whose nodes carry the bare agentpool label AKS's nodes carry too."""
+    pool = PoolSettings(name="gpu-pool", node_selector=selector, driver_version="550.90.07")
+    view = build_view(nodes, Settings(cluster=ClusterSettings(pools=[pool])))
+    (group,) = [g for g in view.groups if g.declared]
+    assert (group.labels.get(AKS_ACCELERATOR) == "nvidia") is carries
+    selects = {"nodeSelector": {AKS_ACCELERATOR: "nvidia"}, "tolerations": [{"operator": "Exists"}]}
+    assert [c.group.pool for c in view.eligible(selects)] == (["gpu-pool"] if carries else [])
+
+
 AKS_SPOT = "kubernetes.azure.com/scalesetpriority"
 
 

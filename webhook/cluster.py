@@ -1279,7 +1279,7 @@ class _Builder:
     def declared_group(self, pool: PoolSettings, shown: frozenset[str] = frozenset()) -> NodeGroup:
         """A group for a declared pool that has no node now: what its nodes will look like (``shown``: the providers
         the cluster's nodes show, whose generic pool labels then name them too)."""
-        labels = {**certain_labels(pool, self.presets), **pool.node_selector}
+        labels = {**certain_labels(pool, self.presets, shown), **pool.node_selector}
         allocatable: dict[str, Decimal] = {}
         count = pool.gpu_count or 1
         product = pool.gpu_product
@@ -1343,17 +1343,19 @@ class _Builder:
         )
 
 
-def certain_labels(pool: PoolSettings, presets: Presets) -> dict[str, str]:
+def certain_labels(pool: PoolSettings, presets: Presets, shown: frozenset[str] = frozenset()) -> dict[str, str]:
     """The labels every node of a declared pool carries beyond its nodeSelector, which a pod may select on (many
     Helm charts' kubernetes.io/os: linux; GKE's documented cloud.google.com/gke-accelerator): the kubelet's OS labels
-    (``NODE_OS_LABELS``), and the accelerator label of a provider whose own label the selector names
-    (``Presets.named_by``), where its gpuProduct is or names one accelerator type. Cluster Autoscaler's template
-    node for the group carries them too. What a declaration cannot know (the CPU architecture, the zone, the instance
-    type) stays absent: a pod that selects it is not sent to the pool on a guess. With its selector's labels alone,
-    a pool at zero matched no such pod, which was refused where the pool ran its CUDA (found by a review of the
-    cluster model)."""
+    (``NODE_OS_LABELS``), and of a provider the selector names (``Presets.named_by``; ``shown``: the providers the
+    cluster's nodes show, whose generic pool labels then name them too) the labels it gives every GPU node
+    (``Presets.gpu_node_labels``: AKS's kubernetes.azure.com/accelerator) and its accelerator label where the
+    pool's gpuProduct is or names one accelerator type. Cluster Autoscaler's template node for the group carries
+    them too. What a declaration cannot know (the CPU architecture, the zone, the instance type) stays absent: a pod
+    that selects it is not sent to the pool on a guess. With its selector's labels alone, a pool at zero matched no
+    such pod, which was refused where the pool ran its CUDA (found by a review of the cluster model)."""
     labels = dict(NODE_OS_LABELS)
-    for provider in sorted(presets.named_by(pool.node_selector)):
+    for provider in sorted(presets.named_by(pool.node_selector, shown)):
+        labels.update(presets.gpu_node_labels.get(provider, {}))
         if provider in presets.accelerator_labels:
             key, by_product = presets.accelerator_labels[provider]
             names = _accelerator_names(pool.gpu_product, key, by_product)

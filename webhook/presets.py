@@ -61,6 +61,9 @@ class Presets:
     accelerator_labels: Mapping[str, tuple[str, Mapping[str, str]]] = field(default_factory=dict)
     """Per provider that labels every GPU node with its accelerator type (GKE): the label, and the types of the GPUs
     without MIG by the product GFD names them (``accelerator_label``, ``accelerators`` in providers.yaml)."""
+    gpu_node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Per provider, the labels it gives every NVIDIA GPU node whatever its GPU (AKS's
+    ``kubernetes.azure.com/accelerator: nvidia``; ``gpu_node_labels`` in providers.yaml)."""
 
     def named_by(self, keys: Collection[str], shown: Collection[str] = ()) -> frozenset[str]:
         """The providers a declared pool's nodeSelector of ``keys`` names by a label only their nodes carry
@@ -176,5 +179,10 @@ def load_presets(
             n: (raw[n]["accelerator_label"], {str(k): str(v) for k, v in (raw[n].get("accelerators") or {}).items()})
             for n in names
             if (raw[n] or {}).get("accelerator_label")
+        },
+        {
+            n: {str(k): str(v) for k, v in raw[n]["gpu_node_labels"].items()}
+            for n in names
+            if (raw[n] or {}).get("gpu_node_labels")
         },
     )
