@@ -998,6 +998,15 @@ def test_pools_named_alike_by_two_providers_are_told_apart() -> None:
     ]
 
 
+def test_pools_named_alike_by_generic_pool_labels_are_told_apart_by_the_label_where_no_provider_shows() -> None:
+    """A k3s cluster's own pools, labelled agentpool and nodepool (the generic names AKS's and OVH's nodes carry
+    too) and both called gpu, were named gpu@aks and gpu@ovh: the label the user wrote names them instead."""
+    view = build_view([node("a", {"agentpool": "gpu"}), node("b", {"nodepool": "gpu"})], Settings())
+    assert sorted(p.name for p in view.pools) == ["gpu@agentpool", "gpu@nodepool"]
+    eks = build_view([node("a", {"agentpool": "gpu"}), node("b", {"eks.amazonaws.com/nodegroup": "gpu"})], Settings())
+    assert sorted(p.name for p in eks.pools) == ["gpu@agentpool", "gpu@eks"]
+
+
 def test_the_gpu_operators_default_single_strategy_on_whole_gpus_is_no_mig() -> None:
     """The GPU Operator writes nvidia.com/mig.strategy=single on every GPU node by default, MIG or not: only the
     product's -MIG-<profile> makes its GPUs MIG devices. Read as MIG, every GFD pool showed 'single: nothing offered'

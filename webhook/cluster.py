@@ -1398,13 +1398,14 @@ def build_view(
     if len(buckets) > MANY_GROUPS and (own := _per_node_keys(nodes, builder)):
         builder.volatile |= own
         buckets = _buckets(nodes, builder)
-    groups = _told_apart([builder.group(members) for members in buckets.values()], builder.presets)
+    groups = [builder.group(members) for members in buckets.values()]
+    shown = shown_providers(nodes, labelled_providers(nodes, groups, builder.presets), builder.presets)
+    groups = _told_apart(groups, builder.presets, shown)
     # A declared pool is what its nodes will be until one of them is: a node of it that offers no GPU yet (joining:
     # no device plugin, no GFD labels; its MIG layout changing) leaves the declaration standing beside it. Matched by
     # its selector, never by a name another pool's label happens to carry.
     serving = {key[4] for key, g in zip(buckets, groups, strict=True) if key[4] is not None and _serves(g)}
     if synced and (declared := [p for p in builder.pools if p.name not in serving]):
-        shown = shown_providers(nodes, labelled_providers(nodes, groups, builder.presets), builder.presets)
         groups += [builder.declared_group(p, shown) for p in declared]
     groups.sort(key=lambda g: (g.pool, g.nodes))
     labelled = labelled_providers(nodes, groups, builder.presets)
@@ -1472,12 +1473,19 @@ def pool_label_value(pool: str) -> str:
     return pool.partition(PROVIDER_MARK)[0]
 
 
-def _told_apart(groups: list[NodeGroup], presets: Presets) -> list[NodeGroup]:
+def _told_apart(groups: list[NodeGroup], presets: Presets, shown: frozenset[str]) -> list[NodeGroup]:
     """Groups named alike by the pool labels of two providers (an EKS node group and a Karpenter NodePool both
     called gpu) get the provider after the name (gpu@eks, gpu@karpenter): taken for one pool, the on-demand and
     the spot half were one spot pool, and a message said a pod was supported by pool gpu and kept off pool gpu
-    (found by a review of the cluster model)."""
-    provider = {k: name for name, keys in presets.node_label_keys.items() for k in keys}
+    (found by a review of the cluster model). A generic pool label (AKS's bare agentpool, OVH's nodepool) names its
+    provider only where the cluster's nodes show it (``shown``), else the label itself: a k3s cluster's own
+    agentpool and nodepool pools were called gpu@aks and gpu@ovh (found by a review of the cluster model)."""
+    provider = {
+        k: name
+        for name, keys in presets.node_label_keys.items()
+        for k in keys
+        if name in shown or k in presets.shown_by.get(name, ())
+    }
 
     def source(g: NodeGroup) -> str:
         key = g.pool_source.removeprefix("label ")
