@@ -2032,6 +2032,19 @@ def test_the_order_of_the_containers_does_not_decide_admission(order):
     assert mutate_twice(obj, split_models())[1] == []
 
 
+def test_a_refusal_names_the_other_resource_that_keeps_a_pod_off_a_mig_pool():
+    """A sidecar asking nvidia.com/gpu.shared, which the MIG pool does not offer: the refusal said its node
+    affinity (it had none) kept it off, and told it to wait for the pool's nodes to take pods."""
+    obj = pod(container("a", limits={GPU: "0.5"}), container("b", limits={"nvidia.com/gpu.shared": "1"}))
+    result = review(obj, [mixed_node("m1", A100_80, {"3g.40gb": 2}, "a100")])
+    assert not result.allowed
+    assert result.message.endswith(
+        " MIG pools this pod cannot use: a100 (3g.40gb; its other containers' nvidia.com/gpu.shared, not offered"
+        " there). Run the containers that ask nvidia.com/gpu.shared in a pod of their own, or ask for a whole GPU"
+        " (nvidia.com/gpu: 1)."
+    ), result.message
+
+
 @pytest.mark.parametrize("order", [("a", "b"), ("b", "a")], ids=["small-first", "large-first"])
 def test_the_order_of_the_containers_does_not_decide_admission_under_the_single_strategy(order):
     # The first pass's product nodeSelector (a on the 1g.10gb nodes) is undone before the other order is tried.

@@ -1085,7 +1085,7 @@ def _refusal(
             " of the whole GPU it asks for: one pod cannot mix whole GPUs and such slices."
         )
     # MIG Manager withholds a node's devices while it applies a layout: the pool offers them again when it is done
-    reachable = {id(c.group) for c in _eligible(ctx, _placement_rules(pod))}
+    reachable = _reachable(pod, ctx)
     changing = sorted(
         {
             f"{g.pool} ({MIG_CONFIG_LABEL}={g.mig_config or '?'}, {g.mig_config_state})"
@@ -1153,6 +1153,14 @@ def _refusal(
             " Create the pod again once those pools' nodes take pods (a workload's controller retries by itself), or"
             " ask for a whole GPU (nvidia.com/gpu: 1)."
         )
+    elif elsewhere and all(id(g) in reachable for g in elsewhere):
+        # no rule of the pod's keeps it off them: what its other containers ask (found by a review of MIG: it was
+        # told to change its nodeSelector, node affinity or tolerations)
+        devices = sorted({r for g in elsewhere for r in _unoffered(g, pod)})
+        advice = (
+            f" Run the containers that ask {', '.join(devices[:3]) or 'the other resources'} in a pod of their own,"
+            " or ask for a whole GPU (nvidia.com/gpu: 1)."
+        )
     elif elsewhere:
         advice = (
             " Change the pod's nodeSelector, node affinity or tolerations so it can reach one of those pools, or ask"
@@ -1173,19 +1181,34 @@ def _refusal(
 
 def _only_whole_gpus_keep_off(group: NodeGroup, pod: PodView, ctx: Context) -> bool:
     """The pod's placement rules reach ``group``, whose nodes offer no whole GPU for its whole-GPU containers."""
-    if group.allocatable.get(GPU_RESOURCE, Decimal(0)) > 0:
-        return False
-    return any(c.group is group for c in _eligible(ctx, _placement_rules(pod)))
+    return group.allocatable.get(GPU_RESOURCE, Decimal(0)) <= 0 and id(group) in _reachable(pod, ctx)
 
 
 def _only_leaving_keeps_off(groups: Sequence[NodeGroup], pod: PodView, ctx: Context) -> bool:
     """The pod's placement rules reach every one of ``groups`` but for the taints that say their nodes take no pod
     now (``LEAVING_TAINTS``: cordoned, not ready): no rule of its own to change, and no toleration of a drain or a
-    broken node to add (found by a review of the cluster model: it was told to change its tolerations)."""
+    broken node to add (found by a review of the cluster model: it was told to change its tolerations). Not where
+    they reach them without (the pod's other resources keep it off: it was told to wait for nodes that take pods)."""
     rules = _placement_rules(pod)
     rules["tolerations"] = [*rules["tolerations"], *LEAVING_TOLERATIONS]
     reached = {id(c.group) for c in _eligible(ctx, rules)}
-    return bool(groups) and all(id(g) in reached for g in groups)
+    before = _reachable(pod, ctx)
+    return bool(groups) and all(id(g) in reached and id(g) not in before for g in groups)
+
+
+def _reachable(pod: PodView, ctx: Context) -> set[int]:
+    """The ids of the groups the pod's placement rules alone (``_placement_rules``: no resource asked) reach."""
+    return {id(c.group) for c in _eligible(ctx, _placement_rules(pod))}
+
+
+def _unoffered(group: NodeGroup, pod: PodView) -> list[str]:
+    """The NVIDIA resources but nvidia.com/gpu (whose whole GPUs ``_kept_off`` names apart) the pod asks more of
+    than ``group``'s nodes offer: MIG devices, shared GPUs, any other the device plugin names."""
+    return sorted(
+        r
+        for r, n in _gpu_only(requested_resources(pod.spec)).items()
+        if r != GPU_RESOURCE and group.allocatable.get(r, Decimal(0)) < n
+    )
 
 
 def _placement_rules(pod: PodView) -> JSON:
@@ -1205,7 +1228,8 @@ def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
     no pod should tolerate: what they say of its nodes instead, ``split_leaving``), the nodeSelector keys the pool's
     nodes do not match, the MIG devices its other containers have that the pool does not offer, and on
     single-strategy and GKE pools its containers' whole GPUs (``req.whole``: each GPU there is a MIG device) (found
-    by a generative review: 'its node affinity' was said of a pod with none), else its node affinity: the spot
+    by a generative review: 'its node affinity' was said of a pod with none; so it was of one whose other container
+    asked nvidia.com/gpu.shared, found by a review of MIG), else its node affinity: the spot
     capacity it requires where the pod is under ``spot: require`` and that alone keeps it off
     (``_kept_off_by_spot``)."""
     ctx, whole = req.ctx, req.whole
@@ -1213,11 +1237,7 @@ def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
     taints, state = split_leaving(untolerated(group, spec, ctx.cluster.extended_resource_toleration))
     selector = as_dict(pod.spec.get("nodeSelector"))
     keys = sorted(k for k, v in selector.items() if group.labels.get(k) != v)
-    devices = sorted(
-        r
-        for r, n in requested_resources(pod.spec).items()
-        if r.startswith(MIG_RESOURCE_PREFIX) and group.allocatable.get(r, Decimal(0)) < n
-    )
+    devices = _unoffered(group, pod)
     parts = []
     if taints:
         hint = spot.tolerate_hint(taints, ctx)
