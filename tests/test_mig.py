@@ -2632,14 +2632,16 @@ def test_a_daemonset_pod_for_a_node_joining_is_not_told_its_device_is_unoffered(
     """The DaemonSet controller makes a pod for a node as it joins, before the webhook's watch has seen the node or
     while its device plugin offers nothing yet (GFD's labels up, no device): the pod for a new A100-40GB node was
     told that no node it can run on offers its 3g.20gb and to give its node's pool a MIG layout that offers it,
-    which the pool had; it runs once the plugin advertises the device (found by a review of MIG). The pod for a
-    node that offers devices, but not this one, is still told."""
+    which the pool had; it runs once the plugin advertises the device (found by a review of MIG). Its line stays
+    its template's: it was reworded 'no node it can run on offers it now'. The pod for a node that offers devices,
+    but not this one, is still told."""
     ctx = context(DAEMON_NODES)
     live = pipeline.mutate(workload("DaemonSet", frac("0.5")), ctx).object
     joined = context([*DAEMON_NODES, joining] if joining else DAEMON_NODES)
     result = _as_created(_daemon_pod_of(live, "n3"), joined)
     assert result.allowed
     assert result.warnings == [] and _unoffered_events(result) == []
+    assert mig_annotation(pipeline.mutate(_daemon_pod_of(live, "n3"), joined).object) == mig_annotation(live)
     (event,) = _unoffered_events(_as_created(_daemon_pod_of(live, "n2"), joined))
     assert event.message.startswith(
         "container trainer asks for nvidia.com/mig-3g.20gb, which no node it can run on offers (pool a100-40 offers "

@@ -376,12 +376,25 @@ def _confirmed(text: str | None, container: JSON, pod: PodView, pin_keys: Sequen
     return line if line.pin is None or record.carries(pod, line.pin) else replace(line, pin=None)
 
 
-def _republishable(text: str | None, container: JSON, pod: PodView, where_now: str, pin_keys: Sequence[str]) -> bool:
+def _republishable(
+    text: str | None, container: JSON, pod: PodView, where_now: str, pin_keys: Sequence[str], unseen: bool = False
+) -> bool:
     """A prior line that says nothing the object and the cluster do not confirm (``_confirmed``, the pin it names,
-    and where such a pod can land now: ``_lands_as_said``): written again, it is the same text. A user's own words
-    are never republished."""
+    and where such a pod can land now: ``_lands_as_said``, unless its node is not seen yet: ``_node_unseen``):
+    written again, it is the same text. A user's own words are never republished."""
     line = _confirmed(text, container, pod, pin_keys)
-    return line is not None and str(line) == text and _lands_as_said(pod, line.where, where_now)
+    return line is not None and str(line) == text and (unseen or _lands_as_said(pod, line.where, where_now))
+
+
+def _node_unseen(pod: PodView, ctx: Context, text: str) -> bool:
+    """A DaemonSet's pod made for a node the webhook has not seen yet, or whose device plugin offers nothing yet
+    (``_reaches_devices``, but for the nodeSelector of the device of ``text``, its line): where it gets its GPU is
+    not known, and its template's line stands (it was reworded 'no node it can run on offers it now', the device
+    its node's pool offers: found by a review of MIG)."""
+    if pod.owner_kind != "DaemonSet":
+        return False
+    line = record.parse(text)
+    return not _reaches_devices(pod, ctx, line.selector if _is_mig(line.given) else None)
 
 
 _DAEMON_PENDING_WORDS = re.compile(re.escape(", " + DAEMON_PENDING).replace(re.escape("{pools}"), "pools? .+") + "$")
@@ -1701,9 +1714,10 @@ def _describe(
     keys = all_pin_keys(ctx)
     lines: list[str] = []
     for _, name, container in named(pod):
+        unseen = not where_now and name in prior and _node_unseen(pod, ctx, prior[name])
         if id(container) in converted:
             lines.append(_line(*converted[id(container)], where_now, own))
-        elif _republishable(prior.get(name), container, pod, where_now, keys):
+        elif _republishable(prior.get(name), container, pod, where_now, keys, unseen):
             lines.append(prior[name])
         elif (not where_now or record.stored(ctx, prior.get(name, ""))) and (
             reworded := _reworded(prior.get(name), container, pod, where_now, keys)
