@@ -879,6 +879,24 @@ def test_a_daemonset_template_converted_for_one_gpu_model_says_where_its_pods_ge
     assert deployment.allowed and deployment.warnings == []
 
 
+@pytest.mark.parametrize(
+    ("pools", "named"),
+    [
+        pytest.param(["a80-w1", "a80-w2", "a80-w3"], "pools a80-w1 and 2 more", id="fewer-names"),
+        pytest.param([f"a100-80gb-{z}-reserved-capacity" for z in "abc"], "3 pools", id="no-name-fits"),
+    ],
+)
+def test_a_warning_naming_long_pools_is_cut_at_a_name_and_keeps_its_advice(pools, named):
+    """Pools named in a warning were cut with it at 119 characters: in the middle of a name, which then read as
+    another pool's, and the advice after them was lost. As many names as fit are given, the rest counted."""
+    nodes = [DAEMON_NODES[0], *(mixed_node(f"n{i}", A100_80, {"3g.40gb": 2}, p, 81920) for i, p in enumerate(pools))]
+    result = review(workload("DaemonSet", frac("0.5")), nodes)
+    assert result.allowed, result.message
+    assert result.warnings == [
+        f"mig: DaemonSet pods Pending on {named} (no such device): use annotation gpu-admission.io/gpu-fraction"
+    ]
+
+
 def test_workload_template_memory_that_nothing_covers_warns():
     result = review(workload("Deployment", memreq("500Gi")), [a100_40()])
     assert result.allowed and result.patch == []

@@ -344,12 +344,18 @@ def listing(groups: Iterable[NodeGroup], limit: int = MAX_LISTED) -> str:
     return ", ".join(texts)
 
 
-def pool_names(groups: Iterable[NodeGroup], limit: int = MAX_LISTED) -> str:
+def pool_names(groups: Iterable[NodeGroup], limit: int = MAX_LISTED, room: int | None = None) -> str:
     """'pool a' or 'pools a, b', or 'pools a, b, ... and 994 more' past ``limit`` (an annotation line per
-    container: all of them together must stay far below the apiserver's 256 KiB for an object's annotations)."""
+    container: all of them together must stay far below the apiserver's 256 KiB for an object's annotations). In
+    at most ``room`` characters where given (a warning's): fewer names, the rest counted, or '3 pools' where no
+    name fits; never a name cut in its middle, which reads as another pool's."""
     names = sorted({g.pool for g in groups})
-    shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
-    return ("pool " if len(names) == 1 else "pools ") + shown
+    for count in range(min(limit, len(names)), 0, -1):
+        shown = ", ".join(names[:count]) + (f" and {len(names) - count} more" if len(names) > count else "")
+        text = ("pool " if len(names) == 1 else "pools ") + shown
+        if room is None or len(text) <= room:
+            return text
+    return f"{len(names)} pool{'s' if len(names) != 1 else ''}"
 
 
 def _source(d: Declared) -> str:

@@ -98,6 +98,7 @@ from webhook.mig_profiles import Profile, derive, load_table, parse_name
 from webhook.model import (
     GPU_MEMORY_RESOURCE,
     JSON,
+    WARNING_LIMIT,
     Context,
     Outcome,
     PodView,
@@ -1333,14 +1334,24 @@ def _warn_shared(out: Outcome, ask: Ask, choice: Choice) -> None:
         return
     given = choice.option.resource if choice.option.strategy == "mixed" else choice.option.profile
     sharing = "/".join(sorted({g.sharing for g in shared}))
-    where = "there" if len(shared) == len(choice.places) else f"on {_pools(shared)}"
-    said = f"{given} is {sharing} {where}: shared with other pods, its memory not its own"
-    out.warn(fit_warning(f"{ask.name}: {said}", ask.name))
+    head, tail = f"{ask.name}: {given} is {sharing} ", ": shared with other pods, its memory not its own"
+    if len(shared) == len(choice.places):
+        out.warn(fit_warning(f"{head}there{tail}", ask.name))
+    else:
+        out.warn(_pool_warning(f"{head}on ", shared, tail, ask.name))
 
 
-def _pools(groups: Iterable[NodeGroup]) -> str:
-    """'pool a' or 'pools a, b, c and 2 more' (``cuda.pool_names``; never the lines' separator)."""
-    return cuda.pool_names(groups, 3).replace(record.SEPARATOR, ", ")
+def _pools(groups: Iterable[NodeGroup], room: int | None = None) -> str:
+    """'pool a' or 'pools a, b, c and 2 more', in at most ``room`` characters where given (``cuda.pool_names``;
+    never the lines' separator)."""
+    return cuda.pool_names(groups, 3, room).replace(record.SEPARATOR, ", ")
+
+
+def _pool_warning(head: str, groups: Iterable[NodeGroup], tail: str, name: str = "") -> str:
+    """``fit_warning`` of ``head``, the pools and ``tail``: as many pool names as the room leaves, the rest counted
+    ('pools a, b and 3 more'), so that the advice after them stays whole and no name is cut in its middle (a long
+    pool's name, cut at 119 characters, read as another pool's: found by a review of MIG)."""
+    return fit_warning(head + _pools(groups, WARNING_LIMIT - len(head) - len(tail)) + tail, name)
 
 
 OVERSIZED = 4
@@ -1493,9 +1504,11 @@ def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask,
     if choice is not None and not _runs(req, choice):
         fallback = _fallback(req, pod, others, ask)
         if fallback is None or not _runs(req, fallback):
-            # the reason before the places: a long product or pool name is what the 119 characters cut
-            said = f"its pods are refused: only a driver too old for their CUDA offers it ({_where(choice.places)})"
-            out.refuse_pods(fit_warning(f"{ask.name}: {ask.asked}: {said}", ask.name))
+            # the reason before the places; where the products and pools do not fit, the pools alone, cut at a name
+            head = f"{ask.name}: {ask.asked}: its pods are refused: only a driver too old for their CUDA offers it ("
+            text = f"{head}{_where(choice.places)})"
+            groups = [p.group for p in choice.places]
+            out.refuse_pods(text if len(text) <= WARNING_LIMIT else _pool_warning(head, groups, ")", ask.name))
         return
     if choice is not None:
         # said to whoever applies the workload: the pods' own warning goes to their controller, unread (a review
@@ -1694,9 +1707,9 @@ def _warn_daemonset(pod: PodView, ctx: Context, out: Outcome, pinned_off: Sequen
     another GPU model stayed Pending, or the DaemonSet was shrunk to one model, without a word)."""
     advice = f"use annotation {FRACTION_ANNOTATION}"  # the pools first: a long pool name cuts the advice
     if pinned_off:
-        out.warn(fit_warning(f"mig: no DaemonSet pod on {_pools(pinned_off)} (pinned off): {advice}", ""))
+        out.warn(_pool_warning("mig: no DaemonSet pod on ", pinned_off, f" (pinned off): {advice}"))
     if pending := _daemon_pending(pod, ctx, _served(pod, ctx)):
-        out.warn(fit_warning(f"mig: DaemonSet pods Pending on {_pools(pending)} (no such device): {advice}", ""))
+        out.warn(_pool_warning("mig: DaemonSet pods Pending on ", pending, f" (no such device): {advice}"))
 
 
 def _describe(
