@@ -1688,6 +1688,31 @@ def test_never_adds_nothing_for_spot_nodes_that_always_come_tainted(provider: st
     assert (applied(tolerant) or "").startswith(f"never (asked by annotation); {spot.KEPT_OFF_UNREACHED}")
 
 
+def test_never_adds_nothing_for_a_declared_spot_pool_whose_taints_keep_the_pod_off() -> None:
+    """An AKS spot pool declared at zero carries AKS's spot taint: never gave a pod that does not tolerate it NotIn
+    on the pool and on AKS's spot labels all the same, noise in its affinity. A pool's own declared taint counts
+    too, beside an EKS cluster's untainted spot nodes, whose label is still kept off; a pod that tolerates the
+    taints is kept off them all."""
+    aks_pool = PoolSettings(name="gpuspot", node_selector={AKS_POOL: "gpuspot"}, spot=True)
+    ctx = context([AKS_ON_DEMAND], providers=("aks",), pools=(aks_pool,))
+    assert mutate(pod("never"), ctx).patch == []
+    tolerant = mutate(pod("never", tolerations=[equal(AKS_SCALESET, "spot")]), ctx)
+    assert [e["key"] for e in (required_of(tolerant.object) or [{}])[0]["matchExpressions"]] == [
+        AKS_PRIORITY,
+        AKS_SCALESET,
+        AKS_POOL,
+    ]
+    eks_pool = PoolSettings(
+        name="tainted", node_selector={NODE_GROUP: "tainted"}, spot=True, taints=[TaintSpec("dedicated", "spot")]
+    )
+    ctx = context([node("od", {EKS: "ON_DEMAND", NODE_GROUP: "od"})], pools=(eks_pool,))
+    result = mutate(pod("never"), ctx)
+    assert required_of(result.object) == [{"matchExpressions": NOT_EKS_SPOT}]
+    assert (applied(result) or "").endswith(f"requires none of {EKS_SPOT_TEXT}")
+    tolerant = mutate(pod("never", tolerations=[exists("dedicated")]), ctx)
+    assert (applied(tolerant) or "").endswith(f"{EKS_SPOT_TEXT} or pool tainted ({NODE_GROUP}=tainted)")
+
+
 @pytest.mark.parametrize(("key", "on_demand", "spot"), [(EKS, "ON_DEMAND", "SPOT"), (KARPENTER, "on-demand", "spot")])
 def test_never_keeps_off_the_spot_nodes_an_autoscaler_may_add(key: str, on_demand: str, spot: str) -> None:
     """On a cluster whose nodes are all on demand now, never added nothing: Karpenter (spot first where its NodePool

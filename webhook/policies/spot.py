@@ -11,8 +11,9 @@ Asking. The pod (or pod template) annotation ``gpu-admission.io/spot`` says what
                       tolerates the taint itself), a required node affinity off the spot labels (``NotIn``); so
                       too where the cluster labels every node with its capacity type (Karpenter, EKS), or no node
                       carries a place's labels (a GKE spot pool at zero), whose autoscaler may add spot nodes for
-                      the pod when none is there now; not for a provider that taints every spot node (AKS, OKE)
-                      where the pod does not tolerate those taints. Where the cluster is not known (no node list
+                      the pod when none is there now; not for a provider that taints every spot node (AKS, OKE),
+                      nor for a pool declared spot whose nodes carry taints (its own, or its provider's), where the
+                      pod does not tolerate those taints. Where the cluster is not known (no node list
                       yet, no pool declared), off every spot place, as ``require`` is kept to them all; not where
                       its own nodeSelector or affinity pins it to one, its nodeSelector or each required term
                       chooses its place (any label but the spot labels and those that say nothing of capacity:
@@ -111,6 +112,7 @@ from webhook.cluster import (
     split_leaving,
     toleration_tolerates,
 )
+from webhook.config import PoolSettings
 from webhook.model import (
     BUILTIN_GROUPS,
     GPU_MEMORY_RESOURCE,
@@ -453,7 +455,7 @@ def _find_spot_places(ctx: Context) -> Places:
     for pool in ctx.settings.cluster.pools:
         if pool.spot:
             on_cluster = True
-            term = [expression(k, "In", [v]) for k, v in sorted(pool.node_selector.items())]
+            term = _pool_term(pool)
             if term not in terms:
                 terms.append(term)
                 shown.append(
@@ -588,11 +590,7 @@ def _spot_place(term: Sequence[Expression], ctx: Context) -> bool:
         key = term[0].get("key")
         if all((key, v) in pairs for v in as_list(term[0].get("values"))):
             return True
-    return any(
-        list(term) == [expression(k, "In", [v]) for k, v in sorted(pool.node_selector.items())]
-        for pool in ctx.settings.cluster.pools
-        if pool.spot
-    )
+    return any(list(term) == _pool_term(pool) for pool in ctx.settings.cluster.pools if pool.spot)
 
 
 def _negated(terms: Sequence[Sequence[Expression]]) -> list[list[list[Expression]]]:
@@ -625,8 +623,8 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     earlier = ctx.prior.get(APPLIED, "")
     said = _said_off_spot(earlier, ctx) or []
     kept = bool(said) and all(holds(pod, alternatives) for alternatives in said)
+    texts = shown.split(" or ") if narrowings else []  # one per place: no pool name or label holds " or "
     if kept:
-        texts = shown.split(" or ") if narrowings else []  # one per place: no pool name or label holds " or "
         fresh = [(n, text) for n, text in zip(narrowings, texts, strict=True) if n not in said]
         narrowings = [*said, *(n for n, _ in fresh)]
     elif not narrowings:
@@ -642,6 +640,18 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
         # the mig policy turns it into an nvidia.com/ device, whose GPU taint is then tolerated (by the device
         # plugin's ExtendedResourceToleration, or by the mig policy itself): judged so on the first pass too
         judged = {**own.spec, "tolerations": [*as_list(own.spec.get("tolerations")), GPU_TAINT_TOLERATION]}
+    if ctx.cluster.groups:
+        # a place whose taints alone keep the pod off needs no NotIn: noise in its affinity (where the cluster is
+        # not known, every place is kept off, as require is kept to them all)
+        if kept:
+            fresh = [(n, text) for n, text in fresh if not _taint_keeps_off(n, judged, pod, ctx)]
+            narrowings = [*said, *(n for n, _ in fresh)]
+        elif needed := [
+            (n, t) for n, t in zip(narrowings, texts, strict=True) if not _taint_keeps_off(n, judged, pod, ctx)
+        ]:
+            narrowings, shown = [n for n, _ in needed], " or ".join(text for _, text in needed)
+        else:
+            return ""
     places = ctx.cluster.eligible(judged, (), gpu_only=_is_gpu_pod(pod))
     spot = sorted({c.group.pool for c in places if c.group.spot})
     if spot and all(c.group.spot for c in places):  # its own rules: narrowing would leave it nowhere
@@ -784,6 +794,32 @@ def _names_nodes(term: JSON) -> bool:
         isinstance(f, dict) and f.get("key") == "metadata.name" and f.get("operator") == "In"
         for f in as_list(term.get("matchFields"))
     )
+
+
+def _taint_keeps_off(narrowing: Sequence[Sequence[Expression]], judged: JSON, pod: PodView, ctx: Context) -> bool:
+    """Whether taints the pod (of spec ``judged``) does not tolerate alone keep it off the place ``narrowing``
+    negates, which then needs no NotIn: a spot label of providers that taint every spot node (``_tainted_off``), or
+    a pool declared ``spot: true`` whose nodes all carry such a taint, or at zero will (its declared taints, and
+    those of a provider its selector names: ``Presets.tainted_spot_taints``); not a cordon's or a node not ready's,
+    which pass. An AKS spot pool declared at zero gave every never pod NotIn on its pool and on AKS's spot labels,
+    whose taint kept the pod off already (found by a review of the spot policy)."""
+    tolerations = as_list(judged.get("tolerations"))
+    if _tainted_off({e["key"] for alt in narrowing for e in alt}, tolerations, ctx):
+        return True
+    pool = next((p for p in ctx.settings.cluster.pools if p.spot and _negated([_pool_term(p)])[0] == narrowing), None)
+    if pool is None:
+        return False
+    untied = {k: v for k, v in judged.items() if k not in ("affinity", "nodeSelector")}
+    trial = {**untied, "nodeSelector": dict(pool.node_selector)}
+    gpu_only = _is_gpu_pod(pod)
+    anyway = {**trial, "tolerations": [{"operator": "Exists"}]}  # its nodes (or its declaration) are there
+    trial["tolerations"] = [*tolerations, *LEAVING_TOLERATIONS]
+    return bool(ctx.cluster.eligible(anyway, (), gpu_only)) and not ctx.cluster.eligible(trial, (), gpu_only)
+
+
+def _pool_term(pool: PoolSettings) -> list[Expression]:
+    """The place of a pool declared ``spot: true``: its nodeSelector, as a term."""
+    return [expression(k, "In", [v]) for k, v in sorted(pool.node_selector.items())]
 
 
 def _tainted_off(keys: Iterable[str], tolerations: Sequence[object], ctx: Context) -> bool:
