@@ -761,7 +761,7 @@ def test_every_one_shot_pod_takes_the_job_pod_labels_and_annotations_not_the_ser
     labels. Every Job, the CronJob's and the helm test pod take jobPodLabels and jobPodAnnotations, injection off by
     default; the server's podLabels and podAnnotations (Prometheus, Vault ...) stay on the server's pods."""
     name, objects = rendered
-    chart, given = (yaml.safe_load(path.read_text()) or {} for path in (CHART / "values.yaml", VALUES / f"{name}.yaml"))
+    given = yaml.safe_load((VALUES / f"{name}.yaml").read_text()) or {}
     server = _pod_metadata(find(objects, "Deployment"))
     one_shot = [o for o in objects if o["kind"] in POD_SPEC_PATHS and o["kind"] != "Deployment"]
     assert {o["metadata"]["name"] for o in one_shot} >= {f"{FULLNAME}-config-check", f"{FULLNAME}-test"}
@@ -769,7 +769,7 @@ def test_every_one_shot_pod_takes_the_job_pod_labels_and_annotations_not_the_ser
         where, meta = f"{obj['kind']}/{obj['metadata']['name']}", _pod_metadata(obj)
         labels, annotations = meta["labels"], meta.get("annotations", {})
         for field, found in (("jobPodLabels", labels), ("jobPodAnnotations", annotations)):
-            assert found.items() >= (chart[field] | given.get(field, {})).items(), f"{where} {field}"
+            assert found.items() >= given.get(field, {}).items(), f"{where} {field}"
         assert labels["sidecar.istio.io/inject"] == "false" and annotations["linkerd.io/inject"] == "disabled", where
         assert labels["app.kubernetes.io/component"] == obj["metadata"]["labels"]["app.kubernetes.io/component"], where
         assert not labels.keys() & given.get("podLabels", {}).keys(), where
@@ -781,17 +781,49 @@ def test_every_one_shot_pod_takes_the_job_pod_labels_and_annotations_not_the_ser
         assert server["labels"].items() >= given["podLabels"].items()
 
 
-def test_a_mesh_that_must_inject_every_pod_can_drop_the_job_pods_opt_out():
-    """A policy that requires every pod in the mesh refuses the opt-out: null drops a default key, as helm does."""
-    objects = template("--set", "jobPodLabels.sidecar\\.istio\\.io/inject=null", "--set", "jobPodAnnotations=null")
+def _one_shot_pod_metadata(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     one_shot = [o for o in objects if o["kind"] in ("Job", "CronJob", "Pod")]
-    assert len(one_shot) == 6
-    for obj in one_shot:
-        meta = _pod_metadata(obj)
+    assert len(one_shot) == 6  # config-check, certs-pre, certs, cleanup Jobs, the CronJob, the helm test pod
+    return [_pod_metadata(o) for o in one_shot]
+
+
+def test_a_mesh_that_must_inject_every_pod_can_drop_the_job_pods_opt_out():
+    """A policy that requires every pod in the mesh refuses the opt-out: a key given null is dropped."""
+    objects = template(
+        "--set", "jobPodLabels.sidecar\\.istio\\.io/inject=null", "--set", "jobPodAnnotations.linkerd\\.io/inject=null"
+    )
+    for meta in _one_shot_pod_metadata(objects):
         assert "sidecar.istio.io/inject" not in meta["labels"] and "linkerd.io/inject" not in meta.get(
             "annotations", {}
         )
         assert meta["labels"]["app.kubernetes.io/instance"] == RELEASE
+
+
+def test_a_key_of_your_own_given_null_by_a_later_values_file_is_dropped(tmp_path):
+    """Helm deletes a null key only where the chart's values.yaml has it: a key of the user's own from a base
+    values file set null in an overlay reached the schema as null and failed the install (a review's finding)."""
+    base, overlay = tmp_path / "base.yaml", tmp_path / "overlay.yaml"
+    base.write_text(yaml.safe_dump({"jobPodLabels": {"example.com/a": "1", "example.com/b": "2"}}))
+    overlay.write_text(yaml.safe_dump({"jobPodLabels": {"example.com/a": None}}))
+    for meta in _one_shot_pod_metadata(template("-f", str(base), "-f", str(overlay))):
+        assert "example.com/a" not in meta["labels"] and meta["labels"]["example.com/b"] == "2"
+        assert meta["labels"]["sidecar.istio.io/inject"] == "false"
+
+
+def test_an_upgrade_reusing_the_values_of_a_release_made_before_the_job_pod_keys_keeps_the_opt_out(tmp_path):
+    """`helm upgrade --reuse-values` renders with the values of the release it upgrades (Helm 4: chart.Values =
+    oldVals), and one made before jobPodLabels and jobPodAnnotations existed has neither: kept in values.yaml, the
+    opt-out was lost there, and in a mesh the pre-upgrade config check never completed (a review's finding). Here
+    the chart renders with a values.yaml that lacks them, as such a release's."""
+    chart = tmp_path / "gpu-admission"
+    shutil.copytree(CHART, chart)
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    del values["jobPodLabels"], values["jobPodAnnotations"]
+    (chart / "values.yaml").write_text(yaml.safe_dump(values))
+    proc = helm("template", RELEASE, str(chart), "-n", NAMESPACE)
+    for meta in _one_shot_pod_metadata([d for d in yaml.safe_load_all(proc.stdout) if d]):
+        assert meta["labels"]["sidecar.istio.io/inject"] == "false", meta
+        assert meta["annotations"]["linkerd.io/inject"] == "disabled", meta
 
 
 @pytest.mark.parametrize(

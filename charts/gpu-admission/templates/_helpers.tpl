@@ -464,19 +464,30 @@ affinity:
 {{- /*
 The metadata of a one-shot pod's template (config check, certs Jobs, renewal CronJob, cleanup Job, helm test pod):
 (dict "root" . "component" NAME ["annotations" DICT, the helm test pod's hook annotations]). The chart's labels and
-jobPodLabels, its annotations and jobPodAnnotations (not podLabels and podAnnotations: those are the server's).
-A key the chart sets itself is refused, not written twice (kustomize and Argo CD refuse a key given twice).
+annotations, then the mesh opt-out below, then jobPodLabels and jobPodAnnotations over it, a key given null dropped
+(not podLabels and podAnnotations: those are the server's). A key the chart writes itself is refused, not written
+twice (kustomize and Argo CD refuse a key given twice).
+The opt-out is here, not in values.yaml (whose maps are empty): `helm upgrade --reuse-values` renders with the values
+of the release it upgrades, and one made before jobPodLabels existed has none, so defaults kept in values.yaml were
+lost there and an injected proxy kept the pre-upgrade config check from completing (a review's finding).
 */}}
 {{- define "gpu-admission.jobPodMetadata" -}}
 {{- $labels := include "gpu-admission.labels" .root | fromYaml }}
 {{- $_ := set $labels "app.kubernetes.io/component" .component }}
 {{- $annotations := .annotations | default dict }}
+{{- $optOut := dict "jobPodLabels" (dict "sidecar.istio.io/inject" "false") "jobPodAnnotations" (dict "linkerd.io/inject" "disabled") }}
 {{- range $field, $own := dict "jobPodLabels" $labels "jobPodAnnotations" $annotations }}
-{{- range $key, $value := index $.root.Values $field }}
+{{- $given := index $.root.Values $field | default dict }}
+{{- range $key, $value := $given }}
 {{- if hasKey $own $key }}
 {{- fail (printf "%s: %s is set by the chart on its Job and test pods (%s: %s); leave it out" $field $key $key (get $own $key)) }}
 {{- end }}
-{{- $_ := set $own $key $value }}
+{{- end }}
+{{- range $key, $value := get $optOut $field }}
+{{- if not (hasKey $given $key) }}{{ $_ := set $own $key $value }}{{ end }}
+{{- end }}
+{{- range $key, $value := $given }}
+{{- if not (kindIs "invalid" $value) }}{{ $_ := set $own $key $value }}{{ end }}
 {{- end }}
 {{- end -}}
 labels:
