@@ -442,14 +442,37 @@ def test_uninstall_deletes_the_secret_the_job_made():
     compile(container["args"][0], "cleanup", "exec")
 
 
+def _job_deadlines(objects: list[dict[str, Any]]) -> list[int]:
+    """The activeDeadlineSeconds of every Job, the CronJob's included."""
+    job_specs = [j["spec"] for j in find_all(objects, "Job")]
+    job_specs += [c["spec"]["jobTemplate"]["spec"] for c in find_all(objects, "CronJob")]
+    return [spec["activeDeadlineSeconds"] for spec in job_specs]
+
+
+def _notes(*args: str) -> str:
+    return helm("install", RELEASE, str(CHART), "--dry-run=client", "-n", NAMESPACE, *args).stdout.split("NOTES:", 1)[1]
+
+
 def test_every_job_has_the_time_a_node_from_zero_takes(rendered):
     """One deadline for every Job, retries included: the uninstall's cleanup Job had 120 s, too short for a node to
     be made where it may run (a pool scaled to zero), where the other Jobs had 300 s (a review's finding)."""
     name, objects = rendered
-    job_specs = [j["spec"] for j in find_all(objects, "Job")]
-    job_specs += [c["spec"]["jobTemplate"]["spec"] for c in find_all(objects, "CronJob")]
-    assert len(job_specs) >= (5 if name == "defaults" else 1)  # config check, certs-pre, certs, cleanup, renewal
-    assert {spec["activeDeadlineSeconds"] for spec in job_specs} == {300}, name
+    given = yaml.safe_load((VALUES / f"{name}.yaml").read_text()) or {}
+    deadlines = _job_deadlines(objects)
+    assert len(deadlines) >= (5 if name == "defaults" else 1)  # config check, certs-pre, certs, cleanup, renewal
+    assert set(deadlines) == {given.get("jobDeadlineSeconds", 300)}, name
+
+
+def test_the_job_deadline_can_be_raised_and_the_timeout_the_notes_give_follows_it():
+    """Nodes made from zero can take longer than 300 s (a large VM, a provider slow to find capacity); the deadline
+    was fixed there (a review's finding). jobDeadlineSeconds sets every Job's, the NOTES give twice it as --timeout,
+    and the schema refuses one too short for a pod to be scheduled and its image pulled."""
+    assert set(_job_deadlines(template("--set", "jobDeadlineSeconds=900"))) == {900}
+    notes = _notes("--set", "jobDeadlineSeconds=900")
+    assert "each given 900 s to finish (jobDeadlineSeconds): pass --timeout 30m" in notes
+    assert "pass --timeout 11m" in _notes("--set", "jobDeadlineSeconds=301")
+    proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, "--set", "jobDeadlineSeconds=30", check=False)
+    assert proc.returncode != 0 and "jobDeadlineSeconds" in proc.stderr
 
 
 def test_the_timeout_the_docs_give_outlasts_every_job_and_their_sum_is_as_said():
@@ -462,7 +485,7 @@ def test_the_timeout_the_docs_give_outlasts_every_job_and_their_sum_is_as_said()
     install_jobs = [j for j in find_all(objects, "Job") if hooks(j) & {"pre-install", "post-install"}]
     assert len(install_jobs) == 3  # the config check, certs-pre, certs
     readme, install = ((ROOT / path).read_text() for path in ("README.md", "docs/install.md"))
-    notes = helm("install", RELEASE, str(CHART), "--dry-run=client", "-n", NAMESPACE).stdout.split("NOTES:", 1)[1]
+    notes = _notes()
     for where, text in (("README.md", readme), ("docs/install.md", install), ("NOTES", notes)):
         minutes = [int(m) for m in re.findall(r"--timeout (\d+)m\b", text)]
         assert minutes and all(m * 60 >= 2 * deadline for m in minutes), (where, minutes)
@@ -814,16 +837,19 @@ def test_an_upgrade_reusing_the_values_of_a_release_made_before_the_job_pod_keys
     """`helm upgrade --reuse-values` renders with the values of the release it upgrades (Helm 4: chart.Values =
     oldVals), and one made before jobPodLabels and jobPodAnnotations existed has neither: kept in values.yaml, the
     opt-out was lost there, and in a mesh the pre-upgrade config check never completed (a review's finding). Here
-    the chart renders with a values.yaml that lacks them, as such a release's."""
+    the chart renders with a values.yaml that lacks them, as such a release's; nor has it jobDeadlineSeconds, and
+    the Jobs keep their deadline."""
     chart = tmp_path / "gpu-admission"
     shutil.copytree(CHART, chart)
     values = yaml.safe_load((CHART / "values.yaml").read_text())
+    deadline = values.pop("jobDeadlineSeconds")
     del values["jobPodLabels"], values["jobPodAnnotations"]
     (chart / "values.yaml").write_text(yaml.safe_dump(values))
-    proc = helm("template", RELEASE, str(chart), "-n", NAMESPACE)
-    for meta in _one_shot_pod_metadata([d for d in yaml.safe_load_all(proc.stdout) if d]):
+    objects = [d for d in yaml.safe_load_all(helm("template", RELEASE, str(chart), "-n", NAMESPACE).stdout) if d]
+    for meta in _one_shot_pod_metadata(objects):
         assert meta["labels"]["sidecar.istio.io/inject"] == "false", meta
         assert meta["annotations"]["linkerd.io/inject"] == "disabled", meta
+    assert set(_job_deadlines(objects)) == {deadline}  # values.yaml's, not none at all
 
 
 def test_the_docs_name_exactly_the_job_pod_keys_the_chart_refuses():

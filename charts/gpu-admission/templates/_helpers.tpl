@@ -499,12 +499,19 @@ annotations:
 {{- end }}
 
 {{- /*
-The activeDeadlineSeconds of every Job of the chart (config check, certs, renewal, cleanup): the time, retries
-included, for a node to be made where its pod may run (a pool scaled from zero takes minutes on the managed clouds)
-and the image pulled. The cleanup Job had 120 s, too short for such a node to come, and `helm uninstall` failed.
-docs/install.md's --timeout advice rests on it.
+The activeDeadlineSeconds of every Job of the chart (config check, certs, renewal, cleanup): jobDeadlineSeconds. The
+cleanup Job had 120 s, too short for a node to be made where it may run, and `helm uninstall` failed. 300 where the
+values lack it: `helm upgrade --reuse-values` from a release made before it (values.yaml's default, tests check it).
 */}}
-{{- define "gpu-admission.jobDeadlineSeconds" -}}300{{- end }}
+{{- define "gpu-admission.jobDeadlineSeconds" -}}{{ .Values.jobDeadlineSeconds | default 300 | int }}{{- end }}
+
+{{- /*
+The helm --timeout the NOTES advise, in minutes: twice jobDeadlineSeconds, as docs/install.md's 10m for its 300 s
+(helm waits for each hook Job up to --timeout), so a Job's own outcome is what helm reports.
+*/}}
+{{- define "gpu-admission.helmTimeoutMinutes" -}}
+{{- div (add (mul 2 (include "gpu-admission.jobDeadlineSeconds" . | int)) 59) 60 }}
+{{- end }}
 
 {{/* Pod spec of the certs Jobs and of the renewal CronJob: (dict "root" . ["serviceAccount" NAME] ["createOnly" true]). */}}
 {{- define "gpu-admission.certsPodSpec" -}}
