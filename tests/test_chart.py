@@ -493,6 +493,40 @@ def test_the_timeout_the_docs_give_outlasts_every_job_and_their_sum_is_as_said()
     assert f"up to {len(install_jobs) * deadline // 60} minutes in all" in install
 
 
+# The helm commands and the hooks each runs.
+HELM_COMMAND_HOOKS = {
+    "install": {"pre-install", "post-install"},
+    "upgrade": {"pre-upgrade", "post-upgrade"},
+    "rollback": {"pre-rollback", "post-rollback"},
+    "uninstall": {"pre-delete", "post-delete"},
+}
+
+
+def test_every_helm_command_that_runs_a_job_is_given_the_timeout():
+    """The --timeout advice missed `helm rollback` (the certs Job is post-rollback too) and the incident steps of
+    docs/operations.md: `helm upgrade --set webhook.failurePolicy=Ignore` runs the pre-upgrade hooks first, which
+    with Helm 4 hold it the whole --timeout when one fails, and `helm uninstall` its pre-delete Job (a review's
+    finding). The docs and the NOTES name every command whose hooks run a Job of the chart, and each such command
+    the docs give to run carries --timeout (twice the Jobs' deadline) or --no-hooks."""
+    objects = render_values("defaults")
+    (deadline,) = set(_job_deadlines(objects))
+    job_hooks = set().union(*(hooks(j) for j in find_all(objects, "Job")))
+    running = {command for command, phases in HELM_COMMAND_HOOKS.items() if phases & job_hooks}
+    assert running == set(HELM_COMMAND_HOOKS)
+    install = " ".join((ROOT / "docs" / "install.md").read_text().split())
+    advice = re.search(r"Give `--timeout \d+m` to (.*?) alike\.", install)
+    assert advice and all(f"`helm {command}`" in advice.group(1) for command in running), "docs/install.md"
+    (notes,) = [line for line in _notes().splitlines() if "the chart's Jobs too" in line]
+    assert all(f"helm {command}" in notes for command in running - {"install"}), notes
+    for path in ("docs/install.md", "docs/operations.md", "docs/certificates.md"):
+        spans = re.findall(r"`(helm (?:upgrade|rollback|uninstall)\b[^`]*)`", (ROOT / path).read_text())
+        to_run = [span for span in spans if any(not word.startswith("-") for word in span.split()[2:])]
+        assert to_run or path == "docs/install.md", path
+        for span in to_run:
+            minutes = [int(m) for m in re.findall(r"--timeout (\d+)m\b", span)]
+            assert "--no-hooks" in span or (minutes and all(m * 60 >= 2 * deadline for m in minutes)), (path, span)
+
+
 # The labels `gpu-admission certs ensure` puts on the Secret it makes, which the cleanup Job looks for.
 CERTS_LABELS = dict(certs_kube.LABELS)
 
