@@ -852,3 +852,13 @@ def test_a_stream_with_nothing_to_review_exits_2_saying_so(tmp_path: Path) -> No
         "stream.yaml: nothing to review: none of its 2 objects is a Pod or a workload (Pod, Deployment, StatefulSet,"
         " DaemonSet, ReplicaSet, Job, CronJob), or an AdmissionReview of one"
     )
+
+
+def test_documents_are_numbered_as_they_stand_in_the_text(tmp_path: Path) -> None:
+    """Empty and null documents were left out of the count: the header named document 2 for the fourth."""
+    pod, deployment = (yaml.safe_dump(o) for o in (_pod(CUDA124, {"nvidia.com/gpu": "1"}), STREAM[3]))
+    path = tmp_path / "stream.yaml"
+    path.write_text(f"---\n# only a comment\n---\n---\nnull\n---\n{pod}---\n~\n---\n{deployment}")
+    run = cli("review", "-f", str(path), "--nodes", str(NODES), "--config", str(CONFIG))
+    headers = [line for line in run.stdout.splitlines() if line.startswith("== ")]
+    assert headers == [f"== Pod ml/p ({path}: document 4)", f"== Deployment ml/d ({path}: document 6)"], run.stdout

@@ -343,11 +343,13 @@ def _name(obj: dict[str, Any]) -> str:
 
 
 def _objects(docs: list[Any], path: str) -> list[tuple[str, Any]]:
-    """Each object of the input with where it stands: its document (numbered from 1 where there are several) and,
-    in a ``kind: List`` (what ``kubectl get -o yaml`` prints), its place in the items."""
+    """Each object of the input with where it stands: its document (where there are several, numbered from 1 as
+    they stand in the text, empty and null ones counted: they had been left out of the count, and the header named
+    another document) and, in a ``kind: List`` (what ``kubectl get -o yaml`` prints), its place in the items."""
     found: list[tuple[str, Any]] = []
-    for number, doc in enumerate(docs, 1):
-        at = path if len(docs) == 1 else f"{path}: document {number}"
+    present = [(number, doc) for number, doc in enumerate(docs, 1) if doc is not None]
+    for number, doc in present:
+        at = path if len(present) == 1 else f"{path}: document {number}"
         items = doc.get("items") if isinstance(doc, dict) and str(doc.get("kind")).endswith("List") else None
         if isinstance(items, list):
             found.extend((f"{at}, items[{index}]", item) for index, item in enumerate(items))

@@ -969,7 +969,7 @@ def read_node_file(path: str | Path) -> list[JSON]:
     """The Node objects of a file as ``kubectl get nodes -o yaml|json`` writes it (a Node, a NodeList or a
     ``kind: List``; several YAML documents allowed). Raises InputError saying what is wrong."""
     where = str(path)
-    documents = read_documents(path)
+    documents = [doc for doc in read_documents(path) if doc is not None]
     if not documents and where == "-":  # not "> -": standard input is piped, not written (a review's finding)
         raise InputError(
             "-: standard input held no node list (pipe one in: kubectl get nodes -o yaml | gpu-admission ... --nodes -)"

@@ -35,7 +35,8 @@ class _Loader(_Base):  # type: ignore[misc]
 
 
 def parse_documents(text: str, where: str) -> list[Any]:
-    """The non-empty documents of ``text``; InputError naming ``where`` when it is neither JSON nor YAML."""
+    """The documents of ``text`` as they stand in it, an empty or null one as None (so that the n-th is the one an
+    editor shows as the n-th); InputError naming ``where`` when it is neither JSON nor YAML."""
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
@@ -45,13 +46,13 @@ def parse_documents(text: str, where: str) -> list[Any]:
         except ValueError as err:
             raise InputError(f"{where}: not usable JSON: {str(err)[:100]}") from err
     try:
-        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+        return list(yaml.load_all(text, Loader=_Loader))
     except (yaml.YAMLError, ValueError) as err:  # ValueError: a value YAML cannot build (!!int abc, 5,000 digits)
         raise InputError(f"{where}: not valid YAML or JSON: {err}") from err
 
 
 def read_documents(path: str | Path) -> list[Any]:
-    """The documents of a file (``-``: standard input)."""
+    """The documents of a file (``-``: standard input), as ``parse_documents`` gives them."""
     where = str(path)
     try:
         text = sys.stdin.read() if where == "-" else Path(path).read_text(encoding="utf-8")
