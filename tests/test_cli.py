@@ -862,3 +862,21 @@ def test_documents_are_numbered_as_they_stand_in_the_text(tmp_path: Path) -> Non
     run = cli("review", "-f", str(path), "--nodes", str(NODES), "--config", str(CONFIG))
     headers = [line for line in run.stdout.splitlines() if line.startswith("== ")]
     assert headers == [f"== Pod ml/p ({path}: document 4)", f"== Deployment ml/d ({path}: document 6)"], run.stdout
+
+
+def test_lists_inside_lists_are_opened_at_every_depth(tmp_path: Path) -> None:
+    """kubectl opens a List inside a List (cli-runtime's FlattenListVisitor); review passed it over and exited 0
+    where the Pod inside it is denied."""
+    denied = _pod(CUDA124, {"nvidia.com/gpu": "1.5"})
+    inner = {"apiVersion": "v1", "kind": "List", "items": [STREAM[1], denied]}
+    outer = {"apiVersion": "v1", "kind": "List", "items": [inner, STREAM[0]]}
+    path = _stream(tmp_path, [outer, _pod(CUDA124, {"nvidia.com/gpu": "1"})])
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(CONFIG))
+    assert run.returncode == 1, run.stderr
+    assert run.stdout.startswith(f"== Pod ml/p ({path}: document 1, items[0].items[1])\nDENIED\n"), run.stdout
+    assert f"{path}: document 1, items[0].items[0] (ConfigMap cfg): not reviewed" in run.stderr
+    deep: dict[str, Any] = denied
+    for _ in range(webhook_cli.MAX_LIST_DEPTH + 1):
+        deep = {"apiVersion": "v1", "kind": "List", "items": [deep]}
+    run = cli("review", "-f", _manifest(tmp_path, deep), "--nodes", str(NODES))
+    assert run.returncode == 2 and "items[0]: Lists nested more than 16 deep" in run.stderr, run.stderr

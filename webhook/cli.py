@@ -349,13 +349,25 @@ def _objects(docs: list[Any], path: str) -> list[tuple[str, Any]]:
     found: list[tuple[str, Any]] = []
     present = [(number, doc) for number, doc in enumerate(docs, 1) if doc is not None]
     for number, doc in present:
-        at = path if len(present) == 1 else f"{path}: document {number}"
-        items = doc.get("items") if isinstance(doc, dict) and str(doc.get("kind")).endswith("List") else None
-        if isinstance(items, list):
-            found.extend((f"{at}, items[{index}]", item) for index, item in enumerate(items))
-        else:
-            found.append((at, doc))
+        _flatten(path if len(present) == 1 else f"{path}: document {number}", doc, 0, found)
     return found
+
+
+MAX_LIST_DEPTH = 16
+"""How deep Lists inside Lists are opened; deeper is unusable input (no tool writes that)."""
+
+
+def _flatten(at: str, value: Any, depth: int, found: list[tuple[str, Any]]) -> None:
+    """``value``, or the items of a List at every depth (``items[0].items[2]``), into ``found``, as kubectl opens
+    them (cli-runtime's FlattenListVisitor). Found by a review: a List inside a List was passed over, exit 0."""
+    items = value.get("items") if isinstance(value, dict) and str(value.get("kind")).endswith("List") else None
+    if not isinstance(items, list):
+        found.append((at, value))
+        return
+    if depth == MAX_LIST_DEPTH:
+        raise InputError(f"{at}: Lists nested more than {MAX_LIST_DEPTH} deep; give the objects in fewer Lists")
+    for index, item in enumerate(items):
+        _flatten(f"{at}{'.' if depth else ', '}items[{index}]", item, depth + 1, found)
 
 
 def _label(value: Any) -> str:
@@ -573,12 +585,12 @@ def build_parser() -> argparse.ArgumentParser:
     review = sub.add_parser(
         "review",
         help="show what the webhook would do with a manifest",
-        description="Review each Pod and workload of the manifest: one object, or a stream of them (helm template,"
-        " kustomize build; documents and kind: List items), other kinds passed over and named on stderr. Exit 0"
-        " when every one is admitted; 1 when one is denied, or is a workload whose pods the webhook would each"
-        " refuse as they are created (PODS DENIED: the webhook admits the workload itself); 2 when one could not"
-        " be reviewed, or none is there. -o json prints one object {allowed, message, warnings, patch, object},"
-        " a workload's with podsAllowed; for an input of several objects, a list of them, each with its kind,"
+        description="Review each Pod and workload of the manifest: one object, or a stream of them (helm template, "
+        "kustomize build; documents and kind: List items, at every depth), other kinds passed over and named on "
+        "stderr. Exit 0 when every one is admitted; 1 when one is denied, or is a workload whose pods the webhook "
+        "would each refuse as they are created (PODS DENIED: the webhook admits the workload itself); 2 when one "
+        "could not be reviewed, or none is there. -o json prints one object {allowed, message, warnings, patch, "
+        "object}, a workload's with podsAllowed; for an input of several objects, a list of them, each with its kind,"
         " name and namespace.",
     )
     review.add_argument(
