@@ -880,3 +880,36 @@ def test_lists_inside_lists_are_opened_at_every_depth(tmp_path: Path) -> None:
         deep = {"apiVersion": "v1", "kind": "List", "items": [deep]}
     run = cli("review", "-f", _manifest(tmp_path, deep), "--nodes", str(NODES))
     assert run.returncode == 2 and "items[0]: Lists nested more than 16 deep" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize(
+    ("limits", "annotations", "asked"),
+    [
+        pytest.param({"gpu-admission.io/gpu-memory": "60Gi"}, {}, "gpu-admission.io/gpu-memory 60Gi", id="memory"),
+        pytest.param(
+            {}, {"gpu-admission.io/gpu-fraction": "0.9"}, "gpu-admission.io/gpu-fraction 0.9", id="annotation"
+        ),
+    ],
+)
+def test_a_workload_whose_pods_get_the_fallback_is_not_pods_denied(
+    tmp_path: Path, limits: dict[str, str], annotations: dict[str, str], asked: str
+) -> None:
+    """With mig.fallback whole, an ask no profile holds (3g.40gb is the largest offered) gives each pod a whole GPU;
+    its workload said PODS DENIED ('its pods are refused') and exited 1."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"mig": {"fallback": "whole"}}))
+    deployment = _deployment("d", CUDA124, limits)
+    deployment["spec"]["template"]["metadata"]["annotations"] = annotations
+    pod = _pod(CUDA124, limits)
+    pod["metadata"]["annotations"] = annotations
+    fallback = "nvidia.com/gpu 1 (whole GPU: no MIG profile covers it)"
+    alone = cli("review", "-f", _manifest(tmp_path, pod), "--nodes", str(NODES), "--config", str(config))
+    assert alone.returncode == 0 and f"Warning: main: {asked} -> {fallback}" in alone.stdout, alone.stdout
+    run = cli(
+        "review", "-f", _manifest(tmp_path, deployment), "--nodes", str(NODES), "--config", str(config), "-o", "json"
+    )
+    assert run.returncode == 0, run.stdout
+    out = json.loads(run.stdout)
+    assert (out["allowed"], out["podsAllowed"]) == (True, True)
+    assert f"main: {asked}: its pods get {fallback}" in out["warnings"]
+    assert not any("refused" in w for w in out["warnings"]), out["warnings"]

@@ -1501,19 +1501,25 @@ def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask,
         said = "Kueue sees it as written, in no ClusterQueue" if ask.kind == "memory" else "Kueue charges no GPU for it"
         out.warn(fit_warning(f"{ask.name}: {ask.asked}: {said}; ask a nvidia.com/gpu fraction", ask.name))
     choice, seen, _ = _choose(req, pod, others, ask)
-    if choice is not None and not _runs(req, choice):
-        fallback = _fallback(req, pod, others, ask)
-        if fallback is None or not _runs(req, fallback):
-            # the reason before the places; where the products and pools do not fit, the pools alone, cut at a name
-            head = f"{ask.name}: {ask.asked}: its pods are refused: only a driver too old for their CUDA offers it ("
-            text = f"{head}{_where(choice.places)})"
-            groups = [p.group for p in choice.places]
-            out.refuse_pods(text if len(text) <= WARNING_LIMIT else _pool_warning(head, groups, ")", ask.name))
-        return
-    if choice is not None:
+    if choice is not None and _runs(req, choice):
         # said to whoever applies the workload: the pods' own warning goes to their controller, unread (a review
         # of real manifests: a Deployment's 5Gi got a 1g.5gb of 4864 MiB without a word)
         _warn_usable(out, ask, choice, "its pods' ")
+        return
+    # as ``_convert`` gives each pod: the fallback (mig.fallback) where no profile covers the ask, or only where the
+    # driver is too old for the pod's CUDA (found by a review: with fallback whole, a workload's 60Gi was said to
+    # have its pods refused, each of which got a whole GPU)
+    fallback = _fallback(req, pod, others, ask)
+    if fallback is not None and _runs(req, fallback):
+        given = f"{ask.name}: {ask.asked}: its pods get {fallback.option.given} ({fallback.note})"
+        out.warn(fit_warning(given, ask.name))
+        return
+    if choice is not None:
+        # the reason before the places; where the products and pools do not fit, the pools alone, cut at a name
+        head = f"{ask.name}: {ask.asked}: its pods are refused: only a driver too old for their CUDA offers it ("
+        text = f"{head}{_where(choice.places)})"
+        groups = [p.group for p in choice.places]
+        out.refuse_pods(text if len(text) <= WARNING_LIMIT else _pool_warning(head, groups, ")", ask.name))
         return
     largest = max(
         (p.profile for p in seen if p.profile),
