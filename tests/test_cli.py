@@ -913,3 +913,13 @@ def test_a_workload_whose_pods_get_the_fallback_is_not_pods_denied(
     assert (out["allowed"], out["podsAllowed"]) == (True, True)
     assert f"main: {asked}: its pods get {fallback}" in out["warnings"]
     assert not any("refused" in w for w in out["warnings"]), out["warnings"]
+
+
+def test_a_denied_workload_keeps_the_warning_that_its_pods_are_refused(tmp_path: Path) -> None:
+    """A DENIED workload's text left out each warning that its pods are refused, said on PODS DENIED alone."""
+    deployment = _deployment("d", CUDA124, {"gpu-admission.io/gpu-memory": "900Gi"})
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    containers.append({"name": "u", "image": CUDA124, "resources": {"limits": {"nvidia.com/gpu": "1.5"}}})
+    run = cli("review", "-f", _manifest(tmp_path, deployment), "--nodes", str(NODES), "--config", str(CONFIG))
+    assert run.returncode == 1 and run.stdout.startswith("DENIED\ncontainer u asks for nvidia.com/gpu 1.5"), run.stdout
+    assert "\nWarning: main: gpu-admission.io/gpu-memory 900Gi: largest offered is 3g.40gb" in run.stdout, run.stdout

@@ -451,17 +451,19 @@ def _verdict(item: _Item, result: pipeline.Result) -> dict[str, Any]:
 
 
 def _print_text(item: _Item, result: pipeline.Result) -> None:
+    listed: list[str] = []  # the warnings said as why its pods are refused, not said again
     if result.allowed and result.pods_refused:
         print("PODS DENIED")
         print(f"the webhook admits the {item.kind} itself, but would refuse each pod it makes, as the pod is created:")
         for why in result.pods_refused:
             print(f"- {why}")
+        listed = result.pods_refused
     else:
         print(("ADMITTED" if result.allowed else "DENIED") + (f" ({result.skipped})" if result.skipped else ""))
     if result.message:
         print(result.message)
     for w in result.warnings:
-        if w not in result.pods_refused:
+        if w not in listed:
             print(f"Warning: {w}")
     template = pipeline.pod_view(result.object, item.namespace, writable=False) if result.allowed else None
     annotations = template.annotations if template is not None else {}  # a workload's: its pod template's
