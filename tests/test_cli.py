@@ -923,3 +923,22 @@ def test_a_denied_workload_keeps_the_warning_that_its_pods_are_refused(tmp_path:
     run = cli("review", "-f", _manifest(tmp_path, deployment), "--nodes", str(NODES), "--config", str(CONFIG))
     assert run.returncode == 1 and run.stdout.startswith("DENIED\ncontainer u asks for nvidia.com/gpu 1.5"), run.stdout
     assert "\nWarning: main: gpu-admission.io/gpu-memory 900Gi: largest offered is 3g.40gb" in run.stdout, run.stdout
+
+
+def test_a_workload_whose_pod_template_opts_out_is_not_pods_denied(tmp_path: Path) -> None:
+    """Its pods carry its template's labels, so each passes untouched: a template labelled to opt out got 'its
+    pods are refused', and review PODS DENIED (exit 1)."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"exemptions": {"allowOptOutLabel": True}}))
+    deployment = _deployment("d", CUDA124, {"gpu-admission.io/gpu-memory": "900Gi"})
+    deployment["spec"]["template"]["metadata"]["labels"]["gpu-admission.io/ignore"] = "true"
+    run = cli(
+        "review", "-f", _manifest(tmp_path, deployment), "--nodes", str(NODES), "--config", str(config), "-o", "json"
+    )
+    assert run.returncode == 0, run.stdout
+    out = json.loads(run.stdout)
+    assert (out["allowed"], out["podsAllowed"]) == (True, True)
+    opted = (
+        "its pods opt out (label gpu-admission.io/ignore=true on its pod template): created unreviewed, none refused"
+    )
+    assert opted in out["warnings"] and not any("its pods are refused" in w for w in out["warnings"]), out["warnings"]

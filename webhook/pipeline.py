@@ -179,7 +179,6 @@ def _guard(obj: Any, ctx: Context) -> str:
     exempt = _exempt(ctx)
     if exempt:
         return exempt
-    ex = ctx.settings.exemptions
     kind = as_str(obj.get("kind"))
     if kind not in TEMPLATE_PATHS:
         return f"kind {kind or '(none)'} is not handled"
@@ -189,11 +188,38 @@ def _guard(obj: Any, ctx: Context) -> str:
         return POD_UPDATE
     if kind == "ReplicaSet" and _controlled_by(obj, "Deployment"):
         return DEPLOYMENTS_REPLICASET
-    if ex.allow_opt_out_label:
-        labels = as_dict(as_dict(obj.get("metadata")).get("labels"))
-        if labels.get(IGNORE_LABEL) == "true":
-            return f"label {IGNORE_LABEL}=true (opt-out allowed by settings)"
+    if _opts_out(as_dict(obj.get("metadata")), ctx):
+        return f"label {IGNORE_LABEL}=true (opt-out allowed by settings)"
     return ""
+
+
+def _opts_out(metadata: JSON, ctx: Context) -> bool:
+    """Whether an object of this metadata opts out of the webhook: its label, where the settings honour it."""
+    return ctx.settings.exemptions.allow_opt_out_label and as_dict(metadata.get("labels")).get(IGNORE_LABEL) == "true"
+
+
+def pods_pass(view: PodView, ctx: Context) -> str:
+    """Why the pods its controller makes from a workload's template are each passed untouched as they are created
+    ('' where they are reviewed): they are made in its namespace, with its template's labels, by the controller, so
+    neither its creator's exemption nor its own labels are theirs (an exemption of the controllers' users or groups
+    is not known here)."""
+    made = Context(settings=ctx.settings, cluster=ctx.cluster, namespace=view.namespace or ctx.namespace)
+    if exempt := _exempt(made):
+        return exempt
+    if _opts_out(view.metadata, ctx):
+        return f"label {IGNORE_LABEL}=true on its pod template"
+    return ""
+
+
+def _pods_passed(view: PodView, ctx: Context, outcome: Outcome) -> None:
+    """Where a workload's pods each pass untouched, none is refused: what the policies said would refuse them is said
+    as that (found by a review: a template labelled to opt out got 'its pods are refused', and review PODS DENIED)."""
+    if not view.is_template or not outcome.pods_refused or not (why := pods_pass(view, ctx)):
+        return
+    refused = set(outcome.pods_refused)
+    outcome.warnings[:] = [w for w in outcome.warnings if w not in refused]
+    outcome.pods_refused.clear()
+    outcome.warn(f"its pods opt out ({why}): created unreviewed, none refused")
 
 
 OPT_OUT_OFF = (
@@ -800,6 +826,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
     if not had_annotations and view.metadata.get("annotations") == {}:
         del view.metadata["annotations"]  # do not leave behind an empty map that we created
     outcome.warnings[:0] = [*_opt_out_refused(obj, view, ctx), *_misplaced_now(obj, ctx), *unknown]
+    _pods_passed(view, pctx, outcome)
     result = Result(object=working)
     _finish(result, pctx, outcome, "")  # an allowed answer's decision follows from its patch, below
     if result.allowed and (too_long := _fit_annotations(view)):
@@ -832,6 +859,7 @@ def _validate(obj: Any, ctx: Context) -> Result:
     outcome = Outcome()
     for _, step in VALIDATORS:
         step(view, pctx, outcome)
+    _pods_passed(view, pctx, outcome)
     result = _finish(Result(object=obj), pctx, outcome, "admitted")
     if not result.allowed and (gone := ungated(obj, ctx)):
         _ungate_refusal(result, gone, ctx)
