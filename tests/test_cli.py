@@ -942,3 +942,112 @@ def test_a_workload_whose_pod_template_opts_out_is_not_pods_denied(tmp_path: Pat
         "its pods opt out (label gpu-admission.io/ignore=true on its pod template): created unreviewed, none refused"
     )
     assert opted in out["warnings"] and not any("its pods are refused" in w for w in out["warnings"]), out["warnings"]
+
+
+def _refused_deployment(workload_labels: dict[str, str], template_labels: dict[str, str]) -> dict[str, Any]:
+    """A Deployment whose pods the webhook would each refuse (a memory size no MIG profile holds)."""
+    deployment = _deployment("d", CUDA124, {"gpu-admission.io/gpu-memory": "900Gi"})
+    deployment["metadata"]["labels"] = workload_labels
+    deployment["spec"]["template"]["metadata"]["labels"].update(template_labels)
+    return deployment
+
+
+OPT_OUT = {"gpu-admission.io/ignore": "true"}
+TOO_LARGE = "main: gpu-admission.io/gpu-memory 900Gi: largest offered is 3g.40gb; ask for less or its pods are refused"
+
+
+@pytest.mark.parametrize(
+    ("manifest", "settings", "namespace", "said"),
+    [
+        pytest.param(
+            _refused_deployment(OPT_OUT, OPT_OUT),
+            {"exemptions": {"allowOptOutLabel": True}},
+            "ml",
+            "ADMITTED (label gpu-admission.io/ignore=true (opt-out allowed by settings))\nits pods are passed untouched"
+            " too, as they are created (label gpu-admission.io/ignore=true on its pod template)\n",
+            id="both-opt-out",
+        ),
+        pytest.param(
+            _refused_deployment({}, {}),
+            {"exemptions": {"namespaces": ["ml"]}},
+            "ml",
+            "ADMITTED (namespace ml is exempt)\nits pods are passed untouched too, as they are created (namespace ml"
+            " is exempt)\n",
+            id="namespace-exempt",
+        ),
+    ],
+)
+def test_a_workload_whose_pods_pass_untouched_is_not_pods_denied(
+    tmp_path: Path, manifest: dict[str, Any], settings: dict[str, Any], namespace: str, said: str
+) -> None:
+    """Its pods carry its template's labels and are made in its namespace: passed untouched, none is refused; said
+    plainly, and podsAllowed (they are admitted)."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    path = _manifest(tmp_path, manifest)
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "--namespace", namespace)
+    assert run.returncode == 0 and run.stdout.startswith(said), run.stdout
+    assert "refused" not in run.stdout.replace("none refused", ""), run.stdout
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "-o", "json")
+    out = json.loads(run.stdout)
+    assert (out["allowed"], out["podsAllowed"], out["podsRefused"]) == (True, True, []), out
+
+
+def _created_by(user: str, obj: dict[str, Any], old: dict[str, Any] | None = None) -> dict[str, Any]:
+    review = _admission_review(obj, operation="UPDATE" if old else "CREATE")
+    review["request"].update(userInfo={"username": user}, **({"oldObject": old} if old else {}))
+    return review
+
+
+def _owned_replica_set() -> dict[str, Any]:
+    replica_set = _refused_deployment({}, {})
+    owner = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "u", "controller": True}
+    replica_set.update(kind="ReplicaSet", metadata={"name": "d-5f6d", "namespace": "ml", "ownerReferences": [owner]})
+    return replica_set
+
+
+@pytest.mark.parametrize(
+    ("review", "skipped"),
+    [
+        pytest.param(_created_by("ci-deployer", _refused_deployment({}, {})), "user ci-deployer is exempt", id="user"),
+        pytest.param(
+            _refused_deployment(OPT_OUT, {}),
+            "label gpu-admission.io/ignore=true (opt-out allowed by settings)",
+            id="workload-label",
+        ),
+        pytest.param(_owned_replica_set(), "a Deployment's ReplicaSet: its template is the Deployment's", id="rs"),
+        pytest.param(
+            _created_by("bob", _refused_deployment({}, {}), old=_refused_deployment({}, {})),
+            "the update leaves the pod template as it was",
+            id="update-keeps-template",
+        ),
+    ],
+)
+def test_a_workload_passed_over_for_a_reason_of_its_own_has_its_pods_reviewed(
+    tmp_path: Path, review: dict[str, Any], skipped: str
+) -> None:
+    """Its pods are made by its controller, without its own labels, from its template as it stands: the webhook
+    reviews each. Such a workload said ADMITTED, podsAllowed true, where every pod would be refused."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"exemptions": {"users": ["ci-deployer"], "allowOptOutLabel": True}}))
+    path = _manifest(tmp_path, review)
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 1, run.stdout
+    kind = "ReplicaSet" if review["kind"] == "ReplicaSet" else "Deployment"
+    assert run.stdout.startswith(f"PODS DENIED\nthe webhook passes the {kind} itself over ({skipped}"), run.stdout
+    assert f"), but would refuse each pod it makes, as the pod is created:\n- {TOO_LARGE}\n" in run.stdout
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "-o", "json")
+    assert run.returncode == 1, run.stdout
+    out = json.loads(run.stdout)
+    assert (out["allowed"], out["podsAllowed"], out["podsRefused"], out["patch"]) == (True, False, [TOO_LARGE], [])
+
+
+def test_an_exempt_users_workload_whose_pods_pass_says_they_are_reviewed(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"exemptions": {"users": ["ci-deployer"]}}))
+    review = _created_by("ci-deployer", _deployment("d", CUDA124, {"gpu-admission.io/gpu-memory": "20Gi"}))
+    run = cli("review", "-f", _manifest(tmp_path, review), "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 0, run.stdout
+    assert run.stdout == (
+        "ADMITTED (user ci-deployer is exempt)\nits pods are reviewed each as it is created, and would be admitted\n"
+    )

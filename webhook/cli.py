@@ -26,7 +26,7 @@ from webhook.decisions import context_for
 from webhook.documents import api_object, read_documents
 from webhook.drivers import show_driver
 from webhook.errors import BadRequest, ConfigError, InputError
-from webhook.model import TEMPLATE_PATHS, Context, as_dict, as_list
+from webhook.model import IGNORE_LABEL, TEMPLATE_PATHS, Context, as_dict, as_list
 from webhook.policies.cuda import driver_table
 from webhook.registry import ImageConfigs, platform_order, read_credentials, trust
 
@@ -435,9 +435,47 @@ def _items(path: str, namespace: str | None) -> tuple[list[_Item], int, int]:
     return items, unusable, len(found)
 
 
-def _verdict(item: _Item, result: pipeline.Result) -> dict[str, Any]:
+@dataclasses.dataclass
+class _Pods:
+    """What becomes of a workload's pods, each as its controller creates it."""
+
+    passed: str = ""
+    """Why each is passed untouched ('' where they are reviewed)."""
+    refused: list[str] = dataclasses.field(default_factory=list)
+    """Why each would be refused (none where they are admitted, or passed)."""
+
+    @property
+    def allowed(self) -> bool:
+        return not self.refused
+
+
+def _pods(item: _Item, result: pipeline.Result, ctx: Context) -> _Pods | None:
+    """What becomes of a workload's pods (None for a Pod). Where the webhook passes a workload over for a reason of
+    its own (its creator exempt, its own opt-out label, a Deployment's ReplicaSet, an update that leaves its template
+    as stored), its pods are still reviewed, each as its controller creates it: its template is reviewed as the same
+    workload's made anew, of no owner and no opt-out label of its own, in its namespace, by no exempt user. Found by
+    a review: such a workload said ADMITTED, and podsAllowed true, of pods the webhook would each refuse."""
+    view = pipeline.pod_view(item.obj, item.namespace, writable=False) if item.kind != "Pod" else None
+    if view is None:
+        return None
+    if passed := pipeline.pods_pass(view, ctx):
+        return _Pods(passed=passed)
+    if not result.skipped:
+        return _Pods(refused=result.pods_refused)
+    metadata = {k: v for k, v in as_dict(item.obj.get("metadata")).items() if k != "ownerReferences"}
+    metadata["labels"] = {k: v for k, v in as_dict(metadata.get("labels")).items() if k != IGNORE_LABEL}
+    made = Context(settings=ctx.settings, cluster=ctx.cluster, namespace=item.namespace, images=ctx.images)
+    anew = _review({**item.obj, "metadata": metadata}, made)
+    if anew.skipped:
+        return _Pods(passed=anew.skipped)
+    return _Pods(refused=[*([] if anew.allowed else anew.message.splitlines()), *anew.pods_refused])
+
+
+def _verdict(item: _Item, result: pipeline.Result, pods: _Pods | None) -> dict[str, Any]:
     """The contract's object (DESIGN, "Offline review"); a workload's says too whether its pods would be admitted
-    as they are created (``podsAllowed``): the webhook admits a template whose pods it would each refuse."""
+    as they are created (``podsAllowed``; passed untouched counts as admitted) and why not (``podsRefused``): the
+    webhook admits a template whose pods it would each refuse, and passes over some workloads whose pods it
+    reviews."""
     verdict = {
         "allowed": result.allowed,
         "message": result.message,
@@ -445,21 +483,33 @@ def _verdict(item: _Item, result: pipeline.Result) -> dict[str, Any]:
         "patch": result.patch,
         "object": result.object,
     }
-    if item.kind != "Pod":
-        verdict["podsAllowed"] = result.allowed and not result.pods_refused
+    if pods is not None:
+        verdict["podsAllowed"] = result.allowed and pods.allowed
+        verdict["podsRefused"] = pods.refused
     return verdict
 
 
-def _print_text(item: _Item, result: pipeline.Result) -> None:
+def _print_text(item: _Item, result: pipeline.Result, pods: _Pods | None) -> None:
     listed: list[str] = []  # the warnings said as why its pods are refused, not said again
-    if result.allowed and result.pods_refused:
+    if result.allowed and pods is not None and not pods.allowed:
         print("PODS DENIED")
-        print(f"the webhook admits the {item.kind} itself, but would refuse each pod it makes, as the pod is created:")
-        for why in result.pods_refused:
+        itself = (
+            f"passes the {item.kind} itself over ({result.skipped})"
+            if result.skipped
+            else f"admits the {item.kind} itself"
+        )
+        print(f"the webhook {itself}, but would refuse each pod it makes, as the pod is created:")
+        for why in pods.refused:
             print(f"- {why}")
-        listed = result.pods_refused
+        listed = pods.refused
     else:
         print(("ADMITTED" if result.allowed else "DENIED") + (f" ({result.skipped})" if result.skipped else ""))
+        if result.skipped and pods is not None:
+            print(
+                f"its pods are passed untouched too, as they are created ({pods.passed})"
+                if pods.passed
+                else "its pods are reviewed each as it is created, and would be admitted"
+            )
     if result.message:
         print(result.message)
     for w in result.warnings:
@@ -501,14 +551,15 @@ def cmd_review(args: argparse.Namespace) -> int:
         else:
             ctx = Context(settings=settings, cluster=view, namespace=item.namespace, images=images)
         result = _review(item.obj, ctx)
-        denied = denied or not result.allowed or bool(result.pods_refused)
+        pods = _pods(item, result, ctx)
+        denied = denied or not result.allowed or (pods is not None and not pods.allowed)
         if args.output == "json":
             named = {"kind": item.kind, "name": item.name, "namespace": item.namespace} if held > 1 else {}
-            verdicts.append({**named, **_verdict(item, result)})
+            verdicts.append({**named, **_verdict(item, result, pods)})
             continue
         if held > 1:
             print(f"== {item.kind} {item.namespace}/{item.name} ({item.at})")
-        _print_text(item, result)
+        _print_text(item, result, pods)
     if args.output == "json":
         print(json.dumps(verdicts if held > 1 else verdicts[0], indent=2))
     if unusable:
@@ -590,10 +641,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Review each Pod and workload of the manifest: one object, or a stream of them (helm template, "
         "kustomize build; documents and kind: List items, at every depth), other kinds passed over and named on "
         "stderr. Exit 0 when every one is admitted; 1 when one is denied, or is a workload whose pods the webhook "
-        "would each refuse as they are created (PODS DENIED: the webhook admits the workload itself); 2 when one "
-        "could not be reviewed, or none is there. -o json prints one object {allowed, message, warnings, patch, "
-        "object}, a workload's with podsAllowed; for an input of several objects, a list of them, each with its kind,"
-        " name and namespace.",
+        "would each refuse as they are created (PODS DENIED: the webhook admits the workload itself, or passes it "
+        "over for a reason of its own, such as an exempt creator); 2 when one could not be reviewed, or none is "
+        "there. -o json prints one object {allowed, message, warnings, patch, object}, a workload's with podsAllowed "
+        "and podsRefused; for an input of several objects, a list of them, each with its kind, name and namespace.",
     )
     review.add_argument(
         "-f", "--file", required=True, help="a Pod or workload manifest, or several (YAML or JSON; - for stdin)"
