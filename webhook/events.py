@@ -483,9 +483,9 @@ class ApiSink:
         firstTimestamp and reportingInstance, ``OWN_FIRST``; a raise's count and reportingInstance, ``OWN_RAISE``), and
         it is sent; else another replica's write came first, and the count is raised. Taken as the first try's doing,
         a create's AlreadyExists dropped a repeat, its count never raised; taken as another's, a raise applied before
-        its connection broke was applied again, the count one too high (both found by reviews). A first try applied, then
-        another replica's raise, both before the retry reads: the read shows the other's raise, and this one is applied
-        again, its N too high (a review's; left, and said in docs/observability.md)."""
+        its connection broke was applied again, the count one too high (both found by reviews). A first try applied,
+        then another replica's raise, both before the retry reads: the read shows the other's raise, and this one is
+        applied again, its N too high (a review's; left, and said in docs/observability.md)."""
         from kubernetes.client.exceptions import ApiException
 
         meta = as_dict(body.get("metadata"))
