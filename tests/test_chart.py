@@ -463,7 +463,7 @@ def test_every_job_has_the_time_a_node_from_zero_takes(rendered):
     assert set(deadlines) == {given.get("jobDeadlineSeconds", 300)}, name
 
 
-def test_the_job_deadline_can_be_raised_and_the_timeout_the_notes_give_follows_it():
+def test_the_job_deadline_can_be_raised_and_the_timeout_the_notes_give_follows_it(tmp_path: Path) -> None:
     """Nodes made from zero can take longer than 300 s (a large VM, a provider slow to find capacity); the deadline
     was fixed there (a review's finding). jobDeadlineSeconds sets every Job's, the NOTES give twice it as --timeout,
     and the schema refuses one too short for a pod to be scheduled and its image pulled."""
@@ -471,8 +471,13 @@ def test_the_job_deadline_can_be_raised_and_the_timeout_the_notes_give_follows_i
     notes = _notes("--set", "jobDeadlineSeconds=900")
     assert "each given 900 s to finish (jobDeadlineSeconds): pass --timeout 30m" in notes
     assert "pass --timeout 11m" in _notes("--set", "jobDeadlineSeconds=301")
-    proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, "--set", "jobDeadlineSeconds=30", check=False)
-    assert proc.returncode != 0 and "jobDeadlineSeconds" in proc.stderr
+    assert "helm's 5 minutes would give up" in notes
+    assert "helm's 5 minutes" not in _notes("--set", "jobDeadlineSeconds=60")  # --timeout 2m: longer than no default
+    for too_short_or_long in ("30", "86401", "12345678901234567890"):  # the last rendered a negative deadline
+        values = tmp_path / f"deadline-{too_short_or_long}.yaml"
+        values.write_text(f"jobDeadlineSeconds: {too_short_or_long}\n")
+        proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, "-f", str(values), check=False)
+        assert proc.returncode != 0 and "jobDeadlineSeconds" in proc.stderr, too_short_or_long
 
 
 def test_the_timeout_the_docs_give_outlasts_every_job_and_their_sum_is_as_said():
