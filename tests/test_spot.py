@@ -1713,6 +1713,18 @@ def test_never_adds_nothing_for_a_declared_spot_pool_whose_taints_keep_the_pod_o
     assert (applied(tolerant) or "").endswith(f"{EKS_SPOT_TEXT} or pool tainted ({NODE_GROUP}=tainted)")
 
 
+def test_never_keeps_off_aks_spot_nodes_whose_spot_taint_was_taken_off() -> None:
+    """AKS taints every spot node, but a node-taint manager may take the taint off: never trusted the preset over
+    the nodes, added no NotIn, and the scheduler put the pod on spot. The nodes there now say it; where they carry
+    the taint, nothing is added still."""
+    spot_node = node("aks-spot", {AKS_POOL: "gpuspot", AKS_SCALESET: "spot"})
+    result = mutate(pod("never"), context([AKS_ON_DEMAND, spot_node], providers=("aks",)))
+    assert required_of(result.object) == [{"matchExpressions": [{**expr(AKS_SCALESET, "spot"), "operator": "NotIn"}]}]
+    assert (applied(result) or "").endswith(f"{spot.KEPT_OFF}{AKS_SCALESET}=spot")
+    tainted = node("aks-spot", {AKS_POOL: "gpuspot", AKS_SCALESET: "spot"}, (f"{AKS_SCALESET}=spot:NoSchedule",))
+    assert mutate(pod("never"), context([AKS_ON_DEMAND, tainted], providers=("aks",))).patch == []
+
+
 @pytest.mark.parametrize(("key", "on_demand", "spot"), [(EKS, "ON_DEMAND", "SPOT"), (KARPENTER, "on-demand", "spot")])
 def test_never_keeps_off_the_spot_nodes_an_autoscaler_may_add(key: str, on_demand: str, spot: str) -> None:
     """On a cluster whose nodes are all on demand now, never added nothing: Karpenter (spot first where its NodePool

@@ -11,10 +11,11 @@ Asking. The pod (or pod template) annotation ``gpu-admission.io/spot`` says what
                       tolerates the taint itself), a required node affinity off the spot labels (``NotIn``); so
                       too where the cluster labels every node with its capacity type (Karpenter, EKS), or no node
                       carries a place's labels (a GKE spot pool at zero), whose autoscaler may add spot nodes for
-                      the pod when none is there now; not for a provider that taints every spot node (AKS, OKE),
-                      nor for a pool declared spot whose nodes carry taints (its own, or its provider's), where the
-                      pod does not tolerate those taints. Where the cluster is not known (no node list
-                      yet, no pool declared), off every spot place, as ``require`` is kept to them all; not where
+                      the pod when none is there now; not for a provider that taints every spot node (AKS, OKE)
+                      unless a spot node of its there now lacks the taint (a taint manager took it off), nor for
+                      a pool declared spot whose nodes carry taints (its own, or its provider's), where the pod
+                      does not tolerate those taints. Where the cluster is not known (no node list yet, no pool
+                      declared), off every spot place, as ``require`` is kept to them all; not where
                       its own nodeSelector or affinity pins it to one, its nodeSelector or each required term
                       chooses its place (any label but the spot labels and those that say nothing of capacity:
                       GFD's, NFD's, an instance type's, a zone's, the OS's, the architecture's), or it is bound
@@ -804,7 +805,9 @@ def _taint_keeps_off(narrowing: Sequence[Sequence[Expression]], judged: JSON, po
     which pass. An AKS spot pool declared at zero gave every never pod NotIn on its pool and on AKS's spot labels,
     whose taint kept the pod off already (found by a review of the spot policy)."""
     tolerations = as_list(judged.get("tolerations"))
-    if _tainted_off({e["key"] for alt in narrowing for e in alt}, tolerations, ctx):
+    if _tainted_off({e["key"] for alt in narrowing for e in alt}, tolerations, ctx) and not _untainted_there(
+        narrowing, judged, pod, ctx
+    ):
         return True
     pool = next((p for p in ctx.settings.cluster.pools if p.spot and _negated([_pool_term(p)])[0] == narrowing), None)
     if pool is None:
@@ -815,6 +818,21 @@ def _taint_keeps_off(narrowing: Sequence[Sequence[Expression]], judged: JSON, po
     anyway = {**trial, "tolerations": [{"operator": "Exists"}]}  # its nodes (or its declaration) are there
     trial["tolerations"] = [*tolerations, *LEAVING_TOLERATIONS]
     return bool(ctx.cluster.eligible(anyway, (), gpu_only)) and not ctx.cluster.eligible(trial, (), gpu_only)
+
+
+def _untainted_there(narrowing: Sequence[Sequence[Expression]], judged: JSON, pod: PodView, ctx: Context) -> bool:
+    """Whether a node there now in the place ``narrowing`` negates would take a pod of spec ``judged`` (its node
+    affinity and nodeSelector aside, as ``_tolerates_spot``): the spot taint its provider gives every spot node
+    (``_tainted_off``) was taken off (AKS's node-taint managers do), and the nodes, not the preset, say so. The
+    preset speaks only for nodes yet to come (a pool at zero, the autoscaler's): an AKS cluster whose spot nodes
+    had lost their taint got no NotIn for a never pod, which the scheduler then put on spot (found by a review)."""
+    untied = {k: v for k, v in judged.items() if k not in ("affinity", "nodeSelector")}
+    place = [{"matchExpressions": [{**e, "operator": "In"} for alt in narrowing for e in alt]}]  # NotIn or NotIn
+    trial = {
+        **untied,
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": place}}},
+    }
+    return any(c.group.nodes for c in ctx.cluster.eligible(trial, (), gpu_only=_is_gpu_pod(pod)))
 
 
 def _pool_term(pool: PoolSettings) -> list[Expression]:
