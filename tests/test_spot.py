@@ -1713,6 +1713,20 @@ def test_never_adds_nothing_for_a_declared_spot_pool_whose_taints_keep_the_pod_o
     assert (applied(tolerant) or "").endswith(f"{EKS_SPOT_TEXT} or pool tainted ({NODE_GROUP}=tainted)")
 
 
+def test_a_gated_never_pod_is_kept_off_a_spot_pool_whose_taint_its_ungating_may_tolerate() -> None:
+    """Kueue takes a pod's gate away and may add its ResourceFlavor's tolerations and nodeSelector in the same update:
+    a gated never pod got no NotIn where an AKS spot pool was declared at zero (its taint was taken to keep the pod
+    off), and once ungated onto the pool's tolerations and selector it ran on spot."""
+    aks_pool = PoolSettings(name="gpuspot", node_selector={AKS_POOL: "gpuspot"}, spot=True)
+    ctx = context([AKS_ON_DEMAND], providers=("aks",), pools=(aks_pool,))
+    gated = pod("never")
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    result = mutate(gated, ctx)
+    keys = [e["key"] for e in (required_of(result.object) or [{}])[0].get("matchExpressions", [])]
+    assert keys == [AKS_PRIORITY, AKS_SCALESET, AKS_POOL]
+    assert mutate(pod("never"), ctx).patch == []  # not gated: the taint keeps it off
+
+
 def test_never_keeps_off_aks_spot_nodes_whose_spot_taint_was_taken_off() -> None:
     """AKS taints every spot node, but a node-taint manager may take the taint off: never trusted the preset over
     the nodes, added no NotIn, and the scheduler put the pod on spot. The nodes there now say it; where they carry

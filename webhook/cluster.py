@@ -1572,6 +1572,16 @@ LEAVING_TAINTS: Mapping[str, str] = {
 what each says of the node, in words."""
 LEAVING_TOLERATIONS = tuple({"key": key, "operator": "Exists"} for key in LEAVING_TAINTS)
 """Tolerations of ``LEAVING_TAINTS``: only to ask what else keeps a pod off a pool (never written to a pod)."""
+TOLERATES_ALL = {"operator": "Exists"}
+"""A toleration of every taint (an empty key with Exists): what a gated pod (``spec.schedulingGates``) is judged
+with, since what takes its gate away may add tolerations (Kueue: its ResourceFlavor's; ``gated_spec``)."""
+
+
+def gated_spec(spec: JSON) -> JSON:
+    """``spec`` as a pod's placement is judged: a gated one's (``spec.schedulingGates``) tolerating every taint."""
+    if as_list(spec.get("schedulingGates")):
+        return {**spec, "tolerations": [*as_list(spec.get("tolerations")), TOLERATES_ALL]}
+    return spec
 
 
 def split_leaving(taints: Iterable[Taint]) -> tuple[list[Taint], str]:

@@ -41,7 +41,9 @@ from webhook.cluster import (
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
     PRODUCT_LABEL,
+    TOLERATES_ALL,
     NodeGroup,
+    gated_spec,
     leaving,
     offers,
     pool_label_value,
@@ -221,18 +223,13 @@ class Assessment:
         return {}
 
 
-TOLERATES_ALL = {"operator": "Exists"}
-"""A toleration of every taint (an empty key with Exists)."""
-
-
 def _eligible(spec: JSON, ctx: Context, resources: Mapping[str, Decimal] | None = None) -> tuple[NodeGroup, ...]:
     """The GPU groups a pod with ``spec`` can land on. A gated pod (``spec.schedulingGates``) is not placed yet, and
     what takes its gate away may add tolerations (Kueue: its ResourceFlavor's): it can land on a tainted group too.
     It was refused where the only group its CUDA runs on is tainted for a Kueue flavor, which Kueue would have
     admitted it to (a review of the webhook with Kueue); the update that takes the gate away is checked with the
     tolerations it has then (``pipeline.ungated``)."""
-    if as_list(spec.get("schedulingGates")):
-        spec = {**spec, "tolerations": [*as_list(spec.get("tolerations")), TOLERATES_ALL]}
+    spec = gated_spec(spec)
     seen: set[int] = set()
     out: list[NodeGroup] = []
     for candidate in ctx.cluster.eligible(spec, gpu_resources(spec) if resources is None else resources):

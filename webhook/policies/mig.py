@@ -85,6 +85,7 @@ from webhook.cluster import (
     MIG_RESOURCE_PREFIX,
     PRODUCT_LABEL,
     SHARED_SUFFIX,
+    TOLERATES_ALL,
     Candidate,
     NodeGroup,
     is_extended_resource_name,
@@ -694,7 +695,7 @@ def _trial(pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option
     if ask is not None and option is not None and (option.resource != GPU_RESOURCE or not plugin):
         trial["tolerations"] = [*as_list(spec.get("tolerations")), GPU_TAINT_TOLERATION]
     if as_list(spec.get("schedulingGates")):  # what takes the gate away may add tolerations (cuda._eligible)
-        trial["tolerations"] = [*as_list(trial.get("tolerations")), cuda.TOLERATES_ALL]
+        trial["tolerations"] = [*as_list(trial.get("tolerations")), TOLERATES_ALL]
     selector = dict(as_dict(spec.get("nodeSelector")))
     if option is not None and option.selector:
         selector[option.selector[0]] = option.selector[1]

@@ -14,8 +14,9 @@ Asking. The pod (or pod template) annotation ``gpu-admission.io/spot`` says what
                       the pod when none is there now; not for a provider that taints every spot node (AKS, OKE)
                       unless a spot node of its there now lacks the taint (a taint manager took it off), nor for
                       a pool declared spot whose nodes carry taints (its own, or its provider's), where the pod
-                      does not tolerate those taints. Where the cluster is not known (no node list yet, no pool
-                      declared), off every spot place, as ``require`` is kept to them all; not where
+                      does not tolerate those taints (a gated pod is judged to tolerate every taint: what takes
+                      its gate away may add tolerations). Where the cluster is not known (no node list yet, no
+                      pool declared), off every spot place, as ``require`` is kept to them all; not where
                       its own nodeSelector or affinity pins it to one, its nodeSelector or each required term
                       chooses its place (any label but the spot labels and those that say nothing of capacity:
                       GFD's, NFD's, an instance type's, a zone's, the OS's, the architecture's), or it is bound
@@ -109,6 +110,7 @@ from webhook.cluster import (
     LEAVING_TOLERATIONS,
     NodeGroup,
     Taint,
+    gated_spec,
     requested_resources,
     split_leaving,
     toleration_tolerates,
@@ -641,6 +643,10 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
         # the mig policy turns it into an nvidia.com/ device, whose GPU taint is then tolerated (by the device
         # plugin's ExtendedResourceToleration, or by the mig policy itself): judged so on the first pass too
         judged = {**own.spec, "tolerations": [*as_list(own.spec.get("tolerations")), GPU_TAINT_TOLERATION]}
+    # a gated pod is not placed yet: what takes its gate away may add tolerations (Kueue: its ResourceFlavor's), and
+    # it then lands where they let it; judged as tolerating every taint, it keeps its NotIns (a Kueue-gated never
+    # pod got none where an AKS spot pool was declared at zero, and after its ungating ran on spot: a review)
+    judged = gated_spec(judged)
     if ctx.cluster.groups:
         # a place whose taints alone keep the pod off needs no NotIn: noise in its affinity (where the cluster is
         # not known, every place is kept off, as require is kept to them all)
