@@ -545,6 +545,29 @@ def test_declared_pool_without_nodes(strategy, expected_resources, expected_sele
     assert "pool a100" in (mig_annotation(result.object) or "")
 
 
+@pytest.mark.parametrize(
+    ("key", "cpu_node_labels"),
+    [
+        pytest.param("eks.amazonaws.com/nodegroup", {"eks.amazonaws.com/nodegroup": "system"}, id="eks"),
+        pytest.param("kubernetes.azure.com/agentpool", {"kubernetes.azure.com/agentpool": "system"}, id="aks"),
+    ],
+)
+def test_a_pool_at_zero_that_an_autoscaler_makes_is_pinned_by_its_own_label(
+    key: str, cpu_node_labels: dict[str, str]
+) -> None:
+    """Cluster Autoscaler builds an EKS or AKS group at zero from its definition, whose template node carries none
+    of GFD's labels: a pod pinned by nvidia.com/gpu.product stayed Pending. Pinned by the pool's label, as on GKE."""
+    pools = [
+        PoolSettings(name=name, node_selector={key: name}, gpu_product=product, gpu_count=1, gpu_memory_mib=memory)
+        for name, product, memory in (("a10g", "NVIDIA-A10G", 23028), ("h100", H100, 81559))
+    ]
+    cpu = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu", "labels": cpu_node_labels}}
+    result = review(memreq("60Gi"), [cpu], settings(pools, fallback="whole"))
+    assert result.allowed, result.message
+    assert result.object["spec"]["nodeSelector"] == {key: "h100"}
+    assert f"pinned to {key}=h100" in (mig_annotation(result.object) or "")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Several GPU models: deterministic choice, pinning only when the profile alone does not say enough
 

@@ -734,8 +734,15 @@ def all_pin_keys(ctx: Context) -> list[str]:
     return [SHARING_LABEL, GKE_SHARING_LABEL, *_pin_keys(ctx)]
 
 
-def _pin(good: Sequence[NodeGroup], bad: Sequence[NodeGroup], keys: Sequence[str]) -> Pin | None:
-    """A label whose values on the good groups exclude every bad group; None when there is none."""
+def _pin(
+    good: Sequence[NodeGroup], bad: Sequence[NodeGroup], keys: Sequence[str], steered: frozenset[str] = frozenset()
+) -> Pin | None:
+    """A label whose values on the good groups exclude every bad group; None when there is none. Where a good group
+    is a pool at zero that an autoscaler makes from the pool's own definition (it carries a key of ``steered``,
+    ``Presets.pool_steered``), its pool label first: Cluster Autoscaler's template node for an EKS or AKS group at
+    zero carries none of GFD's labels, and a pod pinned by nvidia.com/gpu.product stayed Pending (a review's)."""
+    if any(not g.nodes and not steered.isdisjoint(g.labels) for g in good):
+        keys = sorted(keys, key=lambda k: k not in steered)  # stable: the pools' labels in their order first
     for key in keys:
         values = {g.labels.get(key) for g in good}
         if None in values or "" in values or not values:  # an empty value could not be named in a line
@@ -827,7 +834,7 @@ def _choose(
             return own, seen, barred
         pin = None
         if bad:
-            pin = _pin([p.group for p in good], bad, _pin_keys(ctx))
+            pin = _pin([p.group for p in good], bad, _pin_keys(ctx), ctx.cluster.presets.pool_steered)
             if pin is None:
                 continue
         return Choice(option, good, pin), seen, barred
@@ -852,7 +859,7 @@ def _own_devices(req: _Request, option: Option, good: Sequence[Placement], bad: 
     shared = [p.group for p in good if p.group.sharing != "none"]
     if _spot_alone([p.group for p in own], shared):
         return None
-    pin = _pin([p.group for p in own], [*bad, *shared], all_pin_keys(req.ctx))
+    pin = _pin([p.group for p in own], [*bad, *shared], all_pin_keys(req.ctx), req.ctx.cluster.presets.pool_steered)
     return Choice(option, own, pin) if pin else None
 
 
@@ -901,7 +908,7 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
         good = [g for g in good if id(g) not in small]
     if not good:
         return None
-    pin = _pin(good, bad, all_pin_keys(ctx)) if bad else None
+    pin = _pin(good, bad, all_pin_keys(ctx), ctx.cluster.presets.pool_steered) if bad else None
     if bad and pin is None:
         return None
     return Choice(option, [Placement(g, None, True) for g in good], pin, note)
@@ -1595,7 +1602,7 @@ def _converted_on(
     others: Sequence[NodeGroup],
 ) -> _Pass | None:
     """Every ask converted with the pod pinned to ``groups`` (off ``others``); None where that fails."""
-    pin = _pin(groups, others, _pin_keys(req.ctx))
+    pin = _pin(groups, others, _pin_keys(req.ctx), req.ctx.cluster.presets.pool_steered)
     if pin is None:
         return None
     _restore(saved)
