@@ -864,6 +864,35 @@ def test_a_declared_pool_at_zero_carries_the_labels_its_nodes_are_certain_to() -
     }
 
 
+@pytest.mark.parametrize(
+    ("gfd", "selector", "takes"),
+    [
+        pytest.param(False, {"workload": "l4-burst"}, False, id="gke-own-plugin-user-label"),
+        pytest.param(True, {"cloud.google.com/gke-nodepool": "l4-burst"}, True, id="gke-gpu-operator"),
+    ],
+)
+def test_whether_a_declared_pool_at_zero_carries_gfds_product_is_what_the_providers_gpu_nodes_show(
+    gfd: bool, selector: dict[str, str], takes: bool
+) -> None:
+    """Decided from the selector's keys alone, a pool declared by the user's own label on a GKE cluster with no GFD
+    carried the product (a pod selecting it was sent there, and stayed Pending), and a GKE pool of a cluster running
+    the GPU Operator lost it (the pod was not sent where it would run). The cluster's GPU nodes of that provider
+    say it where they show it."""
+    labels = {
+        "cloud.google.com/gke-nodepool": "l4",
+        "cloud.google.com/gke-accelerator": "nvidia-l4",
+        **({"nvidia.com/gpu.product": "NVIDIA-L4"} if gfd else {}),
+    }
+    gpu_node = {
+        "metadata": {"name": "gke-l4-1", "labels": labels},
+        "status": {"allocatable": {"nvidia.com/gpu": "1"}},
+    }
+    pool = PoolSettings(name="l4-burst", node_selector=selector, gpu_product="NVIDIA-L4")
+    view = build_view([gpu_node], Settings(cluster=ClusterSettings(pools=[pool])))
+    selects = {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}}
+    assert ("l4-burst" in {c.group.pool for c in view.eligible(selects)}) is takes
+
+
 def test_a_declared_gke_pool_at_zero_takes_no_pod_that_selects_gfds_product() -> None:
     """GKE's own device plugin writes no GFD label: a pod that selected nvidia.com/gpu.product was sent to a GKE
     pool at zero whose nodes never carry it, and stayed Pending there. A pool declared with the GPU Operator's MIG

@@ -1276,9 +1276,12 @@ class _Builder:
             notes=tuple(notes),
         )
 
-    def declared_group(self, pool: PoolSettings, shown: frozenset[str] = frozenset()) -> NodeGroup:
+    def declared_group(
+        self, pool: PoolSettings, shown: frozenset[str] = frozenset(), gfd_runs: Mapping[str, bool] | None = None
+    ) -> NodeGroup:
         """A group for a declared pool that has no node now: what its nodes will look like (``shown``: the providers
-        the cluster's nodes show, whose generic pool labels then name them too)."""
+        the cluster's nodes show, whose generic pool labels then name them too; ``gfd_runs``: whether GFD labels
+        the GPU nodes of each provider, ``gfd_by_provider``)."""
         labels = {**certain_labels(pool, self.presets, shown), **pool.node_selector}
         allocatable: dict[str, Decimal] = {}
         count = pool.gpu_count or 1
@@ -1292,7 +1295,7 @@ class _Builder:
         # GFD's product label only where GFD runs: a declared single or mixed strategy is the GPU Operator's, but
         # GKE's own device plugin writes none (a GKE pool at zero took a pod selecting it, pinned the pod to it,
         # and its nodes never matched: found by a review of the cluster model)
-        gfd = pool.mig_strategy in ("single", "mixed") or not gke_own_plugin(pool.node_selector)
+        gfd = pool.mig_strategy in ("single", "mixed") or self._gfd_runs(pool, shown, gfd_runs or {})
         if pool.mig_strategy == "single" and len(profiles) == 1 and product:
             labels.setdefault(PRODUCT_LABEL, f"{product}-MIG-{next(iter(profiles))}")
         elif pool.mig_strategy == "gke" and len(profiles) == 1:
@@ -1341,6 +1344,33 @@ class _Builder:
             counts_known=bool(pool.gpu_count) or (pool.mig_strategy != "none" and bool(profiles)),
             notes=notes,
         )
+
+    def _gfd_runs(self, pool: PoolSettings, shown: frozenset[str], gfd_runs: Mapping[str, bool]) -> bool:
+        """Whether GFD will label the nodes of a declared pool: as the GPU nodes of its provider (the one its selector
+        names, else those the cluster shows) say where they all say one thing (``gfd_by_provider``), else by its
+        selector (a GKE label and no nvidia.com/ one: GKE's own device plugin). By the selector alone, a pool of a
+        GKE cluster running the GPU Operator lost the product its nodes carry, and one declared by the user's own
+        label on a GKE cluster with no GFD was given it (found by a review of the cluster model)."""
+        told = {gfd_runs[p] for p in self.presets.named_by(pool.node_selector, shown) or shown if p in gfd_runs}
+        return told.pop() if len(told) == 1 else not gke_own_plugin(pool.node_selector)
+
+
+def gfd_by_provider(nodes: Iterable[Node], presets: Presets, shown: frozenset[str]) -> dict[str, bool]:
+    """Per provider whose GPU nodes all say it alike, whether they carry GFD's labels (the GPU Operator's) or none
+    (GKE's own device plugin): what a declared pool of it at zero will carry (``_Builder._gfd_runs``). Worked out
+    once per snapshot; a provider with no GPU node, or whose GPU nodes differ, is left out."""
+    seen: dict[str, set[bool]] = {}
+    for node in nodes:
+        gfd = any(key.startswith(GFD) for key in node.labels)
+        if (
+            not gfd
+            and GKE_ACCELERATOR_LABEL not in node.labels
+            and not any(v > 0 for k, v in node.allocatable.items() if k.startswith(GPU_VENDOR_PREFIX))
+        ):
+            continue  # no GPU node
+        for provider in presets.named_by(node.labels, shown) | ({node.provider} if node.provider else set()):
+            seen.setdefault(provider, set()).add(gfd)
+    return {p: next(iter(told)) for p, told in seen.items() if len(told) == 1}
 
 
 def certain_labels(pool: PoolSettings, presets: Presets, shown: frozenset[str] = frozenset()) -> dict[str, str]:
@@ -1406,7 +1436,8 @@ def build_view(
     # its selector, never by a name another pool's label happens to carry.
     serving = {key[4] for key, g in zip(buckets, groups, strict=True) if key[4] is not None and _serves(g)}
     if synced and (declared := [p for p in builder.pools if p.name not in serving]):
-        groups += [builder.declared_group(p, shown) for p in declared]
+        gfd_runs = gfd_by_provider(nodes, builder.presets, shown)
+        groups += [builder.declared_group(p, shown, gfd_runs) for p in declared]
     groups.sort(key=lambda g: (g.pool, g.nodes))
     labelled = labelled_providers(nodes, groups, builder.presets)
     providers = shown_providers(nodes, labelled, builder.presets)
