@@ -2086,6 +2086,23 @@ def test_a_refusal_names_the_other_resource_that_keeps_a_pod_off_a_mig_pool():
     ), result.message
 
 
+def test_a_refusal_advises_a_pod_of_their_own_where_every_mig_pool_lacks_the_other_resource_some_out_of_reach():
+    """A tainted spot pool lacks nvidia.com/gpu.shared too: the refusal advised tolerations (or spot) to reach it,
+    where it would refuse the pod all the same."""
+    obj = pod(container("a", limits={GPU: "0.5"}), container("b", limits={"nvidia.com/gpu.shared": "1"}))
+    spot_taint = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
+    nodes = [
+        mixed_node("m1", A100_80, {"3g.40gb": 2}, "a100"),
+        mixed_node("m2", A100_80, {"3g.40gb": 2}, "a100-spot", taints=[spot_taint]),
+    ]
+    result = review(obj, nodes)
+    assert not result.allowed
+    assert result.message.endswith(
+        " Run the containers that ask nvidia.com/gpu.shared in a pod of their own, or ask for a whole GPU"
+        " (nvidia.com/gpu: 1)."
+    ), result.message
+
+
 @pytest.mark.parametrize("order", [("a", "b"), ("b", "a")], ids=["small-first", "large-first"])
 def test_the_order_of_the_containers_does_not_decide_admission_under_the_single_strategy(order):
     # The first pass's product nodeSelector (a on the 1g.10gb nodes) is undone before the other order is tried.

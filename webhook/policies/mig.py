@@ -1165,6 +1165,10 @@ def _refusal(
             " Run the whole-GPU containers in a pod of their own, ask for a fraction in them too, or add"
             " mixed-strategy MIG nodes that offer whole GPUs beside MIG devices."
         )
+    elif elsewhere and all(_unoffered(g, pod) for g in elsewhere):
+        # every one lacks what its other containers ask, whatever else keeps it off some: reaching them would not
+        # do (a review of MIG: it was told to tolerate a spot pool that lacks nvidia.com/gpu.shared too)
+        advice = _own_pod_advice(elsewhere, pod)
     elif _kept_off_by_spot(elsewhere, pod, req):
         advice = (
             f" Ask for {PREFIX}spot: prefer (or tolerate) to let it run on demand there, or for a whole GPU"
@@ -1178,11 +1182,7 @@ def _refusal(
     elif elsewhere and all(id(g) in reachable for g in elsewhere):
         # no rule of the pod's keeps it off them: what its other containers ask (found by a review of MIG: it was
         # told to change its nodeSelector, node affinity or tolerations)
-        devices = sorted({r for g in elsewhere for r in _unoffered(g, pod)})
-        advice = (
-            f" Run the containers that ask {', '.join(devices[:3]) or 'the other resources'} in a pod of their own,"
-            " or ask for a whole GPU (nvidia.com/gpu: 1)."
-        )
+        advice = _own_pod_advice(elsewhere, pod)
     elif elsewhere:
         advice = (
             " Change the pod's nodeSelector, node affinity or tolerations so it can reach one of those pools, or ask"
@@ -1221,6 +1221,15 @@ def _only_leaving_keeps_off(groups: Sequence[NodeGroup], pod: PodView, ctx: Cont
 def _reachable(pod: PodView, ctx: Context) -> set[int]:
     """The ids of the groups the pod's placement rules alone (``_placement_rules``: no resource asked) reach."""
     return {id(c.group) for c in _eligible(ctx, _placement_rules(pod))}
+
+
+def _own_pod_advice(groups: Sequence[NodeGroup], pod: PodView) -> str:
+    """The advice where what the pod's other containers ask keeps it off ``groups``: those containers apart."""
+    devices = sorted({r for g in groups for r in _unoffered(g, pod)})
+    return (
+        f" Run the containers that ask {', '.join(devices[:3]) or 'the other resources'} in a pod of their own,"
+        " or ask for a whole GPU (nvidia.com/gpu: 1)."
+    )
 
 
 def _unoffered(group: NodeGroup, pod: PodView) -> list[str]:
