@@ -906,12 +906,17 @@ def test_a_daemonset_template_converted_for_one_gpu_model_says_where_its_pods_ge
     ("pools", "named"),
     [
         pytest.param(["a80-w1", "a80-w2", "a80-w3"], "pools a80-w1 and 2 more", id="fewer-names"),
-        pytest.param([f"a100-80gb-{z}-reserved-capacity" for z in "abc"], "3 pools", id="no-name-fits"),
+        pytest.param(
+            [f"a100-80gb-{z}-reserved-capacity" for z in "abc"], "pools a100-80… and 2 more", id="no-name-fits"
+        ),
+        pytest.param(["A100-SXM4-80GB/driver-535.183.01"], "pool A100-SXM4-80GB/driv…", id="one-name-too-long"),
     ],
 )
 def test_a_warning_naming_long_pools_is_cut_at_a_name_and_keeps_its_advice(pools, named):
     """Pools named in a warning were cut with it at 119 characters: in the middle of a name, which then read as
-    another pool's, and the advice after them was lost. As many names as fit are given, the rest counted."""
+    another pool's, and the advice after them was lost. As many names as fit are given, the rest counted; where not
+    even one fits, the first is cut with a '…' (it said '1 pool', which named none: a k3s pool's name is its
+    product and driver)."""
     nodes = [DAEMON_NODES[0], *(mixed_node(f"n{i}", A100_80, {"3g.40gb": 2}, p, 81920) for i, p in enumerate(pools))]
     result = review(workload("DaemonSet", frac("0.5")), nodes)
     assert result.allowed, result.message

@@ -34,7 +34,7 @@ from webhook.documents import read_documents
 from webhook.drivers import DriverTable, Version, builtin_table, parse_version, show, show_driver
 from webhook.errors import InputError
 from webhook.mig_profiles import load_table
-from webhook.model import JSON, as_dict, as_list, as_str, is_label_value, is_qualified_name
+from webhook.model import JSON, as_dict, as_list, as_str, clipped, is_label_value, is_qualified_name
 from webhook.presets import Presets, load_presets
 from webhook.quantity import QuantityError, parse_quantity
 
@@ -1637,6 +1637,33 @@ def _serves(group: NodeGroup) -> bool:
     nodes are cordoned, not ready or going away is still what the autoscaler adds nodes to (before, it vanished
     with them, and a fraction it offers was denied: found by a review of the cluster model)."""
     return group.offers_gpu and not leaving(group) and group.mig_config_state not in MIG_CHANGING_STATES
+
+
+MAX_LISTED = 6
+"""Pools named in one sentence; the rest are counted."""
+MIN_NAME = 8
+"""The fewest characters of a pool's name that ``pool_names`` shows, its '…' included."""
+
+
+def pool_names(groups: Iterable[NodeGroup], limit: int = MAX_LISTED, room: int | None = None) -> str:
+    """'pool a' or 'pools a, b', or 'pools a, b, ... and 994 more' past ``limit`` (an annotation line per
+    container: all of them together must stay far below the apiserver's 256 KiB for an object's annotations). In
+    at most ``room`` characters where given (a warning's): fewer names, the rest counted; where not even the first
+    name fits whole, it is cut at its end, the cut shown by '…' ('pool NVIDIA-GeForce-RT…', 'pools ml-prod-a1… and
+    1 more'), never to fewer than MIN_NAME characters: a bare count ('1 pool') said not which, and a name cut
+    without the '…' read as another pool's."""
+    names = sorted({g.pool for g in groups})
+    if not names:
+        return "no pool"
+    head = "pool " if len(names) == 1 else "pools "
+    for count in range(min(limit, len(names)), 0, -1):
+        text = head + ", ".join(names[:count]) + (f" and {len(names) - count} more" if len(names) > count else "")
+        if room is None or len(text) <= room or count == 1:
+            break
+    if room is not None and len(text) > room:  # the first name alone, cut to what is left of the room
+        rest = text[len(head) + len(names[0]) :]
+        text = head + clipped(names[0], max(room - len(head) - len(rest), MIN_NAME)) + rest
+    return text
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from webhook.cluster import (
     DRIVER_LABELS,
     GFD,
     GPU_RESOURCE,
+    MAX_LISTED,
     MIG_RESOURCE_PREFIX,
     PRODUCT_LABEL,
     TOLERATES_ALL,
@@ -47,6 +48,7 @@ from webhook.cluster import (
     leaving,
     offers,
     pool_label_value,
+    pool_names,
     requested_resources,
     split_leaving,
     untolerated,
@@ -98,8 +100,6 @@ NO_DEVICES = ("", "void", "none")
 CUDA_LABEL_PREFIXES = ("cuda.runtime-version", "cuda.runtime")
 """GFD's labels for the newest CUDA the driver supports: current first, then the deprecated ones."""
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-MAX_LISTED = 6
-"""Pools named in one sentence; the rest are counted."""
 
 Status = Literal["ok", "old", "unknown"]
 """Of a container on a node group: supported; not supported; the group's driver is unknown."""
@@ -339,20 +339,6 @@ def listing(groups: Iterable[NodeGroup], limit: int = MAX_LISTED) -> str:
     if len(texts) > limit:
         return ", ".join(texts[:limit]) + f" and {len(texts) - limit} more"
     return ", ".join(texts)
-
-
-def pool_names(groups: Iterable[NodeGroup], limit: int = MAX_LISTED, room: int | None = None) -> str:
-    """'pool a' or 'pools a, b', or 'pools a, b, ... and 994 more' past ``limit`` (an annotation line per
-    container: all of them together must stay far below the apiserver's 256 KiB for an object's annotations). In
-    at most ``room`` characters where given (a warning's): fewer names, the rest counted, or '3 pools' where no
-    name fits; never a name cut in its middle, which reads as another pool's."""
-    names = sorted({g.pool for g in groups})
-    for count in range(min(limit, len(names)), 0, -1):
-        shown = ", ".join(names[:count]) + (f" and {len(names) - count} more" if len(names) > count else "")
-        text = ("pool " if len(names) == 1 else "pools ") + shown
-        if room is None or len(text) <= room:
-            return text
-    return f"{len(names)} pool{'s' if len(names) != 1 else ''}"
 
 
 def _source(d: Declared) -> str:

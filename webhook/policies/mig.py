@@ -90,6 +90,7 @@ from webhook.cluster import (
     NodeGroup,
     is_extended_resource_name,
     offers,
+    pool_names,
     requested_resources,
     split_leaving,
     toleration_tolerates,
@@ -1359,9 +1360,9 @@ def _warn_shared(out: Outcome, ask: Ask, choice: Choice) -> None:
 
 
 def _pools(groups: Iterable[NodeGroup], room: int | None = None) -> str:
-    """'pool a' or 'pools a, b, c and 2 more', in at most ``room`` characters where given (``cuda.pool_names``;
+    """'pool a' or 'pools a, b, c and 2 more', in at most ``room`` characters where given (``pool_names``;
     never the lines' separator)."""
-    return cuda.pool_names(groups, 3, room).replace(record.SEPARATOR, ", ")
+    return pool_names(groups, 3, room).replace(record.SEPARATOR, ", ")
 
 
 def _pool_warning(head: str, groups: Iterable[NodeGroup], tail: str, name: str = "") -> str:
