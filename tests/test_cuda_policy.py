@@ -810,7 +810,7 @@ def test_no_eligible_node_is_not_checked() -> None:
     assert f"matches the pod's scheduling constraints ({because}); it stays Pending until" in annotation_of(
         result.object
     )
-    assert f"cuda: no known GPU node matches the pod, not checked ({because})" in result.warnings
+    assert f"cuda: not checked, no known GPU node matches ({because})" in result.warnings
 
 
 def test_no_eligible_node_names_the_taint_it_does_not_tolerate() -> None:
@@ -820,14 +820,19 @@ def test_no_eligible_node_names_the_taint_it_does_not_tolerate() -> None:
     result = pipeline.review(obj, context(nodes))
     assert result.allowed
     assert result.warnings == [
-        "cuda: no known GPU node matches the pod, not checked (untolerated taint sku=gpu:NoSchedule of pool t4pool;"
-        " its nodeSel…"
+        "cuda: not checked, no known GPU node matches (untolerated taint sku=gpu:NoSchedule of pool t4pool; …)"
     ]
     because = "untolerated taint sku=gpu:NoSchedule of pool t4pool; its nodeSelector/affinity excludes pool other"
+    # long pools' names: no name cut unmarked at the warning's end, the taints past the first counted
+    long = [gpu_node(f"t-{z}", f"a100-80gb-reserved-capacity-use1{z}", "550.54.15", taints=[sku]) for z in "abc"]
+    assert pipeline.review(pod(container(image=IMAGE_124)), context(long)).warnings == [
+        "cuda: not checked, no known GPU node matches (untolerated taint sku=gpu:NoSchedule of pool a100-80gb-rese…;"
+        " and 2 more)"
+    ]
     assert f"constraints ({because}); it stays Pending" in annotation_of(result.object)
     asks = pod(container(image=IMAGE_124, gpu=None, resources={"nvidia.com/mig-1g.5gb": "1"}))
     result = pipeline.review(asks, context(nodes))
-    assert "cuda: no known GPU node matches the pod, not checked (no known pool offers nvidia.com/mig-1g.5gb)" in (
+    assert "cuda: not checked, no known GPU node matches (no known pool offers nvidia.com/mig-1g.5gb)" in (
         result.warnings
     )
     result = pipeline.review(pod(container(image=IMAGE_124)), context(nodes))

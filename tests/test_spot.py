@@ -746,9 +746,77 @@ def test_require_where_the_pods_constraints_exclude_every_spot_pool() -> None:
     obj["spec"]["nodeSelector"] = {pool: "od-new"}
     result = mutate(obj, context(nodes, providers=("gke",)))
     assert result.warnings == [
-        "spot require: its nodeSelector, affinity or tolerations exclude every spot pool (spot-l4)"
+        "spot require: its nodeSelector, affinity or tolerations exclude every spot pool (pool spot-l4)"
     ]
     assert mutate(pod("require"), context(nodes, providers=("gke",))).warnings == []
+
+
+def _long_eks_node(name: str, group: str, capacity: str, driver: str) -> Any:
+    major = driver.split(".")[0]
+    cuda = {"535": ("12", "2"), "570": ("12", "8")}[major]
+    labels = {
+        NODE_GROUP: group,
+        EKS: capacity,
+        "nvidia.com/cuda.driver-version.full": driver,
+        "nvidia.com/cuda.driver-version.major": major,
+        "nvidia.com/cuda.runtime-version.full": ".".join(cuda),
+        "nvidia.com/cuda.runtime-version.major": cuda[0],
+        "nvidia.com/cuda.runtime-version.minor": cuda[1],
+    }
+    return node(name, labels)
+
+
+LONG_EKS = [
+    _long_eks_node(f"ip-10-0-{i}-1", f"ml-prod-a100-80gb-{kind}-use1{zone}-20250101", capacity, driver)
+    for i, (kind, capacity, driver, zone) in enumerate(
+        [
+            (k, c, d, z)
+            for k, c, d in (("ondemand", "ON_DEMAND", "535.161.08"), ("spot", "SPOT", "570.124.06"))
+            for z in "ab"
+        ]
+    )
+]
+
+
+@pytest.mark.parametrize(
+    ("mode", "major", "warnings"),
+    [
+        pytest.param(
+            "never",
+            "570",
+            [
+                "spot never, yet its nodeSelector, affinity or tolerations leave it only spot pools "
+                "ml-prod-a100-80gb-spot-u… and 1 more"
+            ],
+            id="never-only-spot",
+        ),
+        pytest.param(
+            "require",
+            "535",
+            [
+                "spot require: its nodeSelector, affinity or tolerations exclude every spot pool "
+                "(pools ml-prod-a100-80gb-s… and 1 more)",
+                "cuda: not checked, no known GPU node matches (the spot capacity it requires excludes pools "
+                "ml-prod-a1… and 1 more; …)",
+            ],
+            id="require-on-demand",
+        ),
+    ],
+)
+def test_warnings_naming_long_node_groups_cut_a_name_only_with_a_mark(
+    mode: str, major: str, warnings: list[str]
+) -> None:
+    """EKS node groups have long names: the warnings that list them were cut at 119 characters in the middle of a
+    name ('... (ml-prod-a100-80gb-spot-use1a-20250…', '... excludes pools ml-prod-a100-80gb-o…'), which read as
+    a pool of that name, and the pools after it went unsaid. A name is now cut with a '…' and the rest counted."""
+    settings = Settings(cluster=ClusterSettings(providers=["eks"]), mig=MigSettings(enabled=False))
+    ctx = Context(settings=settings, cluster=build_view(LONG_EKS, settings), namespace="ml")
+    obj = pod(mode)
+    obj["spec"]["containers"][0]["image"] = "nvidia/cuda:12.8.0-runtime-ubuntu22.04"
+    obj["spec"]["nodeSelector"] = {"nvidia.com/cuda.driver-version.major": major}
+    result = pipeline.review(obj, ctx)
+    assert result.allowed, result.message
+    assert result.warnings == warnings
 
 
 def test_spot_pools_that_are_cordoned_are_said_so_not_excluded_by_the_pods_tolerations() -> None:
@@ -763,10 +831,10 @@ def test_spot_pools_that_are_cordoned_are_said_so_not_excluded_by_the_pods_toler
     ]
     why = "the spot nodes it can use are all cordoned and not ready now"
     assert mutate(pod("require"), context(nodes, providers=("gke",))).warnings == [
-        f"spot require: {why} (spot-a100, spot-l4)"
+        f"spot require: {why} (pools spot-a100, spot-l4)"
     ]
     result = mutate(pod("prefer"), context(nodes, providers=("gke",)))
-    assert result.warnings == [f"spot prefer: {why}: it runs on demand (spot-a100, spot-l4)"]
+    assert result.warnings == [f"spot prefer: {why}: it runs on demand (pools spot-a100, spot-l4)"]
     assert (applied(result) or "").endswith(f"; {why} (spot-a100, spot-l4)")
 
 
@@ -1176,7 +1244,7 @@ def test_require_names_the_untolerated_gpu_taint_of_every_spot_pool_and_its_sett
     )
     result = mutate(pod("require"), context([AKS_ON_DEMAND, spot_pool]))
     assert result.warnings == [
-        "spot require: untolerated sku=gpu:NoSchedule (set spot.gpuTaintPresets: [aks-sku-gpu]) (gpuspot)"
+        "spot require: untolerated sku=gpu:NoSchedule (set spot.gpuTaintPresets: [aks-sku-gpu]) (pool gpuspot)"
     ]
     assert mutate(pod("require"), context([AKS_ON_DEMAND, spot_pool], gpu_taint_presets=["aks-sku-gpu"])).warnings == []
     # prefer's warning, cut at 119 characters, lost the pool and that the pod runs on demand (found by a review):
@@ -1184,7 +1252,7 @@ def test_require_names_the_untolerated_gpu_taint_of_every_spot_pool_and_its_sett
     preferred = mutate(pod("prefer"), context([AKS_ON_DEMAND, spot_pool]))
     assert preferred.warnings == [
         "spot prefer: untolerated sku=gpu:NoSchedule (set spot.gpuTaintPresets: [aks-sku-gpu]): it runs on demand"
-        " (gpuspot)"
+        " (pool gpuspot)"
     ]
     assert (applied(preferred) or "").endswith(
         "; untolerated taint sku=gpu:NoSchedule (spot.gpuTaintPresets: [aks-sku-gpu] tolerates it) (gpuspot)"
@@ -1404,7 +1472,7 @@ def test_prefer_says_so_when_the_mig_profile_it_gets_is_on_no_spot_pool() -> Non
     result = mutate(pod("prefer", gpu="0.5"), ctx)
     assert result.object["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-3g.20gb": "1"}
     why = "no spot pool offers its nvidia.com/mig-3g.20gb"
-    assert f"spot prefer: {why}: it runs on demand (spot-h100)" in result.warnings
+    assert f"spot prefer: {why}: it runs on demand (pool spot-h100)" in result.warnings
     assert (applied(result) or "").endswith(f"; {why} (spot-h100)")
     # With the profile on the spot pool too, nothing is said.
     spot_mig = mixed_node(
@@ -1466,7 +1534,7 @@ def test_prefer_warns_when_cuda_steering_leaves_it_no_spot_pool() -> None:
     obj["spec"]["containers"][0]["image"] = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
     result = mutate(obj, ctx)
     why = "its nodeSelector, affinity or tolerations exclude every spot pool"
-    assert f"spot prefer: {why}: it runs on demand (spot-l4)" in result.warnings
+    assert f"spot prefer: {why}: it runs on demand (pool spot-l4)" in result.warnings
     steering = "as the webhook leaves them (its steering: gpu-admission.io/cuda, gpu-admission.io/mig)"
     assert (applied(result) or "").endswith(f"; {why}, {steering} (spot-l4)")
     assert "keeps it off pool spot-l4" in result.object["metadata"]["annotations"]["gpu-admission.io/cuda"]
@@ -1998,7 +2066,7 @@ def test_never_adds_nothing_where_the_spot_nodes_taint_keeps_the_pod_off() -> No
     result = mutate(only_spot, context(tainted))
     assert required_of(result.object) is None
     assert result.warnings == [
-        "spot never, yet its nodeSelector, affinity or tolerations leave it only spot pools (spot-l4)"
+        "spot never, yet its nodeSelector, affinity or tolerations leave it only spot pool spot-l4"
     ]
 
 
@@ -2172,8 +2240,8 @@ def test_a_never_template_given_a_spot_pools_selector_is_warned_that_it_matches_
     live = mutate(workload("Deployment", "never"), context(nodes)).object
     _template(live)["spec"]["nodeSelector"] = {EKS: "SPOT"}
     result = pipeline.mutate(live, context(nodes))
-    only_spot = "spot never, yet its nodeSelector, affinity or tolerations leave it only spot pools"
-    assert f"{only_spot} (NVIDIA-L4/driver-unknown)" in result.warnings
+    only_spot = "spot never, yet its nodeSelector, affinity or tolerations leave it only spot pool"
+    assert f"{only_spot} NVIDIA-L4/driver-unknown" in result.warnings
 
 
 @pytest.mark.parametrize("mode", ["require", "prefer"])

@@ -392,10 +392,12 @@ def _forward_but_for_wiring(facts: NodeFacts) -> bool:
     return forward_possible(dataclasses.replace(facts, compat_wired=True)) is True
 
 
-def unmatched(a: Assessment, ctx: Context) -> str:
+def unmatched(a: Assessment, ctx: Context, room: int | None = None) -> str:
     """Why the known GPU pools are no place for a pod none of them matches, by pool: a taint it does not tolerate,
     or its nodeSelector and required node affinity; or that no pool offers what it asks. "" when the cluster
-    knows no GPU pool."""
+    knows no GPU pool. In at most ``room`` characters where given (a warning's): the taints that fit, the rest
+    counted, and the excluded pools in what they leave (``pool_names``: a name cut at the warning's end read as
+    another pool's, a review's finding)."""
     if a.spec is None or not ctx.cluster.gpu_groups:
         return ""
     offering = [g for g in ctx.cluster.gpu_groups if offers(g, a.resources)]
@@ -416,11 +418,42 @@ def unmatched(a: Assessment, ctx: Context) -> str:
     # the reason before the pools: a warning is cut at 119 characters, and pool names are long (a review of real
     # manifests: only the pools were left)
     parts = [why for _, why in sorted(reasons.items())][:MAX_LISTED]
+    excluded: list[tuple[str, list[NodeGroup]]] = []
     if ruled_out := [g for g in ruled_out if g.pool not in reasons]:
         if by_spot := spot.kept_off_by_require(a.spot_mode, tolerant, ruled_out, ctx, a.resources):
-            parts.append(f"{spot.REQUIRED_CAPACITY} excludes {pool_names(by_spot, 2)}")
+            excluded.append((f"{spot.REQUIRED_CAPACITY} excludes ", by_spot))
         if rest := [g for g in ruled_out if g not in by_spot]:
-            parts.append(f"its nodeSelector/affinity excludes {pool_names(rest, 2)}")
+            excluded.append(("its nodeSelector/affinity excludes ", rest))
+    if room is None:
+        return "; ".join([*parts, *(label + pool_names(groups, 2) for label, groups in excluded)])
+    return _fitted(parts, len(reasons), excluded, room)
+
+
+def _fitted(taints: list[str], total: int, excluded: list[tuple[str, list[NodeGroup]]], room: int) -> str:
+    """``unmatched``'s words in at most ``room`` characters: the taints that fit whole (the first cut at its end,
+    marked, where it alone is too long), the rest counted; then the lists of excluded pools that fit, each with at
+    least its first name cut short ('pools ml-prod-a1… and 3 more'), sharing the room left, and '…' for the lists
+    that find none."""
+    least = [len(label) + len(pool_names(groups, 2, 0)) + 2 for label, groups in excluded]  # with their '; '
+    parts = taints[:]
+    while len(parts) > 1 and len("; ".join(parts)) + len("; and 9 more") + sum(least[:1]) > room:
+        parts.pop()
+    if len(parts) < total:
+        parts.append(f"and {total - len(parts)} more")
+    if parts and (over := len("; ".join(parts)) + (3 if excluded else 0) - room) > 0:
+        parts[0] = clipped(parts[0], max(len(parts[0]) - over, 20))  # one taint alone too long: cut, marked
+    left = room - len("; ".join(parts))
+    fit = len(excluded)
+    while fit and sum(least[:fit]) + (3 if fit < len(excluded) else 0) > left:
+        fit -= 1
+    spare = left - sum(least[:fit]) - (3 if fit < len(excluded) else 0)
+    for i, ((label, groups), need) in enumerate(zip(excluded[:fit], least, strict=False)):
+        share = need - 2 - len(label) + spare // (fit - i)
+        named = label + pool_names(groups, 2, share)
+        spare -= len(named) + 2 - need  # what it did not take, for the lists after it
+        parts.append(named)
+    if fit < len(excluded):
+        parts.append("…")
     return "; ".join(parts)
 
 
@@ -1261,8 +1294,9 @@ def _warnings(a: Assessment, ctx: Context, denied: bool) -> list[str]:
             # container's name shortened in the middle when even that is too long)
             pod_wide = f'cuda: {c.label}: CUDA version unknown; set annotation {PREFIX}cuda-version: "X.Y"'
             out.append(own if _own_key_fits(name) and len(own) <= WARNING_LIMIT else fit_warning(pod_wide, c.label))
-    if a.synced and not a.eligible and (why := unmatched(a, ctx)):
-        out.append(clipped(f"cuda: no known GPU node matches the pod, not checked ({why})", WARNING_LIMIT))
+    head = "cuda: not checked, no known GPU node matches ("  # short: pool names are long
+    if a.synced and not a.eligible and (why := unmatched(a, ctx, WARNING_LIMIT - len(head) - 1)):
+        out.append(clipped(f"{head}{why})", WARNING_LIMIT))
     unknown = [g for j, g in enumerate(a.eligible) if any(a.status[i][j] == "unknown" for i in a.known)]
     if cs.unknown_driver == "warn":
         for pool in sorted({g.pool for g in unknown}):

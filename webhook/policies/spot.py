@@ -111,6 +111,7 @@ from webhook.cluster import (
     NodeGroup,
     Taint,
     gated_spec,
+    pool_names,
     requested_resources,
     split_leaving,
     toleration_tolerates,
@@ -660,10 +661,10 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
         else:
             return ""
     places = ctx.cluster.eligible(judged, (), gpu_only=_is_gpu_pod(pod))
-    spot = sorted({c.group.pool for c in places if c.group.spot})
+    spot = [c.group for c in places if c.group.spot]
     if spot and all(c.group.spot for c in places):  # its own rules: narrowing would leave it nowhere
-        text = f"spot never, yet its nodeSelector, affinity or tolerations leave it only spot pools ({', '.join(spot)})"
-        out.warn(clipped(text, WARNING_LIMIT))
+        head = "spot never, yet its nodeSelector, affinity or tolerations leave it only spot "
+        out.warn(head + pool_names(spot, room=WARNING_LIMIT - len(head)))
         if not kept:
             return ""
     elif not spot and not kept:
@@ -1176,14 +1177,13 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     else:
         why = "its nodeSelector, affinity or tolerations exclude every spot pool"
         detail = f"{why}, as the webhook leaves them (its steering: {PREFIX}cuda, {PREFIX}mig)"
-    pools = sorted({g.pool for g in ctx.cluster.groups if g.spot})
+    spot = [g for g in ctx.cluster.groups if g.spot]
     head = f"spot {mode}: {why}"
     if mode == "prefer":
         head += ": it runs on demand"
-        out.annotations[APPLIED] += f"; {detail} ({', '.join(pools)})"
-    shown = ", ".join(pools)
-    room = max(117 - len(head) - 3, 2)
-    out.warn(f"{head} ({shown if len(shown) <= room else shown[: room - 1] + '…'})")
+        out.annotations[APPLIED] += f"; {detail} ({', '.join(sorted({g.pool for g in spot}))})"
+    # the pools whole or cut with a '…' (a name cut at 119 characters read as another pool's: a review)
+    out.warn(clipped(f"{head} ({pool_names(spot, room=WARNING_LIMIT - len(head) - 3)})", WARNING_LIMIT))
 
 
 def _only_makers_unseen(ctx: Context) -> str:
