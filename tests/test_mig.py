@@ -2712,6 +2712,23 @@ def test_a_daemonset_pod_for_a_node_joining_is_not_told_its_device_is_unoffered(
     ), event.message
 
 
+def test_a_daemonset_pod_for_a_seen_cpu_node_is_told_no_node_it_can_run_on_offers_its_device():
+    """A DaemonSet with no nodeSelector makes a pod for every node, a CPU node's too: that node is seen and offers
+    no device, and none will come to it. The pod was treated as one for a node not seen yet (only GPU nodes were
+    counted), kept its template's line and was told nothing (found by a review)."""
+    cpu = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-1", "labels": {POOL: "default-pool"}}}
+    ctx = context([*DAEMON_NODES, cpu])
+    live = pipeline.mutate(workload("DaemonSet", frac("0.5")), ctx).object
+    result = _as_created(_daemon_pod_of(live, "cpu-1"), ctx)
+    assert result.warnings == [
+        "mig: trainer asks nvidia.com/mig-3g.20gb, which no node it can run on offers now: it stays Pending"
+    ]
+    assert len(_unoffered_events(result)) == 1
+    assert mig_annotation(result.object) == (
+        "trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb (no node it can run on offers it now)"
+    )
+
+
 @pytest.mark.parametrize(
     ("extra", "where"),
     [
