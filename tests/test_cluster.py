@@ -891,6 +891,11 @@ def test_whether_a_declared_pool_at_zero_carries_gfds_product_is_what_the_provid
     view = build_view([gpu_node], Settings(cluster=ClusterSettings(pools=[pool])))
     selects = {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}}
     assert ("l4-burst" in {c.group.pool for c in view.eligible(selects)}) is takes
+    # and the GPU Operator's toolkit loads an image's CUDA compat libraries there: a GKE pool of a cluster running it
+    # was taken as GKE's own plugin, which loads none (forward compatibility refused there)
+    (declared,) = [g for g in view.groups if g.pool == "l4-burst"]
+    if gfd:
+        assert declared.compat_wired
 
 
 def test_a_declared_gke_pool_at_zero_takes_no_pod_that_selects_gfds_product() -> None:

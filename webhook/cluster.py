@@ -1330,7 +1330,9 @@ class _Builder:
             gpu_count=pool.gpu_count,
             driver=driver,
             driver_source=f"settings (pool {pool.name})" if driver else "",
-            compat_wired=compat_wired(pool.node_selector, ""),  # the labels its nodes will carry, not those added
+            # GFD where the GPU Operator, and its toolkit, run (``_gfd_runs``: as the provider's GPU nodes show; a GKE
+            # pool of a cluster running it was taken as GKE's own plugin by its selector); else by its selector
+            compat_wired=gfd or compat_wired(pool.node_selector, ""),
             driver_version_text=pool.driver_version.strip() if driver else "",
             cuda=cuda,
             cuda_source=f"driver {show_driver(driver)} via the CUDA/driver table" if cuda and driver else "",
