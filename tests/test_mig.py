@@ -568,6 +568,37 @@ def test_a_pool_at_zero_that_an_autoscaler_makes_is_pinned_by_its_own_label(
     assert f"pinned to {key}=h100" in (mig_annotation(result.object) or "")
 
 
+@pytest.mark.parametrize("key", ["eks.amazonaws.com/nodegroup", "karpenter.sh/nodepool"])
+def test_a_single_strategy_pool_at_zero_that_an_autoscaler_makes_is_pinned_by_its_own_label(key: str) -> None:
+    """A single-strategy MIG pool at zero (an EKS node group, a Karpenter NodePool) beside a whole-GPU pool: the pod
+    was given nodeSelector nvidia.com/gpu.product=...-MIG-1g.10gb, which the node the autoscaler imagines from the
+    pool's definition never carries, and it stayed Pending. Pinned by the pool's label instead, none of GFD's."""
+    pools = [
+        PoolSettings(
+            name="a100-mig",
+            node_selector={key: "a100-mig"},
+            gpu_product=A100_80,
+            gpu_memory_mib=81920,
+            gpu_count=8,
+            mig_strategy="single",
+            mig_profiles={"1g.10gb": 56},
+        ),
+        PoolSettings(name="h100", node_selector={key: "h100"}, gpu_product=H100, gpu_memory_mib=81559, gpu_count=8),
+    ]
+    cpu = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "cpu", "labels": {"eks.amazonaws.com/nodegroup": "system"}},
+    }
+    result, again = mutate_twice(memreq("10Gi"), [cpu], settings(pools, fallback="whole"))
+    assert result.allowed, result.message
+    assert resources_of(result.object) == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
+    assert result.object["spec"]["nodeSelector"] == {key: "a100-mig"}
+    assert "affinity" not in result.object["spec"]
+    assert f"pinned to {key}=a100-mig" in (mig_annotation(result.object) or "")
+    assert again == []
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Several GPU models: deterministic choice, pinning only when the profile alone does not say enough
 

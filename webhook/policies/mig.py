@@ -153,6 +153,13 @@ class Option:
     selector: tuple[str, str] | None = None
 
     @property
+    def by_pool(self) -> bool:
+        """A single-strategy device of pools at zero that an autoscaler makes from the pool's own definition
+        (``_made_from_pool``): no nodeSelector on GFD's product, which their template node lacks; the pod is pinned
+        to those pools by their own label (``_choose``)."""
+        return self.strategy == "single" and self.selector is None
+
+    @property
     def given(self) -> str:
         """How the annotation names what the container got (checked against the object on a later pass)."""
         if self.strategy == "mixed":
@@ -644,6 +651,7 @@ def _annotation_ask(pod: PodView, ctx: Context, out: Outcome, asks: Sequence[Ask
 
 def _options(ctx: Context) -> list[Option]:
     seen: dict[Option, None] = {}
+    steered = ctx.cluster.presets.pool_steered
     for group in ctx.cluster.gpu_groups:
         strategy = group.mig_strategy
         for profile, offer in sorted(group.mig_profiles.items()):
@@ -654,7 +662,8 @@ def _options(ctx: Context) -> list[Option]:
             elif strategy == "single":
                 label = group.labels.get(PRODUCT_LABEL, "")
                 if label.removesuffix(SHARED_SUFFIX).endswith("-MIG-" + profile):  # -SHARED: time-sliced too
-                    seen[Option("single", profile, GPU_RESOURCE, (PRODUCT_LABEL, label))] = None
+                    selector = None if _made_from_pool(group, steered) else (PRODUCT_LABEL, label)
+                    seen[Option("single", profile, GPU_RESOURCE, selector)] = None
             elif strategy == "gke" and group.labels.get(GKE_PARTITION_LABEL) == profile:
                 seen[Option("gke", profile, GPU_RESOURCE, (GKE_PARTITION_LABEL, profile))] = None
     return list(seen)
@@ -735,14 +744,20 @@ def all_pin_keys(ctx: Context) -> list[str]:
     return [SHARING_LABEL, GKE_SHARING_LABEL, *_pin_keys(ctx)]
 
 
+def _made_from_pool(group: NodeGroup, steered: frozenset[str]) -> bool:
+    """A pool at zero that an autoscaler makes from the pool's own definition (it carries a key of ``steered``,
+    ``Presets.pool_steered``): Cluster Autoscaler's template node for an EKS or AKS group at zero, or the node a
+    Karpenter NodePool imagines, carries none of GFD's labels, and a pod that selects one is never given a node."""
+    return not group.nodes and not steered.isdisjoint(group.labels)
+
+
 def _pin(
     good: Sequence[NodeGroup], bad: Sequence[NodeGroup], keys: Sequence[str], steered: frozenset[str] = frozenset()
 ) -> Pin | None:
     """A label whose values on the good groups exclude every bad group; None when there is none. Where a good group
-    is a pool at zero that an autoscaler makes from the pool's own definition (it carries a key of ``steered``,
-    ``Presets.pool_steered``), its pool label first: Cluster Autoscaler's template node for an EKS or AKS group at
-    zero carries none of GFD's labels, and a pod pinned by nvidia.com/gpu.product stayed Pending (a review's)."""
-    if any(not g.nodes and not steered.isdisjoint(g.labels) for g in good):
+    is a pool at zero that an autoscaler makes from the pool's own definition (``_made_from_pool``), its pool label
+    first: a pod pinned by nvidia.com/gpu.product stayed Pending (a review's)."""
+    if any(_made_from_pool(g, steered) for g in good):
         keys = sorted(keys, key=lambda k: k not in steered)  # stable: the pools' labels in their order first
     for key in keys:
         values = {g.labels.get(key) for g in good}
@@ -761,6 +776,7 @@ def _rank(option: Option, places: Sequence[Placement]) -> tuple[object, ...]:
     return (
         *smallest,
         STRATEGY_ORDER.get(option.strategy, 9),
+        option.by_pool,  # a pool whose nodes run now before one at zero
         variant != "",
         option.profile,
         option.selector or ("", ""),
@@ -795,16 +811,19 @@ def _choose(
     coverage = ctx.settings.mig.coverage
     seen: list[Placement] = []
     barred: list[Placement] = []
-    ranked: list[tuple[tuple[object, ...], Option, list[Placement]]] = []
+    ranked: list[tuple[tuple[object, ...], Option, list[Placement], list[NodeGroup]]] = []
     selector = as_dict(pod.spec.get("nodeSelector"))
+    steered = ctx.cluster.presets.pool_steered
     for option in req.options:
         budget.check()
         if option.selector and selector.get(option.selector[0], option.selector[1]) != option.selector[1]:
             continue  # another container (or the user) already chose a different profile or product
         places: list[Placement] = []
+        fenced: list[NodeGroup] = []  # with no selector of its own, a by_pool device is pinned off every other group
         for cand in _eligible(ctx, _trial(pod, pending, ask, option, ctx.cluster.extended_resource_toleration)):
             group = cand.group
-            if option.profile not in group.mig_profiles:
+            if option.profile not in group.mig_profiles or (option.by_pool and not _made_from_pool(group, steered)):
+                fenced += [group] if option.by_pool else []
                 continue
             profile = _profile(req, group, option.profile)
             if profile is None:
@@ -826,11 +845,11 @@ def _choose(
             # too): a time-sliced mixed pool had come before a dedicated single-strategy one (a review of MIG);
             # the smallest that covers the ask first all the same (a 0.1 was given a whole 7g.80gb)
             shared = not any(p.covers and p.group.sharing == "none" for p in places)
-            ranked.append(((not runs, gb, slices, shared, not spot, *rest), option, places))
+            ranked.append(((not runs, gb, slices, shared, not spot, *rest), option, places, fenced))
     ranked.sort(key=lambda r: r[0])
-    for _, option, places in ranked:
+    for _, option, places, fenced in ranked:
         good = [p for p in places if p.covers]
-        bad = [p.group for p in places if not p.covers]
+        bad = [p.group for p in places if not p.covers] + fenced
         if pod.owner_kind != "DaemonSet" and (own := _own_devices(req, option, good, bad)):
             return own, seen, barred
         pin = None
