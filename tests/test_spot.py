@@ -1807,6 +1807,23 @@ def test_never_keeps_off_aks_spot_nodes_whose_spot_taint_was_taken_off() -> None
     assert mutate(pod("never"), context([AKS_ON_DEMAND, tainted], providers=("aks",))).patch == []
 
 
+@pytest.mark.parametrize(
+    "leaving",
+    [
+        pytest.param({"unschedulable": True}, id="cordoned"),
+        pytest.param({"taints": [taint("node.kubernetes.io/not-ready:NoSchedule")]}, id="not-ready"),
+    ],
+)
+def test_never_keeps_off_an_untainted_aks_spot_node_that_is_cordoned_or_not_ready(leaving: dict[str, Any]) -> None:
+    """An AKS spot node whose spot taint was taken off, cordoned or not ready now, seemed out of the pod's reach:
+    no NotIn was added, and once the node took pods again the never pod could land on spot."""
+    spot_node = node("aks-spot", {AKS_POOL: "gpuspot", AKS_SCALESET: "spot"})
+    spot_node["spec"].update(leaving)
+    result = mutate(pod("never"), context([AKS_ON_DEMAND, spot_node], providers=("aks",)))
+    assert required_of(result.object) == [{"matchExpressions": [{**expr(AKS_SCALESET, "spot"), "operator": "NotIn"}]}]
+    assert (applied(result) or "").endswith(f"{spot.KEPT_OFF_UNREACHED}{AKS_SCALESET}=spot")
+
+
 @pytest.mark.parametrize(("key", "on_demand", "spot"), [(EKS, "ON_DEMAND", "SPOT"), (KARPENTER, "on-demand", "spot")])
 def test_never_keeps_off_the_spot_nodes_an_autoscaler_may_add(key: str, on_demand: str, spot: str) -> None:
     """On a cluster whose nodes are all on demand now, never added nothing: Karpenter (spot first where its NodePool

@@ -660,7 +660,10 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
             narrowings, shown = [n for n, _ in needed], " or ".join(text for _, text in needed)
         else:
             return ""
-    places = ctx.cluster.eligible(judged, (), gpu_only=_is_gpu_pod(pod))
+    # a cordoned or not-ready node takes pods again: reached all the same (an untainted AKS spot node cordoned seemed
+    # out of reach, and the never pod got no NotIn: found by a review)
+    reach = {**judged, "tolerations": [*as_list(judged.get("tolerations")), *LEAVING_TOLERATIONS]}
+    places = ctx.cluster.eligible(reach, (), gpu_only=_is_gpu_pod(pod))
     spot = [c.group for c in places if c.group.spot]
     if spot and all(c.group.spot for c in places):  # its own rules: narrowing would leave it nowhere
         head = "spot never, yet its nodeSelector, affinity or tolerations leave it only spot "
@@ -832,8 +835,11 @@ def _untainted_there(narrowing: Sequence[Sequence[Expression]], judged: JSON, po
     affinity and nodeSelector aside, as ``_tolerates_spot``): the spot taint its provider gives every spot node
     (``_tainted_off``) was taken off (AKS's node-taint managers do), and the nodes, not the preset, say so. The
     preset speaks only for nodes yet to come (a pool at zero, the autoscaler's): an AKS cluster whose spot nodes
-    had lost their taint got no NotIn for a never pod, which the scheduler then put on spot (found by a review)."""
+    had lost their taint got no NotIn for a never pod, which the scheduler then put on spot (found by a review).
+    A cordon's or a node not ready's taint passes (``LEAVING_TOLERATIONS``, as in ``_taint_keeps_off``): such a node
+    takes pods again, and one cordoned or not ready seemed out of reach and got no NotIn (found by a review)."""
     untied = {k: v for k, v in judged.items() if k not in ("affinity", "nodeSelector")}
+    untied["tolerations"] = [*as_list(judged.get("tolerations")), *LEAVING_TOLERATIONS]
     place = [{"matchExpressions": [{**e, "operator": "In"} for alt in narrowing for e in alt]}]  # NotIn or NotIn
     trial = {
         **untied,
