@@ -1795,6 +1795,21 @@ def test_a_gated_never_pod_is_kept_off_a_spot_pool_whose_taint_its_ungating_may_
     assert mutate(pod("never"), ctx).patch == []  # not gated: the taint keeps it off
 
 
+def test_a_gated_never_pod_whose_only_gpu_pool_is_tainted_spot_is_kept_off_it_and_told_why_it_may_wait() -> None:
+    """The gated pod is judged to tolerate every taint (Kueue may add its spot flavor's), and that leaked into the
+    words: it was told its own rules left it only spot pools, and got no NotIn. Kept off them, and told the truth:
+    only spot pools offer it, so once ungated it waits for on-demand capacity; the words say what it reaches now."""
+    tainted = node("aks-spot", {AKS_POOL: "gpuspot", AKS_SCALESET: "spot"}, (f"{AKS_SCALESET}=spot:NoSchedule",))
+    gated = pod("never")
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    result = mutate(gated, context([tainted], providers=("aks",)))
+    assert required_of(result.object) == [{"matchExpressions": [{**expr(AKS_SCALESET, "spot"), "operator": "NotIn"}]}]
+    assert (applied(result) or "").endswith(f"{spot.KEPT_OFF_UNREACHED}{AKS_SCALESET}=spot")
+    assert result.warnings == [
+        "spot never, yet only spot pool gpuspot can offer what it asks: once ungated, Pending until on-demand ones do"
+    ]
+
+
 def test_never_keeps_off_aks_spot_nodes_whose_spot_taint_was_taken_off() -> None:
     """AKS taints every spot node, but a node-taint manager may take the taint off: never trusted the preset over
     the nodes, added no NotIn, and the scheduler put the pod on spot. The nodes there now say it; where they carry

@@ -646,8 +646,10 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
         judged = {**own.spec, "tolerations": [*as_list(own.spec.get("tolerations")), GPU_TAINT_TOLERATION]}
     # a gated pod is not placed yet: what takes its gate away may add tolerations (Kueue: its ResourceFlavor's), and
     # it then lands where they let it; judged as tolerating every taint, it keeps its NotIns (a Kueue-gated never
-    # pod got none where an AKS spot pool was declared at zero, and after its ungating ran on spot: a review)
-    judged = gated_spec(judged)
+    # pod got none where an AKS spot pool was declared at zero, and after its ungating ran on spot: a review). Its
+    # words are judged on its own tolerations (``ungated``): it tolerates no spot taint yet
+    ungated, judged = judged, gated_spec(judged)
+    gated = judged is not ungated
     if ctx.cluster.groups:
         # a place whose taints alone keep the pod off needs no NotIn: noise in its affinity (where the cluster is
         # not known, every place is kept off, as require is kept to them all)
@@ -665,7 +667,15 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     reach = {**judged, "tolerations": [*as_list(judged.get("tolerations")), *LEAVING_TOLERATIONS]}
     places = ctx.cluster.eligible(reach, (), gpu_only=_is_gpu_pod(pod))
     spot = [c.group for c in places if c.group.spot]
-    if spot and all(c.group.spot for c in places):  # its own rules: narrowing would leave it nowhere
+    if spot and all(c.group.spot for c in places) and gated:
+        # its own tolerations are not final (Kueue may add its spot flavor's): kept off all the same, and told why
+        # it may wait (it was told its own rules left it only spot pools, and got no NotIn: found by a review)
+        head, tail = (
+            "spot never, yet only spot ",
+            " can offer what it asks: once ungated, Pending until on-demand ones do",
+        )
+        out.warn(head + pool_names(spot, room=WARNING_LIMIT - len(head) - len(tail)) + tail)
+    elif spot and all(c.group.spot for c in places):  # its own rules: narrowing would leave it nowhere
         head = "spot never, yet its nodeSelector, affinity or tolerations leave it only spot "
         out.warn(head + pool_names(spot, room=WARNING_LIMIT - len(head)))
         if not kept:
@@ -700,7 +710,7 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     if not ctx.cluster.groups:
         now = KEPT_OFF_UNKNOWN  # "none of which it reaches now" would not be known to be true
     else:
-        now = KEPT_OFF if _tolerates_spot(judged, pod, ctx) else KEPT_OFF_UNREACHED
+        now = KEPT_OFF if _tolerates_spot(ungated, pod, ctx) else KEPT_OFF_UNREACHED
     if kept:
         words = next(p for p in earlier.split("; ") if p.startswith(KEPT_OFF_WORDS))
         head = next(h for h in KEPT_OFF_WORDS if words.startswith(h))
