@@ -1051,3 +1051,29 @@ def test_an_exempt_users_workload_whose_pods_pass_says_they_are_reviewed(tmp_pat
     assert run.stdout == (
         "ADMITTED (user ci-deployer is exempt)\nits pods are reviewed each as it is created, and would be admitted\n"
     )
+
+
+def test_a_workload_whose_pods_reach_a_gpu_tainted_pool_is_judged_as_they_are(tmp_path: Path) -> None:
+    """Without the h100-mixed node, only the spot pool inference (L4, driver 560, each node tainted nvidia.com/gpu)
+    runs CUDA 12.6. With mig.fallback whole each pod asks nvidia.com/gpu, tolerates that taint and is steered there;
+    the template, judged as it asks (a gpu-memory size, no toleration), was said to have each pod denied: PODS
+    DENIED, exit 1."""
+    nodes = yaml.safe_load(NODES.read_text())
+    nodes["items"] = [n for n in nodes["items"] if n["metadata"]["name"] != "ip-10-0-42-17.us-west-2.compute.internal"]
+    nodes_file = tmp_path / "nodes.yaml"
+    nodes_file.write_text(yaml.safe_dump(nodes))
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"mig": {"fallback": "whole"}}))
+    limits = {"gpu-admission.io/gpu-memory": "20Gi"}
+    image = "nvidia/cuda:12.6.0-runtime-ubuntu22.04"
+    given = ["--nodes", str(nodes_file), "--config", str(config), "-o", "json"]
+    pod = cli("review", "-f", _manifest(tmp_path, _pod(image, limits)), *given)
+    assert pod.returncode == 0, pod.stdout
+    steered = "cuda: only spot pools run its CUDA, steered there (it may be preempted): pool inference"
+    assert steered in json.loads(pod.stdout)["warnings"]
+    run = cli("review", "-f", _manifest(tmp_path, _deployment("d", image, limits)), *given)
+    assert run.returncode == 0, run.stdout
+    out = json.loads(run.stdout)
+    assert (out["allowed"], out["podsAllowed"]) == (True, True)
+    whole = "its pods get nvidia.com/gpu 1 (whole GPU: no MIG profile covers it)"
+    assert out["warnings"] == [f"main: gpu-admission.io/gpu-memory 20Gi: {whole}"]

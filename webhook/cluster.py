@@ -1617,6 +1617,14 @@ def gated_spec(spec: JSON) -> JSON:
     return spec
 
 
+def device_spec(spec: JSON) -> JSON:
+    """``spec`` as its pods are placed once the mig policy gives its gpu-memory or gpu-fraction ask an nvidia.com/
+    device (a template's is left for each pod to convert): the GPU's taint tolerated, by ExtendedResourceToleration
+    for nvidia.com/gpu, else by the mig policy itself. Judged without it, a workload was said to have each pod
+    denied where its only pool that runs its CUDA carries that taint, and each pod was admitted there (a review)."""
+    return {**spec, "tolerations": [*as_list(spec.get("tolerations")), GPU_TAINT_TOLERATION]}
+
+
 def split_leaving(taints: Iterable[Taint]) -> tuple[list[Taint], str]:
     """``taints`` (those that keep a pod off a group: ``untolerated``) as advice gives them: the ones a pod may be
     told to tolerate, and what the ``LEAVING_TAINTS`` among them say of the nodes, in words ('cordoned', 'not ready

@@ -44,6 +44,7 @@ from webhook.cluster import (
     PRODUCT_LABEL,
     TOLERATES_ALL,
     NodeGroup,
+    device_spec,
     gated_spec,
     leaving,
     offers,
@@ -902,7 +903,7 @@ def _warn_deferred(pod: PodView, ctx: Context, out: Outcome) -> None:
     checks = checks_of(pod, ctx)
     if not checks:
         return
-    a = assess(checks, pod.spec, ctx, spot.decided_mode(out))
+    a = assess(checks, device_spec(pod.spec), ctx, spot.decided_mode(out))
     if not a.known or not a.eligible or a.allowed_groups:
         return
     for i in a.known:

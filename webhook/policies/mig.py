@@ -88,6 +88,7 @@ from webhook.cluster import (
     TOLERATES_ALL,
     Candidate,
     NodeGroup,
+    device_spec,
     is_extended_resource_name,
     offers,
     pool_names,
@@ -1264,9 +1265,7 @@ def _unoffered(group: NodeGroup, pod: PodView) -> list[str]:
 
 def _placement_rules(pod: PodView) -> JSON:
     """The pod's placement rules alone (no container, so no resource asked), the GPU taint tolerated."""
-    rules = {**pod.spec, "containers": [], "initContainers": []}
-    rules["tolerations"] = [*as_list(pod.spec.get("tolerations")), GPU_TAINT_TOLERATION]
-    return rules
+    return {**device_spec(pod.spec), "containers": [], "initContainers": []}
 
 
 def _profiles_of(req: _Request, group: NodeGroup) -> list[Profile]:
@@ -1284,7 +1283,7 @@ def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
     capacity it requires where the pod is under ``spot: require`` and that alone keeps it off
     (``_kept_off_by_spot``)."""
     ctx, whole = req.ctx, req.whole
-    spec = {**pod.spec, "tolerations": [*as_list(pod.spec.get("tolerations")), GPU_TAINT_TOLERATION]}
+    spec = device_spec(pod.spec)
     taints, state = split_leaving(untolerated(group, spec, ctx.cluster.extended_resource_toleration))
     selector = as_dict(pod.spec.get("nodeSelector"))
     keys = sorted(k for k, v in selector.items() if group.labels.get(k) != v)

@@ -106,10 +106,10 @@ from webhook.affinity import (
     unprefer,
 )
 from webhook.cluster import (
-    GPU_TAINT_TOLERATION,
     LEAVING_TOLERATIONS,
     NodeGroup,
     Taint,
+    device_spec,
     gated_spec,
     pool_names,
     requested_resources,
@@ -643,7 +643,7 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
     if GPU_MEMORY_RESOURCE in requested_resources(pod.spec) or pod.annotation("gpu-fraction") is not None:
         # the mig policy turns it into an nvidia.com/ device, whose GPU taint is then tolerated (by the device
         # plugin's ExtendedResourceToleration, or by the mig policy itself): judged so on the first pass too
-        judged = {**own.spec, "tolerations": [*as_list(own.spec.get("tolerations")), GPU_TAINT_TOLERATION]}
+        judged = device_spec(own.spec)
     # a gated pod is not placed yet: what takes its gate away may add tolerations (Kueue: its ResourceFlavor's), and
     # it then lands where they let it; judged as tolerating every taint, it keeps its NotIns (a Kueue-gated never
     # pod got none where an AKS spot pool was declared at zero, and after its ungating ran on spot: a review). Its
