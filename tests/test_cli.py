@@ -680,23 +680,23 @@ def test_review_of_a_pod_update_runs_validate_as_the_apiserver_does(
 @pytest.mark.parametrize(
     ("exemptions", "words"),
     [
-        pytest.param({"users": ["alice@example.com"]}, "ADMITTED (user alice@example.com is exempt)\n", id="user"),
-        pytest.param(
-            {"groups": ["system:authenticated"]}, "ADMITTED (group system:authenticated is exempt)\n", id="group"
-        ),
+        pytest.param({"users": ["alice@example.com"]}, "user alice@example.com is exempt", id="user"),
+        pytest.param({"groups": ["system:authenticated"]}, "group system:authenticated is exempt", id="group"),
     ],
 )
 def test_review_of_an_admission_review_exempts_its_user_as_the_server_does(
     tmp_path: Path, exemptions: dict[str, list[str]], words: str
 ) -> None:
     """Found by a review: the request's userInfo was left out, so user and group exemptions never applied and
-    examples/admission-review.json (alice's) was mutated where the server passes it untouched."""
+    examples/admission-review.json (alice's) was mutated where the server passes it untouched. Its nvidia.com/gpu
+    0.5, left as it is, the API server then refuses."""
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"exemptions": exemptions}))
     review = EXAMPLES / "admission-review.json"
     run = cli("review", "-f", str(review), "--nodes", str(NODES), "--config", str(config))
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.startswith(words) and "patch:" not in run.stdout, run.stdout
+    assert run.returncode == 1, run.stderr
+    assert run.stdout.startswith("DENIED by the API server\n- container trainer: nvidia.com/gpu 0.5:"), run.stdout
+    assert f"(the webhook passes it over, {words});" in run.stdout and "patch:" not in run.stdout, run.stdout
 
 
 def _deployment(name: str, image: str, limits: dict[str, str]) -> dict[str, Any]:
@@ -1077,3 +1077,37 @@ def test_a_workload_whose_pods_reach_a_gpu_tainted_pool_is_judged_as_they_are(tm
     assert (out["allowed"], out["podsAllowed"]) == (True, True)
     whole = "its pods get nvidia.com/gpu 1 (whole GPU: no MIG profile covers it)"
     assert out["warnings"] == [f"main: gpu-admission.io/gpu-memory 20Gi: {whole}"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "user", "why"),
+    [
+        pytest.param(
+            {"exemptions": {"users": ["ci-deployer"]}}, "ci-deployer", "the webhook passes it over", id="exempt"
+        ),
+        pytest.param({"mig": {"enabled": False}}, "bob", "the webhook admits it unconverted", id="mig-off"),
+    ],
+)
+def test_a_fraction_the_webhook_leaves_in_a_workload_is_refused_by_the_api_server(
+    tmp_path: Path, settings: dict[str, Any], user: str, why: str
+) -> None:
+    """The API server takes only whole numbers of an extended resource, in a workload's pod template too
+    (reference/mig.md §3): a 0.5 the webhook leaves as it is refuses the workload. An exempt user's was reviewed as
+    if the webhook had converted it, and said ADMITTED, its pods admitted, exit 0."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    review = _created_by(user, _deployment("d", CUDA124, {"nvidia.com/gpu": "0.5"}))
+    path = _manifest(tmp_path, review)
+    refused = (
+        "container main: nvidia.com/gpu 0.5: the API server refuses the Deployment, as an extended resource must be a"
+        f" whole number ({why}"
+    )
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 1, run.stdout
+    assert run.stdout.startswith(f"DENIED by the API server\n- {refused}"), run.stdout
+    assert "ask for a whole number of GPUs or a MIG device (nvidia.com/mig-<profile>: 1)" in run.stdout
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "-o", "json")
+    assert run.returncode == 1, run.stdout
+    out = json.loads(run.stdout)
+    assert out["allowed"] and "podsAllowed" not in out, out  # the webhook's answer; no pods are made
+    assert [r.startswith(refused) for r in out["apiServerRefuses"]] == [True], out["apiServerRefuses"]

@@ -20,7 +20,15 @@ from typing import Any
 from certs import cli as certs_cli
 from webhook import cuda_version, pipeline, selftest
 from webhook.admission import ReviewRequest, parse_review
-from webhook.cluster import ClusterSource, ClusterView, StaticCluster, build_view, format_pools, read_node_file
+from webhook.cluster import (
+    ClusterSource,
+    ClusterView,
+    StaticCluster,
+    build_view,
+    format_pools,
+    is_extended_resource_name,
+    read_node_file,
+)
 from webhook.config import Settings, load_settings, yaml_type
 from webhook.decisions import context_for
 from webhook.documents import api_object, read_documents
@@ -28,6 +36,7 @@ from webhook.drivers import show_driver
 from webhook.errors import BadRequest, ConfigError, InputError
 from webhook.model import IGNORE_LABEL, TEMPLATE_PATHS, Context, as_dict, as_list
 from webhook.policies.cuda import driver_table
+from webhook.quantity import QuantityError, parse_quantity
 from webhook.registry import ImageConfigs, platform_order, read_credentials, trust
 
 EXIT_ADMITTED, EXIT_DENIED, EXIT_UNUSABLE = 0, 1, 2
@@ -471,11 +480,41 @@ def _pods(item: _Item, result: pipeline.Result, ctx: Context) -> _Pods | None:
     return _Pods(refused=[*([] if anew.allowed else anew.message.splitlines()), *anew.pods_refused])
 
 
-def _verdict(item: _Item, result: pipeline.Result, pods: _Pods | None) -> dict[str, Any]:
+def _api_refusals(item: _Item, result: pipeline.Result, ctx: Context) -> list[str]:
+    """Why the API server refuses the object the webhook lets through as it stands ([] where it takes it): an
+    extended resource that is not a whole number (reference/mig.md §3, validated at the object's create; a
+    workload's pod template with it). Found by a review: a workload the webhook passes over (its creator exempt)
+    kept nvidia.com/gpu 0.5, which review converted as if the webhook had, and said ADMITTED."""
+    view = pipeline.pod_view(result.object, item.namespace, writable=False) if result.allowed else None
+    if view is None:
+        return []
+    who = f"the webhook passes it over, {result.skipped}" if result.skipped else "the webhook admits it unconverted"
+    advice = "ask for a whole number of GPUs or a MIG device (nvidia.com/mig-<profile>: 1)"
+    if ctx.settings.mig.enabled and item.kind != "Pod" and not pipeline.pods_pass(view, ctx):
+        advice += ", or a GPU memory size (gpu-admission.io/gpu-memory: 20Gi), which the webhook converts on each pod"
+    refusals: list[str] = []
+    for _, container in view.containers():
+        resources = as_dict(container.get("resources"))
+        asked = {**as_dict(resources.get("requests")), **as_dict(resources.get("limits"))}
+        for name, value in asked.items():
+            try:
+                whole = not is_extended_resource_name(name) or parse_quantity(value) % 1 == 0
+            except QuantityError:
+                continue  # not a quantity: the API server's own message says so
+            if not whole:
+                refusals.append(
+                    f"container {container.get('name')}: {name} {value}: the API server refuses the {item.kind}, as"
+                    f" an extended resource must be a whole number ({who}); {advice}"
+                )
+    return refusals
+
+
+def _verdict(item: _Item, result: pipeline.Result, pods: _Pods | None, refusals: list[str]) -> dict[str, Any]:
     """The contract's object (DESIGN, "Offline review"); a workload's says too whether its pods would be admitted
     as they are created (``podsAllowed``; passed untouched counts as admitted) and why not (``podsRefused``): the
     webhook admits a template whose pods it would each refuse, and passes over some workloads whose pods it
-    reviews."""
+    reviews. Where the API server refuses the object the webhook lets through, ``apiServerRefuses`` says why (and
+    there are no pods to judge)."""
     verdict = {
         "allowed": result.allowed,
         "message": result.message,
@@ -486,12 +525,18 @@ def _verdict(item: _Item, result: pipeline.Result, pods: _Pods | None) -> dict[s
     if pods is not None:
         verdict["podsAllowed"] = result.allowed and pods.allowed
         verdict["podsRefused"] = pods.refused
+    if refusals:
+        verdict["apiServerRefuses"] = refusals
     return verdict
 
 
-def _print_text(item: _Item, result: pipeline.Result, pods: _Pods | None) -> None:
+def _print_text(item: _Item, result: pipeline.Result, pods: _Pods | None, refusals: list[str]) -> None:
     listed: list[str] = []  # the warnings said as why its pods are refused, not said again
-    if result.allowed and pods is not None and not pods.allowed:
+    if refusals:
+        print("DENIED by the API server")
+        for why in refusals:
+            print(f"- {why}")
+    elif result.allowed and pods is not None and not pods.allowed:
         print("PODS DENIED")
         itself = (
             f"passes the {item.kind} itself over ({result.skipped})"
@@ -551,15 +596,16 @@ def cmd_review(args: argparse.Namespace) -> int:
         else:
             ctx = Context(settings=settings, cluster=view, namespace=item.namespace, images=images)
         result = _review(item.obj, ctx)
-        pods = _pods(item, result, ctx)
-        denied = denied or not result.allowed or (pods is not None and not pods.allowed)
+        refusals = _api_refusals(item, result, ctx)
+        pods = None if refusals else _pods(item, result, ctx)
+        denied = denied or not result.allowed or bool(refusals) or (pods is not None and not pods.allowed)
         if args.output == "json":
             named = {"kind": item.kind, "name": item.name, "namespace": item.namespace} if held > 1 else {}
-            verdicts.append({**named, **_verdict(item, result, pods)})
+            verdicts.append({**named, **_verdict(item, result, pods, refusals)})
             continue
         if held > 1:
             print(f"== {item.kind} {item.namespace}/{item.name} ({item.at})")
-        _print_text(item, result, pods)
+        _print_text(item, result, pods, refusals)
     if args.output == "json":
         print(json.dumps(verdicts if held > 1 else verdicts[0], indent=2))
     if unusable:
@@ -642,9 +688,11 @@ def build_parser() -> argparse.ArgumentParser:
         "kustomize build; documents and kind: List items, at every depth), other kinds passed over and named on "
         "stderr. Exit 0 when every one is admitted; 1 when one is denied, or is a workload whose pods the webhook "
         "would each refuse as they are created (PODS DENIED: the webhook admits the workload itself, or passes it "
-        "over for a reason of its own, such as an exempt creator); 2 when one could not be reviewed, or none is "
-        "there. -o json prints one object {allowed, message, warnings, patch, object}, a workload's with podsAllowed "
-        "and podsRefused; for an input of several objects, a list of them, each with its kind, name and namespace.",
+        "over for a reason of its own, such as an exempt creator), or one the API server would refuse (DENIED by the "
+        "API server: a nvidia.com/gpu fraction the webhook leaves in it); 2 when one could not be reviewed, or none "
+        "is there. -o json prints one object {allowed, message, warnings, patch, object}, a workload's with "
+        "podsAllowed and podsRefused, one the API server would refuse with apiServerRefuses; for an input of several "
+        "objects, a list of them, each with its kind, name and namespace.",
     )
     review.add_argument(
         "-f", "--file", required=True, help="a Pod or workload manifest, or several (YAML or JSON; - for stdin)"
