@@ -1111,3 +1111,24 @@ def test_a_fraction_the_webhook_leaves_in_a_workload_is_refused_by_the_api_serve
     out = json.loads(run.stdout)
     assert out["allowed"] and "podsAllowed" not in out, out  # the webhook's answer; no pods are made
     assert [r.startswith(refused) for r in out["apiServerRefuses"]] == [True], out["apiServerRefuses"]
+
+
+def test_an_exempt_users_workload_says_what_its_pods_get(tmp_path: Path) -> None:
+    """The README says review prints what the pods of a workload passed over get: the second review's warnings (the
+    fallback's whole GPU) were printed nowhere, in text or in -o json."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"exemptions": {"users": ["ci-deployer"]}, "mig": {"fallback": "whole"}}))
+    review = _created_by("ci-deployer", _deployment("d", CUDA124, {"gpu-admission.io/gpu-memory": "60Gi"}))
+    path = _manifest(tmp_path, review)
+    whole = (
+        "main: gpu-admission.io/gpu-memory 60Gi: its pods get nvidia.com/gpu 1 (whole GPU: no MIG profile covers it)"
+    )
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 0, run.stdout
+    assert run.stdout == (
+        "ADMITTED (user ci-deployer is exempt)\nits pods are reviewed each as it is created, and would be admitted\n"
+        f"Warning (its pods): {whole}\n"
+    )
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "-o", "json")
+    out = json.loads(run.stdout)
+    assert (out["warnings"], out["podsAllowed"], out["podsWarnings"]) == ([], True, [whole]), out

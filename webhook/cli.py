@@ -452,6 +452,9 @@ class _Pods:
     """Why each is passed untouched ('' where they are reviewed)."""
     refused: list[str] = dataclasses.field(default_factory=list)
     """Why each would be refused (none where they are admitted, or passed)."""
+    warnings: list[str] | None = None
+    """What the second review of a workload the webhook passes over warns of its pods (the MIG profile or the
+    fallback they get); None where there was none (the webhook's own warnings then say it)."""
 
     @property
     def allowed(self) -> bool:
@@ -477,7 +480,8 @@ def _pods(item: _Item, result: pipeline.Result, ctx: Context) -> _Pods | None:
     anew = _review({**item.obj, "metadata": metadata}, made)
     if anew.skipped:
         return _Pods(passed=anew.skipped)
-    return _Pods(refused=[*([] if anew.allowed else anew.message.splitlines()), *anew.pods_refused])
+    refused = [*([] if anew.allowed else anew.message.splitlines()), *anew.pods_refused]
+    return _Pods(refused=refused, warnings=[w for w in anew.warnings if w not in refused])
 
 
 def _api_refusals(item: _Item, result: pipeline.Result, ctx: Context) -> list[str]:
@@ -525,6 +529,8 @@ def _verdict(item: _Item, result: pipeline.Result, pods: _Pods | None, refusals:
     if pods is not None:
         verdict["podsAllowed"] = result.allowed and pods.allowed
         verdict["podsRefused"] = pods.refused
+        if pods.warnings is not None:
+            verdict["podsWarnings"] = pods.warnings
     if refusals:
         verdict["apiServerRefuses"] = refusals
     return verdict
@@ -555,6 +561,9 @@ def _print_text(item: _Item, result: pipeline.Result, pods: _Pods | None, refusa
                 if pods.passed
                 else "its pods are reviewed each as it is created, and would be admitted"
             )
+    if pods is not None and pods.warnings:  # under the pods line: the second review's, of its pods
+        for w in pods.warnings:
+            print(f"Warning (its pods): {w}")
     if result.message:
         print(result.message)
     for w in result.warnings:
@@ -691,7 +700,8 @@ def build_parser() -> argparse.ArgumentParser:
         "over for a reason of its own, such as an exempt creator), or one the API server would refuse (DENIED by the "
         "API server: a nvidia.com/gpu fraction the webhook leaves in it); 2 when one could not be reviewed, or none "
         "is there. -o json prints one object {allowed, message, warnings, patch, object}, a workload's with "
-        "podsAllowed and podsRefused, one the API server would refuse with apiServerRefuses; for an input of several "
+        "podsAllowed and podsRefused (and podsWarnings, where the webhook passes it over), one the API server would "
+        "refuse with apiServerRefuses; for an input of several "
         "objects, a list of them, each with its kind, name and namespace.",
     )
     review.add_argument(
