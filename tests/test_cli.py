@@ -864,6 +864,18 @@ def test_documents_are_numbered_as_they_stand_in_the_text(tmp_path: Path) -> Non
     assert headers == [f"== Pod ml/p ({path}: document 4)", f"== Deployment ml/d ({path}: document 6)"], run.stdout
 
 
+@pytest.mark.parametrize("command", [["pools"], ["review", "-f", str(EXAMPLES / "pod.yaml")]])
+def test_node_list_documents_are_numbered_as_they_stand_in_the_text(tmp_path: Path, command: list[str]) -> None:
+    """As a manifest's are: the node list's comment-only first document was left out of the count, and the Pod
+    in the third was said to be in document 2."""
+    node = yaml.safe_load(NODES.read_text())["items"][0]
+    path = tmp_path / "nodes.yaml"
+    path.write_text(f"---\n# only a comment\n---\n{yaml.safe_dump(node)}---\n{yaml.safe_dump(_pod(CUDA124, {}))}")
+    run = cli(*command, "--nodes", str(path))
+    assert run.returncode == 2, run.stdout
+    assert f"{path}: document 3: expected a Node, a NodeList or a List of Nodes (found kind 'Pod')" in run.stderr
+
+
 def test_lists_inside_lists_are_opened_at_every_depth(tmp_path: Path) -> None:
     """kubectl opens a List inside a List (cli-runtime's FlattenListVisitor); review passed it over and exited 0
     where the Pod inside it is denied."""

@@ -31,7 +31,7 @@ from webhook.cluster import (
 )
 from webhook.config import Settings, load_settings, yaml_type
 from webhook.decisions import context_for
-from webhook.documents import api_object, read_documents
+from webhook.documents import api_object, numbered, read_documents
 from webhook.drivers import show_driver
 from webhook.errors import BadRequest, ConfigError, InputError
 from webhook.model import IGNORE_LABEL, TEMPLATE_PATHS, Context, as_dict, as_list
@@ -352,13 +352,11 @@ def _name(obj: dict[str, Any]) -> str:
 
 
 def _objects(docs: list[Any], path: str) -> list[tuple[str, Any]]:
-    """Each object of the input with where it stands: its document (where there are several, numbered from 1 as
-    they stand in the text, empty and null ones counted: they had been left out of the count, and the header named
-    another document) and, in a ``kind: List`` (what ``kubectl get -o yaml`` prints), its place in the items."""
+    """Each object of the input with where it stands: its document (``documents.numbered``) and, in a ``kind:
+    List`` (what ``kubectl get -o yaml`` prints), its place in the items."""
     found: list[tuple[str, Any]] = []
-    present = [(number, doc) for number, doc in enumerate(docs, 1) if doc is not None]
-    for number, doc in present:
-        _flatten(path if len(present) == 1 else f"{path}: document {number}", doc, 0, found)
+    for at, doc in numbered(docs, path):
+        _flatten(at, doc, 0, found)
     return found
 
 

@@ -30,7 +30,7 @@ from typing import Any, Protocol, TypeVar
 
 from webhook import budget
 from webhook.config import PoolSettings, Settings
-from webhook.documents import read_documents
+from webhook.documents import numbered, read_documents
 from webhook.drivers import DriverTable, Version, builtin_table, parse_version, show, show_driver
 from webhook.errors import InputError
 from webhook.mig_profiles import load_table
@@ -969,7 +969,7 @@ def read_node_file(path: str | Path) -> list[JSON]:
     """The Node objects of a file as ``kubectl get nodes -o yaml|json`` writes it (a Node, a NodeList or a
     ``kind: List``; several YAML documents allowed). Raises InputError saying what is wrong."""
     where = str(path)
-    documents = [doc for doc in read_documents(path) if doc is not None]
+    documents = numbered(read_documents(path), where)
     if not documents and where == "-":  # not "> -": standard input is piped, not written (a review's finding)
         raise InputError(
             "-: standard input held no node list (pipe one in: kubectl get nodes -o yaml | gpu-admission ... --nodes -)"
@@ -977,8 +977,7 @@ def read_node_file(path: str | Path) -> list[JSON]:
     if not documents:
         raise InputError(f"{where}: the node list is empty (make one with: kubectl get nodes -o yaml > {where})")
     nodes: list[JSON] = []
-    for number, doc in enumerate(documents, 1):
-        at = f"{where}: document {number}" if len(documents) > 1 else where
+    for at, doc in documents:
         if not isinstance(doc, dict):
             raise InputError(f"{at}: expected a Node, a NodeList or a List of Nodes (found {type(doc).__name__})")
         kind = doc.get("kind")

@@ -63,6 +63,14 @@ def read_documents(path: str | Path) -> list[Any]:
     return parse_documents(text, where)
 
 
+def numbered(documents: list[Any], where: str) -> list[tuple[str, Any]]:
+    """The documents that hold something, each with where it stands: ``where: document N`` where several do,
+    numbered from 1 as they stand in the text, empty and null ones counted (the n-th an editor shows; left out of
+    the count, a message named another document), else ``where`` alone."""
+    present = [(number, doc) for number, doc in enumerate(documents, 1) if doc is not None]
+    return [(where if len(present) == 1 else f"{where}: document {number}", doc) for number, doc in present]
+
+
 def api_object(value: Any, where: str) -> Any:
     """``value`` as kubectl would send it to the API server: JSON. A key YAML reads as a number or a boolean
     becomes its text (``1``, ``true``), as sigs.k8s.io/yaml writes it; a NaN, an infinity, or a value JSON has no
