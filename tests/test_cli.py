@@ -1144,3 +1144,24 @@ def test_an_exempt_users_workload_says_what_its_pods_get(tmp_path: Path) -> None
     run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "-o", "json")
     out = json.loads(run.stdout)
     assert (out["warnings"], out["podsAllowed"], out["podsWarnings"]) == ([], True, [whole]), out
+
+
+def test_a_workload_whose_fallback_gpu_runs_no_driver_of_its_cuda_is_not_told_to_ask_for_less(tmp_path: Path) -> None:
+    """With mig.fallback whole, each pod of a CUDA 13 image's 60Gi gets a whole GPU and is refused for its CUDA; its
+    workload was told 'largest offered is 3g.40gb; ask for less', advice that changes nothing."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"mig": {"fallback": "whole"}}))
+    limits = {"gpu-admission.io/gpu-memory": "60Gi"}
+    given = ["--nodes", str(NODES), "--config", str(config), "-o", "json"]
+    pod = cli("review", "-f", _manifest(tmp_path, _pod(CUDA13, limits)), *given)
+    out = json.loads(pod.stdout)
+    assert (pod.returncode, out["allowed"]) == (1, False) and "needs CUDA 13.0" in out["message"], out["message"]
+    whole = "main: gpu-admission.io/gpu-memory 60Gi -> nvidia.com/gpu 1 (whole GPU: no MIG profile covers it)"
+    assert whole in out["warnings"]
+    run = cli("review", "-f", _manifest(tmp_path, _deployment("d", CUDA13, limits)), *given)
+    assert run.returncode == 1, run.stdout
+    refused = json.loads(run.stdout)["podsRefused"]
+    assert refused[0].startswith(
+        "main: gpu-admission.io/gpu-memory 60Gi: its pods are refused: only a driver too old for their CUDA offers it ("
+    ), refused
+    assert not any("ask for less" in r for r in refused), refused

@@ -1550,11 +1550,14 @@ def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask,
         given = f"{ask.name}: {ask.asked}: its pods get {fallback.option.given} ({fallback.note})"
         out.warn(fit_warning(given, ask.name))
         return
-    if choice is not None:
-        # the reason before the places; where the products and pools do not fit, the pools alone, cut at a name
+    held = choice if choice is not None else fallback  # what each pod gets, as ``_convert`` gives it
+    if held is not None:
+        # refused for their CUDA, not for the size: no advice to ask for less (found by a review: with fallback
+        # whole, a CUDA 13 workload's 60Gi was told so, and each pod got a whole GPU, refused for its CUDA). The
+        # reason before the places; where the products and pools do not fit, the pools alone, cut at a name
         head = f"{ask.name}: {ask.asked}: its pods are refused: only a driver too old for their CUDA offers it ("
-        text = f"{head}{_where(choice.places)})"
-        groups = [p.group for p in choice.places]
+        text = f"{head}{_where(held.places)})"
+        groups = [p.group for p in held.places]
         out.refuse_pods(text if len(text) <= WARNING_LIMIT else _pool_warning(head, groups, ")", ask.name))
         return
     largest = max(
