@@ -1165,3 +1165,88 @@ def test_a_workload_whose_fallback_gpu_runs_no_driver_of_its_cuda_is_not_told_to
         "main: gpu-admission.io/gpu-memory 60Gi: its pods are refused: only a driver too old for their CUDA offers it ("
     ), refused
     assert not any("ask for less" in r for r in refused), refused
+
+
+def _tainted_gpu_nodes(tmp_path: Path, product: str | None) -> str:
+    """examples/nodes.yaml with the GPU nodes of ``product`` (every GPU node where None) tainted nvidia.com/gpu, as
+    the GPU Operator's or a cloud's GPU pools are."""
+    nodes = yaml.safe_load(NODES.read_text())
+    for node in nodes["items"]:
+        labels = node["metadata"].get("labels", {})
+        if "nvidia.com/gpu" in node.get("status", {}).get("allocatable", {}) and product in (
+            None,
+            labels.get("nvidia.com/gpu.product"),
+        ):
+            taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+            node.setdefault("spec", {}).setdefault("taints", []).append(taint)
+    path = tmp_path / "nodes.yaml"
+    path.write_text(yaml.safe_dump(nodes))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("image", "tainted", "exit_code"),
+    [
+        # its only pools that run CUDA 12.4 are tainted: each pod is denied, as it gets no device that tolerates it
+        pytest.param(CUDA124, "NVIDIA-H100-80GB-HBM3", 1, id="pods-denied"),
+        # every GPU node tainted: no pool its pods reach, each pod admitted unchecked
+        pytest.param("pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime", None, 0, id="pods-unchecked"),
+    ],
+)
+def test_a_workload_with_mig_off_is_judged_without_the_gpu_taint_its_pods_never_tolerate(
+    tmp_path: Path, image: str, tainted: str | None, exit_code: int
+) -> None:
+    """With mig.enabled false no pod gets a GPU device for its gpu-memory ask, nor the toleration of the GPU's taint
+    a device brings: the workload was judged as if each pod tolerated it, and review's exit flipped both ways
+    against what its pods got (a review's finding)."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"mig": {"enabled": False}}))
+    nodes = _tainted_gpu_nodes(tmp_path, tainted)
+    deployment = _deployment("d", image, {"gpu-admission.io/gpu-memory": "20Gi"})
+    run = cli("review", "-f", _manifest(tmp_path, deployment), "--nodes", nodes, "--config", str(config))
+    assert run.returncode == exit_code, run.stdout
+    assert ("PODS DENIED" in run.stdout) == (exit_code == 1), run.stdout
+
+
+@pytest.mark.parametrize(
+    ("resources", "refused"),
+    [
+        pytest.param(
+            {"requests": {"nvidia.com/gpu": "0.5"}, "limits": {"nvidia.com/gpu": "1"}},
+            "nvidia.com/gpu 0.5: the API server refuses the Pod, as an extended resource must be a whole number",
+            id="fraction-request-whole-limit",
+        ),
+        pytest.param(
+            {"requests": {"nvidia.com/gpu": "1"}},
+            "nvidia.com/gpu requests 1 with no limit: the API server refuses the Pod, as an extended resource's"
+            " request must equal its limit",
+            id="request-without-limit",
+        ),
+        pytest.param(
+            {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}},
+            "nvidia.com/gpu requests 1 with its limit 2: the API server refuses the Pod",
+            id="request-below-limit",
+        ),
+        pytest.param(
+            {"limits": {"example.com/foo": "0.5"}},
+            "example.com/foo 0.5: the API server refuses the Pod, as an extended resource must be a whole number"
+            " (the webhook admits it unconverted); ask for a whole number of it",
+            id="another-resource",
+        ),
+    ],
+)
+def test_what_the_api_server_refuses_in_an_extended_resource_is_said(
+    tmp_path: Path, resources: dict[str, Any], refused: str
+) -> None:
+    """A whole limit hid a 0.5 request (requests and limits were merged), a request without its limit or unequal to
+    it passed (ValidateResourceRequirements refuses both for an extended resource, reference/mig.md §3), and a
+    fraction of another resource was told to ask for GPUs (found by a review)."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"mig": {"enabled": False}}))
+    pod = _pod(CUDA124, {})
+    pod["spec"]["containers"][0]["resources"] = resources
+    run = cli("review", "-f", _manifest(tmp_path, pod), "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 1, run.stdout
+    assert run.stdout.startswith(f"DENIED by the API server\n- container main: {refused}"), run.stdout
+    gpu_advice = "ask for a whole number of GPUs or a MIG device"
+    assert (gpu_advice in run.stdout) == ("must be a whole number" in refused and "nvidia.com/" in refused), run.stdout

@@ -497,18 +497,41 @@ def _api_refusals(item: _Item, result: pipeline.Result, ctx: Context) -> list[st
     refusals: list[str] = []
     for _, container in view.containers():
         resources = as_dict(container.get("resources"))
-        asked = {**as_dict(resources.get("requests")), **as_dict(resources.get("limits"))}
-        for name, value in asked.items():
+        requests, limits = as_dict(resources.get("requests")), as_dict(resources.get("limits"))
+        said: set[str] = set()
+        for name, value in [*limits.items(), *requests.items()]:  # each on its own: a whole limit hid a 0.5 request
             try:
                 whole = not is_extended_resource_name(name) or parse_quantity(value) % 1 == 0
             except QuantityError:
                 continue  # not a quantity: the API server's own message says so
-            if not whole:
+            if not whole and name not in said:
+                said.add(name)
+                what = advice if name.startswith("nvidia.com/") or name in GPU_ASKS else "ask for a whole number of it"
                 refusals.append(
                     f"container {container.get('name')}: {name} {value}: the API server refuses the {item.kind}, as"
-                    f" an extended resource must be a whole number ({who}); {advice}"
+                    f" an extended resource must be a whole number ({who}); {what}"
+                )
+        for name, value in requests.items():  # a request needs its limit, equal to it (ValidateResourceRequirements)
+            if name in said or not is_extended_resource_name(name):
+                continue
+            try:
+                differs = name not in limits or parse_quantity(value) != parse_quantity(limits[name])
+            except QuantityError:
+                continue
+            if differs:
+                said.add(name)
+                limit = f"its limit {limits[name]}" if name in limits else "no limit"
+                refusals.append(
+                    f"container {container.get('name')}: {name} requests {value} with {limit}: the API server refuses"
+                    f" the {item.kind}, as an extended resource's request must equal its limit ({who}); give it in"
+                    " limits (the request is then set to it)"
                 )
     return refusals
+
+
+GPU_ASKS = frozenset({"gpu-admission.io/gpu-memory"})
+"""With NVIDIA's own (nvidia.com/), the resources a GPU advice is about; another extended resource's fraction is told
+to ask a whole number of it."""
 
 
 def _verdict(item: _Item, result: pipeline.Result, pods: _Pods | None, refusals: list[str]) -> dict[str, Any]:

@@ -903,7 +903,10 @@ def _warn_deferred(pod: PodView, ctx: Context, out: Outcome) -> None:
     checks = checks_of(pod, ctx)
     if not checks:
         return
-    a = assess(checks, device_spec(pod.spec), ctx, spot.decided_mode(out))
+    # its pods' device tolerates the GPU's taint where the mig policy converts their ask (with it off, no pod gets one:
+    # judged as tolerating it, a workload was said ADMITTED whose pods were each denied; a review's finding)
+    spec = device_spec(pod.spec) if ctx.settings.mig.enabled else pod.spec
+    a = assess(checks, spec, ctx, spot.decided_mode(out))
     if not a.known or not a.eligible or a.allowed_groups:
         return
     for i in a.known:
