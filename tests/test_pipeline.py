@@ -839,6 +839,46 @@ def test_the_webhooks_annotations_keep_the_pod_within_the_apiservers_limit() -> 
     assert re.search(r"gpu-admission's [0-9]+ \(spot-applied [0-9]+\)", plain.message), plain.message
 
 
+HUGE_KEY = "gpu-admission.io/" + "k" * 200_000
+MISSPELT = {f"gpu-admission.io/typo-{n:04d}": "v" for n in range(3000)}
+
+
+def _pod_update() -> tuple[Any, Context]:
+    """A pod UPDATE that writes 3,000 misspelt keys and one of 200,000 characters (``protect_outputs``)."""
+    before = gpu_pod(annotations={"gpu-admission.io/mig": MIG_LINE})
+    after = gpu_pod(annotations={"gpu-admission.io/mig": MIG_LINE, HUGE_KEY: "v", **MISSPELT})
+    settings = Settings()
+    return after, Context(
+        settings=settings, cluster=build_view([], settings), namespace="ml", operation="UPDATE", old_object=before
+    )
+
+
+def _workload_update() -> tuple[Any, Context]:
+    """A Deployment UPDATE that keeps its template and drops its annotations, one of which (written before the
+    webhook was installed) is 200,000 characters long, and brings 3,000 misspelt keys (``_keep_review``)."""
+    stored = _stored_deployment()
+    stored["spec"]["template"]["metadata"]["annotations"][HUGE_KEY] = "v"
+    applied = copy.deepcopy(stored)
+    applied["spec"]["template"]["metadata"]["annotations"] = dict(MISSPELT)
+    return applied, _on(None, operation="UPDATE", old_object=stored)
+
+
+@pytest.mark.parametrize("update", [_pod_update, _workload_update], ids=["pod", "workload-template-kept"])
+def test_every_answer_keeps_to_the_audit_value_and_warning_limits(update: Any) -> None:
+    """Found by the observability review: the answers to a pod UPDATE (the webhook's annotations put back) and to
+    a workload UPDATE that keeps its template's review were built apart from the others and sent whole: audit
+    values of 200,000 characters each ('restored' and 'again-restored'), and 3,000 warnings."""
+    obj, ctx = update()
+    result = pipeline.mutate(obj, ctx)
+    assert result.allowed and result.patch and "restored" in result.audit
+    assert all(len(v) <= pipeline.AUDIT_VALUE_LIMIT for v in result.audit.values()), {
+        k: len(v) for k, v in result.audit.items()
+    }
+    assert sum(map(len, result.warnings)) <= pipeline.WARNINGS_TOTAL
+    assert result.warnings[-1].endswith(pipeline.NOT_SHOWN)
+    assert all(len(w) < 120 for w in result.warnings)
+
+
 def test_a_misspelt_key_written_by_an_update_is_named_not_called_the_webhooks() -> None:
     """`kubectl annotate pod p gpu-admission.io/cuda-verison=12.4` was told the key 'can only be written by the
     webhook', which writes no such key (found by a review of this session's commits)."""

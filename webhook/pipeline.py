@@ -291,7 +291,7 @@ def _ungate_refusal(result: Result, gone: Sequence[str], ctx: Context) -> None:
     if any(g.startswith(KUEUE_GATES) for g in gone):
         message = f"{message}\n{KUEUE_ADVICE}"
     result.message = clipped(message, MESSAGE_LIMIT)
-    result.audit["reason"] = clipped(result.message, AUDIT_VALUE_LIMIT)
+    result.audit["reason"] = result.message
     result.outcome.events = [Event("UngateRefused", f"{result.reason}: {result.message}", "Warning")]
 
 
@@ -414,7 +414,7 @@ def _refused(obj: Any, reason: str, message: str) -> Result:
     and ``gpu_admission_denials_total``."""
     outcome = Outcome()
     outcome.deny("pipeline", reason, message)
-    audit = {"decision": f"denied ({reason})", "reason": clipped(message, AUDIT_VALUE_LIMIT)}
+    audit = {"decision": f"denied ({reason})", "reason": message}
     return Result(allowed=False, code=422, reason=reason, message=message, object=obj, audit=audit, outcome=outcome)
 
 
@@ -475,8 +475,8 @@ def _short(text: str, limit: int = WARNING_LIMIT) -> str:
 
 
 def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Result:
-    """Apply enforcement modes and the response limits to what the policies said; ``steps``: the audit ``decision``
-    of an allowed answer ('' to leave it to the caller)."""
+    """Apply enforcement modes to what the policies said; ``steps``: the audit ``decision`` of an allowed answer
+    ('' to leave it to the caller). The response limits are applied by ``mutate`` and ``validate`` (``_limited``)."""
     enforced: list[Denial] = []
     others = len(outcome.warnings)
     for d in outcome.denials:
@@ -495,23 +495,32 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
             result.audit[key] = f"{result.audit[key]}\n{d.message}" if key in result.audit else d.message
     # what enforce mode would deny first: past the budget, the per-container lines are what is left unsaid
     outcome.warnings[:] = [*outcome.warnings[others:], *outcome.warnings[:others]]
-    result.warnings = _capped(outcome.warnings)
+    result.warnings = list(outcome.warnings)
     result.pods_refused = list(outcome.pods_refused)
     result.outcome = outcome
     for key, value in outcome.audit.items():
         result.audit[audit_key(key)] = value
-    for key, value in result.audit.items():
-        result.audit[key] = clipped(value, AUDIT_VALUE_LIMIT)
     if enforced:
         result.allowed = False
         result.code = 403
         result.reason = enforced[0].reason
         result.message = clipped("\n".join(d.message for d in enforced), MESSAGE_LIMIT)
         reasons = ", ".join(dict.fromkeys(d.reason for d in enforced))  # each once: one per container repeats
-        result.audit["decision"] = clipped(f"denied ({reasons})", AUDIT_VALUE_LIMIT)
-        result.audit["reason"] = clipped(result.message, AUDIT_VALUE_LIMIT)
+        result.audit["decision"] = f"denied ({reasons})"
+        result.audit["reason"] = result.message
     elif steps:
-        result.audit["decision"] = clipped(steps, AUDIT_VALUE_LIMIT)
+        result.audit["decision"] = steps
+    return result
+
+
+def _limited(result: Result) -> Result:
+    """``result`` within the response limits, applied once to every answer as it leaves ``mutate`` or
+    ``validate``: its warnings capped (``_capped``), each audit value cut to ``AUDIT_VALUE_LIMIT``. The answers
+    built apart from the policies' (a pod update's annotations put back, a workload's template review kept) were
+    sent whole: a key of 200,000 characters made audit values as long, and 3,000 misspelt keys 3,000 warnings
+    (found by a review of what the webhook reports)."""
+    result.warnings = _capped(result.warnings)
+    result.audit = {key: clipped(value, AUDIT_VALUE_LIMIT) for key, value in result.audit.items()}
     return result
 
 
@@ -753,7 +762,7 @@ def mutate(obj: Any, ctx: Context) -> Result:
         result = _bounded(obj, lambda: _mutate(obj, ctx, keep=True))
     if again:
         result.audit.update({audit_key(AGAIN + key): value for key, value in result.audit.items()})
-    return result
+    return _limited(result)
 
 
 def _carries_outputs(obj: Any) -> bool:
@@ -801,7 +810,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
     if view is None:
         assert early is not None
         if early.skipped == TEMPLATE_KEPT or not early.skipped:
-            early.warnings = _capped([*_misplaced_now(obj, ctx), *early.warnings])
+            early.warnings = [*_misplaced_now(obj, ctx), *early.warnings]
         return early
     working = view.root
     prior = _prior_outputs(view)
@@ -847,7 +856,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
 
 def validate(obj: Any, ctx: Context) -> Result:
     """Run the validating policies over the final object; never changes it."""
-    return _bounded(obj, lambda: _validate(obj, ctx))
+    return _limited(_bounded(obj, lambda: _validate(obj, ctx)))
 
 
 def _validate(obj: Any, ctx: Context) -> Result:
