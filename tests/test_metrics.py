@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import glob
+import json
 import logging
 import os
 import subprocess
@@ -21,7 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO, gpu_node, gpu_pod, review
-from webhook import pipeline
+from webhook import pipeline, workers
 from webhook.app import create_app
 from webhook.audit import build_recorder
 from webhook.cluster import StaticCluster, build_view
@@ -93,13 +94,34 @@ def test_requests_latency_mutations_denials_in_process() -> None:
     assert value(text, denials, endpoint="validate", reason="CUDAIncompatible", action="warned") == 1
     histogram = "gpu_admission_request_duration_seconds"
     assert value(text, histogram + "_count", endpoint="mutate") == 2
-    assert value(text, histogram + "_count", endpoint="validate") == 3
+    assert value(text, histogram + "_count", endpoint="validate") == 2  # the 400 is counted, not timed
     les = {dict(ls)["le"] for (n, ls), _ in samples(text).items() if n == histogram + "_bucket"}
     assert {float(le) for le in les if le != "+Inf"} == set(LATENCY_BUCKETS)
     assert sum(b < 0.01 for b in LATENCY_BUCKETS) >= 6, "fine buckets below 10 ms"
     assert value(text, "gpu_admission_cluster_nodes") == 3
     assert 0 <= value(text, "gpu_admission_cluster_snapshot_age_seconds") < 60
     assert value(text, "gpu_admission_events_total", result="dropped") == 0
+
+
+def test_only_reviews_are_timed_and_the_buckets_reach_the_longest_webhook_timeout() -> None:
+    """Found by the observability review: a client that stalls is answered 408 after ``workers.IO_TIMEOUT_S`` (5 s),
+    and the top finite bucket was 1 s: one such client a few minutes pinned the p99 of the alert and the dashboard
+    at 1.0. A rejected request (400, 408, 413, 415) is counted, not timed; a review slower than 1 s is told apart
+    from one that ran into the apiserver's timeout (the chart allows up to 30 s)."""
+    m = Metrics()
+    m.request("validate", "rejected", workers.IO_TIMEOUT_S + 0.1)
+    m.request("validate", "allowed", 0.002)
+    m.request("mutate", "patched", 2.0)
+    text = m.text()
+    histogram = "gpu_admission_request_duration_seconds"
+    assert value(text, "gpu_admission_requests_total", endpoint="validate", decision="rejected") == 1
+    assert value(text, histogram + "_count", endpoint="validate") == 1
+    assert value(text, histogram + "_sum", endpoint="validate") == pytest.approx(0.002)
+    assert value(text, histogram + "_bucket", endpoint="mutate", le="1.0") == 0
+    assert value(text, histogram + "_bucket", endpoint="mutate", le="2.5") == 1
+    schema = json.loads((REPO / "charts" / "gpu-admission" / "values.schema.json").read_text())
+    timeouts = schema["properties"]["webhook"]["properties"]["timeoutSeconds"]["properties"].values()
+    assert max(LATENCY_BUCKETS) >= max(t["maximum"] for t in timeouts) == 30
 
 
 class QuietCluster(StaticCluster):

@@ -208,7 +208,7 @@ def request_decision(result: Result | None, status: int) -> str:
     """The ``decision`` label: the pipeline's decision, else ``rejected`` (4xx, bad request) or ``error`` (5xx)."""
     if result is not None:
         return result.decision
-    return "error" if status >= 500 else "rejected"
+    return "error" if status >= 500 else _metrics.REJECTED
 
 
 def denial_actions(result: Result) -> list[tuple[str, str]]:

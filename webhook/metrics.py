@@ -32,9 +32,13 @@ log = logging.getLogger("gpu_admission.metrics")
 
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 NAMESPACE = "gpu_admission"
-LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 5.0, 10.0, 30.0)
 """Seconds. Fine below 10 ms: the webhook answers in a few ms, and the apiserver's own histogram (5, 25, 100 ms
-buckets) cannot see that range."""
+buckets) cannot see that range. Up to the longest webhook timeout the chart allows (30 s), so a slow review is told
+apart from one the apiserver gave up on."""
+REJECTED = "rejected"
+"""The ``decision`` of a request that was no review (a 400, 408, 413 or 415): counted, not timed. A client that
+stalls is answered 408 after ``workers.IO_TIMEOUT_S``, and pinned the p99 at the top bucket (found by a review)."""
 ENDPOINTS = frozenset({"mutate", "validate"})
 AGE = f"{NAMESPACE}_cluster_snapshot_age_seconds"
 AGE_HELP = "Seconds since the node view of the worker furthest behind was last known current"
@@ -140,14 +144,14 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "requests",
-            "Admission requests by endpoint and decision (allowed, patched, denied, skipped, rejected, error)",
+            f"Admission requests by endpoint and decision (allowed, patched, denied, skipped, {REJECTED}, error)",
             ["endpoint", "decision"],
             namespace=NAMESPACE,
             registry=r,
         )
         self.latency = Histogram(
             "request_duration_seconds",
-            "Time from reading the request to the answer, by endpoint",
+            "Time from reading the request to the answer, by endpoint (reviews only: a rejected request is not timed)",
             ["endpoint"],
             namespace=NAMESPACE,
             buckets=LATENCY_BUCKETS,
@@ -217,7 +221,8 @@ class Metrics:
     def request(self, endpoint: str, decision: str, seconds: float) -> None:
         label = endpoint_label(endpoint)
         self._child(self.requests, label, decision).inc()
-        self._child(self.latency, label).observe(max(seconds, 0.0))
+        if decision != REJECTED:
+            self._child(self.latency, label).observe(max(seconds, 0.0))
 
     def reused(self, endpoint: str) -> None:
         self._child(self.reused_answers, endpoint_label(endpoint)).inc()
