@@ -9,6 +9,7 @@ import glob
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -27,7 +28,14 @@ from webhook.app import create_app
 from webhook.audit import build_recorder
 from webhook.cluster import StaticCluster, build_view
 from webhook.config import CudaSettings, Settings
-from webhook.metrics import LATENCY_BUCKETS, MasterCollector, Metrics, clear_directory, worker_exited
+from webhook.metrics import (
+    LATENCY_BUCKETS,
+    MasterCollector,
+    Metrics,
+    clear_directory,
+    master_registry,
+    worker_exited,
+)
 from webhook.model import Context
 
 SPOT_TAINT = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
@@ -221,6 +229,19 @@ def test_master_adds_up_the_workers_and_forgets_dead_ones_gauges(tmp_path: Path,
     assert second
     assert clear_directory(str(tmp_path)) >= 2
     assert total(master_text(tmp_path), "gpu_admission_requests_total") == 0
+
+
+def test_the_dashboards_job_variable_lists_a_job_that_has_answered_nothing_yet(tmp_path: Path) -> None:
+    """Found by the observability review: the job variable took its values from gpu_admission_requests_total, a
+    series no worker has before its first review, so after a start the dashboard offered no job, and showed nothing
+    (node count, certificate expiry) until a pod was created. It takes them from a series the master exports at every
+    scrape, before any worker has counted anything."""
+    dashboard = json.loads((REPO / "charts" / "gpu-admission" / "dashboards" / "gpu-admission.json").read_text())
+    (job,) = [v for v in dashboard["templating"]["list"] if v["name"] == "job"]
+    metric, label = re.fullmatch(r"label_values\((\w+), (\w+)\)", job["query"]).groups()  # type: ignore[union-attr]
+    assert label == "job"
+    scraped = generate_latest(master_registry(str(tmp_path))).decode()  # no worker's file yet
+    assert metric in {sample.name for f in text_string_to_metric_families(scraped) for sample in f.samples}, scraped
 
 
 def test_a_file_the_master_cannot_read_leaves_the_scrape_whole(tmp_path: Path, monkeypatch: Any, caplog: Any) -> None:
