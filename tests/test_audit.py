@@ -544,6 +544,32 @@ def test_a_request_counts_each_of_its_denial_reasons_once(words: dict[str, str])
     assert metrics.registry.get_sample_value("gpu_admission_denials_total", labels) == 1
 
 
+@pytest.mark.parametrize(
+    ("ask", "count", "decision", "reasons", "mutations"),
+    [("0.1", 56, "patched", ["MIGConverted"], ["mig"]), ("1.5", 250, "denied", ["MIGInvalidFraction"], [])],
+    ids=["converted", "refused"],
+)
+def test_the_decision_log_names_each_reason_and_change_once(
+    ask: str, count: int, decision: str, reasons: list[str], mutations: list[str]
+) -> None:
+    """Found by the observability review: a reason (and a kind of change) was logged once per container, so a pod
+    of 250 refused for one reason made a line of 4.6 kB, past the 4096 bytes a pipe write keeps whole, cut among
+    the other workers' lines. Each is named once, in order, as gpu_admission_denials_total counts each once (56:
+    the most MIG devices one pod may ask, ``mig.MAX_ASKS``)."""
+    settings = dataclasses.replace(Settings(), cuda=CudaSettings(mode="off"))
+    a100 = mixed_node("a100-a", "NVIDIA-A100-SXM4-80GB", {"1g.10gb": count}, "a100", memory_mib=81920)
+    stream = io.StringIO()
+    cluster = StaticCluster(build_view([a100], settings))
+    app = create_app(settings, cluster=cluster, recorder=build_recorder(settings, cluster, stream=stream))
+    pod = gpu_pod(limits={"nvidia.com/gpu": ask})
+    pod["spec"]["containers"] = [dict(pod["spec"]["containers"][0], name=f"c{i}") for i in range(count)]
+    app.test_client().post("/mutate", json=review(pod))
+    text = stream.getvalue()
+    (line,) = lines(stream)
+    assert (line["decision"], line["reasons"], line["mutations"]) == (decision, reasons, mutations)
+    assert len(text.encode()) <= select.PIPE_BUF
+
+
 def _refused_by_the_pipeline(reason: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     pod = gpu_pod()
     if reason == "TooManyContainers":

@@ -105,8 +105,9 @@ def decision_line(r: Recorded) -> dict[str, object]:
     if result:
         line.update(
             decision=result.decision,
-            reasons=list(result.outcome.reasons),
-            mutations=list(result.outcome.mutations),
+            # each once, in order: one per container made a line past the 4096 bytes a pipe write keeps whole
+            reasons=list(dict.fromkeys(result.outcome.reasons)),
+            mutations=list(dict.fromkeys(result.outcome.mutations)),
             patchOps=result.ops,
             patchBytes=len(result.patch_bytes()) if result.ops else 0,
             warnings=len(result.warnings),
