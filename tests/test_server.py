@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import glob
 import json
+import os
+import re
+import signal
 import socket
 import ssl
 import time
@@ -503,3 +507,34 @@ def test_the_served_certificates_expiry_is_a_metric_and_told_when_near(tmp_path:
         assert "expires in 5.0 days and has not been renewed" in server.output() or (
             "expires in 4.9 days and has not been renewed" in server.output()
         ), server.output()[-2000:]
+
+
+def _expiry(server: Server, deadline_s: float = 15.0) -> float | None:
+    """The serving certificate's expiry as /metrics says it, once it says it (within ``deadline_s``)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            for row in server.metrics().splitlines():
+                if row.startswith("gpu_admission_serving_certificate_expiry_timestamp_seconds "):
+                    return float(row.split()[1])
+        time.sleep(0.2)
+    return None
+
+
+def test_the_certificates_expiry_is_a_metric_from_each_workers_start_before_any_connection(tmp_path: Path) -> None:
+    """Found by the observability review: a worker set the gauge as it built its TLS context, at its first
+    connection; after a start, and after a worker restarted (a dead worker's value leaves the sums), the documented
+    expiry alert had no series until a client connected. No TLS connection is made here."""
+    from cryptography import x509
+
+    certs = issue_certs(tmp_path / "certs", days=90)
+    expires = x509.load_pem_x509_certificate((certs / "tls.crt").read_bytes()).not_valid_after_utc.timestamp()
+    with serve(tmp_path, certs=certs, wait=False) as server:
+        assert _expiry(server) == pytest.approx(expires, abs=1), server.output()[-3000:]
+        (victim,) = re.findall(r"Booting worker with pid: (\d+)", server.output())
+        os.kill(int(victim), signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while glob.glob(str(tmp_path / "metrics" / f"*livemin*_{victim}.db")) or server.output().count("Booting") < 2:
+            assert time.monotonic() < deadline, server.output()[-3000:]
+            time.sleep(0.05)
+        assert _expiry(server) == pytest.approx(expires, abs=1), server.output()[-3000:]

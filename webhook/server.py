@@ -392,12 +392,18 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
                 self.cfg.set(key, value)
 
     def load(self) -> Any:
-        """In each worker, after the fork: the app, and its cluster source started. A live watch's worker waits
-        for its first list (up to ``SYNC_WAIT_S``) before it takes connections: the master's socket is shared, so
-        a worker that took them at once (started beside one already synced, or restarted) would answer "not
-        checked" to the reviews it got meanwhile, and /readyz from another worker could already say ready."""
+        """In each worker, after the fork: the app, its TLS context (``ReloadingTLS``: it sets the certificate's
+        expiry gauge, which was missing after a worker's start until its first connection; found by a review), and
+        its cluster source started. A live watch's worker waits for its first list (up to ``SYNC_WAIT_S``) before it
+        takes connections: the master's socket is shared, so a worker that took them at once (started beside one
+        already synced, or restarted) would answer "not checked" to the reviews it got meanwhile, and /readyz from
+        another worker could already say ready."""
         app, cluster = self.app_factory()
         pid = os.getpid()
+        try:  # built now, not at the first connection: the expiry gauge is there from the worker's start
+            self.tls.context()
+        except (OSError, ssl.SSLError) as err:  # tried again at each connection
+            log.warning("cannot load the serving certificate %s: %s", self.tls.cert, err)
         self.unsynced.add(pid)
         if (runtime := app.extensions.get("gpu_admission")) is not None:  # not the bench's no-op app
             runtime.unsynced_workers = self.unsynced.others
