@@ -17,6 +17,7 @@ import yaml
 from tests.conftest import EXAMPLES
 from tests.serving import issue_certs
 from webhook import cli as webhook_cli
+from webhook import pipeline
 
 NODES = EXAMPLES / "nodes.yaml"
 CONFIG = EXAMPLES / "config.yaml"
@@ -1250,3 +1251,17 @@ def test_what_the_api_server_refuses_in_an_extended_resource_is_said(
     assert run.stdout.startswith(f"DENIED by the API server\n- container main: {refused}"), run.stdout
     gpu_advice = "ask for a whole number of GPUs or a MIG device"
     assert (gpu_advice in run.stdout) == ("must be a whole number" in refused and "nvidia.com/" in refused), run.stdout
+
+
+def test_review_prints_every_warning_whole_where_the_server_cuts_them(tmp_path: Path) -> None:
+    """The server's answer keeps to the apiserver's room for warnings and says "gpu-admission review shows them
+    all": review cut them as the server does, the same count of "more warnings not shown" (found by a review)."""
+    pod = _pod(CUDA124, {"nvidia.com/gpu": "1"})
+    keys = [f"gpu-admission.io/cuda-version-typo-{i}" for i in range(100)]
+    pod["metadata"]["annotations"] = dict.fromkeys(keys, "12.4")
+    run = cli("review", "-f", _manifest(tmp_path, pod), "--nodes", str(NODES), "--config", str(CONFIG), "-o", "json")
+    assert run.returncode == 0, run.stdout
+    warnings = json.loads(run.stdout)["warnings"]
+    assert not any("not shown" in w for w in warnings), warnings
+    assert all(any(key in w for w in warnings) for key in keys), warnings  # each whole, its key named in full
+    assert sum(map(len, warnings)) > pipeline.WARNINGS_TOTAL  # more than an answer holds

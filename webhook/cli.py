@@ -474,7 +474,9 @@ def _pods(item: _Item, result: pipeline.Result, ctx: Context) -> _Pods | None:
         return _Pods(refused=result.pods_refused)
     metadata = {k: v for k, v in as_dict(item.obj.get("metadata")).items() if k != "ownerReferences"}
     metadata["labels"] = {k: v for k, v in as_dict(metadata.get("labels")).items() if k != IGNORE_LABEL}
-    made = Context(settings=ctx.settings, cluster=ctx.cluster, namespace=item.namespace, images=ctx.images)
+    made = Context(
+        settings=ctx.settings, cluster=ctx.cluster, namespace=item.namespace, images=ctx.images, limited=False
+    )
     anew = _review({**item.obj, "metadata": metadata}, made)
     if anew.skipped:
         return _Pods(passed=anew.skipped)
@@ -622,9 +624,10 @@ def cmd_review(args: argparse.Namespace) -> int:
     denied = False
     for item in items:
         if item.request:  # as the server makes it: the request's operation, oldObject, user and groups, dryRun
-            ctx = dataclasses.replace(context_for(item.request, settings, view, images), namespace=item.namespace)
+            made = context_for(item.request, settings, view, images)
+            ctx = dataclasses.replace(made, namespace=item.namespace, limited=False)
         else:
-            ctx = Context(settings=settings, cluster=view, namespace=item.namespace, images=images)
+            ctx = Context(settings=settings, cluster=view, namespace=item.namespace, images=images, limited=False)
         result = _review(item.obj, ctx)
         refusals = _api_refusals(item, result, ctx)
         pods = None if refusals else _pods(item, result, ctx)

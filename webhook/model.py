@@ -301,6 +301,9 @@ class Context:
     images: ImageLookup | None = None
     """The image configs this worker has read from registries (``cuda.registry``), as this request sees them;
     None: none are read."""
+    limited: bool = True
+    """Whether the answer keeps to the response limits (warnings a line each within a total, audit values cut): the
+    server's do; the offline review's (False) prints every warning whole, as the server's cut says it does."""
 
 
 EventType = Literal["Normal", "Warning"]

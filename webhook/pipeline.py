@@ -513,12 +513,15 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
     return result
 
 
-def _limited(result: Result) -> Result:
+def _limited(result: Result, ctx: Context) -> Result:
     """``result`` within the response limits, applied once to every answer as it leaves ``mutate`` or
     ``validate``: its warnings capped (``_capped``), each audit value cut to ``AUDIT_VALUE_LIMIT``. The answers
     built apart from the policies' (a pod update's annotations put back, a workload's template review kept) were
     sent whole: a key of 200,000 characters made audit values as long, and 3,000 misspelt keys 3,000 warnings
-    (found by a review of what the webhook reports)."""
+    (found by a review of what the webhook reports). Not for the offline review (``Context.limited`` False), which the
+    cut's last line names as where every warning is shown whole."""
+    if not ctx.limited:
+        return result
     result.warnings = _capped(result.warnings)
     result.audit = {key: clipped(value, AUDIT_VALUE_LIMIT) for key, value in result.audit.items()}
     return result
@@ -762,7 +765,7 @@ def mutate(obj: Any, ctx: Context) -> Result:
         result = _bounded(obj, lambda: _mutate(obj, ctx, keep=True))
     if again:
         result.audit.update({audit_key(AGAIN + key): value for key, value in result.audit.items()})
-    return _limited(result)
+    return _limited(result, ctx)
 
 
 def _carries_outputs(obj: Any) -> bool:
@@ -856,7 +859,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
 
 def validate(obj: Any, ctx: Context) -> Result:
     """Run the validating policies over the final object; never changes it."""
-    return _limited(_bounded(obj, lambda: _validate(obj, ctx)))
+    return _limited(_bounded(obj, lambda: _validate(obj, ctx)), ctx)
 
 
 def _validate(obj: Any, ctx: Context) -> Result:
