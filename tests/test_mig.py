@@ -2673,6 +2673,57 @@ def test_a_gke_partition_no_pool_has_now_is_told_too():
     assert not _unoffered_events(_as_created(_pod_of(live), before))
 
 
+def test_a_fraction_converted_for_a_single_strategy_pool_at_zero_is_checked_once_the_pool_has_nodes():
+    """A single-strategy pool at zero that an autoscaler makes from its definition gives nvidia.com/gpu 1 pinned by
+    the pool's own label; its line did not name the profile, was not taken for a MIG line, and a replica ran
+    silently on the 1g.10gb of a pool that came up with another layout, 1/8 of the GPU for a 0.4 (a review's).
+    The line names the profile, and the pod is checked against the pool's layout once it has nodes."""
+    group = "eks.amazonaws.com/nodegroup"
+    pools = [
+        PoolSettings(
+            name="a100-mig",
+            node_selector={group: "a100-mig"},
+            gpu_product=A100_80,
+            gpu_memory_mib=81920,
+            gpu_count=8,
+            mig_strategy="single",
+            mig_profiles={"3g.40gb": 16},
+        )
+    ]
+    s = settings(pools)
+    a10g = whole_node("a10g", "NVIDIA-A10G", 1, "gpu-od")
+    a10g["metadata"]["labels"][group] = "gpu-od"
+
+    def up(profile: str) -> dict[str, Any]:
+        node = single_node("a100", A100_80, profile, 8, "a100-mig")
+        node["metadata"]["labels"][group] = "a100-mig"
+        return node
+
+    live = pipeline.mutate(workload("Deployment", pod(container(limits={GPU: "0.4"}))), context([a10g], s)).object
+    line = mig_annotation(live)
+    assert line == (
+        "trainer: nvidia.com/gpu 0.4 -> nvidia.com/gpu 1 (MIG 3g.40gb, pinned to eks.amazonaws.com/nodegroup="
+        "a100-mig, NVIDIA-A100-SXM4-80GB, pool a100-mig)"
+    )
+    other = _as_created(_pod_of(live), context([a10g, up("1g.10gb")], s))
+    assert other.allowed
+    assert other.warnings == [
+        "mig: trainer: pool a100-mig gives MIG 1g.10gb as nvidia.com/gpu now: it gets that, not MIG 3g.40gb"
+    ]
+    (event,) = _unoffered_events(other)
+    assert event.type == "Warning"
+    assert event.message == (
+        "container trainer was converted from nvidia.com/gpu 0.4 to MIG 3g.40gb (gpu-admission.io/mig), "
+        "nvidia.com/gpu 1 pinned to its pool while the pool had no nodes; pool a100-mig gives MIG 1g.10gb as "
+        "nvidia.com/gpu now, and it gets that instead. Apply its workload again to convert it to a profile offered "
+        "now, or to be told why none fits."
+    )
+    assert not [e for e in other.outcome.events if e.reason == "MIGAssigned"]
+    lands = _as_created(_pod_of(live), context([a10g, up("3g.40gb")], s))
+    assert lands.warnings == [] and not _unoffered_events(lands)
+    assert [e.message for e in lands.outcome.events if e.reason == "MIGAssigned"] == [f"MIG devices: {line}"]
+
+
 def _daemon_pod_of(workload_obj: dict[str, Any], node: str) -> dict[str, Any]:
     """The pod the DaemonSet controller makes from its template for ``node`` (matchFields on metadata.name)."""
     made = _pod_of(workload_obj)

@@ -32,6 +32,7 @@ lines = st.builds(
     pin=st.one_of(st.none(), pins.map(lambda p: (p[0], tuple(p[1])))),
     where=st.sampled_from(["NVIDIA-A100-SXM4-80GB, pool a100", "A, pools p, q or B, pool r", record.NOWHERE_NOW]),
     tolerated=st.booleans(),
+    profile=st.sampled_from(["", "3g.40gb", "1g.10gb+me"]),
 )
 
 
@@ -119,6 +120,18 @@ STORED = [
         ),
     ),
     (
+        "t: nvidia.com/gpu 0.4 -> nvidia.com/gpu 1 (MIG 3g.40gb, pinned to eks.amazonaws.com/nodegroup=a100-mig, "
+        "NVIDIA-A100-SXM4-80GB, pool a100-mig)",
+        Line(
+            "t",
+            "nvidia.com/gpu 0.4",
+            "nvidia.com/gpu 1",
+            pin=("eks.amazonaws.com/nodegroup", ("a100-mig",)),
+            where="NVIDIA-A100-SXM4-80GB, pool a100-mig",
+            profile="3g.40gb",
+        ),
+    ),
+    (
         "t: nvidia.com/gpu 0.5 -> nvidia.com/gpu 1 with nodeSelector cloud.google.com/gke-gpu-partition-size=3g.40gb "
         "(the pod's fractions fit together only there, the pod's own nodeSelector, pinned to "
         "cloud.google.com/gke-nodepool=a or b, nvidia-a100-80gb, pools a, b)",
@@ -137,7 +150,7 @@ STORED = [
 
 @pytest.mark.parametrize(("text", "line"), STORED)
 def test_lines_as_stored_today_read_and_write_the_same(text: str, line: Line) -> None:
-    keys = [PRODUCT, POOL, "nvidia.com/gpu.sharing-strategy"]
+    keys = [PRODUCT, POOL, "nvidia.com/gpu.sharing-strategy", "eks.amazonaws.com/nodegroup"]
     assert record.parse(text, keys) == line
     assert str(line) == text
 

@@ -405,7 +405,7 @@ def _node_unseen(pod: PodView, ctx: Context, text: str) -> bool:
     if pod.owner_kind != "DaemonSet":
         return False
     line = record.parse(text)
-    return not _reaches_devices(pod, ctx, line.selector if _is_mig(line.given) else None)
+    return not _reaches_devices(pod, ctx, line.selector if _is_mig(line) else None)
 
 
 _DAEMON_PENDING_WORDS = re.compile(re.escape(", " + DAEMON_PENDING).replace(re.escape("{pools}"), "pools? .+") + "$")
@@ -1023,8 +1023,11 @@ def _line(ask: Ask, choice: Choice, where_now: str, own: Mapping[str, object]) -
     selector = choice.option.selector
     own_selector = selector is not None and own.get(selector[0]) == selector[1]
     where = where_now or _where(choice.places)
-    given = choice.option.given
-    return str(Line(ask.name, ask.asked, given, choice.note, own_selector, choice.pin, where, choice.tolerated))
+    option = choice.option
+    profile = option.profile if option.by_pool else ""
+    return str(
+        Line(ask.name, ask.asked, option.given, choice.note, own_selector, choice.pin, where, choice.tolerated, profile)
+    )
 
 
 def _plain(amount: Decimal) -> str:
@@ -1430,8 +1433,28 @@ def _state_line(name: str, container: JSON, spec: JSON) -> str | None:
     return f"{name}: {tokens[0]} (as found on the object)"
 
 
-def _is_mig(given: str) -> bool:
-    return given.startswith(MIG_RESOURCE_PREFIX) or "-MIG-" in given or GKE_PARTITION_LABEL in given
+def _is_mig(line: Line) -> bool:
+    """Whether the line names a MIG device: a mixed-strategy resource, the nodeSelector of a single-strategy
+    product or a GKE partition size, or the profile of a single-strategy pool at zero (``Line.profile``)."""
+    given = line.given
+    return (
+        bool(line.profile) or given.startswith(MIG_RESOURCE_PREFIX) or "-MIG-" in given or GKE_PARTITION_LABEL in given
+    )
+
+
+def _given_instead(pod: PodView, ctx: Context, line: Line) -> list[NodeGroup]:
+    """For a line of a single-strategy pool at zero (``Line.profile``): the groups with nodes the pod reaches whose
+    ``nvidia.com/gpu`` is another device, now that the pool has nodes. Its pin to the pool's own label takes any
+    device the pool gives (a 3g.40gb's pod ran on the 1g.10gb, 1/8 of the GPU, of a pool that came up with another
+    layout, without a word: a review of MIG)."""
+    rules = _trial(pod, [], None, None, ctx.cluster.extended_resource_toleration)
+    reached = ctx.cluster.eligible(rules, resources={GPU_RESOURCE: Decimal(1)}, gpu_only=True)
+    return [c.group for c in reached if c.group.nodes and _single_profile(c.group) != line.profile]
+
+
+def _single_profile(group: NodeGroup) -> str:
+    """The MIG profile a single-strategy group's nvidia.com/gpu is ('' for a whole GPU)."""
+    return group.labels.get(PRODUCT_LABEL, "").removesuffix(SHARED_SUFFIX).partition("-MIG-")[2]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1826,9 +1849,11 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
                 f"(k8s-device-plugin#728); split the work over containers or ask for one profile.",
             )
         line = prior.get(name)
-        if line and _is_mig(record.given_of(line)):
+        parsed = record.parse(line or "")
+        if line and _is_mig(parsed):
             where_now = where_now if where_now is not None else _where_now(pod, ctx)
-            if _republishable(line, container, pod, where_now, all_pin_keys(ctx)):
+            lands = not parsed.profile or not _given_instead(pod, ctx, parsed)
+            if lands and _republishable(line, container, pod, where_now, all_pin_keys(ctx)):
                 confirmed.append(line)
     if not pod.is_template and pod.annotation("gpu-fraction") is not None:
         target = pod.fraction_container()
@@ -1872,7 +1897,7 @@ def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str
         asks: list[tuple[str, dict[str, Decimal], Pin | None]] = [
             (r, {r: Decimal(1)}, None) for r in mig_resources(container)
         ]
-        if given and line.selector and _is_mig(given):  # the pin to a single-strategy product or a GKE partition size
+        if given and line.selector and _is_mig(line):  # the pin to a single-strategy product or a GKE partition size
             asks.append((given, {GPU_RESOURCE: Decimal(1)}, line.selector))
         for what, wanted, selector in asks:
             offering = [g for g in groups if offers(g, wanted) and (selector is None or _labelled(g, selector))]
@@ -1882,6 +1907,8 @@ def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str
             if offering and not _reaches_devices(pod, ctx, selector):
                 continue  # its node is not known yet, or offers no device yet: the device may come with the plugin
             _say_unoffered(pod, ctx, out, name, what, line if what == given else None, offering)
+        if given and line.profile and (instead := _given_instead(pod, ctx, line)):
+            _say_given_instead(out, name, line, instead)
 
 
 def _reaches_devices(pod: PodView, ctx: Context, selector: Pin | None) -> bool:
@@ -1939,6 +1966,24 @@ def _say_unoffered(
     out.event(
         "MIGUnoffered",
         f"container {name} asks for {what}, {said}; the pod stays Pending until one does.{hint}",
+        "Warning",
+    )
+
+
+def _say_given_instead(out: Outcome, name: str, line: Line, instead: Sequence[NodeGroup]) -> None:
+    """``_warn_unoffered``'s words for a line of a single-strategy pool at zero whose pool came up with another
+    device (``_given_instead``): the pod is not Pending, it runs on that device."""
+    devices = sorted({f"MIG {p}" if p else "a whole GPU" for p in map(_single_profile, instead)})
+    other = " or ".join(devices)
+    give = "gives" if len({g.pool for g in instead}) == 1 else "give"
+    tail = f" {give} {other} as {GPU_RESOURCE} now: it gets that, not MIG {line.profile}"
+    out.warn(_pool_warning(f"mig: {name}: ", instead, tail, name))
+    out.event(
+        "MIGUnoffered",
+        f"container {name} was converted from {line.asked} to MIG {line.profile} ({PREFIX}{record.ANNOTATION}),"
+        f" {GPU_RESOURCE} 1 pinned to its pool while the pool had no nodes; {_pools(instead)} {give} {other} as"
+        f" {GPU_RESOURCE} now, and it gets that instead. Apply its workload again to convert it to a profile"
+        " offered now, or to be told why none fits.",
         "Warning",
     )
 

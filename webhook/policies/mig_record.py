@@ -3,14 +3,17 @@
 One line per converted container, the lines joined by ``SEPARATOR``::
 
     trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.40gb (NVIDIA-A100-SXM4-80GB, pool a100)
-    <name>: <asked> -> <given> (<note>, <own>, <pin>, <where>)
+    <name>: <asked> -> <given> (<profile>, <note>, <own>, <pin>, <where>)
 
 ``asked`` is the request as the user wrote it (``ASKED``); ``given`` what the container got: a mixed-strategy
 device, or ``nvidia.com/gpu 1`` with the nodeSelector of a single-strategy product or GKE partition size. Between
-the parentheses, each part only when it applies: a fallback's note (``NOTES``) or the note of a pin made for all
-the pod's fractions (``TOGETHER``); ``OWN_SELECTOR`` where that nodeSelector was the pod's before the conversion;
-the pin to GPU models or a pool (``pinned to <key>=<a> or <b>``); where the pod can get its GPU. A line that no
-conversion wrote names what the container holds: ``<name>: <given> (as found on the object)``.
+the parentheses, each part only when it applies: the MIG profile of a plain ``nvidia.com/gpu 1`` that a
+single-strategy pool at zero gives (``MIG 3g.40gb``: pinned by the pool's own label, the nodeSelector of its
+product is not written, and the profile is known from the line alone); a fallback's note (``NOTES``) or the note
+of a pin made for all the pod's fractions (``TOGETHER``); ``OWN_SELECTOR`` where that nodeSelector was the pod's
+before the conversion; the pin to GPU models or a pool (``pinned to <key>=<a> or <b>``); where the pod can get its
+GPU. A line that no conversion wrote names what the container holds: ``<name>: <given> (as found on the
+object)``.
 
 The line is the record a workload's later update reads (``mig_update``): what the conversion wrote, to take out
 where the ask comes back or changes. A conversion's line is written by ``str(Line)`` and read by ``parse``; the
@@ -58,8 +61,12 @@ NOWHERE_NOW = "no node it can run on offers it now"
 WITH_SELECTOR = " with nodeSelector "
 """Between ``nvidia.com/gpu 1`` and the nodeSelector a single-strategy or GKE conversion gives."""
 
+PROFILE = "MIG "
+"""Before the profile a by-pool conversion gave as ``nvidia.com/gpu 1`` ('MIG 3g.40gb')."""
+
 _WORDS = re.compile(
-    rf"^(?:({'|'.join(re.escape(n) for n in (WHOLE_NOTE, SHARED_NOTE, TOGETHER))}), )?({re.escape(OWN_SELECTOR)}, )?"
+    rf"^(?:{PROFILE}([^\s,]+), )?"
+    rf"(?:({'|'.join(re.escape(n) for n in (WHOLE_NOTE, SHARED_NOTE, TOGETHER))}), )?({re.escape(OWN_SELECTOR)}, )?"
     r"(?:pinned to ([^\s=,]+)=([^\s,]+(?: or [^\s,]+)*), )?"
     rf"({re.escape(TOLERATED)}, )?"
 )
@@ -78,10 +85,20 @@ class Line:
     pin: Pin | None = None
     where: str = ""
     tolerated: bool = False
+    profile: str = ""
+    """The MIG profile of a single-strategy pool at zero given as a plain ``nvidia.com/gpu 1`` (``PROFILE``)."""
 
     def __str__(self) -> str:
         pin = f"pinned to {pin_text(self.pin)}" if self.pin else ""
-        parts = (self.note, OWN_SELECTOR if self.own else "", pin, TOLERATED if self.tolerated else "", self.where)
+        profile = PROFILE + self.profile if self.profile else ""
+        parts = (
+            profile,
+            self.note,
+            OWN_SELECTOR if self.own else "",
+            pin,
+            TOLERATED if self.tolerated else "",
+            self.where,
+        )
         words = ", ".join(p for p in parts if p)
         return f"{self.name}: {self.asked} -> {self.given} ({words})"
 
@@ -124,10 +141,10 @@ def parse(text: str, pin_keys: Collection[str] = ()) -> Line:
     found = _WORDS.match(words) if paren else None
     if found is None:
         return Line(name, asked, given)
-    pin = (found[3], tuple(found[4].split(" or "))) if found[3] in pin_keys else None
+    pin = (found[4], tuple(found[5].split(" or "))) if found[4] in pin_keys else None
     where = words[found.end() :].removesuffix(")")
-    own = bool(found[2]) and WITH_SELECTOR in given
-    return Line(name, asked, given, found[1] or "", own, pin, where, bool(found[5]))
+    own = bool(found[3]) and WITH_SELECTOR in given
+    return Line(name, asked, given, found[2] or "", own, pin, where, bool(found[6]), found[1] or "")
 
 
 def given_of(text: str) -> str:
