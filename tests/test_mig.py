@@ -2771,6 +2771,10 @@ def test_a_pod_no_node_it_can_run_on_offers_its_device_is_told_though_another_po
     [
         pytest.param(None, id="not-seen-yet"),
         pytest.param(whole_node("n3", A100_40, 0, "a100-40"), id="no-device-yet"),
+        pytest.param(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n3", "labels": {POOL: "a100-40"}}},
+            id="no-gfd-yet",
+        ),
     ],
 )
 def test_a_daemonset_pod_for_a_node_joining_is_not_told_its_device_is_unoffered(joining):
@@ -2792,6 +2796,27 @@ def test_a_daemonset_pod_for_a_node_joining_is_not_told_its_device_is_unoffered(
         "container trainer asks for nvidia.com/mig-3g.20gb, which no node it can run on offers (pool a100-40 offers "
         "it, out of the pod's nodeSelector, node affinity or tolerations)"
     ), event.message
+
+
+def test_a_daemonset_pod_for_the_first_node_of_a_declared_pool_joining_is_not_told_its_device_is_unoffered():
+    """The first node of a declared pool, joined with neither GFD's labels nor a device yet, was taken for a CPU
+    node: its DaemonSet pod was told it stays Pending, its line rewritten, and a MIGUnoffered Event sent, at every
+    scale-up of the pool (a review's)."""
+    declared = PoolSettings(
+        name="new",
+        node_selector={POOL: "new"},
+        gpu_product=A100_40,
+        gpu_memory_mib=40960,
+        mig_strategy="mixed",
+        mig_profiles={"3g.20gb": 2},
+    )
+    s = settings([declared])
+    live = pipeline.mutate(workload("DaemonSet", frac("0.5")), context(DAEMON_NODES[1:], s)).object
+    joining = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n3", "labels": {POOL: "new"}}}
+    joined = context([*DAEMON_NODES[1:], joining], s)
+    result = _as_created(_daemon_pod_of(live, "n3"), joined)
+    assert result.warnings == [] and _unoffered_events(result) == []
+    assert mig_annotation(result.object) == mig_annotation(live)
 
 
 def test_a_daemonset_pod_for_a_seen_cpu_node_is_told_no_node_it_can_run_on_offers_its_device():

@@ -365,6 +365,12 @@ class ClusterView:
         return self._label_values.get(key, frozenset())
 
     @functools.cached_property
+    def gpu_pools(self) -> frozenset[str]:
+        """The pools with GPUs (one of their groups has them; a declared pool's nodes have its GPU by settings): a
+        node of such a pool that shows no GPU yet is joining (its device plugin and GFD not up), not a CPU node."""
+        return frozenset(g.pool for g in self.groups if g.has_gpu)
+
+    @functools.cached_property
     def _taints(self) -> frozenset[Taint]:
         return frozenset(t for g in self.groups for t in g.taints)
 
