@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 
 from tests.conftest import FIXTURES
 from webhook.cluster import (
+    MIN_NAME,
     ClusterView,
     MigOffer,
     Node,
@@ -21,6 +23,7 @@ from webhook.cluster import (
     cluster_from_file,
     format_pools,
     parse_node,
+    pool_names,
     read_node_file,
     same_node,
 )
@@ -1132,3 +1135,21 @@ def test_a_declared_pool_beside_a_node_under_pressure_stands() -> None:
     pressed["spec"]["taints"] = [{"key": "node.kubernetes.io/disk-pressure", "effect": "NoSchedule"}]
     view = build_view([pressed], Settings(cluster=ClusterSettings(pools=[pool])))
     assert sorted((g.pool, g.nodes) for g in view.groups) == [("new", ()), ("new", ("new-1",))]
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7])
+def test_pool_names_stay_within_their_room_and_never_cut_a_name_short(count: int) -> None:
+    """A warning's pools: where the first name at MIN_NAME characters did not fit with its count, pool_names went
+    past its room, and the warning's own cut took the count and what followed ('(pools ml-infe… and …': a
+    review's). Within the room always: the names that fit, the first cut (no shorter than MIN_NAME) with a '…',
+    else the pools counted."""
+    groups = [
+        NodeGroup(f"ml-inference-gpu-spot-a10g-use1{i}", {}, (), {}, ("n",), {}, "NVIDIA-A10G") for i in range(count)
+    ]
+    counted = f"{count} pool{'s' if count > 1 else ''}"
+    for room in range(len(counted), 120):
+        text = pool_names(groups, room=room)
+        assert len(text) <= room, (room, text)
+        assert text == counted or all(len(name) >= MIN_NAME for name in re.findall(r"(?:^| )([^ ,]+…)", text)), text
+    assert pool_names(groups, room=len(counted)) == counted
+    assert pool_names(groups[:1], room=12, what="spot pool") == "1 spot pool"

@@ -820,14 +820,33 @@ def test_no_eligible_node_names_the_taint_it_does_not_tolerate() -> None:
     result = pipeline.review(obj, context(nodes))
     assert result.allowed
     assert result.warnings == [
-        "cuda: not checked, no known GPU node matches (untolerated taint sku=gpu:NoSchedule of pool t4pool; …)"
+        "cuda: not checked, no known GPU node matches (untolerated taint sku=gpu:NoSchedule of pool t4pool; and 1 more)"
     ]
     because = "untolerated taint sku=gpu:NoSchedule of pool t4pool; its nodeSelector/affinity excludes pool other"
     # long pools' names: no name cut unmarked at the warning's end, the taints past the first counted
     long = [gpu_node(f"t-{z}", f"a100-80gb-reserved-capacity-use1{z}", "550.54.15", taints=[sku]) for z in "abc"]
     assert pipeline.review(pod(container(image=IMAGE_124)), context(long)).warnings == [
-        "cuda: not checked, no known GPU node matches (untolerated taint sku=gpu:NoSchedule of pool a100-80gb-rese…;"
+        "cuda: not checked, no known GPU node matches (untolerated taint sku=gpu:NoSchedule of pools a100-80gb-rese…"
         " and 2 more)"
+    ]
+    # a taint of a pool's own cut short kept 3 characters of the pool's name ('of pool a1…; and 1 more'): the pools
+    # of one taint are named together, and a reason too long for a name counts its pools
+    gpu = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    team = {"key": "example.com/reserved-for-team", "value": "ml-research-platform", "effect": "NoSchedule"}
+    own = [gpu_node("a-1", "a100-mig", "550.54.15", taints=[gpu]), gpu_node("h-1", "h100", "550.54.15", taints=[gpu])]
+    assert pipeline.review(pod(container(image=IMAGE_124)), context(own)).warnings == [
+        "cuda: not checked, no known GPU node matches (untolerated taint dedicated=ml:NoSchedule of pools a100-mig,"
+        " h100)"
+    ]
+    own[1]["spec"]["taints"] = [team]
+    assert pipeline.review(pod(container(image=IMAGE_124)), context(own)).warnings == [
+        "cuda: not checked, no known GPU node matches (untolerated taint dedicated=ml:NoSchedule of pool a100-mig;"
+        " and 1 more)"
+    ]
+    own[0]["spec"]["taints"] = [{**gpu, "value": "ml-gpu-reserved-capacity-of-the-research-platform"}]
+    assert pipeline.review(pod(container(image=IMAGE_124)), context(own)).warnings == [
+        "cuda: not checked, no known GPU node matches (untolerated taint dedicated=ml-gpu-…orm:NoSchedule of 1 pool;"
+        " and 1 more)"
     ]
     assert f"constraints ({because}); it stays Pending" in annotation_of(result.object)
     asks = pod(container(image=IMAGE_124, gpu=None, resources={"nvidia.com/mig-1g.5gb": "1"}))

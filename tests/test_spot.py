@@ -796,8 +796,8 @@ LONG_EKS = [
             [
                 "spot require: its nodeSelector, affinity or tolerations exclude every spot pool "
                 "(pools ml-prod-a100-80gb-s… and 1 more)",
-                "cuda: not checked, no known GPU node matches (the spot capacity it requires excludes pools "
-                "ml-prod-a1… and 1 more; …)",
+                "cuda: not checked, no known GPU node matches (the spot capacity it requires excludes 2 pools; "
+                "and 1 more)",
             ],
             id="require-on-demand",
         ),
@@ -817,6 +817,36 @@ def test_warnings_naming_long_node_groups_cut_a_name_only_with_a_mark(
     result = pipeline.review(obj, ctx)
     assert result.allowed, result.message
     assert result.warnings == warnings
+
+
+LONG_SPOT_GROUPS = [
+    "ml-training-gpu-spot-a10g-use1a",
+    "ml-training-gpu-spot-a10g-use1b",
+    "ml-inference-gpu-spot-a10g-use1c",
+]
+
+
+@pytest.mark.parametrize("tainted", [False, True])
+def test_warnings_naming_spot_pools_count_them_where_no_name_fits(tainted: bool) -> None:
+    """Three spot node groups of long names: where the first name, cut to MIN_NAME characters, did not fit with the
+    count, the prefer warning lost its count and its ')' ('(pools ml-infe… and …') and the gated never one the end
+    of its advice (a review's). The pools are counted instead, and the warning stays whole."""
+    taints = ("spot=true:NoSchedule",) if tainted else ()
+    spots = [node(f"s-{i}", {EKS: "SPOT", NODE_GROUP: g}, taints) for i, g in enumerate(LONG_SPOT_GROUPS)]
+    on_demand = node("od", {EKS: "ON_DEMAND", NODE_GROUP: "gpu-ondemand-a10g"})
+    if tainted:
+        gated = pod("never")
+        gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+        said = "spot never, yet only 3 spot pools can offer what it asks: once ungated, Pending until on-demand ones do"
+        assert mutate(gated, context(spots, providers=("eks",))).warnings == [said]
+    else:
+        prefer = pod("prefer")
+        prefer["spec"]["nodeSelector"] = {NODE_GROUP: "gpu-ondemand-a10g"}
+        said = (
+            "spot prefer: its nodeSelector, affinity or tolerations exclude every spot pool: it runs on demand "
+            "(3 pools)"
+        )
+        assert mutate(prefer, context([*spots, on_demand], providers=("eks",))).warnings == [said]
 
 
 def test_spot_pools_that_are_cordoned_are_said_so_not_excluded_by_the_pods_tolerations() -> None:

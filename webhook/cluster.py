@@ -1660,25 +1660,34 @@ MIN_NAME = 8
 """The fewest characters of a pool's name that ``pool_names`` shows, its '…' included."""
 
 
-def pool_names(groups: Iterable[NodeGroup], limit: int = MAX_LISTED, room: int | None = None) -> str:
+def pool_names(
+    groups: Iterable[NodeGroup], limit: int = MAX_LISTED, room: int | None = None, what: str = "pool"
+) -> str:
     """'pool a' or 'pools a, b', or 'pools a, b, ... and 994 more' past ``limit`` (an annotation line per
     container: all of them together must stay far below the apiserver's 256 KiB for an object's annotations). In
     at most ``room`` characters where given (a warning's): fewer names, the rest counted; where not even the first
     name fits whole, it is cut at its end, the cut shown by '…' ('pool NVIDIA-GeForce-RT…', 'pools ml-prod-a1… and
-    1 more'), never to fewer than MIN_NAME characters: a bare count ('1 pool') said not which, and a name cut
-    without the '…' read as another pool's."""
+    1 more'), never to fewer than MIN_NAME characters: a name cut without the '…' read as another pool's. Where not
+    even that fits, the pools are counted ('3 pools'): a name past the room was cut by the warning's own end, with
+    its count and what followed it (a review's). ``what`` names them ('spot pool': 'spot pools a, b', '3 spot
+    pools')."""
     names = sorted({g.pool for g in groups})
     if not names:
-        return "no pool"
-    head = "pool " if len(names) == 1 else "pools "
-    for count in range(min(limit, len(names)), 0, -1):
-        text = head + ", ".join(names[:count]) + (f" and {len(names) - count} more" if len(names) > count else "")
-        if room is None or len(text) <= room or count == 1:
-            break
-    if room is not None and len(text) > room:  # the first name alone, cut to what is left of the room
-        rest = text[len(head) + len(names[0]) :]
-        text = head + clipped(names[0], max(room - len(head) - len(rest), MIN_NAME)) + rest
-    return text
+        return f"no {what}"
+    head = f"{what} " if len(names) == 1 else f"{what}s "
+    texts = [
+        head + ", ".join(names[:count]) + (f" and {len(names) - count} more" if len(names) > count else "")
+        for count in range(min(limit, len(names)), 0, -1)
+    ]
+    if room is None:
+        return texts[0]
+    for text in texts:
+        if len(text) <= room:
+            return text
+    rest = text[len(head) + len(names[0]) :]  # the first name alone, cut to what is left of the room
+    if room - len(head) - len(rest) >= MIN_NAME:
+        return head + clipped(names[0], room - len(head) - len(rest)) + rest
+    return f"{len(names)} {head.strip()}"
 
 
 # ---------------------------------------------------------------------------------------------------------------

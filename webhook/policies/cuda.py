@@ -41,6 +41,7 @@ from webhook.cluster import (
     GPU_RESOURCE,
     MAX_LISTED,
     MIG_RESOURCE_PREFIX,
+    MIN_NAME,
     PRODUCT_LABEL,
     TOLERATES_ALL,
     NodeGroup,
@@ -90,6 +91,7 @@ from webhook.model import (
     clipped,
     copy_json,
     fit_warning,
+    middle_clipped,
 )
 from webhook.policies import spot
 from webhook.quantity import QuantityError, parse_quantity
@@ -406,7 +408,7 @@ def unmatched(a: Assessment, ctx: Context, room: int | None = None) -> str:
         return f"no known pool offers {', '.join(sorted(a.resources)) or 'a GPU'}"
     tolerant = {**a.spec, "tolerations": [*as_list(a.spec.get("tolerations")), TOLERATES_ALL]}
     selected = {id(g) for g in _eligible(tolerant, ctx, a.resources)}
-    reasons: dict[str, str] = {}
+    first: dict[str, tuple[str, NodeGroup]] = {}
     ruled_out: list[NodeGroup] = []
     for g in offering:
         if id(g) not in selected:
@@ -414,47 +416,53 @@ def unmatched(a: Assessment, ctx: Context, room: int | None = None) -> str:
         elif kept := untolerated(g, a.spec, ctx.cluster.extended_resource_toleration):
             # a cordoned or not-ready pool in words, not as a taint to tolerate (``split_leaving``)
             tolerable, state = split_leaving(kept)
-            why = f"untolerated taint {tolerable[0]} of" if tolerable else f"nodes {state} now in"
-            reasons.setdefault(g.pool, f"{why} pool {g.pool}")
-    # the reason before the pools: a warning is cut at 119 characters, and pool names are long (a review of real
-    # manifests: only the pools were left)
-    parts = [why for _, why in sorted(reasons.items())][:MAX_LISTED]
-    excluded: list[tuple[str, list[NodeGroup]]] = []
-    if ruled_out := [g for g in ruled_out if g.pool not in reasons]:
+            first.setdefault(
+                g.pool, (f"untolerated taint {tolerable[0]} of " if tolerable else f"nodes {state} now in ", g)
+            )
+    # the reason before the pools, their pools together ('untolerated taint sku=gpu:NoSchedule of pools a, b'): a
+    # warning is cut at 119 characters, and pool names are long (a review of real manifests: only the pools were
+    # left; a pool's own reason, cut, kept 3 characters of its name: a review)
+    reasons: dict[str, list[NodeGroup]] = {}
+    for _, (why, g) in sorted(first.items()):
+        reasons.setdefault(why, []).append(g)
+    excluded = list(reasons.items())
+    if ruled_out := [g for g in ruled_out if g.pool not in first]:
         if by_spot := spot.kept_off_by_require(a.spot_mode, tolerant, ruled_out, ctx, a.resources):
             excluded.append((f"{spot.REQUIRED_CAPACITY} excludes ", by_spot))
         if rest := [g for g in ruled_out if g not in by_spot]:
             excluded.append(("its nodeSelector/affinity excludes ", rest))
     if room is None:
-        return "; ".join([*parts, *(label + pool_names(groups, 2) for label, groups in excluded)])
-    return _fitted(parts, len(reasons), excluded, room)
+        shown = [label + pool_names(groups) for label, groups in excluded[:MAX_LISTED]]
+        return "; ".join(shown + [f"and {len(excluded) - MAX_LISTED} more"] * (len(excluded) > MAX_LISTED))
+    return _fitted(excluded, room)
 
 
-def _fitted(taints: list[str], total: int, excluded: list[tuple[str, list[NodeGroup]]], room: int) -> str:
-    """``unmatched``'s words in at most ``room`` characters: the taints that fit whole (the first cut at its end,
-    marked, where it alone is too long), the rest counted; then the lists of excluded pools that fit, each with at
-    least its first name cut short ('pools ml-prod-a1… and 3 more'), sharing the room left, and '…' for the lists
-    that find none."""
-    least = [len(label) + len(pool_names(groups, 2, 0)) + 2 for label, groups in excluded]  # with their '; '
-    parts = taints[:]
-    while len(parts) > 1 and len("; ".join(parts)) + len("; and 9 more") + sum(least[:1]) > room:
-        parts.pop()
-    if len(parts) < total:
-        parts.append(f"and {total - len(parts)} more")
-    if parts and (over := len("; ".join(parts)) + (3 if excluded else 0) - room) > 0:
-        parts[0] = clipped(parts[0], max(len(parts[0]) - over, 20))  # one taint alone too long: cut, marked
-    left = room - len("; ".join(parts))
-    fit = len(excluded)
-    while fit and sum(least[:fit]) + (3 if fit < len(excluded) else 0) > left:
+def _fitted(reasons: list[tuple[str, list[NodeGroup]]], room: int) -> str:
+    """``unmatched``'s words in at most ``room`` characters: each reason with the pools it keeps the pod off, as
+    many reasons as fit with their pools at least counted ('2 pools', ``pool_names``), sharing the room left, the
+    rest counted ('and 2 more'); a reason too long alone (a taint's long key) cut in its middle, marked. No pool's
+    name is cut to fewer than MIN_NAME characters."""
+    least = [len(label) + len(pool_names(groups, 2, 0)) for label, groups in reasons]
+    fit = len(reasons)
+
+    def over(n: int) -> int:
+        tail = len(f"; and {len(reasons) - n} more") if n < len(reasons) else 0
+        return sum(least[:n]) + 2 * (n - 1) + tail - room
+
+    while fit > 1 and over(fit) > 0:
         fit -= 1
-    spare = left - sum(least[:fit]) - (3 if fit < len(excluded) else 0)
-    for i, ((label, groups), need) in enumerate(zip(excluded[:fit], least, strict=False)):
-        share = need - 2 - len(label) + spare // (fit - i)
-        named = label + pool_names(groups, 2, share)
-        spare -= len(named) + 2 - need  # what it did not take, for the lists after it
-        parts.append(named)
-    if fit < len(excluded):
-        parts.append("…")
+    spare = -over(fit)
+    parts = []
+    for i, (label, groups) in enumerate(reasons[:fit]):
+        counted = least[i] - len(label)  # its pools' least words ('2 pools')
+        if spare < 0:  # one reason alone too long: its words cut in the middle, its pools counted
+            label = middle_clipped(label, max(len(label) + spare, MIN_NAME))
+            spare = 0
+        named = pool_names(groups, 2, counted + spare // (fit - i))
+        spare -= len(named) - counted  # what it did not take, for the reasons after it
+        parts.append(label + named)
+    if fit < len(reasons):
+        parts.append(f"and {len(reasons) - fit} more")
     return "; ".join(parts)
 
 

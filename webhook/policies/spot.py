@@ -671,13 +671,13 @@ def _keep_off_spot(pod: PodView, ctx: Context, out: Outcome) -> str:
         # its own tolerations are not final (Kueue may add its spot flavor's): kept off all the same, and told why
         # it may wait (it was told its own rules left it only spot pools, and got no NotIn: found by a review)
         head, tail = (
-            "spot never, yet only spot ",
+            "spot never, yet only ",
             " can offer what it asks: once ungated, Pending until on-demand ones do",
         )
-        out.warn(head + pool_names(spot, room=WARNING_LIMIT - len(head) - len(tail)) + tail)
+        out.warn(head + pool_names(spot, room=WARNING_LIMIT - len(head) - len(tail), what="spot pool") + tail)
     elif spot and all(c.group.spot for c in places):  # its own rules: narrowing would leave it nowhere
-        head = "spot never, yet its nodeSelector, affinity or tolerations leave it only spot "
-        out.warn(head + pool_names(spot, room=WARNING_LIMIT - len(head)))
+        head = "spot never, yet its nodeSelector, affinity or tolerations leave it only "
+        out.warn(head + pool_names(spot, room=WARNING_LIMIT - len(head), what="spot pool"))
         if not kept:
             return ""
     elif not spot and not kept:
