@@ -1219,14 +1219,19 @@ def test_a_workload_with_mig_off_is_judged_without_the_gpu_taint_its_pods_never_
         ),
         pytest.param(
             {"requests": {"nvidia.com/gpu": "1"}},
-            "nvidia.com/gpu requests 1 with no limit: the API server refuses the Pod, as an extended resource's"
-            " request must equal its limit",
+            "nvidia.com/gpu requests 1 with no limit: the API server refuses the Pod, as a request of a resource that"
+            " cannot be overcommitted (an extended resource, hugepages) must equal its limit",
             id="request-without-limit",
         ),
         pytest.param(
             {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}},
             "nvidia.com/gpu requests 1 with its limit 2: the API server refuses the Pod",
             id="request-below-limit",
+        ),
+        pytest.param(
+            {"requests": {"hugepages-2Mi": "2Mi", "memory": "1Gi"}},  # memory may be overcommitted, hugepages not
+            "hugepages-2Mi requests 2Mi with no limit: the API server refuses the Pod",
+            id="hugepages-without-limit",
         ),
         pytest.param(
             {"limits": {"example.com/foo": "0.5"}},

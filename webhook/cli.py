@@ -514,8 +514,8 @@ def _api_refusals(item: _Item, result: pipeline.Result, ctx: Context) -> list[st
                     f" an extended resource must be a whole number ({who}); {what}"
                 )
         for name, value in requests.items():  # a request needs its limit, equal to it (ValidateResourceRequirements)
-            if name in said or not is_extended_resource_name(name):
-                continue
+            if name in said or not (is_extended_resource_name(name) or name.startswith("hugepages-")):
+                continue  # IsOvercommitAllowed: true for the native resources but hugepages
             try:
                 differs = name not in limits or parse_quantity(value) != parse_quantity(limits[name])
             except QuantityError:
@@ -525,8 +525,8 @@ def _api_refusals(item: _Item, result: pipeline.Result, ctx: Context) -> list[st
                 limit = f"its limit {limits[name]}" if name in limits else "no limit"
                 refusals.append(
                     f"container {container.get('name')}: {name} requests {value} with {limit}: the API server refuses"
-                    f" the {item.kind}, as an extended resource's request must equal its limit ({who}); give it in"
-                    " limits (the request is then set to it)"
+                    f" the {item.kind}, as a request of a resource that cannot be overcommitted (an extended resource,"
+                    f" hugepages) must equal its limit ({who}); give it in limits (the request is then set to it)"
                 )
     return refusals
 
