@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import multiprocessing
 import os
@@ -762,3 +763,70 @@ def test_an_api_server_whose_certificate_is_not_trusted_is_asked_a_few_times_at_
     listener.close()
     assert not asker.is_alive() and outcome, f"still asking after {len(accepted)} connections"
     assert len(accepted) <= 3, accepted
+
+
+CREDENTIAL = {"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential", "status": {"token": "t"}}
+
+
+def test_an_exec_credential_plugin_that_hangs_is_waited_on_a_while_then_said(
+    api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kubernetes client runs a kubeconfig's exec credential plugin (aws eks get-token, kubelogin) with no
+    timeout, on each new client: one that hung stopped the node watch for good, with no log line, /readyz saying
+    ready (found by a review). It is waited on a while, then warned of by its command, and said in /readyz; no second
+    one is run while it hangs; once it answers, the watch works again and says so."""
+    from webhook.app import create_app
+
+    hang = tmp_path / "hang"
+    plugin = tmp_path / "get-token"
+    plugin.write_text(
+        "#!/bin/sh\n"
+        f"echo run >> {tmp_path}/runs\n"
+        f"while [ -e {hang} ]; do sleep 0.05; done\n"
+        f"echo '{json.dumps(CREDENTIAL)}'\n"
+    )
+    plugin.chmod(0o755)
+    kubeconfig = tmp_path / "kubeconfig"
+    config = json.loads(Path(api.kubeconfig(str(kubeconfig))).read_text())
+    config["users"][0]["user"] = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": str(plugin),
+            "args": ["eks", "get-token"],
+            "interactiveMode": "Never",
+        }
+    }
+    kubeconfig.write_text(json.dumps(config))
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 1.0)
+    api.put("v1", "nodes", node("a"))
+    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
+    assert live is not None
+    live.backoff_initial, live.backoff_max = 0.05, 0.3
+    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+    readyz = create_app(Settings(), cluster=live).test_client()
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        wait_for(lambda: len(api.watches) == 1, "the watch")
+        hang.touch()
+        runs = len((tmp_path / "runs").read_text().splitlines())
+        api.fail_next(1, 401)  # a token refused: the watcher makes a new client, which runs the plugin again
+        api.drop_watches()
+        api.put("v1", "nodes", node("a", driver="570.124.06"))
+        said = f"`{plugin} eks get-token` has not returned in 1s"
+        wait_for(lambda: any(said in r.getMessage() for r in caplog.records), "a warning naming the plugin")
+        warning = next(r for r in caplog.records if said in r.getMessage())
+        assert warning.levelno == logging.WARNING and "cannot list nodes" in warning.getMessage(), warning.getMessage()
+        wait_for(lambda: "not run again until it does" in (live.problem() or ""), "the retries waiting on it")
+        assert len((tmp_path / "runs").read_text().splitlines()) == runs + 1, "one hanging plugin, not one a retry"
+        answer = readyz.get("/readyz")
+        assert answer.status_code == 200, "ready all the same: the last snapshot serves"
+        assert f"`{plugin} eks get-token`" in answer.get_json()["warning"]
+        assert drivers(live) == {"a": "550.54.15"}
+        hang.unlink()  # it answers at last: the next retry makes a client
+        wait_for(lambda: drivers(live) == {"a": "570.124.06"}, "the change, once the plugin answered")
+        wait_for(lambda: any("works again" in r.getMessage() for r in caplog.records), "the watch said to work again")
+        assert live.problem() is None and "warning" not in readyz.get("/readyz").get_json()
+    finally:
+        hang.unlink(missing_ok=True)
+        live.stop()

@@ -164,14 +164,18 @@ def create_app(
 
     @app.get("/readyz")
     def readyz() -> tuple[Response, int]:
+        problem = cluster.problem()
         if not cluster.ready():
-            return jsonify({"status": "not ready", "error": "the node list has not synced yet"}), 503
+            error = "the node list has not synced yet" + (f": {problem}" if problem else "")
+            return jsonify({"status": "not ready", "error": error}), 503
         if waiting := runtime.unsynced_workers():
             which = f"workers {', '.join(map(str, waiting))}" if len(waiting) > 1 else f"worker {waiting[0]}"
             error = f"the node list has not synced yet in {which} of this server (its reviews are not checked)"
             return jsonify({"status": "not ready", "error": error}), 503
         view = cluster.snapshot()
-        return jsonify({"status": "ready", "nodes": view.node_count, "source": view.source}), 200
+        # ready all the same: failing readiness on every replica at once would block every GPU pod in the cluster
+        warning = {"warning": problem} if problem else {}
+        return jsonify({"status": "ready", "nodes": view.node_count, "source": view.source} | warning), 200
 
     @app.errorhandler(HTTPException)
     def http_error(err: HTTPException) -> tuple[Response, int]:

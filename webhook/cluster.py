@@ -465,6 +465,11 @@ class ClusterSource(Protocol):
 
     def stop(self) -> None: ...
 
+    def problem(self) -> str | None:
+        """What keeps the view from being current (the live watch's last error, and since when), for /readyz; None
+        when nothing does."""
+        ...
+
     @property
     def snapshot_age_seconds(self) -> float:
         """How far behind the cluster the snapshot may be: for the live watch, 0 while its watch is open, else the
@@ -492,6 +497,9 @@ class StaticCluster:
 
     def stop(self) -> None:
         pass
+
+    def problem(self) -> str | None:
+        return None
 
     @property
     def snapshot_age_seconds(self) -> float:

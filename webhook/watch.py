@@ -29,12 +29,14 @@ import json
 import logging
 import os
 import random
+import shlex
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from webhook import http1
 from webhook.cluster import ClusterView, Node, build_view, parse_node, same_node
@@ -57,6 +59,13 @@ class _StreamError(Exception):
     """The watch stream reported an error other than 410."""
 
 
+class _CredentialsHung(Exception):
+    """Loading the API client's credentials has not returned in time (``LiveCluster._in_time``)."""
+
+
+T = TypeVar("T")
+
+
 def _cut(err: BaseException) -> bool:
     """The stream itself broke (a reset, an end before its last chunk, a read that timed out): not an answer of the
     API server's, which a retry without a pause would only repeat."""
@@ -70,6 +79,10 @@ RELIST_RETRY_S = 60.0
 WATCH_HELD_S = 10.0
 """A watch stream open at least this long that then breaks is resumed at once, without a backoff."""
 RETRY_AFTER_MAX_S = 60.0
+CREDENTIALS_TIMEOUT_S = 60.0
+"""How long loading the API client's credentials may take: a kubeconfig's exec credential plugin (``aws eks
+get-token``, ``kubelogin``) is run by the kubernetes client with no timeout, on each new client and at each token
+refresh, and one that hung stopped the node watch for good, unsaid."""
 
 
 def _status(err: BaseException) -> int | None:
@@ -120,6 +133,7 @@ class LiveCluster:
         watch_timeout_seconds: int = 300,
         page_size: int = 500,
         connect_timeout: float = 10.0,
+        credentials: str = "its credentials loader",
     ) -> None:
         self.settings = settings
         self.factory = api_client_factory
@@ -130,6 +144,9 @@ class LiveCluster:
         self.watch_timeout_seconds = max(1, watch_timeout_seconds)
         self.page_size = page_size
         self.connect_timeout = connect_timeout
+        self.credentials = credentials
+        """What loads the client's credentials, for the log: the kubeconfig's exec plugin, with its command."""
+        self.credentials_timeout = CREDENTIALS_TIMEOUT_S
         self.resync_seconds = max(1, settings.cluster.resync_seconds)
         self._timestamp_labels = frozenset(settings.cluster.timestamp_labels)
         self._pid: int | None = None
@@ -160,6 +177,10 @@ class LiveCluster:
         """When the next periodic relist is due (``resync_seconds`` after the last list; sooner after one failed)."""
         self._generation = 0
         self._published = -1
+        self._credentials: tuple[float, Future[Any]] | None = None
+        """The last credentials load begun (``_in_time``); one still running is not begun again."""
+        self._trouble: tuple[float, str] | None = None
+        """(since when, the last error) while the watch fails; None while it works."""
         self.builds = 0
         """Views built since start (for tests and metrics)."""
         self.lists = 0
@@ -175,6 +196,15 @@ class LiveCluster:
     def wait_ready(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the first list; whether it has succeeded."""
         return self._synced.wait(timeout)
+
+    def problem(self) -> str | None:
+        """What keeps the view from being current, for /readyz: the watch's last error and since when; None while it
+        works."""
+        trouble = self._trouble
+        if trouble is None:
+            return None
+        since, error = trouble
+        return f"the node view cannot be refreshed from {self.description} for {time.monotonic() - since:.0f}s: {error}"
 
     def start(self) -> None:
         """Start the threads in this process (idempotent; after a fork, starts afresh in the child)."""
@@ -238,7 +268,7 @@ class LiveCluster:
             phase, began = "list", 0.0
             try:
                 if client is None:
-                    client = self.factory()
+                    client = self._new_client()
                 from kubernetes import client as k8s
 
                 core = k8s.CoreV1Api(client)
@@ -264,6 +294,7 @@ class LiveCluster:
                     else:
                         need_list = False
                         backoff.reset()
+                        self._working()
                 phase = "watch"
                 began = time.monotonic()
                 events, early = self._watch(core)
@@ -292,22 +323,71 @@ class LiveCluster:
                     backoff.reset()
                 else:
                     delay = max(backoff.next(), _retry_after(err))
-                    what = phase
                     state = "" if self._synced.is_set() else "; not ready"
-                    log.warning(
-                        "cluster: cannot %s nodes from %s: %s%s; retrying in %.1fs",
-                        what,
-                        self.description,
-                        _brief(err),
-                        state,
-                        delay,
-                    )
+                    error = f"cannot {phase} nodes: {_brief(err)}"
+                    since = self._trouble[0] if self._trouble is not None else time.monotonic()
+                    self._trouble = (since, error)
+                    log.warning("cluster: %s from %s%s; retrying in %.1fs", error, self.description, state, delay)
                     if not isinstance(err, _StreamError) and status in (None, 401, 403):
                         _close(client)
                         client = None  # a new client reloads credentials and connections
             if delay:
                 self._stop.wait(delay)
         _close(client)
+
+    def _working(self) -> None:
+        """A list or a watch that the API server answered: the watch works (again)."""
+        if self._trouble is not None:
+            log.info(
+                "cluster: the node watch works again: %s answers, after failing for %.0fs",
+                self.description,
+                time.monotonic() - self._trouble[0],
+            )
+            self._trouble = None
+
+    def _new_client(self) -> Any:
+        """A new API client, its credentials loaded in time (``_in_time``), and loaded again in time at each refresh
+        (the kubernetes client calls ``refresh_api_key_hook`` before each request, which runs an exec plugin again
+        once its token has expired)."""
+        client = self._in_time(self.factory)
+        cfg: Any = getattr(client, "configuration", None)
+        hook = getattr(cfg, "refresh_api_key_hook", None)
+        if hook is not None:
+            cfg.refresh_api_key_hook = lambda c: self._in_time(lambda: hook(c))
+        return client
+
+    def _in_time(self, call: Callable[[], T]) -> T:
+        """``call()`` in a helper thread, waited on ``credentials_timeout`` seconds at most (``CREDENTIALS_TIMEOUT_S``);
+        past that, ``_CredentialsHung``: the loop warns and retries. A call that has not returned is left running
+        (its plugin cannot be stopped from here), and no other is begun while it runs: a plugin that hangs is one
+        process, not one more per retry."""
+        held = self._credentials
+        if held is not None and not held[1].done():
+            raise _CredentialsHung(
+                f"{self.credentials} has not returned in {time.monotonic() - held[0]:.0f}s; not run again until it"
+                " does (run it by hand where the webhook runs to see why it hangs)"
+            )
+        future: Future[T] = Future()
+
+        def run() -> None:
+            try:
+                future.set_result(call())
+            except BaseException as err:
+                future.set_exception(err)
+
+        began = time.monotonic()
+        self._credentials = (began, future)
+        threading.Thread(target=run, name="gpu-admission-credentials", daemon=True).start()
+        while not self._stop.is_set():
+            left = began + self.credentials_timeout - time.monotonic()
+            if wait([future], timeout=min(1.0, max(0.0, left))).done:
+                return future.result()
+            if left <= 0:
+                raise _CredentialsHung(
+                    f"{self.credentials} has not returned in {self.credentials_timeout:.0f}s (run it by hand where the"
+                    " webhook runs to see why it hangs)"
+                )
+        raise _CredentialsHung("stopped while loading credentials")
 
     def _list(self, core: Any) -> None:
         started = time.monotonic()
@@ -379,6 +459,7 @@ class LiveCluster:
         )
         self._response = response
         self._watching = True
+        self._working()
         count = 0
         try:
             if self._stop.is_set():
@@ -631,9 +712,47 @@ def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | 
         _api_connections(cfg)
         return client.ApiClient(cfg)
 
+    credentials = _kubeconfig_credentials(joined)
+    probe = client.Configuration()
+    loaded: Future[None] = Future()
+
+    def load() -> None:
+        try:
+            config.load_kube_config(config_file=joined, client_configuration=probe)  # type: ignore[no-untyped-call]
+            loaded.set_result(None)
+        except BaseException as err:
+            loaded.set_exception(err)
+
+    threading.Thread(target=load, name="gpu-admission-credentials", daemon=True).start()
+    if not wait([loaded], timeout=CREDENTIALS_TIMEOUT_S).done:
+        raise ConfigError(
+            f"kubeconfig {joined}: {credentials} has not returned in {CREDENTIALS_TIMEOUT_S:.0f}s: run it by hand"
+            " where the webhook runs to see why it hangs"
+        )
     try:
-        probe = client.Configuration()
-        config.load_kube_config(config_file=joined, client_configuration=probe)  # type: ignore[no-untyped-call]
+        loaded.result()
     except (config.ConfigException, OSError, ValueError) as err:
         raise ConfigError(f"kubeconfig {joined}: {err}") from err
-    return LiveCluster(settings, from_kubeconfig, description=f"{probe.host} (kubeconfig {joined})")
+    return LiveCluster(
+        settings, from_kubeconfig, description=f"{probe.host} (kubeconfig {joined})", credentials=credentials
+    )
+
+
+def _kubeconfig_credentials(joined: str) -> str:
+    """What loads the credentials of the kubeconfig's current user, for the log: its exec plugin, with its command
+    line, where it has one."""
+    from kubernetes.config import kube_config
+
+    try:
+        _, context = kube_config.list_kube_config_contexts(config_file=joined)  # type: ignore[no-untyped-call]
+        user = as_dict(as_dict(context).get("context")).get("user")
+        merged = as_dict(kube_config.KubeConfigMerger(joined).config.value)  # type: ignore[no-untyped-call]
+        for node in as_list(merged.get("users")):
+            entry = as_dict(getattr(node, "value", node))  # each file's entries are held as ConfigNodes
+            plugin = as_dict(as_dict(entry.get("user")).get("exec"))
+            if entry.get("name") == user and plugin.get("command"):
+                command = [as_str(plugin.get("command"))] + [as_str(a) for a in as_list(plugin.get("args"))]
+                return f"the kubeconfig's exec credential plugin `{shlex.join(command)}`"
+    except Exception:  # the loader says what is wrong with the kubeconfig
+        pass
+    return "the kubeconfig's credentials loader"
