@@ -5,13 +5,14 @@ It keeps objects by collection path, hands out resourceVersions, and serves: dis
 (``?watch=true`` from a resourceVersion, streamed as JSON lines), get, create (``generateName`` included), replace,
 patch (merge, a resourceVersion in it a precondition; strategic-merge treated as merge; JSON patch) and delete (uid and
 resourceVersion preconditions checked). Faults for tests: ``expire(rv)`` makes watches from an older resourceVersion get
-410 Gone, ``drop_watches()`` cuts every open watch stream, ``bookmark_seconds`` sends a BOOKMARK that often to watches
-that ask for them once there is a resourceVersion newer than the one they began from (as kube-apiserver's watch cache
-does: on a quiet collection a watch hears nothing), ``fail_next(n, code)`` answers the next n requests with an error,
-``hang_up_next(n, stored)`` closes the connection of the next n creates or patches without an answer (having stored or
-patched the object, or not), ``stop()/start()`` take it off the air. ``KubeAPI(tls=(cert, key), ca=ca)`` serves
-HTTPS; ``connections`` counts the connections accepted; ``create_delay`` holds each create that long, and
-``most_in_flight`` says how many were under way at once.
+410 Gone, ``restore(rv)`` sets the resourceVersion back as an etcd restore does (a watch from a later one gets 504
+ResourceVersionTooLarge), ``drop_watches()`` cuts every open watch stream, ``bookmark_seconds`` sends a BOOKMARK that
+often to watches that ask for them once there is a resourceVersion newer than the one they began from (as
+kube-apiserver's watch cache does: on a quiet collection a watch hears nothing), ``fail_next(n, code)`` answers the next
+n requests with an error, ``hang_up_next(n, stored)`` closes the connection of the next n creates or patches without an
+answer (having stored or patched the object, or not), ``stop()/start()`` take it off the air. ``KubeAPI(tls=(cert, key),
+ca=ca)`` serves HTTPS; ``connections`` counts the connections accepted; ``create_delay`` holds each create that long,
+and ``most_in_flight`` says how many were under way at once.
 """
 
 from __future__ import annotations
@@ -153,6 +154,15 @@ class KubeAPI:
         """Watches that start from a resourceVersion older than ``rv`` (default: now) get 410 Gone."""
         with self.lock:
             self.expired_before = self.rv if rv is None else rv
+
+    def restore(self, rv: int) -> None:
+        """As etcd restored from a backup: the resourceVersion goes back to ``rv`` and the history after it is gone
+        (the objects are kept as they are). A watch from a later resourceVersion is then answered as kube-apiserver
+        answers one (its watch cache, ``NewTooLargeResourceVersionError``): 504 Timeout, its cause
+        ResourceVersionTooLarge, Retry-After 1."""
+        with self.lock:
+            self.rv = rv
+            self.log = [entry for entry in self.log if entry[0] <= rv]
 
     def drop_watches(self) -> None:
         with self.lock:
@@ -419,6 +429,16 @@ class _Handler(BaseHTTPRequestHandler):
         since = int(query.get("resourceVersion", ["0"])[0] or 0)
         timeout = float(query.get("timeoutSeconds", ["30"])[0])
         w = _Watch(key, namespace, since, query.get("allowWatchBookmarks", ["false"])[0] == "true")
+        with self.api.lock:
+            current = self.api.rv
+        if since > current:
+            status = _status(504, "Timeout", f"Too large resource version: {since}, current: {current}")
+            status["details"] = {
+                "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                "retryAfterSeconds": 1,
+            }
+            self._send(504, status, {"Retry-After": "1"})
+            return
         with self.api.lock:
             gone = since and since < self.api.expired_before
             if not gone:

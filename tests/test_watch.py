@@ -830,3 +830,31 @@ def test_an_exec_credential_plugin_that_hangs_is_waited_on_a_while_then_said(
     finally:
         hang.unlink(missing_ok=True)
         live.stop()
+
+
+def test_a_watch_from_a_version_the_api_server_is_behind_lists_again(
+    api: KubeAPI, kubeconfig: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After etcd is restored from a backup, the API server's resourceVersion is below the one the watch holds, and
+    it answers a watch from it 504 ResourceVersionTooLarge: retried from the same version with backoff, the watch
+    was refused until the periodic relist, 5 minutes later by default, the view stale meanwhile (found by a review).
+    It lists again at once, as for a 410 (client-go's reflector does the same)."""
+    api.put("v1", "nodes", node("a"))
+    live = make_live(kubeconfig, resync=3600)
+    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        for run in range(10):
+            held = api.put("v1", "nodes", node("a", run=str(run)))["metadata"]["resourceVersion"]
+        wait_for(lambda: live._rv == held, "the watch at the last version")
+        api.restore(int(held) - 8)
+        api.drop_watches()
+        api.put("v1", "nodes", node("b", driver="570.124.06"))  # after the restore, at a version below the one held
+        wait_for(lambda: drivers(live).get("b") == "570.124.06", "the node added after the restore")
+        assert lists(api) == 2
+        said = [r.getMessage() for r in caplog.records]
+        assert "cluster: resource version too large (API server restored or behind): listing again" in said, said
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    finally:
+        live.stop()

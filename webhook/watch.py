@@ -6,7 +6,8 @@ in a process other than the one that started the threads begins afresh. Two daem
 
 - the *watcher* lists Nodes (in pages), then watches from the list's resourceVersion with bookmarks; a watch that
   ends is resumed from the last resourceVersion seen; a 410 Gone (an ERROR event on the stream, or the status of the
-  watch request) means the apiserver no longer has that history, so it lists again; any other failure (a dropped
+  watch request) means the apiserver no longer has that history, and a 504 ResourceVersionTooLarge that it is behind
+  that version (etcd restored from a backup), so it lists again; any other failure (a dropped
   stream, an unreachable apiserver, a 5xx) is retried with capped, jittered exponential backoff. A connection that
   died unseen (a NAT's or load balancer's drop without a reset) is broken by TCP keepalive within a minute
   (``http1.KEEPALIVE_IDLE_S``), and the watch resumed. Every ``resync_seconds`` it lists again whatever the watch
@@ -55,6 +56,10 @@ class _Gone(Exception):
     """410 Gone: the resourceVersion is too old; list again."""
 
 
+class _TooLarge(Exception):
+    """504 ResourceVersionTooLarge: the resourceVersion is newer than the API server's; list again."""
+
+
 class _StreamError(Exception):
     """The watch stream reported an error other than 410."""
 
@@ -88,6 +93,36 @@ refresh, and one that hung stopped the node watch for good, unsaid."""
 def _status(err: BaseException) -> int | None:
     """The HTTP status an error of the API carries (410 for an expired watch's ERROR event); None for others."""
     return 410 if isinstance(err, _Gone) else getattr(err, "status", None)
+
+
+def _too_large(status: Mapping[str, Any]) -> bool:
+    """Whether an API Status says the resourceVersion asked for is newer than the API server's (504, its cause
+    ResourceVersionTooLarge; older servers said only "Too large resource version"): it is behind the version held,
+    etcd restored from a backup, and a watch from it would be refused again and again. client-go's reflector lists
+    again on it (isTooLargeResourceVersionError)."""
+    causes = as_list(as_dict(status.get("details")).get("causes"))
+    return status.get("code") == 504 and (
+        any(as_dict(cause).get("reason") == "ResourceVersionTooLarge" for cause in causes)
+        or "Too large resource version" in as_str(status.get("message"))
+    )
+
+
+def _relist_why(err: BaseException) -> str | None:
+    """Why only a new list can go on after ``err``, for the log; None when the watch can be resumed."""
+    if _status(err) == 410:
+        # The apiserver no longer holds the history from our resourceVersion (compaction, restart): only a new list
+        # tells what changed meanwhile.
+        return "the node watch's history expired (410 Gone)"
+    if isinstance(err, _TooLarge):
+        return "resource version too large (API server restored or behind)"
+    if _status(err) == 504:
+        try:
+            status = json.loads(getattr(err, "body", None) or "{}")
+        except ValueError:
+            return None
+        if isinstance(status, dict) and _too_large(status):
+            return "resource version too large (API server restored or behind)"
+    return None
 
 
 def _retry_after(err: BaseException) -> float:
@@ -307,10 +342,9 @@ class LiveCluster:
                 if self._stop.is_set():
                     break
                 status = _status(err)
-                if status == 410:
-                    # The apiserver no longer holds the history from our resourceVersion (compaction, restart):
-                    # only a new list tells what changed meanwhile.
-                    log.info("cluster: the node watch's history expired (410 Gone); listing again")
+                relist = _relist_why(err)
+                if relist is not None:
+                    log.info("cluster: %s: listing again", relist)
                     need_list = True
                     gone_streak += 1
                     delay = backoff.next() if gone_streak > 1 else 0.0
@@ -500,6 +534,8 @@ class LiveCluster:
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise _Gone()
+            if _too_large(obj):
+                raise _TooLarge()
             raise _StreamError(f"{obj.get('code')} {obj.get('reason')}: {obj.get('message')}")
         meta = as_dict(obj.get("metadata"))
         rv = as_str(meta.get("resourceVersion"))
