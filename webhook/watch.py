@@ -84,6 +84,12 @@ RELIST_RETRY_S = 60.0
 WATCH_HELD_S = 10.0
 """A watch stream open at least this long that then breaks is resumed at once, without a backoff."""
 RETRY_AFTER_MAX_S = 60.0
+FIRST_LIST_READ_S = 30.0
+"""How long the first list waits for the API server's answer (each page's), before it is said and tried again: until
+it succeeds the webhook is not ready. An API server that takes a request and does not answer was waited on 120 s, and
+asked again by urllib3, 4 minutes with nothing logged."""
+LIST_READ_S = 120.0
+"""How long a later list (every ``resync_seconds``) waits for each page: the watch goes on meanwhile."""
 CREDENTIALS_TIMEOUT_S = 60.0
 """How long loading the API client's credentials may take: a kubeconfig's exec credential plugin (``aws eks
 get-token``, ``kubelogin``) is run by the kubernetes client with no timeout, on each new client and at each token
@@ -233,13 +239,15 @@ class LiveCluster:
         return self._synced.wait(timeout)
 
     def problem(self) -> str | None:
-        """What keeps the view from being current, for /readyz: the watch's last error and since when; None while it
-        works."""
-        trouble = self._trouble
+        """What keeps the view from being current, for /readyz: before the first list, how long it has waited and
+        the last error; after it, the watch's last error and since when; None while it works."""
+        trouble, now = self._trouble, time.monotonic()
+        if not self._synced.is_set():
+            waited = f"no node list from {self.description} in {now - self._started_at:.0f}s"
+            return f"{waited}: {trouble[1]}" if trouble is not None else f"{waited}: waiting on its answer"
         if trouble is None:
             return None
-        since, error = trouble
-        return f"the node view cannot be refreshed from {self.description} for {time.monotonic() - since:.0f}s: {error}"
+        return f"the node view cannot be refreshed from {self.description} for {now - trouble[0]:.0f}s: {trouble[1]}"
 
     def start(self) -> None:
         """Start the threads in this process (idempotent; after a fork, starts afresh in the child)."""
@@ -432,7 +440,7 @@ class LiveCluster:
             kwargs: dict[str, Any] = {
                 "limit": self.page_size,
                 "_preload_content": False,
-                "_request_timeout": (self.connect_timeout, 120),
+                "_request_timeout": (self.connect_timeout, LIST_READ_S if self._synced.is_set() else FIRST_LIST_READ_S),
             }
             if token:
                 kwargs["_continue"] = token
@@ -683,11 +691,20 @@ def _api_connections(cfg: Any) -> None:
     default: 3 tries, each 429 or 503 with a Retry-After slept through, unlogged, the loop blind meanwhile), as the
     watch loop retries, logs, and waits as Retry-After says (``_retry_after``); a connection error or a kept
     connection the server closed tried once more on a new one (a reused connection a server or proxy closed would
-    otherwise be a warning and a backoff)."""
+    otherwise be a warning and a backoff); a read that timed out not asked again (the loop says it and retries)."""
     import urllib3
+    from urllib3.exceptions import ReadTimeoutError
+
+    class Retry(urllib3.Retry):
+        def increment(self, *args: Any, **kwargs: Any) -> Retry:
+            # A read that timed out is not asked again: the API server took the request and did not answer, and
+            # asking again doubled the wait (an API server that never answered the first list: 4 minutes unsaid)
+            error = kwargs.get("error", args[3] if len(args) > 3 else None)
+            retry = self.new(read=0) if isinstance(error, ReadTimeoutError) else self
+            return urllib3.Retry.increment(retry, *args, **kwargs)
 
     cfg.socket_options = http1.keepalive_options()
-    cfg.retries = urllib3.Retry(
+    cfg.retries = Retry(
         total=2,  # and no other error asked again: with other=None a TLS failure was retried without end, unseen
         connect=1,
         read=1,
