@@ -903,3 +903,62 @@ def test_an_api_server_that_never_answers_the_first_list_is_said_soon(
         listener.close()
         for conn in held:
             conn.close()
+
+
+FORBIDDEN = (
+    'nodes is forbidden: User "system:serviceaccount:gpu-admission:gpu-admission" cannot list resource "nodes" in'
+    ' API group "" at the cluster scope'
+)
+
+
+def test_the_log_says_why_the_watch_fails_and_when_it_works_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The watch's warnings were cut at 200 characters, urllib3's pool and URL first, so a refused connection (a
+    name not resolved, a TLS failure) was cut before its cause; a 403 said "HTTP 403 Forbidden" without the API's
+    message, which names the service account and the verb; and nothing said the watch worked again (found by a
+    review). The cause comes first, the URL last; a 403 says the API's message; one line says it works again."""
+    from tests.kubeapi import _Handler
+
+    forbidden = threading.Event()
+    fault = _Handler._fault
+
+    def lists_forbidden(self: Any) -> bool:
+        if forbidden.is_set():
+            forbidden.clear()
+            self.api.requests.append((self.command, self.path))
+            body = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": FORBIDDEN}
+            self._send(403, body)
+            return True
+        return bool(fault(self))
+
+    monkeypatch.setattr(_Handler, "_fault", lists_forbidden)
+    api = KubeAPI()
+    with socket.create_server(("127.0.0.1", 0)) as free:  # closed at once: connections refused
+        api.port = free.getsockname()[1]
+    live = make_live(api.kubeconfig(str(tmp_path / "kubeconfig")), backoff_initial=0.3, backoff_max=0.3)
+    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+
+    def said(text: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if text in r.getMessage() and r.name == "gpu_admission.cluster"]
+
+    try:
+        live.start()
+        wait_for(lambda: bool(said("Connection refused")), "the refused connection said")
+        refused = said("Connection refused")[0]
+        assert refused.startswith("cluster: cannot list nodes: Failed to establish a new connection: [Errno 111]")
+        assert refused.index("Connection refused") < refused.index(f"({api.url}/api/v1/nodes?limit=500)"), refused
+        assert "HTTPConnection" not in refused, refused
+        forbidden.set()
+        api.put("v1", "nodes", node("a"))
+        api.start()  # same port
+        wait_for(live.ready, "the first list")
+        assert said(f"cannot list nodes: HTTP 403 Forbidden: {FORBIDDEN} from the API server; not ready")
+        (back,) = said("works again")
+        assert back.startswith("cluster: the node watch works again: the API server answers, after failing for")
+        api.put("v1", "nodes", node("b"))
+        wait_for(lambda: names(live) == {"a", "b"}, "the watch")
+        assert len(said("works again")) == 1
+    finally:
+        live.stop()
+        api.stop()

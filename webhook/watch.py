@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import random
+import re
 import shlex
 import socket
 import threading
@@ -121,13 +122,8 @@ def _relist_why(err: BaseException) -> str | None:
         return "the node watch's history expired (410 Gone)"
     if isinstance(err, _TooLarge):
         return "resource version too large (API server restored or behind)"
-    if _status(err) == 504:
-        try:
-            status = json.loads(getattr(err, "body", None) or "{}")
-        except ValueError:
-            return None
-        if isinstance(status, dict) and _too_large(status):
-            return "resource version too large (API server restored or behind)"
+    if _status(err) == 504 and _too_large(as_dict(_json(getattr(err, "body", None)))):
+        return "resource version too large (API server restored or behind)"
     return None
 
 
@@ -637,11 +633,20 @@ def _lines(response: Any) -> Iterator[str]:
         yield buffer.decode("utf-8", errors="replace")
 
 
+BRIEF_MAX = 400
+"""A log line's error is cut to this many characters, its cause first and the URL last."""
+_WHERE_PREFIX = re.compile(r"^(<[^<>]*>|HTTPS?Connection(Pool)?\([^()]*\)): ")
+"""urllib3's errors begin with the connection or the pool they came from (the URL is said last instead)."""
+
+
 def _brief(err: BaseException) -> str:
+    """An error of the API or of the connection, for the log: its cause first (the API's ``message``, which says
+    what a 403 forbade to whom; a refused connection, a name not resolved, a TLS failure), the URL last."""
     status = getattr(err, "status", None)
-    reason = getattr(err, "reason", None)
     if status:
-        return f"HTTP {status} {reason or ''}".strip()
+        message = as_str(as_dict(_json(getattr(err, "body", None))).get("message"))
+        said = f"HTTP {status} {getattr(err, 'reason', None) or ''}".strip()
+        return _clip(f"{said}: {message}" if message else said)
     broke = _broken_open(err)
     if broke is not None:
         if broke == errno.ETIMEDOUT:
@@ -650,8 +655,31 @@ def _brief(err: BaseException) -> str:
                 " reset by a NAT or load balancer, or the API server's host gone"
             )
         return f"its connection was found dead, the API server's host or network unreachable ({os.strerror(broke)})"
-    text = str(err) or type(err).__name__
-    return text if len(text) < 200 else text[:200] + "..."
+    import urllib3
+
+    cause = err.reason if isinstance(err, urllib3.exceptions.MaxRetryError) else None  # what failed, at last
+    text = _said(cause if isinstance(cause, BaseException) else err)
+    if isinstance(err, urllib3.exceptions.RequestError) and getattr(err.pool, "host", None):
+        text += f" ({getattr(err.pool, 'scheme', 'https')}://{err.pool.host}:{err.pool.port}{err.url or ''})"
+    return _clip(text)
+
+
+def _said(err: BaseException) -> str:
+    """What an exception says, without the connection or pool urllib3 begins it with; its arguments joined (urllib3's
+    ProtocolError holds its cause as its second)."""
+    parts = [_WHERE_PREFIX.sub("", str(arg)) for arg in err.args if isinstance(arg, (str, BaseException))]
+    return ": ".join(p for p in parts if p) or str(err) or type(err).__name__
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= BRIEF_MAX else text[:BRIEF_MAX] + "..."
+
+
+def _json(text: Any) -> Any:
+    try:
+        return json.loads(text) if isinstance(text, (str, bytes)) and text else None
+    except ValueError:
+        return None
 
 
 def _broken_open(err: BaseException) -> int | None:
