@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import EXAMPLES, gpu_pod, review
 from tests.serving import SERVER_NAME, Server, exchange, issue_certs, serve
 from tests.test_admission import BAD
+from webhook.server import ReloadingTLS
 
 
 @pytest.fixture(scope="module")
@@ -538,3 +539,74 @@ def test_the_certificates_expiry_is_a_metric_from_each_workers_start_before_any_
             assert time.monotonic() < deadline, server.output()[-3000:]
             time.sleep(0.05)
         assert _expiry(server) == pytest.approx(expires, abs=1), server.output()[-3000:]
+
+
+def _gauge(server: Server, name: str) -> float | None:
+    for row in server.metrics().splitlines():
+        if row.startswith(name + " "):
+            return float(row.split()[1])
+    return None
+
+
+def _healthz(server: Server) -> int | str:
+    client = server.client(timeout=5)
+    try:
+        return client.request("GET", "/healthz")[0]
+    except OSError as err:  # ssl.SSLError among them
+        return type(err).__name__
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("broken", ["removed", "garbage"])
+def test_a_worker_that_starts_without_its_certificate_says_so_in_a_metric_and_one_line(
+    tmp_path: Path, broken: str
+) -> None:
+    """Found by the observability review: the certificate file replaced or removed, a restarted worker loaded none;
+    every handshake failed, the expiry gauge left /metrics, so the documented expiry alert stayed silent, and a
+    removed file logged a 45-line traceback per connection. gpu_admission_serving_certificate_loaded says 0, and a
+    warning says which files, once a check."""
+    certs = issue_certs(tmp_path / "certs")
+    cert = certs / "tls.crt"
+    good = cert.read_bytes()
+    with serve(tmp_path, certs=certs) as server:
+        assert _gauge(server, "gpu_admission_serving_certificate_loaded") == 1.0, server.output()[-3000:]
+        if broken == "removed":
+            cert.unlink()
+        else:
+            cert.write_text("not a certificate\n")
+        (victim,) = re.findall(r"Booting worker with pid: (\d+)", server.output())
+        os.kill(int(victim), signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while _gauge(server, "gpu_admission_serving_certificate_loaded") != 0.0:
+            assert time.monotonic() < deadline, server.output()[-3000:]
+            time.sleep(0.1)
+        failed = [_healthz(server) for _ in range(5)]
+        assert all(isinstance(result, str) for result in failed), failed  # closed: an OSError on the client's side
+        restarted = server.output().split("Booting worker with pid: ", 2)[2]
+        assert "Traceback" not in restarted and "Socket error" not in restarted, restarted[-3000:]
+        assert 1 <= restarted.count("no serving certificate loaded: cannot load " + str(cert)) <= 3, restarted
+        cert.write_bytes(good)
+        time.sleep(ReloadingTLS.CHECK_EVERY)
+        assert _healthz(server) == 200
+        assert _gauge(server, "gpu_admission_serving_certificate_loaded") == 1.0
+
+
+def test_without_its_files_the_tls_context_closes_connections_and_warns_once_a_check(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A removed certificate raised FileNotFoundError at every connection, which gunicorn logged with its traceback
+    (found by the observability review): now an SSL EOF (gunicorn closes the connection without a word) and one
+    warning a check; the files back, the next check loads them."""
+    tls = ReloadingTLS(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+    for _ in range(20):
+        with pytest.raises(ssl.SSLEOFError) as err:
+            tls.context()
+        assert err.value.args[0] == ssl.SSL_ERROR_EOF
+    told = [r.getMessage() for r in caplog.records if "no serving certificate loaded" in r.getMessage()]
+    assert len(told) == 1 and str(tmp_path / "tls.crt") in told[0] and "No such file" in told[0], told
+    certs = issue_certs(tmp_path / "certs")
+    for name in ("tls.crt", "tls.key"):
+        (tmp_path / name).write_bytes((certs / name).read_bytes())
+    time.sleep(ReloadingTLS.CHECK_EVERY)
+    assert isinstance(tls.context(), ssl.SSLContext)

@@ -6,7 +6,8 @@ it before gunicorn starts) every value is also written to a per-process file in 
 the Flask test client) the values live in the app's own registry only, so two apps in one process never share a count.
 
 Gauges need a rule for combining workers: the node count is the largest any live worker sees, the snapshot timestamp
-(when a worker's node view was last known current) the oldest among live workers (so the age shows the stalest).
+(when a worker's node view was last known current) the oldest among live workers (so the age shows the stalest), the
+serving certificate's (loaded or not, its expiry) the smallest among live workers.
 ``live*`` modes forget a worker once :func:`worker_exited` has marked it dead.
 """
 
@@ -96,27 +97,34 @@ def _events_counter(registry: CollectorRegistry) -> Counter:
     )
 
 
-_CERT_EXPIRY: list[Gauge] = []
+_CERT_GAUGES: dict[str, Gauge] = {}
+CERT_HELP = {
+    "serving_certificate_loaded": "1 while every live worker serves a certificate; 0 while one has none loaded (its"
+    " files could not be read since it started), so that every TLS handshake with it fails: alert on 0",
+    "serving_certificate_expiry_timestamp_seconds": "Unix time the serving certificate expires (the earliest among"
+    " live workers): alert well before it",
+}
 
 
-def serving_certificate_expires(timestamp: float) -> None:
-    """Record when the certificate this worker serves expires (``ReloadingTLS``): the gauge
-    ``gpu_admission_serving_certificate_expiry_timestamp_seconds``, the earliest among live workers. Made at the
-    first record, in the worker, so that it is written to the multiprocess directory."""
+def _set_certificate_gauge(name: str, value: float) -> None:
+    """Set a gauge of ``CERT_HELP`` (the smallest among live workers). Made at the first record, in the worker, so
+    that it is written to the multiprocess directory; a gauge made earlier would read 0 in the sums until set."""
     if not multiprocess_dir():
         return  # one process (tests, the Flask test client): no server, no certificate served
-    if not _CERT_EXPIRY:
+    if name not in _CERT_GAUGES:
         _ensure_value_class()
-        _CERT_EXPIRY.append(
-            Gauge(
-                "serving_certificate_expiry_timestamp_seconds",
-                "Unix time the serving certificate expires (the earliest among live workers): alert well before it",
-                namespace=NAMESPACE,
-                multiprocess_mode="livemin",
-                registry=None,
-            )
+        _CERT_GAUGES[name] = Gauge(
+            name, CERT_HELP[name], namespace=NAMESPACE, multiprocess_mode="livemin", registry=None
         )
-    _CERT_EXPIRY[0].set(timestamp)
+    _CERT_GAUGES[name].set(value)
+
+
+def serving_certificate(not_after: float | None, loaded: bool = True) -> None:
+    """Record the certificate this worker serves (``ReloadingTLS``): whether it has one loaded, and when it expires
+    (None: unknown, or none loaded)."""
+    _set_certificate_gauge("serving_certificate_loaded", 1.0 if loaded else 0.0)
+    if not_after is not None:
+        _set_certificate_gauge("serving_certificate_expiry_timestamp_seconds", not_after)
 
 
 def event_counter() -> Callable[[str], None]:

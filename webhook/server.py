@@ -212,8 +212,10 @@ class ReloadingTLS:
     """One SSL context per worker, rebuilt when the certificate or key file changes on disk.
 
     gunicorn asks for a context on every new connection; building one (load_cert_chain) on each would cost a
-    millisecond or more, so it is cached and the files' mtimes are checked at most once a second. A file caught
-    half-written keeps the previous context until the next check.
+    millisecond or more, so it is cached and the files are checked at most once a second. A file caught half-written
+    keeps the previous context until the next check. A worker that has no context (its files could not be read since
+    it started: removed, or not a certificate and its key) closes each connection at once, logs why once a check,
+    and says so in ``gpu_admission_serving_certificate_loaded``.
     """
 
     CHECK_EVERY = 1.0
@@ -222,7 +224,7 @@ class ReloadingTLS:
         self.cert, self.key = cert, key
         self._lock = threading.Lock()
         self._stamp: tuple[float, float] = (0.0, 0.0)
-        self._checked = 0.0
+        self._checked = -math.inf
         self._context: ssl.SSLContext | None = None
         self.not_after: float | None = None
         """Unix time the served certificate expires (None: its file could not be read as PEM)."""
@@ -234,10 +236,9 @@ class ReloadingTLS:
     def build(self) -> ssl.SSLContext:
         context = server_context(self.cert, self.key)
         self.not_after = _not_after(self.cert)
-        if self.not_after is not None:
-            from webhook import metrics
+        from webhook import metrics
 
-            metrics.serving_certificate_expires(self.not_after)
+        metrics.serving_certificate(self.not_after)
         return context
 
     def _tell_expiry(self) -> None:
@@ -264,12 +265,15 @@ class ReloadingTLS:
                 days,
             )
 
-    def context(self) -> ssl.SSLContext:
-        now = time.monotonic()
-        if self._context is not None and now - self._checked < self.CHECK_EVERY:
-            return self._context
+    def check(self) -> None:
+        """Load the files again if they changed (or none is loaded yet), at most once every ``CHECK_EVERY``; a
+        failure is logged, never raised."""
+        if time.monotonic() - self._checked < self.CHECK_EVERY:
+            return
         with self._lock:
-            self._checked = now
+            if time.monotonic() - self._checked < self.CHECK_EVERY:
+                return  # another thread checked meanwhile
+            self._checked = time.monotonic()
             try:
                 stamp = self._mtimes()
                 if self._context is None or stamp != self._stamp:
@@ -278,12 +282,27 @@ class ReloadingTLS:
                         log.info("serving certificate reloaded from %s", self.cert)
                     self._stamp = stamp
             except (OSError, ssl.SSLError) as err:
-                if self._context is None:
-                    raise
-                log.warning("certificate files unreadable (%s); keeping the previous certificate", err)
+                if self._context is not None:
+                    log.warning("certificate files unreadable (%s); keeping the previous certificate", err)
+                else:
+                    from webhook import metrics
+
+                    metrics.serving_certificate(None, loaded=False)
+                    log.warning(
+                        "no serving certificate loaded: cannot load %s and %s (%s); every TLS connection to this"
+                        " worker is closed until they are a certificate and its key (see docs/certificates.md)",
+                        self.cert,
+                        self.key,
+                        err,
+                    )
             self._tell_expiry()
-            assert self._context is not None
-            return self._context
+
+    def context(self) -> ssl.SSLContext:
+        self.check()
+        context = self._context
+        if context is None:  # gunicorn closes the connection on an SSL EOF without a word; check() said why
+            raise ssl.SSLEOFError(ssl.SSL_ERROR_EOF, "no serving certificate loaded")
+        return context
 
 
 class Unsynced:
@@ -393,17 +412,14 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
 
     def load(self) -> Any:
         """In each worker, after the fork: the app, its TLS context (``ReloadingTLS``: it sets the certificate's
-        expiry gauge, which was missing after a worker's start until its first connection; found by a review), and
+        gauges, which were missing after a worker's start until its first connection; found by a review), and
         its cluster source started. A live watch's worker waits for its first list (up to ``SYNC_WAIT_S``) before it
         takes connections: the master's socket is shared, so a worker that took them at once (started beside one
         already synced, or restarted) would answer "not checked" to the reviews it got meanwhile, and /readyz from
         another worker could already say ready."""
         app, cluster = self.app_factory()
         pid = os.getpid()
-        try:  # built now, not at the first connection: the expiry gauge is there from the worker's start
-            self.tls.context()
-        except (OSError, ssl.SSLError) as err:  # tried again at each connection
-            log.warning("cannot load the serving certificate %s: %s", self.tls.cert, err)
+        self.tls.check()  # now, not at the first connection: the certificate's gauges are there from the start
         self.unsynced.add(pid)
         if (runtime := app.extensions.get("gpu_admission")) is not None:  # not the bench's no-op app
             runtime.unsynced_workers = self.unsynced.others
