@@ -394,3 +394,12 @@ def test_an_answer_that_quotes_a_lone_surrogate_is_still_json(client: Any, path:
     answer = json.loads(r.get_data())["response"]
     said = answer["status"]["message"] if path == "/validate" else json.loads(base64.b64decode(answer["patch"]))
     assert "x\\ud800" in json.dumps(said)
+
+
+def test_a_long_content_type_is_cut_in_the_415(client: Any) -> None:
+    """Found by the observability review: the 415 named the whole media type the client sent (7,000 characters,
+    twice in the answer, and whole in the decision log line); cut as the other messages cut what they quote."""
+    r = post(client, "/mutate", b"{}", "text/" + "p" * 7000)
+    assert r.status_code == 415
+    assert r.get_json()["error"] == f"Content-Type must be application/json (got {('text/' + 'p' * 55)!r})"
+    assert post(client, "/mutate", b"{}", "").get_json()["error"] == "Content-Type must be application/json (got none)"

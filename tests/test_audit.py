@@ -201,7 +201,8 @@ def test_a_burst_of_lines_goes_in_writes_a_pipe_keeps_whole() -> None:
     stream = Writes()
     review_ = ReviewRequest("u" * 36, "CREATE", "n" * 63, "p" * 253, "Pod", "alice", (), False, None, None, Subject())
     burst = [Recorded(1.0, "mutate", review_, None, 200, 0.001) for _ in range(64)]
-    burst[30] = Recorded(1.0, "mutate", None, None, 500, 0.001, "é" * 3000)  # 6 kB in UTF-8
+    many = Result(outcome=Outcome(reasons=[f"Reason{i}" for i in range(600)]))  # none such yet: 6 kB
+    burst[30] = Recorded(1.0, "mutate", None, many, 200, 0.001)
     DecisionLog(Settings(), stream).record_all(burst)
     sizes = [len(text.encode()) for text in stream.texts]
     assert len(stream.texts) > 1 and all(text.endswith("\n") for text in stream.texts)
@@ -676,3 +677,43 @@ def test_the_decision_log_keeps_names_to_their_limit() -> None:
     line = json.loads(log.getvalue())
     assert line["name"] == "n" * 253 and line["uid"] == "u" * 253 and line["namespace"] == "s" * 253
     assert line["user"] == "a" * 253
+
+
+EMOJI = "\U0001f600"
+
+
+def test_a_decision_line_fits_a_pipe_write_whatever_the_names() -> None:
+    """Found by the observability review: the request's strings were cut at 253 characters, but the line writes an
+    emoji as 12 bytes (``\\ud83d\\ude00``), so a pod, generateName and user of 253 of them made a line of 6-9 kB,
+    past the 4096 bytes a pipe write keeps whole; and a 415's error named the whole Content-Type (7,000 characters:
+    a 7 kB line). Each string is cut by the bytes it takes in the line."""
+    settings = Settings()
+    stream = io.StringIO()
+    cluster = StaticCluster(build_view([gpu_node("a100-a")], settings))
+    app = create_app(settings, cluster=cluster, recorder=build_recorder(settings, cluster, stream=stream))
+    pod = gpu_pod()
+    pod["metadata"].update(name=EMOJI * 253, generateName=EMOJI * 253, uid=EMOJI * 253)
+    body = review(pod, namespace=EMOJI * 253, name=EMOJI * 253, uid=EMOJI * 253)
+    body["request"]["userInfo"]["username"] = EMOJI * 253
+    client = app.test_client()
+    assert client.post("/mutate", json=body).status_code == 200
+    assert client.post("/mutate", data=b"{}", content_type="text/" + "p" * 7000).status_code == 415
+    sizes = [len(text.encode()) for text in stream.getvalue().splitlines()]
+    assert len(sizes) == 2 and max(sizes) < select.PIPE_BUF, sizes
+    named = lines(stream)[0]
+    assert named["name"] == named["user"] == EMOJI * (NAME_LIMIT // 12), "as many as fit, none split"
+    worst = Recorded(
+        1.0,
+        "mutate",
+        ReviewRequest(
+            EMOJI * 300, "CREATE", "é" * 300, "\x01" * 300, EMOJI * 300, EMOJI * 300, (), False, None, None,
+            Subject("v1", "Pod", EMOJI * 300, '"' * 300),
+        ),
+        None,
+        500,
+        0.0,
+        EMOJI * 5000,
+    )  # fmt: skip
+    text = audit.decision_text(worst)
+    assert text == compact_json(decision_line(worst))
+    assert len(text.encode()) < select.PIPE_BUF, len(text.encode())

@@ -234,7 +234,8 @@ def _str(value: Any, where: str) -> str:
 def check_content_type(content_type: str | None) -> None:
     mime = (content_type or "").split(";")[0].strip().lower()
     if mime != "application/json":
-        raise BadRequest(f"Content-Type must be application/json (got {mime or 'none'})", status=415)
+        got = repr(mime[:60]) if mime else "none"  # cut as the other messages: it went whole into the answer and log
+        raise BadRequest(f"Content-Type must be application/json (got {got})", status=415)
 
 
 def parse_review(body: bytes, max_bytes: int) -> ReviewRequest:

@@ -82,6 +82,35 @@ class Recorded:
     error: str = ""
 
 
+_STRING = json.encoder.encode_basestring_ascii
+"""A str as ``compact_json`` writes it."""
+ERROR_LIMIT = 1024
+"""Bytes of the line's ``error`` (a request's other strings get ``NAME_LIMIT``): all the fields at their limits
+leave the line well below the 4096 bytes a pipe write keeps whole (``DecisionLog.write``)."""
+
+
+def _encoded(text: str, limit: int = NAME_LIMIT) -> str:
+    """``text`` as the line writes it (``_STRING``), cut to at most ``limit`` bytes between its quotes. A limit in
+    characters let a name of 253 emoji through as 3 kB (each is written as 12 bytes, ``\\ud83d\\ude00``; any other
+    non-ASCII character as 6), so that a line passed 4096 bytes (found by a review)."""
+    text = text[:limit]
+    encoded = _STRING(text)
+    if len(encoded) - 2 <= limit:
+        return encoded
+    size = 0
+    for end, char in enumerate(text):
+        size += len(_STRING(char)) - 2
+        if size > limit:
+            text = text[:end]
+            break
+    return _STRING(text)
+
+
+def clip(text: str, limit: int = NAME_LIMIT) -> str:
+    """``text`` as the decision line keeps it (``_encoded``)."""
+    return str(json.loads(_encoded(text, limit)))
+
+
 def decision_line(r: Recorded) -> dict[str, object]:
     """One JSON-able line: names, codes and sizes only; never env values, secrets, messages or whole objects."""
     review, result = r.review, r.result
@@ -93,14 +122,14 @@ def decision_line(r: Recorded) -> dict[str, object]:
     }
     if review:
         line.update(
-            uid=review.uid[:NAME_LIMIT],  # as the names: a client's 5 MiB uid went whole into every line
-            namespace=review.namespace[:NAME_LIMIT],
-            name=(review.name or review.subject.name)[:NAME_LIMIT],  # names are checked after mutating admission
-            generateName=review.subject.generate_name[:NAME_LIMIT],
-            kind=review.kind[:NAME_LIMIT],
+            uid=clip(review.uid),  # as the names: a client's 5 MiB uid went whole into every line
+            namespace=clip(review.namespace),
+            name=clip(review.name or review.subject.name),  # names are checked after mutating admission
+            generateName=clip(review.subject.generate_name),
+            kind=clip(review.kind),
             operation=review.operation,
             dryRun=review.dry_run,
-            user=review.username[:NAME_LIMIT],
+            user=clip(review.username),
         )
     if result:
         line.update(
@@ -113,18 +142,15 @@ def decision_line(r: Recorded) -> dict[str, object]:
             warnings=len(result.warnings),
         )
         if result.skipped:
-            line["skipped"] = result.skipped[:NAME_LIMIT]  # it may name the request's kind, of any length
+            line["skipped"] = clip(result.skipped)  # it may name the request's kind, of any length
         if result.reused:
             line["reused"] = True
         if result.replayed:
             line["replayed"] = True
     if r.error:
-        line["error"] = r.error
+        line["error"] = clip(r.error, ERROR_LIMIT)  # a 415's names the Content-Type the client sent
     return line
 
-
-_STRING = json.encoder.encode_basestring_ascii
-"""A str as ``compact_json`` writes it."""
 
 RESULT_PARTS_KEPT = 256
 """Stored answers whose part of the line is kept written (``decision_text``)."""
@@ -146,16 +172,15 @@ def decision_text(r: Recorded) -> str:
     if review:
         subject = review.subject
         text += (
-            f',"uid":{_STRING(review.uid[:NAME_LIMIT])},"namespace":{_STRING(review.namespace[:NAME_LIMIT])},'
-            f'"name":{_STRING((review.name or subject.name)[:NAME_LIMIT])},'
-            f'"generateName":{_STRING(subject.generate_name[:NAME_LIMIT])},"kind":{_STRING(review.kind[:NAME_LIMIT])},'
-            f'"operation":{_STRING(review.operation)},"dryRun":{"true" if review.dry_run else "false"},'
-            f'"user":{_STRING(review.username[:NAME_LIMIT])}'
+            f',"uid":{_encoded(review.uid)},"namespace":{_encoded(review.namespace)},'
+            f'"name":{_encoded(review.name or subject.name)},"generateName":{_encoded(subject.generate_name)},'
+            f'"kind":{_encoded(review.kind)},"operation":{_STRING(review.operation)},'
+            f'"dryRun":{"true" if review.dry_run else "false"},"user":{_encoded(review.username)}'
         )
     if result:
         text += _result_part(result)
     if r.error:
-        text += f',"error":{_STRING(r.error)}'
+        text += f',"error":{_encoded(r.error, ERROR_LIMIT)}'
     return text + "}"
 
 
