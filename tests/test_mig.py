@@ -2724,6 +2724,83 @@ def test_a_fraction_converted_for_a_single_strategy_pool_at_zero_is_checked_once
     assert [e.message for e in lands.outcome.events if e.reason == "MIGAssigned"] == [f"MIG devices: {line}"]
 
 
+def _a100_mig_at_zero(**declared: Any) -> tuple[Any, dict[str, Any], Any]:
+    """The settings of a single-strategy pool a100-mig at zero (3g.40gb), a whole-GPU node of another pool, and a
+    node of a100-mig as it comes up with ``profile``'s layout."""
+    group = "eks.amazonaws.com/nodegroup"
+    fields: dict[str, Any] = dict(
+        name="a100-mig",
+        node_selector={group: "a100-mig"},
+        gpu_product=A100_80,
+        gpu_memory_mib=81920,
+        gpu_count=8,
+        mig_strategy="single",
+        mig_profiles={"3g.40gb": 16},
+    )
+    s = settings([PoolSettings(**{**fields, **declared})])
+    a10g = whole_node("a10g", "NVIDIA-A10G", 1, "gpu-od")
+    a10g["metadata"]["labels"][group] = "gpu-od"
+
+    def up(profile: str) -> dict[str, Any]:
+        node = single_node("a100", A100_80, profile, 8, "a100-mig")
+        node["metadata"]["labels"][group] = "a100-mig"
+        return node
+
+    return s, a10g, up
+
+
+OLD_BY_POOL_LINE = (
+    "trainer: nvidia.com/gpu 0.4 -> nvidia.com/gpu 1 (pinned to eks.amazonaws.com/nodegroup=a100-mig, "
+    "NVIDIA-A100-SXM4-80GB, pool a100-mig)"
+)
+"""The line of a fraction converted for a single-strategy pool at zero as versions before its profile wrote it."""
+
+
+def _with_old_line(live: dict[str, Any]) -> dict[str, Any]:
+    old = copy.deepcopy(live)
+    template_of(old)["metadata"]["annotations"]["gpu-admission.io/mig"] = OLD_BY_POOL_LINE
+    return old
+
+
+def test_an_unchanged_manifest_applied_after_an_upgrade_keeps_a_line_an_earlier_version_wrote():
+    """A template converted by a version before the line named its profile carries the line without 'MIG
+    3g.40gb, '; applying the unchanged manifest again rewrote it, the template changed, and every such Deployment
+    rolled out on its next apply or GitOps sync (a review's). The line is kept as written."""
+    s, a10g, _ = _a100_mig_at_zero()
+    ctx = context([a10g], s)
+    live = _with_old_line(pipeline.mutate(workload("Deployment", pod(container(limits={GPU: "0.4"}))), ctx).object)
+    update = replace(ctx, operation="UPDATE", old_object=live)
+    result = pipeline.mutate(_applied(live, {GPU: "0.4"}), update)
+    assert result.allowed, result.message
+    assert result.object == live, result.patch
+    assert pipeline.validate(result.object, update).allowed
+
+
+def test_a_line_an_earlier_version_wrote_for_a_pool_at_zero_is_checked_by_the_profile_its_pool_declares():
+    """The kept line names no profile: its pods are checked against the profile the pool declares, and where the
+    pools its pin names declare none (or several), they are told that what they get is not checked."""
+    s, a10g, up = _a100_mig_at_zero()
+    live = _with_old_line(
+        pipeline.mutate(workload("Deployment", pod(container(limits={GPU: "0.4"}))), context([a10g], s)).object
+    )
+    other = _as_created(_pod_of(live), context([a10g, up("1g.10gb")], s))
+    assert other.warnings == [
+        "mig: trainer: pool a100-mig gives MIG 1g.10gb as nvidia.com/gpu now: it gets that, not MIG 3g.40gb"
+    ]
+    assert len(_unoffered_events(other)) == 1
+    lands = _as_created(_pod_of(live), context([a10g, up("3g.40gb")], s))
+    assert lands.warnings == [] and not _unoffered_events(lands)
+    assigned = [e.message for e in lands.outcome.events if e.reason == "MIGAssigned"]
+    assert assigned == [f"MIG devices: {OLD_BY_POOL_LINE}"]
+    undeclared, _, _ = _a100_mig_at_zero(mig_profiles={})
+    unknown = _as_created(_pod_of(live), context([a10g, up("1g.10gb")], undeclared))
+    assert unknown.warnings == [
+        "mig: trainer: MIG profile not checked on pool a100-mig (an earlier version's line names none): apply its"
+        " workload again"
+    ]
+    assert not _unoffered_events(unknown)
+
+
 def _daemon_pod_of(workload_obj: dict[str, Any], node: str) -> dict[str, Any]:
     """The pod the DaemonSet controller makes from its template for ``node`` (matchFields on metadata.name)."""
     made = _pod_of(workload_obj)

@@ -1016,18 +1016,22 @@ def _where(places: Sequence[Placement]) -> str:
     return " or ".join(parts).replace(record.SEPARATOR, ", ")
 
 
-def _line(ask: Ask, choice: Choice, where_now: str, own: Mapping[str, object]) -> str:
+def _line(ask: Ask, choice: Choice, where_now: str, own: Mapping[str, object], earlier: str | None) -> str:
     """'trainer: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb (NVIDIA-A100-SXM4-40GB, pool a100)': where the pod
     lands as it leaves the mutating webhook (``where_now``), or, when it lands nowhere, where the choice was made.
-    ``own``: the pod's nodeSelector before any conversion."""
+    ``own``: the pod's nodeSelector before any conversion. ``earlier``: the container's line on the object, kept
+    as written where it is this one as versions before ``Line.profile`` wrote it (without 'MIG 3g.40gb, '):
+    rewritten, the template changed on an unchanged manifest's apply, and every such Deployment rolled out after
+    an upgrade of the webhook (a review's). ``_read_line`` reads its profile back."""
     selector = choice.option.selector
     own_selector = selector is not None and own.get(selector[0]) == selector[1]
     where = where_now or _where(choice.places)
     option = choice.option
     profile = option.profile if option.by_pool else ""
-    return str(
-        Line(ask.name, ask.asked, option.given, choice.note, own_selector, choice.pin, where, choice.tolerated, profile)
-    )
+    line = Line(ask.name, ask.asked, option.given, choice.note, own_selector, choice.pin, where, choice.tolerated)
+    if profile and earlier == str(line):
+        return earlier
+    return str(replace(line, profile=profile))
 
 
 def _plain(amount: Decimal) -> str:
@@ -1447,9 +1451,37 @@ def _given_instead(pod: PodView, ctx: Context, line: Line) -> list[NodeGroup]:
     ``nvidia.com/gpu`` is another device, now that the pool has nodes. Its pin to the pool's own label takes any
     device the pool gives (a 3g.40gb's pod ran on the 1g.10gb, 1/8 of the GPU, of a pool that came up with another
     layout, without a word: a review of MIG)."""
+    return [g for g in _reached_now(pod, ctx) if _single_profile(g) != line.profile]
+
+
+def _reached_now(pod: PodView, ctx: Context) -> list[NodeGroup]:
+    """The groups with nodes now where the pod, as it stands, gets its ``nvidia.com/gpu``."""
     rules = _trial(pod, [], None, None, ctx.cluster.extended_resource_toleration)
     reached = ctx.cluster.eligible(rules, resources={GPU_RESOURCE: Decimal(1)}, gpu_only=True)
-    return [c.group for c in reached if c.group.nodes and _single_profile(c.group) != line.profile]
+    return [c.group for c in reached if c.group.nodes]
+
+
+def _read_line(ctx: Context, text: str) -> Line:
+    """A container's line, its pin read (``all_pin_keys``); a line of a single-strategy pool at zero as versions
+    before ``Line.profile`` wrote it (and ``_line`` keeps) given the profile its pool declares, where the pools its
+    pin names declare one (``_declared_profiles``): its pods are checked as the newer line's are."""
+    line = record.parse(text, all_pin_keys(ctx))
+    declared = _declared_profiles(ctx, line)
+    return replace(line, profile=declared.pop()) if declared is not None and len(declared) == 1 else line
+
+
+def _declared_profiles(ctx: Context, line: Line) -> set[str] | None:
+    """For a line of a single-strategy pool at zero that names no profile, as versions before ``Line.profile``
+    wrote it ('nvidia.com/gpu 0.4 -> nvidia.com/gpu 1 (pinned to eks.amazonaws.com/nodegroup=a100-mig, ...)': no
+    other conversion gives a plain ``nvidia.com/gpu 1`` without a fallback's note): the MIG profiles that the
+    declared single-strategy pools its pin names declare now; None for any other line."""
+    if line.profile or not line.conversion or line.given != f"{GPU_RESOURCE} 1" or line.pin is None:
+        return None
+    if line.note in (record.WHOLE_NOTE, record.SHARED_NOTE):
+        return None
+    key, values = line.pin
+    pools = [p for p in ctx.settings.cluster.pools if p.mig_strategy == "single" and p.node_selector.get(key) in values]
+    return {profile for p in pools for profile, count in p.mig_profiles.items() if count > 0}
 
 
 def _single_profile(group: NodeGroup) -> str:
@@ -1797,7 +1829,7 @@ def _describe(
     for _, name, container in named(pod):
         unseen = not where_now and name in prior and _node_unseen(pod, ctx, prior[name])
         if id(container) in converted:
-            lines.append(_line(*converted[id(container)], where_now, own))
+            lines.append(_line(*converted[id(container)], where_now, own, prior.get(name)))
         elif _republishable(prior.get(name), container, pod, where_now, keys, unseen):
             lines.append(prior[name])
         elif (not where_now or record.stored(ctx, prior.get(name, ""))) and (
@@ -1849,7 +1881,7 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
                 f"(k8s-device-plugin#728); split the work over containers or ask for one profile.",
             )
         line = prior.get(name)
-        parsed = record.parse(line or "")
+        parsed = _read_line(ctx, line or "")
         if line and _is_mig(parsed):
             where_now = where_now if where_now is not None else _where_now(pod, ctx)
             lands = not parsed.profile or not _given_instead(pod, ctx, parsed)
@@ -1892,7 +1924,7 @@ def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str
     rules = _trial(pod, [], None, None, ctx.cluster.extended_resource_toleration)
     for _, name, container in named(pod):
         text = prior.get(name, "")
-        line = record.parse(text)
+        line = _read_line(ctx, text)
         given = line.given if line.conversion and holds_given(text, container, pod.spec) else ""
         asks: list[tuple[str, dict[str, Decimal], Pin | None]] = [
             (r, {r: Decimal(1)}, None) for r in mig_resources(container)
@@ -1909,6 +1941,9 @@ def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str
             _say_unoffered(pod, ctx, out, name, what, line if what == given else None, offering)
         if given and line.profile and (instead := _given_instead(pod, ctx, line)):
             _say_given_instead(out, name, line, instead)
+        elif given and _declared_profiles(ctx, line) is not None and (up := _reached_now(pod, ctx)):
+            tail = " (an earlier version's line names none): apply its workload again"
+            out.warn(_pool_warning(f"mig: {name}: MIG profile not checked on ", up, tail, name))
 
 
 def _reaches_devices(pod: PodView, ctx: Context, selector: Pin | None) -> bool:
