@@ -2801,6 +2801,25 @@ def test_a_line_an_earlier_version_wrote_for_a_pool_at_zero_is_checked_by_the_pr
     assert not _unoffered_events(unknown)
 
 
+def test_a_fraction_converted_for_a_single_strategy_pool_at_zero_that_came_up_mixed_is_told_it_stays_pending():
+    """The pool came up with the mixed strategy: its nodes offer nvidia.com/mig-3g.40gb and no nvidia.com/gpu, and
+    the replica, pinned by the pool's label, stayed Pending without a word: its line names no nodeSelector, and only
+    the pools giving nvidia.com/gpu were looked at (a review's). It is told, and how to convert it afresh."""
+    s, a10g, _ = _a100_mig_at_zero()
+    live = pipeline.mutate(workload("Deployment", pod(container(limits={GPU: "0.4"}))), context([a10g], s)).object
+    mixed = mixed_node("a100", A100_80, {"3g.40gb": 16}, "a100-mig", 81920)
+    mixed["metadata"]["labels"]["eks.amazonaws.com/nodegroup"] = "a100-mig"
+    result = _as_created(_pod_of(live), context([a10g, mixed], s))
+    assert result.allowed
+    assert result.warnings == [
+        "mig: trainer asks MIG 3g.40gb as nvidia.com/gpu, which no node or pool offers now: it stays Pending"
+    ]
+    (event,) = _unoffered_events(result)
+    assert event.type == "Warning"
+    assert "the pod stays Pending until one does" in event.message
+    assert "apply its workload again to convert it to a profile offered now" in event.message
+
+
 def _daemon_pod_of(workload_obj: dict[str, Any], node: str) -> dict[str, Any]:
     """The pod the DaemonSet controller makes from its template for ``node`` (matchFields on metadata.name)."""
     made = _pod_of(workload_obj)

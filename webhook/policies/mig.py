@@ -1939,11 +1939,26 @@ def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str
             if offering and not _reaches_devices(pod, ctx, selector):
                 continue  # its node is not known yet, or offers no device yet: the device may come with the plugin
             _say_unoffered(pod, ctx, out, name, what, line if what == given else None, offering)
-        if given and line.profile and (instead := _given_instead(pod, ctx, line)):
-            _say_given_instead(out, name, line, instead)
+        if given and line.profile:
+            _check_by_pool(pod, ctx, out, name, line, rules)
         elif given and _declared_profiles(ctx, line) is not None and (up := _reached_now(pod, ctx)):
             tail = " (an earlier version's line names none): apply its workload again"
             out.warn(_pool_warning(f"mig: {name}: MIG profile not checked on ", up, tail, name))
+
+
+def _check_by_pool(pod: PodView, ctx: Context, out: Outcome, name: str, line: Line, rules: JSON) -> None:
+    """``_warn_unoffered`` for a line of a single-strategy pool at zero (``Line.profile``) once the pool has nodes:
+    they give another device as ``nvidia.com/gpu`` (``_given_instead``), or none (a pool that came up with the mixed
+    strategy offers nvidia.com/mig-3g.40gb): the pod stays Pending, and was told nothing, its line pinned by the
+    pool's label naming no nodeSelector to check (a review's)."""
+    if instead := _given_instead(pod, ctx, line):
+        _say_given_instead(out, name, line, instead)
+        return
+    wanted = {GPU_RESOURCE: Decimal(1)}
+    if ctx.cluster.eligible(rules, resources=wanted, gpu_only=True) or not _reaches_devices(pod, ctx, None):
+        return  # it gets its GPU (its profile, or the pool still at zero), or its node is joining
+    offering = [g for g in ctx.cluster.groups if offers(g, wanted) and _single_profile(g) == line.profile]
+    _say_unoffered(pod, ctx, out, name, f"MIG {line.profile} as {GPU_RESOURCE}", line, offering)
 
 
 def _reaches_devices(pod: PodView, ctx: Context, selector: Pin | None) -> bool:
