@@ -386,6 +386,37 @@ def test_a_gpu_node_without_feature_discovery_is_no_no_gpu_pool() -> None:
     assert shared.groups[0].pool == "gpu/driver-unknown" and shared.groups[0].has_gpu
 
 
+@pytest.mark.parametrize(
+    ("labels", "joining"),
+    [
+        pytest.param({"eks.amazonaws.com/nodegroup": "gpu"}, True, id="node-group-with-gpu-nodes"),
+        pytest.param({"eks.amazonaws.com/nodegroup": "cpu"}, False, id="node-group-without-gpu-nodes"),
+        pytest.param({"karpenter.sh/nodepool": "gpu"}, False, id="nodepool-cpu-instance"),
+        pytest.param(
+            {"karpenter.sh/nodepool": "gpu", "karpenter.k8s.aws/instance-gpu-count": "8"}, True, id="nodepool-gpu"
+        ),
+        pytest.param(
+            {"cloud.google.com/gke-nodepool": "cpu", "cloud.google.com/gke-accelerator": "nvidia-l4"}, True, id="gke"
+        ),
+        pytest.param(
+            {"kubernetes.azure.com/agentpool": "cpu", "kubernetes.azure.com/accelerator": "nvidia"}, True, id="aks"
+        ),
+    ],
+)
+def test_a_node_without_a_device_is_a_gpu_node_joining_where_its_labels_or_its_pool_say_it_has_gpus(
+    labels: dict[str, str], joining: bool
+) -> None:
+    """A node whose device plugin is not up offers no device; it is a GPU node joining where its provider's labels
+    of a GPU node say so, or where its pool has GPU nodes, but for a Karpenter NodePool, which holds CPU and GPU
+    instance types alike: its CPU nodes were taken for GPU nodes joining, for good (a review's)."""
+    key = next(iter(labels))
+    gpu = node("gpu-1", labels={key: "gpu", "nvidia.com/gpu.product": "NVIDIA-L4"}, alloc={"nvidia.com/gpu": "1"})
+    view = build_view([gpu, node("new", labels=labels, alloc={})], Settings())
+    (new,) = [g for g in view.groups if "new" in g.nodes]
+    assert view.joining(new) is joining
+    assert not any(view.joining(g) for g in view.groups if g is not new)
+
+
 def _host_nodes(count: int, key: str = "cloud.google.com/gce-topology-host") -> list[dict[str, Any]]:
     """A pool of ``count`` GPU nodes, each with its own value of ``key``, two drivers."""
     return [

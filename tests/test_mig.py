@@ -2932,6 +2932,49 @@ def test_a_daemonset_pod_for_a_seen_cpu_node_is_told_no_node_it_can_run_on_offer
     )
 
 
+def _nodepool_node(name: str, labels: dict[str, str], allocatable: dict[str, str]) -> dict[str, Any]:
+    """A node of the Karpenter NodePool 'default', which holds CPU and GPU instance types."""
+    meta = {"name": name, "labels": {"karpenter.sh/nodepool": "default", **labels}}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "status": {"allocatable": allocatable}}
+
+
+@pytest.mark.parametrize(
+    ("labels", "told"),
+    [
+        pytest.param({"node.kubernetes.io/instance-type": "m5.2xlarge"}, True, id="cpu-instance"),
+        pytest.param(
+            {
+                "node.kubernetes.io/instance-type": "p4de.24xlarge",
+                "karpenter.k8s.aws/instance-gpu-name": "a100",
+                "karpenter.k8s.aws/instance-gpu-count": "8",
+            },
+            False,
+            id="gpu-instance-joining",
+        ),
+    ],
+)
+def test_a_daemonset_pod_for_a_node_of_a_nodepool_with_gpu_and_cpu_instances_is_told_by_the_nodes_labels(labels, told):
+    """A Karpenter NodePool holds CPU and GPU instance types alike: its CPU nodes, which offer no device, were taken
+    for GPU nodes joining since the pool has GPU nodes, for good, and a DaemonSet's pod made for one was never told
+    it stays Pending (a review's). A node is a GPU node joining where Karpenter's labels of a GPU instance say so."""
+    gpu = _nodepool_node(
+        "gpu-1",
+        {"nvidia.com/gpu.product": A100_80, "nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.memory": "81920"},
+        {"nvidia.com/mig-1g.10gb": "56"},
+    )
+    ctx = context([gpu, _nodepool_node("n2", labels, {"cpu": "8"})])
+    live = pipeline.mutate(workload("DaemonSet", frac("0.1")), ctx).object
+    result = _as_created(_daemon_pod_of(live, "n2"), ctx)
+    if told:
+        assert result.warnings == [
+            "mig: trainer asks nvidia.com/mig-1g.10gb, which no node it can run on offers now: it stays Pending"
+        ]
+        assert len(_unoffered_events(result)) == 1
+    else:
+        assert result.warnings == [] and _unoffered_events(result) == []
+        assert mig_annotation(result.object) == mig_annotation(live)
+
+
 @pytest.mark.parametrize(
     ("extra", "where"),
     [

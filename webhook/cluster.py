@@ -364,10 +364,21 @@ class ClusterView:
     def label_values(self, key: str) -> frozenset[str]:
         return self._label_values.get(key, frozenset())
 
+    def joining(self, group: NodeGroup) -> bool:
+        """Whether the group's nodes are GPU nodes joining, their device plugin (and GFD) not up yet: they offer no
+        GPU device now, and GFD's labels, the labels their provider gives a GPU node from its start
+        (``Presets.gpu_labelled``), or their pool's other nodes (``_gpu_pools``) say they have GPUs. A pool that may
+        hold CPU and GPU instance types alike (a Karpenter NodePool: ``Presets.mixed_pool_labels``) says nothing of
+        one node: its CPU nodes were taken for GPU nodes joining, for good (a review's)."""
+        if group.offers_gpu:
+            return False
+        if group.has_gpu or self.presets.gpu_labelled(group.labels):
+            return True
+        return group.pool in self._gpu_pools and self.presets.mixed_pool_labels.isdisjoint(group.labels)
+
     @functools.cached_property
-    def gpu_pools(self) -> frozenset[str]:
-        """The pools with GPUs (one of their groups has them; a declared pool's nodes have its GPU by settings): a
-        node of such a pool that shows no GPU yet is joining (its device plugin and GFD not up), not a CPU node."""
+    def _gpu_pools(self) -> frozenset[str]:
+        """The pools with GPUs (one of their groups has them; a declared pool's nodes have its GPU by settings)."""
         return frozenset(g.pool for g in self.groups if g.has_gpu)
 
     @functools.cached_property

@@ -64,6 +64,20 @@ class Presets:
     gpu_node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Per provider, the labels it gives every NVIDIA GPU node whatever its GPU (AKS's
     ``kubernetes.azure.com/accelerator: nvidia``; ``gpu_node_labels`` in providers.yaml)."""
+    gpu_label_keys: frozenset[str] = frozenset()
+    """Label keys a provider gives a node with GPUs, whatever the value, from its start, before the device plugin
+    runs (Karpenter's ``karpenter.k8s.aws/instance-gpu-count``, GKE's accelerator label: ``gpu_label_keys`` and
+    ``accelerator_label`` in providers.yaml)."""
+    mixed_pool_labels: frozenset[str] = frozenset()
+    """Pool label keys whose pools may hold CPU and GPU instance types alike (a Karpenter NodePool:
+    ``mixed_pools`` in providers.yaml): that such a pool has GPU nodes says nothing of one node."""
+
+    def gpu_labelled(self, labels: Mapping[str, str]) -> bool:
+        """Whether a node's labels say it has GPUs before its device plugin runs (``gpu_label_keys``,
+        ``gpu_node_labels``)."""
+        return not self.gpu_label_keys.isdisjoint(labels) or any(
+            all(labels.get(k) == v for k, v in own.items()) for own in self.gpu_node_labels.values()
+        )
 
     def named_by(self, keys: Collection[str], shown: Collection[str] = ()) -> frozenset[str]:
         """The providers a declared pool's nodeSelector of ``keys`` names by a label only their nodes carry
@@ -127,6 +141,12 @@ def _own_pool_labels(entry: Mapping[str, Any]) -> list[str]:
     return [k for k in entry.get("pool_labels", ()) if k not in generic]
 
 
+def _gpu_label_keys(entry: Mapping[str, Any]) -> list[str]:
+    """The label keys a provider gives a GPU node whatever the value: its ``gpu_label_keys`` and its accelerator
+    label (GKE's ``cloud.google.com/gke-accelerator``)."""
+    return [*entry.get("gpu_label_keys", ()), *([entry["accelerator_label"]] if entry.get("accelerator_label") else [])]
+
+
 def load_presets(
     providers: Sequence[str] = ("all",),
     extra_pool_labels: Sequence[str] = (),
@@ -185,4 +205,6 @@ def load_presets(
             for n in names
             if (raw[n] or {}).get("gpu_node_labels")
         },
+        frozenset(k for n in names for k in _gpu_label_keys(raw[n] or {})),
+        frozenset(k for n in names if (raw[n] or {}).get("mixed_pools") for k in _own_pool_labels(raw[n])),
     )

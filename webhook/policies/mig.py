@@ -1967,15 +1967,14 @@ def _reaches_devices(pod: PodView, ctx: Context, selector: Pin | None) -> bool:
     A DaemonSet's pod is made for a node as it joins, before the webhook's watch has seen it or while its device
     plugin and GFD are not up: it reaches none, and the device its template asks may come with the plugin (a pod on
     a new A100-40GB node was told its 3g.20gb is offered by no node it can run on, and to give its pool a MIG
-    layout that offers it, which the pool had: found by a review of MIG). A seen node without a GPU of a pool
-    without GPUs counts: no device comes to a CPU node (a pod made for one kept its template's line, as if its node
-    were not seen: a review); one of a pool with GPUs (``ClusterView.gpu_pools``) is joining, and does not (a GPU
-    node mid-join was taken for a CPU node, and its DaemonSet pod told it stays Pending: a review)."""
+    layout that offers it, which the pool had: found by a review of MIG). A seen CPU node counts: no device comes to
+    it (a pod made for one kept its template's line, as if its node were not seen: a review); a GPU node joining
+    (``ClusterView.joining``) does not (a GPU node mid-join was taken for a CPU node, and its DaemonSet pod told it
+    stays Pending: a review)."""
     rules = _placement_rules(pod)
     if selector is not None:
         rules["nodeSelector"] = {k: v for k, v in as_dict(rules.get("nodeSelector")).items() if k != selector[0]}
-    gpu_pools = ctx.cluster.gpu_pools
-    return any(c.group.offers_gpu or c.group.pool not in gpu_pools for c in ctx.cluster.eligible(rules, gpu_only=False))
+    return any(not ctx.cluster.joining(c.group) for c in ctx.cluster.eligible(rules, gpu_only=False))
 
 
 def _labelled(group: NodeGroup, selector: Pin) -> bool:
