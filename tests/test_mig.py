@@ -2741,8 +2741,8 @@ def _a100_mig_at_zero(**declared: Any) -> tuple[Any, dict[str, Any], Any]:
     a10g = whole_node("a10g", "NVIDIA-A10G", 1, "gpu-od")
     a10g["metadata"]["labels"][group] = "gpu-od"
 
-    def up(profile: str) -> dict[str, Any]:
-        node = single_node("a100", A100_80, profile, 8, "a100-mig")
+    def up(profile: str, name: str = "a100") -> dict[str, Any]:
+        node = single_node(name, A100_80, profile, 8, "a100-mig")
         node["metadata"]["labels"][group] = "a100-mig"
         return node
 
@@ -2818,6 +2818,28 @@ def test_a_fraction_converted_for_a_single_strategy_pool_at_zero_that_came_up_mi
     assert event.type == "Warning"
     assert "the pod stays Pending until one does" in event.message
     assert "apply its workload again to convert it to a profile offered now" in event.message
+
+
+def test_a_fraction_converted_for_a_single_strategy_pool_at_zero_that_came_up_with_two_layouts_may_get_either():
+    """The pool came up with nodes of 3g.40gb and nodes of 1g.10gb: the pod was told it gets the 1g.10gb, though the
+    scheduler may place it on a 3g.40gb (a review's). It is told it may, with both devices named; a pod bound to a
+    node is told what that node gives."""
+    s, a10g, up = _a100_mig_at_zero()
+    live = pipeline.mutate(workload("Deployment", pod(container(limits={GPU: "0.4"}))), context([a10g], s)).object
+    ctx = context([a10g, up("3g.40gb", "n3"), up("1g.10gb", "n1")], s)
+    result = _as_created(_pod_of(live), ctx)
+    assert result.warnings == [
+        "mig: trainer: pool a100-mig gives MIG 1g.10gb or MIG 3g.40gb as nvidia.com/gpu now: it may get MIG 1g.10gb"
+    ]
+    (event,) = _unoffered_events(result)
+    assert "pool a100-mig gives MIG 1g.10gb or MIG 3g.40gb as nvidia.com/gpu now, and it may get MIG 1g.10gb" in (
+        event.message
+    )
+    bound = _pod_of(live)
+    bound["spec"]["nodeName"] = "n1"
+    assert _as_created(bound, ctx).warnings == [
+        "mig: trainer: pool a100-mig gives MIG 1g.10gb as nvidia.com/gpu now: it gets that, not MIG 3g.40gb"
+    ]
 
 
 def _daemon_pod_of(workload_obj: dict[str, Any], node: str) -> dict[str, Any]:

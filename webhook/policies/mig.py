@@ -1952,7 +1952,7 @@ def _check_by_pool(pod: PodView, ctx: Context, out: Outcome, name: str, line: Li
     strategy offers nvidia.com/mig-3g.40gb): the pod stays Pending, and was told nothing, its line pinned by the
     pool's label naming no nodeSelector to check (a review's)."""
     if instead := _given_instead(pod, ctx, line):
-        _say_given_instead(out, name, line, instead)
+        _say_given_instead(out, name, line, instead, _reached_now(pod, ctx))
         return
     wanted = {GPU_RESOURCE: Decimal(1)}
     if ctx.cluster.eligible(rules, resources=wanted, gpu_only=True) or not _reaches_devices(pod, ctx, None):
@@ -2022,20 +2022,30 @@ def _say_unoffered(
     )
 
 
-def _say_given_instead(out: Outcome, name: str, line: Line, instead: Sequence[NodeGroup]) -> None:
+def _say_given_instead(
+    out: Outcome, name: str, line: Line, instead: Sequence[NodeGroup], reached: Sequence[NodeGroup]
+) -> None:
     """``_warn_unoffered``'s words for a line of a single-strategy pool at zero whose pool came up with another
-    device (``_given_instead``): the pod is not Pending, it runs on that device."""
-    devices = sorted({f"MIG {p}" if p else "a whole GPU" for p in map(_single_profile, instead)})
-    other = " or ".join(devices)
-    give = "gives" if len({g.pool for g in instead}) == 1 else "give"
-    tail = f" {give} {other} as {GPU_RESOURCE} now: it gets that, not MIG {line.profile}"
-    out.warn(_pool_warning(f"mig: {name}: ", instead, tail, name))
+    device (``_given_instead``): the pod is not Pending, it runs on that device; where nodes it reaches
+    (``reached``) give its own profile too, it may, as the scheduler places it (it was told it gets the other, and
+    may well have landed on its own: a review's)."""
+    profiles = {_single_profile(g) for g in reached}
+    devices = " or ".join(sorted(f"MIG {p}" if p else "a whole GPU" for p in profiles))
+    other = " or ".join(sorted(f"MIG {p}" if p else "a whole GPU" for p in {_single_profile(g) for g in instead}))
+    give = "gives" if len({g.pool for g in reached}) == 1 else "give"
+    if line.profile in profiles:
+        tail = f" {give} {devices} as {GPU_RESOURCE} now: it may get {other}"
+        gets = f"it may get {other} instead, as the scheduler places it"
+    else:
+        tail = f" {give} {devices} as {GPU_RESOURCE} now: it gets that, not MIG {line.profile}"
+        gets = "it gets that instead"
+    out.warn(_pool_warning(f"mig: {name}: ", reached, tail, name))
     out.event(
         "MIGUnoffered",
         f"container {name} was converted from {line.asked} to MIG {line.profile} ({PREFIX}{record.ANNOTATION}),"
-        f" {GPU_RESOURCE} 1 pinned to its pool while the pool had no nodes; {_pools(instead)} {give} {other} as"
-        f" {GPU_RESOURCE} now, and it gets that instead. Apply its workload again to convert it to a profile"
-        " offered now, or to be told why none fits.",
+        f" {GPU_RESOURCE} 1 pinned to its pool while the pool had no nodes; {_pools(reached)} {give} {devices} as"
+        f" {GPU_RESOURCE} now, and {gets}. Apply its workload again to convert it to a profile offered now, or to be"
+        " told why none fits.",
         "Warning",
     )
 
