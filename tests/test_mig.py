@@ -2842,6 +2842,19 @@ def test_a_fraction_converted_for_a_single_strategy_pool_at_zero_that_came_up_wi
     ]
 
 
+def test_a_long_container_name_is_shortened_before_the_pools_get_their_room():
+    """The room for the pools' names was worked out from the container's whole name, which the warning then
+    shortens: the pool was counted ('1 pool') where its name fitted (a review's)."""
+    s, a10g, up = _a100_mig_at_zero()
+    name = "pytorch-distributed-trainer-01"
+    live = pipeline.mutate(workload("Deployment", pod(container(name, limits={GPU: "0.4"}))), context([a10g], s))
+    result = _as_created(_pod_of(live.object), context([a10g, up("1g.10gb")], s))
+    assert result.warnings == [
+        "mig: pytorch-distri…ed-trainer-01: pool a100-mig gives MIG 1g.10gb as nvidia.com/gpu now: it gets that, not"
+        " MIG 3g.40gb"
+    ]
+
+
 def _daemon_pod_of(workload_obj: dict[str, Any], node: str) -> dict[str, Any]:
     """The pod the DaemonSet controller makes from its template for ``node`` (matchFields on metadata.name)."""
     made = _pod_of(workload_obj)

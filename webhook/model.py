@@ -439,13 +439,20 @@ def fit_warning(text: str, name: str) -> str:
     """``text`` in at most WARNING_LIMIT characters, its advice kept: a container name of up to 63 characters leaves
     too little room for it, so the name (its first appearance) is shortened in the middle ('train…r-0') first; only
     what still does not fit is cut at the end."""
-    over = len(text) - WARNING_LIMIT
-    if over > 0 and name in text:
-        keep = max(len(name) - over - 1, 8)
-        short = f"{name[: (keep + 1) // 2]}…{name[len(name) - keep // 2 :]}"
-        if len(short) < len(name):
-            text = text.replace(name, short, 1)
+    if name in text:
+        text = text.replace(name, shown_name(text, name), 1)
     return clipped(text, WARNING_LIMIT)
+
+
+def shown_name(text: str, name: str) -> str:
+    """The container ``name`` as ``fit_warning`` shows it in ``text``: whole where the text fits, else shortened in
+    the middle by what it is over, to no fewer than 8 characters and the '…'."""
+    over = len(text) - WARNING_LIMIT
+    if over <= 0:
+        return name
+    keep = max(len(name) - over - 1, 8)
+    short = f"{name[: (keep + 1) // 2]}…{name[len(name) - keep // 2 :]}"
+    return short if len(short) < len(name) else name
 
 
 _COPY_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS

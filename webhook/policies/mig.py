@@ -110,6 +110,7 @@ from webhook.model import (
     as_str,
     copy_json,
     fit_warning,
+    shown_name,
 )
 from webhook.policies import cuda, spot
 from webhook.policies import mig_record as record
@@ -1390,10 +1391,12 @@ def _pools(groups: Iterable[NodeGroup], room: int | None = None) -> str:
     return pool_names(groups, 3, room).replace(record.SEPARATOR, ", ")
 
 
-def _pool_warning(head: str, groups: Iterable[NodeGroup], tail: str, name: str = "") -> str:
+def _pool_warning(head: str, groups: Sequence[NodeGroup], tail: str, name: str = "") -> str:
     """``fit_warning`` of ``head``, the pools and ``tail``: as many pool names as the room leaves, the rest counted
     ('pools a, b and 3 more'), so that the advice after them stays whole and no name is cut in its middle (a long
     pool's name, cut at 119 characters, read as another pool's: found by a review of MIG)."""
+    if name:  # the room the pools get is what is left by the container's name as the warning shows it
+        head = head.replace(name, shown_name(head + _pools(groups) + tail, name), 1)
     return fit_warning(head + _pools(groups, WARNING_LIMIT - len(head) - len(tail)) + tail, name)
 
 
