@@ -2855,6 +2855,22 @@ def test_a_long_container_name_is_shortened_before_the_pools_get_their_room():
     ]
 
 
+def test_a_warning_too_long_for_its_pools_count_keeps_the_end_of_its_words():
+    """pool_names gives no less than the count ('1 pool'), past a room smaller than that: the warning's cut then
+    took the end, the profile the pod should have had ('not MIG 3g.4…': a review's). The words after the pools are
+    cut in their middle instead."""
+    s, a10g, up = _a100_mig_at_zero()
+    name = "x" * 40
+    live = pipeline.mutate(workload("Deployment", pod(container(name, limits={GPU: "0.4"}))), context([a10g], s))
+    whole = whole_node("w", A100_80, 8, "a100-mig")
+    whole["metadata"]["labels"]["eks.amazonaws.com/nodegroup"] = "a100-mig"
+    result = _as_created(_pod_of(live.object), context([a10g, up("1g.10gb", "n1"), up("2g.20gb", "n2"), whole], s))
+    (warning,) = result.warnings
+    assert len(warning) <= 119
+    assert warning.startswith("mig: xxxx…xxxx: 1 pool gives MIG 1g.10gb or MIG 2g.20gb or ")
+    assert warning.endswith(": it gets that, not MIG 3g.40gb"), warning
+
+
 def _daemon_pod_of(workload_obj: dict[str, Any], node: str) -> dict[str, Any]:
     """The pod the DaemonSet controller makes from its template for ``node`` (matchFields on metadata.name)."""
     made = _pod_of(workload_obj)

@@ -1688,8 +1688,10 @@ def pool_names(
     name fits whole, it is cut at its end, the cut shown by '…' ('pool NVIDIA-GeForce-RT…', 'pools ml-prod-a1… and
     1 more'), never to fewer than MIN_NAME characters: a name cut without the '…' read as another pool's. Where not
     even that fits, the pools are counted ('3 pools'): a name past the room was cut by the warning's own end, with
-    its count and what followed it (a review's). ``what`` names them ('spot pool': 'spot pools a, b', '3 spot
-    pools')."""
+    its count and what followed it (a review's). The count is the least it gives, room or not (room 0 measures
+    it): a caller that leaves less makes the room from its own words (``mig._pool_warning`` cuts its tail in the
+    middle), or its warning's cut takes what follows the pools. ``what`` names them ('spot pool': 'spot pools a,
+    b', '3 spot pools')."""
     names = sorted({g.pool for g in groups})
     if not names:
         return f"no {what}"

@@ -110,6 +110,7 @@ from webhook.model import (
     as_str,
     copy_json,
     fit_warning,
+    middle_clipped,
     shown_name,
 )
 from webhook.policies import cuda, spot
@@ -1397,6 +1398,9 @@ def _pool_warning(head: str, groups: Sequence[NodeGroup], tail: str, name: str =
     pool's name, cut at 119 characters, read as another pool's: found by a review of MIG)."""
     if name:  # the room the pools get is what is left by the container's name as the warning shows it
         head = head.replace(name, shown_name(head + _pools(groups) + tail, name), 1)
+    least = len(_pools(groups, 0))  # the pools counted ('3 pools'): pool_names gives no less
+    if len(head) + least + len(tail) > WARNING_LIMIT:  # the tail makes the room, its end (what to do) kept
+        tail = middle_clipped(tail, max(WARNING_LIMIT - len(head) - least, 16))
     return fit_warning(head + _pools(groups, WARNING_LIMIT - len(head) - len(tail)) + tail, name)
 
 
