@@ -2829,10 +2829,10 @@ def test_a_fraction_converted_for_a_single_strategy_pool_at_zero_that_came_up_wi
     ctx = context([a10g, up("3g.40gb", "n3"), up("1g.10gb", "n1")], s)
     result = _as_created(_pod_of(live), ctx)
     assert result.warnings == [
-        "mig: trainer: pool a100-mig gives MIG 1g.10gb or MIG 3g.40gb as nvidia.com/gpu now: it may get MIG 1g.10gb"
+        "mig: trainer: pool a100-mig gives MIG 1g.10gb besides MIG 3g.40gb as nvidia.com/gpu now: it may get that"
     ]
     (event,) = _unoffered_events(result)
-    assert "pool a100-mig gives MIG 1g.10gb or MIG 3g.40gb as nvidia.com/gpu now, and it may get MIG 1g.10gb" in (
+    assert "pool a100-mig gives MIG 1g.10gb besides MIG 3g.40gb as nvidia.com/gpu now, and it may get that instead" in (
         event.message
     )
     bound = _pod_of(live)

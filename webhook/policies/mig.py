@@ -2036,23 +2036,20 @@ def _say_given_instead(
     device (``_given_instead``): the pod is not Pending, it runs on that device; where nodes it reaches
     (``reached``) give its own profile too, it may, as the scheduler places it (it was told it gets the other, and
     may well have landed on its own: a review's)."""
-    profiles = {_single_profile(g) for g in reached}
-    devices = " or ".join(sorted(f"MIG {p}" if p else "a whole GPU" for p in profiles))
     other = " or ".join(sorted(f"MIG {p}" if p else "a whole GPU" for p in {_single_profile(g) for g in instead}))
     give = "gives" if len({g.pool for g in reached}) == 1 else "give"
-    if line.profile in profiles:
-        tail = f" {give} {devices} as {GPU_RESOURCE} now: it may get {other}"
-        gets = f"it may get {other} instead, as the scheduler places it"
+    if any(_single_profile(g) == line.profile for g in reached):  # each device named once: a long list was cut
+        gives = f"{give} {other} besides MIG {line.profile} as {GPU_RESOURCE} now"
+        tail, gets = f" {gives}: it may get that", "it may get that instead, as the scheduler places it"
     else:
-        tail = f" {give} {devices} as {GPU_RESOURCE} now: it gets that, not MIG {line.profile}"
-        gets = "it gets that instead"
+        gives = f"{give} {other} as {GPU_RESOURCE} now"
+        tail, gets = f" {gives}: it gets that, not MIG {line.profile}", "it gets that instead"
     out.warn(_pool_warning(f"mig: {name}: ", reached, tail, name))
     out.event(
         "MIGUnoffered",
         f"container {name} was converted from {line.asked} to MIG {line.profile} ({PREFIX}{record.ANNOTATION}),"
-        f" {GPU_RESOURCE} 1 pinned to its pool while the pool had no nodes; {_pools(reached)} {give} {devices} as"
-        f" {GPU_RESOURCE} now, and {gets}. Apply its workload again to convert it to a profile offered now, or to be"
-        " told why none fits.",
+        f" {GPU_RESOURCE} 1 pinned to its pool while the pool had no nodes; {_pools(reached)} {gives}, and {gets}."
+        " Apply its workload again to convert it to a profile offered now, or to be told why none fits.",
         "Warning",
     )
 
