@@ -2801,6 +2801,24 @@ def test_a_line_an_earlier_version_wrote_for_a_pool_at_zero_is_checked_by_the_pr
     assert not _unoffered_events(unknown)
 
 
+def test_a_line_an_earlier_version_wrote_is_not_checked_by_a_profile_declared_since_that_does_not_hold_its_ask():
+    """The pool's declared profile changed after the conversion (3g.40gb made 1g.10gb, which does not hold 0.4): the
+    old line was checked against it, so a replica on a 1g.10gb passed without a word and one on the 3g.40gb it was
+    converted for was told it gets 'not MIG 1g.10gb' (a review's finding). It is said to be not checked."""
+    s, a10g, up = _a100_mig_at_zero()
+    live = _with_old_line(
+        pipeline.mutate(workload("Deployment", pod(container(limits={GPU: "0.4"}))), context([a10g], s)).object
+    )
+    changed, _, _ = _a100_mig_at_zero(mig_profiles={"1g.10gb": 56})
+    not_checked = [
+        "mig: trainer: MIG profile not checked on pool a100-mig (an earlier version's line names none): apply its"
+        " workload again"
+    ]
+    for layout in ("1g.10gb", "3g.40gb"):
+        result = _as_created(_pod_of(live), context([a10g, up(layout)], changed))
+        assert result.warnings == not_checked, layout
+
+
 def test_a_fraction_converted_for_a_single_strategy_pool_at_zero_that_came_up_mixed_is_told_it_stays_pending():
     """The pool came up with the mixed strategy: its nodes offer nvidia.com/mig-3g.40gb and no nvidia.com/gpu, and
     the replica, pinned by the pool's label, stayed Pending without a word: its line names no nodeSelector, and only

@@ -97,6 +97,7 @@ from webhook.cluster import (
     toleration_tolerates,
     untolerated,
 )
+from webhook.config import PoolSettings
 from webhook.mig_profiles import Profile, derive, load_table, parse_name
 from webhook.model import (
     GPU_MEMORY_RESOURCE,
@@ -1488,7 +1489,34 @@ def _declared_profiles(ctx: Context, line: Line) -> set[str] | None:
         return None
     key, values = line.pin
     pools = [p for p in ctx.settings.cluster.pools if p.mig_strategy == "single" and p.node_selector.get(key) in values]
-    return {profile for p in pools for profile, count in p.mig_profiles.items() if count > 0}
+    ask = _line_ask(line)
+    return {
+        name
+        for p in pools
+        for name, count in p.mig_profiles.items()
+        if count > 0 and ask is not None and _declared_covers(p, name, ask, ctx.settings.mig.coverage)
+    }
+
+
+def _line_ask(line: Line) -> Ask | None:
+    """The ask a conversion's line records ('nvidia.com/gpu 0.4', 'gpu-admission.io/gpu-memory 20Gi'); None where
+    it cannot be read back."""
+    resource, _, amount = line.asked.partition(" ")
+    try:
+        value = parse_quantity(amount)
+    except QuantityError:
+        return None
+    kind: Kind = "fraction" if resource == GPU_RESOURCE else "memory"
+    return Ask("", line.name, {}, kind, value, line.asked)
+
+
+def _declared_covers(pool: PoolSettings, name: str, ask: Ask, coverage: str) -> bool:
+    """Whether the profile ``name`` a declared pool offers holds ``ask`` as a conversion would have judged it: a
+    profile declared after the conversion (3g.40gb made 1g.10gb) is not taken for the one the line was converted
+    to (a review's: a pod converted for 3g.40gb was said to get 'not MIG 1g.10gb', and one on a 1g.10gb passed)."""
+    model = load_table().model_for(pool.gpu_product, "", pool.gpu_memory_mib, pool.mig_profiles)
+    profile = model.lookup(name) if model else None
+    return profile is not None and _covers(ask, profile, coverage)
 
 
 def _single_profile(group: NodeGroup) -> str:
