@@ -395,6 +395,9 @@ def test_a_gpu_node_without_feature_discovery_is_no_no_gpu_pool() -> None:
         pytest.param(
             {"karpenter.sh/nodepool": "gpu", "karpenter.k8s.aws/instance-gpu-count": "8"}, True, id="nodepool-gpu"
         ),
+        pytest.param(  # EKS Auto Mode's Karpenter labels its nodes under its own group (a review's)
+            {"karpenter.sh/nodepool": "gpu", "eks.amazonaws.com/instance-gpu-count": "1"}, True, id="auto-mode-gpu"
+        ),
         pytest.param(
             {"cloud.google.com/gke-nodepool": "cpu", "cloud.google.com/gke-accelerator": "nvidia-l4"}, True, id="gke"
         ),
