@@ -2644,7 +2644,8 @@ def test_a_pod_asking_a_profile_no_node_offers_now_is_told_and_how_to_convert_af
     assert event.type == "Warning"
     assert event.message == (
         "container trainer asks for nvidia.com/mig-3g.40gb, which no node or declared pool offers (MIG profiles "
-        "offered now: 1g.10gb); the pod stays Pending until one does. It was converted from nvidia.com/gpu 0.5 "
+        "offered now: nvidia.com/mig-1g.10gb); the pod stays Pending until one does. It was converted from "
+        "nvidia.com/gpu 0.5 "
         "(gpu-admission.io/mig) before the GPUs had today's layout: apply its workload again to convert it to a "
         "profile offered now, or to be told why none fits."
     )
@@ -2834,6 +2835,7 @@ def test_a_fraction_converted_for_a_single_strategy_pool_at_zero_that_came_up_mi
     ]
     (event,) = _unoffered_events(result)
     assert event.type == "Warning"
+    assert "(MIG profiles offered now: nvidia.com/mig-3g.40gb)" in event.message, event.message
     assert "the pod stays Pending until one does" in event.message
     assert "apply its workload again to convert it to a profile offered now" in event.message
 

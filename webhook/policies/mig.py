@@ -2083,10 +2083,14 @@ def _say_given_instead(
 
 
 def _offered_now(groups: Sequence[NodeGroup]) -> str:
-    """'MIG profiles offered now: 1g.10gb, 3g.40gb as nvidia.com/gpu (single strategy)'."""
+    """'MIG profiles offered now: nvidia.com/mig-1g.10gb, 3g.40gb as nvidia.com/gpu (single strategy)': each with
+    the resource it is offered as (a bare '3g.40gb' read as the device a pod asking 'MIG 3g.40gb as nvidia.com/gpu'
+    was told no node offers: a review's)."""
     shown = sorted(
         {
-            p if g.mig_strategy == "mixed" else f"{p} as {GPU_RESOURCE} ({g.mig_strategy} strategy)"
+            f"{MIG_RESOURCE_PREFIX}{p}"
+            if g.mig_strategy == "mixed"
+            else f"{p} as {GPU_RESOURCE} ({g.mig_strategy} strategy)"
             for g in groups
             for p, offer in g.mig_profiles.items()
             if offer.count > 0
