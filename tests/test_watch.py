@@ -777,26 +777,8 @@ def test_an_exec_credential_plugin_that_hangs_is_waited_on_a_while_then_said(
     one is run while it hangs; once it answers, the watch works again and says so."""
     from webhook.app import create_app
 
-    hang = tmp_path / "hang"
+    kubeconfig, hang = exec_kubeconfig(api, tmp_path, CREDENTIAL)
     plugin = tmp_path / "get-token"
-    plugin.write_text(
-        "#!/bin/sh\n"
-        f"echo run >> {tmp_path}/runs\n"
-        f"while [ -e {hang} ]; do sleep 0.05; done\n"
-        f"echo '{json.dumps(CREDENTIAL)}'\n"
-    )
-    plugin.chmod(0o755)
-    kubeconfig = tmp_path / "kubeconfig"
-    config = json.loads(Path(api.kubeconfig(str(kubeconfig))).read_text())
-    config["users"][0]["user"] = {
-        "exec": {
-            "apiVersion": "client.authentication.k8s.io/v1beta1",
-            "command": str(plugin),
-            "args": ["eks", "get-token"],
-            "interactiveMode": "Never",
-        }
-    }
-    kubeconfig.write_text(json.dumps(config))
     monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 1.0)
     api.put("v1", "nodes", node("a"))
     live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
@@ -962,3 +944,68 @@ def test_the_log_says_why_the_watch_fails_and_when_it_works_again(
     finally:
         live.stop()
         api.stop()
+
+
+def exec_kubeconfig(api: KubeAPI, tmp_path: Path, credential: dict[str, Any]) -> tuple[Path, Path]:
+    """A kubeconfig whose user's exec plugin (`get-token eks get-token`) writes a line to ``runs`` and prints
+    ``credential``, and hangs while the file ``hang`` exists: (the kubeconfig, the ``hang`` file)."""
+    hang = tmp_path / "hang"
+    plugin = tmp_path / "get-token"
+    plugin.write_text(
+        "#!/bin/sh\n"
+        f"echo run >> {tmp_path}/runs\n"
+        f"while [ -e {hang} ]; do sleep 0.05; done\n"
+        f"echo '{json.dumps(credential)}'\n"
+    )
+    plugin.chmod(0o755)
+    kubeconfig = tmp_path / "kubeconfig"
+    config = json.loads(Path(api.kubeconfig(str(kubeconfig))).read_text())
+    config["users"][0]["user"] = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": str(plugin),
+            "args": ["eks", "get-token"],
+            "interactiveMode": "Never",
+        }
+    }
+    kubeconfig.write_text(json.dumps(config))
+    return kubeconfig, hang
+
+
+EXPIRED = {**CREDENTIAL, "status": {"token": "t", "expirationTimestamp": "2000-01-01T00:00:00Z"}}
+"""A token the kubernetes client takes for expired at once: it runs the plugin again before each request."""
+
+
+def test_an_exec_plugin_that_hangs_at_a_token_refresh_of_a_live_client_is_said(
+    api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kubernetes client's refresh hook installs itself anew on each call, so the bound put on a new client's
+    hook covered its first request only: a plugin that hung at a later token refresh (every ~10 minutes for an EKS
+    token) froze the watch for good, unsaid (found by a review). Each refresh of a live client is bounded."""
+    kubeconfig, hang = exec_kubeconfig(api, tmp_path, EXPIRED)
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 1.0)
+    api.put("v1", "nodes", node("a"))
+    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
+    assert live is not None
+    live.backoff_initial, live.backoff_max = 0.05, 0.3
+    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        wait_for(lambda: len(api.watches) == 1, "the watch")
+        hang.touch()
+        api.drop_watches()  # the same client watches again: its token expired, the plugin runs again
+        said = "has not returned in 1s"
+        wait_for(lambda: any(said in r.getMessage() for r in caplog.records), "a warning naming the plugin")
+        warning = next(r for r in caplog.records if said in r.getMessage())
+        assert "cannot watch nodes" in warning.getMessage(), warning.getMessage()
+        hang.unlink()
+        api.put("v1", "nodes", node("a", driver="570.124.06"))
+        wait_for(lambda: drivers(live) == {"a": "570.124.06"}, "the change, once the plugin answered")
+        hang.touch()
+        caplog.clear()
+        api.drop_watches()  # and again on the client made after it hung: each refresh is bounded, not the first
+        wait_for(lambda: any(said in r.getMessage() for r in caplog.records), "a warning at the second refresh")
+    finally:
+        hang.unlink(missing_ok=True)
+        live.stop()

@@ -385,13 +385,9 @@ class LiveCluster:
 
     def _new_client(self) -> Any:
         """A new API client, its credentials loaded in time (``_in_time``), and loaded again in time at each refresh
-        (the kubernetes client calls ``refresh_api_key_hook`` before each request, which runs an exec plugin again
-        once its token has expired)."""
+        (``_InTimeRefresh``)."""
         client = self._in_time(self.factory)
-        cfg: Any = getattr(client, "configuration", None)
-        hook = getattr(cfg, "refresh_api_key_hook", None)
-        if hook is not None:
-            cfg.refresh_api_key_hook = lambda c: self._in_time(lambda: hook(c))
+        _InTimeRefresh.install(getattr(client, "configuration", None), self._in_time)
         return client
 
     def _in_time(self, call: Callable[[], T]) -> T:
@@ -618,6 +614,37 @@ class LiveCluster:
                 sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+class _InTimeRefresh:
+    """A client configuration's ``refresh_api_key_hook``, run in time (``LiveCluster._in_time``). The kubernetes
+    client calls the hook before each request; the kubeconfig's runs an exec plugin again once its token has expired
+    (every ~10 minutes for an EKS token) and, as the in-cluster one, installs itself anew on every call: this one keeps
+    the hook so installed and puts itself back. Installed once per client, it bounded only the client's first request,
+    and a plugin that hung at a token refresh stopped the node watch for good, unsaid."""
+
+    def __init__(self, hook: Callable[[Any], None], in_time: Callable[[Callable[[], None]], None]) -> None:
+        self.hook = hook
+        self.in_time = in_time
+
+    @classmethod
+    def install(cls, cfg: Any, in_time: Callable[[Callable[[], None]], None]) -> None:
+        hook = getattr(cfg, "refresh_api_key_hook", None)
+        if hook is not None and not isinstance(hook, cls):  # a configuration shared by clients is bounded once
+            cfg.refresh_api_key_hook = cls(hook, in_time)
+
+    def __call__(self, cfg: Any) -> None:
+        self.in_time(lambda: self._refresh(cfg))
+
+    def _refresh(self, cfg: Any) -> None:
+        # in the helper thread, so that a hook that returns late still puts this one back
+        try:
+            self.hook(cfg)
+        finally:
+            installed = getattr(cfg, "refresh_api_key_hook", None)
+            if installed is not self and installed is not None:
+                self.hook = installed
+            cfg.refresh_api_key_hook = self
 
 
 def _lines(response: Any) -> Iterator[str]:
