@@ -1009,3 +1009,33 @@ def test_an_exec_plugin_that_hangs_at_a_token_refresh_of_a_live_client_is_said(
     finally:
         hang.unlink(missing_ok=True)
         live.stop()
+
+
+def test_a_first_list_slower_than_its_first_wait_is_waited_on_longer(
+    kubeconfig: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first list waited ``FIRST_LIST_READ_S`` at every try: an API server whose list answered after 40 s (a
+    loaded one, 10,000 nodes) was asked every 31 s and never listed, the webhook never ready (found by a review). The
+    first try waits that long and is said; each next waits twice as long, up to ``LIST_READ_S``."""
+    from tests.kubeapi import _Handler
+
+    fault = _Handler._fault
+
+    def slow_lists(self: Any) -> bool:
+        if self.command == "GET" and "/nodes" in self.path and "watch=" not in self.path:
+            time.sleep(0.8)
+        return bool(fault(self))
+
+    monkeypatch.setattr(_Handler, "_fault", slow_lists)
+    monkeypatch.setattr(watch, "FIRST_LIST_READ_S", 0.5)
+    monkeypatch.setattr(watch, "LIST_READ_S", 3.0)
+    live = make_live(kubeconfig)
+    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+    try:
+        live.start()
+        wait_for(live.ready, "the first list, at its second try")
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warned) == 1 and "read timeout=0.5" in warned[0], warned
+        assert live._list_read_s() == 3.0, "later lists wait LIST_READ_S"
+    finally:
+        live.stop()

@@ -86,15 +86,25 @@ WATCH_HELD_S = 10.0
 """A watch stream open at least this long that then breaks is resumed at once, without a backoff."""
 RETRY_AFTER_MAX_S = 60.0
 FIRST_LIST_READ_S = 30.0
-"""How long the first list waits for the API server's answer (each page's), before it is said and tried again: until
-it succeeds the webhook is not ready. An API server that takes a request and does not answer was waited on 120 s, and
-asked again by urllib3, 4 minutes with nothing logged."""
+"""How long the first list's first try waits for the API server's answer (each page's), before it is said and tried
+again: until it succeeds the webhook is not ready. An API server that takes a request and does not answer was waited
+on 120 s, and asked again by urllib3, 4 minutes with nothing logged. Each try that timed out doubles the next one's
+wait, up to ``LIST_READ_S``: at 30 s for good, an API server whose list took 40 s was never listed."""
 LIST_READ_S = 120.0
 """How long a later list (every ``resync_seconds``) waits for each page: the watch goes on meanwhile."""
 CREDENTIALS_TIMEOUT_S = 60.0
 """How long loading the API client's credentials may take: a kubeconfig's exec credential plugin (``aws eks
 get-token``, ``kubelogin``) is run by the kubernetes client with no timeout, on each new client and at each token
 refresh, and one that hung stopped the node watch for good, unsaid."""
+
+
+def _read_timed_out(err: BaseException) -> bool:
+    """Whether a request timed out waiting for the API server's answer (urllib3's error, or its cause once urllib3
+    gave up)."""
+    import urllib3
+
+    cause = err.reason if isinstance(err, urllib3.exceptions.MaxRetryError) else err
+    return isinstance(cause, urllib3.exceptions.ReadTimeoutError)
 
 
 def _status(err: BaseException) -> int | None:
@@ -216,6 +226,8 @@ class LiveCluster:
         self._published = -1
         self._credentials: tuple[float, Future[Any]] | None = None
         """The last credentials load begun (``_in_time``); one still running is not begun again."""
+        self._slow_lists = 0
+        """First lists that timed out waiting for an answer: the next waits longer (``_list_read_s``)."""
         self._trouble: tuple[float, str] | None = None
         """(since when, the last error) while the watch fails; None while it works."""
         self.builds = 0
@@ -432,11 +444,16 @@ class LiveCluster:
             kwargs: dict[str, Any] = {
                 "limit": self.page_size,
                 "_preload_content": False,
-                "_request_timeout": (self.connect_timeout, LIST_READ_S if self._synced.is_set() else FIRST_LIST_READ_S),
+                "_request_timeout": (self.connect_timeout, self._list_read_s()),
             }
             if token:
                 kwargs["_continue"] = token
-            response = core.list_node(**kwargs)
+            try:
+                response = core.list_node(**kwargs)
+            except Exception as err:
+                if _read_timed_out(err) and not self._synced.is_set():
+                    self._slow_lists += 1
+                raise
             try:
                 body = json.loads(response.data)
             finally:
@@ -475,6 +492,13 @@ class LiveCluster:
                 self.description,
                 time.monotonic() - started,
             )
+
+    def _list_read_s(self) -> float:
+        """How long a list waits for each page: the first list ``FIRST_LIST_READ_S`` at its first try, doubled at
+        each try that timed out, up to ``LIST_READ_S``, which later lists wait."""
+        if self._synced.is_set():
+            return LIST_READ_S
+        return min(LIST_READ_S, FIRST_LIST_READ_S * 2.0 ** min(self._slow_lists, 10))
 
     def _watch(self, core: Any) -> tuple[int, bool]:
         """Follow one watch request until it ends: (events it brought, whether it ended at once and empty)."""
