@@ -8,6 +8,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import socket
 import threading
 import time
@@ -1037,5 +1038,42 @@ def test_a_first_list_slower_than_its_first_wait_is_waited_on_longer(
         warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warned) == 1 and "read timeout=0.5" in warned[0], warned
         assert live._list_read_s() == 3.0, "later lists wait LIST_READ_S"
+    finally:
+        live.stop()
+
+
+def test_a_watch_that_opens_and_fails_at_once_is_not_said_to_work_again(
+    api: KubeAPI, kubeconfig: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each watch accepted, then an ERROR 500 on its stream at once (etcd in trouble): each retry logged that the
+    watch worked again, then a warning, and /readyz's time failing never went past the backoff (found by a review).
+    The watch works again once it brings an event or a bookmark (or stays open ``WATCH_HELD_S``)."""
+    from tests.kubeapi import _Handler, _status
+
+    drain = _Handler._drain
+
+    def fails(self: Any, w: Any, timeout: float) -> Iterator[Any]:
+        yield {"type": "ERROR", "object": _status(500, "InternalError", "etcdserver: request timed out")}
+
+    api.put("v1", "nodes", node("a"))
+    live = make_live(kubeconfig, backoff_initial=0.2, backoff_max=0.2)
+    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+
+    def said(text: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        monkeypatch.setattr(_Handler, "_drain", fails)
+        api.drop_watches()
+        wait_for(lambda: len(said("cannot watch nodes: 500 InternalError")) >= 8, "the failing watches said")
+        assert not said("works again"), said("works again")
+        problem = live.problem() or ""
+        assert re.search(r"for [1-9]\d*s: cannot watch nodes: 500 InternalError", problem), problem
+        monkeypatch.setattr(_Handler, "_drain", drain)
+        api.put("v1", "nodes", node("b"))
+        wait_for(lambda: names(live) == {"a", "b"}, "the watch, once the API server mends")
+        assert len(said("works again")) == 1 and live.problem() is None
     finally:
         live.stop()

@@ -219,6 +219,8 @@ class LiveCluster:
         self._failing_since: float | None = None
         """Since when the builds fail (then the view is behind the nodes, watch or not); None while they succeed."""
         self._watching = False
+        self._opened_at: float | None = None
+        """When the watch now open was opened; None while none is."""
         self._last_list = 0.0
         self._resync_at = 0.0
         """When the next periodic relist is due (``resync_seconds`` after the last list; sooner after one failed)."""
@@ -253,8 +255,9 @@ class LiveCluster:
         if not self._synced.is_set():
             waited = f"no node list from {self.description} in {now - self._started_at:.0f}s"
             return f"{waited}: {trouble[1]}" if trouble is not None else f"{waited}: waiting on its answer"
-        if trouble is None:
-            return None
+        opened = self._opened_at
+        if trouble is None or (opened is not None and now - opened >= WATCH_HELD_S):
+            return None  # a watch open a while, if quiet, works (``_working`` is said once it brings or ends)
         return f"the node view cannot be refreshed from {self.description} for {now - trouble[0]:.0f}s: {trouble[1]}"
 
     def start(self) -> None:
@@ -386,7 +389,10 @@ class LiveCluster:
         _close(client)
 
     def _working(self) -> None:
-        """A list or a watch that the API server answered: the watch works (again)."""
+        """A list that the API server answered, or a watch that brought an event or a bookmark or was open
+        ``WATCH_HELD_S``: the watch works (again). Not a watch that opened and failed at once, again and again (an
+        ERROR 500 on the stream: etcd in trouble), which said it worked again at each retry, /readyz's time failing
+        never past the backoff."""
         if self._trouble is not None:
             log.info(
                 "cluster: the node watch works again: %s answers, after failing for %.0fs",
@@ -517,7 +523,7 @@ class LiveCluster:
         )
         self._response = response
         self._watching = True
-        self._working()
+        self._opened_at = started
         count = 0
         try:
             if self._stop.is_set():
@@ -528,13 +534,18 @@ class LiveCluster:
                 self._apply(line)
                 # an event or a bookmark: every change up to it has come (an ERROR raised above and is no news)
                 self._fresh_at = time.monotonic()
+                if not count:
+                    self._working()
                 count += 1
             # ended as the API server ends a watch (its timeoutSeconds): the view was current until now; a stream
             # that broke or failed was current up to its last event or bookmark
             self._fresh_at = time.monotonic()
         finally:
             self._watching = False
+            self._opened_at = None
             self._response = None
+            if time.monotonic() - started >= WATCH_HELD_S:
+                self._working()  # it was open a while, whatever ended it
             try:
                 response.close()
                 response.release_conn()
