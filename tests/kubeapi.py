@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -622,3 +623,37 @@ def _merge(target: Any, patch: Any) -> Any:
         else:
             out[k] = _merge(out.get(k), v)
     return out
+
+
+CREDENTIAL: JSON = {
+    "apiVersion": "client.authentication.k8s.io/v1beta1",
+    "kind": "ExecCredential",
+    "status": {"token": "t"},
+}
+"""What an exec credential plugin prints."""
+
+
+def exec_kubeconfig(api: KubeAPI, tmp_path: Path, credential: JSON) -> tuple[Path, Path]:
+    """A kubeconfig whose user's exec plugin (`get-token eks get-token`) writes a line to ``runs`` and prints
+    ``credential``, and hangs while the file ``hang`` exists: (the kubeconfig, the ``hang`` file)."""
+    hang = tmp_path / "hang"
+    plugin = tmp_path / "get-token"
+    plugin.write_text(
+        "#!/bin/sh\n"
+        f"echo run >> {tmp_path}/runs\n"
+        f"while [ -e {hang} ]; do sleep 0.05; done\n"
+        f"echo '{json.dumps(credential)}'\n"
+    )
+    plugin.chmod(0o755)
+    kubeconfig = tmp_path / "kubeconfig"
+    config = json.loads(Path(api.kubeconfig(str(kubeconfig))).read_text())
+    config["users"][0]["user"] = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": str(plugin),
+            "args": ["eks", "get-token"],
+            "interactiveMode": "Never",
+        }
+    }
+    kubeconfig.write_text(json.dumps(config))
+    return kubeconfig, hang

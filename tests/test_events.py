@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,9 +28,9 @@ from kubernetes import client
 from kubernetes import config as kube_config
 
 from tests.conftest import REPO, gpu_node, gpu_pod, review
-from tests.kubeapi import KubeAPI
+from tests.kubeapi import CREDENTIAL, KubeAPI, exec_kubeconfig
 from tests.serving import issue_certs
-from webhook import events, http1, pipeline
+from webhook import events, http1, pipeline, watch
 from webhook.admission import ReviewRequest, subject_of
 from webhook.app import create_app
 from webhook.audit import Reporter, build_recorder
@@ -1369,3 +1370,31 @@ def test_another_replicas_create_in_the_same_second_is_not_taken_for_a_first_tri
     other.send(event_body(subject, "default", "trainer", CHECKED, "b", now=1_800_000_000))
     (stored,) = [e for e in kubeapi.list("v1", "events", "default") if e["involvedObject"]["name"] == "trainer"]
     assert (stored["count"], stored["reportingInstance"]) == (2, "b")  # raised by b
+
+
+def test_an_exec_plugin_that_hangs_while_the_relay_loads_its_credentials_is_said(
+    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The relay loaded the kubeconfig with the kubernetes client, which runs its exec credential plugin with no
+    timeout: one that hung left the relay stuck for good, and the relay, which ignores SIGTERM, outlived the server
+    (found by a review). It is waited on ``CREDENTIALS_TIMEOUT_S``, then warned of by its command, and Events go to
+    the log."""
+    kubeconfig, hang = exec_kubeconfig(kubeapi, tmp_path, CREDENTIAL)
+    hang.touch()
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 1.0)
+    caplog.set_level(logging.INFO, logger=events.log.name)
+    found: list[Any] = []
+    try:
+        loader = threading.Thread(target=lambda: found.append(events.api_client_from_environment()), daemon=True)
+        loader.start()
+        loader.join(timeout=10)
+        assert not loader.is_alive(), "the relay still loading its credentials"
+        assert found == [None]
+        (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+        said = warning.getMessage()
+        assert f"`{tmp_path / 'get-token'} eks get-token` has not returned in 1s" in said, said
+        assert said.startswith(f"events: kubeconfig {kubeconfig}: ") and said.endswith("events go to the log"), said
+    finally:
+        hang.unlink()

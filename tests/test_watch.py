@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import multiprocessing
 import os
@@ -21,7 +20,7 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from tests.kubeapi import KubeAPI
+from tests.kubeapi import CREDENTIAL, KubeAPI, exec_kubeconfig
 from webhook import watch
 from webhook.cluster import build_view
 from webhook.config import ClusterSettings, PoolSettings, Settings
@@ -766,9 +765,6 @@ def test_an_api_server_whose_certificate_is_not_trusted_is_asked_a_few_times_at_
     assert len(accepted) <= 3, accepted
 
 
-CREDENTIAL = {"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential", "status": {"token": "t"}}
-
-
 def test_an_exec_credential_plugin_that_hangs_is_waited_on_a_while_then_said(
     api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -945,32 +941,6 @@ def test_the_log_says_why_the_watch_fails_and_when_it_works_again(
     finally:
         live.stop()
         api.stop()
-
-
-def exec_kubeconfig(api: KubeAPI, tmp_path: Path, credential: dict[str, Any]) -> tuple[Path, Path]:
-    """A kubeconfig whose user's exec plugin (`get-token eks get-token`) writes a line to ``runs`` and prints
-    ``credential``, and hangs while the file ``hang`` exists: (the kubeconfig, the ``hang`` file)."""
-    hang = tmp_path / "hang"
-    plugin = tmp_path / "get-token"
-    plugin.write_text(
-        "#!/bin/sh\n"
-        f"echo run >> {tmp_path}/runs\n"
-        f"while [ -e {hang} ]; do sleep 0.05; done\n"
-        f"echo '{json.dumps(credential)}'\n"
-    )
-    plugin.chmod(0o755)
-    kubeconfig = tmp_path / "kubeconfig"
-    config = json.loads(Path(api.kubeconfig(str(kubeconfig))).read_text())
-    config["users"][0]["user"] = {
-        "exec": {
-            "apiVersion": "client.authentication.k8s.io/v1beta1",
-            "command": str(plugin),
-            "args": ["eks", "get-token"],
-            "interactiveMode": "Never",
-        }
-    }
-    kubeconfig.write_text(json.dumps(config))
-    return kubeconfig, hang
 
 
 EXPIRED = {**CREDENTIAL, "status": {"token": "t", "expirationTimestamp": "2000-01-01T00:00:00Z"}}

@@ -1104,15 +1104,19 @@ def api_client_from_environment() -> Any | None:
     """A ``kubernetes`` ApiClient from in-cluster credentials, else the kubeconfig; None without either."""
     from kubernetes import client, config
 
+    from webhook.watch import CredentialsHung, load_kubeconfig
+
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     except config.ConfigException:
+        # KUBECONFIG is read now, not when the kubernetes package was imported (it may be a list of files)
+        kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
         try:
-            # KUBECONFIG is read now, not when the kubernetes package was imported (it may be a list of files)
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration
-            )
+            load_kubeconfig(kubeconfig, configuration)
+        except CredentialsHung as err:  # a plugin that hung left the relay stuck for good, outliving the server
+            log.warning("events: kubeconfig %s: %s; events go to the log", kubeconfig, err)
+            return None
         except Exception as err:  # no file, no context, unreadable: all mean "no cluster access"
             log.info("no cluster credentials (%s): events go to the log", str(err)[:200])
             return None

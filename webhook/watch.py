@@ -65,7 +65,7 @@ class _StreamError(Exception):
     """The watch stream reported an error other than 410."""
 
 
-class _CredentialsHung(Exception):
+class CredentialsHung(Exception):
     """Loading the API client's credentials has not returned in time (``LiveCluster._in_time``)."""
 
 
@@ -410,12 +410,12 @@ class LiveCluster:
 
     def _in_time(self, call: Callable[[], T]) -> T:
         """``call()`` in a helper thread, waited on ``credentials_timeout`` seconds at most (``CREDENTIALS_TIMEOUT_S``);
-        past that, ``_CredentialsHung``: the loop warns and retries. A call that has not returned is left running
+        past that, ``CredentialsHung``: the loop warns and retries. A call that has not returned is left running
         (its plugin cannot be stopped from here), and no other is begun while it runs: a plugin that hangs is one
         process, not one more per retry."""
         held = self._credentials
         if held is not None and not held[1].done():
-            raise _CredentialsHung(
+            raise CredentialsHung(
                 f"{self.credentials} has not returned in {time.monotonic() - held[0]:.0f}s; not run again until it"
                 " does (run it by hand where the webhook runs to see why it hangs)"
             )
@@ -435,11 +435,11 @@ class LiveCluster:
             if wait([future], timeout=min(1.0, max(0.0, left))).done:
                 return future.result()
             if left <= 0:
-                raise _CredentialsHung(
+                raise CredentialsHung(
                     f"{self.credentials} has not returned in {self.credentials_timeout:.0f}s (run it by hand where the"
                     " webhook runs to see why it hangs)"
                 )
-        raise _CredentialsHung("stopped while loading credentials")
+        raise CredentialsHung("stopped while loading credentials")
 
     def _list(self, core: Any) -> None:
         started = time.monotonic()
@@ -855,30 +855,44 @@ def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | 
         _api_connections(cfg)
         return client.ApiClient(cfg)
 
-    credentials = _kubeconfig_credentials(joined)
     probe = client.Configuration()
+    try:
+        load_kubeconfig(joined, probe)
+    except CredentialsHung as err:
+        raise ConfigError(f"kubeconfig {joined}: {err}") from err
+    except (config.ConfigException, OSError, ValueError) as err:
+        raise ConfigError(f"kubeconfig {joined}: {err}") from err
+    return LiveCluster(
+        settings,
+        from_kubeconfig,
+        description=f"{probe.host} (kubeconfig {joined})",
+        credentials=_kubeconfig_credentials(joined),
+    )
+
+
+def load_kubeconfig(config_file: str, cfg: Any) -> None:
+    """``kubernetes.config.load_kube_config`` into ``cfg``, waited on ``CREDENTIALS_TIMEOUT_S`` at most: it runs the
+    kubeconfig's exec credential plugin with no timeout, and one that hung stopped the caller for good (the node
+    watch at start; the Events relay, which then outlived the server). Past that, ``CredentialsHung``, which names
+    the plugin's command; the plugin is left running. Else raises what the loader raises."""
+    from kubernetes import config
+
     loaded: Future[None] = Future()
 
     def load() -> None:
         try:
-            config.load_kube_config(config_file=joined, client_configuration=probe)  # type: ignore[no-untyped-call]
+            config.load_kube_config(config_file=config_file, client_configuration=cfg)  # type: ignore[no-untyped-call]
             loaded.set_result(None)
         except BaseException as err:
             loaded.set_exception(err)
 
     threading.Thread(target=load, name="gpu-admission-credentials", daemon=True).start()
     if not wait([loaded], timeout=CREDENTIALS_TIMEOUT_S).done:
-        raise ConfigError(
-            f"kubeconfig {joined}: {credentials} has not returned in {CREDENTIALS_TIMEOUT_S:.0f}s: run it by hand"
-            " where the webhook runs to see why it hangs"
+        raise CredentialsHung(
+            f"{_kubeconfig_credentials(config_file)} has not returned in {CREDENTIALS_TIMEOUT_S:.0f}s: run it by"
+            " hand where the webhook runs to see why it hangs"
         )
-    try:
-        loaded.result()
-    except (config.ConfigException, OSError, ValueError) as err:
-        raise ConfigError(f"kubeconfig {joined}: {err}") from err
-    return LiveCluster(
-        settings, from_kubeconfig, description=f"{probe.host} (kubeconfig {joined})", credentials=credentials
-    )
+    loaded.result()
 
 
 def _kubeconfig_credentials(joined: str) -> str:
