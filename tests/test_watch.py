@@ -1047,3 +1047,26 @@ def test_a_watch_that_opens_and_fails_at_once_is_not_said_to_work_again(
         assert len(said("works again")) == 1 and live.problem() is None
     finally:
         live.stop()
+
+
+def test_a_token_refused_names_the_exec_plugin_that_gave_it(
+    api: KubeAPI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 401 or 403 said only the API's message where the token came from a kubeconfig's exec credential plugin,
+    whose own error (an expired SSO session) sits on a separate line, without its command (found by a review). The
+    warning names the plugin's command."""
+    kubeconfig, _ = exec_kubeconfig(api, tmp_path, CREDENTIAL)
+    api.put("v1", "nodes", node("a"))
+    api.fail_next(1, 401)
+    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
+    assert live is not None
+    live.backoff_initial, live.backoff_max = 0.05, 0.3
+    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+    try:
+        live.start()
+        wait_for(live.ready, "the first list, once the token is taken")
+        (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        plugin = f"the kubeconfig's exec credential plugin `{tmp_path / 'get-token'} eks get-token`"
+        assert f"cannot list nodes: HTTP 401 Unauthorized: injected failure (the credentials of {plugin})" in warning
+    finally:
+        live.stop()

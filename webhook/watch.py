@@ -378,6 +378,9 @@ class LiveCluster:
                     delay = max(backoff.next(), _retry_after(err))
                     state = "" if self._synced.is_set() else "; not ready"
                     error = f"cannot {phase} nodes: {_brief(err)}"
+                    if status in (401, 403) and self.credentials.startswith(EXEC_PLUGIN):
+                        # the plugin's own error, where it failed, is on a line of the kubernetes client's
+                        error += f" (the credentials of {self.credentials})"
                     since = self._trouble[0] if self._trouble is not None else time.monotonic()
                     self._trouble = (since, error)
                     log.warning("cluster: %s from %s%s; retrying in %.1fs", error, self.description, state, delay)
@@ -898,6 +901,15 @@ def load_kubeconfig(config_file: str, cfg: Any) -> None:
 def _kubeconfig_credentials(joined: str) -> str:
     """What loads the credentials of the kubeconfig's current user, for the log: its exec plugin, with its command
     line, where it has one."""
+    command = _exec_command(joined)
+    return f"{EXEC_PLUGIN} `{command}`" if command else "the kubeconfig's credentials loader"
+
+
+EXEC_PLUGIN = "the kubeconfig's exec credential plugin"
+
+
+def _exec_command(joined: str) -> str | None:
+    """The command line of the exec credential plugin of the kubeconfig's current user; None where it has none."""
     from kubernetes.config import kube_config
 
     try:
@@ -909,7 +921,7 @@ def _kubeconfig_credentials(joined: str) -> str:
             plugin = as_dict(as_dict(entry.get("user")).get("exec"))
             if entry.get("name") == user and plugin.get("command"):
                 command = [as_str(plugin.get("command"))] + [as_str(a) for a in as_list(plugin.get("args"))]
-                return f"the kubeconfig's exec credential plugin `{shlex.join(command)}`"
+                return shlex.join(command)
     except Exception:  # the loader says what is wrong with the kubeconfig
         pass
-    return "the kubeconfig's credentials loader"
+    return None
