@@ -484,6 +484,8 @@ def test_a_repeat_whose_patch_is_refused_is_told_as_a_patch(kubeapi: KubeAPI, ca
         ("cannot raise the count of the CUDAChecked event on default/trainer (patch)", refused),
         ("cannot create the CUDAChecked event on default/other", refused),
     ]
+    # the API's own message, which names what was forbidden to whom (it was left out: a review of the watch's)
+    assert all(r.getMessage().endswith(": injected failure") for r in caplog.records), [r.getMessage() for r in caplog.records]
     assert [method for method, _ in kubeapi.requests] == ["POST", "PATCH", "POST"]
 
 

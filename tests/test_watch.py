@@ -671,11 +671,11 @@ def test_a_connection_keepalive_broke_is_told_as_such() -> None:
         except urllib3.exceptions.ReadTimeoutError as err:
             return err
 
-    dead = watch._brief(read_error(TimeoutError(errno.ETIMEDOUT, "Connection timed out")))
+    dead = watch.brief(read_error(TimeoutError(errno.ETIMEDOUT, "Connection timed out")))
     assert "found dead, its TCP keepalive probes unanswered" in dead and "NAT or load balancer" in dead
-    timed_out = watch._brief(read_error(TimeoutError("timed out")))  # its own read timeout: as urllib3 says
+    timed_out = watch.brief(read_error(TimeoutError("timed out")))  # its own read timeout: as urllib3 says
     assert "Read timed out." in timed_out and "keepalive" not in timed_out
-    unreachable = watch._brief(read_error(OSError(errno.EHOSTUNREACH, "No route to host")))
+    unreachable = watch.brief(read_error(OSError(errno.EHOSTUNREACH, "No route to host")))
     assert "found dead, the API server's host or network unreachable" in unreachable
     assert "keepalive" not in unreachable
     # a connection that could not be made at all (the same errno) is told as urllib3 tells it, not as one found dead
@@ -685,7 +685,7 @@ def test_a_connection_keepalive_broke_is_told_as_such() -> None:
             "Failed to establish a new connection: [Errno 113] No route to host",
         ) from OSError(errno.EHOSTUNREACH, "No route to host")
     except urllib3.exceptions.NewConnectionError as err:
-        never_made = watch._brief(err)
+        never_made = watch.brief(err)
     assert "Failed to establish a new connection" in never_made and "found dead" not in never_made
 
 

@@ -409,7 +409,8 @@ class ApiSink:
                 method, url, compact_json(payload).encode(), self._headers(content_type)
             )
             if not 200 <= status <= 299:
-                err = ApiException(status=status, reason=f"{reason}: {data[:200].decode('utf-8', 'replace')}")
+                err = ApiException(status=status, reason=reason)
+                err.body = data[:4096].decode("utf-8", "replace")  # its Status's message is logged (``_short_error``)
                 if b"retry-after" in head:
                     err.headers = {"Retry-After": head[b"retry-after"].decode("latin-1")}
                 raise err
@@ -1088,11 +1089,12 @@ def run_relay(read_fd: int, events: Sender, linger: float = RELAY_LINGER_S) -> N
 
 
 def _short_error(err: Exception) -> str:
-    status = getattr(err, "status", None)
-    reason = getattr(err, "reason", None)
-    if status is not None:
-        return f"HTTP {status} {reason or ''}".strip()
-    return f"{type(err).__name__}: {str(err)[:200]}"
+    """An Event's failure for the log, as the node watch says its own (``watch.brief``: the API's message, which says
+    what a 403 forbade to whom, the cause of a connection's failure first): it said 'HTTP 403 Forbidden' alone, and
+    cut a refused connection's cause after its URL."""
+    from webhook.watch import brief
+
+    return brief(err)
 
 
 def instance_name() -> str:

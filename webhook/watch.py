@@ -342,7 +342,7 @@ class LiveCluster:
                             "cluster: the periodic relist of nodes from %s failed: %s; watching on, listing again in"
                             " %.0fs",
                             self.description,
-                            _brief(err),
+                            brief(err),
                             retry,
                         )
                     else:
@@ -372,12 +372,12 @@ class LiveCluster:
                     # server, a connection that died unseen, broken by TCP keepalive): resumed at once from the
                     # version held. Counted as a failure, it drove the backoff to its maximum on a quiet cluster,
                     # node changes reaching the view up to 30 s late.
-                    log.info("cluster: the node watch from %s ended (%s); resuming it", self.description, _brief(err))
+                    log.info("cluster: the node watch from %s ended (%s); resuming it", self.description, brief(err))
                     backoff.reset()
                 else:
                     delay = max(backoff.next(), _retry_after(err))
                     state = "" if self._synced.is_set() else "; not ready"
-                    error = f"cannot {phase} nodes: {_brief(err)}"
+                    error = f"cannot {phase} nodes: {brief(err)}"
                     if status in (401, 403) and self.credentials.startswith(EXEC_PLUGIN):
                         # the plugin's own error, where it failed, is on a line of the kubernetes client's
                         error += f" (the credentials of {self.credentials})"
@@ -704,7 +704,7 @@ _WHERE_PREFIX = re.compile(r"^(<[^<>]*>|HTTPS?Connection(Pool)?\([^()]*\)): ")
 """urllib3's errors begin with the connection or the pool they came from (the URL is said last instead)."""
 
 
-def _brief(err: BaseException) -> str:
+def brief(err: BaseException) -> str:
     """An error of the API or of the connection, for the log: its cause first (the API's ``message``, which says
     what a 403 forbade to whom; a refused connection, a name not resolved, a TLS failure), the URL last."""
     status = getattr(err, "status", None)
