@@ -485,7 +485,9 @@ def test_a_repeat_whose_patch_is_refused_is_told_as_a_patch(kubeapi: KubeAPI, ca
         ("cannot create the CUDAChecked event on default/other", refused),
     ]
     # the API's own message, which names what was forbidden to whom (it was left out: a review of the watch's)
-    assert all(r.getMessage().endswith(": injected failure") for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert all(r.getMessage().endswith(": injected failure") for r in caplog.records), [
+        r.getMessage() for r in caplog.records
+    ]
     assert [method for method, _ in kubeapi.requests] == ["POST", "PATCH", "POST"]
 
 
