@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import gpu_node, review
+from tests.conftest import gpu_node, gpu_pod, review
 from tests.kubeapi import KubeAPI
 from tests.test_events import Recording, configured
 from webhook import events, pipeline
 from webhook.app import create_app
 from webhook.audit import build_recorder
 from webhook.cluster import StaticCluster, build_view
-from webhook.config import AuditSettings, CudaSettings, Settings
+from webhook.config import AuditSettings, CudaSettings, Settings, SpotSettings
 from webhook.events import EventQueue
 from webhook.model import Context
 from webhook.policies import cuda
@@ -303,3 +303,54 @@ def test_a_pod_not_reviewed_at_its_create_is_not_reviewed_at_its_ungating() -> N
     old["metadata"]["annotations"] = {}  # as an exempt creator's pod is stored
     answer = update(app, "/validate", admitted(old, "h100-old"), old)
     assert answer["allowed"] is True and sent(recorder, sink) == []
+
+
+SPOT_LABEL = "cloud.google.com/gke-spot"
+
+
+def spot_nodes() -> list[dict[str, Any]]:
+    """Pool h100-new on demand and pool l4-spot (GKE spot: labelled and tainted), both of driver 570."""
+    spot_labels = {**nodes()[0]["metadata"]["labels"], POOL: "l4-spot", SPOT_LABEL: "true"}
+    taint = {"key": SPOT_LABEL, "value": "true", "effect": "NoSchedule"}
+    return [nodes(tainted=False)[0], gpu_node("spot-1", labels=spot_labels, taints=[taint])]
+
+
+@pytest.mark.parametrize(
+    ("mode_at_create", "refused"),
+    [("off", True), ("never", False)],
+    ids=["created-under-another-mode", "created-under-never"],
+)
+def test_an_ungating_that_lets_a_never_pod_onto_spot_is_refused(mode_at_create: str, refused: bool) -> None:
+    """A pod created gated while its namespace had no spot default got no affinity off spot capacity; the default
+    is never by its ungating, and Kueue's update admits it to a spot flavor (its pool label and the spot taint's
+    toleration). Created under never, the webhook's NotIn keeps it off the spot pool whatever Kueue adds."""
+    never = Settings(spot=SpotSettings(namespace_defaults={"ml": "never"}), audit=AuditSettings(event_queue_size=9))
+    at_create = never if mode_at_create == "never" else Settings()
+    pod = gpu_pod("trainer", image="pytorch/pytorch-nightly:2710000-cu12.8")
+    pod["metadata"] = {"name": "trainer", "namespace": "ml"}
+    pod["spec"]["schedulingGates"] = [{"name": GATE}]
+    result = pipeline.review(
+        pod, Context(settings=at_create, cluster=build_view(spot_nodes(), at_create), namespace="ml")
+    )
+    assert result.allowed, result.message
+    old = result.object
+    cluster = StaticCluster(build_view(spot_nodes(), never))
+    app = create_app(never, cluster=cluster)
+    onto_spot = copy.deepcopy(old)
+    del onto_spot["spec"]["schedulingGates"]
+    onto_spot["spec"]["nodeSelector"] = {POOL: "l4-spot"}
+    onto_spot["spec"]["tolerations"] = [
+        {"key": SPOT_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    ]
+    answer = update(app, "/validate", onto_spot, old)
+    if refused:
+        assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngated"
+        message = answer["status"]["message"]
+        assert message.startswith(f"taking away the pod's last scheduling gate ({GATE}, by {KUEUE})"), message
+        assert "pod ml/trainer is under spot never (default for namespace ml)" in message
+        assert "now let it run on spot pool l4-spot" in message and "spot: tolerate" in message
+    else:
+        assert answer.get("status", {}).get("reason") != "SpotNeverUngated", answer
+    on_demand = copy.deepcopy(onto_spot)
+    on_demand["spec"]["nodeSelector"] = {POOL: "h100-new"}
+    assert update(app, "/validate", on_demand, old)["allowed"] is True

@@ -1320,8 +1320,9 @@ def named_tolerations(text: str) -> list[Wanted] | None:
 
 
 def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
-    """Record a SpotTolerated event when the final pod carries the tolerations its spot-applied annotation names
-    (and it names some)."""
+    """Refuse a ``never`` pod's ungating onto spot capacity (``_ungated_onto_spot``); record a SpotTolerated event
+    when the final pod carries the tolerations its spot-applied annotation names (and it names some)."""
+    _ungated_onto_spot(pod, ctx, out)
     text = as_str(pod.annotations.get(PREFIX + APPLIED))
     if not text:
         return
@@ -1332,3 +1333,34 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
     named = [replace(w, on_cluster=_cluster_values(w.key, w.effect, ctx)) if w.value is None else w for w in named]
     if all(covered(tolerations, w) for w in named):
         out.event("SpotTolerated", f"spot {text}")
+
+
+def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
+    """Deny the update that takes a ``never`` pod's last scheduling gate away (the only pod update reviewed:
+    ``pipeline.ungated``) where the pod may now run on a known spot pool. Its create left it without the ``NotIn``
+    off spot capacity (the mode was another then: a default changed since, or its annotation was edited while it
+    was gated), and what ungates it (Kueue, with its ResourceFlavor's node labels and tolerations) let it onto spot
+    nodes unsaid (found by a review of the spot policy). A cordoned spot node counts: it takes pods again."""
+    if pod.kind != "Pod" or ctx.operation != "UPDATE":
+        return
+    mode, why, _ = _asked(pod, ctx, Outcome())  # its warnings were given at the create
+    if mode != "never":
+        return
+    requested = requested_resources(pod.spec)
+    gpus = {k: v for k, v in requested.items() if k.startswith(NVIDIA_RESOURCES)}
+    reach = {**pod.spec, "tolerations": [*as_list(pod.spec.get("tolerations")), *LEAVING_TOLERATIONS]}
+    spot = [c.group for c in ctx.cluster.eligible(reach, gpus, gpu_only=_is_gpu_pod(pod, requested))]
+    spot = [g for g in spot if g.spot]
+    if not spot:
+        return
+    pools = pool_names(spot, what="spot pool")
+    out.deny(
+        "spot",
+        "SpotNeverUngated",
+        f"pod {pod.namespace}/{pod.name} is under spot never ({why}), yet its nodeSelector, affinity and "
+        f"tolerations now let it run on {pools}: what the webhook wrote at its create does not keep it off them "
+        f"(its spot mode was another then, or they were not known as spot). Delete and recreate it (the webhook "
+        f"keeps it off spot), admit it to a flavor of on-demand nodes only, or annotate the pod "
+        f"{PREFIX}{REQUEST}: tolerate to let it run on spot.",
+        f"spot never: ungated onto {pools}",
+    )
