@@ -3053,3 +3053,34 @@ def test_the_tolerate_hint_is_given_only_where_every_taint_is_a_spot_taint_toler
     assert spot.tolerate_hint([own], plain) == ""
     assert spot.tolerate_hint([own, spot_taint], with_extra) != ""
     assert spot.tolerate_hint([], plain) == ""
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["created", "gated"])
+def test_the_cuda_warning_names_never_not_the_pods_own_rules_where_only_never_keeps_it_off_a_pool(gated: bool) -> None:
+    """A never pod that selects an A100 only a spot pool has: the cuda policy's "no known GPU node matches" said
+    "its nodeSelector/affinity excludes pool gpuspot" of the NotIn the spot policy wrote, which the user did not
+    write and could not find in the manifest (found on a gated pod, which is kept off every spot pool)."""
+    from tests.cuda_fixtures import container, context, gpu_node
+    from tests.cuda_fixtures import pod as cuda_pod
+
+    accelerator = "cloud.google.com/gke-accelerator"
+    spot_taint = {"key": GKE_SPOT, "value": "true", "effect": "NoSchedule"}
+    a100 = {GKE_SPOT: "true", accelerator: "nvidia-a100-80gb"}
+    spot_pool = gpu_node("spot-1", "gpuspot", "570.124.06", taints=[spot_taint], labels=a100)
+    on_demand = gpu_node("od-1", "l4", "570.124.06", labels={accelerator: "nvidia-l4"})
+    obj = cuda_pod(
+        container(image="pytorch/pytorch-nightly:2700000-cu12.8"),
+        annotations={ANNOTATION: "never"},
+        node_selector={accelerator: "nvidia-a100-80gb"},
+    )
+    if gated:
+        obj["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    result = pipeline.review(obj, context([spot_pool, on_demand]))
+    assert result.allowed, result.message
+    said = [w for w in result.warnings if w.startswith("cuda: not checked")]
+    assert said == [
+        f"cuda: not checked, no known GPU node matches ({spot.KEPT_OFF_BY_NEVER} excludes pool gpuspot; and 1 more)"
+    ], result.warnings
+    decision = result.object["metadata"]["annotations"]["gpu-admission.io/cuda"].split("\ndecision: ")[1]
+    whole = f"({spot.KEPT_OFF_BY_NEVER} excludes pool gpuspot; its nodeSelector/affinity excludes pool l4)"
+    assert whole in decision, decision

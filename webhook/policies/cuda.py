@@ -429,6 +429,8 @@ def unmatched(a: Assessment, ctx: Context, room: int | None = None) -> str:
     if ruled_out := [g for g in ruled_out if g.pool not in first]:
         if by_spot := spot.kept_off_by_require(a.spot_mode, tolerant, ruled_out, ctx, a.resources):
             excluded.append((f"{spot.REQUIRED_CAPACITY} excludes ", by_spot))
+        elif by_spot := spot.kept_off_by_never(a.spot_mode, tolerant, ruled_out, ctx, a.resources):
+            excluded.append((f"{spot.KEPT_OFF_BY_NEVER} excludes ", by_spot))
         if rest := [g for g in ruled_out if g not in by_spot]:
             excluded.append(("its nodeSelector/affinity excludes ", rest))
     if room is None:

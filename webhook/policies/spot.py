@@ -474,6 +474,10 @@ its required node affinity do (``kept_off_by_require``): so in the cuda policy's
 repeats (cut at 119 characters, it would lose the pools named after the annotation), else as
 ``KEPT_OFF_BY_REQUIRE``."""
 KEPT_OFF_BY_REQUIRE = f"{REQUIRED_CAPACITY} ({PREFIX}spot: require)"
+KEPT_OFF_BY_NEVER = "the webhook's spot: never affinity"
+"""How the cuda policy names what keeps a pod off a pool where only the ``NotIn`` that ``never`` ANDed into its
+required node affinity does (``kept_off_by_never``): "its nodeSelector/affinity" named rules the user did not
+write (found by a review of a gated pod's warning)."""
 
 
 def tolerate_hint(taints: Sequence[Taint], ctx: Context) -> str:
@@ -497,11 +501,34 @@ def kept_off_by_require(
     the user did not write (found by a review of the spot policy). [] for a pod not under require (``mode``, this
     policy's decision): the same places written by the user, with no spot annotation or under never, were blamed on
     it too (found by a review)."""
-    if mode != "require":
+    return _freed(spec, _spot_places(ctx)[0], groups, ctx, resources) if mode == "require" else []
+
+
+def kept_off_by_never(
+    mode: str,
+    spec: JSON,
+    groups: Iterable[NodeGroup],
+    ctx: Context,
+    resources: Mapping[str, Decimal] | Iterable[str] = (),
+) -> list[NodeGroup]:
+    """Those of ``groups`` that a pod with ``spec`` is kept off only by the ``NotIn`` off spot places that ``never``
+    ANDed into its required node affinity (``kept_off_by_require``'s counterpart); [] for a pod not under never."""
+    if mode != "never":
         return []
-    terms = _spot_places(ctx)[0]
+    return _freed(spec, [alt for alternatives in _off_spot(ctx)[0] for alt in alternatives], groups, ctx, resources)
+
+
+def _freed(
+    spec: JSON,
+    places: Sequence[Sequence[Expression]],
+    groups: Iterable[NodeGroup],
+    ctx: Context,
+    resources: Mapping[str, Decimal] | Iterable[str],
+) -> list[NodeGroup]:
+    """Those of ``groups`` a pod with ``spec`` lands on once ``places``' expressions are taken out of its required
+    node affinity (``unnarrow``); [] where it holds none of them."""
     trial = PodView("Pod", {}, copy_json(spec), "")  # unnarrow edits the terms in place
-    if not terms or not unnarrow(trial, terms):
+    if not places or not unnarrow(trial, places):
         return []
     freed = {id(c.group) for c in ctx.cluster.eligible(trial.spec, resources)}
     return [g for g in groups if id(g) in freed]
