@@ -3,6 +3,7 @@ the master's collector, dead workers' gauges dropped), and end to end: the real 
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import dataclasses
 import glob
@@ -342,3 +343,20 @@ def test_metrics_add_up_across_two_gunicorn_workers(tmp_path: Path) -> None:
     assert value(text, "gpu_admission_cluster_nodes") == 3
     assert 0 <= value(text, "gpu_admission_cluster_snapshot_age_seconds") < 120
     assert '"event":"SpotTolerated"' in log, "served from a node file: Events go to the log"
+
+
+def test_a_mutation_kind_is_counted_once_per_request_however_many_containers_it_changes() -> None:
+    """The dashboard's "Mutations by kind" reads the counter as requests per second, as denials are counted: a pod
+    of two containers each given a MIG device was counted twice (found by a review of the reporting)."""
+    settings = Settings()
+    listed = yaml.safe_load((REPO / "examples" / "nodes.yaml").read_text())["items"]
+    cluster = StaticCluster(build_view(listed, settings))
+    app = create_app(settings, cluster=cluster, recorder=build_recorder(settings, cluster))
+    pod = gpu_pod(limits={"nvidia.com/gpu": "0.1"}, image="nvidia/cuda:12.4.1-base-ubuntu22.04")
+    second = {**pod["spec"]["containers"][0], "name": "sidecar"}
+    pod["spec"]["containers"].append(second)
+    answer = app.test_client().post("/mutate", json=review(pod)).get_json()["response"]
+    assert answer["allowed"] and answer["patchType"] == "JSONPatch", answer
+    ops = json.loads(base64.b64decode(answer["patch"]))
+    assert sum("mig-1g.10gb" in json.dumps(op) for op in ops) >= 2, ops  # both containers converted
+    assert value(text_of(app), "gpu_admission_mutations_total", kind="mig") == 1

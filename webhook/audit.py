@@ -324,7 +324,7 @@ class Reporter:
             if result.reused:
                 m.reused(endpoint)
             if endpoint == "mutate" and result.allowed and result.ops:
-                for kind in result.outcome.mutations:
+                for kind in dict.fromkeys(result.outcome.mutations):  # once per request, as denials are
                     m.mutation(kind)
             for reason, action in denial_actions(result):
                 m.denial(endpoint, reason, action)

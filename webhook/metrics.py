@@ -166,7 +166,11 @@ class Metrics:
             registry=r,
         )
         self.mutations = Counter(
-            "mutations", "Changes made to admitted objects, by kind", ["kind"], namespace=NAMESPACE, registry=r
+            "mutations",
+            "Admitted objects changed, by kind of change: each kind once per request, however many containers",
+            ["kind"],
+            namespace=NAMESPACE,
+            registry=r,
         )
         self.denials = Counter(
             "denials",
