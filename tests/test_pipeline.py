@@ -974,3 +974,31 @@ def test_a_pod_the_steering_would_take_past_what_etcd_keeps_is_refused_by_the_mu
     )
     term["matchExpressions"][0]["values"] = hosts[: len(hosts) - 2]  # each term: the hosts and the spot place's value
     assert pipeline.mutate(copy.deepcopy(pod), ctx).allowed
+
+
+def test_a_workload_update_that_keeps_its_template_warns_of_a_misplaced_annotation_once() -> None:
+    """An UPDATE that annotates the Deployment itself (kubectl annotate deployment) and carries its template's words
+    as a fresh review writes them, the stored ones being stale (the apiserver calling again): the template's review
+    ran again, warned of the annotation, and the kept template's answer warned of it once more."""
+    from tests.conftest import review
+    from webhook.app import create_app
+    from webhook.cluster import StaticCluster
+
+    settings = Settings()
+    view = build_view([gpu_node("h100-a")], settings)
+    template = {"metadata": {"labels": {"app": "web"}}, "spec": gpu_pod()["spec"]}
+    spec = {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": template}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "ml"}}
+    reviewed = pipeline.review({**deployment, "spec": spec}, Context(settings=settings, cluster=view, namespace="ml"))
+    old = copy.deepcopy(reviewed.object)
+    words = old["spec"]["template"]["metadata"]["annotations"]
+    words["gpu-admission.io/cuda"] += " (stale)"
+    new = copy.deepcopy(reviewed.object)
+    new["metadata"]["annotations"] = {"gpu-admission.io/cuda-version": "12.2"}
+    body = review(new, operation="UPDATE", namespace="ml", oldObject=old, name="web")
+    answer = create_app(settings, cluster=StaticCluster(view)).test_client().post("/mutate", json=body).get_json()
+    assert answer["response"]["allowed"] is True
+    assert answer["response"]["warnings"] == [
+        "gpu-admission.io/cuda-version is on the Deployment, not its pod template, so its pods never see it: move it"
+        " there"
+    ]

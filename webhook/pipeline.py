@@ -813,7 +813,8 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
     if view is None:
         assert early is not None
         if early.skipped == TEMPLATE_KEPT or not early.skipped:
-            early.warnings = [*_misplaced_now(obj, ctx), *early.warnings]
+            # once: a kept template's review run again (``_keep_review``, reinvocation) has said them already
+            early.warnings = list(dict.fromkeys([*_misplaced_now(obj, ctx), *early.warnings]))
         return early
     working = view.root
     prior = _prior_outputs(view)
