@@ -846,6 +846,21 @@ def test_an_unusable_document_in_a_stream_exits_2_naming_it(tmp_path: Path) -> N
     ]
 
 
+def test_an_admission_review_in_a_stream_is_named_by_the_object_it_carries(tmp_path: Path) -> None:
+    """Its header and its messages said "(AdmissionReview (no name))": they name the request's object (its
+    generateName where it has no name, the request's namespace where it names none) and say it came in one."""
+    pod = {**_pod(CUDA124, {"nvidia.com/gpu": "1"}), "metadata": {"generateName": "trainer-"}}
+    admitted, deleted = _admission_review(pod), _admission_review(pod, operation="DELETE")
+    path = _stream(tmp_path, [admitted, deleted])
+    run = cli("review", "-f", path, "--nodes", str(NODES))
+    assert run.returncode == 2, run.stderr
+    assert run.stdout.startswith(f"== Pod ml/trainer- ({path}: document 1, in an AdmissionReview)\nADMITTED\n")
+    assert run.stderr.splitlines()[0] == (
+        f"gpu-admission: {path}: document 2 (Pod ml/trainer- in an AdmissionReview): request.operation is DELETE;"
+        " the webhook reviews a CREATE or an UPDATE"
+    ), run.stderr
+
+
 def test_a_stream_with_nothing_to_review_exits_2_saying_so(tmp_path: Path) -> None:
     run = cli("review", "-f", _stream(tmp_path, STREAM[:2]), "--nodes", str(NODES))
     assert (run.returncode, run.stdout) == (2, "")

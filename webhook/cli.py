@@ -378,11 +378,18 @@ def _flatten(at: str, value: Any, depth: int, found: list[tuple[str, Any]]) -> N
 
 
 def _label(value: Any) -> str:
-    """`` (Kind namespace/name)`` of an object, as far as it says them ('' when it is not a mapping)."""
+    """`` (Kind namespace/name)`` of an object, as far as it says them ('' when it is not a mapping); of an
+    AdmissionReview, its request's object's, said to be in one (found by a review: "(AdmissionReview (no name))")."""
     if not isinstance(value, dict):
         return ""
-    namespace = as_dict(value.get("metadata")).get("namespace")
-    return f" ({_object_kind(value)} {f'{namespace}/' if namespace else ''}{_name(value) or '(no name)'})"
+    request, came = {}, ""
+    if value.get("kind") == "AdmissionReview":
+        request = as_dict(value.get("request"))
+        value, came = request.get("object") or request.get("oldObject"), " in an AdmissionReview"
+        if not isinstance(value, dict):
+            return " (AdmissionReview of no object)"
+    namespace = as_dict(value.get("metadata")).get("namespace") or request.get("namespace")
+    return f" ({_object_kind(value)} {f'{namespace}/' if namespace else ''}{_name(value) or '(no name)'}{came})"
 
 
 def _item(at: str, value: Any, namespace: str | None, labelled: bool) -> _Item:
@@ -637,7 +644,8 @@ def cmd_review(args: argparse.Namespace) -> int:
             verdicts.append({**named, **_verdict(item, result, pods, refusals)})
             continue
         if held > 1:
-            print(f"== {item.kind} {item.namespace}/{item.name} ({item.at})")
+            came = ", in an AdmissionReview" if item.request else ""
+            print(f"== {item.kind} {item.namespace}/{item.name or '(no name)'} ({item.at}{came})")
         _print_text(item, result, pods, refusals)
     if args.output == "json":
         print(json.dumps(verdicts if held > 1 else verdicts[0], indent=2))
