@@ -18,6 +18,7 @@ from tests.conftest import EXAMPLES
 from tests.serving import issue_certs
 from webhook import cli as webhook_cli
 from webhook import pipeline
+from webhook.model import WARNING_LIMIT, Context
 
 NODES = EXAMPLES / "nodes.yaml"
 CONFIG = EXAMPLES / "config.yaml"
@@ -1285,3 +1286,59 @@ def test_review_prints_every_warning_whole_where_the_server_cuts_them(tmp_path: 
     assert not any("not shown" in w for w in warnings), warnings
     assert all(any(key in w for w in warnings) for key in keys), warnings  # each whole, its key named in full
     assert sum(map(len, warnings)) > pipeline.WARNINGS_TOTAL  # more than an answer holds
+
+
+LONG_KEY = "gpu-admission.io/cuda-version-for-the-trainer-container-of-the-nightly-build-" + "x" * 60
+MISPLACED_KEY = "gpu-admission.io/cuda-version.trainer-of-the-nightly-build-on-the-h100-pool"
+
+
+def _misplaced_on_deployment() -> tuple[dict[str, Any], str]:
+    deployment = _deployment("d", CUDA124, {"nvidia.com/gpu": "1"})
+    deployment["metadata"]["annotations"] = {MISPLACED_KEY: "12.4"}
+    return deployment, f"{MISPLACED_KEY} is on the Deployment, not its pod template"
+
+
+def _misspelt_on_pod() -> tuple[dict[str, Any], str]:
+    pod = _pod(CUDA124, {"nvidia.com/gpu": "1"})
+    pod["metadata"]["annotations"] = {LONG_KEY: "12.4"}
+    return pod, f"{LONG_KEY} taken off: no gpu-admission key"
+
+
+def _misspelt_by_pod_update() -> tuple[dict[str, Any], str]:
+    old = _pod(CUDA124, {"nvidia.com/gpu": "1"})
+    pod = _pod(CUDA124, {"nvidia.com/gpu": "1"})
+    pod["metadata"]["annotations"] = {LONG_KEY: "12.4"}
+    review = _admission_review(pod, operation="UPDATE")
+    review["request"]["oldObject"] = old
+    return review, f"{LONG_KEY} taken off: no gpu-admission key"
+
+
+@pytest.mark.parametrize(
+    "made",
+    [
+        pytest.param(_misplaced_on_deployment, id="misplaced"),
+        pytest.param(_misspelt_on_pod, id="unknown-key"),
+        pytest.param(_misspelt_by_pod_update, id="pod-update"),
+    ],
+)
+def test_review_prints_a_warning_of_a_long_key_whole(tmp_path: Path, made: Any) -> None:
+    """The warnings built apart from the policies' (an annotation on the workload and not its template, a key no
+    gpu-admission key, one a pod update brings) were cut to a line in review too, the key named cut short; the
+    server's answer still keeps each to a line."""
+    obj, said = made()
+    run = cli("review", "-f", _manifest(tmp_path, obj), "--nodes", str(NODES), "--config", str(CONFIG), "-o", "json")
+    assert run.returncode == 0, run.stdout
+    warnings = json.loads(run.stdout)["warnings"]
+    whole = [w for w in warnings if w.startswith(said) and not w.endswith("…")]
+    assert whole and len(whole[0]) > WARNING_LIMIT, warnings  # longer than a line: not cut
+    request = obj.get("request", {})
+    settings = webhook_cli._settings(str(CONFIG))
+    ctx = Context(
+        settings=settings,
+        cluster=webhook_cli.load_nodes(str(NODES), settings),
+        namespace="ml",
+        operation=request.get("operation", "CREATE"),
+        old_object=request.get("oldObject"),
+    )
+    answer = pipeline.mutate(request.get("object", obj), ctx)
+    assert answer.warnings and all(len(w) <= WARNING_LIMIT for w in answer.warnings), answer.warnings

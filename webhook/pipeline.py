@@ -471,7 +471,18 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 def _short(text: str, limit: int = WARNING_LIMIT) -> str:
     """A warning as sent: its control characters escaped as Python writes them (a newline as ``\\n``), cut to
     ``limit`` characters."""
-    return clipped(_CONTROL.sub(lambda m: repr(m.group())[1:-1], text), limit)
+    return clipped(_escaped(text), limit)
+
+
+def _escaped(text: str) -> str:
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def _line(text: str, limited: bool, name: str = "") -> str:
+    """A warning built apart from the policies': within a line where the answer keeps to the response limits
+    (``fit_warning``: ``name``, the key it names, shortened first), else whole, for the offline review, which
+    prints every warning whole (``Context.limited``; found by a review: a long key was cut there)."""
+    return _short(fit_warning(text, name) if name else text) if limited else _escaped(text)
 
 
 def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Result:
@@ -708,7 +719,7 @@ def _keep_review(obj: JSON, stored: PodView, ctx: Context) -> Result:
     return Result(
         object=working,
         patch=make_patch(obj, working),
-        warnings=_unknown_keys(brought),  # a misspelt key applied again is said again (found by a review)
+        warnings=_unknown_keys(brought, ctx.limited),  # a misspelt key applied again is said again (found by a review)
         audit={"decision": "kept the pod template's review", "restored": restored},
     )
 
@@ -718,8 +729,9 @@ def _output_annotations(obj: Any) -> dict[str, Any]:
     return {k: v for k, v in annotations.items() if k.startswith(PREFIX) and not is_input_annotation(k)}
 
 
-def protect_outputs(obj: Any, old: Any) -> Result:
-    """A pod UPDATE may not change the webhook's own annotations: put them back as they were on ``old``."""
+def protect_outputs(obj: Any, old: Any, limited: bool = True) -> Result:
+    """A pod UPDATE may not change the webhook's own annotations: put them back as they were on ``old``;
+    ``limited``: its warnings within a line each (``Context.limited``)."""
     if not isinstance(old, dict):  # the apiserver always sends it; without it, nothing says what they were
         return Result(object=obj, skipped="pod update without the stored pod (oldObject)")
     before, now = _output_annotations(old), _output_annotations(obj)
@@ -740,9 +752,11 @@ def protect_outputs(obj: Any, old: Any) -> Result:
     changed = sorted(k[len(PREFIX) :] for k in set(before) | set(now) if before.get(k) != now.get(k))
     ours = [k for k in changed if is_output_annotation(PREFIX + k)]
     warnings = (
-        [_short(f"{PREFIX}{', '.join(ours)} can only be written by the webhook; put back as it was")] if ours else []
+        [_line(f"{PREFIX}{', '.join(ours)} can only be written by the webhook; put back as it was", limited)]
+        if ours
+        else []
     )
-    warnings += _unknown_keys([k for k in changed if k not in ours and PREFIX + k in now])  # a misspelt input
+    warnings += _unknown_keys([k for k in changed if k not in ours and PREFIX + k in now], limited)  # misspelt input
     return Result(
         object=working,
         patch=make_patch(obj, working),
@@ -760,7 +774,7 @@ def mutate(obj: Any, ctx: Context) -> Result:
     such an object (a pod made from a reviewed template) set them before."""
     again = _carries_outputs(obj)
     if ctx.operation == "UPDATE" and as_dict(obj).get("kind") == "Pod" and not _exempt(ctx):
-        result = protect_outputs(obj, ctx.old_object)
+        result = protect_outputs(obj, ctx.old_object, ctx.limited)
     else:
         result = _bounded(obj, lambda: _mutate(obj, ctx, keep=True))
     if again:
@@ -818,7 +832,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
         return early
     working = view.root
     prior = _prior_outputs(view)
-    unknown = _unknown_keys(prior)
+    unknown = _unknown_keys(prior, ctx.limited)
     annotations = view.metadata.get("annotations")
     # a map that held only the webhook's words is the webhook's (an earlier review made it)
     had_annotations = isinstance(annotations, dict) and len(annotations) > len(prior)
@@ -879,9 +893,9 @@ def _validate(obj: Any, ctx: Context) -> Result:
     return result
 
 
-def _misplaced(obj: Any) -> list[str]:
+def _misplaced(obj: Any, limited: bool) -> list[str]:
     """Warnings for the annotations a user writes that sit on a workload's own metadata, where its pods never see
-    them (a pod gets its template's metadata), and not on its pod template."""
+    them (a pod gets its template's metadata), and not on its pod template; ``limited``: ``_line``'s."""
     kind = as_str(obj.get("kind")) if isinstance(obj, dict) else ""
     if kind == "Pod" or kind not in TEMPLATE_PATHS:
         return []
@@ -889,7 +903,7 @@ def _misplaced(obj: Any) -> list[str]:
     template = view.annotations if view is not None else {}
     own = _own_annotations(obj)
     return [
-        _short(f"{key} is on the {kind}, not its pod template, so its pods never see it: move it there")
+        _line(f"{key} is on the {kind}, not its pod template, so its pods never see it: move it there", limited)
         for key in own
         if isinstance(key, str) and is_input_annotation(key) and key not in template
     ]
@@ -937,11 +951,11 @@ def _fit_annotations(view: PodView) -> str:
     )
 
 
-def _unknown_keys(names: Iterable[str]) -> list[str]:
+def _unknown_keys(names: Iterable[str], limited: bool) -> list[str]:
     """Warnings for the keys under PREFIX (``names``: what follows it) a pod arrives with, or an update writes, that
     the webhook neither reads nor writes: taken off as every key under PREFIX but the inputs is (a pod carries no
     word under PREFIX the webhook did not write), a misspelt input (``gpu-memroy``, ``cuda-verison``) had vanished
-    without a word (found by a review)."""
+    without a word (found by a review). ``limited``: ``_line``'s."""
     warnings = []
     for key in (PREFIX + name for name in names):
         if is_output_annotation(key):
@@ -957,7 +971,7 @@ def _unknown_keys(names: Iterable[str]) -> list[str]:
                 said += f"; did you mean {PREFIX}{near[0]}?"
             elif key == IGNORE_LABEL:
                 said += "; the opt-out is a label (where the settings allow it)"
-        warnings.append(_short(fit_warning(said, key)))  # the key meant kept whole, the user's shortened
+        warnings.append(_line(said, limited, key))  # the key meant kept whole, the user's shortened
     return warnings
 
 
@@ -965,7 +979,7 @@ def _misplaced_now(obj: Any, ctx: Context) -> list[str]:
     """The ``_misplaced`` warnings, when the workload is made or its own annotations change on an update that
     reaches the webhook (the chart sends those that change the pod template too), not on every other update."""
     if ctx.old_object is None or _own_annotations(obj) != _own_annotations(ctx.old_object):
-        return _misplaced(obj)
+        return _misplaced(obj, ctx.limited)
     return []
 
 
