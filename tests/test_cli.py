@@ -968,7 +968,8 @@ def test_a_workload_whose_pod_template_opts_out_is_not_pods_denied(tmp_path: Pat
     out = json.loads(run.stdout)
     assert (out["allowed"], out["podsAllowed"]) == (True, True)
     opted = (
-        "its pods opt out (label gpu-admission.io/ignore=true on its pod template): created unreviewed, none refused"
+        "its pods pass untouched (label gpu-admission.io/ignore=true on its pod template): created unreviewed,"
+        " none refused"
     )
     assert opted in out["warnings"] and not any("its pods are refused" in w for w in out["warnings"]), out["warnings"]
 
@@ -983,6 +984,9 @@ def _refused_deployment(workload_labels: dict[str, str], template_labels: dict[s
 
 OPT_OUT = {"gpu-admission.io/ignore": "true"}
 TOO_LARGE = "main: gpu-admission.io/gpu-memory 900Gi: largest offered is 3g.40gb; ask for less or its pods are refused"
+
+
+RS_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
 
 
 @pytest.mark.parametrize(
@@ -1003,6 +1007,34 @@ TOO_LARGE = "main: gpu-admission.io/gpu-memory 900Gi: largest offered is 3g.40gb
             "ADMITTED (namespace ml is exempt)\nits pods are passed untouched too, as they are created (namespace ml"
             " is exempt)\n",
             id="namespace-exempt",
+        ),
+        # the controllers create the pods: their own user or group exempt passes them untouched
+        pytest.param(
+            _refused_deployment({}, {}),
+            {"exemptions": {"users": [RS_CONTROLLER]}},
+            "ml",
+            f"ADMITTED\nWarning: its pods pass untouched (their creator {RS_CONTROLLER} is exempt): created unreviewed,"
+            " none refused\n",
+            id="controller-exempt",
+        ),
+        pytest.param(
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {
+                    "uid": "u-1",
+                    "operation": "CREATE",
+                    "namespace": "ml",
+                    "userInfo": {"username": "ci-deployer"},
+                    "object": {**_refused_deployment({}, {}), "kind": "Job", "apiVersion": "batch/v1"},
+                },
+            },
+            {"exemptions": {"users": ["ci-deployer"], "groups": ["system:serviceaccounts:kube-system"]}},
+            "ml",
+            "ADMITTED (user ci-deployer is exempt)\nits pods are passed untouched too, as they are created (their"
+            " creator system:serviceaccount:kube-system:job-controller is in exempt group"
+            " system:serviceaccounts:kube-system)\n",
+            id="exempt-creator-and-controller",
         ),
     ],
 )

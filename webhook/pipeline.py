@@ -198,14 +198,34 @@ def _opts_out(metadata: JSON, ctx: Context) -> bool:
     return ctx.settings.exemptions.allow_opt_out_label and as_dict(metadata.get("labels")).get(IGNORE_LABEL) == "true"
 
 
+POD_CREATORS = {
+    "ReplicaSet": "replicaset-controller",
+    "ReplicationController": "replication-controller",
+    "StatefulSet": "statefulset-controller",
+    "DaemonSet": "daemon-set-controller",
+    "Job": "job-controller",
+}
+"""The service account of kube-system that creates the pods of each built-in owner kind: kube-controller-manager
+runs each controller as its own (``--use-service-account-credentials``, as kubeadm, GKE, EKS and AKS run it)."""
+SERVICE_ACCOUNT_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated")
+
+
 def pods_pass(view: PodView, ctx: Context) -> str:
     """Why the pods its controller makes from a workload's template are each passed untouched as they are created
     ('' where they are reviewed): they are made in its namespace, with its template's labels, by the controller, so
-    neither its creator's exemption nor its own labels are theirs (an exemption of the controllers' users or groups
-    is not known here)."""
-    made = Context(settings=ctx.settings, cluster=ctx.cluster, namespace=view.namespace or ctx.namespace)
+    neither its creator's exemption nor its own labels are theirs; the controller's own user and groups are (found by
+    a review: pods that an exempt replicaset-controller creates were said to be reviewed, and refused)."""
+    namespace = view.namespace or ctx.namespace
+    made = Context(settings=ctx.settings, cluster=ctx.cluster, namespace=namespace)
     if exempt := _exempt(made):
         return exempt
+    exemptions = ctx.settings.exemptions
+    if controller := POD_CREATORS.get(view.owner_kind) if view.is_template else None:
+        creator = f"system:serviceaccount:kube-system:{controller}"
+        if creator in exemptions.users:
+            return f"their creator {creator} is exempt"
+        if groups := sorted(set(SERVICE_ACCOUNT_GROUPS) & set(exemptions.groups)):
+            return f"their creator {creator} is in exempt group {groups[0]}"
     if _opts_out(view.metadata, ctx):
         return f"label {IGNORE_LABEL}=true on its pod template"
     return ""
@@ -219,7 +239,7 @@ def _pods_passed(view: PodView, ctx: Context, outcome: Outcome) -> None:
     refused = set(outcome.pods_refused)
     outcome.warnings[:] = [w for w in outcome.warnings if w not in refused]
     outcome.pods_refused.clear()
-    outcome.warn(f"its pods opt out ({why}): created unreviewed, none refused")
+    outcome.warn(f"its pods pass untouched ({why}): created unreviewed, none refused")
 
 
 OPT_OUT_OFF = (
