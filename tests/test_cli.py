@@ -1374,3 +1374,47 @@ def test_review_prints_a_warning_of_a_long_key_whole(tmp_path: Path, made: Any) 
     )
     answer = pipeline.mutate(request.get("object", obj), ctx)
     assert answer.warnings and all(len(w) <= WARNING_LIMIT for w in answer.warnings), answer.warnings
+
+
+def _memory_deployment(template_labels: dict[str, str]) -> dict[str, Any]:
+    """A Deployment asking a GPU memory size, converted on each pod, and a nvidia.com/gpu fraction, converted on
+    its template."""
+    deployment = _deployment("d", CUDA124, {"gpu-admission.io/gpu-memory": "20Gi"})
+    sidecar = {"name": "side", "image": CUDA124, "resources": {"limits": {"nvidia.com/gpu": "0.5"}}}
+    deployment["spec"]["template"]["spec"]["containers"].append(sidecar)
+    deployment["spec"]["template"]["metadata"]["labels"].update(template_labels)
+    return deployment
+
+
+PENDING = "main: its pods stay Pending: their gpu-admission.io/gpu-memory 20Gi is never converted, no node offers it;"
+MIG_ASK = "a MIG device (nvidia.com/mig-<profile>: 1) instead, or let the pods be reviewed (they pass untouched: "
+
+
+@pytest.mark.parametrize(
+    ("manifest", "settings", "said"),
+    [
+        pytest.param(
+            _memory_deployment(OPT_OUT),
+            {"exemptions": {"allowOptOutLabel": True}},
+            f"Warning: {PENDING} ask a nvidia.com/gpu fraction or {MIG_ASK}label gpu-admission.io/ignore=true on its"
+            " pod template)\n",
+            id="template-opts-out",
+        ),
+        pytest.param(
+            _created_by("ci-deployer", _deployment("d", CUDA124, {"gpu-admission.io/gpu-memory": "20Gi"})),
+            {"exemptions": {"users": ["ci-deployer", RS_CONTROLLER]}},
+            f"Warning (its pods): {PENDING} ask {MIG_ASK}their creator {RS_CONTROLLER} is exempt)\n",
+            id="passed-over-and-its-pods-too",
+        ),
+    ],
+)
+def test_a_workload_whose_pods_pass_with_a_memory_size_is_told_they_stay_pending(
+    tmp_path: Path, manifest: dict[str, Any], settings: dict[str, Any], said: str
+) -> None:
+    """Its pods' gpu-memory, converted on each pod as it is created, is never converted where they pass untouched:
+    no node offers it, and they stay Pending. The template was admitted, its fraction converted, without a word."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    run = cli("review", "-f", _manifest(tmp_path, manifest), "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 0, run.stdout
+    assert said in run.stdout, run.stdout

@@ -459,7 +459,8 @@ class _Pods:
     """Why each would be refused (none where they are admitted, or passed)."""
     warnings: list[str] | None = None
     """What the second review of a workload the webhook passes over warns of its pods (the MIG profile or the
-    fallback they get); None where there was none (the webhook's own warnings then say it)."""
+    fallback they get, or where they pass untouched too, that they stay Pending); None where there was none (the
+    webhook's own warnings then say it)."""
 
     @property
     def allowed(self) -> bool:
@@ -475,8 +476,9 @@ def _pods(item: _Item, result: pipeline.Result, ctx: Context) -> _Pods | None:
     view = pipeline.pod_view(item.obj, item.namespace, writable=False) if item.kind != "Pod" else None
     if view is None:
         return None
-    if passed := pipeline.pods_pass(view, ctx):
-        return _Pods(passed=passed)
+    if passed := pipeline.pods_pass(view, ctx):  # the webhook's own review says so where it is not passed over
+        pending = pipeline.left_pending(view, passed, reviewed=False) if result.skipped else []
+        return _Pods(passed=passed, warnings=pending or None)
     if not result.skipped:
         return _Pods(refused=result.pods_refused)
     metadata = {k: v for k, v in as_dict(item.obj.get("metadata")).items() if k != "ownerReferences"}

@@ -242,6 +242,25 @@ def _pods_passed(view: PodView, ctx: Context, outcome: Outcome) -> None:
     outcome.warn(f"its pods pass untouched ({why}): created unreviewed, none refused")
 
 
+def left_pending(view: PodView, why: str, reviewed: bool) -> list[str]:
+    """Where a workload's pods pass untouched (``why``), its template's gpu-memory asks: converted on each pod as it
+    is created, they are never converted, and no node offers the resource, so its pods stay Pending (found by a
+    review: such a template was admitted, its nvidia.com/gpu fractions converted, without a word of its pods).
+    ``reviewed``: the workload itself is, and a fraction is converted on its template."""
+    fraction = "a nvidia.com/gpu fraction or " if reviewed else ""
+    said = []
+    for _, container in view.containers():
+        resources = as_dict(container.get("resources"))
+        asks = [as_dict(resources.get(k)).get(GPU_MEMORY_RESOURCE) for k in ("limits", "requests")]
+        if (asked := next((a for a in asks if a is not None), None)) is not None:
+            said.append(
+                f"{container.get('name')}: its pods stay Pending: their {GPU_MEMORY_RESOURCE} {asked} is never"
+                f" converted, no node offers it; ask {fraction}a MIG device (nvidia.com/mig-<profile>: 1) instead,"
+                f" or let the pods be reviewed (they pass untouched: {why})"
+            )
+    return said
+
+
 OPT_OUT_OFF = (
     f"label {IGNORE_LABEL}=true not honoured: opt-out labels are off here (exemptions.allowOptOutLabel); reviewed"
 )
@@ -874,6 +893,8 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
         del view.metadata["annotations"]  # do not leave behind an empty map that we created
     outcome.warnings[:0] = [*_opt_out_refused(obj, view, ctx), *_misplaced_now(obj, ctx), *unknown]
     _pods_passed(view, pctx, outcome)
+    if view.is_template and (why := pods_pass(view, pctx)):
+        outcome.warnings += left_pending(view, why, reviewed=True)
     result = Result(object=working)
     _finish(result, pctx, outcome, "")  # an allowed answer's decision follows from its patch, below
     if result.allowed and (too_long := _fit_annotations(view)):
