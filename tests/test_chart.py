@@ -891,6 +891,19 @@ def test_an_upgrade_reusing_the_values_of_a_release_made_before_the_job_pod_keys
     assert set(_job_deadlines(objects)) == {deadline}  # values.yaml's, not none at all
 
 
+SAFE_TO_EVICT_LOCAL = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"
+
+
+def _refused_keys(field: str, keys: set[str], *args: str) -> None:
+    """Each key given in `field` fails the render, saying the chart writes it."""
+    for key in keys:
+        escaped = key.replace(".", "\\.")
+        proc = helm(
+            "template", RELEASE, str(CHART), "-n", NAMESPACE, *args, "--set", f"{field}.{escaped}=x", check=False
+        )
+        assert proc.returncode != 0 and f"{field}: {key} is set by the chart on " in proc.stderr, (field, key)
+
+
 def test_the_docs_name_exactly_the_job_pod_keys_the_chart_refuses():
     """The docs said a key under app.kubernetes.io/ or helm.sh/ is refused; only the keys the chart writes on the
     one-shot pods are (a review's finding): each of those fails the render, another under the same prefix does not,
@@ -902,10 +915,7 @@ def test_the_docs_name_exactly_the_job_pod_keys_the_chart_refuses():
         written["jobPodAnnotations"] |= meta.get("annotations", {}).keys() - opt_out
     assert "helm.sh/hook" in written["jobPodAnnotations"] and "helm.sh/chart" in written["jobPodLabels"]
     for field, keys in written.items():
-        for key in keys:
-            escaped = key.replace(".", "\\.")
-            proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, "--set", f"{field}.{escaped}=x", check=False)
-            assert proc.returncode != 0 and f"{field}: {key} is set by the chart" in proc.stderr, (field, key)
+        _refused_keys(field, keys)
     for meta in _one_shot_pod_metadata(template("--set", "jobPodLabels.app\\.kubernetes\\.io/part-of=ml")):
         assert meta["labels"]["app.kubernetes.io/part-of"] == "ml"
     install = " ".join((ROOT / "docs" / "install.md").read_text().split())
@@ -913,6 +923,28 @@ def test_the_docs_name_exactly_the_job_pod_keys_the_chart_refuses():
     assert sentence, "docs/install.md: the sentence naming the refused keys"
     named = set(re.findall(r"`([^`]+/[^`]+)`", sentence.group(0)))
     assert named == written["jobPodLabels"] | written["jobPodAnnotations"]
+
+
+def test_a_key_the_chart_writes_on_the_servers_pods_or_its_monitoring_objects_is_refused():
+    """podLabels: {app.kubernetes.io/name: ...} rendered the label twice on the server's pods (a key twice, which
+    kustomize and Argo CD refuse and kubectl and helm take either of), as podAnnotations did checksum/config and the
+    ServiceMonitor's and dashboard's labels the chart's own: each is refused as jobPodLabels' are, and keys of the
+    user's own under the same prefixes are written (a review's finding)."""
+    on = "--set", "metrics.serviceMonitor.enabled=true", "--set", "grafanaDashboard.enabled=true"
+    objects = template(*on)
+    server = _pod_metadata(find(objects, "Deployment"))
+    assert {"app.kubernetes.io/name", "app.kubernetes.io/component"} <= server["labels"].keys()
+    _refused_keys("podLabels", set(server["labels"]))
+    _refused_keys("podAnnotations", set(server["annotations"]) - {SAFE_TO_EVICT_LOCAL})
+    monitor = find(objects, "ServiceMonitor")["metadata"]["labels"]
+    _refused_keys("metrics.serviceMonitor.labels", set(monitor), *on)
+    dashboard = find(objects, "ConfigMap", f"{FULLNAME}-dashboard")["metadata"]["labels"]
+    _refused_keys("grafanaDashboard.labels", set(dashboard) - {"grafana_dashboard"}, *on)
+    part_of = "app.kubernetes.io/part-of"
+    given = template(*on, "--set", "podLabels.app\\.kubernetes\\.io/part-of=ml", "--set", "podAnnotations.a/b=c")
+    mine = _pod_metadata(find(given, "Deployment"))
+    assert mine["labels"][part_of] == "ml" and mine["annotations"]["a/b"] == "c"
+    assert mine["labels"].items() > server["labels"].items()
 
 
 def _server(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:

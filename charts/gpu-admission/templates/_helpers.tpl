@@ -464,9 +464,8 @@ affinity:
 {{- /*
 The metadata of a one-shot pod's template (config check, certs Jobs, renewal CronJob, cleanup Job, helm test pod):
 (dict "root" . "component" NAME ["annotations" DICT, the helm test pod's hook annotations]). The chart's labels and
-annotations, then the mesh opt-out below, then jobPodLabels and jobPodAnnotations over it, a key given null dropped
-(not podLabels and podAnnotations: those are the server's). A key the chart writes itself is refused, not written
-twice (kustomize and Argo CD refuse a key given twice).
+annotations, then the mesh opt-out below, then jobPodLabels and jobPodAnnotations over it (gpu-admission.addGiven;
+not podLabels and podAnnotations: those are the server's).
 The opt-out is here, not in values.yaml (whose maps are empty): `helm upgrade --reuse-values` renders with the values
 of the release it upgrades, and one made before jobPodLabels existed has none, so defaults kept in values.yaml were
 lost there and an injected proxy kept the pre-upgrade config check from completing (a review's finding).
@@ -475,26 +474,36 @@ lost there and an injected proxy kept the pre-upgrade config check from completi
 {{- $labels := include "gpu-admission.labels" .root | fromYaml }}
 {{- $_ := set $labels "app.kubernetes.io/component" .component }}
 {{- $annotations := .annotations | default dict }}
-{{- $optOut := dict "jobPodLabels" (dict "sidecar.istio.io/inject" "false") "jobPodAnnotations" (dict "linkerd.io/inject" "disabled") }}
-{{- range $field, $own := dict "jobPodLabels" $labels "jobPodAnnotations" $annotations }}
-{{- $given := index $.root.Values $field | default dict }}
-{{- range $key, $value := $given }}
-{{- if hasKey $own $key }}
-{{- fail (printf "%s: %s is set by the chart on its Job and test pods (%s: %s); leave it out" $field $key $key (get $own $key)) }}
-{{- end }}
-{{- end }}
-{{- range $key, $value := get $optOut $field }}
-{{- if not (hasKey $given $key) }}{{ $_ := set $own $key $value }}{{ end }}
-{{- end }}
-{{- range $key, $value := $given }}
-{{- if not (kindIs "invalid" $value) }}{{ $_ := set $own $key $value }}{{ end }}
-{{- end }}
-{{- end -}}
+{{- $on := "its Job and test pods" }}
+{{- include "gpu-admission.addGiven" (dict "field" "jobPodLabels" "given" .root.Values.jobPodLabels "own" $labels "on" $on "defaults" (dict "sidecar.istio.io/inject" "false")) }}
+{{- include "gpu-admission.addGiven" (dict "field" "jobPodAnnotations" "given" .root.Values.jobPodAnnotations "own" $annotations "on" $on "defaults" (dict "linkerd.io/inject" "disabled")) }}
 labels:
   {{- toYaml $labels | nindent 2 }}
 {{- with $annotations }}
 annotations:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{- /*
+Adds a map of labels or annotations the user gave (podLabels, jobPodAnnotations, metrics.serviceMonitor.labels ...)
+to `own`, the chart's own keys on the same object, in place: (dict "field" NAME "given" MAP "own" DICT "on" WHERE
+["defaults" DICT]). A key the chart writes itself is refused, not written twice (kustomize and Argo CD refuse a key
+given twice; kubectl and helm keep either). `defaults` are the chart's keys a user may replace; a key given null is
+dropped, a default's included.
+*/}}
+{{- define "gpu-admission.addGiven" -}}
+{{- $given := .given | default dict }}
+{{- range $key, $value := $given }}
+{{- if hasKey $.own $key }}
+{{- fail (printf "%s: %s is set by the chart on %s (%s: %s); leave it out" $.field $key $.on $key (get $.own $key)) }}
+{{- end }}
+{{- end }}
+{{- range $key, $value := .defaults | default dict }}
+{{- if not (hasKey $given $key) }}{{ $_ := set $.own $key $value }}{{ end }}
+{{- end }}
+{{- range $key, $value := $given }}
+{{- if not (kindIs "invalid" $value) }}{{ $_ := set $.own $key $value }}{{ end }}
 {{- end }}
 {{- end }}
 
