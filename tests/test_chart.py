@@ -947,6 +947,62 @@ def test_a_key_the_chart_writes_on_the_servers_pods_or_its_monitoring_objects_is
     assert mine["labels"].items() > server["labels"].items()
 
 
+def _given_maps(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Where each map of labels or annotations the user gives is written: every object's that takes it."""
+    one_shot = [_pod_metadata(o) for o in objects if o["kind"] in ("Job", "CronJob", "Pod")]
+    server = _pod_metadata(find(objects, "Deployment"))
+    return {
+        "podLabels": [server["labels"]],
+        "podAnnotations": [server["annotations"]],
+        "jobPodLabels": [m["labels"] for m in one_shot],
+        "jobPodAnnotations": [m["annotations"] for m in one_shot],
+        "serviceAccount.annotations": [find(objects, "ServiceAccount", FULLNAME)["metadata"].get("annotations", {})],
+        "metrics.serviceMonitor.labels": [find(objects, "ServiceMonitor")["metadata"]["labels"]],
+        "grafanaDashboard.labels": [find(objects, "ConfigMap", f"{FULLNAME}-dashboard")["metadata"]["labels"]],
+    }
+
+
+def test_a_label_or_annotation_given_as_true_or_digits_is_written_as_text(validate):
+    """--set podLabels.spot=true (or =5) reached the pods as a bool (an integer), which the API server refuses in a
+    label or an annotation; the schema refused it before that, saying 'got boolean, want string'. Each is written as
+    text, wherever the chart writes a map the user gives, and every object is one Kubernetes takes."""
+    on = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "grafanaDashboard.enabled=true"]
+    fields = list(_given_maps(template(*on)))
+    given = [a for field in fields for a in ("--set", f"{field}.example\\.com/on=true", "--set", f"{field}.n=5")]
+    objects = template(*on, *given)
+    for field, maps in _given_maps(objects).items():
+        assert maps, field
+        for found in maps:
+            assert (found["example.com/on"], found["n"]) == ("true", "5"), field
+    for obj in objects:
+        if obj["kind"] not in CRD_KINDS:
+            error = validate(json.dumps(obj, sort_keys=True), KUBERNETES_VERSIONS[-1])
+            assert not error, f"{obj['kind']}/{obj['metadata']['name']}: {error}"
+
+
+@pytest.mark.parametrize("field", ["podLabels", "jobPodAnnotations", "grafanaDashboard.labels"])
+def test_a_label_or_annotation_of_digits_must_be_quoted_in_a_values_file(tmp_path, field):
+    """A number in a values file is not the text written (0123 is read as 83): refused, saying to quote it."""
+    values = tmp_path / "values.yaml"
+    *parents, last = field.split(".")
+    text = "".join(f"{'  ' * i}{p}:\n" for i, p in enumerate(parents)) + f"{'  ' * len(parents)}{last}:\n"
+    values.write_text(text + f"{'  ' * (len(parents) + 1)}team: 0123\n")
+    proc = helm(
+        "template",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        "--set",
+        "grafanaDashboard.enabled=true",
+        "-f",
+        str(values),
+        check=False,
+    )
+    assert proc.returncode != 0 and f"{field}: team: quote its value in your values file" in proc.stderr, proc.stderr
+    assert "read a number there, 83," in proc.stderr
+
+
 def _server(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
     deployment = find(objects, "Deployment")
     spec = dig(deployment, "spec", "template", "spec")

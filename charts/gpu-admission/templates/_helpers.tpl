@@ -490,7 +490,9 @@ Adds a map of labels or annotations the user gave (podLabels, jobPodAnnotations,
 to `own`, the chart's own keys on the same object, in place: (dict "field" NAME "given" MAP "own" DICT "on" WHERE
 ["defaults" DICT]). A key the chart writes itself is refused, not written twice (kustomize and Argo CD refuse a key
 given twice; kubectl and helm keep either). `defaults` are the chart's keys a user may replace; a key given null is
-dropped, a default's included.
+dropped, a default's included. Each value is written as text, which the API server requires of a label or an
+annotation: --set reads true, false and digits as a bool or an integer (--set podLabels.spot=true), written as given.
+A number in a values file comes as a float64, not as written (0123 is read as 83, 1.10 as 1.1): refused.
 */}}
 {{- define "gpu-admission.addGiven" -}}
 {{- $given := .given | default dict }}
@@ -503,7 +505,10 @@ dropped, a default's included.
 {{- if not (hasKey $given $key) }}{{ $_ := set $.own $key $value }}{{ end }}
 {{- end }}
 {{- range $key, $value := $given }}
-{{- if not (kindIs "invalid" $value) }}{{ $_ := set $.own $key $value }}{{ end }}
+{{- if kindIs "float64" $value }}
+{{- fail (printf "%s: %s: quote its value in your values file (%s: \"...\"): a label's or an annotation's value is text, and YAML read a number there, %v, not the text written (0123 is read as 83, 1.10 as 1.1); --set takes it as written" $.field $key $key $value) }}
+{{- end }}
+{{- if not (kindIs "invalid" $value) }}{{ $_ := set $.own $key (toString $value) }}{{ end }}
 {{- end }}
 {{- end }}
 
