@@ -811,6 +811,42 @@ def test_every_pod_is_scheduled_where_the_server_may_run(name):
         assert set(server["affinity"]) == {"nodeAffinity", "podAntiAffinity"}
 
 
+def _values_comment(key: str) -> str:
+    """The comment of a top-level key of values.yaml: the lines above it, past keys of its own group that have none."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"{key}:"))
+    comment: list[str] = []
+    for line in reversed(lines[:at]):
+        if line.startswith("#"):
+            comment.insert(0, line.lstrip("# "))
+        elif comment or not re.match(r"[A-Za-z]+: ", line):
+            break
+    return " ".join(comment)
+
+
+def test_values_say_that_the_scheduling_fields_apply_to_every_one_shot_pod():
+    """values.yaml said imagePullSecrets and the scheduling fields reach the certs Jobs, the CronJob, the cleanup Job
+    and the helm test pod, not the config check Job, which takes them too (imagePullSecrets said nothing): each
+    field's comment names every one-shot pod the chart renders."""
+    named = {
+        "config-check": "config check Job",
+        "certs": "certs Jobs",
+        "certs-pre": "certs Jobs",
+        "certs-renew": "renewal CronJob",
+        "certs-cleanup": "cleanup Job",
+        "test": "helm test pod",
+    }
+    objects = render_values("all-on")
+    one_shot = {where.split("/")[1].removeprefix(f"{FULLNAME}-"): spec for where, spec in pod_specs(objects)}
+    del one_shot[FULLNAME]
+    assert one_shot.keys() == named.keys()
+    for field in ("imagePullSecrets", "priorityClassName", "nodeSelector", "tolerations", "affinity"):
+        comment = " ".join(_values_comment(field).split())
+        for pod, spec in one_shot.items():
+            assert field in spec, (field, pod)
+            assert named[pod] in comment, f"values.yaml's comment on {field} leaves out the {named[pod]}"
+
+
 def _pod_metadata(obj: dict[str, Any]) -> dict[str, Any]:
     """The metadata of the pods an object makes (a Pod's own)."""
     meta: dict[str, Any] = dig(obj, *POD_SPEC_PATHS[obj["kind"]][:-1], "metadata")

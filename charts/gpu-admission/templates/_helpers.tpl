@@ -427,12 +427,13 @@ clientConfig:
 {{- end }}
 
 {{/*
-Where every pod of the chart may run and how it gets its image: the server's Deployment and the one-shot pods (certs
-Jobs, renewal CronJob, cleanup Job, helm test pod) alike, so that on a cluster where only labelled or tainted nodes
-may run the webhook, or images need a pull secret, the hook pods do not hang Pending (and `helm install --wait`
-time out). (dict "root" . ["oneShot" true]). A one-shot pod takes only affinity.nodeAffinity (which nodes): pod
-(anti-)affinity and the topology spread say how server replicas spread against each other, mean nothing for one
-pod that runs once, and could leave it unschedulable (anti-affinity to the webhook's pods on a two-node cluster).
+Where every pod of the chart may run and how it gets its image: the server's Deployment and the one-shot pods (config
+check Job, certs Jobs, renewal CronJob, cleanup Job, helm test pod) alike, so that on a cluster where only labelled or
+tainted nodes may run the webhook, or images need a pull secret, the hook pods do not hang Pending (and `helm
+install --wait` time out). (dict "root" . ["oneShot" true]). A one-shot pod takes only affinity.nodeAffinity (which
+nodes): pod (anti-)affinity and the topology spread say how server replicas spread against each other, mean nothing
+for one pod that runs once, and could leave it unschedulable (anti-affinity to the webhook's pods on a two-node
+cluster).
 */}}
 {{- define "gpu-admission.podScheduling" -}}
 {{- $v := .root.Values -}}
