@@ -940,6 +940,41 @@ def _refused_keys(field: str, keys: set[str], *args: str) -> None:
         assert proc.returncode != 0 and f"{field}: {key} is set by the chart on " in proc.stderr, (field, key)
 
 
+def _with_values_of_an_old_release(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """helm template as `helm upgrade --reuse-values` renders over a release of the chart as it was at 077b784 (the
+    first whose values this schema takes): with that release's whole values, the chart's own values.yaml unread."""
+    chart = tmp_path / "gpu-admission"
+    shutil.copytree(CHART, chart)
+    shutil.copy(ROOT / "tests" / "chart_reused" / "values-077b784.yaml", chart / "values.yaml")
+    return helm("template", RELEASE, str(chart), "-n", NAMESPACE, *args, check=False)
+
+
+def test_an_upgrade_reusing_the_values_of_an_old_release_renders_what_kubernetes_takes(tmp_path, validate):
+    """A release made before configCheck, registryCredentials, registryCA and threads existed, upgraded with
+    --reuse-values (as docs/operations.md's way out does), failed to render: 'nil pointer evaluating interface
+    {}.enabled' (configCheck), then registryCredentials.secretName; and threads would have been an empty --threads,
+    which the server refuses. The config check runs, as values.yaml's default; nothing of the registry reader is
+    mounted; the server takes its own thread count."""
+    proc = _with_values_of_an_old_release(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    objects = [d for d in yaml.load_all(proc.stdout, Loader=StrictLoader) if d]
+    assert find(objects, "Job", f"{FULLNAME}-config-check")
+    server, container = _server(objects)
+    assert "--threads" not in container["args"] and all(a != "" for a in container["args"])
+    assert not {v["name"] for v in server["volumes"]} & {"registry-credentials", "registry-ca"}
+    for obj in objects:
+        error = validate(json.dumps(obj, sort_keys=True), KUBERNETES_VERSIONS[-1])
+        assert not error, f"{obj['kind']}/{obj['metadata']['name']}: {error}"
+
+
+def test_an_upgrade_reusing_values_without_the_cert_manager_cas_durations_says_what_to_do(tmp_path):
+    """Its certManager mode had no CA of the chart's own: caDuration and caRenewBefore were read as nothing, and the
+    render failed saying 'caRenewBefore (%!s(<nil>)) must be at least ...'."""
+    proc = _with_values_of_an_old_release(tmp_path, "--set", "certs.mode=certManager")
+    assert proc.returncode != 0
+    assert "certs.certManager.caDuration is missing" in proc.stderr and "--reset-then-reuse-values" in proc.stderr
+
+
 def test_the_docs_name_exactly_the_job_pod_keys_the_chart_refuses():
     """The docs said a key under app.kubernetes.io/ or helm.sh/ is refused; only the keys the chart writes on the
     one-shot pods are (a review's finding): each of those fails the render, another under the same prefix does not,

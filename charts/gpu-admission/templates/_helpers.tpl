@@ -182,8 +182,8 @@ NOTES.txt prints it at install.
 path. A path of the settings' own is a file in no pod (the server refuses to start where one is missing), whether or
 not the value is given too: one check, one message, for each file (found by a review). */}}
 {{- $files := list
-  (dict "file" "credentialsFile" "value" "registryCredentials.secretName" "given" .Values.registryCredentials.secretName "what" "the Secret" "holds" "the file of the kubernetes.io/dockerconfigjson Secret" "path" "/etc/gpu-admission-registry/config.json")
-  (dict "file" "caFile" "value" "registryCA.configMapName" "given" .Values.registryCA.configMapName "what" "the CA" "holds" "the PEM bundle of the ConfigMap" "path" "/etc/gpu-admission-registry-ca/ca.crt") }}
+  (dict "file" "credentialsFile" "value" "registryCredentials.secretName" "given" (.Values.registryCredentials | default dict).secretName "what" "the Secret" "holds" "the file of the kubernetes.io/dockerconfigjson Secret" "path" "/etc/gpu-admission-registry/config.json")
+  (dict "file" "caFile" "value" "registryCA.configMapName" "given" (.Values.registryCA | default dict).configMapName "what" "the CA" "holds" "the PEM bundle of the ConfigMap" "path" "/etc/gpu-admission-registry-ca/ca.crt") }}
 {{- range $files }}
 {{- $cuda := $cfg.cuda | default dict }}
 {{- $registry := $cuda.registry | default dict }}
@@ -208,13 +208,13 @@ The registry reader's files (config.cuda.registry): the user's Secret and Config
 them as the server does at start. `optional`: the config check's, which runs before the release's objects exist.
 */}}
 {{- define "gpu-admission.registryVolumeMounts" -}}
-{{- with .Values.registryCredentials.secretName }}
+{{- with (.Values.registryCredentials | default dict).secretName }}
 # Read credentials for private registries (config.cuda.registry): a Secret volume, renewed in place.
 - name: registry-credentials
   mountPath: /etc/gpu-admission-registry
   readOnly: true
 {{- end }}
-{{- with .Values.registryCA.configMapName }}
+{{- with (.Values.registryCA | default dict).configMapName }}
 # CA certificates of registries a private CA signed (config.cuda.registry.caFile).
 - name: registry-ca
   mountPath: /etc/gpu-admission-registry-ca
@@ -223,7 +223,7 @@ them as the server does at start. `optional`: the config check's, which runs bef
 {{- end }}
 
 {{- define "gpu-admission.registryVolumes" -}}
-{{- with .root.Values.registryCredentials.secretName }}
+{{- with (.root.Values.registryCredentials | default dict).secretName }}
 - name: registry-credentials
   secret:
     secretName: {{ . }}
@@ -233,7 +233,7 @@ them as the server does at start. `optional`: the config check's, which runs bef
     optional: true
     {{- end }}
 {{- end }}
-{{- with .root.Values.registryCA.configMapName }}
+{{- with (.root.Values.registryCA | default dict).configMapName }}
 - name: registry-ca
   configMap:
     name: {{ . }}
@@ -511,6 +511,15 @@ A number in a values file comes as a float64, not as written (0123 is read as 83
 {{- end }}
 {{- if not (kindIs "invalid" $value) }}{{ $_ := set $.own $key (toString $value) }}{{ end }}
 {{- end }}
+{{- end }}
+
+{{- /*
+"true" where the config check Job runs (configCheck.enabled), else "". `helm upgrade --reuse-values` renders with the
+values of the release it upgrades, and one made before the config check existed has no configCheck: on, as
+values.yaml's default (the template failed there, "nil pointer evaluating interface {}.enabled").
+*/}}
+{{- define "gpu-admission.configCheck" -}}
+{{- if dig "enabled" true (.Values.configCheck | default dict) }}true{{ end }}
 {{- end }}
 
 {{- /*
