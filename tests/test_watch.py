@@ -982,6 +982,43 @@ def test_an_exec_plugin_that_hangs_at_a_token_refresh_of_a_live_client_is_said(
         live.stop()
 
 
+def test_an_exec_plugin_that_hangs_at_a_token_refresh_of_the_events_relay_is_said(
+    api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Events relay's credentials were loaded in time, and its later token refreshes not: a plugin that hung at
+    one (every ~10 minutes for an EKS token) held the relay's Event for good, and every Event after it (found by a
+    review). Its refreshes are bounded as the node watch's: the Event fails, saying so."""
+    from webhook import events
+    from webhook.admission import Subject
+    from webhook.model import Event
+
+    kubeconfig, hang = exec_kubeconfig(api, tmp_path, EXPIRED)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 1.0)
+    sink = events.ApiSink(events.api_client_from_environment())
+    pod = Subject("v1", "Pod", "trainer", "", "default", "uid-1")
+    body = events.event_body(pod, "default", "trainer", Event("Checked", "CUDA 12.4 fits the node's driver"), "a")
+    failed: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            sink.send(body)
+        except Exception as err:
+            failed.append(err)
+
+    hang.touch()
+    try:
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        sender.join(timeout=5)
+        assert not sender.is_alive(), "the Event still waiting on the plugin"
+        (err,) = failed
+        assert isinstance(err, watch.CredentialsHung) and "get-token eks get-token` has not returned in 1s" in str(err)
+    finally:
+        hang.unlink()
+
+
 def test_a_first_list_slower_than_its_first_wait_is_waited_on_longer(
     kubeconfig: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -66,7 +66,7 @@ class _StreamError(Exception):
 
 
 class CredentialsHung(Exception):
-    """Loading the API client's credentials has not returned in time (``LiveCluster._in_time``)."""
+    """Loading the API client's credentials has not returned in time (``InTime``)."""
 
 
 T = TypeVar("T")
@@ -226,8 +226,8 @@ class LiveCluster:
         """When the next periodic relist is due (``resync_seconds`` after the last list; sooner after one failed)."""
         self._generation = 0
         self._published = -1
-        self._credentials: tuple[float, Future[Any]] | None = None
-        """The last credentials load begun (``_in_time``); one still running is not begun again."""
+        self._in_time = InTime(self.credentials, self.credentials_timeout, self._stop)
+        """Loads of the client's credentials, each waited on ``credentials_timeout`` seconds at most."""
         self._slow_lists = 0
         """First lists that timed out waiting for an answer: the next waits longer (``_list_read_s``)."""
         self._trouble: tuple[float, str] | None = None
@@ -410,39 +410,6 @@ class LiveCluster:
         client = self._in_time(self.factory)
         _InTimeRefresh.install(getattr(client, "configuration", None), self._in_time)
         return client
-
-    def _in_time(self, call: Callable[[], T]) -> T:
-        """``call()`` in a helper thread, waited on ``credentials_timeout`` seconds at most (``CREDENTIALS_TIMEOUT_S``);
-        past that, ``CredentialsHung``: the loop warns and retries. A call that has not returned is left running
-        (its plugin cannot be stopped from here), and no other is begun while it runs: a plugin that hangs is one
-        process, not one more per retry."""
-        held = self._credentials
-        if held is not None and not held[1].done():
-            raise CredentialsHung(
-                f"{self.credentials} has not returned in {time.monotonic() - held[0]:.0f}s; not run again until it"
-                " does (run it by hand where the webhook runs to see why it hangs)"
-            )
-        future: Future[T] = Future()
-
-        def run() -> None:
-            try:
-                future.set_result(call())
-            except BaseException as err:
-                future.set_exception(err)
-
-        began = time.monotonic()
-        self._credentials = (began, future)
-        threading.Thread(target=run, name="gpu-admission-credentials", daemon=True).start()
-        while not self._stop.is_set():
-            left = began + self.credentials_timeout - time.monotonic()
-            if wait([future], timeout=min(1.0, max(0.0, left))).done:
-                return future.result()
-            if left <= 0:
-                raise CredentialsHung(
-                    f"{self.credentials} has not returned in {self.credentials_timeout:.0f}s (run it by hand where the"
-                    " webhook runs to see why it hangs)"
-                )
-        raise CredentialsHung("stopped while loading credentials")
 
     def _list(self, core: Any) -> None:
         started = time.monotonic()
@@ -654,12 +621,69 @@ class LiveCluster:
             pass
 
 
+class InTime:
+    """Calls that load an API client's credentials (``call()``), each in a helper thread and waited on ``timeout``
+    seconds at most (``CREDENTIALS_TIMEOUT_S``); past that, ``CredentialsHung``, which names ``what`` loads them: the
+    caller warns and retries. A call that hung is left running (its plugin cannot be stopped from here), and no other
+    is begun while it runs: a plugin that hangs is one process, not one more per retry. A call made while another
+    runs in its time waits on that one. The node watch's (``LiveCluster``) and the Events relay's
+    (``load_kubeconfig``) credentials alike."""
+
+    def __init__(self, what: str, timeout: float, stop: threading.Event | None = None) -> None:
+        self.what = what
+        self.timeout = timeout
+        self.stop = stop or threading.Event()
+        """Set, the wait ends at once (``LiveCluster.stop``)."""
+        self._held: tuple[float, Future[Any]] | None = None
+        """The last call begun, and when; one still running is not begun again."""
+        self._lock = threading.Lock()
+
+    def __call__(self, call: Callable[[], T]) -> T:
+        with self._lock:
+            held = self._held
+            if held is None or held[1].done():
+                future: Future[T] = Future()
+                began = time.monotonic()
+                self._held = (began, future)
+            elif time.monotonic() - held[0] < self.timeout:
+                # the same load, begun by another thread in its time (the relay's senders refresh the token at once,
+                # and the client's refresh is not made for two at once): waited on, its result theirs
+                joined: Future[T] = held[1]
+                return self._wait(held[0], joined)
+            else:
+                raise CredentialsHung(
+                    f"{self.what} has not returned in {time.monotonic() - held[0]:.0f}s; not run again until it does"
+                    " (run it by hand where the webhook runs to see why it hangs)"
+                )
+
+        def run() -> None:
+            try:
+                future.set_result(call())
+            except BaseException as err:
+                future.set_exception(err)
+
+        threading.Thread(target=run, name="gpu-admission-credentials", daemon=True).start()
+        return self._wait(began, future)
+
+    def _wait(self, began: float, future: Future[T]) -> T:
+        while not self.stop.is_set():
+            left = began + self.timeout - time.monotonic()
+            if wait([future], timeout=min(1.0, max(0.0, left))).done:
+                return future.result()
+            if left <= 0:
+                raise CredentialsHung(
+                    f"{self.what} has not returned in {self.timeout:.0f}s (run it by hand where the webhook runs to"
+                    " see why it hangs)"
+                )
+        raise CredentialsHung("stopped while loading credentials")
+
+
 class _InTimeRefresh:
-    """A client configuration's ``refresh_api_key_hook``, run in time (``LiveCluster._in_time``). The kubernetes
-    client calls the hook before each request; the kubeconfig's runs an exec plugin again once its token has expired
-    (every ~10 minutes for an EKS token) and, as the in-cluster one, installs itself anew on every call: this one keeps
-    the hook so installed and puts itself back. Installed once per client, it bounded only the client's first request,
-    and a plugin that hung at a token refresh stopped the node watch for good, unsaid."""
+    """A client configuration's ``refresh_api_key_hook``, run in time (``InTime``). The kubernetes client calls the
+    hook before each request; the kubeconfig's runs an exec plugin again once its token has expired (every ~10
+    minutes for an EKS token) and, as the in-cluster one, installs itself anew on every call: this one keeps the hook
+    so installed and puts itself back. Installed once per client, it bounded only the client's first request, and a
+    plugin that hung at a token refresh stopped the node watch (and the Events relay) for good, unsaid."""
 
     def __init__(self, hook: Callable[[Any], None], in_time: Callable[[Callable[[], None]], None]) -> None:
         self.hook = hook
@@ -874,28 +898,21 @@ def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | 
 
 
 def load_kubeconfig(config_file: str, cfg: Any) -> None:
-    """``kubernetes.config.load_kube_config`` into ``cfg``, waited on ``CREDENTIALS_TIMEOUT_S`` at most: it runs the
-    kubeconfig's exec credential plugin with no timeout, and one that hung stopped the caller for good (the node
-    watch at start; the Events relay, which then outlived the server). Past that, ``CredentialsHung``, which names
-    the plugin's command; the plugin is left running. Else raises what the loader raises."""
+    """``kubernetes.config.load_kube_config`` into ``cfg``, in time (``InTime``), as are the token refreshes of the
+    clients made with ``cfg`` (``_InTimeRefresh``): the kubernetes client runs the kubeconfig's exec credential
+    plugin with no timeout, and one that hung stopped the caller for good (the node watch at start; the Events
+    relay, which then outlived the server; its later Events at a token refresh). Past ``CREDENTIALS_TIMEOUT_S``,
+    ``CredentialsHung``, which names the plugin's command; the plugin is left running. Else raises what the loader
+    raises."""
     from kubernetes import config
 
-    loaded: Future[None] = Future()
+    in_time = InTime(_kubeconfig_credentials(config_file), CREDENTIALS_TIMEOUT_S)
 
     def load() -> None:
-        try:
-            config.load_kube_config(config_file=config_file, client_configuration=cfg)  # type: ignore[no-untyped-call]
-            loaded.set_result(None)
-        except BaseException as err:
-            loaded.set_exception(err)
+        config.load_kube_config(config_file=config_file, client_configuration=cfg)  # type: ignore[no-untyped-call]
 
-    threading.Thread(target=load, name="gpu-admission-credentials", daemon=True).start()
-    if not wait([loaded], timeout=CREDENTIALS_TIMEOUT_S).done:
-        raise CredentialsHung(
-            f"{_kubeconfig_credentials(config_file)} has not returned in {CREDENTIALS_TIMEOUT_S:.0f}s: run it by"
-            " hand where the webhook runs to see why it hangs"
-        )
-    loaded.result()
+    in_time(load)
+    _InTimeRefresh.install(cfg, in_time)
 
 
 def _kubeconfig_credentials(joined: str) -> str:
