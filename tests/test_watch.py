@@ -980,6 +980,54 @@ def test_the_log_says_why_the_watch_fails_and_when_it_works_again(
         api.stop()
 
 
+def test_rbac_that_lets_list_nodes_and_not_watch_them_is_said(
+    api: KubeAPI, kubeconfig: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ClusterRole that grants list on nodes and not watch: each relist worked and said the watch worked again,
+    the snapshot's age stayed under its alert's 900 s, and nothing told that the watch was forbidden (found by a
+    review). The log says so once, and /readyz's warning while it lasts, naming the verb and the RBAC to add."""
+    from tests.kubeapi import _Handler
+    from webhook.app import create_app
+
+    forbidden = threading.Event()
+    forbidden.set()
+    fault = _Handler._fault
+    message = FORBIDDEN.replace("cannot list", "cannot watch")
+
+    def watches_forbidden(self: Any) -> bool:
+        if forbidden.is_set() and "watch=" in self.path:
+            self.api.requests.append((self.command, self.path))
+            self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message})
+            return True
+        return bool(fault(self))
+
+    monkeypatch.setattr(_Handler, "_fault", watches_forbidden)
+    api.put("v1", "nodes", node("a"))
+    live = make_live(kubeconfig, resync=1)
+    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+    readyz = create_app(Settings(), cluster=live).test_client()
+
+    def said(text: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if text in r.getMessage() and r.name == "gpu_admission.cluster"]
+
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        wait_for(lambda: lists(api) >= 4, "relists, the watch forbidden meanwhile")
+        (warning,) = said("the node watch is forbidden")
+        assert f"(HTTP 403 Forbidden: {message})" in warning, warning
+        assert "add `watch` to the verbs of the ClusterRole rule for nodes" in warning, warning
+        assert not said("works again"), said("works again")
+        answer = readyz.get("/readyz")
+        assert answer.status_code == 200 and "the node watch is forbidden" in answer.get_json()["warning"]
+        assert "only at each relist, every 1s" in (live.problem() or "")
+        forbidden.clear()  # the RBAC mended
+        wait_for(lambda: bool(said("the node watch is let open again")), "the watch said to be let open again")
+        assert live.problem() is None and "warning" not in readyz.get("/readyz").get_json()
+    finally:
+        live.stop()
+
+
 EXPIRED = {**CREDENTIAL, "status": {"token": "t", "expirationTimestamp": "2000-01-01T00:00:00Z"}}
 """A token the kubernetes client takes for expired at once: it runs the plugin again before each request."""
 

@@ -233,6 +233,8 @@ class LiveCluster:
         """First lists that timed out waiting for an answer: the next waits longer (``_list_read_s``)."""
         self._trouble: tuple[float, str] | None = None
         """(since when, the last error) while the watch fails; None while it works."""
+        self._forbidden: str | None = None
+        """Why the watch is forbidden (a 403 to it), while it is; None once a watch is let open."""
         self.builds = 0
         """Views built since start (for tests and metrics)."""
         self.lists = 0
@@ -251,14 +253,17 @@ class LiveCluster:
 
     def problem(self) -> str | None:
         """What keeps the view from being current, for /readyz: before the first list, how long it has waited and
-        the last error; after it, the watch's last error and since when; None while it works."""
+        the last error; after it, the watch's last error and since when, or that the watch is forbidden (the relists
+        working); None while it works."""
         trouble, now = self._trouble, time.monotonic()
         if not self._synced.is_set():
             waited = f"no node list from {self.description} in {now - self._started_at:.0f}s"
             return f"{waited}: {trouble[1]}" if trouble is not None else f"{waited}: waiting on its answer"
         opened = self._opened_at
         if trouble is None or (opened is not None and now - opened >= WATCH_HELD_S):
-            return None  # a watch open a while, if quiet, works (``_working`` is said once it brings or ends)
+            return (
+                self._forbidden
+            )  # a watch open a while, if quiet, works (``_working`` is said once it brings or ends)
         return f"the node view cannot be refreshed from {self.description} for {now - trouble[0]:.0f}s: {trouble[1]}"
 
     def start(self) -> None:
@@ -375,6 +380,13 @@ class LiveCluster:
                     # node changes reaching the view up to 30 s late.
                     log.info("cluster: the node watch from %s ended (%s); resuming it", self.description, brief(err))
                     backoff.reset()
+                elif phase == "watch" and status == 403:
+                    # RBAC that grants list on nodes and not watch (a ClusterRole made by hand): each relist worked
+                    # and said the watch worked again, the snapshot's age stayed under its alert, and nothing told
+                    delay = max(backoff.next(), _retry_after(err))
+                    self._watch_forbidden(err)
+                    _close(client)
+                    client = None  # a new client reloads credentials, which may be allowed to watch
                 else:
                     delay = max(backoff.next(), _retry_after(err))
                     state = "" if self._synced.is_set() else "; not ready"
@@ -391,6 +403,18 @@ class LiveCluster:
             if delay:
                 self._stop.wait(delay)
         _close(client)
+
+    def _watch_forbidden(self, err: BaseException) -> None:
+        """The API server forbade the watch of nodes, which it lets list: said at WARNING once, and by ``problem``
+        until a watch is let open (``_watch``)."""
+        first = self._forbidden is None
+        self._forbidden = (
+            f"the node watch is forbidden ({brief(err)}): the RBAC lets list nodes and not watch them, so node changes"
+            f" reach the view only at each relist, every {self.resync_seconds}s; add `watch` to the verbs of the"
+            " ClusterRole rule for nodes bound to the webhook's service account (the chart's grants list and watch)"
+        )
+        if first:
+            log.warning("cluster: %s from %s", self._forbidden, self.description)
 
     def _working(self) -> None:
         """A list that the API server answered, or a watch that brought an event or a bookmark or was open
@@ -495,6 +519,9 @@ class LiveCluster:
         self._response = response
         self._watching = True
         self._opened_at = started
+        if self._forbidden is not None:
+            log.info("cluster: the node watch is let open again by %s", self.description)
+            self._forbidden = None
         count = 0
         try:
             if self._stop.is_set():
