@@ -9,10 +9,10 @@ resourceVersion preconditions checked). Faults for tests: ``expire(rv)`` makes w
 ResourceVersionTooLarge), ``drop_watches()`` cuts every open watch stream, ``bookmark_seconds`` sends a BOOKMARK that
 often to watches that ask for them once there is a resourceVersion newer than the one they began from (as
 kube-apiserver's watch cache does: on a quiet collection a watch hears nothing), ``fail_next(n, code)`` answers the next
-n requests with an error, ``hang_up_next(n, stored)`` closes the connection of the next n creates or patches without an
-answer (having stored or patched the object, or not), ``stop()/start()`` take it off the air. ``KubeAPI(tls=(cert, key),
-ca=ca)`` serves HTTPS; ``connections`` counts the connections accepted; ``create_delay`` holds each create that long,
-and ``most_in_flight`` says how many were under way at once.
+n requests (of one method, given ``method``) with an error, ``hang_up_next(n, stored)`` closes the connection of the
+next n creates or patches without an answer (having stored or patched the object, or not), ``stop()/start()`` take it
+off the air. ``KubeAPI(tls=(cert, key), ca=ca)`` serves HTTPS; ``connections`` counts the connections accepted;
+``create_delay`` holds each create that long, and ``most_in_flight`` says how many were under way at once.
 """
 
 from __future__ import annotations
@@ -93,6 +93,8 @@ class KubeAPI:
         self.requests: list[tuple[str, str]] = []
         self.request_headers: list[dict[str, str]] = []  # one per request, as ``requests``
         self._failures: list[int] = []
+        self._failing: str | None = None
+        """The method whose requests ``_failures`` answers; None: any."""
         self.retry_after: int | None = None
         self.server: ThreadingHTTPServer | None = None
         self.port = 0
@@ -189,12 +191,13 @@ class KubeAPI:
                 w.events.put(None)
             self.watches = []
 
-    def fail_next(self, count: int, code: int = 500, retry_after: int | None = None) -> None:
-        """The next ``count`` requests are answered ``code`` (with a Retry-After of that many seconds, when given, as
-        kube-apiserver's priority and fairness answers 429)."""
+    def fail_next(self, count: int, code: int = 500, retry_after: int | None = None, method: str | None = None) -> None:
+        """The next ``count`` requests (of ``method`` alone, when given: a GET refused where a POST is not) are answered
+        ``code`` (with a Retry-After of that many seconds, when given, as kube-apiserver's priority and fairness
+        answers 429)."""
         with self.lock:
             self._failures += [code] * count
-            self.retry_after = retry_after
+            self.retry_after, self._failing = retry_after, method
 
     def clear_failures(self) -> None:
         """The failures ``fail_next`` left unanswered are dropped: the next requests are answered again."""
@@ -392,7 +395,7 @@ class _Handler(BaseHTTPRequestHandler):
         with self.api.lock:
             self.api.requests.append((self.command, self.path))
             self.api.request_headers.append(dict(self.headers.items()))
-            if self.api._failures:
+            if self.api._failures and self.api._failing in (None, self.command):
                 code = self.api._failures.pop(0)
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))  # keep the connection usable
                 extra = {"Retry-After": str(self.api.retry_after)} if self.api.retry_after is not None else {}

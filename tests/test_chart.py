@@ -632,7 +632,7 @@ def test_server_rbac_is_minimal(rendered):
     rules = _rules(objects, "ClusterRole", FULLNAME)
     assert rules == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]},
     ]
     binding = find(objects, "ClusterRoleBinding", FULLNAME)
     deployment = find(objects, "Deployment")

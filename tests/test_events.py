@@ -491,6 +491,38 @@ def test_a_repeat_whose_patch_is_refused_is_told_as_a_patch(kubeapi: KubeAPI, ca
     assert [method for method, _ in kubeapi.requests] == ["POST", "PATCH", "POST"]
 
 
+def test_a_repeat_reads_its_events_count_with_a_get_and_writes_nothing_to_read_it(
+    kubeapi: KubeAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replica that does not know an Event's count (another replica created it) reads it: it did so with a patch of
+    lastTimestamp, a write that changed the Event (a resourceVersion more) under the replicas raising it at once, so
+    that each read made a Conflict for the others. It is a GET, which changes nothing; refused, it is told as a get
+    (the RBAC's verb to add)."""
+    subject = subject_of(stored_pod())
+    ApiSink(configured(kubeapi)).send(event_body(subject, "default", "trainer", CHECKED, "a"))
+    (made,) = kubeapi.list("v1", "events", "default")
+    other = events.Sender(ApiSink(configured(kubeapi), backoff=0.001))
+    with caplog.at_level("WARNING", logger="gpu_admission.events"):
+        kubeapi.fail_next(1, 403, method="GET")
+        other.deliver(event_body(subject, "default", "trainer", CHECKED, "b"))
+    (kept,) = kubeapi.list("v1", "events", "default")
+    assert kept == made and (other.sent, other.failed) == (0, 1)
+    assert (
+        caplog.records[-1]
+        .getMessage()
+        .startswith("cannot raise the count of the CUDAChecked event on default/trainer (get): HTTP 403 Forbidden")
+    )
+    del kubeapi.requests[:]
+    other.deliver(event_body(subject, "default", "trainer", CHECKED, "b"))
+    item = f"{EVENTS}/{made['metadata']['name']}"
+    assert kubeapi.requests == [("POST", EVENTS), ("GET", item), ("PATCH", item)]
+    (raised,) = kubeapi.list("v1", "events", "default")
+    assert (raised["count"], int(raised["metadata"]["resourceVersion"])) == (
+        2,
+        int(made["metadata"]["resourceVersion"]) + 1,
+    )
+
+
 def test_the_api_servers_ca_read_again_when_its_file_changes(tmp_path: Any) -> None:
     """The cluster's CA rotated: the kubelet rewrites the mounted ca.crt, and a new connection trusts what it says
     now (the context was built once, and every Event failed until a restart; found by a review)."""
@@ -752,26 +784,28 @@ def test_repeats_over_kept_alive_connections_the_server_closed_raise_one_events_
         *[("PATCH", item)] * 6,  # each repeat: hung up, then raised on a new connection
         ("POST", EVENTS),  # "first"
         *[("POST", EVENTS)] * 2,  # hung up, then AlreadyExists
-        *[("PATCH", item)] * 2,  # the count read (lastTimestamp alone), then raised
+        ("GET", item),  # the count read, with nothing written
+        ("PATCH", item),  # then raised
     ]
     assert kubeapi.connections == 6
 
 
 @pytest.mark.parametrize(
-    ("fault", "before", "count", "patches"),
+    ("fault", "before", "count", "raises"),
     [
-        pytest.param("hang-up", True, 2, 2, id="hung-up-repeat"),
-        pytest.param("500", True, 2, 2, id="500-repeat"),
-        pytest.param("hang-up-created", False, 1, 1, id="hung-up-once-created"),
+        pytest.param("hang-up", True, 2, 1, id="hung-up-repeat"),
+        pytest.param("500", True, 2, 1, id="500-repeat"),
+        pytest.param("hang-up-created", False, 1, 0, id="hung-up-once-created"),
     ],
 )
 def test_a_create_tried_again_that_meets_already_exists_reads_whose_it_is(
-    kubeapi: KubeAPI, fault: str, before: bool, count: int, patches: int
+    kubeapi: KubeAPI, fault: str, before: bool, count: int, raises: int
 ) -> None:
     """Found by a review: a create whose first try was closed while idle, answered 500, or hung up once done (its
-    answer lost), met AlreadyExists on its retry and was taken as the first try's doing. The Event is read (a patch
-    of lastTimestamp alone): count 1 and the body's own firstTimestamp is the first try's, sent once; else (made
-    before, by another replica or before this sink forgot it) its count is raised."""
+    answer lost), met AlreadyExists on its retry and was taken as the first try's doing. The Event is read (a GET,
+    which writes nothing: it was a patch of lastTimestamp alone): count 1 and the body's own firstTimestamp is the
+    first try's, sent once; else (made before, by another replica or before this sink forgot it) its count is
+    raised."""
     subject = subject_of(stored_pod())
     if before:
         ApiSink(configured(kubeapi)).send(event_body(subject, "default", "trainer", CHECKED, "i", now=1_800_000_000))
@@ -787,7 +821,7 @@ def test_a_create_tried_again_that_meets_already_exists_reads_whose_it_is(
     (stored,) = [e for e in kubeapi.list("v1", "events", "default") if e["involvedObject"]["name"] == "trainer"]
     assert (stored["count"], stored["lastTimestamp"]) == (count, "2027-01-15T08:05:00Z")
     item = f"{EVENTS}/{body['metadata']['name']}"
-    assert kubeapi.requests == [("POST", EVENTS), ("POST", EVENTS), *[("PATCH", item)] * patches]  # read, raised
+    assert kubeapi.requests == [("POST", EVENTS), ("POST", EVENTS), ("GET", item), *[("PATCH", item)] * raises]
     kubeapi.hang_up_next(1)  # the next repeat: a PATCH of the count read, tried again
     sink.send(event_body(subject, "default", "trainer", CHECKED, "i", now=1_800_000_600))
     (stored,) = [e for e in kubeapi.list("v1", "events", "default") if e["involvedObject"]["name"] == "trainer"]

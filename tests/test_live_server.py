@@ -196,15 +196,18 @@ def test_the_servers_cluster_role_grants_what_it_asks_and_no_more(tmp_path: Path
     env = {"KUBECONFIG": api.kubeconfig(str(tmp_path / "kubeconfig")), "KUBERNETES_SERVICE_HOST": ""}
     with serve(tmp_path, nodes=None, workers=1, env=env) as server:
         client = server.client()
-        for count in (1, 2):  # the same report again once the first is created: its Event's count raised (a patch;
+        for count in (1, 3):  # the same report again once the first is created: its Event's count raised (a patch;
             # two reports the relay reads at once from its pipe would go as one create of count 2)
+            if count == 3:  # another replica raised it meanwhile: this raise meets a Conflict, and the count is read
+                (made,) = api.list("v1", "events", "default")  # (a get) and raised from 2
+                api.put("v1", "events", {**made, "count": 2})
             status, body = client.post("/validate", review(gpu_pod(image=CUDA_12_6_IMAGE), name="trainer"))
             assert status == 200 and body["response"]["allowed"], body
             deadline = time.monotonic() + 15
             while time.monotonic() < deadline and [e["count"] for e in api.list("v1", "events", "default")] != [count]:
                 time.sleep(0.1)
     used = {found for method, path in api.requests if (found := _verb(method, path))}
-    assert {("", "events", "create"), ("", "events", "patch"), ("", "nodes", "watch")} <= used, used
+    assert {("", "events", "create"), ("", "events", "get"), ("", "events", "patch"), ("", "nodes", "watch")} <= used
     (role,) = [o for o in template() if o["kind"] == "ClusterRole" and o["metadata"]["name"] == FULLNAME]
     granted = {
         (group, resource, verb)

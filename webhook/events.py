@@ -11,8 +11,8 @@ worker's interpreter lock for it (an Event sent to the API costs more CPU than t
 15.), and the Events a stopping worker has written still go out. In one process (tests, the Flask test client)
 the request puts the body on a bounded queue whose daemon thread sends it (``EventQueue``). A full pipe or queue
 drops the Event and counts it; it never blocks a request. Sinks: the API (core v1 Events through the
-``kubernetes`` client; RBAC: core ``events`` ``create`` and ``patch``: the same report about the same object again
-raises its Event's count, ``ApiSink.send``) or the log (development, no cluster access).
+``kubernetes`` client; RBAC: core ``events`` ``create``, ``get`` and ``patch``: the same report about the same object
+again raises its Event's count, ``ApiSink.send``) or the log (development, no cluster access).
 """
 
 from __future__ import annotations
@@ -258,16 +258,21 @@ failed: each time the Event changed in between (another replica raised its count
 CONFLICT_PAUSE_S = 0.01
 """The window of the random pause before a count is read again after the second Conflict of a repeat, doubled with
 each one after (six: at most 0.63 s in all): replicas that a controller's retries reach at once raise the same Event at
-once, and the one whose raise lands first changes it under the others; each read (a patch) changes it too. Read and
+once, and the one whose raise lands first changes it under the others (a read, a GET, changes nothing). Read and
 raised again at once, three replicas ran out of tries and counted an Event failed though the API was healthy (a
 review's finding); at random moments, each in turn finds it unchanged."""
 
 
 class NotRaised(Exception):
-    """A repeat's Event could not have its count raised: a patch of it failed (``__cause__``: how). Told apart from
-    a failed create in the log, which names the patch: RBAC managed outside the chart, or a ClusterRole from before
-    repeats were counted, grants ``create`` on Events and not ``patch``, and every repeat was told as a create that
-    failed, the verb only in the quoted answer (found by a review)."""
+    """A repeat's Event could not have its count raised: a read (``get``) or a patch of it failed (``__cause__``:
+    how; ``verb``: which). Told apart from a failed create in the log, which names the verb: RBAC managed outside the
+    chart, or a ClusterRole from before repeats were counted, grants ``create`` on Events and not ``get`` or
+    ``patch``, and every repeat was told as a create that failed, the verb only in the quoted answer (found by a
+    review)."""
+
+    def __init__(self, message: str, verb: str = "patch") -> None:
+        super().__init__(message)
+        self.verb = verb
 
 
 class _Direct:
@@ -390,24 +395,28 @@ class ApiSink:
             mine = self._threads.direct = self.direct.apart()
         return mine
 
-    def _headers(self, content_type: str) -> dict[str, str]:
-        headers = {**self.client.default_headers, "Content-Type": content_type, "Accept": JSON_TYPE}
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {**self.client.default_headers, "Accept": JSON_TYPE}
+        if content_type:
+            headers["Content-Type"] = content_type
         for auth in self.client.configuration.auth_settings().values():
             if auth.get("in") == "header" and auth.get("value"):
                 headers[auth["key"]] = auth["value"]
         return headers
 
-    def _request(self, method: str, path: str, where: dict[str, str], payload: JSON, content_type: str) -> bytes:
-        """One request to ``path`` (its ``{namespace}`` and ``{name}`` from ``where``): the answer's body, or an
-        ``ApiException`` with its status (and Retry-After) when it is not a success."""
+    def _request(
+        self, method: str, path: str, where: dict[str, str], payload: JSON | None, content_type: str | None
+    ) -> bytes:
+        """One request to ``path`` (its ``{namespace}`` and ``{name}`` from ``where``), with ``payload`` as its body
+        (None: none, a GET): the answer's body, or an ``ApiException`` with its status (and Retry-After) when it is
+        not a success."""
         from kubernetes.client.exceptions import ApiException
 
         direct = self._here()
         if direct is not None:
             url = path.format(**{key: quote(value, safe="") for key, value in where.items()})
-            status, reason, data, head = direct.request(
-                method, url, compact_json(payload).encode(), self._headers(content_type)
-            )
+            sent = b"" if payload is None else compact_json(payload).encode()
+            status, reason, data, head = direct.request(method, url, sent, self._headers(content_type))
             if not 200 <= status <= 299:
                 err = ApiException(status=status, reason=reason)
                 err.body = data[:4096].decode("utf-8", "replace")  # its Status's message is logged (``_short_error``)
@@ -419,7 +428,7 @@ class ApiSink:
             method=method,
             resource_path=path,
             path_params=where,
-            header_params={"Content-Type": content_type, "Accept": JSON_TYPE},
+            header_params={"Accept": JSON_TYPE, **({"Content-Type": content_type} if content_type else {})},
             body=payload,
             auth_settings=["BearerToken"],
             _host=self.host,
@@ -431,7 +440,7 @@ class ApiSink:
         return bytes(data)
 
     def _exchange(
-        self, method: str, path: str, where: dict[str, str], payload: JSON, content_type: str
+        self, method: str, path: str, where: dict[str, str], payload: JSON | None, content_type: str | None
     ) -> bytes | None:
         """``_request``, tried again as a failure calls for: at once on a new connection when a kept-alive one broke
         (``http1.Stale``), after a pause (or the answer's Retry-After) for a status of RETRY_STATUSES or a connection
@@ -472,10 +481,11 @@ class ApiSink:
         the same object made before, by this relay or another replica's), raise its ``count`` by the body's (1, or the
         repeats the relay read at once: ``Sender.deliver_all``), set its ``lastTimestamp`` to the body's and its
         ``reportingInstance`` to this replica, as client-go's recorder does with a repeat. The count raised is the one
-        this sink left it at (``_counts``: the answer to its create or to its last raise), else the one read from the
-        answer to a patch of ``lastTimestamp`` alone (the webhook's RBAC grants ``patch`` on Events, not ``get``); the
-        patch that raises it names the resourceVersion that count was read at, so that a change in between (another
-        replica raising it) is a Conflict, and the count is read again (after a random pause from the second on:
+        this sink left it at (``_counts``: the answer to its create or to its last raise), else the one a GET of the
+        Event reads (a read that writes nothing: it was a patch of ``lastTimestamp`` alone, a write that changed the
+        Event under the other replicas raising it at once, a Conflict more for each of them); the patch that raises
+        it names the resourceVersion that count was read at, so that a change in between (another replica raising
+        it) is a Conflict, and the count is read again (after a random pause from the second on:
         CONFLICT_PAUSE_S). An Event gone meanwhile (its TTL, an hour by default) is created again.
 
         A write tried again that meets a Conflict (its kept-alive connection closed while idle, as the apiserver does
@@ -509,10 +519,10 @@ class ApiSink:
                         return
                     create, lost = False, {k: body.get(k) for k in OWN_FIRST}  # made by the first try, or before?
                 if known is None:
-                    event = _event_in(self._patch(where, {"lastTimestamp": stamp}))
+                    event = _event_in(self._read(where))
                     known = _count_of(event)
                     if known is None:
-                        raise NotRaised("the API server's answer to a patch of the Event holds no count")
+                        raise NotRaised("the API server's answer to a read of the Event holds no count", "get")
                     if lost is not None and all(event.get(k) == v for k, v in lost.items()):
                         self._counts.keep(key, known)  # the first try of the lost write was applied
                         return
@@ -537,15 +547,24 @@ class ApiSink:
             conflicts += status == 409
         raise NotRaised(f"the Event changed {REPEAT_TRIES} times while its count was raised")
 
+    def _read(self, where: dict[str, str]) -> bytes | None:
+        """``_exchange`` of a GET of the Event; a failure other than its being gone (404) is ``NotRaised``."""
+        return self._on_event("GET", where, None, None)
+
     def _patch(self, where: dict[str, str], payload: JSON) -> bytes | None:
         """``_exchange`` of a merge patch of the Event; a failure other than its being gone (404) or changed (409) is
         ``NotRaised``."""
+        return self._on_event("PATCH", where, payload, MERGE_PATCH)
+
+    def _on_event(
+        self, method: str, where: dict[str, str], payload: JSON | None, content_type: str | None
+    ) -> bytes | None:
         try:
-            return self._exchange("PATCH", EVENT_PATH, where, payload, MERGE_PATCH)
+            return self._exchange(method, EVENT_PATH, where, payload, content_type)
         except Exception as err:
             if getattr(err, "status", None) in (404, 409):
                 raise
-            raise NotRaised(_short_error(err)) from err
+            raise NotRaised(_short_error(err), "get" if method == "GET" else "patch") from err
 
 
 class _Counts:
@@ -714,11 +733,11 @@ class Sender:
     def _tell_failed(self, body: JSON, err: Exception) -> None:
         """A warning at the first failure of a kind (a create's or a patch's, an HTTP status, an exception type), then
         at most one per FULL_TELL_S with how many failed so since: an API that refuses (403: no RBAC) or is down fails
-        every Event, and a line each would flood the log. A repeat's count not raised names the patch (``NotRaised``):
-        its RBAC is ``patch``, not ``create``."""
-        doing, verb = ("raise the count of", " (patch)") if isinstance(err, NotRaised) else ("create", "")
+        every Event, and a line each would flood the log. A repeat's count not raised names the verb that failed
+        (``NotRaised``: a get or a patch): its RBAC is that verb, not ``create``."""
+        doing, verb = ("raise the count of", f" ({err.verb})") if isinstance(err, NotRaised) else ("create", "")
         cause = err.__cause__ if isinstance(err, NotRaised) and isinstance(err.__cause__, Exception) else err
-        count = self._failures.count(f"{doing} {type(cause).__name__} {getattr(cause, 'status', '')}".strip())
+        count = self._failures.count(f"{doing}{verb} {type(cause).__name__} {getattr(cause, 'status', '')}".strip())
         if count is None:
             return
         involved = as_dict(body.get("involvedObject"))
