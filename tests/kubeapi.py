@@ -3,8 +3,9 @@
 It keeps objects by collection path, hands out resourceVersions, and serves: discovery (``/api``, ``/apis``,
 ``/api/v1``, ``/apis/<group>/<version>``), list (with ``labelSelector`` / ``fieldSelector`` equality), watch
 (``?watch=true`` from a resourceVersion, streamed as JSON lines), get, create (``generateName`` included), replace,
-patch (merge, a resourceVersion in it a precondition; strategic-merge treated as merge; JSON patch) and delete (uid and
-resourceVersion preconditions checked). Faults for tests: ``expire(rv)`` makes watches from an older resourceVersion get
+patch (merge, a resourceVersion in it a precondition; strategic-merge treated as merge; JSON patch; one that changes
+nothing keeps the resourceVersion, as kube-apiserver's) and delete (uid and resourceVersion preconditions checked).
+Faults for tests: ``expire(rv)`` makes watches from an older resourceVersion get
 410 Gone, ``restore(rv)`` sets the resourceVersion back as an etcd restore does (a watch from a later one gets 504
 ResourceVersionTooLarge), ``drop_watches()`` cuts every open watch stream, ``bookmark_seconds`` sends a BOOKMARK that
 often to watches that ask for them once there is a resourceVersion newer than the one they began from (as
@@ -593,7 +594,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self._send(409, _status(409, "Conflict", "the object has been modified; please apply your changes"))
                     return
                 patched = _merge(current, body)
-            stored = self.api.put(gv, resource, patched, namespace)
+            # a patch that changes nothing is no write: kube-apiserver keeps the resourceVersion and tells no watch
+            stored = current if patched == current else self.api.put(gv, resource, patched, namespace)
             if hang_up:
                 self.close_connection = True
                 return

@@ -890,6 +890,38 @@ def test_the_same_name_in_two_namespaces_is_two_events(kubeapi: KubeAPI) -> None
     assert [e["count"] for e in kubeapi.list("v1", "events")] == [1, 1]
 
 
+@pytest.mark.parametrize(
+    ("content_type", "patch"),
+    [
+        pytest.param("application/merge-patch+json", {"count": 1, "reason": "CUDAChecked"}, id="merge"),
+        pytest.param("application/json-patch+json", [{"op": "replace", "path": "/count", "value": 1}], id="json"),
+    ],
+)
+def test_the_stand_in_api_keeps_the_resource_version_of_a_patch_that_changes_nothing(
+    kubeapi: KubeAPI, content_type: str, patch: Any
+) -> None:
+    """kube-apiserver writes nothing for an update that changes nothing (the resourceVersion stays, no watch hears of
+    it); the stand-in made each such patch a write, so a test of replicas raising one Event saw Conflicts no apiserver
+    makes. A patch that changes the Event is a write."""
+    body = event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i")
+    ApiSink(configured(kubeapi)).send(body)
+    (made,) = kubeapi.list("v1", "events", "default")
+    direct = events._Direct(configured(kubeapi).configuration, 5.0)
+    item = f"{EVENTS}/{made['metadata']['name']}"
+    headers = {"Content-Type": content_type}
+    status, _, answer, _ = direct.request("PATCH", item, json.dumps(patch).encode(), headers)
+    assert (status, json.loads(answer)) == (200, made)
+    assert kubeapi.list("v1", "events", "default") == [made] and kubeapi.log[-1][3] == made
+    changed = {"count": 2} if isinstance(patch, dict) else [{**patch[0], "value": 2}]
+    status, _, answer, _ = direct.request("PATCH", item, json.dumps(changed).encode(), headers)
+    version = int(made["metadata"]["resourceVersion"]) + 1
+    assert (status, json.loads(answer)["count"], json.loads(answer)["metadata"]["resourceVersion"]) == (
+        200,
+        2,
+        str(version),
+    )
+
+
 @pytest.mark.parametrize("replicas", [3, 5])
 def test_replicas_raising_one_event_at_once_count_every_repeat(kubeapi: KubeAPI, replicas: int) -> None:
     """Found by a review: replicas that a controller's retries reach at once raise the same Event at once; each
