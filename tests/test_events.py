@@ -879,6 +879,34 @@ def test_the_relay_sends_the_same_event_read_at_once_as_one(kubeapi: KubeAPI) ->
     assert kubeapi.requests == [("PATCH", f"{EVENTS}/{repeated[0]['metadata']['name']}")]
 
 
+def test_the_queue_sends_the_same_event_taken_at_once_as_one(kubeapi: KubeAPI) -> None:
+    """Where there is no relay (an app that sends its own Events), the queue's thread sent each Event in turn: the same
+    Event four times was a create and three PATCHes, each a moment for another replica's raise to meet a Conflict. What
+    it takes at once goes as the relay's does: one create of count four, then one raise by as many."""
+    counted: list[str] = []
+    queued = EventQueue(ApiSink(configured(kubeapi)), counted=counted.append, linger=0.3)
+    subject = subject_of(stored_pod())
+    repeated = [event_body(subject, "default", "trainer", CHECKED, "i", now=1_800_000_000 + n) for n in range(4)]
+    other = event_body(subject_of(stored_pod("other")), "default", "other", CHECKED, "i")
+    for body in [*repeated, other]:
+        assert queued.submit(body)
+    assert queued.drain(10)
+    stored = {e["involvedObject"]["name"]: e for e in kubeapi.list("v1", "events", "default")}
+    assert {name: e["count"] for name, e in stored.items()} == {"trainer": 4, "other": 1}
+    assert (stored["trainer"]["firstTimestamp"], stored["trainer"]["lastTimestamp"]) == (
+        "2027-01-15T08:00:00Z",
+        "2027-01-15T08:00:03Z",
+    )
+    assert kubeapi.requests == [("POST", EVENTS)] * 2 and counted == ["sent"] * 5
+    del kubeapi.requests[:]
+    for body in repeated[:3]:
+        assert queued.submit(body)
+    assert queued.drain(10)
+    (trainer,) = [e for e in kubeapi.list("v1", "events", "default") if e["involvedObject"]["name"] == "trainer"]
+    assert trainer["count"] == 7 and queued.sent == 8
+    assert kubeapi.requests == [("PATCH", f"{EVENTS}/{repeated[0]['metadata']['name']}")]
+
+
 def test_the_same_name_in_two_namespaces_is_two_events(kubeapi: KubeAPI) -> None:
     """An Event's name is per namespace: read at once, the Events of two objects of one name and no uid go to each
     one's namespace, each of count 1, not one of count 2."""

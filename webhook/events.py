@@ -695,10 +695,11 @@ class Sender:
         except Exception:
             log.exception("cannot count an event as %s", result)
 
-    def deliver_all(self, bodies: list[JSON]) -> None:
-        """Send ``bodies`` (what the relay read at once), up to the sink's ``concurrency`` at a time, from as many
-        threads (started at the first batch: each keeps its connection); return when every one is sent or failed,
-        and counted. A sink that sends one at a time sends in this thread, each body as it is.
+    def deliver_all(self, bodies: list[JSON], spread: bool = True) -> None:
+        """Send ``bodies`` (what the relay, or an ``EventQueue``, read at once), up to the sink's ``concurrency`` at
+        a time, from as many threads (started at the first batch: each keeps its connection; ``spread`` False: in
+        this thread, one after another, as an ``EventQueue``'s one thread sends); return when every one is sent or
+        failed, and counted. A sink that sends one at a time sends in this thread, each body as it is.
 
         The same Event read several times (a controller's retries, ``event_name``) goes once, its count that many
         (``_merged``): sent each in turn, it cost a PATCH each, and each raise was a moment for another replica's
@@ -708,12 +709,16 @@ class Sender:
             for body in bodies:
                 self.deliver(body)
             return
-        if self._senders is None:
-            self._senders = ThreadPoolExecutor(width, "gpu-adm-events")
         runs: dict[tuple[str, str], list[JSON]] = {}
         for body in bodies:
             meta = as_dict(body.get("metadata"))
             runs.setdefault((as_str(meta.get("namespace")), as_str(meta.get("name"))), []).append(body)
+        if not spread:
+            for run in runs.values():
+                self.deliver(_merged(run), len(run))
+            return
+        if self._senders is None:
+            self._senders = ThreadPoolExecutor(width, "gpu-adm-events")
         for _ in self._senders.map(lambda run: self.deliver(_merged(run), len(run)), runs.values()):
             pass
 
@@ -763,7 +768,10 @@ class EventQueue(Sender):
 
     Woken by an Event, the thread waits ``linger`` seconds before it sends, then sends all that came meanwhile: a
     burst of pod creates wakes it once per ``linger`` instead of once per pod (a wake-up, its context switches and
-    its turn at the GIL cost more than a LogSink line), and an Event is ``linger`` late at most.
+    its turn at the GIL cost more than a LogSink line), and an Event is ``linger`` late at most. What it takes at once
+    goes as the relay sends what it reads at once (``Sender.deliver_all``, in this one thread): the same Event
+    several times is one create of that count, or one raise by as many (sent in turn, it was a create and a PATCH
+    per repeat).
     """
 
     def __init__(
@@ -800,6 +808,8 @@ class EventQueue(Sender):
         if self._pid != os.getpid():
             self._reset()  # a forked child: the parent's thread and queue are not ours
         try:
+            if self._queue.unfinished_tasks > self.maxsize:  # the Events taken to go with the one being sent wait too
+                raise queue.Full
             self._queue.put_nowait(body)
         except queue.Full:
             self._count("dropped")
@@ -822,15 +832,22 @@ class EventQueue(Sender):
                 continue
             if self.linger > 0:
                 time.sleep(self.linger)
-            while True:
+            batch = [body, *self._waiting()]
+            while batch:
                 try:
-                    self.deliver(body)
+                    self.deliver_all(batch, spread=False)
                 finally:
-                    self._queue.task_done()
-                try:
-                    body = self._queue.get_nowait()
-                except queue.Empty:
-                    break
+                    for _ in batch:
+                        self._queue.task_done()
+                batch = self._waiting()
+
+    def _waiting(self) -> list[JSON]:
+        """Every Event queued now, taken off the queue."""
+        taken = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                taken.append(self._queue.get_nowait())
+        return taken
 
     def pending(self) -> int:
         return self._queue.unfinished_tasks
