@@ -1033,45 +1033,63 @@ def _given_maps(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]
     }
 
 
-def test_a_label_or_annotation_given_as_true_or_digits_is_written_as_text(validate):
-    """--set podLabels.spot=true (or =5) reached the pods as a bool (an integer), which the API server refuses in a
-    label or an annotation; the schema refused it before that, saying 'got boolean, want string'. Each is written as
-    text, wherever the chart writes a map the user gives, and every object is one Kubernetes takes."""
+def test_a_label_or_annotation_given_as_text_is_written_as_given_wherever_the_chart_takes_one(validate):
+    """--set-string podLabels.spot=true (and a quoted "0123" in a values file) reach every object that takes the map
+    as the text given, and every object is one Kubernetes takes."""
     on = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "grafanaDashboard.enabled=true"]
     fields = list(_given_maps(template(*on)))
-    given = [a for field in fields for a in ("--set", f"{field}.example\\.com/on=true", "--set", f"{field}.n=5")]
+    given = [
+        a
+        for field in fields
+        for a in ("--set-string", f"{field}.example\\.com/on=true", "--set-string", f"{field}.n=0123")
+    ]
     objects = template(*on, *given)
     for field, maps in _given_maps(objects).items():
         assert maps, field
         for found in maps:
-            assert (found["example.com/on"], found["n"]) == ("true", "5"), field
+            assert (found["example.com/on"], found["n"]) == ("true", "0123"), field
     for obj in objects:
         if obj["kind"] not in CRD_KINDS:
             error = validate(json.dumps(obj, sort_keys=True), KUBERNETES_VERSIONS[-1])
             assert not error, f"{obj['kind']}/{obj['metadata']['name']}: {error}"
 
 
-@pytest.mark.parametrize("field", ["podLabels", "jobPodAnnotations", "grafanaDashboard.labels"])
-def test_a_label_or_annotation_of_digits_must_be_quoted_in_a_values_file(tmp_path, field):
-    """A number in a values file is not the text written (0123 is read as 83): refused, saying to quote it."""
+@pytest.mark.parametrize(
+    ("field", "written", "read_as"),
+    [
+        pytest.param("podLabels", "yes", "a boolean", id="yes"),
+        pytest.param("podAnnotations", "off", "a boolean", id="off"),
+        pytest.param("jobPodLabels", "n", "a boolean", id="n"),
+        pytest.param("jobPodAnnotations", "0123", "a number", id="octal"),
+        pytest.param("serviceAccount.annotations", "true", "a boolean", id="true"),
+        pytest.param("metrics.serviceMonitor.labels", "1.10", "a number", id="float"),
+        pytest.param("grafanaDashboard.labels", "5", "a number", id="digits"),
+    ],
+)
+def test_a_label_or_annotation_a_values_file_gives_unquoted_as_a_boolean_or_number_is_refused(
+    tmp_path, field, written, read_as
+):
+    """YAML 1.1 reads yes, no, on, off, y and n as booleans, and digits as a number (0123 as 83): the chart wrote them
+    as "true", "false" and "83", not what was written. It cannot tell them from --set's, so it refuses them, saying
+    how to give the value as text."""
     values = tmp_path / "values.yaml"
     *parents, last = field.split(".")
     text = "".join(f"{'  ' * i}{p}:\n" for i, p in enumerate(parents)) + f"{'  ' * len(parents)}{last}:\n"
-    values.write_text(text + f"{'  ' * (len(parents) + 1)}team: 0123\n")
-    proc = helm(
-        "template",
-        RELEASE,
-        str(CHART),
-        "-n",
-        NAMESPACE,
-        "--set",
-        "grafanaDashboard.enabled=true",
-        "-f",
-        str(values),
-        check=False,
-    )
-    assert proc.returncode != 0 and f"{field}: team: quote its value in your values file" in proc.stderr, proc.stderr
-    assert "read a number there, 83," in proc.stderr
+    values.write_text(text + f"{'  ' * (len(parents) + 1)}team: {written}\n")
+    on = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "grafanaDashboard.enabled=true"]
+    proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, *on, "-f", str(values), check=False)
+    assert proc.returncode != 0 and f"{field}: team: " in proc.stderr, proc.stderr
+    assert f"was read as {read_as}, not as text" in proc.stderr, proc.stderr
+    assert 'quote it in your values file (team: "...")' in proc.stderr and "--set-string" in proc.stderr
+
+
+@pytest.mark.parametrize("given", ["true", "5"])
+def test_a_label_given_by_set_as_true_or_digits_is_refused_saying_to_use_set_string(given):
+    """--set podLabels.spot=true is read as a boolean, as a values file's yes is: refused alike, not written."""
+    proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, "--set", f"podLabels.spot={given}", check=False)
+    assert proc.returncode != 0 and "podLabels: spot: " in proc.stderr and "--set-string" in proc.stderr, proc.stderr
+    objects = template("--set-string", f"podLabels.spot={given}")
+    assert _pod_metadata(find(objects, "Deployment"))["labels"]["spot"] == given
 
 
 def _server(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -1183,10 +1201,8 @@ def test_an_image_tag_of_digits_must_be_quoted_in_a_values_file(tmp_path, tag, r
     values.write_text(f"image: {{tag: {tag}}}\n")
     proc = helm("template", RELEASE, str(CHART), "-f", str(values), check=False)
     assert proc.returncode != 0
-    assert (
-        f'image.tag: quote it in your values file (tag: "0123"): YAML read it as a number, {read}, not as the text'
-        " written (0123 is read as 83, 2.0 as 2, 20240101 as 2.0240101e+07); --set image.tag=0123 takes it as written"
-    ) in proc.stderr, proc.stderr
+    assert f"image.tag: {read} was read as a number, not as text" in proc.stderr, proc.stderr
+    assert 'quote it in your values file (tag: "...")' in proc.stderr, proc.stderr
     values.write_text(f'image: {{tag: "{tag}"}}\n')
     for where, spec in pod_specs(template("-f", str(values))):
         for container in spec["containers"]:

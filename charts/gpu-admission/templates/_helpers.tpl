@@ -97,12 +97,12 @@ would bind the server's ClusterRole (read every Node, write Events) to every pod
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
 {{- else }}
 {{- /* A tag of digits alone given by --set (image.tag=123) comes as an integer (int64): written as given (found by a
-review). A number in a values file comes as a float64, which is not the tag as written (0123 is read as 83, 20240101
-is written 2.0240101e+07, 2.0 is 2): refused, as the schema's "integer" cannot (found by a review of that fix). */}}
+review). Any other value that is not text is refused (gpu-admission.text): a number in a values file is not the tag
+as written (0123 is read as 83, 20240101 as 2.0240101e+07, 2.0 as 2), as the schema's "integer" cannot tell. */}}
 {{- $tag := .Values.image.tag }}
 {{- if kindIs "invalid" $tag }}{{ $tag = "" }}{{ end }}
-{{- if not (or (kindIs "string" $tag) (kindIs "int64" $tag)) }}
-{{- fail (printf "image.tag: quote it in your values file (tag: \"0123\"): YAML read it as a number, %v, not as the text written (0123 is read as 83, 2.0 as 2, 20240101 as 2.0240101e+07); --set image.tag=0123 takes it as written" $tag) }}
+{{- if not (kindIs "int64" $tag) }}
+{{- include "gpu-admission.text" (dict "field" "image.tag" "key" "tag" "value" $tag) }}
 {{- end }}
 {{- printf "%s:%s" .Values.image.repository (toString $tag | default .Chart.AppVersion) }}
 {{- end }}
@@ -491,9 +491,8 @@ Adds a map of labels or annotations the user gave (podLabels, jobPodAnnotations,
 to `own`, the chart's own keys on the same object, in place: (dict "field" NAME "given" MAP "own" DICT "on" WHERE
 ["defaults" DICT]). A key the chart writes itself is refused, not written twice (kustomize and Argo CD refuse a key
 given twice; kubectl and helm keep either). `defaults` are the chart's keys a user may replace; a key given null is
-dropped, a default's included. Each value is written as text, which the API server requires of a label or an
-annotation: --set reads true, false and digits as a bool or an integer (--set podLabels.spot=true), written as given.
-A number in a values file comes as a float64, not as written (0123 is read as 83, 1.10 as 1.1): refused.
+dropped, a default's included. Each value must be text, as the API server requires of a label or an annotation
+(gpu-admission.text).
 */}}
 {{- define "gpu-admission.addGiven" -}}
 {{- $given := .given | default dict }}
@@ -506,10 +505,23 @@ A number in a values file comes as a float64, not as written (0123 is read as 83
 {{- if not (hasKey $given $key) }}{{ $_ := set $.own $key $value }}{{ end }}
 {{- end }}
 {{- range $key, $value := $given }}
-{{- if kindIs "float64" $value }}
-{{- fail (printf "%s: %s: quote its value in your values file (%s: \"...\"): a label's or an annotation's value is text, and YAML read a number there, %v, not the text written (0123 is read as 83, 1.10 as 1.1); --set takes it as written" $.field $key $key $value) }}
+{{- if not (kindIs "invalid" $value) }}
+{{- include "gpu-admission.text" (dict "field" (printf "%s: %s" $.field $key) "key" $key "value" $value) }}
+{{- $_ := set $.own $key $value }}
 {{- end }}
-{{- if not (kindIs "invalid" $value) }}{{ $_ := set $.own $key (toString $value) }}{{ end }}
+{{- end }}
+{{- end }}
+
+{{- /*
+Refuses a value that must be text and is not: (dict "field" WHERE "key" KEY "value" VALUE). YAML reads yes, no, on,
+off, y, n, true and false in a values file as a boolean and digits as a number (0123 as 83, 1.10 as 1.1), and --set
+reads true, false and digits so: what was written is lost, and the chart cannot tell a file's `yes` from --set
+x=true, so it writes nothing it was not given as text (the schema takes booleans and numbers, so that this message,
+not 'got boolean, want string', is what a user reads).
+*/}}
+{{- define "gpu-admission.text" -}}
+{{- if not (kindIs "string" .value) }}
+{{- fail (printf "%s: %v was read as %s, not as text (in a values file YAML reads yes, no, on, off, y and n as booleans and 0123 as the number 83; --set reads true, false and digits so): give it as text: quote it in your values file (%s: \"...\"), or pass it with --set-string instead of --set (with --set-json, a JSON string)" .field .value (ternary "a boolean" "a number" (kindIs "bool" .value)) .key) }}
 {{- end }}
 {{- end }}
 
