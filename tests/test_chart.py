@@ -967,6 +967,25 @@ def test_an_upgrade_reusing_the_values_of_an_old_release_renders_what_kubernetes
         assert not error, f"{obj['kind']}/{obj['metadata']['name']}: {error}"
 
 
+def test_an_upgrade_reusing_the_values_of_an_old_release_mounts_the_registry_ca_given_under_its_default_key(
+    tmp_path, validate
+):
+    """--reuse-values over a release made before registryCA, with --set registryCA.configMapName: the values hold no
+    registryCA.key, and the ConfigMap volume's item read {key: , path: ca.crt}, which the API server refuses. It is
+    values.yaml's ca.crt, in the server's pods and the config check's."""
+    given = ["--set", "registryCA.configMapName=corp-ca", "--set", "config.cuda.registry.enabled=true"]
+    proc = _with_values_of_an_old_release(tmp_path, *given)
+    assert proc.returncode == 0, proc.stderr
+    objects = [d for d in yaml.load_all(proc.stdout, Loader=StrictLoader) if d]
+    default = yaml.safe_load((CHART / "values.yaml").read_text())["registryCA"]["key"]
+    pods = [find(objects, "Deployment"), find(objects, "Job", f"{FULLNAME}-config-check")]
+    for pod in pods:
+        volumes = {v["name"]: v for v in dig(pod, "spec", "template", "spec")["volumes"]}
+        assert volumes["registry-ca"]["configMap"]["items"] == [{"key": default, "path": "ca.crt"}], pod["kind"]
+        error = validate(json.dumps(pod, sort_keys=True), KUBERNETES_VERSIONS[-1])
+        assert not error, f"{pod['kind']}: {error}"
+
+
 def test_an_upgrade_reusing_values_without_the_cert_manager_cas_durations_says_what_to_do(tmp_path):
     """Its certManager mode had no CA of the chart's own: caDuration and caRenewBefore were read as nothing, and the
     render failed saying 'caRenewBefore (%!s(<nil>)) must be at least ...'."""

@@ -238,7 +238,8 @@ them as the server does at start. `optional`: the config check's, which runs bef
   configMap:
     name: {{ . }}
     items:
-      - {key: {{ $.root.Values.registryCA.key | quote }}, path: ca.crt}
+      {{- /* values.yaml's key where the values lack it: a release made before registryCA (--reuse-values). */}}
+      - {key: {{ dig "key" "ca.crt" $.root.Values.registryCA | quote }}, path: ca.crt}
     {{- if $.optional }}
     optional: true
     {{- end }}
