@@ -994,6 +994,28 @@ def test_an_upgrade_reusing_values_without_the_cert_manager_cas_durations_says_w
     assert "certs.certManager.caDuration is missing" in proc.stderr and "--reset-then-reuse-values" in proc.stderr
 
 
+def test_an_upgrade_reusing_values_without_the_cert_manager_cas_durations_renders_with_an_issuer_of_your_own(
+    tmp_path, validate
+):
+    """caDuration and caRenewBefore are the chart's CA's, made only without issuerRef: a release with an issuerRef of
+    its own was refused for them all the same ('certs.certManager.caDuration is missing')."""
+    issuer = [
+        "--set",
+        "certs.certManager.issuerRef.name=corp",
+        "--set",
+        "certs.certManager.issuerRef.kind=ClusterIssuer",
+    ]
+    proc = _with_values_of_an_old_release(tmp_path, "--set", "certs.mode=certManager", *issuer)
+    assert proc.returncode == 0, proc.stderr
+    objects = [d for d in yaml.load_all(proc.stdout, Loader=StrictLoader) if d]
+    [certificate] = [o for o in objects if o["kind"] == "Certificate"]
+    assert certificate["spec"]["issuerRef"]["name"] == "corp"
+    for obj in objects:
+        if obj["kind"] not in CRD_KINDS:
+            error = validate(json.dumps(obj, sort_keys=True), KUBERNETES_VERSIONS[-1])
+            assert not error, f"{obj['kind']}/{obj['metadata']['name']}: {error}"
+
+
 def test_the_docs_name_exactly_the_job_pod_keys_the_chart_refuses():
     """The docs said a key under app.kubernetes.io/ or helm.sh/ is refused; only the keys the chart writes on the
     one-shot pods are (a review's finding): each of those fails the render, another under the same prefix does not,
