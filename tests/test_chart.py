@@ -954,11 +954,14 @@ def test_an_upgrade_reusing_the_values_of_an_old_release_renders_what_kubernetes
     --reuse-values (as docs/operations.md's way out does), failed to render: 'nil pointer evaluating interface
     {}.enabled' (configCheck), then registryCredentials.secretName; and threads would have been an empty --threads,
     which the server refuses. The config check runs, as values.yaml's default; nothing of the registry reader is
-    mounted; the server takes its own thread count."""
+    mounted; the server takes its own thread count. The config check's pod has values.yaml's resources: it had none,
+    and a namespace whose ResourceQuota requires them made no pod, and the upgrade failed at the Job's deadline."""
     proc = _with_values_of_an_old_release(tmp_path)
     assert proc.returncode == 0, proc.stderr
     objects = [d for d in yaml.load_all(proc.stdout, Loader=StrictLoader) if d]
-    assert find(objects, "Job", f"{FULLNAME}-config-check")
+    check = find(objects, "Job", f"{FULLNAME}-config-check")
+    resources = yaml.safe_load((CHART / "values.yaml").read_text())["configCheck"]["resources"]
+    assert dig(check, "spec", "template", "spec")["containers"][0]["resources"] == resources  # a ResourceQuota's
     server, container = _server(objects)
     assert "--threads" not in container["args"] and all(a != "" for a in container["args"])
     assert not {v["name"] for v in server["volumes"]} & {"registry-credentials", "registry-ca"}
