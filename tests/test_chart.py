@@ -940,13 +940,15 @@ def _refused_keys(field: str, keys: set[str], *args: str) -> None:
         assert proc.returncode != 0 and f"{field}: {key} is set by the chart on " in proc.stderr, (field, key)
 
 
-def _with_values_of_an_old_release(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _with_values_of_an_old_release(
+    tmp_path: Path, *args: str, command: str = "template"
+) -> subprocess.CompletedProcess[str]:
     """helm template as `helm upgrade --reuse-values` renders over a release of the chart as it was at 077b784 (the
     first whose values this schema takes): with that release's whole values, the chart's own values.yaml unread."""
     chart = tmp_path / "gpu-admission"
     shutil.copytree(CHART, chart)
     shutil.copy(ROOT / "tests" / "chart_reused" / "values-077b784.yaml", chart / "values.yaml")
-    return helm("template", RELEASE, str(chart), "-n", NAMESPACE, *args, check=False)
+    return helm(command, RELEASE, str(chart), "-n", NAMESPACE, *args, check=False)
 
 
 def test_an_upgrade_reusing_the_values_of_an_old_release_renders_what_kubernetes_takes(tmp_path, validate):
@@ -968,6 +970,24 @@ def test_an_upgrade_reusing_the_values_of_an_old_release_renders_what_kubernetes
     for obj in objects:
         error = validate(json.dumps(obj, sort_keys=True), KUBERNETES_VERSIONS[-1])
         assert not error, f"{obj['kind']}/{obj['metadata']['name']}: {error}"
+
+
+def test_an_upgrade_reusing_the_values_of_an_old_release_keeps_the_cleanup_on_uninstall(tmp_path):
+    """A release made before certs.selfSigned.cleanupOnUninstall ran the pre-delete cleanup Job always; upgraded with
+    --reuse-values the missing value read false, the Job was left out, and `helm uninstall` left the TLS Secret (its
+    private key). It is on, as values.yaml's default, and the NOTES count helm uninstall among the commands that run
+    a Job; false given still leaves it out."""
+    default = yaml.safe_load((CHART / "values.yaml").read_text())["certs"]["selfSigned"]["cleanupOnUninstall"]
+    for given, expected in (([], default), (["--set", "certs.selfSigned.cleanupOnUninstall=false"], False)):
+        proc = _with_values_of_an_old_release(tmp_path / f"template{len(given)}", *given)
+        assert proc.returncode == 0, proc.stderr
+        objects = [d for d in yaml.load_all(proc.stdout, Loader=StrictLoader) if d]
+        assert bool([o for o in objects if o["kind"] == "Job" and "pre-delete" in hooks(o)]) is expected, given
+        install = _with_values_of_an_old_release(
+            tmp_path / f"install{len(given)}", "--dry-run=client", *given, command="install"
+        )
+        assert install.returncode == 0, install.stderr
+        assert ("and helm uninstall run the chart's Jobs" in install.stdout.split("NOTES:", 1)[1]) is expected, given
 
 
 def test_an_upgrade_reusing_the_values_of_an_old_release_mounts_the_registry_ca_given_under_its_default_key(

@@ -536,6 +536,15 @@ values.yaml's default (the template failed there, "nil pointer evaluating interf
 {{- end }}
 
 {{- /*
+"true" where `helm uninstall` runs the certs cleanup Job (certs.selfSigned.cleanupOnUninstall), else "". On where the
+values lack it, as values.yaml's default: a release made before it (--reuse-values) ran the Job always, and read as
+false the upgrade dropped it, and `helm uninstall` left the TLS Secret, its private key included.
+*/}}
+{{- define "gpu-admission.cleanupOnUninstall" -}}
+{{- if dig "cleanupOnUninstall" true .Values.certs.selfSigned }}true{{ end }}
+{{- end }}
+
+{{- /*
 The activeDeadlineSeconds of every Job of the chart (config check, certs, renewal, cleanup): jobDeadlineSeconds. The
 cleanup Job had 120 s, too short for a node to be made where it may run, and `helm uninstall` failed. 300 where the
 values lack it: `helm upgrade --reuse-values` from a release made before it (values.yaml's default, tests check it).
