@@ -908,6 +908,21 @@ def test_a_key_of_your_own_given_null_by_a_later_values_file_is_dropped(tmp_path
         assert meta["labels"]["sidecar.istio.io/inject"] == "false"
 
 
+def test_a_server_pod_key_given_null_is_dropped_the_charts_safe_to_evict_default_included(tmp_path):
+    """podLabels and podAnnotations refused null in the schema ('got null, want string'), where the jobPod* maps
+    took it: an overlay could not drop a key a base values file gave, nor the chart's safe-to-evict-local-volumes."""
+    base, overlay = tmp_path / "base.yaml", tmp_path / "overlay.yaml"
+    given = {"example.com/a": "1", "example.com/b": "2"}
+    base.write_text(yaml.safe_dump({"podLabels": given, "podAnnotations": given}))
+    dropped = {"example.com/a": None}
+    overlay.write_text(yaml.safe_dump({"podLabels": dropped, "podAnnotations": {**dropped, SAFE_TO_EVICT_LOCAL: None}}))
+    server = _pod_metadata(find(template("-f", str(base), "-f", str(overlay)), "Deployment"))
+    for found in (server["labels"], server["annotations"]):
+        assert "example.com/a" not in found and found["example.com/b"] == "2", found
+    assert SAFE_TO_EVICT_LOCAL not in server["annotations"]
+    assert SAFE_TO_EVICT_LOCAL in _pod_metadata(find(template("-f", str(base)), "Deployment"))["annotations"]
+
+
 def test_an_upgrade_reusing_the_values_of_a_release_made_before_the_job_pod_keys_keeps_the_opt_out(tmp_path):
     """`helm upgrade --reuse-values` renders with the values of the release it upgrades (Helm 4: chart.Values =
     oldVals), and one made before jobPodLabels and jobPodAnnotations existed has neither: kept in values.yaml, the
