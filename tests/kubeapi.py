@@ -639,13 +639,13 @@ CREDENTIAL: JSON = {
 
 
 def exec_kubeconfig(api: KubeAPI, tmp_path: Path, credential: JSON) -> tuple[Path, Path]:
-    """A kubeconfig whose user's exec plugin (`get-token eks get-token`) writes its pid, a line, to ``runs`` and
-    prints ``credential``, and hangs while the file ``hang`` exists: (the kubeconfig, the ``hang`` file)."""
+    """A kubeconfig whose user's exec plugin (`get-token eks get-token`) writes a line to ``runs`` and prints
+    ``credential``, and hangs while the file ``hang`` exists: (the kubeconfig, the ``hang`` file)."""
     hang = tmp_path / "hang"
     plugin = tmp_path / "get-token"
     plugin.write_text(
         "#!/bin/sh\n"
-        f"echo $$ >> {tmp_path}/runs\n"
+        f"echo run >> {tmp_path}/runs\n"
         f"while [ -e {hang} ]; do sleep 0.05; done\n"
         f"echo '{json.dumps(credential)}'\n"
     )

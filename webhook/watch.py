@@ -33,7 +33,6 @@ import random
 import re
 import shlex
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -652,10 +651,10 @@ class LiveCluster:
 class InTime:
     """Calls that load an API client's credentials (``call()``), each in a helper thread and waited on ``timeout``
     seconds at most (``CREDENTIALS_TIMEOUT_S``); past that, ``CredentialsHung``, which names ``what`` loads them: the
-    caller warns and retries. A kubeconfig's exec plugin that hung is killed at that time (``_REAPER``); a call that
-    hung otherwise is left running, and no other is begun while it runs: one that hangs is one thread, not one more
-    per retry. A call made while another runs in its time waits on that one. The node watch's (``LiveCluster``) and
-    the Events relay's (``load_kubeconfig``) credentials alike."""
+    caller warns and retries. A call that hung is left running (its plugin cannot be stopped from here), and no other
+    is begun while it runs: a plugin that hangs is one process, not one more per retry. A call made while another
+    runs in its time waits on that one. The node watch's (``LiveCluster``) and the Events relay's
+    (``load_kubeconfig``) credentials alike."""
 
     def __init__(self, what: str, timeout: float, stop: threading.Event | None = None) -> None:
         self.what = what
@@ -699,10 +698,9 @@ class InTime:
             if wait([future], timeout=min(1.0, max(0.0, left))).done:
                 return future.result()
             if left <= 0:
-                killed = "; its process is killed" if self.what.startswith(EXEC_PLUGIN) else ""
                 raise CredentialsHung(
-                    f"{self.what} has not returned in {self.timeout:.0f}s{killed} (run it by hand where the webhook"
-                    " runs to see why it hangs)"
+                    f"{self.what} has not returned in {self.timeout:.0f}s (run it by hand where the webhook runs to"
+                    " see why it hangs)"
                 )
         raise CredentialsHung("stopped while loading credentials")
 
@@ -931,11 +929,10 @@ def load_kubeconfig(config_file: str, cfg: Any) -> None:
     clients made with ``cfg`` (``_InTimeRefresh``): the kubernetes client runs the kubeconfig's exec credential
     plugin with no timeout, and one that hung stopped the caller for good (the node watch at start; the Events
     relay, which then outlived the server; its later Events at a token refresh). Past ``CREDENTIALS_TIMEOUT_S``,
-    ``CredentialsHung``, which names the plugin's command; the plugin is killed (``_exec_plugins_killed_in_time``).
-    Else raises what the loader raises."""
+    ``CredentialsHung``, which names the plugin's command; the plugin is left running. Else raises what the loader
+    raises."""
     from kubernetes import config
 
-    _exec_plugins_killed_in_time()
     in_time = InTime(_kubeconfig_credentials(config_file), CREDENTIALS_TIMEOUT_S)
 
     def load() -> None:
@@ -943,38 +940,6 @@ def load_kubeconfig(config_file: str, cfg: Any) -> None:
 
     in_time(load)
     _InTimeRefresh.install(cfg, in_time)
-
-
-_REAPER = """
-import os, signal, subprocess, sys
-limit, command = float(sys.argv[1]), sys.argv[2:]
-plugin = subprocess.Popen(command, start_new_session=True)
-try:
-    sys.exit(plugin.wait(limit))
-except subprocess.TimeoutExpired:
-    os.killpg(plugin.pid, signal.SIGKILL)
-    plugin.wait()
-    sys.exit(f"killed: it had not returned in {limit:g}s")
-"""
-"""Runs an exec credential plugin (``sys.argv[2:]``) in a process group of its own, and kills the group (the plugin
-and whatever it started) once it has run ``sys.argv[1]`` seconds. The plugin's output and exit status are its own."""
-
-
-def _exec_plugins_killed_in_time() -> None:
-    """Have the kubernetes client run a kubeconfig's exec credential plugin under ``_REAPER``, so that one that hung
-    is killed at ``CREDENTIALS_TIMEOUT_S``, when ``InTime`` gives up on it: the client runs it with no timeout and
-    holds its process to itself, and each plugin that hung stayed behind for good. The client has no seam for this:
-    its loader makes an ``ExecProvider`` for each load, by the name its module holds, which this replaces, once."""
-    from kubernetes.config import exec_provider, kube_config
-
-    class KilledInTime(exec_provider.ExecProvider):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
-            limit = f"{CREDENTIALS_TIMEOUT_S:g}"
-            self.args = [sys.executable, "-I", "-S", "-c", _REAPER, limit, *self.args]
-
-    if kube_config.ExecProvider is exec_provider.ExecProvider:  # type: ignore[attr-defined]
-        kube_config.ExecProvider = KilledInTime  # type: ignore[attr-defined]
 
 
 def _kubeconfig_credentials(joined: str) -> str:
