@@ -991,6 +991,45 @@ def test_rbac_that_lets_list_nodes_and_not_watch_them_is_said(
         live.stop()
 
 
+def test_nodes_forbidden_to_list_and_watch_after_start_are_not_said_a_forbidden_watch(
+    api: KubeAPI, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every request for nodes answered 403 after start (the ClusterRoleBinding deleted): /readyz said that the RBAC
+    lets list nodes and not watch them, to add `watch`, while the relists failed too (found by a review). A failed
+    relist shows the trouble, the watch's 403, as before."""
+    from tests.kubeapi import _Handler
+
+    forbidden = threading.Event()
+    fault = _Handler._fault
+
+    def all_forbidden(self: Any) -> bool:
+        if forbidden.is_set() and "/nodes" in self.path:
+            self.api.requests.append((self.command, self.path))
+            verb = "watch" if "watch=" in self.path else "list"
+            message = FORBIDDEN.replace("cannot list", f"cannot {verb}")
+            self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message})
+            return True
+        return bool(fault(self))
+
+    monkeypatch.setattr(_Handler, "_fault", all_forbidden)
+    api.put("v1", "nodes", node("a"))
+    live = make_live(kubeconfig, resync=1)
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        forbidden.set()
+        api.drop_watches()
+        failed = lists(api) + 2  # two relists refused
+        wait_for(lambda: lists(api) >= failed, "relists refused")
+        wait_for(lambda: "cannot watch nodes: HTTP 403" in (live.problem() or ""), "the watch's 403 said")
+        time.sleep(0.5)  # more watches refused
+        problem = live.problem() or ""
+        assert problem.startswith("the node view cannot be refreshed from the API server for "), problem
+        assert "add `watch`" not in problem, problem
+    finally:
+        live.stop()
+
+
 EXPIRED = {**CREDENTIAL, "status": {"token": "t", "expirationTimestamp": "2000-01-01T00:00:00Z"}}
 """A token the kubernetes client takes for expired at once: it runs the plugin again before each request."""
 

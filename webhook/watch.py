@@ -321,6 +321,7 @@ class LiveCluster:
         backoff = Backoff(self.backoff_initial, self.backoff_max)
         client: Any = None
         need_list = True
+        listed = False  # whether the last list succeeded: a 403 to the watch then is RBAC that forbids it alone
         gone_streak = 0
         while not self._stop.is_set():
             delay = 0.0
@@ -343,6 +344,7 @@ class LiveCluster:
                         # watched: no node change reached the view while the lists failed.
                         retry = max(_retry_after(err), min(self.resync_seconds, RELIST_RETRY_S))
                         self._resync_at = time.monotonic() + retry
+                        listed = False
                         log.warning(
                             "cluster: the periodic relist of nodes from %s failed: %s; watching on, listing again in"
                             " %.0fs",
@@ -352,6 +354,7 @@ class LiveCluster:
                         )
                     else:
                         need_list = False
+                        listed = True
                         backoff.reset()
                         self._working()
                 phase = "watch"
@@ -379,9 +382,10 @@ class LiveCluster:
                     # node changes reaching the view up to 30 s late.
                     log.info("cluster: the node watch from %s ended (%s); resuming it", self.description, brief(err))
                     backoff.reset()
-                elif phase == "watch" and status == 403:
+                elif phase == "watch" and status == 403 and listed:
                     # RBAC that grants list on nodes and not watch (a ClusterRole made by hand): each relist worked
-                    # and said the watch worked again, the snapshot's age stayed under its alert, and nothing told
+                    # and said the watch worked again, the snapshot's age stayed under its alert, and nothing told.
+                    # Not where the last list failed too (a ClusterRoleBinding deleted): that is said as trouble
                     delay = max(backoff.next(), _retry_after(err))
                     self._watch_forbidden(err)
                     _close(client)
