@@ -1030,6 +1030,21 @@ def test_nodes_forbidden_to_list_and_watch_after_start_are_not_said_a_forbidden_
         live.stop()
 
 
+def test_credential_loads_in_time_reuse_one_helper_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Events relay's client calls its refresh hook, so ``InTime``, before each Event: a thread was started for
+    each, 80-180 us an Event where the token was valid (found by a review). One helper thread runs them all; idle
+    ``INTIME_IDLE_S``, it ends, and the next call starts another."""
+    monkeypatch.setattr(watch, "INTIME_IDLE_S", 0.3)
+    in_time = watch.InTime("a loader", timeout=5)
+    ran = [in_time(threading.current_thread) for _ in range(20)]  # the threads held: none is another's reuse
+    assert len({id(thread) for thread in ran}) == 1, ran
+    assert ran[0] is not threading.current_thread()
+    wait_for(lambda: not ran[0].is_alive(), "the idle helper thread to end")
+    later = in_time(threading.current_thread)
+    assert later is not ran[0] and later is not threading.current_thread()
+    assert in_time(lambda: 7) == 7
+
+
 EXPIRED = {**CREDENTIAL, "status": {"token": "t", "expirationTimestamp": "2000-01-01T00:00:00Z"}}
 """A token the kubernetes client takes for expired at once: it runs the plugin again before each request."""
 

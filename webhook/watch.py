@@ -29,6 +29,7 @@ import errno
 import json
 import logging
 import os
+import queue
 import random
 import re
 import shlex
@@ -652,13 +653,17 @@ class LiveCluster:
             pass
 
 
+INTIME_IDLE_S = 60.0
+"""How long ``InTime``'s helper thread waits for a call before it ends."""
+
+
 class InTime:
-    """Calls that load an API client's credentials (``call()``), each in a helper thread and waited on ``timeout``
-    seconds at most (``CREDENTIALS_TIMEOUT_S``); past that, ``CredentialsHung``, which names ``what`` loads them: the
-    caller warns and retries. A call that hung is left running (its plugin cannot be stopped from here), and no other
-    is begun while it runs: a plugin that hangs is one process, not one more per retry. A call made while another
-    runs in its time waits on that one. The node watch's (``LiveCluster``) and the Events relay's
-    (``load_kubeconfig``) credentials alike."""
+    """Calls that load an API client's credentials (``call()``), each in a helper thread (one for all: ``_hand``) and
+    waited on ``timeout`` seconds at most (``CREDENTIALS_TIMEOUT_S``); past that, ``CredentialsHung``, which names
+    ``what`` loads them: the caller warns and retries. A call that hung is left running (its plugin cannot be stopped
+    from here), and no other is begun while it runs: a plugin that hangs is one process, not one more per retry. A
+    call made while another runs in its time waits on that one. The node watch's (``LiveCluster``) and the Events
+    relay's (``load_kubeconfig``) credentials alike."""
 
     def __init__(self, what: str, timeout: float, stop: threading.Event | None = None) -> None:
         self.what = what
@@ -668,6 +673,9 @@ class InTime:
         self._held: tuple[float, Future[Any]] | None = None
         """The last call begun, and when; one still running is not begun again."""
         self._lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+        """The helper thread that runs the calls (``_hand``), while it waits on them; None once it has ended."""
+        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
 
     def __call__(self, call: Callable[[], T]) -> T:
         with self._lock:
@@ -676,6 +684,7 @@ class InTime:
                 future: Future[T] = Future()
                 began = time.monotonic()
                 self._held = (began, future)
+                self._hand(call, future)
             elif time.monotonic() - held[0] < self.timeout:
                 # the same load, begun by another thread in its time (the relay's senders refresh the token at once,
                 # and the client's refresh is not made for two at once): waited on, its result theirs
@@ -686,15 +695,33 @@ class InTime:
                     f"{self.what} has not returned in {time.monotonic() - held[0]:.0f}s; not run again until it does"
                     " (run it by hand where the webhook runs to see why it hangs)"
                 )
+        return self._wait(began, future)
 
-        def run() -> None:
+    def _hand(self, call: Callable[[], Any], future: Future[Any]) -> None:
+        """``call`` to the helper thread, started when none waits (at the first call, after a fork, after it was idle
+        ``INTIME_IDLE_S``); under ``_lock``. One thread for all the calls, as one runs at a time: a thread started for
+        each cost each of the Events relay's Events 80-180 us, its token valid or not."""
+        if self._worker is None or not self._worker.is_alive():
+            self._calls = queue.SimpleQueue()
+            self._worker = threading.Thread(target=self._work, name="gpu-admission-credentials", daemon=True)
+            self._worker.start()
+        self._calls.put((call, future))
+
+    def _work(self) -> None:
+        calls = self._calls
+        while True:
+            try:
+                call, future = calls.get(timeout=INTIME_IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if calls.empty():  # else a call was handed meanwhile, to this thread
+                        self._worker = None
+                        return
+                continue
             try:
                 future.set_result(call())
             except BaseException as err:
                 future.set_exception(err)
-
-        threading.Thread(target=run, name="gpu-admission-credentials", daemon=True).start()
-        return self._wait(began, future)
 
     def _wait(self, began: float, future: Future[T]) -> T:
         while not self.stop.is_set():
