@@ -964,13 +964,11 @@ def test_a_workload_whose_pod_template_opts_out_is_not_pods_denied(tmp_path: Pat
     run = cli(
         "review", "-f", _manifest(tmp_path, deployment), "--nodes", str(NODES), "--config", str(config), "-o", "json"
     )
-    assert run.returncode == 0, run.stdout
+    assert run.returncode == 1, run.stdout  # its pods stay Pending (the size is never converted), not refused
     out = json.loads(run.stdout)
-    assert (out["allowed"], out["podsAllowed"]) == (True, True)
-    opted = (
-        "its pods pass untouched (label gpu-admission.io/ignore=true on its pod template): created unreviewed,"
-        " none refused"
-    )
+    assert (out["allowed"], out["podsAllowed"], out["podsRefused"]) == (True, True, [])
+    assert [p.split(",")[0] for p in out["podsPending"]] == ["main: its pods stay Pending"], out
+    opted = "its pods pass untouched, none refused (label gpu-admission.io/ignore=true on its pod template)"
     assert opted in out["warnings"] and not any("its pods are refused" in w for w in out["warnings"]), out["warnings"]
 
 
@@ -989,23 +987,29 @@ TOO_LARGE = "main: gpu-admission.io/gpu-memory 900Gi: largest offered is 3g.40gb
 RS_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
 
 
+PASSED_OVER = "the webhook passes the Deployment itself over"
+STAY_PENDING = "- main: its pods stay Pending, gpu-memory 900Gi unconverted: ask a whole nvidia.com/gpu or"
+
+
 @pytest.mark.parametrize(
-    ("manifest", "settings", "namespace", "said"),
+    ("manifest", "settings", "namespace", "head", "why"),
     [
         pytest.param(
             _refused_deployment(OPT_OUT, OPT_OUT),
             {"exemptions": {"allowOptOutLabel": True}},
             "ml",
-            "ADMITTED (label gpu-admission.io/ignore=true (opt-out allowed by settings))\nits pods are passed untouched"
-            " too, as they are created (label gpu-admission.io/ignore=true on its pod template)\n",
+            f"{PASSED_OVER} (label gpu-admission.io/ignore=true (opt-out allowed by settings)), but its pods pass"
+            f" untouched, their GPU ask unconverted:\n{STAY_PENDING}",
+            "label gpu-admission.io/ignore=true on its pod template",
             id="both-opt-out",
         ),
         pytest.param(
             _refused_deployment({}, {}),
             {"exemptions": {"namespaces": ["ml"]}},
             "ml",
-            "ADMITTED (namespace ml is exempt)\nits pods are passed untouched too, as they are created (namespace ml"
-            " is exempt)\n",
+            f"{PASSED_OVER} (namespace ml is exempt), but its pods pass untouched, their GPU ask unconverted:\n"
+            + STAY_PENDING,
+            "namespace ml is exempt",
             id="namespace-exempt",
         ),
         # the controllers create the pods: their own user or group exempt passes them untouched
@@ -1013,8 +1017,9 @@ RS_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
             _refused_deployment({}, {}),
             {"exemptions": {"users": [RS_CONTROLLER]}},
             "ml",
-            f"ADMITTED\nWarning: its pods pass untouched (their creator {RS_CONTROLLER} is exempt): created unreviewed,"
-            " none refused\n",
+            "the webhook admits the Deployment itself, but its pods pass untouched, their GPU ask unconverted:\n- main:"
+            " its pods stay Pending, gpu-memory 900Gi unconverted: ask a nvidia.com/gpu fraction or",
+            f"exemptions.users has {RS_CONTROLLER}, their creator",
             id="controller-exempt",
         ),
         pytest.param(
@@ -1031,27 +1036,31 @@ RS_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
             },
             {"exemptions": {"users": ["ci-deployer"], "groups": ["system:serviceaccounts:kube-system"]}},
             "ml",
-            "ADMITTED (user ci-deployer is exempt)\nits pods are passed untouched too, as they are created (their"
-            " creator system:serviceaccount:kube-system:job-controller is in exempt group"
-            " system:serviceaccounts:kube-system)\n",
+            "the webhook passes the Job itself over (user ci-deployer is exempt), but its pods pass untouched, their"
+            f" GPU ask unconverted:\n{STAY_PENDING}",
+            "exemptions.groups has system:serviceaccounts:kube-system, a group of their creator"
+            " system:serviceaccount:kube-system:job-controller",
             id="exempt-creator-and-controller",
         ),
     ],
 )
 def test_a_workload_whose_pods_pass_untouched_is_not_pods_denied(
-    tmp_path: Path, manifest: dict[str, Any], settings: dict[str, Any], namespace: str, said: str
+    tmp_path: Path, manifest: dict[str, Any], settings: dict[str, Any], namespace: str, head: str, why: str
 ) -> None:
-    """Its pods carry its template's labels and are made in its namespace: passed untouched, none is refused; said
-    plainly, and podsAllowed (they are admitted)."""
+    """Its pods carry its template's labels and are made in its namespace: passed untouched, none is refused, and
+    podsAllowed (they are admitted); their memory size, no MIG profile's, is never converted: PODS PENDING, exit 1,
+    for a CI gate to catch, saying why they pass (found by a review: ADMITTED, exit 0)."""
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(settings))
     path = _manifest(tmp_path, manifest)
     run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "--namespace", namespace)
-    assert run.returncode == 0 and run.stdout.startswith(said), run.stdout
+    assert run.returncode == 1 and run.stdout.startswith(f"PODS PENDING\n{head}"), run.stdout
+    assert f"they pass untouched ({why})" in run.stdout, run.stdout
     assert "refused" not in run.stdout.replace("none refused", ""), run.stdout
     run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "-o", "json")
     out = json.loads(run.stdout)
     assert (out["allowed"], out["podsAllowed"], out["podsRefused"]) == (True, True, []), out
+    assert len(out["podsPending"]) == 1 and f"they pass untouched ({why})" in out["podsPending"][0], out
 
 
 def _created_by(user: str, obj: dict[str, Any], old: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -1386,35 +1395,134 @@ def _memory_deployment(template_labels: dict[str, str]) -> dict[str, Any]:
     return deployment
 
 
-PENDING = "main: its pods stay Pending: their gpu-admission.io/gpu-memory 20Gi is never converted, no node offers it;"
-MIG_ASK = "a MIG device (nvidia.com/mig-<profile>: 1) instead, or let the pods be reviewed (they pass untouched: "
+GROUP_EXEMPT = {"exemptions": {"groups": ["system:serviceaccounts:kube-system"]}}
+CREATOR_IN_GROUP = f"exemptions.groups has system:serviceaccounts:kube-system, a group of their creator {RS_CONTROLLER}"
+ASK_FRACTION = (
+    "ask a nvidia.com/gpu fraction or nvidia.com/mig-<profile>: 1; or let them be reviewed: they pass untouched"
+)
+ASK_WHOLE = "ask a whole nvidia.com/gpu or nvidia.com/mig-<profile>: 1; "
+
+
+def _fraction_deployment() -> dict[str, Any]:
+    """A Deployment asking a GPU fraction by the annotation, converted on each pod as it is created."""
+    deployment = _deployment("d", CUDA124, {})
+    deployment["spec"]["template"]["metadata"]["annotations"] = {"gpu-admission.io/gpu-fraction": "0.25"}
+    return deployment
 
 
 @pytest.mark.parametrize(
-    ("manifest", "settings", "said"),
+    ("manifest", "settings", "verdict", "said"),
     [
         pytest.param(
             _memory_deployment(OPT_OUT),
             {"exemptions": {"allowOptOutLabel": True}},
-            f"Warning: {PENDING} ask a nvidia.com/gpu fraction or {MIG_ASK}label gpu-admission.io/ignore=true on its"
-            " pod template)\n",
+            "PODS PENDING",
+            f"main: its pods stay Pending, gpu-memory 20Gi unconverted: {ASK_FRACTION} (label"
+            " gpu-admission.io/ignore=true on its pod template); no node offers gpu-admission.io/gpu-memory",
             id="template-opts-out",
         ),
         pytest.param(
             _created_by("ci-deployer", _deployment("d", CUDA124, {"gpu-admission.io/gpu-memory": "20Gi"})),
             {"exemptions": {"users": ["ci-deployer", RS_CONTROLLER]}},
-            f"Warning (its pods): {PENDING} ask {MIG_ASK}their creator {RS_CONTROLLER} is exempt)\n",
+            "PODS PENDING",
+            f"main: its pods stay Pending, gpu-memory 20Gi unconverted: {ASK_WHOLE}or let them be reviewed: they pass"
+            f" untouched (exemptions.users has {RS_CONTROLLER}, their creator)",
             id="passed-over-and-its-pods-too",
+        ),
+        # with MIG conversion off a fraction is refused by the API server, and a review converts nothing
+        pytest.param(
+            _deployment("d", CUDA124, {"gpu-admission.io/gpu-memory": "20Gi"}),
+            {**GROUP_EXEMPT, "mig": {"enabled": False}},
+            "PODS PENDING",
+            f"main: its pods stay Pending, gpu-memory 20Gi unconverted: {ASK_WHOLE}they pass untouched"
+            f" ({CREATOR_IN_GROUP}); no node offers gpu-admission.io/gpu-memory",
+            id="mig-off",
+        ),
+        pytest.param(
+            _fraction_deployment(),
+            GROUP_EXEMPT,
+            "PODS GET NO GPU",
+            f"main: its pods get no GPU, gpu-fraction 0.25 unconverted: {ASK_FRACTION} ({CREATOR_IN_GROUP})",
+            id="fraction-annotation",
         ),
     ],
 )
-def test_a_workload_whose_pods_pass_with_a_memory_size_is_told_they_stay_pending(
-    tmp_path: Path, manifest: dict[str, Any], settings: dict[str, Any], said: str
+def test_a_workload_whose_pods_pass_with_a_gpu_left_to_them_is_told_they_stay_pending_or_get_none(
+    tmp_path: Path, manifest: dict[str, Any], settings: dict[str, Any], verdict: str, said: str
 ) -> None:
-    """Its pods' gpu-memory, converted on each pod as it is created, is never converted where they pass untouched:
-    no node offers it, and they stay Pending. The template was admitted, its fraction converted, without a word."""
+    """Its pods' gpu-memory or gpu-fraction annotation, converted on each pod as it is created, is never converted
+    where they pass untouched: they stay Pending (no node offers the memory resource), or run with no GPU. Found by
+    reviews: the template was admitted without a word of the annotation, review said ADMITTED and exited 0 (a CI
+    gate passed it), the advice with MIG off was a fraction, which the API server refuses, and the template was
+    annotated that its pods are checked as they are created."""
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(settings))
-    run = cli("review", "-f", _manifest(tmp_path, manifest), "--nodes", str(NODES), "--config", str(config))
-    assert run.returncode == 0, run.stdout
-    assert said in run.stdout, run.stdout
+    path = _manifest(tmp_path, manifest)
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 1 and run.stdout.startswith(f"{verdict}\n"), run.stdout
+    assert f"\n- {said}" in run.stdout and "its pods):" not in run.stdout, run.stdout  # said once, as why
+    assert "checked on each pod" not in run.stdout, run.stdout  # no pod is
+    out = json.loads(cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "-o", "json").stdout)
+    assert (out["allowed"], out["podsAllowed"], out["podsRefused"]) == (True, True, []), out
+    pending = [w for w in out["podsPending"] if w.startswith(said)]
+    no_gpu = [w for w in out.get("podsWarnings", []) if w.startswith(said)]
+    assert (len(pending), len(no_gpu)) == ((1, 0) if verdict == "PODS PENDING" else (0, 1)), out
+
+
+@pytest.mark.parametrize(
+    ("manifest", "settings", "remedy", "why"),
+    [
+        pytest.param(
+            _deployment("d", CUDA124, {"gpu-admission.io/gpu-memory": "900Gi"}),
+            GROUP_EXEMPT,
+            "main: its pods stay Pending, gpu-memory 900Gi unconverted: ask a nvidia.com/gpu fraction or"
+            " nvidia.com/mig-<profile>: 1",
+            "its pods pass untouched, none refused (exemptions.groups has system:serviceaccounts:kube-system",
+            id="memory-creator-in-group",
+        ),
+        pytest.param(
+            _fraction_deployment(),
+            {"exemptions": {"users": [RS_CONTROLLER]}},
+            "main: its pods get no GPU, gpu-fraction 0.25 unconverted: ask a nvidia.com/gpu fraction or"
+            " nvidia.com/mig-<profile>: 1",
+            "",
+            id="fraction-creator-exempt",
+        ),
+    ],
+)
+def test_the_servers_warning_of_pods_passed_untouched_says_what_to_change_within_a_line(
+    tmp_path: Path, manifest: dict[str, Any], settings: dict[str, Any], remedy: str, why: str
+) -> None:
+    """The apiserver's answer keeps each warning to a line: the remedy, and the setting that passes them, come
+    within it (found by a review: '... ask a nvidi…', '... is in exempt group system:serv…'); the audit annotation
+    has the whole. The template is not annotated that its pods are checked as they are created: none is."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    loaded = webhook_cli._settings(str(config))
+    ctx = Context(settings=loaded, cluster=webhook_cli.load_nodes(str(NODES), loaded), namespace="ml")
+    answer = pipeline.mutate(manifest, ctx)
+    assert answer.allowed and all(len(w) <= WARNING_LIMIT for w in answer.warnings), answer.warnings
+    assert [w for w in answer.warnings if w.startswith((remedy, why or remedy))], answer.warnings
+    assert answer.audit["pods-untouched"].startswith(remedy) and "they pass untouched" in answer.audit["pods-untouched"]
+    template = answer.object["spec"]["template"]["metadata"]
+    assert "gpu-admission.io/cuda" not in template.get("annotations", {}), template
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        pytest.param({"limits": {"gpu-admission.io/gpu-memory": [1, 2]}}, id="not-a-quantity"),
+        pytest.param({"requests": {"gpu-admission.io/gpu-memory": "20Gi"}}, id="requests-only"),
+    ],
+)
+def test_a_denied_workload_whose_pods_would_pass_untouched_is_not_told_they_stay_pending(
+    tmp_path: Path, resources: dict[str, Any]
+) -> None:
+    """No pods are made of a workload the webhook denies: no word of them staying Pending (found by a review)."""
+    deployment = _deployment("d", CUDA124, {})
+    deployment["spec"]["template"]["spec"]["containers"][0]["resources"] = resources
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(GROUP_EXEMPT))
+    run = cli("review", "-f", _manifest(tmp_path, deployment), "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 1 and run.stdout.startswith("DENIED\n"), run.stdout
+    assert "Pending" not in run.stdout, run.stdout

@@ -95,8 +95,8 @@ def test_fixture_through_review_cli(name: str, tmp_path: Path) -> None:
     assert run.returncode in (0, 1), run.stderr
     out = json.loads(run.stdout)
     workload = _fixture(name)["kind"] != "Pod"  # a workload's says too whether its pods would be admitted
-    pods = ["podsAllowed", "podsRefused"] if workload else []
+    pods = ["podsAllowed", "podsRefused", "podsPending"] if workload else []
     assert set(out) == {"allowed", "message", "warnings", "patch", "object", *pods}
-    assert (run.returncode == 0) == (out["allowed"] and out.get("podsAllowed", True))
+    assert (run.returncode == 0) == (out["allowed"] and out.get("podsAllowed", True) and not out.get("podsPending"))
     if out["allowed"]:
         assert jsonpatch.apply_patch(_fixture(name), out["patch"]) == out["object"]

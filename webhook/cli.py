@@ -457,14 +457,22 @@ class _Pods:
     """Why each is passed untouched ('' where they are reviewed)."""
     refused: list[str] = dataclasses.field(default_factory=list)
     """Why each would be refused (none where they are admitted, or passed)."""
+    pending: list[str] = dataclasses.field(default_factory=list)
+    """Why they stay Pending for good, though admitted (passed untouched, a gpu-memory size left unconverted)."""
+    no_gpu: list[str] = dataclasses.field(default_factory=list)
+    """Why they run with no GPU (passed untouched, the gpu-fraction annotation left unconverted)."""
     warnings: list[str] | None = None
     """What the second review of a workload the webhook passes over warns of its pods (the MIG profile or the
-    fallback they get, or where they pass untouched too, that they stay Pending); None where there was none (the
-    webhook's own warnings then say it)."""
+    fallback they get), and ``no_gpu``; None where there was none (the webhook's own warnings then say it)."""
 
     @property
     def allowed(self) -> bool:
         return not self.refused
+
+    @property
+    def broken(self) -> bool:
+        """Admitted, and of no use: they stay Pending, or get no GPU (exit 1, as where they are refused)."""
+        return bool(self.pending or self.no_gpu)
 
 
 def _pods(item: _Item, result: pipeline.Result, ctx: Context) -> _Pods | None:
@@ -477,8 +485,10 @@ def _pods(item: _Item, result: pipeline.Result, ctx: Context) -> _Pods | None:
     if view is None:
         return None
     if passed := pipeline.pods_pass(view, ctx):  # the webhook's own review says so where it is not passed over
-        pending = pipeline.left_pending(view, passed, reviewed=False) if result.skipped else []
-        return _Pods(passed=passed, warnings=pending or None)
+        if not result.allowed:  # denied: no pods are made
+            return _Pods(passed=passed)
+        said = pipeline.left_unconverted(view, passed, ctx, reviewed=not result.skipped)
+        return _Pods(passed=passed, pending=said.pending, no_gpu=said.no_gpu, warnings=said.no_gpu or None)
     if not result.skipped:
         return _Pods(refused=result.pods_refused)
     metadata = {k: v for k, v in as_dict(item.obj.get("metadata")).items() if k != "ownerReferences"}
@@ -549,8 +559,8 @@ def _verdict(item: _Item, result: pipeline.Result, pods: _Pods | None, refusals:
     """The contract's object (DESIGN, "Offline review"); a workload's says too whether its pods would be admitted
     as they are created (``podsAllowed``; passed untouched counts as admitted) and why not (``podsRefused``): the
     webhook admits a template whose pods it would each refuse, and passes over some workloads whose pods it
-    reviews. Where the API server refuses the object the webhook lets through, ``apiServerRefuses`` says why (and
-    there are no pods to judge)."""
+    reviews; ``podsPending``: why they would stay Pending, though admitted. Where the API server refuses the object
+    the webhook lets through, ``apiServerRefuses`` says why (and there are no pods to judge)."""
     verdict = {
         "allowed": result.allowed,
         "message": result.message,
@@ -561,6 +571,7 @@ def _verdict(item: _Item, result: pipeline.Result, pods: _Pods | None, refusals:
     if pods is not None:
         verdict["podsAllowed"] = result.allowed and pods.allowed
         verdict["podsRefused"] = pods.refused
+        verdict["podsPending"] = pods.pending
         if pods.warnings is not None:
             verdict["podsWarnings"] = pods.warnings
     if refusals:
@@ -585,6 +596,17 @@ def _print_text(item: _Item, result: pipeline.Result, pods: _Pods | None, refusa
         for why in pods.refused:
             print(f"- {why}")
         listed = pods.refused
+    elif result.allowed and pods is not None and pods.broken:
+        print("PODS PENDING" if pods.pending else "PODS GET NO GPU")
+        itself = (
+            f"passes the {item.kind} itself over ({result.skipped})"
+            if result.skipped
+            else f"admits the {item.kind} itself"
+        )
+        print(f"the webhook {itself}, but its pods pass untouched, their GPU ask unconverted:")
+        listed = [*pods.pending, *pods.no_gpu]
+        for why in listed:
+            print(f"- {why}")
     else:
         print(("ADMITTED" if result.allowed else "DENIED") + (f" ({result.skipped})" if result.skipped else ""))
         if result.skipped and pods is not None:
@@ -595,7 +617,8 @@ def _print_text(item: _Item, result: pipeline.Result, pods: _Pods | None, refusa
             )
     if pods is not None and pods.warnings:  # under the pods line: the second review's, of its pods
         for w in pods.warnings:
-            print(f"Warning (its pods): {w}")
+            if w not in listed:
+                print(f"Warning (its pods): {w}")
     if result.message:
         print(result.message)
     for w in result.warnings:
@@ -614,7 +637,7 @@ def _print_text(item: _Item, result: pipeline.Result, pods: _Pods | None, refusa
 def cmd_review(args: argparse.Namespace) -> int:
     """Review each Pod and workload of the input (one object, or a stream of documents and Lists: ``helm
     template``, ``kustomize build``); exit 2 where one could not be reviewed, else 1 where one is denied or is a
-    workload whose pods would each be, else 0."""
+    workload whose pods would each be, or would stay Pending or run with no GPU, else 0."""
     if args.file == "-" and args.nodes == "-":  # the second read found it empty, and was told to write a file "-"
         raise InputError(
             "-f - and --nodes -: standard input can be read once; give the manifest or the nodes as a file"
@@ -640,7 +663,8 @@ def cmd_review(args: argparse.Namespace) -> int:
         result = _review(item.obj, ctx)
         refusals = _api_refusals(item, result, ctx)
         pods = None if refusals else _pods(item, result, ctx)
-        denied = denied or not result.allowed or bool(refusals) or (pods is not None and not pods.allowed)
+        pods_fail = pods is not None and (not pods.allowed or pods.broken)  # refused, Pending, or with no GPU
+        denied = denied or not result.allowed or bool(refusals) or pods_fail
         if args.output == "json":
             named = {"kind": item.kind, "name": item.name, "namespace": item.namespace} if held > 1 else {}
             verdicts.append({**named, **_verdict(item, result, pods, refusals)})
@@ -731,12 +755,14 @@ def build_parser() -> argparse.ArgumentParser:
         "kustomize build; documents and kind: List items, at every depth), other kinds passed over and named on "
         "stderr. Exit 0 when every one is admitted; 1 when one is denied, or is a workload whose pods the webhook "
         "would each refuse as they are created (PODS DENIED: the webhook admits the workload itself, or passes it "
-        "over for a reason of its own, such as an exempt creator), or one the API server would refuse (DENIED by the "
+        "over for a reason of its own, such as an exempt creator), or whose pods pass untouched and stay Pending (PODS "
+        "PENDING: a gpu-memory size left unconverted) or run with no GPU (PODS GET NO GPU: the gpu-fraction "
+        "annotation left unconverted), or one the API server would refuse (DENIED by the "
         "API server: a nvidia.com/gpu fraction the webhook leaves in it); 2 when one could not be reviewed, or none "
         "is there. -o json prints one object {allowed, message, warnings, patch, object}, a workload's with "
-        "podsAllowed and podsRefused (and podsWarnings, where the webhook passes it over), one the API server would "
-        "refuse with apiServerRefuses; for an input of several "
-        "objects, a list of them, each with its kind, name and namespace.",
+        "podsAllowed, podsRefused and podsPending (and podsWarnings, where the webhook passes it over or its pods get "
+        "no GPU), one the API server would refuse with apiServerRefuses; for an input of several objects, a list of "
+        "them, each with its kind, name and namespace.",
     )
     review.add_argument(
         "-f", "--file", required=True, help="a Pod or workload manifest, or several (YAML or JSON; - for stdin)"

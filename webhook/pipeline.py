@@ -16,7 +16,7 @@ import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook import PREFIX, budget
 from webhook.model import (
@@ -222,10 +222,11 @@ def pods_pass(view: PodView, ctx: Context) -> str:
     exemptions = ctx.settings.exemptions
     if controller := POD_CREATORS.get(view.owner_kind) if view.is_template else None:
         creator = f"system:serviceaccount:kube-system:{controller}"
+        # the setting to change first: a server warning is cut to a line (found by a review)
         if creator in exemptions.users:
-            return f"their creator {creator} is exempt"
+            return f"exemptions.users has {creator}, their creator"
         if groups := sorted(set(SERVICE_ACCOUNT_GROUPS) & set(exemptions.groups)):
-            return f"their creator {creator} is in exempt group {groups[0]}"
+            return f"exemptions.groups has {groups[0]}, a group of their creator {creator}"
     if _opts_out(view.metadata, ctx):
         return f"label {IGNORE_LABEL}=true on its pod template"
     return ""
@@ -239,26 +240,45 @@ def _pods_passed(view: PodView, ctx: Context, outcome: Outcome) -> None:
     refused = set(outcome.pods_refused)
     outcome.warnings[:] = [w for w in outcome.warnings if w not in refused]
     outcome.pods_refused.clear()
-    outcome.warn(f"its pods pass untouched ({why}): created unreviewed, none refused")
+    outcome.warn(f"its pods pass untouched, none refused ({why})")
 
 
-def left_pending(view: PodView, why: str, reviewed: bool) -> list[str]:
-    """Where a workload's pods pass untouched (``why``), its template's gpu-memory asks: converted on each pod as it
-    is created, they are never converted, and no node offers the resource, so its pods stay Pending (found by a
-    review: such a template was admitted, its nvidia.com/gpu fractions converted, without a word of its pods).
-    ``reviewed``: the workload itself is, and a fraction is converted on its template."""
-    fraction = "a nvidia.com/gpu fraction or " if reviewed else ""
-    said = []
+class Untouched(NamedTuple):
+    """What becomes of a workload's pods that pass untouched (``left_unconverted``), each line whole."""
+
+    pending: list[str]
+    """A container's gpu-memory size: never converted, and no node offers the resource, so its pods stay Pending."""
+    no_gpu: list[str]
+    """The gpu-fraction annotation's container: never converted, so its pods run with no GPU at all."""
+
+
+def left_unconverted(view: PodView, why: str, ctx: Context, reviewed: bool) -> Untouched:
+    """Where a workload's pods pass untouched (``why``), what its template leaves for each pod to convert as it is
+    created (``PodView.defers_gpu``) is never converted (found by two reviews: such a template was admitted without
+    a word, its pods Pending for good, or running with no GPU). ``reviewed``: the workload itself is, and a
+    nvidia.com/gpu fraction is converted on its template (with ``mig.enabled``); else, as a fraction left in it is
+    refused by the API server, the advice is a whole GPU or a MIG device. The remedy comes before the why, within a
+    server warning's line (``WARNING_LIMIT``); the audit annotation has the whole."""
+    mig_on = ctx.settings.mig.enabled
+    advice = "a nvidia.com/gpu fraction" if reviewed and mig_on else "a whole nvidia.com/gpu"
+    advice += " or nvidia.com/mig-<profile>: 1; "
+    # a review converts them only where MIG conversion is on
+    advice += f"or let them be reviewed: they pass untouched ({why})" if mig_on else f"they pass untouched ({why})"
+    pending = []
     for _, container in view.containers():
         resources = as_dict(container.get("resources"))
         asks = [as_dict(resources.get(k)).get(GPU_MEMORY_RESOURCE) for k in ("limits", "requests")]
         if (asked := next((a for a in asks if a is not None), None)) is not None:
-            said.append(
-                f"{container.get('name')}: its pods stay Pending: their {GPU_MEMORY_RESOURCE} {asked} is never"
-                f" converted, no node offers it; ask {fraction}a MIG device (nvidia.com/mig-<profile>: 1) instead,"
-                f" or let the pods be reviewed (they pass untouched: {why})"
+            pending.append(
+                f"{container.get('name')}: its pods stay Pending, gpu-memory {asked} unconverted: ask {advice}; no"
+                f" node offers {GPU_MEMORY_RESOURCE}"
             )
-    return said
+    no_gpu = []
+    if (raw := view.annotation("gpu-fraction")) is not None:
+        target = view.fraction_container()
+        name = target.get("name") if target is not None else "(no such container)"
+        no_gpu.append(f"{name}: its pods get no GPU, gpu-fraction {raw} unconverted: ask {advice}")
+    return Untouched(pending, no_gpu)
 
 
 OPT_OUT_OFF = (
@@ -510,10 +530,12 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 def _short(text: str, limit: int = WARNING_LIMIT) -> str:
     """A warning as sent: its control characters escaped as Python writes them (a newline as ``\\n``), cut to
     ``limit`` characters."""
-    return clipped(_escaped(text), limit)
+    return clipped(escaped(text), limit)
 
 
-def _escaped(text: str) -> str:
+def escaped(text: str) -> str:
+    """``text`` with its control characters written as Python writes them (a newline as ``\\n``): what a user's
+    value brings in cannot start a line or move the terminal's cursor where it is printed."""
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
@@ -521,7 +543,7 @@ def _line(text: str, limited: bool, name: str = "") -> str:
     """A warning built apart from the policies': within a line where the answer keeps to the response limits
     (``fit_warning``: ``name``, the key it names, shortened first), else whole, for the offline review, which
     prints every warning whole (``Context.limited``; found by a review: a long key was cut there)."""
-    return _short(fit_warning(text, name) if name else text) if limited else _escaped(text)
+    return _short(fit_warning(text, name) if name else text) if limited else escaped(text)
 
 
 def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Result:
@@ -887,19 +909,24 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
         outcome.finish.pop(0)()
     if grown := _grown_past(view.spec, outcome.mutations):  # refused as the pod as written would be
         return _refused(obj, reason="TooManyNodeRules", message=grown)
+    untouched: list[str] = []
+    if view.is_template and (why := pods_pass(view, pctx)):
+        said = left_unconverted(view, why, pctx, reviewed=True)
+        untouched = [*said.pending, *said.no_gpu]
+        if outcome.annotations.get(cuda.POLICY) == cuda.DEFERRED:  # no pod is checked as it is created
+            del outcome.annotations[cuda.POLICY]
     for name, text in sorted(outcome.annotations.items()):
         view.set_annotation(PREFIX + name, text)
     if not had_annotations and view.metadata.get("annotations") == {}:
         del view.metadata["annotations"]  # do not leave behind an empty map that we created
     outcome.warnings[:0] = [*_opt_out_refused(obj, view, ctx), *_misplaced_now(obj, ctx), *unknown]
     _pods_passed(view, pctx, outcome)
-    if view.is_template and (why := pods_pass(view, pctx)):
-        outcome.warnings += left_pending(view, why, reviewed=True)
     result = Result(object=working)
     _finish(result, pctx, outcome, "")  # an allowed answer's decision follows from its patch, below
     if result.allowed and (too_long := _fit_annotations(view)):
         return _refused(obj, reason="AnnotationsTooLong", message=too_long)
     if result.allowed:
+        result.warnings += untouched  # not where it is denied anyway
         result.patch = make_patch(obj, working)
         if result.patch:
             result.audit["decision"] = "mutated" if outcome.mutations else "annotated"
@@ -908,6 +935,8 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
             # call, changing the pod, would be lost under a first value of this one's; or this is that call, on a
             # pod as the webhook left it, whose first answer said "mutated". The validating webhook's decision stands.
             result.audit.clear()
+        if untouched:
+            result.audit["pods-untouched"] = "\n".join(untouched)  # whole: a warning is cut to a line
     else:
         result.object = obj
     return result
