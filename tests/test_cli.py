@@ -1526,3 +1526,27 @@ def test_a_denied_workload_whose_pods_would_pass_untouched_is_not_told_they_stay
     run = cli("review", "-f", _manifest(tmp_path, deployment), "--nodes", str(NODES), "--config", str(config))
     assert run.returncode == 1 and run.stdout.startswith("DENIED\n"), run.stdout
     assert "Pending" not in run.stdout, run.stdout
+
+
+def test_review_escapes_the_control_characters_of_the_names_it_prints(tmp_path: Path) -> None:
+    """A name's newline or escape sequence is printed escaped: in a stream's header (a generateName forged a
+    '== Pod' line), on stderr (a bell), and in the lines of why its pods stay Pending (a container's name). An
+    AdmissionReview's object is named in its request's namespace, the one it is reviewed in, on stderr as in its
+    header (the object's own came first there)."""
+    deployment = _deployment("d", CUDA124, {"gpu-admission.io/gpu-memory": "20Gi"})
+    deployment["metadata"] = {"generateName": "gen-\x1b[31m\n== Pod x/y (forged)", "namespace": "other"}
+    deployment["spec"]["template"]["spec"]["containers"][0]["name"] = "main\nWarning: forged\x1b[2K"
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc\x07bell", "namespace": "other"}}
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(GROUP_EXEMPT))
+    path = _stream(tmp_path, [_admission_review(deployment), _admission_review(service)])
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert not any(c in run.stdout + run.stderr for c in "\x1b\x07"), (run.stdout, run.stderr)
+    lines = run.stdout.splitlines()
+    assert lines[0] == (
+        f"== Deployment ml/gen-\\x1b[31m\\n== Pod x/y (forged) ({path}: document 1, in an AdmissionReview)"
+    ), run.stdout
+    assert [line for line in lines if line.startswith("== ")] == lines[:1], run.stdout
+    assert "\n- main\\nWarning: forged\\x1b[2K: its pods stay Pending" in run.stdout, run.stdout
+    assert f"{path}: document 2 (Service ml/svc\\x07bell in an AdmissionReview)" in run.stderr, run.stderr

@@ -388,8 +388,15 @@ def _label(value: Any) -> str:
         value, came = request.get("object") or request.get("oldObject"), " in an AdmissionReview"
         if not isinstance(value, dict):
             return " (AdmissionReview of no object)"
-    namespace = as_dict(value.get("metadata")).get("namespace") or request.get("namespace")
-    return f" ({_object_kind(value)} {f'{namespace}/' if namespace else ''}{_name(value) or '(no name)'}{came})"
+    # the request's namespace first, as ``_item`` reviews it (the API server's)
+    namespace = request.get("namespace") or as_dict(value.get("metadata")).get("namespace")
+    return f" ({_shown(_object_kind(value), namespace, _name(value))}{came})"
+
+
+def _shown(kind: str, namespace: Any, name: str) -> str:
+    """``Kind namespace/name`` as review prints an object, in its headers and on stderr: escaped, so that a name
+    cannot start a line of its own, such as a forged header (found by a review: a generateName with a newline)."""
+    return pipeline.escaped(f"{kind} {f'{namespace}/' if namespace else ''}{name or '(no name)'}")
 
 
 def _item(at: str, value: Any, namespace: str | None, labelled: bool) -> _Item:
@@ -584,7 +591,7 @@ def _print_text(item: _Item, result: pipeline.Result, pods: _Pods | None, refusa
     if refusals:
         print("DENIED by the API server")
         for why in refusals:
-            print(f"- {why}")
+            print(f"- {pipeline.escaped(why)}")
     elif result.allowed and pods is not None and not pods.allowed:
         print("PODS DENIED")
         itself = (
@@ -594,7 +601,7 @@ def _print_text(item: _Item, result: pipeline.Result, pods: _Pods | None, refusa
         )
         print(f"the webhook {itself}, but would refuse each pod it makes, as the pod is created:")
         for why in pods.refused:
-            print(f"- {why}")
+            print(f"- {pipeline.escaped(why)}")
         listed = pods.refused
     elif result.allowed and pods is not None and pods.broken:
         print("PODS PENDING" if pods.pending else "PODS GET NO GPU")
@@ -606,7 +613,7 @@ def _print_text(item: _Item, result: pipeline.Result, pods: _Pods | None, refusa
         print(f"the webhook {itself}, but its pods pass untouched, their GPU ask unconverted:")
         listed = [*pods.pending, *pods.no_gpu]
         for why in listed:
-            print(f"- {why}")
+            print(f"- {pipeline.escaped(why)}")
     else:
         print(("ADMITTED" if result.allowed else "DENIED") + (f" ({result.skipped})" if result.skipped else ""))
         if result.skipped and pods is not None:
@@ -618,12 +625,12 @@ def _print_text(item: _Item, result: pipeline.Result, pods: _Pods | None, refusa
     if pods is not None and pods.warnings:  # under the pods line: the second review's, of its pods
         for w in pods.warnings:
             if w not in listed:
-                print(f"Warning (its pods): {w}")
+                print(f"Warning (its pods): {pipeline.escaped(w)}")
     if result.message:
         print(result.message)
     for w in result.warnings:
         if w not in listed:
-            print(f"Warning: {w}")
+            print(f"Warning: {pipeline.escaped(w)}")  # a user's value may bring a newline in
     template = pipeline.pod_view(result.object, item.namespace, writable=False) if result.allowed else None
     annotations = template.annotations if template is not None else {}  # a workload's: its pod template's
     for key, value in sorted(annotations.items()):
@@ -671,7 +678,7 @@ def cmd_review(args: argparse.Namespace) -> int:
             continue
         if held > 1:
             came = ", in an AdmissionReview" if item.request else ""
-            print(f"== {item.kind} {item.namespace}/{item.name or '(no name)'} ({item.at}{came})")
+            print(f"== {_shown(item.kind, item.namespace, item.name)} ({item.at}{came})")
         _print_text(item, result, pods, refusals)
     if args.output == "json":
         print(json.dumps(verdicts if held > 1 else verdicts[0], indent=2))
