@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import os
+import queue
 import re
 import select
 import signal
@@ -285,6 +286,42 @@ def test_full_queue_drops_and_counts() -> None:
     assert q.drain(5)
     assert (q.sent, q.dropped, q.failed) == (2, 5, 0)
     assert counted.count("dropped") == 5 and counted.count("sent") == 2
+
+
+class Gated:
+    """A sink that holds each send until let go, once per ``go.release()``, and says which Event each send began."""
+
+    name = "gated"
+    concurrency = 4  # the queue's thread sends what it takes as the relay does: each Event's bodies as one
+
+    def __init__(self) -> None:
+        self.begun: queue.Queue[str] = queue.Queue()
+        self.go = threading.Semaphore(0)
+
+    def send(self, body: dict[str, Any]) -> None:
+        self.begun.put(body["involvedObject"]["name"])
+        assert self.go.acquire(timeout=10)
+
+
+def test_a_queued_event_frees_its_slot_once_it_is_sent_not_once_its_batch_is() -> None:
+    """Found by a review: the queue's thread takes every Event waiting as one batch, and freed their slots only once
+    the whole batch was sent, so that after a burst the queue dropped the Events that came for as long as the burst
+    took to send, however fast the API took them. Each frees its slot as it is sent: the bound is on the Events
+    waiting, besides the one being sent."""
+    sink = Gated()
+    q = EventQueue(sink, maxsize=3, linger=0.2)
+    bodies = [event_body(subject_of(stored_pod(name)), "default", name, CHECKED, "i") for name in "abcdefg"]
+    assert [q.submit(body) for body in bodies[:3]] == [True] * 3
+    assert sink.begun.get(timeout=5) == "a"
+    sink.go.release()
+    assert sink.begun.get(timeout=5) == "b"
+    sink.go.release()
+    assert sink.begun.get(timeout=5) == "c"  # a and b sent: two slots free, c's taken while it is sent
+    assert [q.submit(body) for body in bodies[3:]] == [True, True, True, False]
+    for _ in range(6):
+        sink.go.release()
+    assert q.drain(5)
+    assert (q.sent, q.dropped, q.failed) == (6, 1, 0)
 
 
 def test_full_queue_never_blocks_a_request_and_shows_in_metrics() -> None:

@@ -695,11 +695,10 @@ class Sender:
         except Exception:
             log.exception("cannot count an event as %s", result)
 
-    def deliver_all(self, bodies: list[JSON], spread: bool = True) -> None:
-        """Send ``bodies`` (what the relay, or an ``EventQueue``, read at once), up to the sink's ``concurrency`` at
-        a time, from as many threads (started at the first batch: each keeps its connection; ``spread`` False: in
-        this thread, one after another, as an ``EventQueue``'s one thread sends); return when every one is sent or
-        failed, and counted. A sink that sends one at a time sends in this thread, each body as it is.
+    def deliver_all(self, bodies: list[JSON]) -> None:
+        """Send ``bodies`` (what the relay read at once), up to the sink's ``concurrency`` at a time, from as many
+        threads (started at the first batch: each keeps its connection); return when every one is sent or failed, and
+        counted. A sink that sends one at a time sends in this thread, each body as it is.
 
         The same Event read several times (a controller's retries, ``event_name``) goes once, its count that many
         (``_merged``): sent each in turn, it cost a PATCH each, and each raise was a moment for another replica's
@@ -709,18 +708,21 @@ class Sender:
             for body in bodies:
                 self.deliver(body)
             return
+        if self._senders is None:
+            self._senders = ThreadPoolExecutor(width, "gpu-adm-events")
+        for _ in self._senders.map(lambda run: self.deliver(_merged(run), len(run)), self.runs(bodies)):
+            pass
+
+    def runs(self, bodies: list[JSON]) -> list[list[JSON]]:
+        """``bodies`` as ``deliver_all`` sends them: each Event's bodies together (one name in one namespace), in the
+        order each came first; each body alone for a sink that sends one at a time."""
+        if int(getattr(self.sink, "concurrency", 1)) <= 1:
+            return [[body] for body in bodies]
         runs: dict[tuple[str, str], list[JSON]] = {}
         for body in bodies:
             meta = as_dict(body.get("metadata"))
             runs.setdefault((as_str(meta.get("namespace")), as_str(meta.get("name"))), []).append(body)
-        if not spread:
-            for run in runs.values():
-                self.deliver(_merged(run), len(run))
-            return
-        if self._senders is None:
-            self._senders = ThreadPoolExecutor(width, "gpu-adm-events")
-        for _ in self._senders.map(lambda run: self.deliver(_merged(run), len(run)), runs.values()):
-            pass
+        return list(runs.values())
 
     def deliver(self, body: JSON, reports: int = 1) -> None:
         """Send one Event now, in the calling thread (the relay's or one of its senders'), and count it ``reports``
@@ -769,9 +771,13 @@ class EventQueue(Sender):
     Woken by an Event, the thread waits ``linger`` seconds before it sends, then sends all that came meanwhile: a
     burst of pod creates wakes it once per ``linger`` instead of once per pod (a wake-up, its context switches and
     its turn at the GIL cost more than a LogSink line), and an Event is ``linger`` late at most. What it takes at once
-    goes as the relay sends what it reads at once (``Sender.deliver_all``, in this one thread): the same Event
-    several times is one create of that count, or one raise by as many (sent in turn, it was a create and a PATCH
-    per repeat).
+    goes as the relay sends what it reads at once (``Sender.runs``, in this one thread): the same Event several times
+    is one create of that count, or one raise by as many (sent in turn, it was a create and a PATCH per repeat).
+
+    ``maxsize`` bounds the Events waiting, besides the one being sent: those taken to go after it wait too, and each
+    frees its slot once it is sent. Freed only once the whole batch was sent, the slots of a burst stayed taken for
+    as long as the burst took to send, and the queue dropped the Events that came meanwhile, however fast the API
+    took them (a review's finding).
     """
 
     def __init__(
@@ -808,7 +814,7 @@ class EventQueue(Sender):
         if self._pid != os.getpid():
             self._reset()  # a forked child: the parent's thread and queue are not ours
         try:
-            if self._queue.unfinished_tasks > self.maxsize:  # the Events taken to go with the one being sent wait too
+            if self._queue.unfinished_tasks > self.maxsize:  # taken, not yet sent: they wait too
                 raise queue.Full
             self._queue.put_nowait(body)
         except queue.Full:
@@ -834,11 +840,12 @@ class EventQueue(Sender):
                 time.sleep(self.linger)
             batch = [body, *self._waiting()]
             while batch:
-                try:
-                    self.deliver_all(batch, spread=False)
-                finally:
-                    for _ in batch:
-                        self._queue.task_done()
+                for run in self.runs(batch):
+                    try:
+                        self.deliver(_merged(run), len(run))
+                    finally:  # its slots free now: the rest of the batch may take as long again
+                        for _ in run:
+                            self._queue.task_done()
                 batch = self._waiting()
 
     def _waiting(self) -> list[JSON]:
