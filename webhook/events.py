@@ -385,6 +385,8 @@ class ApiSink:
         self._threads = threading.local()
         self._counts = _Counts(REPEATS_KEPT)
         """(namespace, name) -> (count, resourceVersion) of the Events this sink created or whose count it raised."""
+        self._told_no_get = False
+        """Whether the log said that a read of a count (a GET) was refused (``_read``)."""
 
     def _here(self) -> _Direct | None:
         """This thread's connection to the server (``direct``, apart); None for the client's own path."""
@@ -482,10 +484,10 @@ class ApiSink:
         repeats the relay read at once: ``Sender.deliver_all``), set its ``lastTimestamp`` to the body's and its
         ``reportingInstance`` to this replica, as client-go's recorder does with a repeat. The count raised is the one
         this sink left it at (``_counts``: the answer to its create or to its last raise), else the one a GET of the
-        Event reads (a read that writes nothing: it was a patch of ``lastTimestamp`` alone, a write that changed the
-        Event under the other replicas raising it at once, a Conflict more for each of them); the patch that raises
-        it names the resourceVersion that count was read at, so that a change in between (another replica raising
-        it) is a Conflict, and the count is read again (after a random pause from the second on:
+        Event reads (``_read``; a read that writes nothing: it was a patch of ``lastTimestamp`` alone, a write that
+        changed the Event under the other replicas raising it at once, a Conflict more for each of them); the patch
+        that raises it names the resourceVersion that count was read at, so that a change in between (another replica
+        raising it) is a Conflict, and the count is read again (after a random pause from the second on:
         CONFLICT_PAUSE_S). An Event gone meanwhile (its TTL, an hour by default) is created again.
 
         A write tried again that meets a Conflict (its kept-alive connection closed while idle, as the apiserver does
@@ -519,7 +521,7 @@ class ApiSink:
                         return
                     create, lost = False, {k: body.get(k) for k in OWN_FIRST}  # made by the first try, or before?
                 if known is None:
-                    event = _event_in(self._read(where))
+                    event = _event_in(self._read(where, stamp))
                     known = _count_of(event)
                     if known is None:
                         raise NotRaised("the API server's answer to a read of the Event holds no count", "get")
@@ -547,9 +549,28 @@ class ApiSink:
             conflicts += status == 409
         raise NotRaised(f"the Event changed {REPEAT_TRIES} times while its count was raised")
 
-    def _read(self, where: dict[str, str]) -> bytes | None:
-        """``_exchange`` of a GET of the Event; a failure other than its being gone (404) is ``NotRaised``."""
-        return self._on_event("GET", where, None, None)
+    def _read(self, where: dict[str, str], stamp: Any) -> bytes | None:
+        """``_exchange`` of a GET of the Event; a failure other than its being gone (404) is ``NotRaised``. A GET
+        refused (403: a ClusterRole kept from a release before the read was a GET grants ``create`` and ``patch``
+        alone) reads the count as those releases did, from the answer to a patch of ``lastTimestamp`` (a write, a
+        Conflict more for the other replicas raising it at once), said once: without it, every repeat a replica did
+        not know the count of failed."""
+        try:
+            return self._on_event("GET", where, None, None)
+        except NotRaised as err:
+            refused = err.__cause__
+            if getattr(refused, "status", None) != 403:
+                raise
+        if not self._told_no_get:
+            self._told_no_get = True
+            log.warning(
+                "cannot read an Event's count with a get (%s): add the verb get to the core events rule of the "
+                "webhook's ClusterRole (verbs: [create, get, patch], as charts/gpu-admission/templates/rbac.yaml "
+                "grants; a role kept from an earlier release grants create and patch alone); until then a count is "
+                "read with a patch, a write that makes Conflicts for the other replicas raising the same Event",
+                _short_error(refused) if isinstance(refused, Exception) else "HTTP 403",
+            )
+        return self._patch(where, {"lastTimestamp": stamp})
 
     def _patch(self, where: dict[str, str], payload: JSON) -> bytes | None:
         """``_exchange`` of a merge patch of the Event; a failure other than its being gone (404) or changed (409) is
