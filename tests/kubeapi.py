@@ -208,7 +208,7 @@ class KubeAPI:
     def hang_up_next(self, count: int, stored: bool = False) -> None:
         """The next ``count`` creates or patches are read and their connection closed with no answer, as a server does
         that closes an idle keep-alive connection as a request arrives; ``stored``: after the object was created or
-        patched."""
+        patched (a create of a name that is there stores nothing: kube-apiserver's AlreadyExists is what is lost)."""
         with self.lock:
             self._hang_ups += [stored] * count
 
@@ -528,13 +528,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(422, _status(422, "Invalid", "metadata.name: Required value"))
             return
         with self.api.lock:
+            exists = self.api.get(gv, resource, meta["name"], namespace or "") is not None
             hang_up = self.api._hang_ups.pop(0) if self.api._hang_ups else None
             if hang_up is not None:
-                if hang_up:
+                if hang_up and not exists:  # there already: kube-apiserver stores nothing (its 409 is what is lost)
                     self.api.put(gv, resource, obj, namespace)
                 self.close_connection = True
                 return
-            if self.api.get(gv, resource, meta["name"], namespace or ""):
+            if exists:
                 self._send(409, _status(409, "AlreadyExists", f'{resource} "{meta["name"]}" already exists'))
                 return
             if query.get("dryRun"):

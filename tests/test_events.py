@@ -1007,6 +1007,24 @@ def test_the_stand_in_api_keeps_the_resource_version_of_a_patch_that_changes_not
     )
 
 
+def test_the_stand_in_api_stores_nothing_for_a_hung_up_create_of_an_object_that_is_there(kubeapi: KubeAPI) -> None:
+    """kube-apiserver answers a create of a name that is there AlreadyExists and stores nothing; the stand-in, told to
+    hang up after storing (``hang_up_next(1, stored=True)``), stored the create over the object first, so that a test
+    of a lost answer saw an Event replaced that no apiserver replaces. A create of a new name is stored."""
+    body = event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i", now=1_800_000_000)
+    ApiSink(configured(kubeapi)).send(body)
+    (made,) = kubeapi.list("v1", "events", "default")
+    direct = events._Direct(configured(kubeapi).configuration, 5.0)
+    again = {**body, "reportingInstance": "other", "firstTimestamp": "2027-01-15T09:00:00Z"}
+    fresh = event_body(subject_of(stored_pod("fresh")), "default", "fresh", CHECKED, "i")
+    for sent in (again, fresh):
+        kubeapi.hang_up_next(1, stored=True)
+        with pytest.raises(ConnectionResetError):  # closed with no answer
+            direct.request("POST", EVENTS, json.dumps(sent).encode(), {"Content-Type": "application/json"})
+    stored = {e["involvedObject"]["name"]: e for e in kubeapi.list("v1", "events", "default")}
+    assert stored["trainer"] == made and stored["fresh"]["metadata"]["name"] == fresh["metadata"]["name"]
+
+
 @pytest.mark.parametrize("replicas", [3, 5])
 def test_replicas_raising_one_event_at_once_count_every_repeat(kubeapi: KubeAPI, replicas: int) -> None:
     """Found by a review: replicas that a controller's retries reach at once raise the same Event at once; each
