@@ -551,6 +551,28 @@ def test_a_repeat_reads_its_events_count_with_a_get_and_writes_nothing_to_read_i
     )
 
 
+@pytest.mark.parametrize("count", [pytest.param(None, id="missing"), pytest.param("null", id="null")])
+def test_an_event_read_with_no_count_is_not_told_as_a_refused_get(
+    kubeapi: KubeAPI, caplog: pytest.LogCaptureFixture, count: str | None
+) -> None:
+    """Found by a review: a GET that was answered, of an Event that holds no count (written by something else), was
+    logged '(get)', which the docs define as the RBAC's verb to add. It names no verb: the read worked."""
+    subject = subject_of(stored_pod())
+    ApiSink(configured(kubeapi)).send(event_body(subject, "default", "trainer", CHECKED, "a"))
+    (made,) = kubeapi.list("v1", "events", "default")
+    del made["count"]
+    kubeapi.put("v1", "events", {**made, **({"count": None} if count else {})}, "default")
+    other = events.Sender(ApiSink(configured(kubeapi), backoff=0.001))
+    with caplog.at_level("WARNING", logger="gpu_admission.events"):
+        other.deliver(event_body(subject, "default", "trainer", CHECKED, "b"))
+    assert other.failed == 1
+    (told,) = [r.getMessage() for r in caplog.records]
+    assert told == (
+        "cannot raise the count of the CUDAChecked event on default/trainer: the Event, read, holds no count (written"
+        " by other than gpu-admission)"
+    )
+
+
 def test_a_refused_get_reads_the_count_with_a_patch_as_before_and_says_the_verb_to_add_once(
     kubeapi: KubeAPI, caplog: pytest.LogCaptureFixture
 ) -> None:

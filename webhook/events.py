@@ -268,9 +268,10 @@ class NotRaised(Exception):
     how; ``verb``: which). Told apart from a failed create in the log, which names the verb: RBAC managed outside the
     chart, or a ClusterRole from before repeats were counted, grants ``create`` on Events and not ``get`` or
     ``patch``, and every repeat was told as a create that failed, the verb only in the quoted answer (found by a
-    review)."""
+    review). ``verb`` None: every request was answered, and what went wrong is in no verb's RBAC (an Event read with
+    no count, or changed by other replicas at every try)."""
 
-    def __init__(self, message: str, verb: str = "patch") -> None:
+    def __init__(self, message: str, verb: str | None = None) -> None:
         super().__init__(message)
         self.verb = verb
 
@@ -524,7 +525,7 @@ class ApiSink:
                     event = _event_in(self._read(where, stamp))
                     known = _count_of(event)
                     if known is None:
-                        raise NotRaised("the API server's answer to a read of the Event holds no count", "get")
+                        raise NotRaised("the Event, read, holds no count (written by other than gpu-admission)")
                     if lost is not None and all(event.get(k) == v for k, v in lost.items()):
                         self._counts.keep(key, known)  # the first try of the lost write was applied
                         return
@@ -763,7 +764,8 @@ class Sender:
         at most one per FULL_TELL_S with how many failed so since: an API that refuses (403: no RBAC) or is down fails
         every Event, and a line each would flood the log. A repeat's count not raised names the verb that failed
         (``NotRaised``: a get or a patch): its RBAC is that verb, not ``create``."""
-        doing, verb = ("raise the count of", f" ({err.verb})") if isinstance(err, NotRaised) else ("create", "")
+        doing = "raise the count of" if isinstance(err, NotRaised) else "create"
+        verb = f" ({err.verb})" if isinstance(err, NotRaised) and err.verb else ""  # a request refused: its RBAC
         cause = err.__cause__ if isinstance(err, NotRaised) and isinstance(err.__cause__, Exception) else err
         count = self._failures.count(f"{doing}{verb} {type(cause).__name__} {getattr(cause, 'status', '')}".strip())
         if count is None:
