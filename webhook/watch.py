@@ -678,18 +678,20 @@ class InTime:
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
 
     def __call__(self, call: Callable[[], T]) -> T:
+        future: Future[T]
         with self._lock:
             held = self._held
             if held is None or held[1].done():
-                future: Future[T] = Future()
+                future = Future()
                 began = time.monotonic()
                 self._held = (began, future)
                 self._hand(call, future)
             elif time.monotonic() - held[0] < self.timeout:
                 # the same load, begun by another thread in its time (the relay's senders refresh the token at once,
-                # and the client's refresh is not made for two at once): waited on, its result theirs
-                joined: Future[T] = held[1]
-                return self._wait(held[0], joined)
+                # and the client's refresh is not made for two at once): waited on, its result theirs, outside the
+                # lock (the helper thread takes it to end when idle: a caller that waited holding it kept the
+                # helper from the call it waited on, until its time ran out)
+                began, future = held
             else:
                 raise CredentialsHung(
                     f"{self.what} has not returned in {time.monotonic() - held[0]:.0f}s; not run again until it does"
