@@ -234,6 +234,8 @@ class LiveCluster:
         self._trouble: tuple[float, str] | None = None
         """(since when, the last error) while the watch fails; None while it works."""
         self._forbidden: str | None = None
+        self._watch_refused = False
+        """The trouble held is a watch refused (403): a list that works does not end it (a false 'works again')."""
         """Why the watch is forbidden (a 403 to it), while it is; None once a watch is let open."""
         self.builds = 0
         """Views built since start (for tests and metrics)."""
@@ -322,7 +324,9 @@ class LiveCluster:
         backoff = Backoff(self.backoff_initial, self.backoff_max)
         client: Any = None
         need_list = True
-        listed = False  # whether the last list succeeded: a 403 to the watch then is RBAC that forbids it alone
+        listed = False  # whether the last list succeeded: a 403 to the watch then may be RBAC that forbids it alone
+        checking = False  # a watch's 403 came after a list that worked: the list is asked again at once
+        checked = False  # the last list, asked after a watch's 403, worked: RBAC forbids the watch alone
         gone_streak = 0
         while not self._stop.is_set():
             delay = 0.0
@@ -345,7 +349,7 @@ class LiveCluster:
                         # watched: no node change reached the view while the lists failed.
                         retry = max(_retry_after(err), min(self.resync_seconds, RELIST_RETRY_S))
                         self._resync_at = time.monotonic() + retry
-                        listed = False
+                        listed = checking = checked = False
                         log.warning(
                             "cluster: the periodic relist of nodes from %s failed: %s; watching on, listing again in"
                             " %.0fs",
@@ -355,9 +359,10 @@ class LiveCluster:
                         )
                     else:
                         need_list = False
-                        listed = True
+                        listed, checked, checking = True, checking, False
                         backoff.reset()
-                        self._working()
+                        if not self._watch_refused:  # a watch refused says nothing works until one is let open
+                            self._working()
                 phase = "watch"
                 began = time.monotonic()
                 events, early = self._watch(core)
@@ -383,14 +388,21 @@ class LiveCluster:
                     # node changes reaching the view up to 30 s late.
                     log.info("cluster: the node watch from %s ended (%s); resuming it", self.description, brief(err))
                     backoff.reset()
-                elif phase == "watch" and status == 403 and listed:
+                elif phase == "watch" and status == 403 and listed and (checked or self._forbidden is not None):
                     # RBAC that grants list on nodes and not watch (a ClusterRole made by hand): each relist worked
                     # and said the watch worked again, the snapshot's age stayed under its alert, and nothing told.
-                    # Not where the last list failed too (a ClusterRoleBinding deleted): that is said as trouble
+                    # Only once a list asked after the watch's 403 worked: where the list is refused too (a
+                    # ClusterRoleBinding deleted), that is said as trouble, at once (found by reviews)
                     delay = max(backoff.next(), _retry_after(err))
                     self._watch_forbidden(err)
                     _close(client)
                     client = None  # a new client reloads credentials, which may be allowed to watch
+                elif phase == "watch" and status == 403 and listed:
+                    # the list worked before this watch: is it still let? asked at once, before saying either
+                    self._resync_at = time.monotonic()
+                    checking = True
+                    _close(client)
+                    client = None
                 else:
                     delay = max(backoff.next(), _retry_after(err))
                     state = "" if self._synced.is_set() else "; not ready"
@@ -400,6 +412,7 @@ class LiveCluster:
                         error += f" (the credentials of {self.credentials})"
                     since = self._trouble[0] if self._trouble is not None else time.monotonic()
                     self._trouble = (since, error)
+                    self._watch_refused = phase == "watch" and status == 403
                     log.warning("cluster: %s from %s%s; retrying in %.1fs", error, self.description, state, delay)
                     if not isinstance(err, _StreamError) and status in (None, 401, 403):
                         _close(client)
@@ -412,6 +425,7 @@ class LiveCluster:
         """The API server forbade the watch of nodes, which it lets list: said at WARNING once, and by ``problem``
         until a watch is let open (``_watch``)."""
         first = self._forbidden is None
+        self._trouble, self._watch_refused = None, False  # said as what it is instead
         self._forbidden = (
             f"the node watch is forbidden ({brief(err)}): the RBAC lets list nodes and not watch them, so node changes"
             f" reach the view only at each relist, every {self.resync_seconds}s; add `watch` to the verbs of the"
@@ -432,6 +446,7 @@ class LiveCluster:
                 time.monotonic() - self._trouble[0],
             )
             self._trouble = None
+        self._watch_refused = False
 
     def _new_client(self) -> Any:
         """A new API client, its credentials loaded in time (``_in_time``), and loaded again in time at each refresh
