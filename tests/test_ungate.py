@@ -9,11 +9,13 @@ such an update.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import uuid
 from typing import Any
 
+import jsonpatch
 import pytest
 
 from tests.conftest import gpu_node, gpu_pod, review
@@ -354,3 +356,60 @@ def test_an_ungating_that_lets_a_never_pod_onto_spot_is_refused(mode_at_create: 
     on_demand = copy.deepcopy(onto_spot)
     on_demand["spec"]["nodeSelector"] = {POOL: "h100-new"}
     assert update(app, "/validate", on_demand, old)["allowed"] is True
+
+
+NEVER = Settings(spot=SpotSettings(namespace_defaults={"ml": "never"}))
+GKE_SPOT_TOLERATION = {"key": SPOT_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+
+
+def created_through(app: Any, pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` as stored after its create through ``app``'s /mutate (its patch applied) and /validate."""
+    answer = app.test_client().post("/mutate", json=review(pod, namespace="ml")).get_json()["response"]
+    assert answer["allowed"], answer
+    stored = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(answer["patch"]))) if "patch" in answer else pod
+    checked = app.test_client().post("/validate", json=review(stored, namespace="ml")).get_json()["response"]
+    assert checked["allowed"], checked
+    stored["metadata"]["uid"] = str(uuid.uuid4())
+    return stored
+
+
+def gated_pod(**limits: str) -> dict[str, Any]:
+    pod = gpu_pod("trainer", limits=limits or None, image="pytorch/pytorch-nightly:2710000-cu12.8")
+    pod["metadata"] = {"name": "trainer", "namespace": "ml"}
+    pod["spec"]["schedulingGates"] = [{"name": GATE}]
+    return pod
+
+
+def kueue_admits(stored: dict[str, Any], selector: dict[str, str], *tolerations: dict[str, str]) -> dict[str, Any]:
+    """Kueue's ungating onto a flavor: its node labels and tolerations added."""
+    out = copy.deepcopy(stored)
+    del out["spec"]["schedulingGates"]
+    out["spec"]["nodeSelector"] = {**(out["spec"].get("nodeSelector") or {}), **selector}
+    out["spec"]["tolerations"] = [*(out["spec"].get("tolerations") or []), *tolerations]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("labels", "selector"),
+    [
+        ({}, {SPOT_LABEL: "true"}),
+        ({"karpenter.sh/capacity-type": "on-demand"}, {"karpenter.sh/capacity-type": "spot"}),
+    ],
+    ids=["gke-spot-pool-at-zero", "karpenter-spot-at-zero"],
+)
+def test_an_ungating_onto_spot_capacity_no_node_carries_yet_is_refused_for_a_never_pod(
+    labels: dict[str, str], selector: dict[str, str]
+) -> None:
+    """A pod created gated under another mode got no NotIn; by its ungating its namespace's default is never, and
+    Kueue admits it to a flavor of spot capacity at zero (a GKE spot pool, Karpenter's spot capacity): only the
+    spot pools in the node list were looked at, and its autoscaler added a spot node for it unsaid (found by a
+    review of the spot policy). Judged as never judges such places at a create."""
+    cluster_nodes = [gpu_node("new-1", labels={**nodes()[0]["metadata"]["labels"], **labels})]
+    off = create_app(Settings(), cluster=StaticCluster(build_view(cluster_nodes, Settings())))
+    stored = created_through(off, gated_pod())
+    app = create_app(NEVER, cluster=StaticCluster(build_view(cluster_nodes, NEVER)))
+    answer = update(app, "/validate", kueue_admits(stored, selector, GKE_SPOT_TOLERATION), stored)
+    assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngated", answer
+    place = "=".join(next(iter(selector.items())))
+    assert f"now let it run on spot capacity {place} (no node carries it now" in answer["status"]["message"]
+    assert update(app, "/validate", kueue_admits(stored, {POOL: "h100-new"}), stored)["allowed"] is True

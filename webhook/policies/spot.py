@@ -1364,30 +1364,71 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
 
 def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
     """Deny the update that takes a ``never`` pod's last scheduling gate away (the only pod update reviewed:
-    ``pipeline.ungated``) where the pod may now run on a known spot pool. Its create left it without the ``NotIn``
-    off spot capacity (the mode was another then: a default changed since, or its annotation was edited while it
-    was gated), and what ungates it (Kueue, with its ResourceFlavor's node labels and tolerations) let it onto spot
-    nodes unsaid (found by a review of the spot policy). A cordoned spot node counts: it takes pods again."""
+    ``pipeline.ungated``) where what ungates it (Kueue, with its ResourceFlavor's node labels and tolerations) sends
+    it onto spot capacity. Its create left it without the ``NotIn`` off spot capacity (the mode was another then: a
+    default changed since, or its annotation was edited while it was gated), and the update let it onto spot nodes
+    unsaid (found by a review of the spot policy): a known spot pool, or a spot place no node carries now (a GKE
+    spot pool or Karpenter's spot capacity at zero, which its autoscaler adds for the pod, as ``never`` keeps a pod
+    off at its create: found by a review). A cordoned spot node counts: it takes pods again."""
     if pod.kind != "Pod" or ctx.operation != "UPDATE":
         return
     mode, why, _ = _asked(pod, ctx, Outcome())  # its warnings were given at the create
     if mode != "never":
         return
-    requested = requested_resources(pod.spec)
+    if spot := _spot_reached(pod.spec, pod, ctx):
+        out.deny(
+            "spot",
+            "SpotNeverUngated",
+            f"pod {pod.namespace}/{pod.name} is under spot never ({why}), yet its nodeSelector, affinity and "
+            f"tolerations now let it run on {spot}: what the webhook wrote at its create does not keep it off them "
+            f"(its spot mode was another then, or they were not known as spot). Delete and recreate it (the webhook "
+            f"keeps it off spot), admit it to a flavor of on-demand nodes only, or annotate the pod "
+            f"{PREFIX}{REQUEST}: tolerate to let it run on spot.",
+            f"spot never: ungated onto {spot}",
+        )
+
+
+def _spot_reached(spec: JSON, pod: PodView, ctx: Context) -> str:
+    """The spot capacity a pod of ``spec`` may run on, in words ('' for none): the known spot pools it reaches (a
+    cordoned one counts: it takes pods again), and the spot places no node carries now (``_spot_places``: a GKE
+    spot pool or Karpenter's spot capacity at zero) that its nodeSelector chooses, its required affinity allows
+    and no spot taint of their provider keeps it off (``_tainted_off``), as ``never`` judges them at a create."""
+    requested = requested_resources(spec)
     gpus = {k: v for k, v in requested.items() if k.startswith(NVIDIA_RESOURCES)}
-    reach = {**pod.spec, "tolerations": [*as_list(pod.spec.get("tolerations")), *LEAVING_TOLERATIONS]}
-    spot = [c.group for c in ctx.cluster.eligible(reach, gpus, gpu_only=_is_gpu_pod(pod, requested))]
-    spot = [g for g in spot if g.spot]
-    if not spot:
-        return
-    pools = pool_names(spot, what="spot pool")
-    out.deny(
-        "spot",
-        "SpotNeverUngated",
-        f"pod {pod.namespace}/{pod.name} is under spot never ({why}), yet its nodeSelector, affinity and "
-        f"tolerations now let it run on {pools}: what the webhook wrote at its create does not keep it off them "
-        f"(its spot mode was another then, or they were not known as spot). Delete and recreate it (the webhook "
-        f"keeps it off spot), admit it to a flavor of on-demand nodes only, or annotate the pod "
-        f"{PREFIX}{REQUEST}: tolerate to let it run on spot.",
-        f"spot never: ungated onto {pools}",
-    )
+    reach = {**spec, "tolerations": [*as_list(spec.get("tolerations")), *LEAVING_TOLERATIONS]}
+    pools = [c.group for c in ctx.cluster.eligible(reach, gpus, gpu_only=_is_gpu_pod(pod, requested)) if c.group.spot]
+    said = [pool_names(pools, what="spot pool")] if pools else []
+    terms, shown, _ = _spot_places(ctx)
+    texts = shown.split(" or ") if terms else []  # one per place: no pool name or label holds " or "
+    selector = as_dict(spec.get("nodeSelector"))
+    required = required_terms(PodView("Pod", {}, spec, ""))
+    tolerations = as_list(spec.get("tolerations"))
+    for term, text in zip(terms, texts, strict=True):
+        labels = {e["key"]: as_str(selector.get(e["key"])) for e in term}
+        if not all(labels[e["key"]] in e["values"] for e in term) or _carried(term, ctx):
+            continue
+        if required and not any(_allows(t, labels) for t in required):
+            continue
+        if not _tainted_off(labels, tolerations, ctx):
+            said.append(f"spot capacity {text} (no node carries it now: its autoscaler adds nodes for the pod)")
+    return ", ".join(said)
+
+
+def _carried(term: Sequence[Expression], ctx: Context) -> bool:
+    """Whether a node or pool of the known cluster carries the labels of the place ``term`` names (each of its
+    values known by key: a pool declared spot is a group of the cluster, nodes or none)."""
+    return all(ctx.cluster.label_values(as_str(e["key"])) & set(as_list(e["values"])) for e in term)
+
+
+def _allows(term: JSON, labels: Mapping[str, str]) -> bool:
+    """Whether no expression of a required ``term`` on the keys of ``labels`` refuses them (the term's other keys
+    say nothing of a node no one has seen)."""
+    for e in as_list(term.get("matchExpressions")):
+        if not isinstance(e, dict) or e.get("key") not in labels:
+            continue
+        value, values, operator = labels[as_str(e["key"])], as_list(e.get("values")), e.get("operator")
+        if (operator == "In" and value not in values) or (operator == "NotIn" and value in values):
+            return False
+        if operator == "DoesNotExist":
+            return False
+    return True
