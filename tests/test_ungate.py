@@ -325,7 +325,7 @@ def spot_nodes() -> list[dict[str, Any]]:
 def test_an_ungating_that_lets_a_never_pod_onto_spot_is_refused(mode_at_create: str, refused: bool) -> None:
     """A pod created gated while its namespace had no spot default got no affinity off spot capacity; the default
     is never by its ungating, and Kueue's update admits it to a spot flavor (its pool label and the spot taint's
-    toleration). Created under never, the webhook's NotIn keeps it off the spot pool whatever Kueue adds."""
+    toleration). Created under never, the webhook's NotIn keeps it off the spot pool: Pending there for good."""
     never = Settings(spot=SpotSettings(namespace_defaults={"ml": "never"}), audit=AuditSettings(event_queue_size=9))
     at_create = never if mode_at_create == "never" else Settings()
     pod = gpu_pod("trainer", image="pytorch/pytorch-nightly:2710000-cu12.8")
@@ -351,8 +351,8 @@ def test_an_ungating_that_lets_a_never_pod_onto_spot_is_refused(mode_at_create: 
         assert message.startswith(f"taking away the pod's last scheduling gate ({GATE}, by {KUEUE})"), message
         assert "pod ml/trainer is under spot never (default for namespace ml)" in message
         assert "now let it run on spot pool l4-spot" in message and "spot: tolerate" in message
-    else:
-        assert answer.get("status", {}).get("reason") != "SpotNeverUngated", answer
+    else:  # kept off it by the NotIn: Pending for good (``test_a_never_pod_ungated_onto_a_spot_flavor_...``)
+        assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngatedPending", answer
     on_demand = copy.deepcopy(onto_spot)
     on_demand["spec"]["nodeSelector"] = {POOL: "h100-new"}
     assert update(app, "/validate", on_demand, old)["allowed"] is True
@@ -387,6 +387,23 @@ def kueue_admits(stored: dict[str, Any], selector: dict[str, str], *tolerations:
     out["spec"]["nodeSelector"] = {**(out["spec"].get("nodeSelector") or {}), **selector}
     out["spec"]["tolerations"] = [*(out["spec"].get("tolerations") or []), *tolerations]
     return out
+
+
+def test_a_never_pod_ungated_onto_a_spot_flavor_its_notin_keeps_it_off_is_refused() -> None:
+    """Found by a review of the spot policy: a never pod created gated got the webhook's NotIn off spot capacity (a
+    gated pod is judged to tolerate every taint), and Kueue then admitted it to a spot flavor (its pool label and
+    the spot taint's toleration): the ungating was allowed, and the pod stayed Pending for good, its NotIn and the
+    flavor's nodeSelector never both holding. Refused, with what to change; an on-demand flavor passes."""
+    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    stored = created_through(app, gated_pod())
+    assert f'"{SPOT_LABEL}", "operator": "NotIn"' in json.dumps(stored["spec"]["affinity"]), "kept off spot"
+    answer = update(app, "/validate", kueue_admits(stored, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION), stored)
+    assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngatedPending", answer
+    message = answer["status"]["message"]
+    assert "pod ml/trainer is under spot never (default for namespace ml)" in message, message
+    assert "its nodeSelector now sends it to spot pool l4-spot alone: it would stay Pending for good" in message
+    assert "ResourceFlavor of on-demand nodes only" in message and "spot: tolerate" in message
+    assert update(app, "/validate", kueue_admits(stored, {POOL: "h100-new"}), stored)["allowed"] is True
 
 
 @pytest.mark.parametrize(

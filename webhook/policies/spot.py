@@ -1369,7 +1369,9 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
     default changed since, or its annotation was edited while it was gated), and the update let it onto spot nodes
     unsaid (found by a review of the spot policy): a known spot pool, or a spot place no node carries now (a GKE
     spot pool or Karpenter's spot capacity at zero, which its autoscaler adds for the pod, as ``never`` keeps a pod
-    off at its create: found by a review). A cordoned spot node counts: it takes pods again."""
+    off at its create: found by a review). A cordoned spot node counts: it takes pods again. Or it carries the
+    ``NotIn``, and its nodeSelector now chooses spot capacity alone: it lands nowhere, Pending for good, where it
+    would run on spot without the ``NotIn`` (found by a review)."""
     if pod.kind != "Pod" or ctx.operation != "UPDATE":
         return
     mode, why, _ = _asked(pod, ctx, Outcome())  # its warnings were given at the create
@@ -1386,6 +1388,38 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
             f"{PREFIX}{REQUEST}: tolerate to let it run on spot.",
             f"spot never: ungated onto {spot}",
         )
+        return
+    said = _said_off_spot(as_str(pod.annotations.get(PREFIX + APPLIED))) or []
+    if not said or not all(holds(pod, alternatives) for alternatives in said) or _lands(pod.spec, pod, ctx):
+        return
+    # judged without its required affinity, which holds the NotIn and the cuda policy's steering planned around it
+    # (steered to the pools left once spot capacity was kept off): what its nodeSelector now chooses
+    node_affinity = as_dict(as_dict(pod.spec.get("affinity")).get("nodeAffinity"))
+    loose = {k: v for k, v in node_affinity.items() if k != "requiredDuringSchedulingIgnoredDuringExecution"}
+    freed = {**pod.spec, "affinity": {**as_dict(pod.spec.get("affinity")), "nodeAffinity": loose}}
+    if not _chooses_spot(pod.spec, ctx) or not (spot := _spot_reached(freed, pod, ctx)):
+        return
+    out.deny(
+        "spot",
+        "SpotNeverUngatedPending",
+        f"pod {pod.namespace}/{pod.name} is under spot never ({why}): the required node affinity the webhook wrote "
+        f"at its create keeps it off spot capacity, yet its nodeSelector now sends it to {spot} alone: it would stay "
+        f"Pending for good. Admit it to a ResourceFlavor of on-demand nodes only (a Kueue ClusterQueue whose flavors "
+        f"are not spot), or delete it and recreate it annotated {PREFIX}{REQUEST}: tolerate to let it run on spot (a "
+        f"pod's affinity cannot change once created).",
+        f"spot never: ungated onto {spot}, which its affinity keeps it off",
+    )
+
+
+def _lands(spec: JSON, pod: PodView, ctx: Context) -> bool:
+    """Whether a pod of ``spec`` lands anywhere: a node or pool of the known cluster (a cordoned one counts), or a
+    spot place no node carries now (``_spot_reached``)."""
+    requested = requested_resources(spec)
+    gpus = {k: v for k, v in requested.items() if k.startswith(NVIDIA_RESOURCES)}
+    reach = {**spec, "tolerations": [*as_list(spec.get("tolerations")), *LEAVING_TOLERATIONS]}
+    return bool(ctx.cluster.eligible(reach, gpus, gpu_only=_is_gpu_pod(pod, requested))) or bool(
+        _spot_reached(spec, pod, ctx)
+    )
 
 
 def _spot_reached(spec: JSON, pod: PodView, ctx: Context) -> str:
@@ -1432,3 +1466,20 @@ def _allows(term: JSON, labels: Mapping[str, str]) -> bool:
         if operator == "DoesNotExist":
             return False
     return True
+
+
+def _chooses_spot(spec: JSON, ctx: Context) -> bool:
+    """Whether the pod's nodeSelector chooses spot capacity alone by the labels that tell a place (not those that
+    say nothing of capacity, ``CAPACITY_BLIND_LABELS``): the pools it selects are all spot, or it selects a spot
+    place no node carries now. A pod that no on-demand node takes now for other reasons (an on-demand pool at
+    zero) is left to wait for one."""
+    selector = {k: v for k, v in as_dict(spec.get("nodeSelector")).items() if k not in CAPACITY_BLIND_LABELS}
+    selector = {k: v for k, v in selector.items() if not k.startswith(CAPACITY_BLIND_PREFIXES)}
+    if not selector:
+        return False
+    trial = {"nodeSelector": selector, "tolerations": [{"operator": "Exists"}]}
+    chosen = [c.group for c in ctx.cluster.eligible(trial, (), gpu_only=False)]
+    if chosen:
+        return all(g.spot for g in chosen)
+    terms = _spot_places(ctx)[0]
+    return any(all(as_str(selector.get(e["key"])) in e["values"] for e in t) for t in terms)
