@@ -28,7 +28,7 @@ from webhook.cluster import StaticCluster, build_view
 from webhook.config import AuditSettings, CudaSettings, Settings, SpotSettings
 from webhook.events import EventQueue
 from webhook.model import Context
-from webhook.policies import cuda
+from webhook.policies import cuda, spot
 
 POOL = "cloud.google.com/gke-nodepool"
 LEGACY = {"key": "dedicated", "value": "legacy", "effect": "NoSchedule"}
@@ -404,6 +404,20 @@ def test_a_never_pod_ungated_onto_a_spot_flavor_its_notin_keeps_it_off_is_refuse
     assert "its nodeSelector now sends it to spot pool l4-spot alone: it would stay Pending for good" in message
     assert "ResourceFlavor of on-demand nodes only" in message and "spot: tolerate" in message
     assert update(app, "/validate", kueue_admits(stored, {POOL: "h100-new"}), stored)["allowed"] is True
+
+
+def test_the_cuda_warning_of_a_never_pod_ungated_onto_spot_names_never_not_its_own_rules() -> None:
+    """A gated never pod whose CUDA steering was written at its create: the steering's In on the pools (planned once
+    spot capacity was kept off) leaves out every spot pool too, and the cuda policy's words blamed the spot pool on
+    "its nodeSelector/affinity", rules the user did not write (found by a review of the spot policy)."""
+    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes() + nodes()[1:], NEVER)))
+    stored = created_through(app, gated_pod())
+    assert f'"{POOL}", "operator": "In", "values": ["h100-new"]' in json.dumps(stored["spec"]["affinity"]), "steered"
+    answer = update(app, "/validate", kueue_admits(stored, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION), stored)
+    said = [w for w in answer.get("warnings", []) if w.startswith("cuda: not checked")]
+    assert said == [
+        f"cuda: not checked, no known GPU node matches ({spot.KEPT_OFF_BY_NEVER} excludes pool l4-spot; and 1 more)"
+    ], answer
 
 
 @pytest.mark.parametrize(

@@ -469,7 +469,7 @@ def _find_spot_places(ctx: Context) -> Places:
 
 
 REQUIRED_CAPACITY = "the spot capacity it requires"
-"""How the cuda and mig policies name what keeps a pod off a pool where only the spot places ``require`` ANDed into
+"""How the cuda policy names what keeps a pod off a pool where only the spot places ``require`` ANDed into
 its required node affinity do (``kept_off_by_require``): so in the cuda policy's words that a kubectl warning
 repeats (cut at 119 characters, it would lose the pools named after the annotation), else as
 ``KEPT_OFF_BY_REQUIRE``."""
@@ -510,12 +510,20 @@ def kept_off_by_never(
     groups: Iterable[NodeGroup],
     ctx: Context,
     resources: Mapping[str, Decimal] | Iterable[str] = (),
+    steering: Sequence[Expression] = (),
 ) -> list[NodeGroup]:
     """Those of ``groups`` that a pod with ``spec`` is kept off only by the ``NotIn`` off spot places that ``never``
-    ANDed into its required node affinity (``kept_off_by_require``'s counterpart); [] for a pod not under never."""
+    ANDed into its required node affinity (``kept_off_by_require``'s counterpart), or by it and the cuda policy's
+    ``steering`` expressions: planned once spot capacity was kept off, these name no spot pool, and the spot pools
+    the ``NotIn`` alone does not free stayed blamed on "its nodeSelector/affinity" (found by a review of a gated
+    pod's warning). [] for a pod not under never."""
     if mode != "never":
         return []
-    return _freed(spec, [alt for alternatives in _off_spot(ctx)[0] for alt in alternatives], groups, ctx, resources)
+    off = [alt for alternatives in _off_spot(ctx)[0] for alt in alternatives]
+    freed = _freed(spec, off, groups, ctx, resources)
+    rest = [g for g in groups if g.spot and g not in freed]
+    with_steering = _freed(spec, [*off, *([e] for e in steering)], rest, ctx, resources) if steering else []
+    return [g for g in groups if g in freed or g in with_steering]
 
 
 def _freed(
