@@ -3084,3 +3084,23 @@ def test_the_cuda_warning_names_never_not_the_pods_own_rules_where_only_never_ke
     decision = result.object["metadata"]["annotations"]["gpu-admission.io/cuda"].split("\ndecision: ")[1]
     whole = f"({spot.KEPT_OFF_BY_NEVER} excludes pool gpuspot; its nodeSelector/affinity excludes pool l4)"
     assert whole in decision, decision
+
+
+def test_a_mig_refusal_under_never_names_its_notin_not_the_pods_node_affinity() -> None:
+    """A never pod's 0.5 GPU, whose profile only an untainted spot pool offers: the NotIn the spot policy wrote keeps
+    it off that pool, and the mig policy's refusal said "its node affinity", rules the user did not write (found by
+    a review of the spot policy). Through the webhook's /mutate."""
+    from tests.conftest import review
+    from tests.mig_fixtures import mixed_node
+    from webhook.app import create_app
+    from webhook.cluster import StaticCluster
+
+    spot_mig = mixed_node(
+        "spot-1", "NVIDIA-A100-SXM4-40GB", {"3g.20gb": 2}, "spot-a100", 40960, {}, 0, {GKE_SPOT: "true"}
+    )
+    od_node = mixed_node("od-0", "NVIDIA-A100-SXM4-40GB", {"1g.5gb": 7}, "a100-od", 40960)
+    settings = Settings(cuda=CudaSettings(mode="off"), cluster=ClusterSettings(providers=["gke"]))
+    app = create_app(settings, cluster=StaticCluster(build_view([spot_mig, od_node], settings)))
+    answer = app.test_client().post("/mutate", json=review(pod("never", gpu="0.5"), namespace="ml")).get_json()
+    message = answer["response"]["status"]["message"]
+    assert f"MIG pools this pod cannot use: spot-a100 (3g.20gb; {spot.KEPT_OFF_BY_NEVER})." in message, message

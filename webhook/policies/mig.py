@@ -1291,7 +1291,8 @@ def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
     by a generative review: 'its node affinity' was said of a pod with none; so it was of one whose other container
     asked nvidia.com/gpu.shared, found by a review of MIG), else its node affinity: the spot
     capacity it requires where the pod is under ``spot: require`` and that alone keeps it off
-    (``_kept_off_by_spot``)."""
+    (``_kept_off_by_spot``), or the webhook's affinity off spot capacity where it is under ``spot: never`` and that
+    alone keeps it off a spot pool (``spot.kept_off_by_never``)."""
     ctx, whole = req.ctx, req.whole
     spec = device_spec(pod.spec)
     taints, state = split_leaving(untolerated(group, spec, ctx.cluster.extended_resource_toleration))
@@ -1314,6 +1315,8 @@ def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
         parts.append(f"{whole[0]} asks whole GPUs, none offered there")
     if not parts and _kept_off_by_spot([group], pod, req):
         parts.append(spot.KEPT_OFF_BY_REQUIRE)
+    elif not parts and spot.kept_off_by_never(req.spot_mode, _placement_rules(pod), [group], ctx):
+        parts.append(spot.KEPT_OFF_BY_NEVER)  # a spot pool: "its node affinity" named rules the user did not write
     return "; ".join(parts) or "its node affinity"
 
 

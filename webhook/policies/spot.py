@@ -469,13 +469,13 @@ def _find_spot_places(ctx: Context) -> Places:
 
 
 REQUIRED_CAPACITY = "the spot capacity it requires"
-"""How the cuda policy names what keeps a pod off a pool where only the spot places ``require`` ANDed into
+"""How the cuda and mig policies name what keeps a pod off a pool where only the spot places ``require`` ANDed into
 its required node affinity do (``kept_off_by_require``): so in the cuda policy's words that a kubectl warning
 repeats (cut at 119 characters, it would lose the pools named after the annotation), else as
 ``KEPT_OFF_BY_REQUIRE``."""
 KEPT_OFF_BY_REQUIRE = f"{REQUIRED_CAPACITY} ({PREFIX}spot: require)"
 KEPT_OFF_BY_NEVER = "the webhook's spot: never affinity"
-"""How the cuda policy names what keeps a pod off a pool where only the ``NotIn`` that ``never`` ANDed into its
+"""How the cuda and mig policies name what keeps a pod off a pool where only the ``NotIn`` that ``never`` ANDed into its
 required node affinity does (``kept_off_by_never``): "its nodeSelector/affinity" named rules the user did not
 write (found by a review of a gated pod's warning)."""
 
