@@ -599,6 +599,32 @@ def test_a_single_strategy_pool_at_zero_that_an_autoscaler_makes_is_pinned_by_it
     assert again == []
 
 
+@pytest.mark.parametrize("key", ["eks.amazonaws.com/nodegroup", "karpenter.sh/nodepool"])
+def test_a_single_strategy_pool_at_zero_beside_cpu_nodes_alone_is_pinned_by_its_own_label(key: str) -> None:
+    """The same pool at zero where the cluster otherwise has CPU nodes only: with no other GPU pool to fence off,
+    the pod was given nvidia.com/gpu 1 with no pin at all, and any GPU node (a whole GPU an autoscaler brings up for
+    another NodePool) could take it. Pinned by the pool's label, as beside a whole-GPU pool."""
+    pool = PoolSettings(
+        name="a100-mig",
+        node_selector={key: "a100-mig"},
+        gpu_product=A100_80,
+        gpu_memory_mib=81920,
+        gpu_count=8,
+        mig_strategy="single",
+        mig_profiles={"3g.40gb": 16},
+    )
+    cpu = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu", "labels": {key: "system"}}}
+    result, again = mutate_twice(frac("0.4"), [cpu], settings([pool]))
+    assert result.allowed, result.message
+    assert resources_of(result.object) == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
+    assert result.object["spec"]["nodeSelector"] == {key: "a100-mig"}
+    assert mig_annotation(result.object) == (
+        f"trainer: nvidia.com/gpu 0.4 -> nvidia.com/gpu 1 (MIG 3g.40gb, pinned to {key}=a100-mig, {A100_80}, pool"
+        " a100-mig)"
+    )
+    assert again == []
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Several GPU models: deterministic choice, pinning only when the profile alone does not say enough
 

@@ -857,7 +857,7 @@ def _choose(
         if pod.owner_kind != "DaemonSet" and (own := _own_devices(req, option, good, bad)):
             return own, seen, barred
         pin = None
-        if bad:
+        if bad or option.by_pool:  # a by_pool device has no selector of its own: pinned to its pools whatever else
             pin = _pin([p.group for p in good], bad, _pin_keys(ctx), ctx.cluster.presets.pool_steered)
             if pin is None:
                 continue
