@@ -625,6 +625,45 @@ def test_a_single_strategy_pool_at_zero_beside_cpu_nodes_alone_is_pinned_by_its_
     assert again == []
 
 
+@pytest.mark.parametrize(
+    ("key", "running", "expected"),
+    [
+        pytest.param(
+            "eks.amazonaws.com/nodegroup",
+            False,
+            [
+                "mig: pool a100-mig at zero: needs ASG tag k8s.io/cluster-autoscaler/node-template/resources/"
+                "nvidia.com/mig-3g.40gb"
+            ],
+            id="eks-at-zero",
+        ),
+        pytest.param("eks.amazonaws.com/nodegroup", True, [], id="eks-a-node-offers-it"),
+        pytest.param("cloud.google.com/gke-nodepool", False, [], id="not-an-asg"),
+    ],
+)
+def test_a_mixed_pool_at_zero_on_an_asg_is_told_the_tag_cluster_autoscaler_needs(
+    key: str, running: bool, expected: list[str]
+) -> None:
+    """Cluster Autoscaler's template node for an EKS group at zero has only the extended resources its ASG's
+    node-template/resources tags name: a pod given nvidia.com/mig-3g.40gb of a mixed pool at zero stayed Pending,
+    and nothing said why. The tag to set is said, once for the pod."""
+    pool = PoolSettings(
+        name="a100-mig",
+        node_selector={key: "a100-mig"},
+        gpu_product=A100_80,
+        gpu_memory_mib=81920,
+        gpu_count=8,
+        mig_strategy="mixed",
+        mig_profiles={"3g.40gb": 16},
+    )
+    nodes = [mixed_node("a100-0", A100_80, {"3g.40gb": 2}, "a100-run", 81920)] if running else []
+    two = pod(container("a", limits={GPU: "0.4"}), container("b", limits={GPU: "0.4"}))
+    result = review(two, nodes, settings([pool]))
+    assert result.allowed, result.message
+    assert resources_of(result.object, "b") == mig("3g.40gb")
+    assert result.warnings == expected
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Several GPU models: deterministic choice, pinning only when the profile alone does not say enough
 

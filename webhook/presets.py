@@ -71,6 +71,10 @@ class Presets:
     mixed_pool_labels: frozenset[str] = frozenset()
     """Pool label keys whose pools may hold CPU and GPU instance types alike (a Karpenter NodePool:
     ``mixed_pools`` in providers.yaml): that such a pool has GPU nodes says nothing of one node."""
+    resource_tags: Mapping[str, str] = field(default_factory=dict)
+    """Per pool label key, the prefix of the tag that gives Cluster Autoscaler's template node of such a group at zero
+    an extended resource (EKS's ASG tag ``k8s.io/cluster-autoscaler/node-template/resources/<name>``:
+    ``resource_tag`` in providers.yaml)."""
 
     def gpu_labelled(self, labels: Mapping[str, str]) -> bool:
         """Whether a node's labels say it has GPUs before its device plugin runs (``gpu_label_keys``,
@@ -207,4 +211,10 @@ def load_presets(
         },
         frozenset(k for n in names for k in _gpu_label_keys(raw[n] or {})),
         frozenset(k for n in names if (raw[n] or {}).get("mixed_pools") for k in _own_pool_labels(raw[n])),
+        {
+            k: str(raw[n]["resource_tag"])
+            for n in names
+            if (raw[n] or {}).get("resource_tag")
+            for k in _own_pool_labels(raw[n])
+        },
     )

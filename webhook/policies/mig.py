@@ -1440,6 +1440,20 @@ def _warn_oversized(out: Outcome, ask: Ask, choice: Choice, coverage: str) -> No
     out.warn(fit_warning(f"{ask.name}: {ask.asked} {said}", ask.name))
 
 
+def _warn_untagged(out: Outcome, choice: Choice, ctx: Context) -> None:
+    """A mixed-strategy device that only pools at zero offer, some of them groups whose Cluster Autoscaler template
+    node has only the extended resources their tags name (EKS's ASG: ``Presets.resource_tags``): the tag to set is
+    said, once for the pod, whatever its containers. Without it the autoscaler never scales the group up for a pod
+    asking ``nvidia.com/mig-<profile>``, and the pod stays Pending (its NotTriggerScaleUp Event the only word)."""
+    if choice.option.strategy != "mixed" or any(p.group.nodes for p in choice.places):
+        return
+    tags = ctx.cluster.presets.resource_tags
+    for key, prefix in sorted(tags.items()):
+        if groups := [p.group for p in choice.places if key in p.group.labels]:
+            tag = f"{prefix}{choice.option.resource}"
+            out.warn(_pool_warning("mig: ", groups, f" at zero: needs ASG tag {tag}"))  # the tag kept whole
+
+
 def _state_line(name: str, container: JSON, spec: JSON) -> str | None:
     """What a container with a MIG device (or shared GPU) holds, when its prior line no longer says it."""
     tokens = _state_tokens(container, spec)
@@ -1595,6 +1609,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
         _warn_usable(out, ask, choice)
         _warn_shared(out, ask, choice)
         _warn_oversized(out, ask, choice, req.ctx.settings.mig.coverage)
+        _warn_untagged(out, choice, req.ctx)
         if choice.note:
             out.warn(fit_warning(f"{ask.name}: {ask.asked} -> {choice.option.given} ({choice.note})", ask.name))
         out.mutated("mig")
