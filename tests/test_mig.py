@@ -2867,6 +2867,26 @@ def test_a_line_an_earlier_version_wrote_for_a_pool_at_zero_is_checked_by_the_pr
     assert not _unoffered_events(unknown)
 
 
+def test_a_line_an_earlier_version_wrote_that_is_not_checked_raises_a_warning_event() -> None:
+    """The pods of a Deployment whose old line is not checked were told so in a warning alone, which no one reads for
+    a pod a controller creates; the other warnings of a line's check raise a Warning Event. So does this one."""
+    s, a10g, up = _a100_mig_at_zero()
+    live = _with_old_line(
+        pipeline.mutate(workload("Deployment", pod(container(limits={GPU: "0.4"}))), context([a10g], s)).object
+    )
+    declared, _, _ = _a100_mig_at_zero(mig_profiles={})
+    result = _as_created(_pod_of(live), context([a10g, up("1g.10gb")], declared))
+    (event,) = [e for e in result.outcome.events if e.reason == "MIGNotChecked"]
+    assert event.type == "Warning"
+    assert event.message == (
+        "container trainer was converted from nvidia.com/gpu 0.4 to nvidia.com/gpu 1 (gpu-admission.io/mig) by an "
+        "earlier version, pinned to its pool while the pool had no nodes, and its line names no MIG profile; pool "
+        "a100-mig has nodes now and declares no MIG profile that holds it, so the device it gets there is not checked. "
+        "Apply its workload again "
+        "to convert it to a profile offered now, or to be told why none fits."
+    )
+
+
 def test_a_line_an_earlier_version_wrote_is_not_checked_by_a_profile_declared_since_that_does_not_hold_its_ask():
     """The pool's declared profile changed after the conversion (3g.40gb made 1g.10gb, which does not hold 0.4): the
     old line was checked against it, so a replica on a 1g.10gb passed without a word and one on the 3g.40gb it was

@@ -1994,9 +1994,29 @@ def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str
             _say_unoffered(pod, ctx, out, name, what, line if what == given else None, offering)
         if given and line.profile:
             _check_by_pool(pod, ctx, out, name, line, rules)
-        elif given and _declared_profiles(ctx, line) is not None and (up := _reached_now(pod, ctx)):
-            tail = " (an earlier version's line names none): apply its workload again"
-            out.warn(_pool_warning(f"mig: {name}: MIG profile not checked on ", up, tail, name))
+        elif given and (declared := _declared_profiles(ctx, line)) is not None and (up := _reached_now(pod, ctx)):
+            _say_unchecked(out, name, line, declared, up)
+
+
+def _say_unchecked(out: Outcome, name: str, line: Line, declared: set[str], up: Sequence[NodeGroup]) -> None:
+    """``_warn_unoffered``'s words for a line of a single-strategy pool at zero as versions before ``Line.profile``
+    wrote it, where the pools its pin names declare no profile, or several, that holds its ask: which device the pod
+    gets on their nodes is not checked. A warning and a Warning Event, as ``_say_unoffered``'s: the pods of a
+    controller have no one to read a warning (this one had no Event: a review of MIG)."""
+    tail = " (an earlier version's line names none): apply its workload again"
+    out.warn(_pool_warning(f"mig: {name}: MIG profile not checked on ", up, tail, name))
+    one = len({g.pool for g in up}) == 1
+    declare = "declares" if one else "declare"
+    which = f"{declare} {' and '.join(sorted(declared))}" if declared else f"{declare} no MIG profile that holds it"
+    out.event(
+        "MIGNotChecked",
+        f"container {name} was converted from {line.asked} to {GPU_RESOURCE} 1 ({PREFIX}{record.ANNOTATION}) by an"
+        f" earlier version, pinned to its pool while the pool had no nodes, and its line names no MIG profile;"
+        f" {_pools(up)} {'has' if one else 'have'} nodes now and {which}, so the device"
+        " it gets there is not checked. Apply its workload again to convert it to a profile offered now, or to be"
+        " told why none fits.",
+        "Warning",
+    )
 
 
 def _check_by_pool(pod: PodView, ctx: Context, out: Outcome, name: str, line: Line, rules: JSON) -> None:
