@@ -2925,6 +2925,19 @@ def test_a_fraction_converted_for_a_single_strategy_pool_at_zero_that_came_up_mi
     assert "apply its workload again to convert it to a profile offered now" in event.message
 
 
+def test_the_may_get_warning_keeps_the_profile_converted_to_when_the_name_and_the_list_are_long() -> None:
+    """A container name of 63 characters and three other layouts made the warning over 119 characters: its middle
+    was cut, and with it the profile the pod was converted to ('besides MIG 3g.…dia.com/gpu'). It comes first."""
+    s, a10g, up = _a100_mig_at_zero()
+    name = "t" * 63
+    live = pipeline.mutate(workload("Deployment", pod(container(name, limits={GPU: "0.4"}))), context([a10g], s))
+    nodes = [up(p, f"n{i}") for i, p in enumerate(["1g.10gb", "2g.20gb", "7g.80gb", "3g.40gb"])]
+    (warning,) = _as_created(_pod_of(live.object), context([a10g, *nodes], s)).warnings
+    assert len(warning) <= 119
+    assert " gives MIG 3g.40gb but also MIG 1g.10gb or MIG 2g.20gb" in warning
+    assert warning.endswith(" now: it may get that")
+
+
 def test_a_fraction_converted_for_a_single_strategy_pool_at_zero_that_came_up_with_two_layouts_may_get_either():
     """The pool came up with nodes of 3g.40gb and nodes of 1g.10gb: the pod was told it gets the 1g.10gb, though the
     scheduler may place it on a 3g.40gb (a review's). It is told it may, with both devices named; a pod bound to a
@@ -2934,7 +2947,7 @@ def test_a_fraction_converted_for_a_single_strategy_pool_at_zero_that_came_up_wi
     ctx = context([a10g, up("3g.40gb", "n3"), up("1g.10gb", "n1")], s)
     result = _as_created(_pod_of(live), ctx)
     assert result.warnings == [
-        "mig: trainer: pool a100-mig gives MIG 1g.10gb besides MIG 3g.40gb as nvidia.com/gpu now: it may get that"
+        "mig: trainer: pool a100-mig gives MIG 3g.40gb but also MIG 1g.10gb as nvidia.com/gpu now: it may get that"
     ]
     (event,) = _unoffered_events(result)
     assert "pool a100-mig gives MIG 1g.10gb besides MIG 3g.40gb as nvidia.com/gpu now, and it may get that instead" in (

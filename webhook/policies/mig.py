@@ -2106,7 +2106,9 @@ def _say_given_instead(
     give = "gives" if len({g.pool for g in reached}) == 1 else "give"
     if any(_single_profile(g) == line.profile for g in reached):  # each device named once: a long list was cut
         gives = f"{give} {other} besides MIG {line.profile} as {GPU_RESOURCE} now"
-        tail, gets = f" {gives}: it may get that", "it may get that instead, as the scheduler places it"
+        gets = "it may get that instead, as the scheduler places it"
+        # its own profile first: the warning's tail is cut in its middle, and a long name or list cut it out
+        tail = f" {give} MIG {line.profile} but also {other} as {GPU_RESOURCE} now: it may get that"
     else:
         gives = f"{give} {other} as {GPU_RESOURCE} now"
         tail, gets = f" {gives}: it gets that, not MIG {line.profile}", "it gets that instead"
