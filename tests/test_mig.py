@@ -3144,6 +3144,25 @@ def test_a_daemonset_pod_for_a_node_of_a_nodepool_with_gpu_and_cpu_instances_is_
         assert mig_annotation(result.object) == mig_annotation(live)
 
 
+def test_a_daemonset_pod_on_a_cpu_node_of_a_nodepool_is_not_told_to_give_its_pool_a_mig_layout() -> None:
+    """The pod a DaemonSet makes for a CPU node of a Karpenter NodePool was told to give its node's pool a MIG
+    layout that offers its device, or to ask by annotation: neither gives a CPU node a GPU. It is told to keep the
+    DaemonSet off nodes without GPUs."""
+    gpu = _nodepool_node(
+        "gpu-1",
+        {"nvidia.com/gpu.product": A100_80, "nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.memory": "81920"},
+        {"nvidia.com/mig-1g.10gb": "56"},
+    )
+    ctx = context([gpu, _nodepool_node("n2", {"node.kubernetes.io/instance-type": "m5.2xlarge"}, {"cpu": "8"})])
+    live = pipeline.mutate(workload("DaemonSet", frac("0.1")), ctx).object
+    (event,) = _unoffered_events(_as_created(_daemon_pod_of(live, "n2"), ctx))
+    assert event.message.endswith(
+        "the pod stays Pending until one does. Its DaemonSet's template asks this one device of every node it "
+        "selects, and this pod's node has no GPU: keep the DaemonSet off nodes without GPUs (a nodeSelector or node "
+        "affinity on its GPU nodes' labels)."
+    ), event.message
+
+
 @pytest.mark.parametrize(
     ("extra", "where"),
     [

@@ -2075,13 +2075,18 @@ def _say_unoffered(
     out.warn(fit_warning(warned, name))
     hint = ""
     if offering and pod.owner_kind == "DaemonSet":
-        targets = [c.group for c in ctx.cluster.eligible(_placement_rules(pod), gpu_only=True)]
-        where = _pools(targets) if targets else "its node's pool"
-        hint = (
-            f" Its DaemonSet's template asks this one device of every node it selects: give {where} a MIG layout"
-            f" that offers it, keep the DaemonSet off it (a nodeSelector or node affinity), or ask the fraction by"
-            f" annotation {FRACTION_ANNOTATION}, which is converted on each pod for its node."
-        )
+        if targets := [c.group for c in ctx.cluster.eligible(_placement_rules(pod), gpu_only=True)]:
+            hint = (
+                f" Its DaemonSet's template asks this one device of every node it selects: give {_pools(targets)} a"
+                f" MIG layout that offers it, keep the DaemonSet off it (a nodeSelector or node affinity), or ask the"
+                f" fraction by annotation {FRACTION_ANNOTATION}, which is converted on each pod for its node."
+            )
+        else:  # its node has no GPU (a CPU node, of a Karpenter NodePool too): no MIG layout or annotation helps it
+            hint = (
+                " Its DaemonSet's template asks this one device of every node it selects, and this pod's node has no"
+                " GPU: keep the DaemonSet off nodes without GPUs (a nodeSelector or node affinity on its GPU nodes'"
+                " labels)."
+            )
     elif line is not None:
         hint = (
             f" It was converted from {line.asked} ({PREFIX}{record.ANNOTATION}) before the GPUs had"
