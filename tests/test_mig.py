@@ -3120,6 +3120,21 @@ def _nodepool_node(name: str, labels: dict[str, str], allocatable: dict[str, str
             False,
             id="gpu-instance-joining",
         ),
+        pytest.param(  # Karpenter on Azure (AKS node auto-provisioning) gives every node its sku-gpu-count
+            {"node.kubernetes.io/instance-type": "Standard_D8s_v5", "karpenter.azure.com/sku-gpu-count": "0"},
+            True,
+            id="azure-cpu-instance",
+        ),
+        pytest.param(
+            {
+                "node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4",
+                "karpenter.azure.com/sku-gpu-count": "1",
+                "karpenter.azure.com/sku-gpu-name": "A100",
+                "karpenter.azure.com/sku-gpu-manufacturer": "nvidia",
+            },
+            False,
+            id="azure-gpu-instance-joining",
+        ),
     ],
 )
 def test_a_daemonset_pod_for_a_node_of_a_nodepool_with_gpu_and_cpu_instances_is_told_by_the_nodes_labels(labels, told):

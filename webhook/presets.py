@@ -68,6 +68,10 @@ class Presets:
     """Label keys a provider gives a node with GPUs, whatever the value, from its start, before the device plugin
     runs (Karpenter's ``karpenter.k8s.aws/instance-gpu-count``, GKE's accelerator label: ``gpu_label_keys`` and
     ``accelerator_label`` in providers.yaml)."""
+    gpu_label_values: frozenset[tuple[str, str]] = frozenset()
+    """Labels (key, value) a provider gives a node with NVIDIA GPUs from its start, where the key alone says nothing
+    (Karpenter on Azure's ``karpenter.azure.com/sku-gpu-manufacturer: nvidia``; its ``sku-gpu-count`` is on every
+    node: ``gpu_label_values`` in providers.yaml)."""
     mixed_pool_labels: frozenset[str] = frozenset()
     """Pool label keys whose pools may hold CPU and GPU instance types alike (a Karpenter NodePool:
     ``mixed_pools`` in providers.yaml): that such a pool has GPU nodes says nothing of one node."""
@@ -78,9 +82,11 @@ class Presets:
 
     def gpu_labelled(self, labels: Mapping[str, str]) -> bool:
         """Whether a node's labels say it has GPUs before its device plugin runs (``gpu_label_keys``,
-        ``gpu_node_labels``)."""
-        return not self.gpu_label_keys.isdisjoint(labels) or any(
-            all(labels.get(k) == v for k, v in own.items()) for own in self.gpu_node_labels.values()
+        ``gpu_label_values``, ``gpu_node_labels``)."""
+        return (
+            not self.gpu_label_keys.isdisjoint(labels)
+            or any(labels.get(k) == v for k, v in self.gpu_label_values)
+            or any(all(labels.get(k) == v for k, v in own.items()) for own in self.gpu_node_labels.values())
         )
 
     def named_by(self, keys: Collection[str], shown: Collection[str] = ()) -> frozenset[str]:
@@ -210,6 +216,7 @@ def load_presets(
             if (raw[n] or {}).get("gpu_node_labels")
         },
         frozenset(k for n in names for k in _gpu_label_keys(raw[n] or {})),
+        frozenset((k, str(v)) for n in names for k, v in ((raw[n] or {}).get("gpu_label_values") or {}).items()),
         frozenset(k for n in names if (raw[n] or {}).get("mixed_pools") for k in _own_pool_labels(raw[n])),
         {
             k: str(raw[n]["resource_tag"])
