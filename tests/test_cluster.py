@@ -404,6 +404,7 @@ def test_a_gpu_node_without_feature_discovery_is_no_no_gpu_pool() -> None:
         pytest.param(
             {"kubernetes.azure.com/agentpool": "cpu", "kubernetes.azure.com/accelerator": "nvidia"}, True, id="aks"
         ),
+        pytest.param({"kubernetes.azure.com/agentpool": "cpu", "accelerator": "nvidia"}, True, id="aks-legacy"),
     ],
 )
 def test_a_node_without_a_device_is_a_gpu_node_joining_where_its_labels_or_its_pool_say_it_has_gpus(
@@ -965,17 +966,19 @@ AKS_ACCELERATOR = "kubernetes.azure.com/accelerator"
         pytest.param({"cloud.google.com/gke-nodepool": "gpu"}, [], False, id="gke"),
     ],
 )
+@pytest.mark.parametrize("key", [AKS_ACCELERATOR, "accelerator"])
 def test_a_declared_aks_pool_at_zero_carries_aks_accelerator_label(
-    selector: dict[str, str], nodes: list[Any], carries: bool
+    selector: dict[str, str], nodes: list[Any], carries: bool, key: str
 ) -> None:
-    """AKS labels every NVIDIA GPU node kubernetes.azure.com/accelerator: nvidia, as Cluster Autoscaler's template
-    node for a pool at zero does: a pod that selected it was kept off an AKS pool at zero, and refused there. Not a
-    k3s pool whose nodes carry the bare agentpool label AKS's nodes carry too."""
+    """AKS labels every NVIDIA GPU node kubernetes.azure.com/accelerator: nvidia, and Cluster Autoscaler's template
+    node for a pool at zero carries it and the legacy accelerator: nvidia: a pod that selected either was kept off
+    an AKS pool at zero, and refused there. Not a k3s pool whose nodes carry the bare agentpool label AKS's nodes
+    carry too."""
     pool = PoolSettings(name="gpu-pool", node_selector=selector, driver_version="550.90.07")
     view = build_view(nodes, Settings(cluster=ClusterSettings(pools=[pool])))
     (group,) = [g for g in view.groups if g.declared]
-    assert (group.labels.get(AKS_ACCELERATOR) == "nvidia") is carries
-    selects = {"nodeSelector": {AKS_ACCELERATOR: "nvidia"}, "tolerations": [{"operator": "Exists"}]}
+    assert (group.labels.get(key) == "nvidia") is carries
+    selects = {"nodeSelector": {key: "nvidia"}, "tolerations": [{"operator": "Exists"}]}
     assert [c.group.pool for c in view.eligible(selects)] == (["gpu-pool"] if carries else [])
 
 

@@ -82,11 +82,11 @@ class Presets:
 
     def gpu_labelled(self, labels: Mapping[str, str]) -> bool:
         """Whether a node's labels say it has GPUs before its device plugin runs (``gpu_label_keys``,
-        ``gpu_label_values``, ``gpu_node_labels``)."""
+        ``gpu_label_values``, one of ``gpu_node_labels``: AKS's accelerator, or its legacy one)."""
         return (
             not self.gpu_label_keys.isdisjoint(labels)
             or any(labels.get(k) == v for k, v in self.gpu_label_values)
-            or any(all(labels.get(k) == v for k, v in own.items()) for own in self.gpu_node_labels.values())
+            or any(labels.get(k) == v for own in self.gpu_node_labels.values() for k, v in own.items())
         )
 
     def named_by(self, keys: Collection[str], shown: Collection[str] = ()) -> frozenset[str]:
