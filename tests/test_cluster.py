@@ -930,10 +930,10 @@ def test_whether_a_declared_pool_at_zero_carries_gfds_product_is_what_the_provid
     selects = {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}}
     assert ("l4-burst" in {c.group.pool for c in view.eligible(selects)}) is takes
     # and the GPU Operator's toolkit loads an image's CUDA compat libraries there: a GKE pool of a cluster running it
-    # was taken as GKE's own plugin, which loads none (forward compatibility refused there)
+    # was taken as GKE's own plugin, which loads none (forward compatibility refused there); GKE's own plugin loads
+    # none: one declared by the user's own label was taken to (forward compatibility trusted there)
     (declared,) = [g for g in view.groups if g.pool == "l4-burst"]
-    if gfd:
-        assert declared.compat_wired
+    assert declared.compat_wired is gfd
 
 
 def test_a_declared_gke_pool_at_zero_takes_no_pod_that_selects_gfds_product() -> None:

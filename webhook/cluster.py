@@ -1355,8 +1355,12 @@ class _Builder:
             driver=driver,
             driver_source=f"settings (pool {pool.name})" if driver else "",
             # GFD where the GPU Operator, and its toolkit, run (``_gfd_runs``: as the provider's GPU nodes show; a GKE
-            # pool of a cluster running it was taken as GKE's own plugin by its selector); else by its selector
-            compat_wired=gfd or compat_wired(pool.node_selector, ""),
+            # pool of a cluster running it was taken as GKE's own plugin by its selector); else not where its provider's
+            # own stack loads none (GKE's: a pool declared by the user's own label on a GKE cluster was taken to)
+            compat_wired=gfd
+            or not (
+                self._providers(pool, shown) & self.presets.own_stack_unwired or gke_own_plugin(pool.node_selector)
+            ),
             driver_version_text=pool.driver_version.strip() if driver else "",
             cuda=cuda,
             cuda_source=f"driver {show_driver(driver)} via the CUDA/driver table" if cuda and driver else "",
