@@ -1550,3 +1550,25 @@ def test_review_escapes_the_control_characters_of_the_names_it_prints(tmp_path: 
     assert [line for line in lines if line.startswith("== ")] == lines[:1], run.stdout
     assert "\n- main\\nWarning: forged\\x1b[2K: its pods stay Pending" in run.stdout, run.stdout
     assert f"{path}: document 2 (Service ml/svc\\x07bell in an AdmissionReview)" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize(
+    ("image", "limits", "verdict"),
+    [
+        pytest.param(CUDA13, {"nvidia.com/gpu": "1"}, "DENIED", id="message"),
+        pytest.param(CUDA124, {"nvidia.com/gpu": "0.5"}, "ADMITTED", id="annotations"),
+    ],
+)
+def test_review_escapes_the_control_characters_of_its_message_and_annotations(
+    tmp_path: Path, image: str, limits: dict[str, str], verdict: str
+) -> None:
+    """A container's name with an escape sequence or bell reached the terminal through a denial's message and the
+    gpu-admission.io/ annotations review prints, which were printed as they are (its warnings and verdicts' lines
+    were escaped already)."""
+    pod = _pod(image, limits)
+    pod["spec"]["containers"][0]["name"] = "main\x1b[2K\x07\r"
+    run = cli("review", "-f", _manifest(tmp_path, pod), "--nodes", str(NODES), "--config", str(CONFIG))
+    assert run.returncode == (0 if verdict == "ADMITTED" else 1), run.stdout + run.stderr
+    assert run.stdout.startswith(verdict + "\n"), run.stdout
+    assert "main\\x1b[2K\\x07\\r" in run.stdout, run.stdout
+    assert not any(c in run.stdout for c in "\x1b\x07\r"), run.stdout

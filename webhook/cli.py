@@ -626,8 +626,8 @@ def _print_text(item: _Item, result: pipeline.Result, pods: _Pods | None, refusa
         for w in pods.warnings:
             if w not in listed:
                 print(f"Warning (its pods): {pipeline.escaped(w)}")
-    if result.message:
-        print(result.message)
+    if result.message:  # a denial a line, each with a user's values (a container's name): \r, \x1c are escaped too
+        print("\n".join(pipeline.escaped(line) for line in result.message.split("\n")))
     for w in result.warnings:
         if w not in listed:
             print(f"Warning: {pipeline.escaped(w)}")  # a user's value may bring a newline in
@@ -635,7 +635,7 @@ def _print_text(item: _Item, result: pipeline.Result, pods: _Pods | None, refusa
     annotations = template.annotations if template is not None else {}  # a workload's: its pod template's
     for key, value in sorted(annotations.items()):
         if key.startswith("gpu-admission.io/"):
-            print(f"{key}: {value}")
+            print(f"{pipeline.escaped(key)}: {pipeline.escaped(str(value))}")
     if result.patch:
         print("patch:")
         print(json.dumps(result.patch, indent=2))
