@@ -1316,10 +1316,10 @@ class _Builder:
             allocatable[GPU_RESOURCE] = Decimal(0)
         else:
             allocatable[GPU_RESOURCE] = Decimal(sum(o.count for o in profiles.values()) if profiles else count)
-        # GFD's labels only where GFD runs: GKE's own device plugin writes none, nor EKS's or AKS's stack without the
-        # GPU Operator (a pool at zero took a pod selecting the product, pinned the pod to it, and its nodes never
-        # matched: found by reviews of the cluster model)
-        gfd = self._gfd_runs(pool, shown, gfd_runs or {})
+        # GFD's product label only where GFD runs: a declared single or mixed strategy is the GPU Operator's, but
+        # GKE's own device plugin writes none (a GKE pool at zero took a pod selecting it, pinned the pod to it,
+        # and its nodes never matched: found by a review of the cluster model)
+        gfd = pool.mig_strategy in ("single", "mixed") or self._gfd_runs(pool, shown, gfd_runs or {})
         if pool.mig_strategy == "single" and len(profiles) == 1 and product:
             labels.setdefault(PRODUCT_LABEL, f"{product}-MIG-{next(iter(profiles))}")
         elif pool.mig_strategy == "gke" and len(profiles) == 1:
@@ -1355,12 +1355,8 @@ class _Builder:
             driver=driver,
             driver_source=f"settings (pool {pool.name})" if driver else "",
             # GFD where the GPU Operator, and its toolkit, run (``_gfd_runs``: as the provider's GPU nodes show; a GKE
-            # pool of a cluster running it was taken as GKE's own plugin by its selector); else not where its provider's
-            # own stack loads none (GKE's: a pool declared by the user's own label on a GKE cluster was taken to)
-            compat_wired=gfd
-            or not (
-                self._providers(pool, shown) & self.presets.own_stack_unwired or gke_own_plugin(pool.node_selector)
-            ),
+            # pool of a cluster running it was taken as GKE's own plugin by its selector); else by its selector
+            compat_wired=gfd or compat_wired(pool.node_selector, ""),
             driver_version_text=pool.driver_version.strip() if driver else "",
             cuda=cuda,
             cuda_source=f"driver {show_driver(driver)} via the CUDA/driver table" if cuda and driver else "",
@@ -1375,29 +1371,14 @@ class _Builder:
             notes=notes,
         )
 
-    def _providers(self, pool: PoolSettings, shown: frozenset[str]) -> frozenset[str]:
-        """The providers of a declared pool: the one its selector names, else those the cluster shows."""
-        return self.presets.named_by(pool.node_selector, shown) or shown
-
     def _gfd_runs(self, pool: PoolSettings, shown: frozenset[str], gfd_runs: Mapping[str, bool]) -> bool:
-        """Whether GFD will label the nodes of a declared pool (its provider: the one its selector names, else those
-        the cluster shows): where it declares a MIG strategy (single or mixed: the GPU Operator's; a single-strategy
-        pool's profile is known by GFD's product label); else as the provider's GPU nodes say where they all say one
-        thing (``gfd_by_provider``); else not where the provider's own stack writes no GFD label and the selector
-        names none (``Presets.gfd_by_operator``: GKE, EKS, AKS ... without the GPU Operator), nor where the selector
-        names a GKE label and no nvidia.com/ one (GKE's own device plugin). By the selector alone, a pool of a GKE
-        cluster running the GPU Operator lost the product its nodes carry, one declared by the user's own label on a
-        GKE cluster with no GFD was given it, and an EKS or AKS pool at zero with no GPU node of it showing was given
-        GFD's product (found by reviews of the cluster model)."""
-        providers = self._providers(pool, shown)
-        if pool.mig_strategy in ("single", "mixed"):
-            return True
-        told = {gfd_runs[p] for p in providers if p in gfd_runs}
-        if len(told) == 1:
-            return told.pop()
-        if providers and providers <= self.presets.gfd_by_operator:
-            return any(key.startswith(GFD) for key in pool.node_selector)
-        return not gke_own_plugin(pool.node_selector)
+        """Whether GFD will label the nodes of a declared pool: as the GPU nodes of its provider (the one its selector
+        names, else those the cluster shows) say where they all say one thing (``gfd_by_provider``), else by its
+        selector (a GKE label and no nvidia.com/ one: GKE's own device plugin). By the selector alone, a pool of a
+        GKE cluster running the GPU Operator lost the product its nodes carry, and one declared by the user's own
+        label on a GKE cluster with no GFD was given it (found by a review of the cluster model)."""
+        told = {gfd_runs[p] for p in self.presets.named_by(pool.node_selector, shown) or shown if p in gfd_runs}
+        return told.pop() if len(told) == 1 else not gke_own_plugin(pool.node_selector)
 
 
 def gfd_by_provider(nodes: Iterable[Node], presets: Presets, shown: frozenset[str]) -> dict[str, bool]:

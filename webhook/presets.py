@@ -79,12 +79,6 @@ class Presets:
     """Per pool label key, the prefix of the tag that gives Cluster Autoscaler's template node of such a group at zero
     an extended resource (EKS's ASG tag ``k8s.io/cluster-autoscaler/node-template/resources/<name>``:
     ``resource_tag`` in providers.yaml)."""
-    gfd_by_operator: frozenset[str] = frozenset()
-    """The providers whose own GPU stack writes none of GFD's labels: they come with the GPU Operator, which the user
-    installs (GKE, EKS, Karpenter, AKS, LKE, OVH: ``gfd_by_operator`` in providers.yaml)."""
-    own_stack_unwired: frozenset[str] = frozenset()
-    """The providers whose own GPU stack loads no image's CUDA compat libraries (GKE's driver installer and device
-    plugin: ``own_stack_unwired`` in providers.yaml; ``cluster.compat_wired``)."""
 
     def gpu_labelled(self, labels: Mapping[str, str]) -> bool:
         """Whether a node's labels say it has GPUs before its device plugin runs (``gpu_label_keys``,
@@ -230,6 +224,4 @@ def load_presets(
             if (raw[n] or {}).get("resource_tag")
             for k in _own_pool_labels(raw[n])
         },
-        gfd_by_operator=frozenset(n for n in names if (raw[n] or {}).get("gfd_by_operator")),
-        own_stack_unwired=frozenset(n for n in names if (raw[n] or {}).get("own_stack_unwired")),
     )
