@@ -1508,6 +1508,34 @@ def test_the_servers_warning_of_pods_passed_untouched_says_what_to_change_within
     assert "gpu-admission.io/cuda" not in template.get("annotations", {}), template
 
 
+def _cron_job(template_metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """A CronJob asking a GPU memory size, its job's pod template with ``template_metadata`` (None: none)."""
+    template = {"spec": {**_pod(CUDA124, {"gpu-admission.io/gpu-memory": "20Gi"})["spec"], "restartPolicy": "Never"}}
+    if template_metadata is not None:
+        template["metadata"] = template_metadata
+    job = {"template": template}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "cj", "namespace": "ml"},
+        "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": job}},
+    }
+
+
+def test_a_template_without_metadata_whose_pods_pass_untouched_gets_no_empty_patch(tmp_path: Path) -> None:
+    """The metadata made to hold the webhook's annotations is dropped where none is written (the CUDA line is not,
+    where the pods pass untouched): the answer is the one a template with empty metadata gets (found by a review:
+    a patch adding an empty map, audited 'annotated')."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(GROUP_EXEMPT))
+    loaded = webhook_cli._settings(str(config))
+    ctx = Context(settings=loaded, cluster=webhook_cli.load_nodes(str(NODES), loaded), namespace="ml")
+    bare, empty = pipeline.mutate(_cron_job(None), ctx), pipeline.mutate(_cron_job({}), ctx)
+    assert bare.allowed and bare.patch == empty.patch == [], bare.patch
+    assert bare.audit == empty.audit and "decision" not in bare.audit, bare.audit
+    assert "pods-untouched" in bare.audit, bare.audit
+
+
 @pytest.mark.parametrize(
     "resources",
     [

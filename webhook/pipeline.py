@@ -121,19 +121,23 @@ class Result:
         return "patched" if self.ops else "allowed"
 
 
+def _pod_node(obj: JSON) -> JSON | None:
+    """The pod, or the pod template of a workload, inside ``obj``: the mapping that holds its metadata and spec."""
+    path = TEMPLATE_PATHS.get(as_str(obj.get("kind")))
+    node: Any = obj if path is not None else None
+    for key in path or ():
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
+
+
 def pod_view(obj: JSON, namespace: str, writable: bool = True) -> PodView | None:
     """The pod, or the pod template of a workload, inside ``obj`` (live references); None for other objects.
 
     A template without metadata gets an empty one attached (so annotations can be written) unless not ``writable``.
     """
     kind = as_str(obj.get("kind"))
-    path = TEMPLATE_PATHS.get(kind)
-    if path is None:
-        return None
-    node: Any = obj
-    for key in path:
-        node = node.get(key) if isinstance(node, dict) else None
-    if not isinstance(node, dict):
+    node = _pod_node(obj)
+    if node is None:
         return None
     if kind == "Pod" and not isinstance(obj.get("spec"), dict):
         return None
@@ -919,6 +923,10 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
         view.set_annotation(PREFIX + name, text)
     if not had_annotations and view.metadata.get("annotations") == {}:
         del view.metadata["annotations"]  # do not leave behind an empty map that we created
+    if not view.metadata and "metadata" not in as_dict(_pod_node(obj)):
+        # nor the template's metadata made for them (pod_view): its pods' CUDA line dropped where they pass
+        # untouched, a CronJob was sent a patch adding an empty map (found by a review)
+        del as_dict(_pod_node(working))["metadata"]
     outcome.warnings[:0] = [*_opt_out_refused(obj, view, ctx), *_misplaced_now(obj, ctx), *unknown]
     _pods_passed(view, pctx, outcome)
     result = Result(object=working)
