@@ -1508,6 +1508,20 @@ def test_the_servers_warning_of_pods_passed_untouched_says_what_to_change_within
     assert "gpu-admission.io/cuda" not in template.get("annotations", {}), template
 
 
+def test_pods_passed_untouched_whose_fraction_annotation_targets_a_container_asking_a_gpu_get_that_gpu(
+    tmp_path: Path,
+) -> None:
+    """The container the gpu-fraction annotation names asks a whole GPU of its own: its pods, passed untouched, get
+    it (found by a review: PODS GET NO GPU, exit 1)."""
+    deployment = _fraction_deployment()
+    deployment["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"exemptions": {"namespaces": ["ml"]}}))
+    run = cli("review", "-f", _manifest(tmp_path, deployment), "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 0 and run.stdout.startswith("ADMITTED (namespace ml is exempt)\n"), run.stdout
+    assert "no GPU" not in run.stdout, run.stdout
+
+
 def _cron_job(template_metadata: dict[str, Any] | None) -> dict[str, Any]:
     """A CronJob asking a GPU memory size, its job's pod template with ``template_metadata`` (None: none)."""
     template = {"spec": {**_pod(CUDA124, {"gpu-admission.io/gpu-memory": "20Gi"})["spec"], "restartPolicy": "Never"}}

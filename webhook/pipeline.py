@@ -270,19 +270,26 @@ def left_unconverted(view: PodView, why: str, ctx: Context, reviewed: bool) -> U
     advice += f"or let them be reviewed: they pass untouched ({why})" if mig_on else f"they pass untouched ({why})"
     pending = []
     for _, container in view.containers():
-        resources = as_dict(container.get("resources"))
-        asks = [as_dict(resources.get(k)).get(GPU_MEMORY_RESOURCE) for k in ("limits", "requests")]
-        if (asked := next((a for a in asks if a is not None), None)) is not None:
+        asks = _gpu_asks(container)
+        if (asked := asks.get(GPU_MEMORY_RESOURCE)) is not None:
             pending.append(
                 f"{container.get('name')}: its pods stay Pending, gpu-memory {asked} unconverted: ask {advice}; no"
                 f" node offers {GPU_MEMORY_RESOURCE}"
             )
     no_gpu = []
-    if (raw := view.annotation("gpu-fraction")) is not None:
-        target = view.fraction_container()
+    target = view.fraction_container()
+    # a target that asks a GPU of its own gets it, the annotation unconverted or not (found by a review)
+    if (raw := view.annotation("gpu-fraction")) is not None and not (target is not None and _gpu_asks(target)):
         name = target.get("name") if target is not None else "(no such container)"
         no_gpu.append(f"{name}: its pods get no GPU, gpu-fraction {raw} unconverted: ask {advice}")
     return Untouched(pending, no_gpu)
+
+
+def _gpu_asks(container: JSON) -> dict[str, Any]:
+    """A container's GPU asks (nvidia.com/ resources, a gpu-memory size), by resource: its limit, else its request."""
+    resources = as_dict(container.get("resources"))
+    asks = {**as_dict(resources.get("requests")), **as_dict(resources.get("limits"))}
+    return {k: v for k, v in asks.items() if k == GPU_MEMORY_RESOURCE or str(k).startswith("nvidia.com/")}
 
 
 OPT_OUT_OFF = (
