@@ -998,8 +998,8 @@ STAY_PENDING = "- main: its pods stay Pending, gpu-memory 900Gi unconverted: ask
             _refused_deployment(OPT_OUT, OPT_OUT),
             {"exemptions": {"allowOptOutLabel": True}},
             "ml",
-            f"{PASSED_OVER} (label gpu-admission.io/ignore=true (opt-out allowed by settings)), but its pods pass"
-            f" untouched, their GPU ask unconverted:\n{STAY_PENDING}",
+            f"{PASSED_OVER} (label gpu-admission.io/ignore=true (opt-out allowed by settings)), but its pods' GPU"
+            f" ask is never converted:\n{STAY_PENDING}",
             "label gpu-admission.io/ignore=true on its pod template",
             id="both-opt-out",
         ),
@@ -1007,8 +1007,7 @@ STAY_PENDING = "- main: its pods stay Pending, gpu-memory 900Gi unconverted: ask
             _refused_deployment({}, {}),
             {"exemptions": {"namespaces": ["ml"]}},
             "ml",
-            f"{PASSED_OVER} (namespace ml is exempt), but its pods pass untouched, their GPU ask unconverted:\n"
-            + STAY_PENDING,
+            f"{PASSED_OVER} (namespace ml is exempt), but its pods' GPU ask is never converted:\n" + STAY_PENDING,
             "namespace ml is exempt",
             id="namespace-exempt",
         ),
@@ -1017,7 +1016,7 @@ STAY_PENDING = "- main: its pods stay Pending, gpu-memory 900Gi unconverted: ask
             _refused_deployment({}, {}),
             {"exemptions": {"users": [RS_CONTROLLER]}},
             "ml",
-            "the webhook admits the Deployment itself, but its pods pass untouched, their GPU ask unconverted:\n- main:"
+            "the webhook admits the Deployment itself, but its pods' GPU ask is never converted:\n- main:"
             " its pods stay Pending, gpu-memory 900Gi unconverted: ask a nvidia.com/gpu fraction or",
             f"exemptions.users has {RS_CONTROLLER}, their creator",
             id="controller-exempt",
@@ -1036,8 +1035,8 @@ STAY_PENDING = "- main: its pods stay Pending, gpu-memory 900Gi unconverted: ask
             },
             {"exemptions": {"users": ["ci-deployer"], "groups": ["system:serviceaccounts:kube-system"]}},
             "ml",
-            "the webhook passes the Job itself over (user ci-deployer is exempt), but its pods pass untouched, their"
-            f" GPU ask unconverted:\n{STAY_PENDING}",
+            "the webhook passes the Job itself over (user ci-deployer is exempt), but its pods' GPU ask is"
+            f" never converted:\n{STAY_PENDING}",
             "exemptions.groups has system:serviceaccounts:kube-system, a group of their creator"
             " system:serviceaccount:kube-system:job-controller",
             id="exempt-creator-and-controller",
@@ -1243,27 +1242,26 @@ def _tainted_gpu_nodes(tmp_path: Path, product: str | None) -> str:
 
 
 @pytest.mark.parametrize(
-    ("image", "tainted", "exit_code"),
+    ("image", "tainted", "verdict"),
     [
         # its only pools that run CUDA 12.4 are tainted: each pod is denied, as it gets no device that tolerates it
-        pytest.param(CUDA124, "NVIDIA-H100-80GB-HBM3", 1, id="pods-denied"),
-        # every GPU node tainted: no pool its pods reach, each pod admitted unchecked
-        pytest.param("pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime", None, 0, id="pods-unchecked"),
+        pytest.param(CUDA124, "NVIDIA-H100-80GB-HBM3", "PODS DENIED", id="pods-denied"),
+        # every GPU node tainted: no pool its pods reach, each pod admitted unchecked, and Pending for good
+        pytest.param("pytorch/pytorch:2.9.0-cuda13.0-cudnn9-runtime", None, "PODS PENDING", id="pods-unchecked"),
     ],
 )
 def test_a_workload_with_mig_off_is_judged_without_the_gpu_taint_its_pods_never_tolerate(
-    tmp_path: Path, image: str, tainted: str | None, exit_code: int
+    tmp_path: Path, image: str, tainted: str | None, verdict: str
 ) -> None:
     """With mig.enabled false no pod gets a GPU device for its gpu-memory ask, nor the toleration of the GPU's taint
     a device brings: the workload was judged as if each pod tolerated it, and review's exit flipped both ways
-    against what its pods got (a review's finding)."""
+    against what its pods got (a review's finding). Pods it admits stay Pending: no node offers the memory."""
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"mig": {"enabled": False}}))
     nodes = _tainted_gpu_nodes(tmp_path, tainted)
     deployment = _deployment("d", image, {"gpu-admission.io/gpu-memory": "20Gi"})
     run = cli("review", "-f", _manifest(tmp_path, deployment), "--nodes", nodes, "--config", str(config))
-    assert run.returncode == exit_code, run.stdout
-    assert ("PODS DENIED" in run.stdout) == (exit_code == 1), run.stdout
+    assert run.returncode == 1 and run.stdout.startswith(f"{verdict}\n"), run.stdout
 
 
 @pytest.mark.parametrize(
@@ -1465,7 +1463,7 @@ def test_a_workload_whose_pods_pass_with_a_gpu_left_to_them_is_told_they_stay_pe
     out = json.loads(cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "-o", "json").stdout)
     assert (out["allowed"], out["podsAllowed"], out["podsRefused"]) == (True, True, []), out
     pending = [w for w in out["podsPending"] if w.startswith(said)]
-    no_gpu = [w for w in out.get("podsWarnings", []) if w.startswith(said)]
+    no_gpu = [w for w in out["podsWithoutGpu"] if w.startswith(said)]
     assert (len(pending), len(no_gpu)) == ((1, 0) if verdict == "PODS PENDING" else (0, 1)), out
 
 
@@ -1534,6 +1532,119 @@ def _cron_job(template_metadata: dict[str, Any] | None) -> dict[str, Any]:
         "metadata": {"name": "cj", "namespace": "ml"},
         "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": job}},
     }
+
+
+def _fraction_pod() -> dict[str, Any]:
+    """A Pod asking a GPU fraction by the annotation."""
+    pod = _pod(CUDA124, {})
+    pod["metadata"]["annotations"] = {"gpu-admission.io/gpu-fraction": "0.25"}
+    return pod
+
+
+MEMORY = {"gpu-admission.io/gpu-memory": "20Gi"}
+MIG_OFF = {"mig": {"enabled": False}, "exemptions": {"namespaces": ["kube-system"]}}
+PENDING_MIG_OFF = (
+    "main: {} Pending, gpu-memory 20Gi unconverted: ask a whole nvidia.com/gpu or nvidia.com/mig-<profile>: 1; MIG"
+    " conversion is off here (mig.enabled: false); no node offers gpu-admission.io/gpu-memory"
+)
+NO_NODE = "; no node offers gpu-admission.io/gpu-memory"
+POD_PASSED = "ask a whole nvidia.com/gpu or nvidia.com/mig-<profile>: 1; or let it be reviewed: it passes untouched"
+PASSED_MIG_OFF = "ask a whole nvidia.com/gpu or nvidia.com/mig-<profile>: 1; it passes untouched"
+
+
+@pytest.mark.parametrize(
+    ("manifest", "settings", "namespace", "verdict", "key", "said"),
+    [
+        pytest.param(
+            {**_deployment("j", CUDA124, MEMORY), "kind": "Job", "apiVersion": "batch/v1"},
+            MIG_OFF,
+            "ml",
+            "PODS PENDING",
+            "podsPending",
+            PENDING_MIG_OFF.format("its pods stay"),
+            id="mig-off-job",
+        ),
+        pytest.param(
+            {**_deployment("s", CUDA124, MEMORY), "kind": "StatefulSet"},
+            MIG_OFF,
+            "ml",
+            "PODS PENDING",
+            "podsPending",
+            PENDING_MIG_OFF.format("its pods stay"),
+            id="mig-off-statefulset",
+        ),
+        pytest.param(
+            _cron_job({}),
+            MIG_OFF,
+            "ml",
+            "PODS PENDING",
+            "podsPending",
+            PENDING_MIG_OFF.format("its pods stay"),
+            id="mig-off-cronjob",
+        ),
+        pytest.param(
+            _pod(CUDA124, MEMORY),
+            MIG_OFF,
+            "ml",
+            "PENDING",
+            "podsPending",
+            PENDING_MIG_OFF.format("the pod stays"),
+            id="mig-off-pod",
+        ),
+        pytest.param(
+            _pod(CUDA124, MEMORY),
+            MIG_OFF,
+            "kube-system",
+            "PENDING",
+            "podsPending",
+            f"main: the pod stays Pending, gpu-memory 20Gi unconverted: {PASSED_MIG_OFF}"
+            f" (namespace kube-system is exempt){NO_NODE}",
+            id="mig-off-pod-exempt",
+        ),
+        pytest.param(
+            _pod(CUDA124, MEMORY),
+            {"exemptions": {"namespaces": ["kube-system"]}},
+            "kube-system",
+            "PENDING",
+            "podsPending",
+            f"main: the pod stays Pending, gpu-memory 20Gi unconverted: {POD_PASSED} (namespace kube-system is exempt)"
+            + NO_NODE,
+            id="pod-exempt-memory",
+        ),
+        pytest.param(
+            _fraction_pod(),
+            {"exemptions": {"namespaces": ["kube-system"]}},
+            "kube-system",
+            "GETS NO GPU",
+            "podsWithoutGpu",
+            f"main: the pod gets no GPU, gpu-fraction 0.25 unconverted: {POD_PASSED} (namespace kube-system is exempt)",
+            id="pod-exempt-fraction",
+        ),
+    ],
+)
+def test_a_pod_or_workload_whose_gpu_ask_is_never_converted_is_said_to_stay_pending_or_get_no_gpu(
+    tmp_path: Path,
+    manifest: dict[str, Any],
+    settings: dict[str, Any],
+    namespace: str,
+    verdict: str,
+    key: str,
+    said: str,
+) -> None:
+    """With mig.enabled false, or a Pod passed untouched, its gpu-memory size or gpu-fraction annotation is never
+    converted: the pods stay Pending (no node offers the memory) or get no GPU. A Pod's verdict is its workload's
+    of one pod (PENDING, PODS PENDING), exit 1; the template is not annotated that each pod's MIG profile is chosen
+    as it is created (found by reviews: ADMITTED, exit 0, where the same pods of a workload passed untouched said
+    PODS PENDING)."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    path = _manifest(tmp_path, manifest)
+    given = ("--nodes", str(NODES), "--config", str(config), "--namespace", namespace)
+    run = cli("review", "-f", path, *given)
+    assert run.returncode == 1 and run.stdout.startswith(f"{verdict}\n"), run.stdout
+    assert f"\n- {said}" in run.stdout and "chosen then" not in run.stdout, run.stdout
+    out = json.loads(cli("review", "-f", path, *given, "-o", "json").stdout)
+    assert out["allowed"] and out[key] == [said], out
 
 
 def test_a_template_without_metadata_whose_pods_pass_untouched_gets_no_empty_patch(tmp_path: Path) -> None:

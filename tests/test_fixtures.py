@@ -95,8 +95,9 @@ def test_fixture_through_review_cli(name: str, tmp_path: Path) -> None:
     assert run.returncode in (0, 1), run.stderr
     out = json.loads(run.stdout)
     workload = _fixture(name)["kind"] != "Pod"  # a workload's says too whether its pods would be admitted
-    pods = ["podsAllowed", "podsRefused", "podsPending"] if workload else []
+    pods = ["podsAllowed", "podsRefused", "podsPending", "podsWithoutGpu"] if workload else []
     assert set(out) == {"allowed", "message", "warnings", "patch", "object", *pods}
-    assert (run.returncode == 0) == (out["allowed"] and out.get("podsAllowed", True) and not out.get("podsPending"))
+    broken = out.get("podsPending") or out.get("podsWithoutGpu")
+    assert (run.returncode == 0) == (out["allowed"] and out.get("podsAllowed", True) and not broken)
     if out["allowed"]:
         assert jsonpatch.apply_patch(_fixture(name), out["patch"]) == out["object"]

@@ -464,22 +464,23 @@ class _Pods:
     """Why each is passed untouched ('' where they are reviewed)."""
     refused: list[str] = dataclasses.field(default_factory=list)
     """Why each would be refused (none where they are admitted, or passed)."""
-    pending: list[str] = dataclasses.field(default_factory=list)
-    """Why they stay Pending for good, though admitted (passed untouched, a gpu-memory size left unconverted)."""
-    no_gpu: list[str] = dataclasses.field(default_factory=list)
-    """Why they run with no GPU (passed untouched, the gpu-fraction annotation left unconverted)."""
     warnings: list[str] | None = None
     """What the second review of a workload the webhook passes over warns of its pods (the MIG profile or the
-    fallback they get), and ``no_gpu``; None where there was none (the webhook's own warnings then say it)."""
+    fallback they get); None where there was none (the webhook's own warnings then say it)."""
 
     @property
     def allowed(self) -> bool:
         return not self.refused
 
-    @property
-    def broken(self) -> bool:
-        """Admitted, and of no use: they stay Pending, or get no GPU (exit 1, as where they are refused)."""
-        return bool(self.pending or self.no_gpu)
+
+def _left(item: _Item, result: pipeline.Result, ctx: Context, refusals: list[str]) -> pipeline.Untouched:
+    """What the Pod, or each pod of the workload, is left with unconverted though admitted: it stays Pending, or
+    gets no GPU (``pipeline.unconverted``); nothing where the object is refused (no pod is made). Found by reviews:
+    such a Pod, or with MIG conversion off a workload, said ADMITTED and exited 0."""
+    view = pipeline.pod_view(item.obj, item.namespace, writable=False)
+    if view is None or not result.allowed or refusals:
+        return pipeline.Untouched([], [])
+    return pipeline.unconverted(view, ctx, result.skipped)
 
 
 def _pods(item: _Item, result: pipeline.Result, ctx: Context) -> _Pods | None:
@@ -492,10 +493,7 @@ def _pods(item: _Item, result: pipeline.Result, ctx: Context) -> _Pods | None:
     if view is None:
         return None
     if passed := pipeline.pods_pass(view, ctx):  # the webhook's own review says so where it is not passed over
-        if not result.allowed:  # denied: no pods are made
-            return _Pods(passed=passed)
-        said = pipeline.left_unconverted(view, passed, ctx, reviewed=not result.skipped)
-        return _Pods(passed=passed, pending=said.pending, no_gpu=said.no_gpu, warnings=said.no_gpu or None)
+        return _Pods(passed=passed)
     if not result.skipped:
         return _Pods(refused=result.pods_refused)
     metadata = {k: v for k, v in as_dict(item.obj.get("metadata")).items() if k != "ownerReferences"}
@@ -562,12 +560,15 @@ GPU_ASKS = frozenset({"gpu-admission.io/gpu-memory"})
 to ask a whole number of it."""
 
 
-def _verdict(item: _Item, result: pipeline.Result, pods: _Pods | None, refusals: list[str]) -> dict[str, Any]:
+def _verdict(
+    item: _Item, result: pipeline.Result, pods: _Pods | None, refusals: list[str], left: pipeline.Untouched
+) -> dict[str, Any]:
     """The contract's object (DESIGN, "Offline review"); a workload's says too whether its pods would be admitted
     as they are created (``podsAllowed``; passed untouched counts as admitted) and why not (``podsRefused``): the
     webhook admits a template whose pods it would each refuse, and passes over some workloads whose pods it
-    reviews; ``podsPending``: why they would stay Pending, though admitted. Where the API server refuses the object
-    the webhook lets through, ``apiServerRefuses`` says why (and there are no pods to judge)."""
+    reviews; ``podsPending`` and ``podsWithoutGpu``: why its pods would stay Pending or run with no GPU, though
+    admitted (a Pod's own, where there are such lines). Where the API server refuses the object the webhook lets
+    through, ``apiServerRefuses`` says why (and there are no pods to judge)."""
     verdict = {
         "allowed": result.allowed,
         "message": result.message,
@@ -578,15 +579,20 @@ def _verdict(item: _Item, result: pipeline.Result, pods: _Pods | None, refusals:
     if pods is not None:
         verdict["podsAllowed"] = result.allowed and pods.allowed
         verdict["podsRefused"] = pods.refused
-        verdict["podsPending"] = pods.pending
         if pods.warnings is not None:
             verdict["podsWarnings"] = pods.warnings
+    if pods is not None or left.pending:
+        verdict["podsPending"] = left.pending
+    if pods is not None or left.no_gpu:
+        verdict["podsWithoutGpu"] = left.no_gpu
     if refusals:
         verdict["apiServerRefuses"] = refusals
     return verdict
 
 
-def _print_text(item: _Item, result: pipeline.Result, pods: _Pods | None, refusals: list[str]) -> None:
+def _print_text(
+    item: _Item, result: pipeline.Result, pods: _Pods | None, refusals: list[str], left: pipeline.Untouched
+) -> None:
     listed: list[str] = []  # the warnings said as why its pods are refused, not said again
     if refusals:
         print("DENIED by the API server")
@@ -603,15 +609,15 @@ def _print_text(item: _Item, result: pipeline.Result, pods: _Pods | None, refusa
         for why in pods.refused:
             print(f"- {pipeline.escaped(why)}")
         listed = pods.refused
-    elif result.allowed and pods is not None and pods.broken:
-        print("PODS PENDING" if pods.pending else "PODS GET NO GPU")
-        itself = (
-            f"passes the {item.kind} itself over ({result.skipped})"
-            if result.skipped
-            else f"admits the {item.kind} itself"
-        )
-        print(f"the webhook {itself}, but its pods pass untouched, their GPU ask unconverted:")
-        listed = [*pods.pending, *pods.no_gpu]
+    elif left.pending or left.no_gpu:  # a Pod's verdict is its workload's, of one pod: PENDING, PODS PENDING
+        if pods is not None:
+            print("PODS PENDING" if left.pending else "PODS GET NO GPU")
+        else:
+            print("PENDING" if left.pending else "GETS NO GPU")
+        whose, itself = ("its pods'", f"the {item.kind} itself") if pods is not None else ("its", f"the {item.kind}")
+        said = f"passes {itself} over ({result.skipped})" if result.skipped else f"admits {itself}"
+        print(f"the webhook {said}, but {whose} GPU ask is never converted:")
+        listed = [*left.pending, *left.no_gpu]
         for why in listed:
             print(f"- {pipeline.escaped(why)}")
     else:
@@ -670,16 +676,17 @@ def cmd_review(args: argparse.Namespace) -> int:
         result = _review(item.obj, ctx)
         refusals = _api_refusals(item, result, ctx)
         pods = None if refusals else _pods(item, result, ctx)
-        pods_fail = pods is not None and (not pods.allowed or pods.broken)  # refused, Pending, or with no GPU
-        denied = denied or not result.allowed or bool(refusals) or pods_fail
+        left = _left(item, result, ctx, refusals)
+        broken = bool(left.pending or left.no_gpu)  # admitted, of no use: Pending for good, or with no GPU
+        denied = denied or not result.allowed or bool(refusals) or (pods is not None and not pods.allowed) or broken
         if args.output == "json":
             named = {"kind": item.kind, "name": item.name, "namespace": item.namespace} if held > 1 else {}
-            verdicts.append({**named, **_verdict(item, result, pods, refusals)})
+            verdicts.append({**named, **_verdict(item, result, pods, refusals, left)})
             continue
         if held > 1:
             came = ", in an AdmissionReview" if item.request else ""
             print(f"== {_shown(item.kind, item.namespace, item.name)} ({item.at}{came})")
-        _print_text(item, result, pods, refusals)
+        _print_text(item, result, pods, refusals, left)
     if args.output == "json":
         print(json.dumps(verdicts if held > 1 else verdicts[0], indent=2))
     if unusable:
@@ -762,13 +769,14 @@ def build_parser() -> argparse.ArgumentParser:
         "kustomize build; documents and kind: List items, at every depth), other kinds passed over and named on "
         "stderr. Exit 0 when every one is admitted; 1 when one is denied, or is a workload whose pods the webhook "
         "would each refuse as they are created (PODS DENIED: the webhook admits the workload itself, or passes it "
-        "over for a reason of its own, such as an exempt creator), or whose pods pass untouched and stay Pending (PODS "
-        "PENDING: a gpu-memory size left unconverted) or run with no GPU (PODS GET NO GPU: the gpu-fraction "
-        "annotation left unconverted), or one the API server would refuse (DENIED by the "
-        "API server: a nvidia.com/gpu fraction the webhook leaves in it); 2 when one could not be reviewed, or none "
-        "is there. -o json prints one object {allowed, message, warnings, patch, object}, a workload's with "
-        "podsAllowed, podsRefused and podsPending (and podsWarnings, where the webhook passes it over or its pods get "
-        "no GPU), one the API server would refuse with apiServerRefuses; for an input of several objects, a list of "
+        "over for a reason of its own, such as an exempt creator), or whose pods pass untouched, or where MIG "
+        "conversion is off, and stay Pending (PODS PENDING: a gpu-memory size left unconverted) or run with no GPU "
+        "(PODS GET NO GPU: the gpu-fraction annotation left unconverted; a Pod: PENDING, GETS NO GPU), or one the API "
+        "server would refuse (DENIED by the API server: a nvidia.com/gpu fraction the webhook leaves in it); 2 when "
+        "one could not be reviewed, or none is there. -o json prints one object {allowed, message, warnings, patch, "
+        "object}, a workload's with podsAllowed, podsRefused, podsPending and podsWithoutGpu (and podsWarnings, "
+        "where the webhook passes it over), a Pod's with podsPending or podsWithoutGpu where it has such lines, one "
+        "the API server would refuse with apiServerRefuses; for an input of several objects, a list of "
         "them, each with its kind, name and namespace.",
     )
     review.add_argument(

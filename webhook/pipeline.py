@@ -248,32 +248,47 @@ def _pods_passed(view: PodView, ctx: Context, outcome: Outcome) -> None:
 
 
 class Untouched(NamedTuple):
-    """What becomes of a workload's pods that pass untouched (``left_unconverted``), each line whole."""
+    """What becomes of a pod, or of a workload's pods, whose GPU ask is left unconverted (``left_unconverted``), each
+    line whole."""
 
     pending: list[str]
-    """A container's gpu-memory size: never converted, and no node offers the resource, so its pods stay Pending."""
+    """A container's gpu-memory size: never converted, and no node offers the resource, so the pods stay Pending."""
     no_gpu: list[str]
-    """The gpu-fraction annotation's container: never converted, so its pods run with no GPU at all."""
+    """The gpu-fraction annotation's container: never converted, so the pods run with no GPU at all."""
+
+
+MIG_OFF = "MIG conversion is off here (mig.enabled: false)"
 
 
 def left_unconverted(view: PodView, why: str, ctx: Context, reviewed: bool) -> Untouched:
-    """Where a workload's pods pass untouched (``why``), what its template leaves for each pod to convert as it is
-    created (``PodView.defers_gpu``) is never converted (found by two reviews: such a template was admitted without
-    a word, its pods Pending for good, or running with no GPU). ``reviewed``: the workload itself is, and a
-    nvidia.com/gpu fraction is converted on its template (with ``mig.enabled``); else, as a fraction left in it is
-    refused by the API server, the advice is a whole GPU or a MIG device. The remedy comes before the why, within a
-    server warning's line (``WARNING_LIMIT``); the audit annotation has the whole."""
+    """Where a pod, or a workload's pods, pass untouched (``why``), or MIG conversion is off (``why`` ''), what the
+    webhook converts on each pod as it is created (a gpu-memory size, the gpu-fraction annotation) is never
+    converted (found by reviews: such a template was admitted without a word, its pods Pending for good, or running
+    with no GPU; with MIG off, review said ADMITTED). ``reviewed``: the workload itself is, and a nvidia.com/gpu
+    fraction is converted on its template (with ``mig.enabled``); else, as a fraction left in it is refused by the
+    API server, the advice is a whole GPU or a MIG device. The remedy comes before the why, within a server
+    warning's line (``WARNING_LIMIT``); the audit annotation has the whole."""
     mig_on = ctx.settings.mig.enabled
+    if mig_on and not why:
+        return Untouched([], [])
+    if view.is_template:
+        pods, stay, get, them, passes = "its pods", "stay", "get", "them", "they pass"
+    else:
+        pods, stay, get, them, passes = "the pod", "stays", "gets", "it", "it passes"
     advice = "a nvidia.com/gpu fraction" if reviewed and mig_on else "a whole nvidia.com/gpu"
     advice += " or nvidia.com/mig-<profile>: 1; "
-    # a review converts them only where MIG conversion is on
-    advice += f"or let them be reviewed: they pass untouched ({why})" if mig_on else f"they pass untouched ({why})"
+    if not why:
+        advice += MIG_OFF
+    elif mig_on:  # a review converts them only where MIG conversion is on
+        advice += f"or let {them} be reviewed: {passes} untouched ({why})"
+    else:
+        advice += f"{passes} untouched ({why})"
     pending = []
     for _, container in view.containers():
         asks = _gpu_asks(container)
         if (asked := asks.get(GPU_MEMORY_RESOURCE)) is not None:
             pending.append(
-                f"{container.get('name')}: its pods stay Pending, gpu-memory {asked} unconverted: ask {advice}; no"
+                f"{container.get('name')}: {pods} {stay} Pending, gpu-memory {asked} unconverted: ask {advice}; no"
                 f" node offers {GPU_MEMORY_RESOURCE}"
             )
     no_gpu = []
@@ -281,8 +296,16 @@ def left_unconverted(view: PodView, why: str, ctx: Context, reviewed: bool) -> U
     # a target that asks a GPU of its own gets it, the annotation unconverted or not (found by a review)
     if (raw := view.annotation("gpu-fraction")) is not None and not (target is not None and _gpu_asks(target)):
         name = target.get("name") if target is not None else "(no such container)"
-        no_gpu.append(f"{name}: its pods get no GPU, gpu-fraction {raw} unconverted: ask {advice}")
+        no_gpu.append(f"{name}: {pods} {get} no GPU, gpu-fraction {raw} unconverted: ask {advice}")
     return Untouched(pending, no_gpu)
+
+
+def unconverted(view: PodView, ctx: Context, skipped: str) -> Untouched:
+    """``left_unconverted`` of a pod or a workload the webhook admits, ``skipped`` saying why it passes it over (''
+    where it reviews it): a workload's pods pass untouched where ``pods_pass`` says so, a pod where it is passed
+    over."""
+    why = pods_pass(view, ctx) if view.is_template else skipped
+    return left_unconverted(view, why, ctx, reviewed=view.is_template and not skipped)
 
 
 def _gpu_asks(container: JSON) -> dict[str, Any]:
@@ -921,11 +944,13 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
     if grown := _grown_past(view.spec, outcome.mutations):  # refused as the pod as written would be
         return _refused(obj, reason="TooManyNodeRules", message=grown)
     untouched: list[str] = []
-    if view.is_template and (why := pods_pass(view, pctx)):
+    why = pods_pass(view, pctx) if view.is_template else ""
+    if why:
         said = left_unconverted(view, why, pctx, reviewed=True)
         untouched = [*said.pending, *said.no_gpu]
-        if outcome.annotations.get(cuda.POLICY) == cuda.DEFERRED:  # no pod is checked as it is created
-            del outcome.annotations[cuda.POLICY]
+    # no pod is checked as it is created, for the MIG profile chosen then: none is (found by reviews)
+    if (why or not pctx.settings.mig.enabled) and outcome.annotations.get(cuda.POLICY) == cuda.DEFERRED:
+        del outcome.annotations[cuda.POLICY]
     for name, text in sorted(outcome.annotations.items()):
         view.set_annotation(PREFIX + name, text)
     if not had_annotations and view.metadata.get("annotations") == {}:
