@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import logging
@@ -1518,6 +1519,32 @@ def test_pods_passed_untouched_whose_fraction_annotation_targets_a_container_ask
     run = cli("review", "-f", _manifest(tmp_path, deployment), "--nodes", str(NODES), "--config", str(config))
     assert run.returncode == 0 and run.stdout.startswith("ADMITTED (namespace ml is exempt)\n"), run.stdout
     assert "no GPU" not in run.stdout, run.stdout
+
+
+def test_the_server_says_first_that_pods_passed_untouched_stay_pending_and_not_what_mig_profile_they_get(
+    tmp_path: Path,
+) -> None:
+    """No MIG profile is chosen for pods that pass untouched: nothing is said of what they would get, and their
+    Pending lines come first, within the warnings sent; the audit annotation holds whole lines, the rest counted
+    (found by a review: 'its pods' nvidia.com/mig-1g.10gb has 9984 MiB usable' ten times pushed the Pending lines out
+    of the count, and the annotation was cut mid-line)."""
+    job = _deployment("j", CUDA124, {})
+    job.update(kind="Job", apiVersion="batch/v1")
+    job["spec"]["template"]["spec"]["containers"] = [
+        {"name": f"w{i}", "image": CUDA124, "resources": {"limits": {"gpu-admission.io/gpu-memory": "10Gi"}}}
+        for i in range(10)
+    ]
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"exemptions": {"users": ["system:serviceaccount:kube-system:job-controller"]}}))
+    loaded = webhook_cli._settings(str(config))
+    ctx = Context(settings=loaded, cluster=webhook_cli.load_nodes(str(NODES), loaded), namespace="ml")
+    answer = pipeline.mutate(job, ctx)
+    assert not [w for w in answer.warnings if "its pods'" in w or "MiB usable" in w], answer.warnings
+    assert answer.warnings[0].startswith("w0: its pods stay Pending"), answer.warnings
+    whole = pipeline.mutate(job, dataclasses.replace(ctx, limited=False)).audit["pods-untouched"].splitlines()
+    *lines, more = answer.audit["pods-untouched"].splitlines()
+    assert len(whole) == 10 and lines == whole[: len(lines)], (lines, whole)
+    assert more == f"{10 - len(lines)} more, not shown: gpu-admission review shows them all", more
 
 
 def _cron_job(template_metadata: dict[str, Any] | None) -> dict[str, Any]:

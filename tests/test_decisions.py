@@ -277,6 +277,7 @@ def test_an_outcomes_copy_holds_all_of_it_and_shares_no_container() -> None:
     outcome.audit["cuda"] = "12.3"
     outcome.mutated("cuda-affinity")
     outcome.refuse_pods("main: gpu-admission.io/gpu-memory 900Gi: its pods are refused")
+    outcome.tell_pods("main: gpu-admission.io/gpu-memory 60Gi: its pods get nvidia.com/gpu 1")
     outcome.finish.append(lambda: None)
     copied = outcome.copy()
     assert copied == outcome and copied._warned == outcome._warned

@@ -348,6 +348,10 @@ class Outcome:
     """Why each pod made from a workload's template would be refused, where the template itself passes: its pods are
     reviewed each as it is created (a gpu-memory size or the gpu-fraction annotation is converted then). Each is a
     warning too; ``gpu-admission review`` exits 1 on any (a CI gate had let such a workload through)."""
+    pods_get: list[str] = field(default_factory=list)
+    """What each pod made from a workload's template is to get as it is created: the mig policy's words of the MIG
+    profile, or the fallback, chosen then for its gpu-memory size or the gpu-fraction annotation. Each is a warning
+    too; dropped where the pods pass untouched, none chosen for them (found by a review)."""
     finish: list[Callable[[], None]] = field(default_factory=list, repr=False, compare=False)
     """What a policy leaves to do once every mutating policy has run (the pipeline runs and empties it): words that
     must describe the final pod, which the later policies' changes shape (the mig policy's lines name where the pod
@@ -371,6 +375,11 @@ class Outcome:
         self.warn(text)
         self.pods_refused.append(text)
 
+    def tell_pods(self, text: str) -> None:
+        """Warn of what each pod of the workload gets as it is created (``pods_get``)."""
+        self.warn(text)
+        self.pods_get.append(text)
+
     def event(self, reason: str, message: str, type: EventType = "Normal") -> None:
         self.events.append(Event(reason, message, type))
 
@@ -389,6 +398,7 @@ class Outcome:
             mutations=list(self.mutations),
             reasons=list(self.reasons),
             pods_refused=list(self.pods_refused),
+            pods_get=list(self.pods_get),
             finish=list(self.finish),
             _warned=set(self._warned),
         )
@@ -404,6 +414,7 @@ class Outcome:
         self.mutations.extend(other.mutations)
         self.reasons.extend(other.reasons)
         self.pods_refused.extend(other.pods_refused)
+        self.pods_get.extend(other.pods_get)
         self.finish.extend(other.finish)
 
 

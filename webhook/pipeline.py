@@ -237,14 +237,18 @@ def pods_pass(view: PodView, ctx: Context) -> str:
 
 
 def _pods_passed(view: PodView, ctx: Context, outcome: Outcome) -> None:
-    """Where a workload's pods each pass untouched, none is refused: what the policies said would refuse them is said
-    as that (found by a review: a template labelled to opt out got 'its pods are refused', and review PODS DENIED)."""
-    if not view.is_template or not outcome.pods_refused or not (why := pods_pass(view, ctx)):
+    """Where a workload's pods each pass untouched, none is refused, nor given a MIG profile: what the policies said
+    would refuse them is said as that, and what they would get is not said (found by reviews: a template labelled to
+    opt out got 'its pods are refused', and review PODS DENIED; pods Pending for good were told the usable memory
+    of 'its pods' nvidia.com/mig-1g.10gb')."""
+    if not view.is_template or not (outcome.pods_refused or outcome.pods_get) or not (why := pods_pass(view, ctx)):
         return
-    refused = set(outcome.pods_refused)
-    outcome.warnings[:] = [w for w in outcome.warnings if w not in refused]
-    outcome.pods_refused.clear()
-    outcome.warn(f"its pods pass untouched, none refused ({why})")
+    unsaid = {*outcome.pods_refused, *outcome.pods_get}
+    outcome.warnings[:] = [w for w in outcome.warnings if w not in unsaid]
+    outcome.pods_get.clear()
+    if outcome.pods_refused:
+        outcome.pods_refused.clear()
+        outcome.warn(f"its pods pass untouched, none refused ({why})")
 
 
 class Untouched(NamedTuple):
@@ -633,6 +637,19 @@ def _limited(result: Result, ctx: Context) -> Result:
     return result
 
 
+def _whole_lines(lines: Sequence[str], limit: int = AUDIT_VALUE_LIMIT) -> str:
+    """``lines`` joined, as many whole as fit within ``limit`` (an audit value's), with how many more there are said
+    last; a first line past it is cut (``_limited``). Found by a review: a value cut at its limit mid-line."""
+    for shown in range(len(lines), 0, -1):
+        more = (
+            f"\n{len(lines) - shown} more, not shown: gpu-admission review shows them all" if shown < len(lines) else ""
+        )
+        text = "\n".join(lines[:shown]) + more
+        if len(text) <= limit:
+            return text
+    return "\n".join(lines)
+
+
 def _capped(lines: Sequence[str]) -> list[str]:
     """The warnings as sent: each shortened to a line, and all within WARNINGS_TOTAL, the rest counted."""
     warnings: list[str] = []
@@ -966,7 +983,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
     if result.allowed and (too_long := _fit_annotations(view)):
         return _refused(obj, reason="AnnotationsTooLong", message=too_long)
     if result.allowed:
-        result.warnings += untouched  # not where it is denied anyway
+        result.warnings[:0] = untouched  # first, within the count sent; not where it is denied anyway
         result.patch = make_patch(obj, working)
         if result.patch:
             result.audit["decision"] = "mutated" if outcome.mutations else "annotated"
@@ -975,8 +992,8 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
             # call, changing the pod, would be lost under a first value of this one's; or this is that call, on a
             # pod as the webhook left it, whose first answer said "mutated". The validating webhook's decision stands.
             result.audit.clear()
-        if untouched:
-            result.audit["pods-untouched"] = "\n".join(untouched)  # whole: a warning is cut to a line
+        if untouched:  # whole lines: a warning is cut to a line
+            result.audit["pods-untouched"] = _whole_lines(untouched) if ctx.limited else "\n".join(untouched)
     else:
         result.object = obj
     return result

@@ -1353,21 +1353,22 @@ def _too_few(
 
 def _warn_usable(out: Outcome, ask: Ask, choice: Choice, whose: str = "") -> None:
     """A memory ask given a device with less usable memory than asked (a 5 GB profile holds 4864 MiB): said, as
-    ``whose`` device ('its pods' ', for a template whose pods are converted when created)."""
+    ``whose`` device ('its pods' ', for a template whose pods are converted when created: ``Outcome.tell_pods``)."""
     if ask.kind != "memory":
         return
+    warn = out.tell_pods if whose else out.warn
     given = choice.option.resource if choice.option.strategy == "mixed" else choice.option.profile
     usable = [p.usable_mib for p in choice.places if p.usable_mib]
     if usable and min(usable) * MIB < ask.amount:
         said = f"{whose}{given} has {min(usable)} MiB usable, less than the {_gib(ask.amount)} asked"
-        out.warn(fit_warning(f"{ask.name}: {said}", ask.name))
+        warn(fit_warning(f"{ask.name}: {said}", ask.name))
     elif not usable:
         # Neither the node's label nor the table says its usable memory (A100 80GB, H100): the name's GB is
         # decimal, and below every usable figure known (mig.md); 40Gi on a 3g.40gb went unsaid (a review of MIG)
         named = [parsed[1] for p in choice.places if p.profile and (parsed := parse_name(p.profile.name))]
         if named and min(named) * 10**9 < ask.amount:
             said = f"{whose}{given} holds about {min(named)} GB, less than the {_gib(ask.amount)} asked"
-            out.warn(fit_warning(f"{ask.name}: {said}", ask.name))
+            warn(fit_warning(f"{ask.name}: {said}", ask.name))
 
 
 def _warn_shared(out: Outcome, ask: Ask, choice: Choice) -> None:
@@ -1656,7 +1657,7 @@ def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask,
     fallback = _fallback(req, pod, others, ask)
     if fallback is not None and _runs(req, fallback):
         given = f"{ask.name}: {ask.asked}: its pods get {fallback.option.given} ({fallback.note})"
-        out.warn(fit_warning(given, ask.name))
+        out.tell_pods(fit_warning(given, ask.name))
         return
     held = choice if choice is not None else fallback  # what each pod gets, as ``_convert`` gives it
     if held is not None:
