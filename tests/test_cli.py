@@ -1547,6 +1547,23 @@ def test_the_server_says_first_that_pods_passed_untouched_stay_pending_and_not_w
     assert more == f"{10 - len(lines)} more, not shown: gpu-admission review shows them all", more
 
 
+def test_pods_passed_untouched_are_told_the_cuda_of_their_whole_gpu_container_is_unchecked(tmp_path: Path) -> None:
+    """The gpu-fraction annotation on a sidecar leaves the template's CUDA check to each pod; where the pods pass
+    untouched, the check of the container asking a whole GPU of its own is done nowhere, and said so (found by a
+    review: the check's line was dropped without a word)."""
+    deployment = _fraction_deployment()
+    deployment["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/gpu-fraction-container"] = "side"
+    deployment["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    deployment["spec"]["template"]["spec"]["containers"].append({"name": "side", "image": CUDA124})
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(GROUP_EXEMPT))
+    run = cli("review", "-f", _manifest(tmp_path, deployment), "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 1 and run.stdout.startswith("PODS GET NO GPU\n"), run.stdout
+    unchecked = "main: CUDA unchecked: let its pods be reviewed, or ask no gpu-memory or gpu-fraction"
+    assert f"\nWarning: {unchecked}" in run.stdout and f"({CREATOR_IN_GROUP})\n" in run.stdout, run.stdout
+    assert "side: CUDA" not in run.stdout, run.stdout  # it gets no GPU, said above
+
+
 def _cron_job(template_metadata: dict[str, Any] | None) -> dict[str, Any]:
     """A CronJob asking a GPU memory size, its job's pod template with ``template_metadata`` (None: none)."""
     template = {"spec": {**_pod(CUDA124, {"gpu-admission.io/gpu-memory": "20Gi"})["spec"], "restartPolicy": "Never"}}

@@ -312,6 +312,18 @@ def unconverted(view: PodView, ctx: Context, skipped: str) -> Untouched:
     return left_unconverted(view, why, ctx, reviewed=view.is_template and not skipped)
 
 
+def _cuda_unchecked(view: PodView, why: str) -> list[str]:
+    """Where a template leaves its CUDA check to each pod (``PodView.defers_gpu``) and its pods pass untouched
+    (``why``), the containers that ask a GPU of their own: their CUDA is checked nowhere (found by a review: its line
+    was dropped, and nothing said so). The remedy first, within a server warning's line."""
+    return [
+        f"{container.get('name')}: CUDA unchecked: let its pods be reviewed, or ask no gpu-memory or gpu-fraction,"
+        f" which leave the check to each pod; they pass untouched ({why})"
+        for _, container in view.containers()
+        if any(str(k).startswith("nvidia.com/") for k in _gpu_asks(container))
+    ]
+
+
 def _gpu_asks(container: JSON) -> dict[str, Any]:
     """A container's GPU asks (nvidia.com/ resources, a gpu-memory size), by resource: its limit, else its request."""
     resources = as_dict(container.get("resources"))
@@ -968,6 +980,7 @@ def _mutate(obj: Any, ctx: Context, keep: bool) -> Result:
     # no pod is checked as it is created, for the MIG profile chosen then: none is (found by reviews)
     if (why or not pctx.settings.mig.enabled) and outcome.annotations.get(cuda.POLICY) == cuda.DEFERRED:
         del outcome.annotations[cuda.POLICY]
+        untouched += _cuda_unchecked(view, why) if why else []
     for name, text in sorted(outcome.annotations.items()):
         view.set_annotation(PREFIX + name, text)
     if not had_annotations and view.metadata.get("annotations") == {}:
