@@ -444,3 +444,54 @@ def test_an_ungating_onto_spot_capacity_no_node_carries_yet_is_refused_for_a_nev
     place = "=".join(next(iter(selector.items())))
     assert f"now let it run on spot capacity {place} (no node carries it now" in answer["status"]["message"]
     assert update(app, "/validate", kueue_admits(stored, {POOL: "h100-new"}), stored)["allowed"] is True
+
+
+KARPENTER_SPOT = {
+    "karpenter.sh/nodepool": "gpu",
+    "karpenter.sh/capacity-type": "spot",
+    "karpenter.k8s.aws/instance-family": "g6",
+    "karpenter.k8s.aws/instance-gpu-name": "l4",
+}
+
+
+@pytest.mark.parametrize(
+    ("selector", "refused"),
+    [
+        ({"karpenter.sh/nodepool": "gpu"}, False),
+        ({"karpenter.k8s.aws/instance-family": "g6"}, False),
+        ({"karpenter.k8s.aws/instance-gpu-name": "l4"}, False),
+        ({"karpenter.sh/nodepool": "gpu", "karpenter.sh/capacity-type": "spot"}, True),
+    ],
+    ids=["nodepool", "instance-family", "instance-gpu-name", "nodepool-and-spot-label"],
+)
+def test_a_never_pod_ungated_to_a_karpenter_nodepool_with_only_spot_nodes_up_is_let_through(
+    selector: dict[str, str], refused: bool
+) -> None:
+    """Found by a review of the spot policy: a Karpenter NodePool may launch spot and on-demand capacity alike; with
+    only its spot nodes up now, a never pod Kueue admitted to a flavor naming the NodePool (or an instance property)
+    was refused as SpotNeverUngatedPending, though Karpenter launches an on-demand node for it. Only a selector
+    naming the spot label itself sends it to spot capacity alone."""
+    labels = {k: v for k, v in nodes()[0]["metadata"]["labels"].items() if k != POOL}
+    cluster_nodes = [gpu_node("spot-1", labels={**labels, **KARPENTER_SPOT})]
+    app = create_app(NEVER, cluster=StaticCluster(build_view(cluster_nodes, NEVER)))
+    stored = created_through(app, gated_pod())
+    assert '"karpenter.sh/capacity-type", "operator": "NotIn"' in json.dumps(stored["spec"]["affinity"])
+    answer = update(app, "/validate", kueue_admits(stored, selector), stored)
+    assert answer["allowed"] is not refused, answer
+    if refused:
+        assert answer["status"]["reason"] == "SpotNeverUngatedPending", answer
+
+
+def test_a_never_pod_ungated_by_a_label_of_the_users_own_on_a_spot_pool_is_let_through() -> None:
+    """Found by a review of the spot policy: a flavor's label of the user's own (team=ml) is on the nodes of a spot
+    pool that is up and may be on an on-demand pool at zero, not declared, so not in the webhook's view; the never
+    pod was refused as SpotNeverUngatedPending. Such a label never proves spot capacity alone; the spot pool's own
+    label does (a GKE node pool has one capacity type)."""
+    team = {"team": "ml"}
+    spot_team = spot_nodes()
+    spot_team[1]["metadata"]["labels"].update(team)
+    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_team, NEVER)))
+    stored = created_through(app, gated_pod())
+    assert update(app, "/validate", kueue_admits(stored, team, GKE_SPOT_TOLERATION), stored)["allowed"] is True
+    answer = update(app, "/validate", kueue_admits(stored, {**team, POOL: "l4-spot"}, GKE_SPOT_TOLERATION), stored)
+    assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngatedPending", answer

@@ -1477,17 +1477,24 @@ def _allows(term: JSON, labels: Mapping[str, str]) -> bool:
 
 
 def _chooses_spot(spec: JSON, ctx: Context) -> bool:
-    """Whether the pod's nodeSelector chooses spot capacity alone by the labels that tell a place (not those that
-    say nothing of capacity, ``CAPACITY_BLIND_LABELS``): the pools it selects are all spot, or it selects a spot
-    place no node carries now. A pod that no on-demand node takes now for other reasons (an on-demand pool at
-    zero) is left to wait for one."""
-    selector = {k: v for k, v in as_dict(spec.get("nodeSelector")).items() if k not in CAPACITY_BLIND_LABELS}
-    selector = {k: v for k, v in selector.items() if not k.startswith(CAPACITY_BLIND_PREFIXES)}
-    if not selector:
+    """Whether the pod's nodeSelector reaches nothing but spot capacity by what the webhook knows: it names a spot
+    label (``cloud.google.com/gke-spot=true``, ``karpenter.sh/capacity-type=spot``, one of ``spot.extraLabels``), or
+    every label of a pool declared spot, or a pool of a provider that gives each pool one capacity type (a GKE node
+    pool, an EKS managed node group, an AKS node pool: ``Presets.pool_steered`` without the mixed pools,
+    ``Presets.mixed_pool_labels``) whose nodes are all spot. Never a Karpenter NodePool, which launches on-demand
+    capacity too where only spot nodes are up now, nor a label of the user's own, which may also be on an on-demand
+    pool at zero (both were refused: found by a review)."""
+    selector = {k: as_str(v) for k, v in as_dict(spec.get("nodeSelector")).items()}
+    spot_labels = {(k, v) for k, v, _ in ctx.cluster.presets.spot_labels} | set(ctx.settings.spot.extra_labels.items())
+    if spot_labels & set(selector.items()):
+        return True
+    pools = [p.node_selector for p in ctx.settings.cluster.pools if p.spot and p.node_selector]
+    if any(all(selector.get(k) == v for k, v in s.items()) for s in pools):
+        return True
+    fixed = ctx.cluster.presets.pool_steered - ctx.cluster.presets.mixed_pool_labels
+    by_pool = {k: v for k, v in selector.items() if k in fixed}
+    if not by_pool:
         return False
-    trial = {"nodeSelector": selector, "tolerations": [{"operator": "Exists"}]}
+    trial = {"nodeSelector": by_pool, "tolerations": [{"operator": "Exists"}]}
     chosen = [c.group for c in ctx.cluster.eligible(trial, (), gpu_only=False)]
-    if chosen:
-        return all(g.spot for g in chosen)
-    terms = _spot_places(ctx)[0]
-    return any(all(as_str(selector.get(e["key"])) in e["values"] for e in t) for t in terms)
+    return bool(chosen) and all(g.spot for g in chosen)
