@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import json
 import uuid
 from typing import Any
@@ -25,7 +26,7 @@ from webhook import events, pipeline
 from webhook.app import create_app
 from webhook.audit import build_recorder
 from webhook.cluster import StaticCluster, build_view
-from webhook.config import AuditSettings, CudaSettings, Settings, SpotSettings
+from webhook.config import AuditSettings, CudaSettings, PoolSettings, Settings, SpotSettings, TaintSpec
 from webhook.events import EventQueue
 from webhook.model import Context
 from webhook.policies import cuda, spot
@@ -495,3 +496,35 @@ def test_a_never_pod_ungated_by_a_label_of_the_users_own_on_a_spot_pool_is_let_t
     assert update(app, "/validate", kueue_admits(stored, team, GKE_SPOT_TOLERATION), stored)["allowed"] is True
     answer = update(app, "/validate", kueue_admits(stored, {**team, POOL: "l4-spot"}, GKE_SPOT_TOLERATION), stored)
     assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngatedPending", answer
+
+
+def test_a_never_pod_ungated_onto_spot_is_refused_only_where_never_keeps_it_off() -> None:
+    """Found by a review of the spot policy: the pod was judged without its whole required affinity, its own terms
+    too; a never pod whose own In (team=ml) kept it off a spot pool at zero, which Kueue admitted to that pool's
+    flavor, was refused and told to recreate itself under spot: tolerate, which would not have let it there
+    either. Only the webhook's NotIn and the CUDA steering written after it (planned once spot capacity was kept
+    off) are taken out: a steered pod is still refused."""
+    pool = PoolSettings(
+        name="l4-spot",
+        node_selector={POOL: "l4-spot"},
+        spot=True,
+        driver_version="570.124.06",
+        taints=[TaintSpec(key=SPOT_LABEL, value="true", effect="NoSchedule")],
+    )
+    settings = dataclasses.replace(NEVER, cluster=dataclasses.replace(NEVER.cluster, pools=[pool]))
+    cluster_nodes = nodes()
+    cluster_nodes[0]["metadata"]["labels"]["team"] = "ml"
+    app = create_app(settings, cluster=StaticCluster(build_view(cluster_nodes, settings)))
+    steered = created_through(app, gated_pod())
+    assert f'"{POOL}", "operator": "In", "values": ["h100-new"]' in json.dumps(steered["spec"]["affinity"])
+    answer = update(app, "/validate", kueue_admits(steered, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION), steered)
+    assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngatedPending", answer
+    own = gated_pod()
+    term = {"matchExpressions": [{"key": "team", "operator": "In", "values": ["ml"]}]}
+    own["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    }
+    stored = created_through(app, own)
+    assert f'"{POOL}", "operator": "NotIn", "values": ["l4-spot"]' in json.dumps(stored["spec"]["affinity"])
+    answer = update(app, "/validate", kueue_admits(stored, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION), stored)
+    assert answer["allowed"] is True, answer

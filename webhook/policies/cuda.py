@@ -430,7 +430,7 @@ def unmatched(a: Assessment, ctx: Context, room: int | None = None) -> str:
         if by_spot := spot.kept_off_by_require(a.spot_mode, tolerant, ruled_out, ctx, a.resources):
             excluded.append((f"{spot.REQUIRED_CAPACITY} excludes ", by_spot))
         elif by_spot := spot.kept_off_by_never(
-            a.spot_mode, tolerant, ruled_out, ctx, a.resources, _steered(a.spec, ctx)
+            a.spot_mode, tolerant, ruled_out, ctx, a.resources, steered(a.spec, ctx)
         ):
             excluded.append((f"{spot.KEPT_OFF_BY_NEVER} excludes ", by_spot))
         if rest := [g for g in ruled_out if g not in by_spot]:
@@ -441,10 +441,11 @@ def unmatched(a: Assessment, ctx: Context, room: int | None = None) -> str:
     return _fitted(excluded, room)
 
 
-def _steered(spec: JSON, ctx: Context) -> list[Expression]:
+def steered(spec: JSON, ctx: Context) -> list[Expression]:
     """The ``In`` expressions of a pod's required node affinity that the steering could have written
     (``_could_steer``: on GFD's CUDA and driver labels and the pools' selectors): a pod's annotation does not name
-    them, and a user's own on those labels reads the same."""
+    them, and a user's own on those labels reads the same. For the spot policy too (``kept_off_by_never``, and a never
+    pod's ungating onto spot capacity its NotIn keeps it off)."""
     terms = required_terms(PodView("Pod", {}, spec, ""))
     found = [e for t in terms for e in as_list(t.get("matchExpressions")) if isinstance(e, dict)]
     return [e for e in found if e.get("operator") == "In" and _could_steer([[e]], ctx)]

@@ -1400,12 +1400,19 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
     said = _said_off_spot(as_str(pod.annotations.get(PREFIX + APPLIED))) or []
     if not said or not all(holds(pod, alternatives) for alternatives in said) or _lands(pod.spec, pod, ctx):
         return
-    # judged without its required affinity, which holds the NotIn and the cuda policy's steering planned around it
-    # (steered to the pools left once spot capacity was kept off): what its nodeSelector now chooses
-    node_affinity = as_dict(as_dict(pod.spec.get("affinity")).get("nodeAffinity"))
-    loose = {k: v for k, v in node_affinity.items() if k != "requiredDuringSchedulingIgnoredDuringExecution"}
-    freed = {**pod.spec, "affinity": {**as_dict(pod.spec.get("affinity")), "nodeAffinity": loose}}
-    if not _chooses_spot(pod.spec, ctx) or not (spot := _spot_reached(freed, pod, ctx)):
+    if not _chooses_spot(pod.spec, ctx):
+        return
+    from webhook.policies.cuda import steered  # the cuda policy imports this one
+
+    # judged without the NotIn and the cuda policy's steering planned around it (steered to the pools left once spot
+    # capacity was kept off), as ``kept_off_by_never`` judges them: where its own terms keep it off the spot capacity
+    # too, never is not what leaves it Pending (the whole required affinity was dropped, and a pod whose own In kept
+    # it off the spot pool was told to recreate itself under tolerate: found by a review). Its own terms come before
+    # the NotIn (``_before``): an In of its own on a pool label reads as the steering's
+    notins = [alt for alternatives in said for alt in alternatives]
+    freed = PodView("Pod", {}, copy_json(pod.spec), "")  # unnarrow edits the terms in place
+    unnarrow(freed, [*notins, *([e] for e in steered(pod.spec, ctx))], keep=_before(pod, notins))
+    if not (spot := _spot_reached(freed.spec, pod, ctx)):
         return
     out.deny(
         "spot",
@@ -1417,6 +1424,20 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
         f"pod's affinity cannot change once created).",
         f"spot never: ungated onto {spot}, which its affinity keeps it off",
     )
+
+
+def _before(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> frozenset[object]:
+    """The ``json_key``s of the expressions that come before the first of ``alternatives``' in a required term of
+    the pod: its own, which ``narrow`` keeps first (an ``In`` on a pool label of the user's, which reads as the CUDA
+    steering's, written after the spot policy's ``NotIn``)."""
+    narrowed = {json_key(e) for alt in alternatives for e in alt}
+    own: set[object] = set()
+    for term in required_terms(pod):
+        for e in as_list(term.get("matchExpressions")):
+            if (key := json_key(e)) in narrowed:
+                break
+            own.add(key)
+    return frozenset(own)
 
 
 def _lands(spec: JSON, pod: PodView, ctx: Context) -> bool:
