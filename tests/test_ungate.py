@@ -105,8 +105,9 @@ def admitted(pod: dict[str, Any], pool: str, *keep: str) -> dict[str, Any]:
 
 
 def update(app: Any, endpoint: str, new: dict[str, Any], old: dict[str, Any], **request: Any) -> dict[str, Any]:
+    user = request.pop("userInfo", {"username": KUEUE, "groups": ["system:serviceaccounts"]})
     body = review(new, operation="UPDATE", namespace="ml", oldObject=old, name="trainer", **request)
-    body["request"]["userInfo"] = {"username": KUEUE, "groups": ["system:serviceaccounts"]}
+    body["request"]["userInfo"] = user
     response = app.test_client().post(endpoint, json=body)
     assert response.status_code == 200
     answer: dict[str, Any] = response.get_json()["response"]
@@ -528,3 +529,21 @@ def test_a_never_pod_ungated_onto_spot_is_refused_only_where_never_keeps_it_off(
     assert f'"{POOL}", "operator": "NotIn", "values": ["l4-spot"]' in json.dumps(stored["spec"]["affinity"])
     answer = update(app, "/validate", kueue_admits(stored, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION), stored)
     assert answer["allowed"] is True, answer
+
+
+def test_a_never_pod_whose_own_gate_is_taken_away_is_told_of_its_own_nodeselector_not_of_kueue() -> None:
+    """Found by a review of the spot policy: a never pod created with its own gate and a nodeSelector on a spot
+    pool, its gate taken away by its owner with nothing changed, was told to admit it to an on-demand Kueue
+    ResourceFlavor; what sends it there is its own nodeSelector."""
+    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    pod = gated_pod()
+    pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+    pod["spec"]["nodeSelector"] = {POOL: "l4-spot"}
+    pod["spec"]["tolerations"] = [GKE_SPOT_TOLERATION]
+    stored = created_through(app, pod)
+    answer = update(app, "/validate", kueue_admits(stored, {}), stored, userInfo={"username": "alice"})
+    assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngatedPending", answer
+    message = answer["status"]["message"]
+    assert "(example.com/hold, by alice)" in message, message
+    assert "Its nodeSelector as created sends it there: delete it and recreate it without that" in message
+    assert "ResourceFlavor" not in message and "Kueue" not in message, message

@@ -1414,14 +1414,22 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
     unnarrow(freed, [*notins, *([e] for e in steered(pod.spec, ctx))], keep=_before(pod, notins))
     if not (spot := _spot_reached(freed.spec, pod, ctx)):
         return
+    # the advice for what chose the place: a queue's flavor at the ungating (Kueue), or the pod's own nodeSelector as
+    # created (a gate of the user's own, taken away with nothing changed, was told of Kueue's flavors: a review)
+    if as_dict(as_dict(as_dict(ctx.old_object).get("spec")).get("nodeSelector")) != pod.spec.get("nodeSelector"):
+        advice = (
+            "Have what takes its gate away choose on-demand nodes (Kueue: a ResourceFlavor of on-demand nodes only, "
+            "in a ClusterQueue whose flavors are not spot), or delete it and recreate it annotated"
+        )
+    else:
+        advice = "Its nodeSelector as created sends it there: delete it and recreate it without that, or annotated"
     out.deny(
         "spot",
         "SpotNeverUngatedPending",
         f"pod {pod.namespace}/{pod.name} is under spot never ({why}): the required node affinity the webhook wrote "
         f"at its create keeps it off spot capacity, yet its nodeSelector now sends it to {spot} alone: it would stay "
-        f"Pending for good. Admit it to a ResourceFlavor of on-demand nodes only (a Kueue ClusterQueue whose flavors "
-        f"are not spot), or delete it and recreate it annotated {PREFIX}{REQUEST}: tolerate to let it run on spot (a "
-        f"pod's affinity cannot change once created).",
+        f"Pending for good. {advice} {PREFIX}{REQUEST}: tolerate to let it run on spot (a pod's affinity cannot "
+        f"change once created).",
         f"spot never: ungated onto {spot}, which its affinity keeps it off",
     )
 
