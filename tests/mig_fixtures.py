@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import jsonpatch
 
 from tests.conftest import FIXTURES
 from webhook import pipeline
-from webhook.cluster import build_view
+from webhook.app import create_app
+from webhook.cluster import StaticCluster, build_view
 from webhook.config import ClusterSettings, CudaSettings, MigSettings, PoolSettings, Settings
-from webhook.model import Context
+from webhook.model import Context, Event
 
 POOL = "cloud.google.com/gke-nodepool"
 WORKLOAD_FILES = {
@@ -209,3 +211,52 @@ def mig_annotation(obj: dict[str, Any]) -> str | None:
     annotations: dict[str, Any] = template_of(obj)["metadata"].get("annotations") or {}
     value = annotations.get("gpu-admission.io/mig")
     return value if isinstance(value, str) else None
+
+
+@dataclass
+class Answered:
+    """What the Flask app answered to a pod's /mutate, then to /validate of its mutated object."""
+
+    object: dict[str, Any]
+    warnings: list[str]
+    """Of /mutate, then of /validate."""
+    events: list[Event] = field(default_factory=list)
+    """The Events the app raised."""
+
+
+class _Events:
+    """A recorder that keeps the Events of every result the app recorded."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def record(self, endpoint: str, review: Any, result: pipeline.Result | None, *rest: Any, **kw: Any) -> None:
+        self.events += result.outcome.events if result is not None else []
+
+
+def through_app(obj: dict[str, Any], nodes: list[dict[str, Any]], s: Settings | None = None) -> Answered:
+    """``obj`` sent to the Flask app's /mutate, its patch applied, then the result sent to /validate."""
+    s = s or settings()
+    recorder = _Events()
+    client = create_app(s, cluster=StaticCluster(build_view(nodes, s)), recorder=recorder).test_client()
+    group, _, version = obj["apiVersion"].rpartition("/")
+    warnings: list[str] = []
+    for path in ("/mutate", "/validate"):
+        request = {
+            "uid": f"uid{path}",
+            "kind": {"group": group, "version": version, "kind": obj["kind"]},
+            "operation": "CREATE",
+            "namespace": "ml",
+            "userInfo": {"username": "alice"},
+            "object": obj,
+        }
+        answer = client.post(
+            path, json={"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+        )
+        assert answer.status_code == 200, answer.data
+        response = answer.get_json()["response"]
+        assert response["allowed"], response
+        warnings += response.get("warnings", [])
+        if "patch" in response:
+            obj = jsonpatch.apply_patch(obj, json.loads(base64.b64decode(response["patch"])))
+    return Answered(obj, warnings, recorder.events)

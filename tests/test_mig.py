@@ -27,6 +27,7 @@ from tests.mig_fixtures import (
     settings,
     single_node,
     template_of,
+    through_app,
     whole_node,
     workload,
 )
@@ -662,6 +663,35 @@ def test_a_mixed_pool_at_zero_on_an_asg_is_told_the_tag_cluster_autoscaler_needs
     assert result.allowed, result.message
     assert resources_of(result.object, "b") == mig("3g.40gb")
     assert result.warnings == expected
+
+
+def test_single_strategy_pools_at_zero_under_different_pool_labels_are_not_pinned_by_gfd_product() -> None:
+    """An EKS nodegroup and a Karpenter NodePool, both single-strategy A100-80GB pools at zero, beside a CPU node:
+    no one pool label holds both, and the pod was pinned by nvidia.com/gpu.product, which neither autoscaler's
+    template node carries: it was never given a node. Left unpinned, as with nothing to fence off before."""
+    pools = [
+        PoolSettings(
+            name=name,
+            node_selector={key: name},
+            gpu_product=A100_80,
+            gpu_memory_mib=81920,
+            gpu_count=8,
+            mig_strategy="single",
+            mig_profiles={"3g.40gb": 16},
+        )
+        for name, key in (("a100-eks", "eks.amazonaws.com/nodegroup"), ("a100-kp", "karpenter.sh/nodepool"))
+    ]
+    cpu = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "cpu", "labels": {"eks.amazonaws.com/nodegroup": "system"}},
+    }
+    answered = through_app(frac("0.4"), [cpu], settings(pools))
+    assert resources_of(answered.object) == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
+    assert "nodeSelector" not in answered.object["spec"] and "affinity" not in answered.object["spec"]
+    assert mig_annotation(answered.object) == (
+        f"trainer: nvidia.com/gpu 0.4 -> nvidia.com/gpu 1 (MIG 3g.40gb, {A100_80}, pools a100-eks, a100-kp)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------

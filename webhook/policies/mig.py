@@ -760,7 +760,11 @@ def _pin(
 ) -> Pin | None:
     """A label whose values on the good groups exclude every bad group; None when there is none. Where a good group
     is a pool at zero that an autoscaler makes from the pool's own definition (``_made_from_pool``), its pool label
-    first: a pod pinned by nvidia.com/gpu.product stayed Pending (a review's)."""
+    first: a pod pinned by nvidia.com/gpu.product stayed Pending (a review's). Where every good group is such a
+    pool, never by GFD's labels, which no node the autoscaler imagines for them carries (an EKS nodegroup and a
+    Karpenter NodePool at zero, with no pool label in common, were pinned by gpu.product: a review of MIG)."""
+    if all(_made_from_pool(g, steered) for g in good):
+        keys = [k for k in keys if not k.startswith(GFD)]
     if any(_made_from_pool(g, steered) for g in good):
         keys = sorted(keys, key=lambda k: k not in steered)  # stable: the pools' labels in their order first
     for key in keys:
@@ -859,8 +863,10 @@ def _choose(
         pin = None
         if bad or option.by_pool:  # a by_pool device has no selector of its own: pinned to its pools whatever else
             pin = _pin([p.group for p in good], bad, _pin_keys(ctx), ctx.cluster.presets.pool_steered)
-            if pin is None:
+            if pin is None and bad:
                 continue
+            # with nothing to fence off and no one pool label on all its pools (an EKS nodegroup beside a Karpenter
+            # NodePool), a by_pool device goes unpinned: a pin by GFD's labels gave the pod no node
         return Choice(option, good, pin), seen, barred
     return None, seen, barred
 
