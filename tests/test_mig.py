@@ -3209,6 +3209,45 @@ def test_a_daemonset_pod_on_a_cpu_node_of_a_nodepool_is_not_told_to_give_its_poo
 
 
 @pytest.mark.parametrize(
+    "node",
+    [
+        pytest.param(  # no GFD label, no GPU allocatable yet; an EKS nodegroup's label says nothing of its GPUs
+            {"metadata": {"name": "n2", "labels": {"eks.amazonaws.com/nodegroup": "h100"}}, "status": {}},
+            id="eks-gpu-node-joining",
+        ),
+        pytest.param(  # Karpenter on Azure's AMD node: a GPU node, of another maker
+            {
+                "metadata": {
+                    "name": "n2",
+                    "labels": {
+                        "karpenter.sh/nodepool": "default",
+                        "karpenter.azure.com/sku-gpu-count": "8",
+                        "karpenter.azure.com/sku-gpu-manufacturer": "amd",
+                    },
+                },
+                "status": {"allocatable": {"cpu": "96", "amd.com/gpu": "8"}},
+            },
+            id="amd-node",
+        ),
+    ],
+)
+def test_a_daemonset_pod_on_a_node_not_known_to_be_a_cpu_node_is_not_told_its_node_has_no_gpu(node):
+    """A DaemonSet's pod made for a GPU node that has just joined (no GFD label nor GPU allocatable yet, and no label
+    of its provider says it has GPUs), or for an AMD node, was told its node has no GPU and to keep the DaemonSet off
+    nodes without GPUs. It is told that no NVIDIA GPU device is seen there, and the layout advice."""
+    gpu = mixed_node("gpu-1", A100_80, {"1g.10gb": 56}, "a100", 81920)
+    nodes = [gpu, {"apiVersion": "v1", "kind": "Node", **node}]
+    live = through_app(workload("DaemonSet", frac("0.1")), nodes).object
+    (event,) = [e for e in through_app(_daemon_pod_of(live, "n2"), nodes).events if e.reason == "MIGUnoffered"]
+    assert event.message.endswith(
+        "Its DaemonSet's template asks this one device of every node it selects, and no NVIDIA GPU device is seen on"
+        " this pod's node: where it has NVIDIA GPUs, give its node's pool a MIG layout that offers it; else keep the"
+        " DaemonSet off it (a nodeSelector or node affinity), or ask the fraction by annotation"
+        " gpu-admission.io/gpu-fraction, which is converted on each pod for its node."
+    ), event.message
+
+
+@pytest.mark.parametrize(
     ("extra", "where"),
     [
         pytest.param([], "pool a100-40, its pods on pool a100-80 stay Pending", id="pending-elsewhere"),

@@ -2088,11 +2088,18 @@ def _say_unoffered(
                 f" MIG layout that offers it, keep the DaemonSet off it (a nodeSelector or node affinity), or ask the"
                 f" fraction by annotation {FRACTION_ANNOTATION}, which is converted on each pod for its node."
             )
-        else:  # its node has no GPU (a CPU node, of a Karpenter NodePool too): no MIG layout or annotation helps it
-            hint = (
+        elif all(_known_cpu(c.group, ctx) for c in ctx.cluster.eligible(_placement_rules(pod), gpu_only=False)):
+            hint = (  # no MIG layout or annotation gives a CPU node a GPU
                 " Its DaemonSet's template asks this one device of every node it selects, and this pod's node has no"
                 " GPU: keep the DaemonSet off nodes without GPUs (a nodeSelector or node affinity on its GPU nodes'"
                 " labels)."
+            )
+        else:  # a GPU node joining that no label says is one (an EKS nodegroup's, k3s), or another maker's GPUs
+            hint = (
+                " Its DaemonSet's template asks this one device of every node it selects, and no NVIDIA GPU device"
+                " is seen on this pod's node: where it has NVIDIA GPUs, give its node's pool a MIG layout that"
+                " offers it; else keep the DaemonSet off it (a nodeSelector or node affinity), or ask the fraction"
+                f" by annotation {FRACTION_ANNOTATION}, which is converted on each pod for its node."
             )
     elif line is not None:
         hint = (
@@ -2105,6 +2112,20 @@ def _say_unoffered(
         f"container {name} asks for {what}, {said}; the pod stays Pending until one does.{hint}",
         "Warning",
     )
+
+
+def _known_cpu(group: NodeGroup, ctx: Context) -> bool:
+    """Whether the group's nodes are known to have no GPU: no device of any maker is offered (``amd.com/gpu``), and
+    their provider labels every GPU node as such from its start (``Presets.gpu_labelled``: a Karpenter NodePool's
+    node, a GKE or AKS node) and has not labelled these. A node of an EKS nodegroup or a k3s cluster may be a GPU
+    node whose device plugin is not up yet (a DaemonSet's pod made for one was told its node has no GPU: a review of
+    MIG)."""
+    presets = ctx.cluster.presets
+    if any(v > 0 for k, v in group.allocatable.items() if k.endswith("gpu")) or presets.gpu_labelled(group.labels):
+        return False
+    labelling = [*presets.accelerator_labels, *presets.gpu_node_labels]
+    shown = {k for p in labelling for k in presets.shown_by.get(p, ())}
+    return not (presets.mixed_pool_labels | shown).isdisjoint(group.labels)
 
 
 def _say_given_instead(
