@@ -633,8 +633,8 @@ def test_a_single_strategy_pool_at_zero_beside_cpu_nodes_alone_is_pinned_by_its_
             "eks.amazonaws.com/nodegroup",
             False,
             [
-                "mig: pool a100-mig at zero: needs ASG tag k8s.io/cluster-autoscaler/node-template/resources/"
-                "nvidia.com/mig-3g.40gb"
+                "mig: pool a100-mig at zero needs ASG tag k8s.io/cluster-autoscaler/node-template/resources/"
+                "nvidia.com/mig-3g.40gb=16"
             ],
             id="eks-at-zero",
         ),
@@ -663,6 +663,61 @@ def test_a_mixed_pool_at_zero_on_an_asg_is_told_the_tag_cluster_autoscaler_needs
     assert result.allowed, result.message
     assert resources_of(result.object, "b") == mig("3g.40gb")
     assert result.warnings == expected
+
+
+def _eks_mixed_pool(name: str) -> PoolSettings:
+    return PoolSettings(
+        name=name,
+        node_selector={"eks.amazonaws.com/nodegroup": name},
+        gpu_product=A100_80,
+        gpu_memory_mib=81920,
+        gpu_count=8,
+        mig_strategy="mixed",
+        mig_profiles={"3g.40gb": 16},
+    )
+
+
+TAG = "k8s.io/cluster-autoscaler/node-template/resources/nvidia.com/mig-3g.40gb=16"
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        pytest.param(pod(container(limits={MEM: "30Gi"})), id="gpu-memory"),
+        pytest.param(pod(container(), annotations={"gpu-admission.io/gpu-fraction": "0.4"}), id="fraction-annotation"),
+    ],
+)
+def test_the_pods_of_a_workload_converted_for_a_pool_at_zero_on_an_asg_get_the_tag_in_an_event(
+    template: dict[str, Any],
+) -> None:
+    """A gpu-memory ask or a fraction annotation is converted on each pod its controller creates: the ASG tag that
+    Cluster Autoscaler needs to scale the pool up was said only in the pod's warning, which only the controller
+    gets. Each pod gets a Warning Event naming the pool and the tag with its value, the same for every pod."""
+    s = settings([_eks_mixed_pool("a100-mig")])
+    cpu = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "c", "labels": {"eks.amazonaws.com/nodegroup": "s"}},
+    }
+    live = through_app(workload("Deployment", template), [cpu], s).object
+    made = [_pod_of(live) for _ in range(2)]
+    made[1]["metadata"]["name"] = "trainer-2"
+    events = [[e for e in through_app(p, [cpu], s).events if e.reason == "MIGUntagged"] for p in made]
+    (first,), (second,) = events
+    assert first == second and first.type == "Warning"
+    assert "pool a100-mig at zero offers it" in first.message and f"(pool a100-mig: {TAG})" in first.message
+
+
+def test_the_asg_tag_warning_and_event_name_long_pools_whole() -> None:
+    """A long pool's name was cut to 13 characters in the warning, two were only counted: the warning keeps one
+    pool's name whole (its fixed words shortened, the tag left to the Event), the Event names every pool whole."""
+    long = "gpu-a100-mig-mixed-us-east-1a-production-nodegroup-2024-v2"
+    alone = through_app(frac("0.4"), [], settings([_eks_mixed_pool(long)]))
+    assert alone.warnings == [f"mig: pool {long} at zero: ASG tag needed (MIGUntagged Event)"]
+    other = long.replace("1a", "1b")
+    two = through_app(frac("0.4"), [], settings([_eks_mixed_pool(long), _eks_mixed_pool(other)]))
+    (event,) = [e for e in two.events if e.reason == "MIGUntagged"]
+    assert f"(pools {long}, {other}: {TAG})" in event.message
 
 
 def test_single_strategy_pools_at_zero_under_different_pool_labels_are_not_pinned_by_gfd_product() -> None:

@@ -1452,13 +1452,54 @@ def _warn_untagged(out: Outcome, choice: Choice, ctx: Context) -> None:
     node has only the extended resources their tags name (EKS's ASG: ``Presets.resource_tags``): the tag to set is
     said, once for the pod, whatever its containers. Without it the autoscaler never scales the group up for a pod
     asking ``nvidia.com/mig-<profile>``, and the pod stays Pending (its NotTriggerScaleUp Event the only word)."""
-    if choice.option.strategy != "mixed" or any(p.group.nodes for p in choice.places):
+    if choice.option.strategy != "mixed":
         return
-    tags = ctx.cluster.presets.resource_tags
-    for key, prefix in sorted(tags.items()):
-        if groups := [p.group for p in choice.places if key in p.group.labels]:
-            tag = f"{prefix}{choice.option.resource}"
-            out.warn(_pool_warning("mig: ", groups, f" at zero: needs ASG tag {tag}"))  # the tag kept whole
+    for tags in _untagged(choice.option.resource, [p.group for p in choice.places], ctx):
+        groups = [g for _, gs in tags for g in gs]
+        full = f"mig: {_pools(groups)} at zero {'needs' if len(groups) == 1 else 'need'} ASG tag {tags[0][0]}"
+        if len(tags) == 1 and len(full) <= WARNING_LIMIT:
+            out.warn(full)
+        else:  # the pools' names kept whole, the tag (too long beside them) in the pod's Event
+            out.warn(_pool_warning("mig: ", groups, f" at zero: ASG tag needed ({UNTAGGED} Event)"))
+
+
+UNTAGGED = "MIGUntagged"
+
+
+def _untagged(resource: str, offering: Sequence[NodeGroup], ctx: Context) -> list[list[tuple[str, list[NodeGroup]]]]:
+    """Where only pools at zero offer ``resource`` (``nvidia.com/mig-<profile>``), per tag key, the tags to set on
+    those whose Cluster Autoscaler template node has only the extended resources their tags name (EKS's ASG:
+    ``Presets.resource_tags``), each with its pools: the resource's tag, valued the devices one node gives (the
+    Cluster Autoscaler AWS README: the tag's value is the amount)."""
+    profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
+    if profile == resource or not offering or any(g.nodes for g in offering):
+        return []
+    out: list[list[tuple[str, list[NodeGroup]]]] = []
+    for key, prefix in sorted(ctx.cluster.presets.resource_tags.items()):
+        by_tag: dict[str, list[NodeGroup]] = {}
+        for g in sorted((g for g in offering if key in g.labels), key=lambda g: g.pool):
+            offer = g.mig_profiles.get(profile)
+            by_tag.setdefault(f"{prefix}{resource}" + (f"={offer.count}" if offer else ""), []).append(g)
+        if by_tag:
+            out.append(sorted(by_tag.items()))
+    return out
+
+
+def _say_untagged(out: Outcome, name: str, resource: str, reached: Sequence[NodeGroup], ctx: Context) -> None:
+    """``_warn_untagged``'s advice as a Warning Event on the pod, every pool named whole: a pod its controller
+    creates (a gpu-memory ask or a fraction annotation, converted on each pod) had it in a warning no one reads.
+    Its words name no pod, so that the Events of a workload's pods are one."""
+    for tags in _untagged(resource, reached, ctx):
+        groups = [g for _, gs in tags for g in gs]
+        values = "; ".join(f"{pool_names(gs, len(gs))}: {tag}" for tag, gs in tags)
+        out.event(
+            UNTAGGED,
+            f"container {name} asks for {resource}; {pool_names(groups, len(groups))} at zero"
+            f" {'offers' if len(groups) == 1 else 'offer'} it, and Cluster Autoscaler scales such a node group up"
+            " for it only where its Auto Scaling group carries the tag naming the resource, valued the devices one"
+            f" node gives ({values}); without it the pod stays Pending. Add the tag to the Auto Scaling group.",
+            "Warning",
+        )
 
 
 def _state_line(name: str, container: JSON, spec: JSON) -> str | None:
@@ -1994,7 +2035,9 @@ def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str
         for what, wanted, selector in asks:
             offering = [g for g in groups if offers(g, wanted) and (selector is None or _labelled(g, selector))]
             reached = {id(c.group) for c in ctx.cluster.eligible(rules, resources=wanted, gpu_only=True)}
-            if any(id(g) in reached for g in offering):
+            if reachable := [g for g in offering if id(g) in reached]:
+                if selector is None:
+                    _say_untagged(out, name, what, reachable, ctx)
                 continue
             if offering and not _reaches_devices(pod, ctx, selector):
                 continue  # its node is not known yet, or offers no device yet: the device may come with the plugin
