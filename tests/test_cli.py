@@ -1521,6 +1521,22 @@ def test_pods_passed_untouched_whose_fraction_annotation_targets_a_container_ask
     assert "no GPU" not in run.stdout, run.stdout
 
 
+@pytest.mark.parametrize("limits", [{"nvidia.com/gpu": "0"}, {"nvidia.com/hostdev": "1"}], ids=["gpu-0", "hostdev"])
+def test_pods_passed_untouched_whose_fraction_annotation_targets_a_container_asking_no_gpu_device_get_none(
+    tmp_path: Path, limits: dict[str, str]
+) -> None:
+    """`nvidia.com/gpu: 0` (a chart's default) or the Network Operator's `nvidia.com/hostdev` asks no GPU: the
+    container the gpu-fraction annotation names, passed untouched, gets none (found by a review: any nvidia.com/
+    resource was taken for a GPU of its own, ADMITTED and exit 0, and its CUDA said unchecked)."""
+    deployment = _fraction_deployment()
+    deployment["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": limits}
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"exemptions": {"namespaces": ["ml"]}}))
+    run = cli("review", "-f", _manifest(tmp_path, deployment), "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 1 and "PODS GET NO GPU" in run.stdout, run.stdout
+    assert "CUDA unchecked" not in run.stdout, run.stdout
+
+
 def test_the_server_says_first_that_pods_passed_untouched_stay_pending_and_not_what_mig_profile_they_get(
     tmp_path: Path,
 ) -> None:

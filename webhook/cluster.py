@@ -56,6 +56,12 @@ zero carries them (its generic labels): every GPU node runs Linux (NVIDIA's devi
 nvidia.com/gpu, runs on nothing else)."""
 
 
+def is_gpu_device(resource: str) -> bool:
+    """Whether an extended resource is a GPU device of NVIDIA's device plugin: a whole GPU, a shared one, a MIG
+    device (not any nvidia.com/ resource: the Network Operator's nvidia.com/hostdev is a network function)."""
+    return resource in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or resource.startswith(MIG_RESOURCE_PREFIX)
+
+
 def compat_wired(labels: Mapping[str, str], driver_source: str) -> bool:
     """Whether a group's container runtime loads an image's CUDA compat libraries: not on GKE's own driver installer
     and device plugin (a GKE label, and no label of GPU feature discovery, which comes with the GPU Operator and its
@@ -172,11 +178,7 @@ class NodeGroup:
 
     @property
     def has_gpu(self) -> bool:
-        return bool(self.gpu_product) or any(
-            k in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or k.startswith(MIG_RESOURCE_PREFIX)
-            for k, v in self.allocatable.items()
-            if v > 0
-        )
+        return bool(self.gpu_product) or any(is_gpu_device(k) for k, v in self.allocatable.items() if v > 0)
 
     @property
     def offers_gpu(self) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from webhook import PREFIX, budget
+from webhook.cluster import is_gpu_device
 from webhook.model import (
     BUILTIN_GROUPS,
     GPU_MEMORY_RESOURCE,
@@ -45,6 +46,7 @@ from webhook.model import (
     json_bytes,
 )
 from webhook.policies import cuda, mig, mig_update, spot
+from webhook.quantity import parse_quantity
 
 Step = Callable[[PodView, Context, Outcome], None]
 
@@ -320,15 +322,26 @@ def _cuda_unchecked(view: PodView, why: str) -> list[str]:
         f"{container.get('name')}: CUDA unchecked: let its pods be reviewed, or ask no gpu-memory or gpu-fraction,"
         f" which leave the check to each pod; they pass untouched ({why})"
         for _, container in view.containers()
-        if any(str(k).startswith("nvidia.com/") for k in _gpu_asks(container))
+        if any(k != GPU_MEMORY_RESOURCE for k in _gpu_asks(container))
     ]
 
 
 def _gpu_asks(container: JSON) -> dict[str, Any]:
-    """A container's GPU asks (nvidia.com/ resources, a gpu-memory size), by resource: its limit, else its request."""
+    """A container's GPU asks (a GPU device: nvidia.com/gpu, its shared form or a MIG device, of more than 0; a
+    gpu-memory size), by resource: its limit, else its request. Not any nvidia.com/ resource: `nvidia.com/gpu: 0`
+    (a chart's default) or the Network Operator's `nvidia.com/hostdev` asks no GPU (found by a review: the pods of
+    a gpu-fraction annotation naming such a container were said to get its GPU, and get none)."""
     resources = as_dict(container.get("resources"))
     asks = {**as_dict(resources.get("requests")), **as_dict(resources.get("limits"))}
-    return {k: v for k, v in asks.items() if k == GPU_MEMORY_RESOURCE or str(k).startswith("nvidia.com/")}
+    return {k: v for k, v in asks.items() if k == GPU_MEMORY_RESOURCE or (is_gpu_device(str(k)) and _above_0(v))}
+
+
+def _above_0(value: object) -> bool:
+    """A quantity above 0; one that does not read counts (the API server refuses it, and says why)."""
+    try:
+        return parse_quantity(value) > 0
+    except (ValueError, ArithmeticError):
+        return True
 
 
 OPT_OUT_OFF = (
