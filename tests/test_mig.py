@@ -724,28 +724,77 @@ def test_single_strategy_pools_at_zero_under_different_pool_labels_are_not_pinne
     """An EKS nodegroup and a Karpenter NodePool, both single-strategy A100-80GB pools at zero, beside a CPU node:
     no one pool label holds both, and the pod was pinned by nvidia.com/gpu.product, which neither autoscaler's
     template node carries: it was never given a node. Left unpinned, as with nothing to fence off before."""
-    pools = [
-        PoolSettings(
-            name=name,
-            node_selector={key: name},
-            gpu_product=A100_80,
-            gpu_memory_mib=81920,
-            gpu_count=8,
-            mig_strategy="single",
-            mig_profiles={"3g.40gb": 16},
-        )
-        for name, key in (("a100-eks", "eks.amazonaws.com/nodegroup"), ("a100-kp", "karpenter.sh/nodepool"))
-    ]
-    cpu = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": "cpu", "labels": {"eks.amazonaws.com/nodegroup": "system"}},
-    }
-    answered = through_app(frac("0.4"), [cpu], settings(pools))
+    answered = through_app(frac("0.4"), [_EKS_CPU], settings(_EKS_AND_KARPENTER))
     assert resources_of(answered.object) == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
     assert "nodeSelector" not in answered.object["spec"] and "affinity" not in answered.object["spec"]
     assert mig_annotation(answered.object) == (
         f"trainer: nvidia.com/gpu 0.4 -> nvidia.com/gpu 1 (MIG 3g.40gb, {A100_80}, pools a100-eks, a100-kp)"
+    )
+
+
+def _single_pool(name: str, key: str, profiles: dict[str, int]) -> PoolSettings:
+    return PoolSettings(
+        name=name,
+        node_selector={key: name},
+        gpu_product=A100_80,
+        gpu_memory_mib=81920,
+        gpu_count=8,
+        mig_strategy="single",
+        mig_profiles=profiles,
+    )
+
+
+EKS = "eks.amazonaws.com/nodegroup"
+_EKS_AND_KARPENTER = [
+    _single_pool("a100-eks", EKS, {"3g.40gb": 16}),
+    _single_pool("a100-kp", "karpenter.sh/nodepool", {"3g.40gb": 16}),
+]
+_EKS_CPU = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu", "labels": {EKS: "system"}}}
+
+
+@pytest.mark.parametrize(
+    ("fence", "nodes", "obj", "asked"),
+    [
+        pytest.param([], [whole_node("w1", A100_80, 8, "whole")], frac("0.4"), f"{GPU} 0.4", id="running-whole-node"),
+        pytest.param(
+            [_single_pool("small-eks", EKS, {"1g.10gb": 56})],
+            [],
+            pod(container(limits={MEM: "30Gi"})),
+            f"{MEM} 30Gi",
+            id="smaller-pool-at-zero",
+        ),
+    ],
+)
+def test_single_strategy_pools_at_zero_under_different_labels_beside_a_group_to_fence_off_pin_one_label(
+    fence: list[PoolSettings], nodes: list[dict[str, Any]], obj: dict[str, Any], asked: str
+) -> None:
+    """An EKS nodegroup and a Karpenter NodePool at zero, both offering 3g.40gb, beside a GPU group the pod must be
+    kept off: no one label holds both pools, and the pod was refused (MIGNoProfile) as if no pool offered a profile
+    that covers it, naming the 3g.40gb that does. It is pinned to the pools of the label that keeps it off the other
+    group, and its line names only those."""
+    answered = through_app(obj, [_EKS_CPU, *nodes], settings([*_EKS_AND_KARPENTER, *fence]))
+    assert resources_of(answered.object)["limits"] == {GPU: "1"}
+    assert answered.object["spec"]["nodeSelector"] == {EKS: "a100-eks"}
+    assert mig_annotation(answered.object) == (
+        f"trainer: {asked} -> nvidia.com/gpu 1 (MIG 3g.40gb, pinned to {EKS}=a100-eks, {A100_80}, pool a100-eks)"
+    )
+
+
+def test_the_whole_fallback_for_pools_at_zero_under_different_labels_pins_one_label() -> None:
+    """The whole fallback for whole-GPU pools at zero under an EKS and a Karpenter label, beside a single-strategy
+    EKS pool of smaller profiles it must be kept off: no one label holds both whole pools, and the pod was refused,
+    the fallback said to find no GPU. It is pinned to the whole pool of the label that keeps it off the MIG pool."""
+    whole = [
+        replace(p, name=f"{p.name}-w", node_selector={k: f"{v}-w" for k, v in p.node_selector.items()})
+        for p in _EKS_AND_KARPENTER
+    ]
+    whole = [replace(p, mig_strategy="none", mig_profiles={}) for p in whole]
+    s = settings([*whole, _single_pool("small-eks", EKS, {"1g.10gb": 56})], fallback="whole")
+    answered = through_app(frac("0.4"), [_EKS_CPU], s)
+    assert answered.object["spec"]["nodeSelector"] == {EKS: "a100-eks-w"}
+    assert mig_annotation(answered.object) == (
+        "trainer: nvidia.com/gpu 0.4 -> nvidia.com/gpu 1 (whole GPU: no MIG profile covers it,"
+        f" pinned to {EKS}=a100-eks-w, {A100_80}, pool a100-eks-w)"
     )
 
 

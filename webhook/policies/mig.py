@@ -777,6 +777,22 @@ def _pin(
     return None
 
 
+def _pin_most(
+    good: Sequence[NodeGroup], bad: Sequence[NodeGroup], keys: Sequence[str], steered: frozenset[str]
+) -> tuple[Pin, list[NodeGroup]] | None:
+    """Where no one label pins every good group (``_pin``): the label that pins the most of them off every bad
+    group, with the good groups it reaches; None when none does. Pools at zero under different pool labels (an EKS
+    nodegroup beside a Karpenter NodePool) beside a GPU group to fence off were refused as if no profile covered
+    the ask (a review of MIG): the pod goes to the pools of one label."""
+    best: tuple[Pin, list[NodeGroup]] | None = None
+    for key in keys:
+        some = [g for g in good if g.labels.get(key)]
+        pin = _pin(some, bad, [key], steered) if some else None
+        if pin is not None and (best is None or len(some) > len(best[1])):
+            best = pin, some
+    return best
+
+
 def _rank(option: Option, places: Sequence[Placement]) -> tuple[object, ...]:
     covering = [p.profile for p in places if p.covers and p.profile]
     smallest = min(((p.gb, p.slices) for p in covering), default=(1 << 30, 99))
@@ -864,7 +880,11 @@ def _choose(
         if bad or option.by_pool:  # a by_pool device has no selector of its own: pinned to its pools whatever else
             pin = _pin([p.group for p in good], bad, _pin_keys(ctx), ctx.cluster.presets.pool_steered)
             if pin is None and bad:
-                continue
+                most = _pin_most([p.group for p in good], bad, _pin_keys(ctx), ctx.cluster.presets.pool_steered)
+                if most is None:
+                    continue
+                pin, reached = most
+                good = [p for p in good if any(p.group is g for g in reached)]  # the line names only these
             # with nothing to fence off and no one pool label on all its pools (an EKS nodegroup beside a Karpenter
             # NodePool), a by_pool device goes unpinned: a pin by GFD's labels gave the pod no node
         return Choice(option, good, pin), seen, barred
@@ -940,7 +960,10 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
         return None
     pin = _pin(good, bad, all_pin_keys(ctx), ctx.cluster.presets.pool_steered) if bad else None
     if bad and pin is None:
-        return None
+        most = _pin_most(good, bad, all_pin_keys(ctx), ctx.cluster.presets.pool_steered)
+        if most is None:
+            return None
+        pin, good = most
     return Choice(option, [Placement(g, None, True) for g in good], pin, note)
 
 
