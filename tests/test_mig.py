@@ -720,6 +720,29 @@ def test_the_asg_tag_warning_and_event_name_long_pools_whole() -> None:
     assert f"(pools {long}, {other}: {TAG})" in event.message
 
 
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pytest.param(pod(container(limits={"nvidia.com/mig-3g.40gb": "1"})), id="mig-device"),
+        pytest.param(frac("0.4"), id="fraction"),
+    ],
+)
+def test_no_asg_tag_is_asked_where_a_karpenter_pool_at_zero_offers_the_device_too(obj: dict[str, Any]) -> None:
+    """An EKS nodegroup and a Karpenter NodePool at zero both offer the MIG device: Karpenter needs no ASG tag and
+    gives the pod a node, and the pod was told, in a warning and a MIGUntagged Event, it stays Pending without the
+    tag on the nodegroup's Auto Scaling group."""
+    karpenter = replace(_eks_mixed_pool("a100-kp"), node_selector={"karpenter.sh/nodepool": "a100-kp"})
+    cpu = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "c", "labels": {"eks.amazonaws.com/nodegroup": "s"}},
+    }
+    answered = through_app(obj, [cpu], settings([_eks_mixed_pool("a100-eks"), karpenter]))
+    assert resources_of(answered.object)["limits"] == {"nvidia.com/mig-3g.40gb": "1"}
+    assert [w for w in answered.warnings if "ASG tag" in w] == []
+    assert [e.message for e in answered.events if e.reason == "MIGUntagged"] == []
+
+
 def test_single_strategy_pools_at_zero_under_different_pool_labels_are_not_pinned_by_gfd_product() -> None:
     """An EKS nodegroup and a Karpenter NodePool, both single-strategy A100-80GB pools at zero, beside a CPU node:
     no one pool label holds both, and the pod was pinned by nvidia.com/gpu.product, which neither autoscaler's

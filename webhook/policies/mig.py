@@ -1493,9 +1493,12 @@ def _untagged(resource: str, offering: Sequence[NodeGroup], ctx: Context) -> lis
     """Where only pools at zero offer ``resource`` (``nvidia.com/mig-<profile>``), per tag key, the tags to set on
     those whose Cluster Autoscaler template node has only the extended resources their tags name (EKS's ASG:
     ``Presets.resource_tags``), each with its pools: the resource's tag, valued the devices one node gives (the
-    Cluster Autoscaler AWS README: the tag's value is the amount)."""
+    Cluster Autoscaler AWS README: the tag's value is the amount). None where a pool offering it needs no tag (a
+    Karpenter NodePool at zero beside the EKS nodegroup): the pod gets a node there, and it was told it stays
+    Pending (a review of MIG)."""
     profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
-    if profile == resource or not offering or any(g.nodes for g in offering):
+    tagged = ctx.cluster.presets.resource_tags.keys()
+    if profile == resource or not offering or any(g.nodes or tagged.isdisjoint(g.labels) for g in offering):
         return []
     out: list[list[tuple[str, list[NodeGroup]]]] = []
     for key, prefix in sorted(ctx.cluster.presets.resource_tags.items()):
