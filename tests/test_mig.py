@@ -3356,6 +3356,20 @@ def test_a_daemonset_pod_on_a_cpu_node_of_a_nodepool_is_not_told_to_give_its_poo
             },
             id="amd-node",
         ),
+        pytest.param(  # the same before its device plugin is up: only its SKU's GPU count says it has GPUs
+            {
+                "metadata": {
+                    "name": "n2",
+                    "labels": {
+                        "karpenter.sh/nodepool": "default",
+                        "karpenter.azure.com/sku-gpu-count": "8",
+                        "karpenter.azure.com/sku-gpu-manufacturer": "amd",
+                    },
+                },
+                "status": {"allocatable": {"cpu": "96"}},
+            },
+            id="amd-node-joining",
+        ),
     ],
 )
 def test_a_daemonset_pod_on_a_node_not_known_to_be_a_cpu_node_is_not_told_its_node_has_no_gpu(node):
