@@ -6,7 +6,7 @@ import copy
 import json
 import re
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import jsonpatch
 import pytest
@@ -51,6 +51,22 @@ A100_40_USABLE = {
     "4g.20gb": 19968,
     "7g.40gb": 40192,
 }
+
+
+def a100_mig_pool(
+    key: str, strategy: Literal["single", "mixed"] = "single", profiles: dict[str, int] | None = None
+) -> PoolSettings:
+    """A declared A100-80GB pool a100-mig, selected by ``key``, with a MIG ``strategy`` and layout (3g.40gb by
+    default): at zero unless nodes carry its label."""
+    return PoolSettings(
+        name="a100-mig",
+        node_selector={key: "a100-mig"},
+        gpu_product=A100_80,
+        gpu_memory_mib=81920,
+        gpu_count=8,
+        mig_strategy=strategy,
+        mig_profiles=profiles or {"3g.40gb": 16},
+    )
 
 
 def mig(profile: str) -> dict[str, Any]:
@@ -605,15 +621,7 @@ def test_a_single_strategy_pool_at_zero_beside_cpu_nodes_alone_is_pinned_by_its_
     """The same pool at zero where the cluster otherwise has CPU nodes only: with no other GPU pool to fence off,
     the pod was given nvidia.com/gpu 1 with no pin at all, and any GPU node (a whole GPU an autoscaler brings up for
     another NodePool) could take it. Pinned by the pool's label, as beside a whole-GPU pool."""
-    pool = PoolSettings(
-        name="a100-mig",
-        node_selector={key: "a100-mig"},
-        gpu_product=A100_80,
-        gpu_memory_mib=81920,
-        gpu_count=8,
-        mig_strategy="single",
-        mig_profiles={"3g.40gb": 16},
-    )
+    pool = a100_mig_pool(key)
     cpu = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu", "labels": {key: "system"}}}
     result, again = mutate_twice(frac("0.4"), [cpu], settings([pool]))
     assert result.allowed, result.message
@@ -648,15 +656,7 @@ def test_a_mixed_pool_at_zero_on_an_asg_is_told_the_tag_cluster_autoscaler_needs
     """Cluster Autoscaler's template node for an EKS group at zero has only the extended resources its ASG's
     node-template/resources tags name: a pod given nvidia.com/mig-3g.40gb of a mixed pool at zero stayed Pending,
     and nothing said why. The tag to set is said, once for the pod."""
-    pool = PoolSettings(
-        name="a100-mig",
-        node_selector={key: "a100-mig"},
-        gpu_product=A100_80,
-        gpu_memory_mib=81920,
-        gpu_count=8,
-        mig_strategy="mixed",
-        mig_profiles={"3g.40gb": 16},
-    )
+    pool = a100_mig_pool(key, "mixed")
     nodes = [mixed_node("a100-0", A100_80, {"3g.40gb": 2}, "a100-run", 81920)] if running else []
     two = pod(container("a", limits={GPU: "0.4"}), container("b", limits={GPU: "0.4"}))
     result = review(two, nodes, settings([pool]))
@@ -2902,17 +2902,7 @@ def test_a_fraction_converted_for_a_single_strategy_pool_at_zero_is_checked_once
     silently on the 1g.10gb of a pool that came up with another layout, 1/8 of the GPU for a 0.4 (a review's).
     The line names the profile, and the pod is checked against the pool's layout once it has nodes."""
     group = "eks.amazonaws.com/nodegroup"
-    pools = [
-        PoolSettings(
-            name="a100-mig",
-            node_selector={group: "a100-mig"},
-            gpu_product=A100_80,
-            gpu_memory_mib=81920,
-            gpu_count=8,
-            mig_strategy="single",
-            mig_profiles={"3g.40gb": 16},
-        )
-    ]
+    pools = [a100_mig_pool(group)]
     s = settings(pools)
     a10g = whole_node("a10g", "NVIDIA-A10G", 1, "gpu-od")
     a10g["metadata"]["labels"][group] = "gpu-od"
@@ -3335,6 +3325,16 @@ def test_a_daemonset_pod_on_a_cpu_node_of_a_nodepool_is_not_told_to_give_its_poo
     ), event.message
 
 
+def _azure_amd_node(gpus: dict[str, str]) -> dict[str, Any]:
+    """A node Karpenter on Azure made of an AMD GPU SKU, offering ``gpus`` besides its CPUs."""
+    labels = {
+        "karpenter.sh/nodepool": "default",
+        "karpenter.azure.com/sku-gpu-count": "8",
+        "karpenter.azure.com/sku-gpu-manufacturer": "amd",
+    }
+    return {"metadata": {"name": "n2", "labels": labels}, "status": {"allocatable": {"cpu": "96", **gpus}}}
+
+
 @pytest.mark.parametrize(
     "node",
     [
@@ -3342,34 +3342,9 @@ def test_a_daemonset_pod_on_a_cpu_node_of_a_nodepool_is_not_told_to_give_its_poo
             {"metadata": {"name": "n2", "labels": {"eks.amazonaws.com/nodegroup": "h100"}}, "status": {}},
             id="eks-gpu-node-joining",
         ),
-        pytest.param(  # Karpenter on Azure's AMD node: a GPU node, of another maker
-            {
-                "metadata": {
-                    "name": "n2",
-                    "labels": {
-                        "karpenter.sh/nodepool": "default",
-                        "karpenter.azure.com/sku-gpu-count": "8",
-                        "karpenter.azure.com/sku-gpu-manufacturer": "amd",
-                    },
-                },
-                "status": {"allocatable": {"cpu": "96", "amd.com/gpu": "8"}},
-            },
-            id="amd-node",
-        ),
-        pytest.param(  # the same before its device plugin is up: only its SKU's GPU count says it has GPUs
-            {
-                "metadata": {
-                    "name": "n2",
-                    "labels": {
-                        "karpenter.sh/nodepool": "default",
-                        "karpenter.azure.com/sku-gpu-count": "8",
-                        "karpenter.azure.com/sku-gpu-manufacturer": "amd",
-                    },
-                },
-                "status": {"allocatable": {"cpu": "96"}},
-            },
-            id="amd-node-joining",
-        ),
+        pytest.param(_azure_amd_node({"amd.com/gpu": "8"}), id="amd-node"),  # a GPU node, of another maker
+        # the same before its device plugin is up: only its SKU's GPU count says it has GPUs
+        pytest.param(_azure_amd_node({}), id="amd-node-joining"),
     ],
 )
 def test_a_daemonset_pod_on_a_node_not_known_to_be_a_cpu_node_is_not_told_its_node_has_no_gpu(node):
