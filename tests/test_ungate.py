@@ -547,3 +547,34 @@ def test_a_never_pod_whose_own_gate_is_taken_away_is_told_of_its_own_nodeselecto
     assert "(example.com/hold, by alice)" in message, message
     assert "Its nodeSelector as created sends it there: delete it and recreate it without that" in message
     assert "ResourceFlavor" not in message and "Kueue" not in message, message
+
+
+def test_a_never_pod_steered_by_a_cuda_range_and_ungated_onto_spot_alone_is_refused() -> None:
+    """Found by a review of the spot policy: the CUDA steering writes ranges (``Gt``) besides ``In``s, planned once
+    never's NotIn kept spot capacity off (so its range began past the spot box's CUDA), and only its ``In``s were
+    taken out when judging an ungating: the range kept the pod off the spot box as if the user had written it, and a
+    pod Pending for good was let through. k3s boxes with GFD's labels, spot by a label of the user's own."""
+    settings = dataclasses.replace(NEVER, spot=dataclasses.replace(NEVER.spot, extra_labels={"lifecycle": "spot"}))
+
+    def box(name: str, driver: str, cuda_version: str, **labels: str) -> dict[str, Any]:
+        major, minor = cuda_version.split(".")
+        return gpu_node(
+            name,
+            {
+                "nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-4090",
+                "nvidia.com/cuda.driver-version.full": driver,
+                "nvidia.com/cuda.runtime-version.major": major,
+                "nvidia.com/cuda.runtime-version.minor": minor,
+                **labels,
+            },
+        )
+
+    boxes = [box("old", "470.223.02", "11.4"), box("new", "570.124.06", "12.8"), box("spot", "550.54.15", "12.4")]
+    boxes[2]["metadata"]["labels"]["lifecycle"] = "spot"
+    app = create_app(settings, cluster=StaticCluster(build_view(boxes, settings)))
+    pod = gated_pod()
+    pod["spec"]["containers"][0]["image"] = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+    stored = created_through(app, pod)
+    assert '"operator": "Gt"' in json.dumps(stored["spec"]["affinity"]), stored["spec"]["affinity"]
+    answer = update(app, "/validate", kueue_admits(stored, {"lifecycle": "spot"}), stored)
+    assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngatedPending", answer

@@ -442,13 +442,15 @@ def unmatched(a: Assessment, ctx: Context, room: int | None = None) -> str:
 
 
 def steered(spec: JSON, ctx: Context) -> list[Expression]:
-    """The ``In`` expressions of a pod's required node affinity that the steering could have written
-    (``_could_steer``: on GFD's CUDA and driver labels and the pools' selectors): a pod's annotation does not name
-    them, and a user's own on those labels reads the same. For the spot policy too (``kept_off_by_never``, and a never
-    pod's ungating onto spot capacity its NotIn keeps it off)."""
+    """The expressions of a pod's required node affinity that the steering could have written (``In`` on the pools'
+    selectors, ``In`` and ``Gt`` on GFD's CUDA and driver labels: its ranges, ``_range``; ``_could_steer``): a pod's
+    annotation does not name them, and a user's own on those labels reads the same. For the spot policy too
+    (``kept_off_by_never``, and a never pod's ungating onto spot capacity its NotIn keeps it off: a range left in,
+    begun past a spot box's CUDA once never kept spot off, kept the pod off it as if the user had written it, and a
+    pod Pending for good was let through; found by a review)."""
     terms = required_terms(PodView("Pod", {}, spec, ""))
     found = [e for t in terms for e in as_list(t.get("matchExpressions")) if isinstance(e, dict)]
-    return [e for e in found if e.get("operator") == "In" and _could_steer([[e]], ctx)]
+    return [e for e in found if e.get("operator") in ("In", "Gt") and _could_steer([[e]], ctx)]
 
 
 def _fitted(reasons: list[tuple[str, list[NodeGroup]]], room: int) -> str:
