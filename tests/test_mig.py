@@ -803,6 +803,28 @@ def test_single_strategy_pools_at_zero_under_different_labels_beside_a_group_to_
     )
 
 
+@pytest.mark.parametrize(
+    ("eks", "image"),
+    [
+        pytest.param({"driver_version": "535.183.01"}, "nvcr.io/nvidia/pytorch:24.05-py3", id="driver-too-old"),
+        pytest.param({"spot": True}, "", id="spot-alone"),
+    ],
+)
+def test_pools_at_zero_under_different_labels_are_pinned_to_the_one_that_serves_the_pod(
+    eks: dict[str, Any], image: str
+) -> None:
+    """Where the pod is pinned to the pools of one label, the label listed first was taken on a tie: the pod went to
+    the EKS pool whose driver is too old for its CUDA (then refused by the cuda policy), or to the EKS pool of spot
+    capacity it did not ask for, beside the Karpenter pool that served it (found by a review)."""
+    pools = [replace(_EKS_AND_KARPENTER[0], **eks), replace(_EKS_AND_KARPENTER[1], driver_version="560.35.03")]
+    obj = frac("0.4")
+    if image:
+        obj["spec"]["containers"][0]["image"] = image
+    checked = replace(settings(pools), cuda=CudaSettings(mode="enforce"))
+    answered = through_app(obj, [_EKS_CPU, whole_node("w1", A100_80, 8, "whole")], checked)
+    assert answered.object["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": "a100-kp"}
+
+
 def test_the_whole_fallback_for_pools_at_zero_under_different_labels_pins_one_label() -> None:
     """The whole fallback for whole-GPU pools at zero under an EKS and a Karpenter label, beside a single-strategy
     EKS pool of smaller profiles it must be kept off: no one label holds both whole pools, and the pod was refused,
