@@ -1451,12 +1451,16 @@ def _before(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> froze
 def _lands(spec: JSON, pod: PodView, ctx: Context) -> bool:
     """Whether a pod of ``spec`` lands anywhere: a node or pool of the known cluster (a cordoned one counts), or a
     spot place no node carries now (``_spot_reached``)."""
+    return bool(_reached(spec, pod, ctx)) or bool(_spot_reached(spec, pod, ctx))
+
+
+def _reached(spec: JSON, pod: PodView, ctx: Context) -> list[NodeGroup]:
+    """The node groups of the known cluster a pod of ``spec`` lands on, a cordoned one too (``LEAVING_TOLERATIONS``):
+    it takes pods again."""
     requested = requested_resources(spec)
     gpus = {k: v for k, v in requested.items() if k.startswith(NVIDIA_RESOURCES)}
     reach = {**spec, "tolerations": [*as_list(spec.get("tolerations")), *LEAVING_TOLERATIONS]}
-    return bool(ctx.cluster.eligible(reach, gpus, gpu_only=_is_gpu_pod(pod, requested))) or bool(
-        _spot_reached(spec, pod, ctx)
-    )
+    return [c.group for c in ctx.cluster.eligible(reach, gpus, gpu_only=_is_gpu_pod(pod, requested))]
 
 
 def _spot_reached(spec: JSON, pod: PodView, ctx: Context) -> str:
@@ -1464,10 +1468,7 @@ def _spot_reached(spec: JSON, pod: PodView, ctx: Context) -> str:
     cordoned one counts: it takes pods again), and the spot places no node carries now (``_spot_places``: a GKE
     spot pool or Karpenter's spot capacity at zero) that its nodeSelector chooses, its required affinity allows
     and no spot taint of their provider keeps it off (``_tainted_off``), as ``never`` judges them at a create."""
-    requested = requested_resources(spec)
-    gpus = {k: v for k, v in requested.items() if k.startswith(NVIDIA_RESOURCES)}
-    reach = {**spec, "tolerations": [*as_list(spec.get("tolerations")), *LEAVING_TOLERATIONS]}
-    pools = [c.group for c in ctx.cluster.eligible(reach, gpus, gpu_only=_is_gpu_pod(pod, requested)) if c.group.spot]
+    pools = [g for g in _reached(spec, pod, ctx) if g.spot]
     said = [pool_names(pools, what="spot pool")] if pools else []
     terms, shown, _ = _spot_places(ctx)
     texts = shown.split(" or ") if terms else []  # one per place: no pool name or label holds " or "
