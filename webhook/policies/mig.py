@@ -2202,7 +2202,8 @@ def _known_cpu(group: NodeGroup, ctx: Context) -> bool:
     node whose device plugin is not up yet (a DaemonSet's pod made for one was told its node has no GPU: a review of
     MIG)."""
     presets = ctx.cluster.presets
-    if any(v > 0 for k, v in group.allocatable.items() if k.endswith("gpu")) or presets.gpu_labelled(group.labels):
+    offered = group.has_gpu or any(v > 0 for k, v in group.allocatable.items() if k.endswith("/gpu"))  # amd.com/gpu
+    if offered or presets.gpu_labelled(group.labels):
         return False
     if group.labels.get(SKU_GPU_COUNT, "0").strip() not in ("", "0"):
         return False  # a GPU SKU of any maker (an AMD node, its device plugin not up yet: a review of MIG)
