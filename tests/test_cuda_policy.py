@@ -18,7 +18,7 @@ from webhook import pipeline
 from webhook.cluster import build_view
 from webhook.config import Settings
 from webhook.model import LAST_APPLIED, Context
-from webhook.policies import cuda
+from webhook.policies import cuda, steering
 
 CUDA_KEY = "gpu-admission.io/cuda"
 NEW_MAJOR, NEW_MINOR = "nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor"
@@ -1421,8 +1421,8 @@ def test_a_steering_line_naming_other_keys_is_not_said_again() -> None:
     earlier = f"decision: x\n{cuda.STEERING_BEFORE}{cuda._steering_text(alternatives)}"  # an earlier version's line
     assert cuda._said_steering(earlier) == (alternatives, False)
     ctx = context([A, C])
-    assert cuda._could_steer(alternatives, ctx)
-    assert not cuda._could_steer([[{"key": "example.com/team", "operator": "In", "values": ["ml"]}]], ctx)
+    assert steering.could_steer(alternatives, ctx)
+    assert not steering.could_steer([[{"key": "example.com/team", "operator": "In", "values": ["ml"]}]], ctx)
     forged = pod(
         container(image=IMAGE_124),
         annotations={CUDA_KEY: f"decision: x\n{cuda.STEERING}example.com/team In (ml)"},

@@ -3104,3 +3104,15 @@ def test_a_mig_refusal_under_never_names_its_notin_not_the_pods_node_affinity() 
     answer = app.test_client().post("/mutate", json=review(pod("never", gpu="0.5"), namespace="ml")).get_json()
     message = answer["response"]["status"]["message"]
     assert f"MIG pools this pod cannot use: spot-a100 (3g.20gb; {spot.KEPT_OFF_BY_NEVER})." in message, message
+
+
+def test_the_spot_policy_imports_what_it_reads_of_the_cuda_steering_at_module_level() -> None:
+    """Found by a review: the spot policy imported the cuda policy inside a function (the cuda policy imports this
+    one) for the keys the CUDA steering writes; those now live in ``webhook.policies.steering``, which both import,
+    and no import of the spot policy is hidden in a function."""
+    import ast
+
+    tree = ast.parse(Path(spot.__file__).read_text())
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    hidden = [i for f in functions for i in ast.walk(f) if isinstance(i, ast.Import | ast.ImportFrom)]
+    assert [ast.unparse(i) for i in hidden] == []

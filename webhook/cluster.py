@@ -1049,6 +1049,9 @@ DRIVER_LABELS = (
 )
 """GPU feature discovery's driver version labels, newest first (NVIDIA/k8s-device-plugin ``internal/lm/``), as
 ``_driver_from_labels`` reads them: also what tells apart the groups of one pool that differ in their driver alone."""
+CUDA_LABEL_PREFIXES = ("cuda.runtime-version", "cuda.runtime")
+"""GFD's labels for the newest CUDA the driver supports (``<prefix>.major``, ``<prefix>.minor``): current first, then
+the deprecated ones."""
 
 
 def _driver_from_labels(labels: Mapping[str, str]) -> tuple[Version | None, str, str, str]:
@@ -1079,7 +1082,7 @@ def _driver_from_labels(labels: Mapping[str, str]) -> tuple[Version | None, str,
 
 
 def _cuda_from_labels(labels: Mapping[str, str]) -> tuple[Version | None, str]:
-    for prefix in ("cuda.runtime-version", "cuda.runtime"):
+    for prefix in CUDA_LABEL_PREFIXES:
         major, minor = labels.get(f"{GFD}{prefix}.major"), labels.get(f"{GFD}{prefix}.minor")
         version = parse_version(f"{major}.{minor}") if major and minor else None
         if version:

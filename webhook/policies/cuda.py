@@ -36,6 +36,7 @@ from webhook.affinity import (
     unnarrow,
 )
 from webhook.cluster import (
+    CUDA_LABEL_PREFIXES,
     DRIVER_LABELS,
     GFD,
     GPU_RESOURCE,
@@ -94,14 +95,13 @@ from webhook.model import (
     middle_clipped,
 )
 from webhook.policies import spot
+from webhook.policies.steering import could_steer, steered
 from webhook.quantity import QuantityError, parse_quantity
 
 POLICY = "cuda"
 GPU_RESOURCES = (GPU_RESOURCE, GPU_RESOURCE + ".shared", GPU_MEMORY_RESOURCE)
 NO_DEVICES = ("", "void", "none")
 """NVIDIA_VISIBLE_DEVICES values that expose no GPU (nvidia-container-toolkit)."""
-CUDA_LABEL_PREFIXES = ("cuda.runtime-version", "cuda.runtime")
-"""GFD's labels for the newest CUDA the driver supports: current first, then the deprecated ones."""
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 Status = Literal["ok", "old", "unknown"]
@@ -439,18 +439,6 @@ def unmatched(a: Assessment, ctx: Context, room: int | None = None) -> str:
         shown = [label + pool_names(groups) for label, groups in excluded[:MAX_LISTED]]
         return "; ".join(shown + [f"and {len(excluded) - MAX_LISTED} more"] * (len(excluded) > MAX_LISTED))
     return _fitted(excluded, room)
-
-
-def steered(spec: JSON, ctx: Context) -> list[Expression]:
-    """The expressions of a pod's required node affinity that the steering could have written (``In`` on the pools'
-    selectors, ``In`` and ``Gt`` on GFD's CUDA and driver labels: its ranges, ``_range``; ``_could_steer``): a pod's
-    annotation does not name them, and a user's own on those labels reads the same. For the spot policy too
-    (``kept_off_by_never``, and a never pod's ungating onto spot capacity its NotIn keeps it off: a range left in,
-    begun past a spot box's CUDA once never kept spot off, kept the pod off it as if the user had written it, and a
-    pod Pending for good was let through; found by a review)."""
-    terms = required_terms(PodView("Pod", {}, spec, ""))
-    found = [e for t in terms for e in as_list(t.get("matchExpressions")) if isinstance(e, dict)]
-    return [e for e in found if e.get("operator") in ("In", "Gt") and _could_steer([[e]], ctx)]
 
 
 def _fitted(reasons: list[tuple[str, list[NodeGroup]]], room: int) -> str:
@@ -803,7 +791,7 @@ def forget(pod: PodView, ctx: Context, out: Outcome) -> None:
     if not pod.is_template or POLICY not in ctx.prior:
         return
     said, added_only = _said_steering(ctx.prior[POLICY]) or ([], True)
-    written = [e for alt in said for e in alt] if _could_steer(said, ctx) else []
+    written = [e for alt in said for e in alt] if could_steer(said, ctx) else []
     if not added_only and not applied_by_kubectl(pod):
         # an earlier version's line named every expression of the steering, those the template held already too: a
         # term on the GPU product may then be the user's own, the same words (a Helm chart's, a CronJob's Job), and
@@ -848,7 +836,7 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     steered = _added(plan.alternatives, held) if pod.is_template and plan.alternatives else None
     if pod.is_template and not steered:  # what ``forget`` kept, the manifest writing it too
         said = _said_steering(ctx.prior.get(POLICY, ""))
-        steered = said[0] if said and _could_steer(said[0], ctx) and holds(pod, said[0]) else None
+        steered = said[0] if said and could_steer(said[0], ctx) and holds(pod, said[0]) else None
     out.annotate(POLICY, plan.annotation + (f"\n{STEERING}{_steering_text(steered)}" if steered else ""))
 
 
@@ -908,16 +896,6 @@ def _said_steering(text: str) -> tuple[list[list[Expression]], bool] | None:
             term.append(expression(key, operator, values.split(", ") if values is not None else ()))
         alternatives.append(term)
     return alternatives, added_only
-
-
-def _could_steer(alternatives: Sequence[Sequence[Expression]], ctx: Context) -> bool:
-    """Whether the steering could have written these terms: on GFD's CUDA and driver labels and the pools'
-    selectors only (words naming anything else are not the webhook's, and are not said again)."""
-    keys = {f"{GFD}{p}.{part}" for p in CUDA_LABEL_PREFIXES for part in ("major", "minor")}
-    keys |= {k for group in DRIVER_LABELS for k in group} | set(ctx.cluster.presets.pool_labels)
-    keys |= {k for pool in ctx.settings.cluster.pools for k in pool.node_selector}
-    keys.add(PRODUCT_LABEL)  # an unlabelled pool's (``_steering_selector``)
-    return all(as_str(e.get("key")) in keys for alt in alternatives for e in alt)
 
 
 def _warn_deferred(pod: PodView, ctx: Context, out: Outcome) -> None:

@@ -133,6 +133,7 @@ from webhook.model import (
     copy_json,
     manifest_template_spec,
 )
+from webhook.policies.steering import steered
 from webhook.presets import TaintPreset
 
 REQUEST = "spot"
@@ -1402,8 +1403,6 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
         return
     if not _chooses_spot(pod.spec, ctx):
         return
-    from webhook.policies.cuda import steered  # the cuda policy imports this one
-
     # judged without the NotIn and the cuda policy's steering planned around it (steered to the pools left once spot
     # capacity was kept off), as ``kept_off_by_never`` judges them: where its own terms keep it off the spot capacity
     # too, never is not what leaves it Pending (the whole required affinity was dropped, and a pod whose own In kept
