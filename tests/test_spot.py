@@ -1976,6 +1976,26 @@ def test_never_keeps_off_every_spot_place_where_the_cluster_is_not_known() -> No
             id="own-label-term",
         ),
         pytest.param({"nodeSelector": {"topology.kubernetes.io/zone": "us-east-1a"}}, "", id="zone-selector"),
+        # Karpenter on AWS's instance properties and zone id say nothing of capacity, as the instance type does (found
+        # by a review: a pod selecting an L4 by karpenter.k8s.aws/instance-gpu-name was left on spot capacity); its
+        # EC2NodeClass and a capacity reservation choose a place
+        pytest.param({"nodeSelector": {"karpenter.k8s.aws/instance-gpu-name": "l4"}}, "", id="karpenter-gpu-name"),
+        pytest.param(
+            {"affinity": with_terms({"matchExpressions": [expr("karpenter.k8s.aws/instance-family", "g6", "g6e")]})},
+            "",
+            id="karpenter-instance-family-term",
+        ),
+        pytest.param({"nodeSelector": {"topology.k8s.aws/zone-id": "use1-az1"}}, "", id="aws-zone-id"),
+        pytest.param(
+            {"nodeSelector": {"karpenter.k8s.aws/ec2nodeclass": "gpu"}},
+            "its nodeSelector chooses its place",
+            id="karpenter-node-class",
+        ),
+        pytest.param(
+            {"nodeSelector": {"karpenter.k8s.aws/capacity-reservation-id": "cr-0123"}},
+            "its nodeSelector chooses its place",
+            id="karpenter-capacity-reservation",
+        ),
     ],
 )
 def test_never_where_the_cluster_is_not_known_leaves_a_pod_pinned_to_spot_as_it_is(spec: Any, why: str) -> None:

@@ -19,8 +19,9 @@ Asking. The pod (or pod template) annotation ``gpu-admission.io/spot`` says what
                       pool declared), off every spot place, as ``require`` is kept to them all; not where
                       its own nodeSelector or affinity pins it to one, its nodeSelector or each required term
                       chooses its place (any label but the spot labels and those that say nothing of capacity:
-                      GFD's, NFD's, an instance type's, a zone's, the OS's, the architecture's), or it is bound
-                      to a node (nodeName, a DaemonSet's matchFields): a warning instead
+                      GFD's, NFD's, an instance type's (Karpenter's instance properties too), a zone's, the
+                      OS's, the architecture's), or it is bound to a node (nodeName, a DaemonSet's matchFields):
+                      a warning instead
 
 When the pod does not ask (or asks with a value not listed above, which is warned about and ignored), the first
 configured default that applies wins, most specific first (``SpotSettings``):
@@ -777,13 +778,19 @@ CAPACITY_BLIND_LABELS = frozenset(
         "failure-domain.beta.kubernetes.io/region",
         "cloud.google.com/gke-accelerator",
         "kubernetes.azure.com/accelerator",
+        "topology.k8s.aws/zone-id",
     }
 )
 """Well-known node labels that say nothing of a node's capacity type (the OS, the architecture, the instance type,
-the zone, a cloud's accelerator; kubernetes.io "Well-Known Labels, Annotations and Taints"), and, by prefix
-(``CAPACITY_BLIND_PREFIXES``), GFD's and NFD's: a pod that selects by them alone is kept off spot places as any
-other where no node tells where spot capacity is."""
-CAPACITY_BLIND_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/")
+the zone, a cloud's accelerator; kubernetes.io "Well-Known Labels, Annotations and Taints"; Karpenter on AWS's zone
+id), and, by prefix (``CAPACITY_BLIND_PREFIXES``), GFD's, NFD's and Karpenter on AWS's instance properties: a pod
+that selects by them alone is kept off spot places as any other where no node tells where spot capacity is."""
+CAPACITY_BLIND_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/", "karpenter.k8s.aws/instance-")
+"""``karpenter.k8s.aws/instance-``: the EC2 instance type's properties Karpenter labels its nodes with
+(aws/karpenter-provider-aws ``pkg/apis/v1/labels.go``: instance-category, -family, -generation, -size, -cpu,
+-memory, -gpu-name, -gpu-count, ...), which an instance type has on spot and on-demand capacity alike, as
+``node.kubernetes.io/instance-type``. Not its other labels: ``ec2nodeclass`` names its own nodes, as a NodePool
+does, and ``capacity-reservation-id``/``-type`` a capacity reservation's."""
 
 
 def _chooses_by(key: object, ctx: Context) -> bool:
