@@ -353,6 +353,7 @@ def test_an_ungating_that_lets_a_never_pod_onto_spot_is_refused(mode_at_create: 
         assert message.startswith(f"taking away the pod's last scheduling gate ({GATE}, by {KUEUE})"), message
         assert "pod ml/trainer is under spot never (default for namespace ml)" in message
         assert "now let it run on spot pool l4-spot" in message and "spot: tolerate" in message
+        assert "Have Kueue admit it to a ResourceFlavor of on-demand nodes only" in message, message
     else:  # kept off it by the NotIn: Pending for good (``test_a_never_pod_ungated_onto_a_spot_flavor_...``)
         assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngatedPending", answer
     on_demand = copy.deepcopy(onto_spot)
@@ -578,3 +579,49 @@ def test_a_never_pod_steered_by_a_cuda_range_and_ungated_onto_spot_alone_is_refu
     assert '"operator": "Gt"' in json.dumps(stored["spec"]["affinity"]), stored["spec"]["affinity"]
     answer = update(app, "/validate", kueue_admits(stored, {"lifecycle": "spot"}), stored)
     assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngatedPending", answer
+
+
+@pytest.mark.parametrize(
+    ("ungating", "advice"),
+    [
+        pytest.param({POOL: "l4-spot"}, "Have what takes its gate away choose on-demand nodes. Delete", id="placed"),
+        pytest.param({}, "were not known as spot). Delete and recreate it", id="as-created"),
+    ],
+)
+def test_a_never_pod_whose_own_gate_is_taken_away_onto_spot_gets_no_word_of_kueue(
+    ungating: dict[str, str], advice: str
+) -> None:
+    """Found by a review of the spot policy: a pod gated by its own controller (no Kueue gate, label or annotation on
+    it), created under another mode and so without the NotIn, its gate taken away by a user onto a spot pool, was
+    refused as SpotNeverUngated and told to admit it to a flavor of on-demand nodes, Kueue's words. It is told to have
+    what takes its gate away choose on-demand nodes where the update placed it, and only to recreate it where what
+    it had at its create sends it there."""
+    off = create_app(Settings(), cluster=StaticCluster(build_view(spot_nodes(), Settings())))
+    pod = gated_pod()
+    pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+    if not ungating:  # on the spot pool by its own nodeSelector and toleration, as created
+        pod["spec"]["nodeSelector"] = {POOL: "l4-spot"}
+        pod["spec"]["tolerations"] = [GKE_SPOT_TOLERATION]
+    stored = created_through(off, pod)
+    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    onto_spot = kueue_admits(stored, ungating, *([GKE_SPOT_TOLERATION] if ungating else []))
+    answer = update(app, "/validate", onto_spot, stored, userInfo={"username": "alice"})
+    assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngated", answer
+    message = answer["status"]["message"]
+    assert "(example.com/hold, by alice)" in message and advice in message, message
+    assert "flavor" not in message.lower() and "Kueue" not in message, message
+
+
+def test_a_never_pod_whose_own_gate_is_taken_away_onto_spot_it_is_kept_off_gets_no_word_of_kueue() -> None:
+    """The same for SpotNeverUngatedPending: a user who takes its own gate away and sends it to a spot pool its NotIn
+    keeps it off was told "(Kueue: a ResourceFlavor of on-demand nodes only ...)"."""
+    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    pod = gated_pod()
+    pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+    stored = created_through(app, pod)
+    onto_spot = kueue_admits(stored, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION)
+    answer = update(app, "/validate", onto_spot, stored, userInfo={"username": "alice"})
+    assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngatedPending", answer
+    message = answer["status"]["message"]
+    assert "Have what takes its gate away choose on-demand nodes. Or delete it" in message, message
+    assert "flavor" not in message.lower() and "Kueue" not in message, message

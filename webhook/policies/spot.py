@@ -1399,9 +1399,9 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
             "SpotNeverUngated",
             f"pod {pod.namespace}/{pod.name} is under spot never ({why}), yet its nodeSelector, affinity and "
             f"tolerations now let it run on {spot}: what the webhook wrote at its create does not keep it off them "
-            f"(its spot mode was another then, or they were not known as spot). Delete and recreate it (the webhook "
-            f"keeps it off spot), admit it to a flavor of on-demand nodes only, or annotate the pod "
-            f"{PREFIX}{REQUEST}: tolerate to let it run on spot.",
+            f"(its spot mode was another then, or they were not known as spot). {_on_demand(pod, ctx)}Delete and "
+            f"recreate it (the webhook keeps it off spot), or annotate the pod {PREFIX}{REQUEST}: tolerate to let it "
+            f"run on spot.",
             f"spot never: ungated onto {spot}",
         )
         return
@@ -1420,13 +1420,10 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
     unnarrow(freed, [*notins, *([e] for e in steered(pod.spec, ctx))], keep=_before(pod, notins))
     if not (spot := _spot_reached(freed.spec, pod, ctx)):
         return
-    # the advice for what chose the place: a queue's flavor at the ungating (Kueue), or the pod's own nodeSelector as
+    # the advice for what chose the place: what took its gate away (``_on_demand``), or the pod's own nodeSelector as
     # created (a gate of the user's own, taken away with nothing changed, was told of Kueue's flavors: a review)
-    if as_dict(as_dict(as_dict(ctx.old_object).get("spec")).get("nodeSelector")) != pod.spec.get("nodeSelector"):
-        advice = (
-            "Have what takes its gate away choose on-demand nodes (Kueue: a ResourceFlavor of on-demand nodes only, "
-            "in a ClusterQueue whose flavors are not spot), or delete it and recreate it annotated"
-        )
+    if _placed_by_ungating(pod, ctx, "nodeSelector"):
+        advice = f"{_on_demand(pod, ctx)}Or delete it and recreate it annotated"
     else:
         advice = "Its nodeSelector as created sends it there: delete it and recreate it without that, or annotated"
     out.deny(
@@ -1438,6 +1435,37 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
         f"change once created).",
         f"spot never: ungated onto {spot}, which its affinity keeps it off",
     )
+
+
+KUEUE = "kueue.x-k8s.io/"
+"""What Kueue's names on a pod begin with: its scheduling gate (``kueue.x-k8s.io/admission``), the queue-name label,
+its annotations."""
+PLACEMENT = ("nodeSelector", "affinity", "tolerations")
+"""The fields of a gated pod's spec that what takes its gate away may change, and so where it lands."""
+
+
+def _placed_by_ungating(pod: PodView, ctx: Context, *fields: str) -> bool:
+    """Whether the update that takes the pod's gate away changes its ``fields`` (``PLACEMENT`` where none is named)."""
+    old = as_dict(as_dict(ctx.old_object).get("spec"))
+    return any(old.get(f) != pod.spec.get(f) for f in fields or PLACEMENT)
+
+
+def _on_demand(pod: PodView, ctx: Context) -> str:
+    """The advice's sentence that has what placed a never pod on spot capacity at its ungating choose on-demand nodes
+    instead, after who took its gate away: Kueue (a gate, label or annotation of Kueue's on the pod), with its
+    ResourceFlavor; else whatever did (a user, another controller), with no word of Kueue: a pod whose own gate was
+    taken away by a user was told of Kueue's flavors (found by a review). '' where the update left its placement as it
+    was (what it had at its create sends it there)."""
+    if not _placed_by_ungating(pod, ctx):
+        return ""
+    old = as_dict(as_dict(ctx.old_object).get("spec"))
+    names = [as_str(as_dict(g).get("name")) for g in as_list(old.get("schedulingGates"))]
+    if any(k.startswith(KUEUE) for k in [*names, *pod.labels, *pod.annotations]):
+        return (
+            "Have Kueue admit it to a ResourceFlavor of on-demand nodes only, in a ClusterQueue whose flavors are not "
+            "spot. "
+        )
+    return "Have what takes its gate away choose on-demand nodes. "
 
 
 def _before(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> frozenset[object]:
