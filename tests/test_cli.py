@@ -1785,3 +1785,32 @@ def test_review_escapes_the_control_characters_of_its_message_and_annotations(
     assert run.stdout.startswith(verdict + "\n"), run.stdout
     assert "main\\x1b[2K\\x07\\r" in run.stdout, run.stdout
     assert not any(c in run.stdout for c in "\x1b\x07\r"), run.stdout
+
+
+@pytest.mark.parametrize(
+    ("image", "limits", "verdict"),
+    [
+        pytest.param(CUDA13, {"nvidia.com/gpu": "1"}, "DENIED", id="message"),
+        pytest.param(CUDA124, {"nvidia.com/gpu": "0.5"}, "ADMITTED", id="annotations"),
+    ],
+)
+@pytest.mark.parametrize("control", ["\u202e", "\u2066", "\u061c", "\u200f"], ids=["rlo", "lri", "alm", "rlm"])
+def test_review_prints_a_users_newline_and_bidi_controls_escaped_and_the_webhooks_own_lines_as_lines(
+    tmp_path: Path, image: str, limits: dict[str, str], verdict: str, control: str
+) -> None:
+    """A container's name with a newline started a line of its own in a denial (a forged 'Warning:' line), and a
+    bidirectional control reordered the terminal's line (Trojan Source); the cuda annotation's own lines were
+    printed joined by a literal \\n."""
+    pod = _pod(image, limits)
+    pod["spec"]["containers"][0]["name"] = f"main\nWarning: forged{control}x"
+    run = cli("review", "-f", _manifest(tmp_path, pod), "--nodes", str(NODES), "--config", str(CONFIG))
+    assert run.returncode == (0 if verdict == "ADMITTED" else 1), run.stdout + run.stderr
+    assert run.stdout.startswith(verdict + "\n"), run.stdout
+    assert control not in run.stdout, run.stdout
+    assert f"main\\nWarning: forged{repr(control)[1:-1]}x" in run.stdout, run.stdout
+    assert not any(line.startswith("Warning: forged") for line in run.stdout.splitlines()), run.stdout
+    if verdict == "ADMITTED":  # its container line, then its decision on a line of its own
+        lines = run.stdout.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("gpu-admission.io/cuda: "))
+        assert lines[at].startswith("gpu-admission.io/cuda: main\\nWarning: forged"), run.stdout
+        assert "decision:" not in lines[at] and lines[at + 1].startswith("  decision: admitted: "), run.stdout

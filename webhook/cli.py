@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from certs import cli as certs_cli
-from webhook import cuda_version, pipeline, selftest
+from webhook import PREFIX, cuda_version, pipeline, selftest
 from webhook.admission import ReviewRequest, parse_review
 from webhook.cluster import (
     ClusterSource,
@@ -34,12 +34,13 @@ from webhook.decisions import context_for
 from webhook.documents import api_object, numbered, read_documents
 from webhook.drivers import show_driver
 from webhook.errors import BadRequest, ConfigError, InputError
-from webhook.model import IGNORE_LABEL, TEMPLATE_PATHS, Context, as_dict, as_list
-from webhook.policies.cuda import driver_table
+from webhook.model import IGNORE_LABEL, TEMPLATE_PATHS, Context, as_dict, as_list, escaped
+from webhook.policies.cuda import POLICY, driver_table
 from webhook.quantity import QuantityError, parse_quantity
 from webhook.registry import ImageConfigs, platform_order, read_credentials, trust
 
 EXIT_ADMITTED, EXIT_DENIED, EXIT_UNUSABLE = 0, 1, 2
+CUDA_ANNOTATION = PREFIX + POLICY
 
 
 def load_nodes(path: str, settings: Settings) -> ClusterView:
@@ -396,7 +397,7 @@ def _label(value: Any) -> str:
 def _shown(kind: str, namespace: Any, name: str) -> str:
     """``Kind namespace/name`` as review prints an object, in its headers and on stderr: escaped, so that a name
     cannot start a line of its own, such as a forged header (found by a review: a generateName with a newline)."""
-    return pipeline.escaped(f"{kind} {f'{namespace}/' if namespace else ''}{name or '(no name)'}")
+    return escaped(f"{kind} {f'{namespace}/' if namespace else ''}{name or '(no name)'}")
 
 
 def _item(at: str, value: Any, namespace: str | None, labelled: bool) -> _Item:
@@ -504,7 +505,7 @@ def _pods(item: _Item, result: pipeline.Result, ctx: Context) -> _Pods | None:
     anew = _review({**item.obj, "metadata": metadata}, made)
     if anew.skipped:
         return _Pods(passed=anew.skipped)
-    refused = [*([] if anew.allowed else anew.message.splitlines()), *anew.pods_refused]
+    refused = [*([] if anew.allowed else anew.message.split("\n")), *anew.pods_refused]
     return _Pods(refused=refused, warnings=[w for w in anew.warnings if w not in refused])
 
 
@@ -597,7 +598,7 @@ def _print_text(
     if refusals:
         print("DENIED by the API server")
         for why in refusals:
-            print(f"- {pipeline.escaped(why)}")
+            print(f"- {escaped(why)}")
     elif result.allowed and pods is not None and not pods.allowed:
         print("PODS DENIED")
         itself = (
@@ -607,7 +608,7 @@ def _print_text(
         )
         print(f"the webhook {itself}, but would refuse each pod it makes, as the pod is created:")
         for why in pods.refused:
-            print(f"- {pipeline.escaped(why)}")
+            print(f"- {escaped(why)}")
         listed = pods.refused
     elif left.pending or left.no_gpu:  # a Pod's verdict is its workload's, of one pod: PENDING, PODS PENDING
         if pods is not None:
@@ -619,7 +620,7 @@ def _print_text(
         print(f"the webhook {said}, but {whose} GPU ask is never converted:")
         listed = [*left.pending, *left.no_gpu]
         for why in listed:
-            print(f"- {pipeline.escaped(why)}")
+            print(f"- {escaped(why)}")
     else:
         print(("ADMITTED" if result.allowed else "DENIED") + (f" ({result.skipped})" if result.skipped else ""))
         if result.skipped and pods is not None:
@@ -631,17 +632,19 @@ def _print_text(
     if pods is not None and pods.warnings:  # under the pods line: the second review's, of its pods
         for w in pods.warnings:
             if w not in listed:
-                print(f"Warning (its pods): {pipeline.escaped(w)}")
+                print(f"Warning (its pods): {escaped(w)}")
     if result.message:  # a denial a line, each with a user's values (a container's name): \r, \x1c are escaped too
-        print("\n".join(pipeline.escaped(line) for line in result.message.split("\n")))
+        print("\n".join(escaped(line) for line in result.message.split("\n")))
     for w in result.warnings:
         if w not in listed:
-            print(f"Warning: {pipeline.escaped(w)}")  # a user's value may bring a newline in
+            print(f"Warning: {escaped(w)}")  # a user's value may bring a newline in
     template = pipeline.pod_view(result.object, item.namespace, writable=False) if result.allowed else None
     annotations = template.annotations if template is not None else {}  # a workload's: its pod template's
     for key, value in sorted(annotations.items()):
         if key.startswith("gpu-admission.io/"):
-            print(f"{pipeline.escaped(key)}: {pipeline.escaped(str(value))}")
+            # the cuda annotation's lines are the webhook's own (a user's newline in one is escaped there): a line each
+            lines = str(value).split("\n") if key == CUDA_ANNOTATION else [str(value)]
+            print(f"{escaped(key)}: " + "\n  ".join(escaped(line) for line in lines))
     if result.patch:
         print("patch:")
         print(json.dumps(result.patch, indent=2))

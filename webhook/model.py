@@ -425,6 +425,21 @@ WARNING_LIMIT = 119
 """kubectl shows each warning on a line of its own; the apiserver advises under 120 characters."""
 
 
+_ESCAPED = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+"""Unicode's control characters (category Cc): the apiserver drops, unsaid, a warning that holds one (Go's
+``net.NewWarningHeader`` refuses any ``unicode.IsControl`` rune); and the bidirectional controls (the Arabic letter
+mark, the left-to-right and right-to-left marks, embeddings, overrides and isolates), which reorder a terminal's line
+as it is shown ("Trojan Source", CVE-2021-42574); and the line and paragraph separators, which some viewers break a
+line at (and Python's ``splitlines``). A user's value may bring any of them in."""
+
+
+def escaped(text: str) -> str:
+    """``text`` with its control and bidirectional control characters written as Python writes them (a newline as
+    ``\\n``, U+202E as ``\\u202e``): what a user's value brings in cannot start a line, move the terminal's cursor
+    or reorder the line where it is printed."""
+    return _ESCAPED.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def clipped(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters, a cut shown by a closing '…'."""
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -40,6 +40,7 @@ from webhook.model import (
     as_str,
     clipped,
     copy_json,
+    escaped,
     fit_warning,
     is_input_annotation,
     is_output_annotation,
@@ -409,7 +410,7 @@ def _ungate_refusal(result: Result, gone: Sequence[str], ctx: Context) -> None:
     """Say which update is refused and why, and tell it on the pod (an Event: the updater is a controller, which
     only logs the refusal, and the pod stays gated)."""
     by = f", by {ctx.username}" if ctx.username else ""
-    message = UNGATED.format(gates=", ".join(gone), by=by, message=result.message)
+    message = UNGATED.format(gates=escaped(", ".join(gone)), by=escaped(by), message=result.message)
     if any(g.startswith(KUEUE_GATES) for g in gone):
         message = f"{message}\n{KUEUE_ADVICE}"
     result.message = clipped(message, MESSAGE_LIMIT)
@@ -585,21 +586,10 @@ def audit_key(key: str) -> str:
     return _AUDIT_KEY_BAD.sub("-", key)[:63].strip("-_.") or "note"
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-"""Unicode's control characters (category Cc): the apiserver drops, unsaid, a warning that holds one (Go's
-``net.NewWarningHeader`` refuses any ``unicode.IsControl`` rune); a user's value may bring one in."""
-
-
 def _short(text: str, limit: int = WARNING_LIMIT) -> str:
     """A warning as sent: its control characters escaped as Python writes them (a newline as ``\\n``), cut to
     ``limit`` characters."""
     return clipped(escaped(text), limit)
-
-
-def escaped(text: str) -> str:
-    """``text`` with its control characters written as Python writes them (a newline as ``\\n``): what a user's
-    value brings in cannot start a line or move the terminal's cursor where it is printed."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def _line(text: str, limited: bool, name: str = "") -> str:
@@ -639,7 +629,8 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
         result.allowed = False
         result.code = 403
         result.reason = enforced[0].reason
-        result.message = clipped("\n".join(d.message for d in enforced), MESSAGE_LIMIT)
+        # a denial a line: a user's newline in one (a container's name, an image) is escaped, not a line of its own
+        result.message = clipped("\n".join(escaped(d.message) for d in enforced), MESSAGE_LIMIT)
         reasons = ", ".join(dict.fromkeys(d.reason for d in enforced))  # each once: one per container repeats
         result.audit["decision"] = f"denied ({reasons})"
         result.audit["reason"] = result.message

@@ -91,6 +91,7 @@ from webhook.model import (
     as_str,
     clipped,
     copy_json,
+    escaped,
     fit_warning,
     middle_clipped,
 )
@@ -502,7 +503,9 @@ def _decision(a: Assessment, kept_off: Sequence[NodeGroup], mode: str, ctx: Cont
 def annotation(a: Assessment, kept_off: Sequence[NodeGroup], ctx: Context, mode: str) -> str:
     lines = [_container_line(a, i, ctx) for i in range(len(a.checks))]
     lines.append(_decision(a, kept_off, mode, ctx))
-    return "\n".join(line for line in lines if line)
+    # a line each: a user's newline (in an image, a container's name) is escaped, so that it cannot start a line of
+    # its own, such as a steering line that ``_said_steering`` reads back
+    return "\n".join(escaped(line) for line in lines if line)
 
 
 # ---------------------------------------------------------------------------------------------------------------
