@@ -986,6 +986,7 @@ TOO_LARGE = "main: gpu-admission.io/gpu-memory 900Gi: largest offered is 3g.40gb
 
 
 RS_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
+KCM = "system:kube-controller-manager"
 
 
 PASSED_OVER = "the webhook passes the Deployment itself over"
@@ -1814,3 +1815,22 @@ def test_review_prints_a_users_newline_and_bidi_controls_escaped_and_the_webhook
         at = next(i for i, line in enumerate(lines) if line.startswith("gpu-admission.io/cuda: "))
         assert lines[at].startswith("gpu-admission.io/cuda: main\\nWarning: forged"), run.stdout
         assert "decision:" not in lines[at] and lines[at + 1].startswith("  decision: admitted: "), run.stdout
+
+
+def test_a_workload_whose_pods_kube_controller_manager_creates_on_its_own_credentials_has_them_pass_untouched(
+    tmp_path: Path,
+) -> None:
+    """kube-controller-manager without --use-service-account-credentials creates every controller's pods as
+    system:kube-controller-manager: exempt, its pods pass untouched (they were said to be reviewed and refused)."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"exemptions": {"users": [KCM]}}))
+    path = _manifest(tmp_path, _refused_deployment({}, {}))
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "-o", "json")
+    assert run.returncode == 1, run.stdout + run.stderr  # PODS PENDING: a memory size left unconverted
+    out = json.loads(run.stdout)
+    assert (out["allowed"], out["podsAllowed"], out["podsRefused"]) == (True, True, []), out
+    why = (
+        f"exemptions.users has {KCM}, their creator where kube-controller-manager runs"
+        " without --use-service-account-credentials"
+    )
+    assert len(out["podsPending"]) == 1 and f"they pass untouched ({why})" in out["podsPending"][0], out
