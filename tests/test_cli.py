@@ -1817,6 +1817,98 @@ def test_review_prints_a_users_newline_and_bidi_controls_escaped_and_the_webhook
         assert "decision:" not in lines[at] and lines[at + 1].startswith("  decision: admitted: "), run.stdout
 
 
+def _owned_pod(kind: str, api_version: str) -> dict[str, Any]:
+    """A Pod made by a controller: what `kubectl get pod -o yaml` prints of one (a CUDA no pool runs)."""
+    pod = _pod(CUDA13, {"nvidia.com/gpu": "1"})
+    owner = {"apiVersion": api_version, "kind": kind, "name": "w", "uid": "u", "controller": True}
+    pod["metadata"]["ownerReferences"] = [owner]
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("kind", "api_version", "exemptions", "creator"),
+    [
+        pytest.param("ReplicaSet", "apps/v1", {"users": [RS_CONTROLLER]}, RS_CONTROLLER, id="replicaset-user"),
+        pytest.param(
+            "Job",
+            "batch/v1",
+            {"groups": ["system:serviceaccounts:kube-system"]},
+            "system:serviceaccount:kube-system:job-controller",
+            id="job-group",
+        ),
+        pytest.param(
+            "StatefulSet",
+            "apps/v1",
+            {"users": ["system:serviceaccount:kube-system:statefulset-controller"]},
+            "system:serviceaccount:kube-system:statefulset-controller",
+            id="statefulset",
+        ),
+        pytest.param(
+            "DaemonSet",
+            "apps/v1",
+            {"users": ["system:serviceaccount:kube-system:daemon-set-controller"]},
+            "system:serviceaccount:kube-system:daemon-set-controller",
+            id="daemonset",
+        ),
+        pytest.param(
+            "ReplicationController",
+            "v1",
+            {"users": ["system:serviceaccount:kube-system:replication-controller"]},
+            "system:serviceaccount:kube-system:replication-controller",
+            id="replicationcontroller",
+        ),
+        pytest.param(
+            "ReplicaSet",
+            "apps/v1",
+            {"users": [KCM]},
+            KCM,
+            id="controller-manager-credentials",
+        ),
+    ],
+)
+def test_a_pod_of_a_built_in_controller_is_reviewed_as_its_controllers_creation(
+    tmp_path: Path, kind: str, api_version: str, exemptions: dict[str, Any], creator: str
+) -> None:
+    """In a cluster, the controller creates the pod, as its own user: an exemption of that user or its group
+    applies. Such a Pod was reviewed as created by whoever ran review, and refused."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"exemptions": exemptions}))
+    path = _manifest(tmp_path, _owned_pod(kind, api_version))
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.startswith("ADMITTED (") and " is exempt)\n" in run.stdout, run.stdout
+    said = f"reviewed as created by {creator}, as its controller {kind} w creates it in a cluster"
+    assert said in run.stdout, run.stdout
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "-o", "json")
+    out = json.loads(run.stdout)
+    assert (out["allowed"], out["createdBy"]) == (True, creator), out
+
+
+@pytest.mark.parametrize(
+    ("owner", "exemptions"),
+    [
+        pytest.param(
+            {"kind": "Job", "apiVersion": "batch.volcano.sh/v1alpha1"},
+            {"users": ["system:serviceaccount:kube-system:job-controller"]},
+            id="volcano-job",
+        ),
+        pytest.param({"kind": "ReplicaSet", "apiVersion": "apps/v1", "controller": False}, {}, id="not-controller"),
+    ],
+)
+def test_a_pod_of_another_owner_is_reviewed_as_written(
+    tmp_path: Path, owner: dict[str, Any], exemptions: dict[str, Any]
+) -> None:
+    """Only a built-in controller's pods are its creation: a Volcano Job's (batch.volcano.sh) are made by Volcano."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"exemptions": {"users": [RS_CONTROLLER], **exemptions}}))
+    pod = _owned_pod(owner["kind"], owner["apiVersion"])
+    pod["metadata"]["ownerReferences"][0].update(owner)
+    run = cli("review", "-f", _manifest(tmp_path, pod), "--nodes", str(NODES), "--config", str(config), "-o", "json")
+    assert run.returncode == 1, run.stdout + run.stderr
+    out = json.loads(run.stdout)
+    assert out["allowed"] is False and "createdBy" not in out, out
+
+
 def test_a_workload_whose_pods_kube_controller_manager_creates_on_its_own_credentials_has_them_pass_untouched(
     tmp_path: Path,
 ) -> None:

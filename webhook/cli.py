@@ -34,7 +34,7 @@ from webhook.decisions import context_for
 from webhook.documents import api_object, numbered, read_documents
 from webhook.drivers import show_driver
 from webhook.errors import BadRequest, ConfigError, InputError
-from webhook.model import IGNORE_LABEL, TEMPLATE_PATHS, Context, as_dict, as_list, escaped
+from webhook.model import IGNORE_LABEL, TEMPLATE_PATHS, Context, as_dict, as_list, as_str, escaped
 from webhook.policies.cuda import POLICY, driver_table
 from webhook.quantity import QuantityError, parse_quantity
 from webhook.registry import ImageConfigs, platform_order, read_credentials, trust
@@ -301,6 +301,22 @@ def _admission_request(review: dict[str, Any], where: str) -> ReviewRequest:
             f"{where}: request.operation is {request.operation}; the webhook reviews a CREATE or an UPDATE"
         )
     return request
+
+
+def _controller(obj: dict[str, Any]) -> dict[str, Any]:
+    """The ownerReference of ``obj`` that says ``controller: true`` ({} where none does)."""
+    owners = as_list(as_dict(obj.get("metadata")).get("ownerReferences"))
+    return next((o for o in owners if isinstance(o, dict) and o.get("controller") is True), {})
+
+
+def _made_by(obj: dict[str, Any], settings: Settings) -> tuple[str, tuple[str, ...]] | None:
+    """The user and groups a Pod of a built-in controller (a ReplicaSet's, a Job's, ...: its ownerReference with
+    ``controller: true``) is created by in a cluster (``pipeline.pod_creator``); None for another object. Found by a
+    review: such a Pod was reviewed as created by whoever runs review, and a controller's exemption did not apply."""
+    if obj.get("kind") != "Pod" or not (owner := _controller(obj)):
+        return None
+    group = as_str(owner.get("apiVersion")).rpartition("/")[0]
+    return pipeline.pod_creator(as_str(owner.get("kind")), group, settings)
 
 
 def _review(obj: dict[str, Any], ctx: Context) -> pipeline.Result:
@@ -592,8 +608,15 @@ def _verdict(
 
 
 def _print_text(
-    item: _Item, result: pipeline.Result, pods: _Pods | None, refusals: list[str], left: pipeline.Untouched
+    item: _Item,
+    result: pipeline.Result,
+    pods: _Pods | None,
+    refusals: list[str],
+    left: pipeline.Untouched,
+    creator: str = "",
 ) -> None:
+    """``creator``: the user a Pod is reviewed as created by, its controller's (``_made_by``), said under its
+    verdict."""
     listed: list[str] = []  # the warnings said as why its pods are refused, not said again
     if refusals:
         print("DENIED by the API server")
@@ -629,6 +652,13 @@ def _print_text(
                 if pods.passed
                 else "its pods are reviewed each as it is created, and would be admitted"
             )
+    if creator:
+        owner = _controller(item.obj)
+        print(
+            f"reviewed as created by {creator}, as its controller {escaped(as_str(owner.get('kind')))}"
+            f" {escaped(as_str(owner.get('name')) or '(no name)')} creates it in a cluster"
+            + (f" {pipeline.ON_ITS_OWN}" if creator == pipeline.CONTROLLER_MANAGER else "")
+        )
     if pods is not None and pods.warnings:  # under the pods line: the second review's, of its pods
         for w in pods.warnings:
             if w not in listed:
@@ -671,11 +701,21 @@ def cmd_review(args: argparse.Namespace) -> int:
     verdicts: list[dict[str, Any]] = []
     denied = False
     for item in items:
+        made_by: tuple[str, tuple[str, ...]] = ("", ())  # an AdmissionReview's user is its request's
         if item.request:  # as the server makes it: the request's operation, oldObject, user and groups, dryRun
             made = context_for(item.request, settings, view, images)
             ctx = dataclasses.replace(made, namespace=item.namespace, limited=False)
         else:
-            ctx = Context(settings=settings, cluster=view, namespace=item.namespace, images=images, limited=False)
+            user, groups = made_by = _made_by(item.obj, settings) or ("", ())
+            ctx = Context(
+                settings=settings,
+                cluster=view,
+                namespace=item.namespace,
+                username=user,
+                groups=groups,
+                images=images,
+                limited=False,
+            )
         result = _review(item.obj, ctx)
         refusals = _api_refusals(item, result, ctx)
         pods = None if refusals else _pods(item, result, ctx)
@@ -684,12 +724,13 @@ def cmd_review(args: argparse.Namespace) -> int:
         denied = denied or not result.allowed or bool(refusals) or (pods is not None and not pods.allowed) or broken
         if args.output == "json":
             named = {"kind": item.kind, "name": item.name, "namespace": item.namespace} if held > 1 else {}
-            verdicts.append({**named, **_verdict(item, result, pods, refusals, left)})
+            created = {"createdBy": made_by[0]} if made_by[0] else {}
+            verdicts.append({**named, **_verdict(item, result, pods, refusals, left), **created})
             continue
         if held > 1:
             came = ", in an AdmissionReview" if item.request else ""
             print(f"== {_shown(item.kind, item.namespace, item.name)} ({item.at}{came})")
-        _print_text(item, result, pods, refusals, left)
+        _print_text(item, result, pods, refusals, left, made_by[0])
     if args.output == "json":
         print(json.dumps(verdicts if held > 1 else verdicts[0], indent=2))
     if unusable:
