@@ -1926,3 +1926,28 @@ def test_a_workload_whose_pods_kube_controller_manager_creates_on_its_own_creden
         " without --use-service-account-credentials"
     )
     assert len(out["podsPending"]) == 1 and f"they pass untouched ({why})" in out["podsPending"][0], out
+
+
+@pytest.mark.parametrize(
+    ("settings", "namespace", "why"),
+    [
+        pytest.param({"mig": {"enabled": False}}, "ml", "MIG conversion is off here", id="mig-off"),
+        pytest.param({"exemptions": {"namespaces": ["ml"]}}, "ml", "it passes untouched (namespace ml", id="exempt"),
+    ],
+)
+def test_a_pod_asking_a_whole_gpu_and_a_gpu_memory_size_left_unconverted_is_told_to_drop_the_size(
+    tmp_path: Path, settings: dict[str, Any], namespace: str, why: str
+) -> None:
+    """It was told to "ask a whole nvidia.com/gpu", which it asks already: what to change is the memory size."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    pod = _pod(CUDA124, {"nvidia.com/gpu": "1", "gpu-admission.io/gpu-memory": "20Gi"})
+    path = _manifest(tmp_path, pod)
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "--namespace", namespace)
+    assert run.returncode == 1 and run.stdout.startswith("PENDING\n"), run.stdout + run.stderr
+    said = (
+        "- main: the pod stays Pending, gpu-memory 20Gi unconverted: drop it, as it asks nvidia.com/gpu 1 too, or ask"
+        " nvidia.com/mig-<profile>: 1 for both; "
+    )
+    assert said in run.stdout and why in run.stdout, run.stdout
+    assert "a whole nvidia.com/gpu" not in run.stdout, run.stdout

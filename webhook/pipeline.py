@@ -305,28 +305,32 @@ def left_unconverted(view: PodView, why: str, ctx: Context, reviewed: bool) -> U
         pods, stay, get, them, passes = "its pods", "stay", "get", "them", "they pass"
     else:
         pods, stay, get, them, passes = "the pod", "stays", "gets", "it", "it passes"
-    advice = "a nvidia.com/gpu fraction" if reviewed and mig_on else "a whole nvidia.com/gpu"
-    advice += " or nvidia.com/mig-<profile>: 1; "
     if not why:
-        advice += MIG_OFF
+        reason = MIG_OFF
     elif mig_on:  # a review converts them only where MIG conversion is on
-        advice += f"or let {them} be reviewed: {passes} untouched ({why})"
+        reason = f"or let {them} be reviewed: {passes} untouched ({why})"
     else:
-        advice += f"{passes} untouched ({why})"
+        reason = f"{passes} untouched ({why})"
+    ask = "a nvidia.com/gpu fraction" if reviewed and mig_on else "a whole nvidia.com/gpu"
+    advice = f"ask {ask} or nvidia.com/mig-<profile>: 1; {reason}"
     pending = []
     for _, container in view.containers():
         asks = _gpu_asks(container)
-        if (asked := asks.get(GPU_MEMORY_RESOURCE)) is not None:
-            pending.append(
-                f"{container.get('name')}: {pods} {stay} Pending, gpu-memory {asked} unconverted: ask {advice}; no"
-                f" node offers {GPU_MEMORY_RESOURCE}"
-            )
+        if (asked := asks.get(GPU_MEMORY_RESOURCE)) is None:
+            continue
+        # one that asks a GPU device too is told to drop the size, not to ask the GPU it asks (found by a review)
+        device = next((f"{k} {v}" for k, v in asks.items() if k != GPU_MEMORY_RESOURCE), None)
+        what = f"drop it, as it asks {device} too, or ask nvidia.com/mig-<profile>: 1 for both; {reason}"
+        pending.append(
+            f"{container.get('name')}: {pods} {stay} Pending, gpu-memory {asked} unconverted:"
+            f" {what if device else advice}; no node offers {GPU_MEMORY_RESOURCE}"
+        )
     no_gpu = []
     target = view.fraction_container()
     # a target that asks a GPU of its own gets it, the annotation unconverted or not (found by a review)
     if (raw := view.annotation("gpu-fraction")) is not None and not (target is not None and _gpu_asks(target)):
         name = target.get("name") if target is not None else "(no such container)"
-        no_gpu.append(f"{name}: {pods} {get} no GPU, gpu-fraction {raw} unconverted: ask {advice}")
+        no_gpu.append(f"{name}: {pods} {get} no GPU, gpu-fraction {raw} unconverted: {advice}")
     return Untouched(pending, no_gpu)
 
 
