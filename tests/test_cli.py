@@ -1951,3 +1951,60 @@ def test_a_pod_asking_a_whole_gpu_and_a_gpu_memory_size_left_unconverted_is_told
     )
     assert said in run.stdout and why in run.stdout, run.stdout
     assert "a whole nvidia.com/gpu" not in run.stdout, run.stdout
+
+
+def _deployments_replica_set(limits: dict[str, str]) -> dict[str, Any]:
+    replica_set = _deployment("d", CUDA124, limits)
+    owner = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "u", "controller": True}
+    replica_set.update(kind="ReplicaSet", metadata={"name": "d-5f6d", "namespace": "ml", "ownerReferences": [owner]})
+    return replica_set
+
+
+PASSED_RS = "the webhook passes the ReplicaSet itself over (a Deployment's ReplicaSet: its template is the Deployment's"
+
+
+@pytest.mark.parametrize(
+    ("limits", "settings", "code", "said"),
+    [
+        pytest.param(
+            {"gpu-admission.io/gpu-memory": "20Gi"},
+            {},
+            0,
+            "ADMITTED (a Deployment's ReplicaSet: its template is the Deployment's, reviewed there)\n"
+            "its pods are reviewed each as it is created, and would be admitted\n",
+            id="pods-reviewed",
+        ),
+        pytest.param(
+            {"gpu-admission.io/gpu-memory": "20Gi"},
+            {"exemptions": {"users": [RS_CONTROLLER]}},
+            1,
+            f"PODS PENDING\n{PASSED_RS}, reviewed there), but its pods' GPU ask is never converted:\n- main: its pods"
+            " stay Pending, gpu-memory 20Gi unconverted: ask a nvidia.com/gpu fraction or nvidia.com/mig-<profile>: 1;"
+            f" or let them be reviewed: they pass untouched (exemptions.users has {RS_CONTROLLER}, their creator)",
+            id="pods-pass-untouched",
+        ),
+        pytest.param(
+            {"nvidia.com/gpu": "0.5"},
+            {},
+            1,
+            "DENIED by the API server\n- container main: nvidia.com/gpu 0.5: the API server refuses the ReplicaSet, as"
+            " an extended resource must be a whole number (the webhook passes over a Deployment's ReplicaSet: it"
+            " converts the Deployment's template, which the Deployment controller copies into the ReplicaSets it"
+            " writes); ",
+            id="fraction-left",
+        ),
+    ],
+)
+def test_a_deployments_replica_set_is_said_one_thing_a_line(
+    tmp_path: Path, limits: dict[str, str], settings: dict[str, Any], code: int, said: str
+) -> None:
+    """Its verdict said "its pods are reviewed as they are created" and then that they pass untouched; or that its
+    template was reviewed at the Deployment, of a fraction left in it; it was told to ask a whole GPU where the
+    Deployment was told to ask a fraction; and its pods were said to be reviewed twice over."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    path = _manifest(tmp_path, _deployments_replica_set(limits))
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == code, run.stdout + run.stderr
+    assert run.stdout.startswith(said), run.stdout
+    assert "reviewed as they are created" not in run.stdout, run.stdout

@@ -533,7 +533,13 @@ def _api_refusals(item: _Item, result: pipeline.Result, ctx: Context) -> list[st
     view = pipeline.pod_view(result.object, item.namespace, writable=False) if result.allowed else None
     if view is None:
         return []
-    who = f"the webhook passes it over, {result.skipped}" if result.skipped else "the webhook admits it unconverted"
+    if result.skipped == pipeline.DEPLOYMENTS_REPLICASET:  # not "its template is reviewed", of one left unconverted
+        who = "the webhook passes over a Deployment's ReplicaSet: it converts the Deployment's template, which the"
+        who += " Deployment controller copies into the ReplicaSets it writes"
+    elif result.skipped:
+        who = f"the webhook passes it over, {result.skipped}"
+    else:
+        who = "the webhook admits it unconverted"
     advice = "ask for a whole number of GPUs or a MIG device (nvidia.com/mig-<profile>: 1)"
     if ctx.settings.mig.enabled and item.kind != "Pod" and not pipeline.pods_pass(view, ctx):
         advice += ", or a GPU memory size (gpu-admission.io/gpu-memory: 20Gi), which the webhook converts on each pod"

@@ -339,7 +339,9 @@ def unconverted(view: PodView, ctx: Context, skipped: str) -> Untouched:
     where it reviews it): a workload's pods pass untouched where ``pods_pass`` says so, a pod where it is passed
     over."""
     why = pods_pass(view, ctx) if view.is_template else skipped
-    return left_unconverted(view, why, ctx, reviewed=view.is_template and not skipped)
+    # a Deployment's ReplicaSet's template is the Deployment's, reviewed (a fraction converted) there: told as it is
+    reviewed = view.is_template and skipped in ("", DEPLOYMENTS_REPLICASET)
+    return left_unconverted(view, why, ctx, reviewed=reviewed)
 
 
 def _cuda_unchecked(view: PodView, why: str) -> list[str]:
@@ -391,11 +393,11 @@ def _opt_out_refused(obj: Any, view: PodView, ctx: Context) -> list[str]:
 
 POD_UPDATE = "a pod update is reviewed only when it takes the pod's last scheduling gate away"
 
-DEPLOYMENTS_REPLICASET = (
-    "a Deployment's ReplicaSet: its template is the Deployment's, reviewed there, and its pods are reviewed as they are"
-    " created"
-)
-"""The Deployment controller finds a Deployment's ReplicaSet by comparing templates (FindNewReplicaSet,
+DEPLOYMENTS_REPLICASET = "a Deployment's ReplicaSet: its template is the Deployment's, reviewed there"
+"""Of the ReplicaSet alone: its pods may pass untouched (their creator exempt), and review says what becomes of them
+(found by a review: this said they were reviewed, and the next line that they passed untouched).
+
+The Deployment controller finds a Deployment's ReplicaSet by comparing templates (FindNewReplicaSet,
 EqualIgnoreHash): a template changed at the ReplicaSet's create (annotations written from a newer node list, or a
 creator or label the Deployment was exempt by) would make it create another, changed again, without end."""
 
