@@ -14,7 +14,7 @@ import copy
 import dataclasses
 import json
 import uuid
-from typing import Any, Literal
+from typing import Any
 
 import jsonpatch
 import pytest
@@ -625,47 +625,3 @@ def test_a_never_pod_whose_own_gate_is_taken_away_onto_spot_it_is_kept_off_gets_
     message = answer["status"]["message"]
     assert "Have what takes its gate away choose on-demand nodes. Or delete it" in message, message
     assert "flavor" not in message.lower() and "Kueue" not in message, message
-
-
-def old_spot_nodes(spot_driver: str, spot_cuda: str) -> list[dict[str, Any]]:
-    """Pools h100-new (on demand, driver 570) and h100-old (on demand, driver 535), and l4-spot (GKE spot, labelled
-    and tainted) of ``spot_driver`` and CUDA 12.``spot_cuda``: a CUDA 12.8 pod is steered to h100-new at its
-    create."""
-    cluster_nodes = spot_nodes() + nodes(tainted=False)[1:]
-    cluster_nodes[1]["metadata"]["labels"].update(
-        {"nvidia.com/cuda.driver-version.full": spot_driver, "nvidia.com/cuda.runtime-version.minor": spot_cuda}
-    )
-    return cluster_nodes
-
-
-@pytest.mark.parametrize(
-    ("spot_pool", "cuda_mode", "reason"),
-    [
-        pytest.param(("535.104.05", "2"), "enforce", "CUDAIncompatible", id="spot-driver-too-old"),
-        pytest.param(("570.124.06", "8"), "enforce", "SpotNeverUngatedPending", id="spot-driver-runs-it"),
-        pytest.param(("535.104.05", "2"), "warn", "SpotNeverUngatedPending", id="cuda-not-enforced"),
-    ],
-)
-def test_a_never_pod_ungated_onto_a_spot_pool_too_old_for_its_cuda_is_refused_for_its_cuda(
-    spot_pool: tuple[str, str], cuda_mode: Literal["enforce", "warn"], reason: str
-) -> None:
-    """Found by a review of the spot policy: a never pod steered at its create (the NotIn off spot capacity, then the
-    CUDA steering to the one pool whose driver runs it), which Kueue admitted to the spot pool's flavor, whose driver
-    is too old for its CUDA, was refused as SpotNeverUngatedPending and told to recreate it under spot: tolerate,
-    where it would be refused for its CUDA. Pending either way, it is refused for its CUDA, which names the spot
-    pool's driver and what to change; only where the CUDA alone keeps it off every node it is sent to, and the cuda
-    policy enforces."""
-    settings = dataclasses.replace(NEVER, cuda=CudaSettings(mode=cuda_mode))
-    cluster_nodes = old_spot_nodes(*spot_pool)
-    app = create_app(settings, cluster=StaticCluster(build_view(cluster_nodes, settings)))
-    stored = created_through(app, gated_pod())
-    steering = json.dumps(stored["spec"]["affinity"])
-    assert f'"{SPOT_LABEL}", "operator": "NotIn"' in steering, steering
-    answer = update(app, "/validate", kueue_admits(stored, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION), stored)
-    assert answer["allowed"] is False and answer["status"]["reason"] == reason, answer
-    message = answer["status"]["message"]
-    if reason == "CUDAIncompatible":
-        assert "needs CUDA 12.8 (from image tag" in message, message
-        assert "pool l4-spot (driver 535.104.05, CUDA 12.2)" in message and "To fix:" in message, message
-        assert "spot never" not in message and "spot: tolerate" not in message, message
-        assert answer["auditAnnotations"]["decision"] == "denied (CUDAIncompatible)"

@@ -1353,9 +1353,6 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
     )
     if decided is not None:
         out.merge(decided)
-        if ungated and mode_of(ctx) == "enforce" and any(d.message.endswith(UNPLACEABLE) for d in decided.denials):
-            # its CUDA alone keeps it off every node the ungating sends it to: the reason it is refused, not spot never
-            spot.withdraw_pending(out)
 
 
 UNPLACEABLE = (

@@ -1428,7 +1428,7 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
         advice = "Its nodeSelector as created sends it there: delete it and recreate it without that, or annotated"
     out.deny(
         "spot",
-        PENDING,
+        "SpotNeverUngatedPending",
         f"pod {pod.namespace}/{pod.name} is under spot never ({why}): the required node affinity the webhook wrote "
         f"at its create keeps it off spot capacity, yet its nodeSelector now sends it to {spot} alone: it would stay "
         f"Pending for good. {advice} {PREFIX}{REQUEST}: tolerate to let it run on spot (a pod's affinity cannot "
@@ -1466,19 +1466,6 @@ def _on_demand(pod: PodView, ctx: Context) -> str:
             "spot. "
         )
     return "Have what takes its gate away choose on-demand nodes. "
-
-
-PENDING = "SpotNeverUngatedPending"
-"""The refusal of a never pod's ungating onto spot capacity that the webhook's NotIn keeps it off."""
-
-
-def withdraw_pending(out: Outcome) -> None:
-    """Take back the refusal of a never pod's ungating as Pending for good (``PENDING``), for the cuda policy, which
-    refuses the same ungating because the pod's CUDA runs on none of the nodes it is sent to (``cuda.validate``):
-    Pending either way, its CUDA is what to change. Refused for spot never, it was told to recreate itself under
-    spot: tolerate, and would then have been refused for its CUDA (found by a review of the spot policy)."""
-    out.denials[:] = [d for d in out.denials if d.reason != PENDING]
-    out.reasons[:] = [r for r in out.reasons if r != PENDING]
 
 
 def _before(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> frozenset[object]:
