@@ -1042,6 +1042,59 @@ def test_nodes_forbidden_to_list_and_watch_after_start_are_not_said_a_forbidden_
         live.stop()
 
 
+def _plugin_runs(tmp_path: Path) -> int:
+    return len((tmp_path / "runs").read_text().splitlines())
+
+
+@pytest.mark.parametrize(
+    ("verb", "user", "rebuilt"),
+    [
+        pytest.param("list", "system:serviceaccount:gpu-admission:gpu-admission", False, id="list-rbac"),
+        pytest.param("watch", "system:serviceaccount:gpu-admission:gpu-admission", False, id="watch-rbac"),
+        pytest.param("list", "system:anonymous", True, id="list-no-credentials"),
+    ],
+)
+def test_a_403_of_rbac_keeps_the_client_and_its_credentials(
+    api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verb: str, user: str, rebuilt: bool
+) -> None:
+    """After a 403 every retry made a new client, which ran a kubeconfig's exec credential plugin (aws eks
+    get-token) again (found by a review): a 403 is the RBAC's answer to credentials the API server took, and a new
+    client's are the same. The client is kept; where the 403 is to no credentials at all (``system:anonymous``: the
+    kubernetes client sends none where its plugin failed), a new client runs the plugin again."""
+    from tests.kubeapi import _Handler
+
+    forbidden = threading.Event()
+    forbidden.set()
+    fault = _Handler._fault
+
+    def refused(self: Any) -> bool:
+        asked = "watch" if "watch=" in self.path else "list"
+        if forbidden.is_set() and asked == verb and "/nodes" in self.path:
+            self.api.requests.append((self.command, self.path))
+            message = f'nodes is forbidden: User "{user}" cannot {verb} resource "nodes" in API group ""'
+            self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message})
+            return True
+        return bool(fault(self))
+
+    def asked() -> int:
+        return sum(1 for _, path in api.requests if "/nodes" in path and ("watch=" in path) == (verb == "watch"))
+
+    monkeypatch.setattr(_Handler, "_fault", refused)
+    kubeconfig, _ = exec_kubeconfig(api, tmp_path, CREDENTIAL)
+    api.put("v1", "nodes", node("a"))
+    live = make_live(str(kubeconfig), backoff_initial=0.02, backoff_max=0.05)
+    try:
+        live.start()
+        wait_for(lambda: asked() >= 5, f"the {verb}s refused")
+        runs = _plugin_runs(tmp_path)
+        assert (runs > 2) is rebuilt, runs
+        forbidden.clear()
+        wait_for(lambda: live.ready() and len(api.watches) == 1, "the list and the watch, once let")
+        assert (_plugin_runs(tmp_path) == 1) is not rebuilt
+    finally:
+        live.stop()
+
+
 def test_credential_loads_in_time_reuse_one_helper_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Events relay's client calls its refresh hook, so ``InTime``, before each Event: a thread was started for
     each, 80-180 us an Event where the token was valid (found by a review). One helper thread runs them all; idle

@@ -51,7 +51,8 @@ log = logging.getLogger("gpu_admission.cluster")
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 ApiClientFactory = Callable[[], Any]
-"""Returns a new ``kubernetes.client.ApiClient``; called in the watcher thread (after the fork), again after errors."""
+"""Returns a new ``kubernetes.client.ApiClient``; called in the watcher thread (after the fork), again after errors
+of the connection or of the credentials (``_credentials_refused``)."""
 
 
 class _Gone(Exception):
@@ -136,6 +137,16 @@ def _relist_why(err: BaseException) -> str | None:
     if _status(err) == 504 and _too_large(as_dict(_json(getattr(err, "body", None)))):
         return "resource version too large (API server restored or behind)"
     return None
+
+
+def _credentials_refused(err: BaseException) -> bool:
+    """Whether the API server refused the client's credentials, which a new client loads again (a kubeconfig's exec
+    plugin run again): a 401, or a 403 to no credentials at all (``system:anonymous``: the kubernetes client sends
+    none where its exec plugin failed). Not another 403: that is RBAC, the same for a new client, and each retry
+    rebuilt the client, a kubeconfig's exec plugin run again at every one."""
+    status = _status(err)
+    message = as_str(as_dict(_json(getattr(err, "body", None))).get("message"))
+    return status == 401 or (status == 403 and '"system:anonymous"' in message)
 
 
 def _retry_after(err: BaseException) -> float:
@@ -395,14 +406,10 @@ class LiveCluster:
                     # ClusterRoleBinding deleted), that is said as trouble, at once (found by reviews)
                     delay = max(backoff.next(), _retry_after(err))
                     self._watch_forbidden(err)
-                    _close(client)
-                    client = None  # a new client reloads credentials, which may be allowed to watch
                 elif phase == "watch" and status == 403 and listed:
                     # the list worked before this watch: is it still let? asked at once, before saying either
                     self._resync_at = time.monotonic()
                     checking = True
-                    _close(client)
-                    client = None
                 else:
                     delay = max(backoff.next(), _retry_after(err))
                     state = "" if self._synced.is_set() else "; not ready"
@@ -414,7 +421,7 @@ class LiveCluster:
                     self._trouble = (since, error)
                     self._watch_refused = phase == "watch" and status == 403
                     log.warning("cluster: %s from %s%s; retrying in %.1fs", error, self.description, state, delay)
-                    if not isinstance(err, _StreamError) and status in (None, 401, 403):
+                    if not isinstance(err, _StreamError) and (status is None or _credentials_refused(err)):
                         _close(client)
                         client = None  # a new client reloads credentials and connections
             if delay:
