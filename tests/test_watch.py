@@ -992,6 +992,37 @@ def test_rbac_that_lets_list_nodes_and_not_watch_them_is_said(
         live.stop()
 
 
+def test_a_watch_refused_just_after_a_list_that_worked_is_said_forbidden_without_another_list(
+    api: KubeAPI, kubeconfig: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A watch's 403 had the nodes listed again at once to check that the list was still let, even where the watch
+    was the very request after a list that worked (at start, after each periodic relist): a full list of every node
+    more, for what that list had just said (found by a review). The forbidden watch is said without it; after a
+    watch that was let, the list is still asked again first (test above)."""
+    from tests.kubeapi import _Handler
+
+    fault = _Handler._fault
+
+    def watches_forbidden(self: Any) -> bool:
+        if "watch=" in self.path:
+            self.api.requests.append((self.command, self.path))
+            self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": FORBIDDEN})
+            return True
+        return bool(fault(self))
+
+    monkeypatch.setattr(_Handler, "_fault", watches_forbidden)
+    api.put("v1", "nodes", node("a"))
+    live = make_live(kubeconfig, resync=120)
+    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+    try:
+        live.start()
+        wait_for(lambda: "add `watch`" in (live.problem() or ""), "the forbidden watch said")
+        wait_for(lambda: len([p for _, p in api.requests if "watch=" in p]) >= 3, "the watch retried")
+        assert lists(api) == 1, api.requests
+    finally:
+        live.stop()
+
+
 def test_nodes_forbidden_to_list_and_watch_after_start_are_not_said_a_forbidden_watch(
     api: KubeAPI, kubeconfig: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

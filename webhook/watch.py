@@ -25,6 +25,7 @@ Node objects stay plain dicts (``_preload_content=False``): no round trip throug
 
 from __future__ import annotations
 
+import enum
 import errno
 import json
 import logging
@@ -65,6 +66,18 @@ class _TooLarge(Exception):
 
 class _StreamError(Exception):
     """The watch stream reported an error other than 410."""
+
+
+class _Listed(enum.Enum):
+    """What the last list of nodes tells of a watch's 403 (``LiveCluster._watch_loop``): whether the RBAC lets list
+    nodes and not watch them."""
+
+    NO = "no"
+    """It failed (a periodic relist, the watch going on): a 403 to the watch is trouble, said as such."""
+    JUST = "just"
+    """It worked, and the watch refused is the next request: the RBAC forbids the watch alone."""
+    BEFORE = "before"
+    """It worked before a watch: the RBAC may have changed since, and the list is asked again at once."""
 
 
 class CredentialsHung(Exception):
@@ -245,9 +258,9 @@ class LiveCluster:
         self._trouble: tuple[float, str] | None = None
         """(since when, the last error) while the watch fails; None while it works."""
         self._forbidden: str | None = None
+        """Why the watch is forbidden (a 403 to it), while it is; None once a watch is let open."""
         self._watch_refused = False
         """The trouble held is a watch refused (403): a list that works does not end it (a false 'works again')."""
-        """Why the watch is forbidden (a 403 to it), while it is; None once a watch is let open."""
         self.builds = 0
         """Views built since start (for tests and metrics)."""
         self.lists = 0
@@ -335,9 +348,7 @@ class LiveCluster:
         backoff = Backoff(self.backoff_initial, self.backoff_max)
         client: Any = None
         need_list = True
-        listed = False  # whether the last list succeeded: a 403 to the watch then may be RBAC that forbids it alone
-        checking = False  # a watch's 403 came after a list that worked: the list is asked again at once
-        checked = False  # the last list, asked after a watch's 403, worked: RBAC forbids the watch alone
+        listed = _Listed.NO
         gone_streak = 0
         while not self._stop.is_set():
             delay = 0.0
@@ -360,7 +371,7 @@ class LiveCluster:
                         # watched: no node change reached the view while the lists failed.
                         retry = max(_retry_after(err), min(self.resync_seconds, RELIST_RETRY_S))
                         self._resync_at = time.monotonic() + retry
-                        listed = checking = checked = False
+                        listed = _Listed.NO
                         log.warning(
                             "cluster: the periodic relist of nodes from %s failed: %s; watching on, listing again in"
                             " %.0fs",
@@ -370,7 +381,7 @@ class LiveCluster:
                         )
                     else:
                         need_list = False
-                        listed, checked, checking = True, checking, False
+                        listed = _Listed.JUST
                         backoff.reset()
                         if not self._watch_refused:  # a watch refused says nothing works until one is let open
                             self._working()
@@ -399,17 +410,22 @@ class LiveCluster:
                     # node changes reaching the view up to 30 s late.
                     log.info("cluster: the node watch from %s ended (%s); resuming it", self.description, brief(err))
                     backoff.reset()
-                elif phase == "watch" and status == 403 and listed and (checked or self._forbidden is not None):
+                elif (
+                    phase == "watch"
+                    and status == 403
+                    and (listed is _Listed.JUST or (listed is _Listed.BEFORE and self._forbidden is not None))
+                ):
                     # RBAC that grants list on nodes and not watch (a ClusterRole made by hand): each relist worked
                     # and said the watch worked again, the snapshot's age stayed under its alert, and nothing told.
-                    # Only once a list asked after the watch's 403 worked: where the list is refused too (a
-                    # ClusterRoleBinding deleted), that is said as trouble, at once (found by reviews)
+                    # Only where the list worked just before this watch (or since the watch was said forbidden):
+                    # where the list is refused too (a ClusterRoleBinding deleted), that is said as trouble, at once
+                    # (found by reviews)
                     delay = max(backoff.next(), _retry_after(err))
                     self._watch_forbidden(err)
-                elif phase == "watch" and status == 403 and listed:
-                    # the list worked before this watch: is it still let? asked at once, before saying either
+                elif phase == "watch" and status == 403 and listed is _Listed.BEFORE:
+                    # the list worked before a watch that was let: is it still let? asked at once, before saying
+                    # either
                     self._resync_at = time.monotonic()
-                    checking = True
                 else:
                     delay = max(backoff.next(), _retry_after(err))
                     state = "" if self._synced.is_set() else "; not ready"
@@ -424,6 +440,8 @@ class LiveCluster:
                     if not isinstance(err, _StreamError) and (status is None or _credentials_refused(err)):
                         _close(client)
                         client = None  # a new client reloads credentials and connections
+            if phase == "watch" and listed is _Listed.JUST:
+                listed = _Listed.BEFORE
             if delay:
                 self._stop.wait(delay)
         _close(client)
