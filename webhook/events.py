@@ -271,9 +271,12 @@ class NotRaised(Exception):
     review). ``verb`` None: every request was answered, and what went wrong is in no verb's RBAC (an Event read with
     no count, or changed by other replicas at every try)."""
 
-    def __init__(self, message: str, verb: str | None = None) -> None:
+    def __init__(self, message: str, verb: str | None = None, shown: bool = False) -> None:
         super().__init__(message)
         self.verb = verb
+        self.shown = shown
+        """The Event is there all the same, its count alone not raised (read with no count): ``kubectl describe``
+        shows the report, and it is counted sent (it was counted failed, an alert on Events lost for one shown)."""
 
 
 class _Direct:
@@ -525,7 +528,9 @@ class ApiSink:
                     event = _event_in(self._read(where, stamp))
                     known = _count_of(event)
                     if known is None:
-                        raise NotRaised("the Event, read, holds no count (written by other than gpu-admission)")
+                        raise NotRaised(
+                            "the Event, read, holds no count (written by other than gpu-admission)", shown=True
+                        )
                     if lost is not None and all(event.get(k) == v for k, v in lost.items()):
                         self._counts.keep(key, known)  # the first try of the lost write was applied
                         return
@@ -754,8 +759,9 @@ class Sender:
             self.sink.send(body)
         except Exception as err:
             failure = err
+        shown = isinstance(failure, NotRaised) and failure.shown  # there, its count alone not raised
         for _ in range(reports):
-            self._count("sent" if failure is None else "failed")
+            self._count("sent" if failure is None or shown else "failed")
         if failure is not None:
             self._tell_failed(body, failure)
 
@@ -771,7 +777,8 @@ class Sender:
         if count is None:
             return
         involved = as_dict(body.get("involvedObject"))
-        more = f" ({count} Events failed so since the last such line)" if count > 1 else ""
+        happened = "" if isinstance(err, NotRaised) and err.shown else " failed"
+        more = f" ({count} Events{happened} so since the last such line)" if count > 1 else ""
         log.warning(
             "cannot %s the %s event on %s/%s%s: %s%s",
             doing,
