@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -964,6 +965,60 @@ def _with_values_of_an_old_release(
     shutil.copytree(CHART, chart)
     shutil.copy(ROOT / "tests" / "chart_reused" / "values-077b784.yaml", chart / "values.yaml")
     return helm(command, RELEASE, str(chart), "-n", NAMESPACE, *args, check=False)
+
+
+REUSED = ROOT / "tests" / "chart_reused"
+"""The whole values of releases of the chart as it was at a commit (values-<commit>.yaml): what `helm upgrade
+--reuse-values` renders with over such a release (Helm: chart.Values = the old release's), the user's given on top."""
+
+
+def _upgrade_over(tmp_path: Path, commit: str, given: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
+    """A real `helm upgrade RELEASE CHART -n NAMESPACE *args --dry-run=client` over a release of the chart as it was
+    at `commit`, made with the values `given`: the release is kept in helm's memory driver, and tests/kubeapi.py
+    answers helm's question of the server's version."""
+    from tests.kubeapi import KubeAPI
+
+    release = {
+        "name": RELEASE,
+        "namespace": NAMESPACE,
+        "version": 1,
+        "info": {"status": "deployed"},
+        "chart": {
+            "metadata": {"apiVersion": "v2", "name": "gpu-admission", "version": "0.1.0"},
+            "values": yaml.safe_load((REUSED / f"values-{commit}.yaml").read_text()),
+        },
+        "config": given,
+        "manifest": "",
+    }
+    stored = tmp_path / "releases.yaml"
+    stored.write_text(yaml.safe_dump([release]))
+    api = KubeAPI().start()
+    try:
+        env = {
+            **os.environ,
+            "HELM_DRIVER": "memory",
+            "HELM_MEMORY_DRIVER_DATA": str(stored),
+            "KUBECONFIG": api.kubeconfig(str(tmp_path / "kubeconfig")),
+        }
+        command = [helm_binary(), "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, *args, "--dry-run=client"]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        api.stop()
+
+
+@pytest.mark.parametrize("commit", ["d7f9ccf", "20545ce"])
+def test_an_upgrade_reusing_the_values_of_the_first_releases_says_what_to_do_with_object_opt_out(tmp_path, commit):
+    """The first two releases' values hold webhook.objectOptOut, gone since: `helm upgrade --reuse-values` over one
+    failed the schema ('at '/webhook': additional properties 'objectOptOut' not allowed'), saying nothing of what to
+    do (a review's finding). The chart says it: upgrade with --reset-then-reuse-values, or drop the key; each works."""
+    proc = _upgrade_over(tmp_path, commit, {}, "--reuse-values")
+    assert proc.returncode != 0
+    assert "webhook.objectOptOut (true) is no longer a setting" in proc.stderr, proc.stderr
+    assert "upgrade with --reset-then-reuse-values instead, or drop it (--set webhook.objectOptOut=null)" in proc.stderr
+    assert "config.exemptions.allowOptOutLabel" in proc.stderr
+    for way in (["--reset-then-reuse-values"], ["--reuse-values", "--set", "webhook.objectOptOut=null"]):
+        proc = _upgrade_over(tmp_path, commit, {}, *way)
+        assert proc.returncode == 0, (way, proc.stderr)
 
 
 def test_an_upgrade_reusing_the_values_of_an_old_release_renders_what_kubernetes_takes(tmp_path, validate):
