@@ -1343,13 +1343,27 @@ def test_an_image_tag_of_digits_must_be_quoted_in_a_values_file(tmp_path, tag, r
             assert container["image"] == f"ghcr.io/gpu-admission/gpu-admission:{tag}", where
 
 
-def test_a_decimal_image_tag_must_be_quoted(tmp_path):
-    # YAML reads 1.10 as the number 1.1: refused, not rendered as a tag that was never pushed
-    values = tmp_path / "values.yaml"
-    values.write_text("image: {tag: 1.10}\n")
-    proc = helm("template", RELEASE, str(CHART), "-f", str(values), check=False)
+@pytest.mark.parametrize(
+    ("given", "read"),
+    [
+        pytest.param(["--values", "image: {tag: 1.10}"], "1.1 was read as a number", id="decimal"),
+        pytest.param(["--values", "image: {tag: true}"], "true was read as a boolean", id="true"),
+        pytest.param(["--values", "image: {tag: yes}"], "true was read as a boolean", id="yes"),
+        pytest.param(["--set", "image.tag=true"], "true was read as a boolean", id="set-true"),
+    ],
+)
+def test_an_image_tag_read_as_other_than_text_is_refused_saying_how_to_give_text(tmp_path, given, read):
+    """YAML reads 1.10 as the number 1.1 and true or yes as a boolean: refused, not rendered as a tag never pushed.
+    They met the schema's words ('got number, want integer or string'; 'got boolean'), not the chart's, which say how
+    to give text (a review's finding)."""
+    flag, value = given
+    if flag == "--values":
+        (tmp_path / "values.yaml").write_text(value + "\n")
+        value = str(tmp_path / "values.yaml")
+    proc = helm("template", RELEASE, str(CHART), flag, value, check=False)
     assert proc.returncode != 0
-    assert "- at '/image/tag': got number, want integer or string" in proc.stderr, proc.stderr
+    assert f"image.tag: {read}, not as text" in proc.stderr, proc.stderr
+    assert 'quote it in your values file (tag: "...")' in proc.stderr, proc.stderr
 
 
 def test_settings_config_map_adds_the_release_namespace_to_exemptions(rendered):
