@@ -1021,6 +1021,25 @@ def test_an_upgrade_reusing_the_values_of_the_first_releases_says_what_to_do_wit
         assert proc.returncode == 0, (way, proc.stderr)
 
 
+@pytest.mark.parametrize(
+    ("commit", "given"),
+    [
+        pytest.param("077b784", {"certs": {"mode": "certManager"}}, id="cert-manager-before-its-ca"),
+        pytest.param("d7f9ccf", {}, id="first-release"),
+    ],
+)
+def test_the_documented_way_to_admit_unchecked_upgrades_old_releases(tmp_path, commit, given):
+    """docs/operations.md's way out, `helm upgrade ... --reuse-values --set webhook.failurePolicy=Ignore`, failed
+    over a certManager release made before the chart issued its own CA ('certs.certManager.caDuration is missing'),
+    in an outage, where the command must work (a review's finding). The command as the docs give it is run by helm
+    over such releases, and sets every webhook to Ignore."""
+    text = " ".join((ROOT / "docs" / "operations.md").read_text().split())
+    (recipe,) = re.findall(r"`helm upgrade <release> <chart> -n <namespace> ([^`]*failurePolicy=Ignore)`", text)
+    proc = _upgrade_over(tmp_path, commit, given, *recipe.split())
+    assert proc.returncode == 0, (recipe, proc.stderr)
+    assert "failurePolicy: Ignore" in proc.stdout and "failurePolicy: Fail" not in proc.stdout
+
+
 def test_an_upgrade_reusing_the_values_of_an_old_release_renders_what_kubernetes_takes(tmp_path, validate):
     """A release made before configCheck, registryCredentials, registryCA and threads existed, upgraded with
     --reuse-values (as docs/operations.md's way out does), failed to render: 'nil pointer evaluating interface
