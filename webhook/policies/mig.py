@@ -2191,10 +2191,6 @@ def _say_unoffered(
     )
 
 
-SKU_GPU_COUNT = "karpenter.azure.com/sku-gpu-count"
-"""Karpenter on Azure gives every node its SKU's GPU count, "0" on a CPU SKU (providers.yaml's aks-karpenter)."""
-
-
 def _known_cpu(group: NodeGroup, ctx: Context) -> bool:
     """Whether the group's nodes are known to have no GPU: no device of any maker is offered (``amd.com/gpu``), and
     their provider labels every GPU node as such from its start (``Presets.gpu_labelled``: a Karpenter NodePool's
@@ -2205,7 +2201,7 @@ def _known_cpu(group: NodeGroup, ctx: Context) -> bool:
     offered = group.has_gpu or any(v > 0 for k, v in group.allocatable.items() if k.endswith("/gpu"))  # amd.com/gpu
     if offered or presets.gpu_labelled(group.labels):
         return False
-    if group.labels.get(SKU_GPU_COUNT, "0").strip() not in ("", "0"):
+    if any(group.labels.get(k, "0").strip() not in ("", "0") for k in presets.gpu_count_labels):
         return False  # a GPU SKU of any maker (an AMD node, its device plugin not up yet: a review of MIG)
     labelling = [*presets.accelerator_labels, *presets.gpu_node_labels]
     shown = {k for p in labelling for k in presets.shown_by.get(p, ())}
