@@ -856,6 +856,39 @@ def test_pools_at_zero_under_different_labels_are_pinned_to_the_one_that_serves_
     assert answered.object["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": "a100-kp"}
 
 
+def test_pools_at_zero_that_no_label_pins_off_a_group_to_avoid_are_named_in_the_refusal() -> None:
+    """Two pools of one Karpenter NodePool at zero, told apart by instance type alone: a100-kp offers 3g.40gb,
+    small-kp only 1g.10gb. Every label the webhook pins by names both, and the pod was refused saying no eligible
+    node offers a profile that covers it, which a100-kp does (a Deployment's gpu-memory ask, to ask for less than
+    the 3g.40gb that holds it). It is told which pool offers it, why the pod cannot be pinned there, and what to
+    change; the nodeSelector it is told of converts it."""
+    kp, it = "karpenter.sh/nodepool", "node.kubernetes.io/instance-type"
+    pools = [
+        replace(_single_pool(name, kp, profiles), node_selector={kp: "gpu", it: instance})
+        for name, instance, profiles in (
+            ("a100-kp", "p4d.24xlarge", {"3g.40gb": 16}),
+            ("small-kp", "p4de.24xlarge", {"1g.10gb": 56}),
+        )
+    ]
+    result = review(frac("0.4"), [_EKS_CPU], settings(pools))
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert "no eligible node offers" not in result.message
+    assert (
+        "pool a100-kp offers MIG 3g.40gb, which covers it, but the pod cannot be pinned to it: every label the"
+        f" webhook pins a pod by that its nodes carry ({kp}=gpu) names pool small-kp too" in result.message
+    )
+    assert f"a nodeSelector that only its nodes match ({it}, say)" in result.message
+    deployment = review(workload("Deployment", memreq("30Gi")), [_EKS_CPU], settings(pools))
+    assert f"{MEM} 30Gi: no label pins them to pool a100-kp off other pools, so its pods are refused" in " ".join(
+        deployment.warnings
+    )
+    answered = through_app(
+        pod(container(limits={GPU: "0.4"}), nodeSelector={it: "p4d.24xlarge"}), [_EKS_CPU], settings(pools)
+    )
+    assert resources_of(answered.object)["limits"] == {GPU: "1"}
+    assert "MIG 3g.40gb" in str(mig_annotation(answered.object))
+
+
 def test_the_whole_fallback_for_pools_at_zero_under_different_labels_pins_one_label() -> None:
     """The whole fallback for whole-GPU pools at zero under an EKS and a Karpenter label, beside a single-strategy
     EKS pool of smaller profiles it must be kept off: no one label holds both whole pools, and the pod was refused,

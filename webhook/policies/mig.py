@@ -852,11 +852,16 @@ def _whole_gpus(pod: PodView, asks: Sequence[Ask]) -> list[str]:
     return out
 
 
+Unpinned = list[tuple[list[Placement], list[NodeGroup]]]
+"""Covering placements that no label pins the pod to, each with the groups to fence off (for the refusal)."""
+
+
 def _choose(
     req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask
-) -> tuple[Choice | None, list[Placement], list[Placement]]:
-    """The smallest covering option (and any pin it needs), every placement seen, and the covering placements on
-    single-strategy and GKE nodes that the pod's whole GPUs bar (both for the refusal message)."""
+) -> tuple[Choice | None, list[Placement], list[Placement], Unpinned]:
+    """The smallest covering option (and any pin it needs), every placement seen, the covering placements on
+    single-strategy and GKE nodes that the pod's whole GPUs bar, and the covering ones no label pins the pod to off
+    the groups it must avoid (all three for the refusal message)."""
     ctx = req.ctx
     coverage = ctx.settings.mig.coverage
     seen: list[Placement] = []
@@ -899,24 +904,26 @@ def _choose(
             shared = not any(p.covers and p.group.sharing == "none" for p in places)
             ranked.append(((not runs, gb, slices, shared, not spot, *rest), option, places, fenced))
     ranked.sort(key=lambda r: r[0])
+    unpinned: Unpinned = []
     for _, option, places, fenced in ranked:
         good = [p for p in places if p.covers]
         bad = [p.group for p in places if not p.covers] + fenced
         if pod.owner_kind != "DaemonSet" and (own := _own_devices(req, option, good, bad)):
-            return own, seen, barred
+            return own, seen, barred, []
         pin = None
         if bad or option.by_pool:  # a by_pool device has no selector of its own: pinned to its pools whatever else
             pin = _pin([p.group for p in good], bad, _pin_keys(ctx), ctx.cluster.presets.pool_steered)
             if pin is None and bad:
                 most = _pin_most(req, [p.group for p in good], bad, _pin_keys(ctx), ctx.cluster.presets.pool_steered)
                 if most is None:
+                    unpinned.append((good, bad))
                     continue
                 pin, reached = most
                 good = [p for p in good if any(p.group is g for g in reached)]  # the line names only these
             # with nothing to fence off and no one pool label on all its pools (an EKS nodegroup beside a Karpenter
             # NodePool), a by_pool device goes unpinned: a pin by GFD's labels gave the pod no node
-        return Choice(option, good, pin), seen, barred
-    return None, seen, barred
+        return Choice(option, good, pin), seen, barred, []
+    return None, seen, barred, unpinned
 
 
 def _own_devices(req: _Request, option: Option, good: Sequence[Placement], bad: Sequence[NodeGroup]) -> Choice | None:
@@ -1131,9 +1138,12 @@ def _refusal(
     ask: Ask,
     seen: Sequence[Placement],
     barred: Sequence[Placement] = (),
+    unpinned: Sequence[tuple[list[Placement], list[NodeGroup]]] = (),
 ) -> str:
     ctx = req.ctx
     coverage = ctx.settings.mig.coverage
+    if unpinned:
+        return _unpinned_refusal(req, ask, *unpinned[0])
     if ask.kind == "fraction":
         rule = {"memory": "memory share", "compute": "compute share", "both": "memory and compute shares"}[coverage]
         wanted = f"a MIG profile whose {rule} is at least {_plain(ask.amount)}"
@@ -1289,6 +1299,45 @@ def _refusal(
         of = f" of {_gib(ask.amount)} or more" if ask.kind == "memory" else ""
         advice = f" The {ctx.settings.mig.fallback} fallback found no GPU{of} either." + advice
     return head + tail + advice
+
+
+def _unpinned_refusal(req: _Request, ask: Ask, good: Sequence[Placement], bad: Sequence[NodeGroup]) -> str:
+    """``_refusal``'s words where pools offer a profile that covers the ask but no label pins the pod to them off
+    the groups it must avoid (every pool label of the pools at zero names one of those too: two pools of one
+    Karpenter NodePool): the pod was told no eligible node offers a profile that covers it (a review of MIG)."""
+    groups = [p.group for p in good]
+    profiles = " and ".join(sorted({p.profile.name for p in good if p.profile}))
+    keys = _pin_keys(req.ctx)
+    shared = sorted(
+        {
+            f"{k}={g.labels[k]}"
+            for g in groups
+            for k in keys
+            if g.labels.get(k) and any(b.labels.get(k) == g.labels[k] for b in bad)
+        }
+    )
+    others = [
+        b for b in bad if any(b.labels.get(k) == g.labels.get(k) for g in groups for k in keys if g.labels.get(k))
+    ]
+    one = len({g.pool for g in groups}) == 1
+    labels = (
+        f"every label the webhook pins a pod by that {'its' if one else 'their'} nodes carry ({', '.join(shared[:3])})"
+        f" names {_pools(others or bad)} too"
+        if shared
+        else f"{'its' if one else 'their'} nodes carry no label the webhook pins a pod by that {_pools(bad)} lack"
+    )
+    text = (
+        f"container {ask.name} asks for {ask.asked}; {_pools(groups)} {'offers' if one else 'offer'} MIG {profiles},"
+        f" which covers it, but the pod cannot be pinned to {'it' if one else 'them'}: {labels}, where it would get"
+        f" another device or none. Give {'that pool a pool label' if one else 'those pools pool labels'} of"
+        f" {'its' if one else 'their'} own (a NodePool or node group of {'its' if one else 'their'} own), add to the"
+        f" pod a nodeSelector that only {'its' if one else 'their'} nodes match (node.kubernetes.io/instance-type,"
+        f" say), or ask for a whole GPU ({GPU_RESOURCE}: 1)."
+    )
+    if req.ctx.settings.mig.fallback != "deny":
+        of = f" of {_gib(ask.amount)} or more" if ask.kind == "memory" else ""
+        text += f" The {req.ctx.settings.mig.fallback} fallback found no GPU{of} either."
+    return text
 
 
 def _only_whole_gpus_keep_off(group: NodeGroup, pod: PodView, ctx: Context) -> bool:
@@ -1690,7 +1739,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
         pending.remove(ask)
         # what PodView.defers_gpu says of the whole template, for this ask
         deferred = pod.is_template and (ask.kind == "memory" or ask.source == "annotation")
-        choice, seen, barred = _choose(req, pod, pending, ask)
+        choice, seen, barred, unpinned = _choose(req, pod, pending, ask)
         if choice is not None and not _runs(req, choice):
             # a whole (or shared) GPU whose driver runs the pod's CUDA, over a profile where none does
             fallback = _fallback(req, pod, pending, ask)
@@ -1709,7 +1758,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
             deferred_asks.append(ask)
             continue
         if choice is None:
-            out.deny(POLICY, "MIGNoProfile", _refusal(req, pod, pending, ask, seen, barred))
+            out.deny(POLICY, "MIGNoProfile", _refusal(req, pod, pending, ask, seen, barred, unpinned))
             pending.append(ask)
             continue
         choice = _apply(pod, ask, choice, req.ctx.cluster.extended_resource_toleration)
@@ -1752,7 +1801,7 @@ def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask,
     if pod.kind in KUEUE_TEMPLATE_KINDS and _kueue_queue(pod):  # Kueue reckons quota from the template as written
         said = "Kueue sees it as written, in no ClusterQueue" if ask.kind == "memory" else "Kueue charges no GPU for it"
         out.warn(fit_warning(f"{ask.name}: {ask.asked}: {said}; ask a nvidia.com/gpu fraction", ask.name))
-    choice, seen, _ = _choose(req, pod, others, ask)
+    choice, seen, _, unpinned = _choose(req, pod, others, ask)
     if choice is not None and _runs(req, choice):
         # said to whoever applies the workload: the pods' own warning goes to their controller, unread (a review
         # of real manifests: a Deployment's 5Gi got a 1g.5gb of 4864 MiB without a word)
@@ -1781,11 +1830,12 @@ def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask,
         key=lambda p: (p.gb if ask.kind == "memory" else p.eighths, p.slices),  # what the ask measures
         default=None,
     )
-    said = (
-        f"largest offered is {largest.name if largest else 'no MIG profile'}; ask for less or"
-        if seen
-        else "no eligible node offers MIG now, so"
-    )
+    if unpinned:  # a profile covers it: asking for less is no help (``_unpinned_refusal``)
+        said = f"no label pins them to {_pools(p.group for p in unpinned[0][0])} off other pools, so"
+    elif seen:
+        said = f"largest offered is {largest.name if largest else 'no MIG profile'}; ask for less or"
+    else:
+        said = "no eligible node offers MIG now, so"
     out.refuse_pods(fit_warning(f"{ask.name}: {ask.asked}: {said} its pods are refused", ask.name))
 
 
