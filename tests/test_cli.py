@@ -986,7 +986,6 @@ TOO_LARGE = "main: gpu-admission.io/gpu-memory 900Gi: largest offered is 3g.40gb
 
 
 RS_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
-KCM = "system:kube-controller-manager"
 
 
 PASSED_OVER = "the webhook passes the Deployment itself over"
@@ -1857,13 +1856,6 @@ def _owned_pod(kind: str, api_version: str) -> dict[str, Any]:
             "system:serviceaccount:kube-system:replication-controller",
             id="replicationcontroller",
         ),
-        pytest.param(
-            "ReplicaSet",
-            "apps/v1",
-            {"users": [KCM]},
-            KCM,
-            id="controller-manager-credentials",
-        ),
     ],
 )
 def test_a_pod_of_a_built_in_controller_is_reviewed_as_its_controllers_creation(
@@ -1907,25 +1899,6 @@ def test_a_pod_of_another_owner_is_reviewed_as_written(
     assert run.returncode == 1, run.stdout + run.stderr
     out = json.loads(run.stdout)
     assert out["allowed"] is False and "createdBy" not in out, out
-
-
-def test_a_workload_whose_pods_kube_controller_manager_creates_on_its_own_credentials_has_them_pass_untouched(
-    tmp_path: Path,
-) -> None:
-    """kube-controller-manager without --use-service-account-credentials creates every controller's pods as
-    system:kube-controller-manager: exempt, its pods pass untouched (they were said to be reviewed and refused)."""
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({"exemptions": {"users": [KCM]}}))
-    path = _manifest(tmp_path, _refused_deployment({}, {}))
-    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "-o", "json")
-    assert run.returncode == 1, run.stdout + run.stderr  # PODS PENDING: a memory size left unconverted
-    out = json.loads(run.stdout)
-    assert (out["allowed"], out["podsAllowed"], out["podsRefused"]) == (True, True, []), out
-    why = (
-        f"exemptions.users has {KCM}, their creator where kube-controller-manager runs"
-        " without --use-service-account-credentials"
-    )
-    assert len(out["podsPending"]) == 1 and f"they pass untouched ({why})" in out["podsPending"][0], out
 
 
 @pytest.mark.parametrize(

@@ -309,14 +309,15 @@ def _controller(obj: dict[str, Any]) -> dict[str, Any]:
     return next((o for o in owners if isinstance(o, dict) and o.get("controller") is True), {})
 
 
-def _made_by(obj: dict[str, Any], settings: Settings) -> tuple[str, tuple[str, ...]] | None:
+def _made_by(obj: dict[str, Any]) -> tuple[str, tuple[str, ...]] | None:
     """The user and groups a Pod of a built-in controller (a ReplicaSet's, a Job's, ...: its ownerReference with
     ``controller: true``) is created by in a cluster (``pipeline.pod_creator``); None for another object. Found by a
     review: such a Pod was reviewed as created by whoever runs review, and a controller's exemption did not apply."""
     if obj.get("kind") != "Pod" or not (owner := _controller(obj)):
         return None
     group = as_str(owner.get("apiVersion")).rpartition("/")[0]
-    return pipeline.pod_creator(as_str(owner.get("kind")), group, settings)
+    creator = pipeline.pod_creator(as_str(owner.get("kind")), group)
+    return (creator, pipeline.SERVICE_ACCOUNT_GROUPS) if creator else None
 
 
 def _review(obj: dict[str, Any], ctx: Context) -> pipeline.Result:
@@ -663,7 +664,6 @@ def _print_text(
         print(
             f"reviewed as created by {creator}, as its controller {escaped(as_str(owner.get('kind')))}"
             f" {escaped(as_str(owner.get('name')) or '(no name)')} creates it in a cluster"
-            + (f" {pipeline.ON_ITS_OWN}" if creator == pipeline.CONTROLLER_MANAGER else "")
         )
     if pods is not None and pods.warnings:  # under the pods line: the second review's, of its pods
         for w in pods.warnings:
@@ -712,7 +712,7 @@ def cmd_review(args: argparse.Namespace) -> int:
             made = context_for(item.request, settings, view, images)
             ctx = dataclasses.replace(made, namespace=item.namespace, limited=False)
         else:
-            user, groups = made_by = _made_by(item.obj, settings) or ("", ())
+            user, groups = made_by = _made_by(item.obj) or ("", ())
             ctx = Context(
                 settings=settings,
                 cluster=view,

@@ -20,7 +20,6 @@ from typing import Any, NamedTuple
 
 from webhook import PREFIX, budget
 from webhook.cluster import is_gpu_device
-from webhook.config import Settings
 from webhook.model import (
     BUILTIN_GROUPS,
     GPU_MEMORY_RESOURCE,
@@ -214,28 +213,17 @@ POD_CREATORS = {
     "Job": "job-controller",
 }
 """The service account of kube-system that creates the pods of each built-in owner kind: kube-controller-manager
-runs each controller as its own (``--use-service-account-credentials``, as kubeadm, k3s, GKE, EKS and AKS run it)."""
+runs each controller as its own (``--use-service-account-credentials``, as kubeadm, GKE, EKS and AKS run it)."""
 SERVICE_ACCOUNT_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated")
-CONTROLLER_MANAGER = "system:kube-controller-manager"
-"""kube-controller-manager's own user (its kubeconfig's client certificate, in no group but system:authenticated): every
-controller creates its pods as it where it runs without ``--use-service-account-credentials`` (k3s given
-``--kube-controller-manager-arg=use-service-account-credentials=false``, hand-made control planes)."""
-ON_ITS_OWN = "where kube-controller-manager runs without --use-service-account-credentials"
 
 
-def pod_creator(owner_kind: str, owner_group: str | None, settings: Settings) -> tuple[str, tuple[str, ...]] | None:
-    """The user and groups that the pods of a built-in controller of ``owner_kind`` (of API group ``owner_group``)
-    are created by (None for another owner): its service account of kube-system (``POD_CREATORS``); or, where
-    exemptions.users names kube-controller-manager's own user and not that account, that user, which the operator
-    exempted as the creator of the cluster's pods (found by a review: such pods were said to be reviewed)."""
+def pod_creator(owner_kind: str, owner_group: str | None) -> str | None:
+    """The user that the pods of a built-in controller of ``owner_kind`` (of API group ``owner_group``) are created
+    by, its service account of kube-system (``POD_CREATORS``); None for another owner."""
     controller = POD_CREATORS.get(owner_kind)
     if controller is None or owner_group not in BUILTIN_GROUPS.get(owner_kind, ()):
         return None
-    account = f"system:serviceaccount:kube-system:{controller}"
-    users = settings.exemptions.users
-    if CONTROLLER_MANAGER in users and account not in users:
-        return CONTROLLER_MANAGER, ("system:authenticated",)
-    return account, SERVICE_ACCOUNT_GROUPS
+    return f"system:serviceaccount:kube-system:{controller}"
 
 
 def pods_pass(view: PodView, ctx: Context) -> str:
@@ -248,14 +236,12 @@ def pods_pass(view: PodView, ctx: Context) -> str:
     if exempt := _exempt(made):
         return exempt
     exemptions = ctx.settings.exemptions
-    if made_by := pod_creator(view.owner_kind, view.owner_group, ctx.settings) if view.is_template else None:
-        creator, creators_groups = made_by
+    if controller := POD_CREATORS.get(view.owner_kind) if view.is_template else None:
+        creator = f"system:serviceaccount:kube-system:{controller}"
         # the setting to change first: a server warning is cut to a line (found by a review)
         if creator in exemptions.users:
-            return f"exemptions.users has {creator}, their creator" + (
-                f" {ON_ITS_OWN}" if creator == CONTROLLER_MANAGER else ""
-            )
-        if groups := sorted(set(creators_groups) & set(exemptions.groups)):
+            return f"exemptions.users has {creator}, their creator"
+        if groups := sorted(set(SERVICE_ACCOUNT_GROUPS) & set(exemptions.groups)):
             return f"exemptions.groups has {groups[0]}, a group of their creator {creator}"
     if _opts_out(view.metadata, ctx):
         return f"label {IGNORE_LABEL}=true on its pod template"
