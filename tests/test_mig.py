@@ -720,58 +720,27 @@ def test_the_asg_tag_warning_and_event_name_long_pools_whole() -> None:
     assert f"(pools {long}, {other}: {TAG})" in event.message
 
 
-_KARPENTER_MIXED = replace(_eks_mixed_pool("a100-kp"), node_selector={"karpenter.sh/nodepool": "a100-kp"})
-_EKS_CPU_NODE = {
-    "apiVersion": "v1",
-    "kind": "Node",
-    "metadata": {"name": "c", "labels": {"eks.amazonaws.com/nodegroup": "s"}},
-}
-
-
 @pytest.mark.parametrize(
-    ("obj", "converted"),
+    "obj",
     [
-        pytest.param(pod(container(limits={"nvidia.com/mig-3g.40gb": "1"})), False, id="mig-device"),
-        pytest.param(frac("0.4"), True, id="fraction"),
+        pytest.param(pod(container(limits={"nvidia.com/mig-3g.40gb": "1"})), id="mig-device"),
+        pytest.param(frac("0.4"), id="fraction"),
     ],
 )
-def test_a_karpenter_pool_at_zero_beside_an_eks_nodegroup_does_not_silence_the_asg_tag(
-    obj: dict[str, Any], converted: bool
-) -> None:
-    """An EKS nodegroup and a Karpenter NodePool at zero both declare the MIG device: Karpenter makes no node for a
-    pod asking nvidia.com/mig-3g.40gb (its instance types list nvidia.com/gpu, no MIG device), so the nodegroup is
-    the pod's only way to a node, and the pod was told nothing of the ASG tag it needs there (nor was its line kept
-    off the Karpenter pool)."""
-    answered = through_app(obj, [_EKS_CPU_NODE], settings([_eks_mixed_pool("a100-eks"), _KARPENTER_MIXED]))
+def test_no_asg_tag_is_asked_where_a_karpenter_pool_at_zero_offers_the_device_too(obj: dict[str, Any]) -> None:
+    """An EKS nodegroup and a Karpenter NodePool at zero both offer the MIG device: Karpenter needs no ASG tag and
+    gives the pod a node, and the pod was told, in a warning and a MIGUntagged Event, it stays Pending without the
+    tag on the nodegroup's Auto Scaling group."""
+    karpenter = replace(_eks_mixed_pool("a100-kp"), node_selector={"karpenter.sh/nodepool": "a100-kp"})
+    cpu = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "c", "labels": {"eks.amazonaws.com/nodegroup": "s"}},
+    }
+    answered = through_app(obj, [cpu], settings([_eks_mixed_pool("a100-eks"), karpenter]))
     assert resources_of(answered.object)["limits"] == {"nvidia.com/mig-3g.40gb": "1"}
-    untagged = [e.message for e in answered.events if e.reason == "MIGUntagged"]
-    assert len(untagged) == 1 and f"(pool a100-eks: {TAG})" in untagged[0] and "a100-kp" not in untagged[0]
-    if converted:  # its line names the pool it gets a node from
-        assert str(mig_annotation(answered.object)).endswith("(NVIDIA-A100-SXM4-80GB, pool a100-eks)")
-
-
-def test_a_mig_device_only_a_karpenter_pool_at_zero_offers_is_said_to_stay_pending() -> None:
-    """A pod asking nvidia.com/mig-3g.40gb that only a Karpenter NodePool at zero declares was told nothing, and
-    stayed Pending: Karpenter makes no node for a MIG device unless a NodeOverlay adds it."""
-    answered = through_app(
-        pod(container(limits={"nvidia.com/mig-3g.40gb": "1"})), [_EKS_CPU_NODE], settings([_KARPENTER_MIXED])
-    )
-    assert answered.warnings == [
-        "mig: trainer: pool a100-kp at zero: Karpenter makes no node for nvidia.com/mig-3g.40gb"
-    ]
-    (event,) = [e for e in answered.events if e.reason == "MIGUnoffered"]
-    assert "only pool a100-kp at zero offers, and Karpenter makes a node only for" in event.message
-    assert "NodeOverlay" in event.message and "stays Pending" in event.message
-
-
-def test_a_fraction_is_not_converted_for_a_mixed_karpenter_pool_at_zero() -> None:
-    """A fraction that only a mixed-strategy Karpenter NodePool at zero would cover was converted to
-    nvidia.com/mig-3g.40gb, which Karpenter makes no node for: the pod stayed Pending for good. It is refused, the
-    pool named with why and what to change."""
-    result = review(frac("0.4"), [_EKS_CPU_NODE], settings([_KARPENTER_MIXED]))
-    assert not result.allowed and result.reason == "MIGNoProfile"
-    assert "a100-kp (3g.40gb; at zero, and Karpenter makes no node for a MIG device)" in result.message
-    assert "NodeOverlay" in result.message
+    assert [w for w in answered.warnings if "ASG tag" in w] == []
+    assert [e.message for e in answered.events if e.reason == "MIGUntagged"] == []
 
 
 def test_single_strategy_pools_at_zero_under_different_pool_labels_are_not_pinned_by_gfd_product() -> None:

@@ -79,10 +79,6 @@ class Presets:
     mixed_pool_labels: frozenset[str] = frozenset()
     """Pool label keys whose pools may hold CPU and GPU instance types alike (a Karpenter NodePool:
     ``mixed_pools`` in providers.yaml): that such a pool has GPU nodes says nothing of one node."""
-    mig_unscaled: frozenset[str] = frozenset()
-    """Pool label keys whose pools at zero are never given a node for a pod asking ``nvidia.com/mig-<profile>``: the
-    node a Karpenter NodePool imagines has only the extended resources its provider lists, never a MIG device
-    (``mig_devices_at_zero: false`` in providers.yaml, with its sources)."""
     resource_tags: Mapping[str, str] = field(default_factory=dict)
     """Per pool label key, the prefix of the tag that gives Cluster Autoscaler's template node of such a group at zero
     an extended resource (EKS's ASG tag ``k8s.io/cluster-autoscaler/node-template/resources/<name>``:
@@ -227,9 +223,6 @@ def load_presets(
         frozenset((k, str(v)) for n in names for k, v in ((raw[n] or {}).get("gpu_label_values") or {}).items()),
         frozenset(k for n in names for k in (raw[n] or {}).get("gpu_count_labels", ())),
         frozenset(k for n in names if (raw[n] or {}).get("mixed_pools") for k in _own_pool_labels(raw[n])),
-        frozenset(
-            k for n in names if (raw[n] or {}).get("mig_devices_at_zero") is False for k in _own_pool_labels(raw[n])
-        ),
         {
             k: str(raw[n]["resource_tag"])
             for n in names

@@ -352,11 +352,8 @@ def _where_now(pod: PodView, ctx: Context) -> str:
 
 
 def _served(pod: PodView, ctx: Context) -> list[NodeGroup]:
-    """The groups where the pod, as it stands, can get every GPU device its containers ask: not, for a MIG device, a
-    pool at zero that is given no node for one (``_mig_unscaled``: a Karpenter NodePool)."""
-    trial = _trial(pod, [], None, None, ctx.cluster.extended_resource_toleration)
-    mig = any(k.startswith(MIG_RESOURCE_PREFIX) for k in requested_resources(trial))
-    return [c.group for c in _eligible(ctx, trial) if not (mig and _mig_unscaled(c.group, ctx))]
+    """The groups where the pod, as it stands, can get every GPU device its containers ask."""
+    return [c.group for c in _eligible(ctx, _trial(pod, [], None, None, ctx.cluster.extended_resource_toleration))]
 
 
 DAEMON_PENDING = "its pods on {pools} stay Pending"
@@ -758,21 +755,6 @@ def _made_from_pool(group: NodeGroup, steered: frozenset[str]) -> bool:
     return not group.nodes and not steered.isdisjoint(group.labels)
 
 
-def _mig_unscaled(group: NodeGroup, ctx: Context) -> bool:
-    """A pool at zero that is never given a node for a pod asking ``nvidia.com/mig-<profile>`` (a Karpenter NodePool:
-    ``Presets.mig_unscaled``, whose sources providers.yaml gives): the node Karpenter imagines for it has no MIG
-    device, unless a NodeOverlay adds one, which the webhook cannot see. Its mixed-strategy devices count as offered
-    only once it has nodes: a fraction was converted for it, and a pod told it needed no ASG tag beside it, stayed
-    Pending (a review of MIG)."""
-    return not group.nodes and not ctx.cluster.presets.mig_unscaled.isdisjoint(group.labels)
-
-
-NODE_OVERLAY = (
-    "a NodeOverlay (karpenter.sh/v1alpha1, behind Karpenter's NodeOverlay feature gate) that adds {device} to the"
-    " capacity of its instance types"
-)
-
-
 def _pin(
     good: Sequence[NodeGroup], bad: Sequence[NodeGroup], keys: Sequence[str], steered: frozenset[str] = frozenset()
 ) -> Pin | None:
@@ -880,8 +862,6 @@ def _choose(
             if option.profile not in group.mig_profiles or (option.by_pool and not _made_from_pool(group, steered)):
                 fenced += [group] if option.by_pool else []
                 continue
-            if option.strategy == "mixed" and _mig_unscaled(group, ctx):
-                continue  # no node comes for the device there (``_refusal`` names the pool)
             profile = _profile(req, group, option.profile)
             if profile is None:
                 continue
@@ -1169,8 +1149,11 @@ def _refusal(
         # Without its GPU request the trial lost the toleration ExtendedResourceToleration gave it: keep it.
         trial["tolerations"] = [*as_list(trial.get("tolerations")), GPU_TAINT_TOLERATION]
         # a MIG pool barred for the pod's whole GPUs is named below, not as a pool that offers no profile
-        gpus_reached = _eligible(ctx, trial)
-        gpus = [c for c in gpus_reached if id(c.group) not in barred_groups | short_groups and not c.group.mig_profiles]
+        gpus = [
+            c
+            for c in _eligible(ctx, trial)
+            if id(c.group) not in barred_groups | short_groups and not c.group.mig_profiles
+        ]
         if short:
             tail = "".join(
                 f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers' this pod would"
@@ -1180,8 +1163,8 @@ def _refusal(
         elif gpus:
             described = ", ".join(sorted({c.group.describe() for c in gpus})[:4])
             tail = f" Eligible GPU nodes offer no MIG profiles: {described}."
-        elif barred or any(c.group.mig_strategy == "mixed" and _mig_unscaled(c.group, ctx) for c in gpus_reached):
-            tail = ""  # named below: a pool barred for the pod's whole GPUs, a Karpenter NodePool at zero
+        elif barred:
+            tail = ""
         elif ctx.cluster.eligible(trial, gpu_only=True):
             # its placement rules reach GPU nodes: what its other requests ask keeps it off them, not those rules
             # (a pod with none was told its nodeSelector, node affinity and tolerations matched no GPU node: a
@@ -1252,11 +1235,6 @@ def _refusal(
         advice = (
             " Run the whole-GPU containers in a pod of their own, ask for a fraction in them too, or add"
             " mixed-strategy MIG nodes (whole GPUs and MIG devices side by side)."
-        )
-    elif elsewhere and all(g.mig_strategy == "mixed" and _mig_unscaled(g, ctx) for g in elsewhere):
-        advice = (
-            f" Add {NODE_OVERLAY.format(device='its MIG devices')}, give the pool the single strategy (its MIG"
-            f" devices as {GPU_RESOURCE}), or ask for a whole GPU ({GPU_RESOURCE}: 1)."
         )
     elif elsewhere and req.whole and all(_only_whole_gpus_keep_off(g, pod, ctx) for g in elsewhere):
         # no nodeSelector reaches them: their nodes offer no whole GPU for the pod's other containers (a review
@@ -1408,8 +1386,6 @@ def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
     keys = sorted(k for k, v in selector.items() if group.labels.get(k) != v)
     devices = _unoffered(group, pod)
     parts = []
-    if group.mig_strategy == "mixed" and _mig_unscaled(group, ctx):
-        parts.append("at zero, and Karpenter makes no node for a MIG device")
     if taints:
         hint = spot.tolerate_hint(taints, ctx)
         parts.append(f"untolerated taint{'s' if len(taints) > 1 else ''} {', '.join(map(str, taints[:3]))}{hint}")
@@ -1574,13 +1550,11 @@ def _untagged(resource: str, offering: Sequence[NodeGroup], ctx: Context) -> lis
     """Where only pools at zero offer ``resource`` (``nvidia.com/mig-<profile>``), per tag key, the tags to set on
     those whose Cluster Autoscaler template node has only the extended resources their tags name (EKS's ASG:
     ``Presets.resource_tags``), each with its pools: the resource's tag, valued the devices one node gives (the
-    Cluster Autoscaler AWS README: the tag's value is the amount). None where a pool offering it needs no tag and
-    gives the pod a node (a GKE pool at zero beside the EKS nodegroup); a Karpenter NodePool at zero is none
-    (``_mig_unscaled``): beside it the tag is said all the same (its silence left the pod Pending: a review of
-    MIG)."""
+    Cluster Autoscaler AWS README: the tag's value is the amount). None where a pool offering it needs no tag (a
+    Karpenter NodePool at zero beside the EKS nodegroup): the pod gets a node there, and it was told it stays
+    Pending (a review of MIG)."""
     profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
     tagged = ctx.cluster.presets.resource_tags.keys()
-    offering = [g for g in offering if not _mig_unscaled(g, ctx)]  # no tag makes Karpenter give the pod a node
     if profile == resource or not offering or any(g.nodes or tagged.isdisjoint(g.labels) for g in offering):
         return []
     out: list[list[tuple[str, list[NodeGroup]]]] = []
@@ -2145,11 +2119,7 @@ def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str
         for what, wanted, selector in asks:
             offering = [g for g in groups if offers(g, wanted) and (selector is None or _labelled(g, selector))]
             reached = {id(c.group) for c in ctx.cluster.eligible(rules, resources=wanted, gpu_only=True)}
-            reachable = [g for g in offering if id(g) in reached]
-            if selector is None and reachable and all(_mig_unscaled(g, ctx) for g in reachable):
-                _say_unscaled(out, name, what, reachable)
-                continue
-            if reachable:
+            if reachable := [g for g in offering if id(g) in reached]:
                 if selector is None:
                     _say_untagged(out, name, what, reachable, ctx)
                 continue
@@ -2160,21 +2130,6 @@ def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str
             _check_by_pool(pod, ctx, out, name, line, rules)
         elif given and (declared := _declared_profiles(ctx, line)) is not None and (up := _reached_now(pod, ctx)):
             _say_unchecked(out, name, line, declared, up)
-
-
-def _say_unscaled(out: Outcome, name: str, what: str, pools: Sequence[NodeGroup]) -> None:
-    """``_warn_unoffered``'s words where only pools at zero that are never given a node for a MIG device offer the
-    one the pod asks (Karpenter NodePools: ``_mig_unscaled``): it stays Pending, and was told nothing."""
-    offer = "offers" if len({g.pool for g in pools}) == 1 else "offer"
-    out.warn(_pool_warning(f"mig: {name}: ", pools, f" at zero: Karpenter makes no node for {what}", name))
-    out.event(
-        "MIGUnoffered",
-        f"container {name} asks for {what}, which only {_pools(pools)} at zero {offer}, and Karpenter makes a node"
-        f" only for the resources its instance types list ({GPU_RESOURCE}, not MIG devices): the pod stays Pending."
-        f" Add {NODE_OVERLAY.format(device=what)}, ask for a whole GPU ({GPU_RESOURCE}: 1), or give the pool the"
-        " single strategy (its MIG devices as nvidia.com/gpu).",
-        "Warning",
-    )
 
 
 def _say_unchecked(out: Outcome, name: str, line: Line, declared: set[str], up: Sequence[NodeGroup]) -> None:
