@@ -546,7 +546,7 @@ def test_a_never_pod_whose_own_gate_is_taken_away_is_told_of_its_own_nodeselecto
     assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngatedPending", answer
     message = answer["status"]["message"]
     assert "(example.com/hold, by alice)" in message, message
-    assert "Its nodeSelector as created sends it there: delete it and recreate it without that" in message
+    assert "where the pod was created with it, delete it and recreate it without that nodeSelector;" in message
     assert "ResourceFlavor" not in message and "Kueue" not in message, message
 
 
@@ -585,7 +585,7 @@ def test_a_never_pod_steered_by_a_cuda_range_and_ungated_onto_spot_alone_is_refu
     ("ungating", "advice"),
     [
         pytest.param({POOL: "l4-spot"}, "Have what takes its gate away choose on-demand nodes. Delete", id="placed"),
-        pytest.param({}, "were not known as spot). Delete and recreate it", id="as-created"),
+        pytest.param({}, "delete it and recreate it without that nodeSelector (the webhook", id="as-created"),
     ],
 )
 def test_a_never_pod_whose_own_gate_is_taken_away_onto_spot_gets_no_word_of_kueue(
@@ -625,3 +625,62 @@ def test_a_never_pod_whose_own_gate_is_taken_away_onto_spot_it_is_kept_off_gets_
     message = answer["status"]["message"]
     assert "Have what takes its gate away choose on-demand nodes. Or delete it" in message, message
     assert "flavor" not in message.lower() and "Kueue" not in message, message
+
+
+def test_a_never_pod_whose_nodeselector_chose_spot_before_its_ungating_is_told_to_recreate_it_without_that() -> None:
+    """Found by a review of the spot policy: a pod created under another mode with a nodeSelector and toleration of
+    its own on a spot pool, its own gate taken away with nothing changed under never, was told to delete and
+    recreate it; recreated as it was, the webhook's NotIn and its nodeSelector never both hold, and its ungating was
+    refused again (SpotNeverUngatedPending). Recreated without that nodeSelector, it runs on demand."""
+    off = create_app(Settings(), cluster=StaticCluster(build_view(spot_nodes(), Settings())))
+    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    pod = gated_pod()
+    pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+    pod["spec"]["tolerations"] = [GKE_SPOT_TOLERATION]
+    own = copy.deepcopy(pod)
+    own["spec"]["nodeSelector"] = {POOL: "l4-spot"}
+    stored = created_through(off, own)
+    answer = update(app, "/validate", kueue_admits(stored, {}), stored, userInfo={"username": "alice"})
+    assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngated", answer
+    assert "recreate it without that nodeSelector (the webhook keeps it off spot)" in answer["status"]["message"]
+    as_it_was = created_through(app, own)
+    answer = update(app, "/validate", kueue_admits(as_it_was, {}), as_it_was, userInfo={"username": "alice"})
+    assert answer["status"]["reason"] == "SpotNeverUngatedPending", "recreated as it was: refused again"
+    without = created_through(app, pod)
+    answer = update(app, "/validate", kueue_admits(without, {}), without, userInfo={"username": "alice"})
+    assert answer["allowed"] is True, answer
+
+
+def kueue_then_another(app: Any, stored: dict[str, Any]) -> dict[str, Any]:
+    """Kueue takes its gate away first, writing its spot flavor's node label and toleration (another gate left, the
+    update is not reviewed), then a controller of its own takes the last gate away with nothing else changed."""
+    admitted = kueue_admits(stored, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION)
+    admitted["spec"]["schedulingGates"] = [{"name": "example.com/data-ready"}]
+    assert update(app, "/validate", admitted, stored)["allowed"] is True
+    last = copy.deepcopy(admitted)
+    del last["spec"]["schedulingGates"]
+    return update(app, "/validate", last, admitted, userInfo={"username": "system:serviceaccount:data:ready"})
+
+
+@pytest.mark.parametrize(
+    ("at_create", "reason"),
+    [(Settings(), "SpotNeverUngated"), (NEVER, "SpotNeverUngatedPending")],
+    ids=["created-under-another-mode", "created-under-never"],
+)
+def test_a_never_pod_kueue_put_on_spot_before_another_gate_went_is_told_of_an_on_demand_flavor(
+    at_create: Settings, reason: str
+) -> None:
+    """Found by a review of the spot policy: a Kueue pod (its queue-name label) with a gate of another controller
+    besides Kueue's; Kueue admitted it to a spot flavor first, and the other gate went last, its placement left as
+    it was. It was told its nodeSelector was its own as created (recreated, Kueue put it on the spot flavor again),
+    or only to recreate it: the advice names an on-demand flavor whatever update took the last gate away, and does
+    not claim the nodeSelector was its own."""
+    pod = gated_pod()
+    pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "user-queue"}
+    pod["spec"]["schedulingGates"] = [{"name": GATE}, {"name": "example.com/data-ready"}]
+    stored = created_through(create_app(at_create, cluster=StaticCluster(build_view(spot_nodes(), at_create))), pod)
+    answer = kueue_then_another(create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER))), stored)
+    assert answer["allowed"] is False and answer["status"]["reason"] == reason, answer
+    message = answer["status"]["message"]
+    assert "as created or as set while it was gated: have Kueue admit it to a ResourceFlavor of on-demand" in message
+    assert "as created sends" not in message and pipeline.KUEUE_ADVICE not in message, message

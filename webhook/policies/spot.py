@@ -1399,9 +1399,7 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
             "SpotNeverUngated",
             f"pod {pod.namespace}/{pod.name} is under spot never ({why}), yet its nodeSelector, affinity and "
             f"tolerations now let it run on {spot}: what the webhook wrote at its create does not keep it off them "
-            f"(its spot mode was another then, or they were not known as spot). {_on_demand(pod, ctx)}Delete and "
-            f"recreate it (the webhook keeps it off spot), or annotate the pod {PREFIX}{REQUEST}: tolerate to let it "
-            f"run on spot.",
+            f"(its spot mode was another then, or they were not known as spot). {_advice(pod, ctx, pending=False)}",
             f"spot never: ungated onto {spot}",
         )
         return
@@ -1420,19 +1418,12 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
     unnarrow(freed, [*notins, *([e] for e in steered(pod.spec, ctx))], keep=_before(pod, notins))
     if not (spot := _spot_reached(freed.spec, pod, ctx)):
         return
-    # the advice for what chose the place: what took its gate away (``_on_demand``), or the pod's own nodeSelector as
-    # created (a gate of the user's own, taken away with nothing changed, was told of Kueue's flavors: a review)
-    if _placed_by_ungating(pod, ctx, "nodeSelector"):
-        advice = f"{_on_demand(pod, ctx)}Or delete it and recreate it annotated"
-    else:
-        advice = "Its nodeSelector as created sends it there: delete it and recreate it without that, or annotated"
     out.deny(
         "spot",
         "SpotNeverUngatedPending",
         f"pod {pod.namespace}/{pod.name} is under spot never ({why}): the required node affinity the webhook wrote "
         f"at its create keeps it off spot capacity, yet its nodeSelector now sends it to {spot} alone: it would stay "
-        f"Pending for good. {advice} {PREFIX}{REQUEST}: tolerate to let it run on spot (a pod's affinity cannot "
-        f"change once created).",
+        f"Pending for good. {_advice(pod, ctx, pending=True)}",
         f"spot never: ungated onto {spot}, which its affinity keeps it off",
     )
 
@@ -1450,22 +1441,47 @@ def _placed_by_ungating(pod: PodView, ctx: Context, *fields: str) -> bool:
     return any(old.get(f) != pod.spec.get(f) for f in fields or PLACEMENT)
 
 
-def _on_demand(pod: PodView, ctx: Context) -> str:
-    """The advice's sentence that has what placed a never pod on spot capacity at its ungating choose on-demand nodes
-    instead, after who took its gate away: Kueue (a gate, label or annotation of Kueue's on the pod), with its
-    ResourceFlavor; else whatever did (a user, another controller), with no word of Kueue: a pod whose own gate was
-    taken away by a user was told of Kueue's flavors (found by a review). '' where the update left its placement as it
-    was (what it had at its create sends it there)."""
-    if not _placed_by_ungating(pod, ctx):
-        return ""
+def _kueue(pod: PodView, ctx: Context) -> bool:
+    """Whether Kueue queues the pod: a gate, label or annotation of Kueue's on it (its gate in the old object's, where
+    this update takes it away), whichever update took its last gate away (Kueue's may go before another's, and its
+    flavor's nodeSelector with it: found by a review)."""
     old = as_dict(as_dict(ctx.old_object).get("spec"))
     names = [as_str(as_dict(g).get("name")) for g in as_list(old.get("schedulingGates"))]
-    if any(k.startswith(KUEUE) for k in [*names, *pod.labels, *pod.annotations]):
+    return any(k.startswith(KUEUE) for k in [*names, *pod.labels, *pod.annotations])
+
+
+FLAVOR = "have Kueue admit it to a ResourceFlavor of on-demand nodes only, in a ClusterQueue whose flavors are not spot"
+
+
+def _advice(pod: PodView, ctx: Context, pending: bool) -> str:
+    """What to change, for a never pod its ungating sends onto spot capacity (``pending``: SpotNeverUngatedPending,
+    whose affinity off spot capacity keeps it Pending there), after what chose the place. A nodeSelector that chooses
+    spot capacity and that this update left as it was is the pod's as created or was written while it was gated (by
+    Kueue, or what took an earlier gate away), which the update does not tell: both are said, and to recreate it
+    without that nodeSelector (recreated as it was, it was refused again: found by a review). Else what took its gate
+    away placed it: Kueue (``_kueue``) with its ResourceFlavor, or whatever did (a user, another controller), with no
+    word of Kueue (a pod whose own gate a user took away was told of Kueue's flavors: a review)."""
+    tolerate = f"{PREFIX}{REQUEST}: tolerate to let it run on spot"
+    if pending:
+        tolerate = f"delete it and recreate it annotated {tolerate} (a pod's affinity cannot change once created)."
+    else:
+        tolerate = f"annotate the pod {tolerate}."
+    if not _placed_by_ungating(pod, ctx, "nodeSelector") and _chooses_spot(pod.spec, ctx):
+        by = FLAVOR if _kueue(pod, ctx) else "have what set it choose on-demand nodes"
+        recreate = "recreate it without that nodeSelector" + ("" if pending else " (the webhook keeps it off spot)")
         return (
-            "Have Kueue admit it to a ResourceFlavor of on-demand nodes only, in a ClusterQueue whose flavors are not "
-            "spot. "
+            f"Taking its last gate away left its nodeSelector as it was, as created or as set while it was gated: "
+            f"{by}, or, where the pod was created with it, delete it and {recreate}; or {tolerate}"
         )
-    return "Have what takes its gate away choose on-demand nodes. "
+    if _kueue(pod, ctx):
+        by = f"{FLAVOR[0].upper()}{FLAVOR[1:]}. "
+    elif _placed_by_ungating(pod, ctx):
+        by = "Have what takes its gate away choose on-demand nodes. "
+    else:  # what it had at its create, or was given while it was gated, lets it there: the NotIn keeps it off
+        by = ""
+    if pending:
+        return f"{by}Or {tolerate}"
+    return f"{by}Delete and recreate it (the webhook keeps it off spot), or {tolerate}"
 
 
 def _before(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> frozenset[object]:
