@@ -684,3 +684,24 @@ def test_a_never_pod_kueue_put_on_spot_before_another_gate_went_is_told_of_an_on
     message = answer["status"]["message"]
     assert "as created or as set while it was gated: have Kueue admit it to a ResourceFlavor of on-demand" in message
     assert "as created sends" not in message and pipeline.KUEUE_ADVICE not in message, message
+
+
+@pytest.mark.parametrize("cuda_refused", [False, True], ids=["spot-alone", "spot-and-cuda"])
+def test_kueues_ungating_onto_spot_gets_the_advice_on_the_cuda_steering_only_where_its_cuda_is_refused(
+    cuda_refused: bool,
+) -> None:
+    """Found by a review of the spot policy: every refusal of an update that took Kueue's gate away ended with the
+    advice for the CUDA steering (give the flavors the labels the webhook steers on), a spot refusal too, beside the
+    point and against its own advice of an on-demand flavor. Only a CUDA refusal (here beside the spot one, the spot
+    pool's driver 535) gets it."""
+    settings = dataclasses.replace(NEVER, cuda=CudaSettings(mode="enforce"))
+    cluster_nodes = spot_nodes()
+    if cuda_refused:
+        cluster_nodes[1]["metadata"]["labels"].update(nodes()[1]["metadata"]["labels"] | {POOL: "l4-spot"})
+    app = create_app(settings, cluster=StaticCluster(build_view(cluster_nodes, settings)))
+    stored = created_through(app, gated_pod())
+    answer = update(app, "/validate", kueue_admits(stored, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION), stored)
+    assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngatedPending", answer
+    message = answer["status"]["message"]
+    assert "ResourceFlavor of on-demand nodes only" in message, message
+    assert ("needs CUDA 12.8" in message) is cuda_refused and (pipeline.KUEUE_ADVICE in message) is cuda_refused

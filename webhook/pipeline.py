@@ -418,7 +418,7 @@ KUEUE_ADVICE = (
     "all it matches the pod's nodeSelector and affinity with: give the flavors the labels the webhook steers on "
     "(README, 'Kueue and scheduling gates'), or keep the workload's queue off these nodes."
 )
-KUEUE_GATES = "kueue.x-k8s.io/"
+"""Said after a CUDA refusal of Kueue's ungating; not after a spot one, whose advice names an on-demand flavor."""
 
 
 def _ungate_refusal(result: Result, gone: Sequence[str], ctx: Context) -> None:
@@ -426,7 +426,8 @@ def _ungate_refusal(result: Result, gone: Sequence[str], ctx: Context) -> None:
     only logs the refusal, and the pod stays gated)."""
     by = f", by {ctx.username}" if ctx.username else ""
     message = UNGATED.format(gates=escaped(", ".join(gone)), by=escaped(by), message=result.message)
-    if any(g.startswith(KUEUE_GATES) for g in gone):
+    kueue = any(g.startswith(spot.KUEUE) for g in gone)
+    if kueue and any(d.policy == cuda.POLICY and _mode(d.policy, ctx) == "enforce" for d in result.outcome.denials):
         message = f"{message}\n{KUEUE_ADVICE}"
     result.message = clipped(message, MESSAGE_LIMIT)
     result.audit["reason"] = result.message
