@@ -1911,7 +1911,8 @@ def test_a_pod_of_another_owner_is_reviewed_as_written(
 def test_a_pod_asking_a_whole_gpu_and_a_gpu_memory_size_left_unconverted_is_told_to_drop_the_size(
     tmp_path: Path, settings: dict[str, Any], namespace: str, why: str
 ) -> None:
-    """It was told to "ask a whole nvidia.com/gpu", which it asks already: what to change is the memory size."""
+    """It was told to "ask a whole nvidia.com/gpu", which it asks already: what to change is the memory size; and to
+    "let it be reviewed", where a review refuses it (a fraction or a memory size, not both)."""
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(settings))
     pod = _pod(CUDA124, {"nvidia.com/gpu": "1", "gpu-admission.io/gpu-memory": "20Gi"})
@@ -1923,7 +1924,9 @@ def test_a_pod_asking_a_whole_gpu_and_a_gpu_memory_size_left_unconverted_is_told
         " nvidia.com/mig-<profile>: 1 for both; "
     )
     assert said in run.stdout and why in run.stdout, run.stdout
-    assert "a whole nvidia.com/gpu" not in run.stdout, run.stdout
+    assert "a whole nvidia.com/gpu" not in run.stdout and "be reviewed" not in run.stdout, run.stdout
+    reviewed = cli("review", "-f", path, "--nodes", str(NODES), "--namespace", namespace)
+    assert reviewed.stdout.startswith("DENIED\n") and "not both" in reviewed.stdout, reviewed.stdout
 
 
 def _deployments_replica_set(limits: dict[str, str]) -> dict[str, Any]:

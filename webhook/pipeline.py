@@ -304,9 +304,11 @@ def left_unconverted(view: PodView, why: str, ctx: Context, reviewed: bool) -> U
         asks = _gpu_asks(container)
         if (asked := asks.get(GPU_MEMORY_RESOURCE)) is None:
             continue
-        # one that asks a GPU device too is told to drop the size, not to ask the GPU it asks (found by a review)
+        # one that asks a GPU device too is told to drop the size, not to ask the GPU it asks (found by a review);
+        # not to let it be reviewed, as a review refuses a device and a size in one container
         device = next((f"{k} {v}" for k, v in asks.items() if k != GPU_MEMORY_RESOURCE), None)
-        what = f"drop it, as it asks {device} too, or ask nvidia.com/mig-<profile>: 1 for both; {reason}"
+        then = f"{passes} untouched ({why})" if why else MIG_OFF
+        what = f"drop it, as it asks {device} too, or ask nvidia.com/mig-<profile>: 1 for both; {then}"
         pending.append(
             f"{container.get('name')}: {pods} {stay} Pending, gpu-memory {asked} unconverted:"
             f" {what if device else advice}; no node offers {GPU_MEMORY_RESOURCE}"
