@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from webhook import PREFIX, budget
-from webhook.cluster import is_gpu_device
+from webhook.cluster import GPU_RESOURCE, is_gpu_device
 from webhook.model import (
     BUILTIN_GROUPS,
     GPU_MEMORY_RESOURCE,
@@ -305,13 +305,17 @@ def left_unconverted(view: PodView, why: str, ctx: Context, reviewed: bool) -> U
         if (asked := asks.get(GPU_MEMORY_RESOURCE)) is None:
             continue
         # one that asks a GPU device too is told to drop the size, not to ask the GPU it asks (found by a review);
-        # not to let it be reviewed, as a review refuses a device and a size in one container
-        device = next((f"{k} {v}" for k, v in asks.items() if k != GPU_MEMORY_RESOURCE), None)
-        then = f"{passes} untouched ({why})" if why else MIG_OFF
-        what = f"drop it, as it asks {device} too, or ask nvidia.com/mig-<profile>: 1 for both; {then}"
+        # not to let it be reviewed, as a review refuses a device and a size in one container; a MIG device for both
+        # only in place of one whole GPU (not of a MIG device it asks, nor of two GPUs)
+        what = advice
+        if (device := next(((k, v) for k, v in asks.items() if k != GPU_MEMORY_RESOURCE), None)) is not None:
+            one_gpu = device[0] == GPU_RESOURCE and _is_1(device[1])
+            both = ", or ask nvidia.com/mig-<profile>: 1 for both" if one_gpu else ""
+            then = f"{passes} untouched ({why})" if why else MIG_OFF
+            what = f"drop it, as it asks {device[0]} {device[1]} too{both}; {then}"
         pending.append(
-            f"{container.get('name')}: {pods} {stay} Pending, gpu-memory {asked} unconverted:"
-            f" {what if device else advice}; no node offers {GPU_MEMORY_RESOURCE}"
+            f"{container.get('name')}: {pods} {stay} Pending, gpu-memory {asked} unconverted: {what}; no node offers"
+            f" {GPU_MEMORY_RESOURCE}"
         )
     no_gpu = []
     target = view.fraction_container()
@@ -352,6 +356,14 @@ def _gpu_asks(container: JSON) -> dict[str, Any]:
     resources = as_dict(container.get("resources"))
     asks = {**as_dict(resources.get("requests")), **as_dict(resources.get("limits"))}
     return {k: v for k, v in asks.items() if k == GPU_MEMORY_RESOURCE or (is_gpu_device(str(k)) and _above_0(v))}
+
+
+def _is_1(value: object) -> bool:
+    """A quantity of exactly 1; one that does not read is not."""
+    try:
+        return parse_quantity(value) == 1
+    except (ValueError, ArithmeticError):
+        return False
 
 
 def _above_0(value: object) -> bool:
