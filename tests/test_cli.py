@@ -1994,6 +1994,15 @@ PASSED_RS = "the webhook passes the ReplicaSet itself over (a Deployment's Repli
             " writes); ",
             id="fraction-left",
         ),
+        pytest.param(
+            {"nvidia.com/gpu": "0.5"},
+            {"mig": {"enabled": False}},
+            1,
+            "DENIED by the API server\n- container main: nvidia.com/gpu 0.5: the API server refuses the ReplicaSet, as"
+            " an extended resource must be a whole number (the webhook passes over a Deployment's ReplicaSet, and MIG"
+            " conversion is off here (mig.enabled: false)); ask for a whole number of GPUs or a MIG device",
+            id="fraction-left-mig-off",
+        ),
     ],
 )
 def test_a_deployments_replica_set_is_said_one_thing_a_line(
@@ -2001,7 +2010,8 @@ def test_a_deployments_replica_set_is_said_one_thing_a_line(
 ) -> None:
     """Its verdict said "its pods are reviewed as they are created" and then that they pass untouched; or that its
     template was reviewed at the Deployment, of a fraction left in it; it was told to ask a whole GPU where the
-    Deployment was told to ask a fraction; and its pods were said to be reviewed twice over."""
+    Deployment was told to ask a fraction; and its pods were said to be reviewed twice over. With MIG off, a fraction
+    left in it was said to be converted in the Deployment's template, which is admitted unconverted too."""
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(settings))
     path = _manifest(tmp_path, _deployments_replica_set(limits))

@@ -534,7 +534,9 @@ def _api_refusals(item: _Item, result: pipeline.Result, ctx: Context) -> list[st
     view = pipeline.pod_view(result.object, item.namespace, writable=False) if result.allowed else None
     if view is None:
         return []
-    if result.skipped == pipeline.DEPLOYMENTS_REPLICASET:  # not "its template is reviewed", of one left unconverted
+    if result.skipped == pipeline.DEPLOYMENTS_REPLICASET and not ctx.settings.mig.enabled:  # nothing is converted
+        who = f"the webhook passes over a Deployment's ReplicaSet, and {pipeline.MIG_OFF}"
+    elif result.skipped == pipeline.DEPLOYMENTS_REPLICASET:  # not "its template is reviewed", of one left unconverted
         who = "the webhook passes over a Deployment's ReplicaSet: it converts the Deployment's template, which the"
         who += " Deployment controller copies into the ReplicaSets it writes"
     elif result.skipped:
