@@ -3384,6 +3384,7 @@ def _azure_amd_node(gpus: dict[str, str]) -> dict[str, Any]:
     """A node Karpenter on Azure made of an AMD GPU SKU, offering ``gpus`` besides its CPUs."""
     labels = {
         "karpenter.sh/nodepool": "default",
+        "kubernetes.azure.com/agentpool": "default",  # an AKS node's, which shows the cluster as AKS
         "karpenter.azure.com/sku-gpu-count": "8",
         "karpenter.azure.com/sku-gpu-manufacturer": "amd",
     }
@@ -3402,14 +3403,19 @@ def _azure_amd_node(gpus: dict[str, str]) -> dict[str, Any]:
         pytest.param(_azure_amd_node({}), id="amd-node-joining"),
     ],
 )
-def test_a_daemonset_pod_on_a_node_not_known_to_be_a_cpu_node_is_not_told_its_node_has_no_gpu(node):
+@pytest.mark.parametrize("providers", [["all"], ["aks"]])
+def test_a_daemonset_pod_on_a_node_not_known_to_be_a_cpu_node_is_not_told_its_node_has_no_gpu(node, providers):
     """A DaemonSet's pod made for a GPU node that has just joined (no GFD label nor GPU allocatable yet, and no label
     of its provider says it has GPUs), or for an AMD node, was told its node has no GPU and to keep the DaemonSet off
-    nodes without GPUs. It is told that no NVIDIA GPU device is seen there, and the layout advice."""
+    nodes without GPUs. It is told that no NVIDIA GPU device is seen there, and the layout advice. Whatever the
+    providers named: an AKS cluster that named aks alone read no karpenter.azure.com/sku-gpu-count, and took an AMD
+    node of its node auto-provisioning, joining, for a CPU node (found by a review)."""
+    s = settings()
+    s = replace(s, cluster=replace(s.cluster, providers=providers))
     gpu = mixed_node("gpu-1", A100_80, {"1g.10gb": 56}, "a100", 81920)
     nodes = [gpu, {"apiVersion": "v1", "kind": "Node", **node}]
-    live = through_app(workload("DaemonSet", frac("0.1")), nodes).object
-    (event,) = [e for e in through_app(_daemon_pod_of(live, "n2"), nodes).events if e.reason == "MIGUnoffered"]
+    live = through_app(workload("DaemonSet", frac("0.1")), nodes, s).object
+    (event,) = [e for e in through_app(_daemon_pod_of(live, "n2"), nodes, s).events if e.reason == "MIGUnoffered"]
     assert event.message.endswith(
         "Its DaemonSet's template asks this one device of every node it selects, and no NVIDIA GPU device is seen on"
         " this pod's node: where it has NVIDIA GPUs, give its node's pool a MIG layout that offers it; else keep the"

@@ -75,7 +75,9 @@ class Presets:
     gpu_count_labels: frozenset[str] = frozenset()
     """Label keys a provider gives every node, whose value is how many GPUs of any maker its instance type has ("0"
     on a CPU type: Karpenter on Azure's ``karpenter.azure.com/sku-gpu-count``; ``gpu_count_labels`` in
-    providers.yaml)."""
+    providers.yaml). Every provider's, whatever ``cluster.providers`` names: such a label means the same on any
+    cluster, and an AKS cluster that named aks alone took an AMD node of its node auto-provisioning, its device
+    plugin not up yet, for a CPU node (found by a review)."""
     mixed_pool_labels: frozenset[str] = frozenset()
     """Pool label keys whose pools may hold CPU and GPU instance types alike (a Karpenter NodePool:
     ``mixed_pools`` in providers.yaml): that such a pool has GPU nodes says nothing of one node."""
@@ -221,7 +223,7 @@ def load_presets(
         },
         frozenset(k for n in names for k in _gpu_label_keys(raw[n] or {})),
         frozenset((k, str(v)) for n in names for k, v in ((raw[n] or {}).get("gpu_label_values") or {}).items()),
-        frozenset(k for n in names for k in (raw[n] or {}).get("gpu_count_labels", ())),
+        frozenset(k for entry in raw.values() for k in (entry or {}).get("gpu_count_labels", ())),
         frozenset(k for n in names if (raw[n] or {}).get("mixed_pools") for k in _own_pool_labels(raw[n])),
         {
             k: str(raw[n]["resource_tag"])
