@@ -825,6 +825,18 @@ def test_pools_at_zero_under_different_labels_are_pinned_to_the_one_that_serves_
     assert answered.object["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": "a100-kp"}
 
 
+def _one_nodepool_pools() -> list[PoolSettings]:
+    """Two single-strategy pools of one Karpenter NodePool at zero, told apart by instance type alone."""
+    kp, it = "karpenter.sh/nodepool", "node.kubernetes.io/instance-type"
+    return [
+        replace(_single_pool(name, kp, profiles), node_selector={kp: "gpu", it: instance})
+        for name, instance, profiles in (
+            ("a100-kp", "p4d.24xlarge", {"3g.40gb": 16}),
+            ("small-kp", "p4de.24xlarge", {"1g.10gb": 56}),
+        )
+    ]
+
+
 def test_pools_at_zero_that_no_label_pins_off_a_group_to_avoid_are_named_in_the_refusal() -> None:
     """Two pools of one Karpenter NodePool at zero, told apart by instance type alone: a100-kp offers 3g.40gb,
     small-kp only 1g.10gb. Every label the webhook pins by names both, and the pod was refused saying no eligible
@@ -832,13 +844,7 @@ def test_pools_at_zero_that_no_label_pins_off_a_group_to_avoid_are_named_in_the_
     the 3g.40gb that holds it). It is told which pool offers it, why the pod cannot be pinned there, and what to
     change; the nodeSelector it is told of converts it."""
     kp, it = "karpenter.sh/nodepool", "node.kubernetes.io/instance-type"
-    pools = [
-        replace(_single_pool(name, kp, profiles), node_selector={kp: "gpu", it: instance})
-        for name, instance, profiles in (
-            ("a100-kp", "p4d.24xlarge", {"3g.40gb": 16}),
-            ("small-kp", "p4de.24xlarge", {"1g.10gb": 56}),
-        )
-    ]
+    pools = _one_nodepool_pools()
     result = review(frac("0.4"), [_EKS_CPU], settings(pools))
     assert not result.allowed and result.reason == "MIGNoProfile"
     assert "no eligible node offers" not in result.message
@@ -856,6 +862,24 @@ def test_pools_at_zero_that_no_label_pins_off_a_group_to_avoid_are_named_in_the_
     )
     assert resources_of(answered.object)["limits"] == {GPU: "1"}
     assert "MIG 3g.40gb" in str(mig_annotation(answered.object))
+
+
+@pytest.mark.parametrize("fallback", ["deny", "whole"])
+@pytest.mark.parametrize("ask", [frac("0.4"), memreq("30Gi")], ids=["fraction", "memory"])
+def test_pools_at_zero_that_no_label_pins_offering_no_whole_gpu_are_not_told_to_ask_for_one(
+    ask: dict[str, Any], fallback: str
+) -> None:
+    """The refusal where no label pins the pod to the pool that offers its profile told it to ask for a whole GPU
+    (nvidia.com/gpu: 1), though every pool it reaches gives its GPUs as MIG devices (single strategy): asked so, it
+    got a MIG slice, 1g.10gb of small-kp as likely as not (a review of MIG). The advice is left out."""
+    result = review(ask, [_EKS_CPU], settings(_one_nodepool_pools(), fallback=fallback))
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert "pool a100-kp offers MIG 3g.40gb, which covers it, but the pod cannot be pinned to it" in result.message
+    assert (
+        "Give that pool a pool label of its own (a NodePool or node group of its own), or add to the pod a"
+        " nodeSelector that only its nodes match (node.kubernetes.io/instance-type, say)." in result.message
+    )
+    assert "whole GPU" not in result.message
 
 
 def test_the_whole_fallback_for_pools_at_zero_under_different_labels_pins_one_label() -> None:

@@ -1123,7 +1123,7 @@ def _refusal(
     ctx = req.ctx
     coverage = ctx.settings.mig.coverage
     if unpinned:
-        return _unpinned_refusal(req, ask, *unpinned[0])
+        return _unpinned_refusal(req, ask, *unpinned[0], whole=_whole_gpu_covers(req, pod, pending, ask))
     if ask.kind == "fraction":
         rule = {"memory": "memory share", "compute": "compute share", "both": "memory and compute shares"}[coverage]
         wanted = f"a MIG profile whose {rule} is at least {_plain(ask.amount)}"
@@ -1279,10 +1279,26 @@ def _refusal(
     return head + tail + advice
 
 
-def _unpinned_refusal(req: _Request, ask: Ask, good: Sequence[Placement], bad: Sequence[NodeGroup]) -> str:
+def _whole_gpu_covers(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> bool:
+    """Whether a whole ``nvidia.com/gpu: 1`` in the ask's stead gets a whole GPU that covers it wherever the pod can
+    land: some pool it reaches offers one, and none it reaches gives a MIG device as nvidia.com/gpu (single
+    strategy, GKE) or a GPU of less memory than asked (left unpinned, such an ask lands on any of them)."""
+    option = Option("whole", "", GPU_RESOURCE)
+    groups = [
+        c.group
+        for c in _eligible(req.ctx, _trial(pod, pending, ask, option, req.ctx.cluster.extended_resource_toleration))
+    ]
+    if not groups or any(g.mig_strategy not in ("none", "mixed") for g in groups):
+        return False
+    return ask.kind != "memory" or all(g.gpu_memory_mib * MIB >= ask.amount for g in groups)
+
+
+def _unpinned_refusal(req: _Request, ask: Ask, good: Sequence[Placement], bad: Sequence[NodeGroup], whole: bool) -> str:
     """``_refusal``'s words where pools offer a profile that covers the ask but no label pins the pod to them off
     the groups it must avoid (every pool label of the pools at zero names one of those too: two pools of one
-    Karpenter NodePool): the pod was told no eligible node offers a profile that covers it (a review of MIG)."""
+    Karpenter NodePool): the pod was told no eligible node offers a profile that covers it (a review of MIG).
+    ``whole``: a whole GPU covers it wherever the pod lands (``_whole_gpu_covers``); only then is it told to ask for
+    one (it was told so where the pools offered no whole GPU, or where a smaller one took it: a review of MIG)."""
     groups = [p.group for p in good]
     profiles = " and ".join(sorted({p.profile.name for p in good if p.profile}))
     keys = _pin_keys(req.ctx)
@@ -1308,9 +1324,9 @@ def _unpinned_refusal(req: _Request, ask: Ask, good: Sequence[Placement], bad: S
         f"container {ask.name} asks for {ask.asked}; {_pools(groups)} {'offers' if one else 'offer'} MIG {profiles},"
         f" which covers it, but the pod cannot be pinned to {'it' if one else 'them'}: {labels}, where it would get"
         f" another device or none. Give {'that pool a pool label' if one else 'those pools pool labels'} of"
-        f" {'its' if one else 'their'} own (a NodePool or node group of {'its' if one else 'their'} own), add to the"
-        f" pod a nodeSelector that only {'its' if one else 'their'} nodes match (node.kubernetes.io/instance-type,"
-        f" say), or ask for a whole GPU ({GPU_RESOURCE}: 1)."
+        f" {'its' if one else 'their'} own (a NodePool or node group of {'its' if one else 'their'} own)"
+        f"{',' if whole else ', or'} add to the pod a nodeSelector that only {'its' if one else 'their'} nodes match"
+        f" (node.kubernetes.io/instance-type, say){f', or ask for a whole GPU ({GPU_RESOURCE}: 1)' if whole else ''}."
     )
     if req.ctx.settings.mig.fallback != "deny":
         of = f" of {_gib(ask.amount)} or more" if ask.kind == "memory" else ""
