@@ -1791,7 +1791,7 @@ def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask,
     if pod.kind in KUEUE_TEMPLATE_KINDS and _kueue_queue(pod):  # Kueue reckons quota from the template as written
         said = "Kueue sees it as written, in no ClusterQueue" if ask.kind == "memory" else "Kueue charges no GPU for it"
         out.warn(fit_warning(f"{ask.name}: {ask.asked}: {said}; ask a nvidia.com/gpu fraction", ask.name))
-    choice, seen, _, unpinned = _choose(req, pod, others, ask)
+    choice, seen, barred, unpinned = _choose(req, pod, others, ask)
     if choice is not None and _runs(req, choice):
         # said to whoever applies the workload: the pods' own warning goes to their controller, unread (a review
         # of real manifests: a Deployment's 5Gi got a 1g.5gb of 4864 MiB without a word)
@@ -1822,6 +1822,12 @@ def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask,
     )
     if unpinned:  # a profile covers it: asking for less is no help (``_unpinned_refusal``)
         said = f"no label pins them to {_pools(p.group for p in unpinned[0][0])} off other pools, so"
+    elif barred:
+        # pools that cover it give every nvidia.com/gpu as a MIG device, and other containers ask whole GPUs: the
+        # pods' refusal names them (``_refusal``); the workload was told no eligible node offers MIG (a review)
+        tail = " would hold it, but not beside whole GPUs: its pods are refused"
+        out.refuse_pods(_pool_warning(f"{ask.name}: {ask.asked}: ", [p.group for p in barred], tail, ask.name))
+        return
     elif seen:
         said = f"largest offered is {largest.name if largest else 'no MIG profile'}; ask for less or"
     else:
