@@ -1014,11 +1014,25 @@ def test_an_upgrade_reusing_the_values_of_the_first_releases_says_what_to_do_wit
     proc = _upgrade_over(tmp_path, commit, {}, "--reuse-values")
     assert proc.returncode != 0
     assert "webhook.objectOptOut (true) is no longer a setting" in proc.stderr, proc.stderr
-    assert "upgrade with --reset-then-reuse-values instead, or drop it (--set webhook.objectOptOut=null)" in proc.stderr
+    assert "Drop it: add --set webhook.objectOptOut=null to the upgrade" in proc.stderr
     assert "config.exemptions.allowOptOutLabel" in proc.stderr
     for way in (["--reset-then-reuse-values"], ["--reuse-values", "--set", "webhook.objectOptOut=null"]):
         proc = _upgrade_over(tmp_path, commit, {}, *way)
         assert proc.returncode == 0, (way, proc.stderr)
+
+
+def test_an_upgrade_reusing_object_opt_out_given_to_a_first_release_says_to_drop_it(tmp_path):
+    """Where the user gave webhook.objectOptOut to a first release (--set, or `helm show values > my.yaml`),
+    --reset-then-reuse-values reuses it too: the chart said to upgrade with --reset-then-reuse-values, the very
+    command that failed (a review's finding). It says to drop it with --set webhook.objectOptOut=null, which works."""
+    given = {"webhook": {"objectOptOut": False}}
+    proc = _upgrade_over(tmp_path, "d7f9ccf", given, "--reset-then-reuse-values")
+    assert proc.returncode != 0
+    assert "webhook.objectOptOut (false) is no longer a setting" in proc.stderr, proc.stderr
+    assert "Drop it: add --set webhook.objectOptOut=null to the upgrade" in proc.stderr
+    assert "upgrade with --reset-then-reuse-values" not in proc.stderr
+    proc = _upgrade_over(tmp_path, "d7f9ccf", given, "--reset-then-reuse-values", "--set", "webhook.objectOptOut=null")
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.parametrize(
@@ -1026,13 +1040,16 @@ def test_an_upgrade_reusing_the_values_of_the_first_releases_says_what_to_do_wit
     [
         pytest.param("077b784", {"certs": {"mode": "certManager"}}, id="cert-manager-before-its-ca"),
         pytest.param("d7f9ccf", {}, id="first-release"),
+        pytest.param("d7f9ccf", {"webhook": {"objectOptOut": False}}, id="first-release-given-object-opt-out"),
+        pytest.param("20545ce", {"webhook": {"objectOptOut": True}}, id="second-release-given-object-opt-out"),
     ],
 )
 def test_the_documented_way_to_admit_unchecked_upgrades_old_releases(tmp_path, commit, given):
     """docs/operations.md's way out, `helm upgrade ... --reuse-values --set webhook.failurePolicy=Ignore`, failed
     over a certManager release made before the chart issued its own CA ('certs.certManager.caDuration is missing'),
-    in an outage, where the command must work (a review's finding). The command as the docs give it is run by helm
-    over such releases, and sets every webhook to Ignore."""
+    in an outage, where the command must work (a review's finding); with --reset-then-reuse-values it still failed
+    where the user's own values gave a first release webhook.objectOptOut (another review's finding). The command as
+    the docs give it is run by helm over such releases, and sets every webhook to Ignore."""
     text = " ".join((ROOT / "docs" / "operations.md").read_text().split())
     (recipe,) = re.findall(r"`helm upgrade <release> <chart> -n <namespace> ([^`]*failurePolicy=Ignore)`", text)
     proc = _upgrade_over(tmp_path, commit, given, *recipe.split())

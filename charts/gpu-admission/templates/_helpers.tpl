@@ -407,10 +407,11 @@ matchConditions:
 
 {{- define "gpu-admission.objectSelector" -}}
 {{- /* webhook.objectOptOut switched the opt-out label on objects in the first releases (before 077b784): `helm upgrade
---reuse-values` over one renders with that release's values whole, the key among them. The schema takes it so that
-this, not 'additional properties not allowed', says what to do. */}}
+--reuse-values` over one renders with that release's values whole, the key among them, and --reset-then-reuse-values
+too where the user gave it to that release (--set, a values file from `helm show values`). The schema takes it so
+that this, not 'additional properties not allowed', says what to do; null (--set webhook.objectOptOut=null) drops it. */}}
 {{- if and (hasKey .Values.webhook "objectOptOut") (not (kindIs "invalid" .Values.webhook.objectOptOut)) }}
-{{- fail (printf "webhook.objectOptOut (%v) is no longer a setting: these values come from a release made before it went (helm upgrade --reuse-values reuses the old chart's values whole); upgrade with --reset-then-reuse-values instead, or drop it (--set webhook.objectOptOut=null). The label gpu-admission.io/ignore on a pod or workload is honoured where config.exemptions.allowOptOutLabel is true (default false: anyone who can create a pod can set it; namespace labels are always honoured)" .Values.webhook.objectOptOut) }}
+{{- fail (printf "webhook.objectOptOut (%v) is no longer a setting: it comes from the values of a release made before it went (its chart's defaults, which helm upgrade --reuse-values reuses, or values given to it, which --reset-then-reuse-values reuses too) or from a values file given now. Drop it: add --set webhook.objectOptOut=null to the upgrade, and take it out of your values files. What replaces it: the label gpu-admission.io/ignore on a pod or workload is honoured where config.exemptions.allowOptOutLabel is true (default false: anyone who can create a pod can set it; namespace labels are always honoured)" .Values.webhook.objectOptOut) }}
 {{- end }}
 {{- if (.Values.config.exemptions | default dict).allowOptOutLabel }}
 objectSelector:
