@@ -74,10 +74,13 @@ class _Listed(enum.Enum):
 
     NO = "no"
     """It failed (a periodic relist, the watch going on): a 403 to the watch is trouble, said as such."""
-    JUST = "just"
-    """It worked, and the watch refused is the next request: the RBAC forbids the watch alone."""
     BEFORE = "before"
-    """It worked before a watch: the RBAC may have changed since, and the list is asked again at once."""
+    """It worked before this watch: a 403 may be passing (a binding deleted and made again, an HA API server whose
+    RBAC cache lags) or the list refused too since, so the list is asked again at once, before saying either."""
+    ASKED = "asked"
+    """It is asked again at once, after a watch's 403."""
+    AGAIN = "again"
+    """It worked when asked again after a watch's 403: a 403 to the next watch too, the RBAC forbids the watch alone."""
 
 
 class CredentialsHung(Exception):
@@ -381,7 +384,7 @@ class LiveCluster:
                         )
                     else:
                         need_list = False
-                        listed = _Listed.JUST
+                        listed = _Listed.AGAIN if listed is _Listed.ASKED else _Listed.BEFORE
                         backoff.reset()
                         if not self._watch_refused:  # a watch refused says nothing works until one is let open
                             self._working()
@@ -413,19 +416,19 @@ class LiveCluster:
                 elif (
                     phase == "watch"
                     and status == 403
-                    and (listed is _Listed.JUST or (listed is _Listed.BEFORE and self._forbidden is not None))
+                    and (listed is _Listed.AGAIN or (listed is _Listed.BEFORE and self._forbidden is not None))
                 ):
                     # RBAC that grants list on nodes and not watch (a ClusterRole made by hand): each relist worked
                     # and said the watch worked again, the snapshot's age stayed under its alert, and nothing told.
-                    # Only where the list worked just before this watch (or since the watch was said forbidden):
-                    # where the list is refused too (a ClusterRoleBinding deleted), that is said as trouble, at once
-                    # (found by reviews)
+                    # Only where a list asked after a watch's 403 worked (or since the watch was said forbidden):
+                    # where the list is refused too (a ClusterRoleBinding deleted), that is said as trouble, at once;
+                    # a single 403 is not said forbidden (found by reviews)
                     delay = max(backoff.next(), _retry_after(err))
                     self._watch_forbidden(err)
                 elif phase == "watch" and status == 403 and listed is _Listed.BEFORE:
-                    # the list worked before a watch that was let: is it still let? asked at once, before saying
-                    # either
+                    # the list worked before this watch: is it still let? asked at once, before saying either
                     self._resync_at = time.monotonic()
+                    listed = _Listed.ASKED
                 else:
                     delay = max(backoff.next(), _retry_after(err))
                     state = "" if self._synced.is_set() else "; not ready"
@@ -440,7 +443,7 @@ class LiveCluster:
                     if not isinstance(err, _StreamError) and (status is None or _credentials_refused(err)):
                         _close(client)
                         client = None  # a new client reloads credentials and connections
-            if phase == "watch" and listed is _Listed.JUST:
+            if phase == "watch" and listed is _Listed.AGAIN:
                 listed = _Listed.BEFORE
             if delay:
                 self._stop.wait(delay)
