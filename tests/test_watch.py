@@ -932,7 +932,7 @@ def test_the_log_says_why_the_watch_fails_and_when_it_works_again(
         forbidden.set()
         api.put("v1", "nodes", node("a"))
         api.start()  # same port
-        wait_for(live.ready, "the first list")
+        wait_for(lambda: bool(said("works again")), "the list that works said")  # after ready(), in another thread
         assert said(f"cannot list nodes: HTTP 403 Forbidden: {FORBIDDEN} from the API server; not ready")
         (back,) = said("works again")
         assert back.startswith("cluster: the node watch works again: the API server answers, after failing for")
