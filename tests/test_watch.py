@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import multiprocessing
 import os
@@ -1157,6 +1158,43 @@ def test_a_403_of_rbac_keeps_the_client_and_its_credentials(
         forbidden.clear()
         wait_for(lambda: live.ready() and len(api.watches) == 1, "the list and the watch, once let")
         assert (_plugin_runs(tmp_path) == 1) is not rebuilt
+    finally:
+        live.stop()
+
+
+def test_a_kubeconfig_rewritten_to_a_user_the_rbac_lets_is_read_again(
+    api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 403 of the RBAC keeps the client (test above), and so a kubeconfig rewritten on disk (a Secret's mount, k3s)
+    to a user the RBAC lets was never read again: /readyz stayed 503 until a restart (a review's finding). The
+    client is made anew from the rewritten kubeconfig, and the nodes are listed."""
+    from tests.kubeapi import _Handler
+
+    fault = _Handler._fault
+
+    def rbac(self: Any) -> bool:
+        if "/nodes" in self.path and self.headers.get("Authorization") != "Bearer allowed":
+            self.api.requests.append((self.command, self.path))
+            message = 'nodes is forbidden: User "old" cannot list resource "nodes" in API group ""'
+            self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message})
+            return True
+        return bool(fault(self))
+
+    monkeypatch.setattr(_Handler, "_fault", rbac)
+    kubeconfig = Path(api.kubeconfig(str(tmp_path / "kubeconfig")))
+    api.put("v1", "nodes", node("a"))
+    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
+    assert live is not None
+    live.backoff_initial, live.backoff_max = 0.02, 0.05
+    try:
+        live.start()
+        wait_for(lambda: lists(api) >= 3, "the lists refused")
+        assert not live.ready()
+        config = json.loads(kubeconfig.read_text())
+        config["users"][0]["user"]["token"] = "allowed"
+        kubeconfig.write_text(json.dumps(config))
+        wait_for(live.ready, "the nodes listed by the rewritten kubeconfig's user")
+        assert names(live) == {"a"}
     finally:
         live.stop()
 

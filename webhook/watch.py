@@ -209,6 +209,7 @@ class LiveCluster:
         page_size: int = 500,
         connect_timeout: float = 10.0,
         credentials: str = "its credentials loader",
+        credentials_files: tuple[str, ...] = (),
     ) -> None:
         self.settings = settings
         self.factory = api_client_factory
@@ -221,6 +222,9 @@ class LiveCluster:
         self.connect_timeout = connect_timeout
         self.credentials = credentials
         """What loads the client's credentials, for the log: the kubeconfig's exec plugin, with its command."""
+        self.credentials_files = credentials_files
+        """The files the factory reads the credentials from (the kubeconfig's): rewritten on disk (a Secret's mount,
+        k3s), the client is made anew from them."""
         self.credentials_timeout = CREDENTIALS_TIMEOUT_S
         self.resync_seconds = max(1, settings.cluster.resync_seconds)
         self._timestamp_labels = frozenset(settings.cluster.timestamp_labels)
@@ -255,6 +259,8 @@ class LiveCluster:
         self._generation = 0
         self._published = -1
         self._in_time = InTime(self.credentials, self.credentials_timeout, self._stop)
+        self._files_read: tuple[tuple[int, int, int] | None, ...] = ()
+        """``credentials_files`` as the client was made from them (``_files``)."""
         """Loads of the client's credentials, each waited on ``credentials_timeout`` seconds at most."""
         self._slow_lists = 0
         """First lists that timed out waiting for an answer: the next waits longer (``_list_read_s``)."""
@@ -357,6 +363,12 @@ class LiveCluster:
             delay = 0.0
             phase, began = "list", 0.0
             try:
+                if client is not None and self._files() != self._files_read:
+                    # kept across an RBAC 403 (its exec plugin not run again at each retry), the client is made anew
+                    # where its kubeconfig was rewritten (to a user the RBAC lets): else it never recovered
+                    log.info("cluster: %s changed; loading its credentials again", ", ".join(self.credentials_files))
+                    _close(client)
+                    client = None
                 if client is None:
                     client = self._new_client()
                 from kubernetes import client as k8s
@@ -479,9 +491,22 @@ class LiveCluster:
     def _new_client(self) -> Any:
         """A new API client, its credentials loaded in time (``_in_time``), and loaded again in time at each refresh
         (``_InTimeRefresh``)."""
+        self._files_read = self._files()
         client = self._in_time(self.factory)
         _InTimeRefresh.install(getattr(client, "configuration", None), self._in_time)
         return client
+
+    def _files(self) -> tuple[tuple[int, int, int] | None, ...]:
+        """What tells that ``credentials_files`` were rewritten: each one's inode, mtime and size (None: missing)."""
+        found: list[tuple[int, int, int] | None] = []
+        for path in self.credentials_files:
+            try:
+                stat = os.stat(os.path.expanduser(path))
+            except OSError:
+                found.append(None)
+            else:
+                found.append((stat.st_ino, stat.st_mtime_ns, stat.st_size))
+        return tuple(found)
 
     def _list(self, core: Any) -> None:
         started = time.monotonic()
@@ -997,6 +1022,7 @@ def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | 
         from_kubeconfig,
         description=f"{probe.host} (kubeconfig {joined})",
         credentials=_kubeconfig_credentials(joined),
+        credentials_files=tuple(paths),
     )
 
 
