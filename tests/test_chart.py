@@ -1402,6 +1402,29 @@ def test_an_image_tag_read_as_other_than_text_is_refused_saying_how_to_give_text
     assert 'quote it in your values file (tag: "...")' in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize(
+    "tag",
+    [
+        pytest.param("sha256:" + "0123456789abcdef" * 4, id="digest"),
+        pytest.param("v1@sha256:" + "0123456789abcdef" * 4, id="tag-and-digest"),
+        pytest.param("registry.example.com/gpu-admission:v1", id="reference"),
+        pytest.param("-v1", id="leading-dash"),
+    ],
+)
+def test_an_image_tag_that_is_not_a_tag_is_refused_pointing_at_image_digest(tag):
+    """A digest given as the tag rendered the image `repo:sha256:...`, which Kubernetes refuses (InvalidImageName) at
+    each pod, the chart installed (a review's finding). Refused in the chart's words, which point at image.digest;
+    given there, the image is pulled by digest."""
+    proc = helm("template", RELEASE, str(CHART), "--set-string", f"image.tag={tag}", check=False)
+    assert proc.returncode != 0
+    assert f'image.tag "{tag}" is not an image tag' in proc.stderr, proc.stderr
+    assert "a digest goes in image.digest" in proc.stderr, proc.stderr
+    digest = "sha256:" + "0123456789abcdef" * 4
+    for where, spec in pod_specs(template("--set", f"image.digest={digest}")):
+        for container in spec["containers"]:
+            assert container["image"] == f"ghcr.io/gpu-admission/gpu-admission@{digest}", where
+
+
 def test_settings_config_map_adds_the_release_namespace_to_exemptions(rendered):
     _, objects = rendered
     settings = yaml.safe_load(find(objects, "ConfigMap", FULLNAME)["data"]["config.yaml"])

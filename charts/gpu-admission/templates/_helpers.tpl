@@ -104,6 +104,11 @@ as written (0123 is read as 83, 20240101 as 2.0240101e+07, 2.0 as 2), as the sch
 {{- if not (kindIs "int64" $tag) }}
 {{- include "gpu-admission.text" (dict "field" "image.tag" "key" "tag" "value" $tag) }}
 {{- end }}
+{{- /* A digest or a whole reference given as the tag (sha256:..., v1@sha256:..., repo:v1) rendered an image
+Kubernetes refuses (InvalidImageName, each pod) (found by a review): a tag is what the registries take. */}}
+{{- if not (regexMatch "^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$" (toString $tag | default "v")) }}
+{{- fail (printf "image.tag %q is not an image tag (up to 128 letters, digits, '_', '.' and '-', not first '.' or '-'), and the image %s:%s would not pull (InvalidImageName): a digest goes in image.digest (image.digest: sha256:..., which is used instead of the tag), the repository in image.repository" (toString $tag) .Values.image.repository (toString $tag)) }}
+{{- end }}
 {{- printf "%s:%s" .Values.image.repository (toString $tag | default .Chart.AppVersion) }}
 {{- end }}
 {{- end }}
