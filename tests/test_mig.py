@@ -825,16 +825,11 @@ def test_pools_at_zero_under_different_labels_are_pinned_to_the_one_that_serves_
     assert answered.object["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": "a100-kp"}
 
 
-KP, IT = "karpenter.sh/nodepool", "node.kubernetes.io/instance-type"
-
-
-def _one_nodepool_pools(instance_types: bool) -> list[PoolSettings]:
-    """Two single-strategy pools of one Karpenter NodePool at zero: a100-kp offers 3g.40gb, small-kp only 1g.10gb;
-    their declared nodeSelectors tell them apart by instance type (``instance_types``), or not at all."""
+def _one_nodepool_pools() -> list[PoolSettings]:
+    """Two single-strategy pools of one Karpenter NodePool at zero, told apart by instance type alone."""
+    kp, it = "karpenter.sh/nodepool", "node.kubernetes.io/instance-type"
     return [
-        replace(
-            _single_pool(name, KP, profiles), node_selector={KP: "gpu", **({IT: instance} if instance_types else {})}
-        )
+        replace(_single_pool(name, kp, profiles), node_selector={kp: "gpu", it: instance})
         for name, instance, profiles in (
             ("a100-kp", "p4d.24xlarge", {"3g.40gb": 16}),
             ("small-kp", "p4de.24xlarge", {"1g.10gb": 56}),
@@ -843,40 +838,30 @@ def _one_nodepool_pools(instance_types: bool) -> list[PoolSettings]:
 
 
 def test_pools_at_zero_that_no_label_pins_off_a_group_to_avoid_are_named_in_the_refusal() -> None:
-    """Two pools of one Karpenter NodePool at zero that no declared label tells apart. Every label the webhook pins
-    by names both, and the pod was refused saying no eligible node offers a profile that covers it, which a100-kp
-    does (a Deployment's gpu-memory ask, to ask for less than the 3g.40gb that holds it). It is told which pool
-    offers it, why the pod cannot be pinned there, and what to change."""
-    pools = _one_nodepool_pools(instance_types=False)
+    """Two pools of one Karpenter NodePool at zero, told apart by instance type alone: a100-kp offers 3g.40gb,
+    small-kp only 1g.10gb. Every label the webhook pins by names both, and the pod was refused saying no eligible
+    node offers a profile that covers it, which a100-kp does (a Deployment's gpu-memory ask, to ask for less than
+    the 3g.40gb that holds it). It is told which pool offers it, why the pod cannot be pinned there, and what to
+    change; the nodeSelector it is told of converts it."""
+    kp, it = "karpenter.sh/nodepool", "node.kubernetes.io/instance-type"
+    pools = _one_nodepool_pools()
     result = review(frac("0.4"), [_EKS_CPU], settings(pools))
     assert not result.allowed and result.reason == "MIGNoProfile"
     assert "no eligible node offers" not in result.message
     assert (
         "pool a100-kp offers MIG 3g.40gb, which covers it, but the pod cannot be pinned to it: every label the"
-        f" webhook pins a pod by that its nodes carry ({KP}=gpu) names pool small-kp too" in result.message
+        f" webhook pins a pod by that its nodes carry ({kp}=gpu) names pool small-kp too" in result.message
     )
-    assert f"add to its declared nodeSelector (cluster.pools) a label that only its nodes carry ({IT}, say)" in (
-        result.message
-    )
+    assert f"a nodeSelector that only its nodes match ({it}, say)" in result.message
     deployment = review(workload("Deployment", memreq("30Gi")), [_EKS_CPU], settings(pools))
     assert f"{MEM} 30Gi: no label pins them to pool a100-kp off other pools, so its pods are refused" in " ".join(
         deployment.warnings
     )
-
-
-@pytest.mark.parametrize("ask", [frac("0.4"), memreq("30Gi")], ids=["fraction", "memory"])
-def test_pools_at_zero_told_apart_by_their_declared_nodeselector_alone_are_pinned_by_it(ask: dict[str, Any]) -> None:
-    """Two pools of one Karpenter NodePool at zero, told apart by the instance type in their declared nodeSelectors
-    alone: the pod was refused and told to add that nodeSelector itself, which then converted it (a review of MIG).
-    The webhook pins it by that key, as by a pool label; a Deployment is told nothing, and a second pass changes
-    nothing."""
-    s = settings(_one_nodepool_pools(instance_types=True))
-    answered = through_app(ask, [_EKS_CPU], s)
+    answered = through_app(
+        pod(container(limits={GPU: "0.4"}), nodeSelector={it: "p4d.24xlarge"}), [_EKS_CPU], settings(pools)
+    )
     assert resources_of(answered.object)["limits"] == {GPU: "1"}
-    assert answered.object["spec"]["nodeSelector"] == {IT: "p4d.24xlarge"}
-    assert f"MIG 3g.40gb, pinned to {IT}=p4d.24xlarge" in str(mig_annotation(answered.object))
-    assert mutate_twice(ask, [_EKS_CPU], s)[1] == []
-    assert review(workload("Deployment", ask), [_EKS_CPU], s).warnings == []
+    assert "MIG 3g.40gb" in str(mig_annotation(answered.object))
 
 
 @pytest.mark.parametrize("fallback", ["deny", "whole"])
@@ -887,12 +872,12 @@ def test_pools_at_zero_that_no_label_pins_offering_no_whole_gpu_are_not_told_to_
     """The refusal where no label pins the pod to the pool that offers its profile told it to ask for a whole GPU
     (nvidia.com/gpu: 1), though every pool it reaches gives its GPUs as MIG devices (single strategy): asked so, it
     got a MIG slice, 1g.10gb of small-kp as likely as not (a review of MIG). The advice is left out."""
-    result = review(ask, [_EKS_CPU], settings(_one_nodepool_pools(instance_types=False), fallback=fallback))
+    result = review(ask, [_EKS_CPU], settings(_one_nodepool_pools(), fallback=fallback))
     assert not result.allowed and result.reason == "MIGNoProfile"
     assert "pool a100-kp offers MIG 3g.40gb, which covers it, but the pod cannot be pinned to it" in result.message
     assert (
-        "Give that pool a pool label of its own (a NodePool or node group of its own), or add to its declared"
-        f" nodeSelector (cluster.pools) a label that only its nodes carry ({IT}, say)." in result.message
+        "Give that pool a pool label of its own (a NodePool or node group of its own), or add to the pod a"
+        " nodeSelector that only its nodes match (node.kubernetes.io/instance-type, say)." in result.message
     )
     assert "whole GPU" not in result.message
 

@@ -739,21 +739,7 @@ def _eligible(ctx: Context, trial: JSON) -> list[Candidate]:
 
 
 def _pin_keys(ctx: Context) -> list[str]:
-    """The GPU model's label, the pools' labels, then the other keys of the declared pools' nodeSelectors
-    (``_declared_keys``)."""
-    keys = [PRODUCT_LABEL, GKE_ACCELERATOR_LABEL, *ctx.cluster.presets.pool_labels]
-    return keys + [k for k in _declared_keys(ctx) if k not in keys]
-
-
-def _declared_keys(ctx: Context) -> list[str]:
-    """The keys of the declared pools' nodeSelectors: the user's word that the nodes of such a pool carry them, the
-    ones an autoscaler makes for it too (a Karpenter NodePool's node.kubernetes.io/instance-type). Tried after the
-    pool labels, not GFD's (no node an autoscaler imagines carries them) nor a volatile one: two pools of one
-    NodePool at zero, told apart by instance type alone, were refused and told to add the nodeSelector by hand,
-    which then converted the pod (a review of MIG)."""
-    volatile = ctx.cluster.volatile_labels
-    keys = [k for p in ctx.settings.cluster.pools for k in p.node_selector]
-    return [k for k in dict.fromkeys(keys) if not k.startswith(GFD) and k not in volatile]
+    return [PRODUCT_LABEL, GKE_ACCELERATOR_LABEL, *ctx.cluster.presets.pool_labels]
 
 
 def all_pin_keys(ctx: Context) -> list[str]:
@@ -1328,9 +1314,6 @@ def _unpinned_refusal(req: _Request, ask: Ask, good: Sequence[Placement], bad: S
         b for b in bad if any(b.labels.get(k) == g.labels.get(k) for g in groups for k in keys if g.labels.get(k))
     ]
     one = len({g.pool for g in groups}) == 1
-    # a declared pool's own nodeSelector is pinned by (``_declared_keys``); a pod's own selects no pool at zero
-    declared = f"{'its' if one else 'their'} declared nodeSelector (cluster.pools)"
-    select = "the pod's nodeSelector" if any(g.nodes for g in groups) else declared
     labels = (
         f"every label the webhook pins a pod by that {'its' if one else 'their'} nodes carry ({', '.join(shared[:3])})"
         f" names {_pools(others or bad)} too"
@@ -1342,7 +1325,7 @@ def _unpinned_refusal(req: _Request, ask: Ask, good: Sequence[Placement], bad: S
         f" which covers it, but the pod cannot be pinned to {'it' if one else 'them'}: {labels}, where it would get"
         f" another device or none. Give {'that pool a pool label' if one else 'those pools pool labels'} of"
         f" {'its' if one else 'their'} own (a NodePool or node group of {'its' if one else 'their'} own)"
-        f"{',' if whole else ', or'} add to {select} a label that only {'its' if one else 'their'} nodes carry"
+        f"{',' if whole else ', or'} add to the pod a nodeSelector that only {'its' if one else 'their'} nodes match"
         f" (node.kubernetes.io/instance-type, say){f', or ask for a whole GPU ({GPU_RESOURCE}: 1)' if whole else ''}."
     )
     if req.ctx.settings.mig.fallback != "deny":
