@@ -2379,25 +2379,32 @@ def test_workload_template_memory_with_no_mig_node_does_not_say_ask_for_less():
     assert words in result.warnings, result.warnings
 
 
+LONG_POOL = "a100-mig-3g40gb-single"
+
+
 @pytest.mark.parametrize(
-    ("nodes", "pools"),
+    ("nodes", "pools", "name"),
     [
-        pytest.param([single_node("s-0", A100_80, "3g.40gb", 16, "a100", 81920)], [], id="running"),
-        pytest.param([_EKS_CPU], [_single_pool("a100", "karpenter.sh/nodepool", {"3g.40gb": 16})], id="at-zero"),
+        pytest.param([single_node("s-0", A100_80, "3g.40gb", 16, "a100", 81920)], [], "a100", id="running"),
+        pytest.param(
+            [_EKS_CPU], [_single_pool("a100", "karpenter.sh/nodepool", {"3g.40gb": 16})], "a100", id="at-zero"
+        ),
+        pytest.param([single_node("s-0", A100_80, "3g.40gb", 16, LONG_POOL, 81920)], [], LONG_POOL, id="long-name"),
     ],
 )
 def test_workload_template_memory_beside_a_whole_gpu_names_the_pool_that_would_hold_it(
-    nodes: list[dict[str, Any]], pools: list[PoolSettings]
+    nodes: list[dict[str, Any]], pools: list[PoolSettings], name: str
 ) -> None:
     """A Deployment whose gpu-memory ask only single-strategy pools hold, beside a container asking a whole GPU
     (every nvidia.com/gpu there is a MIG device): each pod is refused, named the pool and why; the Deployment was
     told no eligible node offers MIG now (a review of MIG). It is told the pool and the reason too."""
     two = pod(container(limits={MEM: "30Gi"}), container("side", limits={GPU: "1"}))
     refused = review(two, nodes, settings(pools))
-    assert not refused.allowed and "Pool a100 (single, 3g.40gb) would cover it" in refused.message
+    assert not refused.allowed and f"Pool {name} (single, 3g.40gb) would cover it" in refused.message
     result = review(workload("Deployment", two), nodes, settings(pools))
     assert result.allowed
-    words = f"trainer: {MEM} 30Gi: pool a100 would hold it, but not beside whole GPUs: its pods are refused"
+    # the pool's whole name within the warning's 119 characters (a review: a name past 11 characters was cut)
+    words = f"trainer: {MEM} 30Gi: held by pool {name}, not beside whole GPUs: pods refused"
     assert result.warnings == [words]
 
 

@@ -1825,8 +1825,9 @@ def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask,
     elif barred:
         # pools that cover it give every nvidia.com/gpu as a MIG device, and other containers ask whole GPUs: the
         # pods' refusal names them (``_refusal``); the workload was told no eligible node offers MIG (a review)
-        tail = " would hold it, but not beside whole GPUs: its pods are refused"
-        out.refuse_pods(_pool_warning(f"{ask.name}: {ask.asked}: ", [p.group for p in barred], tail, ask.name))
+        # the tail short, as the pools' names are what the warning is for (a review: a name past 11 characters cut)
+        tail = ", not beside whole GPUs: pods refused"
+        out.refuse_pods(_pool_warning(f"{ask.name}: {ask.asked}: held by ", [p.group for p in barred], tail, ask.name))
         return
     elif seen:
         said = f"largest offered is {largest.name if largest else 'no MIG profile'}; ask for less or"
