@@ -546,7 +546,7 @@ def test_a_never_pod_whose_own_gate_is_taken_away_is_told_of_its_own_nodeselecto
     assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngatedPending", answer
     message = answer["status"]["message"]
     assert "(example.com/hold, by alice)" in message, message
-    assert "where the pod was created with it, delete it and recreate it without that nodeSelector;" in message
+    assert f"where the pod was created with it, delete it and recreate it without {POOL}: l4-spot in its" in message
     assert "ResourceFlavor" not in message and "Kueue" not in message, message
 
 
@@ -585,7 +585,7 @@ def test_a_never_pod_steered_by_a_cuda_range_and_ungated_onto_spot_alone_is_refu
     ("ungating", "advice"),
     [
         pytest.param({POOL: "l4-spot"}, "Have what takes its gate away choose on-demand nodes. Delete", id="placed"),
-        pytest.param({}, "delete it and recreate it without that nodeSelector (the webhook", id="as-created"),
+        pytest.param({}, f"recreate it without {POOL}: l4-spot in its nodeSelector (the webhook", id="as-created"),
     ],
 )
 def test_a_never_pod_whose_own_gate_is_taken_away_onto_spot_gets_no_word_of_kueue(
@@ -642,7 +642,7 @@ def test_a_never_pod_whose_nodeselector_chose_spot_before_its_ungating_is_told_t
     stored = created_through(off, own)
     answer = update(app, "/validate", kueue_admits(stored, {}), stored, userInfo={"username": "alice"})
     assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngated", answer
-    assert "recreate it without that nodeSelector (the webhook keeps it off spot)" in answer["status"]["message"]
+    assert f"without {POOL}: l4-spot in its nodeSelector (the webhook keeps it off spot)" in answer["status"]["message"]
     as_it_was = created_through(app, own)
     answer = update(app, "/validate", kueue_admits(as_it_was, {}), as_it_was, userInfo={"username": "alice"})
     assert answer["status"]["reason"] == "SpotNeverUngatedPending", "recreated as it was: refused again"
@@ -705,3 +705,31 @@ def test_kueues_ungating_onto_spot_gets_the_advice_on_the_cuda_steering_only_whe
     message = answer["status"]["message"]
     assert "ResourceFlavor of on-demand nodes only" in message, message
     assert ("needs CUDA 12.8" in message) is cuda_refused and (pipeline.KUEUE_ADVICE in message) is cuda_refused
+
+
+@pytest.mark.parametrize(
+    ("at_create", "reason"),
+    [(Settings(), "SpotNeverUngated"), (NEVER, "SpotNeverUngatedPending")],
+    ids=["created-under-another-mode", "created-under-never"],
+)
+def test_a_never_pod_whose_own_spot_label_kueue_added_to_is_told_to_recreate_it_without_its_own(
+    at_create: Settings, reason: str
+) -> None:
+    """Found by a review of the spot policy: a Kueue pod created with a nodeSelector of its own on GKE's spot label
+    (and its toleration), which Kueue's flavor added its pool label to at the ungating, was told only of an on-demand
+    flavor: the advice to recreate it without its own spot label was given only where the whole nodeSelector was
+    unchanged, and with its own label kept, no flavor lets it run. Only the entries that choose spot are compared."""
+    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    pod = gated_pod()
+    pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "user-queue"}
+    pod["spec"]["tolerations"] = [GKE_SPOT_TOLERATION]
+    own = copy.deepcopy(pod)
+    own["spec"]["nodeSelector"] = {SPOT_LABEL: "true"}
+    stored = created_through(create_app(at_create, cluster=StaticCluster(build_view(spot_nodes(), at_create))), own)
+    answer = update(app, "/validate", kueue_admits(stored, {POOL: "l4-spot"}), stored)
+    assert answer["allowed"] is False and answer["status"]["reason"] == reason, answer
+    message = answer["status"]["message"]
+    assert f"Its nodeSelector had {SPOT_LABEL}: true (spot capacity) before its last gate was taken away" in message
+    assert f"without {SPOT_LABEL}: true in its nodeSelector" in message, message
+    without = created_through(app, pod)  # recreated without it, admitted by Kueue to an on-demand flavor
+    assert update(app, "/validate", kueue_admits(without, {POOL: "h100-new"}), without)["allowed"] is True

@@ -1455,10 +1455,11 @@ FLAVOR = "have Kueue admit it to a ResourceFlavor of on-demand nodes only, in a 
 
 def _advice(pod: PodView, ctx: Context, pending: bool) -> str:
     """What to change, for a never pod its ungating sends onto spot capacity (``pending``: SpotNeverUngatedPending,
-    whose affinity off spot capacity keeps it Pending there), after what chose the place. A nodeSelector that chooses
-    spot capacity and that this update left as it was is the pod's as created or was written while it was gated (by
-    Kueue, or what took an earlier gate away), which the update does not tell: both are said, and to recreate it
-    without that nodeSelector (recreated as it was, it was refused again: found by a review). Else what took its gate
+    whose affinity off spot capacity keeps it Pending there), after what chose the place. Where the nodeSelector
+    entries that choose spot capacity (``_spot_choosing``) were there before this update, they are the pod's as
+    created or were written while it was gated (by Kueue, or what took an earlier gate away), which the update does
+    not tell: both are said, and to recreate it without those entries (recreated as it was, it was refused again; an
+    entry of its own was missed where Kueue's flavor added another: found by reviews). Else what took its gate
     away placed it: Kueue (``_kueue``) with its ResourceFlavor, or whatever did (a user, another controller), with no
     word of Kueue (a pod whose own gate a user took away was told of Kueue's flavors: a review)."""
     tolerate = f"{PREFIX}{REQUEST}: tolerate to let it run on spot"
@@ -1466,12 +1467,16 @@ def _advice(pod: PodView, ctx: Context, pending: bool) -> str:
         tolerate = f"delete it and recreate it annotated {tolerate} (a pod's affinity cannot change once created)."
     else:
         tolerate = f"annotate the pod {tolerate}."
-    if not _placed_by_ungating(pod, ctx, "nodeSelector") and _chooses_spot(pod.spec, ctx):
+    before = _spot_choosing(as_dict(as_dict(ctx.old_object).get("spec")), ctx)
+    selector = as_dict(pod.spec.get("nodeSelector"))
+    if before and all(as_str(selector.get(k)) == v for k, v in before.items()):
+        entries = ", ".join(f"{k}: {v}" for k, v in sorted(before.items()))
         by = FLAVOR if _kueue(pod, ctx) else "have what set it choose on-demand nodes"
-        recreate = "recreate it without that nodeSelector" + ("" if pending else " (the webhook keeps it off spot)")
+        keeps = "" if pending else " (the webhook keeps it off spot)"
         return (
-            f"Taking its last gate away left its nodeSelector as it was, as created or as set while it was gated: "
-            f"{by}, or, where the pod was created with it, delete it and {recreate}; or {tolerate}"
+            f"Its nodeSelector had {entries} (spot capacity) before its last gate was taken away, as created or as "
+            f"set while it was gated: {by}, or, where the pod was created with it, delete it and recreate it without "
+            f"{entries} in its nodeSelector{keeps}; or {tolerate}"
         )
     if _kueue(pod, ctx):
         by = f"{FLAVOR[0].upper()}{FLAVOR[1:]}. "
@@ -1557,24 +1562,30 @@ def _allows(term: JSON, labels: Mapping[str, str]) -> bool:
 
 
 def _chooses_spot(spec: JSON, ctx: Context) -> bool:
-    """Whether the pod's nodeSelector reaches nothing but spot capacity by what the webhook knows: it names a spot
-    label (``cloud.google.com/gke-spot=true``, ``karpenter.sh/capacity-type=spot``, one of ``spot.extraLabels``), or
-    every label of a pool declared spot, or a pool of a provider that gives each pool one capacity type (a GKE node
-    pool, an EKS managed node group, an AKS node pool: ``Presets.pool_steered`` without the mixed pools,
+    """Whether the pod's nodeSelector reaches nothing but spot capacity by what the webhook knows
+    (``_spot_choosing``)."""
+    return bool(_spot_choosing(spec, ctx))
+
+
+def _spot_choosing(spec: JSON, ctx: Context) -> dict[str, str]:
+    """The entries of the pod's nodeSelector that reach nothing but spot capacity by what the webhook knows: a spot
+    label (``cloud.google.com/gke-spot=true``, ``karpenter.sh/capacity-type=spot``, one of ``spot.extraLabels``),
+    every label of a pool declared spot, or the labels of a pool of a provider that gives each pool one capacity type
+    (a GKE node pool, an EKS managed node group, an AKS node pool: ``Presets.pool_steered`` without the mixed pools,
     ``Presets.mixed_pool_labels``) whose nodes are all spot. Never a Karpenter NodePool, which launches on-demand
     capacity too where only spot nodes are up now, nor a label of the user's own, which may also be on an on-demand
     pool at zero (both were refused: found by a review)."""
     selector = {k: as_str(v) for k, v in as_dict(spec.get("nodeSelector")).items()}
     spot_labels = {(k, v) for k, v, _ in ctx.cluster.presets.spot_labels} | set(ctx.settings.spot.extra_labels.items())
-    if spot_labels & set(selector.items()):
-        return True
-    pools = [p.node_selector for p in ctx.settings.cluster.pools if p.spot and p.node_selector]
-    if any(all(selector.get(k) == v for k, v in s.items()) for s in pools):
-        return True
+    chosen = {k: v for k, v in selector.items() if (k, v) in spot_labels}
+    for pool in ctx.settings.cluster.pools:
+        if pool.spot and pool.node_selector and all(selector.get(k) == v for k, v in pool.node_selector.items()):
+            chosen.update(pool.node_selector)
     fixed = ctx.cluster.presets.pool_steered - ctx.cluster.presets.mixed_pool_labels
     by_pool = {k: v for k, v in selector.items() if k in fixed}
-    if not by_pool:
-        return False
-    trial = {"nodeSelector": by_pool, "tolerations": [{"operator": "Exists"}]}
-    chosen = [c.group for c in ctx.cluster.eligible(trial, (), gpu_only=False)]
-    return bool(chosen) and all(g.spot for g in chosen)
+    if by_pool:
+        trial = {"nodeSelector": by_pool, "tolerations": [{"operator": "Exists"}]}
+        groups = [c.group for c in ctx.cluster.eligible(trial, (), gpu_only=False)]
+        if groups and all(g.spot for g in groups):
+            chosen.update(by_pool)
+    return chosen
