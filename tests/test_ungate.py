@@ -730,6 +730,28 @@ def test_a_never_pod_whose_own_spot_label_kueue_added_to_is_told_to_recreate_it_
     assert answer["allowed"] is False and answer["status"]["reason"] == reason, answer
     message = answer["status"]["message"]
     assert f"Its nodeSelector had {SPOT_LABEL}: true (spot capacity) before its last gate was taken away" in message
-    assert f"without {SPOT_LABEL}: true in its nodeSelector" in message, message
+    assert f"without {SPOT_LABEL}: true in its nodeSelector where it was created with that" in message, message
     without = created_through(app, pod)  # recreated without it, admitted by Kueue to an on-demand flavor
     assert update(app, "/validate", kueue_admits(without, {POOL: "h100-new"}), without)["allowed"] is True
+
+
+def test_a_never_pod_kueue_put_on_spot_is_told_to_recreate_it_with_an_on_demand_flavor_not_alone() -> None:
+    """Found by a review of the spot policy: a Kueue pod created under another mode, admitted by Kueue to a spot
+    flavor under never, was told to admit it to an on-demand flavor or to delete and recreate it, as a fix of its
+    own: recreated under never, Kueue admitted it to the same spot flavor and it was refused again. Recreating it is
+    said as what goes with the on-demand flavor (Kueue admits the recreated pod again)."""
+    off = create_app(Settings(), cluster=StaticCluster(build_view(spot_nodes(), Settings())))
+    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    pod = gated_pod()
+    pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "user-queue"}
+    stored = created_through(off, pod)
+    answer = update(app, "/validate", kueue_admits(stored, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION), stored)
+    assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngated", answer
+    message = answer["status"]["message"]
+    assert "Delete and recreate it (the webhook keeps it off spot)" not in message, message
+    flavor = "ResourceFlavor of on-demand nodes only, in a ClusterQueue whose flavors are not spot, then delete it and "
+    assert f"{flavor}recreate it for Kueue to admit it again. Or annotate the pod" in message, message
+    again = created_through(app, pod)
+    answer = update(app, "/validate", kueue_admits(again, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION), again)
+    assert answer["status"]["reason"] == "SpotNeverUngatedPending", "recreated alone, the same spot flavor: refused"
+    assert update(app, "/validate", kueue_admits(again, {POOL: "h100-new"}), again)["allowed"] is True

@@ -1450,7 +1450,10 @@ def _kueue(pod: PodView, ctx: Context) -> bool:
     return any(k.startswith(KUEUE) for k in [*names, *pod.labels, *pod.annotations])
 
 
-FLAVOR = "have Kueue admit it to a ResourceFlavor of on-demand nodes only, in a ClusterQueue whose flavors are not spot"
+FLAVOR = (
+    "have Kueue admit it to a ResourceFlavor of on-demand nodes only, in a ClusterQueue whose flavors are not spot, "
+    "then delete it and recreate it for Kueue to admit it again"
+)
 
 
 def _advice(pod: PodView, ctx: Context, pending: bool) -> str:
@@ -1461,7 +1464,9 @@ def _advice(pod: PodView, ctx: Context, pending: bool) -> str:
     not tell: both are said, and to recreate it without those entries (recreated as it was, it was refused again; an
     entry of its own was missed where Kueue's flavor added another: found by reviews). Else what took its gate
     away placed it: Kueue (``_kueue``) with its ResourceFlavor, or whatever did (a user, another controller), with no
-    word of Kueue (a pod whose own gate a user took away was told of Kueue's flavors: a review)."""
+    word of Kueue (a pod whose own gate a user took away was told of Kueue's flavors: a review). Where Kueue queues
+    the pod, recreating it goes with an on-demand flavor: recreated alone, Kueue admits it to the same spot flavor
+    and it is refused again (found by a review)."""
     tolerate = f"{PREFIX}{REQUEST}: tolerate to let it run on spot"
     if pending:
         tolerate = f"delete it and recreate it annotated {tolerate} (a pod's affinity cannot change once created)."
@@ -1471,19 +1476,22 @@ def _advice(pod: PodView, ctx: Context, pending: bool) -> str:
     selector = as_dict(pod.spec.get("nodeSelector"))
     if before and all(as_str(selector.get(k)) == v for k, v in before.items()):
         entries = ", ".join(f"{k}: {v}" for k, v in sorted(before.items()))
-        by = FLAVOR if _kueue(pod, ctx) else "have what set it choose on-demand nodes"
-        keeps = "" if pending else " (the webhook keeps it off spot)"
+        without = f"without {entries} in its nodeSelector"
+        if _kueue(pod, ctx):
+            fix = f"{FLAVOR}, {without} where it was created with that"
+        else:
+            keeps = "" if pending else " (the webhook keeps it off spot)"
+            fix = "have what set it choose on-demand nodes, or, where the pod was created with it, delete it and "
+            fix += f"recreate it {without}{keeps}"
         return (
             f"Its nodeSelector had {entries} (spot capacity) before its last gate was taken away, as created or as "
-            f"set while it was gated: {by}, or, where the pod was created with it, delete it and recreate it without "
-            f"{entries} in its nodeSelector{keeps}; or {tolerate}"
+            f"set while it was gated: {fix}; or {tolerate}"
         )
     if _kueue(pod, ctx):
-        by = f"{FLAVOR[0].upper()}{FLAVOR[1:]}. "
-    elif _placed_by_ungating(pod, ctx):
-        by = "Have what takes its gate away choose on-demand nodes. "
-    else:  # what it had at its create, or was given while it was gated, lets it there: the NotIn keeps it off
-        by = ""
+        return f"{FLAVOR[0].upper()}{FLAVOR[1:]}. Or {tolerate}"
+    # else what took its gate away placed it, or what it had at its create or was given while it was gated lets it
+    # there (the NotIn keeps it off)
+    by = "Have what takes its gate away choose on-demand nodes. " if _placed_by_ungating(pod, ctx) else ""
     if pending:
         return f"{by}Or {tolerate}"
     return f"{by}Delete and recreate it (the webhook keeps it off spot), or {tolerate}"
