@@ -755,3 +755,34 @@ def test_a_never_pod_kueue_put_on_spot_is_told_to_recreate_it_with_an_on_demand_
     answer = update(app, "/validate", kueue_admits(again, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION), again)
     assert answer["status"]["reason"] == "SpotNeverUngatedPending", "recreated alone, the same spot flavor: refused"
     assert update(app, "/validate", kueue_admits(again, {POOL: "h100-new"}), again)["allowed"] is True
+
+
+@pytest.mark.parametrize("at_create", [Settings(), NEVER], ids=["created-under-another-mode", "created-under-never"])
+def test_a_kueue_pod_a_user_puts_on_spot_after_kueue_admitted_it_is_not_told_of_kueue(at_create: Settings) -> None:
+    """Found by a review of the spot policy: Kueue admitted the pod to an on-demand flavor (no node labels) while a
+    gate of the user's was left; the user then added a nodeSelector and toleration of a spot pool and took their gate
+    away, and was told to have Kueue admit it to an on-demand flavor, which Kueue had done. Where the update that
+    places it takes no gate of Kueue's, what takes its gate away is told to choose on-demand nodes."""
+    pod = gated_pod()
+    pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "user-queue"}
+    pod["spec"]["schedulingGates"] = [{"name": GATE}, {"name": "example.com/hold"}]
+    stored = created_through(create_app(at_create, cluster=StaticCluster(build_view(spot_nodes(), at_create))), pod)
+    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    admitted = kueue_admits(stored, {})
+    admitted["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+    assert update(app, "/validate", admitted, stored)["allowed"] is True
+    answer = update(
+        app,
+        "/validate",
+        kueue_admits(admitted, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION),
+        admitted,
+        userInfo={"username": "alice"},
+    )
+    assert answer["allowed"] is False and answer["status"]["reason"].startswith("SpotNeverUngated"), answer
+    message = answer["status"]["message"]
+    assert (
+        "(example.com/hold, by alice)" in message and "Have what takes its gate away choose on-demand nodes." in message
+    )
+    assert "Kueue" not in message and "flavor" not in message.lower(), message
+    on_demand = kueue_admits(admitted, {POOL: "h100-new"})
+    assert update(app, "/validate", on_demand, admitted, userInfo={"username": "alice"})["allowed"] is True

@@ -1445,9 +1445,21 @@ def _kueue(pod: PodView, ctx: Context) -> bool:
     """Whether Kueue queues the pod: a gate, label or annotation of Kueue's on it (its gate in the old object's, where
     this update takes it away), whichever update took its last gate away (Kueue's may go before another's, and its
     flavor's nodeSelector with it: found by a review)."""
+    return _kueue_gate_gone(ctx) or any(k.startswith(KUEUE) for k in [*pod.labels, *pod.annotations])
+
+
+def _kueue_gate_gone(ctx: Context) -> bool:
+    """Whether the update that takes the pod's last gate away takes Kueue's (its admission of the pod)."""
     old = as_dict(as_dict(ctx.old_object).get("spec"))
-    names = [as_str(as_dict(g).get("name")) for g in as_list(old.get("schedulingGates"))]
-    return any(k.startswith(KUEUE) for k in [*names, *pod.labels, *pod.annotations])
+    return any(as_str(as_dict(g).get("name")).startswith(KUEUE) for g in as_list(old.get("schedulingGates")))
+
+
+def placed_by_kueue(pod: PodView, ctx: Context) -> bool:
+    """Whether Kueue chose where the ungated pod lands: it queues the pod (``_kueue``), and the update that takes its
+    last gate away takes Kueue's too or leaves its placement as it was (Kueue's own update wrote it, before another
+    gate went). Not where a user or controller changed the placement in an update that took no gate of Kueue's, Kueue
+    having admitted the pod before (it was blamed for that placement: found by a review)."""
+    return _kueue(pod, ctx) and (_kueue_gate_gone(ctx) or not _placed_by_ungating(pod, ctx))
 
 
 FLAVOR = (
@@ -1462,9 +1474,9 @@ def _advice(pod: PodView, ctx: Context, pending: bool) -> str:
     entries that choose spot capacity (``_spot_choosing``) were there before this update, they are the pod's as
     created or were written while it was gated (by Kueue, or what took an earlier gate away), which the update does
     not tell: both are said, and to recreate it without those entries (recreated as it was, it was refused again; an
-    entry of its own was missed where Kueue's flavor added another: found by reviews). Else what took its gate
-    away placed it: Kueue (``_kueue``) with its ResourceFlavor, or whatever did (a user, another controller), with no
-    word of Kueue (a pod whose own gate a user took away was told of Kueue's flavors: a review). Where Kueue queues
+    entry of its own was missed where Kueue's flavor added another: found by reviews). Else what took its gate away
+    placed it: Kueue (``placed_by_kueue``) with its ResourceFlavor, or whatever did (a user, another controller), with
+    no word of Kueue (a pod whose own gate a user took away was told of Kueue's flavors: a review). Where Kueue queues
     the pod, recreating it goes with an on-demand flavor: recreated alone, Kueue admits it to the same spot flavor
     and it is refused again (found by a review)."""
     tolerate = f"{PREFIX}{REQUEST}: tolerate to let it run on spot"
@@ -1487,7 +1499,7 @@ def _advice(pod: PodView, ctx: Context, pending: bool) -> str:
             f"Its nodeSelector had {entries} (spot capacity) before its last gate was taken away, as created or as "
             f"set while it was gated: {fix}; or {tolerate}"
         )
-    if _kueue(pod, ctx):
+    if placed_by_kueue(pod, ctx):
         return f"{FLAVOR[0].upper()}{FLAVOR[1:]}. Or {tolerate}"
     # else what took its gate away placed it, or what it had at its create or was given while it was gated lets it
     # there (the NotIn keeps it off)
