@@ -786,3 +786,27 @@ def test_a_kueue_pod_a_user_puts_on_spot_after_kueue_admitted_it_is_not_told_of_
     assert "Kueue" not in message and "flavor" not in message.lower(), message
     on_demand = kueue_admits(admitted, {POOL: "h100-new"})
     assert update(app, "/validate", on_demand, admitted, userInfo={"username": "alice"})["allowed"] is True
+
+
+def test_the_cuda_refusal_of_a_pod_kueue_placed_before_another_gate_went_gets_kueues_advice() -> None:
+    """Found by a review of the ungating: Kueue admitted the pod to the old pool's flavor while another controller's
+    gate was left, and the refusal of that controller's ungating (its CUDA too new for the old pool's driver) lacked
+    the advice on the flavors' labels, only the gates taken by the last update being looked at. Kueue's gate, label
+    or annotation on the pod says Kueue placed it, as for the spot advice."""
+    app, recorder, sink = app_with()
+    old = created(GATE, "example.com/data-ready")
+    admitted_old = admitted(old, "h100-old", "example.com/data-ready")
+    assert update(app, "/validate", admitted_old, old)["allowed"] is True, "another gate left: not reviewed"
+    last = copy.deepcopy(admitted_old)
+    del last["spec"]["schedulingGates"]
+    ready = {"username": "system:serviceaccount:data:ready"}
+    answer = update(app, "/validate", last, admitted_old, userInfo=ready)
+    assert answer["allowed"] is False and answer["status"]["reason"] == "CUDAIncompatible", answer
+    assert "(example.com/data-ready, by system:serviceaccount:data:ready)" in answer["status"]["message"]
+    assert answer["status"]["message"].endswith(f"\n{pipeline.KUEUE_ADVICE}"), answer["status"]["message"]
+    (event,) = sent(recorder, sink)
+    assert event["message"].endswith(f"\n{pipeline.KUEUE_ADVICE}"), event["message"]
+    admitted_new = admitted(old, "h100-new", "example.com/data-ready")
+    last = copy.deepcopy(admitted_new)
+    del last["spec"]["schedulingGates"]
+    assert update(app, "/validate", last, admitted_new, userInfo=ready)["allowed"] is True

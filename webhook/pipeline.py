@@ -432,16 +432,20 @@ KUEUE_ADVICE = (
     "all it matches the pod's nodeSelector and affinity with: give the flavors the labels the webhook steers on "
     "(README, 'Kueue and scheduling gates'), or keep the workload's queue off these nodes."
 )
-"""Said after a CUDA refusal of Kueue's ungating; not after a spot one, whose advice names an on-demand flavor."""
+"""Said after a CUDA refusal of an ungating whose placement Kueue chose (``spot.placed_by_kueue``); not after a spot
+one, whose advice names an on-demand flavor."""
 
 
-def _ungate_refusal(result: Result, gone: Sequence[str], ctx: Context) -> None:
+def _ungate_refusal(result: Result, gone: Sequence[str], pod: PodView, ctx: Context) -> None:
     """Say which update is refused and why, and tell it on the pod (an Event: the updater is a controller, which
-    only logs the refusal, and the pod stays gated)."""
+    only logs the refusal, and the pod stays gated). Kueue's advice where Kueue chose the placement
+    (``spot.placed_by_kueue``, as the spot policy's advice: its gate may go before another's, its flavor's
+    nodeSelector with it, and the refusal of the last ungating lacked the advice: found by a review)."""
     by = f", by {ctx.username}" if ctx.username else ""
     message = UNGATED.format(gates=escaped(", ".join(gone)), by=escaped(by), message=result.message)
-    kueue = any(g.startswith(spot.KUEUE) for g in gone)
-    if kueue and any(d.policy == cuda.POLICY and _mode(d.policy, ctx) == "enforce" for d in result.outcome.denials):
+    if spot.placed_by_kueue(pod, ctx) and any(
+        d.policy == cuda.POLICY and _mode(d.policy, ctx) == "enforce" for d in result.outcome.denials
+    ):
         message = f"{message}\n{KUEUE_ADVICE}"
     result.message = clipped(message, MESSAGE_LIMIT)
     result.audit["reason"] = result.message
@@ -1063,7 +1067,7 @@ def _validate(obj: Any, ctx: Context) -> Result:
     _pods_passed(view, pctx, outcome)
     result = _finish(Result(object=obj), pctx, outcome, "admitted")
     if not result.allowed and (gone := ungated(obj, ctx)):
-        _ungate_refusal(result, gone, ctx)
+        _ungate_refusal(result, gone, view, ctx)
     return result
 
 
