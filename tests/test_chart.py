@@ -1425,6 +1425,38 @@ def test_an_image_tag_that_is_not_a_tag_is_refused_pointing_at_image_digest(tag)
             assert container["image"] == f"ghcr.io/gpu-admission/gpu-admission@{digest}", where
 
 
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        pytest.param(["--set", "image.tag=true"], "image.tag: true was read as a boolean, not as text", id="set-true"),
+        pytest.param(
+            ["--values", "image: {tag: 1.10}"], "image.tag: 1.1 was read as a number, not as text", id="decimal"
+        ),
+        pytest.param(
+            ["--set-string", "image.tag=sha256:" + "0123456789abcdef" * 4],
+            "is not an image tag (up to 128 letters, digits, '_', '.' and '-', not first '.' or '-'), "
+            "checked though image.digest is set and pulled instead",
+            id="digest-as-tag",
+        ),
+    ],
+)
+def test_an_image_tag_beside_a_digest_is_checked_all_the_same(tmp_path, given, said):
+    """With image.digest set, image.tag was not read at all: true, 1.10 (read as 1.1) or a digest rendered without a
+    word (a review's finding), and the install broke only the day the digest was dropped. A valid tag beside the
+    digest is taken, the digest pulled."""
+    digest = "sha256:" + "0123456789abcdef" * 4
+    flag, value = given
+    if flag == "--values":
+        (tmp_path / "values.yaml").write_text(value + "\n")
+        value = str(tmp_path / "values.yaml")
+    proc = helm("template", RELEASE, str(CHART), flag, value, "--set", f"image.digest={digest}", check=False)
+    assert proc.returncode != 0
+    assert said in proc.stderr, proc.stderr
+    for where, spec in pod_specs(template("--set", "image.tag=v1.2", "--set", f"image.digest={digest}")):
+        for container in spec["containers"]:
+            assert container["image"] == f"ghcr.io/gpu-admission/gpu-admission@{digest}", where
+
+
 def test_settings_config_map_adds_the_release_namespace_to_exemptions(rendered):
     _, objects = rendered
     settings = yaml.safe_load(find(objects, "ConfigMap", FULLNAME)["data"]["config.yaml"])

@@ -93,12 +93,11 @@ would bind the server's ClusterRole (read every Node, write Events) to every pod
 {{- end }}
 
 {{- define "gpu-admission.image" -}}
-{{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
-{{- else }}
 {{- /* A tag of digits alone given by --set (image.tag=123) comes as an integer (int64): written as given (found by a
 review). Any other value that is not text is refused (gpu-admission.text): a number in a values file is not the tag
-as written (0123 is read as 83, 20240101 as 2.0240101e+07, 2.0 as 2), as the schema's "integer" cannot tell. */}}
+as written (0123 is read as 83, 20240101 as 2.0240101e+07, 2.0 as 2), as the schema's "integer" cannot tell. The tag is
+checked where a digest is set too, which is pulled instead: a tag refused alone rendered there without a word (found
+by a review), and the install broke the day the digest was dropped. */}}
 {{- $tag := .Values.image.tag }}
 {{- if kindIs "invalid" $tag }}{{ $tag = "" }}{{ end }}
 {{- if not (kindIs "int64" $tag) }}
@@ -107,8 +106,15 @@ as written (0123 is read as 83, 20240101 as 2.0240101e+07, 2.0 as 2), as the sch
 {{- /* A digest or a whole reference given as the tag (sha256:..., v1@sha256:..., repo:v1) rendered an image
 Kubernetes refuses (InvalidImageName, each pod) (found by a review): a tag is what the registries take. */}}
 {{- if not (regexMatch "^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$" (toString $tag | default "v")) }}
-{{- fail (printf "image.tag %q is not an image tag (up to 128 letters, digits, '_', '.' and '-', not first '.' or '-'), and the image %s:%s would not pull (InvalidImageName): a digest goes in image.digest (image.digest: sha256:..., which is used instead of the tag), the repository in image.repository" (toString $tag) .Values.image.repository (toString $tag)) }}
+{{- $then := printf "and the image %s:%s would not pull (InvalidImageName): a digest goes in image.digest (image.digest: sha256:..., which is used instead of the tag), the repository in image.repository" .Values.image.repository (toString $tag) }}
+{{- if .Values.image.digest }}
+{{- $then = "checked though image.digest is set and pulled instead: leave image.tag empty, or give the tag that digest was pushed as" }}
 {{- end }}
+{{- fail (printf "image.tag %q is not an image tag (up to 128 letters, digits, '_', '.' and '-', not first '.' or '-'), %s" (toString $tag) $then) }}
+{{- end }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (toString $tag | default .Chart.AppVersion) }}
 {{- end }}
 {{- end }}
