@@ -1428,6 +1428,26 @@ def test_an_image_tag_that_is_not_a_tag_is_refused_pointing_at_image_digest(tag)
 @pytest.mark.parametrize(
     ("given", "said"),
     [
+        pytest.param(["--set", "image.tag=-1"], 'image.tag "-1" is not an image tag (up to 128 letters', id="set"),
+        pytest.param(["--values", "image: {tag: -1}"], "image.tag: -1 was read as a number, not as text", id="values"),
+    ],
+)
+def test_a_negative_image_tag_is_refused_in_the_charts_words(tmp_path, given, said):
+    """image.tag=-1 met the schema's 'minimum: got -1, want 0', which says neither what a tag is nor how to give one
+    (a review's finding); the chart's own words do."""
+    flag, value = given
+    if flag == "--values":
+        (tmp_path / "values.yaml").write_text(value + "\n")
+        value = str(tmp_path / "values.yaml")
+    proc = helm("template", RELEASE, str(CHART), flag, value, check=False)
+    assert proc.returncode != 0
+    assert said in proc.stderr, proc.stderr
+    assert "minimum" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
         pytest.param(["--set", "image.tag=true"], "image.tag: true was read as a boolean, not as text", id="set-true"),
         pytest.param(
             ["--values", "image: {tag: 1.10}"], "image.tag: 1.1 was read as a number, not as text", id="decimal"

@@ -104,7 +104,9 @@ by a review), and the install broke the day the digest was dropped. */}}
 {{- include "gpu-admission.text" (dict "field" "image.tag" "key" "tag" "value" $tag) }}
 {{- end }}
 {{- /* A digest or a whole reference given as the tag (sha256:..., v1@sha256:..., repo:v1) rendered an image
-Kubernetes refuses (InvalidImageName, each pod) (found by a review): a tag is what the registries take. */}}
+Kubernetes refuses (InvalidImageName, each pod) (found by a review): a tag is what the registries take. A negative
+number (--set image.tag=-1) is refused here too, in these words: the schema's "minimum: got -1, want 0" did not say
+what a tag is (found by a review). */}}
 {{- if not (regexMatch "^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$" (toString $tag | default "v")) }}
 {{- $then := printf "and the image %s:%s would not pull (InvalidImageName): a digest goes in image.digest (image.digest: sha256:..., which is used instead of the tag), the repository in image.repository" .Values.image.repository (toString $tag) }}
 {{- if .Values.image.digest }}
