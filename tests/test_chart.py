@@ -454,6 +454,29 @@ def _notes(*args: str) -> str:
     return helm("install", RELEASE, str(CHART), "--dry-run=client", "-n", NAMESPACE, *args).stdout.split("NOTES:", 1)[1]
 
 
+@pytest.mark.parametrize(
+    ("args", "image"),
+    [
+        pytest.param([], "ghcr.io/gpu-admission/gpu-admission:0.1.0", id="default"),
+        pytest.param(
+            ["--set", "image.repository=registry.example.com/gpu-admission", "--set", "image.tag=0.2.0"],
+            "registry.example.com/gpu-admission:0.2.0",
+            id="tag",
+        ),
+        pytest.param(
+            ["--set", "image.digest=sha256:" + "0123456789abcdef" * 4],
+            "ghcr.io/gpu-admission/gpu-admission@sha256:" + "0123456789abcdef" * 4,
+            id="digest",
+        ),
+    ],
+)
+def test_the_notes_name_the_image_installed(args, image):
+    """The NOTES said 'gpu-admission 0.1.0 is installed' (the chart's appVersion) whatever image.tag the install gave
+    (docs/install.md gives one): they name the image the pods run."""
+    first = _notes(*args).strip().splitlines()[0]
+    assert first == f"gpu-admission is installed in namespace {NAMESPACE}, running {image}.", first
+
+
 def test_every_job_has_the_time_a_node_from_zero_takes(rendered):
     """One deadline for every Job, retries included: the uninstall's cleanup Job had 120 s, too short for a node to
     be made where it may run (a pool scaled to zero), where the other Jobs had 300 s (a review's finding)."""
