@@ -421,6 +421,26 @@ def test_a_node_without_a_device_is_a_gpu_node_joining_where_its_labels_or_its_p
     assert not any(view.joining(g) for g in view.groups if g is not new)
 
 
+@pytest.mark.parametrize(
+    ("providers", "labels", "gpu"),
+    [
+        pytest.param(["eks"], {"karpenter.k8s.aws/instance-gpu-count": "8"}, True, id="karpenter-on-eks"),
+        pytest.param(["aks"], {"karpenter.azure.com/sku-gpu-manufacturer": "nvidia"}, True, id="karpenter-on-aks"),
+        pytest.param(["eks"], {"cloud.google.com/gke-accelerator": "nvidia-l4"}, True, id="gke-accelerator"),
+        pytest.param(["eks"], {"kubernetes.azure.com/accelerator": "nvidia"}, True, id="aks-accelerator"),
+        pytest.param(["aks"], {"accelerator": "nvidia"}, True, id="aks-legacy-on-aks"),
+        pytest.param(["eks"], {"accelerator": "nvidia"}, False, id="bare-key-elsewhere-the-users-own"),
+    ],
+)
+def test_a_nodes_gpu_labels_are_read_whatever_providers_the_cluster_names(
+    providers: list[str], labels: dict[str, str], gpu: bool
+) -> None:
+    """A label that says a node has GPUs means the same on any cluster: read whatever ``cluster.providers`` names
+    (it was read for the providers named alone), but for an unprefixed key, the user's own off its provider's
+    clusters."""
+    assert build_view([], Settings(cluster=ClusterSettings(providers=providers))).presets.gpu_labelled(labels) is gpu
+
+
 def _host_nodes(count: int, key: str = "cloud.google.com/gce-topology-host") -> list[dict[str, Any]]:
     """A pool of ``count`` GPU nodes, each with its own value of ``key``, two drivers."""
     return [

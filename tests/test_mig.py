@@ -3414,6 +3414,62 @@ def test_a_daemonset_pod_for_a_node_of_a_nodepool_with_gpu_and_cpu_instances_is_
         assert mig_annotation(result.object) == mig_annotation(live)
 
 
+_NAP = {"kubernetes.azure.com/agentpool": "default"}  # AKS's node auto-provisioning (Karpenter on Azure)
+
+
+@pytest.mark.parametrize(
+    ("providers", "own", "labels", "told"),
+    [
+        pytest.param(
+            ["eks"],
+            {},
+            {"eks.amazonaws.com/instance-gpu-name": "a100", "eks.amazonaws.com/instance-gpu-count": "8"},
+            False,
+            id="eks-auto-mode-gpu-joining",
+        ),
+        pytest.param(
+            ["aks"],
+            _NAP,
+            {  # the first node of its NodePool
+                "kubernetes.azure.com/agentpool": "a100",
+                "karpenter.azure.com/sku-gpu-count": "1",
+                "karpenter.azure.com/sku-gpu-manufacturer": "nvidia",
+            },
+            False,
+            id="aks-nap-nvidia-joining",
+        ),
+        pytest.param(["aks"], _NAP, {"karpenter.azure.com/sku-gpu-count": "0"}, True, id="aks-nap-cpu"),
+    ],
+)
+def test_a_daemonset_pod_is_told_by_its_nodes_labels_whatever_providers_the_cluster_names(
+    providers: list[str], own: dict[str, str], labels: dict[str, str], told: bool
+) -> None:
+    """What a node's labels say it is (a GPU node from its start, a pool of CPU and GPU instance types alike) was
+    read only for the providers ``cluster.providers`` names: on an EKS Auto Mode cluster that named eks alone, or an
+    AKS cluster with node auto-provisioning that named aks alone (both Karpenter), a DaemonSet's pod for a GPU node
+    joining was told it stays Pending, and the pod for a CPU node of an agent pool with GPU nodes was taken for one
+    joining and told nothing (a review of the cluster model)."""
+    gpu_labels = {
+        "nvidia.com/gpu.product": A100_80,
+        "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/gpu.memory": "81920",
+    }
+    gpu = _nodepool_node("gpu-1", {**own, **gpu_labels}, {"nvidia.com/mig-1g.10gb": "56"})
+    s = settings()
+    s = replace(s, cluster=replace(s.cluster, providers=providers))
+    ctx = context([gpu, _nodepool_node("n2", {**own, **labels}, {"cpu": "8"})], s)
+    live = pipeline.mutate(workload("DaemonSet", frac("0.1")), ctx).object
+    result = _as_created(_daemon_pod_of(live, "n2"), ctx)
+    if told:
+        assert result.warnings == [
+            "mig: trainer asks nvidia.com/mig-1g.10gb, which no node it can run on offers now: it stays Pending"
+        ]
+        assert len(_unoffered_events(result)) == 1
+    else:
+        assert result.warnings == [] and _unoffered_events(result) == []
+        assert mig_annotation(result.object) == mig_annotation(live)
+
+
 def test_a_daemonset_pod_on_a_cpu_node_of_a_nodepool_is_not_told_to_give_its_pool_a_mig_layout() -> None:
     """The pod a DaemonSet makes for a CPU node of a Karpenter NodePool was told to give its node's pool a MIG
     layout that offers its device, or to ask by annotation: neither gives a CPU node a GPU. It is told to keep the

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -67,20 +67,20 @@ class Presets:
     gpu_label_keys: frozenset[str] = frozenset()
     """Label keys a provider gives a node with GPUs, whatever the value, from its start, before the device plugin
     runs (Karpenter's ``karpenter.k8s.aws/instance-gpu-count``, GKE's accelerator label: ``gpu_label_keys`` and
-    ``accelerator_label`` in providers.yaml)."""
+    ``accelerator_label`` in providers.yaml). Read whatever ``cluster.providers`` names (``_node_keys``)."""
     gpu_label_values: frozenset[tuple[str, str]] = frozenset()
     """Labels (key, value) a provider gives a node with NVIDIA GPUs from its start, where the key alone says nothing
-    (Karpenter on Azure's ``karpenter.azure.com/sku-gpu-manufacturer: nvidia``; its ``sku-gpu-count`` is on every
-    node: ``gpu_label_values`` in providers.yaml)."""
+    (Karpenter on Azure's ``karpenter.azure.com/sku-gpu-manufacturer: nvidia``, its ``sku-gpu-count`` being on
+    every node; AKS's ``kubernetes.azure.com/accelerator: nvidia``: ``gpu_label_values`` and ``gpu_node_labels`` in
+    providers.yaml). Read whatever ``cluster.providers`` names (``_node_keys``)."""
     gpu_count_labels: frozenset[str] = frozenset()
     """Label keys a provider gives every node, whose value is how many GPUs of any maker its instance type has ("0"
     on a CPU type: Karpenter on Azure's ``karpenter.azure.com/sku-gpu-count``; ``gpu_count_labels`` in
-    providers.yaml). Every provider's, whatever ``cluster.providers`` names: such a label means the same on any
-    cluster, and an AKS cluster that named aks alone took an AMD node of its node auto-provisioning, its device
-    plugin not up yet, for a CPU node (found by a review)."""
+    providers.yaml). Read whatever ``cluster.providers`` names (``_node_keys``)."""
     mixed_pool_labels: frozenset[str] = frozenset()
     """Pool label keys whose pools may hold CPU and GPU instance types alike (a Karpenter NodePool:
-    ``mixed_pools`` in providers.yaml): that such a pool has GPU nodes says nothing of one node."""
+    ``mixed_pools`` in providers.yaml): that such a pool has GPU nodes says nothing of one node. Read whatever
+    ``cluster.providers`` names (``_node_keys``)."""
     resource_tags: Mapping[str, str] = field(default_factory=dict)
     """Per pool label key, the prefix of the tag that gives Cluster Autoscaler's template node of such a group at zero
     an extended resource (EKS's ASG tag ``k8s.io/cluster-autoscaler/node-template/resources/<name>``:
@@ -88,12 +88,8 @@ class Presets:
 
     def gpu_labelled(self, labels: Mapping[str, str]) -> bool:
         """Whether a node's labels say it has GPUs before its device plugin runs (``gpu_label_keys``,
-        ``gpu_label_values``, one of ``gpu_node_labels``: AKS's accelerator, or its legacy one)."""
-        return (
-            not self.gpu_label_keys.isdisjoint(labels)
-            or any(labels.get(k) == v for k, v in self.gpu_label_values)
-            or any(labels.get(k) == v for own in self.gpu_node_labels.values() for k, v in own.items())
-        )
+        ``gpu_label_values``: AKS's accelerator, or its legacy one, among them)."""
+        return not self.gpu_label_keys.isdisjoint(labels) or any(labels.get(k) == v for k, v in self.gpu_label_values)
 
     def named_by(self, keys: Collection[str], shown: Collection[str] = ()) -> frozenset[str]:
         """The providers a declared pool's nodeSelector of ``keys`` names by a label only their nodes carry
@@ -163,6 +159,17 @@ def _gpu_label_keys(entry: Mapping[str, Any]) -> list[str]:
     return [*entry.get("gpu_label_keys", ()), *([entry["accelerator_label"]] if entry.get("accelerator_label") else [])]
 
 
+def _node_keys(name: str, names: Collection[str], keys: Iterable[str]) -> list[str]:
+    """Of provider ``name``'s label keys that say what a node is (a GPU node from its start, its GPU count, a pool
+    that holds CPU and GPU instance types alike), those read: every one, whatever ``cluster.providers`` names
+    (``names``), since such a label means the same on any cluster. An AKS cluster that named aks alone took its node
+    auto-provisioning's (Karpenter on Azure's) NVIDIA and AMD nodes, joining, for CPU nodes, and an EKS Auto Mode
+    cluster that named eks alone its GPU nodes (found by reviews). But an unprefixed key (AKS's legacy accelerator)
+    is the user's own off its provider's clusters (kubernetes.io, Labels and Selectors; ``generic_pool_labels``):
+    read only where its provider is named."""
+    return [k for k in keys if name in names or "/" in k]
+
+
 def load_presets(
     providers: Sequence[str] = ("all",),
     extra_pool_labels: Sequence[str] = (),
@@ -221,10 +228,17 @@ def load_presets(
             for n in names
             if (raw[n] or {}).get("gpu_node_labels")
         },
-        frozenset(k for n in names for k in _gpu_label_keys(raw[n] or {})),
-        frozenset((k, str(v)) for n in names for k, v in ((raw[n] or {}).get("gpu_label_values") or {}).items()),
-        frozenset(k for entry in raw.values() for k in (entry or {}).get("gpu_count_labels", ())),
-        frozenset(k for n in names if (raw[n] or {}).get("mixed_pools") for k in _own_pool_labels(raw[n])),
+        frozenset(k for n, e in raw.items() for k in _node_keys(n, names, _gpu_label_keys(e or {}))),
+        frozenset(
+            (k, str(values[k]))
+            for n, e in raw.items()
+            for values in ((e or {}).get("gpu_label_values") or {}, (e or {}).get("gpu_node_labels") or {})
+            for k in _node_keys(n, names, values)
+        ),
+        frozenset(k for n, e in raw.items() for k in _node_keys(n, names, (e or {}).get("gpu_count_labels", ()))),
+        frozenset(
+            k for n, e in raw.items() if (e or {}).get("mixed_pools") for k in _node_keys(n, names, _own_pool_labels(e))
+        ),
         {
             k: str(raw[n]["resource_tag"])
             for n in names
