@@ -882,6 +882,71 @@ def test_pools_at_zero_that_no_label_pins_offering_no_whole_gpu_are_not_told_to_
     assert "whole GPU" not in result.message
 
 
+def _mixed_nodepool_pools() -> list[PoolSettings]:
+    """Two mixed-strategy pools of one Karpenter NodePool at zero, told apart by instance type alone: the
+    A100-40GB's 1g.10gb holds 2/8 of its memory, the A100-80GB's 1/8."""
+    kp, it = "karpenter.sh/nodepool", "node.kubernetes.io/instance-type"
+    return [
+        PoolSettings(
+            name=name,
+            node_selector={kp: "gpu", it: instance},
+            gpu_product=product,
+            gpu_memory_mib=memory,
+            gpu_count=8,
+            mig_strategy="mixed",
+            mig_profiles={"1g.10gb": count},
+        )
+        for name, instance, product, memory, count in (
+            ("a40-kp", "p4d.24xlarge", A100_40, 40960, 32),
+            ("a80-kp", "p4de.24xlarge", A100_80, 81920, 56),
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("pools", "node", "obj", "fact"),
+    [
+        pytest.param(
+            _one_nodepool_pools(),
+            mixed_node(
+                "m",
+                A100_80,
+                {"3g.40gb": 0},
+                "a100",
+                81920,
+                extra_labels={"nvidia.com/mig.config": "all-3g.40gb", "nvidia.com/mig.config.state": "pending"},
+            ),
+            frac("0.4"),
+            " The MIG layout of pool a100 (nvidia.com/mig.config=all-3g.40gb, pending) is changing: its MIG devices are"
+            " offered again once MIG Manager has applied it.",
+            id="layout-changing",
+        ),
+        pytest.param(
+            _mixed_nodepool_pools(),
+            mixed_node("m", A100_40, {"1g.10gb": 1}, "small", 40960),
+            pod(container("a", limits={GPU: "0.2"}), container("b", limits={"nvidia.com/mig-1g.10gb": "1"})),
+            " Pool small offers 1g.10gb, 1 a node, but with its other containers' this pod would need 2"
+            " nvidia.com/mig-1g.10gb on one node.",
+            id="too-few-for-its-other-containers",
+        ),
+    ],
+)
+def test_the_refusal_where_no_label_pins_the_pod_still_says_what_else_keeps_it_from_a_profile(
+    pools: list[PoolSettings], node: dict[str, Any], obj: dict[str, Any], fact: str
+) -> None:
+    """Where no label pins the pod to the pools at zero that offer a covering profile, the refusal said only that:
+    a pool whose MIG layout is changing, or one with too few devices a node for the pod's other containers, which the
+    refusal says elsewhere, went unsaid (a review of MIG). Said after why the pod cannot be pinned, before what to
+    change."""
+    result = review(obj, [_EKS_CPU, node], settings(pools))
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert (
+        f"but the pod cannot be pinned to it: every label the webhook pins a pod by that its nodes carry"
+        f" (karpenter.sh/nodepool=gpu) names pool {pools[1].name} too, where it would get another device or none.{fact}"
+        " Give that pool a pool label of its own" in result.message
+    ), result.message
+
+
 def test_the_whole_fallback_for_pools_at_zero_under_different_labels_pins_one_label() -> None:
     """The whole fallback for whole-GPU pools at zero under an EKS and a Karpenter label, beside a single-strategy
     EKS pool of smaller profiles it must be kept off: no one label holds both whole pools, and the pod was refused,

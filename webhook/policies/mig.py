@@ -1122,23 +1122,27 @@ def _refusal(
 ) -> str:
     ctx = req.ctx
     coverage = ctx.settings.mig.coverage
+    # where pools offer a covering profile that no label pins the pod to, their words and advice, and what else is
+    # said all the same (a MIG layout changing, too few devices for its other containers: left out, a review's)
+    unpinned_advice = ""
     if unpinned:
-        return _unpinned_refusal(req, ask, *unpinned[0], whole=_whole_gpu_covers(req, pod, pending, ask))
-    if ask.kind == "fraction":
-        rule = {"memory": "memory share", "compute": "compute share", "both": "memory and compute shares"}[coverage]
-        wanted = f"a MIG profile whose {rule} is at least {_plain(ask.amount)}"
+        head, unpinned_advice = _unpinned_words(req, ask, *unpinned[0], whole=_whole_gpu_covers(req, pod, pending, ask))
     else:
-        wanted = f"a MIG profile of at least {_gib(ask.amount)}"
-    head = f"container {ask.name} asks for {ask.asked}; no eligible node offers {wanted}."
-    if not ctx.cluster.known or not ctx.cluster.groups:
-        return head + " The webhook does not know the cluster's nodes yet (none listed, no pool declared)."
+        if ask.kind == "fraction":
+            rule = {"memory": "memory share", "compute": "compute share", "both": "memory and compute shares"}[coverage]
+            wanted = f"a MIG profile whose {rule} is at least {_plain(ask.amount)}"
+        else:
+            wanted = f"a MIG profile of at least {_gib(ask.amount)}"
+        head = f"container {ask.name} asks for {ask.asked}; no eligible node offers {wanted}."
+        if not ctx.cluster.known or not ctx.cluster.groups:
+            return head + " The webhook does not know the cluster's nodes yet (none listed, no pool declared)."
     barred_groups = {id(p.group) for p in barred}
     # too few of a covering profile for the pod's containers together, beside smaller ones offered too: said, or
     # the pod was told to ask for what the smaller hold (found by a review of MIG)
     short = _too_few(req, pod, pending, ask)
     short_groups = {id(g) for g, _ in short}
     if seen:
-        tail = f" Eligible nodes offer: {_offered(seen, ask)}."
+        tail = "" if unpinned else f" Eligible nodes offer: {_offered(seen, ask)}."
         tail += "".join(
             f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers' this pod would"
             f" need {need} {resource} on one node."
@@ -1219,7 +1223,9 @@ def _refusal(
     )
     if too_small and not seen:
         tail += f" MIG pools whose profiles are all smaller than it asks: {', '.join(too_small[:3])}."
-    if changing and not seen:
+    if unpinned:
+        advice = unpinned_advice
+    elif changing and not seen:
         advice = (
             " Create the pod again once the layout is applied (a workload's controller retries by itself), or ask"
             " for a whole GPU (nvidia.com/gpu: 1)."
@@ -1293,9 +1299,11 @@ def _whole_gpu_covers(req: _Request, pod: PodView, pending: Sequence[Ask], ask: 
     return ask.kind != "memory" or all(g.gpu_memory_mib * MIB >= ask.amount for g in groups)
 
 
-def _unpinned_refusal(req: _Request, ask: Ask, good: Sequence[Placement], bad: Sequence[NodeGroup], whole: bool) -> str:
-    """``_refusal``'s words where pools offer a profile that covers the ask but no label pins the pod to them off
-    the groups it must avoid (every pool label of the pools at zero names one of those too: two pools of one
+def _unpinned_words(
+    req: _Request, ask: Ask, good: Sequence[Placement], bad: Sequence[NodeGroup], whole: bool
+) -> tuple[str, str]:
+    """``_refusal``'s head and advice where pools offer a profile that covers the ask but no label pins the pod to
+    them off the groups it must avoid (every pool label of the pools at zero names one of those too: two pools of one
     Karpenter NodePool): the pod was told no eligible node offers a profile that covers it (a review of MIG).
     ``whole``: a whole GPU covers it wherever the pod lands (``_whole_gpu_covers``); only then is it told to ask for
     one (it was told so where the pools offered no whole GPU, or where a smaller one took it: a review of MIG)."""
@@ -1320,18 +1328,18 @@ def _unpinned_refusal(req: _Request, ask: Ask, good: Sequence[Placement], bad: S
         if shared
         else f"{'its' if one else 'their'} nodes carry no label the webhook pins a pod by that {_pools(bad)} lack"
     )
-    text = (
+    head = (
         f"container {ask.name} asks for {ask.asked}; {_pools(groups)} {'offers' if one else 'offer'} MIG {profiles},"
         f" which covers it, but the pod cannot be pinned to {'it' if one else 'them'}: {labels}, where it would get"
-        f" another device or none. Give {'that pool a pool label' if one else 'those pools pool labels'} of"
+        " another device or none."
+    )
+    advice = (
+        f" Give {'that pool a pool label' if one else 'those pools pool labels'} of"
         f" {'its' if one else 'their'} own (a NodePool or node group of {'its' if one else 'their'} own)"
         f"{',' if whole else ', or'} add to the pod a nodeSelector that only {'its' if one else 'their'} nodes match"
         f" (node.kubernetes.io/instance-type, say){f', or ask for a whole GPU ({GPU_RESOURCE}: 1)' if whole else ''}."
     )
-    if req.ctx.settings.mig.fallback != "deny":
-        of = f" of {_gib(ask.amount)} or more" if ask.kind == "memory" else ""
-        text += f" The {req.ctx.settings.mig.fallback} fallback found no GPU{of} either."
-    return text
+    return head, advice
 
 
 def _only_whole_gpus_keep_off(group: NodeGroup, pod: PodView, ctx: Context) -> bool:
@@ -1820,7 +1828,7 @@ def _warn_deferred(req: _Request, pod: PodView, others: Sequence[Ask], ask: Ask,
         key=lambda p: (p.gb if ask.kind == "memory" else p.eighths, p.slices),  # what the ask measures
         default=None,
     )
-    if unpinned:  # a profile covers it: asking for less is no help (``_unpinned_refusal``)
+    if unpinned:  # a profile covers it: asking for less is no help (``_unpinned_words``)
         said = f"no label pins them to {_pools(p.group for p in unpinned[0][0])} off other pools, so"
     elif barred:
         # pools that cover it give every nvidia.com/gpu as a MIG device, and other containers ask whole GPUs: the
