@@ -1199,6 +1199,82 @@ def test_a_kubeconfig_rewritten_to_a_user_the_rbac_lets_is_read_again(
         live.stop()
 
 
+def _rewrite(kubeconfig: Path, token: str, server: str | None = None) -> None:
+    """The kubeconfig rewritten as a Secret's mount is: a new file renamed over it."""
+    config = json.loads(kubeconfig.read_text())
+    config["users"][0]["user"]["token"] = token
+    if server is not None:
+        config["clusters"][0]["cluster"]["server"] = server
+    fresh = kubeconfig.with_name(kubeconfig.name + ".new")
+    fresh.write_text(json.dumps(config))
+    fresh.rename(kubeconfig)
+
+
+def test_a_kubeconfig_rewritten_to_a_user_refused_everything_is_not_said_to_be_refused_the_watch_alone(
+    api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client made anew from a rewritten kubeconfig watched on as the old one did: a user that may neither list
+    nor watch nodes was said to be let list them and not watch them ("add `watch`") until the next periodic relist,
+    300 s by default (a review's finding). New credentials are listed with at once, and what they are refused is
+    said."""
+    from tests.kubeapi import _Handler
+
+    fault = _Handler._fault
+    lets = {"Bearer old": {"list"}, "Bearer nobody": set()}
+
+    def rbac(self: Any) -> bool:
+        verb = "watch" if "watch=" in self.path else "list"
+        if "/nodes" in self.path and verb not in lets[self.headers.get("Authorization")]:
+            self.api.requests.append((self.command, self.path))
+            message = f'nodes is forbidden: User "u" cannot {verb} resource "nodes" in API group ""'
+            self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message})
+            return True
+        return bool(fault(self))
+
+    monkeypatch.setattr(_Handler, "_fault", rbac)
+    kubeconfig = Path(api.kubeconfig(str(tmp_path / "kubeconfig")))
+    _rewrite(kubeconfig, "old")
+    api.put("v1", "nodes", node("a"))
+    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
+    assert live is not None
+    live.backoff_initial, live.backoff_max, live.resync_seconds = 0.02, 0.05, 300
+    try:
+        live.start()
+        wait_for(lambda: "add `watch`" in (live.problem() or ""), "the forbidden watch said")
+        listed = lists(api)
+        _rewrite(kubeconfig, "nobody")
+        wait_for(lambda: "cannot list nodes: HTTP 403" in (live.problem() or ""), "the new user's refused list said")
+        assert lists(api) > listed
+        assert "add `watch`" not in (live.problem() or "")
+    finally:
+        live.stop()
+
+
+def test_a_kubeconfig_rewritten_to_another_server_is_listed_there_before_it_is_watched(
+    api: KubeAPI, tmp_path: Path
+) -> None:
+    """The client made anew from a kubeconfig rewritten to another API server watched it from the resourceVersion
+    of the old one's list, and its nodes reached the view only at the next periodic relist (a review's finding):
+    the new server's nodes are listed first, at once."""
+    kubeconfig = Path(api.kubeconfig(str(tmp_path / "kubeconfig")))
+    api.put("v1", "nodes", node("a"))
+    other = KubeAPI().start()
+    other.put("v1", "nodes", node("b"))
+    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
+    assert live is not None
+    live.resync_seconds, live.watch_timeout_seconds = 300, 1
+    try:
+        live.start()
+        wait_for(lambda: names(live) == {"a"}, "the first server's nodes")
+        _rewrite(kubeconfig, "test-token", server=other.url)
+        wait_for(lambda: names(live) == {"b"}, "the other server's nodes")
+        asked = [path for _, path in other.requests if "/nodes" in path]
+        assert "watch=" not in asked[0], asked
+    finally:
+        live.stop()
+        other.stop()
+
+
 def test_credential_loads_in_time_reuse_one_helper_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Events relay's client calls its refresh hook, so ``InTime``, before each Event: a thread was started for
     each, 80-180 us an Event where the token was valid (found by a review). One helper thread runs them all; idle

@@ -193,6 +193,46 @@ class Backoff:
         self.failures = 0
 
 
+class Rewritten:
+    """Whether the files that credentials are read from (a kubeconfig's) were rewritten on disk (a Secret's mount,
+    k3s) since ``read``: each one's inode, mtime and size (None: missing), looked at once per ``every`` seconds at
+    most. The node watch and the Events relay make their API client anew where they were."""
+
+    def __init__(self, paths: tuple[str, ...], every: float = 0.0) -> None:
+        self.paths = paths
+        self.every = every
+        self._lock = threading.Lock()
+        self._stamps = self._stat()
+        self._checked = time.monotonic()
+
+    def _stat(self) -> tuple[tuple[int, int, int] | None, ...]:
+        found: list[tuple[int, int, int] | None] = []
+        for path in self.paths:
+            try:
+                stat = os.stat(os.path.expanduser(path))
+            except OSError:
+                found.append(None)
+            else:
+                found.append((stat.st_ino, stat.st_mtime_ns, stat.st_size))
+        return tuple(found)
+
+    def read(self) -> None:
+        """The files as they are now are those the client is made from."""
+        with self._lock:
+            self._stamps, self._checked = self._stat(), time.monotonic()
+
+    def changed(self) -> bool:
+        """Whether they changed since read, or since said changed: True once for each change, to one caller."""
+        if not self.paths or time.monotonic() - self._checked < self.every:
+            return False
+        with self._lock:
+            stamps, self._checked = self._stat(), time.monotonic()
+            if stamps == self._stamps:
+                return False
+            self._stamps = stamps
+            return True
+
+
 class LiveCluster:
     """A ClusterSource that follows the cluster's Nodes. ``snapshot()`` never blocks and never calls the API."""
 
@@ -259,9 +299,9 @@ class LiveCluster:
         self._generation = 0
         self._published = -1
         self._in_time = InTime(self.credentials, self.credentials_timeout, self._stop)
-        self._files_read: tuple[tuple[int, int, int] | None, ...] = ()
-        """``credentials_files`` as the client was made from them (``_files``)."""
         """Loads of the client's credentials, each waited on ``credentials_timeout`` seconds at most."""
+        self._files = Rewritten(self.credentials_files)
+        """``credentials_files`` as the client was made from them."""
         self._slow_lists = 0
         """First lists that timed out waiting for an answer: the next waits longer (``_list_read_s``)."""
         self._trouble: tuple[float, str] | None = None
@@ -363,12 +403,16 @@ class LiveCluster:
             delay = 0.0
             phase, began = "list", 0.0
             try:
-                if client is not None and self._files() != self._files_read:
+                if client is not None and self._files.changed():
                     # kept across an RBAC 403 (its exec plugin not run again at each retry), the client is made anew
-                    # where its kubeconfig was rewritten (to a user the RBAC lets): else it never recovered
+                    # where its kubeconfig was rewritten (to a user the RBAC lets): else it never recovered. New
+                    # credentials (another user, another server) are unproven: the nodes are listed again at once,
+                    # and what the old ones were refused (a forbidden watch) is not said of them
                     log.info("cluster: %s changed; loading its credentials again", ", ".join(self.credentials_files))
                     _close(client)
                     client = None
+                    need_list, listed = True, _Listed.NO
+                    self._forbidden, self._watch_refused = None, False
                 if client is None:
                     client = self._new_client()
                 from kubernetes import client as k8s
@@ -491,22 +535,10 @@ class LiveCluster:
     def _new_client(self) -> Any:
         """A new API client, its credentials loaded in time (``_in_time``), and loaded again in time at each refresh
         (``_InTimeRefresh``)."""
-        self._files_read = self._files()
+        self._files.read()
         client = self._in_time(self.factory)
         _InTimeRefresh.install(getattr(client, "configuration", None), self._in_time)
         return client
-
-    def _files(self) -> tuple[tuple[int, int, int] | None, ...]:
-        """What tells that ``credentials_files`` were rewritten: each one's inode, mtime and size (None: missing)."""
-        found: list[tuple[int, int, int] | None] = []
-        for path in self.credentials_files:
-            try:
-                stat = os.stat(os.path.expanduser(path))
-            except OSError:
-                found.append(None)
-            else:
-                found.append((stat.st_ino, stat.st_mtime_ns, stat.st_size))
-        return tuple(found)
 
     def _list(self, core: Any) -> None:
         started = time.monotonic()
