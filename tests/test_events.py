@@ -1169,6 +1169,46 @@ def test_the_api_sinks_connections_have_tcp_keepalive(
     assert len(kubeapi.list("v1", "events", "default")) == 1
 
 
+def test_the_relays_client_is_made_anew_from_a_rewritten_kubeconfig(
+    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The relay made its client once, for its lifetime: a kubeconfig rewritten on disk (a Secret's mount, k3s) to a
+    user the RBAC lets create Events was never read again, and the Events stayed refused until a restart, while the
+    node watch, reading the same file, recovered (found by a review). Where the files changed, it is made anew."""
+    from kubernetes.client.exceptions import ApiException
+
+    from tests.kubeapi import _Handler
+
+    fault = _Handler._fault
+
+    def rbac(self: Any) -> bool:
+        if "/events" in self.path and self.headers.get("Authorization") != "Bearer allowed":
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))  # keep the connection usable
+            message = 'events is forbidden: User "old" cannot create resource "events" in API group ""'
+            self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message})
+            return True
+        return bool(fault(self))
+
+    monkeypatch.setattr(_Handler, "_fault", rbac)
+    monkeypatch.setattr(events, "CREDENTIALS_CHECK_S", 0.0)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    kubeconfig = Path(kubeapi.kubeconfig(str(tmp_path / "kubeconfig")))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    recorder = build_recorder(Settings(), discover=True)
+    assert isinstance(recorder.events, EventQueue)
+    sink = recorder.events.sink
+    body = event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i")
+    with pytest.raises(ApiException) as refused:
+        sink.send(body)
+    assert refused.value.status == 403
+    config = json.loads(kubeconfig.read_text())
+    config["users"][0]["user"]["token"] = "allowed"
+    kubeconfig.with_name("new").write_text(json.dumps(config))
+    kubeconfig.with_name("new").rename(kubeconfig)
+    sink.send(body)
+    assert len(kubeapi.list("v1", "events", "default")) == 1
+
+
 def test_the_relay_sends_events_to_the_api_several_at_once(kubeapi: KubeAPI) -> None:
     """An apiserver 0.2 s away: one Event at a time, the relay could send five a second; it sends SENDING_AT_ONCE
     at a time, each on a connection of its own, and counts every one."""

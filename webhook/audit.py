@@ -34,7 +34,7 @@ from webhook.events import (
     LogSink,
     Relay,
     Sender,
-    api_client_from_environment,
+    api_sink_from_environment,
     pipe_runs,
     start_relay,
 )
@@ -333,8 +333,10 @@ class Reporter:
 def _sink(api_client: Any | None, discover: bool) -> EventSink:
     """Where Events go: the API when a client is given, or ``discover`` finds credentials (in-cluster, else
     kubeconfig); else the log."""
-    client = api_client if api_client is not None else (api_client_from_environment() if discover else None)
-    return ApiSink(client) if client is not None else LogSink()
+    if api_client is not None:
+        return ApiSink(api_client)
+    sink = api_sink_from_environment() if discover else None
+    return sink if sink is not None else LogSink()
 
 
 def build_recorder(

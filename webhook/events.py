@@ -47,6 +47,7 @@ from webhook.model import JSON, Event, as_dict, as_str, clipped, compact_json, m
 if TYPE_CHECKING:
     from webhook.admission import ReviewRequest, Subject
     from webhook.pipeline import Result
+    from webhook.watch import Rewritten
 
 log = logging.getLogger("gpu_admission.events")
 
@@ -58,6 +59,8 @@ MESSAGE_LIMIT = 1024
 the advice is its end. (A line too long for the relay's pipe, of mostly non-ASCII text, is cut further, at its end:
 ``Pipe.write_lines``.)"""
 NAME_LIMIT = 253
+CREDENTIALS_CHECK_S = 1.0
+"""How often at most the relay looks whether its kubeconfig was rewritten (``ApiSink._fresh``): a stat of each file."""
 
 
 _STAMP: list[Any] = [None, ""]
@@ -379,26 +382,58 @@ class ApiSink:
     name = "api"
     concurrency = SENDING_AT_ONCE
 
-    def __init__(self, api_client: Any, timeout: float = 5.0, attempts: int = 2, backoff: float = 0.2) -> None:
-        self.client: Any = api_client
-        # the server's URL, read once: the configuration's ``host`` property is recomputed on every read
-        self.host: str = api_client.configuration.host
+    def __init__(
+        self,
+        api_client: Any,
+        timeout: float = 5.0,
+        attempts: int = 2,
+        backoff: float = 0.2,
+        remake: Callable[[], Any | None] | None = None,
+        files: Rewritten | None = None,
+    ) -> None:
         self.timeout, self.attempts, self.backoff = timeout, attempts, backoff
-        self.direct = _Direct.of(api_client.configuration, timeout)
-        """How this configuration is reached without the client; each sending thread uses a copy (``_here``)."""
+        self._use(api_client)
+        self.remake = remake
+        """Makes the client anew where ``files``, those it reads the credentials from, were rewritten (``_fresh``);
+        None: the client given is kept."""
+        self.files = files
         self._threads = threading.local()
         self._counts = _Counts(REPEATS_KEPT)
         """(namespace, name) -> (count, resourceVersion) of the Events this sink created or whose count it raised."""
         self._told_no_get = False
         """Whether the log said that a read of a count (a GET) was refused (``_read``)."""
 
+    def _use(self, api_client: Any) -> None:
+        self.client: Any = api_client
+        # the server's URL, read once: the configuration's ``host`` property is recomputed on every read
+        self.host: str = api_client.configuration.host
+        self.direct = _Direct.of(api_client.configuration, self.timeout)
+        """How this configuration is reached without the client; each sending thread uses a copy (``_here``)."""
+
+    def _fresh(self) -> None:
+        """The client made anew where its kubeconfig was rewritten on disk (a Secret's mount, k3s: to a user the RBAC
+        lets create Events, to another server): the one made at start was kept for the relay's lifetime, and its
+        Events stayed refused until a restart though the node watch, reading the same files, recovered (found by a
+        review). A kubeconfig that cannot be loaded keeps the client there is (``api_client_from_environment`` says
+        why)."""
+        if self.remake is None or self.files is None or not self.files.changed():
+            return
+        log.info("events: %s changed; loading the credentials again", ", ".join(self.files.paths))
+        client = self.remake()
+        if client is not None:
+            self._use(client)
+
     def _here(self) -> _Direct | None:
-        """This thread's connection to the server (``direct``, apart); None for the client's own path."""
-        if self.direct is None:
+        """This thread's connection to the server (``direct``, apart); None for the client's own path. One to the
+        server of a client made before (``_fresh``) is closed, and one opened to the client's."""
+        direct = self.direct
+        if direct is None:
             return None
         mine: _Direct | None = getattr(self._threads, "direct", None)
-        if mine is None:
-            mine = self._threads.direct = self.direct.apart()
+        if mine is not None and mine.configuration is not direct.configuration and mine.connection is not None:
+            mine.connection.close()
+        if mine is None or mine.configuration is not direct.configuration:
+            mine = self._threads.direct = direct.apart()
         return mine
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
@@ -505,6 +540,7 @@ class ApiSink:
         applied again, its N too high (a review's; left, and said in docs/observability.md)."""
         from kubernetes.client.exceptions import ApiException
 
+        self._fresh()
         meta = as_dict(body.get("metadata"))
         where = {"namespace": as_str(meta.get("namespace")), "name": as_str(meta.get("name"))}
         key = (where["namespace"], where["name"])
@@ -1199,3 +1235,15 @@ def api_client_from_environment() -> Any | None:
     # load balancer from dropping them unseen, and finds one that died before an Event waits on it
     configuration.socket_options = http1.keepalive_options()
     return client.ApiClient(configuration)
+
+
+def api_sink_from_environment() -> ApiSink | None:
+    """An ``ApiSink`` with the client of ``api_client_from_environment``, made anew by it where the kubeconfig it was
+    loaded from is rewritten on disk; None without credentials."""
+    from webhook.watch import Rewritten, credentials_files
+
+    files = Rewritten(credentials_files(), every=CREDENTIALS_CHECK_S)  # as they are before the client reads them
+    api_client = api_client_from_environment()
+    if api_client is None:
+        return None
+    return ApiSink(api_client, remake=api_client_from_environment, files=files)

@@ -1007,6 +1007,13 @@ def credentials_found(environ: dict[str, str] | None = None) -> bool:
     return _in_cluster(env) or bool(kubeconfig_paths(dict(env)))
 
 
+def credentials_files(environ: dict[str, str] | None = None) -> tuple[str, ...]:
+    """The files that the credentials found are loaded from, to be loaded again once rewritten (``Rewritten``): the
+    kubeconfig's; none in a cluster (the kubernetes client reads a rotated service-account token itself)."""
+    env = os.environ if environ is None else environ
+    return () if _in_cluster(env) else tuple(kubeconfig_paths(dict(env)))
+
+
 def _in_cluster(env: Mapping[str, str]) -> bool:
     return bool(env.get("KUBERNETES_SERVICE_HOST")) and Path(SERVICE_ACCOUNT_TOKEN).is_file()
 
