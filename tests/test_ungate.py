@@ -810,3 +810,40 @@ def test_the_cuda_refusal_of_a_pod_kueue_placed_before_another_gate_went_gets_ku
     last = copy.deepcopy(admitted_new)
     del last["spec"]["schedulingGates"]
     assert update(app, "/validate", last, admitted_new, userInfo=ready)["allowed"] is True
+
+
+READY = {"username": "system:serviceaccount:data:ready"}
+
+
+def set_while_gated(stored: dict[str, Any], selector: dict[str, str], *tolerations: dict[str, str]) -> dict[str, Any]:
+    """A controller's update of the gated pod that adds ``selector`` and ``tolerations`` and takes its first gate
+    away, the second left (not reviewed)."""
+    out = kueue_admits(stored, selector, *tolerations)
+    out["spec"]["schedulingGates"] = stored["spec"]["schedulingGates"][1:]
+    return out
+
+
+def test_a_never_pod_annotated_tolerate_while_gated_is_still_refused_where_its_notin_keeps_it_off_spot() -> None:
+    """Found by a review of the spot policy: a pod created gated under never got the webhook's NotIn off spot
+    capacity; a controller sent it to a spot pool while it was gated, and the user, told so, annotated it
+    spot: tolerate in place. Its ungating was let through: the NotIn stays (an affinity cannot change), and it was
+    Pending for good. Refused whatever its mode now; recreated under tolerate, as the advice says, it runs on spot."""
+    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    pod = gated_pod()
+    pod["spec"]["schedulingGates"] = [{"name": "example.com/a"}, {"name": "example.com/b"}]
+    stored = created_through(app, pod)
+    gated = set_while_gated(stored, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION)
+    assert update(app, "/validate", gated, stored, userInfo=READY)["allowed"] is True, "a gate left: not reviewed"
+    annotated = copy.deepcopy(gated)
+    annotated["metadata"]["annotations"]["gpu-admission.io/spot"] = "tolerate"
+    assert update(app, "/validate", annotated, gated, userInfo={"username": "alice"})["allowed"] is True
+    answer = update(app, "/validate", kueue_admits(annotated, {}), annotated, userInfo=READY)
+    assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngatedPending", answer
+    message = answer["status"]["message"]
+    said = "was created under spot never, and the spot tolerate it is under now (asked by annotation) does not undo"
+    assert said in message, message
+    assert "recreate it annotated gpu-admission.io/spot: tolerate" in message, message
+    pod["metadata"]["annotations"] = {"gpu-admission.io/spot": "tolerate"}
+    again = created_through(app, pod)
+    gated = set_while_gated(again, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION)
+    assert update(app, "/validate", kueue_admits(gated, {}), gated, userInfo=READY)["allowed"] is True

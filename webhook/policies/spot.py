@@ -1387,13 +1387,13 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
     spot pool or Karpenter's spot capacity at zero, which its autoscaler adds for the pod, as ``never`` keeps a pod
     off at its create: found by a review). A cordoned spot node counts: it takes pods again. Or it carries the
     ``NotIn``, and its nodeSelector now chooses spot capacity alone: it lands nowhere, Pending for good, where it
-    would run on spot without the ``NotIn`` (found by a review)."""
+    would run on spot without the ``NotIn`` (found by a review). That last whatever its mode now: the ``NotIn``
+    written at its create stays (an affinity cannot change), and a pod annotated ``spot: tolerate`` while gated was
+    let through onto spot capacity it never reaches (found by a review)."""
     if pod.kind != "Pod" or ctx.operation != "UPDATE":
         return
     mode, why, _ = _asked(pod, ctx, Outcome())  # its warnings were given at the create
-    if mode != "never":
-        return
-    if spot := _spot_reached(pod.spec, pod, ctx):
+    if mode == "never" and (spot := _spot_reached(pod.spec, pod, ctx)):
         out.deny(
             "spot",
             "SpotNeverUngated",
@@ -1418,12 +1418,15 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
     unnarrow(freed, [*notins, *([e] for e in steered(pod.spec, ctx))], keep=_before(pod, notins))
     if not (spot := _spot_reached(freed.spec, pod, ctx)):
         return
+    under = f"is under spot never ({why})"
+    if mode != "never":
+        under = f"was created under spot never, and the spot {mode} it is under now ({why}) does not undo that"
     out.deny(
         "spot",
         "SpotNeverUngatedPending",
-        f"pod {pod.namespace}/{pod.name} is under spot never ({why}): the required node affinity the webhook wrote "
-        f"at its create keeps it off spot capacity, yet its nodeSelector now sends it to {spot} alone: it would stay "
-        f"Pending for good. {_advice(pod, ctx, pending=True)}",
+        f"pod {pod.namespace}/{pod.name} {under}: the required node affinity the webhook wrote at its create keeps it "
+        f"off spot capacity, yet its nodeSelector now sends it to {spot} alone: it would stay Pending for good. "
+        f"{_advice(pod, ctx, pending=True)}",
         f"spot never: ungated onto {spot}, which its affinity keeps it off",
     )
 
