@@ -546,7 +546,7 @@ def test_a_never_pod_whose_own_gate_is_taken_away_is_told_of_its_own_nodeselecto
     assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngatedPending", answer
     message = answer["status"]["message"]
     assert "(example.com/hold, by alice)" in message, message
-    assert f"where the pod was created with it, delete it and recreate it without {POOL}: l4-spot in its" in message
+    assert f"delete it and recreate it without {POOL}: l4-spot in its nodeSelector where it was created" in message
     assert "ResourceFlavor" not in message and "Kueue" not in message, message
 
 
@@ -585,7 +585,7 @@ def test_a_never_pod_steered_by_a_cuda_range_and_ungated_onto_spot_alone_is_refu
     ("ungating", "advice"),
     [
         pytest.param({POOL: "l4-spot"}, "Have what takes its gate away choose on-demand nodes. Delete", id="placed"),
-        pytest.param({}, f"recreate it without {POOL}: l4-spot in its nodeSelector (the webhook", id="as-created"),
+        pytest.param({}, f"recreate it without {POOL}: l4-spot in its nodeSelector where it was", id="as-created"),
     ],
 )
 def test_a_never_pod_whose_own_gate_is_taken_away_onto_spot_gets_no_word_of_kueue(
@@ -642,7 +642,7 @@ def test_a_never_pod_whose_nodeselector_chose_spot_before_its_ungating_is_told_t
     stored = created_through(off, own)
     answer = update(app, "/validate", kueue_admits(stored, {}), stored, userInfo={"username": "alice"})
     assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngated", answer
-    assert f"without {POOL}: l4-spot in its nodeSelector (the webhook keeps it off spot)" in answer["status"]["message"]
+    assert f"without {POOL}: l4-spot in its nodeSelector where it was created with" in answer["status"]["message"]
     as_it_was = created_through(app, own)
     answer = update(app, "/validate", kueue_admits(as_it_was, {}), as_it_was, userInfo={"username": "alice"})
     assert answer["status"]["reason"] == "SpotNeverUngatedPending", "recreated as it was: refused again"
@@ -847,3 +847,49 @@ def test_a_never_pod_annotated_tolerate_while_gated_is_still_refused_where_its_n
     again = created_through(app, pod)
     gated = set_while_gated(again, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION)
     assert update(app, "/validate", kueue_admits(gated, {}), gated, userInfo=READY)["allowed"] is True
+
+
+def test_a_spot_entry_set_while_gated_is_told_to_be_left_out_of_the_recreated_pod_not_changed() -> None:
+    """Found by a review of the spot policy: a controller sent a gated pod, created under another mode, to a spot
+    pool while it was gated, and the ungating under never was told to "have what set it choose on-demand nodes": an
+    entry set stays (a gated pod's nodeSelector may only be added to). It is told to recreate the pod, what set the
+    entry choosing on-demand nodes then; done so, the ungating passes."""
+    off = create_app(Settings(), cluster=StaticCluster(build_view(spot_nodes(), Settings())))
+    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    pod = gated_pod()
+    pod["spec"]["schedulingGates"] = [{"name": "example.com/a"}, {"name": "example.com/b"}]
+    stored = created_through(off, pod)
+    gated = set_while_gated(stored, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION)
+    answer = update(app, "/validate", kueue_admits(gated, {}), gated, userInfo=READY)
+    assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngated", answer
+    message = answer["status"]["message"]
+    assert "have what set it choose on-demand nodes" not in message, message
+    assert "else with what set that while it was gated choosing on-demand nodes" in message, message
+    again = created_through(app, pod)  # recreated, what set the entry choosing on-demand nodes this time
+    gated = set_while_gated(again, {POOL: "h100-new"})
+    assert update(app, "/validate", kueue_admits(gated, {}), gated, userInfo=READY)["allowed"] is True
+
+
+def test_a_spot_entry_the_ungating_adds_to_the_pods_own_is_named_beside_it() -> None:
+    """Found by a review of the spot policy: a pod created with a nodeSelector of its own on a spot pool, whose
+    ungating by a controller added GKE's spot label, was told only to recreate it without its own entry; recreated
+    so, the controller's spot label sent it to spot again (SpotNeverUngatedPending). Both are named, and the
+    controller told to choose on-demand nodes."""
+    off = create_app(Settings(), cluster=StaticCluster(build_view(spot_nodes(), Settings())))
+    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    pod = gated_pod()
+    pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+    pod["spec"]["tolerations"] = [GKE_SPOT_TOLERATION]
+    own = copy.deepcopy(pod)
+    own["spec"]["nodeSelector"] = {POOL: "l4-spot"}
+    stored = created_through(off, own)
+    answer = update(app, "/validate", kueue_admits(stored, {SPOT_LABEL: "true"}), stored, userInfo=READY)
+    assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngated", answer
+    message = answer["status"]["message"]
+    assert f"Its nodeSelector had {POOL}: l4-spot (spot capacity) before its last gate" in message, message
+    said = f"and the update that takes it away adds {SPOT_LABEL}: true: have what takes its gate away choose on-demand"
+    assert said in message, message
+    without = created_through(app, pod)
+    answer = update(app, "/validate", kueue_admits(without, {SPOT_LABEL: "true"}), without, userInfo=READY)
+    assert answer["status"]["reason"] == "SpotNeverUngatedPending", "the controller's entry alone: refused again"
+    assert update(app, "/validate", kueue_admits(without, {POOL: "h100-new"}), without, userInfo=READY)["allowed"]

@@ -1490,17 +1490,21 @@ def _advice(pod: PodView, ctx: Context, pending: bool) -> str:
     before = _spot_choosing(as_dict(as_dict(ctx.old_object).get("spec")), ctx)
     selector = as_dict(pod.spec.get("nodeSelector"))
     if before and all(as_str(selector.get(k)) == v for k, v in before.items()):
-        entries = ", ".join(f"{k}: {v}" for k, v in sorted(before.items()))
+        entries = _entries(before)
+        added = {k: v for k, v in _spot_choosing(pod.spec, ctx).items() if k not in before}
         without = f"without {entries} in its nodeSelector"
         if _kueue(pod, ctx):
             fix = f"{FLAVOR}, {without} where it was created with that"
-        else:
+        else:  # an entry set while it was gated stays (a gated pod's nodeSelector may only be added to)
             keeps = "" if pending else " (the webhook keeps it off spot)"
-            fix = "have what set it choose on-demand nodes, or, where the pod was created with it, delete it and "
-            fix += f"recreate it {without}{keeps}"
+            fix = f"delete it and recreate it {without} where it was created with that, else with what set that "
+            fix += f"while it was gated choosing on-demand nodes{keeps}"
+        if added and not _kueue_gate_gone(ctx):
+            fix = f"have what takes its gate away choose on-demand nodes, and {fix}"
+        added_by = f", and the update that takes it away adds {_entries(added)}" if added else ""
         return (
             f"Its nodeSelector had {entries} (spot capacity) before its last gate was taken away, as created or as "
-            f"set while it was gated: {fix}; or {tolerate}"
+            f"set while it was gated{added_by}: {fix}; or {tolerate}"
         )
     if placed_by_kueue(pod, ctx):
         return f"{FLAVOR[0].upper()}{FLAVOR[1:]}. Or {tolerate}"
@@ -1510,6 +1514,11 @@ def _advice(pod: PodView, ctx: Context, pending: bool) -> str:
     if pending:
         return f"{by}Or {tolerate}"
     return f"{by}Delete and recreate it (the webhook keeps it off spot), or {tolerate}"
+
+
+def _entries(selector: Mapping[str, str]) -> str:
+    """Entries of a nodeSelector, in words."""
+    return ", ".join(f"{k}: {v}" for k, v in sorted(selector.items()))
 
 
 def _before(pod: PodView, alternatives: Sequence[Sequence[Expression]]) -> frozenset[object]:
