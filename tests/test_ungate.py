@@ -893,3 +893,24 @@ def test_a_spot_entry_the_ungating_adds_to_the_pods_own_is_named_beside_it() -> 
     answer = update(app, "/validate", kueue_admits(without, {SPOT_LABEL: "true"}), without, userInfo=READY)
     assert answer["status"]["reason"] == "SpotNeverUngatedPending", "the controller's entry alone: refused again"
     assert update(app, "/validate", kueue_admits(without, {POOL: "h100-new"}), without, userInfo=READY)["allowed"]
+
+
+def test_kueues_advice_stays_where_the_last_ungating_adds_a_toleration_of_its_own() -> None:
+    """Found by a review of the ungating: Kueue admitted the pod to the old pool's flavor while another controller's
+    gate was left, and that controller took its gate away adding a toleration of its own: the refusal lacked the
+    advice on the flavors' labels, any change to the tolerations reading as the controller's placement. Kueue's
+    flavor chose the place (the nodeSelector the update leaves as it was); a flavor on the new pool passes."""
+    app, _, _ = app_with()
+    old = created(GATE, "example.com/data-ready")
+    own = {"key": "example.com/data", "operator": "Exists", "effect": "NoSchedule"}
+    for pool, allowed in (("h100-old", False), ("h100-new", True)):
+        placed = admitted(old, pool, "example.com/data-ready")
+        assert update(app, "/validate", placed, old)["allowed"] is True, "another gate left: not reviewed"
+        last = copy.deepcopy(placed)
+        del last["spec"]["schedulingGates"]
+        last["spec"]["tolerations"].append(own)
+        answer = update(app, "/validate", last, placed, userInfo=READY)
+        assert answer["allowed"] is allowed, answer
+        if not allowed:
+            assert answer["status"]["reason"] == "CUDAIncompatible", answer
+            assert answer["status"]["message"].endswith(f"\n{pipeline.KUEUE_ADVICE}"), answer["status"]["message"]

@@ -439,8 +439,9 @@ one, whose advice names an on-demand flavor."""
 def _ungate_refusal(result: Result, gone: Sequence[str], pod: PodView, ctx: Context) -> None:
     """Say which update is refused and why, and tell it on the pod (an Event: the updater is a controller, which
     only logs the refusal, and the pod stays gated). Kueue's advice where Kueue chose the placement
-    (``spot.placed_by_kueue``, as the spot policy's advice: its gate may go before another's, its flavor's
-    nodeSelector with it, and the refusal of the last ungating lacked the advice: found by a review)."""
+    (``spot.placed_by_kueue``: its gate may go before another's, its flavor's nodeSelector with it, and the refusal
+    of the last ungating lacked the advice, also where that update added a toleration of its own: found by
+    reviews)."""
     by = f", by {ctx.username}" if ctx.username else ""
     message = UNGATED.format(gates=escaped(", ".join(gone)), by=escaped(by), message=result.message)
     if spot.placed_by_kueue(pod, ctx) and any(

@@ -1457,12 +1457,14 @@ def _kueue_gate_gone(ctx: Context) -> bool:
     return any(as_str(as_dict(g).get("name")).startswith(KUEUE) for g in as_list(old.get("schedulingGates")))
 
 
-def placed_by_kueue(pod: PodView, ctx: Context) -> bool:
+def placed_by_kueue(pod: PodView, ctx: Context, fields: Sequence[str] = ("nodeSelector",)) -> bool:
     """Whether Kueue chose where the ungated pod lands: it queues the pod (``_kueue``), and the update that takes its
-    last gate away takes Kueue's too or leaves its placement as it was (Kueue's own update wrote it, before another
-    gate went). Not where a user or controller changed the placement in an update that took no gate of Kueue's, Kueue
-    having admitted the pod before (it was blamed for that placement: found by a review)."""
-    return _kueue(pod, ctx) and (_kueue_gate_gone(ctx) or not _placed_by_ungating(pod, ctx))
+    last gate away takes Kueue's too or leaves its nodeSelector (``fields`` where named) as it was: the entries
+    Kueue's own update wrote, before another gate went, choose the place, a toleration of the last update's own
+    beside them or not (with one, Kueue's advice was lost: found by a review). Not where a user or controller changed
+    the placement in an update that took no gate of Kueue's, Kueue having admitted the pod before (it was blamed for
+    that placement: found by a review)."""
+    return _kueue(pod, ctx) and (_kueue_gate_gone(ctx) or not _placed_by_ungating(pod, ctx, *fields))
 
 
 FLAVOR = (
@@ -1506,7 +1508,8 @@ def _advice(pod: PodView, ctx: Context, pending: bool) -> str:
             f"Its nodeSelector had {entries} (spot capacity) before its last gate was taken away, as created or as "
             f"set while it was gated{added_by}: {fix}; or {tolerate}"
         )
-    if placed_by_kueue(pod, ctx):
+    # no spot entry before: a toleration the update adds may be what lets it onto spot, as much as a nodeSelector
+    if placed_by_kueue(pod, ctx, PLACEMENT):
         return f"{FLAVOR[0].upper()}{FLAVOR[1:]}. Or {tolerate}"
     # else what took its gate away placed it, or what it had at its create or was given while it was gated lets it
     # there (the NotIn keeps it off)
