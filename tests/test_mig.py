@@ -825,30 +825,6 @@ def test_pools_at_zero_under_different_labels_are_pinned_to_the_one_that_serves_
     assert answered.object["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": "a100-kp"}
 
 
-def test_mixed_pools_at_zero_under_different_labels_are_pinned_to_the_one_that_needs_no_asg_tag() -> None:
-    """An EKS nodegroup and a Karpenter NodePool at zero, both mixed A100-40GB pools whose 1g.10gb holds a 0.2,
-    beside a running A100-80GB pool whose 1g.10gb (1/8 of its memory) does not: the label listed first won the tie,
-    and the pod was pinned to the nodegroup, which Cluster Autoscaler scales up for nvidia.com/mig-1g.10gb only once
-    its ASG carries the tag, beside the NodePool, which needs none (a review of MIG). It is pinned to the NodePool,
-    and not told of a tag."""
-    pools = [
-        replace(
-            _eks_mixed_pool(name),
-            node_selector={key: name},
-            gpu_product=A100_40,
-            gpu_memory_mib=40960,
-            mig_profiles={"1g.10gb": 32},
-        )
-        for name, key in (("a40-eks", EKS), ("a40-kp", "karpenter.sh/nodepool"))
-    ]
-    running = mixed_node("m", A100_80, {"1g.10gb": 7}, "a100-80", 81920)
-    answered = through_app(frac("0.2"), [_EKS_CPU, running], settings(pools))
-    assert answered.object["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": "a40-kp"}
-    assert resources_of(answered.object)["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
-    assert answered.warnings == []
-    assert [e.reason for e in answered.events] == ["MIGAssigned"]
-
-
 def _one_nodepool_pools() -> list[PoolSettings]:
     """Two single-strategy pools of one Karpenter NodePool at zero, told apart by instance type alone."""
     kp, it = "karpenter.sh/nodepool", "node.kubernetes.io/instance-type"

@@ -778,31 +778,24 @@ def _pin(
 
 
 def _pin_most(
-    req: _Request,
-    good: Sequence[NodeGroup],
-    bad: Sequence[NodeGroup],
-    keys: Sequence[str],
-    steered: frozenset[str],
-    resource: str,
+    req: _Request, good: Sequence[NodeGroup], bad: Sequence[NodeGroup], keys: Sequence[str], steered: frozenset[str]
 ) -> tuple[Pin, list[NodeGroup]] | None:
     """Where no one label pins every good group (``_pin``): a label that pins some of them off every bad group, with
     the good groups it reaches; None when none does. Pools at zero under different pool labels (an EKS nodegroup
     beside a Karpenter NodePool) beside a GPU group to fence off were refused as if no profile covered the ask (a
     review of MIG): the pod goes to the pools of one label. Of those labels, first one that reaches a pool whose
     driver runs the pod's CUDA, then one that does not leave the pod on spot pools alone where on-demand ones serve
-    it (``_spot_alone``), then the one that reaches the most, then one whose pools Cluster Autoscaler needs no tag
-    to scale up for the pod's ``resource`` (``_untagged``: a Karpenter NodePool before an EKS nodegroup at zero): the
-    pools of the label listed first were taken on a tie, and a pod was pinned to the pool whose driver was too old
-    for its CUDA, or to spot capacity it did not ask for, beside a pool that served it, or to a nodegroup whose ASG
-    lacked the tag, and stayed Pending, beside a NodePool that needed none (found by reviews)."""
-    best: tuple[tuple[bool, bool, int, bool], Pin, list[NodeGroup]] | None = None
+    it (``_spot_alone``), then the one that reaches the most: the pools of the label listed first were taken on a
+    tie, and a pod was pinned to the pool whose driver was too old for its CUDA, or to spot capacity it did not ask
+    for, beside a pool that served it (found by a review)."""
+    best: tuple[tuple[bool, bool, int], Pin, list[NodeGroup]] | None = None
     for key in keys:
         some = [g for g in good if g.labels.get(key)]
         pin = _pin(some, bad, [key], steered) if some else None
         if pin is None:
             continue
         runs = req.supported is None or any(id(g) in req.supported for g in some)
-        rank = (runs, not _spot_alone(some, good), len(some), not _untagged(resource, some, req.ctx))
+        rank = (runs, not _spot_alone(some, good), len(some))
         if best is None or rank > best[0]:
             best = rank, pin, some
     return None if best is None else (best[1], best[2])
@@ -901,9 +894,7 @@ def _choose(
         if bad or option.by_pool:  # a by_pool device has no selector of its own: pinned to its pools whatever else
             pin = _pin([p.group for p in good], bad, _pin_keys(ctx), ctx.cluster.presets.pool_steered)
             if pin is None and bad:
-                most = _pin_most(
-                    req, [p.group for p in good], bad, _pin_keys(ctx), ctx.cluster.presets.pool_steered, option.resource
-                )
+                most = _pin_most(req, [p.group for p in good], bad, _pin_keys(ctx), ctx.cluster.presets.pool_steered)
                 if most is None:
                     unpinned.append((good, bad))
                     continue
@@ -984,7 +975,7 @@ def _fallback(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> 
         return None
     pin = _pin(good, bad, all_pin_keys(ctx), ctx.cluster.presets.pool_steered) if bad else None
     if bad and pin is None:
-        most = _pin_most(req, good, bad, all_pin_keys(ctx), ctx.cluster.presets.pool_steered, option.resource)
+        most = _pin_most(req, good, bad, all_pin_keys(ctx), ctx.cluster.presets.pool_steered)
         if most is None:
             return None
         pin, good = most
