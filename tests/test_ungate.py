@@ -914,34 +914,3 @@ def test_kueues_advice_stays_where_the_last_ungating_adds_a_toleration_of_its_ow
         if not allowed:
             assert answer["status"]["reason"] == "CUDAIncompatible", answer
             assert answer["status"]["message"].endswith(f"\n{pipeline.KUEUE_ADVICE}"), answer["status"]["message"]
-
-
-@pytest.mark.parametrize("kueue", [True, False], ids=["kueue", "own-gate"])
-def test_a_never_pod_whose_own_affinity_chooses_spot_is_told_to_recreate_it_without_that(kueue: bool) -> None:
-    """Found by a review of the spot policy: a pod created under another mode with a required node affinity of its
-    own on a spot pool (and its toleration), ungated under never, was told to have Kueue admit it to an on-demand
-    flavor, or to recreate it: either way its affinity kept it to the spot pool, which never's NotIn or the flavor's
-    nodeSelector kept it off, Pending for good. Its affinity is named, and recreated without it, the pod runs."""
-    off = create_app(Settings(), cluster=StaticCluster(build_view(spot_nodes(), Settings())))
-    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
-    pod = gated_pod()
-    if kueue:
-        pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "user-queue"}
-    else:
-        pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
-    pod["spec"]["tolerations"] = [GKE_SPOT_TOLERATION]
-    own = copy.deepcopy(pod)
-    to_spot = {"matchExpressions": [{"key": POOL, "operator": "In", "values": ["l4-spot"]}]}
-    own["spec"]["affinity"] = {
-        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [to_spot]}}
-    }
-    by = {} if kueue else {"userInfo": {"username": "alice"}}
-    stored = created_through(off, own)
-    answer = update(app, "/validate", kueue_admits(stored, {}), stored, **by)
-    assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngated", answer
-    message = answer["status"]["message"]
-    assert f"Its required node affinity ({POOL} In (l4-spot)) reaches spot capacity alone" in message, message
-    fix = "recreate it for Kueue to admit it again, without" if kueue else "delete it and recreate it without"
-    assert f"{fix} {POOL} In (l4-spot) in its required node affinity" in message, message
-    without = created_through(app, pod)
-    assert update(app, "/validate", kueue_admits(without, {}), without, **by)["allowed"] is True

@@ -1508,14 +1508,6 @@ def _advice(pod: PodView, ctx: Context, pending: bool) -> str:
             f"Its nodeSelector had {entries} (spot capacity) before its last gate was taken away, as created or as "
             f"set while it was gated{added_by}: {fix}; or {tolerate}"
         )
-    if terms := _affinity_on_spot(pod, ctx):  # recreated as it was, or on an on-demand flavor: Pending for good
-        without = f"without {terms} in its required node affinity"
-        if _kueue(pod, ctx):
-            fix = f"{FLAVOR}, {without}"
-        else:
-            fix = f"delete it and recreate it {without}{'' if pending else ' (the webhook keeps it off spot)'}"
-        since = "as created, or narrowed while it was gated"
-        return f"Its required node affinity ({terms}) reaches spot capacity alone ({since}): {fix}; or {tolerate}"
     # no spot entry before: a toleration the update adds may be what lets it onto spot, as much as a nodeSelector
     if placed_by_kueue(pod, ctx, PLACEMENT):
         return f"{FLAVOR[0].upper()}{FLAVOR[1:]}. Or {tolerate}"
@@ -1525,29 +1517,6 @@ def _advice(pod: PodView, ctx: Context, pending: bool) -> str:
     if pending:
         return f"{by}Or {tolerate}"
     return f"{by}Delete and recreate it (the webhook keeps it off spot), or {tolerate}"
-
-
-def _affinity_on_spot(pod: PodView, ctx: Context) -> str:
-    """The pod's required node affinity in words, where it reaches nothing but spot pools of the known cluster
-    whatever its nodeSelector and tolerations ('' otherwise): the pod's own, or the CUDA steering's, which reads the
-    same (``steered``); not the webhook's ``NotIn`` off spot capacity (``_before``, as ``_ungated_onto_spot``)."""
-    said = _said_off_spot(as_str(pod.annotations.get(PREFIX + APPLIED))) or []
-    notins = [alt for alternatives in said for alt in alternatives]
-    freed = PodView("Pod", {}, copy_json(pod.spec), "")  # unnarrow edits the terms in place
-    unnarrow(freed, notins, keep=_before(pod, notins))
-    terms = required_terms(freed)
-    trial = {**freed.spec, "nodeSelector": {}, "tolerations": [{"operator": "Exists"}]}
-    groups = _reached(trial, pod, ctx) if terms else []
-    if not groups or not all(g.spot for g in groups):
-        return ""
-    return " or ".join(" and ".join(map(_expression_text, as_list(t.get("matchExpressions")))) for t in terms)
-
-
-def _expression_text(e: object) -> str:
-    """A match expression in words: ``key In (a, b)``, ``key Exists``."""
-    e = as_dict(e)
-    values = ", ".join(map(as_str, as_list(e.get("values"))))
-    return f"{as_str(e.get('key'))} {as_str(e.get('operator'))}" + (f" ({values})" if values else "")
 
 
 def _entries(selector: Mapping[str, str]) -> str:
