@@ -456,9 +456,11 @@ def test_api_sink_retries_once(
 ) -> None:
     kubeapi.fail_next(failures, status)
     sink = ApiSink(api_client(kubeapi, tmp_path), backoff=0.001)
-    assert sink.direct is not None
+    assert sink.server.direct is not None
     if path == "client":
-        sink.direct = None  # as for a configuration only the client's own path honours
+        sink.server = dataclasses.replace(
+            sink.server, direct=None
+        )  # as for a configuration only the client's own path honours
     q = EventQueue(sink)
     q.submit(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
     assert q.drain(10)
@@ -478,7 +480,7 @@ def test_a_429_waits_as_its_retry_after_says(
     monkeypatch.setattr("webhook.events.time.sleep", slept.append)
     sink = ApiSink(api_client(kubeapi, tmp_path), backoff=0.001)
     if path == "client":
-        sink.direct = None
+        sink.server = dataclasses.replace(sink.server, direct=None)
     sink.send(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
     assert slept == [events.RETRY_AFTER_CAP_S] and len(kubeapi.list("v1", "events", "default")) == 1
 
@@ -670,7 +672,7 @@ def tls_api(tmp_path: Any) -> Iterator[KubeAPI]:
 
 def test_api_sink_sends_every_event_over_one_kept_alive_tls_connection(tls_api: KubeAPI, tmp_path: Any) -> None:
     sink = ApiSink(api_client(tls_api, tmp_path))  # the kubeconfig names the CA
-    assert sink.direct is not None and sink.direct.tls is not None
+    assert sink.server.direct is not None and sink.server.direct.tls is not None
     q = EventQueue(sink)
     for name in ("a", "b", "c"):
         q.submit(event_body(subject_of(stored_pod(name)), "default", name, CHECKED, "i"))
@@ -685,7 +687,7 @@ def test_api_sink_sends_every_event_over_one_kept_alive_tls_connection(tls_api: 
 def test_api_sink_goes_without_verifying_when_told_to(tls_api: KubeAPI) -> None:
     """A kubeconfig's insecure-skip-tls-verify (``verify_ssl`` off): no CA given, and the Event still arrives."""
     sink = ApiSink(configured(tls_api, None, verify_ssl=False))
-    assert sink.direct is not None
+    assert sink.server.direct is not None
     sink.send(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
     assert len(tls_api.list("v1", "events", "default")) == 1
 
@@ -820,7 +822,7 @@ def test_a_report_made_again_raises_its_events_count(kubeapi: KubeAPI, path: str
     create (a review's finding: without it, every repeat was a create again, which a retry made look sent)."""
     sink = ApiSink(configured(kubeapi))
     if path == "client":
-        sink.direct = None
+        sink.server = dataclasses.replace(sink.server, direct=None)
     subject = subject_of(stored_pod())
     bodies = [event_body(subject, "default", "trainer", CHECKED, "i", now=1_800_000_000 + 60 * n) for n in range(3)]
     for body in bodies:
@@ -1137,7 +1139,7 @@ def test_a_raise_tried_again_that_meets_a_conflict_reads_whose_it_is(
 )
 def test_api_sink_leaves_to_the_client_what_only_it_does(tls_api: KubeAPI, setting: dict[str, str]) -> None:
     sink = ApiSink(configured(tls_api, tls_api.ca, **setting))
-    assert sink.direct is None
+    assert sink.server.direct is None
     if "proxy" not in setting:  # the client's own path honours it, and the Event arrives
         sink.send(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
         assert len(tls_api.list("v1", "events", "default")) == 1
@@ -1156,7 +1158,7 @@ def test_the_api_sinks_connections_have_tcp_keepalive(
     assert api is not None
     sink = ApiSink(api)
     sink.send(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
-    here = sink._here()
+    here = sink._here(sink.server)
     assert here is not None and here.connection is not None and here.connection._sock is not None
     sock = here.connection._sock
     assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
@@ -1207,6 +1209,54 @@ def test_the_relays_client_is_made_anew_from_a_rewritten_kubeconfig(
     kubeconfig.with_name("new").rename(kubeconfig)
     sink.send(body)
     assert len(kubeapi.list("v1", "events", "default")) == 1
+
+
+def test_a_kubeconfig_swapped_to_another_server_never_sends_one_servers_token_to_the_other(
+    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client, its server's URL and its connection were set one by one where a rewritten kubeconfig named another
+    server: an Event sent while the new connection's TLS context was made went to the old server with the new one's
+    bearer token (found by a review: two servers, the kubeconfig swapped between them, each got the other's token).
+    The making is held here until an Event went out meanwhile: it goes to the old server with the old token."""
+
+    def client_of(api: KubeAPI, token: str) -> Any:
+        configuration = client.Configuration(host=api.url, api_key={"authorization": token})
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+        return client.ApiClient(configuration)
+
+    other = KubeAPI().start()
+    try:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text("A")
+        files = watch.Rewritten((str(kubeconfig),))
+        sink = ApiSink(client_of(kubeapi, "tok-A"), remake=lambda: client_of(other, "tok-B"), files=files)
+        subject = subject_of(stored_pod())
+        sink.send(event_body(subject, "default", "first", CHECKED, "i"))  # this thread's connection: to A
+        making, made = threading.Event(), threading.Event()
+        of = events._Direct.of
+
+        def slowly(configuration: Any, timeout: float) -> Any:
+            making.set()
+            made.wait(10)
+            return of(configuration, timeout)
+
+        monkeypatch.setattr(events._Direct, "of", slowly)
+        kubeconfig.write_text("B!")  # rewritten: the next Event makes the client anew
+        swapping = threading.Thread(target=sink.send, args=(event_body(subject, "default", "swap", CHECKED, "i"),))
+        swapping.start()
+        assert making.wait(10)
+        sink.send(event_body(subject, "default", "meanwhile", CHECKED, "i"))
+        made.set()
+        swapping.join(10)
+        sink.send(event_body(subject, "default", "after", CHECKED, "i"))
+    finally:
+        other.stop()
+    for api, token, names in (
+        (kubeapi, "Bearer tok-A", ["first", "meanwhile"]),
+        (other, "Bearer tok-B", ["after", "swap"]),
+    ):
+        assert {{k.lower(): v for k, v in h.items()}["authorization"] for h in api.request_headers} == {token}
+        assert sorted(e["involvedObject"]["name"] for e in api.list("v1", "events", "default")) == names
 
 
 def test_the_relay_sends_events_to_the_api_several_at_once(kubeapi: KubeAPI) -> None:

@@ -366,6 +366,30 @@ class _Direct:
         return status, reason, data, self.connection.head
 
 
+@dataclass(frozen=True)
+class _Server:
+    """An API client and how its server is reached, made together and swapped in together (``ApiSink._use``): each
+    request reads one (``ApiSink._request``), so that its connection and its credentials are of the same client.
+    Set one by one, a request made while a kubeconfig rewritten to another server was loaded took the old server's
+    connection and the new one's token (the TLS context took milliseconds to make), and sent one server's bearer
+    token to the other (found by a review)."""
+
+    client: Any
+    host: str
+    """The server's URL, read once: the configuration's ``host`` property is recomputed on every read."""
+    direct: _Direct | None
+    """How this configuration is reached without the client; each sending thread uses a copy (``ApiSink._here``)."""
+
+    def headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {**self.client.default_headers, "Accept": JSON_TYPE}
+        if content_type:
+            headers["Content-Type"] = content_type
+        for auth in self.client.configuration.auth_settings().values():
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+        return headers
+
+
 class ApiSink:
     """Creates core v1 Events (``POST .../events``) as the ``kubernetes`` client's configuration says: its server,
     its TLS settings, its credentials (read per Event through ``Configuration.auth_settings``, which refreshes an
@@ -404,11 +428,9 @@ class ApiSink:
         """Whether the log said that a read of a count (a GET) was refused (``_read``)."""
 
     def _use(self, api_client: Any) -> None:
-        self.client: Any = api_client
-        # the server's URL, read once: the configuration's ``host`` property is recomputed on every read
-        self.host: str = api_client.configuration.host
-        self.direct = _Direct.of(api_client.configuration, self.timeout)
-        """How this configuration is reached without the client; each sending thread uses a copy (``_here``)."""
+        configuration = api_client.configuration
+        self.server = _Server(api_client, configuration.host, _Direct.of(configuration, self.timeout))
+        """The client in use and how its server is reached: made whole, then swapped in by one assignment."""
 
     def _fresh(self) -> None:
         """The client made anew where its kubeconfig was rewritten on disk (a Secret's mount, k3s: to a user the RBAC
@@ -423,10 +445,10 @@ class ApiSink:
         if client is not None:
             self._use(client)
 
-    def _here(self) -> _Direct | None:
-        """This thread's connection to the server (``direct``, apart); None for the client's own path. One to the
-        server of a client made before (``_fresh``) is closed, and one opened to the client's."""
-        direct = self.direct
+    def _here(self, server: _Server) -> _Direct | None:
+        """This thread's connection to ``server`` (its ``direct``, apart); None for the client's own path. One to the
+        server of a client made before or after (``_fresh``) is closed, and one opened to this one's."""
+        direct = server.direct
         if direct is None:
             return None
         mine: _Direct | None = getattr(self._threads, "direct", None)
@@ -436,15 +458,6 @@ class ApiSink:
             mine = self._threads.direct = direct.apart()
         return mine
 
-    def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {**self.client.default_headers, "Accept": JSON_TYPE}
-        if content_type:
-            headers["Content-Type"] = content_type
-        for auth in self.client.configuration.auth_settings().values():
-            if auth.get("in") == "header" and auth.get("value"):
-                headers[auth["key"]] = auth["value"]
-        return headers
-
     def _request(
         self, method: str, path: str, where: dict[str, str], payload: JSON | None, content_type: str | None
     ) -> bytes:
@@ -453,11 +466,12 @@ class ApiSink:
         not a success."""
         from kubernetes.client.exceptions import ApiException
 
-        direct = self._here()
+        server = self.server  # once: the connection and the credentials of the same client (``_Server``)
+        direct = self._here(server)
         if direct is not None:
             url = path.format(**{key: quote(value, safe="") for key, value in where.items()})
             sent = b"" if payload is None else compact_json(payload).encode()
-            status, reason, data, head = direct.request(method, url, sent, self._headers(content_type))
+            status, reason, data, head = direct.request(method, url, sent, server.headers(content_type))
             if not 200 <= status <= 299:
                 err = ApiException(status=status, reason=reason)
                 err.body = data[:4096].decode("utf-8", "replace")  # its Status's message is logged (``_short_error``)
@@ -465,16 +479,16 @@ class ApiSink:
                     err.headers = {"Retry-After": head[b"retry-after"].decode("latin-1")}
                 raise err
             return data
-        request = self.client.param_serialize(
+        request = server.client.param_serialize(
             method=method,
             resource_path=path,
             path_params=where,
             header_params={"Accept": JSON_TYPE, **({"Content-Type": content_type} if content_type else {})},
             body=payload,
             auth_settings=["BearerToken"],
-            _host=self.host,
+            _host=server.host,
         )
-        response = self.client.call_api(*request, _request_timeout=self.timeout)
+        response = server.client.call_api(*request, _request_timeout=self.timeout)
         data = response.read() or b""  # to the end, so that the connection goes back to the pool
         if not 200 <= response.status <= 299:
             raise ApiException.from_response(http_resp=response, body=data.decode("utf-8", "replace"), data=None)

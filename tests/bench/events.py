@@ -10,6 +10,7 @@ cluster (a bearer token, no kubeconfig re-read per request).
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import http.client
 import itertools
@@ -107,7 +108,8 @@ def _configured(api: KubeAPI, ca: str | None = None) -> client.ApiClient:
 
 
 def _with_http_client(sink: ApiSink) -> ApiSink:
-    sink.direct = _HttpClientDirect.of(sink.client.configuration, sink.timeout)
+    direct = _HttpClientDirect.of(sink.server.client.configuration, sink.timeout)
+    sink.server = dataclasses.replace(sink.server, direct=direct)
     return sink
 
 
@@ -137,7 +139,9 @@ def event_costs(count: int = 200) -> list[tuple[str, float]]:
         api_client = _configured(api)
         generated = client.CoreV1Api(api_client)
         client_path = ApiSink(api_client)
-        client_path.direct = None  # as for a configuration only the client honours (a proxy, ...)
+        client_path.server = dataclasses.replace(
+            client_path.server, direct=None
+        )  # as for a configuration only the client honours (a proxy, ...)
         return [
             *out,
             ("HTTP: the webhook's ApiSink", _per_event_us(ApiSink(api_client).send, count)),
