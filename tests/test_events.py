@@ -1211,6 +1211,31 @@ def test_the_relays_client_is_made_anew_from_a_rewritten_kubeconfig(
     assert len(kubeapi.list("v1", "events", "default")) == 1
 
 
+def test_a_rewritten_kubeconfig_that_cannot_be_loaded_is_said_at_warning_and_the_credentials_before_are_kept(
+    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A kubeconfig rewritten into one that cannot be loaded (cut YAML) was said at INFO as "no cluster credentials:
+    events go to the log", while the client made before was kept and the Events went on to the API (found by a
+    review). It is said at WARNING as what it is, and the Events go on."""
+    monkeypatch.setattr(events, "CREDENTIALS_CHECK_S", 0.0)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    kubeconfig = Path(kubeapi.kubeconfig(str(tmp_path / "kubeconfig")))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    sink = events.api_sink_from_environment()
+    assert sink is not None
+    subject = subject_of(stored_pod())
+    sink.send(event_body(subject, "default", "before", CHECKED, "i"))
+    kubeconfig.write_text("apiVersion: v1\nclusters: [ {name: x\n")
+    with caplog.at_level(logging.INFO, logger=events.log.name):
+        sink.send(event_body(subject, "default", "after", CHECKED, "i"))
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == events.log.name]
+    assert not [m for _, m in said if "no cluster credentials" in m]
+    (warning,) = [m for level, m in said if level == logging.WARNING]
+    assert f"the kubeconfig {kubeconfig}, rewritten, cannot be loaded (" in warning
+    assert "Events go on with the credentials loaded before" in warning
+    assert sorted(e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")) == ["after", "before"]
+
+
 def test_a_kubeconfig_swapped_to_another_server_never_sends_one_servers_token_to_the_other(
     kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

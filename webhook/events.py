@@ -1225,8 +1225,10 @@ def instance_name() -> str:
     return os.environ.get("POD_NAME") or socket.gethostname() or COMPONENT
 
 
-def api_client_from_environment() -> Any | None:
-    """A ``kubernetes`` ApiClient from in-cluster credentials, else the kubeconfig; None without either."""
+def api_client_from_environment(again: bool = False) -> Any | None:
+    """A ``kubernetes`` ApiClient from in-cluster credentials, else the kubeconfig; None without either. ``again``:
+    the kubeconfig is loaded again, rewritten (``ApiSink._fresh``), and one that cannot be loaded leaves the client
+    made before in use: said at WARNING (it was said at INFO that Events went to the log, which they did not)."""
     from kubernetes import client, config
 
     from webhook.watch import CredentialsHung, load_kubeconfig
@@ -1239,11 +1241,19 @@ def api_client_from_environment() -> Any | None:
         kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
         try:
             load_kubeconfig(kubeconfig, configuration)
-        except CredentialsHung as err:  # a plugin that hung left the relay stuck for good, outliving the server
-            log.warning("events: kubeconfig %s: %s; events go to the log", kubeconfig, err)
-            return None
-        except Exception as err:  # no file, no context, unreadable: all mean "no cluster access"
-            log.info("no cluster credentials (%s): events go to the log", str(err)[:200])
+        except Exception as err:
+            why = str(err) if isinstance(err, CredentialsHung) else str(err)[:200]  # a hung one names its command
+            if again:
+                log.warning(
+                    "events: the kubeconfig %s, rewritten, cannot be loaded (%s): Events go on with the credentials"
+                    " loaded before, and it is loaded again once rewritten",
+                    kubeconfig,
+                    why,
+                )
+            elif isinstance(err, CredentialsHung):  # a plugin that hung left the relay stuck, outliving the server
+                log.warning("events: kubeconfig %s: %s; events go to the log", kubeconfig, why)
+            else:  # no file, no context, unreadable: all mean "no cluster access"
+                log.info("no cluster credentials (%s): events go to the log", why)
             return None
     # the relay's connections stay open between Events, idle for hours on a quiet cluster: keepalive keeps a NAT or
     # load balancer from dropping them unseen, and finds one that died before an Event waits on it
@@ -1260,4 +1270,4 @@ def api_sink_from_environment() -> ApiSink | None:
     api_client = api_client_from_environment()
     if api_client is None:
         return None
-    return ApiSink(api_client, remake=api_client_from_environment, files=files)
+    return ApiSink(api_client, remake=functools.partial(api_client_from_environment, again=True), files=files)
