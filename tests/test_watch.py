@@ -1275,6 +1275,37 @@ def test_a_kubeconfig_rewritten_to_another_server_is_listed_there_before_it_is_w
         other.stop()
 
 
+def test_a_kubeconfig_rewritten_to_another_server_while_its_watch_is_open_is_followed_at_once(
+    api: KubeAPI, tmp_path: Path
+) -> None:
+    """The rewritten files were looked at only between watches: one rewritten to another server while the watch was
+    open (on a quiet cluster, for minutes) left the view with the old server's nodes, and the log, /readyz and the
+    view's source named the old server even after (found by a review). The watch open is ended where they changed,
+    and the new server is named."""
+    kubeconfig = Path(api.kubeconfig(str(tmp_path / "kubeconfig")))
+    api.put("v1", "nodes", node("a"))
+    other = KubeAPI().start()
+    other.put("v1", "nodes", node("b"))
+    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
+    assert live is not None
+    live.resync_seconds, live.watch_timeout_seconds = 300, 300
+    try:
+        live.start()
+        wait_for(lambda: names(live) == {"a"} and live._watching, "the first server's nodes, watched")
+        assert api.url in live.snapshot().source
+        _rewrite(kubeconfig, "test-token", server=other.url)
+        wait_for(lambda: names(live) == {"b"}, "the other server's nodes")
+        wait_for(lambda: live._watching, "the other server watched")
+        assert live.description == f"{other.url} (kubeconfig {kubeconfig})"
+        assert other.url in live.snapshot().source and api.url not in live.snapshot().source
+        api.stop()  # the old server gone: nothing to say of it
+        time.sleep(0.2)
+        assert live.problem() is None and names(live) == {"b"}
+    finally:
+        live.stop()
+        other.stop()
+
+
 def test_credential_loads_in_time_reuse_one_helper_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Events relay's client calls its refresh hook, so ``InTime``, before each Event: a thread was started for
     each, 80-180 us an Event where the token was valid (found by a review). One helper thread runs them all; idle

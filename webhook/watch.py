@@ -193,6 +193,10 @@ class Backoff:
         self.failures = 0
 
 
+FILES_CHECK_S = 1.0
+"""How often at most the node watch looks whether its kubeconfig was rewritten (``LiveCluster._look_at_files``)."""
+
+
 class Rewritten:
     """Whether the files that credentials are read from (a kubeconfig's) were rewritten on disk (a Secret's mount,
     k3s) since ``read``: each one's inode, mtime and size (None: missing), looked at once per ``every`` seconds at
@@ -300,8 +304,11 @@ class LiveCluster:
         self._published = -1
         self._in_time = InTime(self.credentials, self.credentials_timeout, self._stop)
         """Loads of the client's credentials, each waited on ``credentials_timeout`` seconds at most."""
-        self._files = Rewritten(self.credentials_files)
+        self._files = Rewritten(self.credentials_files, every=FILES_CHECK_S)
         """``credentials_files`` as the client was made from them."""
+        self._rewritten = threading.Event()
+        """``_files`` were seen rewritten while a watch was open (``_look_at_files``): the watch loop makes its client
+        anew."""
         self._slow_lists = 0
         """First lists that timed out waiting for an answer: the next waits longer (``_list_read_s``)."""
         self._trouble: tuple[float, str] | None = None
@@ -403,7 +410,7 @@ class LiveCluster:
             delay = 0.0
             phase, began = "list", 0.0
             try:
-                if client is not None and self._files.changed():
+                if client is not None and (self._rewritten.is_set() or self._files.changed()):
                     # kept across an RBAC 403 (its exec plugin not run again at each retry), the client is made anew
                     # where its kubeconfig was rewritten (to a user the RBAC lets): else it never recovered. New
                     # credentials (another user, another server) are unproven: the nodes are listed again at once,
@@ -450,11 +457,13 @@ class LiveCluster:
                 if events:
                     backoff.reset()
                     gone_streak = 0
-                elif early and not self._stop.is_set():
+                elif early and not self._stop.is_set() and not self._rewritten.is_set():
                     delay = backoff.next()  # a stream that closes at once, again and again: do not hammer
             except Exception as err:
                 if self._stop.is_set():
                     break
+                if self._rewritten.is_set():  # the watch ended for it (``_look_at_files``): no trouble
+                    continue
                 status = _status(err)
                 relist = _relist_why(err)
                 if relist is not None:
@@ -535,9 +544,17 @@ class LiveCluster:
     def _new_client(self) -> Any:
         """A new API client, its credentials loaded in time (``_in_time``), and loaded again in time at each refresh
         (``_InTimeRefresh``)."""
+        self._rewritten.clear()
         self._files.read()
         client = self._in_time(self.factory)
         _InTimeRefresh.install(getattr(client, "configuration", None), self._in_time)
+        host = getattr(getattr(client, "configuration", None), "host", None)
+        named = kubeconfig_server(host, self.credentials_files) if isinstance(host, str) else self.description
+        if self.credentials_files and named != self.description:
+            # a kubeconfig rewritten to another server: the log, /readyz and the view's source named the old one
+            self.description = named
+            with self._lock:
+                self._generation += 1  # the next list publishes a view whose source names it
         return client
 
     def _list(self, core: Any) -> None:
@@ -628,10 +645,10 @@ class LiveCluster:
             self._forbidden = None
         count = 0
         try:
-            if self._stop.is_set():
+            if self._stop.is_set() or self._rewritten.is_set():
                 return 0, False
             for line in _lines(response):
-                if self._stop.is_set():
+                if self._stop.is_set() or self._rewritten.is_set():
                     break
                 self._apply(line)
                 # an event or a bookmark: every change up to it has come (an ERROR raised above and is no news)
@@ -704,6 +721,7 @@ class LiveCluster:
     def _build_loop(self) -> None:
         last = 0.0
         while not self._stop.is_set():
+            self._look_at_files()
             if not self._dirty.wait(timeout=1.0):
                 continue
             wait = last + self.debounce_seconds - time.monotonic()
@@ -739,6 +757,15 @@ class LiveCluster:
             self._view = view
             self.builds += 1
         self._synced.set()
+
+    def _look_at_files(self) -> None:
+        """While a watch is open, whether ``credentials_files`` were rewritten (once a second at most: a stat of each):
+        the watch is ended, and the watch loop makes its client anew from them. A watch brings nothing for minutes on
+        a quiet cluster, and the files were looked at only between watches: a kubeconfig rewritten to another server
+        left the view with the old server's nodes, watched, until its watch ended (found by a review)."""
+        if self._watching and self._files.changed():
+            self._rewritten.set()  # before the interrupt: a watch opened meanwhile sees it (``_watch``)
+            self._interrupt()
 
     def _interrupt(self) -> None:
         """Unblock a watcher waiting on the stream (shut the socket down, as kubernetes.watch.Watch.stop does)."""
@@ -1059,10 +1086,15 @@ def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | 
     return LiveCluster(
         settings,
         from_kubeconfig,
-        description=f"{probe.host} (kubeconfig {joined})",
+        description=kubeconfig_server(probe.host, tuple(paths)),
         credentials=_kubeconfig_credentials(joined),
         credentials_files=tuple(paths),
     )
+
+
+def kubeconfig_server(host: str, paths: tuple[str, ...]) -> str:
+    """A kubeconfig's server as the node watch names it (the log, /readyz, the view's source)."""
+    return f"{host} (kubeconfig {os.pathsep.join(paths)})"
 
 
 def load_kubeconfig(config_file: str, cfg: Any) -> None:
