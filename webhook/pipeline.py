@@ -236,8 +236,7 @@ def pods_pass(view: PodView, ctx: Context) -> str:
     if exempt := _exempt(made):
         return exempt
     exemptions = ctx.settings.exemptions
-    if controller := POD_CREATORS.get(view.owner_kind) if view.is_template else None:
-        creator = f"system:serviceaccount:kube-system:{controller}"
+    if creator := pod_creator(view.owner_kind, view.owner_group) if view.is_template else None:
         # the setting to change first: a server warning is cut to a line (found by a review)
         if creator in exemptions.users:
             return f"exemptions.users has {creator}, their creator"
