@@ -1306,6 +1306,38 @@ def test_a_kubeconfig_rewritten_to_another_server_while_its_watch_is_open_is_fol
         other.stop()
 
 
+def test_a_kubeconfig_rewritten_half_way_keeps_the_watch_that_works_and_is_loaded_again_once_mended(
+    api: KubeAPI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A kubeconfig rewritten in place half-written (or with a typo) ended the watch that worked within a second and
+    closed its client: then "cannot list nodes: while parsing ..." at each retry, the view frozen, /readyz in trouble
+    (found by a review). The client there is and its watch are kept, that the file cannot be loaded is said at
+    WARNING, and it is loaded again at its next change."""
+    kubeconfig = Path(api.kubeconfig(str(tmp_path / "kubeconfig")))
+    good = kubeconfig.read_text()
+    api.put("v1", "nodes", node("a"))
+    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
+    assert live is not None
+    live.resync_seconds, live.watch_timeout_seconds = 300, 300
+    caplog.set_level(logging.INFO, logger=watch.log.name)
+    try:
+        live.start()
+        wait_for(lambda: names(live) == {"a"} and live._watching, "the nodes, watched")
+        kubeconfig.write_text(good[: len(good) // 2])  # in place, part-way
+        wait_for(lambda: "cannot be loaded" in caplog.text, "the kubeconfig said unloadable")
+        api.put("v1", "nodes", node("b"))
+        wait_for(lambda: names(live) == {"a", "b"}, "a node added after, through the watch kept")
+        assert live.problem() is None and live._watching
+        (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert warning.startswith(f"cluster: the kubeconfig {kubeconfig}, rewritten, cannot be loaded (")
+        assert "the node watch goes on with the credentials loaded before" in warning
+        lists = live.lists
+        kubeconfig.write_text(good)  # mended: loaded again, listed with it
+        wait_for(lambda: live.lists > lists, "the nodes listed again with the kubeconfig mended")
+    finally:
+        live.stop()
+
+
 def test_credential_loads_in_time_reuse_one_helper_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Events relay's client calls its refresh hook, so ``InTime``, before each Event: a thread was started for
     each, 80-180 us an Event where the token was valid (found by a review). One helper thread runs them all; idle

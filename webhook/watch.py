@@ -416,10 +416,12 @@ class LiveCluster:
                     # credentials (another user, another server) are unproven: the nodes are listed again at once,
                     # and what the old ones were refused (a forbidden watch) is not said of them
                     log.info("cluster: %s changed; loading its credentials again", ", ".join(self.credentials_files))
-                    _close(client)
-                    client = None
-                    need_list, listed = True, _Listed.NO
-                    self._forbidden, self._watch_refused = None, False
+                    fresh = self._reloaded()
+                    if fresh is not None:
+                        _close(client)
+                        client = fresh
+                        need_list, listed = True, _Listed.NO
+                        self._forbidden, self._watch_refused = None, False
                 if client is None:
                     client = self._new_client()
                 from kubernetes import client as k8s
@@ -556,6 +558,24 @@ class LiveCluster:
             with self._lock:
                 self._generation += 1  # the next list publishes a view whose source names it
         return client
+
+    def _reloaded(self) -> Any | None:
+        """A new client from the rewritten ``credentials_files``; None where they cannot be loaded (half-written in
+        place, a typo): said at WARNING, the client there is and its watch kept, and loaded again at their next
+        change. The client was closed before the new one was made, and the watch that worked ended within a second,
+        the nodes then not listed at each retry, the view frozen (found by a review)."""
+        try:
+            return self._new_client()
+        except Exception as err:
+            if self._stop.is_set():
+                raise
+            log.warning(
+                "cluster: the kubeconfig %s, rewritten, cannot be loaded (%s): the node watch goes on with the"
+                " credentials loaded before, and it is loaded again once rewritten",
+                os.pathsep.join(self.credentials_files),
+                brief(err),
+            )
+            return None
 
     def _list(self, core: Any) -> None:
         started = time.monotonic()
