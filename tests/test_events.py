@@ -1284,6 +1284,44 @@ def test_a_kubeconfig_swapped_to_another_server_never_sends_one_servers_token_to
         assert sorted(e["involvedObject"]["name"] for e in api.list("v1", "events", "default")) == names
 
 
+def test_a_slow_load_of_a_rewritten_kubeconfig_never_installs_its_credentials_over_a_newer_rewrites(
+    kubeapi: KubeAPI, tmp_path: Path
+) -> None:
+    """Two rewrites of the kubeconfig close together, the first's credentials slow to load (an exec plugin): its
+    load, begun first, installed its older token after the newer rewrite's quick load, and the stale token was sent
+    until the next rewrite (found by a review). The loads run one at a time, in the order begun."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("tok-0")
+    loading = threading.Event()
+
+    def remake() -> Any:
+        token = kubeconfig.read_text()
+        if token == "tok-1":
+            loading.set()
+            time.sleep(0.5)  # its exec plugin
+        configuration = client.Configuration(host=kubeapi.url, api_key={"authorization": token})
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+        return client.ApiClient(configuration)
+
+    sink = ApiSink(remake(), remake=remake, files=watch.Rewritten((str(kubeconfig),)))
+    subject = subject_of(stored_pod())
+
+    def rewrite(token: str) -> None:
+        kubeconfig.with_name("new").write_text(token)
+        kubeconfig.with_name("new").rename(kubeconfig)
+
+    rewrite("tok-1")
+    slow = threading.Thread(target=sink.send, args=(event_body(subject, "default", "slow", CHECKED, "i"),))
+    slow.start()
+    assert loading.wait(10)
+    rewrite("tok-2")
+    sink.send(event_body(subject, "default", "quick", CHECKED, "i"))
+    slow.join(10)
+    sink.send(event_body(subject, "default", "later", CHECKED, "i"))
+    tokens = [{k.lower(): v for k, v in h.items()}["authorization"] for h in kubeapi.request_headers]
+    assert tokens[-1] == "Bearer tok-2", tokens
+
+
 def test_the_relay_sends_events_to_the_api_several_at_once(kubeapi: KubeAPI) -> None:
     """An apiserver 0.2 s away: one Event at a time, the relay could send five a second; it sends SENDING_AT_ONCE
     at a time, each on a connection of its own, and counts every one."""

@@ -421,6 +421,8 @@ class ApiSink:
         """Makes the client anew where ``files``, those it reads the credentials from, were rewritten (``_fresh``);
         None: the client given is kept."""
         self.files = files
+        self._reloading = threading.Lock()
+        """Held while the client is made anew (``_fresh``): one load at a time, each installed in the order begun."""
         self._threads = threading.local()
         self._counts = _Counts(REPEATS_KEPT)
         """(namespace, name) -> (count, resourceVersion) of the Events this sink created or whose count it raised."""
@@ -437,13 +439,16 @@ class ApiSink:
         lets create Events, to another server): the one made at start was kept for the relay's lifetime, and its
         Events stayed refused until a restart though the node watch, reading the same files, recovered (found by a
         review). A kubeconfig that cannot be loaded keeps the client there is (``api_client_from_environment`` says
-        why)."""
+        why). The loads run one at a time (``_reloading``): a slow one (an exec plugin) begun first installed its
+        older credentials over those of a newer rewrite loaded meanwhile, kept until the next rewrite (found by a
+        review). A thread that did not see the change does not wait on a load: it sends with the client there is."""
         if self.remake is None or self.files is None or not self.files.changed():
             return
-        log.info("events: %s changed; loading the credentials again", ", ".join(self.files.paths))
-        client = self.remake()
-        if client is not None:
-            self._use(client)
+        with self._reloading:
+            log.info("events: %s changed; loading the credentials again", ", ".join(self.files.paths))
+            client = self.remake()  # reads the files as they are now: the last load begun reads the newest
+            if client is not None:
+                self._use(client)
 
     def _here(self, server: _Server) -> _Direct | None:
         """This thread's connection to ``server`` (its ``direct``, apart); None for the client's own path. One to the
