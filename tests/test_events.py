@@ -1193,7 +1193,7 @@ def test_the_relays_client_is_made_anew_from_a_rewritten_kubeconfig(
         return bool(fault(self))
 
     monkeypatch.setattr(_Handler, "_fault", rbac)
-    monkeypatch.setattr(events, "CREDENTIALS_CHECK_S", 0.0)
+    monkeypatch.setattr(watch, "FILES_CHECK_S", 0.0)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     kubeconfig = Path(kubeapi.kubeconfig(str(tmp_path / "kubeconfig")))
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
@@ -1218,7 +1218,7 @@ def test_a_rewritten_kubeconfig_that_cannot_be_loaded_is_said_at_warning_and_the
     """A kubeconfig rewritten into one that cannot be loaded (cut YAML) was said at INFO as "no cluster credentials:
     events go to the log", while the client made before was kept and the Events went on to the API (found by a
     review). It is said at WARNING as what it is, and the Events go on."""
-    monkeypatch.setattr(events, "CREDENTIALS_CHECK_S", 0.0)
+    monkeypatch.setattr(watch, "FILES_CHECK_S", 0.0)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     kubeconfig = Path(kubeapi.kubeconfig(str(tmp_path / "kubeconfig")))
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
@@ -1253,7 +1253,7 @@ def test_a_kubeconfig_rewritten_with_tls_material_that_cannot_be_read_is_said_an
     """A rewritten kubeconfig that loads, whose certificate-authority-data is no certificate, raised an SSLError out
     of making its connection: the Event counted failed, and nothing said why (found by a review). It is a kubeconfig
     that cannot be loaded: said at WARNING, and the Events go on to the server before."""
-    monkeypatch.setattr(events, "CREDENTIALS_CHECK_S", 0.0)
+    monkeypatch.setattr(watch, "FILES_CHECK_S", 0.0)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     kubeconfig = Path(tls_api.kubeconfig(str(tmp_path / "kubeconfig")))
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))

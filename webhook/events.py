@@ -59,8 +59,6 @@ MESSAGE_LIMIT = 1024
 the advice is its end. (A line too long for the relay's pipe, of mostly non-ASCII text, is cut further, at its end:
 ``Pipe.write_lines``.)"""
 NAME_LIMIT = 253
-CREDENTIALS_CHECK_S = 1.0
-"""How often at most the relay looks whether its kubeconfig was rewritten (``ApiSink._fresh``): a stat of each file."""
 
 
 _STAMP: list[Any] = [None, ""]
@@ -1292,9 +1290,9 @@ def api_client_from_environment(again: bool = False) -> Any | None:
 def api_sink_from_environment() -> ApiSink | None:
     """An ``ApiSink`` with the client of ``api_client_from_environment``, made anew by it where the kubeconfig it was
     loaded from is rewritten on disk; None without credentials."""
-    from webhook.watch import Rewritten, credentials_files
+    from webhook.watch import FILES_CHECK_S, Rewritten, credentials_files
 
-    files = Rewritten(credentials_files(), every=CREDENTIALS_CHECK_S)  # as they are before the client reads them
+    files = Rewritten(credentials_files(), every=FILES_CHECK_S)  # as they are before the client reads them
     api_client = api_client_from_environment()
     if api_client is None:
         return None

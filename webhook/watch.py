@@ -194,7 +194,8 @@ class Backoff:
 
 
 FILES_CHECK_S = 1.0
-"""How often at most the node watch looks whether its kubeconfig was rewritten (``LiveCluster._look_at_files``)."""
+"""How often at most the node watch (``LiveCluster._look_at_files``) and the Events relay (``ApiSink._fresh``) look
+whether their kubeconfig was rewritten: a stat of each file."""
 
 
 class Rewritten:
