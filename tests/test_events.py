@@ -3,7 +3,6 @@ through the real ``kubernetes`` client against tests/kubeapi.py."""
 
 from __future__ import annotations
 
-import base64
 import copy
 import dataclasses
 import io
@@ -1235,55 +1234,6 @@ def test_a_rewritten_kubeconfig_that_cannot_be_loaded_is_said_at_warning_and_the
     assert f"the kubeconfig {kubeconfig}, rewritten, cannot be loaded (" in warning
     assert "Events go on with the credentials loaded before" in warning
     assert sorted(e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")) == ["after", "before"]
-
-
-def _with_bad_ca(kubeconfig: Path) -> None:
-    """``kubeconfig`` rewritten (a new file renamed over it) with certificate-authority-data that is no certificate."""
-    config = json.loads(kubeconfig.read_text())
-    cluster = config["clusters"][0]["cluster"]
-    cluster.pop("certificate-authority", None)
-    cluster["certificate-authority-data"] = base64.b64encode(b"not a certificate").decode()
-    kubeconfig.with_name("new").write_text(json.dumps(config))
-    kubeconfig.with_name("new").rename(kubeconfig)
-
-
-def test_a_kubeconfig_rewritten_with_tls_material_that_cannot_be_read_is_said_and_the_server_before_is_kept(
-    tls_api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A rewritten kubeconfig that loads, whose certificate-authority-data is no certificate, raised an SSLError out
-    of making its connection: the Event counted failed, and nothing said why (found by a review). It is a kubeconfig
-    that cannot be loaded: said at WARNING, and the Events go on to the server before."""
-    monkeypatch.setattr(watch, "FILES_CHECK_S", 0.0)
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    kubeconfig = Path(tls_api.kubeconfig(str(tmp_path / "kubeconfig")))
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    sink = events.api_sink_from_environment()
-    assert sink is not None
-    subject = subject_of(stored_pod())
-    sink.send(event_body(subject, "default", "before", CHECKED, "i"))
-    _with_bad_ca(kubeconfig)
-    with caplog.at_level(logging.INFO, logger=events.log.name):
-        sink.send(event_body(subject, "default", "after", CHECKED, "i"))
-    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert f"the kubeconfig {kubeconfig}, rewritten, cannot be loaded (its certificate-authority," in warning
-    assert "Events go on with the credentials loaded before" in warning
-    assert sorted(e["involvedObject"]["name"] for e in tls_api.list("v1", "events", "default")) == ["after", "before"]
-
-
-def test_a_kubeconfig_with_tls_material_that_cannot_be_read_at_start_is_said_and_events_go_to_the_log(
-    tls_api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """At start, the same kubeconfig raised out of making the relay's sink: the relay ended, and was started again
-    to end again, each second (found by a review). It is said at WARNING, and the Events go to the log."""
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    kubeconfig = Path(tls_api.kubeconfig(str(tmp_path / "kubeconfig")))
-    _with_bad_ca(kubeconfig)
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    with caplog.at_level(logging.INFO, logger=events.log.name):
-        assert events.api_sink_from_environment() is None
-    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warning.startswith(f"events: kubeconfig {kubeconfig}: its certificate-authority, client-certificate or")
-    assert warning.endswith("; events go to the log"), warning
 
 
 def test_a_kubeconfig_swapped_to_another_server_never_sends_one_servers_token_to_the_other(

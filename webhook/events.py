@@ -303,7 +303,14 @@ class _Direct:
         self.connection: http1.Connection | None = None
 
     def _context(self) -> ssl.SSLContext:
-        return _tls_context(self.configuration)
+        c = self.configuration
+        tls = ssl.create_default_context(cafile=c.ssl_ca_cert, cadata=c.ca_cert_data)
+        if c.cert_file:
+            tls.load_cert_chain(c.cert_file, c.key_file)
+        if not c.verify_ssl:
+            tls.check_hostname = False
+            tls.verify_mode = ssl.CERT_NONE
+        return tls
 
     def _stamps(self) -> tuple[float, ...]:
         c = self.configuration
@@ -355,33 +362,6 @@ class _Direct:
             self.connection = http1.Connection(self.address, self.port, self._fresh_tls(), self.timeout, options)
         status, reason, data = self.connection.request(method, self.prefix + path, body, headers)
         return status, reason, data, self.connection.head
-
-
-def _tls_context(c: Any) -> ssl.SSLContext:
-    """The TLS context of a ``kubernetes`` client configuration: its CA (file or data), its client certificate."""
-    tls = ssl.create_default_context(cafile=c.ssl_ca_cert, cadata=c.ca_cert_data)
-    if c.cert_file:
-        tls.load_cert_chain(c.cert_file, c.key_file)
-    if not c.verify_ssl:
-        tls.check_hostname = False
-        tls.verify_mode = ssl.CERT_NONE
-    return tls
-
-
-class BadTLS(ValueError):
-    """A kubeconfig loaded whose TLS material (its CA, its client certificate or key) cannot be read."""
-
-
-def _check_tls(configuration: Any) -> None:
-    """``BadTLS`` where the TLS material of a configuration cannot be read: found only as the first Event went out,
-    a rewritten kubeconfig's (certificate-authority-data that is no certificate) raised out of ``ApiSink._use``, the
-    Event counted failed and nothing said, and at start the relay crashed at each restart (found by a review)."""
-    if urlsplit(configuration.host).scheme != "https":
-        return
-    try:
-        _tls_context(configuration)
-    except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
-        raise BadTLS(f"its certificate-authority, client-certificate or client-key cannot be read: {err}") from err
 
 
 @dataclass(frozen=True)
@@ -1264,7 +1244,6 @@ def api_client_from_environment(again: bool = False) -> Any | None:
         kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
         try:
             load_kubeconfig(kubeconfig, configuration)
-            _check_tls(configuration)
         except Exception as err:
             why = str(err) if isinstance(err, CredentialsHung) else str(err)[:200]  # a hung one names its command
             if again:
@@ -1274,9 +1253,7 @@ def api_client_from_environment(again: bool = False) -> Any | None:
                     kubeconfig,
                     why,
                 )
-            elif isinstance(err, (CredentialsHung, BadTLS)):
-                # a mistake to mend, not a cluster without credentials: a plugin that hung (it left the relay stuck,
-                # outliving the server), TLS material that cannot be read (the relay crashed at each start)
+            elif isinstance(err, CredentialsHung):  # a plugin that hung left the relay stuck, outliving the server
                 log.warning("events: kubeconfig %s: %s; events go to the log", kubeconfig, why)
             else:  # no file, no context, unreadable: all mean "no cluster access"
                 log.info("no cluster credentials (%s): events go to the log", why)
