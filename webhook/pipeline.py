@@ -20,7 +20,6 @@ from typing import Any, NamedTuple
 
 from webhook import PREFIX, budget
 from webhook.cluster import GPU_RESOURCE, is_gpu_device
-from webhook.events import MESSAGE_LIMIT as EVENT_LIMIT
 from webhook.model import (
     BUILTIN_GROUPS,
     GPU_MEMORY_RESOURCE,
@@ -46,7 +45,6 @@ from webhook.model import (
     is_input_annotation,
     is_output_annotation,
     json_bytes,
-    middle_clipped,
 )
 from webhook.policies import cuda, mig, mig_update, spot
 from webhook.quantity import parse_quantity
@@ -428,12 +426,6 @@ UNGATED = (
     "taking away the pod's last scheduling gate ({gates}{by}) lets it be scheduled where its nodeSelector, affinity "
     "and tolerations now allow, and there: {message}"
 )
-UNGATED_EVENT = "taking away its last scheduling gate ({gates}{by}) is refused, for where it may run now:"
-"""The ``UngateRefused`` Event's words for ``UNGATED``, before a line per denial: the Event holds 1024 characters
-(``events.MESSAGE_LIMIT``), and its room goes to the denials first (``_event_message``)."""
-UNGATED_EVENT_LEAST = 48
-"""What is kept of ``UNGATED_EVENT`` where the denials need its room (its start and end): a namespace and pod
-of 40 characters each then leave a long spot refusal whole (the entries it names and what to do)."""
 KUEUE_ADVICE = (
     "Kueue chose this placement from the ResourceFlavor it admitted the workload to, and a flavor's node labels are "
     "all it matches the pod's nodeSelector and affinity with: give the flavors the labels the webhook steers on "
@@ -448,40 +440,16 @@ def _ungate_refusal(result: Result, gone: Sequence[str], pod: PodView, ctx: Cont
     only logs the refusal, and the pod stays gated). Kueue's advice where Kueue chose the placement
     (``spot.placed_by_kueue``: its gate may go before another's, its flavor's nodeSelector with it, and the refusal
     of the last ungating lacked the advice, also where that update added a toleration of its own: found by
-    reviews), after the last CUDA refusal, which it is about."""
-    enforced = [d for d in result.outcome.denials if _mode(d.policy, ctx) == "enforce"]
-    cudas = [i for i, d in enumerate(enforced) if d.policy == cuda.POLICY]
-    advised = cudas[-1] if cudas and spot.placed_by_kueue(pod, ctx) else -1
-    lines = [(escaped(d.message), KUEUE_ADVICE if i == advised else "") for i, d in enumerate(enforced)]
-    gates, by = escaped(", ".join(gone)), escaped(f", by {ctx.username}" if ctx.username else "")
-    told = "\n".join(f"{line}\n{advice}" if advice else line for line, advice in lines)
-    result.message = clipped(UNGATED.format(gates=gates, by=by, message=told), MESSAGE_LIMIT)
+    reviews)."""
+    by = f", by {ctx.username}" if ctx.username else ""
+    message = UNGATED.format(gates=escaped(", ".join(gone)), by=escaped(by), message=result.message)
+    if spot.placed_by_kueue(pod, ctx) and any(
+        d.policy == cuda.POLICY and _mode(d.policy, ctx) == "enforce" for d in result.outcome.denials
+    ):
+        message = f"{message}\n{KUEUE_ADVICE}"
+    result.message = clipped(message, MESSAGE_LIMIT)
     result.audit["reason"] = result.message
-    reasons = ", ".join(dict.fromkeys(d.reason for d in enforced))  # each once, as the audit's decision
-    message = _event_message(reasons, UNGATED_EVENT.format(gates=gates, by=by), lines)
-    result.outcome.events = [Event("UngateRefused", message, "Warning")]
-
-
-def _event_message(reasons: str, preamble: str, lines: Sequence[tuple[str, str]]) -> str:
-    """A refused ungating's Event within ``events.MESSAGE_LIMIT``: every reason, ``preamble`` (``UNGATED_EVENT``),
-    then a line per denial, each followed by its advice where it has one (Kueue's, kept whole). Where that is too
-    long, ``UNGATED_EVENT`` is cut first, to ``UNGATED_EVENT_LEAST``, then each denial to its share of the room left
-    (a short one whole, the others sharing what it leaves), in its middle: its start says what is wrong, its end
-    what to do. Found by a review: the whole answer was cut in its middle, and a refusal for spot and CUDA both kept
-    half of the spot one and Kueue's advice, no word of the CUDA one; a long spot advice lost the entry it named."""
-    fixed = len(reasons) + 2 + len(lines) + sum(len(advice) + 1 for _, advice in lines if advice)  # newlines too
-    room = EVENT_LIMIT - fixed
-    preamble = middle_clipped(preamble, max(room - sum(len(line) for line, _ in lines), UNGATED_EVENT_LEAST))
-    room -= len(preamble)
-    shares = {}
-    for done, i in enumerate(sorted(range(len(lines)), key=lambda i: len(lines[i][0]))):
-        shares[i] = min(len(lines[i][0]), max(room // (len(lines) - done), 16))
-        room -= shares[i]
-    said = "".join(
-        f"\n{middle_clipped(line, shares[i])}" + (f"\n{advice}" if advice else "")
-        for i, (line, advice) in enumerate(lines)
-    )
-    return f"{reasons}: {preamble}{said}"
+    result.outcome.events = [Event("UngateRefused", f"{result.reason}: {result.message}", "Warning")]
 
 
 def _controlled_by(obj: JSON, kind: str) -> bool:
