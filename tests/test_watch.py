@@ -892,6 +892,24 @@ FORBIDDEN = (
 )
 
 
+def refuse(monkeypatch: pytest.MonkeyPatch, message_for: Callable[[Any], str | None]) -> None:
+    """The API stand-in answers 403 Forbidden (a Status with RBAC's message) to each request that ``message_for``
+    gives a message for, the request counted as asked; the others as before."""
+    from tests.kubeapi import _Handler
+
+    fault = _Handler._fault
+
+    def refused(self: Any) -> bool:
+        message = message_for(self)
+        if message is None:
+            return bool(fault(self))
+        self.api.requests.append((self.command, self.path))
+        self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message})
+        return True
+
+    monkeypatch.setattr(_Handler, "_fault", refused)
+
+
 def test_the_log_says_why_the_watch_fails_and_when_it_works_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -899,21 +917,15 @@ def test_the_log_says_why_the_watch_fails_and_when_it_works_again(
     name not resolved, a TLS failure) was cut before its cause; a 403 said "HTTP 403 Forbidden" without the API's
     message, which names the service account and the verb; and nothing said the watch worked again (found by a
     review). The cause comes first, the URL last; a 403 says the API's message; one line says it works again."""
-    from tests.kubeapi import _Handler
-
     forbidden = threading.Event()
-    fault = _Handler._fault
 
-    def lists_forbidden(self: Any) -> bool:
+    def lists_forbidden(_: Any) -> str | None:
         if forbidden.is_set():
             forbidden.clear()
-            self.api.requests.append((self.command, self.path))
-            body = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": FORBIDDEN}
-            self._send(403, body)
-            return True
-        return bool(fault(self))
+            return FORBIDDEN
+        return None
 
-    monkeypatch.setattr(_Handler, "_fault", lists_forbidden)
+    refuse(monkeypatch, lists_forbidden)
     api = KubeAPI()
     with socket.create_server(("127.0.0.1", 0)) as free:  # closed at once: connections refused
         api.port = free.getsockname()[1]
@@ -951,22 +963,12 @@ def test_rbac_that_lets_list_nodes_and_not_watch_them_is_said(
     """A ClusterRole that grants list on nodes and not watch: each relist worked and said the watch worked again,
     the snapshot's age stayed under its alert's 900 s, and nothing told that the watch was forbidden (found by a
     review). The log says so once, and /readyz's warning while it lasts, naming the verb and the RBAC to add."""
-    from tests.kubeapi import _Handler
     from webhook.app import create_app
 
     forbidden = threading.Event()
     forbidden.set()
-    fault = _Handler._fault
     message = FORBIDDEN.replace("cannot list", "cannot watch")
-
-    def watches_forbidden(self: Any) -> bool:
-        if forbidden.is_set() and "watch=" in self.path:
-            self.api.requests.append((self.command, self.path))
-            self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message})
-            return True
-        return bool(fault(self))
-
-    monkeypatch.setattr(_Handler, "_fault", watches_forbidden)
+    refuse(monkeypatch, lambda asked: message if forbidden.is_set() and "watch=" in asked.path else None)
     api.put("v1", "nodes", node("a"))
     live = make_live(kubeconfig, resync=1)
     caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
@@ -998,18 +1000,7 @@ def test_a_watch_refused_after_every_list_is_said_forbidden_after_one_list_more(
 ) -> None:
     """Where every watch is refused and every list let, the nodes are listed once more after the first 403 (the
     check that the list is still let), and the forbidden watch is said then; its retries list nothing more."""
-    from tests.kubeapi import _Handler
-
-    fault = _Handler._fault
-
-    def watches_forbidden(self: Any) -> bool:
-        if "watch=" in self.path:
-            self.api.requests.append((self.command, self.path))
-            self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": FORBIDDEN})
-            return True
-        return bool(fault(self))
-
-    monkeypatch.setattr(_Handler, "_fault", watches_forbidden)
+    refuse(monkeypatch, lambda asked: FORBIDDEN if "watch=" in asked.path else None)
     api.put("v1", "nodes", node("a"))
     live = make_live(kubeconfig, resync=120)
     caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
@@ -1029,21 +1020,15 @@ def test_one_watch_refused_just_after_the_first_list_is_not_said_forbidden(
     server whose RBAC cache lags) was said at once, at WARNING, to be RBAC that forbids the watch, with advice to add
     `watch` to the verbs, which the role had (a review's finding). The nodes are listed again first, and the watch
     that is then let open says nothing of the kind."""
-    from tests.kubeapi import _Handler
-
-    fault = _Handler._fault
     refused: list[str] = []
 
-    def one_watch_forbidden(self: Any) -> bool:
-        if "watch=" in self.path and not refused:
-            refused.append(self.path)
-            self.api.requests.append((self.command, self.path))
-            message = FORBIDDEN.replace("cannot list", "cannot watch")
-            self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message})
-            return True
-        return bool(fault(self))
+    def one_watch_forbidden(asked: Any) -> str | None:
+        if "watch=" in asked.path and not refused:
+            refused.append(asked.path)
+            return FORBIDDEN.replace("cannot list", "cannot watch")
+        return None
 
-    monkeypatch.setattr(_Handler, "_fault", one_watch_forbidden)
+    refuse(monkeypatch, one_watch_forbidden)
     api.put("v1", "nodes", node("a"))
     live = make_live(kubeconfig, resync=120)
     caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
@@ -1067,24 +1052,18 @@ def test_nodes_forbidden_to_list_and_watch_after_start_are_not_said_a_forbidden_
     next periodic relist, 300 s by default (found by reviews). A watch's 403 after a list that worked has the list
     asked again at once: refused, it is said as the trouble it is. Lists let again while the watch is still refused:
     no false 'works again', and the forbidden watch said."""
-    from tests.kubeapi import _Handler
-
     forbidden = {"list": threading.Event(), "watch": threading.Event()}
-    fault = _Handler._fault
 
-    def refused(self: Any) -> bool:
-        verb = "watch" if "watch=" in self.path else "list"
-        if forbidden[verb].is_set() and "/nodes" in self.path:
-            self.api.requests.append((self.command, self.path))
-            message = FORBIDDEN.replace("cannot list", f"cannot {verb}")
-            self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message})
-            return True
-        return bool(fault(self))
+    def refused(asked: Any) -> str | None:
+        verb = "watch" if "watch=" in asked.path else "list"
+        if forbidden[verb].is_set() and "/nodes" in asked.path:
+            return FORBIDDEN.replace("cannot list", f"cannot {verb}")
+        return None
 
     def said(text: str) -> list[str]:
         return [r.getMessage() for r in caplog.records if text in r.getMessage() and r.name == "gpu_admission.cluster"]
 
-    monkeypatch.setattr(_Handler, "_fault", refused)
+    refuse(monkeypatch, refused)
     monkeypatch.setattr(watch, "RELIST_RETRY_S", 0.5)
     api.put("v1", "nodes", node("a"))
     live = make_live(kubeconfig, resync=120)  # no periodic relist within the test but those after a failed one
@@ -1128,25 +1107,19 @@ def test_a_403_of_rbac_keeps_the_client_and_its_credentials(
     get-token) again (found by a review): a 403 is the RBAC's answer to credentials the API server took, and a new
     client's are the same. The client is kept; where the 403 is to no credentials at all (``system:anonymous``: the
     kubernetes client sends none where its plugin failed), a new client runs the plugin again."""
-    from tests.kubeapi import _Handler
-
     forbidden = threading.Event()
     forbidden.set()
-    fault = _Handler._fault
 
-    def refused(self: Any) -> bool:
-        asked = "watch" if "watch=" in self.path else "list"
-        if forbidden.is_set() and asked == verb and "/nodes" in self.path:
-            self.api.requests.append((self.command, self.path))
-            message = f'nodes is forbidden: User "{user}" cannot {verb} resource "nodes" in API group ""'
-            self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message})
-            return True
-        return bool(fault(self))
+    def refused(request: Any) -> str | None:
+        asked = "watch" if "watch=" in request.path else "list"
+        if forbidden.is_set() and asked == verb and "/nodes" in request.path:
+            return f'nodes is forbidden: User "{user}" cannot {verb} resource "nodes" in API group ""'
+        return None
 
     def asked() -> int:
         return sum(1 for _, path in api.requests if "/nodes" in path and ("watch=" in path) == (verb == "watch"))
 
-    monkeypatch.setattr(_Handler, "_fault", refused)
+    refuse(monkeypatch, refused)
     kubeconfig, _ = exec_kubeconfig(api, tmp_path, CREDENTIAL)
     api.put("v1", "nodes", node("a"))
     live = make_live(str(kubeconfig), backoff_initial=0.02, backoff_max=0.05)
@@ -1168,19 +1141,13 @@ def test_a_kubeconfig_rewritten_to_a_user_the_rbac_lets_is_read_again(
     """A 403 of the RBAC keeps the client (test above), and so a kubeconfig rewritten on disk (a Secret's mount, k3s)
     to a user the RBAC lets was never read again: /readyz stayed 503 until a restart (a review's finding). The
     client is made anew from the rewritten kubeconfig, and the nodes are listed."""
-    from tests.kubeapi import _Handler
 
-    fault = _Handler._fault
+    def rbac(asked: Any) -> str | None:
+        if "/nodes" in asked.path and asked.headers.get("Authorization") != "Bearer allowed":
+            return 'nodes is forbidden: User "old" cannot list resource "nodes" in API group ""'
+        return None
 
-    def rbac(self: Any) -> bool:
-        if "/nodes" in self.path and self.headers.get("Authorization") != "Bearer allowed":
-            self.api.requests.append((self.command, self.path))
-            message = 'nodes is forbidden: User "old" cannot list resource "nodes" in API group ""'
-            self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message})
-            return True
-        return bool(fault(self))
-
-    monkeypatch.setattr(_Handler, "_fault", rbac)
+    refuse(monkeypatch, rbac)
     kubeconfig = Path(api.kubeconfig(str(tmp_path / "kubeconfig")))
     api.put("v1", "nodes", node("a"))
     live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
@@ -1217,21 +1184,15 @@ def test_a_kubeconfig_rewritten_to_a_user_refused_everything_is_not_said_to_be_r
     nor watch nodes was said to be let list them and not watch them ("add `watch`") until the next periodic relist,
     300 s by default (a review's finding). New credentials are listed with at once, and what they are refused is
     said."""
-    from tests.kubeapi import _Handler
-
-    fault = _Handler._fault
     lets = {"Bearer old": {"list"}, "Bearer nobody": set()}
 
-    def rbac(self: Any) -> bool:
-        verb = "watch" if "watch=" in self.path else "list"
-        if "/nodes" in self.path and verb not in lets[self.headers.get("Authorization")]:
-            self.api.requests.append((self.command, self.path))
-            message = f'nodes is forbidden: User "u" cannot {verb} resource "nodes" in API group ""'
-            self._send(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message})
-            return True
-        return bool(fault(self))
+    def rbac(asked: Any) -> str | None:
+        verb = "watch" if "watch=" in asked.path else "list"
+        if "/nodes" in asked.path and verb not in lets[asked.headers.get("Authorization")]:
+            return f'nodes is forbidden: User "u" cannot {verb} resource "nodes" in API group ""'
+        return None
 
-    monkeypatch.setattr(_Handler, "_fault", rbac)
+    refuse(monkeypatch, rbac)
     kubeconfig = Path(api.kubeconfig(str(tmp_path / "kubeconfig")))
     _rewrite(kubeconfig, "old")
     api.put("v1", "nodes", node("a"))
