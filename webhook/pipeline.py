@@ -596,10 +596,9 @@ def _stored_outputs(view: PodView, ctx: Context) -> dict[str, str]:
 
 
 def _mode(policy: str, ctx: Context) -> str:
-    if policy == "cuda":
-        cs = ctx.settings.cuda
-        return cs.namespace_modes.get(ctx.namespace, cs.mode)
-    return "enforce"
+    """A policy's mode in the request's namespace: the cuda policy's (``cuda.mode_of``, its per-namespace rule in one
+    place); every other policy's refusals are enforced."""
+    return cuda.mode_of(ctx) if policy == cuda.POLICY else "enforce"
 
 
 AGAIN = "again-"
