@@ -376,6 +376,11 @@ def created_through(app: Any, pod: dict[str, Any]) -> dict[str, Any]:
     return stored
 
 
+def spot_app(settings: Settings) -> Any:
+    """The webhook's Flask app under ``settings``, over ``spot_nodes``."""
+    return create_app(settings, cluster=StaticCluster(build_view(spot_nodes(), settings)))
+
+
 def gated_pod(**limits: str) -> dict[str, Any]:
     pod = gpu_pod("trainer", limits=limits or None, image="pytorch/pytorch-nightly:2710000-cu12.8")
     pod["metadata"] = {"name": "trainer", "namespace": "ml"}
@@ -397,7 +402,7 @@ def test_a_never_pod_ungated_onto_a_spot_flavor_its_notin_keeps_it_off_is_refuse
     gated pod is judged to tolerate every taint), and Kueue then admitted it to a spot flavor (its pool label and
     the spot taint's toleration): the ungating was allowed, and the pod stayed Pending for good, its NotIn and the
     flavor's nodeSelector never both holding. Refused, with what to change; an on-demand flavor passes."""
-    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    app = spot_app(NEVER)
     stored = created_through(app, gated_pod())
     assert f'"{SPOT_LABEL}", "operator": "NotIn"' in json.dumps(stored["spec"]["affinity"]), "kept off spot"
     answer = update(app, "/validate", kueue_admits(stored, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION), stored)
@@ -536,7 +541,7 @@ def test_a_never_pod_whose_own_gate_is_taken_away_is_told_of_its_own_nodeselecto
     """Found by a review of the spot policy: a never pod created with its own gate and a nodeSelector on a spot
     pool, its gate taken away by its owner with nothing changed, was told to admit it to an on-demand Kueue
     ResourceFlavor; what sends it there is its own nodeSelector."""
-    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    app = spot_app(NEVER)
     pod = gated_pod()
     pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
     pod["spec"]["nodeSelector"] = {POOL: "l4-spot"}
@@ -596,14 +601,14 @@ def test_a_never_pod_whose_own_gate_is_taken_away_onto_spot_gets_no_word_of_kueu
     refused as SpotNeverUngated and told to admit it to a flavor of on-demand nodes, Kueue's words. It is told to have
     what takes its gate away choose on-demand nodes where the update placed it, and only to recreate it where what
     it had at its create sends it there."""
-    off = create_app(Settings(), cluster=StaticCluster(build_view(spot_nodes(), Settings())))
+    off = spot_app(Settings())
     pod = gated_pod()
     pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
     if not ungating:  # on the spot pool by its own nodeSelector and toleration, as created
         pod["spec"]["nodeSelector"] = {POOL: "l4-spot"}
         pod["spec"]["tolerations"] = [GKE_SPOT_TOLERATION]
     stored = created_through(off, pod)
-    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    app = spot_app(NEVER)
     onto_spot = kueue_admits(stored, ungating, *([GKE_SPOT_TOLERATION] if ungating else []))
     answer = update(app, "/validate", onto_spot, stored, userInfo={"username": "alice"})
     assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngated", answer
@@ -615,7 +620,7 @@ def test_a_never_pod_whose_own_gate_is_taken_away_onto_spot_gets_no_word_of_kueu
 def test_a_never_pod_whose_own_gate_is_taken_away_onto_spot_it_is_kept_off_gets_no_word_of_kueue() -> None:
     """The same for SpotNeverUngatedPending: a user who takes its own gate away and sends it to a spot pool its NotIn
     keeps it off was told "(Kueue: a ResourceFlavor of on-demand nodes only ...)"."""
-    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    app = spot_app(NEVER)
     pod = gated_pod()
     pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
     stored = created_through(app, pod)
@@ -632,8 +637,8 @@ def test_a_never_pod_whose_nodeselector_chose_spot_before_its_ungating_is_told_t
     its own on a spot pool, its own gate taken away with nothing changed under never, was told to delete and
     recreate it; recreated as it was, the webhook's NotIn and its nodeSelector never both hold, and its ungating was
     refused again (SpotNeverUngatedPending). Recreated without that nodeSelector, it runs on demand."""
-    off = create_app(Settings(), cluster=StaticCluster(build_view(spot_nodes(), Settings())))
-    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    off = spot_app(Settings())
+    app = spot_app(NEVER)
     pod = gated_pod()
     pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
     pod["spec"]["tolerations"] = [GKE_SPOT_TOLERATION]
@@ -678,8 +683,8 @@ def test_a_never_pod_kueue_put_on_spot_before_another_gate_went_is_told_of_an_on
     pod = gated_pod()
     pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "user-queue"}
     pod["spec"]["schedulingGates"] = [{"name": GATE}, {"name": "example.com/data-ready"}]
-    stored = created_through(create_app(at_create, cluster=StaticCluster(build_view(spot_nodes(), at_create))), pod)
-    answer = kueue_then_another(create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER))), stored)
+    stored = created_through(spot_app(at_create), pod)
+    answer = kueue_then_another(spot_app(NEVER), stored)
     assert answer["allowed"] is False and answer["status"]["reason"] == reason, answer
     message = answer["status"]["message"]
     assert "as created or as set while it was gated: have Kueue admit it to a ResourceFlavor of on-demand" in message
@@ -719,13 +724,13 @@ def test_a_never_pod_whose_own_spot_label_kueue_added_to_is_told_to_recreate_it_
     (and its toleration), which Kueue's flavor added its pool label to at the ungating, was told only of an on-demand
     flavor: the advice to recreate it without its own spot label was given only where the whole nodeSelector was
     unchanged, and with its own label kept, no flavor lets it run. Only the entries that choose spot are compared."""
-    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    app = spot_app(NEVER)
     pod = gated_pod()
     pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "user-queue"}
     pod["spec"]["tolerations"] = [GKE_SPOT_TOLERATION]
     own = copy.deepcopy(pod)
     own["spec"]["nodeSelector"] = {SPOT_LABEL: "true"}
-    stored = created_through(create_app(at_create, cluster=StaticCluster(build_view(spot_nodes(), at_create))), own)
+    stored = created_through(spot_app(at_create), own)
     answer = update(app, "/validate", kueue_admits(stored, {POOL: "l4-spot"}), stored)
     assert answer["allowed"] is False and answer["status"]["reason"] == reason, answer
     message = answer["status"]["message"]
@@ -740,8 +745,8 @@ def test_a_never_pod_kueue_put_on_spot_is_told_to_recreate_it_with_an_on_demand_
     flavor under never, was told to admit it to an on-demand flavor or to delete and recreate it, as a fix of its
     own: recreated under never, Kueue admitted it to the same spot flavor and it was refused again. Recreating it is
     said as what goes with the on-demand flavor (Kueue admits the recreated pod again)."""
-    off = create_app(Settings(), cluster=StaticCluster(build_view(spot_nodes(), Settings())))
-    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    off = spot_app(Settings())
+    app = spot_app(NEVER)
     pod = gated_pod()
     pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "user-queue"}
     stored = created_through(off, pod)
@@ -766,8 +771,8 @@ def test_a_kueue_pod_a_user_puts_on_spot_after_kueue_admitted_it_is_not_told_of_
     pod = gated_pod()
     pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "user-queue"}
     pod["spec"]["schedulingGates"] = [{"name": GATE}, {"name": "example.com/hold"}]
-    stored = created_through(create_app(at_create, cluster=StaticCluster(build_view(spot_nodes(), at_create))), pod)
-    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    stored = created_through(spot_app(at_create), pod)
+    app = spot_app(NEVER)
     admitted = kueue_admits(stored, {})
     admitted["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
     assert update(app, "/validate", admitted, stored)["allowed"] is True
@@ -828,7 +833,7 @@ def test_a_never_pod_annotated_tolerate_while_gated_is_still_refused_where_its_n
     capacity; a controller sent it to a spot pool while it was gated, and the user, told so, annotated it
     spot: tolerate in place. Its ungating was let through: the NotIn stays (an affinity cannot change), and it was
     Pending for good. Refused whatever its mode now; recreated under tolerate, as the advice says, it runs on spot."""
-    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    app = spot_app(NEVER)
     pod = gated_pod()
     pod["spec"]["schedulingGates"] = [{"name": "example.com/a"}, {"name": "example.com/b"}]
     stored = created_through(app, pod)
@@ -854,8 +859,8 @@ def test_a_spot_entry_set_while_gated_is_told_to_be_left_out_of_the_recreated_po
     pool while it was gated, and the ungating under never was told to "have what set it choose on-demand nodes": an
     entry set stays (a gated pod's nodeSelector may only be added to). It is told to recreate the pod, what set the
     entry choosing on-demand nodes then; done so, the ungating passes."""
-    off = create_app(Settings(), cluster=StaticCluster(build_view(spot_nodes(), Settings())))
-    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    off = spot_app(Settings())
+    app = spot_app(NEVER)
     pod = gated_pod()
     pod["spec"]["schedulingGates"] = [{"name": "example.com/a"}, {"name": "example.com/b"}]
     stored = created_through(off, pod)
@@ -875,8 +880,8 @@ def test_a_spot_entry_the_ungating_adds_to_the_pods_own_is_named_beside_it() -> 
     ungating by a controller added GKE's spot label, was told only to recreate it without its own entry; recreated
     so, the controller's spot label sent it to spot again (SpotNeverUngatedPending). Both are named, and the
     controller told to choose on-demand nodes."""
-    off = create_app(Settings(), cluster=StaticCluster(build_view(spot_nodes(), Settings())))
-    app = create_app(NEVER, cluster=StaticCluster(build_view(spot_nodes(), NEVER)))
+    off = spot_app(Settings())
+    app = spot_app(NEVER)
     pod = gated_pod()
     pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
     pod["spec"]["tolerations"] = [GKE_SPOT_TOLERATION]
