@@ -1118,7 +1118,7 @@ def _refusal(
     ask: Ask,
     seen: Sequence[Placement],
     barred: Sequence[Placement] = (),
-    unpinned: Sequence[tuple[list[Placement], list[NodeGroup]]] = (),
+    unpinned: Unpinned | None = None,
 ) -> str:
     ctx = req.ctx
     coverage = ctx.settings.mig.coverage
