@@ -836,14 +836,18 @@ def test_every_pod_is_scheduled_where_the_server_may_run(name):
 
 
 def _values_comment(key: str) -> str:
-    """The comment of a top-level key of values.yaml: the lines above it, past keys of its own group that have none."""
+    """The comment of a key of values.yaml (dotted for a nested one, as `service.port`): the lines above it, past keys
+    of its own group that have none."""
     lines = (CHART / "values.yaml").read_text().splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith(f"{key}:"))
+    at = -1
+    for depth, part in enumerate(key.split(".")):
+        at = next(i for i in range(at + 1, len(lines)) if lines[i].startswith(f"{'  ' * depth}{part}:"))
+    indent = "  " * key.count(".")
     comment: list[str] = []
     for line in reversed(lines[:at]):
-        if line.startswith("#"):
+        if line.startswith(f"{indent}#"):
             comment.insert(0, line.lstrip("# "))
-        elif comment or not re.match(r"[A-Za-z]+: ", line):
+        elif comment or not re.match(rf"{indent}[A-Za-z]+: ", line):
             break
     return " ".join(comment)
 

@@ -18,6 +18,7 @@ from tests.test_chart import (
     CHART,
     NAMESPACE,
     RELEASE,
+    _values_comment,
     dig,
     find,
     find_all,
@@ -79,6 +80,16 @@ def test_the_service_still_takes_the_apiservers_port_to_the_pods_port():
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for hook in find(objects, kind)["webhooks"]:
             assert hook["clientConfig"]["service"]["port"] == 443
+
+
+def test_values_say_which_container_port_each_service_port_reaches():
+    """values.yaml said the Service's port reaches the container's 8443, which on the host network listens on
+    hostNetworkPorts.https instead: each Service port's comment names the container port it reaches in both cases."""
+    _, container = _server(render_values("defaults"))
+    for name, field in (("https", "port"), ("metrics", "metricsPort")):
+        comment = " ".join(_values_comment(f"service.{field}").split())
+        assert str(_ports(container)[name]["containerPort"]) in comment, field
+        assert f"hostNetworkPorts.{name} with hostNetwork" in comment, field
 
 
 def test_ports_are_settable():
