@@ -204,7 +204,7 @@ def test_kubernetes_ports_are_no_concern_off_the_host_network():
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("address", ["0.0.0.0", "::", "[::]", "10.0.0.7", "fd00::7"])
+@pytest.mark.parametrize("address", ["0.0.0.0", "::", "[::]", "10.0.0.7", "fd00::7", "fd00::1", "10.127.0.1", "::10"])
 def test_the_listen_address_is_given_to_the_server_only_where_set(address: str) -> None:
     """Unset, the server listens on every address over IPv6 and IPv4 (an IPv6-only cluster's probes and API server
     reach the pod by its IPv6 address: tests/test_server.py); set, it narrows that."""
@@ -215,3 +215,26 @@ def test_the_listen_address_is_given_to_the_server_only_where_set(address: str) 
 def test_a_listen_address_that_is_no_address_is_refused() -> None:
     proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, "--set-string", "listenAddress=my host", check=False)
     assert proc.returncode != 0 and "/listenAddress" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "address", ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "0:0:0:0:0:0:0:1", "::0001", "::ffff:127.0.0.1", "localhost"]
+)
+@pytest.mark.parametrize("host_network", ["false", "true"])
+def test_a_loopback_listen_address_is_refused(address: str, host_network: str) -> None:
+    """Rendered, the server listened where nothing outside its pod reaches: every webhook call and probe failed."""
+    proc = helm(
+        "template",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        "--set",
+        f"hostNetwork={host_network}",
+        "--set-string",
+        f"listenAddress={address}",
+        check=False,
+    )
+    assert proc.returncode != 0, f"helm accepted listenAddress {address}"
+    assert f'listenAddress "{address}" is a loopback address' in proc.stderr, proc.stderr
+    assert 'Leave listenAddress empty (every address, IPv6 and IPv4), or set "0.0.0.0"' in proc.stderr
