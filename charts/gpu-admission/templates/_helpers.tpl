@@ -174,7 +174,7 @@ Why the helm test cannot pass, or "": its probe goes to test.namespace, and a na
 release namespace, e.g. a release installed in `default` with the default test.namespace, or an excluded one) is
 admitted untouched, so the test would fail saying the webhook did not act. No other namespace can be picked for the
 user (it must exist and be one where a dry-run probe is welcome), and refusing the render would refuse `helm install
--n default` and a bare `helm lint` for the sake of the test: the test pod fails with this message instead, and
+-n default` and a bare `helm template` for the sake of the test: the test pod fails with this message instead, and
 NOTES.txt prints it at install.
 */}}
 {{- define "gpu-admission.testNamespaceProblem" -}}
