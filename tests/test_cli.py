@@ -955,6 +955,18 @@ def test_a_denied_workload_keeps_the_warning_that_its_pods_are_refused(tmp_path:
     assert "\nWarning: main: gpu-admission.io/gpu-memory 900Gi: largest offered is 3g.40gb" in run.stdout, run.stdout
 
 
+def test_review_prints_the_same_refusal_of_several_containers_once_naming_them_all(tmp_path: Path) -> None:
+    """It printed one paragraph a container, the same but for the name (a pod of three 900Gi asks: three)."""
+    pod = _pod(CUDA124, {"gpu-admission.io/gpu-memory": "900Gi"})
+    main = pod["spec"]["containers"][0]
+    pod["spec"]["containers"] += [{**main, "name": "b"}, {**main, "name": "c"}]
+    run = cli("review", "-f", _manifest(tmp_path, pod), "--nodes", str(NODES), "--config", str(CONFIG))
+    assert run.returncode == 1, run.stdout
+    said = run.stdout.split("\n")
+    assert said[0] == "DENIED" and said[1].startswith("each of containers main, b and c asks for gpu-admission.io/")
+    assert not any("900Gi" in line for line in said[2:]), run.stdout
+
+
 def test_a_workload_whose_pod_template_opts_out_is_not_pods_denied(tmp_path: Path) -> None:
     """Its pods carry its template's labels, so each passes untouched: a template labelled to opt out got 'its
     pods are refused', and review PODS DENIED (exit 1)."""

@@ -34,6 +34,7 @@ from tests.mig_fixtures import (
 from webhook import pipeline
 from webhook.cluster import GKE_SHARING_LABEL
 from webhook.config import CudaSettings, PoolSettings
+from webhook.model import Outcome
 from webhook.policies.mig import SHARING_LABEL
 
 GPU = "nvidia.com/gpu"
@@ -1475,6 +1476,36 @@ def test_nothing_covers(nodes, words):
     assert not result.allowed and result.reason == "MIGNoProfile"
     for word in words:
         assert word in result.message, result.message
+
+
+def test_the_same_refusal_of_several_containers_is_one_paragraph_naming_them_all() -> None:
+    """Four containers refused alike read as four paragraphs that differed only in the name: one names them all,
+    where the first was, and a refusal said of one alone stays whole, in its place."""
+    small = [mixed_node("n0", A100_80, {"1g.10gb": 7}, "small", 81920)]
+    asks = {"a": "0.5", "b": "0.25", "c": "0.5", "d": "0.5"}
+    result = pipeline.mutate(pod(*(container(n, limits={GPU: v}) for n, v in asks.items())), context(small))
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    first, second = result.message.split("\n")
+    assert first.startswith("each of containers a, c and d asks for nvidia.com/gpu 0.5; no eligible node offers a")
+    assert second.startswith("container b asks for nvidia.com/gpu 0.25; no eligible node offers a MIG profile")
+    assert first.endswith(", or for a whole GPU (nvidia.com/gpu: 1).")  # whole, as a refusal of one container is
+    assert first.partition(" asks")[2] == second.replace("0.25", "0.5").partition(" asks")[2]
+    left = pipeline.validate(pod(*(container(n, limits={GPU: "0.5"}) for n in "xyz")), context(small))
+    assert not left.allowed and left.reason == "MIGUnconverted"
+    assert left.message.startswith("each of containers x, y and z still asks for nvidia.com/gpu 0.5: the mutating")
+    assert "\n" not in left.message
+
+
+def test_a_refusal_said_again_of_a_container_names_it_once() -> None:
+    """One outcome merged into another (a pass of the mig policy) that said the same refusal of the same container:
+    it is named once, not 'each of containers a, b and a'."""
+    said = Outcome()
+    for name in ("a", "b"):
+        said.deny("mig", "MIGNoProfile", f"container {name} asks for nvidia.com/gpu 0.5; none.", container=name)
+    again = Outcome()
+    again.deny("mig", "MIGNoProfile", "container a asks for nvidia.com/gpu 0.5; none.", container="a")
+    said.merge(again)
+    assert [d.message for d in said.denials] == ["each of containers a and b asks for nvidia.com/gpu 0.5; none."]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import json
 import marshal
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import orjson
@@ -320,6 +320,25 @@ class Denial:
     summary: str = ""
     """The container and what to change, in one line for warn mode's kubectl warning, where the message's own "To
     fix:" part runs past kubectl's line length and would lose what matters (the driver version to upgrade to)."""
+    containers: tuple[str, ...] = ()
+    """The containers the message is about, named where it opens (``subject``); () where it opens with none."""
+
+    @property
+    def said(self) -> str:
+        """The message past the containers it opens with: what is said of each of them."""
+        return self.message[len(subject(self.containers)) :] if self.containers else self.message
+
+    @property
+    def refusal(self) -> tuple[str, str, str, str]:
+        """What is the same in two denials that refuse their containers alike."""
+        return self.policy, self.reason, self.summary, self.said
+
+
+def subject(containers: tuple[str, ...]) -> str:
+    """How a denial names the containers it is about: ``container a``, ``each of containers a, b and c``."""
+    if len(containers) == 1:
+        return f"container {containers[0]}"
+    return f"each of containers {', '.join(containers[:-1])} and {containers[-1]}"
 
 
 @dataclass(frozen=True)
@@ -366,9 +385,21 @@ class Outcome:
             self._warned.add(text)
             self.warnings.append(text)
 
-    def deny(self, policy: str, reason: str, message: str, summary: str = "") -> None:
-        self.denials.append(Denial(policy, reason, message, summary))
+    def deny(self, policy: str, reason: str, message: str, summary: str = "", container: str = "") -> None:
+        """``container``: the container a message that opens with ``container <name>`` is about. The same refusal of
+        several containers is one denial that names them all, where the first one was (a pod of four containers each
+        asking for a 0.5 that no node offers was refused in four paragraphs that differed only in the name)."""
+        named = bool(container) and message.startswith(subject((container,)))
+        self._add(Denial(policy, reason, message, summary, (container,) if named else ()))
         self.reasons.append(reason)
+
+    def _add(self, denial: Denial) -> None:
+        for i, d in enumerate(self.denials):
+            if d.containers and denial.containers and d.refusal == denial.refusal:
+                containers = tuple(dict.fromkeys((*d.containers, *denial.containers)))  # each named once
+                self.denials[i] = replace(d, message=subject(containers) + d.said, containers=containers)
+                return
+        self.denials.append(denial)
 
     def refuse_pods(self, text: str) -> None:
         """Warn that each pod of the workload would be refused (``pods_refused``)."""
@@ -408,7 +439,8 @@ class Outcome:
         self.annotations.update(other.annotations)
         for text in other.warnings:
             self.warn(text)
-        self.denials.extend(other.denials)
+        for denial in other.denials:
+            self._add(denial)
         self.events.extend(other.events)
         self.audit.update(other.audit)
         self.mutations.extend(other.mutations)

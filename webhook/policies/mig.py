@@ -483,6 +483,7 @@ def _has_a_device_already(out: Outcome, name: str, asked: str, container: JSON) 
             "MIGMultipleDevices",
             f"container {name} asks for {asked} and already has {devices[0]}: a container can use one MIG device; "
             "remove one of them.",
+            container=name,
         )
     return bool(devices)
 
@@ -508,13 +509,14 @@ def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
                 "MIGInvalidRequest",
                 f"container {name} asks for {unknown}, a resource no node offers: the pod would stay Pending; "
                 f"gpu-admission reads {GPU_MEMORY_RESOURCE} (a memory size, e.g. 20Gi).",
+                container=name,
             )
             continue
         gpu = _read(container, GPU_RESOURCE, name)
         memory = _read(container, GPU_MEMORY_RESOURCE, name)
         for read in (gpu, memory):
             if read is not None and read.error:
-                out.deny(POLICY, *read.error)
+                out.deny(POLICY, *read.error, container=name)
         if (gpu and gpu.error) or (memory and memory.error):
             continue
         fraction = None
@@ -535,6 +537,7 @@ def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
                     "MIGConflictingRequest",
                     f"container {name} asks for both {GPU_RESOURCE} {gpu.text if gpu else ''} and {asked}: "
                     f"ask for a fraction or a memory size, not both.",
+                    container=name,
                 )
                 continue
             if memory.amount <= 0 or memory.amount != memory.amount.to_integral_value():
@@ -543,6 +546,7 @@ def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
                     "MIGInvalidRequest",
                     f"container {name} asks for {asked}: GPU memory must be a positive whole number of bytes "
                     f"(e.g. 20Gi or 10G).",
+                    container=name,
                 )
                 continue
             if pod.is_template and GPU_MEMORY_RESOURCE not in sections(container)[0]:
@@ -554,6 +558,7 @@ def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
                     f"resource without a limit in the {pod.kind}'s pod template, and the webhook converts "
                     f"{GPU_MEMORY_RESOURCE} only in the pods made from it. To fix, set it in resources.limits "
                     f"({GPU_MEMORY_RESOURCE}: {memory.text}); requests may keep the same value or drop it.",
+                    container=name,
                 )
                 continue
             if _has_a_device_already(out, name, asked, container):
@@ -563,7 +568,7 @@ def _collect(pod: PodView, ctx: Context, out: Outcome) -> list[Ask]:
             asked = f"{GPU_RESOURCE} {fraction.text}"
             error = _fraction_error(name, asked, fraction.amount)
             if error:
-                out.deny(POLICY, *error)
+                out.deny(POLICY, *error, container=name)
                 continue
             if _has_a_device_already(out, name, asked, container):
                 continue
@@ -1756,7 +1761,8 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
             deferred_asks.append(ask)
             continue
         if choice is None:
-            out.deny(POLICY, "MIGNoProfile", _refusal(req, pod, pending, ask, seen, barred, unpinned))
+            refusal = _refusal(req, pod, pending, ask, seen, barred, unpinned)
+            out.deny(POLICY, "MIGNoProfile", refusal, container=ask.name)
             pending.append(ask)
             continue
         choice = _apply(pod, ask, choice, req.ctx.cluster.extended_resource_toleration)
@@ -2079,6 +2085,7 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
                 f"container {name} still asks for {GPU_RESOURCE} {gpu.text}: the mutating webhook did not turn "
                 f"it into a MIG profile (was it bypassed?); ask for a whole GPU or a MIG resource such as "
                 f"{MIG_RESOURCE_PREFIX}3g.40gb.",
+                container=name,
             )
         memory = _read(container, GPU_MEMORY_RESOURCE, name)
         if memory is not None and not pod.is_template:
@@ -2087,6 +2094,7 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
                 "MIGUnconverted",
                 f"container {name} still asks for {GPU_MEMORY_RESOURCE} {memory.text}: the mutating webhook did "
                 f"not turn it into a MIG profile, and no node offers that resource; ask for a MIG resource.",
+                container=name,
             )
         migs = mig_resources(container)
         if len(migs) > 1:
@@ -2095,6 +2103,7 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
                 "MIGMultipleDevices",
                 f"container {name} asks for {' and '.join(migs)}: a container can use one MIG device "
                 f"(k8s-device-plugin#728); split the work over containers or ask for one profile.",
+                container=name,
             )
         line = prior.get(name)
         parsed = _read_line(ctx, line or "")
