@@ -3566,23 +3566,57 @@ def test_a_daemonset_pod_is_told_by_its_nodes_labels_whatever_providers_the_clus
         assert mig_annotation(result.object) == mig_annotation(live)
 
 
-def test_a_daemonset_pod_on_a_cpu_node_of_a_nodepool_is_not_told_to_give_its_pool_a_mig_layout() -> None:
+_AWS_CPU = {  # Karpenter on AWS labels every node with its instance type's facts, a GPU's among them
+    "node.kubernetes.io/instance-type": "m5.2xlarge",
+    "karpenter.k8s.aws/instance-family": "m5",
+    "karpenter.k8s.aws/instance-cpu": "8",
+}
+_EKS_AUTO_CPU = {"node.kubernetes.io/instance-type": "m5.2xlarge", "eks.amazonaws.com/instance-family": "m5"}
+_CAPI_NODE = {  # Cluster API's Karpenter: the instance type is a MachineDeployment; no label of the node says GPU
+    "node.kubernetes.io/instance-type": "md-a100-0",
+    "karpenter.sh/capacity-type": "on-demand",
+    "capacity.karpenter.cluster.x-k8s.io/cpu": "96",
+}
+_HAS_NO_GPU = (
+    "Its DaemonSet's template asks this one device of every node it selects, and this pod's node has no GPU: keep the"
+    " DaemonSet off nodes without GPUs (a nodeSelector or node affinity on its GPU nodes' labels)."
+)
+_NONE_SEEN = (
+    "Its DaemonSet's template asks this one device of every node it selects, and no NVIDIA GPU device is seen on"
+    " this pod's node: where it has NVIDIA GPUs, give its node's pool a MIG layout that offers it; else keep the"
+    " DaemonSet off it (a nodeSelector or node affinity), or ask the fraction by annotation"
+    " gpu-admission.io/gpu-fraction, which is converted on each pod for its node."
+)
+
+
+@pytest.mark.parametrize(
+    ("labels", "hint"),
+    [
+        pytest.param(_AWS_CPU, _HAS_NO_GPU, id="aws-cpu-instance"),
+        pytest.param(_EKS_AUTO_CPU, _HAS_NO_GPU, id="eks-auto-mode-cpu-instance"),
+        pytest.param({"karpenter.azure.com/sku-gpu-count": "0"}, _HAS_NO_GPU, id="azure-cpu-instance"),
+        pytest.param(_CAPI_NODE, _NONE_SEEN, id="cluster-api-node"),
+        pytest.param({"node.kubernetes.io/instance-type": "m5.2xlarge"}, _NONE_SEEN, id="no-provider-label"),
+    ],
+)
+def test_a_daemonset_pod_on_a_node_of_a_nodepool_is_told_its_node_has_no_gpu_only_where_its_labels_say_so(
+    labels: dict[str, str], hint: str
+) -> None:
     """The pod a DaemonSet makes for a CPU node of a Karpenter NodePool was told to give its node's pool a MIG
     layout that offers its device, or to ask by annotation: neither gives a CPU node a GPU. It is told to keep the
-    DaemonSet off nodes without GPUs."""
+    DaemonSet off nodes without GPUs where its Karpenter provider labels every node with its instance type's GPUs
+    (AWS, EKS Auto Mode, Azure) and this one has none. A node of another Karpenter provider (Cluster API's labels no
+    GPU) that offers no device yet may be a GPU node joining: it was told its node has no GPU; it is told no NVIDIA
+    GPU device is seen there, and what to do either way."""
     gpu = _nodepool_node(
         "gpu-1",
         {"nvidia.com/gpu.product": A100_80, "nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.memory": "81920"},
         {"nvidia.com/mig-1g.10gb": "56"},
     )
-    ctx = context([gpu, _nodepool_node("n2", {"node.kubernetes.io/instance-type": "m5.2xlarge"}, {"cpu": "8"})])
+    ctx = context([gpu, _nodepool_node("n2", labels, {"cpu": "8"})])
     live = pipeline.mutate(workload("DaemonSet", frac("0.1")), ctx).object
     (event,) = _unoffered_events(_as_created(_daemon_pod_of(live, "n2"), ctx))
-    assert event.message.endswith(
-        "the pod stays Pending until one does. Its DaemonSet's template asks this one device of every node it "
-        "selects, and this pod's node has no GPU: keep the DaemonSet off nodes without GPUs (a nodeSelector or node "
-        "affinity on its GPU nodes' labels)."
-    ), event.message
+    assert event.message.endswith(f"the pod stays Pending until one does. {hint}"), event.message
 
 
 def _azure_amd_node(gpus: dict[str, str]) -> dict[str, Any]:

@@ -81,6 +81,12 @@ class Presets:
     """Pool label keys whose pools may hold CPU and GPU instance types alike (a Karpenter NodePool:
     ``mixed_pools`` in providers.yaml): that such a pool has GPU nodes says nothing of one node. Read whatever
     ``cluster.providers`` names (``_node_keys``)."""
+    instance_label_domains: frozenset[str] = frozenset()
+    """Label domains under which a provider of pools of CPU and GPU instance types alike (``mixed_pool_labels``)
+    labels every node it makes with its instance type's facts, a GPU's among them (Karpenter on AWS's
+    karpenter.k8s.aws, on Azure's karpenter.azure.com: ``instance_label_domains`` in providers.yaml): a node of such
+    a pool is known to be a CPU node only where it carries one (another provider's, Cluster API's, labels no GPU).
+    Read whatever ``cluster.providers`` names."""
     resource_tags: Mapping[str, str] = field(default_factory=dict)
     """Per pool label key, the prefix of the tag that gives Cluster Autoscaler's template node of such a group at zero
     an extended resource (EKS's ASG tag ``k8s.io/cluster-autoscaler/node-template/resources/<name>``:
@@ -239,6 +245,7 @@ def load_presets(
         frozenset(
             k for n, e in raw.items() if (e or {}).get("mixed_pools") for k in _node_keys(n, names, _own_pool_labels(e))
         ),
+        frozenset(d for e in raw.values() for d in (e or {}).get("instance_label_domains", ())),
         {
             k: str(raw[n]["resource_tag"])
             for n in names

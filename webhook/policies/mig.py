@@ -2283,10 +2283,11 @@ def _say_unoffered(
 
 def _known_cpu(group: NodeGroup, ctx: Context) -> bool:
     """Whether the group's nodes are known to have no GPU: no device of any maker is offered (``amd.com/gpu``), and
-    their provider labels every GPU node as such from its start (``Presets.gpu_labelled``: a Karpenter NodePool's
-    node, a GKE or AKS node) and has not labelled these. A node of an EKS nodegroup or a k3s cluster may be a GPU
-    node whose device plugin is not up yet (a DaemonSet's pod made for one was told its node has no GPU: a review of
-    MIG)."""
+    their provider labels every GPU node as such from its start (``Presets.gpu_labelled``: a GKE or AKS node, a
+    Karpenter NodePool's node on AWS or Azure, ``Presets.instance_label_domains``) and has not labelled these. A node
+    of an EKS nodegroup or a k3s cluster may be a GPU node whose device plugin is not up yet (a DaemonSet's pod made
+    for one was told its node has no GPU: a review of MIG), and so may a NodePool's node of a Karpenter provider that
+    labels no GPU (Cluster API's: it was told so too, a NodePool's label taken for one of a provider that does)."""
     presets = ctx.cluster.presets
     offered = group.has_gpu or any(v > 0 for k, v in group.allocatable.items() if k.endswith("/gpu"))  # amd.com/gpu
     if offered or presets.gpu_labelled(group.labels):
@@ -2295,7 +2296,10 @@ def _known_cpu(group: NodeGroup, ctx: Context) -> bool:
         return False  # a GPU SKU of any maker (an AMD node, its device plugin not up yet: a review of MIG)
     labelling = [*presets.accelerator_labels, *presets.gpu_node_labels]
     shown = {k for p in labelling for k in presets.shown_by.get(p, ())}
-    return not (presets.mixed_pool_labels | shown).isdisjoint(group.labels)
+    if not shown.isdisjoint(group.labels):
+        return True
+    instance_labelled = any(k.partition("/")[0] in presets.instance_label_domains for k in group.labels)
+    return instance_labelled and not presets.mixed_pool_labels.isdisjoint(group.labels)
 
 
 def _say_given_instead(
