@@ -204,7 +204,10 @@ def test_kubernetes_ports_are_no_concern_off_the_host_network():
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("address", ["0.0.0.0", "::", "[::]", "10.0.0.7", "fd00::7", "fd00::1", "10.127.0.1", "::10"])
+@pytest.mark.parametrize(
+    "address",
+    ["0.0.0.0", "::", "[::]", "10.0.0.7", "fd00::7", "fd00::1", "10.127.0.1", "::10", "::ffff:10.0.0.1", "::ffff:7f:1"],
+)
 def test_the_listen_address_is_given_to_the_server_only_where_set(address: str) -> None:
     """Unset, the server listens on every address over IPv6 and IPv4 (an IPv6-only cluster's probes and API server
     reach the pod by its IPv6 address: tests/test_server.py); set, it narrows that."""
@@ -212,13 +215,36 @@ def test_the_listen_address_is_given_to_the_server_only_where_set(address: str) 
     assert _arg(_server(template("--set-string", f"listenAddress={address}"))[1]["args"], "--host") == address
 
 
-def test_a_listen_address_that_is_no_address_is_refused() -> None:
-    proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, "--set-string", "listenAddress=my host", check=False)
-    assert proc.returncode != 0 and "/listenAddress" in proc.stderr
+@pytest.mark.parametrize(
+    "address", ["my host", "my-node.local", "0177.0.0.1", "010.0.0.7", "2130706433", "1.2.3", "256.0.0.1"]
+)
+def test_a_listen_address_that_is_no_address_is_refused(address: str) -> None:
+    """glibc reads 0177.0.0.1 as octal (127.0.0.1, loopback) and 010.0.0.7 as 8.0.0.7, and a bare integer as a whole
+    address: only dotted decimal is taken."""
+    proc = helm(
+        "template", RELEASE, str(CHART), "-n", NAMESPACE, "--set-string", f"listenAddress={address}", check=False
+    )
+    assert proc.returncode != 0 and "/listenAddress" in proc.stderr, (address, proc.stderr)
 
 
 @pytest.mark.parametrize(
-    "address", ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "0:0:0:0:0:0:0:1", "::0001", "::ffff:127.0.0.1", "localhost"]
+    "address",
+    [
+        "127.0.0.1",
+        "127.1.2.3",
+        "::1",
+        "[::1]",
+        "0:0:0:0:0:0:0:1",
+        "::0001",
+        "::ffff:127.0.0.1",
+        "localhost",
+        "LocalHost",
+        # The same addresses as glibc also reads them: IPv4-mapped 127.0.0.1 in hex, ::1 with a dotted tail.
+        "::ffff:7f00:1",
+        "0:0:0:0:0:ffff:7f00:1",
+        "::0.0.0.1",
+        "0:0:0:0:0:0:0.0.0.1",
+    ],
 )
 @pytest.mark.parametrize("host_network", ["false", "true"])
 def test_a_loopback_listen_address_is_refused(address: str, host_network: str) -> None:
