@@ -19,7 +19,7 @@ from tests.conftest import EXAMPLES
 from tests.serving import issue_certs
 from webhook import cli as webhook_cli
 from webhook import pipeline
-from webhook.model import WARNING_LIMIT, Context
+from webhook.model import IGNORE_LABEL, WARNING_LIMIT, Context
 
 NODES = EXAMPLES / "nodes.yaml"
 CONFIG = EXAMPLES / "config.yaml"
@@ -2001,9 +2001,9 @@ PASSED_RS = "the webhook passes the ReplicaSet itself over (a Deployment's Repli
             {},
             1,
             "DENIED by the API server\n- container main: nvidia.com/gpu 0.5: the API server refuses the ReplicaSet, as"
-            " an extended resource must be a whole number (the webhook passes over a Deployment's ReplicaSet: it"
-            " converts the Deployment's template, which the Deployment controller copies into the ReplicaSets it"
-            " writes); ",
+            " an extended resource must be a whole number (the webhook passes over a Deployment's ReplicaSet, whose"
+            " template the Deployment controller copies from the Deployment's: the Deployment has it too, passed over"
+            " by the webhook or left unconverted there; change it in the Deployment); ",
             id="fraction-left",
         ),
         pytest.param(
@@ -2031,3 +2031,61 @@ def test_a_deployments_replica_set_is_said_one_thing_a_line(
     assert run.returncode == code, run.stdout + run.stderr
     assert run.stdout.startswith(said), run.stdout
     assert "reviewed as they are created" not in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize(
+    ("resources", "settings", "labels", "deployment"),
+    [
+        pytest.param(
+            {"limits": {"nvidia.com/gpu": "0.5"}},
+            {"exemptions": {"users": ["ci-deployer"]}},
+            {},
+            "the webhook passes it over, user ci-deployer is exempt",
+            id="deployment-exempt",
+        ),
+        pytest.param(
+            {"limits": {"nvidia.com/gpu": "0.5"}},
+            {"exemptions": {"allowOptOutLabel": True}},
+            {IGNORE_LABEL: "true"},
+            f"the webhook passes it over, label {IGNORE_LABEL}=true",
+            id="deployment-opted-out",
+        ),
+        pytest.param(
+            {"requests": {"nvidia.com/gpu": "1"}}, {}, {}, "the webhook admits it unconverted", id="not-converted"
+        ),
+    ],
+)
+def test_a_deployments_replica_set_never_says_the_webhook_converts_what_the_deployment_was_left_with(
+    tmp_path: Path, resources: dict[str, Any], settings: dict[str, Any], labels: dict[str, str], deployment: str
+) -> None:
+    """A Deployment's ReplicaSet that kept a fraction or a request without its limit was told 'it converts the
+    Deployment's template, which the Deployment controller copies into the ReplicaSets it writes', where the
+    Deployment was passed over (its creator exempt, its own opt-out label) or left it unconverted: the ReplicaSet's
+    template is the Deployment's as stored, and carries what the Deployment was left with."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    created = _deployment("d", CUDA124, {})
+    created["metadata"]["labels"] = labels
+    created["spec"]["template"]["spec"]["containers"][0]["resources"] = resources
+    path = _manifest(tmp_path, _created_by("ci-deployer", created))
+    run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config))
+    assert run.returncode == 1 and run.stdout.startswith("DENIED by the API server\n"), run.stdout + run.stderr
+    assert "the API server refuses the Deployment, as" in run.stdout and f"({deployment}" in run.stdout, run.stdout
+    # what the Deployment controller writes: the Deployment's template, labelled as it is, owned by the Deployment
+    owner = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "u", "controller": True}
+    metadata = {"name": "d-5f6d", "namespace": "ml", "labels": {"app": "d"}, "ownerReferences": [owner]}
+    run = cli(
+        "review",
+        "-f",
+        _manifest(tmp_path, {**created, "kind": "ReplicaSet", "metadata": metadata}),
+        "--nodes",
+        str(NODES),
+        "--config",
+        str(config),
+    )
+    assert run.returncode == 1 and run.stdout.startswith("DENIED by the API server\n"), run.stdout + run.stderr
+    assert "converts the Deployment's template" not in run.stdout, run.stdout
+    said = (
+        "the Deployment has it too, passed over by the webhook or left unconverted there; change it in the Deployment"
+    )
+    assert "the API server refuses the ReplicaSet, as" in run.stdout and said in run.stdout, run.stdout

@@ -536,9 +536,13 @@ def _api_refusals(item: _Item, result: pipeline.Result, ctx: Context) -> list[st
         return []
     if result.skipped == pipeline.DEPLOYMENTS_REPLICASET and not ctx.settings.mig.enabled:  # nothing is converted
         who = f"the webhook passes over a Deployment's ReplicaSet, and {pipeline.MIG_OFF}"
-    elif result.skipped == pipeline.DEPLOYMENTS_REPLICASET:  # not "its template is reviewed", of one left unconverted
-        who = "the webhook passes over a Deployment's ReplicaSet: it converts the Deployment's template, which the"
-        who += " Deployment controller copies into the ReplicaSets it writes"
+    elif result.skipped == pipeline.DEPLOYMENTS_REPLICASET:
+        # not "it converts the Deployment's template": the template is the Deployment's as stored, so what is left in
+        # it was left there, the Deployment passed over (its creator exempt, its own opt-out label) or not converted
+        # (a request without its limit); found by a review
+        who = "the webhook passes over a Deployment's ReplicaSet, whose template the Deployment controller copies from"
+        who += " the Deployment's: the Deployment has it too, passed over by the webhook or left unconverted there;"
+        who += " change it in the Deployment"
     elif result.skipped:
         who = f"the webhook passes it over, {result.skipped}"
     else:
