@@ -1947,20 +1947,22 @@ def test_a_pod_asking_a_whole_gpu_and_a_gpu_memory_size_left_unconverted_is_told
         pytest.param({"nvidia.com/gpu": "1"}, True, id="one-gpu"),
         pytest.param({"nvidia.com/gpu": "2"}, False, id="two-gpus"),
         pytest.param({"nvidia.com/mig-3g.40gb": "1"}, False, id="mig-device"),
+        pytest.param({"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "1"}, False, id="two-devices"),
     ],
 )
 def test_a_container_asking_a_device_and_a_gpu_memory_size_is_told_a_mig_device_for_both_only_for_one_gpu(
     tmp_path: Path, device: dict[str, str], both: bool
 ) -> None:
     """One asking a MIG device was told to ask a MIG device for both, which it does; one asking two GPUs to take one
-    MIG device for both, two GPUs cut to one slice."""
+    MIG device for both, two GPUs cut to one slice. One asking two devices was told of the first alone (to drop the
+    size, as it asks nvidia.com/gpu 1, or to take one MIG device for both), each device it asks named now."""
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"exemptions": {"namespaces": ["ml"]}}))
     path = _manifest(tmp_path, _pod(CUDA124, {**device, "gpu-admission.io/gpu-memory": "20Gi"}))
     run = cli("review", "-f", path, "--nodes", str(NODES), "--config", str(config), "--namespace", "ml")
     assert run.returncode == 1 and run.stdout.startswith("PENDING\n"), run.stdout + run.stderr
-    [(name, value)] = device.items()
-    said = f"gpu-memory 20Gi unconverted: drop it, as it asks {name} {value} too"
+    named = " and ".join(f"{name} {value}" for name, value in device.items())
+    said = f"gpu-memory 20Gi unconverted: drop it, as it asks {named} too"
     said += ", or ask nvidia.com/mig-<profile>: 1 for both; " if both else "; it passes untouched (namespace ml"
     assert said in run.stdout, run.stdout
     assert ("for both" in run.stdout) is both, run.stdout

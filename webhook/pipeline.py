@@ -303,15 +303,17 @@ def left_unconverted(view: PodView, why: str, ctx: Context, reviewed: bool) -> U
         asks = _gpu_asks(container)
         if (asked := asks.get(GPU_MEMORY_RESOURCE)) is None:
             continue
-        # one that asks a GPU device too is told to drop the size, not to ask the GPU it asks (found by a review);
-        # not to let it be reviewed, as a review refuses a device and a size in one container; a MIG device for both
-        # only in place of one whole GPU (not of a MIG device it asks, nor of two GPUs)
+        # one that asks a GPU device too is told to drop the size, not to ask the GPU it asks (found by a review),
+        # each device it asks named (found by a review: only the first was); not to let it be reviewed, as a review
+        # refuses a device and a size in one container; a MIG device for both only in place of one whole GPU (not of
+        # a MIG device it asks, nor of two GPUs)
         what = advice
-        if (device := next(((k, v) for k, v in asks.items() if k != GPU_MEMORY_RESOURCE), None)) is not None:
-            one_gpu = device[0] == GPU_RESOURCE and _is_1(device[1])
+        if devices := [(k, v) for k, v in asks.items() if k != GPU_MEMORY_RESOURCE]:
+            one_gpu = len(devices) == 1 and devices[0][0] == GPU_RESOURCE and _is_1(devices[0][1])
             both = ", or ask nvidia.com/mig-<profile>: 1 for both" if one_gpu else ""
             then = f"{passes} untouched ({why})" if why else MIG_OFF
-            what = f"drop it, as it asks {device[0]} {device[1]} too{both}; {then}"
+            named = " and ".join(f"{k} {v}" for k, v in devices)
+            what = f"drop it, as it asks {named} too{both}; {then}"
         pending.append(
             f"{container.get('name')}: {pods} {stay} Pending, gpu-memory {asked} unconverted: {what}; no node offers"
             f" {GPU_MEMORY_RESOURCE}"
