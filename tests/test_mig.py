@@ -4437,3 +4437,20 @@ def test_a_pool_that_is_no_model_is_tried_though_pools_are_as_many_as_models() -
     result = review(pod(container(limits={GPU: "0.5"}), container("sidecar", limits={GPU: "0.3"})), nodes)
     assert result.allowed, result.message
     assert result.object["spec"]["nodeSelector"] == {POOL: "p0"}
+
+
+def test_the_mig_annotation_and_event_write_a_users_container_name_escaped_and_read_it_back() -> None:
+    """A container's name is a DNS label in a valid pod, but the webhook sees a pod before its validation: one with a
+    newline and a right-to-left override in its name was written into gpu-admission.io/mig as it is, which
+    ``kubectl describe`` shows as stored (a forged line of its own, a reordered line); the cuda annotation escapes
+    it. Read back by the escaped name, a second pass keeps the line, and the MIGAssigned Event names it escaped."""
+    forged = "main\nforged line\u202ex"
+    first = through_app(pod(container(forged, limits={GPU: "0.5"})), [a100_40()])
+    line = (
+        "main\\nforged line\\u202ex: nvidia.com/gpu 0.5 -> nvidia.com/mig-3g.20gb (NVIDIA-A100-SXM4-40GB, pool a100-40)"
+    )
+    assert mig_annotation(first.object) == line
+    assert [e.message for e in first.events if e.reason == "MIGAssigned"] == [f"MIG devices: {line}"]
+    again = through_app(first.object, [a100_40()])
+    assert again.object == first.object
+    assert [e.message for e in again.events if e.reason == "MIGAssigned"] == [f"MIG devices: {line}"]

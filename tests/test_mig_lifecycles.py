@@ -92,13 +92,15 @@ def line_of(obj: dict[str, Any]) -> str:
     return line
 
 
-def test_kubectl_apply_that_drops_a_fraction_takes_the_device_out_though_the_template_is_as_stored() -> None:
+@pytest.mark.parametrize("name", ["trainer", "trainer\n\u202ex"], ids=["dns-label", "escaped-in-its-line"])
+def test_kubectl_apply_that_drops_a_fraction_takes_the_device_out_though_the_template_is_as_stored(name: str) -> None:
     """The live template never had the fraction (the device stood in its place), so kubectl's merge, which deletes
     it, sends the template as stored: the update was taken for one that leaves the template alone (replicas,
-    strategy) and not reviewed, and the device stayed, also through the next apply of a new image."""
+    strategy) and not reviewed, and the device stayed, also through the next apply of a new image. A name that its
+    line writes escaped is found in the manifest too."""
     ctx = context([mixed_node("m", A80, {"3g.40gb": 2}, "a100", 81920)])
-    live = created(ctx, deployment(container(limits={"cpu": "1", GPU: "0.5"})), by_kubectl=True)
-    result = updated(ctx, kubectl_applied(live, deployment(container(limits={"cpu": "1"}))), live)
+    live = created(ctx, deployment(container(name, limits={"cpu": "1", GPU: "0.5"})), by_kubectl=True)
+    result = updated(ctx, kubectl_applied(live, deployment(container(name, limits={"cpu": "1"}))), live)
     assert not result.skipped
     assert limits_of(result) == {"cpu": "1"}
     assert "gpu-admission.io/mig" not in template_of(result.object)["metadata"].get("annotations", {})

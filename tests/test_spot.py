@@ -13,6 +13,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
+from tests.mig_fixtures import through_app
 from webhook import pipeline
 from webhook.cluster import build_view
 from webhook.config import ClusterSettings, CudaSettings, MigSettings, PoolSettings, Settings, SpotSettings, TaintSpec
@@ -3136,3 +3137,22 @@ def test_the_spot_policy_imports_what_it_reads_of_the_cuda_steering_at_module_le
     functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
     hidden = [i for f in functions for i in ast.walk(f) if isinstance(i, ast.Import | ast.ImportFrom)]
     assert [ast.unparse(i) for i in hidden] == []
+
+
+def test_the_spot_annotation_and_its_event_write_the_pods_node_name_escaped() -> None:
+    """A pod's spec.nodeName is the user's text, which the webhook sees before the apiserver validates it: a newline
+    and a right-to-left override in it were written into gpu-admission.io/spot-applied and its SpotTolerated Event as
+    they are, which ``kubectl describe`` shows as stored (a line of its own, a reordered line), as ``escaped`` writes
+    them now (the cuda annotation's way). Through the webhook's /mutate and /validate; a second pass keeps them."""
+    nodes = [
+        node("spot-1", {GKE_SPOT: "true"}, (f"{GKE_SPOT}=true:NoSchedule",)),
+        node("od-1", {"cloud.google.com/gke-nodepool": "l4"}),
+    ]
+    bound = pod("require")
+    bound["spec"]["nodeName"] = "od-1\n\u202ex"
+    answered = through_app(bound, nodes, Settings())
+    said = "; bound to node od-1\\n\\u202ex: no affinity"
+    assert answered.object["metadata"]["annotations"][APPLIED].endswith(said), answered.object["metadata"]
+    events = [e.message for e in answered.events if e.reason == "SpotTolerated"]
+    assert len(events) == 1 and events[0].endswith(said), answered.events
+    assert through_app(answered.object, nodes, Settings()).object == answered.object

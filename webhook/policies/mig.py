@@ -110,6 +110,7 @@ from webhook.model import (
     as_list,
     as_str,
     copy_json,
+    escaped,
     fit_warning,
     middle_clipped,
     shown_name,
@@ -459,9 +460,12 @@ def _reworded(text: str | None, container: JSON, pod: PodView, where_now: str, p
 
 
 def named(pod: PodView) -> Iterator[tuple[str, str, JSON]]:
-    """(list name, container name, container); a container without a name is called by its position (#0 ...)."""
+    """(list name, container name, container); a container without a name is called by its position (#0 ...). The
+    name as the policy's lines and words write it, ``escaped``: the webhook sees a pod before its validation, and a
+    newline or a bidirectional control in a name was written into the annotation as it was (found by a review); a
+    line is read back by it (``record.lines_of``)."""
     for index, (list_name, container) in enumerate(pod.containers()):
-        yield list_name, as_str(container.get("name")) or f"#{index}", container
+        yield list_name, escaped(as_str(container.get("name"))) or f"#{index}", container
 
 
 def _unknown_resource(container: JSON) -> str | None:
@@ -2063,7 +2067,7 @@ def _describe(
             if state:
                 lines.append(state)
     if lines:
-        text = record.SEPARATOR.join(lines)
+        text = escaped(record.SEPARATOR.join(lines))  # a resource name a line names is the user's too
         out.annotate(record.ANNOTATION, text)
         if converted:
             out.audit["mig"] = text
@@ -2117,7 +2121,7 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
         if (
             target is not None
             and not _assigned(target, pod.spec)
-            and not holds_given(prior.get(as_str(target.get("name"))), target, pod.spec)
+            and not holds_given(prior.get(escaped(as_str(target.get("name")))), target, pod.spec)
         ):
             out.deny(
                 POLICY,

@@ -25,6 +25,7 @@ from webhook.model import (
     as_dict,
     as_list,
     as_str,
+    escaped,
     fit_warning,
     manifest_template_spec,
 )
@@ -285,7 +286,7 @@ def _manifest_container(pod: PodView, name: str) -> JSON | None:
     spec = manifest_template_spec(pod)
     for list_name in ("initContainers", "containers"):
         for c in as_list(spec.get(list_name)):
-            if isinstance(c, dict) and c.get("name") == name:
+            if isinstance(c, dict) and escaped(as_str(c.get("name"))) == name:  # as ``named`` gives it
                 return c
     return None
 

@@ -132,6 +132,7 @@ from webhook.model import (
     as_str,
     clipped,
     copy_json,
+    escaped,
     manifest_template_spec,
 )
 from webhook.policies.steering import steered
@@ -969,7 +970,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     if mode not in SPOT_MODES:
         kept_off = _keep_off_spot(pod, ctx, out) if mode == "never" else ""
         if ignored or kept_off:  # the pod asked for something: say on it what it got, for kubectl describe
-            out.annotate(APPLIED, "; ".join(p for p in (f"{mode} ({why})", ignored, kept_off) if p))
+            out.annotate(APPLIED, escaped("; ".join(p for p in (f"{mode} ({why})", ignored, kept_off) if p)))
         return
     if pod.annotations.get(SAFE_TO_EVICT) == "false":
         out.warn(f'spot {mode}, yet {SAFE_TO_EVICT}="false": spot nodes are reclaimed; use spot: never')
@@ -1030,7 +1031,9 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         if changed:
             out.mutated("spot-affinity")
     out.reasons.append("Spot" + mode.capitalize())
-    out.annotate(APPLIED, "; ".join(parts))
+    # the user's text escaped (spec.nodeName, the resources it asks), as the cuda annotation's: the webhook sees a pod
+    # before its validation, and a newline in it started a line of its own in kubectl describe (found by a review)
+    out.annotate(APPLIED, escaped("; ".join(parts)))
 
 
 def _wanted(ctx: Context, mode: str, gpu_pod: bool, spot_now: bool) -> tuple[list[Wanted], bool, str]:
@@ -1240,7 +1243,7 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     head = f"spot {mode}: {why}"
     if mode == "prefer":
         head += ": it runs on demand"
-        out.annotations[APPLIED] += f"; {detail} ({', '.join(sorted({g.pool for g in spot}))})"
+        out.annotations[APPLIED] += escaped(f"; {detail} ({', '.join(sorted({g.pool for g in spot}))})")
     # the pools whole or cut with a '…' (a name cut at 119 characters read as another pool's: a review)
     out.warn(clipped(f"{head} ({pool_names(spot, room=WARNING_LIMIT - len(head) - 3)})", WARNING_LIMIT))
 
