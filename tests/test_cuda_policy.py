@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import FIXTURES
 from tests.cuda_fixtures import A100, POOL_LABEL, container, context, deployment, gpu_node, pod, settings
+from tests.mig_fixtures import through_app
 from webhook import pipeline
 from webhook.cluster import build_view
 from webhook.config import Settings
@@ -2332,3 +2333,37 @@ def test_the_annotations_require_cuda_advice_is_not_given_where_the_tag_is_read_
     assert result.message.endswith(
         "To fix: Use an image built for CUDA <= 12.2; or upgrade the driver to >= 550.54.14 on pool p."
     ), result.message
+
+
+@pytest.mark.parametrize(
+    ("image", "mode", "reason", "line"),
+    [
+        pytest.param(
+            "nvidia/cuda:12.2.2-base-ubuntu22.04",
+            "enforce",
+            "CUDAChecked",
+            "CUDA 12.2 from image tag, nvidia/cuda 12.2.2-base-ubuntu22.04; supported by pool gpu-a",
+            id="checked",
+        ),
+        pytest.param(
+            "ghcr.io/example/train:1\u202e",
+            "enforce",
+            "CUDANotChecked",
+            "CUDA version unknown (image ghcr.io/example/train:1\\u202e); not checked",
+            id="not-checked",
+        ),
+        pytest.param(IMAGE_128, "warn", "CUDAIncompatible", "needs CUDA 12.8", id="would-be-denied"),
+    ],
+)
+def test_a_pods_cuda_events_write_a_users_container_name_and_image_escaped(
+    image: str, mode: str, reason: str, line: str
+) -> None:
+    """The pod's CUDA Event carried its container's line as it is, where the annotation escapes it: a newline and a
+    right-to-left override in a container's name (the webhook sees a pod before its validation) or its image
+    started a line of their own in ``kubectl describe`` and reordered it. Through the webhook's /mutate and
+    /validate, as the Events are raised."""
+    forged = "main\nforged line\u202ex"
+    answered = through_app(pod(container(forged, image=image)), [A], settings({"mode": mode}))
+    [said] = [e.message for e in answered.events if e.reason == reason]
+    assert "main\\nforged line\\u202ex" in said and line in said, said
+    assert "\n" not in said and "\u202e" not in said, said

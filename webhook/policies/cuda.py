@@ -1416,9 +1416,12 @@ def _validate(a: Assessment, mode: str, ctx: Context, out: Outcome, note: str = 
                         f"({pool_names(a.eligible)})"
                     )
             for reason in dict.fromkeys(r for r, _, _ in denials):  # one Event per reason, in the order denied
-                out.event(reason, " ".join(m for r, m, _ in denials if r == reason), "Warning")
+                out.event(reason, " ".join(escaped(m) for r, m, _ in denials if r == reason), "Warning")
         return
-    lines = [_container_line(a, i, ctx) for i in range(len(a.checks))]
+    # the user's text escaped, as in the annotation (``annotation``): kubectl describe shows an Event's message as
+    # it is, and a newline or a bidirectional control in a container's name or image started a line of its own, or
+    # reordered the line, there (found by a review)
+    lines = [escaped(_container_line(a, i, ctx)) for i in range(len(a.checks))]
     if a.synced and a.eligible and len(a.known) == len(a.checks):
         out.reasons.append("CUDAChecked")
         out.event("CUDAChecked", "; ".join(lines) + f" ({decision})")
