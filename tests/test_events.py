@@ -1398,7 +1398,8 @@ def test_every_denial_reason_is_documented() -> None:
     """The reasons a user sees after 'denied the request' and alerts on in gpu_admission_denials_total: each in
     the table of docs/observability.md (a new one fails here until it is written down)."""
     written = re.compile(
-        r'(?:deny\(\s*(?:POLICY|"[a-z]+"),\s*|error=\(\s*|out\.append\(\(\s*|reason = |reason=)"([A-Z][A-Za-z]+)"'
+        r'(?:(?:deny|Denial)\(\s*(?:POLICY|"[a-z]+"),\s*|error=\(\s*|out\.append\(\(\s*|reason = |reason=)'
+        r'"([A-Z][A-Za-z]+)"'
     )
     reasons = set()
     for source in (REPO / "webhook").rglob("*.py"):

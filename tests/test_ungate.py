@@ -13,7 +13,9 @@ import base64
 import copy
 import dataclasses
 import json
+import re
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import jsonpatch
@@ -36,6 +38,7 @@ LEGACY = {"key": "dedicated", "value": "legacy", "effect": "NoSchedule"}
 DEDICATED = {"key": "dedicated", "value": "h100-new", "effect": "NoSchedule"}
 KUEUE = "system:serviceaccount:kueue-system:kueue-controller-manager"
 GATE = "kueue.x-k8s.io/admission"
+IMAGE = "pytorch/pytorch-nightly:2710000-cu12.8"
 
 
 def nodes(tainted: bool = True, new_tainted: bool = False) -> list[dict[str, Any]]:
@@ -57,33 +60,38 @@ def nodes(tainted: bool = True, new_tainted: bool = False) -> list[dict[str, Any
     ]
 
 
-def app_with(settings: Settings | None = None, tainted: bool = True) -> tuple[Any, Any, Recording]:
+def app_with(
+    settings: Settings | None = None, tainted: bool = True, over: list[dict[str, Any]] | None = None
+) -> tuple[Any, Any, Recording]:
+    """The webhook's app over ``nodes(tainted)``, or the nodes ``over``, its Events recorded."""
     settings = settings or Settings(audit=AuditSettings(event_queue_size=100))
-    cluster = StaticCluster(build_view(nodes(tainted), settings))
+    cluster = StaticCluster(build_view(nodes(tainted) if over is None else over, settings))
     sink = Recording()
     recorder = build_recorder(settings, cluster, sink=sink)
     return create_app(settings, cluster=cluster, recorder=recorder), recorder, sink
 
 
-def created(*gates: str, tainted: bool = True) -> dict[str, Any]:
+def created(
+    *gates: str,
+    tainted: bool = True,
+    containers: Sequence[tuple[str, str]] = (("trainer", IMAGE),),
+    init: Sequence[tuple[str, str]] = (),
+) -> dict[str, Any]:
     """A CUDA 12.8 pod as stored after its create: gated, reviewed (only pool h100-new could take it then, or, the
-    old pool untainted, steered to it)."""
+    old pool untainted, steered to it). ``containers`` and ``init``: (name, image), each asking one GPU."""
     settings = Settings()
+    gpu = {"resources": {"limits": {"nvidia.com/gpu": "1"}}}
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "trainer", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}},
         "spec": {
             "schedulingGates": [{"name": g} for g in gates],
-            "containers": [
-                {
-                    "name": "trainer",
-                    "image": "pytorch/pytorch-nightly:2710000-cu12.8",
-                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                }
-            ],
+            "containers": [{"name": name, "image": image, **gpu} for name, image in containers],
         },
     }
+    if init:
+        pod["spec"]["initContainers"] = [{"name": name, "image": image, **gpu} for name, image in init]
     ctx = Context(settings=settings, cluster=build_view(nodes(tainted), settings), namespace="ml")
     result = pipeline.review(pod, ctx)
     assert result.allowed, result.message
@@ -139,16 +147,84 @@ def test_the_update_that_ungates_a_pod_onto_a_too_old_driver_is_refused_and_told
 def test_a_refusal_over_the_events_limit_keeps_its_advice_in_the_event() -> None:
     """Found by a review of the reporting: the refusal (1085 characters) and its reason came to more than the Event's
     1024, and the cut at the end took Kueue's advice, which the gated pod's Event is the only place to read (the
-    updater, a controller, only logs the refusal). The middle goes instead, the cut shown."""
+    updater, a controller, only logs the refusal). The Event says the gate taken away in fewer words than the
+    answer, and holds the refusal and the advice whole."""
     app, recorder, sink = app_with()
     old = created(GATE)
     answer = update(app, "/validate", admitted(old, "h100-old"), old)
-    told = f"CUDAIncompatible: {answer['status']['message']}"
-    assert len(told) > events.MESSAGE_LIMIT
+    assert len(f"CUDAIncompatible: {answer['status']['message']}") > events.MESSAGE_LIMIT
+    refusal, advice = answer["status"]["message"].split("and there: ", 1)[1].split("\n")
     (event,) = sent(recorder, sink)
-    kept, cut, advice = event["message"].partition("…\n")
-    assert (cut, advice, len(event["message"])) == ("…\n", pipeline.KUEUE_ADVICE, events.MESSAGE_LIMIT)
-    assert told.startswith(kept) and "To fix: Use an image built for CUDA <= 12.2;" in kept
+    assert event["message"] == (
+        f"CUDAIncompatible: taking away the pod's last scheduling gate ({GATE}, by {KUEUE}) is refused:\n"
+        f"{refusal}\n{pipeline.KUEUE_ADVICE}"
+    )
+    assert "To fix: Use an image built for CUDA <= 12.2;" in refusal and advice == pipeline.KUEUE_ADVICE
+
+
+def refusals_of(answer: dict[str, Any]) -> list[str]:
+    """The lines of a refused ungating's answer after its words on the gate: a refusal each, then any advice."""
+    lines: list[str] = answer["status"]["message"].split("and there: ", 1)[1].split("\n")
+    return lines
+
+
+def test_containers_refused_alike_are_one_line_of_the_event_that_names_them_all() -> None:
+    """Found by a review of the reporting: two containers of one image, refused alike, made an answer of two
+    refusals and Kueue's advice, and the Event, cut in its middle, kept the first's start and the advice, no word of
+    the second container. The Event says the refusal once, naming both; the answer keeps a line each."""
+    app, recorder, sink = app_with()
+    old = created(GATE, containers=[("trainer", IMAGE), ("helper", IMAGE)])
+    answer = update(app, "/validate", admitted(old, "h100-old"), old)
+    trainer, helper, advice = refusals_of(answer)
+    assert helper == trainer.replace("container trainer ", "container helper ", 1) and advice == pipeline.KUEUE_ADVICE
+    (event,) = sent(recorder, sink)
+    head, said, advice_said = event["message"].split("\n")
+    assert head == f"CUDAIncompatible: taking away the pod's last scheduling gate ({GATE}) is refused:", head
+    assert said == trainer.replace("container trainer ", "container trainer (and helper alike) ", 1), said
+    assert advice_said == pipeline.KUEUE_ADVICE and len(event["message"]) <= events.MESSAGE_LIMIT
+
+
+def test_containers_refused_each_its_own_way_are_each_named_in_the_event() -> None:
+    """Found by a review of the reporting: two containers of images built for other CUDA versions made two refusals,
+    and the Event, cut in its middle, named only the first container. The first refusal is whole, its 'To fix' too;
+    the second's start says which container, image and CUDA; the last line says where to read the rest."""
+    app, recorder, sink = app_with()
+    old = created(GATE, containers=[("trainer", IMAGE), ("helper", "pytorch/pytorch-nightly:2710000-cu12.6")])
+    answer = update(app, "/validate", admitted(old, "h100-old"), old)
+    trainer, helper, _ = refusals_of(answer)
+    (event,) = sent(recorder, sink)
+    _, trainer_said, helper_said, tail = event["message"].split("\n")
+    assert trainer_said == trainer and "To fix: Use an image built for CUDA <= 12.2;" in trainer, trainer_said
+    start = "container helper (image pytorch/pytorch-nightly:2710000-cu12.6) needs CUDA 12.6 (from image tag"
+    assert helper_said.startswith(start) and helper.startswith(helper_said.removesuffix("…")), helper_said
+    assert tail == f"cut to fit the Event: {pipeline.EVENT_WHOLE}" and len(event["message"]) <= events.MESSAGE_LIMIT
+
+
+@pytest.mark.parametrize("alike", [True, False], ids=["one-image", "an-image-each"])
+def test_the_event_of_forty_refused_containers_keeps_the_first_advice_and_says_how_many_more(alike: bool) -> None:
+    """Found by a review of the reporting: refusals of dozens of containers were cut, in the Event, to the first's
+    start and Kueue's advice (or, given each a share of the room, to stubs of 16 characters that said nothing).
+    Forty containers (init containers but one: a GPU at a time) of one image are one line naming some and counting
+    the rest; of an image each, the first refusal is whole and the last line counts those left out."""
+    named = [(f"worker-{i:02}", IMAGE if alike else f"pytorch/pytorch-nightly:27100{i:02}-cu12.8") for i in range(40)]
+    app, recorder, sink = app_with()
+    old = created(GATE, containers=named[:1], init=named[1:])
+    answer = update(app, "/validate", admitted(old, "h100-old"), old)
+    first = refusals_of(answer)[0]
+    (event,) = sent(recorder, sink)
+    lines = event["message"].split("\n")
+    assert len(event["message"]) <= events.MESSAGE_LIMIT and lines[0].startswith("CUDAIncompatible: taking away")
+    fix = "To fix: " + first.split(" To fix: ")[1]
+    assert lines[1].endswith(f" {fix}"), lines[1]
+    if alike:
+        said = re.fullmatch(r"container worker-01 \(init\) \(and (.*) and (\d+) more alike\) \(image (.*)", lines[1])
+        assert said is not None and len(said[1].split(", ")) + int(said[2]) == 39, lines[1]
+        assert first.startswith(f"container worker-01 (init) (image {said[3]}") and len(lines) == 3, lines
+    else:
+        assert lines[1] == first, lines[1]
+        more = re.fullmatch(r"and (\d+) more refusals \(containers worker-\d\d(.*)\): (.*)", lines[-1])
+        assert more is not None and int(more[1]) == 40 - len(lines[1:-1]), lines
+    assert lines[-1].endswith(pipeline.EVENT_WHOLE), lines[-1]
 
 
 def test_a_refusal_retried_is_one_event_whose_count_goes_up() -> None:
@@ -174,7 +250,7 @@ def test_a_refusal_retried_is_one_event_whose_count_goes_up() -> None:
         api.stop()
     assert {e["involvedObject"]["uid"] for e in told} == {old["metadata"]["uid"]}
     gates = "CUDAIncompatible: taking away the pod's last scheduling gate (kueue.x-k8s.io/admission"
-    counts = sorted((e["count"], e["message"].split(", by ")[0]) for e in told)
+    counts = sorted((e["count"], e["message"].split(") is refused:")[0].split(", by ")[0]) for e in told)
     assert counts == [(1, f"{gates}, example.com/quota"), (3, gates)]
     assert (recorder.events.sent, recorder.events.failed) == (4, 0)
 
@@ -710,6 +786,60 @@ def test_kueues_ungating_onto_spot_gets_the_advice_on_the_cuda_steering_only_whe
     message = answer["status"]["message"]
     assert "ResourceFlavor of on-demand nodes only" in message, message
     assert ("needs CUDA 12.8" in message) is cuda_refused and (pipeline.KUEUE_ADVICE in message) is cuda_refused
+
+
+def test_a_refusal_for_spot_and_cuda_says_both_in_the_event() -> None:
+    """Found by a review of the reporting: an ungating refused for spot and CUDA both (an answer of 1638 characters)
+    got an Event of the spot refusal cut mid-sentence, then Kueue's advice, which is about the CUDA one, and no word
+    of the CUDA refusal, nor its reason. The Event names both reasons, the spot refusal whole, the start of the CUDA
+    one (its container, image and CUDA), and where to read the whole; the answer keeps its whole text."""
+    settings = dataclasses.replace(NEVER, cuda=CudaSettings(mode="enforce"), audit=AuditSettings(event_queue_size=10))
+    cluster_nodes = spot_nodes() + nodes(tainted=False)[1:]  # l4-spot's driver too old for CUDA 12.8
+    cluster_nodes[1]["metadata"]["labels"].update(nodes()[1]["metadata"]["labels"] | {POOL: "l4-spot"})
+    app, recorder, sink = app_with(settings, over=cluster_nodes)
+    stored = created_through(app, gated_pod())
+    stored["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "user-queue"}
+    answer = update(app, "/validate", kueue_admits(stored, {POOL: "l4-spot"}, GKE_SPOT_TOLERATION), stored)
+    assert answer["auditAnnotations"]["decision"] == "denied (SpotNeverUngatedPending, CUDAIncompatible)", answer
+    spot_refusal, cuda_refusal, advice = refusals_of(answer)
+    assert advice == pipeline.KUEUE_ADVICE and len(answer["status"]["message"]) > events.MESSAGE_LIMIT
+    (event,) = [e for e in sent(recorder, sink) if e["reason"] == "UngateRefused"]
+    head, spot_said, cuda_said, tail = event["message"].split("\n")
+    assert head.startswith("SpotNeverUngatedPending, CUDAIncompatible: taking away") and len(event["message"]) <= 1024
+    assert spot_said == spot_refusal and "recreate it annotated gpu-admission.io/spot: tolerate" in spot_said
+    start = f"container trainer (image {IMAGE}) needs CUDA 12.8 (from image tag"
+    assert cuda_said.startswith(start) and cuda_refusal.startswith(cuda_said.removesuffix("…")), cuda_said
+    assert tail == f"cut to fit the Event: {pipeline.EVENT_WHOLE}", tail
+
+
+@pytest.mark.parametrize("length", [30, 40, 63])
+def test_the_events_cut_of_a_long_spot_refusal_keeps_the_entries_it_names(length: int) -> None:
+    """Found by a review of the reporting: the long advice of a pod created with its own spot nodeSelector, Kueue
+    adding its pool label, came to 1065 characters, and the Event's middle cut took the entry it names ("adds
+    cloud.google.com/gke-nodepool: l4-spot"), while 180 characters on the gate taken away were kept. The Event says
+    the gate in fewer words, and where the refusal is too long, what comes before its advice is cut."""
+    namespace, name = f"team-{'n' * 63}"[:length], f"trainer-{'p' * 63}"[:length]
+    settings = Settings(spot=SpotSettings(namespace_defaults={namespace: "never"}), audit=AuditSettings())
+    app, recorder, sink = app_with(settings, over=spot_nodes())
+    pod = gated_pod()
+    pod["metadata"] = {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}
+    pod["spec"]["tolerations"] = [GKE_SPOT_TOLERATION]
+    pod["spec"]["nodeSelector"] = {SPOT_LABEL: "true"}
+    created = spot_app(Settings()).test_client().post("/mutate", json=review(pod, namespace=namespace))
+    stored = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(created.get_json()["response"]["patch"])))
+    body = review(kueue_admits(stored, {POOL: "l4-spot"}), "UPDATE", namespace, oldObject=stored, name=name)
+    body["request"]["userInfo"] = {"username": KUEUE}
+    answer = app.test_client().post("/validate", json=body).get_json()["response"]
+    assert answer["status"]["reason"] == "SpotNeverUngated", answer
+    (refusal,) = refusals_of(answer)
+    advice = refusal[refusal.index("Its nodeSelector had") :]
+    assert len(f"SpotNeverUngated: {answer['status']['message']}") > events.MESSAGE_LIMIT
+    (event,) = [e for e in sent(recorder, sink) if e["reason"] == "UngateRefused"]
+    head, said, *tail = event["message"].split("\n")
+    assert head.startswith("SpotNeverUngated: taking away") and len(event["message"]) <= events.MESSAGE_LIMIT
+    assert said.startswith(f"pod {namespace}/{name} is under spot never") and said.endswith(advice), said
+    assert f"adds {POOL}: l4-spot: have Kueue admit it to a ResourceFlavor of on-demand nodes only" in advice
+    assert tail == ([] if said == refusal else [f"cut to fit the Event: {pipeline.EVENT_WHOLE}"]), tail
 
 
 @pytest.mark.parametrize(

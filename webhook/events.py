@@ -55,9 +55,9 @@ COMPONENT = "gpu-admission"
 """``source.component`` and ``reportingComponent``: the ``From`` column of ``kubectl describe``."""
 MESSAGE_LIMIT = 1024
 """events.k8s.io limits a note to 1 kB; core v1 Events are kept to the same size, a longer message cut in its middle
-(``middle_clipped``): for a pod whose ungating is refused, its Event is the only place a user reads the refusal, and
-the advice is its end. (A line too long for the relay's pipe, of mostly non-ASCII text, is cut further, at its end:
-``Pipe.write_lines``.)"""
+(``middle_clipped``): its advice is its end. A refused ungating's Event, the only place a user reads the refusal of
+a controller's update, is made to fit refusal by refusal before (``pipeline.ungate_event``). (A line too long for
+the relay's pipe, of mostly non-ASCII text, is cut further, at its end: ``Pipe.write_lines``.)"""
 NAME_LIMIT = 253
 
 

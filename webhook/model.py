@@ -322,6 +322,9 @@ class Denial:
     fix:" part runs past kubectl's line length and would lose what matters (the driver version to upgrade to)."""
     containers: tuple[str, ...] = ()
     """The containers the message is about, named where it opens (``subject``); () where it opens with none."""
+    fix: str = "To fix: "
+    """The words the message's advice begins with (a spot refusal's is its whole advice): where a refused
+    ungating's Event cuts the message, it cuts what comes before them and keeps the advice whole."""
 
     @property
     def said(self) -> str:
@@ -385,12 +388,14 @@ class Outcome:
             self._warned.add(text)
             self.warnings.append(text)
 
-    def deny(self, policy: str, reason: str, message: str, summary: str = "", container: str = "") -> None:
+    def deny(
+        self, policy: str, reason: str, message: str, summary: str = "", container: str = "", fix: str = "To fix: "
+    ) -> None:
         """``container``: the container a message that opens with ``container <name>`` is about. The same refusal of
         several containers is one denial that names them all, where the first one was (a pod of four containers each
         asking for a 0.5 that no node offers was refused in four paragraphs that differed only in the name)."""
         named = bool(container) and message.startswith(subject((container,)))
-        self._add(Denial(policy, reason, message, summary, (container,) if named else ()))
+        self._add(Denial(policy, reason, message, summary, (container,) if named else (), fix))
         self.reasons.append(reason)
 
     def _add(self, denial: Denial) -> None:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from webhook import PREFIX, budget
 from webhook.cluster import GPU_RESOURCE, is_gpu_device
+from webhook.events import MESSAGE_LIMIT as EVENT_LIMIT
 from webhook.model import (
     BUILTIN_GROUPS,
     GPU_MEMORY_RESOURCE,
@@ -45,6 +46,7 @@ from webhook.model import (
     is_input_annotation,
     is_output_annotation,
     json_bytes,
+    middle_clipped,
 )
 from webhook.policies import cuda, mig, mig_update, spot
 from webhook.quantity import parse_quantity
@@ -424,9 +426,9 @@ def ungated(obj: Any, ctx: Context) -> list[str]:
     return gates(ctx.old_object)
 
 
-UNGATED = (
-    "taking away the pod's last scheduling gate ({gates}{by}) lets it be scheduled where its nodeSelector, affinity "
-    "and tolerations now allow, and there: {message}"
+GATE_TAKEN = "taking away the pod's last scheduling gate ({gates}{by})"
+UNGATED = GATE_TAKEN + (
+    " lets it be scheduled where its nodeSelector, affinity and tolerations now allow, and there: {message}"
 )
 KUEUE_ADVICE = (
     "Kueue chose this placement from the ResourceFlavor it admitted the workload to, and a flavor's node labels are "
@@ -443,15 +445,130 @@ def _ungate_refusal(result: Result, gone: Sequence[str], pod: PodView, ctx: Cont
     (``spot.placed_by_kueue``: its gate may go before another's, its flavor's nodeSelector with it, and the refusal
     of the last ungating lacked the advice, also where that update added a toleration of its own: found by
     reviews)."""
-    by = f", by {ctx.username}" if ctx.username else ""
-    message = UNGATED.format(gates=escaped(", ".join(gone)), by=escaped(by), message=result.message)
-    if spot.placed_by_kueue(pod, ctx) and any(
-        d.policy == cuda.POLICY and _mode(d.policy, ctx) == "enforce" for d in result.outcome.denials
-    ):
-        message = f"{message}\n{KUEUE_ADVICE}"
-    result.message = clipped(message, MESSAGE_LIMIT)
+    gates, by = escaped(", ".join(gone)), escaped(f", by {ctx.username}" if ctx.username else "")
+    enforced = [d for d in result.outcome.denials if _mode(d.policy, ctx) == "enforce"]
+    advice = KUEUE_ADVICE if spot.placed_by_kueue(pod, ctx) and any(d.policy == cuda.POLICY for d in enforced) else ""
+    message = UNGATED.format(gates=gates, by=by, message=result.message)
+    result.message = clipped(f"{message}\n{advice}" if advice else message, MESSAGE_LIMIT)
     result.audit["reason"] = result.message
-    result.outcome.events = [Event("UngateRefused", f"{result.reason}: {result.message}", "Warning")]
+    result.outcome.events = [Event("UngateRefused", ungate_event(enforced, gates, by, advice), "Warning")]
+
+
+EVENT_WHAT_LEAST = 120
+"""The fewest characters of a refusal that a refused ungating's Event shows of it, its start: the container, its
+image and the CUDA it needs; the pod and its spot mode."""
+EVENT_NAMES = 100
+"""The characters of names (the gates; the containers of one refusal, or of those left out) an Event lists, then
+how many more."""
+EVENT_WHOLE = (
+    "the whole refusal is in the answer to the update that took the gate away (its updater's log, or kubectl's error)"
+)
+
+
+class _Refusal(NamedTuple):
+    reason: str
+    text: str
+    """The refusal as the Event says it: one container's, or several containers' alike, named in its start."""
+    fix: str
+    containers: list[str]
+
+
+def ungate_event(denials: Sequence[Denial], gates: str, by: str, advice: str) -> str:
+    """A refused ungating's ``UngateRefused`` Event, within ``events.MESSAGE_LIMIT``: every reason, the gate taken
+    away, a line per refusal (containers refused alike on one line: ``_refusals``), Kueue's ``advice``. Where that
+    is too long, the first refusal keeps its advice whole (what comes before it is cut: ``Denial.fix``), each other
+    reason's first refusal its start (what was refused), then Kueue's advice, and the others as they fit; a last
+    line says how many refusals are left out, of which containers, and where the whole is read. The answer was cut
+    in its middle instead: a refusal for spot and CUDA both lost every word of the CUDA one, a long spot advice the
+    entries it names, and a refusal of several containers all but the first's start (found by reviews; giving each
+    refusal its share of the room cut each one's advice, and dozens of refusals to stubs of 16 characters)."""
+    refusals = _refusals(denials)
+    lines = [r.text for r in refusals]
+    reasons = ", ".join(dict.fromkeys(r.reason for r in refusals))  # each once, as the audit's decision
+
+    def said(by: str, shown: Mapping[int, str], tail: Sequence[str]) -> str:
+        head = f"{reasons}: {GATE_TAKEN.format(gates=middle_clipped(gates, EVENT_NAMES), by=by)} is refused:"
+        return "\n".join([head, *(shown[i] for i in sorted(shown)), *tail])
+
+    whole = said("", dict(enumerate(lines)), [advice] if advice else [])
+    if len(whole) <= EVENT_LIMIT:
+        with_by = said(by, dict(enumerate(lines)), [advice] if advice else [])
+        return with_by if len(with_by) <= EVENT_LIMIT else whole
+    firsts: dict[str, int] = {}
+    for i, r in enumerate(refusals):
+        firsts.setdefault(r.reason, i)
+    seconds = [i for i in firsts.values() if i]  # each other reason's first refusal
+    room = EVENT_LIMIT - len(said("", {}, [_left_out(refusals[1:])]))
+    least = min(EVENT_WHAT_LEAST, room // 2 // len(seconds)) if seconds else 0  # half the room left to the first
+    floors = {i: min(len(lines[i]), least) + 1 for i in seconds}
+    shown = {0: _fitted(lines[0], refusals[0].fix, room - sum(floors.values()) - 1)}
+    room -= len(shown[0]) + 1
+    for i in seconds:
+        del floors[i]
+        shown[i] = clipped(lines[i], room - sum(floors.values()) - 1)
+        room -= len(shown[i]) + 1
+    told = [advice] if advice and len(advice) < room else []
+    room -= sum(len(t) + 1 for t in told)
+    for i in (i for i in range(1, len(lines)) if i not in shown):
+        if room - 1 < min(len(lines[i]), EVENT_WHAT_LEAST):
+            break
+        shown[i] = clipped(lines[i], room - 1)
+        room -= len(shown[i]) + 1
+    left = [r for i, r in enumerate(refusals) if i not in shown]
+    if left or told != ([advice] if advice else []) or any(shown[i] != lines[i] for i in shown):
+        told.append(_left_out(left))
+    message = said(by, shown, told)
+    return message if len(message) <= EVENT_LIMIT else said("", shown, told)
+
+
+def _refusals(denials: Sequence[Denial]) -> list[_Refusal]:
+    """Each refusal once, in its order: those of several containers that read the same but for the container's name
+    (the same image refused the same way) on one line, ``container a (and b, c alike) (image ...)``."""
+    alike: dict[tuple[str, str, bool], list[Denial]] = {}
+    for d in denials:  # those the policy said alike are one denial already (``Outcome.deny``), others not
+        alike.setdefault((d.reason, d.said, bool(d.containers)), []).append(d)
+    out = []
+    for (reason, rest, _), same in alike.items():
+        names = list(dict.fromkeys(name for d in same for name in d.containers))
+        text = same[0].message
+        if len(names) > 1:
+            text = f"container {names[0]} (and {_named(names[1:])} alike){rest}"
+        out.append(_Refusal(reason, escaped(text), escaped(same[0].fix), names))
+    return out
+
+
+def _named(names: Sequence[str]) -> str:
+    """``names`` within ``EVENT_NAMES`` characters (at least one), then how many more."""
+    shown: list[str] = []
+    length = 0
+    for name in names:
+        if shown and length + len(name) > EVENT_NAMES:
+            break
+        shown.append(name)
+        length += len(name) + 2
+    more = len(names) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more else "")
+
+
+def _fitted(line: str, fix: str, room: int) -> str:
+    """``line`` within ``room``: its advice (from ``fix`` on) whole where what comes before it keeps
+    ``EVENT_WHAT_LEAST`` characters (that is cut at its end), else cut in its middle (``middle_clipped``)."""
+    if len(line) <= room:
+        return line
+    at = line.find(fix) if fix else -1
+    before = room - (len(line) - at) - 1
+    if at > 0 and before >= min(at, EVENT_WHAT_LEAST):
+        return f"{clipped(line[:at].rstrip(), before)} {line[at:]}"
+    return middle_clipped(line, room)
+
+
+def _left_out(left: Sequence[_Refusal]) -> str:
+    """The Event's last line where it is cut: how many refusals are left out, and of which containers."""
+    if not left:
+        return f"cut to fit the Event: {EVENT_WHOLE}"
+    names = list(dict.fromkeys(name for r in left for name in r.containers))
+    of = f" (containers {_named(names)})" if names else ""
+    return f"and {len(left)} more refusal{'s' if len(left) > 1 else ''}{of}: {EVENT_WHOLE}"
 
 
 def _controlled_by(obj: JSON, kind: str) -> bool:

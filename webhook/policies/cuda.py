@@ -82,6 +82,7 @@ from webhook.model import (
     JSON,
     WARNING_LIMIT,
     Context,
+    Denial,
     EventType,
     Outcome,
     PodView,
@@ -1269,15 +1270,16 @@ def _own_key_fits(container: str) -> bool:
     return len(f"cuda-version.{container}") <= 63
 
 
-def _denials(a: Assessment, ctx: Context) -> list[tuple[str, str, str]]:
-    """(reason, message, summary for warn mode's warning: "" where the message's own fix is short enough)."""
+def _denials(a: Assessment, ctx: Context) -> list[Denial]:
+    """The pod's denials, each of the container its message begins with (none where it names several), with a
+    summary for warn mode's warning where the message's own fix is too long for it."""
     cs = ctx.settings.cuda
-    out: list[tuple[str, str, str]] = []
+    out: list[Denial] = []
     for c in a.checks:
         if c.declared.error:
-            out.append(("CUDARequirementInvalid", _invalid_message(c), ""))
+            out.append(Denial(POLICY, "CUDARequirementInvalid", _invalid_message(c), containers=(c.label,)))
         elif c.requirement is None and not c.declared.disabled and cs.unknown_version == "deny":
-            out.append(("CUDAVersionUnknown", _unknown_message(c), ""))
+            out.append(Denial(POLICY, "CUDAVersionUnknown", _unknown_message(c), containers=(c.label,)))
     if not a.eligible:
         return out
     single = False
@@ -1285,10 +1287,10 @@ def _denials(a: Assessment, ctx: Context) -> list[tuple[str, str, str]]:
         if not any(a.allowed(s) for s in a.status[i]):
             blocked_only_unknown = all(s == "unknown" for s in a.status[i])
             reason = "CUDADriverUnknown" if blocked_only_unknown else "CUDAIncompatible"
-            out.append((reason, *incompatible_message(a.checks[i], a, i, ctx)))
+            out.append(Denial(POLICY, reason, *incompatible_message(a.checks[i], a, i, ctx), (a.checks[i].label,)))
             single = True
     if not single and a.known and not a.allowed_groups:
-        out.append(("CUDAIncompatible", _no_common_pool(a), ""))
+        out.append(Denial(POLICY, "CUDAIncompatible", _no_common_pool(a)))
     return out
 
 
@@ -1322,10 +1324,10 @@ def _warnings(a: Assessment, ctx: Context, denied: bool) -> list[str]:
     return out
 
 
-def _audit_decision(a: Assessment, denials: Sequence[tuple[str, str, str]], mode: str) -> str:
+def _audit_decision(a: Assessment, denials: Sequence[Denial], mode: str) -> str:
     if denials:
         verb = "would be denied" if mode == "warn" else "denied"
-        return f"{verb} (" + ", ".join(sorted({r for r, _, _ in denials})) + ")"
+        return f"{verb} (" + ", ".join(sorted({d.reason for d in denials})) + ")"
     if not a.synced:
         return "not checked (no node list yet)"
     if not a.eligible:
@@ -1393,12 +1395,10 @@ def _validated(a: Assessment, mode: str, ctx: Context, ungated: bool = False) ->
 
 
 def _validate(a: Assessment, mode: str, ctx: Context, out: Outcome, note: str = "") -> None:
-    denials = [
-        (reason, message + note if reason in ("CUDAIncompatible", "CUDADriverUnknown") else message, summary)
-        for reason, message, summary in _denials(a, ctx)
-    ]
-    for reason, message, summary in denials:
-        out.deny(POLICY, reason, message, summary)
+    noted = ("CUDAIncompatible", "CUDADriverUnknown")
+    denials = [dataclasses.replace(d, message=d.message + note) if d.reason in noted else d for d in _denials(a, ctx)]
+    for d in denials:
+        out.deny(POLICY, d.reason, d.message, d.summary, d.containers[0] if d.containers else "")
     for warning in _warnings(a, ctx, bool(denials)):
         out.warn(warning)
     decision = _audit_decision(a, denials, mode)
@@ -1415,8 +1415,8 @@ def _validate(a: Assessment, mode: str, ctx: Context, out: Outcome, note: str = 
                         f"cuda: {c.label} needs {c.declared.version_text}; it can land only on {reach} "
                         f"({pool_names(a.eligible)})"
                     )
-            for reason in dict.fromkeys(r for r, _, _ in denials):  # one Event per reason, in the order denied
-                out.event(reason, " ".join(escaped(m) for r, m, _ in denials if r == reason), "Warning")
+            for reason in dict.fromkeys(d.reason for d in denials):  # one Event per reason, in the order denied
+                out.event(reason, " ".join(escaped(d.message) for d in denials if d.reason == reason), "Warning")
         return
     # the user's text escaped, as in the annotation (``annotation``): kubectl describe shows an Event's message as
     # it is, and a newline or a bidirectional control in a container's name or image started a line of its own, or

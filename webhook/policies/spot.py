@@ -1397,13 +1397,15 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
         return
     mode, why, _ = _asked(pod, ctx, Outcome())  # its warnings were given at the create
     if mode == "never" and (spot := _spot_reached(pod.spec, pod, ctx)):
+        advice = _advice(pod, ctx, pending=False)
         out.deny(
             "spot",
             "SpotNeverUngated",
             f"pod {pod.namespace}/{pod.name} is under spot never ({why}), yet its nodeSelector, affinity and "
             f"tolerations now let it run on {spot}: what the webhook wrote at its create does not keep it off them "
-            f"(its spot mode was another then, or they were not known as spot). {_advice(pod, ctx, pending=False)}",
+            f"(its spot mode was another then, or they were not known as spot). {advice}",
             f"spot never: ungated onto {spot}",
+            fix=advice,
         )
         return
     said = _said_off_spot(as_str(pod.annotations.get(PREFIX + APPLIED))) or []
@@ -1424,13 +1426,15 @@ def _ungated_onto_spot(pod: PodView, ctx: Context, out: Outcome) -> None:
     under = f"is under spot never ({why})"
     if mode != "never":
         under = f"was created under spot never, and the spot {mode} it is under now ({why}) does not undo that"
+    advice = _advice(pod, ctx, pending=True)
     out.deny(
         "spot",
         "SpotNeverUngatedPending",
         f"pod {pod.namespace}/{pod.name} {under}: the required node affinity the webhook wrote at its create keeps it "
         f"off spot capacity, yet its nodeSelector now sends it to {spot} alone: it would stay Pending for good. "
-        f"{_advice(pod, ctx, pending=True)}",
+        f"{advice}",
         f"spot never: ungated onto {spot}, which its affinity keeps it off",
+        fix=advice,
     )
 
 
