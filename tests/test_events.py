@@ -1236,6 +1236,48 @@ def test_a_rewritten_kubeconfig_that_cannot_be_loaded_is_said_at_warning_and_the
     assert sorted(e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")) == ["after", "before"]
 
 
+def _logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The objects of the Events written to the log (``LogSink``)."""
+    lines = [r.getMessage() for r in caplog.records if r.name == events.log.name]
+    return [json.loads(line)["object"] for line in lines if line.startswith('{"event":')]
+
+
+@pytest.mark.parametrize("where", ["KUBECONFIG", "~/.kube/config"])
+def test_a_relay_that_started_without_credentials_takes_a_kubeconfig_written_later(
+    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, where: str
+) -> None:
+    """A relay that found no credentials at start sent its Events to the log for good: a kubeconfig written later
+    (a Secret mounted late, k3s writing its file once its server is up) was never looked at (found by a review).
+    Where a kubeconfig is looked for is followed as a rewritten one is (once a second at most, at an Event: off the
+    request path), and the Events after it is written go to the API."""
+    monkeypatch.setattr(watch, "FILES_CHECK_S", 0.0)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    kubeconfig = tmp_path / ".kube" / "config"
+    if where == "KUBECONFIG":
+        kubeconfig = tmp_path / "kubeconfig"
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    else:
+        monkeypatch.delenv("KUBECONFIG", raising=False)
+    caplog.set_level(logging.INFO, logger=events.log.name)
+    queued = build_recorder(Settings(), discover=True).events
+    assert isinstance(queued, EventQueue) and queued.sink.name == "log"
+    subject = subject_of(stored_pod())
+    queued.submit(event_body(subject, "default", "before", CHECKED, "i"))
+    assert queued.drain(10)
+    kubeconfig.parent.mkdir(exist_ok=True)
+    kubeapi.kubeconfig(str(kubeconfig))
+    queued.submit(event_body(subject, "default", "after", CHECKED, "i"))
+    assert queued.drain(10)
+    assert (queued.sent, queued.failed, queued.sink.name) == (2, 0, "api")
+    assert _logged(caplog) == ["Pod/default/before"]
+    assert [e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")] == ["after"]
+    said = [r.getMessage() for r in caplog.records if not r.getMessage().startswith('{"event":')]
+    assert len(said) == 2, said
+    assert said[0].startswith("no cluster credentials (") and f"no kubeconfig {kubeconfig})" in said[0]
+    assert said[1] == f"events: the cluster's credentials load now: Events go to the API server {kubeapi.url}"
+
+
 def test_a_kubeconfig_swapped_to_another_server_never_sends_one_servers_token_to_the_other(
     kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1747,6 +1789,6 @@ def test_an_exec_plugin_that_hangs_while_the_relay_loads_its_credentials_is_said
         (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
         said = warning.getMessage()
         assert f"`{tmp_path / 'get-token'} eks get-token` has not returned in 1s" in said, said
-        assert said.startswith(f"events: kubeconfig {kubeconfig}: ") and said.endswith("events go to the log"), said
+        assert said.startswith(f"events: kubeconfig {kubeconfig}: ") and "; events go to the log until" in said, said
     finally:
         hang.unlink()

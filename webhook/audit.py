@@ -331,12 +331,11 @@ class Reporter:
 
 
 def _sink(api_client: Any | None, discover: bool) -> EventSink:
-    """Where Events go: the API when a client is given, or ``discover`` finds credentials (in-cluster, else
-    kubeconfig); else the log."""
+    """Where Events go: the API when a client is given; with ``discover``, the API of the credentials found
+    (in-cluster, else kubeconfig), to the log until they load (``events.AwaitingCredentials``); else the log."""
     if api_client is not None:
         return ApiSink(api_client)
-    sink = api_sink_from_environment() if discover else None
-    return sink if sink is not None else LogSink()
+    return api_sink_from_environment() if discover else LogSink()
 
 
 def build_recorder(

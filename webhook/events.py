@@ -1229,19 +1229,27 @@ def instance_name() -> str:
 
 
 def api_client_from_environment(again: bool = False) -> Any | None:
-    """A ``kubernetes`` ApiClient from in-cluster credentials, else the kubeconfig; None without either. ``again``:
+    """A ``kubernetes`` ApiClient from in-cluster credentials, else the kubeconfig; None where none load: said at INFO
+    where none are found, at WARNING where a kubeconfig is found and cannot be loaded (a mistake to mend). ``again``:
     the kubeconfig is loaded again, rewritten (``ApiSink._fresh``), and one that cannot be loaded leaves the client
     made before in use: said at WARNING (it was said at INFO that Events went to the log, which they did not)."""
     from kubernetes import client, config
 
-    from webhook.watch import CredentialsHung, load_kubeconfig
+    from webhook.watch import CredentialsHung, kubeconfig_candidates, kubeconfig_paths, load_kubeconfig
 
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        # KUBECONFIG is read now, not when the kubernetes package was imported (it may be a list of files)
-        kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    except config.ConfigException as missing:  # not in a pod, or no service account token mounted
+        found = kubeconfig_paths()  # KUBECONFIG read now, not when the kubernetes package was imported
+        kubeconfig = os.pathsep.join(found or kubeconfig_candidates())
+        if not found and not again:
+            log.info(
+                "no cluster credentials (%s; no kubeconfig %s): events go to the log until one is written",
+                missing,
+                kubeconfig,
+            )
+            return None
         try:
             load_kubeconfig(kubeconfig, configuration)
         except Exception as err:
@@ -1253,10 +1261,12 @@ def api_client_from_environment(again: bool = False) -> Any | None:
                     kubeconfig,
                     why,
                 )
-            elif isinstance(err, CredentialsHung):  # a plugin that hung left the relay stuck, outliving the server
-                log.warning("events: kubeconfig %s: %s; events go to the log", kubeconfig, why)
-            else:  # no file, no context, unreadable: all mean "no cluster access"
-                log.info("no cluster credentials (%s): events go to the log", why)
+            else:  # a mistake to mend, not a cluster without credentials
+                log.warning(
+                    "events: kubeconfig %s: %s; events go to the log until it loads, loaded again once rewritten",
+                    kubeconfig,
+                    why,
+                )
             return None
     # the relay's connections stay open between Events, idle for hours on a quiet cluster: keepalive keeps a NAT or
     # load balancer from dropping them unseen, and finds one that died before an Event waits on it
@@ -1264,9 +1274,9 @@ def api_client_from_environment(again: bool = False) -> Any | None:
     return client.ApiClient(configuration)
 
 
-def api_sink_from_environment() -> ApiSink | None:
+def _api_sink() -> ApiSink | None:
     """An ``ApiSink`` with the client of ``api_client_from_environment``, made anew by it where the kubeconfig it was
-    loaded from is rewritten on disk; None without credentials."""
+    loaded from is rewritten on disk; None where no credentials load."""
     from webhook.watch import FILES_CHECK_S, Rewritten, credentials_files
 
     files = Rewritten(credentials_files(), every=FILES_CHECK_S)  # as they are before the client reads them
@@ -1274,3 +1284,41 @@ def api_sink_from_environment() -> ApiSink | None:
     if api_client is None:
         return None
     return ApiSink(api_client, remake=functools.partial(api_client_from_environment, again=True), files=files)
+
+
+class AwaitingCredentials:
+    """Where the relay's Events go while no credentials load (none found, or a kubeconfig found that cannot be
+    loaded): to the log until they load, then to the API (``ApiSink``) for good. They are loaded again at the first
+    Event after a kubeconfig file changed (``files``: one written where there was none, a Secret mended; looked at
+    once per ``watch.FILES_CHECK_S`` at most). Before, a relay that found no credentials at start sent its Events to
+    the log for good, a kubeconfig written later unseen. While it awaits, its Events are sent from one thread (the
+    log's ``concurrency``), the relay's or the queue's: nothing of it runs on the request path."""
+
+    def __init__(self, files: Rewritten) -> None:
+        self.files = files
+        self.sink: LogSink | ApiSink = LogSink()
+        self.name = self.sink.name
+        self.concurrency = 1
+
+    def send(self, body: JSON) -> None:
+        if isinstance(self.sink, LogSink):
+            self._load()
+        self.sink.send(body)
+
+    def _load(self) -> None:
+        if not self.files.changed():
+            return
+        sink = _api_sink()
+        if sink is not None:
+            log.info("events: the cluster's credentials load now: Events go to the API server %s", sink.server.host)
+            self.sink, self.name, self.concurrency = sink, sink.name, sink.concurrency
+
+
+def api_sink_from_environment() -> EventSink:
+    """An ``ApiSink`` from the credentials found (``_api_sink``); where none load, ``AwaitingCredentials``: the
+    Events to the log until they do."""
+    from webhook.watch import FILES_CHECK_S, Rewritten, kubeconfig_candidates
+
+    files = Rewritten(tuple(kubeconfig_candidates()), every=FILES_CHECK_S)  # before the load: one written meanwhile
+    sink = _api_sink()
+    return sink if sink is not None else AwaitingCredentials(files)

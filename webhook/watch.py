@@ -1041,12 +1041,16 @@ def _api_connections(cfg: Any) -> None:
     )
 
 
-def kubeconfig_paths(environ: dict[str, str] | None = None) -> list[str]:
-    """Existing kubeconfig files: ``KUBECONFIG`` (a path list), else ``~/.kube/config``."""
+def kubeconfig_candidates(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Where kubeconfig files are looked for, there or not: ``KUBECONFIG`` (a path list), else ``~/.kube/config``."""
     env = os.environ if environ is None else environ
     raw = env.get("KUBECONFIG")
-    candidates = [p for p in raw.split(os.pathsep) if p] if raw else [str(Path("~/.kube/config").expanduser())]
-    return [p for p in candidates if Path(p).expanduser().is_file()]
+    return [p for p in raw.split(os.pathsep) if p] if raw else [str(Path("~/.kube/config").expanduser())]
+
+
+def kubeconfig_paths(environ: dict[str, str] | None = None) -> list[str]:
+    """Existing kubeconfig files (``kubeconfig_candidates``)."""
+    return [p for p in kubeconfig_candidates(environ) if Path(p).expanduser().is_file()]
 
 
 def credentials_found(environ: dict[str, str] | None = None) -> bool:
