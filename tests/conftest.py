@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from webhook.app import create_app
 from webhook.cluster import StaticCluster, build_view
 from webhook.config import Settings
+
+if TYPE_CHECKING:
+    from tests.kubeapi import KubeAPI
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -114,3 +118,15 @@ def app(settings: Settings, cluster: StaticCluster) -> Any:
 @pytest.fixture
 def client(app: Any) -> Any:
     return app.test_client()
+
+
+@pytest.fixture
+def tls_api(tmp_path: Path) -> Iterator[KubeAPI]:
+    """The API stand-in (tests/kubeapi.py) over HTTPS; its kubeconfig names the CA that signed its certificate."""
+    from tests.kubeapi import KubeAPI
+    from tests.serving import issue_certs
+
+    certs = issue_certs(tmp_path / "certs")
+    api = KubeAPI(tls=(str(certs / "tls.crt"), str(certs / "tls.key")), ca=str(certs / "ca.crt")).start()
+    yield api
+    api.stop()

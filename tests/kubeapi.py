@@ -18,6 +18,7 @@ off the air. ``KubeAPI(tls=(cert, key), ca=ca)`` serves HTTPS; ``connections`` c
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import queue
@@ -663,3 +664,28 @@ def exec_kubeconfig(api: KubeAPI, tmp_path: Path, credential: JSON) -> tuple[Pat
     }
     kubeconfig.write_text(json.dumps(config))
     return kubeconfig, hang
+
+
+UNREADABLE_TLS = ("certificate-authority-data", "certificate-authority", "client-certificate")
+"""The TLS material a kubeconfig may hold that the kubernetes client's loader takes whatever it is
+(``with_unreadable_tls``)."""
+
+
+def with_unreadable_tls(kubeconfig: Path, what: str) -> None:
+    """``kubeconfig`` rewritten as a Secret's mount is (a new file renamed over it), with TLS material that loads and
+    cannot be read (``what``, of UNREADABLE_TLS): certificate-authority-data that is no certificate, a
+    certificate-authority file that is none, or client-certificate and client-key files that are none."""
+    config = json.loads(kubeconfig.read_text())
+    cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+    junk = kubeconfig.with_name("junk.pem")
+    junk.write_text("not a certificate\n")
+    if what == "certificate-authority-data":
+        cluster.pop("certificate-authority", None)
+        cluster[what] = base64.b64encode(b"not a certificate").decode()
+    elif what == "certificate-authority":
+        cluster[what] = str(junk)
+    else:
+        user.update({"client-certificate": str(junk), "client-key": str(junk)})
+    fresh = kubeconfig.with_name(kubeconfig.name + ".new")
+    fresh.write_text(json.dumps(config))
+    fresh.rename(kubeconfig)

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from kubernetes import client
 from kubernetes import config as kube_config
 
 from tests.conftest import REPO, gpu_node, gpu_pod, review
-from tests.kubeapi import CREDENTIAL, KubeAPI, exec_kubeconfig
+from tests.kubeapi import CREDENTIAL, UNREADABLE_TLS, KubeAPI, exec_kubeconfig, with_unreadable_tls
 from tests.serving import issue_certs
 from webhook import events, http1, pipeline, watch
 from webhook.admission import ReviewRequest, subject_of
@@ -662,14 +661,6 @@ def configured(api: KubeAPI, ca: str | None = None, **settings: Any) -> Any:
     return client.ApiClient(configuration)
 
 
-@pytest.fixture
-def tls_api(tmp_path: Any) -> Iterator[KubeAPI]:
-    certs = issue_certs(tmp_path / "certs")
-    api = KubeAPI(tls=(str(certs / "tls.crt"), str(certs / "tls.key")), ca=str(certs / "ca.crt")).start()
-    yield api
-    api.stop()
-
-
 def test_api_sink_sends_every_event_over_one_kept_alive_tls_connection(tls_api: KubeAPI, tmp_path: Any) -> None:
     sink = ApiSink(api_client(tls_api, tmp_path))  # the kubeconfig names the CA
     assert sink.server.direct is not None and sink.server.direct.tls is not None
@@ -1236,10 +1227,73 @@ def test_a_rewritten_kubeconfig_that_cannot_be_loaded_is_said_at_warning_and_the
     assert sorted(e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")) == ["after", "before"]
 
 
+def _named(what: str) -> str:
+    """How a warning names the TLS material of ``with_unreadable_tls`` that cannot be read."""
+    return "its client certificate (" if what == "client-certificate" else "its certificate authority ("
+
+
+@pytest.mark.parametrize("what", UNREADABLE_TLS)
+def test_a_kubeconfig_rewritten_with_tls_material_that_cannot_be_read_keeps_the_credentials_before(
+    tls_api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, what: str
+) -> None:
+    """The kubernetes client's loader reads no TLS material: a kubeconfig rewritten with a CA that is no certificate
+    (or such a client certificate) loaded, and raised out of making the connection, the Event counted failed and
+    nothing said why (found by a review). It is a kubeconfig that cannot be loaded: said at WARNING, naming what
+    cannot be read, and the Events go on to the server with the credentials loaded before."""
+    monkeypatch.setattr(watch, "FILES_CHECK_S", 0.0)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    kubeconfig = Path(tls_api.kubeconfig(str(tmp_path / "kubeconfig")))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    sink = events.api_sink_from_environment()
+    subject = subject_of(stored_pod())
+    sink.send(event_body(subject, "default", "before", CHECKED, "i"))
+    with_unreadable_tls(kubeconfig, what)
+    with caplog.at_level(logging.INFO, logger=events.log.name):
+        sink.send(event_body(subject, "default", "after", CHECKED, "i"))
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith(f"events: the kubeconfig {kubeconfig}, rewritten, cannot be loaded ({_named(what)}")
+    assert "Events go on with the credentials loaded before" in warning
+    assert sorted(e["involvedObject"]["name"] for e in tls_api.list("v1", "events", "default")) == ["after", "before"]
+
+
 def _logged(caplog: pytest.LogCaptureFixture) -> list[str]:
     """The objects of the Events written to the log (``LogSink``)."""
     lines = [r.getMessage() for r in caplog.records if r.name == events.log.name]
     return [json.loads(line)["object"] for line in lines if line.startswith('{"event":')]
+
+
+def test_a_kubeconfig_whose_tls_material_cannot_be_read_at_start_sends_to_the_log_until_it_is_mended(
+    tls_api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At start, such a kubeconfig raised out of making the relay's sink: the relay ended and was started again, to
+    end again, each second, a traceback each (found by a review); taken for one that cannot be loaded, it had the
+    relay send to the log for good, even once its Secret was mended (977c8b1, reverted). It is said at WARNING, the
+    Events go to the log meanwhile, and once it is mended to the API."""
+    monkeypatch.setattr(watch, "FILES_CHECK_S", 0.0)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    kubeconfig = Path(tls_api.kubeconfig(str(tmp_path / "kubeconfig")))
+    good = kubeconfig.read_text()
+    with_unreadable_tls(kubeconfig, "certificate-authority-data")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    caplog.set_level(logging.INFO, logger=events.log.name)
+    queued = build_recorder(Settings(), discover=True).events
+    assert isinstance(queued, EventQueue)
+    subject = subject_of(stored_pod())
+    for name in ("a", "b", "c"):
+        queued.submit(event_body(subject, "default", name, CHECKED, "i"))
+        assert queued.drain(10)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith(f"events: kubeconfig {kubeconfig}: its certificate authority (")
+    assert "; events go to the log until" in warning
+    assert _logged(caplog) == ["Pod/default/a", "Pod/default/b", "Pod/default/c"]
+    mended = kubeconfig.with_name("mended")
+    mended.write_text(good)
+    mended.rename(kubeconfig)
+    queued.submit(event_body(subject, "default", "d", CHECKED, "i"))
+    assert queued.drain(10)
+    assert (queued.sent, queued.failed) == (4, 0)
+    assert [e["involvedObject"]["name"] for e in tls_api.list("v1", "events", "default")] == ["d"]
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
 
 
 @pytest.mark.parametrize("where", ["KUBECONFIG", "~/.kube/config"])

@@ -22,7 +22,7 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from tests.kubeapi import CREDENTIAL, KubeAPI, exec_kubeconfig
+from tests.kubeapi import CREDENTIAL, UNREADABLE_TLS, KubeAPI, exec_kubeconfig, with_unreadable_tls
 from webhook import watch
 from webhook.cluster import build_view
 from webhook.config import ClusterSettings, PoolSettings, Settings
@@ -1295,6 +1295,64 @@ def test_a_kubeconfig_rewritten_half_way_keeps_the_watch_that_works_and_is_loade
         lists = live.lists
         kubeconfig.write_text(good)  # mended: loaded again, listed with it
         wait_for(lambda: live.lists > lists, "the nodes listed again with the kubeconfig mended")
+    finally:
+        live.stop()
+
+
+@pytest.mark.parametrize("what", UNREADABLE_TLS)
+def test_a_kubeconfig_rewritten_with_tls_material_that_cannot_be_read_keeps_the_watch_that_works(
+    tls_api: KubeAPI, tmp_path: Path, caplog: pytest.LogCaptureFixture, what: str
+) -> None:
+    """The kubernetes client reads a kubeconfig's TLS material only as it connects: one rewritten with a CA that is no
+    certificate (or such a client certificate) loaded, and the watch that worked was ended and its client closed,
+    then "cannot list nodes: [X509: NO_CERTIFICATE_OR_CRL_FOUND] ..." at each retry until the file was mended (found
+    by a review). It is a kubeconfig that cannot be loaded: the client there is and its watch are kept, said at
+    WARNING naming what cannot be read, and it is loaded again once mended."""
+    kubeconfig = Path(tls_api.kubeconfig(str(tmp_path / "kubeconfig")))
+    good = kubeconfig.read_text()
+    tls_api.put("v1", "nodes", node("a"))
+    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
+    assert live is not None
+    live.resync_seconds, live.watch_timeout_seconds = 300, 300
+    caplog.set_level(logging.INFO, logger=watch.log.name)
+    try:
+        live.start()
+        wait_for(lambda: names(live) == {"a"} and live._watching, "the nodes, watched")
+        with_unreadable_tls(kubeconfig, what)
+        wait_for(lambda: "cannot be loaded" in caplog.text, "the kubeconfig said unloadable")
+        tls_api.put("v1", "nodes", node("b"))
+        wait_for(lambda: names(live) == {"a", "b"}, "a node added after, through the watch kept")
+        assert live.problem() is None and live._watching
+        (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        named = "its client certificate (" if what == "client-certificate" else "its certificate authority ("
+        assert warning.startswith(f"cluster: the kubeconfig {kubeconfig}, rewritten, cannot be loaded ({named}")
+        lists = live.lists
+        kubeconfig.write_text(good)  # mended: loaded again, listed with it
+        wait_for(lambda: live.lists > lists, "the nodes listed again with the kubeconfig mended")
+    finally:
+        live.stop()
+
+
+def test_a_kubeconfig_whose_tls_material_cannot_be_read_at_start_is_said_and_loaded_again_until_mended(
+    tls_api: KubeAPI, tmp_path: Path
+) -> None:
+    """At start, such a kubeconfig is not a reason to stop (the file may be mended, a Secret written again): the
+    credentials are loaded again at each retry, and until they load /readyz names what cannot be read (it said the
+    TLS library's words alone: no certificate or crl found)."""
+    kubeconfig = Path(tls_api.kubeconfig(str(tmp_path / "kubeconfig")))
+    good = kubeconfig.read_text()
+    with_unreadable_tls(kubeconfig, "certificate-authority-data")
+    tls_api.put("v1", "nodes", node("a"))
+    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
+    assert live is not None
+    live.backoff_initial, live.backoff_max = 0.02, 0.05
+    try:
+        live.start()
+        wait_for(lambda: "cannot list nodes: its certificate authority (" in (live.problem() or ""), "the CA named")
+        assert not live.ready()
+        kubeconfig.write_text(good)
+        wait_for(live.ready, "the nodes listed with the kubeconfig mended")
+        assert names(live) == {"a"}
     finally:
         live.stop()
 

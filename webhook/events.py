@@ -299,18 +299,8 @@ class _Direct:
         self.files: tuple[float, ...] = ()
         """When the CA and client certificate files were last changed, as ``tls`` read them."""
         if https:
-            self.tls, self.files = self._context(), self._stamps()
+            self.tls, self.files = http1.tls_context(configuration), self._stamps()
         self.connection: http1.Connection | None = None
-
-    def _context(self) -> ssl.SSLContext:
-        c = self.configuration
-        tls = ssl.create_default_context(cafile=c.ssl_ca_cert, cadata=c.ca_cert_data)
-        if c.cert_file:
-            tls.load_cert_chain(c.cert_file, c.key_file)
-        if not c.verify_ssl:
-            tls.check_hostname = False
-            tls.verify_mode = ssl.CERT_NONE
-        return tls
 
     def _stamps(self) -> tuple[float, ...]:
         c = self.configuration
@@ -329,8 +319,8 @@ class _Direct:
         if self.tls is None or (stamps := self._stamps()) == self.files:
             return self.tls
         try:
-            self.tls = self._context()
-        except (OSError, ssl.SSLError, ValueError) as err:
+            self.tls = http1.tls_context(self.configuration)
+        except http1.UnreadableTLS as err:
             log.warning("cannot read the API server's TLS files again (%s): the ones read before stay", err)
         self.files = stamps
         return self.tls
@@ -1229,13 +1219,15 @@ def instance_name() -> str:
 
 
 def api_client_from_environment(again: bool = False) -> Any | None:
-    """A ``kubernetes`` ApiClient from in-cluster credentials, else the kubeconfig; None where none load: said at INFO
-    where none are found, at WARNING where a kubeconfig is found and cannot be loaded (a mistake to mend). ``again``:
-    the kubeconfig is loaded again, rewritten (``ApiSink._fresh``), and one that cannot be loaded leaves the client
-    made before in use: said at WARNING (it was said at INFO that Events went to the log, which they did not)."""
+    """A ``kubernetes`` ApiClient from in-cluster credentials, else the kubeconfig, its TLS material read as the client
+    will read it (``watch.check_tls``); None where none load: said at INFO where none are found, at WARNING where a
+    kubeconfig is found and cannot be loaded (a mistake to mend). ``again``: the kubeconfig is loaded again,
+    rewritten (``ApiSink._fresh``), and one that cannot be loaded leaves the client made before in use: said at
+    WARNING (it was said at INFO that Events went to the log, which they did not), as is one whose TLS material
+    cannot be read (it raised out of making the connection, its Event counted failed, and nothing said why)."""
     from kubernetes import client, config
 
-    from webhook.watch import CredentialsHung, kubeconfig_candidates, kubeconfig_paths, load_kubeconfig
+    from webhook.watch import CredentialsHung, check_tls, kubeconfig_candidates, kubeconfig_paths, load_kubeconfig
 
     configuration = client.Configuration()
     try:
@@ -1252,8 +1244,10 @@ def api_client_from_environment(again: bool = False) -> Any | None:
             return None
         try:
             load_kubeconfig(kubeconfig, configuration)
+            check_tls(configuration)
         except Exception as err:
-            why = str(err) if isinstance(err, CredentialsHung) else str(err)[:200]  # a hung one names its command
+            # a hung plugin names its command, TLS material its file: said whole
+            why = str(err) if isinstance(err, (CredentialsHung, http1.UnreadableTLS)) else str(err)[:200]
             if again:
                 log.warning(
                     "events: the kubeconfig %s, rewritten, cannot be loaded (%s): Events go on with the credentials"
@@ -1288,11 +1282,13 @@ def _api_sink() -> ApiSink | None:
 
 class AwaitingCredentials:
     """Where the relay's Events go while no credentials load (none found, or a kubeconfig found that cannot be
-    loaded): to the log until they load, then to the API (``ApiSink``) for good. They are loaded again at the first
-    Event after a kubeconfig file changed (``files``: one written where there was none, a Secret mended; looked at
-    once per ``watch.FILES_CHECK_S`` at most). Before, a relay that found no credentials at start sent its Events to
-    the log for good, a kubeconfig written later unseen. While it awaits, its Events are sent from one thread (the
-    log's ``concurrency``), the relay's or the queue's: nothing of it runs on the request path."""
+    loaded: one whose CA is no certificate, an exec plugin that hung): to the log until they load, then to the API
+    (``ApiSink``) for good. They are loaded again at the first Event after a kubeconfig file changed (``files``: one
+    written where there was none, a Secret mended; looked at once per ``watch.FILES_CHECK_S`` at most). Before, a
+    relay that found no credentials at start sent its Events to the log for good, a kubeconfig written later unseen,
+    and one whose kubeconfig's TLS material could not be read ended and was started again each second, a traceback
+    each. While it awaits, its Events are sent from one thread (the log's ``concurrency``), the relay's or the
+    queue's: nothing of it runs on the request path."""
 
     def __init__(self, files: Rewritten) -> None:
         self.files = files

@@ -19,7 +19,7 @@ import errno
 import http.client
 import socket
 import ssl
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 LINE_LIMIT = 65536
 """The longest line of an answer's head (``http.client``'s limit too)."""
@@ -48,6 +48,40 @@ def keepalive_options() -> list[tuple[int, int, int]]:
     from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 
     return tcp_keepalive_socket_options(KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES)
+
+
+class UnreadableTLS(ValueError):
+    """A ``kubernetes`` client configuration's TLS material (its CA, its client certificate and key) cannot be read:
+    the message says which, from what file, and why."""
+
+
+def tls_context(configuration: Any) -> ssl.SSLContext:
+    """The TLS context of a ``kubernetes`` client configuration, its material read as urllib3 reads it for the
+    client at each connection, whether ``verify_ssl`` or not: the CA (``ssl_ca_cert``: a kubeconfig's
+    certificate-authority, or its certificate-authority-data written to a file by the loader, or the service
+    account's ca.crt; ``ca_cert_data``), the client certificate and its key (``cert_file``, ``key_file``); nothing
+    verified where ``verify_ssl`` is off. ``UnreadableTLS`` where they cannot be read: the client's loader reads none
+    of it, so a kubeconfig whose CA is no certificate loaded, and failed at each connection
+    (``watch.check_tls``)."""
+    c = configuration
+    try:
+        tls = ssl.create_default_context(cafile=c.ssl_ca_cert, cadata=c.ca_cert_data)
+    except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
+        raise UnreadableTLS(
+            f"its certificate authority ({c.ssl_ca_cert or 'ca_cert_data'}) cannot be read as PEM certificates: {err}"
+        ) from err
+    if c.cert_file:
+        try:
+            tls.load_cert_chain(c.cert_file, c.key_file)
+        except (OSError, ValueError) as err:
+            raise UnreadableTLS(
+                f"its client certificate ({c.cert_file}) and key ({c.key_file}) cannot be read as a PEM certificate"
+                f" and the key it was issued for: {err}"
+            ) from err
+    if not c.verify_ssl:
+        tls.check_hostname = False
+        tls.verify_mode = ssl.CERT_NONE
+    return tls
 
 
 DEAD_ERRNOS = frozenset({errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN})

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from webhook import http1
 from webhook.cluster import ClusterView, Node, build_view, parse_node, same_node
@@ -1098,6 +1099,7 @@ def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | 
         cfg = client.Configuration()
         # Loaded again for each new client, so that exec-plugin and OIDC tokens are fresh.
         config.load_kube_config(config_file=joined, client_configuration=cfg)  # type: ignore[no-untyped-call]
+        check_tls(cfg)
         _api_connections(cfg)
         return client.ApiClient(cfg)
 
@@ -1138,6 +1140,17 @@ def load_kubeconfig(config_file: str, cfg: Any) -> None:
 
     in_time(load)
     _InTimeRefresh.install(cfg, in_time)
+
+
+def check_tls(cfg: Any) -> None:
+    """``http1.UnreadableTLS`` where the TLS material of a loaded client configuration (its CA, its client certificate
+    and key) cannot be read as the client reads it at each connection (``http1.tls_context``). The kubernetes
+    client's loader reads none of it: a kubeconfig rewritten with a CA that is no certificate loaded, and the node
+    watch closed its client that worked for one whose every list failed, and the Events relay counted its Event
+    failed, unsaid. Both call it on what they load, so that such a kubeconfig is one that cannot be loaded: the
+    credentials loaded before are kept, said at WARNING, and at start it is loaded again until it can be."""
+    if urlsplit(cfg.host).scheme == "https":
+        http1.tls_context(cfg)
 
 
 def _kubeconfig_credentials(joined: str) -> str:
