@@ -1267,9 +1267,10 @@ def test_a_kubeconfig_whose_tls_material_cannot_be_read_at_start_sends_to_the_lo
 ) -> None:
     """At start, such a kubeconfig raised out of making the relay's sink: the relay ended and was started again, to
     end again, each second, a traceback each (found by a review); taken for one that cannot be loaded, it had the
-    relay send to the log for good, even once its Secret was mended (977c8b1, reverted). It is said at WARNING, the
-    Events go to the log meanwhile, and once it is mended to the API."""
+    relay send to the log for good, even once its Secret was mended (977c8b1, reverted). It is said once at WARNING
+    however often it is loaded again, the Events go to the log meanwhile, and once it is mended to the API."""
     monkeypatch.setattr(watch, "FILES_CHECK_S", 0.0)
+    monkeypatch.setattr(events, "CREDENTIALS_RETRY_S", 0.0)  # loaded again at each Event, and said once all the same
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     kubeconfig = Path(tls_api.kubeconfig(str(tmp_path / "kubeconfig")))
     good = kubeconfig.read_text()
@@ -1293,6 +1294,49 @@ def test_a_kubeconfig_whose_tls_material_cannot_be_read_at_start_sends_to_the_lo
     assert queued.drain(10)
     assert (queued.sent, queued.failed) == (4, 0)
     assert [e["involvedObject"]["name"] for e in tls_api.list("v1", "events", "default")] == ["d"]
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+def test_an_in_cluster_ca_that_cannot_be_read_is_said_once_and_loaded_again_at_a_pace(
+    tls_api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In a pod whose service account's ca.crt cannot be read (no certificate), the relay's sink raised as it was
+    made: the relay ended and was started again each second, a traceback each (found by a review). It is said once
+    at WARNING, the Events go to the log, and the credentials are loaded again every CREDENTIALS_RETRY_S at most,
+    not at each Event: once the file is mended (the kubelet rewrites it), the Events go to the API."""
+    from kubernetes.config import incluster_config
+
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("in-cluster-token")
+    ca.write_text("not a certificate\n")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(tls_api.port))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    monkeypatch.setattr(events, "CREDENTIALS_RETRY_S", 1.0)
+    load, loads = events.api_client_from_environment, []
+
+    def counted(**kw: Any) -> Any:
+        loads.append(kw)
+        return load(**kw)
+
+    monkeypatch.setattr(events, "api_client_from_environment", counted)
+    caplog.set_level(logging.INFO, logger=events.log.name)
+    sink = events.api_sink_from_environment()
+    subject = subject_of(stored_pod())
+    for name in ("a", "b", "c"):
+        sink.send(event_body(subject, "default", name, CHECKED, "i"))
+    assert len(loads) == 1, "loaded again at each Event"
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith(f"events: in-cluster credentials: its certificate authority ({ca}) cannot be read")
+    assert _logged(caplog) == ["Pod/default/a", "Pod/default/b", "Pod/default/c"]
+    ca.write_text(Path(tls_api.ca or "").read_text())
+    time.sleep(1.0)
+    sink.send(event_body(subject, "default", "d", CHECKED, "i"))
+    assert len(loads) == 2 and sink.name == "api"
+    (stored,) = tls_api.list("v1", "events", "default")
+    assert stored["involvedObject"]["name"] == "d"
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
 
 

@@ -1218,83 +1218,96 @@ def instance_name() -> str:
     return os.environ.get("POD_NAME") or socket.gethostname() or COMPONENT
 
 
-def api_client_from_environment(again: bool = False) -> Any | None:
-    """A ``kubernetes`` ApiClient from in-cluster credentials, else the kubeconfig, its TLS material read as the client
-    will read it (``watch.check_tls``); None where none load: said at INFO where none are found, at WARNING where a
-    kubeconfig is found and cannot be loaded (a mistake to mend). ``again``: the kubeconfig is loaded again,
-    rewritten (``ApiSink._fresh``), and one that cannot be loaded leaves the client made before in use: said at
-    WARNING (it was said at INFO that Events went to the log, which they did not), as is one whose TLS material
-    cannot be read (it raised out of making the connection, its Event counted failed, and nothing said why)."""
+CREDENTIALS_RETRY_S = 30.0
+"""How often at most the Events relay, its Events going to the log for want of credentials that load
+(``AwaitingCredentials``), loads them again though no kubeconfig file changed: an in-cluster ca.crt the kubelet
+mended, a CA file that a kubeconfig names mended, an exec plugin that answers again. Such a relay was started again
+each second instead, with a traceback each time."""
+
+
+def api_client_from_environment(again: bool = False, quiet: bool = False) -> Any | None:
+    """A ``kubernetes`` ApiClient from in-cluster credentials, else the kubeconfig, their TLS material read as the
+    client will read it (``watch.check_tls``); None where none load: said at INFO where none are found, at WARNING
+    where they are found and cannot be loaded (a mistake to mend), unsaid where ``quiet`` (``AwaitingCredentials``
+    loading them again on a timer). ``again``: the kubeconfig is loaded again, rewritten (``ApiSink._fresh``), and
+    one that cannot be loaded leaves the client made before in use: said at WARNING (it was said at INFO that Events
+    went to the log, which they did not), as is one whose TLS material cannot be read (it raised out of making the
+    connection, its Event counted failed, and nothing said why)."""
     from kubernetes import client, config
 
     from webhook.watch import CredentialsHung, check_tls, kubeconfig_candidates, kubeconfig_paths, load_kubeconfig
 
     configuration = client.Configuration()
+    where = "in-cluster credentials"
     try:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except config.ConfigException as missing:  # not in a pod, or no service account token mounted
-        found = kubeconfig_paths()  # KUBECONFIG read now, not when the kubernetes package was imported
-        kubeconfig = os.pathsep.join(found or kubeconfig_candidates())
-        if not found and not again:
-            log.info(
-                "no cluster credentials (%s; no kubeconfig %s): events go to the log until one is written",
-                missing,
-                kubeconfig,
-            )
-            return None
         try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except config.ConfigException as missing:  # not in a pod, or no service account token mounted
+            found = kubeconfig_paths()  # KUBECONFIG read now, not when the kubernetes package was imported
+            kubeconfig = os.pathsep.join(found or kubeconfig_candidates())
+            where = f"kubeconfig {kubeconfig}"
+            if not found and not again:
+                if not quiet:
+                    log.info(
+                        "no cluster credentials (%s; no %s): events go to the log until one is written", missing, where
+                    )
+                return None
             load_kubeconfig(kubeconfig, configuration)
-            check_tls(configuration)
-        except Exception as err:
-            # a hung plugin names its command, TLS material its file: said whole
-            why = str(err) if isinstance(err, (CredentialsHung, http1.UnreadableTLS)) else str(err)[:200]
-            if again:
-                log.warning(
-                    "events: the kubeconfig %s, rewritten, cannot be loaded (%s): Events go on with the credentials"
-                    " loaded before, and it is loaded again once rewritten",
-                    kubeconfig,
-                    why,
-                )
-            else:  # a mistake to mend, not a cluster without credentials
-                log.warning(
-                    "events: kubeconfig %s: %s; events go to the log until it loads, loaded again once rewritten",
-                    kubeconfig,
-                    why,
-                )
-            return None
+        check_tls(configuration)
+    except Exception as err:
+        # a hung plugin names its command, TLS material its file: said whole
+        why = str(err) if isinstance(err, (CredentialsHung, http1.UnreadableTLS)) else str(err)[:200]
+        if again:
+            log.warning(
+                "events: the %s, rewritten, cannot be loaded (%s): Events go on with the credentials loaded before,"
+                " and it is loaded again once rewritten",
+                where,
+                why,
+            )
+        elif not quiet:  # a mistake to mend, not a cluster without credentials
+            log.warning(
+                "events: %s: %s; events go to the log until they load, loaded again every %.0fs and once a kubeconfig"
+                " is rewritten",
+                where,
+                why,
+                CREDENTIALS_RETRY_S,
+            )
+        return None
     # the relay's connections stay open between Events, idle for hours on a quiet cluster: keepalive keeps a NAT or
     # load balancer from dropping them unseen, and finds one that died before an Event waits on it
     configuration.socket_options = http1.keepalive_options()
     return client.ApiClient(configuration)
 
 
-def _api_sink() -> ApiSink | None:
+def _api_sink(quiet: bool = False) -> ApiSink | None:
     """An ``ApiSink`` with the client of ``api_client_from_environment``, made anew by it where the kubeconfig it was
     loaded from is rewritten on disk; None where no credentials load."""
     from webhook.watch import FILES_CHECK_S, Rewritten, credentials_files
 
     files = Rewritten(credentials_files(), every=FILES_CHECK_S)  # as they are before the client reads them
-    api_client = api_client_from_environment()
+    api_client = api_client_from_environment(quiet=quiet)
     if api_client is None:
         return None
     return ApiSink(api_client, remake=functools.partial(api_client_from_environment, again=True), files=files)
 
 
 class AwaitingCredentials:
-    """Where the relay's Events go while no credentials load (none found, or a kubeconfig found that cannot be
-    loaded: one whose CA is no certificate, an exec plugin that hung): to the log until they load, then to the API
-    (``ApiSink``) for good. They are loaded again at the first Event after a kubeconfig file changed (``files``: one
-    written where there was none, a Secret mended; looked at once per ``watch.FILES_CHECK_S`` at most). Before, a
-    relay that found no credentials at start sent its Events to the log for good, a kubeconfig written later unseen,
-    and one whose kubeconfig's TLS material could not be read ended and was started again each second, a traceback
-    each. While it awaits, its Events are sent from one thread (the log's ``concurrency``), the relay's or the
-    queue's: nothing of it runs on the request path."""
+    """Where the relay's Events go while no credentials load (none found, or found and not loadable: a kubeconfig
+    whose CA is no certificate, an exec plugin that hung, an in-cluster ca.crt that cannot be read): to the log until
+    they load, then to the API (``ApiSink``) for good. They are loaded again at the first Event after a kubeconfig
+    file changed (``files``: one written where there was none, a Secret mended; looked at once per
+    ``watch.FILES_CHECK_S`` at most), said as at start, or after ``CREDENTIALS_RETRY_S``, unsaid. Before, a relay that
+    found no credentials at start sent its Events to the log for good, a kubeconfig written later unseen, and one
+    whose credentials' TLS material could not be read ended and was started again each second, a traceback each.
+    While it awaits, its Events are sent from one thread (the log's ``concurrency``), the relay's or the queue's:
+    nothing of it runs on the request path."""
 
     def __init__(self, files: Rewritten) -> None:
         self.files = files
         self.sink: LogSink | ApiSink = LogSink()
         self.name = self.sink.name
         self.concurrency = 1
+        self._retry_at = time.monotonic() + CREDENTIALS_RETRY_S
 
     def send(self, body: JSON) -> None:
         if isinstance(self.sink, LogSink):
@@ -1302,9 +1315,11 @@ class AwaitingCredentials:
         self.sink.send(body)
 
     def _load(self) -> None:
-        if not self.files.changed():
+        rewritten = self.files.changed()
+        if not rewritten and time.monotonic() < self._retry_at:
             return
-        sink = _api_sink()
+        self._retry_at = time.monotonic() + CREDENTIALS_RETRY_S
+        sink = _api_sink(quiet=not rewritten)
         if sink is not None:
             log.info("events: the cluster's credentials load now: Events go to the API server %s", sink.server.host)
             self.sink, self.name, self.concurrency = sink, sink.name, sink.concurrency
