@@ -2004,8 +2004,9 @@ PASSED_RS = "the webhook passes the ReplicaSet itself over (a Deployment's Repli
             1,
             "DENIED by the API server\n- container main: nvidia.com/gpu 0.5: the API server refuses the ReplicaSet, as"
             " an extended resource must be a whole number (the webhook passes over a Deployment's ReplicaSet, whose"
-            " template the Deployment controller copies from the Deployment's: the Deployment has it too, passed over"
-            " by the webhook or left unconverted there; change it in the Deployment); ",
+            " template the Deployment controller copies from the Deployment as stored: a Deployment asking this is"
+            " converted by the webhook or refused (by the webhook, or by the API server where the webhook passes it"
+            " over), so no Deployment the cluster took writes it; change it in the Deployment's manifest); ",
             id="fraction-left",
         ),
         pytest.param(
@@ -2062,8 +2063,9 @@ def test_a_deployments_replica_set_never_says_the_webhook_converts_what_the_depl
 ) -> None:
     """A Deployment's ReplicaSet that kept a fraction or a request without its limit was told 'it converts the
     Deployment's template, which the Deployment controller copies into the ReplicaSets it writes', where the
-    Deployment was passed over (its creator exempt, its own opt-out label) or left it unconverted: the ReplicaSet's
-    template is the Deployment's as stored, and carries what the Deployment was left with."""
+    Deployment was passed over (its creator exempt, its own opt-out label) or left it unconverted: the API server
+    refuses such a Deployment (and the webhook converts one it does not pass over), so the ReplicaSet's template
+    comes from no Deployment the cluster took, and review, which sees the ReplicaSet alone, says so."""
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(settings))
     created = _deployment("d", CUDA124, {})
@@ -2088,6 +2090,8 @@ def test_a_deployments_replica_set_never_says_the_webhook_converts_what_the_depl
     assert run.returncode == 1 and run.stdout.startswith("DENIED by the API server\n"), run.stdout + run.stderr
     assert "converts the Deployment's template" not in run.stdout, run.stdout
     said = (
-        "the Deployment has it too, passed over by the webhook or left unconverted there; change it in the Deployment"
+        "a Deployment asking this is converted by the webhook or refused (by the webhook, or by the API server where"
+        " the webhook passes it over), so no Deployment the cluster took writes it; change it in the Deployment's"
+        " manifest"
     )
     assert "the API server refuses the ReplicaSet, as" in run.stdout and said in run.stdout, run.stdout

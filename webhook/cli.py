@@ -537,12 +537,14 @@ def _api_refusals(item: _Item, result: pipeline.Result, ctx: Context) -> list[st
     if result.skipped == pipeline.DEPLOYMENTS_REPLICASET and not ctx.settings.mig.enabled:  # nothing is converted
         who = f"the webhook passes over a Deployment's ReplicaSet, and {pipeline.MIG_OFF}"
     elif result.skipped == pipeline.DEPLOYMENTS_REPLICASET:
-        # not "it converts the Deployment's template": the template is the Deployment's as stored, so what is left in
-        # it was left there, the Deployment passed over (its creator exempt, its own opt-out label) or not converted
-        # (a request without its limit); found by a review
+        # review sees the ReplicaSet alone: a Deployment asking this is converted by the webhook (its ReplicaSets
+        # then carry the device) or refused, by the webhook (a request without its limit) or by the API server (the
+        # Deployment passed over, its creator exempt or its own opt-out label); either way no Deployment the cluster
+        # took writes this template (found by reviews: each of two wordings was false in one of the cases)
         who = "the webhook passes over a Deployment's ReplicaSet, whose template the Deployment controller copies from"
-        who += " the Deployment's: the Deployment has it too, passed over by the webhook or left unconverted there;"
-        who += " change it in the Deployment"
+        who += " the Deployment as stored: a Deployment asking this is converted by the webhook or refused (by the"
+        who += " webhook, or by the API server where the webhook passes it over), so no Deployment the cluster took"
+        who += " writes it; change it in the Deployment's manifest"
     elif result.skipped:
         who = f"the webhook passes it over, {result.skipped}"
     else:
