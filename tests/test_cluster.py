@@ -422,6 +422,28 @@ def test_a_node_without_a_device_is_a_gpu_node_joining_where_its_labels_or_its_p
 
 
 @pytest.mark.parametrize(
+    ("pool", "instance_type", "joining"),
+    [
+        pytest.param("gpu", "md-a100-0", True, id="instance-type-of-the-pools-gpu-nodes"),
+        pytest.param("gpu", "md-cpu-0", False, id="cpu-instance-type"),
+        pytest.param("other", "md-a100-0", False, id="another-nodepool"),
+    ],
+)
+def test_a_nodepool_node_no_label_says_has_gpus_is_joining_where_its_instance_type_is_its_pools_gpu_nodes(
+    pool: str, instance_type: str, joining: bool
+) -> None:
+    """Cluster API's Karpenter labels no GPU on a node: a node of a NodePool of CPU and GPU instance types alike that
+    offers no device yet was never a GPU node joining, and a DaemonSet's pod for one was told it stays Pending (a
+    review of MIG). It is one where a node of its NodePool with GPUs has its instance type."""
+    kp, it = "karpenter.sh/nodepool", "node.kubernetes.io/instance-type"
+    gpu_labels = {kp: "gpu", it: "md-a100-0", "nvidia.com/gpu.product": "NVIDIA-L4"}
+    gpu = node("gpu-1", labels=gpu_labels, alloc={"nvidia.com/gpu": "1"})
+    view = build_view([gpu, node("new", labels={kp: pool, it: instance_type}, alloc={})], Settings())
+    (new,) = [g for g in view.groups if "new" in g.nodes]
+    assert view.joining(new) is joining
+
+
+@pytest.mark.parametrize(
     ("providers", "labels", "gpu"),
     [
         pytest.param(["eks"], {"karpenter.k8s.aws/instance-gpu-count": "8"}, True, id="karpenter-on-eks"),

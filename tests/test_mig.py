@@ -3640,6 +3640,37 @@ def test_a_daemonset_pod_on_a_node_of_a_nodepool_is_told_its_node_has_no_gpu_onl
     assert event.message.endswith(f"the pod stays Pending until one does. {hint}"), event.message
 
 
+@pytest.mark.parametrize(
+    ("instance_type", "told"),
+    [
+        pytest.param("md-a100-0", False, id="gpu-node-joining"),
+        pytest.param("md-cpu-0", True, id="cpu-node"),
+    ],
+)
+def test_a_daemonset_pod_for_a_cluster_api_nodepool_node_of_its_gpu_nodes_instance_type_is_not_told(
+    instance_type: str, told: bool
+) -> None:
+    """Cluster API's Karpenter gives a node no label of its GPUs: a DaemonSet's pod for a node of the NodePool joining
+    with the instance type of its GPU nodes, its device plugin not up yet, was told it stays Pending, and its Event
+    that the pool offers the device and to give the pool a MIG layout (a review of MIG). Nothing is said, as for a
+    node of an EKS nodegroup joining; a node of another instance type of the pool is still told."""
+    it = "node.kubernetes.io/instance-type"
+    gpu_labels = {it: "md-a100-0", "nvidia.com/gpu.product": A100_80, "nvidia.com/mig.strategy": "mixed"}
+    gpu = _nodepool_node("gpu-1", {**gpu_labels, "nvidia.com/gpu.memory": "81920"}, {"nvidia.com/mig-1g.10gb": "56"})
+    ctx = context([gpu, _nodepool_node("n2", {**_CAPI_NODE, it: instance_type}, {"cpu": "96"})])
+    live = pipeline.mutate(workload("DaemonSet", frac("0.1")), ctx).object
+    result = _as_created(_daemon_pod_of(live, "n2"), ctx)
+    if told:
+        assert result.warnings == [
+            "mig: trainer asks nvidia.com/mig-1g.10gb, which no node it can run on offers now: it stays Pending"
+        ]
+        (event,) = _unoffered_events(result)
+        assert event.message.endswith(f"the pod stays Pending until one does. {_NONE_SEEN}"), event.message
+    else:
+        assert result.warnings == [] and _unoffered_events(result) == []
+        assert mig_annotation(result.object) == mig_annotation(live)
+
+
 def _azure_amd_node(gpus: dict[str, str]) -> dict[str, Any]:
     """A node Karpenter on Azure made of an AMD GPU SKU, offering ``gpus`` besides its CPUs."""
     labels = {

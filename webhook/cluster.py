@@ -50,6 +50,9 @@ GKE_PARTITION_LABEL = "cloud.google.com/gke-gpu-partition-size"
 GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 PRODUCT_LABEL = GFD + "gpu.product"
 GKE_LABELS = "cloud.google.com/gke-"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+"""The node's instance type, as the kubelet (or its cloud provider, or Karpenter) labels it (kubernetes.io "Well-Known
+Labels, Annotations and Taints")."""
 NODE_OS_LABELS: Mapping[str, str] = {"kubernetes.io/os": "linux", "beta.kubernetes.io/os": "linux"}
 """What the kubelet labels a Linux node with (the beta key too), as Cluster Autoscaler's template node for a group at
 zero carries them (its generic labels): every GPU node runs Linux (NVIDIA's device plugin, which offers
@@ -326,6 +329,9 @@ class ClusterView:
     on_demand_keys: frozenset[str] = frozenset()
     """The label keys of the groups that are not spot capacity. These three are read by the spot policy on every
     request, and were worked out there from the groups each time (found by a review)."""
+    gpu_instance_types: frozenset[tuple[str, str]] = frozenset()
+    """(pool, instance type) of the groups with GPUs (``INSTANCE_TYPE_LABEL``): what ``joining`` reads of a node of a
+    pool of CPU and GPU instance types alike, worked out when the view is built."""
     _memo: Memo = field(
         default_factory=lambda: Memo(MEMO_SIZE, 4 << 20), init=False, compare=False, repr=False, hash=False
     )
@@ -369,14 +375,18 @@ class ClusterView:
     def joining(self, group: NodeGroup) -> bool:
         """Whether the group's nodes are GPU nodes joining, their device plugin (and GFD) not up yet: they offer no
         GPU device now, and GFD's labels, the labels their provider gives a GPU node from its start
-        (``Presets.gpu_labelled``), or their pool's other nodes (``_gpu_pools``) say they have GPUs. A pool that may
-        hold CPU and GPU instance types alike (a Karpenter NodePool: ``Presets.mixed_pool_labels``) says nothing of
-        one node: its CPU nodes were taken for GPU nodes joining, for good (a review's)."""
+        (``Presets.gpu_labelled``), or their pool's other nodes (``_gpu_pools``) say they have GPUs. Of a pool that
+        may hold CPU and GPU instance types alike (a Karpenter NodePool: ``Presets.mixed_pool_labels``), only a node
+        of an instance type that a node of the pool with GPUs has: its CPU nodes were taken for GPU nodes joining,
+        for good (a review's), and where no label says GPU (Cluster API's Karpenter) a GPU node joining was told it
+        stays Pending (a review of MIG)."""
         if group.offers_gpu:
             return False
         if group.has_gpu or self.presets.gpu_labelled(group.labels):
             return True
-        return group.pool in self._gpu_pools and self.presets.mixed_pool_labels.isdisjoint(group.labels)
+        if self.presets.mixed_pool_labels.isdisjoint(group.labels):
+            return group.pool in self._gpu_pools
+        return (group.pool, group.labels.get(INSTANCE_TYPE_LABEL, "")) in self.gpu_instance_types
 
     @functools.cached_property
     def _gpu_pools(self) -> frozenset[str]:
@@ -1485,6 +1495,9 @@ def build_view(
         spot_now=any(g.spot for g in groups),
         gpu_spot_now=any(g.spot and g.has_gpu for g in groups),
         on_demand_keys=frozenset(key for g in groups if not g.spot for key in g.labels),
+        gpu_instance_types=frozenset(
+            (g.pool, kind) for g in groups if g.has_gpu and (kind := g.labels.get(INSTANCE_TYPE_LABEL))
+        ),
     )
 
 
