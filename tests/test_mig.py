@@ -926,7 +926,7 @@ def _mixed_nodepool_pools() -> list[PoolSettings]:
             _mixed_nodepool_pools(),
             mixed_node("m", A100_40, {"1g.10gb": 1}, "small", 40960),
             pod(container("a", limits={GPU: "0.2"}), container("b", limits={"nvidia.com/mig-1g.10gb": "1"})),
-            " Pool small offers 1g.10gb, 1 a node, but with its other containers' this pod would need 2"
+            " Pool small offers 1g.10gb, 1 a node, but with its other containers, this pod would need 2"
             " nvidia.com/mig-1g.10gb on one node.",
             id="too-few-for-its-other-containers",
         ),
@@ -2303,7 +2303,7 @@ def test_too_few_devices_on_a_node_for_the_whole_pod_is_said_so(node, second, re
     result = review(obj, [node])
     assert not result.allowed and result.reason == "MIGNoProfile"
     msg = result.message
-    assert f"Pool a100 offers 3g.20gb, 1 a node, but with its other containers' this pod would need 2 {resource}" in msg
+    assert f"Pool a100 offers 3g.20gb, 1 a node, but with its other containers, this pod would need 2 {resource}" in msg
     assert "offer no MIG profiles" not in msg and "cannot use (selectors" not in msg, msg
     assert "Split the containers into pods of their own" in msg
 
@@ -2324,7 +2324,7 @@ def test_too_few_devices_on_a_node_counts_every_container_of_the_pod(asks: list[
     result = review(obj, nodes)
     assert not result.allowed and result.reason == "MIGNoProfile"
     assert (
-        f" Pool a80 offers 3g.40gb, {per_node} a node, but with its other containers' this pod would need {need}"
+        f" Pool a80 offers 3g.40gb, {per_node} a node, but with its other containers, this pod would need {need}"
         " nvidia.com/mig-3g.40gb on one node. Split the containers into pods of their own"
     ) in result.message, result.message
 

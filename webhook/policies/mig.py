@@ -1156,7 +1156,7 @@ def _refusal(
     if seen:
         tail = "" if unpinned else f" Eligible nodes offer: {_offered(seen, ask)}."
         tail += "".join(
-            f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers' this pod would"
+            f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers, this pod would"
             f" need {need} {resource} on one node."
             for g, (profile, resource, have, need) in short[:3]
         )
@@ -1172,7 +1172,7 @@ def _refusal(
         ]
         if short:
             tail = "".join(
-                f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers' this pod would"
+                f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers, this pod would"
                 f" need {need} {resource} on one node."
                 for g, (profile, resource, have, need) in short[:3]
             )
