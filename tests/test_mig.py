@@ -3598,6 +3598,18 @@ _CAPI_NODE = {  # Cluster API's Karpenter: the instance type is a MachineDeploym
     "karpenter.sh/capacity-type": "on-demand",
     "capacity.karpenter.cluster.x-k8s.io/cpu": "96",
 }
+_AWS_AMD = {  # aws/karpenter-provider-aws labels.go: instance-gpu-manufacturer, "nvidia" on an NVIDIA GPU type
+    "node.kubernetes.io/instance-type": "g4ad.xlarge",
+    "karpenter.k8s.aws/instance-family": "g4ad",
+    "karpenter.k8s.aws/instance-gpu-name": "radeon-pro-v520",
+    "karpenter.k8s.aws/instance-gpu-manufacturer": "amd",
+    "karpenter.k8s.aws/instance-gpu-count": "1",
+}
+_EKS_AUTO_AMD = {
+    "node.kubernetes.io/instance-type": "g4ad.xlarge",
+    "eks.amazonaws.com/instance-gpu-manufacturer": "amd",
+    "eks.amazonaws.com/instance-gpu-count": "1",
+}
 _HAS_NO_GPU = (
     "Its DaemonSet's template asks this one device of every node it selects, and this pod's node has no GPU: keep the"
     " DaemonSet off nodes without GPUs (a nodeSelector or node affinity on its GPU nodes' labels)."
@@ -3618,10 +3630,15 @@ _NONE_SEEN = (
         pytest.param({"karpenter.azure.com/sku-gpu-count": "0"}, _HAS_NO_GPU, id="azure-cpu-instance"),
         pytest.param(_CAPI_NODE, _NONE_SEEN, id="cluster-api-node"),
         pytest.param({"node.kubernetes.io/instance-type": "m5.2xlarge"}, _NONE_SEEN, id="no-provider-label"),
+        # an AMD GPU instance type, up or joining: was taken for an NVIDIA GPU node joining, for good (its
+        # instance-gpu-count), and its pod was told nothing (found by a review of MIG)
+        pytest.param(_AWS_AMD, _NONE_SEEN, id="aws-amd-instance"),
+        pytest.param(_AWS_AMD, _NONE_SEEN, id="aws-amd-instance-up"),
+        pytest.param(_EKS_AUTO_AMD, _NONE_SEEN, id="eks-auto-mode-amd-instance"),
     ],
 )
 def test_a_daemonset_pod_on_a_node_of_a_nodepool_is_told_its_node_has_no_gpu_only_where_its_labels_say_so(
-    labels: dict[str, str], hint: str
+    labels: dict[str, str], hint: str, request: pytest.FixtureRequest
 ) -> None:
     """The pod a DaemonSet makes for a CPU node of a Karpenter NodePool was told to give its node's pool a MIG
     layout that offers its device, or to ask by annotation: neither gives a CPU node a GPU. It is told to keep the
@@ -3634,7 +3651,8 @@ def test_a_daemonset_pod_on_a_node_of_a_nodepool_is_told_its_node_has_no_gpu_onl
         {"nvidia.com/gpu.product": A100_80, "nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.memory": "81920"},
         {"nvidia.com/mig-1g.10gb": "56"},
     )
-    ctx = context([gpu, _nodepool_node("n2", labels, {"cpu": "8"})])
+    up = {"amd.com/gpu": "1"} if request.node.callspec.id.endswith("-up") else {}
+    ctx = context([gpu, _nodepool_node("n2", labels, {"cpu": "8", **up})])
     live = pipeline.mutate(workload("DaemonSet", frac("0.1")), ctx).object
     (event,) = _unoffered_events(_as_created(_daemon_pod_of(live, "n2"), ctx))
     assert event.message.endswith(f"the pod stays Pending until one does. {hint}"), event.message

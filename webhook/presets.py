@@ -12,6 +12,9 @@ import yaml
 
 from webhook.errors import ConfigError
 
+NVIDIA = "nvidia"
+"""How a provider's label names NVIDIA as a GPU's maker (``Presets.gpu_maker_labels``)."""
+
 
 @dataclass(frozen=True)
 class TaintPreset:
@@ -91,10 +94,17 @@ class Presets:
     """Per pool label key, the prefix of the tag that gives Cluster Autoscaler's template node of such a group at zero
     an extended resource (EKS's ASG tag ``k8s.io/cluster-autoscaler/node-template/resources/<name>``:
     ``resource_tag`` in providers.yaml)."""
+    gpu_maker_labels: frozenset[str] = frozenset()
+    """Label keys a provider gives a GPU node from its start whose value names its GPU's maker (Karpenter on AWS's
+    ``karpenter.k8s.aws/instance-gpu-manufacturer``: ``gpu_maker_labels`` in providers.yaml): a node where one names
+    another maker than NVIDIA (``amd``) has no GPU an NVIDIA device plugin will offer. Read whatever
+    ``cluster.providers`` names."""
 
     def gpu_labelled(self, labels: Mapping[str, str]) -> bool:
         """Whether a node's labels say it has GPUs before its device plugin runs (``gpu_label_keys``,
         ``gpu_label_values``: AKS's accelerator, or its legacy one, among them)."""
+        if any(labels.get(k, NVIDIA).strip().lower() != NVIDIA for k in self.gpu_maker_labels):
+            return False  # another maker's GPUs (an AMD node of Karpenter on AWS): was taken for NVIDIA's, joining
         return not self.gpu_label_keys.isdisjoint(labels) or any(labels.get(k) == v for k, v in self.gpu_label_values)
 
     def named_by(self, keys: Collection[str], shown: Collection[str] = ()) -> frozenset[str]:
@@ -252,4 +262,5 @@ def load_presets(
             if (raw[n] or {}).get("resource_tag")
             for k in _own_pool_labels(raw[n])
         },
+        frozenset(k for n, e in raw.items() for k in _node_keys(n, names, (e or {}).get("gpu_maker_labels", ()))),
     )

@@ -2319,6 +2319,8 @@ def _known_cpu(group: NodeGroup, ctx: Context) -> bool:
         return False
     if any(group.labels.get(k, "0").strip() not in ("", "0") for k in presets.gpu_count_labels):
         return False  # a GPU SKU of any maker (an AMD node, its device plugin not up yet: a review of MIG)
+    if not presets.gpu_maker_labels.isdisjoint(group.labels):
+        return False  # another maker's GPU instance type (Karpenter on AWS's AMD node: a review of MIG)
     labelling = [*presets.accelerator_labels, *presets.gpu_node_labels]
     shown = {k for p in labelling for k in presets.shown_by.get(p, ())}
     if not shown.isdisjoint(group.labels):
