@@ -443,6 +443,22 @@ def test_a_nodepool_node_no_label_says_has_gpus_is_joining_where_its_instance_ty
     assert view.joining(new) is joining
 
 
+def test_a_nodepool_node_of_its_gpu_nodes_instance_type_is_joining_among_many_instance_types() -> None:
+    """A NodePool of many instance types, a node or two each (Karpenter chooses among all it allows): the instance
+    type was taken for a node's own label and dropped from the groups, and the node joining with its GPU nodes'
+    instance type was no longer told apart (a review of MIG)."""
+    kp, it = "karpenter.sh/nodepool", "node.kubernetes.io/instance-type"
+    gpu = node(
+        "gpu-1", labels={kp: "p", it: "md-a100-0", "nvidia.com/gpu.product": "NVIDIA-L4"}, alloc={"nvidia.com/gpu": "1"}
+    )
+    cpus = [node(f"cpu-{i}", labels={kp: "p", it: f"md-cpu-{i}"}, alloc={}) for i in range(66)]
+    view = build_view([gpu, node("new", labels={kp: "p", it: "md-a100-0"}, alloc={}), *cpus], Settings())
+    assert it not in view.volatile_labels
+    (new,) = [g for g in view.groups if "new" in g.nodes]
+    (cpu,) = [g for g in view.groups if "cpu-7" in g.nodes]
+    assert view.joining(new) and not view.joining(cpu)
+
+
 @pytest.mark.parametrize(
     ("providers", "labels", "gpu"),
     [

@@ -1604,8 +1604,8 @@ def _per_node_keys(nodes: Sequence[Node], builder: _Builder) -> frozenset[str]:
     compact placement, k3s's k3s.io/hostname): they made a group of every node, and the policies' work grows with
     the groups (3,000 nodes of one pool took past the 1 s budget; found by a review of the cluster model). They are
     then volatile: a pod's rule that names one is still decided node by node. Never a key the webhook reads: the
-    GPU labels, a pool's or a spot label, a declared pool's selector."""
-    kept = {*builder.presets.pool_labels, *(k for k, _, _ in builder.presets.spot_labels)}
+    GPU labels, a pool's or a spot label, a declared pool's selector, the instance type (``ClusterView.joining``)."""
+    kept = {*builder.presets.pool_labels, *(k for k, _, _ in builder.presets.spot_labels), INSTANCE_TYPE_LABEL}
     kept.update(k for pool in builder.pools for k in pool.node_selector)
     values: dict[str, set[str]] = {}
     carried: dict[str, int] = {}
