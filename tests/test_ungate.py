@@ -13,6 +13,7 @@ import base64
 import copy
 import dataclasses
 import json
+import random
 import re
 import uuid
 from collections.abc import Sequence
@@ -30,7 +31,7 @@ from webhook.audit import build_recorder
 from webhook.cluster import StaticCluster, build_view
 from webhook.config import AuditSettings, CudaSettings, PoolSettings, Settings, SpotSettings, TaintSpec
 from webhook.events import EventQueue
-from webhook.model import Context
+from webhook.model import Context, escaped
 from webhook.policies import cuda, spot
 
 POOL = "cloud.google.com/gke-nodepool"
@@ -186,18 +187,20 @@ def test_containers_refused_alike_are_one_line_of_the_event_that_names_them_all(
 
 def test_containers_refused_each_its_own_way_are_each_named_in_the_event() -> None:
     """Found by a review of the reporting: two containers of images built for other CUDA versions made two refusals,
-    and the Event, cut in its middle, named only the first container. The first refusal is whole, its 'To fix' too;
-    the second's start says which container, image and CUDA; the last line says where to read the rest."""
+    and the Event, cut in its middle, named only the first container. The first refusal's 'To fix' is whole, and
+    its start (what comes before its advice is cut first); Kueue's advice is whole; the last line names the other
+    container and says where to read its refusal."""
     app, recorder, sink = app_with()
     old = created(GATE, containers=[("trainer", IMAGE), ("helper", "pytorch/pytorch-nightly:2710000-cu12.6")])
     answer = update(app, "/validate", admitted(old, "h100-old"), old)
-    trainer, helper, _ = refusals_of(answer)
+    trainer, _, _ = refusals_of(answer)
     (event,) = sent(recorder, sink)
-    _, trainer_said, helper_said, tail = event["message"].split("\n")
-    assert trainer_said == trainer and "To fix: Use an image built for CUDA <= 12.2;" in trainer, trainer_said
-    start = "container helper (image pytorch/pytorch-nightly:2710000-cu12.6) needs CUDA 12.6 (from image tag"
-    assert helper_said.startswith(start) and helper.startswith(helper_said.removesuffix("…")), helper_said
-    assert tail == f"cut to fit the Event: {pipeline.EVENT_WHOLE}" and len(event["message"]) <= events.MESSAGE_LIMIT
+    _, trainer_said, advice, tail = event["message"].split("\n")
+    fix = trainer[trainer.index("To fix: Use an image built for CUDA <= 12.2;") :]
+    assert trainer_said.startswith(f"container trainer (image {IMAGE}) needs CUDA 12.8 (from image tag"), trainer_said
+    assert trainer_said.endswith(f"… {fix}") and trainer.startswith(trainer_said.split("…")[0]), trainer_said
+    assert advice == pipeline.KUEUE_ADVICE and len(event["message"]) <= events.MESSAGE_LIMIT
+    assert tail == f"and 1 more refusal (containers helper): {pipeline.EVENT_WHOLE}", tail
 
 
 @pytest.mark.parametrize("alike", [True, False], ids=["one-image", "an-image-each"])
@@ -205,7 +208,8 @@ def test_the_event_of_forty_refused_containers_keeps_the_first_advice_and_says_h
     """Found by a review of the reporting: refusals of dozens of containers were cut, in the Event, to the first's
     start and Kueue's advice (or, given each a share of the room, to stubs of 16 characters that said nothing).
     Forty containers (init containers but one: a GPU at a time) of one image are one line naming some and counting
-    the rest; of an image each, the first refusal is whole and the last line counts those left out."""
+    the rest; of an image each, the last line counts those left out. The first refusal's advice and Kueue's are
+    whole, what comes before the first's advice cut to the room left."""
     named = [(f"worker-{i:02}", IMAGE if alike else f"pytorch/pytorch-nightly:27100{i:02}-cu12.8") for i in range(40)]
     app, recorder, sink = app_with()
     old = created(GATE, containers=named[:1], init=named[1:])
@@ -215,15 +219,15 @@ def test_the_event_of_forty_refused_containers_keeps_the_first_advice_and_says_h
     lines = event["message"].split("\n")
     assert len(event["message"]) <= events.MESSAGE_LIMIT and lines[0].startswith("CUDAIncompatible: taking away")
     fix = "To fix: " + first.split(" To fix: ")[1]
-    assert lines[1].endswith(f" {fix}"), lines[1]
+    assert lines[1].endswith(f"… {fix}") and lines[-2] == pipeline.KUEUE_ADVICE, lines
     if alike:
-        said = re.fullmatch(r"container worker-01 \(init\) \(and (.*) and (\d+) more alike\) \(image (.*)", lines[1])
+        said = re.match(r"container worker-01 \(init\) \(and (.*) and (\d+) more alike\) \(ima…", lines[1])
         assert said is not None and len(said[1].split(", ")) + int(said[2]) == 39, lines[1]
-        assert first.startswith(f"container worker-01 (init) (image {said[3]}") and len(lines) == 3, lines
+        assert len(lines) == 4 and lines[-1] == f"cut to fit the Event: {pipeline.EVENT_WHOLE}", lines
     else:
-        assert lines[1] == first, lines[1]
-        more = re.fullmatch(r"and (\d+) more refusals \(containers worker-\d\d(.*)\): (.*)", lines[-1])
-        assert more is not None and int(more[1]) == 40 - len(lines[1:-1]), lines
+        assert lines[1].startswith(f"container worker-01 (init) (image {named[1][1]}) needs CUDA 12.8"), lines[1]
+        more = re.fullmatch(r"and (\d+) more refusals: (.*)", lines[-1])
+        assert more is not None and int(more[1]) == 40 - len(lines[1:-2]), lines
     assert lines[-1].endswith(pipeline.EVENT_WHOLE), lines[-1]
 
 
@@ -791,8 +795,9 @@ def test_kueues_ungating_onto_spot_gets_the_advice_on_the_cuda_steering_only_whe
 def test_a_refusal_for_spot_and_cuda_says_both_in_the_event() -> None:
     """Found by a review of the reporting: an ungating refused for spot and CUDA both (an answer of 1638 characters)
     got an Event of the spot refusal cut mid-sentence, then Kueue's advice, which is about the CUDA one, and no word
-    of the CUDA refusal, nor its reason. The Event names both reasons, the spot refusal whole, the start of the CUDA
-    one (its container, image and CUDA), and where to read the whole; the answer keeps its whole text."""
+    of the CUDA refusal, nor its reason. The Event names both reasons, the spot refusal's advice whole, the start of
+    the CUDA one (its container, image and CUDA), Kueue's advice, and where to read the whole; the answer keeps its
+    whole text."""
     settings = dataclasses.replace(NEVER, cuda=CudaSettings(mode="enforce"), audit=AuditSettings(event_queue_size=10))
     cluster_nodes = spot_nodes() + nodes(tainted=False)[1:]  # l4-spot's driver too old for CUDA 12.8
     cluster_nodes[1]["metadata"]["labels"].update(nodes()[1]["metadata"]["labels"] | {POOL: "l4-spot"})
@@ -804,9 +809,11 @@ def test_a_refusal_for_spot_and_cuda_says_both_in_the_event() -> None:
     spot_refusal, cuda_refusal, advice = refusals_of(answer)
     assert advice == pipeline.KUEUE_ADVICE and len(answer["status"]["message"]) > events.MESSAGE_LIMIT
     (event,) = [e for e in sent(recorder, sink) if e["reason"] == "UngateRefused"]
-    head, spot_said, cuda_said, tail = event["message"].split("\n")
+    head, spot_said, cuda_said, advice_said, tail = event["message"].split("\n")
     assert head.startswith("SpotNeverUngatedPending, CUDAIncompatible: taking away") and len(event["message"]) <= 1024
-    assert spot_said == spot_refusal and "recreate it annotated gpu-admission.io/spot: tolerate" in spot_said
+    spot_advice = spot_refusal[spot_refusal.index("Have Kueue admit it") :]
+    assert spot_said.startswith("pod ml/trainer is under spo") and spot_said.endswith(f"… {spot_advice}"), spot_said
+    assert "recreate it annotated gpu-admission.io/spot: tolerate" in spot_said and advice_said == advice
     start = f"container trainer (image {IMAGE}) needs CUDA 12.8 (from image tag"
     assert cuda_said.startswith(start) and cuda_refusal.startswith(cuda_said.removesuffix("…")), cuda_said
     assert tail == f"cut to fit the Event: {pipeline.EVENT_WHOLE}", tail
@@ -1049,3 +1056,115 @@ def test_kueues_advice_stays_where_the_last_ungating_adds_a_toleration_of_its_ow
         if not allowed:
             assert answer["status"]["reason"] == "CUDAIncompatible", answer
             assert answer["status"]["message"].endswith(f"\n{pipeline.KUEUE_ADVICE}"), answer["status"]["message"]
+
+
+def spot_and_cuda_refused(image: str, annotations: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A pod created on spot (its own nodeSelector and toleration) while only drivers of CUDA 12.8 were there, then
+    ungated by Kueue onto spot pool l4-spot (driver 535) under spot never: refused for spot (the long advice of a
+    pod created with its own spot nodeSelector) and for CUDA. The answer and the Event."""
+    spot_taint = {"key": SPOT_LABEL, "value": "true", "effect": "NoSchedule"}
+    new, old = nodes()
+    h100_spot, l4_spot = copy.deepcopy(new), copy.deepcopy(old)
+    h100_spot["metadata"]["name"], l4_spot["metadata"]["name"] = "spot-new", "spot-old"
+    h100_spot["metadata"]["labels"].update({POOL: "h100-spot", SPOT_LABEL: "true"})
+    l4_spot["metadata"]["labels"].update({POOL: "l4-spot", SPOT_LABEL: "true"})
+    h100_spot["spec"]["taints"] = l4_spot["spec"]["taints"] = [spot_taint]
+    pod = gated_pod()
+    pod["spec"]["containers"][0]["image"] = image
+    pod["metadata"] |= {"annotations": annotations, "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}
+    pod["spec"] |= {"nodeSelector": {SPOT_LABEL: "true"}, "tolerations": [GKE_SPOT_TOLERATION]}
+    at_create = Settings()
+    result = pipeline.review(
+        pod, Context(settings=at_create, cluster=build_view([new, h100_spot], at_create), namespace="ml")
+    )
+    assert result.allowed, result.message
+    stored = result.object
+    stored["metadata"]["uid"] = str(uuid.uuid4())
+    settings = dataclasses.replace(NEVER, audit=AuditSettings(event_queue_size=10))
+    app, recorder, sink = app_with(settings, over=[new, h100_spot, l4_spot])
+    answer = update(app, "/validate", kueue_admits(stored, {POOL: "l4-spot"}), stored)
+    assert answer["auditAnnotations"]["decision"] == "denied (SpotNeverUngated, CUDAIncompatible)", answer
+    (event,) = [e for e in sent(recorder, sink) if e["reason"] == "UngateRefused"]
+    return answer, event
+
+
+def test_a_spot_refusals_advice_is_whole_in_the_event_beside_a_cuda_refusal() -> None:
+    """Found by a review of the reporting: the spot refusal's advice was kept whole only where 120 characters before
+    it still fitted, else the line was cut in its middle, the advice with it (a spot refusal and a CUDA one, the
+    spot advice of 563 characters). The advice is whole; what comes before it is cut to the room left."""
+    answer, event = spot_and_cuda_refused(IMAGE, {})
+    spot_refusal = refusals_of(answer)[0]
+    advice = spot_refusal[spot_refusal.index("Its nodeSelector had") :]
+    assert len(event["message"]) <= events.MESSAGE_LIMIT
+    _, spot_said, cuda_said, tail = event["message"].split("\n")
+    assert spot_said.startswith("pod ml/trainer is under spot never") and spot_said.endswith(f"… {advice}"), spot_said
+    assert cuda_said.startswith(f"container trainer (image {IMAGE}) needs CUDA 12.8"), cuda_said
+    assert tail == f"cut to fit the Event: {pipeline.EVENT_WHOLE}", tail
+
+
+@pytest.mark.parametrize(
+    ("image", "suffix"),
+    [("nvcr.io/nvidia/pytorch:25.01-py3", ""), (IMAGE, "-gpu-pool-us-central1")],
+    ids=["forward-compatibility-said", "long-pool-names"],
+)
+def test_kueues_advice_stays_in_the_event_of_one_long_cuda_refusal(image: str, suffix: str) -> None:
+    """Found by a review of the reporting: one CUDA refusal long enough (an NGC image's forward-compatibility
+    words, or long pool names) left Kueue's advice out of the Event, the refusal kept whole in its stead. Kueue's
+    advice and the refusal's own are whole; what comes before the refusal's advice is cut."""
+    renamed = nodes()
+    for node in renamed:
+        node["metadata"]["labels"][POOL] += suffix
+    settings = Settings(audit=AuditSettings(event_queue_size=10))
+    app, recorder, sink = app_with(settings, over=renamed)
+    pod = gpu_pod("trainer", image=image)
+    pod["metadata"] = {"name": "trainer", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}
+    pod["spec"]["schedulingGates"] = [{"name": GATE}]
+    stored = created_through(app, pod)
+    answer = update(app, "/validate", admitted(stored, "h100-old" + suffix), stored)
+    refusal, advice = refusals_of(answer)
+    assert advice == pipeline.KUEUE_ADVICE
+    (event,) = [e for e in sent(recorder, sink) if e["reason"] == "UngateRefused"]
+    _, said, advice_said, tail = event["message"].split("\n")
+    fix = refusal[refusal.index("To fix: ") :]
+    assert said.startswith("container trainer (image ") and said.endswith(f"… {fix}"), said
+    assert advice_said == pipeline.KUEUE_ADVICE and len(event["message"]) <= events.MESSAGE_LIMIT
+    assert tail == f"cut to fit the Event: {pipeline.EVENT_WHOLE}", tail
+
+
+def test_every_ungating_event_keeps_to_the_limit_with_the_first_advice_and_kueues_whole() -> None:
+    """Found by a review of the reporting: room set aside for the Event's last line, not the line written, made
+    Events over 1024 characters, which the relay then cut in their middle, through the advice. Seeded random
+    containers (names, images, alike or not), gates and updaters: every Event is within the limit and holds the
+    first refusal's advice and Kueue's whole."""
+    rng = random.Random(7)
+    settings = Settings()
+    view = build_view(nodes(), settings)
+
+    def word(least: int, most: int) -> str:
+        return "".join(rng.choice("abcdefghij0123456789-") for _ in range(rng.randint(least, most))).strip("-") or "x"
+
+    images = [IMAGE, "nvcr.io/nvidia/pytorch:25.01-py3", "pytorch/pytorch-nightly:2710000-cu12.6"]
+    for case in range(2000):
+        named = list(dict.fromkeys(f"c{word(0, 62)}"[:63] for _ in range(rng.randint(1, 6))))
+        own = [f"registry.example.com/{word(1, 80)}:{word(1, 20)}-cu12.{rng.choice('4678')}" for _ in range(2)]
+        gates = [f"example.com/{word(1, 50)}" for _ in range(rng.randint(0, 4))] + [GATE]
+        pod = gpu_pod("x", image=IMAGE)
+        pod["metadata"] = {"name": "trainer", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "q"}}
+        pod["spec"]["containers"] = [
+            {**pod["spec"]["containers"][0], "name": n, "image": rng.choice(images + own)} for n in named
+        ]
+        pod["spec"]["schedulingGates"] = [{"name": g} for g in gates]
+        result = pipeline.review(pod, Context(settings=settings, cluster=view, namespace="ml"))
+        assert result.allowed, result.message
+        old = result.object
+        username = rng.choice([KUEUE, f"oidc:{word(1, 300)}@example.com"])
+        ctx = Context(settings, view, "ml", "UPDATE", username, old_object=old)
+        refused = pipeline.validate(admitted(old, "h100-old"), ctx)
+        if refused.allowed:
+            continue
+        (event,) = [e for e in refused.outcome.events if e.reason == "UngateRefused"]
+        first = escaped(refused.outcome.denials[0].message)
+        fix = first[first.index("To fix: ") :]
+        assert len(event.message) <= events.MESSAGE_LIMIT, (case, event.message)
+        assert event.message.split("\n")[1].endswith(fix), (case, event.message)
+        assert (pipeline.KUEUE_ADVICE in event.message) is (pipeline.KUEUE_ADVICE in refused.message), case

@@ -476,49 +476,59 @@ class _Refusal(NamedTuple):
 def ungate_event(denials: Sequence[Denial], gates: str, by: str, advice: str) -> str:
     """A refused ungating's ``UngateRefused`` Event, within ``events.MESSAGE_LIMIT``: every reason, the gate taken
     away, a line per refusal (containers refused alike on one line: ``_refusals``), Kueue's ``advice``. Where that
-    is too long, the first refusal keeps its advice whole (what comes before it is cut: ``Denial.fix``), each other
-    reason's first refusal its start (what was refused), then Kueue's advice, and the others as they fit; a last
-    line says how many refusals are left out, of which containers, and where the whole is read. The answer was cut
-    in its middle instead: a refusal for spot and CUDA both lost every word of the CUDA one, a long spot advice the
-    entries it names, and a refusal of several containers all but the first's start (found by reviews; giving each
-    refusal its share of the room cut each one's advice, and dozens of refusals to stubs of 16 characters)."""
+    is too long, it is made up in this order, each part where it still fits with the last line as it will be
+    written (how many refusals are left out, of which containers, and where the whole is read): the first
+    refusal's advice whole (from ``Denial.fix`` on), Kueue's advice whole, the start of each other reason's first
+    refusal (``_start``: what was refused), what comes before the first refusal's advice (cut to the room left,
+    down to an ellipsis), then the other refusals as they fit, at least their start; the updater last. The answer
+    was cut in its middle instead: a refusal for spot and CUDA both lost every word of the CUDA one, a long spot
+    advice the entries it names, and a refusal of several containers all but the first's start; a room set aside
+    for the last line, not the line written, made Events over the limit, and a fixed share before the advice cut
+    the advice in its middle (found by reviews)."""
     refusals = _refusals(denials)
     lines = [r.text for r in refusals]
     reasons = ", ".join(dict.fromkeys(r.reason for r in refusals))  # each once, as the audit's decision
 
-    def said(by: str, shown: Mapping[int, str], tail: Sequence[str]) -> str:
+    def said(by: str, shown: Mapping[int, str], tail: Sequence[str], last: bool = True) -> str:
         head = f"{reasons}: {GATE_TAKEN.format(gates=middle_clipped(gates, EVENT_NAMES), by=by)} is refused:"
-        return "\n".join([head, *(shown[i] for i in sorted(shown)), *tail])
+        left = [r for i, r in enumerate(refusals) if i not in shown]
+        ending = [_left_out(left, named)] if last else []
+        return "\n".join([head, *(shown[i] for i in sorted(shown)), *tail, *ending])
 
-    whole = said("", dict(enumerate(lines)), [advice] if advice else [])
-    if len(whole) <= EVENT_LIMIT:
-        with_by = said(by, dict(enumerate(lines)), [advice] if advice else [])
-        return with_by if len(with_by) <= EVENT_LIMIT else whole
-    firsts: dict[str, int] = {}
-    for i, r in enumerate(refusals):
-        firsts.setdefault(r.reason, i)
-    seconds = [i for i in firsts.values() if i]  # each other reason's first refusal
-    room = EVENT_LIMIT - len(said("", {}, [_left_out(refusals[1:])]))
-    least = min(EVENT_WHAT_LEAST, room // 2 // len(seconds)) if seconds else 0  # half the room left to the first
-    floors = {i: min(len(lines[i]), least) + 1 for i in seconds}
-    shown = {0: _fitted(lines[0], refusals[0].fix, room - sum(floors.values()) - 1)}
-    room -= len(shown[0]) + 1
-    for i in seconds:
-        del floors[i]
-        shown[i] = clipped(lines[i], room - sum(floors.values()) - 1)
-        room -= len(shown[i]) + 1
-    told = [advice] if advice and len(advice) < room else []
-    room -= sum(len(t) + 1 for t in told)
-    for i in (i for i in range(1, len(lines)) if i not in shown):
-        if room - 1 < min(len(lines[i]), EVENT_WHAT_LEAST):
-            break
-        shown[i] = clipped(lines[i], room - 1)
-        room -= len(shown[i]) + 1
-    left = [r for i, r in enumerate(refusals) if i not in shown]
-    if left or told != ([advice] if advice else []) or any(shown[i] != lines[i] for i in shown):
-        told.append(_left_out(left))
-    message = said(by, shown, told)
-    return message if len(message) <= EVENT_LIMIT else said("", shown, told)
+    whole, named = [advice] if advice else [], False
+    for message in (said(by, dict(enumerate(lines)), whole, False), said("", dict(enumerate(lines)), whole, False)):
+        if len(message) <= EVENT_LIMIT:
+            return message
+    first = refusals[0]
+    at = max(first.text.find(first.fix), 0) if first.fix else 0
+    before, fix = first.text[:at].rstrip(), first.text[at:]
+    shown = {0: f"… {fix}" if before else fix}
+    tail = whole if len(said("", shown, whole)) <= EVENT_LIMIT else []
+
+    def room(i: int) -> int:
+        """The characters line ``i`` may take, the others as they are."""
+        return EVENT_LIMIT - len(said("", {**shown, i: ""}, tail))
+
+    def first_within(least: int) -> None:
+        """What comes before the first refusal's advice, within ``least`` and the room left."""
+        if before and (spare := min(room(0) - len(fix) - 1, least)) > 0:
+            shown[0] = f"{_start(before, spare)} {fix}"
+
+    firsts = {r.reason: i for i, r in reversed(list(enumerate(refusals)))}  # each reason's first refusal
+    for i in sorted(firsts.values())[1:]:
+        if room(i) >= min(len(lines[i]), EVENT_WHAT_LEAST):
+            shown[i] = _start(lines[i], EVENT_WHAT_LEAST)
+    first_within(EVENT_WHAT_LEAST)
+    named = True  # the containers of the refusals left out, where they fit
+    named = len(said("", shown, tail)) <= EVENT_LIMIT
+    for i in range(1, len(lines)):
+        if (spare := room(i)) >= min(len(lines[i]), EVENT_WHAT_LEAST):
+            shown[i] = _start(lines[i], spare)
+    first_within(EVENT_LIMIT)
+    for message in (said(by, shown, tail), said("", shown, tail), said("", shown, tail, False)):
+        if len(message) <= EVENT_LIMIT:
+            return message
+    return middle_clipped(message, EVENT_LIMIT)  # an advice alone over the limit
 
 
 def _refusals(denials: Sequence[Denial]) -> list[_Refusal]:
@@ -550,24 +560,17 @@ def _named(names: Sequence[str]) -> str:
     return ", ".join(shown) + (f" and {more} more" if more else "")
 
 
-def _fitted(line: str, fix: str, room: int) -> str:
-    """``line`` within ``room``: its advice (from ``fix`` on) whole where what comes before it keeps
-    ``EVENT_WHAT_LEAST`` characters (that is cut at its end), else cut in its middle (``middle_clipped``)."""
-    if len(line) <= room:
-        return line
-    at = line.find(fix) if fix else -1
-    before = room - (len(line) - at) - 1
-    if at > 0 and before >= min(at, EVENT_WHAT_LEAST):
-        return f"{clipped(line[:at].rstrip(), before)} {line[at:]}"
-    return middle_clipped(line, room)
+def _start(line: str, room: int) -> str:
+    """``line`` within ``room``: whole where it fits, else its start, what was refused, cut at its end."""
+    return clipped(line, room)
 
 
-def _left_out(left: Sequence[_Refusal]) -> str:
-    """The Event's last line where it is cut: how many refusals are left out, and of which containers."""
+def _left_out(left: Sequence[_Refusal], named: bool) -> str:
+    """The Event's last line where it is cut: how many refusals are left out, and (``named``) of which containers."""
     if not left:
         return f"cut to fit the Event: {EVENT_WHOLE}"
     names = list(dict.fromkeys(name for r in left for name in r.containers))
-    of = f" (containers {_named(names)})" if names else ""
+    of = f" (containers {_named(names)})" if names and named else ""
     return f"and {len(left)} more refusal{'s' if len(left) > 1 else ''}{of}: {EVENT_WHOLE}"
 
 
