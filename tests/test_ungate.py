@@ -1102,6 +1102,18 @@ def test_a_spot_refusals_advice_is_whole_in_the_event_beside_a_cuda_refusal() ->
     assert tail == f"cut to fit the Event: {pipeline.EVENT_WHOLE}", tail
 
 
+def test_the_start_of_a_cuda_refusal_of_an_image_pinned_by_digest_keeps_the_cuda_it_needs() -> None:
+    """Found by a review of the reporting: a second reason's refusal was shown by its first 120 characters, and of
+    an image pinned by its digest they were all image: no word of the CUDA it needs. The image is cut in its
+    middle instead, and the start says the container, the image's ends and the CUDA."""
+    image = f"us-docker.pkg.dev/acme-ml-prod/training/llm-finetune@sha256:{'ab' * 32}"
+    _, event = spot_and_cuda_refused(image, {"gpu-admission.io/cuda-version": "12.8"})
+    cuda_said = event["message"].split("\n")[2]
+    said = re.fullmatch(r"container trainer \(image (.+)…(.+)\) needs CUDA 12\.8 \(from annotation .*", cuda_said)
+    assert said is not None and image.startswith(said[1]) and image.endswith(said[2]), cuda_said
+    assert len(cuda_said) <= pipeline.EVENT_WHAT_LEAST, cuda_said
+
+
 @pytest.mark.parametrize(
     ("image", "suffix"),
     [("nvcr.io/nvidia/pytorch:25.01-py3", ""), (IMAGE, "-gpu-pool-us-central1")],

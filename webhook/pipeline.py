@@ -457,6 +457,9 @@ def _ungate_refusal(result: Result, gone: Sequence[str], pod: PodView, ctx: Cont
 EVENT_WHAT_LEAST = 120
 """The fewest characters of a refusal that a refused ungating's Event shows of it, its start: the container, its
 image and the CUDA it needs; the pod and its spot mode."""
+EVENT_AFTER_IMAGE = 40
+"""The characters after the image that a refusal's start keeps, its image cut for them: the CUDA it needs and where
+that was read (``needs CUDA 12.8 (from image tag, pytorch``)."""
 EVENT_NAMES = 100
 """The characters of names (the gates; the containers of one refusal, or of those left out) an Event lists, then
 how many more."""
@@ -561,7 +564,17 @@ def _named(names: Sequence[str]) -> str:
 
 
 def _start(line: str, room: int) -> str:
-    """``line`` within ``room``: whole where it fits, else its start, what was refused, cut at its end."""
+    """``line`` within ``room``: whole where it fits, else its start, what was refused, cut at its end; the image of
+    the container it opens with is cut in its middle first, as far as needed for ``EVENT_AFTER_IMAGE`` characters
+    after it to stay (``container trainer (image us-docker.pkg.dev/acm…abab) needs CUDA 12.8``: the start of a
+    refusal of an image pinned by its digest was all image, found by a review)."""
+    if len(line) <= room:
+        return line
+    before, opens, rest = line.partition(" (image ")
+    image, closes, after = rest.partition(")")
+    keep = room - len(before) - len(opens) - len(closes) - EVENT_AFTER_IMAGE
+    if closes and before.startswith("container ") and len(image) > keep:
+        line = f"{before}{opens}{middle_clipped(image, max(keep, 1))}{closes}{after}"
     return clipped(line, room)
 
 
