@@ -1022,6 +1022,19 @@ def test_warn_mode_event_carries_its_denials_reason(nodes: list[Any], obj: dict[
     assert sorted(set(result.outcome.reasons)) == sorted(reasons)
 
 
+def test_warn_mode_event_says_containers_refused_alike_once_as_the_answer_and_the_audit_do() -> None:
+    """Found by a review of the reporting: two containers of one image with an unusable CUDA annotation are one denial
+    in enforce mode's answer and in warn mode's audit (``each of containers trainer and eval ...``), and warn mode's
+    Event said the refusal twice, once per container. The Event says the same words as the audit."""
+    obj = pod(container(image=IMAGE_128), container("eval", image=IMAGE_128))
+    obj["metadata"]["annotations"] = {"gpu-admission.io/cuda-version": "12.x"}
+    enforced = pipeline.review(copy.deepcopy(obj), context([A], settings({"mode": "enforce"})))
+    assert not enforced.allowed and enforced.message.startswith("each of containers trainer and eval (image ")
+    warned = pipeline.review(obj, context([A], settings({"mode": "warn"})))
+    (event,) = [e for e in warned.outcome.events if e.reason == "CUDARequirementInvalid"]
+    assert event.message == enforced.message == warned.audit["cuda-would-deny"], event.message
+
+
 def test_warn_mode_does_not_steer_but_says_where_it_may_fail() -> None:
     ctx = context([A, C], settings({"mode": "enforce", "namespaceModes": {"ml": "warn"}}))
     result = pipeline.review(pod(container(image=IMAGE_128)), ctx)

@@ -1415,8 +1415,10 @@ def _validate(a: Assessment, mode: str, ctx: Context, out: Outcome, note: str = 
                         f"cuda: {c.label} needs {c.declared.version_text}; it can land only on {reach} "
                         f"({pool_names(a.eligible)})"
                     )
-            for reason in dict.fromkeys(d.reason for d in denials):  # one Event per reason, in the order denied
-                out.event(reason, " ".join(escaped(d.message) for d in denials if d.reason == reason), "Warning")
+            # one Event per reason, in the order denied, of the denials as the answer and the audit say them: the
+            # same refusal of several containers once, naming them all (``Outcome.deny``), not once per container
+            for reason in dict.fromkeys(d.reason for d in out.denials):
+                out.event(reason, " ".join(escaped(d.message) for d in out.denials if d.reason == reason), "Warning")
         return
     # the user's text escaped, as in the annotation (``annotation``): kubectl describe shows an Event's message as
     # it is, and a newline or a bidirectional control in a container's name or image started a line of its own, or
