@@ -1890,3 +1890,36 @@ def test_an_exec_plugin_that_hangs_while_the_relay_loads_its_credentials_is_said
         assert said.startswith(f"events: kubeconfig {kubeconfig}: ") and "; events go to the log until" in said, said
     finally:
         hang.unlink()
+
+
+def test_an_exec_plugin_that_hangs_is_run_once_while_the_relay_awaits_its_credentials(
+    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each of the relay's retries loaded the kubeconfig with an ``InTime`` of its own: each ran the hung plugin
+    again and waited on it in full, so the relay was held up all the time and one more plugin was left running at
+    each retry (found by a review). The loads share one: the plugin hung at start is not run again while it runs,
+    the loads meanwhile fail at once, and once it answered the next load runs it and the Events go to the API."""
+    kubeconfig, hang = exec_kubeconfig(kubeapi, tmp_path, CREDENTIAL)
+    hang.touch()
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(events, "CREDENTIALS_RETRY_S", 0.0)  # loaded again at each Event
+    runs = tmp_path / "runs"
+    subject = subject_of(stored_pod())
+    try:
+        sink = events.api_sink_from_environment()
+        assert sink.name == "log"
+        for name in ("a", "b", "c"):
+            began = time.monotonic()
+            sink.send(event_body(subject, "default", name, CHECKED, "i"))
+            assert time.monotonic() - began < 0.3, f"Event {name} held up by a load waiting on the hung plugin"
+        assert len(runs.read_text().splitlines()) == 1, "the hung plugin run again"
+    finally:
+        hang.unlink()
+    deadline = time.monotonic() + 10
+    while sink.name != "api" and time.monotonic() < deadline:  # the hung run ends, then a load runs it again
+        sink.send(event_body(subject, "default", "d", CHECKED, "i"))
+        time.sleep(0.05)
+    assert sink.name == "api" and len(runs.read_text().splitlines()) == 2
+    assert [e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")] == ["d"]

@@ -47,7 +47,7 @@ from webhook.model import JSON, Event, as_dict, as_str, clipped, compact_json, m
 if TYPE_CHECKING:
     from webhook.admission import ReviewRequest, Subject
     from webhook.pipeline import Result
-    from webhook.watch import Rewritten
+    from webhook.watch import InTime, Rewritten
 
 log = logging.getLogger("gpu_admission.events")
 
@@ -1225,14 +1225,16 @@ mended, a CA file that a kubeconfig names mended, an exec plugin that answers ag
 each second instead, with a traceback each time."""
 
 
-def api_client_from_environment(again: bool = False, quiet: bool = False) -> Any | None:
+def api_client_from_environment(
+    again: bool = False, quiet: bool = False, in_times: dict[str, InTime] | None = None
+) -> Any | None:
     """A ``kubernetes`` ApiClient from in-cluster credentials, else the kubeconfig, their TLS material read as the
     client will read it (``watch.check_tls``); None where none load: said at INFO where none are found, at WARNING
     where they are found and cannot be loaded (a mistake to mend), unsaid where ``quiet`` (``AwaitingCredentials``
     loading them again on a timer). ``again``: the kubeconfig is loaded again, rewritten (``ApiSink._fresh``), and
     one that cannot be loaded leaves the client made before in use: said at WARNING (it was said at INFO that Events
     went to the log, which they did not), as is one whose TLS material cannot be read (it raised out of making the
-    connection, its Event counted failed, and nothing said why)."""
+    connection, its Event counted failed, and nothing said why). ``in_times``: as ``watch.load_kubeconfig``'s."""
     from kubernetes import client, config
 
     from webhook.watch import CredentialsHung, check_tls, kubeconfig_candidates, kubeconfig_paths, load_kubeconfig
@@ -1252,7 +1254,7 @@ def api_client_from_environment(again: bool = False, quiet: bool = False) -> Any
                         "no cluster credentials (%s; no %s): events go to the log until one is written", missing, where
                     )
                 return None
-            load_kubeconfig(kubeconfig, configuration)
+            load_kubeconfig(kubeconfig, configuration, in_times)
         check_tls(configuration)
     except Exception as err:
         # a hung plugin names its command, TLS material its file: said whole
@@ -1279,13 +1281,13 @@ def api_client_from_environment(again: bool = False, quiet: bool = False) -> Any
     return client.ApiClient(configuration)
 
 
-def _api_sink(quiet: bool = False) -> ApiSink | None:
-    """An ``ApiSink`` with the client of ``api_client_from_environment``, made anew by it where the kubeconfig it was
-    loaded from is rewritten on disk; None where no credentials load."""
+def _api_sink(quiet: bool = False, in_times: dict[str, InTime] | None = None) -> ApiSink | None:
+    """An ``ApiSink`` with the client of ``api_client_from_environment`` (``quiet``, ``in_times``: its), made anew by
+    it where the kubeconfig it was loaded from is rewritten on disk; None where no credentials load."""
     from webhook.watch import FILES_CHECK_S, Rewritten, credentials_files
 
     files = Rewritten(credentials_files(), every=FILES_CHECK_S)  # as they are before the client reads them
-    api_client = api_client_from_environment(quiet=quiet)
+    api_client = api_client_from_environment(quiet=quiet, in_times=in_times)
     if api_client is None:
         return None
     return ApiSink(api_client, remake=functools.partial(api_client_from_environment, again=True), files=files)
@@ -1300,10 +1302,17 @@ class AwaitingCredentials:
     found no credentials at start sent its Events to the log for good, a kubeconfig written later unseen, and one
     whose credentials' TLS material could not be read ended and was started again each second, a traceback each.
     While it awaits, its Events are sent from one thread (the log's ``concurrency``), the relay's or the queue's:
-    nothing of it runs on the request path."""
+    nothing of it runs on the request path.
 
-    def __init__(self, files: Rewritten) -> None:
+    Its loads share ``in_times`` with the load at start (``api_sink_from_environment``): an exec plugin that hung
+    holds up one Event once, for ``watch.CREDENTIALS_TIMEOUT_S``, and runs as one process; a load while it still
+    runs fails at once, and one after it answered runs it again. Each load made its own, so each retry ran the plugin
+    again and waited on it in full, the next retry due once it gave up: the relay held up 60 s of every 60, and one
+    more plugin left running each minute (found by a review)."""
+
+    def __init__(self, files: Rewritten, in_times: dict[str, InTime] | None = None) -> None:
         self.files = files
+        self.in_times: dict[str, InTime] = {} if in_times is None else in_times
         self.sink: LogSink | ApiSink = LogSink()
         self.name = self.sink.name
         self.concurrency = 1
@@ -1318,8 +1327,8 @@ class AwaitingCredentials:
         rewritten = self.files.changed()
         if not rewritten and time.monotonic() < self._retry_at:
             return
-        self._retry_at = time.monotonic() + CREDENTIALS_RETRY_S
-        sink = _api_sink(quiet=not rewritten)
+        sink = _api_sink(quiet=not rewritten, in_times=self.in_times)
+        self._retry_at = time.monotonic() + CREDENTIALS_RETRY_S  # after the load: it may have waited on a plugin
         if sink is not None:
             log.info("events: the cluster's credentials load now: Events go to the API server %s", sink.server.host)
             self.sink, self.name, self.concurrency = sink, sink.name, sink.concurrency
@@ -1331,5 +1340,6 @@ def api_sink_from_environment() -> EventSink:
     from webhook.watch import FILES_CHECK_S, Rewritten, kubeconfig_candidates
 
     files = Rewritten(tuple(kubeconfig_candidates()), every=FILES_CHECK_S)  # before the load: one written meanwhile
-    sink = _api_sink()
-    return sink if sink is not None else AwaitingCredentials(files)
+    in_times: dict[str, InTime] = {}
+    sink = _api_sink(in_times=in_times)
+    return sink if sink is not None else AwaitingCredentials(files, in_times)

@@ -1124,16 +1124,22 @@ def kubeconfig_server(host: str, paths: tuple[str, ...]) -> str:
     return f"{host} (kubeconfig {os.pathsep.join(paths)})"
 
 
-def load_kubeconfig(config_file: str, cfg: Any) -> None:
+def load_kubeconfig(config_file: str, cfg: Any, in_times: dict[str, InTime] | None = None) -> None:
     """``kubernetes.config.load_kube_config`` into ``cfg``, in time (``InTime``), as are the token refreshes of the
     clients made with ``cfg`` (``_InTimeRefresh``): the kubernetes client runs the kubeconfig's exec credential
     plugin with no timeout, and one that hung stopped the caller for good (the node watch at start; the Events
     relay, which then outlived the server; its later Events at a token refresh). Past ``CREDENTIALS_TIMEOUT_S``,
     ``CredentialsHung``, which names the plugin's command; the plugin is left running. Else raises what the loader
-    raises."""
+    raises. ``in_times``: the ``InTime`` of each loader (by its command) that loads again share, made there at the
+    first: a plugin still hung is not run again, and the load fails at once (the Events relay's retries,
+    ``events.AwaitingCredentials``: each made its own, and ran the plugin again and waited on it in full)."""
     from kubernetes import config
 
-    in_time = InTime(_kubeconfig_credentials(config_file), CREDENTIALS_TIMEOUT_S)
+    what = _kubeconfig_credentials(config_file)
+    in_times = {} if in_times is None else in_times
+    if what not in in_times:
+        in_times[what] = InTime(what, CREDENTIALS_TIMEOUT_S)
+    in_time = in_times[what]
 
     def load() -> None:
         config.load_kube_config(config_file=config_file, client_configuration=cfg)  # type: ignore[no-untyped-call]
