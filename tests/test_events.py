@@ -741,6 +741,31 @@ def test_api_sink_presents_the_configurations_client_certificate(tmp_path: Any, 
         api.stop()
 
 
+def test_an_encrypted_client_key_is_said_to_be_one_at_once(tmp_path: Path) -> None:
+    """The kubernetes client gives urllib3 no password, so an encrypted client key fails at each connection; the
+    check of the TLS material had OpenSSL ask for one ("Enter PEM pass phrase:") on the terminal and wait, and
+    without a terminal said only '[Errno 22] Invalid argument' (found by a review). It says the key is encrypted,
+    which file, and to decrypt it."""
+    from cryptography.hazmat.primitives import serialization
+
+    _, cert_file, key_file = _client_certificate(tmp_path)
+    key = serialization.load_pem_private_key(Path(key_file).read_bytes(), None)
+    encrypted = tmp_path / "client.enc.key"
+    encryption = serialization.BestAvailableEncryption(b"secret")
+    encrypted.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
+    configuration = client.Configuration()
+    configuration.host, configuration.cert_file, configuration.key_file = (
+        "https://127.0.0.1:1",
+        cert_file,
+        str(encrypted),
+    )
+    with pytest.raises(http1.UnreadableTLS) as raised:
+        watch.check_tls(configuration)
+    assert str(raised.value).startswith(f"its client key ({encrypted}) is encrypted; the kubernetes client cannot use")
+    configuration.key_file = key_file
+    watch.check_tls(configuration)  # the same key, decrypted
+
+
 def test_api_sink_refuses_a_server_its_ca_did_not_sign(tls_api: KubeAPI, tmp_path: Any) -> None:
     other = issue_certs(tmp_path / "other")
     q = EventQueue(ApiSink(configured(tls_api, str(other / "ca.crt")), backoff=0.001))

@@ -16,6 +16,7 @@ new connection), and ``Stale`` when that connection had been kept alive from an 
 from __future__ import annotations
 
 import errno
+import functools
 import http.client
 import socket
 import ssl
@@ -72,7 +73,11 @@ def tls_context(configuration: Any) -> ssl.SSLContext:
         ) from err
     if c.cert_file:
         try:
-            tls.load_cert_chain(c.cert_file, c.key_file)
+            tls.load_cert_chain(
+                c.cert_file, c.key_file, password=functools.partial(_encrypted, c.key_file or c.cert_file)
+            )
+        except UnreadableTLS:
+            raise
         except (OSError, ValueError) as err:
             raise UnreadableTLS(
                 f"its client certificate ({c.cert_file}) and key ({c.key_file}) cannot be read as a PEM certificate"
@@ -82,6 +87,16 @@ def tls_context(configuration: Any) -> ssl.SSLContext:
         tls.check_hostname = False
         tls.verify_mode = ssl.CERT_NONE
     return tls
+
+
+def _encrypted(key_file: str) -> bytes:
+    """``load_cert_chain``'s password, asked for an encrypted key: ``UnreadableTLS`` at once. Without it OpenSSL
+    asked for one on the terminal ("Enter PEM pass phrase:") and waited; the kubernetes client gives urllib3 no
+    password, which refuses such a key at each connection."""
+    raise UnreadableTLS(
+        f"its client key ({key_file}) is encrypted; the kubernetes client cannot use an encrypted key: decrypt it"
+        " (openssl pkey -in KEY -out KEY.decrypted) and name the decrypted key in the kubeconfig"
+    )
 
 
 DEAD_ERRNOS = frozenset({errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN})
