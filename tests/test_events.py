@@ -3,6 +3,7 @@ through the real ``kubernetes`` client against tests/kubeapi.py."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import dataclasses
 import io
@@ -1279,6 +1280,45 @@ def test_a_kubeconfig_rewritten_with_tls_material_that_cannot_be_read_keeps_the_
     assert warning.startswith(f"events: the kubeconfig {kubeconfig}, rewritten, cannot be loaded ({_named(what)}")
     assert "Events go on with the credentials loaded before" in warning
     assert sorted(e["involvedObject"]["name"] for e in tls_api.list("v1", "events", "default")) == ["after", "before"]
+
+
+@pytest.mark.parametrize(
+    ("field", "named"),
+    [
+        ("certificate-authority-data", "its certificate authority (the kubeconfig's certificate-authority-data) "),
+        (
+            "client-certificate-data",
+            "its client certificate (the kubeconfig's client-certificate-data, or its exec plugin's"
+            " clientCertificateData) and key (the kubeconfig's client-key-data, or its exec plugin's clientKeyData) ",
+        ),
+    ],
+)
+def test_tls_material_of_a_kubeconfig_field_that_cannot_be_read_is_named_by_its_field(
+    tls_api: KubeAPI,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    field: str,
+    named: str,
+) -> None:
+    """The kubernetes client's loader writes a kubeconfig's certificate-authority-data (client-certificate-data,
+    client-key-data) to a temporary file of its own: the warning named that file, /tmp/tmpXXXXXXXX, not the field
+    to mend (found by a review)."""
+    kubeconfig = Path(tls_api.kubeconfig(str(tmp_path / "kubeconfig")))
+    config = json.loads(kubeconfig.read_text())
+    junk = base64.b64encode(b"not a certificate").decode()
+    if field == "certificate-authority-data":
+        config["clusters"][0]["cluster"].pop("certificate-authority", None)
+        config["clusters"][0]["cluster"][field] = junk
+    else:
+        config["users"][0]["user"].update({field: junk, "client-key-data": junk})
+    kubeconfig.write_text(json.dumps(config))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    caplog.set_level(logging.INFO, logger=events.log.name)
+    assert events.api_client_from_environment() is None
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith(f"events: kubeconfig {kubeconfig}: {named}cannot be read as "), warning
 
 
 def _logged(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -69,18 +69,22 @@ def tls_context(configuration: Any) -> ssl.SSLContext:
         tls = ssl.create_default_context(cafile=c.ssl_ca_cert, cadata=c.ca_cert_data)
     except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
         raise UnreadableTLS(
-            f"its certificate authority ({c.ssl_ca_cert or 'ca_cert_data'}) cannot be read as PEM certificates: {err}"
+            f"its certificate authority ({_file(c, 'ssl_ca_cert') or 'ca_cert_data'})"
+            f" cannot be read as PEM certificates: {err}"
         ) from err
     if c.cert_file:
         try:
             tls.load_cert_chain(
-                c.cert_file, c.key_file, password=functools.partial(_encrypted, c.key_file or c.cert_file)
+                c.cert_file,
+                c.key_file,
+                password=functools.partial(_encrypted, _file(c, "key_file") or _file(c, "cert_file")),
             )
         except UnreadableTLS:
             raise
         except (OSError, ValueError) as err:
             raise UnreadableTLS(
-                f"its client certificate ({c.cert_file}) and key ({c.key_file}) cannot be read as a PEM certificate"
+                f"its client certificate ({_file(c, 'cert_file')}) and key"
+                f" ({_file(c, 'key_file')}) cannot be read as a PEM certificate"
                 f" and the key it was issued for: {err}"
             ) from err
     if not c.verify_ssl:
@@ -89,13 +93,31 @@ def tls_context(configuration: Any) -> ssl.SSLContext:
     return tls
 
 
-def _encrypted(key_file: str) -> bytes:
+LOADER_FILES = {
+    "ssl_ca_cert": "the kubeconfig's certificate-authority-data",
+    "cert_file": "the kubeconfig's client-certificate-data, or its exec plugin's clientCertificateData",
+    "key_file": "the kubeconfig's client-key-data, or its exec plugin's clientKeyData",
+}
+"""What a client configuration's TLS file is to a user where the kubernetes client's loader wrote it (``_file``)."""
+
+
+def _file(configuration: Any, attribute: str) -> str | None:
+    """A client configuration's TLS file (``attribute``, of LOADER_FILES) as a user knows it: the kubeconfig's field
+    where it is one of the temporary files the kubernetes client's loader writes such a field to, else its path. The
+    warnings named such a file, /tmp/tmpXXXXXXXX, which means nothing to a user (found by a review)."""
+    from kubernetes.config import kube_config
+
+    path: str | None = getattr(configuration, attribute)
+    return LOADER_FILES[attribute] if path in getattr(kube_config, "_temp_files", {}).values() else path
+
+
+def _encrypted(key_file: str | None) -> bytes:
     """``load_cert_chain``'s password, asked for an encrypted key: ``UnreadableTLS`` at once. Without it OpenSSL
     asked for one on the terminal ("Enter PEM pass phrase:") and waited; the kubernetes client gives urllib3 no
     password, which refuses such a key at each connection."""
     raise UnreadableTLS(
         f"its client key ({key_file}) is encrypted; the kubernetes client cannot use an encrypted key: decrypt it"
-        " (openssl pkey -in KEY -out KEY.decrypted) and name the decrypted key in the kubeconfig"
+        " (openssl pkey -in KEY -out DECRYPTED) and give the kubeconfig the decrypted key"
     )
 
 
