@@ -1321,6 +1321,40 @@ def test_tls_material_of_a_kubeconfig_field_that_cannot_be_read_is_named_by_its_
     assert warning.startswith(f"events: kubeconfig {kubeconfig}: {named}cannot be read as "), warning
 
 
+def test_why_credentials_cannot_be_loaded_is_said_again_when_it_changes_and_not_at_each_retry(
+    tls_api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Once warned, the relay's retries were unsaid even when why they failed changed (the CA mended in place, the
+    client certificate still no certificate), so the log named a CA that was mended (found by a review). A reason
+    is said when it differs from the last said, never twice in a row."""
+    monkeypatch.setattr(watch, "FILES_CHECK_S", 0.0)
+    monkeypatch.setattr(events, "CREDENTIALS_RETRY_S", 0.0)  # loaded again at each Event
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    _, cert_file, key_file = _client_certificate(tmp_path)
+    ca, cert = tmp_path / "ca.pem", tmp_path / "client.pem"
+    ca.write_text("not a certificate\n")
+    cert.write_text("not a certificate\n")
+    kubeconfig = Path(tls_api.kubeconfig(str(tmp_path / "kubeconfig")))
+    config = json.loads(kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["certificate-authority"] = str(ca)
+    config["users"][0]["user"].update({"client-certificate": str(cert), "client-key": key_file})
+    kubeconfig.write_text(json.dumps(config))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    caplog.set_level(logging.INFO, logger=events.log.name)
+    sink = events.api_sink_from_environment()
+    subject = subject_of(stored_pod())
+    for name, mend in (("a", None), ("b", (ca, tls_api.ca)), ("c", None), ("d", (cert, cert_file))):
+        if mend is not None:  # in place: no kubeconfig rewritten
+            mend[0].write_text(Path(mend[1] or "").read_text())
+        sink.send(event_body(subject, "default", name, CHECKED, "i"))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith(f"events: kubeconfig {kubeconfig}: its certificate authority ({ca}) cannot")
+    assert warnings[1].startswith(f"events: kubeconfig {kubeconfig}: its client certificate ({cert}) and key")
+    assert _logged(caplog) == ["Pod/default/a", "Pod/default/b", "Pod/default/c"]
+    assert [e["involvedObject"]["name"] for e in tls_api.list("v1", "events", "default")] == ["d"]
+
+
 def _logged(caplog: pytest.LogCaptureFixture) -> list[str]:
     """The objects of the Events written to the log (``LogSink``)."""
     lines = [r.getMessage() for r in caplog.records if r.name == events.log.name]
@@ -1968,10 +2002,11 @@ def test_an_exec_plugin_that_hangs_is_run_once_while_the_relay_awaits_its_creden
     hang.touch()
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 1.0)
     monkeypatch.setattr(events, "CREDENTIALS_RETRY_S", 0.0)  # loaded again at each Event
     runs = tmp_path / "runs"
     subject = subject_of(stored_pod())
+    caplog.set_level(logging.INFO, logger=events.log.name)
     try:
         sink = events.api_sink_from_environment()
         assert sink.name == "log"
@@ -1980,6 +2015,9 @@ def test_an_exec_plugin_that_hangs_is_run_once_while_the_relay_awaits_its_creden
             sink.send(event_body(subject, "default", name, CHECKED, "i"))
             assert time.monotonic() - began < 0.3, f"Event {name} held up by a load waiting on the hung plugin"
         assert len(runs.read_text().splitlines()) == 1, "the hung plugin run again"
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 2, warnings  # that it hung, then once that it is not run again while it runs
+        assert "eks get-token` has not returned in 1s; not run again until it does" in warnings[1], warnings[1]
     finally:
         hang.unlink()
     deadline = time.monotonic() + 10

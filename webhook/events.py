@@ -1225,20 +1225,35 @@ mended, a CA file that a kubeconfig names mended, an exec plugin that answers ag
 each second instead, with a traceback each time."""
 
 
-def api_client_from_environment(
-    again: bool = False, quiet: bool = False, in_times: dict[str, InTime] | None = None
-) -> Any | None:
+class CredentialLoads:
+    """What the relay's loads of its credentials share, at start and while it awaits them (``AwaitingCredentials``):
+    the ``InTime`` of each loader (``watch.load_kubeconfig``'s ``in_times``), and what was said of the last that
+    failed, so that a reason is said once, and again once it changes."""
+
+    def __init__(self) -> None:
+        self.in_times: dict[str, InTime] = {}
+        self.said: str | None = None
+
+    def say(self, level: int, message: str) -> None:
+        """``message`` logged at ``level``, unless it is the one said last."""
+        if message != self.said:
+            self.said = message
+            log.log(level, "%s", message)
+
+
+def api_client_from_environment(again: bool = False, loads: CredentialLoads | None = None) -> Any | None:
     """A ``kubernetes`` ApiClient from in-cluster credentials, else the kubeconfig, their TLS material read as the
     client will read it (``watch.check_tls``); None where none load: said at INFO where none are found, at WARNING
-    where they are found and cannot be loaded (a mistake to mend), unsaid where ``quiet`` (``AwaitingCredentials``
-    loading them again on a timer). ``again``: the kubeconfig is loaded again, rewritten (``ApiSink._fresh``), and
-    one that cannot be loaded leaves the client made before in use: said at WARNING (it was said at INFO that Events
-    went to the log, which they did not), as is one whose TLS material cannot be read (it raised out of making the
-    connection, its Event counted failed, and nothing said why). ``in_times``: as ``watch.load_kubeconfig``'s."""
+    where they are found and cannot be loaded (a mistake to mend), each unless ``loads`` said it last
+    (``AwaitingCredentials`` loading them again on a timer). ``again``: the kubeconfig is loaded again, rewritten
+    (``ApiSink._fresh``), and one that cannot be loaded leaves the client made before in use: said at WARNING (it
+    was said at INFO that Events went to the log, which they did not), as is one whose TLS material cannot be read
+    (it raised out of making the connection, its Event counted failed, and nothing said why)."""
     from kubernetes import client, config
 
     from webhook.watch import CredentialsHung, check_tls, kubeconfig_candidates, kubeconfig_paths, load_kubeconfig
 
+    loads = CredentialLoads() if loads is None else loads
     configuration = client.Configuration()
     where = "in-cluster credentials"
     try:
@@ -1249,12 +1264,12 @@ def api_client_from_environment(
             kubeconfig = os.pathsep.join(found or kubeconfig_candidates())
             where = f"kubeconfig {kubeconfig}"
             if not found and not again:
-                if not quiet:
-                    log.info(
-                        "no cluster credentials (%s; no %s): events go to the log until one is written", missing, where
-                    )
+                loads.say(
+                    logging.INFO,
+                    f"no cluster credentials ({missing}; no {where}): events go to the log until one is written",
+                )
                 return None
-            load_kubeconfig(kubeconfig, configuration, in_times)
+            load_kubeconfig(kubeconfig, configuration, loads.in_times)
         check_tls(configuration)
     except Exception as err:
         # a hung plugin names its command, TLS material its file: said whole
@@ -1266,13 +1281,11 @@ def api_client_from_environment(
                 where,
                 why,
             )
-        elif not quiet:  # a mistake to mend, not a cluster without credentials
-            log.warning(
-                "events: %s: %s; events go to the log until they load, loaded again every %.0fs and once a kubeconfig"
-                " is rewritten",
-                where,
-                why,
-                CREDENTIALS_RETRY_S,
+        else:  # a mistake to mend, not a cluster without credentials
+            loads.say(
+                logging.WARNING,
+                f"events: {where}: {why}; events go to the log until they load, loaded again every"
+                f" {CREDENTIALS_RETRY_S:.0f}s and once a kubeconfig is rewritten",
             )
         return None
     # the relay's connections stay open between Events, idle for hours on a quiet cluster: keepalive keeps a NAT or
@@ -1281,13 +1294,13 @@ def api_client_from_environment(
     return client.ApiClient(configuration)
 
 
-def _api_sink(quiet: bool = False, in_times: dict[str, InTime] | None = None) -> ApiSink | None:
-    """An ``ApiSink`` with the client of ``api_client_from_environment`` (``quiet``, ``in_times``: its), made anew by
-    it where the kubeconfig it was loaded from is rewritten on disk; None where no credentials load."""
+def _api_sink(loads: CredentialLoads) -> ApiSink | None:
+    """An ``ApiSink`` with the client of ``api_client_from_environment`` (``loads``: its), made anew by it where the
+    kubeconfig it was loaded from is rewritten on disk; None where no credentials load."""
     from webhook.watch import FILES_CHECK_S, Rewritten, credentials_files
 
     files = Rewritten(credentials_files(), every=FILES_CHECK_S)  # as they are before the client reads them
-    api_client = api_client_from_environment(quiet=quiet, in_times=in_times)
+    api_client = api_client_from_environment(loads=loads)
     if api_client is None:
         return None
     return ApiSink(api_client, remake=functools.partial(api_client_from_environment, again=True), files=files)
@@ -1298,21 +1311,23 @@ class AwaitingCredentials:
     whose CA is no certificate, an exec plugin that hung, an in-cluster ca.crt that cannot be read): to the log until
     they load, then to the API (``ApiSink``) for good. They are loaded again at the first Event after a kubeconfig
     file changed (``files``: one written where there was none, a Secret mended; looked at once per
-    ``watch.FILES_CHECK_S`` at most), said as at start, or after ``CREDENTIALS_RETRY_S``, unsaid. Before, a relay that
+    ``watch.FILES_CHECK_S`` at most), or after ``CREDENTIALS_RETRY_S``. Before, a relay that
     found no credentials at start sent its Events to the log for good, a kubeconfig written later unseen, and one
     whose credentials' TLS material could not be read ended and was started again each second, a traceback each.
     While it awaits, its Events are sent from one thread (the log's ``concurrency``), the relay's or the queue's:
     nothing of it runs on the request path.
 
-    Its loads share ``in_times`` with the load at start (``api_sink_from_environment``): an exec plugin that hung
+    Its loads share ``loads`` (``CredentialLoads``) with the load at start (``api_sink_from_environment``). Why they
+    fail is said when it is not what was said last: once, and again once it changes (a CA mended, the client key
+    still unreadable), where the retries were unsaid once warned (found by a review). And an exec plugin that hung
     holds up one Event once, for ``watch.CREDENTIALS_TIMEOUT_S``, and runs as one process; a load while it still
     runs fails at once, and one after it answered runs it again. Each load made its own, so each retry ran the plugin
     again and waited on it in full, the next retry due once it gave up: the relay held up 60 s of every 60, and one
     more plugin left running each minute (found by a review)."""
 
-    def __init__(self, files: Rewritten, in_times: dict[str, InTime] | None = None) -> None:
+    def __init__(self, files: Rewritten, loads: CredentialLoads | None = None) -> None:
         self.files = files
-        self.in_times: dict[str, InTime] = {} if in_times is None else in_times
+        self.loads = CredentialLoads() if loads is None else loads
         self.sink: LogSink | ApiSink = LogSink()
         self.name = self.sink.name
         self.concurrency = 1
@@ -1327,7 +1342,7 @@ class AwaitingCredentials:
         rewritten = self.files.changed()
         if not rewritten and time.monotonic() < self._retry_at:
             return
-        sink = _api_sink(quiet=not rewritten, in_times=self.in_times)
+        sink = _api_sink(self.loads)
         self._retry_at = time.monotonic() + CREDENTIALS_RETRY_S  # after the load: it may have waited on a plugin
         if sink is not None:
             log.info("events: the cluster's credentials load now: Events go to the API server %s", sink.server.host)
@@ -1340,6 +1355,6 @@ def api_sink_from_environment() -> EventSink:
     from webhook.watch import FILES_CHECK_S, Rewritten, kubeconfig_candidates
 
     files = Rewritten(tuple(kubeconfig_candidates()), every=FILES_CHECK_S)  # before the load: one written meanwhile
-    in_times: dict[str, InTime] = {}
-    sink = _api_sink(in_times=in_times)
-    return sink if sink is not None else AwaitingCredentials(files, in_times)
+    loads = CredentialLoads()
+    sink = _api_sink(loads)
+    return sink if sink is not None else AwaitingCredentials(files, loads)

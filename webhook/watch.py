@@ -842,8 +842,8 @@ class InTime:
                 # helper from the call it waited on, until its time ran out)
                 began, future = held
             else:
-                raise CredentialsHung(
-                    f"{self.what} has not returned in {time.monotonic() - held[0]:.0f}s; not run again until it does"
+                raise CredentialsHung(  # the same words at each retry: said once (``events.CredentialLoads``)
+                    f"{self.what} has not returned in {self.timeout:.0f}s; not run again until it does"
                     " (run it by hand where the webhook runs to see why it hangs)"
                 )
         return self._wait(began, future)
