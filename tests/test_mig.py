@@ -3592,6 +3592,18 @@ _EKS_AUTO_AMD = {
     "eks.amazonaws.com/instance-gpu-manufacturer": "amd",
     "eks.amazonaws.com/instance-gpu-count": "1",
 }
+
+
+def _other_maker(domain: str, key: str = "instance-gpu-manufacturer") -> str:
+    """What a DaemonSet's pod for an AMD node is told: no MIG layout nor annotation gives it an NVIDIA device, and
+    the 'give its pool a MIG layout, or ask by annotation' advice led to a refusal (found by a review of MIG)."""
+    return (
+        "Its DaemonSet's template asks this one device of every node it selects, and this pod's node has another"
+        f" maker's GPUs ({domain}/{key}: amd), which NVIDIA's device plugin does not offer: keep the DaemonSet off it"
+        f" (a nodeSelector or node affinity, such as {domain}/{key}: nvidia)."
+    )
+
+
 _HAS_NO_GPU = (
     "Its DaemonSet's template asks this one device of every node it selects, and this pod's node has no GPU: keep the"
     " DaemonSet off nodes without GPUs (a nodeSelector or node affinity on its GPU nodes' labels)."
@@ -3614,9 +3626,9 @@ _NONE_SEEN = (
         pytest.param({"node.kubernetes.io/instance-type": "m5.2xlarge"}, _NONE_SEEN, id="no-provider-label"),
         # an AMD GPU instance type, up or joining: was taken for an NVIDIA GPU node joining, for good (its
         # instance-gpu-count), and its pod was told nothing (found by a review of MIG)
-        pytest.param(_AWS_AMD, _NONE_SEEN, id="aws-amd-instance"),
-        pytest.param(_AWS_AMD, _NONE_SEEN, id="aws-amd-instance-up"),
-        pytest.param(_EKS_AUTO_AMD, _NONE_SEEN, id="eks-auto-mode-amd-instance"),
+        pytest.param(_AWS_AMD, _other_maker("karpenter.k8s.aws"), id="aws-amd-instance"),
+        pytest.param(_AWS_AMD, _other_maker("karpenter.k8s.aws"), id="aws-amd-instance-up"),
+        pytest.param(_EKS_AUTO_AMD, _other_maker("eks.amazonaws.com"), id="eks-auto-mode-amd-instance"),
     ],
 )
 def test_a_daemonset_pod_on_a_node_of_a_nodepool_is_told_its_node_has_no_gpu_only_where_its_labels_say_so(
@@ -3690,7 +3702,7 @@ def _azure_amd_node(gpus: dict[str, str]) -> dict[str, Any]:
             id="eks-gpu-node-joining",
         ),
         pytest.param(_azure_amd_node({"amd.com/gpu": "8"}), id="amd-node"),  # a GPU node, of another maker
-        # the same before its device plugin is up: only its SKU's GPU count says it has GPUs
+        # the same before its device plugin is up: its SKU's labels say it has GPUs, AMD's
         pytest.param(_azure_amd_node({}), id="amd-node-joining"),
     ],
 )
@@ -3698,21 +3710,18 @@ def _azure_amd_node(gpus: dict[str, str]) -> dict[str, Any]:
 def test_a_daemonset_pod_on_a_node_not_known_to_be_a_cpu_node_is_not_told_its_node_has_no_gpu(node, providers):
     """A DaemonSet's pod made for a GPU node that has just joined (no GFD label nor GPU allocatable yet, and no label
     of its provider says it has GPUs), or for an AMD node, was told its node has no GPU and to keep the DaemonSet off
-    nodes without GPUs. It is told that no NVIDIA GPU device is seen there, and the layout advice. Whatever the
-    providers named: an AKS cluster that named aks alone read no karpenter.azure.com/sku-gpu-count, and took an AMD
-    node of its node auto-provisioning, joining, for a CPU node (found by a review)."""
+    nodes without GPUs. It is told that no NVIDIA GPU device is seen there, and the layout advice; on an AMD node,
+    that its GPUs are another maker's, by the label that says so. Whatever the providers named: an AKS cluster that
+    named aks alone read no karpenter.azure.com/sku-gpu-count, and took an AMD node of its node auto-provisioning,
+    joining, for a CPU node (found by a review)."""
     s = settings()
     s = replace(s, cluster=replace(s.cluster, providers=providers))
     gpu = mixed_node("gpu-1", A100_80, {"1g.10gb": 56}, "a100", 81920)
     nodes = [gpu, {"apiVersion": "v1", "kind": "Node", **node}]
     live = through_app(workload("DaemonSet", frac("0.1")), nodes, s).object
     (event,) = [e for e in through_app(_daemon_pod_of(live, "n2"), nodes, s).events if e.reason == "MIGUnoffered"]
-    assert event.message.endswith(
-        "Its DaemonSet's template asks this one device of every node it selects, and no NVIDIA GPU device is seen on"
-        " this pod's node: where it has NVIDIA GPUs, give its node's pool a MIG layout that offers it; else keep the"
-        " DaemonSet off it (a nodeSelector or node affinity), or ask the fraction by annotation"
-        " gpu-admission.io/gpu-fraction, which is converted on each pod for its node."
-    ), event.message
+    hint = _other_maker("karpenter.azure.com", "sku-gpu-manufacturer") if "amd" in str(node) else _NONE_SEEN
+    assert event.message.endswith(hint), event.message
 
 
 @pytest.mark.parametrize(

@@ -103,9 +103,17 @@ class Presets:
     def gpu_labelled(self, labels: Mapping[str, str]) -> bool:
         """Whether a node's labels say it has GPUs before its device plugin runs (``gpu_label_keys``,
         ``gpu_label_values``: AKS's accelerator, or its legacy one, among them)."""
-        if any(labels.get(k, NVIDIA).strip().lower() != NVIDIA for k in self.gpu_maker_labels):
+        if self.other_maker(labels):
             return False  # another maker's GPUs (an AMD node of Karpenter on AWS): was taken for NVIDIA's, joining
         return not self.gpu_label_keys.isdisjoint(labels) or any(labels.get(k) == v for k, v in self.gpu_label_values)
+
+    def other_maker(self, labels: Mapping[str, str]) -> tuple[str, str] | None:
+        """The label (key, value) by which a node's provider says its GPUs are another maker's than NVIDIA
+        (``gpu_maker_labels``: ``karpenter.k8s.aws/instance-gpu-manufacturer: amd``), or None."""
+        for k in sorted(self.gpu_maker_labels & labels.keys()):
+            if labels[k].strip().lower() not in (NVIDIA, ""):
+                return k, labels[k]
+        return None
 
     def named_by(self, keys: Collection[str], shown: Collection[str] = ()) -> frozenset[str]:
         """The providers a declared pool's nodeSelector of ``keys`` names by a label only their nodes carry

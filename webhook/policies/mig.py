@@ -2259,7 +2259,16 @@ def _say_unoffered(
                 f" MIG layout that offers it, keep the DaemonSet off it (a nodeSelector or node affinity), or ask the"
                 f" fraction by annotation {FRACTION_ANNOTATION}, which is converted on each pod for its node."
             )
-        elif all(_known_cpu(c.group, ctx) for c in ctx.cluster.eligible(_placement_rules(pod), gpu_only=False)):
+        elif (reached := ctx.cluster.eligible(_placement_rules(pod), gpu_only=False)) and all(
+            makers := [ctx.cluster.presets.other_maker(c.group.labels) for c in reached]
+        ):
+            key, value = next(m for m in makers if m)
+            hint = (  # no MIG layout or annotation gives another maker's GPUs an NVIDIA device (a review of MIG)
+                " Its DaemonSet's template asks this one device of every node it selects, and this pod's node has"
+                f" another maker's GPUs ({escaped(key)}: {escaped(value)}), which NVIDIA's device plugin does not"
+                f" offer: keep the DaemonSet off it (a nodeSelector or node affinity, such as {escaped(key)}: nvidia)."
+            )
+        elif all(_known_cpu(c.group, ctx) for c in reached):
             hint = (  # no MIG layout or annotation gives a CPU node a GPU
                 " Its DaemonSet's template asks this one device of every node it selects, and this pod's node has no"
                 " GPU: keep the DaemonSet off nodes without GPUs (a nodeSelector or node affinity on its GPU nodes'"
