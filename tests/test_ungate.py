@@ -31,7 +31,7 @@ from webhook.audit import build_recorder
 from webhook.cluster import StaticCluster, build_view
 from webhook.config import AuditSettings, CudaSettings, PoolSettings, Settings, SpotSettings, TaintSpec
 from webhook.events import EventQueue
-from webhook.model import Context, escaped
+from webhook.model import Context, Denial, escaped
 from webhook.policies import cuda, spot
 
 POOL = "cloud.google.com/gke-nodepool"
@@ -40,6 +40,7 @@ DEDICATED = {"key": "dedicated", "value": "h100-new", "effect": "NoSchedule"}
 KUEUE = "system:serviceaccount:kueue-system:kueue-controller-manager"
 GATE = "kueue.x-k8s.io/admission"
 IMAGE = "pytorch/pytorch-nightly:2710000-cu12.8"
+CUT = f"cut to fit: {pipeline.EVENT_WHOLE} more"
 
 
 def nodes(tainted: bool = True, new_tainted: bool = False) -> list[dict[str, Any]]:
@@ -186,30 +187,34 @@ def test_containers_refused_alike_are_one_line_of_the_event_that_names_them_all(
 
 
 def test_containers_refused_each_its_own_way_are_each_named_in_the_event() -> None:
-    """Found by a review of the reporting: two containers of images built for other CUDA versions made two refusals,
-    and the Event, cut in its middle, named only the first container. The first refusal's 'To fix' is whole, and
-    its start (what comes before its advice is cut first); Kueue's advice is whole; the last line names the other
-    container and says where to read its refusal."""
+    """Found by reviews of the reporting: two containers of images built for other CUDA versions made two refusals,
+    and the Event, cut in its middle, named only the first container; then a last line of 140 characters left out
+    the second. The first refusal's 'To fix' is whole, its start says the container, image and CUDA; Kueue's advice
+    is whole; the second refusal is said by its start; the short last line says it is cut."""
     app, recorder, sink = app_with()
     old = created(GATE, containers=[("trainer", IMAGE), ("helper", "pytorch/pytorch-nightly:2710000-cu12.6")])
     answer = update(app, "/validate", admitted(old, "h100-old"), old)
-    trainer, _, _ = refusals_of(answer)
+    trainer, helper, _ = refusals_of(answer)
     (event,) = sent(recorder, sink)
-    _, trainer_said, advice, tail = event["message"].split("\n")
+    _, trainer_said, helper_said, advice, tail = event["message"].split("\n")
     fix = trainer[trainer.index("To fix: Use an image built for CUDA <= 12.2;") :]
-    assert trainer_said.startswith(f"container trainer (image {IMAGE}) needs CUDA 12.8 (from image tag"), trainer_said
-    assert trainer_said.endswith(f"… {fix}") and trainer.startswith(trainer_said.split("…")[0]), trainer_said
+    said = re.fullmatch(
+        r"container trainer \(image (.+)…(.+)\) needs CUDA 12\.8 \(from image tag(.*)… (.*)", trainer_said
+    )
+    assert said is not None and IMAGE.startswith(said[1]) and IMAGE.endswith(said[2]) and said[4] == fix, trainer_said
+    assert helper.startswith(helper_said.removesuffix("…")) and "needs CUDA 12.6" in helper_said, helper_said
     assert advice == pipeline.KUEUE_ADVICE and len(event["message"]) <= events.MESSAGE_LIMIT
-    assert tail == f"and 1 more refusal (containers helper): {pipeline.EVENT_WHOLE}", tail
+    assert tail == CUT, tail
 
 
 @pytest.mark.parametrize("alike", [True, False], ids=["one-image", "an-image-each"])
 def test_the_event_of_forty_refused_containers_keeps_the_first_advice_and_says_how_many_more(alike: bool) -> None:
-    """Found by a review of the reporting: refusals of dozens of containers were cut, in the Event, to the first's
-    start and Kueue's advice (or, given each a share of the room, to stubs of 16 characters that said nothing).
-    Forty containers (init containers but one: a GPU at a time) of one image are one line naming some and counting
-    the rest; of an image each, the last line counts those left out. The first refusal's advice and Kueue's are
-    whole, what comes before the first's advice cut to the room left."""
+    """Found by reviews of the reporting: refusals of dozens of containers were cut, in the Event, to the first's
+    start and Kueue's advice (or, given each a share of the room, to stubs of 16 characters that said nothing), and
+    the start of a line of containers alike was all names, no word of the CUDA they need. Forty containers (init
+    containers but one: a GPU at a time) of one image are one line naming some and counting the rest, and its
+    start says the CUDA; of an image each, the last line counts those left out. The first refusal's advice and
+    Kueue's are whole, what comes before the first's advice cut to the room left."""
     named = [(f"worker-{i:02}", IMAGE if alike else f"pytorch/pytorch-nightly:27100{i:02}-cu12.8") for i in range(40)]
     app, recorder, sink = app_with()
     old = created(GATE, containers=named[:1], init=named[1:])
@@ -221,14 +226,16 @@ def test_the_event_of_forty_refused_containers_keeps_the_first_advice_and_says_h
     fix = "To fix: " + first.split(" To fix: ")[1]
     assert lines[1].endswith(f"… {fix}") and lines[-2] == pipeline.KUEUE_ADVICE, lines
     if alike:
-        said = re.match(r"container worker-01 \(init\) \(and (.*) and (\d+) more alike\) \(ima…", lines[1])
+        said = re.match(
+            r"container worker-01 \(init\) \(and (.*) and (\d+) more alike\) \(image .*\) needs CUDA 12.8", lines[1]
+        )
         assert said is not None and len(said[1].split(", ")) + int(said[2]) == 39, lines[1]
-        assert len(lines) == 4 and lines[-1] == f"cut to fit the Event: {pipeline.EVENT_WHOLE}", lines
+        assert len(lines) == 4 and lines[-1] == CUT, lines
     else:
-        assert lines[1].startswith(f"container worker-01 (init) (image {named[1][1]}) needs CUDA 12.8"), lines[1]
-        more = re.fullmatch(r"and (\d+) more refusals: (.*)", lines[-1])
+        said = re.match(r"container worker-01 \(init\) \(image (.+)…(.+)\) needs CUDA 12\.8", lines[1])
+        assert said is not None and named[1][1].startswith(said[1]) and named[1][1].endswith(said[2]), lines[1]
+        more = re.fullmatch(rf"and (\d+) more refusals: {pipeline.EVENT_WHOLE} more", lines[-1])
         assert more is not None and int(more[1]) == 40 - len(lines[1:-2]), lines
-    assert lines[-1].endswith(pipeline.EVENT_WHOLE), lines[-1]
 
 
 def test_a_refusal_retried_is_one_event_whose_count_goes_up() -> None:
@@ -816,7 +823,7 @@ def test_a_refusal_for_spot_and_cuda_says_both_in_the_event() -> None:
     assert "recreate it annotated gpu-admission.io/spot: tolerate" in spot_said and advice_said == advice
     start = f"container trainer (image {IMAGE}) needs CUDA 12.8 (from image tag"
     assert cuda_said.startswith(start) and cuda_refusal.startswith(cuda_said.removesuffix("…")), cuda_said
-    assert tail == f"cut to fit the Event: {pipeline.EVENT_WHOLE}", tail
+    assert tail == CUT, tail
 
 
 @pytest.mark.parametrize("length", [30, 40, 63])
@@ -846,7 +853,7 @@ def test_the_events_cut_of_a_long_spot_refusal_keeps_the_entries_it_names(length
     assert head.startswith("SpotNeverUngated: taking away") and len(event["message"]) <= events.MESSAGE_LIMIT
     assert said.startswith(f"pod {namespace}/{name} is under spot never") and said.endswith(advice), said
     assert f"adds {POOL}: l4-spot: have Kueue admit it to a ResourceFlavor of on-demand nodes only" in advice
-    assert tail == ([] if said == refusal else [f"cut to fit the Event: {pipeline.EVENT_WHOLE}"]), tail
+    assert tail == ([] if said == refusal else [CUT]), tail
 
 
 @pytest.mark.parametrize(
@@ -1099,7 +1106,7 @@ def test_a_spot_refusals_advice_is_whole_in_the_event_beside_a_cuda_refusal() ->
     _, spot_said, cuda_said, tail = event["message"].split("\n")
     assert spot_said.startswith("pod ml/trainer is under spot never") and spot_said.endswith(f"… {advice}"), spot_said
     assert cuda_said.startswith(f"container trainer (image {IMAGE}) needs CUDA 12.8"), cuda_said
-    assert tail == f"cut to fit the Event: {pipeline.EVENT_WHOLE}", tail
+    assert tail == CUT, tail
 
 
 def test_the_start_of_a_cuda_refusal_of_an_image_pinned_by_digest_keeps_the_cuda_it_needs() -> None:
@@ -1107,11 +1114,13 @@ def test_the_start_of_a_cuda_refusal_of_an_image_pinned_by_digest_keeps_the_cuda
     an image pinned by its digest they were all image: no word of the CUDA it needs. The image is cut in its
     middle instead, and the start says the container, the image's ends and the CUDA."""
     image = f"us-docker.pkg.dev/acme-ml-prod/training/llm-finetune@sha256:{'ab' * 32}"
-    _, event = spot_and_cuda_refused(image, {"gpu-admission.io/cuda-version": "12.8"})
-    cuda_said = event["message"].split("\n")[2]
-    said = re.fullmatch(r"container trainer \(image (.+)…(.+)\) needs CUDA 12\.8 \(from annotation .*", cuda_said)
-    assert said is not None and image.startswith(said[1]) and image.endswith(said[2]), cuda_said
-    assert len(cuda_said) <= pipeline.EVENT_WHAT_LEAST, cuda_said
+    answer, event = spot_and_cuda_refused(image, {"gpu-admission.io/cuda-version": "12.8"})
+    cuda_refusal, cuda_said = refusals_of(answer)[1], event["message"].split("\n")[2]
+    assert cuda_refusal.startswith(cuda_said.removesuffix("…")) and "needs CUDA 12.8" in cuda_said, cuda_said
+    start = pipeline._start(cuda_refusal, pipeline.EVENT_WHAT_LEAST)
+    said = re.fullmatch(r"container trainer \(image (.+)…(.+)\) needs CUDA 12\.8 \(from annotation .*", start)
+    assert said is not None and image.startswith(said[1]) and image.endswith(said[2]), start
+    assert len(start) <= pipeline.EVENT_WHAT_LEAST, start
 
 
 @pytest.mark.parametrize(
@@ -1140,14 +1149,17 @@ def test_kueues_advice_stays_in_the_event_of_one_long_cuda_refusal(image: str, s
     fix = refusal[refusal.index("To fix: ") :]
     assert said.startswith("container trainer (image ") and said.endswith(f"… {fix}"), said
     assert advice_said == pipeline.KUEUE_ADVICE and len(event["message"]) <= events.MESSAGE_LIMIT
-    assert tail == f"cut to fit the Event: {pipeline.EVENT_WHOLE}", tail
+    assert tail == CUT, tail
 
 
 def test_every_ungating_event_keeps_to_the_limit_with_the_first_advice_and_kueues_whole() -> None:
-    """Found by a review of the reporting: room set aside for the Event's last line, not the line written, made
-    Events over 1024 characters, which the relay then cut in their middle, through the advice. Seeded random
-    containers (names, images, alike or not), gates and updaters: every Event is within the limit and holds the
-    first refusal's advice and Kueue's whole."""
+    """Found by reviews of the reporting: room set aside for the Event's last line, not the line written, made
+    Events over 1024 characters, which the relay then cut in their middle, through the advice; then Kueue's advice
+    was said with no CUDA refusal, or left out where it fitted. Seeded random containers (names, images, alike or
+    not), gates and updaters: every Event is within the limit; it is the whole refusal or ends with a short last
+    line saying it is cut; it holds the first refusal's advice whole; Kueue's advice only where the answer has it
+    and a CUDA refusal's start is said, and always where the head, the first refusal's start and advice, Kueue's
+    advice and the last line fit."""
     rng = random.Random(7)
     settings = Settings()
     view = build_view(nodes(), settings)
@@ -1177,6 +1189,123 @@ def test_every_ungating_event_keeps_to_the_limit_with_the_first_advice_and_kueue
         (event,) = [e for e in refused.outcome.events if e.reason == "UngateRefused"]
         first = escaped(refused.outcome.denials[0].message)
         fix = first[first.index("To fix: ") :]
-        assert len(event.message) <= events.MESSAGE_LIMIT, (case, event.message)
-        assert event.message.split("\n")[1].endswith(fix), (case, event.message)
-        assert (pipeline.KUEUE_ADVICE in event.message) is (pipeline.KUEUE_ADVICE in refused.message), case
+        lines = event.message.split("\n")
+        assert len(event.message) <= events.MESSAGE_LIMIT and lines[1].endswith(fix), (case, event.message)
+        last = re.fullmatch(
+            rf"(cut to fit|and \d+ more refusals?)( \(containers .*\))?: {pipeline.EVENT_WHOLE} more", lines[-1]
+        )
+        assert last is None or len(lines[-1]) - len(last[2] or "") <= 80, (case, lines[-1])
+        assert last is not None or "…" not in "\n".join(lines[1:]), (case, event.message)  # a cut says so
+        kueue = pipeline.KUEUE_ADVICE in event.message
+        assert not kueue or (pipeline.KUEUE_ADVICE in refused.message and "needs CUDA" in event.message), case
+        said = pipeline._refusals(refused.outcome.denials)[0].text.removesuffix(fix).rstrip()
+        start = pipeline._start(said, pipeline.EVENT_WHAT_LEAST)  # the first's start, as short as it is said
+        least = len(lines[0]) + len(start) + len(fix) + len(pipeline.KUEUE_ADVICE) + len(lines[-1]) + 4
+        if pipeline.KUEUE_ADVICE in refused.message and "," not in lines[0].split(":")[0]:  # one reason
+            assert kueue or least > events.MESSAGE_LIMIT, case
+
+
+def cuda_denial(name: str, before: int, fix: int, image: str = IMAGE) -> Denial:
+    """A CUDA refusal of container ``name`` whose words before its advice and whose advice run to about ``before``
+    and ``fix`` characters (the pools it names)."""
+    pools = "".join(f", pool legacy-{i:03} (driver 535.104.05, CUDA 12.2)" for i in range(before // 40))
+    said = f" (image {image}) needs CUDA 12.8 (from image tag), but no node it can run on supports it{pools}."
+    advice = (
+        "To fix: Use an image built for CUDA <= 12.2; or upgrade the driver on pool " + "p" * max(fix - 80, 1) + "."
+    )
+    return Denial(cuda.POLICY, "CUDAIncompatible", f"container {name}{said} {advice}", containers=(name,))
+
+
+SPOT_DENIAL = Denial(
+    "spot",
+    "SpotNeverUngatedPending",
+    "pod ml/trainer is under spot never (default for namespace ml): the required node affinity the webhook wrote at "
+    "its create keeps it off spot capacity, yet its nodeSelector now sends it to spot pool h100-old alone: it would "
+    "stay Pending for good. Have Kueue admit it to a ResourceFlavor of on-demand nodes only, in a ClusterQueue whose "
+    "flavors are not spot, then delete it and recreate it for Kueue to admit it again. Or delete it and recreate it "
+    "annotated gpu-admission.io/spot: tolerate to let it run on spot (a pod's affinity cannot change once created).",
+    fix="Have Kueue admit it",
+)
+MIG_DENIAL = Denial(
+    "mig",
+    "MIGUnconverted",
+    "container trainer still asks for gpu-admission.io/gpu-memory 20Gi: the mutating webhook did not turn it into a "
+    "MIG profile, and no node offers that resource; ask for a MIG resource.",
+    containers=("trainer",),
+    fix="",
+)
+
+
+def test_kueues_advice_is_in_the_event_only_beside_a_cuda_refusal_it_says() -> None:
+    """Found by a review of the reporting: an ungating refused for spot, MIG and CUDA got an Event of the spot
+    refusal, the MIG one's start and Kueue's advice on the CUDA refusal, which it left out ('and 1 more refusal').
+    Each reason's first refusal is said by its start before Kueue's advice, which comes only beside a CUDA one."""
+    message = pipeline.ungate_event([SPOT_DENIAL, MIG_DENIAL, cuda_denial("trainer", 40, 320)], GATE, "", "x" * 330)
+    head, spot_said, mig_said, cuda_said, *rest = message.split("\n")
+    assert head.startswith("SpotNeverUngatedPending, MIGUnconverted, CUDAIncompatible: taking away"), head
+    assert spot_said.startswith("pod ml/trainer is under spot never") and spot_said.endswith(
+        SPOT_DENIAL.message[SPOT_DENIAL.message.index("Have Kueue") :]
+    )
+    assert mig_said.startswith("container trainer still asks for gpu-admission.io/gpu-memory 20Gi"), mig_said
+    assert cuda_said.startswith(f"container trainer (image {IMAGE}) needs CUDA 12.8"), cuda_said
+    assert rest == [CUT] and len(message) <= events.MESSAGE_LIMIT, rest
+
+
+@pytest.mark.parametrize("fix", [820, 950], ids=["advice-fits", "advice-too-long"])
+def test_the_last_line_of_an_event_is_kept_where_the_first_advice_is_long(fix: int) -> None:
+    """Found by a review of the reporting: two CUDA refusals whose advice named many pools (on-demand pools to
+    target, legacy pools to upgrade) got an Event of the first's advice and no last line: no word of the second
+    refusal nor that it was cut. The last line stays, and where the advice and it are too long, the advice is cut
+    in its middle."""
+    first = cuda_denial("trainer", 200, fix)
+    helper = cuda_denial("helper", 200, fix, image="pytorch/pytorch-nightly:2710000-cu12.6")
+    message = pipeline.ungate_event([first, helper], GATE, "", pipeline.KUEUE_ADVICE)
+    head, said, tail = message.split("\n")
+    advice = first.message[first.message.index("To fix: ") :]
+    assert head.startswith("CUDAIncompatible: taking away") and len(message) <= events.MESSAGE_LIMIT, message
+    assert tail.startswith("and 1 more refusal") and tail.endswith(f": {pipeline.EVENT_WHOLE} more"), tail
+    if len(f"… {advice}") + len(head) + len(tail) + 2 <= events.MESSAGE_LIMIT:
+        assert said == f"… {advice}" and tail == f"and 1 more refusal (containers helper): {pipeline.EVENT_WHOLE} more"
+    else:
+        start, end = said.split("…", 2)[1:]
+        assert said.startswith("… To fix: ") and advice.startswith(start.strip()) and advice.endswith(end), said
+
+
+def test_kueues_advice_fits_beside_a_long_cuda_refusal_with_the_short_last_line() -> None:
+    """Found by a review of the reporting: a CUDA refusal whose advice named three legacy pools left Kueue's advice
+    out of the Event, which the head, the refusal's start and advice, Kueue's and a short last line fitted: the last
+    line was 140 characters, the start 120. Both are shorter, and Kueue's advice is whole."""
+    message = pipeline.ungate_event([cuda_denial("trainer", 300, 460)], GATE, "", pipeline.KUEUE_ADVICE)
+    _, said, advice, tail = message.split("\n")
+    assert said.startswith("container trainer (image ") and "needs CUDA 12.8" in said and said.count("…") == 1, said
+    assert advice == pipeline.KUEUE_ADVICE and tail == CUT and len(message) <= events.MESSAGE_LIMIT, message
+
+
+def test_the_start_of_many_containers_alike_keeps_the_cuda_they_need() -> None:
+    """Found by a review of the reporting: the start of a refusal of twelve containers alike was all their names,
+    cut before the CUDA they need. The list of names is shortened as the image is, still counting them all."""
+    names = [f"prefetch-{i} (init)" for i in range(4)] + [f"worker-{i}" for i in range(8)]
+    message = pipeline.ungate_event(
+        [SPOT_DENIAL, *(cuda_denial(n, 40, 320) for n in names)], GATE, "", pipeline.KUEUE_ADVICE
+    )
+    cuda_said = message.split("\n")[2]
+    said = re.match(
+        r"container prefetch-0 \(init\) \(and (.*) and (\d+) more alike\) \(image .*\) needs CUDA 12", cuda_said
+    )
+    assert said is not None and len(said[1].split(", ")) + int(said[2]) == 11, cuda_said
+    start = pipeline._start(pipeline._refusals([cuda_denial(n, 40, 320) for n in names])[0].text, 80)
+    assert (
+        start == "container prefetch-0 (init) (and 11 more alike) (image …) needs CUDA 12.8 (from image tag), but …"
+    ), start
+
+
+def test_an_event_without_a_denial_and_names_with_newlines_are_said_in_one_line_each() -> None:
+    """Found by a review of the reporting: an ungating refused with no denial raised IndexError (the webhook must
+    never answer 500), and the last line named the containers left out unescaped, a newline in a name starting a
+    line of its own."""
+    assert pipeline.ungate_event([], GATE, "", "") == (
+        f"taking away the pod's last scheduling gate ({GATE}) is refused: {pipeline.EVENT_WHOLE} why"
+    )
+    denials = [cuda_denial("trainer", 40, 850), cuda_denial("a\nb", 40, 100, image="other:1")]
+    lines = pipeline.ungate_event(denials, GATE, "", "").split("\n")
+    assert lines[-1] == f"and 1 more refusal (containers a\\nb): {pipeline.EVENT_WHOLE} more", lines

@@ -454,22 +454,22 @@ def _ungate_refusal(result: Result, gone: Sequence[str], pod: PodView, ctx: Cont
     result.outcome.events = [Event("UngateRefused", ungate_event(enforced, gates, by, advice), "Warning")]
 
 
-EVENT_WHAT_LEAST = 120
+EVENT_WHAT_LEAST = 80
 """The fewest characters of a refusal that a refused ungating's Event shows of it, its start: the container, its
-image and the CUDA it needs; the pod and its spot mode."""
+image (cut in its middle) and the CUDA it needs; the pod and its spot mode (120 left Kueue's advice out: a review)."""
 EVENT_AFTER_IMAGE = 40
-"""The characters after the image that a refusal's start keeps, its image cut for them: the CUDA it needs and where
-that was read (``needs CUDA 12.8 (from image tag, pytorch``)."""
+"""The characters after the image that a refusal's start keeps, its image and the list of containers alike cut for
+them: the CUDA it needs and where that was read (``needs CUDA 12.8 (from image tag, pytorch``)."""
 EVENT_NAMES = 100
 """The characters of names (the gates; the containers of one refusal, or of those left out) an Event lists, then
 how many more."""
-EVENT_WHOLE = (
-    "the whole refusal is in the answer to the update that took the gate away (its updater's log, or kubectl's error)"
-)
+EVENT_WHOLE = "the update's answer says"
+"""Where a refused ungating's Event is cut, its last line ends with where to read the whole: ``... says more``."""
 
 
 class _Refusal(NamedTuple):
     reason: str
+    policy: str
     text: str
     """The refusal as the Event says it: one container's, or several containers' alike, named in its start."""
     fix: str
@@ -478,113 +478,113 @@ class _Refusal(NamedTuple):
 
 def ungate_event(denials: Sequence[Denial], gates: str, by: str, advice: str) -> str:
     """A refused ungating's ``UngateRefused`` Event, within ``events.MESSAGE_LIMIT``: every reason, the gate taken
-    away, a line per refusal (containers refused alike on one line: ``_refusals``), Kueue's ``advice``. Where that
-    is too long, it is made up in this order, each part where it still fits with the last line as it will be
-    written (how many refusals are left out, of which containers, and where the whole is read): the first
-    refusal's advice whole (from ``Denial.fix`` on), Kueue's advice whole, the start of each other reason's first
-    refusal (``_start``: what was refused), what comes before the first refusal's advice (cut to the room left,
-    down to an ellipsis), then the other refusals as they fit, at least their start; the updater last. The answer
-    was cut in its middle instead: a refusal for spot and CUDA both lost every word of the CUDA one, a long spot
-    advice the entries it names, and a refusal of several containers all but the first's start; a room set aside
-    for the last line, not the line written, made Events over the limit, and a fixed share before the advice cut
-    the advice in its middle (found by reviews)."""
+    away, a line per refusal (containers refused alike on one line: ``_refusals``), Kueue's ``advice``; the updater
+    where it fits. Where that is too long, it is made up part by part, each where it fits with the others and a
+    short last line (how many refusals are left out, or that it is cut, and where the whole is read): the first
+    refusal's advice whole (from ``Denial.fix`` on); the start of each reason's first refusal, the first's too
+    (``_start``: what was refused); Kueue's advice whole, where the start of a CUDA refusal is said; the other
+    refusals, at least their start; the rest of the first; the containers left out. Where even the advice and the
+    last line do not fit, the advice is cut in its middle. Found by reviews: the answer cut in its middle lost
+    refusals whole; the last line was dropped where the advice was cut, and Kueue's advice said with no CUDA
+    refusal, or left out where a shorter last line let it fit."""
     refusals = _refusals(denials)
-    lines = [r.text for r in refusals]
+    if not refusals:  # refused by no policy's denial: nothing to say but where to read why
+        return middle_clipped(f"{GATE_TAKEN.format(gates=gates, by=by)} is refused: {EVENT_WHOLE} why", EVENT_LIMIT)
     reasons = ", ".join(dict.fromkeys(r.reason for r in refusals))  # each once, as the audit's decision
 
-    def said(by: str, shown: Mapping[int, str], tail: Sequence[str], last: bool = True) -> str:
-        head = f"{reasons}: {GATE_TAKEN.format(gates=middle_clipped(gates, EVENT_NAMES), by=by)} is refused:"
-        left = [r for i, r in enumerate(refusals) if i not in shown]
-        ending = [_left_out(left, named)] if last else []
-        return "\n".join([head, *(shown[i] for i in sorted(shown)), *tail, *ending])
+    def head(by: str) -> str:
+        return f"{reasons}: {GATE_TAKEN.format(gates=middle_clipped(gates, EVENT_NAMES), by=by)} is refused:"
 
-    whole, named = [advice] if advice else [], False
-    for message in (said(by, dict(enumerate(lines)), whole, False), said("", dict(enumerate(lines)), whole, False)):
+    whole = [r.text for r in refusals] + ([advice] if advice else [])
+    for message in ("\n".join([head(by), *whole]), "\n".join([head(""), *whole])):
         if len(message) <= EVENT_LIMIT:
             return message
     first = refusals[0]
-    at = max(first.text.find(first.fix), 0) if first.fix else 0
+    at = max(first.text.find(first.fix), 0)
     before, fix = first.text[:at].rstrip(), first.text[at:]
-    shown = {0: f"… {fix}" if before else fix}
-    tail = whole if len(said("", shown, whole)) <= EVENT_LIMIT else []
+    bare = f"… {fix}"
+    shown = {0: bare if before else fix}  # by line: each refusal, then Kueue's advice
 
-    def room(i: int) -> int:
-        """The characters line ``i`` may take, the others as they are."""
-        return EVENT_LIMIT - len(said("", {**shown, i: ""}, tail))
+    def said(shown: Mapping[int, str], named: bool = False) -> str:
+        left = [r for i, r in enumerate(refusals) if i not in shown]
+        return "\n".join([head(""), *(shown[i] for i in sorted(shown)), _left_out(left, named)])
 
-    def first_within(least: int) -> None:
-        """What comes before the first refusal's advice, within ``least`` and the room left."""
-        if before and (spare := min(room(0) - len(fix) - 1, least)) > 0:
-            shown[0] = f"{_start(before, spare)} {fix}"
+    def start(i: int, most: int) -> None:
+        """Show refusal ``i`` by its start, within ``most`` and the room left, where that is at least its start."""
+        text, end = (before, f" {fix}") if i == 0 else (whole[i], "")
+        room = EVENT_LIMIT - len(said({**shown, i: ""})) - len(end)
+        if text and len(what := _start(text, max(min(most, room), min(len(text), EVENT_WHAT_LEAST)))) <= room:
+            shown[i] = what + end
 
-    firsts = {r.reason: i for i, r in reversed(list(enumerate(refusals)))}  # each reason's first refusal
-    for i in sorted(firsts.values())[1:]:
-        if room(i) >= min(len(lines[i]), EVENT_WHAT_LEAST):
-            shown[i] = _start(lines[i], EVENT_WHAT_LEAST)
-    first_within(EVENT_WHAT_LEAST)
-    named = True  # the containers of the refusals left out, where they fit
-    named = len(said("", shown, tail)) <= EVENT_LIMIT
-    for i in range(1, len(lines)):
-        if (spare := room(i)) >= min(len(lines[i]), EVENT_WHAT_LEAST):
-            shown[i] = _start(lines[i], spare)
-    first_within(EVENT_LIMIT)
-    for message in (said(by, shown, tail), said("", shown, tail), said("", shown, tail, False)):
-        if len(message) <= EVENT_LIMIT:
-            return message
-    return middle_clipped(message, EVENT_LIMIT)  # an advice alone over the limit
+    for i in sorted({r.reason: i for i, r in reversed(list(enumerate(refusals)))}.values()):
+        start(i, EVENT_WHAT_LEAST)  # each reason's first refusal
+    cuda_said = any(r.policy == cuda.POLICY and shown.get(i, bare) != bare for i, r in enumerate(refusals))
+    if advice and cuda_said and len(said({**shown, len(refusals): advice})) <= EVENT_LIMIT:
+        shown[len(refusals)] = advice
+    for i in [*range(1, len(refusals)), 0]:
+        start(i, EVENT_LIMIT)
+    named = len(said(shown, True)) <= EVENT_LIMIT
+    if (over := len(said(shown, named)) - EVENT_LIMIT) > 0:  # the first advice and the last line alone too long
+        shown[0] = middle_clipped(shown[0], max(len(shown[0]) - over, 1))
+    return middle_clipped(said(shown, named), EVENT_LIMIT)  # a head over the limit alone
 
 
 def _refusals(denials: Sequence[Denial]) -> list[_Refusal]:
     """Each refusal once, in its order: those of several containers that read the same but for the container's name
     (the same image refused the same way) on one line, ``container a (and b, c alike) (image ...)``."""
-    alike: dict[tuple[str, str, bool], list[Denial]] = {}
+    alike: dict[tuple[str, str], list[Denial]] = {}
     for d in denials:  # those the policy said alike are one denial already (``Outcome.deny``), others not
-        alike.setdefault((d.reason, d.said, bool(d.containers)), []).append(d)
+        alike.setdefault((d.reason, d.said), []).append(d)
     out = []
-    for (reason, rest, _), same in alike.items():
+    for (reason, rest), same in alike.items():
         names = list(dict.fromkeys(name for d in same for name in d.containers))
         text = same[0].message
         if len(names) > 1:
-            text = f"container {names[0]} (and {_named(names[1:])} alike){rest}"
-        out.append(_Refusal(reason, escaped(text), escaped(same[0].fix), names))
+            text = f"container {names[0]} (and {_named(names[1:], EVENT_NAMES)} alike){rest}"
+        out.append(_Refusal(reason, same[0].policy, escaped(text), escaped(same[0].fix), names))
     return out
 
 
-def _named(names: Sequence[str]) -> str:
-    """``names`` within ``EVENT_NAMES`` characters (at least one), then how many more."""
-    shown: list[str] = []
-    length = 0
-    for name in names:
-        if shown and length + len(name) > EVENT_NAMES:
-            break
-        shown.append(name)
-        length += len(name) + 2
-    more = len(names) - len(shown)
-    return ", ".join(shown) + (f" and {more} more" if more else "")
+def _named(names: Sequence[str], room: int, more: int = 0) -> str:
+    """``names`` within ``room`` characters (at least one), then how many more (``more`` besides)."""
+    shown = 1
+    while shown < len(names) and len(", ".join(names[: shown + 1])) <= room:
+        shown += 1
+    more += len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more else "")
 
 
 def _start(line: str, room: int) -> str:
-    """``line`` within ``room``: whole where it fits, else its start, what was refused, cut at its end; the image of
-    the container it opens with is cut in its middle first, as far as needed for ``EVENT_AFTER_IMAGE`` characters
-    after it to stay (``container trainer (image us-docker.pkg.dev/acm…abab) needs CUDA 12.8``: the start of a
-    refusal of an image pinned by its digest was all image, found by a review)."""
+    """``line`` within ``room``: whole where it fits, else its start, what was refused, cut at its end; the list of
+    containers alike and the image of the container it opens with are shortened first, as far as needed for
+    ``EVENT_AFTER_IMAGE`` characters after it to stay, past ``room`` where a long name leaves too little
+    (``container trainer (image us-docker.pkg.dev/acm…abab) needs CUDA 12.8``, ``container a (and 11 more alike)
+    (image …) needs CUDA 12.8``: the start of a refusal of an image pinned by its digest was all image, and of
+    many containers all names, found by reviews)."""
     if len(line) <= room:
         return line
     before, opens, rest = line.partition(" (image ")
     image, closes, after = rest.partition(")")
-    keep = room - len(before) - len(opens) - len(closes) - EVENT_AFTER_IMAGE
-    if closes and before.startswith("container ") and len(image) > keep:
-        line = f"{before}{opens}{middle_clipped(image, max(keep, 1))}{closes}{after}"
+    name, ands, others = before.partition(" (and ")
+    keep = room - len(name) - len(opens) - len(closes) - EVENT_AFTER_IMAGE  # for the others alike and the image
+    if closes and name.startswith("container ") and len(before) - len(name) + len(image) > keep:
+        if ands and (alike := re.fullmatch(r"(.*?)(?: and (\d+) more)? alike\)", others)):  # b, c and 4 more alike)
+            names, more = alike[1].split(", "), int(alike[2] or 0)
+            share = max(keep - len(image), keep // 2) - len(" (and  and 999 more alike)")
+            others = f"{_named(names, share, more) if share >= len(names[0]) else f'{len(names) + more} more'} alike)"
+        image = middle_clipped(image, max(keep - len(ands) - len(others), 1))
+        line = f"{name}{ands}{others}{opens}{image}{closes}{after}"
+        room = max(room, len(line) - len(after) + EVENT_AFTER_IMAGE)  # a long name: over the room, not its CUDA
     return clipped(line, room)
 
 
 def _left_out(left: Sequence[_Refusal], named: bool) -> str:
     """The Event's last line where it is cut: how many refusals are left out, and (``named``) of which containers."""
     if not left:
-        return f"cut to fit the Event: {EVENT_WHOLE}"
-    names = list(dict.fromkeys(name for r in left for name in r.containers))
-    of = f" (containers {_named(names)})" if names and named else ""
-    return f"and {len(left)} more refusal{'s' if len(left) > 1 else ''}{of}: {EVENT_WHOLE}"
+        return f"cut to fit: {EVENT_WHOLE} more"
+    names = list(dict.fromkeys(escaped(name) for r in left for name in r.containers))
+    of = f" (containers {_named(names, EVENT_NAMES)})" if names and named else ""
+    return f"and {len(left)} more refusal{'s' if len(left) > 1 else ''}{of}: {EVENT_WHOLE} more"
 
 
 def _controlled_by(obj: JSON, kind: str) -> bool:
