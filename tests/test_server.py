@@ -610,3 +610,29 @@ def test_without_its_files_the_tls_context_closes_connections_and_warns_once_a_c
         (tmp_path / name).write_bytes((certs / name).read_bytes())
     time.sleep(ReloadingTLS.CHECK_EVERY)
     assert isinstance(tls.context(), ssl.SSLContext)
+
+
+def test_an_encrypted_serving_key_fails_at_once_saying_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``serve --key`` an encrypted key: OpenSSL asked for a pass phrase on the terminal ("Enter PEM pass phrase:")
+    and waited, and said '[Errno 22] Invalid argument' without one (found by a review). It fails at once, saying the
+    key is encrypted and to decrypt it; a worker whose key is rotated to an encrypted one keeps serving."""
+    from cryptography.hazmat.primitives import serialization
+
+    from webhook.cli import check_serving_pair
+    from webhook.errors import InputError
+
+    certs = issue_certs(tmp_path / "certs")
+    key = serialization.load_pem_private_key((certs / "tls.key").read_bytes(), None)
+    encrypted = tmp_path / "tls.enc.key"
+    encryption = serialization.BestAvailableEncryption(b"secret")
+    encrypted.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
+    with pytest.raises(InputError) as raised:
+        check_serving_pair(str(certs / "tls.crt"), str(encrypted))
+    assert str(raised.value) == (
+        f"--key ({encrypted}) is encrypted; the webhook cannot use an encrypted key: decrypt it"
+        " (openssl pkey -in KEY -out DECRYPTED) and give --key the decrypted key"
+    )
+    tls = ReloadingTLS(str(certs / "tls.crt"), str(encrypted))
+    with pytest.raises(ssl.SSLEOFError):
+        tls.context()
+    assert any("is encrypted" in r.getMessage() for r in caplog.records)

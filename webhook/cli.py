@@ -105,6 +105,7 @@ def check_serving_pair(cert: str, key: str) -> None:
     mismatched pair) started a server that said "serving on" and failed every handshake; under failurePolicy Fail,
     every GPU pod was refused (found by a review). A file that is not there is named (gunicorn's master had ended
     in a traceback). InputError."""
+    from webhook.http1 import UnreadableTLS
     from webhook.server import server_context
 
     for path in (cert, key):
@@ -112,6 +113,8 @@ def check_serving_pair(cert: str, key: str) -> None:
             raise InputError(f"{path}: certificate or key file not found (make one: gpu-admission certs issue)")
     try:
         server_context(cert, key)
+    except UnreadableTLS as err:  # an encrypted key: said as it is
+        raise InputError(str(err)) from err
     except (OSError, ssl.SSLError) as err:
         raise InputError(
             f"--cert/--key ({cert}, {key}): {err}; give the serving certificate (tls.crt, not the CA's ca.crt) and"

@@ -20,6 +20,7 @@ import functools
 import http.client
 import socket
 import ssl
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
 LINE_LIMIT = 65536
@@ -77,7 +78,11 @@ def tls_context(configuration: Any) -> ssl.SSLContext:
             tls.load_cert_chain(
                 c.cert_file,
                 c.key_file,
-                password=functools.partial(_encrypted, _file(c, "key_file") or _file(c, "cert_file")),
+                password=no_pass_phrase(
+                    f"its client key ({_file(c, 'key_file') or _file(c, 'cert_file')})",
+                    "the kubernetes client",
+                    "the kubeconfig",
+                ),
             )
         except UnreadableTLS:
             raise
@@ -111,13 +116,19 @@ def _file(configuration: Any, attribute: str) -> str | None:
     return LOADER_FILES[attribute] if path in getattr(kube_config, "_temp_files", {}).values() else path
 
 
-def _encrypted(key_file: str | None) -> bytes:
-    """``load_cert_chain``'s password, asked for an encrypted key: ``UnreadableTLS`` at once. Without it OpenSSL
-    asked for one on the terminal ("Enter PEM pass phrase:") and waited; the kubernetes client gives urllib3 no
-    password, which refuses such a key at each connection."""
+def no_pass_phrase(key: str, user: str, where: str) -> Callable[[], bytes]:
+    """``load_cert_chain``'s password: an encrypted ``key`` (as said to a user) is refused at once, with
+    ``UnreadableTLS`` saying that ``user`` cannot use it and to give ``where`` the key decrypted. Without a password
+    OpenSSL asked for one on the terminal ("Enter PEM pass phrase:") and waited, and said only '[Errno 22] Invalid
+    argument' without a terminal. The kubernetes client gives urllib3 no password, which refuses such a key at each
+    connection; the serving key is read again at each renewal, with nobody there to type one."""
+    return functools.partial(_encrypted, key, user, where)
+
+
+def _encrypted(key: str, user: str, where: str) -> bytes:
     raise UnreadableTLS(
-        f"its client key ({key_file}) is encrypted; the kubernetes client cannot use an encrypted key: decrypt it"
-        " (openssl pkey -in KEY -out DECRYPTED) and give the kubeconfig the decrypted key"
+        f"{key} is encrypted; {user} cannot use an encrypted key: decrypt it"
+        f" (openssl pkey -in KEY -out DECRYPTED) and give {where} the decrypted key"
     )
 
 

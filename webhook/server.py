@@ -29,6 +29,7 @@ from gunicorn.app.base import BaseApplication
 
 from webhook.cluster import ClusterSource
 from webhook.errors import InputError
+from webhook.http1 import no_pass_phrase
 from webhook.workers import TurnSSLSocket
 
 log = logging.getLogger("gpu_admission.server")
@@ -199,10 +200,13 @@ def _not_after(path: str) -> float | None:
 
 def server_context(cert: str, key: str) -> ssl.SSLContext:
     """The TLS context served from the PEM files ``cert`` and ``key``; ssl.SSLError where they do not make a pair
-    (``[X509: KEY_VALUES_MISMATCH]``) or are not PEM, OSError where they cannot be read."""
+    (``[X509: KEY_VALUES_MISMATCH]``) or are not PEM, OSError where they cannot be read, ``http1.UnreadableTLS``
+    (a ValueError) at once where the key is encrypted."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(certfile=cert, keyfile=key)
+    context.load_cert_chain(
+        certfile=cert, keyfile=key, password=no_pass_phrase(f"--key ({key})", "the webhook", "--key")
+    )
     context.set_alpn_protocols(["http/1.1"])
     context.sslsocket_class = TurnSSLSocket
     return context
@@ -281,7 +285,7 @@ class ReloadingTLS:
                     if self._stamp != (0.0, 0.0):
                         log.info("serving certificate reloaded from %s", self.cert)
                     self._stamp = stamp
-            except (OSError, ssl.SSLError) as err:
+            except (OSError, ValueError) as err:  # ssl.SSLError is an OSError; an encrypted key a ValueError
                 if self._context is not None:
                     log.warning("certificate files unreadable (%s); keeping the previous certificate", err)
                 else:
