@@ -842,11 +842,16 @@ class InTime:
                 # helper from the call it waited on, until its time ran out)
                 began, future = held
             else:
-                raise CredentialsHung(  # the same words at each retry: said once (``events.CredentialLoads``)
-                    f"{self.what} has not returned in {self.timeout:.0f}s; not run again until it does"
-                    " (run it by hand where the webhook runs to see why it hangs)"
-                )
+                raise self._hung()
         return self._wait(began, future)
+
+    def _hung(self) -> CredentialsHung:
+        """That the call hangs, in the same words when a wait gives up on it and at each call while it runs: said
+        once (``events.CredentialLoads``). It was said twice in a row, in two wordings (found by a review)."""
+        return CredentialsHung(
+            f"{self.what} has not returned in {self.timeout:.0f}s; not run again until it does"
+            " (run it by hand where the webhook runs to see why it hangs)"
+        )
 
     def _hand(self, call: Callable[[], Any], future: Future[Any]) -> None:
         """``call`` to the helper thread, started when none waits (at the first call, after a fork, after it was idle
@@ -880,10 +885,7 @@ class InTime:
             if wait([future], timeout=min(1.0, max(0.0, left))).done:
                 return future.result()
             if left <= 0:
-                raise CredentialsHung(
-                    f"{self.what} has not returned in {self.timeout:.0f}s (run it by hand where the webhook runs to"
-                    " see why it hangs)"
-                )
+                raise self._hung()
         raise CredentialsHung("stopped while loading credentials")
 
 
