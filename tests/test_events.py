@@ -1991,6 +1991,39 @@ def test_an_exec_plugin_that_hangs_while_the_relay_loads_its_credentials_is_said
         hang.unlink()
 
 
+def test_a_kubeconfig_rewritten_to_another_env_of_its_hung_plugin_loads_at_once(
+    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The relay's loads told plugins apart by their command line alone: a kubeconfig rewritten to change only the
+    plugin's env (``aws eks update-kubeconfig --profile`` writes AWS_PROFILE there) was not run while the plugin as it
+    was before hung, and its Events stayed in the log (found by a review). It runs at once, and loads."""
+    kubeconfig, hang = exec_kubeconfig(kubeapi, tmp_path, CREDENTIAL)
+    plugin = tmp_path / "get-token"
+    plugin.write_text(plugin.read_text().replace("while [", 'while [ "$AWS_PROFILE" = expired ] && ['))
+
+    def profile(name: str) -> None:
+        config = json.loads(kubeconfig.read_text())
+        config["users"][0]["user"]["exec"]["env"] = [{"name": "AWS_PROFILE", "value": name}]
+        kubeconfig.write_text(json.dumps(config))
+
+    profile("expired")
+    hang.touch()
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(events, "CREDENTIALS_RETRY_S", 0.0)  # loaded again at each Event
+    try:
+        sink = events.api_sink_from_environment()
+        assert sink.name == "log"
+        profile("team")
+        sink.send(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
+        assert sink.name == "api"
+        assert len(kubeapi.list("v1", "events", "default")) == 1
+        assert len((tmp_path / "runs").read_text().splitlines()) == 2  # the hung run, and the one with the new env
+    finally:
+        hang.unlink()
+
+
 def test_an_exec_plugin_that_hangs_is_run_once_while_the_relay_awaits_its_credentials(
     kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

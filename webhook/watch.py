@@ -1132,16 +1132,17 @@ def load_kubeconfig(config_file: str, cfg: Any, in_times: dict[str, InTime] | No
     plugin with no timeout, and one that hung stopped the caller for good (the node watch at start; the Events
     relay, which then outlived the server; its later Events at a token refresh). Past ``CREDENTIALS_TIMEOUT_S``,
     ``CredentialsHung``, which names the plugin's command; the plugin is left running. Else raises what the loader
-    raises. ``in_times``: the ``InTime`` of each loader (by its command) that loads again share, made there at the
-    first: a plugin still hung is not run again, and the load fails at once (the Events relay's retries,
-    ``events.AwaitingCredentials``: each made its own, and ran the plugin again and waited on it in full)."""
+    raises. ``in_times``: the ``InTime`` of each loader (``_loader``: an exec plugin by its command line and env)
+    that loads again share, made there at the first: a plugin still hung is not run again, and the load fails at
+    once (the Events relay's retries, ``events.AwaitingCredentials``: each made its own, and ran the plugin again
+    and waited on it in full)."""
     from kubernetes import config
 
-    what = _kubeconfig_credentials(config_file)
+    what, key = _loader(config_file)
     in_times = {} if in_times is None else in_times
-    if what not in in_times:
-        in_times[what] = InTime(what, CREDENTIALS_TIMEOUT_S)
-    in_time = in_times[what]
+    if key not in in_times:
+        in_times[key] = InTime(what, CREDENTIALS_TIMEOUT_S)
+    in_time = in_times[key]
 
     def load() -> None:
         config.load_kube_config(config_file=config_file, client_configuration=cfg)  # type: ignore[no-untyped-call]
@@ -1164,15 +1165,28 @@ def check_tls(cfg: Any) -> None:
 def _kubeconfig_credentials(joined: str) -> str:
     """What loads the credentials of the kubeconfig's current user, for the log: its exec plugin, with its command
     line, where it has one."""
-    command = _exec_command(joined)
-    return f"{EXEC_PLUGIN} `{command}`" if command else "the kubeconfig's credentials loader"
+    return _loader(joined)[0]
+
+
+def _loader(joined: str) -> tuple[str, str]:
+    """What loads the credentials of the kubeconfig's current user (``_kubeconfig_credentials``), and what tells its
+    runs apart (``load_kubeconfig``'s ``in_times``): an exec plugin's command line and its ``env``. Told apart by the
+    command line alone, a rewrite changing only the plugin's env (``aws eks update-kubeconfig --profile`` writes
+    AWS_PROFILE there) was not run while the plugin as it was before hung (found by a review)."""
+    plugin = _exec_plugin(joined)
+    if plugin is None:
+        return "the kubeconfig's credentials loader", ""
+    command = [as_str(plugin.get("command"))] + [as_str(a) for a in as_list(plugin.get("args"))]
+    what = f"{EXEC_PLUGIN} `{shlex.join(command)}`"
+    return what, json.dumps([command, plugin.get("env")], default=str)
 
 
 EXEC_PLUGIN = "the kubeconfig's exec credential plugin"
 
 
-def _exec_command(joined: str) -> str | None:
-    """The command line of the exec credential plugin of the kubeconfig's current user; None where it has none."""
+def _exec_plugin(joined: str) -> dict[str, Any] | None:
+    """The exec credential plugin (``command``, ``args``, ``env``) of the kubeconfig's current user; None where it has
+    none."""
     from kubernetes.config import kube_config
 
     try:
@@ -1183,8 +1197,7 @@ def _exec_command(joined: str) -> str | None:
             entry = as_dict(getattr(node, "value", node))  # each file's entries are held as ConfigNodes
             plugin = as_dict(as_dict(entry.get("user")).get("exec"))
             if entry.get("name") == user and plugin.get("command"):
-                command = [as_str(plugin.get("command"))] + [as_str(a) for a in as_list(plugin.get("args"))]
-                return shlex.join(command)
+                return plugin
     except Exception:  # the loader says what is wrong with the kubeconfig
         pass
     return None
