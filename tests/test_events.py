@@ -2024,6 +2024,36 @@ def test_a_kubeconfig_rewritten_to_another_env_of_its_hung_plugin_loads_at_once(
         hang.unlink()
 
 
+def test_kubeconfig_rewrites_while_its_plugin_hangs_run_it_once_on_the_api(
+    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the relay sent to the API, its loads at each kubeconfig rewrite did not share the ``InTime`` of the
+    loads before: each rewrite while the plugin hung ran one more plugin and held up the relay in full (found by a
+    review). The first waits on it, and the next fail at once, keeping the credentials loaded before."""
+    kubeconfig, hang = exec_kubeconfig(kubeapi, tmp_path, CREDENTIAL)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(watch, "FILES_CHECK_S", 0.0)
+    subject = subject_of(stored_pod())
+    sink = events.api_sink_from_environment()
+    assert sink.name == "api"
+    hang.touch()
+    try:
+        for namespace in ("a", "b", "c"):
+            config = json.loads(kubeconfig.read_text())
+            config["contexts"][0]["context"]["namespace"] = namespace
+            kubeconfig.write_text(json.dumps(config))
+            began = time.monotonic()
+            sink.send(event_body(subject, "default", namespace, CHECKED, "i"))
+            held = time.monotonic() - began
+            assert held < (2.0 if namespace == "a" else 0.3), f"the rewrite to {namespace} held up the relay {held}s"
+        assert len((tmp_path / "runs").read_text().splitlines()) == 2  # at start, and the one that hangs
+        assert len(kubeapi.list("v1", "events", "default")) == 3  # with the credentials loaded before
+    finally:
+        hang.unlink()
+
+
 def test_an_exec_plugin_that_hangs_is_run_once_while_the_relay_awaits_its_credentials(
     kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -1569,3 +1569,26 @@ def test_a_token_refused_names_the_exec_plugin_that_gave_it(
         assert f"cannot list nodes: HTTP 401 Unauthorized: injected failure (the credentials of {plugin})" in warning
     finally:
         live.stop()
+
+
+def test_a_load_that_finds_its_plugin_running_for_another_load_fails(
+    api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loads sharing ``in_times`` (the Events relay's): a load made while another ran the same plugin in its time
+    waited on that one and returned without error, its own configuration never loaded (no server, no token), where
+    a caller would take it for loaded (found by a review). It fails, and the first loads."""
+    kubeconfig, hang = exec_kubeconfig(api, tmp_path, CREDENTIAL)
+    shared: dict[str, watch.InTime] = {}
+    first, second = k8s_client.Configuration(), k8s_client.Configuration()
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 5.0)
+    hang.touch()
+    loading = threading.Thread(target=watch.load_kubeconfig, args=(str(kubeconfig), first, shared))
+    loading.start()
+    wait_for(lambda: (tmp_path / "runs").exists(), "the first load's plugin")
+    answers = threading.Timer(0.5, hang.unlink)  # in the first load's time
+    answers.start()
+    with pytest.raises(watch.CredentialsHung, match="is running already, for another load"):
+        watch.load_kubeconfig(str(kubeconfig), second, shared)
+    answers.join()
+    loading.join(timeout=10)
+    assert first.host == api.url and first.api_key

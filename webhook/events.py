@@ -1296,14 +1296,17 @@ def api_client_from_environment(again: bool = False, loads: CredentialLoads | No
 
 def _api_sink(loads: CredentialLoads) -> ApiSink | None:
     """An ``ApiSink`` with the client of ``api_client_from_environment`` (``loads``: its), made anew by it where the
-    kubeconfig it was loaded from is rewritten on disk; None where no credentials load."""
+    kubeconfig it was loaded from is rewritten on disk, its loads sharing ``loads`` too: each rewrite while the
+    plugin hung ran one more plugin and held up the relay in full (found by a review); None where no credentials
+    load."""
     from webhook.watch import FILES_CHECK_S, Rewritten, credentials_files
 
     files = Rewritten(credentials_files(), every=FILES_CHECK_S)  # as they are before the client reads them
     api_client = api_client_from_environment(loads=loads)
     if api_client is None:
         return None
-    return ApiSink(api_client, remake=functools.partial(api_client_from_environment, again=True), files=files)
+    remake = functools.partial(api_client_from_environment, again=True, loads=loads)
+    return ApiSink(api_client, remake=remake, files=files)
 
 
 class AwaitingCredentials:

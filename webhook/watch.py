@@ -826,7 +826,11 @@ class InTime:
         """The helper thread that runs the calls (``_hand``), while it waits on them; None once it has ended."""
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
 
-    def __call__(self, call: Callable[[], T]) -> T:
+    def __call__(self, call: Callable[[], T], join: bool = True) -> T:
+        """``call``'s result in time. ``join`` False: a call made while another runs in its time fails at once
+        (``CredentialsHung``), where it would wait on that one: a load into a configuration of its own
+        (``load_kubeconfig``), which the other call does not fill. Joined, it returned without error, its
+        configuration never loaded (found by a review)."""
         future: Future[T]
         with self._lock:
             held = self._held
@@ -835,6 +839,8 @@ class InTime:
                 began = time.monotonic()
                 self._held = (began, future)
                 self._hand(call, future)
+            elif time.monotonic() - held[0] < self.timeout and not join:
+                raise CredentialsHung(f"{self.what} is running already, for another load: not run twice at once")
             elif time.monotonic() - held[0] < self.timeout:
                 # the same load, begun by another thread in its time (the relay's senders refresh the token at once,
                 # and the client's refresh is not made for two at once): waited on, its result theirs, outside the
@@ -1147,8 +1153,10 @@ def load_kubeconfig(config_file: str, cfg: Any, in_times: dict[str, InTime] | No
     def load() -> None:
         config.load_kube_config(config_file=config_file, client_configuration=cfg)  # type: ignore[no-untyped-call]
 
-    in_time(load)
-    _InTimeRefresh.install(cfg, in_time)
+    in_time(load, join=False)
+    # the token refreshes of its clients in time of their own: a refresh (a valid token's, which runs no plugin)
+    # while a later load of the same plugin hung failed at once, and the Event with it
+    _InTimeRefresh.install(cfg, InTime(what, CREDENTIALS_TIMEOUT_S))
 
 
 def check_tls(cfg: Any) -> None:
