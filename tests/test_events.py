@@ -2054,13 +2054,39 @@ def test_kubeconfig_rewrites_while_its_plugin_hangs_run_it_once_on_the_api(
         hang.unlink()
 
 
+def test_an_exec_plugin_slower_than_its_timeout_at_each_run_holds_up_the_relay_once(
+    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin that outlasts ``CREDENTIALS_TIMEOUT_S`` at each run (kubelogin with nobody at the browser exits after
+    180 s, past the 60 s waited on) held up the relay again at each retry after a run ended, for good (found by a
+    review). Once it outlasted its time, its runs are not waited on, one at a time."""
+    kubeconfig, _ = exec_kubeconfig(kubeapi, tmp_path, CREDENTIAL)
+    plugin = tmp_path / "get-token"
+    plugin.write_text(plugin.read_text().replace("while [", "sleep 0.8; while ["))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(events, "CREDENTIALS_RETRY_S", 0.1)
+    sink = events.api_sink_from_environment()  # held up once, 0.3 s
+    assert sink.name == "log"
+    subject = subject_of(stored_pod())
+    ends = time.monotonic() + 3  # three runs and more
+    while time.monotonic() < ends:
+        began = time.monotonic()
+        sink.send(event_body(subject, "default", "trainer", CHECKED, "i"))
+        assert time.monotonic() - began < 0.2, "an Event held up by a run of the slow plugin"
+        time.sleep(0.05)
+    assert len((tmp_path / "runs").read_text().splitlines()) >= 3
+
+
 def test_an_exec_plugin_that_hangs_is_run_once_while_the_relay_awaits_its_credentials(
     kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Each of the relay's retries loaded the kubeconfig with an ``InTime`` of its own: each ran the hung plugin
     again and waited on it in full, so the relay was held up all the time and one more plugin was left running at
     each retry (found by a review). The loads share one: the plugin hung at start is not run again while it runs,
-    the loads meanwhile fail at once, and once it answered the next load runs it and the Events go to the API. That
+    the loads meanwhile fail at once, and once it answered the loads run it, waited on once a run returned in time,
+    and the Events go to the API. That
     it hangs is warned of once: the next retry said it again in other words (found by a review)."""
     kubeconfig, hang = exec_kubeconfig(kubeapi, tmp_path, CREDENTIAL)
     hang.touch()
@@ -2081,12 +2107,15 @@ def test_an_exec_plugin_that_hangs_is_run_once_while_the_relay_awaits_its_creden
         assert len(runs.read_text().splitlines()) == 1, "the hung plugin run again"
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         (warning,) = warnings  # that it hung, once: it was said again at the next retry in other words
-        assert "eks get-token` has not returned in 1s; not run again until it does" in warning, warning
+        assert "eks get-token` has not returned in 1s; run one at a time, and not waited on until" in warning, warning
     finally:
         hang.unlink()
     deadline = time.monotonic() + 10
     while sink.name != "api" and time.monotonic() < deadline:  # the hung run ends, then a load runs it again
+        began = time.monotonic()
         sink.send(event_body(subject, "default", "d", CHECKED, "i"))
+        assert time.monotonic() - began < 0.3, "an Event held up by a load of the plugin that hung"
         time.sleep(0.05)
-    assert sink.name == "api" and len(runs.read_text().splitlines()) == 2
+    # the run after the hung one not waited on, the next, once that one returned in time, waited on and loaded
+    assert sink.name == "api" and len(runs.read_text().splitlines()) == 3
     assert [e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")] == ["d"]

@@ -798,7 +798,7 @@ def test_an_exec_credential_plugin_that_hangs_is_waited_on_a_while_then_said(
         wait_for(lambda: any(said in r.getMessage() for r in caplog.records), "a warning naming the plugin")
         warning = next(r for r in caplog.records if said in r.getMessage())
         assert warning.levelno == logging.WARNING and "cannot list nodes" in warning.getMessage(), warning.getMessage()
-        wait_for(lambda: "not run again until it does" in (live.problem() or ""), "the retries waiting on it")
+        wait_for(lambda: "not waited on until it returns" in (live.problem() or ""), "the retries waiting on it")
         assert len((tmp_path / "runs").read_text().splitlines()) == runs + 1, "one hanging plugin, not one a retry"
         answer = readyz.get("/readyz")
         assert answer.status_code == 200, "ready all the same: the last snapshot serves"

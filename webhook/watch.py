@@ -811,8 +811,11 @@ class InTime:
     waited on ``timeout`` seconds at most (``CREDENTIALS_TIMEOUT_S``); past that, ``CredentialsHung``, which names
     ``what`` loads them: the caller warns and retries. A call that hung is left running (its plugin cannot be stopped
     from here), and no other is begun while it runs: a plugin that hangs is one process, not one more per retry. A
-    call made while another runs in its time waits on that one. The node watch's (``LiveCluster``) and the Events
-    relay's (``load_kubeconfig``) credentials alike."""
+    call made while another runs in its time waits on that one. Once a call outlasted its time, the calls are begun
+    (one at a time) and not waited on, until one returns in time again: a plugin slower than the timeout at each run
+    (kubelogin with nobody at the browser exits after 180 s) held up its callers (the Events relay) at each retry
+    after a run ended, for good (found by a review). The node watch's (``LiveCluster``) and the Events relay's
+    (``load_kubeconfig``) credentials alike."""
 
     def __init__(self, what: str, timeout: float, stop: threading.Event | None = None) -> None:
         self.what = what
@@ -825,6 +828,8 @@ class InTime:
         self._worker: threading.Thread | None = None
         """The helper thread that runs the calls (``_hand``), while it waits on them; None once it has ended."""
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self._slow = False
+        """A wait gave up on a call, and no call has returned in time since: calls are not waited on."""
 
     def __call__(self, call: Callable[[], T], join: bool = True) -> T:
         """``call``'s result in time. ``join`` False: a call made while another runs in its time fails at once
@@ -839,24 +844,26 @@ class InTime:
                 began = time.monotonic()
                 self._held = (began, future)
                 self._hand(call, future)
-            elif time.monotonic() - held[0] < self.timeout and not join:
+                if self._slow:  # begun, its result unwaited: if it returns in time, the next call is waited on
+                    raise self._hung()
+            elif self._slow or time.monotonic() - held[0] >= self.timeout:
+                raise self._hung()
+            elif not join:
                 raise CredentialsHung(f"{self.what} is running already, for another load: not run twice at once")
-            elif time.monotonic() - held[0] < self.timeout:
+            else:
                 # the same load, begun by another thread in its time (the relay's senders refresh the token at once,
                 # and the client's refresh is not made for two at once): waited on, its result theirs, outside the
                 # lock (the helper thread takes it to end when idle: a caller that waited holding it kept the
                 # helper from the call it waited on, until its time ran out)
                 began, future = held
-            else:
-                raise self._hung()
         return self._wait(began, future)
 
     def _hung(self) -> CredentialsHung:
         """That the call hangs, in the same words when a wait gives up on it and at each call while it runs: said
         once (``events.CredentialLoads``). It was said twice in a row, in two wordings (found by a review)."""
         return CredentialsHung(
-            f"{self.what} has not returned in {self.timeout:.0f}s; not run again until it does"
-            " (run it by hand where the webhook runs to see why it hangs)"
+            f"{self.what} has not returned in {self.timeout:.0f}s; run one at a time, and not waited on until it"
+            " returns in time (run it by hand where the webhook runs to see why it hangs)"
         )
 
     def _hand(self, call: Callable[[], Any], future: Future[Any]) -> None:
@@ -880,10 +887,17 @@ class InTime:
                         self._worker = None
                         return
                 continue
+            began = time.monotonic()
             try:
-                future.set_result(call())
+                result, error = call(), None
             except BaseException as err:
-                future.set_exception(err)
+                result, error = None, err
+            if time.monotonic() - began <= self.timeout:
+                self._slow = False  # it returns in time again: the next call is waited on
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
 
     def _wait(self, began: float, future: Future[T]) -> T:
         while not self.stop.is_set():
@@ -891,6 +905,7 @@ class InTime:
             if wait([future], timeout=min(1.0, max(0.0, left))).done:
                 return future.result()
             if left <= 0:
+                self._slow = True
                 raise self._hung()
         raise CredentialsHung("stopped while loading credentials")
 
