@@ -2079,6 +2079,34 @@ def test_an_exec_plugin_slower_than_its_timeout_at_each_run_holds_up_the_relay_o
     assert len((tmp_path / "runs").read_text().splitlines()) >= 3
 
 
+def test_credentials_refused_by_the_api_server_are_loaded_again(
+    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exec plugin that fails at start (``aws eks get-token`` with an expired SSO session) leaves the client's
+    configuration without a token, the kubernetes client only logging the failure: the relay sent every Event with no
+    Authorization, each refused, until a restart (found by a review). A refusal (a 401, or a 403 to
+    ``system:anonymous``) has the credentials loaded again at the next Event, as the node watch does."""
+    from kubernetes.client.exceptions import ApiException
+
+    kubeconfig, _ = exec_kubeconfig(kubeapi, tmp_path, CREDENTIAL)
+    plugin, expired = tmp_path / "get-token", tmp_path / "expired"
+    plugin.write_text(plugin.read_text().replace("while [", f"[ -e {expired} ] && exit 255; while ["))
+    expired.touch()
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    sink = events.api_sink_from_environment()
+    assert sink.name == "api"
+    expired.unlink()  # the user logs in again (aws sso login)
+    subject = subject_of(stored_pod())
+    kubeapi.fail_next(1, 401)  # as the API server answers a request without credentials
+    with pytest.raises(ApiException):
+        sink.send(event_body(subject, "default", "a", CHECKED, "i"))
+    sink.send(event_body(subject, "default", "b", CHECKED, "i"))
+    sent = {k.lower(): v for k, v in kubeapi.request_headers[-1].items()}
+    assert sent.get("authorization") == "Bearer t"  # CREDENTIAL's
+    assert len((tmp_path / "runs").read_text().splitlines()) == 2
+
+
 def test_an_exec_plugin_that_hangs_is_run_once_while_the_relay_awaits_its_credentials(
     kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -24,6 +24,7 @@ import hashlib
 import http.client
 import json
 import logging
+import math
 import os
 import queue
 import random
@@ -409,6 +410,11 @@ class ApiSink:
         """Makes the client anew where ``files``, those it reads the credentials from, were rewritten (``_fresh``);
         None: the client given is kept."""
         self.files = files
+        self._refused: str | None = None
+        """Why the API server refused the credentials (a 401, a 403 to ``system:anonymous``), where they are to be
+        loaded again at the next Event (``_fresh``); None: not."""
+        self._refused_at = -math.inf
+        """When a refusal last had them loaded again: once per ``CREDENTIALS_RETRY_S`` at most."""
         self._reloading = threading.Lock()
         """Held while the client is made anew (``_fresh``): one load at a time, each installed in the order begun."""
         self._threads = threading.local()
@@ -430,10 +436,16 @@ class ApiSink:
         why). The loads run one at a time (``_reloading``): a slow one (an exec plugin) begun first installed its
         older credentials over those of a newer rewrite loaded meanwhile, kept until the next rewrite (found by a
         review). A thread that did not see the change does not wait on a load: it sends with the client there is."""
-        if self.remake is None or self.files is None or not self.files.changed():
+        if self.remake is None or self.files is None:
+            return
+        refused, self._refused = self._refused, None
+        if refused is None and not self.files.changed():
             return
         with self._reloading:
-            log.info("events: %s changed; loading the credentials again", ", ".join(self.files.paths))
+            if refused is not None:
+                log.info("events: the API server refused the credentials (%s); loading them again", refused)
+            else:
+                log.info("events: %s changed; loading the credentials again", ", ".join(self.files.paths))
             client = self.remake()  # reads the files as they are now: the last load begun reads the newest
             if client is not None:
                 self._use(client)
@@ -498,6 +510,8 @@ class ApiSink:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
+        from webhook.watch import credentials_refused
+
         attempt, resent = 1, False
         while True:
             try:
@@ -509,6 +523,8 @@ class ApiSink:
                 if attempt >= self.attempts:
                     raise
             except ApiException as err:
+                if credentials_refused(err) and time.monotonic() - self._refused_at >= CREDENTIALS_RETRY_S:
+                    self._refused, self._refused_at = _short_error(err), time.monotonic()
                 if err.status == 409 and (attempt > 1 or resent):  # a try before may have been applied
                     return None
                 if err.status not in RETRY_STATUSES or attempt >= self.attempts:

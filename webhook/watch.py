@@ -54,7 +54,7 @@ log = logging.getLogger("gpu_admission.cluster")
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 ApiClientFactory = Callable[[], Any]
 """Returns a new ``kubernetes.client.ApiClient``; called in the watcher thread (after the fork), again after errors
-of the connection or of the credentials (``_credentials_refused``)."""
+of the connection or of the credentials (``credentials_refused``)."""
 
 
 class _Gone(Exception):
@@ -156,7 +156,7 @@ def _relist_why(err: BaseException) -> str | None:
     return None
 
 
-def _credentials_refused(err: BaseException) -> bool:
+def credentials_refused(err: BaseException) -> bool:
     """Whether the API server refused the client's credentials, which a new client loads again (a kubeconfig's exec
     plugin run again): a 401, or a 403 to no credentials at all (``system:anonymous``: the kubernetes client sends
     none where its exec plugin failed). Not another 403: that is RBAC, the same for a new client, and each retry
@@ -509,7 +509,7 @@ class LiveCluster:
                     self._trouble = (since, error)
                     self._watch_refused = phase == "watch" and status == 403
                     log.warning("cluster: %s from %s%s; retrying in %.1fs", error, self.description, state, delay)
-                    if not isinstance(err, _StreamError) and (status is None or _credentials_refused(err)):
+                    if not isinstance(err, _StreamError) and (status is None or credentials_refused(err)):
                         _close(client)
                         client = None  # a new client reloads credentials and connections
             if phase == "watch" and listed is _Listed.AGAIN:
