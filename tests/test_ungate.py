@@ -1309,3 +1309,16 @@ def test_an_event_without_a_denial_and_names_with_newlines_are_said_in_one_line_
     denials = [cuda_denial("trainer", 40, 850), cuda_denial("a\nb", 40, 100, image="other:1")]
     lines = pipeline.ungate_event(denials, GATE, "", "").split("\n")
     assert lines[-1] == f"and 1 more refusal (containers a\\nb): {pipeline.EVENT_WHOLE} more", lines
+
+
+def test_an_answer_cut_to_its_limit_keeps_kueues_advice_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a review of the reporting: an answer of many refusals was cut at its end to its limit (8,000
+    characters), and Kueue's advice, its last line, was lost there while the Event kept it. The refusals are cut
+    before the advice; the advice stays whole."""
+    monkeypatch.setattr(pipeline, "MESSAGE_LIMIT", 1500)
+    app, _, _ = app_with()
+    images = [f"pytorch/pytorch-nightly:27100{i:02}-cu12.{6 + i % 3}" for i in range(4)]
+    old = created(GATE, containers=[(f"worker-{i}", image) for i, image in enumerate(images)])
+    answer = update(app, "/validate", admitted(old, "h100-old"), old)
+    message = answer["status"]["message"]
+    assert len(message) <= 1500 and message.endswith(f"…\n{pipeline.KUEUE_ADVICE}"), message

@@ -449,7 +449,11 @@ def _ungate_refusal(result: Result, gone: Sequence[str], pod: PodView, ctx: Cont
     enforced = [d for d in result.outcome.denials if _mode(d.policy, ctx) == "enforce"]
     advice = KUEUE_ADVICE if spot.placed_by_kueue(pod, ctx) and any(d.policy == cuda.POLICY for d in enforced) else ""
     message = UNGATED.format(gates=gates, by=by, message=result.message)
-    result.message = clipped(f"{message}\n{advice}" if advice else message, MESSAGE_LIMIT)
+    # the advice kept whole, the refusals cut before it: cut at its end, an answer of many refusals lost it, which
+    # the Event kept (found by a review)
+    result.message = (
+        f"{clipped(message, MESSAGE_LIMIT - len(advice) - 1)}\n{advice}" if advice else clipped(message, MESSAGE_LIMIT)
+    )
     result.audit["reason"] = result.message
     result.outcome.events = [Event("UngateRefused", ungate_event(enforced, gates, by, advice), "Warning")]
 
