@@ -1245,12 +1245,20 @@ def test_a_rewritten_kubeconfig_that_cannot_be_loaded_is_said_at_warning_and_the
     kubeconfig.write_text("apiVersion: v1\nclusters: [ {name: x\n")
     with caplog.at_level(logging.INFO, logger=events.log.name):
         sink.send(event_body(subject, "default", "after", CHECKED, "i"))
+        # the same mistake again (a rewrite, or the API server's refusal): not said again (found by a review)
+        kubeconfig.write_text("apiVersion: v1\nclusters: [ {name: y\n")
+        sink.send(event_body(subject, "default", "later", CHECKED, "i"))
     said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == events.log.name]
     assert not [m for _, m in said if "no cluster credentials" in m]
+    assert len([m for _, m in said if "changed; loading the credentials again" in m]) == 2, said
     (warning,) = [m for level, m in said if level == logging.WARNING]
-    assert f"the kubeconfig {kubeconfig}, rewritten, cannot be loaded (" in warning
+    assert f"the kubeconfig {kubeconfig} cannot be loaded again (" in warning
     assert "Events go on with the credentials loaded before" in warning
-    assert sorted(e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")) == ["after", "before"]
+    assert sorted(e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")) == [
+        "after",
+        "before",
+        "later",
+    ]
 
 
 def _named(what: str) -> str:
@@ -1277,7 +1285,7 @@ def test_a_kubeconfig_rewritten_with_tls_material_that_cannot_be_read_keeps_the_
     with caplog.at_level(logging.INFO, logger=events.log.name):
         sink.send(event_body(subject, "default", "after", CHECKED, "i"))
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warning.startswith(f"events: the kubeconfig {kubeconfig}, rewritten, cannot be loaded ({_named(what)}")
+    assert warning.startswith(f"events: the kubeconfig {kubeconfig} cannot be loaded again ({_named(what)}")
     assert "Events go on with the credentials loaded before" in warning
     assert sorted(e["involvedObject"]["name"] for e in tls_api.list("v1", "events", "default")) == ["after", "before"]
 

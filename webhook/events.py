@@ -1290,12 +1290,11 @@ def api_client_from_environment(again: bool = False, loads: CredentialLoads | No
     except Exception as err:
         # a hung plugin names its command, TLS material its file: said whole
         why = str(err) if isinstance(err, (CredentialsHung, http1.UnreadableTLS)) else str(err)[:200]
-        if again:
-            log.warning(
-                "events: the %s, rewritten, cannot be loaded (%s): Events go on with the credentials loaded before,"
-                " and it is loaded again once rewritten",
-                where,
-                why,
+        if again:  # after a rewrite or a refusal (``ApiSink._fresh`` says which); once in a row (found by a review)
+            loads.say(
+                logging.WARNING,
+                f"events: the {where} cannot be loaded again ({why}): Events go on with the credentials loaded"
+                " before, and it is loaded again once rewritten or refused",
             )
         else:  # a mistake to mend, not a cluster without credentials
             loads.say(
