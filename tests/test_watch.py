@@ -1267,13 +1267,17 @@ def test_a_kubeconfig_rewritten_to_another_server_while_its_watch_is_open_is_fol
         other.stop()
 
 
-def test_a_kubeconfig_rewritten_half_way_keeps_the_watch_that_works_and_is_loaded_again_once_mended(
-    api: KubeAPI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("what", ["half-written", *UNREADABLE_TLS])
+def test_a_kubeconfig_rewritten_so_it_cannot_be_loaded_keeps_the_watch_that_works_and_is_loaded_again_once_mended(
+    request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture, what: str
 ) -> None:
     """A kubeconfig rewritten in place half-written (or with a typo) ended the watch that worked within a second and
     closed its client: then "cannot list nodes: while parsing ..." at each retry, the view frozen, /readyz in trouble
-    (found by a review). The client there is and its watch are kept, that the file cannot be loaded is said at
-    WARNING, and it is loaded again at its next change."""
+    (found by a review). The kubernetes client reads a kubeconfig's TLS material only as it connects: one rewritten
+    with a CA that is no certificate (or such a client certificate) loaded, and the same followed, "cannot list
+    nodes: [X509: NO_CERTIFICATE_OR_CRL_FOUND] ..." (found by a review). Either cannot be loaded: the client there is
+    and its watch are kept, said at WARNING naming what cannot be read, and it is loaded again once mended."""
+    api: KubeAPI = request.getfixturevalue("api" if what == "half-written" else "tls_api")
     kubeconfig = Path(api.kubeconfig(str(tmp_path / "kubeconfig")))
     good = kubeconfig.read_text()
     api.put("v1", "nodes", node("a"))
@@ -1284,48 +1288,20 @@ def test_a_kubeconfig_rewritten_half_way_keeps_the_watch_that_works_and_is_loade
     try:
         live.start()
         wait_for(lambda: names(live) == {"a"} and live._watching, "the nodes, watched")
-        kubeconfig.write_text(good[: len(good) // 2])  # in place, part-way
+        if what == "half-written":
+            kubeconfig.write_text(good[: len(good) // 2])  # in place, part-way
+        else:
+            with_unreadable_tls(kubeconfig, what)
         wait_for(lambda: "cannot be loaded" in caplog.text, "the kubeconfig said unloadable")
         api.put("v1", "nodes", node("b"))
         wait_for(lambda: names(live) == {"a", "b"}, "a node added after, through the watch kept")
         assert live.problem() is None and live._watching
         (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-        assert warning.startswith(f"cluster: the kubeconfig {kubeconfig}, rewritten, cannot be loaded (")
-        assert "the node watch goes on with the credentials loaded before" in warning
-        lists = live.lists
-        kubeconfig.write_text(good)  # mended: loaded again, listed with it
-        wait_for(lambda: live.lists > lists, "the nodes listed again with the kubeconfig mended")
-    finally:
-        live.stop()
-
-
-@pytest.mark.parametrize("what", UNREADABLE_TLS)
-def test_a_kubeconfig_rewritten_with_tls_material_that_cannot_be_read_keeps_the_watch_that_works(
-    tls_api: KubeAPI, tmp_path: Path, caplog: pytest.LogCaptureFixture, what: str
-) -> None:
-    """The kubernetes client reads a kubeconfig's TLS material only as it connects: one rewritten with a CA that is no
-    certificate (or such a client certificate) loaded, and the watch that worked was ended and its client closed,
-    then "cannot list nodes: [X509: NO_CERTIFICATE_OR_CRL_FOUND] ..." at each retry until the file was mended (found
-    by a review). It is a kubeconfig that cannot be loaded: the client there is and its watch are kept, said at
-    WARNING naming what cannot be read, and it is loaded again once mended."""
-    kubeconfig = Path(tls_api.kubeconfig(str(tmp_path / "kubeconfig")))
-    good = kubeconfig.read_text()
-    tls_api.put("v1", "nodes", node("a"))
-    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
-    assert live is not None
-    live.resync_seconds, live.watch_timeout_seconds = 300, 300
-    caplog.set_level(logging.INFO, logger=watch.log.name)
-    try:
-        live.start()
-        wait_for(lambda: names(live) == {"a"} and live._watching, "the nodes, watched")
-        with_unreadable_tls(kubeconfig, what)
-        wait_for(lambda: "cannot be loaded" in caplog.text, "the kubeconfig said unloadable")
-        tls_api.put("v1", "nodes", node("b"))
-        wait_for(lambda: names(live) == {"a", "b"}, "a node added after, through the watch kept")
-        assert live.problem() is None and live._watching
-        (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-        named = "its client certificate (" if what == "client-certificate" else "its certificate authority ("
+        named = {"half-written": "", "client-certificate": "its client certificate ("}.get(
+            what, "its certificate authority ("
+        )
         assert warning.startswith(f"cluster: the kubeconfig {kubeconfig}, rewritten, cannot be loaded ({named}")
+        assert "the node watch goes on with the credentials loaded before" in warning
         lists = live.lists
         kubeconfig.write_text(good)  # mended: loaded again, listed with it
         wait_for(lambda: live.lists > lists, "the nodes listed again with the kubeconfig mended")
