@@ -2155,3 +2155,29 @@ def test_an_exec_plugin_that_hangs_is_run_once_while_the_relay_awaits_its_creden
     # the run after the hung one not waited on, the next, once that one returned in time, waited on and loaded
     assert sink.name == "api" and len(runs.read_text().splitlines()) == 3
     assert [e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")] == ["d"]
+
+
+def test_a_failure_of_the_credentials_that_comes_back_after_they_loaded_is_said_again(
+    tls_api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A kubeconfig broken, mended, then broken the same way (an SSO session that expires each day): the second
+    breakage was not said, what was said last being remembered through the load that worked (found by a review)."""
+    monkeypatch.setattr(watch, "FILES_CHECK_S", 0.0)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    kubeconfig = Path(tls_api.kubeconfig(str(tmp_path / "kubeconfig")))
+    good = kubeconfig.read_text()
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    sink = events.api_sink_from_environment()
+    assert sink is not None
+    subject = subject_of(stored_pod())
+    sink.send(event_body(subject, "default", "e0", CHECKED, "i"))
+    with caplog.at_level(logging.INFO, logger=events.log.name):
+        with_unreadable_tls(kubeconfig, "certificate-authority-data")
+        sink.send(event_body(subject, "default", "e1", CHECKED, "i"))
+        kubeconfig.write_text(good + "\n")  # mended
+        sink.send(event_body(subject, "default", "e2", CHECKED, "i"))
+        with_unreadable_tls(kubeconfig, "certificate-authority-data")  # broken again, a day later
+        sink.send(event_body(subject, "default", "e3", CHECKED, "i"))
+    warnings = [r.getMessage() for r in caplog.records if r.name == events.log.name and r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and warnings[0] == warnings[1], warnings
+    assert len(tls_api.list("v1", "events", "default")) == 4

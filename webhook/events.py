@@ -407,8 +407,9 @@ class ApiSink:
         self.timeout, self.attempts, self.backoff = timeout, attempts, backoff
         self._use(api_client)
         self.remake = remake
-        """Makes the client anew where ``files``, those it reads the credentials from, were rewritten (``_fresh``);
-        None: the client given is kept."""
+        """Makes the client anew where ``files``, those it reads the credentials from, were rewritten, or where the
+        API server refused its credentials (a 401, or a 403 to system:anonymous: ``_fresh``); None: the client given
+        is kept."""
         self.files = files
         self._refused: str | None = None
         """Why the API server refused the credentials (a 401, a 403 to ``system:anonymous``), where they are to be
@@ -429,13 +430,15 @@ class ApiSink:
         """The client in use and how its server is reached: made whole, then swapped in by one assignment."""
 
     def _fresh(self) -> None:
-        """The client made anew where its kubeconfig was rewritten on disk (a Secret's mount, k3s: to a user the RBAC
-        lets create Events, to another server): the one made at start was kept for the relay's lifetime, and its
-        Events stayed refused until a restart though the node watch, reading the same files, recovered (found by a
-        review). A kubeconfig that cannot be loaded keeps the client there is (``api_client_from_environment`` says
-        why). The loads run one at a time (``_reloading``): a slow one (an exec plugin) begun first installed its
-        older credentials over those of a newer rewrite loaded meanwhile, kept until the next rewrite (found by a
-        review). A thread that did not see the change does not wait on a load: it sends with the client there is."""
+        """The client made anew where the API server refused its credentials (``_refused``: a 401, or a 403 to
+        system:anonymous; at most once per ``CREDENTIALS_RETRY_S``), or where its kubeconfig was rewritten on disk (a
+        Secret's mount, k3s: to a user the RBAC lets create Events, to another server): the one made at start was kept
+        for the relay's lifetime, and its Events stayed refused until a restart though the node watch, reading the same
+        files, recovered (found by a review). A kubeconfig that cannot be loaded keeps the client there is
+        (``api_client_from_environment`` says why). The loads run one at a time (``_reloading``): a slow one (an exec
+        plugin) begun first installed its older credentials over those of a newer rewrite loaded meanwhile, kept until
+        the next rewrite (found by a review). A thread that did not see the change does not wait on a load: it sends
+        with the client there is."""
         if self.remake is None or self.files is None:
             return
         refused, self._refused = self._refused, None
@@ -1306,6 +1309,7 @@ def api_client_from_environment(again: bool = False, loads: CredentialLoads | No
     # the relay's connections stay open between Events, idle for hours on a quiet cluster: keepalive keeps a NAT or
     # load balancer from dropping them unseen, and finds one that died before an Event waits on it
     configuration.socket_options = http1.keepalive_options()
+    loads.said = None  # loaded: a failure that comes back later is said again (it was not: found by a review)
     return client.ApiClient(configuration)
 
 
