@@ -484,7 +484,7 @@ def clipped(text: str, limit: int) -> str:
 
 def middle_clipped(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters in its middle, the cut shown by '…': its start says what is wrong,
-    its end what to do (a refusal's last line is its advice: ``pipeline.KUEUE_ADVICE``), and a cut at the end lost the
+    its end what to do (a refusal's last line is its advice), and a cut at the end lost the
     advice of a long refusal (a review's finding). The end kept is the last line where it takes at most half of
     ``limit``, else the last third of ``limit``. Newlines at its end go first: the last line of a message that ends
     in one was that newline alone, and the advice was cut (found by a review)."""

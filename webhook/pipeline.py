@@ -441,7 +441,8 @@ one, whose advice names an on-demand flavor."""
 
 def _ungate_refusal(result: Result, gone: Sequence[str], pod: PodView, ctx: Context) -> None:
     """Say which update is refused and why, and tell it on the pod (an Event: the updater is a controller, which
-    only logs the refusal, and the pod stays gated). Kueue's advice where Kueue chose the placement
+    only logs the refusal, and the pod stays gated). Kueue's advice beside an enforced CUDA refusal where Kueue
+    chose the placement
     (``spot.placed_by_kueue``: its gate may go before another's, its flavor's nodeSelector with it, and the refusal
     of the last ungating lacked the advice, also where that update added a toleration of its own: found by
     reviews)."""
@@ -781,7 +782,7 @@ def _finish(result: Result, ctx: Context, outcome: Outcome, steps: str) -> Resul
         if mode == "enforce":
             enforced.append(d)
         elif mode == "warn":
-            _, has_fix, fix = d.message.partition("To fix: ")
+            _, has_fix, fix = d.message.partition(d.fix)
             # kubectl shows a warning on one line: lead with what to change (the Event has the whole message).
             head = f"would be denied ({d.reason}) in enforce mode"
             if d.summary:

@@ -814,8 +814,10 @@ class InTime:
     call made while another runs in its time waits on that one. Once a call outlasted its time, the calls are begun
     (one at a time) and not waited on, until one returns in time again: a plugin slower than the timeout at each run
     (kubelogin with nobody at the browser exits after 180 s) held up its callers (the Events relay) at each retry
-    after a run ended, for good (found by a review). The node watch's (``LiveCluster``) and the Events relay's
-    (``load_kubeconfig``) credentials alike."""
+    after a run ended, for good (found by a review). The node watch (``LiveCluster``) has one for its life, named by
+    the plugin it saw at start (a rewrite to another plugin waits while the old one hangs); the Events relay's loads
+    have one per plugin, its command, args and env (``load_kubeconfig``'s ``in_times``), and each client's token
+    refreshes their own."""
 
     def __init__(self, what: str, timeout: float, stop: threading.Event | None = None) -> None:
         self.what = what

@@ -80,6 +80,7 @@ from webhook.cluster import (
     GKE_SHARING_LABEL,
     GPU_RESOURCE,
     GPU_TAINT_TOLERATION,
+    INSTANCE_TYPE_LABEL,
     LEAVING_TOLERATIONS,
     MIG_CONFIG_LABEL,
     MIG_RESOURCE_PREFIX,
@@ -118,6 +119,7 @@ from webhook.model import (
 from webhook.policies import cuda, spot
 from webhook.policies import mig_record as record
 from webhook.policies.mig_record import Line, Pin
+from webhook.presets import NVIDIA
 from webhook.quantity import QuantityError, format_quantity, parse_quantity
 
 POLICY = "mig"
@@ -1346,7 +1348,7 @@ def _unpinned_words(
         f" Give {'that pool a pool label' if one else 'those pools pool labels'} of"
         f" {'its' if one else 'their'} own (a NodePool or node group of {'its' if one else 'their'} own)"
         f"{',' if whole else ', or'} add to the pod a nodeSelector that only {'its' if one else 'their'} nodes match"
-        f" (node.kubernetes.io/instance-type, say){f', or ask for a whole GPU ({GPU_RESOURCE}: 1)' if whole else ''}."
+        f" ({INSTANCE_TYPE_LABEL}, say){f', or ask for a whole GPU ({GPU_RESOURCE}: 1)' if whole else ''}."
     )
     return head, advice
 
@@ -2266,7 +2268,8 @@ def _say_unoffered(
             hint = (  # no MIG layout or annotation gives another maker's GPUs an NVIDIA device (a review of MIG)
                 " Its DaemonSet's template asks this one device of every node it selects, and this pod's node has"
                 f" another maker's GPUs ({escaped(key)}: {escaped(value)}), which NVIDIA's device plugin does not"
-                f" offer: keep the DaemonSet off it (a nodeSelector or node affinity, such as {escaped(key)}: nvidia)."
+                " offer: keep the DaemonSet off it (a nodeSelector or node affinity, such as"
+                f" {escaped(key)}: {NVIDIA})."
             )
         elif all(_known_cpu(c.group, ctx) for c in reached):
             hint = (  # no MIG layout or annotation gives a CPU node a GPU
