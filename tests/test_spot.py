@@ -1987,6 +1987,9 @@ def test_never_keeps_off_every_spot_place_where_the_cluster_is_not_known() -> No
             id="karpenter-instance-family-term",
         ),
         pytest.param({"nodeSelector": {"topology.k8s.aws/zone-id": "use1-az1"}}, "", id="aws-zone-id"),
+        # the same of EKS Auto Mode's and Karpenter on Azure's (found by the last read: only AWS's were known)
+        pytest.param({"nodeSelector": {"eks.amazonaws.com/instance-gpu-name": "l4"}}, "", id="eks-auto-gpu-name"),
+        pytest.param({"nodeSelector": {"karpenter.azure.com/sku-gpu-name": "A100"}}, "", id="azure-sku-gpu-name"),
         pytest.param(
             {"nodeSelector": {"karpenter.k8s.aws/ec2nodeclass": "gpu"}},
             "its nodeSelector chooses its place",

@@ -786,12 +786,20 @@ CAPACITY_BLIND_LABELS = frozenset(
 the zone, a cloud's accelerator; kubernetes.io "Well-Known Labels, Annotations and Taints"; Karpenter on AWS's zone
 id), and, by prefix (``CAPACITY_BLIND_PREFIXES``), GFD's, NFD's and Karpenter on AWS's instance properties: a pod
 that selects by them alone is kept off spot places as any other where no node tells where spot capacity is."""
-CAPACITY_BLIND_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/", "karpenter.k8s.aws/instance-")
+CAPACITY_BLIND_PREFIXES = (
+    "nvidia.com/",
+    "feature.node.kubernetes.io/",
+    "karpenter.k8s.aws/instance-",
+    "eks.amazonaws.com/instance-",
+    "karpenter.azure.com/sku-",
+)
 """``karpenter.k8s.aws/instance-``: the EC2 instance type's properties Karpenter labels its nodes with
 (aws/karpenter-provider-aws ``pkg/apis/v1/labels.go``: instance-category, -family, -generation, -size, -cpu,
 -memory, -gpu-name, -gpu-count, ...), which an instance type has on spot and on-demand capacity alike, as
-``node.kubernetes.io/instance-type``. Not its other labels: ``ec2nodeclass`` names its own nodes, as a NodePool
-does, and ``capacity-reservation-id``/``-type`` a capacity reservation's."""
+``node.kubernetes.io/instance-type``; EKS Auto Mode's the same under its own group, and Karpenter on Azure's of the
+VM size (Azure/karpenter-provider-azure ``pkg/apis/v1beta1/labels.go``: sku-family, -name, -cpu, -memory,
+-gpu-name, ...). Not Karpenter on AWS's other labels: ``ec2nodeclass`` names its own nodes, as a NodePool does,
+and ``capacity-reservation-id``/``-type`` a capacity reservation's."""
 
 
 def _chooses_by(key: object, ctx: Context) -> bool:
