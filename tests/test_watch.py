@@ -813,6 +813,48 @@ def test_an_exec_credential_plugin_that_hangs_is_waited_on_a_while_then_said(
         live.stop()
 
 
+def test_a_kubeconfig_rewritten_to_another_plugin_is_loaded_while_the_old_one_hangs(
+    api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The node watch loaded its credentials in one ``InTime`` for its life, named by the plugin seen at start: while
+    that plugin hung, the kubeconfig rewritten to another plugin (or the same with another AWS_PROFILE) was refused
+    too, the view stale until the old plugin returned (found by a review). Its loads are told apart by plugin, as the
+    Events relay's: the rewrite is loaded at once, and a 401 names the plugin that now gives the token."""
+    kubeconfig, hang = exec_kubeconfig(api, tmp_path, CREDENTIAL)
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 1.0)
+    api.put("v1", "nodes", node("a"))
+    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
+    assert live is not None
+    live.backoff_initial, live.backoff_max = 0.05, 0.3
+    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+    try:
+        live.start()
+        wait_for(live.ready, "the first list")
+        wait_for(lambda: len(api.watches) == 1, "the watch")
+        hang.touch()
+        api.fail_next(1, 401)  # a token refused: the new client runs the plugin again, which hangs
+        api.drop_watches()
+        api.put("v1", "nodes", node("a", driver="570.124.06"))
+        wait_for(lambda: "not waited on until it returns" in (live.problem() or ""), "the retries waiting on it")
+        good = tmp_path / "good-token"
+        good.write_text(f"#!/bin/sh\necho '{json.dumps(CREDENTIAL)}'\n")
+        good.chmod(0o755)
+        config = json.loads(kubeconfig.read_text())
+        config["users"][0]["user"]["exec"]["command"] = str(good)
+        kubeconfig.with_name("new").write_text(json.dumps(config))
+        kubeconfig.with_name("new").rename(kubeconfig)  # as a Secret's mount is rewritten
+        wait_for(lambda: drivers(live) == {"a": "570.124.06"}, "the change, listed with the rewritten plugin")
+        assert hang.exists(), "loaded while the old plugin still hangs"
+        caplog.clear()
+        api.fail_next(1, 401)
+        api.drop_watches()
+        said = f"(the credentials of the kubeconfig's exec credential plugin `{good} eks get-token`)"
+        wait_for(lambda: any(said in r.getMessage() for r in caplog.records), "a 401 naming the plugin now used")
+    finally:
+        hang.unlink(missing_ok=True)
+        live.stop()
+
+
 def test_a_watch_from_a_version_the_api_server_is_behind_lists_again(
     api: KubeAPI, kubeconfig: str, caplog: pytest.LogCaptureFixture
 ) -> None:

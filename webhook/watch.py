@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import functools
 import json
 import logging
 import os
@@ -254,7 +255,7 @@ class LiveCluster:
         watch_timeout_seconds: int = 300,
         page_size: int = 500,
         connect_timeout: float = 10.0,
-        credentials: str = "its credentials loader",
+        loader: Callable[[], tuple[str, str]] = lambda: ("its credentials loader", ""),
         credentials_files: tuple[str, ...] = (),
     ) -> None:
         self.settings = settings
@@ -266,8 +267,11 @@ class LiveCluster:
         self.watch_timeout_seconds = max(1, watch_timeout_seconds)
         self.page_size = page_size
         self.connect_timeout = connect_timeout
-        self.credentials = credentials
-        """What loads the client's credentials, for the log: the kubeconfig's exec plugin, with its command."""
+        self.loader = loader
+        """What loads the client's credentials and what tells its runs apart, read at each new client (``_loader``:
+        the kubeconfig's exec plugin, with its command line and env)."""
+        self.credentials = loader()[0]
+        """What loaded the client's credentials, for the log: the kubeconfig's exec plugin, with its command."""
         self.credentials_files = credentials_files
         """The files the factory reads the credentials from (the kubeconfig's): rewritten on disk (a Secret's mount,
         k3s), the client is made anew from them."""
@@ -304,8 +308,11 @@ class LiveCluster:
         """When the next periodic relist is due (``resync_seconds`` after the last list; sooner after one failed)."""
         self._generation = 0
         self._published = -1
-        self._in_time = InTime(self.credentials, self.credentials_timeout, self._stop)
-        """Loads of the client's credentials, each waited on ``credentials_timeout`` seconds at most."""
+        self._in_times: dict[str, InTime] = {}
+        """Loads of the client's credentials, each waited on ``credentials_timeout`` seconds at most: one ``InTime``
+        per loader (``loader``'s key). One for the watch's life, named by the plugin seen at start, refused each load
+        while that plugin hung, those of a kubeconfig rewritten to another plugin (or another env) too: the view
+        stayed stale until the old plugin returned (found by a review)."""
         self._files = Rewritten(self.credentials_files, every=FILES_CHECK_S)
         """``credentials_files`` as the client was made from them."""
         self._rewritten = threading.Event()
@@ -546,12 +553,17 @@ class LiveCluster:
         self._watch_refused = False
 
     def _new_client(self) -> Any:
-        """A new API client, its credentials loaded in time (``_in_time``), and loaded again in time at each refresh
-        (``_InTimeRefresh``)."""
+        """A new API client, its credentials loaded in time (``_in_times``, by the loader the kubeconfig names now),
+        and loaded again in the same time at each refresh (``_InTimeRefresh``)."""
         self._rewritten.clear()
         self._files.read()
-        client = self._in_time(self.factory)
-        _InTimeRefresh.install(getattr(client, "configuration", None), self._in_time)
+        what, key = self.loader()
+        if key not in self._in_times:
+            self._in_times[key] = InTime(what, self.credentials_timeout, self._stop)
+        in_time = self._in_times[key]
+        client = in_time(self.factory)
+        _InTimeRefresh.install(getattr(client, "configuration", None), in_time)
+        self.credentials = what
         host = getattr(getattr(client, "configuration", None), "host", None)
         named = kubeconfig_server(host, self.credentials_files) if isinstance(host, str) else self.description
         if self.credentials_files and named != self.description:
@@ -814,10 +826,10 @@ class InTime:
     call made while another runs in its time waits on that one. Once a call outlasted its time, the calls are begun
     (one at a time) and not waited on, until one returns in time again: a plugin slower than the timeout at each run
     (kubelogin with nobody at the browser exits after 180 s) held up its callers (the Events relay) at each retry
-    after a run ended, for good (found by a review). The node watch (``LiveCluster``) has one for its life, named by
-    the plugin it saw at start (a rewrite to another plugin waits while the old one hangs); the Events relay's loads
-    have one per plugin, its command, args and env (``load_kubeconfig``'s ``in_times``), and each client's token
-    refreshes their own."""
+    after a run ended, for good (found by a review). The loads of the node watch (``LiveCluster.loader``) and of the
+    Events relay (``load_kubeconfig``'s ``in_times``) have one per plugin, its command, args and env: a kubeconfig
+    rewritten to another plugin is loaded while the old one hangs. The watch's client refreshes its token in the time
+    of the plugin that loaded it, each of the relay's clients in one of its own."""
 
     def __init__(self, what: str, timeout: float, stop: threading.Event | None = None) -> None:
         self.what = what
@@ -1139,7 +1151,7 @@ def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | 
         settings,
         from_kubeconfig,
         description=kubeconfig_server(probe.host, tuple(paths)),
-        credentials=_kubeconfig_credentials(joined),
+        loader=functools.partial(_loader, joined),
         credentials_files=tuple(paths),
     )
 
@@ -1187,17 +1199,11 @@ def check_tls(cfg: Any) -> None:
         http1.tls_context(cfg)
 
 
-def _kubeconfig_credentials(joined: str) -> str:
-    """What loads the credentials of the kubeconfig's current user, for the log: its exec plugin, with its command
-    line, where it has one."""
-    return _loader(joined)[0]
-
-
 def _loader(joined: str) -> tuple[str, str]:
-    """What loads the credentials of the kubeconfig's current user (``_kubeconfig_credentials``), and what tells its
-    runs apart (``load_kubeconfig``'s ``in_times``): an exec plugin's command line and its ``env``. Told apart by the
-    command line alone, a rewrite changing only the plugin's env (``aws eks update-kubeconfig --profile`` writes
-    AWS_PROFILE there) was not run while the plugin as it was before hung (found by a review)."""
+    """What loads the credentials of the kubeconfig's current user, for the log, and what tells its runs apart
+    (``load_kubeconfig``'s ``in_times``, ``LiveCluster.loader``): an exec plugin's command line and its ``env``. Told
+    apart by the command line alone, a rewrite changing only the plugin's env (``aws eks update-kubeconfig
+    --profile`` writes AWS_PROFILE there) was not run while the plugin as it was before hung (found by a review)."""
     plugin = _exec_plugin(joined)
     if plugin is None:
         return "the kubeconfig's credentials loader", ""
