@@ -767,6 +767,25 @@ def test_an_api_server_whose_certificate_is_not_trusted_is_asked_a_few_times_at_
     assert len(accepted) <= 3, accepted
 
 
+def _exec_watch(
+    api: KubeAPI,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    credential: dict[str, Any],
+) -> tuple[LiveCluster, Path, Path]:
+    """A node watch over ``api`` (node a), not started, whose kubeconfig's exec plugin gives ``credential`` and
+    hangs while ``hang`` exists, waited on 1 s, its retries quick, its log captured: (watch, kubeconfig, hang)."""
+    kubeconfig, hang = exec_kubeconfig(api, tmp_path, credential)
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 1.0)
+    api.put("v1", "nodes", node("a"))
+    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
+    assert live is not None
+    live.backoff_initial, live.backoff_max = 0.05, 0.3
+    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+    return live, kubeconfig, hang
+
+
 def test_an_exec_credential_plugin_that_hangs_is_waited_on_a_while_then_said(
     api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -776,14 +795,8 @@ def test_an_exec_credential_plugin_that_hangs_is_waited_on_a_while_then_said(
     one is run while it hangs; once it answers, the watch works again and says so."""
     from webhook.app import create_app
 
-    kubeconfig, hang = exec_kubeconfig(api, tmp_path, CREDENTIAL)
+    live, _, hang = _exec_watch(api, tmp_path, monkeypatch, caplog, CREDENTIAL)
     plugin = tmp_path / "get-token"
-    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 1.0)
-    api.put("v1", "nodes", node("a"))
-    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
-    assert live is not None
-    live.backoff_initial, live.backoff_max = 0.05, 0.3
-    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
     readyz = create_app(Settings(), cluster=live).test_client()
     try:
         live.start()
@@ -820,13 +833,7 @@ def test_a_kubeconfig_rewritten_to_another_plugin_is_loaded_while_the_old_one_ha
     that plugin hung, the kubeconfig rewritten to another plugin (or the same with another AWS_PROFILE) was refused
     too, the view stale until the old plugin returned (found by a review). Its loads are told apart by plugin, as the
     Events relay's: the rewrite is loaded at once, and a 401 names the plugin that now gives the token."""
-    kubeconfig, hang = exec_kubeconfig(api, tmp_path, CREDENTIAL)
-    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 1.0)
-    api.put("v1", "nodes", node("a"))
-    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
-    assert live is not None
-    live.backoff_initial, live.backoff_max = 0.05, 0.3
-    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+    live, kubeconfig, hang = _exec_watch(api, tmp_path, monkeypatch, caplog, CREDENTIAL)
     try:
         live.start()
         wait_for(live.ready, "the first list")
@@ -1433,13 +1440,7 @@ def test_an_exec_plugin_that_hangs_at_a_token_refresh_of_a_live_client_is_said(
     """The kubernetes client's refresh hook installs itself anew on each call, so the bound put on a new client's
     hook covered its first request only: a plugin that hung at a later token refresh (every ~10 minutes for an EKS
     token) froze the watch for good, unsaid (found by a review). Each refresh of a live client is bounded."""
-    kubeconfig, hang = exec_kubeconfig(api, tmp_path, EXPIRED)
-    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 1.0)
-    api.put("v1", "nodes", node("a"))
-    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
-    assert live is not None
-    live.backoff_initial, live.backoff_max = 0.05, 0.3
-    caplog.set_level(logging.INFO, logger="gpu_admission.cluster")
+    live, _, hang = _exec_watch(api, tmp_path, monkeypatch, caplog, EXPIRED)
     try:
         live.start()
         wait_for(live.ready, "the first list")
