@@ -3043,6 +3043,22 @@ def _unoffered_events(result: pipeline.Result) -> list[Any]:
     return [e for e in result.outcome.events if e.reason == "MIGUnoffered"]
 
 
+def _daemon_pod_told(ctx: Any, told: bool) -> Any:
+    """A DaemonSet's pod for node n2, its template's 0.1 converted: where ``told``, warned that it stays Pending,
+    with one MIGUnoffered Event (returned); else nothing said and its template's line kept (None)."""
+    live = pipeline.mutate(workload("DaemonSet", frac("0.1")), ctx).object
+    result = _as_created(_daemon_pod_of(live, "n2"), ctx)
+    if told:
+        assert result.warnings == [
+            "mig: trainer asks nvidia.com/mig-1g.10gb, which no node it can run on offers now: it stays Pending"
+        ]
+        (event,) = _unoffered_events(result)
+        return event
+    assert result.warnings == [] and _unoffered_events(result) == []
+    assert mig_annotation(result.object) == mig_annotation(live)
+    return None
+
+
 def _as_created(pod_obj: dict[str, Any], ctx: Any) -> pipeline.Result:
     """The pod through the mutating webhook, then the validating one, as the apiserver calls them."""
     mutated = pipeline.mutate(copy.deepcopy(pod_obj), ctx)
@@ -3501,16 +3517,7 @@ def test_a_daemonset_pod_for_a_node_of_a_nodepool_with_gpu_and_cpu_instances_is_
         {"nvidia.com/mig-1g.10gb": "56"},
     )
     ctx = context([gpu, _nodepool_node("n2", labels, {"cpu": "8"})])
-    live = pipeline.mutate(workload("DaemonSet", frac("0.1")), ctx).object
-    result = _as_created(_daemon_pod_of(live, "n2"), ctx)
-    if told:
-        assert result.warnings == [
-            "mig: trainer asks nvidia.com/mig-1g.10gb, which no node it can run on offers now: it stays Pending"
-        ]
-        assert len(_unoffered_events(result)) == 1
-    else:
-        assert result.warnings == [] and _unoffered_events(result) == []
-        assert mig_annotation(result.object) == mig_annotation(live)
+    _daemon_pod_told(ctx, told)
 
 
 _NAP = {"kubernetes.azure.com/agentpool": "default"}  # AKS's node auto-provisioning (Karpenter on Azure)
@@ -3557,16 +3564,7 @@ def test_a_daemonset_pod_is_told_by_its_nodes_labels_whatever_providers_the_clus
     s = settings()
     s = replace(s, cluster=replace(s.cluster, providers=providers))
     ctx = context([gpu, _nodepool_node("n2", {**own, **labels}, {"cpu": "8"})], s)
-    live = pipeline.mutate(workload("DaemonSet", frac("0.1")), ctx).object
-    result = _as_created(_daemon_pod_of(live, "n2"), ctx)
-    if told:
-        assert result.warnings == [
-            "mig: trainer asks nvidia.com/mig-1g.10gb, which no node it can run on offers now: it stays Pending"
-        ]
-        assert len(_unoffered_events(result)) == 1
-    else:
-        assert result.warnings == [] and _unoffered_events(result) == []
-        assert mig_annotation(result.object) == mig_annotation(live)
+    _daemon_pod_told(ctx, told)
 
 
 _AWS_CPU = {  # Karpenter on AWS labels every node with its instance type's facts, a GPU's among them
@@ -3670,17 +3668,8 @@ def test_a_daemonset_pod_for_a_cluster_api_nodepool_node_of_its_gpu_nodes_instan
     gpu_labels = {it: "md-a100-0", "nvidia.com/gpu.product": A100_80, "nvidia.com/mig.strategy": "mixed"}
     gpu = _nodepool_node("gpu-1", {**gpu_labels, "nvidia.com/gpu.memory": "81920"}, {"nvidia.com/mig-1g.10gb": "56"})
     ctx = context([gpu, _nodepool_node("n2", {**_CAPI_NODE, it: instance_type}, {"cpu": "96"})])
-    live = pipeline.mutate(workload("DaemonSet", frac("0.1")), ctx).object
-    result = _as_created(_daemon_pod_of(live, "n2"), ctx)
-    if told:
-        assert result.warnings == [
-            "mig: trainer asks nvidia.com/mig-1g.10gb, which no node it can run on offers now: it stays Pending"
-        ]
-        (event,) = _unoffered_events(result)
+    if (event := _daemon_pod_told(ctx, told)) is not None:
         assert event.message.endswith(f"the pod stays Pending until one does. {_NONE_SEEN}"), event.message
-    else:
-        assert result.warnings == [] and _unoffered_events(result) == []
-        assert mig_annotation(result.object) == mig_annotation(live)
 
 
 def _azure_amd_node(gpus: dict[str, str]) -> dict[str, Any]:
