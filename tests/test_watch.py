@@ -1260,29 +1260,37 @@ def test_a_kubeconfig_rewritten_to_a_user_refused_everything_is_not_said_to_be_r
         live.stop()
 
 
-def test_a_kubeconfig_rewritten_to_another_server_is_listed_there_before_it_is_watched(
-    api: KubeAPI, tmp_path: Path
-) -> None:
-    """The client made anew from a kubeconfig rewritten to another API server watched it from the resourceVersion
-    of the old one's list, and its nodes reached the view only at the next periodic relist (a review's finding):
-    the new server's nodes are listed first, at once."""
+@contextlib.contextmanager
+def _two_servers(api: KubeAPI, tmp_path: Path, watch_timeout: int) -> Iterator[tuple[LiveCluster, Path, KubeAPI]]:
+    """A started node watch over ``api`` (node a) by a kubeconfig, and another API server (node b) to rewrite it to:
+    (the watch, its kubeconfig, the other server); both stopped after."""
     kubeconfig = Path(api.kubeconfig(str(tmp_path / "kubeconfig")))
     api.put("v1", "nodes", node("a"))
     other = KubeAPI().start()
     other.put("v1", "nodes", node("b"))
     live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
     assert live is not None
-    live.resync_seconds, live.watch_timeout_seconds = 300, 1
+    live.resync_seconds, live.watch_timeout_seconds = 300, watch_timeout
     try:
         live.start()
+        yield live, kubeconfig, other
+    finally:
+        live.stop()
+        other.stop()
+
+
+def test_a_kubeconfig_rewritten_to_another_server_is_listed_there_before_it_is_watched(
+    api: KubeAPI, tmp_path: Path
+) -> None:
+    """The client made anew from a kubeconfig rewritten to another API server watched it from the resourceVersion
+    of the old one's list, and its nodes reached the view only at the next periodic relist (a review's finding):
+    the new server's nodes are listed first, at once."""
+    with _two_servers(api, tmp_path, watch_timeout=1) as (live, kubeconfig, other):
         wait_for(lambda: names(live) == {"a"}, "the first server's nodes")
         _rewrite(kubeconfig, "test-token", server=other.url)
         wait_for(lambda: names(live) == {"b"}, "the other server's nodes")
         asked = [path for _, path in other.requests if "/nodes" in path]
         assert "watch=" not in asked[0], asked
-    finally:
-        live.stop()
-        other.stop()
 
 
 def test_a_kubeconfig_rewritten_to_another_server_while_its_watch_is_open_is_followed_at_once(
@@ -1292,15 +1300,7 @@ def test_a_kubeconfig_rewritten_to_another_server_while_its_watch_is_open_is_fol
     open (on a quiet cluster, for minutes) left the view with the old server's nodes, and the log, /readyz and the
     view's source named the old server even after (found by a review). The watch open is ended where they changed,
     and the new server is named."""
-    kubeconfig = Path(api.kubeconfig(str(tmp_path / "kubeconfig")))
-    api.put("v1", "nodes", node("a"))
-    other = KubeAPI().start()
-    other.put("v1", "nodes", node("b"))
-    live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
-    assert live is not None
-    live.resync_seconds, live.watch_timeout_seconds = 300, 300
-    try:
-        live.start()
+    with _two_servers(api, tmp_path, watch_timeout=300) as (live, kubeconfig, other):
         wait_for(lambda: names(live) == {"a"} and live._watching, "the first server's nodes, watched")
         assert api.url in live.snapshot().source
         _rewrite(kubeconfig, "test-token", server=other.url)
@@ -1311,9 +1311,6 @@ def test_a_kubeconfig_rewritten_to_another_server_while_its_watch_is_open_is_fol
         api.stop()  # the old server gone: nothing to say of it
         time.sleep(0.2)
         assert live.problem() is None and names(live) == {"b"}
-    finally:
-        live.stop()
-        other.stop()
 
 
 @pytest.mark.parametrize("what", ["half-written", *UNREADABLE_TLS])
