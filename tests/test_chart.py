@@ -1408,6 +1408,15 @@ def test_an_image_tag_of_digits_must_be_quoted_in_a_values_file(tmp_path, tag, r
             assert container["image"] == f"ghcr.io/gpu-admission/gpu-admission:{tag}", where
 
 
+def _template_given(tmp_path: Path, given: list[str]) -> subprocess.CompletedProcess[str]:
+    """``helm template`` of the chart with ``given``: ["--set", "k=v"], or ["--values", text], written to a file."""
+    flag, value = given
+    if flag == "--values":
+        (tmp_path / "values.yaml").write_text(value + "\n")
+        value = str(tmp_path / "values.yaml")
+    return helm("template", RELEASE, str(CHART), flag, value, check=False)
+
+
 @pytest.mark.parametrize(
     ("given", "read"),
     [
@@ -1421,11 +1430,7 @@ def test_an_image_tag_read_as_other_than_text_is_refused_saying_how_to_give_text
     """YAML reads 1.10 as the number 1.1 and true or yes as a boolean: refused, not rendered as a tag never pushed.
     They met the schema's words ('got number, want integer or string'; 'got boolean'), not the chart's, which say how
     to give text (a review's finding)."""
-    flag, value = given
-    if flag == "--values":
-        (tmp_path / "values.yaml").write_text(value + "\n")
-        value = str(tmp_path / "values.yaml")
-    proc = helm("template", RELEASE, str(CHART), flag, value, check=False)
+    proc = _template_given(tmp_path, given)
     assert proc.returncode != 0
     assert f"image.tag: {read}, not as text" in proc.stderr, proc.stderr
     assert 'quote it in your values file (tag: "...")' in proc.stderr, proc.stderr
@@ -1464,11 +1469,7 @@ def test_an_image_tag_that_is_not_a_tag_is_refused_pointing_at_image_digest(tag)
 def test_a_negative_image_tag_is_refused_in_the_charts_words(tmp_path, given, said):
     """image.tag=-1 met the schema's 'minimum: got -1, want 0', which says neither what a tag is nor how to give one
     (a review's finding); the chart's own words do."""
-    flag, value = given
-    if flag == "--values":
-        (tmp_path / "values.yaml").write_text(value + "\n")
-        value = str(tmp_path / "values.yaml")
-    proc = helm("template", RELEASE, str(CHART), flag, value, check=False)
+    proc = _template_given(tmp_path, given)
     assert proc.returncode != 0
     assert said in proc.stderr, proc.stderr
     assert "minimum" not in proc.stderr, proc.stderr
