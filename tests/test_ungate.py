@@ -754,11 +754,15 @@ def kueue_then_another(app: Any, stored: dict[str, Any]) -> dict[str, Any]:
     return update(app, "/validate", last, admitted, userInfo={"username": "system:serviceaccount:data:ready"})
 
 
-@pytest.mark.parametrize(
+CREATED_UNDER = pytest.mark.parametrize(
     ("at_create", "reason"),
     [(Settings(), "SpotNeverUngated"), (NEVER, "SpotNeverUngatedPending")],
     ids=["created-under-another-mode", "created-under-never"],
 )
+"""A never pod created under another spot mode, or under never: the reason its ungating onto spot is refused for."""
+
+
+@CREATED_UNDER
 def test_a_never_pod_kueue_put_on_spot_before_another_gate_went_is_told_of_an_on_demand_flavor(
     at_create: Settings, reason: str
 ) -> None:
@@ -856,11 +860,7 @@ def test_the_events_cut_of_a_long_spot_refusal_keeps_the_entries_it_names(length
     assert tail == ([] if said == refusal else [CUT]), tail
 
 
-@pytest.mark.parametrize(
-    ("at_create", "reason"),
-    [(Settings(), "SpotNeverUngated"), (NEVER, "SpotNeverUngatedPending")],
-    ids=["created-under-another-mode", "created-under-never"],
-)
+@CREATED_UNDER
 def test_a_never_pod_whose_own_spot_label_kueue_added_to_is_told_to_recreate_it_without_its_own(
     at_create: Settings, reason: str
 ) -> None:
