@@ -904,19 +904,18 @@ def _mixed_nodepool_pools() -> list[PoolSettings]:
     ]
 
 
+def _changing_layout() -> dict[str, Any]:
+    """An A100-80GB node MIG Manager is giving the all-3g.40gb layout (pending): none of its devices offered yet."""
+    extra = {"nvidia.com/mig.config": "all-3g.40gb", "nvidia.com/mig.config.state": "pending"}
+    return mixed_node("m", A100_80, {"3g.40gb": 0}, "a100", 81920, extra_labels=extra)
+
+
 @pytest.mark.parametrize(
     ("pools", "node", "obj", "fact"),
     [
         pytest.param(
             _one_nodepool_pools(),
-            mixed_node(
-                "m",
-                A100_80,
-                {"3g.40gb": 0},
-                "a100",
-                81920,
-                extra_labels={"nvidia.com/mig.config": "all-3g.40gb", "nvidia.com/mig.config.state": "pending"},
-            ),
+            _changing_layout(),
             frac("0.4"),
             " The MIG layout of pool a100 (nvidia.com/mig.config=all-3g.40gb, pending) is changing: its MIG devices are"
             " offered again once MIG Manager has applied it.",
@@ -3743,14 +3742,7 @@ def test_a_daemonset_pod_where_its_device_is_keeps_its_templates_line_and_is_tol
 def test_a_refusal_while_a_mig_layout_is_changing_says_so_and_when_to_try_again():
     """MIG Manager withholds a node's devices while it applies a layout: the refusal said the eligible nodes offer
     no MIG profiles and to add MIG-partitioned nodes (found by a review of day-2 journeys)."""
-    changing = mixed_node(
-        "m",
-        A100_80,
-        {"3g.40gb": 0},
-        "a100",
-        81920,
-        extra_labels={"nvidia.com/mig.config": "all-3g.40gb", "nvidia.com/mig.config.state": "pending"},
-    )
+    changing = _changing_layout()
     result = review(frac("0.5"), [changing])
     assert not result.allowed and result.reason == "MIGNoProfile"
     assert (
