@@ -557,13 +557,10 @@ class LiveCluster:
         and loaded again in the same time at each refresh (``_InTimeRefresh``)."""
         self._rewritten.clear()
         self._files.read()
-        what, key = self.loader()
-        if key not in self._in_times:
-            self._in_times[key] = InTime(what, self.credentials_timeout, self._stop)
-        in_time = self._in_times[key]
+        in_time = InTime.of(self._in_times, self.loader(), self.credentials_timeout, self._stop)
         client = in_time(self.factory)
         _InTimeRefresh.install(getattr(client, "configuration", None), in_time)
-        self.credentials = what
+        self.credentials = in_time.what
         host = getattr(getattr(client, "configuration", None), "host", None)
         named = kubeconfig_server(host, self.credentials_files) if isinstance(host, str) else self.description
         if self.credentials_files and named != self.description:
@@ -830,6 +827,16 @@ class InTime:
     Events relay (``load_kubeconfig``'s ``in_times``) have one per plugin, its command, args and env: a kubeconfig
     rewritten to another plugin is loaded while the old one hangs. The watch's client refreshes its token in the time
     of the plugin that loaded it, each of the relay's clients in one of its own."""
+
+    @classmethod
+    def of(
+        cls, kept: dict[str, InTime], loader: tuple[str, str], timeout: float, stop: threading.Event | None = None
+    ) -> InTime:
+        """The ``InTime`` of ``loader`` (``_loader``'s what and key) in ``kept``, made there at its first load."""
+        what, key = loader
+        if key not in kept:
+            kept[key] = cls(what, timeout, stop)
+        return kept[key]
 
     def __init__(self, what: str, timeout: float, stop: threading.Event | None = None) -> None:
         self.what = what
@@ -1173,11 +1180,7 @@ def load_kubeconfig(config_file: str, cfg: Any, in_times: dict[str, InTime] | No
     and waited on it in full)."""
     from kubernetes import config
 
-    what, key = _loader(config_file)
-    in_times = {} if in_times is None else in_times
-    if key not in in_times:
-        in_times[key] = InTime(what, CREDENTIALS_TIMEOUT_S)
-    in_time = in_times[key]
+    in_time = InTime.of({} if in_times is None else in_times, _loader(config_file), CREDENTIALS_TIMEOUT_S)
 
     def load() -> None:
         config.load_kube_config(config_file=config_file, client_configuration=cfg)  # type: ignore[no-untyped-call]
@@ -1185,7 +1188,7 @@ def load_kubeconfig(config_file: str, cfg: Any, in_times: dict[str, InTime] | No
     in_time(load, join=False)
     # the token refreshes of its clients in time of their own: a refresh (a valid token's, which runs no plugin)
     # while a later load of the same plugin hung failed at once, and the Event with it
-    _InTimeRefresh.install(cfg, InTime(what, CREDENTIALS_TIMEOUT_S))
+    _InTimeRefresh.install(cfg, InTime(in_time.what, CREDENTIALS_TIMEOUT_S))
 
 
 def check_tls(cfg: Any) -> None:
