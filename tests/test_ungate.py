@@ -1168,6 +1168,7 @@ def test_every_ungating_event_keeps_to_the_limit_with_the_first_advice_and_kueue
         return "".join(rng.choice("abcdefghij0123456789-") for _ in range(rng.randint(least, most))).strip("-") or "x"
 
     images = [IMAGE, "nvcr.io/nvidia/pytorch:25.01-py3", "pytorch/pytorch-nightly:2710000-cu12.6"]
+    refused_cases, cut_cases, kueue_cases = 0, 0, 0
     for case in range(2000):
         named = list(dict.fromkeys(f"c{word(0, 62)}"[:63] for _ in range(rng.randint(1, 6))))
         own = [f"registry.example.com/{word(1, 80)}:{word(1, 20)}-cu12.{rng.choice('4678')}" for _ in range(2)]
@@ -1187,6 +1188,7 @@ def test_every_ungating_event_keeps_to_the_limit_with_the_first_advice_and_kueue
         if refused.allowed:
             continue
         (event,) = [e for e in refused.outcome.events if e.reason == "UngateRefused"]
+        refused_cases += 1
         first = escaped(refused.outcome.denials[0].message)
         fix = first[first.index("To fix: ") :]
         lines = event.message.split("\n")
@@ -1203,6 +1205,10 @@ def test_every_ungating_event_keeps_to_the_limit_with_the_first_advice_and_kueue
         least = len(lines[0]) + len(start) + len(fix) + len(pipeline.KUEUE_ADVICE) + len(lines[-1]) + 4
         if pipeline.KUEUE_ADVICE in refused.message and "," not in lines[0].split(":")[0]:  # one reason
             assert kueue or least > events.MESSAGE_LIMIT, case
+        cut_cases += last is not None
+        kueue_cases += kueue
+    # the cases reach what is asserted: refusals, Events cut, and Kueue's advice said (none did, the test passed)
+    assert refused_cases > 1000 and cut_cases > 100 and kueue_cases > 100, (refused_cases, cut_cases, kueue_cases)
 
 
 def cuda_denial(name: str, before: int, fix: int, image: str = IMAGE) -> Denial:
