@@ -719,19 +719,24 @@ def test_a_never_pod_whose_own_gate_is_taken_away_onto_spot_it_is_kept_off_gets_
     assert "flavor" not in message.lower() and "Kueue" not in message, message
 
 
-def test_a_never_pod_whose_nodeselector_chose_spot_before_its_ungating_is_told_to_recreate_it_without_that() -> None:
-    """Found by a review of the spot policy: a pod created under another mode with a nodeSelector and toleration of
-    its own on a spot pool, its own gate taken away with nothing changed under never, was told to delete and
-    recreate it; recreated as it was, the webhook's NotIn and its nodeSelector never both hold, and its ungating was
-    refused again (SpotNeverUngatedPending). Recreated without that nodeSelector, it runs on demand."""
-    off = spot_app(Settings())
-    app = spot_app(NEVER)
+def _own_spot_pool_pod() -> tuple[Any, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A pod with a gate of its own and a spot toleration, and the same with its own nodeSelector on the spot pool
+    l4-spot, created under another spot mode: (the app under never, the pod, the one with the nodeSelector, that one
+    as stored)."""
     pod = gated_pod()
     pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
     pod["spec"]["tolerations"] = [GKE_SPOT_TOLERATION]
     own = copy.deepcopy(pod)
     own["spec"]["nodeSelector"] = {POOL: "l4-spot"}
-    stored = created_through(off, own)
+    return spot_app(NEVER), pod, own, created_through(spot_app(Settings()), own)
+
+
+def test_a_never_pod_whose_nodeselector_chose_spot_before_its_ungating_is_told_to_recreate_it_without_that() -> None:
+    """Found by a review of the spot policy: a pod created under another mode with a nodeSelector and toleration of
+    its own on a spot pool, its own gate taken away with nothing changed under never, was told to delete and
+    recreate it; recreated as it was, the webhook's NotIn and its nodeSelector never both hold, and its ungating was
+    refused again (SpotNeverUngatedPending). Recreated without that nodeSelector, it runs on demand."""
+    app, pod, own, stored = _own_spot_pool_pod()
     answer = update(app, "/validate", kueue_admits(stored, {}), stored, userInfo={"username": "alice"})
     assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngated", answer
     assert f"without {POOL}: l4-spot in its nodeSelector where it was created with" in answer["status"]["message"]
@@ -1024,14 +1029,7 @@ def test_a_spot_entry_the_ungating_adds_to_the_pods_own_is_named_beside_it() -> 
     ungating by a controller added GKE's spot label, was told only to recreate it without its own entry; recreated
     so, the controller's spot label sent it to spot again (SpotNeverUngatedPending). Both are named, and the
     controller told to choose on-demand nodes."""
-    off = spot_app(Settings())
-    app = spot_app(NEVER)
-    pod = gated_pod()
-    pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
-    pod["spec"]["tolerations"] = [GKE_SPOT_TOLERATION]
-    own = copy.deepcopy(pod)
-    own["spec"]["nodeSelector"] = {POOL: "l4-spot"}
-    stored = created_through(off, own)
+    app, pod, _, stored = _own_spot_pool_pod()
     answer = update(app, "/validate", kueue_admits(stored, {SPOT_LABEL: "true"}), stored, userInfo=READY)
     assert answer["allowed"] is False and answer["status"]["reason"] == "SpotNeverUngated", answer
     message = answer["status"]["message"]
