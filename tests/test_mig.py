@@ -925,8 +925,8 @@ def _changing_layout() -> dict[str, Any]:
             _mixed_nodepool_pools(),
             mixed_node("m", A100_40, {"1g.10gb": 1}, "small", 40960),
             pod(container("a", limits={GPU: "0.2"}), container("b", limits={"nvidia.com/mig-1g.10gb": "1"})),
-            " Pool small offers 1g.10gb, 1 a node, but with its other containers as converted so far, this pod would"
-            " need 2 nvidia.com/mig-1g.10gb on one node.",
+            " Pool small offers 1g.10gb, 1 a node, but with its other containers, this pod would need 2"
+            " nvidia.com/mig-1g.10gb on one node.",
             id="too-few-for-its-other-containers",
         ),
     ],
@@ -2302,12 +2302,61 @@ def test_too_few_devices_on_a_node_for_the_whole_pod_is_said_so(node, second, re
     result = review(obj, [node])
     assert not result.allowed and result.reason == "MIGNoProfile"
     msg = result.message
-    assert (
-        "Pool a100 offers 3g.20gb, 1 a node, but with its other containers as converted so far, this pod would need 2"
-        f" {resource}"
-    ) in msg
+    assert f"Pool a100 offers 3g.20gb, 1 a node, but with its other containers, this pod would need 2 {resource}" in msg
     assert "offer no MIG profiles" not in msg and "cannot use (selectors" not in msg, msg
     assert "Split the containers into pods of their own" in msg
+
+
+@pytest.mark.parametrize(
+    ("asks", "offers", "need"),
+    [
+        pytest.param(["0.5", "0.5", "0.5"], {"3g.40gb": 1, "1g.10gb": 4}, 3, id="three-of-one-a-node"),
+        pytest.param(["0.5", "0.5", "0.5", "0.5"], {"3g.40gb": 2, "1g.10gb": 4}, 4, id="four-of-two-a-node"),
+        pytest.param(["0.5", "0.5", "0.1"], {"3g.40gb": 1, "1g.10gb": 4}, 2, id="a-smaller-profile-covers-one"),
+        pytest.param(["0.5", "0.5", "0.5"], {"3g.40gb": 1}, 3, id="no-smaller-profile-offered"),
+    ],
+)
+def test_too_few_devices_on_a_node_counts_every_container_of_the_pod(
+    asks: list[str], offers: dict[str, int], need: int
+) -> None:
+    """The pod's total: the containers still to be converted count too (three 0.5 asks, one 3g.40gb a node, were
+    told 'would need 2', the containers converted before the one refused; a review of MIG). One that a smaller
+    profile offered there covers takes that one, and is not counted."""
+    nodes = [mixed_node(f"n{i}", A100_80, offers, "a80", 81920) for i in range(2)]
+    obj = pod(*[container(name, limits={GPU: value}) for name, value in zip("abcd", asks, strict=False)])
+    result = review(obj, nodes)
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert (
+        f" Pool a80 offers 3g.40gb, {offers['3g.40gb']} a node, but with its other containers, this pod would need"
+        f" {need} nvidia.com/mig-3g.40gb on one node. Split the containers into pods of their own"
+    ) in result.message, result.message
+
+
+@pytest.mark.parametrize("per_node", [1, 2])
+def test_a_whole_gpu_beside_fractions_on_a_single_strategy_pool_is_no_count_of_devices(per_node: int) -> None:
+    """There every nvidia.com/gpu is a MIG device: the whole GPU would get a slice however many a node has, so the
+    refusal says that, not a number of devices that counts the whole GPU as one (one a node: 'would need 2'; a
+    review of MIG found 'would need 3' with two a node once the waiting containers were counted)."""
+    nodes = [single_node(f"s{i}", A100_80, "3g.40gb", per_node, "sp") for i in range(2)]
+    obj = pod(*(container(n, limits={GPU: v}) for n, v in (("a", "1"), ("b", "0.5"), ("c", "0.5"))))
+    result = review(obj, nodes)
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert "would need" not in result.message, result.message
+    assert (
+        "Pool sp (single, 3g.40gb) would cover it, but there every nvidia.com/gpu is a MIG device, and container a"
+        " (nvidia.com/gpu 1) would get a MIG slice there"
+    ) in result.message, result.message
+    assert "Run the whole-GPU containers in a pod of their own" in result.message
+
+
+def test_too_few_devices_over_many_pools_is_counted_within_the_review_budget() -> None:
+    """Counting every waiting container stays within a review's CPU: 16 asks of 0.5 over 450 one-node pools (one or
+    two 3g.40gb a node) were 'too complex to review' when each refusal counted them anew (a review of MIG)."""
+    nodes = [mixed_node(f"n{i}", A100_80, {"3g.40gb": 1 + i % 2}, f"p{i}", 81920) for i in range(450)]
+    obj = pod(*[container(f"c{i}", limits={GPU: "0.5"}) for i in range(16)])
+    result = review(obj, nodes)
+    assert not result.allowed and result.reason == "MIGNoProfile", result.message
+    assert "this pod would need 16 nvidia.com/mig-3g.40gb on one node" in result.message, result.message
 
 
 def test_the_largest_offer_is_the_most_memory_not_the_most_compute():

@@ -209,6 +209,8 @@ class _Request:
     """The spot mode the spot policy, before this one, decided for the pod (``spot.decided_mode``)."""
     supported: frozenset[int] | None = None
     """Ids of the groups whose driver supports the pod's CUDA (``cuda.supported_groups``); None: not known."""
+    smallest: dict[tuple[int, str, Decimal], Profile | None] = field(default_factory=dict)
+    """The smallest profile a group offers that covers an ask of a kind and amount (``_smallest_covering``)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -711,9 +713,11 @@ def _gpu_only(resources: Mapping[str, Decimal]) -> dict[str, Decimal]:
     return {k: v for k, v in resources.items() if k.startswith("nvidia.com/")}
 
 
-def _trial(pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option | None, plugin: bool) -> JSON:
-    """A slim copy of the spec for eligibility: the pending asks stripped, ``ask`` given ``option`` (and the GPU
-    taint's toleration ``_keep_gpu_toleration`` would write; ``plugin``: the cluster runs
+def _trial(
+    pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option | None, plugin: bool, also: Iterable[Ask] = ()
+) -> JSON:
+    """A slim copy of the spec for eligibility: the pending asks stripped, ``ask`` (and those in ``also``) given
+    ``option`` (and the GPU taint's toleration ``_keep_gpu_toleration`` would write; ``plugin``: the cluster runs
     ExtendedResourceToleration)."""
     spec = pod.spec
     trial: JSON = {k: spec[k] for k in ("nodeName", "affinity", "tolerations") if k in spec}
@@ -727,13 +731,14 @@ def _trial(pod: PodView, pending: Iterable[Ask], ask: Ask | None, option: Option
     if selector:
         trial["nodeSelector"] = selector
     stripped = {id(a.container) for a in pending}
+    given = {id(a.container) for a in ([ask, *also] if ask is not None and option is not None else ())}
     for list_name, container in pod.containers():
         limits, requests = sections(container)
         # Every extended resource stays: the ExtendedResourceToleration plugin tolerates the taints named after them.
         merged = {k: v for k, v in {**requests, **limits}.items() if is_extended_resource_name(k)}
         if id(container) in stripped:
             merged.pop(GPU_RESOURCE, None)
-        if ask is not None and option is not None and container is ask.container:
+        if option is not None and id(container) in given:
             merged.pop(GPU_RESOURCE, None)
             merged[option.resource] = "1"
         if not merged:
@@ -1147,16 +1152,17 @@ def _refusal(
         head = f"container {ask.name} asks for {ask.asked}; no eligible node offers {wanted}."
         if not ctx.cluster.known or not ctx.cluster.groups:
             return head + " The webhook does not know the cluster's nodes yet (none listed, no pool declared)."
-    barred_groups = {id(p.group) for p in barred}
     # too few of a covering profile for the pod's containers together, beside smaller ones offered too: said, or
     # the pod was told to ask for what the smaller hold (found by a review of MIG)
-    short = _too_few(req, pod, pending, ask)
+    short, full = _too_few(req, pod, pending, ask)
+    barred = [*barred, *(p for p in full if all(p.group is not b.group for b in barred))]
+    barred_groups = {id(p.group) for p in barred}
     short_groups = {id(g) for g, _ in short}
     if seen:
         tail = "" if unpinned else f" Eligible nodes offer: {_offered(seen, ask)}."
         tail += "".join(
-            f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers as converted so far, this"
-            f" pod would need {need} {resource} on one node."
+            f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers, this pod would need"
+            f" {need} {resource} on one node."
             for g, (profile, resource, have, need) in short[:3]
         )
     else:
@@ -1171,8 +1177,8 @@ def _refusal(
         ]
         if short:
             tail = "".join(
-                f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers as converted so far,"
-                f" this pod would need {need} {resource} on one node."
+                f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers, this pod would need"
+                f" {need} {resource} on one node."
                 for g, (profile, resource, have, need) in short[:3]
             )
         elif gpus:
@@ -1452,24 +1458,67 @@ def _kept_off_by_spot(groups: Sequence[NodeGroup], pod: PodView, req: _Request) 
 
 def _too_few(
     req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask
-) -> list[tuple[NodeGroup, tuple[str, str, int, int]]]:
+) -> tuple[list[tuple[NodeGroup, tuple[str, str, int, int]]], list[Placement]]:
     """Groups the pod can reach whose profile would cover ``ask`` but whose nodes have too few such devices for
     the pod's containers together (two 0.5 asks, one 3g.20gb a node): (profile, resource, devices a node, devices
-    the pod would need), for the refusal (not 'no MIG profiles', not 'selectors')."""
+    the pod would need), for the refusal (not 'no MIG profiles', not 'selectors'). Every container still waiting
+    counts where that profile is the smallest there that covers it: only those converted before ``ask`` were
+    counted (three 0.5 asks, one 3g.40gb a node: 'would need 2'; a review of MIG). Each need is worked out once per
+    option and set of waiting sizes that take it, not per group (16 asks over 450 pools spent a review's CPU:
+    99bec69). And apart, the single-strategy and GKE groups that would cover ``ask`` where the pod's whole GPUs
+    (``_whole_gpus``) would be MIG devices too: no number of devices serves it there (counted, the whole GPU was one
+    more device: 99bec69); the refusal names them with ``_choose``'s barred ones."""
     out: list[tuple[NodeGroup, tuple[str, str, int, int]]] = []
+    full: list[Placement] = []
+    known: set[int] = set()
+    plugin = req.ctx.cluster.extended_resource_toleration
+    coverage = req.ctx.settings.mig.coverage
+    sizes = {(a.kind, a.amount): a for a in pending}
+    needs: dict[tuple[Option, frozenset[tuple[str, Decimal]]], Decimal] = {}
     for option in req.options:
         if option.strategy not in ("mixed", "single", "gke"):
             continue
-        trial = _trial(pod, pending, ask, option, req.ctx.cluster.extended_resource_toleration)
-        need = requested_resources(trial).get(option.resource, Decimal(0))
+        barred = bool(req.whole) and option.strategy in ("single", "gke")
+        trial = _trial(pod, pending, ask, option, plugin)
         for cand in req.ctx.cluster.eligible(trial, resources={option.resource: Decimal(1)}, gpu_only=True):
+            budget.check()
             group = cand.group
-            profile = _profile(req, group, option.profile) if option.profile in group.mig_profiles else None
+            if id(group) in known or option.profile not in group.mig_profiles:
+                continue
+            profile = _profile(req, group, option.profile)
             have = group.allocatable.get(option.resource, Decimal(0))
-            known = any(g is group for g, _ in out)
-            if profile and _covers(ask, profile, req.ctx.settings.mig.coverage) and 0 < have < need and not known:
+            if profile is None or have <= 0 or not _covers(ask, profile, coverage):
+                continue
+            if barred:
+                known.add(id(group))
+                full.append(Placement(group, profile, True))
+                continue
+            taken = frozenset(k for k, a in sizes.items() if _smallest_covering(req, group, a) == profile)
+            if (option, taken) not in needs:
+                taking = [a for a in pending if (a.kind, a.amount) in taken]
+                needs[option, taken] = requested_resources(_trial(pod, pending, ask, option, plugin, taking)).get(
+                    option.resource, Decimal(0)
+                )
+            need = needs[option, taken]
+            if have < need:
+                known.add(id(group))
                 out.append((group, (option.profile, option.resource, int(have), int(need))))
-    return out
+    return out, full
+
+
+def _smallest_covering(req: _Request, group: NodeGroup, ask: Ask) -> Profile | None:
+    """The smallest profile the group's nodes offer that covers ``ask`` (as ``_rank`` orders them): the one it would
+    take there. Of a group, it depends on the ask's kind and amount alone: worked out once per request."""
+    key = (id(group), ask.kind, ask.amount)
+    if key not in req.smallest:
+        coverage = req.ctx.settings.mig.coverage
+        covering = [
+            p
+            for name, offer in group.mig_profiles.items()
+            if offer.count > 0 and (p := _profile(req, group, name)) and _covers(ask, p, coverage)
+        ]
+        req.smallest[key] = min(covering, key=lambda p: (p.gb, p.slices), default=None)
+    return req.smallest[key]
 
 
 def _warn_usable(out: Outcome, ask: Ask, choice: Choice, whose: str = "") -> None:
@@ -1738,8 +1787,10 @@ class _Pass:
     """The ids of the asks up to the first one left without a profile: every order that starts so fails too."""
 
 
-def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = False) -> _Pass:
-    """Choose and apply a profile for each ask in this order; ``stop``: give up at the first ask without one."""
+def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = False, retried: bool = False) -> _Pass:
+    """Choose and apply a profile for each ask in this order; ``stop``: give up at the first ask without one;
+    ``retried``: at such an ask past the first, where other orders are tried then (``mutate``) and this pass is
+    done again if none fits: its refusals would be thrown away, each worked out over every pool."""
     done = _Pass()
     out = done.said
     pending = list(asks)
@@ -1758,7 +1809,7 @@ def _convert(req: _Request, pod: PodView, asks: Sequence[Ask], stop: bool = Fals
             if done.complete:
                 done.complete = False
                 done.failed = tuple(id(a) for a in asks[: index + 1])
-                if stop:
+                if stop or (retried and index > 0):
                     return done
             choice = _fallback(req, pod, pending, ask)  # every ask left without a profile, not the first alone
         if deferred:
@@ -1993,7 +2044,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
     own = dict(as_dict(pod.spec.get("nodeSelector")))
     daemons = _daemon_nodes(pod, ctx)  # before the conversion's pins
     saved = _saved(pod, asks) if len(asks) > 1 else None
-    done = _convert(req, pod, asks)
+    done = _convert(req, pod, asks, retried=saved is not None)
     if not done.complete and saved is not None and len(done.failed) > 1:
         # Each container takes the smallest profile that covers it, in turn, so an earlier container can take a
         # profile only a GPU model offers where a later one finds nothing (a: 0.25 takes an A100-40GB's 1g.10gb,
