@@ -443,6 +443,24 @@ def test_a_nodepool_node_no_label_says_has_gpus_is_joining_where_its_instance_ty
     assert view.joining(new) is joining
 
 
+def test_the_pools_with_gpus_are_worked_out_when_the_view_is_built() -> None:
+    """What ``joining`` reads of a node of a pool of one kind of node: a field set with the view, as
+    ``gpu_instance_types`` is, not worked out lazily by the first request after each rebuild. Pools whose groups
+    have GPUs (one GPU node beside a CPU node is enough; a declared pool's nodes have its GPU by settings), not
+    those of CPU nodes alone."""
+    ng = "eks.amazonaws.com/nodegroup"
+    nodes = [
+        node("g1", {ng: "gpu", "nvidia.com/gpu.product": "NVIDIA-L4"}),
+        node("g2", {ng: "gpu"}, alloc={}),
+        node("c1", {ng: "cpu"}, alloc={}),
+    ]
+    view = build_view(nodes, Settings(cluster=ClusterSettings(pools=[TRAIN])))
+    assert "gpu_pools" in {f.name for f in dataclasses.fields(ClusterView)}
+    assert view.gpu_pools == {"gpu", "train"}
+    (joining,) = [g for g in view.groups if "g2" in g.nodes]
+    assert view.joining(joining) and not any(view.joining(g) for g in view.groups if "c1" in g.nodes)
+
+
 def test_a_nodepool_node_of_its_gpu_nodes_instance_type_is_joining_among_many_instance_types() -> None:
     """A NodePool of many instance types, a node or two each (Karpenter chooses among all it allows): the instance
     type was taken for a node's own label and dropped from the groups, and the node joining with its GPU nodes'

@@ -329,6 +329,10 @@ class ClusterView:
     on_demand_keys: frozenset[str] = frozenset()
     """The label keys of the groups that are not spot capacity. These three are read by the spot policy on every
     request, and were worked out there from the groups each time (found by a review)."""
+    gpu_pools: frozenset[str] = frozenset()
+    """The pools with GPUs (one of their groups has them; a declared pool's nodes have its GPU by settings): what
+    ``joining`` reads of a node of any other pool, worked out when the view is built (lazily, the first request
+    after each rebuild paid for it)."""
     gpu_instance_types: frozenset[tuple[str, str]] = frozenset()
     """(pool, instance type) of the groups with GPUs (``INSTANCE_TYPE_LABEL``): what ``joining`` reads of a node of a
     pool of CPU and GPU instance types alike, worked out when the view is built."""
@@ -375,7 +379,7 @@ class ClusterView:
     def joining(self, group: NodeGroup) -> bool:
         """Whether the group's nodes are GPU nodes joining, their device plugin (and GFD) not up yet: they offer no
         GPU device now, and GFD's labels, the labels their provider gives a GPU node from its start
-        (``Presets.gpu_labelled``), or their pool's other nodes (``_gpu_pools``) say they have GPUs. Of a pool that
+        (``Presets.gpu_labelled``), or their pool's other nodes (``gpu_pools``) say they have GPUs. Of a pool that
         may hold CPU and GPU instance types alike (a Karpenter NodePool: ``Presets.mixed_pool_labels``), only a node
         of an instance type that a node of the pool with GPUs has: its CPU nodes were taken for GPU nodes joining,
         for good (a review's), and where no label says GPU (Cluster API's Karpenter) a GPU node joining was told it
@@ -385,13 +389,8 @@ class ClusterView:
         if group.has_gpu or self.presets.gpu_labelled(group.labels):
             return True
         if self.presets.mixed_pool_labels.isdisjoint(group.labels):
-            return group.pool in self._gpu_pools
+            return group.pool in self.gpu_pools
         return (group.pool, group.labels.get(INSTANCE_TYPE_LABEL, "")) in self.gpu_instance_types
-
-    @functools.cached_property
-    def _gpu_pools(self) -> frozenset[str]:
-        """The pools with GPUs (one of their groups has them; a declared pool's nodes have its GPU by settings)."""
-        return frozenset(g.pool for g in self.groups if g.has_gpu)
 
     @functools.cached_property
     def _taints(self) -> frozenset[Taint]:
@@ -1495,6 +1494,7 @@ def build_view(
         spot_now=any(g.spot for g in groups),
         gpu_spot_now=any(g.spot and g.has_gpu for g in groups),
         on_demand_keys=frozenset(key for g in groups if not g.spot for key in g.labels),
+        gpu_pools=frozenset(g.pool for g in groups if g.has_gpu),
         gpu_instance_types=frozenset(
             (g.pool, kind) for g in groups if g.has_gpu and (kind := g.labels.get(INSTANCE_TYPE_LABEL))
         ),
