@@ -1575,6 +1575,55 @@ def test_prefer_warns_when_cuda_steering_leaves_it_no_spot_pool() -> None:
     assert not [w for w in mutate(obj, ctx).warnings if w.startswith("spot")]
 
 
+GPU_TAINT = "nvidia.com/gpu=present:NoSchedule"
+
+
+def _gke_gpu_pools(*spot_gpus: int) -> list[Any]:
+    """A GKE cluster as its GPU pools come: an on-demand pool of 8 GPUs a node, and a spot pool of ``n`` GPUs a
+    node for each ``n``, every GPU node with GKE's GPU taint."""
+    spot_taint = f"{GKE_SPOT}=true:NoSchedule"
+    spots = [
+        node(f"spot-{i}", {GKE_SPOT: "true", NODEPOOL: f"spot-{n}x"}, (spot_taint, GPU_TAINT), gpus=n)
+        for i, n in enumerate(spot_gpus)
+    ]
+    return [node("od-0", {NODEPOOL: "h100"}, (GPU_TAINT,), gpus=8), *spots]
+
+
+def _asking_gpus(mode: str, *gpus: str) -> Any:
+    """A pod of one container per item of ``gpus``, each asking that many nvidia.com/gpu."""
+    obj = pod(mode, gpu=gpus[0])
+    for i, count in enumerate(gpus[1:]):
+        obj["spec"]["containers"].append(
+            {"name": f"side-{i}", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": count}}}
+        )
+    return obj
+
+
+@pytest.mark.parametrize("gpus", [("2",), ("1", "1")], ids=["one-container", "two-containers"])
+def test_a_pod_that_asks_more_gpus_than_a_spot_node_has_is_told_so(gpus: tuple[str, ...]) -> None:
+    """A GKE spot pool of 1 GPU a node beside an on-demand one of 8: a pod that asks 2 (one container, or two of 1)
+    was told that "no spot pool offers its nvidia.com/gpu" (under prefer: "...: it runs on demand (pool l4-spot)",
+    which read as if the spot pool were on demand), and the spot pool offers it, 1 a node (found by a review of user
+    journeys). The words say how many it asks, how many a spot node has, and what to change."""
+    ctx = context(_gke_gpu_pools(1), providers=("gke",))
+    said = "no spot node has 2 nvidia.com/gpu"
+    assert mutate(_asking_gpus("require", *gpus), ctx).warnings == [
+        f"spot require: {said}; ask at most 1 or add bigger spot nodes (pool spot-1x: 1 per node)"
+    ]
+    result = mutate(_asking_gpus("prefer", *gpus), ctx)
+    assert result.warnings == [
+        f"spot prefer: {said}: it runs on demand; ask at most 1 for spot (pool spot-1x: 1 per node)"
+    ]
+    assert (applied(result) or "").endswith(f"; {said}; ask at most 1 for spot (spot-1x: 1 per node)")
+    # spot pools of 1 and 4 GPUs a node: both named, with what their nodes have
+    wide = context(_gke_gpu_pools(1, 4), providers=("gke",))
+    assert mutate(_asking_gpus("require", "6"), wide).warnings == [
+        "spot require: no spot node has 6 nvidia.com/gpu; ask at most 4 or add bigger spot nodes "
+        "(pools spot-1x, spot-4x)"
+    ]
+    assert mutate(_asking_gpus("require", "4"), wide).warnings == []
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # A workload whose spot mode changes (found by the spot review): the webhook's earlier additions are taken out
 

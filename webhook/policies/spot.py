@@ -112,6 +112,7 @@ from webhook.cluster import (
     Taint,
     device_spec,
     gated_spec,
+    offers,
     pool_names,
     requested_resources,
     split_leaving,
@@ -137,6 +138,7 @@ from webhook.model import (
 )
 from webhook.policies.steering import steered
 from webhook.presets import TaintPreset
+from webhook.quantity import format_quantity
 
 REQUEST = "spot"
 APPLIED = "spot-applied"
@@ -1220,9 +1222,9 @@ def _deny_unplaceable(pod: PodView, ctx: Context, out: Outcome, why: str) -> Non
 
 def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_now: bool) -> None:
     """Warn when a pod that requires or prefers spot capacity can land on none of it in the known cluster, and say
-    what keeps it off: the GPU resource it asks for (a MIG profile no spot pool offers), or its node rules as the
-    webhook leaves them (its own, and the later policies' steering to a driver or GPU model: on a second pass those
-    are the pod's own, so the words cannot tell them apart and stay the same)."""
+    what keeps it off: the GPU resource it asks for (a MIG profile no spot pool offers, or more GPUs than a spot
+    node has), or its node rules as the webhook leaves them (its own, and the later policies' steering to a driver
+    or GPU model: on a second pass those are the pod's own, so the words cannot tell them apart and stay the same)."""
     if not spot_now and mode == "require":
         gpu = "GPU " if _is_gpu_pod(pod) else ""
         joins = f"a {gpu}spot node joins"
@@ -1237,7 +1239,17 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     gpu_pod = bool(gpus) or _is_gpu_pod(pod, requested)
     if _spot_reachable(pod, ctx, gpus, gpu_pod):
         return
-    if gpus and _spot_reachable(pod, ctx, (), gpu_pod):
+    spot = [g for g in ctx.cluster.groups if g.spot]
+    listed, advice, per_node = spot, "", ""
+    reached = [c.group for c in ctx.cluster.eligible(pod.spec, (), gpu_only=gpu_pod) if c.group.spot] if gpus else []
+    if short := _too_few(gpus, reached):
+        name, listed = short
+        have = sorted({g.allocatable[name] for g in listed})
+        why = detail = f"no spot node has {format_quantity(gpus[name])} {name}"
+        advice = f"; ask at most {format_quantity(have[-1])} "
+        advice += "for spot" if mode == "prefer" else "or add bigger spot nodes"
+        per_node = f": {format_quantity(have[0])} per node" if len(have) == 1 else ""  # else "at most" says it
+    elif reached:
         why = f"no spot pool offers its {', '.join(sorted(gpus))}"  # e.g. the MIG profile it was given
         detail = why
     elif taint := _untolerated_gpu_taint(pod, ctx, gpus, gpu_pod):
@@ -1247,13 +1259,30 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     else:
         why = "its nodeSelector, affinity or tolerations exclude every spot pool"
         detail = f"{why}, as the webhook leaves them (its steering: {PREFIX}cuda, {PREFIX}mig)"
-    spot = [g for g in ctx.cluster.groups if g.spot]
     head = f"spot {mode}: {why}"
     if mode == "prefer":
         head += ": it runs on demand"
-        out.annotations[APPLIED] += escaped(f"; {detail} ({', '.join(sorted({g.pool for g in spot}))})")
+        out.annotations[APPLIED] += escaped(
+            f"; {detail}{advice} ({', '.join(sorted({g.pool for g in listed}))}{per_node})"
+        )
     # the pools whole or cut with a '…' (a name cut at 119 characters read as another pool's: a review)
-    out.warn(clipped(f"{head} ({pool_names(spot, room=WARNING_LIMIT - len(head) - 3)})", WARNING_LIMIT))
+    room = WARNING_LIMIT - len(head) - len(advice) - len(per_node) - 3
+    out.warn(clipped(f"{head}{advice} ({pool_names(listed, room=room)}{per_node})", WARNING_LIMIT))
+
+
+def _too_few(gpus: Mapping[str, Decimal], reached: Sequence[NodeGroup]) -> tuple[str, list[NodeGroup]] | None:
+    """The NVIDIA resource the pod asks more of than a node of any spot pool it reaches (``reached``) has (2 GPUs, 1
+    a node), with the pools that offer it; None where one of its resources no such pool offers at all (the MIG
+    profile it was given: its words say that), or each is offered in full by one of them. "No spot pool offers its
+    nvidia.com/gpu" was said of a pool of 1 GPU a node (found by a review of user journeys). Per pool, from its
+    allocatable per node: no node is looked at."""
+    offering = {name: [g for g in reached if g.allocatable.get(name, Decimal(0)) > 0] for name in sorted(gpus)}
+    if not offering or not all(offering.values()):
+        return None
+    for name, groups in offering.items():
+        if not any(offers(g, {name: gpus[name]}) for g in groups):
+            return name, groups
+    return None
 
 
 def _only_makers_unseen(ctx: Context) -> str:
