@@ -2642,6 +2642,30 @@ def _gke_cpu_spot_node() -> Any:
     }
 
 
+def test_a_pod_without_gpus_is_not_warned_that_it_runs_on_demand_where_every_spot_pool_is_a_gpu_pool() -> None:
+    """Under spot.default: prefer every CPU pod and workload of a cluster whose only spot pool is a GPU pool was
+    warned that "its nodeSelector, affinity or tolerations exclude every spot pool: it runs on demand": it was the
+    GPU pool's taint, and spot capacity of GPUs it does not ask for (found by a review of user journeys). Not
+    warned under prefer (the annotation says why it got none); under require, where it stays Pending, the real
+    cause is said, and what to change. A CPU spot pool its own nodeSelector excludes is still warned of."""
+    gpu_cluster = context(_gke_gpu_pools(1), providers=("gke",))
+    result = mutate(pod("prefer", gpu=None), gpu_cluster)
+    assert result.warnings == []
+    assert (applied(result) or "").endswith("; every spot pool is a GPU pool and it asks no GPU (spot-1x)")
+    assert mutate(pod("require", gpu=None), gpu_cluster).warnings == [
+        "spot require: every spot pool is a GPU pool and it asks no GPU; add a CPU spot pool or use spot: prefer "
+        "(pool spot-1x)"
+    ]
+    cpu_od = {**_gke_cpu_spot_node(), "metadata": {"name": "cpu-od", "labels": {NODEPOOL: "default-pool"}}, "spec": {}}
+    own = pod("prefer", gpu=None)
+    own["spec"]["nodeSelector"] = {NODEPOOL: "default-pool"}
+    with_cpu_spot = context([*_gke_gpu_pools(1), _gke_cpu_spot_node(), cpu_od], providers=("gke",))
+    assert mutate(own, with_cpu_spot).warnings == [
+        "spot prefer: its nodeSelector, affinity or tolerations exclude every spot pool: it runs on demand (2 pools)"
+    ]
+    assert mutate(pod("prefer", gpu=None), with_cpu_spot).warnings == []
+
+
 def test_the_cuda_words_name_the_spot_requirement_not_the_pods_own_rules() -> None:
     """A GPU pod that requires spot where only a CPU pool is spot: the cuda policy said that "its nodeSelector/
     affinity excludes" the on-demand GPU pool, and the pod had written none (found by a review of the docs against

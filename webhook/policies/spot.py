@@ -76,7 +76,8 @@ capacity it refused; and the view may lag an autoscaler that is about to add spo
 pool at zero: the labels of the providers whose spot nodes may come, none where no provider shows), so that the
 scheduler favours the spot nodes once they come; both say that no node carries them now. ``require`` warns when no
 node or pool is spot capacity now, and when the pod's own constraints (nodeSelector, affinity, tolerations) leave it
-no spot pool to run on.
+no spot pool to run on; ``prefer`` warns of the latter too (it runs on demand), but not a pod that asks no GPU where
+every spot pool is a GPU pool: capacity it does not ask for, whose GPU taint keeps it off (``_warn_unplaceable``).
 
 Manners. A user's toleration is never removed or changed; a wanted toleration that an existing one already covers
 (an Exists on the same key, an empty-key Exists, an empty effect, an equal value; for the Exists of a preset of
@@ -1242,7 +1243,11 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     spot = [g for g in ctx.cluster.groups if g.spot]
     listed, advice, per_node = spot, "", ""
     reached = [c.group for c in ctx.cluster.eligible(pod.spec, (), gpu_only=gpu_pod) if c.group.spot] if gpus else []
-    if short := _too_few(gpus, reached):
+    gpu_capacity_only = not gpu_pod and all(g.has_gpu for g in spot)
+    if gpu_capacity_only:
+        why = detail = "every spot pool is a GPU pool and it asks no GPU"
+        advice = "; add a CPU spot pool or use spot: prefer" if mode == "require" else ""
+    elif short := _too_few(gpus, reached):
         name, listed = short
         have = sorted({g.allocatable[name] for g in listed})
         why = detail = f"no spot node has {format_quantity(gpus[name])} {name}"
@@ -1265,6 +1270,11 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
         out.annotations[APPLIED] += escaped(
             f"; {detail}{advice} ({', '.join(sorted({g.pool for g in listed}))}{per_node})"
         )
+        if gpu_capacity_only:
+            # Not warned: the only spot capacity is GPUs it does not ask for (kept off by their taint, as a rule).
+            # Under a spot.default of prefer every CPU pod and workload was warned that its own rules kept it off
+            # spot and it ran on demand (found by a review of user journeys); the annotation says why, for describe.
+            return
     # the pools whole or cut with a '…' (a name cut at 119 characters read as another pool's: a review)
     room = WARNING_LIMIT - len(head) - len(advice) - len(per_node) - 3
     out.warn(clipped(f"{head}{advice} ({pool_names(listed, room=room)}{per_node})", WARNING_LIMIT))
