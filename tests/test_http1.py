@@ -326,3 +326,28 @@ def test_any_body_in_any_chunks_written_in_any_pieces_is_read_as_sent(
         assert s.connections == 1
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("kept", ["absent", "a list", "None"])
+def test_tls_material_is_named_whatever_the_kubernetes_client_keeps_the_files_it_wrote_in(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, kept: str
+) -> None:
+    """A file the kubernetes client's loader wrote a kubeconfig's certificate-authority-data to is told from one the
+    kubeconfig names by the client's private ``kube_config._temp_files``, a dict: a client without it, or keeping
+    them otherwise, raised AttributeError out of ``tls_context`` (a list) or named a /tmp/tmpXXXXXXXX alone (found by
+    a review). The warning names the file and the field it may have come from, and raises only ``UnreadableTLS``."""
+    from kubernetes import client
+    from kubernetes.config import kube_config
+
+    junk = tmp_path / "tmpjunk"
+    junk.write_text("not a certificate\n")
+    if kept == "absent":
+        monkeypatch.delattr(kube_config, "_temp_files")
+    else:
+        monkeypatch.setattr(kube_config, "_temp_files", [str(junk)] if kept == "a list" else None)
+    configuration = client.Configuration()
+    configuration.host, configuration.ssl_ca_cert = "https://127.0.0.1:6443", str(junk)
+    with pytest.raises(http1.UnreadableTLS) as err:
+        http1.tls_context(configuration)
+    named = f"its certificate authority ({junk}, or the kubeconfig's certificate-authority-data written there by"
+    assert str(err.value).startswith(named), err.value

@@ -109,11 +109,17 @@ LOADER_FILES = {
 def _file(configuration: Any, attribute: str) -> str | None:
     """A client configuration's TLS file (``attribute``, of LOADER_FILES) as a user knows it: the kubeconfig's field
     where it is one of the temporary files the kubernetes client's loader writes such a field to, else its path. The
-    warnings named such a file, /tmp/tmpXXXXXXXX, which means nothing to a user (found by a review)."""
+    warnings named such a file, /tmp/tmpXXXXXXXX, which means nothing to a user (found by a review). Those files are
+    told by the client's private ``kube_config._temp_files`` (a dict, content -> path); a client without it, or
+    keeping them otherwise, raised AttributeError here, or named the file alone: the file is named with the field it
+    may have come from."""
     from kubernetes.config import kube_config
 
     path: str | None = getattr(configuration, attribute)
-    return LOADER_FILES[attribute] if path in getattr(kube_config, "_temp_files", {}).values() else path
+    written = getattr(kube_config, "_temp_files", None)
+    if not isinstance(written, dict):
+        return f"{path}, or {LOADER_FILES[attribute]} written there by the kubernetes client" if path else path
+    return LOADER_FILES[attribute] if path in written.values() else path
 
 
 def no_pass_phrase(key: str, user: str, where: str) -> Callable[[], bytes]:
