@@ -638,6 +638,8 @@ CREDENTIAL: JSON = {
     "status": {"token": "t"},
 }
 """What an exec credential plugin prints."""
+EXPIRED: JSON = {**CREDENTIAL, "status": {"token": "t", "expirationTimestamp": "2000-01-01T00:00:00Z"}}
+"""A token the kubernetes client takes for expired at once: it runs the plugin again before each request."""
 
 
 def exec_kubeconfig(api: KubeAPI, tmp_path: Path, credential: JSON) -> tuple[Path, Path]:

@@ -22,7 +22,7 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from tests.kubeapi import CREDENTIAL, UNREADABLE_TLS, KubeAPI, exec_kubeconfig, with_unreadable_tls
+from tests.kubeapi import CREDENTIAL, EXPIRED, UNREADABLE_TLS, KubeAPI, exec_kubeconfig, with_unreadable_tls
 from webhook import watch
 from webhook.cluster import build_view
 from webhook.config import ClusterSettings, PoolSettings, Settings
@@ -1427,8 +1427,34 @@ def test_a_credential_load_joined_at_the_helper_threads_idle_edge_is_answered_at
     assert time.monotonic() - began < 1.5
 
 
-EXPIRED = {**CREDENTIAL, "status": {"token": "t", "expirationTimestamp": "2000-01-01T00:00:00Z"}}
-"""A token the kubernetes client takes for expired at once: it runs the plugin again before each request."""
+def _credentials(token: str | None) -> Any:
+    """A client configuration as a load leaves it: with ``token``, or without (its plugin failed)."""
+    cfg = k8s_client.Configuration()
+    if token is not None:
+        cfg.api_key["BearerToken"] = f"Bearer {token}"
+    return cfg
+
+
+@pytest.mark.parametrize(("late", "waited"), [("t", True), (None, False)], ids=["answered", "failed"])
+def test_a_call_past_its_time_has_the_next_waited_on_where_it_answered(late: str | None, waited: bool) -> None:
+    """Once a call outlasted its time, the next were not waited on until one returned in time (a plugin slower than
+    its time at each run held up its callers at each retry): one that hung once, then answered, had the next fail at
+    once, a token there (found by a review). A late call that gave credentials has the next waited on; one that gave
+    none (a plugin that failed late: the kubernetes client loads on without its token) does not."""
+
+    def slow() -> Any:
+        time.sleep(0.4)
+        return _credentials(late)
+
+    in_time = watch.InTime("a loader", timeout=0.2)
+    with pytest.raises(watch.CredentialsHung):
+        in_time(slow)
+    time.sleep(0.4)  # it returned, past its time
+    if waited:
+        assert in_time(lambda: 7) == 7
+    else:
+        with pytest.raises(watch.CredentialsHung, match="not waited on until it returns in time"):
+            in_time(lambda: 7)
 
 
 def test_an_exec_plugin_that_hangs_at_a_token_refresh_of_a_live_client_is_said(

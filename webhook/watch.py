@@ -821,9 +821,11 @@ class InTime:
     ``what`` loads them: the caller warns and retries. A call that hung is left running (its plugin cannot be stopped
     from here), and no other is begun while it runs: a plugin that hangs is one process, not one more per retry. A
     call made while another runs in its time waits on that one. Once a call outlasted its time, the calls are begun
-    (one at a time) and not waited on, until one returns in time again: a plugin slower than the timeout at each run
-    (kubelogin with nobody at the browser exits after 180 s) held up its callers (the Events relay) at each retry
-    after a run ended, for good (found by a review). The loads of the node watch (``LiveCluster.loader``) and of the
+    (one at a time) and not waited on, until one returns in time again, or one that outlasted it returns an answer
+    (``_answered``): a plugin slower than the timeout at each run (kubelogin with nobody at the browser exits after
+    180 s) held up its callers (the Events relay) at each retry after a run ended, for good (found by a review); and
+    a refresh after one that hung once, then answered, failed at once, its Events with it (found by a review). The
+    loads of the node watch (``LiveCluster.loader``) and of the
     Events relay (``load_kubeconfig``'s ``in_times``) have one per plugin, its command, args and env: a kubeconfig
     rewritten to another plugin is loaded while the old one hangs. The watch's client refreshes its token in the time
     of the plugin that loaded it, each of the relay's clients in one of its own."""
@@ -913,8 +915,8 @@ class InTime:
                 result, error = call(), None
             except BaseException as err:
                 result, error = None, err
-            if time.monotonic() - began <= self.timeout:
-                self._slow = False  # it returns in time again: the next call is waited on
+            if time.monotonic() - began <= self.timeout or (error is None and _answered(result)):
+                self._slow = False  # it returns in time again, or answered at last: the next call is waited on
             if error is None:
                 future.set_result(result)
             else:
@@ -931,6 +933,15 @@ class InTime:
         raise CredentialsHung("stopped while loading credentials")
 
 
+def _answered(result: Any) -> bool:
+    """Whether a call of ``InTime`` gave credentials: a load's API client or configuration holds a token or a client
+    certificate, a refresh (``_InTimeRefresh._refresh``) returns its configuration where it got a new token. The
+    kubernetes client logs a plugin that failed and loads on without its credentials (a refresh keeps the expired
+    token): a run that failed past its time (kubelogin, nobody at the browser) returns as one that answered."""
+    cfg = getattr(result, "configuration", result)
+    return bool(getattr(cfg, "api_key", None) or getattr(cfg, "cert_file", None))
+
+
 class _InTimeRefresh:
     """A client configuration's ``refresh_api_key_hook``, run in time (``InTime``). The kubernetes client calls the
     hook before each request; the kubeconfig's runs an exec plugin again once its token has expired (every ~10
@@ -938,12 +949,12 @@ class _InTimeRefresh:
     so installed and puts itself back. Installed once per client, it bounded only the client's first request, and a
     plugin that hung at a token refresh stopped the node watch (and the Events relay) for good, unsaid."""
 
-    def __init__(self, hook: Callable[[Any], None], in_time: Callable[[Callable[[], None]], None]) -> None:
+    def __init__(self, hook: Callable[[Any], None], in_time: Callable[[Callable[[], Any]], Any]) -> None:
         self.hook = hook
         self.in_time = in_time
 
     @classmethod
-    def install(cls, cfg: Any, in_time: Callable[[Callable[[], None]], None]) -> None:
+    def install(cls, cfg: Any, in_time: Callable[[Callable[[], Any]], Any]) -> None:
         hook = getattr(cfg, "refresh_api_key_hook", None)
         if hook is not None and not isinstance(hook, cls):  # a configuration shared by clients is bounded once
             cfg.refresh_api_key_hook = cls(hook, in_time)
@@ -951,8 +962,10 @@ class _InTimeRefresh:
     def __call__(self, cfg: Any) -> None:
         self.in_time(lambda: self._refresh(cfg))
 
-    def _refresh(self, cfg: Any) -> None:
-        # in the helper thread, so that a hook that returns late still puts this one back
+    def _refresh(self, cfg: Any) -> Any | None:
+        """``cfg`` where the hook gave it a new token (its plugin answered: ``_answered``), else None. In the helper
+        thread, so that a hook that returns late still puts this one back."""
+        before = dict(getattr(cfg, "api_key", None) or {})
         try:
             self.hook(cfg)
         finally:
@@ -960,6 +973,7 @@ class _InTimeRefresh:
             if installed is not self and installed is not None:
                 self.hook = installed
             cfg.refresh_api_key_hook = self
+        return cfg if (getattr(cfg, "api_key", None) or {}) != before else None
 
 
 def _lines(response: Any) -> Iterator[str]:
