@@ -2065,12 +2065,13 @@ def test_kubeconfig_rewrites_while_its_plugin_hangs_run_it_once_on_the_api(
 def test_an_exec_plugin_slower_than_its_timeout_at_each_run_holds_up_the_relay_once(
     kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A plugin that outlasts ``CREDENTIALS_TIMEOUT_S`` at each run (kubelogin with nobody at the browser exits after
-    180 s, past the 60 s waited on) held up the relay again at each retry after a run ended, for good (found by a
-    review). Once it outlasted its time, its runs are not waited on, one at a time."""
+    """A plugin that outlasts ``CREDENTIALS_TIMEOUT_S`` at each run and fails (kubelogin with nobody at the browser
+    exits after 180 s, past the 60 s waited on) held up the relay again at each retry after a run ended, for good
+    (found by a review). Once it outlasted its time, its runs are not waited on, one at a time, while they give no
+    credentials."""
     kubeconfig, _ = exec_kubeconfig(kubeapi, tmp_path, CREDENTIAL)
     plugin = tmp_path / "get-token"
-    plugin.write_text(plugin.read_text().replace("while [", "sleep 0.8; while ["))
+    plugin.write_text(plugin.read_text().replace("while [", "sleep 0.8; exit 1; while ["))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 0.3)
@@ -2084,7 +2085,7 @@ def test_an_exec_plugin_slower_than_its_timeout_at_each_run_holds_up_the_relay_o
         sink.send(event_body(subject, "default", "trainer", CHECKED, "i"))
         assert time.monotonic() - began < 0.2, "an Event held up by a run of the slow plugin"
         time.sleep(0.05)
-    assert len((tmp_path / "runs").read_text().splitlines()) >= 3
+    assert len((tmp_path / "runs").read_text().splitlines()) >= 3 and sink.name == "log"
 
 
 def test_credentials_refused_by_the_api_server_are_loaded_again(
@@ -2121,9 +2122,9 @@ def test_an_exec_plugin_that_hangs_is_run_once_while_the_relay_awaits_its_creden
     """Each of the relay's retries loaded the kubeconfig with an ``InTime`` of its own: each ran the hung plugin
     again and waited on it in full, so the relay was held up all the time and one more plugin was left running at
     each retry (found by a review). The loads share one: the plugin hung at start is not run again while it runs,
-    the loads meanwhile fail at once, and once it answered the loads run it, waited on once a run returned in time,
-    and the Events go to the API. That
-    it hangs is warned of once: the next retry said it again in other words (found by a review)."""
+    the loads meanwhile fail at once, and once it answered, its answer is the next load's: it was thrown away, and
+    the plugin known to be slow run again (found by a review); the Events go to the API. That it hangs is warned
+    of once: the next retry said it again in other words (found by a review)."""
     kubeconfig, hang = exec_kubeconfig(kubeapi, tmp_path, CREDENTIAL)
     hang.touch()
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
@@ -2152,8 +2153,8 @@ def test_an_exec_plugin_that_hangs_is_run_once_while_the_relay_awaits_its_creden
         sink.send(event_body(subject, "default", "d", CHECKED, "i"))
         assert time.monotonic() - began < 0.3, "an Event held up by a load of the plugin that hung"
         time.sleep(0.05)
-    # the run after the hung one not waited on, the next, once that one returned in time, waited on and loaded
-    assert sink.name == "api" and len(runs.read_text().splitlines()) == 3
+    # the hung run's late answer loaded: the plugin not run again
+    assert sink.name == "api" and len(runs.read_text().splitlines()) == 1
     assert [e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")] == ["d"]
 
 
@@ -2183,6 +2184,39 @@ def test_a_failure_of_the_credentials_that_comes_back_after_they_loaded_is_said_
     assert len(tls_api.list("v1", "events", "default")) == 4
 
 
+def _a_token_per_run(kubeapi: KubeAPI, tmp_path: Path) -> tuple[Path, Path]:
+    """``exec_kubeconfig`` whose plugin's token is expired at once (it runs again before each request), a new one at
+    each run: t1, t2, ..."""
+    kubeconfig, hang = exec_kubeconfig(kubeapi, tmp_path, EXPIRED)
+    plugin = tmp_path / "get-token"
+    plugin.write_text(plugin.read_text().replace('"token": "t"', f'"token": "t\'"$(wc -l < {tmp_path}/runs)"\'"'))
+    return kubeconfig, hang
+
+
+def test_a_late_answer_whose_token_expired_is_refreshed_before_an_event_is_sent(
+    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer of a load given up on is the next load's (``InTime``) until its token expires: the configuration
+    it filled refreshes an expired token at its first request, in time, before the request goes."""
+    kubeconfig, hang = _a_token_per_run(kubeapi, tmp_path)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(events, "CREDENTIALS_RETRY_S", 0.0)  # loaded again at each Event
+    hang.touch()
+    threading.Timer(1.0, hang.unlink).start()  # the load at start hangs past its time, then answers
+    sink = events.api_sink_from_environment()
+    assert sink.name == "log"
+    deadline = time.monotonic() + 5
+    while sink.name != "api" and time.monotonic() < deadline:
+        sink.send(event_body(subject_of(stored_pod()), "default", "trainer", CHECKED, "i"))
+        time.sleep(0.1)
+    assert sink.name == "api" and len(kubeapi.list("v1", "events", "default")) == 1
+    sent = {k.lower(): v for k, v in kubeapi.request_headers[-1].items()}
+    assert sent.get("authorization") == "Bearer t2"  # not t1, the late answer's token, expired
+    assert len((tmp_path / "runs").read_text().splitlines()) == 2  # the late answer loaded; its token refreshed
+
+
 def test_a_token_refresh_that_answered_past_its_time_loses_no_event_after_it(
     kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -2190,9 +2224,7 @@ def test_a_token_refresh_that_answered_past_its_time_loses_no_event_after_it(
     for a plugin slower than its time at each run): it failed at once, a new token there, and the Events sent with
     it: about one batch lost per hang over 60 s (found by a review). A late refresh that gave a new token is an
     answer: the next is waited on as any. The Event the hang held fails; each one after is posted."""
-    kubeconfig, hang = exec_kubeconfig(kubeapi, tmp_path, EXPIRED)  # the plugin runs again before each request
-    plugin = tmp_path / "get-token"
-    plugin.write_text(plugin.read_text().replace('"token": "t"', f'"token": "t\'"$(wc -l < {tmp_path}/runs)"\'"'))
+    kubeconfig, hang = _a_token_per_run(kubeapi, tmp_path)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 0.5)

@@ -792,7 +792,8 @@ def test_an_exec_credential_plugin_that_hangs_is_waited_on_a_while_then_said(
     """The kubernetes client runs a kubeconfig's exec credential plugin (aws eks get-token, kubelogin) with no
     timeout, on each new client: one that hung stopped the node watch for good, with no log line, /readyz saying
     ready (found by a review). It is waited on a while, then warned of by its command, and said in /readyz; no second
-    one is run while it hangs; once it answers, the watch works again and says so."""
+    one is run while it hangs; once it answers, its answer makes the client (it was thrown away, and the plugin
+    known to be slow run again: found by a review), and the watch works again and says so."""
     from webhook.app import create_app
 
     live, _, hang = _exec_watch(api, tmp_path, monkeypatch, caplog, CREDENTIAL)
@@ -821,6 +822,7 @@ def test_an_exec_credential_plugin_that_hangs_is_waited_on_a_while_then_said(
         wait_for(lambda: drivers(live) == {"a": "570.124.06"}, "the change, once the plugin answered")
         wait_for(lambda: any("works again" in r.getMessage() for r in caplog.records), "the watch said to work again")
         assert live.problem() is None and "warning" not in readyz.get("/readyz").get_json()
+        assert len((tmp_path / "runs").read_text().splitlines()) == runs + 1, "the plugin run again after it answered"
     finally:
         hang.unlink(missing_ok=True)
         live.stop()
@@ -1457,6 +1459,27 @@ def test_a_call_past_its_time_has_the_next_waited_on_where_it_answered(late: str
             in_time(lambda: 7)
 
 
+@pytest.mark.parametrize(
+    ("stamp", "taken"), [("as read", True), ("rewritten", False), (None, False)], ids=["same", "rewritten", "refresh"]
+)
+def test_a_load_given_up_on_is_the_next_loads_of_the_same_files(stamp: str | None, taken: bool) -> None:
+    """A load given up on that answered at last was thrown away, and the next ran the plugin known to be slow again
+    (found by a review). Its answer is the next load's where that one reads the files as they were (``stamp``), once;
+    a kubeconfig rewritten meanwhile (to another server) is loaded anew, and a refresh (no stamp) takes none."""
+    late = _credentials("late")
+
+    def slow() -> Any:
+        time.sleep(0.4)
+        return late
+
+    in_time = watch.InTime("a loader", timeout=0.2)
+    with pytest.raises(watch.CredentialsHung):
+        in_time(slow, stamp="as read")
+    time.sleep(0.4)  # it answered, past its time
+    assert (in_time(lambda: _credentials("fresh"), stamp=stamp) is late) == taken
+    assert in_time(lambda: 7, stamp="as read") == 7  # taken once at most
+
+
 def test_an_exec_plugin_that_hangs_at_a_token_refresh_of_a_live_client_is_said(
     api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -1621,16 +1644,17 @@ def test_a_load_that_finds_its_plugin_running_for_another_load_fails(
     a caller would take it for loaded (found by a review). It fails, and the first loads."""
     kubeconfig, hang = exec_kubeconfig(api, tmp_path, CREDENTIAL)
     shared: dict[str, watch.InTime] = {}
-    first, second = k8s_client.Configuration(), k8s_client.Configuration()
+    loaded: list[Any] = []
     monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 5.0)
     hang.touch()
-    loading = threading.Thread(target=watch.load_kubeconfig, args=(str(kubeconfig), first, shared))
+    loading = threading.Thread(target=lambda: loaded.append(watch.load_kubeconfig(str(kubeconfig), shared)))
     loading.start()
     wait_for(lambda: (tmp_path / "runs").exists(), "the first load's plugin")
     answers = threading.Timer(0.5, hang.unlink)  # in the first load's time
     answers.start()
     with pytest.raises(watch.CredentialsHung, match="is running already, for another load"):
-        watch.load_kubeconfig(str(kubeconfig), second, shared)
+        watch.load_kubeconfig(str(kubeconfig), shared)
     answers.join()
     loading.join(timeout=10)
+    (first,) = loaded
     assert first.host == api.url and first.api_key

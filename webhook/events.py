@@ -1288,7 +1288,7 @@ def api_client_from_environment(again: bool = False, loads: CredentialLoads | No
                     f"no cluster credentials ({missing}; no {where}): events go to the log until one is written",
                 )
                 return None
-            load_kubeconfig(kubeconfig, configuration, loads.in_times)
+            configuration = load_kubeconfig(kubeconfig, loads.in_times)
         check_tls(configuration)
     except Exception as err:
         # a hung plugin names its command, TLS material its file: said whole
@@ -1343,9 +1343,10 @@ class AwaitingCredentials:
     fail is said when it is not what was said last: once, and again once it changes (a CA mended, the client key
     still unreadable), where the retries were unsaid once warned (found by a review). And an exec plugin that hung
     holds up one Event once, for ``watch.CREDENTIALS_TIMEOUT_S``, and runs as one process; a load while it still
-    runs fails at once, and one after it answered runs it again. Each load made its own, so each retry ran the plugin
-    again and waited on it in full, the next retry due once it gave up: the relay held up 60 s of every 60, and one
-    more plugin left running each minute (found by a review)."""
+    runs fails at once, and the first after it answered takes its answer (``watch.InTime``), the kubeconfig as it
+    read it. Each load made its own, so each retry ran the plugin again and waited on it in full, the next retry due
+    once it gave up: the relay held up 60 s of every 60, and one more plugin left running each minute (found by a
+    review)."""
 
     def __init__(self, files: Rewritten, loads: CredentialLoads | None = None) -> None:
         self.files = files

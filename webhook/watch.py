@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, wait
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from webhook import http1
@@ -200,6 +200,20 @@ FILES_CHECK_S = 1.0
 whether their kubeconfig was rewritten: a stat of each file."""
 
 
+def file_stamps(paths: tuple[str, ...]) -> tuple[tuple[int, int, int] | None, ...]:
+    """Each file's inode, mtime and size (None: missing): whether it was rewritten since (``Rewritten``), and which
+    kubeconfig a load read (``InTime``'s ``stamp``)."""
+    found: list[tuple[int, int, int] | None] = []
+    for path in paths:
+        try:
+            stat = os.stat(os.path.expanduser(path))
+        except OSError:
+            found.append(None)
+        else:
+            found.append((stat.st_ino, stat.st_mtime_ns, stat.st_size))
+    return tuple(found)
+
+
 class Rewritten:
     """Whether the files that credentials are read from (a kubeconfig's) were rewritten on disk (a Secret's mount,
     k3s) since ``read``: each one's inode, mtime and size (None: missing), looked at once per ``every`` seconds at
@@ -213,15 +227,7 @@ class Rewritten:
         self._checked = time.monotonic()
 
     def _stat(self) -> tuple[tuple[int, int, int] | None, ...]:
-        found: list[tuple[int, int, int] | None] = []
-        for path in self.paths:
-            try:
-                stat = os.stat(os.path.expanduser(path))
-            except OSError:
-                found.append(None)
-            else:
-                found.append((stat.st_ino, stat.st_mtime_ns, stat.st_size))
-        return tuple(found)
+        return file_stamps(self.paths)
 
     def read(self) -> None:
         """The files as they are now are those the client is made from."""
@@ -558,7 +564,7 @@ class LiveCluster:
         self._rewritten.clear()
         self._files.read()
         in_time = InTime.of(self._in_times, self.loader(), self.credentials_timeout, self._stop)
-        client = in_time(self.factory)
+        client = in_time(self.factory, stamp=file_stamps(self.credentials_files))
         _InTimeRefresh.install(getattr(client, "configuration", None), in_time)
         self.credentials = in_time.what
         host = getattr(getattr(client, "configuration", None), "host", None)
@@ -825,10 +831,11 @@ class InTime:
     (``_answered``): a plugin slower than the timeout at each run (kubelogin with nobody at the browser exits after
     180 s) held up its callers (the Events relay) at each retry after a run ended, for good (found by a review); and
     a refresh after one that hung once, then answered, failed at once, its Events with it (found by a review). The
-    loads of the node watch (``LiveCluster.loader``) and of the
-    Events relay (``load_kubeconfig``'s ``in_times``) have one per plugin, its command, args and env: a kubeconfig
-    rewritten to another plugin is loaded while the old one hangs. The watch's client refreshes its token in the time
-    of the plugin that loaded it, each of the relay's clients in one of its own."""
+    answer of a load given up on is kept for the next load of the same files (``stamp``): it was thrown away, and the
+    plugin known to be slow run again (found by a review). The loads of the node watch (``LiveCluster.loader``) and
+    of the Events relay (``load_kubeconfig``'s ``in_times``) have one per plugin, its command, args and env: a
+    kubeconfig rewritten to another plugin is loaded while the old one hangs. The watch's client refreshes its token
+    in the time of the plugin that loaded it, each of the relay's clients in one of its own."""
 
     @classmethod
     def of(
@@ -845,27 +852,35 @@ class InTime:
         self.timeout = timeout
         self.stop = stop or threading.Event()
         """Set, the wait ends at once (``LiveCluster.stop``)."""
-        self._held: tuple[float, Future[Any]] | None = None
-        """The last call begun, and when; one still running is not begun again."""
+        self._held: tuple[float, Future[Any], object] | None = None
+        """The last call begun, when, and its ``stamp``; one still running is not begun again."""
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
         """The helper thread that runs the calls (``_hand``), while it waits on them; None once it has ended."""
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         self._slow = False
         """A wait gave up on a call, and no call has returned in time since: calls are not waited on."""
+        self._late: Future[Any] | None = None
+        """The call a wait gave up on last, until the next call takes its answer (``_kept``) or is begun."""
 
-    def __call__(self, call: Callable[[], T], join: bool = True) -> T:
+    def __call__(self, call: Callable[[], T], join: bool = True, stamp: object = None) -> T:
         """``call``'s result in time. ``join`` False: a call made while another runs in its time fails at once
         (``CredentialsHung``), where it would wait on that one: a load into a configuration of its own
         (``load_kubeconfig``), which the other call does not fill. Joined, it returned without error, its
-        configuration never loaded (found by a review)."""
+        configuration never loaded (found by a review). ``stamp``: the kubeconfig files a load reads, as they are
+        (``file_stamps``); the answer of a load given up on is this one's where their stamps are equal (``_kept``).
+        None: not kept (a refresh, whose answer is in its configuration already)."""
         future: Future[T]
         with self._lock:
             held = self._held
+            kept = self._kept(stamp)
+            if kept is not None:
+                return cast("T", kept.result())
             if held is None or held[1].done():
                 future = Future()
                 began = time.monotonic()
-                self._held = (began, future)
+                self._held = (began, future, stamp)
+                self._late = None
                 self._hand(call, future)
                 if self._slow:  # begun, its result unwaited: if it returns in time, the next call is waited on
                     raise self._hung()
@@ -878,8 +893,21 @@ class InTime:
                 # and the client's refresh is not made for two at once): waited on, its result theirs, outside the
                 # lock (the helper thread takes it to end when idle: a caller that waited holding it kept the
                 # helper from the call it waited on, until its time ran out)
-                began, future = held
+                began, future, _ = held
         return self._wait(began, future)
+
+    def _kept(self, stamp: object) -> Future[Any] | None:
+        """The load given up on last, taken by this one (``stamp``): it returned at last with an answer (``_answered``:
+        a plugin that failed past its time gives none), and read the files as they are (a kubeconfig rewritten
+        meanwhile, to another server, is loaded anew); under ``_lock``. Its token expired meanwhile is refreshed
+        by its configuration's hook at its first request, in time (``_InTimeRefresh``), before it is sent."""
+        held = self._held
+        if stamp is None or held is None or held[1] is not self._late or held[2] != stamp or not held[1].done():
+            return None
+        self._late = None  # taken once: the next load runs the plugin
+        if held[1].exception() is not None or not _answered(held[1].result()):
+            return None
+        return held[1]
 
     def _hung(self) -> CredentialsHung:
         """That the call hangs, in the same words when a wait gives up on it and at each call while it runs: said
@@ -929,6 +957,7 @@ class InTime:
                 return future.result()
             if left <= 0:
                 self._slow = True
+                self._late = future
                 raise self._hung()
         raise CredentialsHung("stopped while loading credentials")
 
@@ -1161,9 +1190,8 @@ def live_cluster_from_environment(settings: Settings, environ: dict[str, str] | 
         _api_connections(cfg)
         return client.ApiClient(cfg)
 
-    probe = client.Configuration()
     try:
-        load_kubeconfig(joined, probe)
+        probe = load_kubeconfig(joined)
     except CredentialsHung as err:
         raise ConfigError(f"kubeconfig {joined}: {err}") from err
     except (config.ConfigException, OSError, ValueError) as err:
@@ -1182,27 +1210,32 @@ def kubeconfig_server(host: str, paths: tuple[str, ...]) -> str:
     return f"{host} (kubeconfig {os.pathsep.join(paths)})"
 
 
-def load_kubeconfig(config_file: str, cfg: Any, in_times: dict[str, InTime] | None = None) -> None:
-    """``kubernetes.config.load_kube_config`` into ``cfg``, in time (``InTime``), as are the token refreshes of the
-    clients made with ``cfg`` (``_InTimeRefresh``): the kubernetes client runs the kubeconfig's exec credential
-    plugin with no timeout, and one that hung stopped the caller for good (the node watch at start; the Events
-    relay, which then outlived the server; its later Events at a token refresh). Past ``CREDENTIALS_TIMEOUT_S``,
-    ``CredentialsHung``, which names the plugin's command; the plugin is left running. Else raises what the loader
-    raises. ``in_times``: the ``InTime`` of each loader (``_loader``: an exec plugin by its command line and env)
-    that loads again share, made there at the first: a plugin still hung is not run again, and the load fails at
-    once (the Events relay's retries, ``events.AwaitingCredentials``: each made its own, and ran the plugin again
-    and waited on it in full)."""
-    from kubernetes import config
+def load_kubeconfig(config_file: str, in_times: dict[str, InTime] | None = None) -> Any:
+    """A client configuration loaded by ``kubernetes.config.load_kube_config``, in time (``InTime``), as are the token
+    refreshes of the clients made with it (``_InTimeRefresh``): the kubernetes client runs the kubeconfig's exec
+    credential plugin with no timeout, and one that hung stopped the caller for good (the node watch at start; the
+    Events relay, which then outlived the server; its later Events at a token refresh). Past
+    ``CREDENTIALS_TIMEOUT_S``, ``CredentialsHung``, which names the plugin's command; the plugin is left running.
+    Else raises what the loader raises. ``in_times``: the ``InTime`` of each loader (``_loader``: an exec plugin by
+    its command line and env) that loads again share, made there at the first: a plugin still hung is not run again,
+    and the load fails at once (the Events relay's retries, ``events.AwaitingCredentials``: each made its own, and
+    ran the plugin again and waited on it in full). A load given up on that answers at last is the next load's, where
+    the files are as it read them (``InTime``'s ``stamp``): each load fills a configuration of its own, so that the
+    one given up on is kept."""
+    from kubernetes import client, config
 
     in_time = InTime.of({} if in_times is None else in_times, _loader(config_file), CREDENTIALS_TIMEOUT_S)
 
-    def load() -> None:
+    def load() -> Any:
+        cfg = client.Configuration()
         config.load_kube_config(config_file=config_file, client_configuration=cfg)  # type: ignore[no-untyped-call]
+        return cfg
 
-    in_time(load, join=False)
+    cfg = in_time(load, join=False, stamp=file_stamps(tuple(config_file.split(os.pathsep))))
     # the token refreshes of its clients in time of their own: a refresh (a valid token's, which runs no plugin)
     # while a later load of the same plugin hung failed at once, and the Event with it
     _InTimeRefresh.install(cfg, InTime(in_time.what, CREDENTIALS_TIMEOUT_S))
+    return cfg
 
 
 def check_tls(cfg: Any) -> None:
