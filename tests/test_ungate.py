@@ -180,10 +180,11 @@ def test_containers_refused_alike_are_one_line_of_the_event_that_names_them_all(
     trainer, helper, advice = refusals_of(answer)
     assert helper == trainer.replace("container trainer ", "container helper ", 1) and advice == pipeline.KUEUE_ADVICE
     (event,) = sent(recorder, sink)
-    head, said, advice_said = event["message"].split("\n")
+    head, said, advice_said, tail = event["message"].split("\n")
     assert head == f"CUDAIncompatible: taking away the pod's last scheduling gate ({GATE}) is refused:", head
     assert said == trainer.replace("container trainer ", "container trainer (and helper alike) ", 1), said
     assert advice_said == pipeline.KUEUE_ADVICE and len(event["message"]) <= events.MESSAGE_LIMIT
+    assert tail == CUT, tail  # the updater left out
 
 
 def test_containers_refused_each_its_own_way_are_each_named_in_the_event() -> None:
@@ -1195,7 +1196,8 @@ def test_every_ungating_event_keeps_to_the_limit_with_the_first_advice_and_kueue
             rf"(cut to fit|and \d+ more refusals?)( \(containers .*\))?: {pipeline.EVENT_WHOLE} more", lines[-1]
         )
         assert last is None or len(lines[-1]) - len(last[2] or "") <= 80, (case, lines[-1])
-        assert last is not None or "…" not in "\n".join(lines[1:]), (case, event.message)  # a cut says so
+        # a cut says so, also of the gates or the updater
+        assert last is not None or ("…" not in event.message and username in lines[0]), (case, event.message)
         kueue = pipeline.KUEUE_ADVICE in event.message
         assert not kueue or (pipeline.KUEUE_ADVICE in refused.message and "needs CUDA" in event.message), case
         said = pipeline._refusals(refused.outcome.denials)[0].text.removesuffix(fix).rstrip()
@@ -1313,6 +1315,21 @@ def test_an_event_without_a_denial_and_names_with_newlines_are_said_in_one_line_
     denials = [cuda_denial("trainer", 40, 850), cuda_denial("a\nb", 40, 100, image="other:1")]
     lines = pipeline.ungate_event(denials, GATE, "", "").split("\n")
     assert lines[-1] == f"and 1 more refusal (containers a\\nb): {pipeline.EVENT_WHOLE} more", lines
+
+
+@pytest.mark.parametrize(
+    ("gates", "by"),
+    [(", ".join(f"example.com/gate-{i:02}" for i in range(8)), ""), (GATE, ", by oidc:" + "u" * 400)],
+    ids=["gates-cut", "updater-left-out"],
+)
+def test_an_event_that_leaves_gates_or_the_updater_out_says_where_the_whole_is_read(gates: str, by: str) -> None:
+    """Found by a review of the reporting: every refusal fitted, the Event cut the list of gates (at
+    ``EVENT_NAMES``) or left the updater out with no last line saying so, nor where the whole is read."""
+    denial = cuda_denial("trainer", 40, 320)
+    message = pipeline.ungate_event([denial], gates, by, pipeline.KUEUE_ADVICE)
+    head, said, advice, tail = message.split("\n")
+    assert said == denial.message and advice == pipeline.KUEUE_ADVICE and tail == CUT, message
+    assert "…" in head if gates != GATE else head.endswith(f"({GATE}) is refused:"), head
 
 
 def test_an_answer_cut_to_its_limit_keeps_kueues_advice_whole(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -482,15 +482,16 @@ class _Refusal(NamedTuple):
 
 
 def ungate_event(denials: Sequence[Denial], gates: str, by: str, advice: str) -> str:
-    """A refused ungating's ``UngateRefused`` Event, within ``events.MESSAGE_LIMIT``: every reason, the gate taken
-    away, a line per refusal (containers refused alike on one line: ``_refusals``), Kueue's ``advice``; the updater
-    where it fits. Where that is too long, it is made up part by part, each where it fits with the others and a
-    short last line (how many refusals are left out, or that it is cut, and where the whole is read): the first
-    refusal's advice whole (from ``Denial.fix`` on); the start of each reason's first refusal, the first's too
-    (``_start``: what was refused); Kueue's advice whole, where the start of a CUDA refusal is said; the other
-    refusals, at least their start; the rest of the first; the containers left out. Where even the advice and the
-    last line do not fit, the advice is cut in its middle. Found by reviews: the answer cut in its middle lost
-    refusals whole; the last line was dropped where the advice was cut, and Kueue's advice said with no CUDA
+    """A refused ungating's ``UngateRefused`` Event, within ``events.MESSAGE_LIMIT``: every reason, the gate taken away,
+    a line per refusal (containers refused alike on one line: ``_refusals``), Kueue's ``advice``; the updater where it
+    fits (where it, or some of over ``EVENT_NAMES`` characters of gates, is left out, a last line says where the whole
+    is read: they were left out unsaid, found by a review). Where that is too long, it is made up part by part, each
+    where it fits with the others and a short last line (how many refusals are left out, or that it is cut, and where
+    the whole is read): the first refusal's advice whole (from ``Denial.fix`` on); the start of each reason's first
+    refusal, the first's too (``_start``: what was refused); Kueue's advice whole, where the start of a CUDA refusal is
+    said; the other refusals, at least their start; the rest of the first; the containers left out. Where even the
+    advice and the last line do not fit, the advice is cut in its middle. Found by reviews: the answer cut in its middle
+    lost refusals whole; the last line was dropped where the advice was cut, and Kueue's advice said with no CUDA
     refusal, or left out where a shorter last line let it fit."""
     refusals = _refusals(denials)
     if not refusals:  # refused by no policy's denial: nothing to say but where to read why
@@ -501,7 +502,9 @@ def ungate_event(denials: Sequence[Denial], gates: str, by: str, advice: str) ->
         return f"{reasons}: {GATE_TAKEN.format(gates=middle_clipped(gates, EVENT_NAMES), by=by)} is refused:"
 
     whole = [r.text for r in refusals] + ([advice] if advice else [])
-    for message in ("\n".join([head(by), *whole]), "\n".join([head(""), *whole])):
+    for told in dict.fromkeys((by, "")):  # with the updater, then without
+        cut = told != by or len(gates) > EVENT_NAMES  # the updater or some gates left out: said where to read them
+        message = "\n".join([head(told), *whole, *([_left_out([], False)] if cut else [])])
         if len(message) <= EVENT_LIMIT:
             return message
     first = refusals[0]
