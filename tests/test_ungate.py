@@ -1199,12 +1199,12 @@ def test_every_ungating_event_keeps_to_the_limit_with_the_first_advice_and_kueue
         # a cut says so, also of the gates or the updater
         assert last is not None or ("…" not in event.message and username in lines[0]), (case, event.message)
         kueue = pipeline.KUEUE_ADVICE in event.message
-        assert not kueue or (pipeline.KUEUE_ADVICE in refused.message and "needs CUDA" in event.message), case
-        said = pipeline._refusals(refused.outcome.denials)[0].text.removesuffix(fix).rstrip()
-        start = pipeline._start(said, pipeline.EVENT_WHAT_LEAST)  # the first's start, as short as it is said
-        least = len(lines[0]) + len(start) + len(fix) + len(pipeline.KUEUE_ADVICE) + len(lines[-1]) + 4
-        if pipeline.KUEUE_ADVICE in refused.message and "," not in lines[0].split(":")[0]:  # one reason
-            assert kueue or least > events.MESSAGE_LIMIT, case
+        first_cuda = refused.outcome.denials[0].policy == cuda.POLICY  # said by its advice at least
+        assert not kueue or (pipeline.KUEUE_ADVICE in refused.message and (first_cuda or "needs CUDA" in event.message))
+        tail = pipeline._left_out(pipeline._refusals(refused.outcome.denials)[1:], False)  # the short last line
+        least = len(lines[0]) + len(f"… {fix}") + len(pipeline.KUEUE_ADVICE) + len(tail) + 3
+        if pipeline.KUEUE_ADVICE in refused.message and first_cuda:
+            assert kueue or least > events.MESSAGE_LIMIT, (case, event.message)
         cut_cases += last is not None
         kueue_cases += kueue
     # the cases reach what is asserted: refusals, Events cut, and Kueue's advice said (none did, the test passed)
@@ -1284,6 +1284,17 @@ def test_kueues_advice_fits_beside_a_long_cuda_refusal_with_the_short_last_line(
     message = pipeline.ungate_event([cuda_denial("trainer", 300, 460)], GATE, "", pipeline.KUEUE_ADVICE)
     _, said, advice, tail = message.split("\n")
     assert said.startswith("container trainer (image ") and "needs CUDA 12.8" in said and said.count("…") == 1, said
+    assert advice == pipeline.KUEUE_ADVICE and tail == CUT and len(message) <= events.MESSAGE_LIMIT, message
+
+
+def test_kueues_advice_goes_before_the_start_of_a_cuda_refusal_whose_advice_is_long() -> None:
+    """Found by a review of the reporting: one CUDA refusal whose advice named many legacy pools lost Kueue's advice
+    from the Event: the refusal's start was said first, and Kueue's advice only beside a start, where the head, the
+    refusal's advice, Kueue's and the last line fitted. A CUDA refusal said by its advice alone gets Kueue's."""
+    denial = cuda_denial("trainer", 300, 540)
+    message = pipeline.ungate_event([denial], GATE, "", pipeline.KUEUE_ADVICE)
+    _, said, advice, tail = message.split("\n")
+    assert said == f"… {denial.message[denial.message.index('To fix: ') :]}", said
     assert advice == pipeline.KUEUE_ADVICE and tail == CUT and len(message) <= events.MESSAGE_LIMIT, message
 
 

@@ -487,12 +487,13 @@ def ungate_event(denials: Sequence[Denial], gates: str, by: str, advice: str) ->
     fits (where it, or some of over ``EVENT_NAMES`` characters of gates, is left out, a last line says where the whole
     is read: they were left out unsaid, found by a review). Where that is too long, it is made up part by part, each
     where it fits with the others and a short last line (how many refusals are left out, or that it is cut, and where
-    the whole is read): the first refusal's advice whole (from ``Denial.fix`` on); the start of each reason's first
-    refusal, the first's too (``_start``: what was refused); Kueue's advice whole, where the start of a CUDA refusal is
-    said; the other refusals, at least their start; the rest of the first; the containers left out. Where even the
-    advice and the last line do not fit, the advice is cut in its middle. Found by reviews: the answer cut in its middle
-    lost refusals whole; the last line was dropped where the advice was cut, and Kueue's advice said with no CUDA
-    refusal, or left out where a shorter last line let it fit."""
+    the whole is read): the first refusal's advice whole (from ``Denial.fix`` on); Kueue's advice whole, where that is a
+    CUDA refusal's (one long CUDA refusal lost it to its start: found by a review); the start of each reason's first
+    refusal, the first's too (``_start``: what was refused); Kueue's advice, if not said yet, beside the start of
+    another reason's CUDA refusal; the other refusals, at least their start; the rest of the first; the containers left
+    out. Where even the advice and the last line do not fit, the advice is cut in its middle. Found by reviews: the
+    answer cut in its middle lost refusals whole; the last line was dropped where the advice was cut, and Kueue's advice
+    said with no CUDA refusal, or left out where a shorter last line let it fit."""
     refusals = _refusals(denials)
     if not refusals:  # refused by no policy's denial: nothing to say but where to read why
         return middle_clipped(f"{GATE_TAKEN.format(gates=gates, by=by)} is refused: {EVENT_WHOLE} why", EVENT_LIMIT)
@@ -524,11 +525,16 @@ def ungate_event(denials: Sequence[Denial], gates: str, by: str, advice: str) ->
         if text and len(what := _start(text, max(min(most, room), min(len(text), EVENT_WHAT_LEAST)))) <= room:
             shown[i] = what + end
 
+    def advise() -> None:
+        """Kueue's advice whole, where it fits and a CUDA refusal is said (the first's advice alone counts)."""
+        cuda_said = any(r.policy == cuda.POLICY for i, r in enumerate(refusals) if i in shown)
+        if advice and cuda_said and len(said({**shown, len(refusals): advice})) <= EVENT_LIMIT:
+            shown[len(refusals)] = advice
+
+    advise()  # beside the first refusal's advice, where it is a CUDA refusal's
     for i in sorted({r.reason: i for i, r in reversed(list(enumerate(refusals)))}.values()):
         start(i, EVENT_WHAT_LEAST)  # each reason's first refusal
-    cuda_said = any(r.policy == cuda.POLICY and shown.get(i, bare) != bare for i, r in enumerate(refusals))
-    if advice and cuda_said and len(said({**shown, len(refusals): advice})) <= EVENT_LIMIT:
-        shown[len(refusals)] = advice
+    advise()  # beside the start of another reason's CUDA refusal
     for i in [*range(1, len(refusals)), 0]:
         start(i, EVENT_LIMIT)
     named = len(said(shown, True)) <= EVENT_LIMIT
