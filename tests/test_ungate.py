@@ -13,6 +13,7 @@ import base64
 import copy
 import dataclasses
 import json
+import os
 import random
 import re
 import uuid
@@ -24,14 +25,15 @@ import pytest
 
 from tests.conftest import gpu_node, gpu_pod, review
 from tests.kubeapi import KubeAPI
-from tests.test_events import Recording, configured
+from tests.test_events import Recording, configured, stored_pod
 from webhook import events, pipeline
+from webhook.admission import subject_of
 from webhook.app import create_app
 from webhook.audit import build_recorder
 from webhook.cluster import StaticCluster, build_view
 from webhook.config import AuditSettings, CudaSettings, PoolSettings, Settings, SpotSettings, TaintSpec
 from webhook.events import EventQueue
-from webhook.model import Context, Denial, escaped
+from webhook.model import Context, Denial, Event, escaped
 from webhook.policies import cuda, spot
 
 POOL = "cloud.google.com/gke-nodepool"
@@ -1341,6 +1343,54 @@ def test_an_event_that_leaves_gates_or_the_updater_out_says_where_the_whole_is_r
     head, said, advice, tail = message.split("\n")
     assert said == denial.message and advice == pipeline.KUEUE_ADVICE and tail == CUT, message
     assert "…" in head if gates != GATE else head.endswith(f"({GATE}) is refused:"), head
+
+
+def relayed(message: str) -> str:
+    """``message`` as the relay reads it: the UngateRefused Event of a pod of the longest name, in the longest
+    namespace, from a replica of the longest name, written by a worker to the relay's pipe (``EventPipe``)."""
+    read_fd, write_fd = os.pipe()
+    event = Event("UngateRefused", message, "Warning")
+    body = events.event_body(subject_of(stored_pod("p" * 253)), "n" * 63, "p" * 253, event, "i" * 253)
+    try:
+        assert events.EventPipe(write_fd).submit(body)
+        return str(json.loads(os.read(read_fd, 1 << 16))["message"])
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_a_message_of_the_bytes_it_may_take_reaches_the_relay_whole_beside_the_longest_names() -> None:
+    """``events.MESSAGE_BYTES`` leaves room in the relay's pipe line for the rest of an Event at its longest."""
+    most = "é" * (events.MESSAGE_BYTES // 6)
+    assert events.line_bytes(most) > events.MESSAGE_BYTES - 6 and relayed(most) == most
+
+
+@pytest.mark.parametrize(
+    ("names", "by", "advice"),
+    [
+        (["trainer"], "山田太郎" * 90, pipeline.KUEUE_ADVICE),
+        (["trainer"], "🚀" * 200, pipeline.KUEUE_ADVICE),
+        ([f"{'🚀' * 60}-{i}" for i in range(8)], "", ""),
+    ],
+    ids=["cjk-updater", "emoji-updater", "emoji-names"],
+)
+def test_an_event_of_names_outside_ascii_reaches_the_relay_with_its_advice_and_last_line(
+    names: list[str], by: str, advice: str
+) -> None:
+    """Found by a review of the reporting: the relay's pipe line is JSON, each character outside ASCII written
+    ``\\uXXXX`` (6 bytes, an emoji 12), and a worker writes at most ``select.PIPE_BUF`` bytes whole; an Event of
+    1,024 characters, an updater or container names in CJK or emoji, was cut at the relay to its first 200
+    characters, its advice and last line lost. It reaches the relay whole: the first refusal's advice, Kueue's, and a
+    last line saying it is cut."""
+    denials = [
+        cuda_denial(name, 0, 100, image=f"pytorch/pytorch-nightly:27100{i:02}-cu12.8") for i, name in enumerate(names)
+    ]
+    message = pipeline.ungate_event(denials, GATE, escaped(f", by oidc:{by}" if by else ""), advice)
+    assert relayed(message) == message and len(message) <= events.MESSAGE_LIMIT, message
+    lines = message.split("\n")
+    first = denials[0].message
+    assert lines[1].endswith(first[first.index("To fix: ") :]) and (not advice or advice in lines), message
+    assert re.fullmatch(rf"(cut to fit|and \d+ more refusals?): {pipeline.EVENT_WHOLE} more", lines[-1]), message
 
 
 def test_an_answer_cut_to_its_limit_keeps_kueues_advice_whole(monkeypatch: pytest.MonkeyPatch) -> None:

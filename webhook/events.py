@@ -57,8 +57,9 @@ COMPONENT = "gpu-admission"
 MESSAGE_LIMIT = 1024
 """events.k8s.io limits a note to 1 kB; core v1 Events are kept to the same size, a longer message cut in its middle
 (``middle_clipped``): its advice is its end. A refused ungating's Event, the only place a user reads the refusal of
-a controller's update, is made to fit refusal by refusal before (``pipeline.ungate_event``). (A line too long for
-the relay's pipe, of mostly non-ASCII text, is cut further, at its end: ``Pipe.write_lines``.)"""
+a controller's update, is made to fit refusal by refusal before (``pipeline.ungate_event``), also in the relay's pipe
+(``MESSAGE_BYTES``). (Another line too long for that pipe, of mostly non-ASCII text, is cut further, at its end:
+``EventPipe.write_lines``.)"""
 NAME_LIMIT = 253
 
 
@@ -971,6 +972,17 @@ def _line(body: JSON) -> bytes:
 
 SHORT_MESSAGE = 200
 """An Event's message is cut to this when its line would not fit in one atomic pipe write."""
+MESSAGE_BYTES = select.PIPE_BUF - 1400
+"""The bytes an Event's message may take in its line to the relay's pipe (``line_bytes``) for the line to keep to
+``select.PIPE_BUF`` and reach the relay whole: the rest of an Event's line takes at most 1,321 bytes (the object's
+name, the Event's and the reporting instance at 253 characters, the namespace at 63). A refused ungating's Event is
+fitted to it (``pipeline.ungate_event``)."""
+
+
+def line_bytes(message: str) -> int:
+    """The bytes ``message`` takes in an Event's line to the relay's pipe (``_line``: JSON, each character outside
+    ASCII written ``\\uXXXX``, 6 bytes, an emoji 12)."""
+    return len(_STRING(message)) - 2
 
 
 T = TypeVar("T", str, bytes)

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from webhook import PREFIX, budget
 from webhook.cluster import GPU_RESOURCE, is_gpu_device
+from webhook.events import MESSAGE_BYTES, line_bytes
 from webhook.events import MESSAGE_LIMIT as EVENT_LIMIT
 from webhook.model import (
     BUILTIN_GROUPS,
@@ -482,21 +483,23 @@ class _Refusal(NamedTuple):
 
 
 def ungate_event(denials: Sequence[Denial], gates: str, by: str, advice: str) -> str:
-    """A refused ungating's ``UngateRefused`` Event, within ``events.MESSAGE_LIMIT``: every reason, the gate taken away,
-    a line per refusal (containers refused alike on one line: ``_refusals``), Kueue's ``advice``; the updater where it
-    fits (where it, or some of over ``EVENT_NAMES`` characters of gates, is left out, a last line says where the whole
-    is read: they were left out unsaid, found by a review). Where that is too long, it is made up part by part, each
-    where it fits with the others and a short last line (how many refusals are left out, or that it is cut, and where
-    the whole is read): the first refusal's advice whole (from ``Denial.fix`` on); Kueue's advice whole, where that is a
-    CUDA refusal's (one long CUDA refusal lost it to its start: found by a review); the start of each reason's first
-    refusal, the first's too (``_start``: what was refused); Kueue's advice, if not said yet, beside the start of
-    another reason's CUDA refusal; the other refusals, at least their start; the rest of the first; the containers left
-    out. Where even the advice and the last line do not fit, the advice is cut in its middle. Found by reviews: the
-    answer cut in its middle lost refusals whole; the last line was dropped where the advice was cut, and Kueue's advice
-    said with no CUDA refusal, or left out where a shorter last line let it fit."""
+    """A refused ungating's ``UngateRefused`` Event, within ``events.MESSAGE_LIMIT`` characters and, in the relay's pipe
+    line, ``events.MESSAGE_BYTES`` bytes (``_in_bytes``): every reason, the gate taken away, a line per refusal
+    (containers refused alike on one line: ``_refusals``), Kueue's ``advice``; the updater where it fits (where it, or
+    some of over ``EVENT_NAMES`` characters of gates, is left out, a last line says where the whole is read: they were
+    left out unsaid, found by a review). Where that is too long, it is made up part by part, each where it fits with the
+    others and a short last line (how many refusals are left out, or that it is cut, and where the whole is read): the
+    first refusal's advice whole (from ``Denial.fix`` on); Kueue's advice whole, where that is a CUDA refusal's (one
+    long CUDA refusal lost it to its start: found by a review); the start of each reason's first refusal, the first's
+    too (``_start``: what was refused); Kueue's advice, if not said yet, beside the start of another reason's CUDA
+    refusal; the other refusals, at least their start; the rest of the first; the containers left out. Where even the
+    advice and the last line do not fit, the advice is cut in its middle. Found by reviews: the answer cut in its middle
+    lost refusals whole; the last line was dropped where the advice was cut, and Kueue's advice said with no CUDA
+    refusal, or left out where a shorter last line let it fit."""
     refusals = _refusals(denials)
     if not refusals:  # refused by no policy's denial: nothing to say but where to read why
-        return middle_clipped(f"{GATE_TAKEN.format(gates=gates, by=by)} is refused: {EVENT_WHOLE} why", EVENT_LIMIT)
+        said = f"{GATE_TAKEN.format(gates=gates, by=by)} is refused: {EVENT_WHOLE} why"
+        return _in_bytes(lambda limit: middle_clipped(said, limit))
     reasons = ", ".join(dict.fromkeys(r.reason for r in refusals))  # each once, as the audit's decision
 
     def head(by: str) -> str:
@@ -506,8 +509,26 @@ def ungate_event(denials: Sequence[Denial], gates: str, by: str, advice: str) ->
     for told in dict.fromkeys((by, "")):  # with the updater, then without
         cut = told != by or len(gates) > EVENT_NAMES  # the updater or some gates left out: said where to read them
         message = "\n".join([head(told), *whole, *([_left_out([], False)] if cut else [])])
-        if len(message) <= EVENT_LIMIT:
+        if len(message) <= EVENT_LIMIT and line_bytes(message) <= MESSAGE_BYTES:
             return message
+    return _in_bytes(lambda limit: _parts(refusals, head(""), advice, limit))
+
+
+def _in_bytes(make: Callable[[int], str]) -> str:
+    """The message ``make`` makes within a limit of characters, ``EVENT_LIMIT``, or fewer where its characters outside
+    ASCII (names, an updater; each written ``\\uXXXX`` in the relay's pipe line, 6 bytes, an emoji 12) take it past
+    ``events.MESSAGE_BYTES``: made again within as many characters as its bytes a character let fit, until it fits (a
+    few makings, each as cheap as the first, on a refused ungating only). Fitted in characters alone, an Event of 1,024
+    characters of emoji or of 800 CJK ones was cut to its first 200 at the relay, its advice and last line lost (found
+    by a review)."""
+    limit = EVENT_LIMIT
+    while (size := line_bytes(message := make(limit))) > MESSAGE_BYTES:
+        limit = len(message) * MESSAGE_BYTES // size  # fewer characters than it has: the loop ends
+    return message
+
+
+def _parts(refusals: Sequence[_Refusal], head: str, advice: str, limit: int) -> str:
+    """A refused ungating's Event made up part by part within ``limit`` characters (``ungate_event``)."""
     first = refusals[0]
     at = max(first.text.find(first.fix), 0)
     before, fix = first.text[:at].rstrip(), first.text[at:]
@@ -516,19 +537,19 @@ def ungate_event(denials: Sequence[Denial], gates: str, by: str, advice: str) ->
 
     def said(shown: Mapping[int, str], named: bool = False) -> str:
         left = [r for i, r in enumerate(refusals) if i not in shown]
-        return "\n".join([head(""), *(shown[i] for i in sorted(shown)), _left_out(left, named)])
+        return "\n".join([head, *(shown[i] for i in sorted(shown)), _left_out(left, named)])
 
     def start(i: int, most: int) -> None:
         """Show refusal ``i`` by its start, within ``most`` and the room left, where that is at least its start."""
-        text, end = (before, f" {fix}") if i == 0 else (whole[i], "")
-        room = EVENT_LIMIT - len(said({**shown, i: ""})) - len(end)
+        text, end = (before, f" {fix}") if i == 0 else (refusals[i].text, "")
+        room = limit - len(said({**shown, i: ""})) - len(end)
         if text and len(what := _start(text, max(min(most, room), min(len(text), EVENT_WHAT_LEAST)))) <= room:
             shown[i] = what + end
 
     def advise() -> None:
         """Kueue's advice whole, where it fits and a CUDA refusal is said (the first's advice alone counts)."""
         cuda_said = any(r.policy == cuda.POLICY for i, r in enumerate(refusals) if i in shown)
-        if advice and cuda_said and len(said({**shown, len(refusals): advice})) <= EVENT_LIMIT:
+        if advice and cuda_said and len(said({**shown, len(refusals): advice})) <= limit:
             shown[len(refusals)] = advice
 
     advise()  # beside the first refusal's advice, where it is a CUDA refusal's
@@ -536,11 +557,11 @@ def ungate_event(denials: Sequence[Denial], gates: str, by: str, advice: str) ->
         start(i, EVENT_WHAT_LEAST)  # each reason's first refusal
     advise()  # beside the start of another reason's CUDA refusal
     for i in [*range(1, len(refusals)), 0]:
-        start(i, EVENT_LIMIT)
-    named = len(said(shown, True)) <= EVENT_LIMIT
-    if (over := len(said(shown, named)) - EVENT_LIMIT) > 0:  # the first advice and the last line alone too long
+        start(i, limit)
+    named = len(said(shown, True)) <= limit
+    if (over := len(said(shown, named)) - limit) > 0:  # the first advice and the last line alone too long
         shown[0] = middle_clipped(shown[0], max(len(shown[0]) - over, 1))
-    return middle_clipped(said(shown, named), EVENT_LIMIT)  # a head over the limit alone
+    return middle_clipped(said(shown, named), limit)  # a head over the limit alone
 
 
 def _refusals(denials: Sequence[Denial]) -> list[_Refusal]:
