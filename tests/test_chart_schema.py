@@ -7,11 +7,14 @@ When a settings field is added to webhook/config.py, regenerate the schema's `co
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
+import functools
 import inspect
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -30,6 +33,7 @@ from tests.test_chart import (
     FULLNAME,
     VALUE_SETS,
     VALUES,
+    _values_comment,
     certs_jobs,
     find,
     find_all,
@@ -341,6 +345,111 @@ def test_the_config_check_refuses_what_the_server_refuses_at_start(tmp_path, mon
         mounted = tmp_path / mode / "mounted" / "config" / "config.yaml"
         told = refusal.replace(str(tmp_path / "server.yaml"), str(mounted))
         assert run_config_check(objects, tmp_path / mode, monkeypatch, capsys) == (2, "", f"gpu-admission: {told}\n")
+
+
+def _settings_leaves(cls: type = settings_module.Settings, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The path of every setting of the server (its fields' snake_case names), a section's own fields within it."""
+    hints = get_type_hints(cls)
+    leaves: list[tuple[str, ...]] = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        is_section = dataclasses.is_dataclass(tp) and isinstance(tp, type)
+        leaves += _settings_leaves(tp, (*path, f.name)) if is_section else [(*path, f.name)]
+    return leaves
+
+
+def _other_than(schema: dict[str, Any], current: Any) -> Any:
+    """A value the values schema takes for a setting (``schema``, its part of config_schema()) other than
+    ``current``. A list's text item is a host with a port: the chart reads a registry's port."""
+    kind = schema.get("type")
+    if "enum" in schema:
+        return next(option for option in reversed(schema["enum"]) if option != current)
+    if kind == "array":
+        item = schema["items"]
+        return ["example.com:5000" if item == {"type": "string"} else _other_than(item, None)]
+    if kind == "object" and "properties" in schema:  # a pool, a taint: its required fields
+        return {key: _other_than(schema["properties"][key], None) for key in schema.get("required", [])}
+    if kind == "object":
+        return {"Example": _other_than(schema["additionalProperties"], None)}
+    if kind == "boolean":
+        return not current
+    if kind in ("integer", "number"):
+        return (current or 0) + 1
+    return "example"
+
+
+def _rendered_from(tmp_path: Path, config: dict[str, Any], *args: str) -> str:
+    """What the chart renders from ``config`` but the settings themselves (the settings ConfigMaps' file and the
+    checksum of it that rolls the pods), with the NetworkPolicy and the registry reader on, so that each setting they
+    read shows; or the render's refusal."""
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump({"networkPolicy": {"enabled": True}, "config": config}))
+    proc = helm("template", "r", str(CHART), "-n", "gpu-admission", "-f", str(path), *args, check=False)
+    if proc.returncode:
+        return proc.stderr
+    objects = [o for o in yaml.safe_load_all(proc.stdout) if o]
+    for obj in objects:
+        obj.get("data", {}).pop("config.yaml", None)
+        if obj["kind"] == "Deployment":
+            del obj["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    return json.dumps(objects)
+
+
+def _variable(path: tuple[str, ...]) -> str:
+    return "GPU_ADMISSION_" + "__".join(part.upper() for part in path)
+
+
+def test_extra_env_gives_the_server_every_setting_but_those_the_chart_renders_from(tmp_path):
+    """A setting given by a GPU_ADMISSION_ variable of extraEnv reaches the server and the config check, never the
+    chart: GPU_ADMISSION_SPOT__DEFAULT=tolerate spot-tolerated the GPU pods alone, the matchConditions (widened by
+    config.spot.default only) sending no CPU pod to the webhook (found by a review). Each setting whose change
+    changes the render (a refusal included) is refused as a variable, and so is each section that holds one; every
+    other setting and section renders as a variable."""
+    defaults, schema = settings_module.Settings(), config_schema()
+    base: dict[str, Any] = {"cuda": {"registry": {"enabled": True}}}
+    unchanged = _rendered_from(tmp_path, base)
+    read, refused = set(), set()
+    for leaf in _settings_leaves():
+        config = copy.deepcopy(base)
+        *sections, name = [_camel(part) for part in leaf]
+        section = functools.reduce(lambda node, key: node.setdefault(key, {}), sections, config)
+        current = section.get(name, functools.reduce(getattr, leaf, defaults))
+        part = functools.reduce(lambda node, key: node["properties"][key], [*sections, name], schema)
+        section[name] = _other_than(part, current)
+        rendered = _rendered_from(tmp_path, config)
+        assert "the specifications of the schema" not in rendered, (leaf, rendered)  # the chart is asked
+        if rendered != unchanged:
+            read.add(leaf)
+    for path in {leaf[:end] for leaf in _settings_leaves() for end in range(1, len(leaf) + 1)}:
+        variable = ("--set", f"extraEnv[0].name={_variable(path)}", "--set", "extraEnv[0].value=x")
+        if f"extraEnv: {_variable(path)} sets a setting the chart renders from" in _rendered_from(
+            tmp_path, base, *variable
+        ):
+            refused.add(path)
+    assert ("spot", "default") in read
+    holding = {leaf[:end] for leaf in read for end in range(1, len(leaf) + 1)}
+    assert refused == holding, (sorted(refused - holding), sorted(holding - refused))
+    named = re.findall(r"\b[a-z]+(?:\.[A-Za-z]+)+\b", _values_comment("extraEnv"))
+    assert sorted(named) == sorted(".".join(map(_camel, leaf)) for leaf in read), "values.yaml's extraEnv comment"
+
+
+def test_a_settings_variable_the_chart_renders_from_is_refused_saying_what_to_set_instead(tmp_path):
+    variable = ("--set", "extraEnv[0].name=GPU_ADMISSION_SPOT__DEFAULT", "--set", "extraEnv[0].value=tolerate")
+    (line,) = [ln for ln in _rendered_from(tmp_path, {}, *variable).splitlines() if ln.startswith("Error:")]
+    assert line.split("): ", 1)[1] == (
+        "extraEnv: GPU_ADMISSION_SPOT__DEFAULT sets a setting the chart renders from (which pods are sent to the"
+        " webhooks), and the chart cannot read a variable: the server alone would take it. Set config.spot.default"
+        " in values instead, and take GPU_ADMISSION_SPOT__DEFAULT out of extraEnv"
+    )
+    objects = template("--set", "config.spot.default=tolerate")  # what it says to do: every pod is sent
+    sent = [
+        condition["expression"]
+        for configuration in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for webhook in find(objects, configuration)["webhooks"]
+        for condition in webhook["matchConditions"]
+        if condition["name"] == "gpu-related"
+    ]
+    assert sent and set(sent) == {"true"}
 
 
 REGISTRY_FILES = (

@@ -215,6 +215,48 @@ not the value is given too: one check, one message, for each file (found by a re
 {{- toYaml $cfg }}
 {{- end }}
 
+{{- /*
+Refuses a GPU_ADMISSION_ variable of extraEnv that sets a setting the chart reads itself to render, or a section that
+holds one: the server and the config check would take it, the chart would not (GPU_ADMISSION_SPOT__DEFAULT=tolerate
+spot-tolerated the GPU pods alone: the matchConditions, widened by config.spot.default only, never sent a CPU pod;
+found by a review). Honouring them would mean reading each variable's YAML as the server does, and one given by
+valueFrom cannot be read at render at all: they are given in config. A variable's path is compared as the server
+reads it (webhook/config.py): split at "__", in any case, "_" within a name left out (namespaceDefaults).
+*/}}
+{{- define "gpu-admission.checkExtraEnv" -}}
+{{- $read := dict
+  "spot.default" (list "config.spot.default" "which pods are sent to the webhooks")
+  "spot.namespacedefaults" (list "config.spot.namespaceDefaults" "which pods are sent to the webhooks")
+  "spot.ownerdefaults" (list "config.spot.ownerDefaults" "which pods are sent to the webhooks")
+  "exemptions.namespaces" (list "config.exemptions.namespaces" "which namespaces the webhooks leave out")
+  "exemptions.allowoptoutlabel" (list "config.exemptions.allowOptOutLabel" "the webhooks' objectSelector")
+  "cuda.registry.enabled" (list "config.cuda.registry.enabled" "the NetworkPolicy's egress to registries")
+  "cuda.registry.registries" (list "config.cuda.registry.registries" "the NetworkPolicy's egress to registries")
+  "cuda.registry.plainhttp" (list "config.cuda.registry.plainHttp" "the NetworkPolicy's egress to registries")
+  "cuda.registry.ecr" (list "config.cuda.registry.ecr" "the NetworkPolicy's egress to registries")
+  "cuda.registry.credentialsfile" (list "config.cuda.registry.credentialsFile" "the registry reader's mounts")
+  "cuda.registry.cafile" (list "config.cuda.registry.caFile" "the registry reader's mounts") }}
+{{- range .Values.extraEnv }}
+{{- $name := .name | default "" | toString }}
+{{- if hasPrefix "GPU_ADMISSION_" $name }}
+{{- $parts := list }}
+{{- range splitList "__" (trimPrefix "GPU_ADMISSION_" $name) }}{{ if . }}{{ $parts = append $parts (lower . | replace "_" "") }}{{ end }}{{ end }}
+{{- $path := join "." $parts }}
+{{- $keys := list }}
+{{- $what := list }}
+{{- range $key := keys $read | sortAlpha }}
+{{- if or (eq $path $key) (hasPrefix (printf "%s." $path) $key) (hasPrefix (printf "%s." $key) $path) }}
+{{- $keys = append $keys (index (get $read $key) 0) }}
+{{- $what = append $what (index (get $read $key) 1) | uniq }}
+{{- end }}
+{{- end }}
+{{- if $keys }}
+{{- fail (printf "extraEnv: %s sets a setting the chart renders from (%s), and the chart cannot read a variable: the server alone would take it. Set %s in values instead, and take %s out of extraEnv" $name (join "; " $what) (join ", " $keys) $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/*
 The registry reader's files (config.cuda.registry): the user's Secret and ConfigMap, mounted where
 "gpu-admission.settings" names them, into the server's pods and the config check's (config-check.yaml), which reads
