@@ -7,6 +7,7 @@ import gc
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -634,6 +635,30 @@ def test_the_readmes_example_pod_is_reviewed() -> None:
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("ADMITTED\ngpu-admission.io/cuda: triton: CUDA 12.4 from image tag"), run.stdout
     assert "required node affinity keeps it off pool NVIDIA-GeForce-RTX-4090" in run.stdout
+
+
+def _make_run_config() -> str:
+    """The settings file `make run` serves with (the Makefile's run target)."""
+    (config,) = re.findall(r"^run:.*\n\t.* --config (\S+)", (EXAMPLES.parent / "Makefile").read_text(), re.M)
+    return str(config)
+
+
+def test_the_readme_says_where_the_example_admission_review_lands() -> None:
+    """Found by a review: the README called examples/admission-review.json "half a GPU on spot capacity", and with
+    the settings `make run` serves it becomes a MIG slice of the on-demand pool h100-mixed; examples/nodes.yaml sent
+    the reader to examples/config-cluster.yaml for the declared pool's driver, not to those settings."""
+    run = cli("review", "-f", "examples/admission-review.json", "--nodes", "examples/nodes.yaml", "--config",
+              _make_run_config(), cwd=EXAMPLES.parent)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (mig,) = re.findall(
+        r"^gpu-admission.io/mig: trainer: nvidia.com/gpu 0.5 -> (\S+) \(.*, pool (\S+)\)$", run.stdout, re.M
+    )
+    readme = " ".join((EXAMPLES.parent / "README.md").read_text().split())
+    said = re.search(r"send it the example AdmissionReview \((.*?)\):", readme)
+    assert said and "spot capacity" in said.group(1), readme
+    assert all(f"`{word}`" in said.group(1) for word in mig) and "on-demand" in said.group(1), (mig, said.group(1))
+    header = "".join(line for line in NODES.read_text().splitlines(keepends=True) if line.startswith("#"))
+    assert re.findall(r"examples/config[-\w]*\.yaml", header) == [_make_run_config()], header
 
 
 def _pod_update(image: str, gated: bool = True) -> dict[str, Any]:
