@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,28 @@ def cli(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subpro
     return subprocess.run(
         [sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True, timeout=60, input=stdin, cwd=cwd
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        pytest.param(["--help"], 0, id="help"),
+        pytest.param(["review", "-f", "examples/pod.yaml", "--nodes", "examples/nodes.yaml"], 0, id="review"),
+        pytest.param(["review", "-f", "examples/pod.yaml", "--nodes", "nowhere.yaml"], 2, id="unusable"),
+    ],
+)
+def test_python_dash_m_webhook_runs_the_gpu_admission_command(args: list[str], code: int) -> None:
+    """`python -m webhook` said "No module named webhook.__main__" (found by a review): it runs the entry point
+    pyproject.toml names for `gpu-admission`, with the same output and exit status."""
+    scripts = tomllib.loads((EXAMPLES.parent / "pyproject.toml").read_text())["project"]["scripts"]
+    module, function = scripts["gpu-admission"].split(":")
+    entry = f"import sys; from {module} import {function}; sys.exit({function}())"
+    runs = [
+        subprocess.run([sys.executable, *how, *args], capture_output=True, text=True, timeout=60, cwd=EXAMPLES.parent)
+        for how in (["-m", "webhook"], ["-c", entry])
+    ]
+    assert runs[0].returncode == code, runs[0].stderr
+    assert [(r.returncode, r.stdout, r.stderr) for r in runs[1:]] == [(code, runs[0].stdout, runs[0].stderr)]
 
 
 @pytest.fixture(scope="module")
