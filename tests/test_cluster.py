@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES
+from tests.cuda_fixtures import container, gpu_node
+from tests.cuda_fixtures import pod as cuda_pod
+from tests.test_cuda_policy import IMAGE_124, IMAGE_128
+from webhook import budget, cluster, pipeline
 from webhook.cluster import (
+    MANY_GROUPS,
     MIN_NAME,
     ClusterView,
     MigOffer,
@@ -29,6 +34,8 @@ from webhook.cluster import (
 )
 from webhook.config import ClusterSettings, PoolSettings, Settings, TaintSpec, load_settings
 from webhook.errors import InputError
+from webhook.model import Context
+from webhook.pipeline import Result
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -535,6 +542,122 @@ def test_a_label_of_each_nodes_own_makes_no_group_of_every_node() -> None:
         del n["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"]
     table = format_pools(build_view(unknown, Settings()))
     assert table.count("driver unknown") == 1 and "(gpu-0, gpu-1, gpu-10 ...): driver unknown" in table, table
+
+
+NETWORK_LAYERS = {
+    "topology.k8s.aws/network-node-layer-1": 200,
+    "topology.k8s.aws/network-node-layer-2": 60,
+    "topology.k8s.aws/network-node-layer-3": 20,
+    "topology.k8s.aws/capacity-block-id": 30,
+}
+"""Label keys of moderate cardinality an EKS cluster's nodes carry, with their count of values at 9,000 nodes."""
+OLD_DRIVER, NEW_DRIVER = "535.104.05", "570.124.06"
+
+
+def _karpenter_nodes(count: int) -> list[dict[str, Any]]:
+    """``count`` GPU nodes as Karpenter on EKS labels them: 4 NodePools (pool-0 and pool-2 of the old driver, pool-1
+    and pool-3 of the new one), two capacity types, two instance types and four zones (64 groups), and the
+    ``NETWORK_LAYERS`` (node i's layer-1 is nn-<i % 200>: of the pool of i % 4)."""
+    nodes = []
+    for i in range(count):
+        zone = f"us-east-1{'abcd'[i // 16 % 4]}"
+        labels = {
+            "karpenter.sh/capacity-type": ("on-demand", "spot")[i // 4 % 2],
+            "node.kubernetes.io/instance-type": ("p5.48xlarge", "p4d.24xlarge")[i // 8 % 2],
+            "topology.kubernetes.io/zone": zone,
+            "topology.ebs.csi.aws.com/zone": zone,
+            **{key: f"nn{n}-{i * (n + 1) % values}" for n, (key, values) in enumerate(NETWORK_LAYERS.items())},
+        }
+        driver = (OLD_DRIVER, NEW_DRIVER)[i % 2]
+        nodes.append(gpu_node(f"ip-{i}", f"pool-{i % 4}", driver, labels=labels, pool_label="karpenter.sh/nodepool"))
+    return nodes
+
+
+def test_labels_of_moderate_cardinality_make_no_group_of_nearly_every_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """EKS's network layers (about 200, 60 and 20 values at 9,000 nodes) are no node's own, and with the zones made
+    a group of nearly every node: a review's work grew with the nodes, 0.86 s of the 1 s budget for a pod of 5 GPU
+    containers at 9,000 (found by a review of the policies at scale). They are volatile, the keys of the most values
+    first, until the groups are MANY_GROUPS or fewer: here the zones, of the fewest, are kept, and a review does as
+    much work at 1,000 nodes as at 9,000."""
+    checks: list[int] = []
+    monkeypatch.setattr(budget, "check", lambda: checks.append(1))
+    containers = [container(f"c{n}", image) for n, image in enumerate([IMAGE_128, IMAGE_124] * 3)]
+    work = []
+    for count in (1_000, 9_000):
+        view = build_view(_karpenter_nodes(count), Settings())
+        assert len(view.groups) == MANY_GROUPS and sum(len(g.nodes) for g in view.groups) == count
+        assert set(NETWORK_LAYERS) <= view.volatile_labels
+        assert "topology.kubernetes.io/zone" not in view.volatile_labels
+        checks.clear()
+        result = _review(cuda_pod(*containers), view)
+        assert result.allowed, result.message
+        work.append(len(checks))
+    assert work[0] == work[1], f"a review's budget checks at 1,000 nodes and at 9,000: {work}"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "node.kubernetes.io/instance-type",
+        "kubernetes.io/arch",
+        "karpenter.sh/nodepool",
+        "karpenter.sh/capacity-type",
+        "karpenter.k8s.aws/instance-family",
+        "karpenter.k8s.aws/instance-gpu-count",
+        "nvidia.com/gpu-driver-upgrade-state",
+        "cloud.google.com/gke-placement-group",
+    ],
+)
+def test_a_label_the_webhook_reads_is_never_made_volatile_for_fewer_groups(key: str) -> None:
+    """Past MANY_GROUPS, the keys the webhook reads stay (``_Builder.reads``) though their groups stay many too: a
+    key of the user's own is made volatile, and 100 groups are left."""
+    nodes = [node(f"n-{i}", labels={key: f"v-{i % 100}", "example.com/rack": f"r-{i % 7}"}) for i in range(300)]
+    view = build_view(nodes, Settings())
+    assert len(view.groups) == 100 and "example.com/rack" in view.volatile_labels
+    assert key not in view.volatile_labels
+
+
+def _review(obj: dict[str, Any], view: ClusterView) -> Result:
+    return pipeline.review(obj, Context(settings=Settings(), cluster=view, namespace="ml"))
+
+
+@pytest.mark.parametrize(
+    ("values", "allowed", "steered"),
+    [
+        pytest.param(["nn0-1"], True, False, id="new-driver-nodes-admitted"),
+        pytest.param(["nn0-2"], False, False, id="old-driver-nodes-refused"),
+        pytest.param(["nn0-2", "nn0-1"], True, True, id="both-steered-to-the-new-driver"),
+    ],
+)
+def test_a_pod_whose_affinity_names_a_label_made_volatile_is_decided_as_by_groups_of_each_value(
+    values: list[str], allowed: bool, steered: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A network layer made volatile (``_splitting_keys``) is read node by node for a pod whose affinity names it:
+    admitted, refused and steered as where the view kept a group of each of its values."""
+    key = "topology.k8s.aws/network-node-layer-1"
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": key, "operator": "In", "values": values}]}]
+            }
+        }
+    }
+    nodes = _karpenter_nodes(1_000)
+
+    def review(view: ClusterView) -> tuple[Any, ...]:
+        result = _review(cuda_pod(container(image=IMAGE_128), affinity=affinity), view)
+        return result.allowed, result.message, result.warnings, result.patch
+
+    view = build_view(nodes, Settings())
+    assert key in view.volatile_labels
+    landed = {n for c in view.eligible({"affinity": affinity}, {"nvidia.com/gpu"}) for n in c.nodes}
+    assert landed == {f"ip-{i}" for i in range(len(nodes)) if f"nn0-{i % 200}" in values}
+    decided = review(view)
+    monkeypatch.setattr(cluster, "MANY_GROUPS", len(nodes))  # a group of each node, as before
+    grouped = build_view(nodes, Settings())
+    assert key not in grouped.volatile_labels and len(grouped.groups) == len(nodes)
+    assert decided == review(grouped)
+    assert decided[0] is allowed and any(op["path"].startswith("/spec") for op in decided[3]) is steered, decided
 
 
 def test_a_pool_label_is_never_taken_for_a_nodes_own() -> None:

@@ -40,9 +40,9 @@ from webhook import app as app_module
 from webhook import cli, decisions, pipeline
 from webhook import registry as registry_module
 from webhook.app import create_app
-from webhook.cluster import StaticCluster, build_view
+from webhook.cluster import PLATFORM_LABEL, StaticCluster, build_view
 from webhook.config import ClusterSettings, PoolSettings, RegistrySettings, Settings
-from webhook.cuda_version import PLATFORM_LABEL, declared_cuda, gpu_arches
+from webhook.cuda_version import declared_cuda, gpu_arches
 from webhook.errors import ConfigError
 from webhook.model import Context
 from webhook.registry import (

@@ -53,6 +53,7 @@ GKE_LABELS = "cloud.google.com/gke-"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 """The node's instance type, as the kubelet (or its cloud provider, or Karpenter) labels it (kubernetes.io "Well-Known
 Labels, Annotations and Taints")."""
+PLATFORM_LABEL = "kubernetes.io/arch"
 NODE_OS_LABELS: Mapping[str, str] = {"kubernetes.io/os": "linux", "beta.kubernetes.io/os": "linux"}
 """What the kubelet labels a Linux node with (the beta key too), as Cluster Autoscaler's template node for a group at
 zero carries them (its generic labels): every GPU node runs Linux (NVIDIA's device plugin, which offers
@@ -1157,6 +1158,31 @@ class _Builder:
         self.table: DriverTable = builtin_table().with_rows(settings.cuda.driver_table)
         self.volatile = frozenset(cs.volatile_labels)
         self.pools = cs.pools
+        presets = self.presets
+        self.read_keys = frozenset(
+            {
+                *presets.pool_labels,
+                *(k for k, _, _ in presets.spot_labels),
+                *(k for keys in presets.shown_by.values() for k in keys),
+                *presets.gpu_label_keys,
+                *(k for k, _ in presets.gpu_label_values),
+                *presets.gpu_count_labels,
+                *presets.gpu_maker_labels,
+                *(k for labels in presets.gpu_node_labels.values() for k in labels),
+                *(key for key, _ in presets.accelerator_labels.values()),
+                *presets.resource_tags,
+                *(k for pool in self.pools for k in pool.node_selector),
+                INSTANCE_TYPE_LABEL,
+                PLATFORM_LABEL,
+            }
+        )
+        self.read_prefixes = (GFD, GKE_LABELS, *(f"{domain}/" for domain in sorted(presets.instance_label_domains)))
+
+    def reads(self, key: str) -> bool:
+        """Whether the webhook reads the label key off a group's labels, which is then never volatile: GFD's and
+        GKE's labels, the presets' pool, spot and GPU labels (a Karpenter provider's instance labels among them),
+        a declared pool's selector, the instance type (``ClusterView.joining``), the architecture."""
+        return key in self.read_keys or key.startswith(self.read_prefixes)
 
     def declared_pool(self, labels: Mapping[str, str]) -> PoolSettings | None:
         for pool in self.pools:
@@ -1468,6 +1494,9 @@ def build_view(
     if len(buckets) > MANY_GROUPS and (own := _per_node_keys(nodes, builder)):
         builder.volatile |= own
         buckets = _buckets(nodes, builder)
+    if len(buckets) > MANY_GROUPS and (splitting := _splitting_keys(buckets, builder)):
+        builder.volatile |= splitting
+        buckets = _buckets(nodes, builder)
     groups = [builder.group(members) for members in buckets.values()]
     shown = shown_providers(nodes, labelled_providers(nodes, groups, builder.presets), builder.presets)
     groups = _told_apart(groups, builder.presets, shown)
@@ -1594,7 +1623,8 @@ def _buckets(nodes: Iterable[Node], builder: _Builder) -> dict[Any, list[Node]]:
 
 
 MANY_GROUPS = 64
-"""Past this many groups, labels whose value is each node's own are looked for (``_per_node_keys``)."""
+"""Past this many groups, labels whose value is each node's own are looked for (``_per_node_keys``), then those
+that split the groups most (``_splitting_keys``)."""
 PER_NODE_VALUES = 32
 """A label key with at least this many values, on at most two nodes each on average, is a node's own."""
 
@@ -1603,10 +1633,8 @@ def _per_node_keys(nodes: Sequence[Node], builder: _Builder) -> frozenset[str]:
     """Label keys whose value is each node's own, like the hostname (GKE's cloud.google.com/gce-topology-host on
     compact placement, k3s's k3s.io/hostname): they made a group of every node, and the policies' work grows with
     the groups (3,000 nodes of one pool took past the 1 s budget; found by a review of the cluster model). They are
-    then volatile: a pod's rule that names one is still decided node by node. Never a key the webhook reads: the
-    GPU labels, a pool's or a spot label, a declared pool's selector, the instance type (``ClusterView.joining``)."""
-    kept = {*builder.presets.pool_labels, *(k for k, _, _ in builder.presets.spot_labels), INSTANCE_TYPE_LABEL}
-    kept.update(k for pool in builder.pools for k in pool.node_selector)
+    then volatile: a pod's rule that names one is still decided node by node. Never a key the webhook reads
+    (``_Builder.reads``)."""
     values: dict[str, set[str]] = {}
     carried: dict[str, int] = {}
     for node in nodes:
@@ -1617,8 +1645,41 @@ def _per_node_keys(nodes: Sequence[Node], builder: _Builder) -> frozenset[str]:
     return frozenset(
         k
         for k, vs in values.items()
-        if len(vs) >= PER_NODE_VALUES and 2 * len(vs) >= carried[k] and k not in kept and not k.startswith(GFD)
+        if len(vs) >= PER_NODE_VALUES and 2 * len(vs) >= carried[k] and not builder.reads(k)
     )
+
+
+def _splitting_keys(buckets: Mapping[Any, list[Node]], builder: _Builder) -> frozenset[str]:
+    """Label keys that still split the groups past ``MANY_GROUPS`` once the per-node keys are volatile: on an EKS
+    cluster of Karpenter nodes, topology.k8s.aws/network-node-layer-1, -2 and -3 (about 200, 60 and 20 values at
+    9,000 nodes), with the zones and capacity blocks, made a group of nearly every node, and a pod of 5 GPU
+    containers took 0.86 s of the 1 s budget (found by a review of the policies at scale). The rule: the keys that
+    tell groups apart, but those the webhook reads (``_Builder.reads``), are made volatile one after the other, the
+    key of the most values first (then by name), until the groups are ``MANY_GROUPS`` or fewer, or none is left.
+    Not by what dropping each alone merges: each network layer alone merged nothing, the others still told the
+    nodes apart. A pod's rule that names one is still decided node by node. Worked out on ``buckets`` (``_buckets``'
+    keys), not on the nodes: each a row of what else tells it apart and its values of the keys; a key made volatile
+    is a column dropped, and the rows left alike merge."""
+    values: dict[str, set[str]] = {}
+    carried: dict[str, int] = {}
+    for labels, *_ in buckets:
+        for k, v in labels:
+            values.setdefault(k, set()).add(v)
+            carried[k] = carried.get(k, 0) + 1
+    ways = {k: len(vs) + (carried[k] < len(buckets)) for k, vs in values.items()}  # absent from some: one more
+    keys = sorted((k for k, n in ways.items() if n > 1 and not builder.reads(k)), key=lambda k: (-ways[k], k))
+    candidates = frozenset(keys)
+    others: dict[Any, int] = {}
+    rows: set[tuple[Any, ...]] = set()
+    for labels, *rest in buckets:
+        own = dict(labels)
+        other = (frozenset((k, v) for k, v in labels if k not in candidates), *rest)
+        rows.add((others.setdefault(other, len(others)), *(own.get(k) for k in keys)))
+    dropped = 0
+    while dropped < len(keys) and len(rows) > MANY_GROUPS:
+        dropped += 1
+        rows = {row[:1] + row[2:] for row in rows}
+    return frozenset(keys[:dropped])
 
 
 LEAVING_TAINTS: Mapping[str, str] = {

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 
 from webhook import PREFIX, budget
-from webhook.cluster import GFD, GKE_ACCELERATOR_LABEL, ClusterView, NodeGroup
+from webhook.cluster import GFD, GKE_ACCELERATOR_LABEL, PLATFORM_LABEL, ClusterView, NodeGroup
 from webhook.drivers import DriverTable, Version, show
 from webhook.model import JSON, as_dict, as_list, as_str
 
@@ -805,9 +805,6 @@ def facts_of(group: NodeGroup) -> NodeFacts:
         group.cuda, group.driver, gpu_name(group), labels.get(GFD + "gpu.compute.major", ""),
         labels.get(GFD + "gpu.compute.minor", ""), labels.get(PLATFORM_LABEL, ""), group.compat_wired,
     )  # fmt: skip
-
-
-PLATFORM_LABEL = "kubernetes.io/arch"
 
 
 GRACE_PRODUCTS = re.compile(r"(?:^|-)G[BH]\d{3}(?:-|$)")
