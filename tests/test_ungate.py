@@ -16,6 +16,8 @@ import json
 import os
 import random
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -1391,6 +1393,23 @@ def test_an_event_of_names_outside_ascii_reaches_the_relay_with_its_advice_and_l
     first = denials[0].message
     assert lines[1].endswith(first[first.index("To fix: ") :]) and (not advice or advice in lines), message
     assert re.fullmatch(rf"(cut to fit|and \d+ more refusals?): {pipeline.EVENT_WHOLE} more", lines[-1]), message
+
+
+def test_a_refused_ungatings_event_is_made_where_a_pipe_takes_512_bytes_whole() -> None:
+    """Found by a review of the reporting: where ``select.PIPE_BUF`` is 512 (macOS, the BSDs: ``make run`` there),
+    ``events.MESSAGE_BYTES`` came out negative, no Event fitted, and making one never ended: the worker hung on every
+    refused ungating. Run where a pipe takes 512 bytes whole, it is made, within the least the relay keeps."""
+    script = (
+        "import select; select.PIPE_BUF = 512\n"
+        "from tests.test_ungate import GATE, cuda_denial\n"
+        "from webhook import events, pipeline\n"
+        "denials = [cuda_denial(f'c{i}', 40, 320) for i in range(3)]\n"
+        "message = pipeline.ungate_event(denials, GATE, ', by kueue', pipeline.KUEUE_ADVICE)\n"
+        "print(events.MESSAGE_BYTES, events.line_bytes(message))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    most, size = map(int, done.stdout.split())
+    assert most == events.SHORT_MESSAGE and size <= most, done.stdout
 
 
 def test_an_answer_cut_to_its_limit_keeps_kueues_advice_whole(monkeypatch: pytest.MonkeyPatch) -> None:

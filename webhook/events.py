@@ -972,11 +972,12 @@ def _line(body: JSON) -> bytes:
 
 SHORT_MESSAGE = 200
 """An Event's message is cut to this when its line would not fit in one atomic pipe write."""
-MESSAGE_BYTES = select.PIPE_BUF - 1400
+MESSAGE_BYTES = max(select.PIPE_BUF - 1400, SHORT_MESSAGE)
 """The bytes an Event's message may take in its line to the relay's pipe (``line_bytes``) for the line to keep to
 ``select.PIPE_BUF`` and reach the relay whole: the rest of an Event's line takes at most 1,321 bytes (the object's
 name, the Event's and the reporting instance at 253 characters, the namespace at 63). A refused ungating's Event is
-fitted to it (``pipeline.ungate_event``)."""
+fitted to it (``pipeline.ungate_event``). Never under ``SHORT_MESSAGE``: where ``PIPE_BUF`` is 512 (macOS, the BSDs)
+it came out negative, nothing fitted, and fitting a refused ungating's Event never ended (found by a review)."""
 
 
 def line_bytes(message: str) -> int:

@@ -463,6 +463,9 @@ def _ungate_refusal(result: Result, gone: Sequence[str], pod: PodView, ctx: Cont
 EVENT_WHAT_LEAST = 80
 """The fewest characters of a refusal that a refused ungating's Event shows of it, its start: the container, its
 image (cut in its middle) and the CUDA it needs; the pod and its spot mode (120 left Kueue's advice out: a review)."""
+MAKINGS = 8
+"""The most times a refused ungating's Event is made (``_in_bytes``): each time within 1/16 fewer characters than its
+bytes a character let fit, as its parts do not shrink alike (the emoji names of a test fit at the third making)."""
 EVENT_AFTER_IMAGE = 40
 """The characters after the image that a refusal's start keeps, its image and the list of containers alike cut for
 them: the CUDA it needs and where that was read (``needs CUDA 12.8 (from image tag, pytorch``)."""
@@ -517,13 +520,17 @@ def ungate_event(denials: Sequence[Denial], gates: str, by: str, advice: str) ->
 def _in_bytes(make: Callable[[int], str]) -> str:
     """The message ``make`` makes within a limit of characters, ``EVENT_LIMIT``, or fewer where its characters outside
     ASCII (names, an updater; each written ``\\uXXXX`` in the relay's pipe line, 6 bytes, an emoji 12) take it past
-    ``events.MESSAGE_BYTES``: made again within as many characters as its bytes a character let fit, until it fits (a
-    few makings, each as cheap as the first, on a refused ungating only). Fitted in characters alone, an Event of 1,024
+    ``events.MESSAGE_BYTES``: made again within as many characters as its bytes a character let fit, until it fits or
+    ``MAKINGS`` are made (each as cheap as the first, on a refused ungating only; what still does not fit is cut by the
+    relay, ``events.SHORT_MESSAGE``). Fitted in characters alone, an Event of 1,024
     characters of emoji or of 800 CJK ones was cut to its first 200 at the relay, its advice and last line lost (found
     by a review)."""
-    limit = EVENT_LIMIT
-    while (size := line_bytes(message := make(limit))) > MESSAGE_BYTES:
-        limit = len(message) * MESSAGE_BYTES // size  # fewer characters than it has: the loop ends
+    limit, message = EVENT_LIMIT, make(EVENT_LIMIT)
+    for _ in range(MAKINGS):
+        if (size := line_bytes(message)) <= MESSAGE_BYTES or limit <= 1:
+            break
+        limit = max(min(len(message) * MESSAGE_BYTES // size, limit - 1) * 15 // 16, 1)  # fewer each time
+        message = make(limit)
     return message
 
 
