@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import marshal
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -46,7 +47,9 @@ from webhook.cluster import (
     PRODUCT_LABEL,
     TOLERATES_ALL,
     NodeGroup,
+    Taint,
     device_spec,
+    extended_resource_names,
     gated_spec,
     leaving,
     offers,
@@ -397,50 +400,126 @@ def _forward_but_for_wiring(facts: NodeFacts) -> bool:
     return forward_possible(dataclasses.replace(facts, compat_wired=True)) is True
 
 
-def unmatched(a: Assessment, ctx: Context, room: int | None = None) -> str:
-    """Why the known GPU pools are no place for a pod none of them matches, by pool: a taint it does not tolerate,
-    or its nodeSelector and required node affinity; or that no pool offers what it asks. "" when the cluster
-    knows no GPU pool. In at most ``room`` characters where given (a warning's): the taints that fit, the rest
-    counted, and the excluded pools in what they leave (``pool_names``: a name cut at the warning's end read as
-    another pool's, a review's finding)."""
+@dataclass(frozen=True)
+class Unmatched:
+    """Why the known GPU pools are no place for a pod none of them matches (``unmatched``)."""
+
+    reasons: list[tuple[str, list[NodeGroup]]]
+    """Each reason, and the pools it keeps the pod off: the reason first, its pools together ('untolerated
+    sku=gpu:NoSchedule of pools a, b')."""
+    fixes: list[str]
+    """What the pod would need to land on the pools a taint or the count of its GPUs keeps it off."""
+    elsewhere: bool
+    """Its own nodeSelector or required node affinity keeps it off a pool, or no pool offers what it asks: it may be
+    meant for a pool the webhook does not know, an autoscaled one with no node now (not where the spot policy's
+    places keep it off what its spot mode says it does not want)."""
+
+    def text(self, room: int | None = None) -> str:
+        """The reasons with their pools; in at most ``room`` characters where given (``_fitted``)."""
+        if len(self.reasons) == 1 and not self.reasons[0][1]:  # no pool offers what it asks
+            return self.reasons[0][0]
+        if room is not None:
+            return _fitted(self.reasons, room)
+        shown = [label + pool_names(groups) for label, groups in self.reasons[:MAX_LISTED]]
+        more = len(self.reasons) - MAX_LISTED
+        return "; ".join(shown + [f"and {more} more"] * (more > 0))
+
+    @property
+    def advice(self) -> str:
+        """What then: that it stays Pending, and what would change that."""
+        pending = "it stays Pending"
+        if self.elsewhere:
+            pending += (
+                " until a node it matches joins (an autoscaled pool: declare it in cluster.pools to have it checked)"
+            )
+        fixes = "; ".join(self.fixes[:MAX_LISTED])
+        return f"{pending}{'; ' if self.elsewhere else ': '}{fixes}" if fixes else pending
+
+
+def unmatched(a: Assessment, ctx: Context) -> Unmatched | None:
+    """Why the known GPU pools are no place for a pod none of them matches, by pool: its nodeSelector and required
+    node affinity (or the spot policy's); a node's GPUs fewer than it asks; a taint it does not tolerate; or that no
+    pool offers what it asks. None when the cluster knows no GPU pool. The advice to declare an autoscaled pool is
+    given only where the pod may be meant for one: told to every pod, one a taint of a known pool kept off (k3s's
+    nvidia.com/gpu, AKS's sku=gpu) or one that asked more GPUs than a node has was sent to declare a pool already
+    known (a user-journey review)."""
     if a.spec is None or not ctx.cluster.gpu_groups:
-        return ""
-    offering = [g for g in ctx.cluster.gpu_groups if offers(g, a.resources)]
+        return None
+    some = {name: Decimal(0) for name in a.resources}  # offered at all, whatever the amount
+    offering = [g for g in ctx.cluster.gpu_groups if offers(g, some)]
     if not offering:
-        return f"no known pool offers {', '.join(sorted(a.resources)) or 'a GPU'}"
+        return Unmatched([(f"no known pool offers {', '.join(sorted(a.resources)) or 'a GPU'}", [])], [], True)
     tolerant = {**a.spec, "tolerations": [*as_list(a.spec.get("tolerations")), TOLERATES_ALL]}
-    selected = {id(g) for g in _eligible(tolerant, ctx, a.resources)}
+    selected = {id(g) for g in _eligible(tolerant, ctx, some)}
     first: dict[str, tuple[str, NodeGroup]] = {}
+    short_of: dict[tuple[str, Decimal], list[NodeGroup]] = {}
+    tolerate: dict[tuple[Taint, ...], list[NodeGroup]] = {}
     ruled_out: list[NodeGroup] = []
     for g in offering:
         if id(g) not in selected:
             ruled_out.append(g)
+        elif short := _too_few(g, a.resources):
+            first.setdefault(g.pool, (f"its {short[1]} {short[0]} exceed a node of ", g))
+            short_of.setdefault(short, []).append(g)
         elif kept := untolerated(g, a.spec, ctx.cluster.extended_resource_toleration):
             # a cordoned or not-ready pool in words, not as a taint to tolerate (``split_leaving``)
             tolerable, state = split_leaving(kept)
-            first.setdefault(
-                g.pool, (f"untolerated taint {tolerable[0]} of " if tolerable else f"nodes {state} now in ", g)
-            )
-    # the reason before the pools, their pools together ('untolerated taint sku=gpu:NoSchedule of pools a, b'): a
-    # warning is cut at 119 characters, and pool names are long (a review of real manifests: only the pools were
-    # left; a pool's own reason, cut, kept 3 characters of its name: a review)
+            first.setdefault(g.pool, (f"untolerated {tolerable[0]} of " if tolerable else f"nodes {state} now in ", g))
+            if tolerable:
+                tolerate.setdefault(tuple(tolerable), []).append(g)
+    # the reason before the pools, their pools together: a warning is cut at 119 characters, and pool names are long
+    # (a review of real manifests: only the pools were left; a pool's own reason, cut, kept 3 characters of its name)
     reasons: dict[str, list[NodeGroup]] = {}
     for _, (why, g) in sorted(first.items()):
         reasons.setdefault(why, []).append(g)
     excluded = list(reasons.items())
+    rest: list[NodeGroup] = []
     if ruled_out := [g for g in ruled_out if g.pool not in first]:
-        if by_spot := spot.kept_off_by_require(a.spot_mode, tolerant, ruled_out, ctx, a.resources):
+        if by_spot := spot.kept_off_by_require(a.spot_mode, tolerant, ruled_out, ctx, some):
             excluded.append((f"{spot.REQUIRED_CAPACITY} excludes ", by_spot))
-        elif by_spot := spot.kept_off_by_never(
-            a.spot_mode, tolerant, ruled_out, ctx, a.resources, steered(a.spec, ctx)
-        ):
+        elif by_spot := spot.kept_off_by_never(a.spot_mode, tolerant, ruled_out, ctx, some, steered(a.spec, ctx)):
             excluded.append((f"{spot.KEPT_OFF_BY_NEVER} excludes ", by_spot))
         if rest := [g for g in ruled_out if g not in by_spot]:
             excluded.append(("its nodeSelector/affinity excludes ", rest))
-    if room is None:
-        shown = [label + pool_names(groups) for label, groups in excluded[:MAX_LISTED]]
-        return "; ".join(shown + [f"and {len(excluded) - MAX_LISTED} more"] * (len(excluded) > MAX_LISTED))
-    return _fitted(excluded, room)
+    advice = [
+        f"to land on {pool_names(groups)}, ask at most {_most(groups, name)} {name}"
+        for (name, _), groups in short_of.items()
+    ]
+    advice += [f"to land on {pool_names(groups)}, {_tolerations(t, a.spec, ctx)}" for t, groups in tolerate.items()]
+    return Unmatched(excluded, advice, bool(rest))
+
+
+def _most(groups: Iterable[NodeGroup], name: str) -> Decimal:
+    """The most of ``name`` a node of ``groups`` has."""
+    return max(g.allocatable.get(name, Decimal(0)) for g in groups)
+
+
+def _too_few(group: NodeGroup, resources: Mapping[str, Decimal]) -> tuple[str, Decimal] | None:
+    """The first resource of which the pod asks more than a node of ``group`` has, and the amount asked."""
+    for name, amount in sorted(resources.items()):
+        if not offers(group, {name: amount}):
+            return name, amount
+    return None
+
+
+def _tolerations(taints: Sequence[Taint], spec: JSON, ctx: Context) -> str:
+    """The tolerations of ``taints`` to add, as a pod's YAML writes them, with the other ways to the same."""
+    shown = " and ".join(
+        f"{{key: {t.key}, operator: Equal, value: {json.dumps(t.value)}, effect: {t.effect}}}"
+        if t.value
+        else f"{{key: {t.key}, operator: Exists, effect: {t.effect}}}"
+        for t in taints[:3]
+    )
+    text = f"add the toleration{'s' * (len(taints) > 1)} {shown}" + (f" and {len(taints) - 3} more" * (len(taints) > 3))
+    asked = extended_resource_names(spec)
+    if not ctx.cluster.extended_resource_toleration and any(
+        t.key in asked and t.effect == "NoSchedule" for t in taints
+    ):
+        # k3s and kubeadm run no such plugin by default (``cluster.extendedResourceToleration``: auto is off there)
+        text += (
+            " (or, where the API server runs ExtendedResourceToleration, set cluster.extendedResourceToleration: on)"
+        )
+    return text + spot.tolerate_hint(taints, ctx)
 
 
 def _fitted(reasons: list[tuple[str, list[NodeGroup]]], room: int) -> str:
@@ -449,13 +528,16 @@ def _fitted(reasons: list[tuple[str, list[NodeGroup]]], room: int) -> str:
     rest counted ('and 2 more'); a reason too long alone (a taint's long key) cut in its middle, marked. No pool's
     name is cut to fewer than MIN_NAME characters."""
     least = [len(label) + len(pool_names(groups, 2, 0)) for label, groups in reasons]
+    # more reasons only where the first (a taint or the count of a pool the pod selects) keeps its first pool named
+    # whole: '... of 1 pool; ... excludes 1 pool' named none a user could act on
+    to_name = max(0, len(reasons[0][0]) + len(pool_names(reasons[0][1], 1)) - least[0])
     fit = len(reasons)
 
     def over(n: int) -> int:
         tail = len(f"; and {len(reasons) - n} more") if n < len(reasons) else 0
         return sum(least[:n]) + 2 * (n - 1) + tail - room
 
-    while fit > 1 and over(fit) > 0:
+    while fit > 1 and over(fit) + to_name > 0:
         fit -= 1
     spare = -over(fit)
     parts = []
@@ -479,9 +561,8 @@ def _decision(a: Assessment, kept_off: Sequence[NodeGroup], mode: str, ctx: Cont
         text = "not checked: the webhook has no node list yet (see its /readyz and its log)"
     elif not a.eligible:
         text = "not checked: no known GPU node matches the pod's scheduling constraints"
-        if why := unmatched(a, ctx):
-            text += f" ({why}); it stays Pending until a node it matches joins (an autoscaled pool: declare it in"
-            text += " cluster.pools to have it checked)"
+        if (why := unmatched(a, ctx)) is not None:
+            text += f" ({why.text()}); {why.advice}"
     elif not a.known:
         text = "not checked: no CUDA requirement known"
     elif not a.allowed_groups:
@@ -1305,9 +1386,9 @@ def _warnings(a: Assessment, ctx: Context, denied: bool) -> list[str]:
             # container's name shortened in the middle when even that is too long)
             pod_wide = f'cuda: {c.label}: CUDA version unknown; set annotation {PREFIX}cuda-version: "X.Y"'
             out.append(own if _own_key_fits(name) and len(own) <= WARNING_LIMIT else fit_warning(pod_wide, c.label))
-    head = "cuda: not checked, no known GPU node matches ("  # short: pool names are long
-    if a.synced and not a.eligible and (why := unmatched(a, ctx, WARNING_LIMIT - len(head) - 1)):
-        out.append(clipped(f"{head}{why})", WARNING_LIMIT))
+    head = "cuda: no known GPU node matches ("  # short: pool names are long, and a user acts on them
+    if a.synced and not a.eligible and (why := unmatched(a, ctx)) is not None:
+        out.append(clipped(f"{head}{why.text(WARNING_LIMIT - len(head) - 1)})", WARNING_LIMIT))
     unknown = [g for j, g in enumerate(a.eligible) if any(a.status[i][j] == "unknown" for i in a.known)]
     if cs.unknown_driver == "warn":
         for pool in sorted({g.pool for g in unknown}):
