@@ -1696,17 +1696,31 @@ def test_an_image_read_from_its_tag_runs_where_its_forward_compatibility_says(
         assert result.reason == "CUDAIncompatible"
 
 
-@pytest.mark.parametrize(("mode", "warned"), [("tolerate", True), ("prefer", False), ("require", False)])
-def test_a_pod_steered_to_spot_pools_alone_is_told_it_may_be_preempted(mode: str, warned: bool) -> None:
+SPOT_ALONE = "cuda: only spot pools run its CUDA, steered there (it may be preempted): pool spot-new"
+PREFERRED_ALONE = [
+    "cuda: spot prefer, yet only spot pools run its CUDA: steered there alone (it may be preempted): pool spot-new",
+    "cuda: for on-demand too, upgrade the driver of pool on-demand or use an image built for CUDA <= 12.2",
+]
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [("tolerate", [SPOT_ALONE]), ("prefer", PREFERRED_ALONE), ("require", []), ("prefer-deployment", PREFERRED_ALONE)],
+)
+def test_a_pod_steered_to_spot_pools_alone_is_told_it_may_be_preempted(mode: str, said: list[str]) -> None:
     """Only a spot pool's driver runs the pod's CUDA: the steering sends a pod that merely tolerates spot to
-    preemptible capacity alone, which only the annotation said (a review of real manifests: a Kueue Job)."""
+    preemptible capacity alone, which only the annotation said (a review of real manifests: a Kueue Job). Under
+    prefer too, which allows on-demand capacity: a Deployment so written was steered to the spot pool alone without
+    a word (a user-journey review); what would let it run on-demand is said."""
     old = gpu_node("old-1", "on-demand", "535.104.05")
     spot = gpu_node("spot-1", "spot-new", "570.124.06", taints=[SPOT_TAINT], labels={SPOT_TAINT["key"]: "true"})
-    obj = pod(container(image=IMAGE_128), annotations={"gpu-admission.io/spot": mode})
+    obj = pod(container(image=IMAGE_128), annotations={"gpu-admission.io/spot": mode.removesuffix("-deployment")})
+    if mode.endswith("-deployment"):
+        obj = deployment(obj["spec"])
+        obj["spec"]["template"]["metadata"]["annotations"] = {"gpu-admission.io/spot": "prefer"}
     result = pipeline.review(obj, context([old, spot]))
     assert result.allowed, result.message
-    said = "cuda: only spot pools run its CUDA, steered there (it may be preempted): pool spot-new"
-    assert (said in result.warnings) is warned, result.warnings
+    assert [w for w in result.warnings if w.startswith("cuda:")] == said, result.warnings
     both = pipeline.review(obj, context([old, spot, gpu_node("od-1", "od-new", "570.124.06")]))
     assert not any("only spot pools" in w for w in both.warnings)  # an on-demand pool runs it too
 

@@ -795,6 +795,8 @@ class Steering:
     annotation: str
     spot_only: str = ""
     """The pools steered to, when every one of them is spot capacity and a pool it is steered away from is not."""
+    on_demand: tuple[NodeGroup, ...] = ()
+    """Then, the on-demand pools it is steered away from."""
 
 
 def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Context, spot_mode: str) -> Steering:
@@ -810,8 +812,10 @@ def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Conte
             )
             steered = assess(checks, spec, ctx, spot_mode, before=a)
             words = annotation(steered, _kept_off(steered, spec, ctx), ctx, mode)
-            spot = all(g.spot for g in a.allowed_groups) and not all(g.spot for g in a.blocked_groups)
-            return Steering(alternatives, audit, words, pool_names(a.allowed_groups) if spot else "")
+            if all(g.spot for g in a.allowed_groups) and not all(g.spot for g in a.blocked_groups):
+                on_demand = tuple(g for g in a.blocked_groups if not g.spot)
+                return Steering(alternatives, audit, words, pool_names(a.allowed_groups), on_demand)
+            return Steering(alternatives, audit, words)
     return Steering(None, "", annotation(a, _kept_off(a, pod.spec, ctx), ctx, mode))
 
 
@@ -913,7 +917,13 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
         out.mutated("cuda-affinity")
         out.reasons.append("CUDASteered")
         out.audit["cuda-steered"] = plan.audit
-    if plan.spot_only and not {"SpotRequire", "SpotPrefer"} & set(out.reasons):
+    if plan.spot_only and "SpotPrefer" in out.reasons:
+        # prefer allows on-demand capacity: the steering takes it away, said with what would give it back (a
+        # user-journey review: a Deployment so written was steered to its spot pool alone without a word)
+        warning = "cuda: spot prefer, yet only spot pools run its CUDA: steered there alone (it may be preempted): "
+        out.warn(clipped(warning + plan.spot_only, WARNING_LIMIT))
+        out.warn(_on_demand_too(plan.on_demand))
+    elif plan.spot_only and "SpotRequire" not in out.reasons:
         # a pod that only tolerates spot is sent to preemptible capacity alone: said (a review of real manifests:
         # a Kueue Job was steered to a spot pool, its only compatible one, without a word in kubectl)
         warning = f"cuda: only spot pools run its CUDA, steered there (it may be preempted): {plan.spot_only}"
@@ -923,6 +933,15 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
         said = _said_steering(ctx.prior.get(POLICY, ""))
         steered = said[0] if said and could_steer(said[0], ctx) and holds(pod, said[0]) else None
     out.annotate(POLICY, plan.annotation + (f"\n{STEERING}{_steering_text(steered)}" if steered else ""))
+
+
+def _on_demand_too(groups: Sequence[NodeGroup]) -> str:
+    """What would let a pod steered to spot pools alone run on ``groups`` (on-demand ones) too: their driver, or
+    an image of a CUDA they run; the pools in the room the warning leaves (``pool_names``)."""
+    newest = max((g.cuda for g in groups if g.cuda), default=None)
+    image = f"an image built for CUDA <= {show_mm(newest)}" if newest else "an image built for an older CUDA"
+    head, tail = "cuda: for on-demand too, upgrade the driver of ", f" or use {image}"
+    return clipped(head + pool_names(groups, room=WARNING_LIMIT - len(head) - len(tail)) + tail, WARNING_LIMIT)
 
 
 STEERING = "steering added by gpu-admission (required node affinity): "
