@@ -73,6 +73,11 @@ def required_terms(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return terms
 
 
+def not_in(key: str, *values: str) -> dict[str, Any]:
+    """A nodeSelectorTerm: ``key`` NotIn ``values``."""
+    return {"matchExpressions": [{"key": key, "operator": "NotIn", "values": list(values)}]}
+
+
 def annotation_of(obj: dict[str, Any]) -> str:
     meta = obj["metadata"] if obj.get("kind") == "Pod" else obj["spec"]["template"]["metadata"]
     text: str = meta.get("annotations", {}).get(CUDA_KEY, "")
@@ -243,13 +248,31 @@ def test_some_compatible_steers_on_gfd_cuda_labels() -> None:
     assert required_terms(result.object) == from_cuda(12, 8)
     text = annotation_of(result.object)
     assert "supported by pool gpu-c (driver 570.124.06, CUDA 12.8)" in text
-    assert (
+    # the affinity that keeps it off them is the webhook's, and said so (a user-journey review: a Pod's line read
+    # as if the user had written it); said again as it stands when the apiserver calls again (reinvocation)
+    assert text.endswith(
         "required node affinity keeps it off pool gpu-a (driver 535.104.05, CUDA 12.2), "
-        "pool gpu-b (driver 560.35.03, CUDA 12.6)"
-    ) in text
+        "pool gpu-b (driver 560.35.03, CUDA 12.6); the steering gpu-admission added is what keeps it off pools gpu-a,"
+        " gpu-b"
+    )
     assert "cuda-steered" in result.audit and "to pool gpu-c" in result.audit["cuda-steered"]
     assert [c.group.pool for c in ctx.cluster.eligible(result.object["spec"])] == ["gpu-c"]
     assert_idempotent(result, ctx)
+    # its own affinity keeps it off gpu-b: only gpu-a is the steering's
+    own = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [not_in(K3S_POOL, "gpu-b")]}}
+    result = pipeline.review(pod(container(image=IMAGE_128), affinity={"nodeAffinity": own}), ctx)
+    assert annotation_of(result.object).endswith(
+        "CUDA 12.6); the steering gpu-admission added is what keeps it off pool gpu-a"
+    )
+    assert_idempotent(result, ctx)
+    # a pod whose own affinity alone keeps it off them is not told the webhook's steering did
+    on_c = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": K3S_POOL, "operator": "In", "values": ["gpu-c"]}]}]
+        }
+    }
+    text = annotation_of(pipeline.review(pod(container(image=IMAGE_128), affinity={"nodeAffinity": on_c}), ctx).object)
+    assert text.endswith("pool gpu-b (driver 560.35.03, CUDA 12.6)"), text
 
 
 def test_steering_keeps_future_newer_nodes_eligible() -> None:

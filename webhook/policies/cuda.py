@@ -554,7 +554,13 @@ def _fitted(reasons: list[tuple[str, list[NodeGroup]]], room: int) -> str:
     return "; ".join(parts)
 
 
-def _decision(a: Assessment, kept_off: Sequence[NodeGroup], mode: str, ctx: Context) -> str:
+STEERED_OFF = "the steering gpu-admission added is what keeps it off "
+"""How the decision line ends where the required node affinity that keeps a pod off pools is the steering's."""
+
+
+def _decision(
+    a: Assessment, kept_off: Sequence[NodeGroup], mode: str, ctx: Context, by_steering: Sequence[NodeGroup] = ()
+) -> str:
     if not a.checks:
         return ""
     if not a.synced:
@@ -579,12 +585,18 @@ def _decision(a: Assessment, kept_off: Sequence[NodeGroup], mode: str, ctx: Cont
         text = "admitted: every pool the pod can land on supports its CUDA"
     if kept_off:
         text += f"; required node affinity keeps it off {listing(kept_off)}"
+    if by_steering:
+        text += f"; {STEERED_OFF}{pool_names(by_steering)}"
     return f"decision: {text}"
 
 
-def annotation(a: Assessment, kept_off: Sequence[NodeGroup], ctx: Context, mode: str) -> str:
+def annotation(
+    a: Assessment, kept_off: Sequence[NodeGroup], ctx: Context, mode: str, by_steering: Sequence[NodeGroup] = ()
+) -> str:
+    """The ``gpu-admission.io/cuda`` text: a line per container, then the decision; ``by_steering``: those of
+    ``kept_off`` that the steering's affinity, not the pod's own, keeps it off."""
     lines = [_container_line(a, i, ctx) for i in range(len(a.checks))]
-    lines.append(_decision(a, kept_off, mode, ctx))
+    lines.append(_decision(a, kept_off, mode, ctx, by_steering))
     # a line each: a user's newline (in an image, a container's name) is escaped, so that it cannot start a line of
     # its own, such as a steering line that ``_said_steering`` reads back
     return "\n".join(escaped(line) for line in lines if line)
@@ -811,7 +823,9 @@ def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Conte
                 f"(required node affinity on {_keys(alternatives)})"
             )
             steered = assess(checks, spec, ctx, spot_mode, before=a)
-            words = annotation(steered, _kept_off(steered, spec, ctx), ctx, mode)
+            kept_off = _kept_off(steered, spec, ctx)
+            own = {id(g) for g in _kept_off(a, pod.spec, ctx)}  # what its own affinity kept it off before
+            words = annotation(steered, kept_off, ctx, mode, [g for g in kept_off if id(g) not in own])
             if all(g.spot for g in a.allowed_groups) and not all(g.spot for g in a.blocked_groups):
                 on_demand = tuple(g for g in a.blocked_groups if not g.spot)
                 return Steering(alternatives, audit, words, pool_names(a.allowed_groups), on_demand)
@@ -932,7 +946,18 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     if pod.is_template and not steered:  # what ``forget`` kept, the manifest writing it too
         said = _said_steering(ctx.prior.get(POLICY, ""))
         steered = said[0] if said and could_steer(said[0], ctx) and holds(pod, said[0]) else None
-    out.annotate(POLICY, plan.annotation + (f"\n{STEERING}{_steering_text(steered)}" if steered else ""))
+    words = plan.annotation if plan.alternatives else _as_steered(plan.annotation, ctx)
+    out.annotate(POLICY, words + (f"\n{STEERING}{_steering_text(steered)}" if steered else ""))
+
+
+def _as_steered(words: str, ctx: Context) -> str:
+    """The words an earlier pass wrote where they are ``words`` with the pools the steering keeps the pod off named
+    (``STEERED_OFF``): a pod called again (reinvocation), or made from a steered template, and a template whose
+    steering its manifest keeps, carry the affinity that pass added, which this one finds as if the pod's own. Else
+    ``words``."""
+    prior = ctx.prior.get(POLICY, "").split(f"\n{STEERING}")[0]  # a template's line of the terms the steering added
+    said, steering, pools = prior.rpartition(f"; {STEERED_OFF}")
+    return prior if steering and said == words and "\n" not in pools else words
 
 
 def _on_demand_too(groups: Sequence[NodeGroup]) -> str:
