@@ -457,6 +457,61 @@ def test_a_pod_that_selects_a_single_strategy_product_itself_still_gets_its_frac
     assert resources_of(result.object, "a") == {"limits": {GPU: "1"}, "requests": {GPU: "1"}}
 
 
+WHOLE_ON_SLICES = "MIGWholeOnSlices"
+
+
+def _whole_on_slices(result: pipeline.Result) -> tuple[list[str], list[str]]:
+    """The warnings and the Event messages that say a whole-GPU ask may get a MIG slice."""
+    warned = [w for w in result.warnings if f"{GPU} is MIG " in w]
+    said = [e.message for e in result.outcome.events if e.reason == WHOLE_ON_SLICES]
+    return warned, said
+
+
+@pytest.mark.parametrize(
+    ("slices", "profile"),
+    [
+        pytest.param(single_node("s", A100_40, "1g.5gb", 56, "a100mig", 4864), "1g.5gb", id="single"),
+        pytest.param(gke_node("g", "nvidia-tesla-a100", "1g.5gb", 7, "a100mig"), "1g.5gb", id="gke"),
+    ],
+)
+def test_a_whole_gpu_that_may_land_on_a_pool_of_mig_slices_is_told(slices, profile):
+    """Found by a review (c10): a pod asking nvidia.com/gpu: 1 beside a single-strategy (or GKE) MIG pool and a pool
+    of whole GPUs was admitted without a word, and the scheduler could give it a 1g.5gb slice. It is warned, not
+    steered: the pool, the slice and what to change are said; its decision log's reasons name it."""
+    whole = whole_node("w", H100, 8, "h100")
+    obj = pod(container("main", limits={GPU: "1"}))
+    result = review(obj, [slices, whole])
+    assert result.allowed, result.message
+    assert resources_of(result.object, "main") == {"limits": {GPU: "1"}}  # warned, not steered
+    (warned,), (said,) = _whole_on_slices(result)
+    assert warned.startswith("mig: main: ") and "pool a100mig" in warned and profile in warned
+    assert "select" in warned and "fraction" in warned and len(warned) < 120
+    assert "container main (nvidia.com/gpu 1)" in said and f"pool a100mig (MIG {profile})" in said
+    assert "pool h100" in said and f"nvidia.com/gpu.product: {H100}" in said  # what selects the whole GPUs
+    assert "ask for a fraction" in said
+    assert WHOLE_ON_SLICES in result.outcome.reasons
+    # a pool whose nodes are groups of their own is named once
+    twin = copy.deepcopy(slices)
+    twin["metadata"]["name"] = twin["metadata"]["labels"]["kubernetes.io/hostname"] = "s2"
+    twin["metadata"]["labels"]["example.com/rack"] = "r2"
+    (_,), (said,) = _whole_on_slices(review(pod(container("main", limits={GPU: "1"})), [slices, twin, whole]))
+    assert said.count("pool a100mig (") == 1, said
+    # a workload's template is told as it is applied; each container is named in the Event, the first in the warning
+    template = pod(container("main", limits={GPU: "2"}), init=[container("i", limits={GPU: "1"})])
+    (warned,), (said,) = _whole_on_slices(review(workload("Deployment", template), [slices, whole]))
+    assert warned.startswith(f"mig: i and 1 more: {GPU} is MIG {profile} on pool a100mig: ")
+    assert said.startswith("init container i (nvidia.com/gpu 1), container main (nvidia.com/gpu 2) ask for whole")
+    # the pod that selects the whole GPUs, or a cluster of MIG slices alone: nothing to say
+    obj["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": H100}
+    assert _whole_on_slices(review(obj, [slices, whole])) == ([], [])
+    assert _whole_on_slices(review(pod(container("main", limits={GPU: "1"})), [slices])) == ([], [])
+    # nor one whose whole GPU is beside a fraction: that pod is kept off such pools already
+    mixed = review(
+        pod(container("a", limits={GPU: "0.5"}), container("main", limits={GPU: "1"})), [a100_40(gpus=2), slices, whole]
+    )
+    assert mixed.allowed and _whole_on_slices(mixed) == ([], [])
+
+
 def test_gke_partition_size_selector():
     nodes = [
         gke_node("g0", "nvidia-tesla-a100", "1g.5gb", 7, "mig-small"),

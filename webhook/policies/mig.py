@@ -130,6 +130,8 @@ FRACTION_ANNOTATION = PREFIX + "gpu-fraction"
 GIB = Decimal(2**30)
 MIB = 2**20
 STRATEGY_ORDER = {"mixed": 0, "single": 1, "gke": 2}
+SLICING = ("single", "gke")
+"""The MIG strategies under which every ``nvidia.com/gpu`` of a node is a MIG device."""
 
 Kind = Literal["fraction", "memory"]
 
@@ -831,14 +833,15 @@ def _rank(option: Option, places: Sequence[Placement]) -> tuple[object, ...]:
     )
 
 
-def _whole_gpus(pod: PodView, asks: Sequence[Ask]) -> list[str]:
-    """The containers (init containers and sidecars too) that ask for whole ``nvidia.com/gpu``, in words. Under the
-    single strategy and on GKE every ``nvidia.com/gpu`` of a MIG node is a MIG device, so such nodes cannot serve
-    them (unless the pod itself already selects a MIG product or partition size: then its GPUs are MIG devices)."""
+def _whole_gpus(pod: PodView, asks: Iterable[JSON]) -> list[str]:
+    """The containers (init containers and sidecars too) that ask for whole ``nvidia.com/gpu``, in words, but the
+    containers of ``asks`` (what is converted). Under the single strategy and on GKE every ``nvidia.com/gpu`` of a
+    MIG node is a MIG device, so such nodes cannot serve them (unless the pod itself already selects a MIG product
+    or partition size: then its GPUs are MIG devices)."""
     selector = as_dict(pod.spec.get("nodeSelector"))
     if "-MIG-" in as_str(selector.get(PRODUCT_LABEL)) or GKE_PARTITION_LABEL in selector:
         return []
-    asking = {id(a.container) for a in asks}
+    asking = {id(a) for a in asks}
     out: list[str] = []
     for list_name, name, container in named(pod):
         read = _read(container, GPU_RESOURCE, name)
@@ -883,7 +886,7 @@ def _choose(
                 continue
             usable = group.mig_profiles[option.profile].memory_mib or profile.usable_mib
             places.append(Placement(group, profile, _covers(ask, profile, coverage), usable))
-        if req.whole and option.strategy in ("single", "gke"):
+        if req.whole and option.strategy in SLICING:
             barred += [p for p in places if p.covers]
             continue
         seen += places
@@ -1436,7 +1439,7 @@ def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
         parts.append(f"its nodeSelector {', '.join(f'{k}: {selector[k]}' for k in keys[:3])}")
     if devices:
         parts.append(f"its other containers' {', '.join(devices[:3])}, not offered there")
-    if whole and group.mig_strategy in ("single", "gke"):
+    if whole and group.mig_strategy in SLICING:
         parts.append(f"{whole[0]} asks whole GPUs, which are MIG devices there")
     elif whole and group.allocatable.get(GPU_RESOURCE, Decimal(0)) < 1:
         parts.append(f"{whole[0]} asks whole GPUs, none offered there")
@@ -1478,7 +1481,7 @@ def _too_few(
     for option in req.options:
         if option.strategy not in ("mixed", "single", "gke"):
             continue
-        barred = bool(req.whole) and option.strategy in ("single", "gke")
+        barred = bool(req.whole) and option.strategy in SLICING
         trial = _trial(pod, pending, ask, option, plugin)
         for cand in req.ctx.cluster.eligible(trial, resources={option.resource: Decimal(1)}, gpu_only=True):
             budget.check()
@@ -2036,7 +2039,7 @@ def mutate(pod: PodView, ctx: Context, out: Outcome) -> None:
         return
     req = _Request(ctx)
     req.options = _options(ctx)
-    req.whole = _whole_gpus(pod, asks)
+    req.whole = _whole_gpus(pod, [a.container for a in asks])
     supported = cuda.supported_groups(pod, ctx)
     req.supported = None if supported is None else frozenset(id(g) for g in supported)
     req.spot_first = "SpotPrefer" in out.reasons
@@ -2185,8 +2188,74 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
             )
     if confirmed:
         out.event("MIGAssigned", "MIG devices: " + record.SEPARATOR.join(confirmed))
+    _warn_whole_on_slices(pod, ctx, out, prior)
     if not pod.is_template:
         _warn_unoffered(pod, ctx, out, prior)
+
+
+WHOLE_ON_SLICES = "MIGWholeOnSlices"
+
+
+def _warn_whole_on_slices(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str, str]) -> None:
+    """A pod whose whole ``nvidia.com/gpu`` (no fraction: ``_whole_gpus``, its converted containers aside) can land
+    both on whole GPUs and on pools where every ``nvidia.com/gpu`` is a MIG device (single strategy, GKE
+    partitions): the scheduler may give it a slice there (a 1g.5gb of 4.8 GiB for an H100 asked; it was admitted
+    without a word, its cuda line naming the MIG pool as one that supports it: a review of MIG). Warned, not
+    steered (the lead's decision): a warning, a Warning Event and the reason in the decision log, naming the pools,
+    the slice and what to change. Nothing where only such pools reach it (the cluster's GPUs are slices). Its cost:
+    the groups of MIG slices, kept per snapshot; where there are some, one eligibility of the pod (memoized by the
+    view), over groups, not nodes."""
+    slicing = ctx.cluster.policy_memo.per_settings(
+        (POLICY, "slicing"),
+        ctx.settings,
+        lambda: tuple(g for g in ctx.cluster.gpu_groups if g.mig_strategy in SLICING),
+        lambda _: 16,
+    )
+    if not slicing:
+        return
+    converted = [c for _, name, c in named(pod) if holds_given(prior.get(name), c, pod.spec)]
+    whole = _whole_gpus(pod, converted)
+    if not whole:
+        return
+    served = _served(pod, ctx)
+    slices = [g for g in served if g.mig_strategy in SLICING]
+    gpus = [g for g in served if g.mig_strategy not in SLICING]
+    if not slices or not gpus:
+        return
+    profiles = sorted({_slice_of(g) for g in slices})
+    first = whole[0].rpartition(" (")[0].removeprefix("init ").removeprefix("container ")  # 'init container b (..)'
+    who = first if len(whole) == 1 else f"{first} and {len(whole) - 1} more"
+    head = f"mig: {who}: {GPU_RESOURCE} is MIG {', '.join(profiles[:2])}{'…' if len(profiles) > 2 else ''} on "
+    out.warn(_pool_warning(head, slices, ": select the whole-GPU model or ask a fraction", first))
+    pin = _pin(gpus, slices, _pin_keys(ctx))
+    if pin is None:
+        select = f"a nodeSelector or node affinity on a label of {_pools(gpus)} alone"
+    elif len(pin[1]) == 1:
+        select = f"nodeSelector {pin[0]}: {pin[1][0]}"
+    else:
+        select = f"node affinity {pin[0]} In {', '.join(pin[1][:3])}{' and more' if len(pin[1]) > 3 else ''}"
+    by_pool: dict[str, set[str]] = {}  # each pool once: where each node is a group of its own too
+    for g in slices:
+        by_pool.setdefault(g.pool, set()).add(_slice_of(g))
+    shown = "; ".join(f"pool {p} (MIG {', '.join(sorted(s))})" for p, s in sorted(by_pool.items())[:3])
+    more = f" and {len(by_pool) - 3} more" if len(by_pool) > 3 else ""
+    out.event(
+        WHOLE_ON_SLICES,
+        f"{', '.join(whole[:3])}{' and more' if len(whole) > 3 else ''} {'asks' if len(whole) == 1 else 'ask'} for"
+        f" whole GPUs, and the pod can land on"
+        f" {_pools(gpus)}, which {'gives' if len({g.pool for g in gpus}) == 1 else 'give'} whole GPUs, and on"
+        f" {shown}{more}, where every {GPU_RESOURCE} is a MIG device: there it gets that slice, not a whole GPU, as"
+        f" the scheduler places it. To get a whole GPU, select it ({select}); to get a slice on purpose, ask for a"
+        f" fraction ({GPU_RESOURCE}: 0.5) or a memory size ({GPU_MEMORY_RESOURCE}).",
+        "Warning",
+    )
+    out.reasons.append(WHOLE_ON_SLICES)
+
+
+def _slice_of(group: NodeGroup) -> str:
+    """The MIG profile every ``nvidia.com/gpu`` of a single-strategy or GKE group is."""
+    named = _single_profile(group) if group.mig_strategy == "single" else group.labels.get(GKE_PARTITION_LABEL, "")
+    return named or ", ".join(sorted(group.mig_profiles)) or "?"  # a declared pool at zero: what it declares
 
 
 def _warn_unoffered(pod: PodView, ctx: Context, out: Outcome, prior: Mapping[str, str]) -> None:
