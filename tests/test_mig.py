@@ -1532,6 +1532,30 @@ def test_nothing_covers(nodes, words):
         assert word in result.message, result.message
 
 
+def test_pools_without_mig_are_counted_by_their_nodes_and_the_rest_said():
+    """Found by a review (scale2): where each node is a group of its own, a 75-node pool was said as 'pool pool0 (1
+    node, ...)', and 4 of 40 pools were listed with no word of the others."""
+    nodes = []
+    for p in range(8):
+        for i in range(3):
+            node = whole_node(f"t{p}-{i}", "Tesla-T4", 4, f"t4-{p}")
+            node["metadata"]["labels"]["example.com/rack"] = f"r{p}-{i}"  # a group a node
+            nodes.append(node)
+    result = review(frac("0.5"), nodes)
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert "Eligible GPU nodes offer no MIG profiles: pool t4-0 (3 nodes, Tesla-T4, driver" in result.message
+    assert "1 node" not in result.message
+    assert "pool t4-3 (3 nodes" in result.message and "pool t4-4" not in result.message
+    assert " and 4 more." in result.message
+    # so is a MIG pool out of reach: once, not once a node
+    taint = [{"key": "example.com/team", "value": "a", "effect": "NoSchedule"}]
+    for i in range(3):
+        nodes.append(mixed_node(f"a{i}", A100_80, {"3g.40gb": 2}, "a100", 81920, taints=taint))
+        nodes[-1]["metadata"]["labels"]["example.com/rack"] = f"a{i}"
+    result = review(frac("0.5"), nodes)
+    assert result.message.count("a100 (3g.40gb; untolerated taint") == 1, result.message
+
+
 def test_the_same_refusal_of_several_containers_is_one_paragraph_naming_them_all() -> None:
     """Four containers refused alike read as four paragraphs that differed only in the name: one names them all,
     where the first was, and a refusal said of one alone stays whole, in its place."""

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, ROUND_DOWN, Decimal
 from typing import Literal
@@ -1185,8 +1185,7 @@ def _refusal(
                 for g, (profile, resource, have, need) in short[:3]
             )
         elif gpus:
-            described = ", ".join(sorted({c.group.describe() for c in gpus})[:4])
-            tail = f" Eligible GPU nodes offer no MIG profiles: {described}."
+            tail = f" Eligible GPU nodes offer no MIG profiles: {_described(gpus)}."
         elif barred:
             tail = ""
         elif ctx.cluster.eligible(trial, gpu_only=True):
@@ -1228,21 +1227,13 @@ def _refusal(
     # was told to change its nodeSelector for a pool of 1g.5gb, and then refused there)
     elsewhere = [g for g in others if any(_covers(ask, p, coverage) for p in _profiles_of(req, g))]
     if elsewhere:
-        shown = ", ".join(
-            f"{g.pool} ({', '.join(sorted(g.mig_profiles))}; {_kept_off(g, pod, req)})" for g in elsewhere[:3]
-        )
-        tail += f" MIG pools this pod cannot use: {shown}."
+        tail += f" MIG pools this pod cannot use: {_each_pool(elsewhere, lambda g: _kept_off(g, pod, req))}."
     reachable_if = {id(g) for g in elsewhere}
     # and what keeps the pod off them too: the advice to ask less is followed by a refusal naming it otherwise
-    too_small = sorted(
-        {
-            f"{g.pool} ({', '.join(sorted(g.mig_profiles))}; out of reach too: {_kept_off(g, pod, req)})"
-            for g in others
-            if id(g) not in reachable_if
-        }
-    )
+    too_small = [g for g in others if id(g) not in reachable_if]
     if too_small and not seen:
-        tail += f" MIG pools whose profiles are all smaller than it asks: {', '.join(too_small[:3])}."
+        listed = _each_pool(too_small, lambda g: f"out of reach too: {_kept_off(g, pod, req)}")
+        tail += f" MIG pools whose profiles are all smaller than it asks: {listed}."
     if unpinned:
         advice = unpinned_advice
     elif changing and not seen:
@@ -1303,6 +1294,43 @@ def _refusal(
         of = f" of {_gib(ask.amount)} or more" if ask.kind == "memory" else ""
         advice = f" The {ctx.settings.mig.fallback} fallback found no GPU{of} either." + advice
     return head + tail + advice
+
+
+def _each_pool(groups: Sequence[NodeGroup], why: Callable[[NodeGroup], str]) -> str:
+    """'a100 (3g.40gb; why), b (...) and 5 more': the first 3 pools by name, each once (by its first group: where
+    each node is a group of its own, a pool was named once a node), the rest counted."""
+    first: dict[str, NodeGroup] = {}
+    for g in sorted(groups, key=lambda g: g.pool):
+        first.setdefault(g.pool, g)
+    shown = [f"{g.pool} ({', '.join(sorted(g.mig_profiles))}; {why(g)})" for g in list(first.values())[:3]]
+    return ", ".join(shown) + (f" and {len(first) - 3} more" if len(first) > 3 else "")
+
+
+LISTED_POOLS = 4
+"""Pools a refusal describes one by one; the rest are counted."""
+
+
+def _described(candidates: Sequence[Candidate]) -> str:
+    """'pool t4 (75 nodes, Tesla-T4, driver 550.54.15, CUDA 12.4), ... and 36 more': each pool once, its eligible
+    nodes counted over its groups (where each node is a group of its own, a 75-node pool was said to have 1 node,
+    and 4 of 40 pools were named with no word of the others: a review of MIG)."""
+    by_pool: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        by_pool.setdefault(c.group.pool, []).append(c)
+    texts = []
+    for pool, members in sorted(by_pool.items())[:LISTED_POOLS]:
+        count = sum(len(c.nodes) for c in members)
+        size = f"{count} node{'s' if count != 1 else ''}" if count else "no nodes now"
+        products = sorted({c.group.gpu_product for c in members if c.group.gpu_product})
+        drivers = list(dict.fromkeys(c.group.driver_text for c in sorted(members, key=lambda c: c.group.driver or ())))
+        cudas = list(dict.fromkeys(c.group.cuda_text for c in sorted(members, key=lambda c: c.group.cuda or ())))
+        gpu = "".join(f", {p}" for p in products[:2])
+        plural = "s" if len(drivers) > 1 else ""
+        texts.append(
+            f"pool {pool} ({size}{gpu}, driver{plural} {' or '.join(drivers[:3])}, CUDA {' or '.join(cudas[:3])})"
+        )
+    more = len(by_pool) - LISTED_POOLS
+    return ", ".join(texts) + (f" and {more} more" if more > 0 else "")
 
 
 def _whole_gpu_covers(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> bool:
