@@ -1556,6 +1556,19 @@ def test_pools_without_mig_are_counted_by_their_nodes_and_the_rest_said():
     assert result.message.count("a100 (3g.40gb; untolerated taint") == 1, result.message
 
 
+def test_the_profiles_offered_are_listed_within_bounds_and_the_advice_stays():
+    """Found by a review: over 450 pools offering 1g.10gb, 'Eligible nodes offer: ...' had no limit, and the refusal
+    was cut at its 8,000 characters with its advice lost."""
+    nodes = [mixed_node(f"n{i}", A100_80, {"1g.10gb": 7}, f"small-{i:03}", 81920) for i in range(150)]
+    result = review(frac("0.5"), nodes)
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert "Eligible nodes offer: pool small-000 (NVIDIA-A100-SXM4-80GB, mixed): 1g.10gb (1/8 memory" in result.message
+    assert "pool small-006 (" not in result.message and " and 144 more." in result.message
+    assert result.message.endswith(
+        " Ask for at most what a profile offered here holds, or for a whole GPU (nvidia.com/gpu: 1)."
+    )
+
+
 def test_the_same_refusal_of_several_containers_is_one_paragraph_naming_them_all() -> None:
     """Four containers refused alike read as four paragraphs that differed only in the name: one names them all,
     where the first was, and a refusal said of one alone stays whole, in its place."""

@@ -1115,7 +1115,12 @@ def _gib(amount: Decimal) -> str:
     return f"{format_quantity((amount / MIB).to_integral_value(rounding=ROUND_CEILING))}Mi"
 
 
+OFFERED_POOLS = 6
+"""Pools whose profiles a refusal lists; the rest are counted."""
+
+
 def _offered(places: Sequence[Placement], ask: Ask) -> str:
+    """'pool a (NVIDIA-A100-SXM4-40GB, mixed): 1g.10gb (2/8 memory, 1/7 compute); pool b ... and 3 more'."""
     by_pool: dict[str, list[str]] = {}
     for p in sorted(
         places, key=lambda p: (p.profile.gb, p.profile.slices, p.profile.name) if p.profile else (0, 0, "")
@@ -1127,7 +1132,10 @@ def _offered(places: Sequence[Placement], ask: Ask) -> str:
         text = f"{p.profile.name} ({shares})" if ask.kind == "fraction" else f"{p.profile.name}"
         if text not in by_pool.setdefault(label, []):
             by_pool[label].append(text)
-    return "; ".join(f"pool {k}: {', '.join(v)}" for k, v in sorted(by_pool.items()))
+    listed = [f"pool {k}: {', '.join(v)}" for k, v in sorted(by_pool.items())]
+    # bounded: over 450 pools the refusal was cut at its MESSAGE_LIMIT, its advice lost (a review of MIG)
+    more = len(listed) - OFFERED_POOLS
+    return "; ".join(listed[:OFFERED_POOLS]) + (f" and {more} more" if more > 0 else "")
 
 
 def _refusal(
