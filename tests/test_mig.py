@@ -1569,6 +1569,39 @@ def test_the_profiles_offered_are_listed_within_bounds_and_the_advice_stays():
     )
 
 
+@pytest.mark.parametrize(
+    ("product", "said"),
+    [
+        pytest.param(
+            "",
+            "if the GPUs of pool a100 are MIG-partitioned, set migStrategy (mixed, single or gke) and migProfiles on it"
+            " in cluster.pools.",
+            id="model-unknown",
+        ),
+        pytest.param(
+            A100_80,
+            "where the GPUs of pool a100 (NVIDIA-A100-SXM4-80GB, which support MIG) are MIG-partitioned, set"
+            " migStrategy (mixed, single or gke) and migProfiles on it in cluster.pools (3g.40gb covers it).",
+            id="mig-model",
+        ),
+        pytest.param("NVIDIA-L4", "", id="no-mig-model"),
+    ],
+)
+def test_a_declared_pool_without_mig_is_told_to_declare_its_layout(product, said):
+    """Found by a review: install.md's example pool a100 (declared, no migStrategy) was told to 'add MIG-partitioned
+    nodes (or declare their pool)', a pool it had declared; the keys to set on it are named where its GPU model
+    supports MIG, or may (not known), and not for a GPU without MIG."""
+    pool = PoolSettings(name="a100", node_selector={POOL: "a100"}, driver_version="550.54.15", gpu_product=product)
+    result = review(frac("0.5"), [], settings([pool]))
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    if said:
+        assert result.message.endswith(" Ask for a whole GPU (nvidia.com/gpu: 1), or, " + said), result.message
+        assert "declare their pool" not in result.message
+    else:
+        assert "migStrategy" not in result.message
+        assert result.message.endswith(" or add MIG-partitioned nodes (or declare their pool)."), result.message
+
+
 def test_the_same_refusal_of_several_containers_is_one_paragraph_naming_them_all() -> None:
     """Four containers refused alike read as four paragraphs that differed only in the name: one names them all,
     where the first was, and a refusal said of one alone stays whole, in its place."""

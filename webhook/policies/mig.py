@@ -1149,6 +1149,7 @@ def _refusal(
 ) -> str:
     ctx = req.ctx
     coverage = ctx.settings.mig.coverage
+    declare = ""  # how to declare the MIG layout of declared pools at zero the pod reaches (``_declare_layout``)
     # where pools offer a covering profile that no label pins the pod to, their words and advice, and what else is
     # said all the same (a MIG layout changing, too few devices for its other containers: left out, a review's)
     unpinned_advice = ""
@@ -1194,6 +1195,7 @@ def _refusal(
             )
         elif gpus:
             tail = f" Eligible GPU nodes offer no MIG profiles: {_described(gpus)}."
+            declare = _declare_layout(req, ask, [c.group for c in gpus])
         elif barred:
             tail = ""
         elif ctx.cluster.eligible(trial, gpu_only=True):
@@ -1296,6 +1298,8 @@ def _refusal(
             " Ask for at most what those profiles hold and let the pod reach them, or ask for a whole GPU"
             " (nvidia.com/gpu: 1)."
         )
+    elif declare:
+        advice = f" Ask for a whole GPU (nvidia.com/gpu: 1), or, {declare}"
     else:
         advice = " Ask for a whole GPU (nvidia.com/gpu: 1), or add MIG-partitioned nodes (or declare their pool)."
     if ctx.settings.mig.fallback != "deny":
@@ -1339,6 +1343,43 @@ def _described(candidates: Sequence[Candidate]) -> str:
         )
     more = len(by_pool) - LISTED_POOLS
     return ", ".join(texts) + (f" and {more} more" if more > 0 else "")
+
+
+def _declare_layout(req: _Request, ask: Ask, groups: Sequence[NodeGroup]) -> str:
+    """The advice for the pools declared in settings, at zero, without MIG (no ``migStrategy``) among ``groups``:
+    where their GPU model supports MIG (or is not declared), to set ``migStrategy`` and ``migProfiles`` on them,
+    with the profile of their model that covers ``ask``; '' where none is such a pool. install.md's pool a100 was
+    told to 'add MIG-partitioned nodes (or declare their pool)', a pool it had declared (a review of MIG)."""
+    table, coverage = load_table(), req.ctx.settings.mig.coverage
+    unknown: list[NodeGroup] = []
+    capable: dict[str, list[NodeGroup]] = {}
+    covering: set[str] = set()
+    for g in groups:
+        if not g.declared or g.mig_strategy != "none":
+            continue
+        accelerator = g.labels.get(GKE_ACCELERATOR_LABEL, "")
+        if not g.gpu_product and not accelerator:
+            unknown.append(g)
+        elif model := table.model_for(g.gpu_product, accelerator, g.gpu_memory_mib):
+            capable.setdefault(_product(g), []).append(g)
+            if fits := [p for p in model.profiles.values() if _covers(ask, p, coverage)]:
+                covering.add(min(fits, key=lambda p: (p.gb, p.slices)).name)
+    keys = "set migStrategy (mixed, single or gke) and migProfiles on"
+    if capable:
+        pools = [g for gs in capable.values() for g in gs]
+        models = ", ".join(sorted(capable)[:2])
+        holds = f" ({' or '.join(sorted(covering))} covers it)" if covering else ""
+        one = len({g.pool for g in pools}) == 1
+        return (
+            f"where the GPUs of {_pools(pools)} ({models}, which support MIG) are MIG-partitioned, {keys}"
+            f" {'it' if one else 'them'} in cluster.pools{holds}."
+        )
+    if unknown:
+        one = len({g.pool for g in unknown}) == 1
+        return (
+            f"if the GPUs of {_pools(unknown)} are MIG-partitioned, {keys} {'it' if one else 'them'} in cluster.pools."
+        )
+    return ""
 
 
 def _whole_gpu_covers(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> bool:
