@@ -2666,6 +2666,66 @@ def test_a_pod_without_gpus_is_not_warned_that_it_runs_on_demand_where_every_spo
     assert mutate(pod("prefer", gpu=None), with_cpu_spot).warnings == []
 
 
+def _eks_node(name: str, group: str, capacity: str, gpus: int, labels: dict[str, str] | None = None) -> Any:
+    """An EKS managed node group's node, untainted as EKS leaves GPU nodes; a CPU node where ``gpus`` is 0."""
+    obj = node(name, {NODE_GROUP: group, EKS: capacity, **(labels or {})}, gpus=gpus)
+    if not gpus:
+        del obj["metadata"]["labels"]["nvidia.com/gpu.product"]
+        obj["status"]["allocatable"] = {"cpu": "8"}
+    return obj
+
+
+def _cordoned_gke_spot_node() -> Any:
+    obj = _gke_gpu_pools(1)[1]
+    obj["spec"]["unschedulable"] = True
+    obj["spec"]["taints"].append(taint("node.kubernetes.io/unschedulable:NoSchedule"))
+    return obj
+
+
+_OWN_RULES = "its nodeSelector, affinity or tolerations exclude every spot pool"
+
+
+@pytest.mark.parametrize(
+    ("cluster", "selector", "tolerations", "why"),
+    [
+        ("gke", {NODEPOOL: "default-pool"}, None, _OWN_RULES),
+        ("eks", {"role": "system"}, None, _OWN_RULES),
+        (
+            "cordoned",
+            None,
+            [exists("nvidia.com/gpu"), exists(GKE_SPOT)],
+            "the spot nodes it can use are all cordoned now",
+        ),
+    ],
+    ids=["gke-pinned-to-default-pool", "eks-untainted-gpu-group", "tolerates-the-gpu-taint-spot-node-cordoned"],
+)
+def test_a_pod_without_gpus_kept_off_gpu_spot_pools_by_more_than_their_taint_is_told_what(
+    cluster: str, selector: Any, tolerations: Any, why: str
+) -> None:
+    """ "Every spot pool is a GPU pool and it asks no GPU; add a CPU spot pool" was said wherever every spot pool was
+    a GPU pool, the GPU taint keeping the pod off or not: an EKS GPU node group untainted beside a pod that selects
+    role=system, a pod pinned to GKE's default-pool, a pod that tolerates the GPU taint and whose one spot node is
+    cordoned (found by a review): the pod's own rules or the drain keep it off, and a CPU spot pool would not help.
+    Said only where tolerating the GPU taint would let it onto a spot pool; else the words that say what does."""
+    cpu_od = {**_gke_cpu_spot_node(), "metadata": {"name": "cpu-od", "labels": {NODEPOOL: "default-pool"}}, "spec": {}}
+    nodes, providers, pools = {
+        "gke": ([*_gke_gpu_pools(1), cpu_od], ("gke",), "spot-1x"),
+        "eks": (
+            [_eks_node("g1", "gpu-spot", "SPOT", 4), _eks_node("c1", "system", "ON_DEMAND", 0, {"role": "system"})],
+            ("eks",),
+            "gpu-spot",
+        ),
+        "cordoned": ([_gke_gpu_pools(1)[0], _cordoned_gke_spot_node(), cpu_od], ("gke",), "spot-1x"),
+    }[cluster]
+    ctx = context(nodes, providers=providers)
+    for mode in ("require", "prefer"):
+        obj = pod(mode, gpu=None, tolerations=tolerations)
+        if selector:
+            obj["spec"]["nodeSelector"] = selector
+        ran = ": it runs on demand" if mode == "prefer" else ""
+        assert mutate(obj, ctx).warnings == [f"spot {mode}: {why}{ran} (pool {pools})"]
+
+
 def test_the_cuda_words_name_the_spot_requirement_not_the_pods_own_rules() -> None:
     """A GPU pod that requires spot where only a CPU pool is spot: the cuda policy said that "its nodeSelector/
     affinity excludes" the on-demand GPU pool, and the pod had written none (found by a review of the docs against

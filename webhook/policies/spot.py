@@ -108,6 +108,7 @@ from webhook.affinity import (
     unprefer,
 )
 from webhook.cluster import (
+    GPU_TAINT_TOLERATION,
     LEAVING_TOLERATIONS,
     NodeGroup,
     Taint,
@@ -1243,7 +1244,7 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     spot = [g for g in ctx.cluster.groups if g.spot]
     listed, advice, per_node = spot, "", ""
     reached = [c.group for c in ctx.cluster.eligible(pod.spec, (), gpu_only=gpu_pod) if c.group.spot] if gpus else []
-    gpu_capacity_only = not gpu_pod and all(g.has_gpu for g in spot)
+    gpu_capacity_only = not gpu_pod and all(g.has_gpu for g in spot) and _kept_off_by_gpu_taints(pod, ctx)
     if gpu_capacity_only:
         why = detail = "every spot pool is a GPU pool and it asks no GPU"
         advice = "; add a CPU spot pool or use spot: prefer" if mode == "require" else ""
@@ -1278,6 +1279,17 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     # the pools whole or cut with a '…' (a name cut at 119 characters read as another pool's: a review)
     room = WARNING_LIMIT - len(head) - len(advice) - len(per_node) - 3
     out.warn(clipped(f"{head}{advice} ({pool_names(listed, room=room)}{per_node})", WARNING_LIMIT))
+
+
+def _kept_off_by_gpu_taints(pod: PodView, ctx: Context) -> bool:
+    """Whether tolerating the GPU taints (nvidia.com/gpu, and the documented ones ExtendedResourceToleration does
+    not cover: AKS's sku=gpu) would let a pod that asks no GPU onto a spot pool: only then is it the GPU pools'
+    taint that keeps it off. "Every spot pool is a GPU pool and it asks no GPU; add a CPU spot pool" was said of a
+    pod its own nodeSelector kept off an untainted EKS GPU node group, and of one whose only spot node was cordoned
+    (found by a review). One ``eligible`` call, memoized per snapshot."""
+    gpu_taints = [Wanted(p.key, p.value, p.effect).toleration() for p in ctx.cluster.presets.gpu_taints.values()]
+    tolerations = [*as_list(pod.spec.get("tolerations")), GPU_TAINT_TOLERATION, *gpu_taints]
+    return any(c.group.spot for c in ctx.cluster.eligible({**pod.spec, "tolerations": tolerations}, gpu_only=False))
 
 
 def _too_few(gpus: Mapping[str, Decimal], reached: Sequence[NodeGroup]) -> tuple[str, list[NodeGroup]] | None:
