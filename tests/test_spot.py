@@ -1624,6 +1624,24 @@ def test_a_pod_that_asks_more_gpus_than_a_spot_node_has_is_told_so(gpus: tuple[s
     assert mutate(_asking_gpus("require", "4"), wide).warnings == []
 
 
+@pytest.mark.parametrize("mode", ["prefer", "require"])
+def test_a_karpenter_nodepool_is_not_said_to_have_too_few_gpus_a_node(mode: str) -> None:
+    """A Karpenter NodePool launches the instance type a pod needs: its spot nodes of 1 GPU now say nothing of the
+    next one. A pod that asked 4 was told "no spot node has 4 nvidia.com/gpu; ask at most 1" (found by a review),
+    and the NodePool would launch a spot node of 4. No words of amounts for such a pool."""
+
+    def launched(name: str, capacity: str, gpus: int) -> Any:
+        labels = {
+            "karpenter.sh/nodepool": "gpu",
+            KARPENTER: capacity,
+            "karpenter.k8s.aws/instance-gpu-count": str(gpus),
+        }
+        return node(name, labels, gpus=gpus)
+
+    ctx = context([launched("k1", "spot", 1), launched("k2", "on-demand", 8)], providers=("eks", "karpenter"))
+    assert mutate(_asking_gpus(mode, "4"), ctx).warnings == []
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # A workload whose spot mode changes (found by the spot review): the webhook's earlier additions are taken out
 

@@ -1244,6 +1244,8 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     spot = [g for g in ctx.cluster.groups if g.spot]
     listed, advice, per_node = spot, "", ""
     reached = [c.group for c in ctx.cluster.eligible(pod.spec, (), gpu_only=gpu_pod) if c.group.spot] if gpus else []
+    if _launched_to_fit(gpus, reached, ctx):
+        return
     gpu_capacity_only = not gpu_pod and all(g.has_gpu for g in spot) and _kept_off_by_gpu_taints(pod, ctx)
     if gpu_capacity_only:
         why = detail = "every spot pool is a GPU pool and it asks no GPU"
@@ -1290,6 +1292,18 @@ def _kept_off_by_gpu_taints(pod: PodView, ctx: Context) -> bool:
     gpu_taints = [Wanted(p.key, p.value, p.effect).toleration() for p in ctx.cluster.presets.gpu_taints.values()]
     tolerations = [*as_list(pod.spec.get("tolerations")), GPU_TAINT_TOLERATION, *gpu_taints]
     return any(c.group.spot for c in ctx.cluster.eligible({**pod.spec, "tolerations": tolerations}, gpu_only=False))
+
+
+def _launched_to_fit(gpus: Mapping[str, Decimal], reached: Sequence[NodeGroup], ctx: Context) -> bool:
+    """Whether each NVIDIA resource the pod asks is offered by a spot pool it reaches that launches the instance
+    type a pod needs (a Karpenter NodePool: ``Presets.mixed_pool_labels``): its nodes now say nothing of the next
+    one's GPUs. "No spot node has 4 nvidia.com/gpu; ask at most 1" was said of a NodePool whose spot nodes had 1,
+    and that would launch one of 4 (found by a review)."""
+    mixed = ctx.cluster.presets.mixed_pool_labels
+    return bool(gpus) and all(
+        any(g.allocatable.get(name, Decimal(0)) > 0 and not mixed.isdisjoint(g.labels) for g in reached)
+        for name in gpus
+    )
 
 
 def _too_few(gpus: Mapping[str, Decimal], reached: Sequence[NodeGroup]) -> tuple[str, list[NodeGroup]] | None:
