@@ -1624,6 +1624,21 @@ def test_a_pod_that_asks_more_gpus_than_a_spot_node_has_is_told_so(gpus: tuple[s
     assert mutate(_asking_gpus("require", "4"), wide).warnings == []
 
 
+def test_a_pod_whose_rules_exclude_the_bigger_spot_pool_is_told_which_it_can_use() -> None:
+    """Spot pools of 1 and 8 GPUs a node, a pod that selects the pool of 1 and asks 2: it was told "no spot node has
+    2 nvidia.com/gpu; ask at most 1 or add bigger spot nodes", and spot-8x has them (found by a review): its own
+    rules keep it off them. The words say no spot node it can use has 2, and name the pool that has."""
+    ctx = context(_gke_gpu_pools(1, 8), providers=("gke",))
+    said = "no spot node it can use has 2 nvidia.com/gpu"
+    own = _asking_gpus("require", "2")
+    own["spec"]["nodeSelector"] = {NODEPOOL: "spot-1x"}
+    assert mutate(own, ctx).warnings == [f"spot require: {said}; ask at most 1 or let it use pool spot-8x"]
+    own["metadata"]["annotations"][ANNOTATION] = "prefer"
+    result = mutate(own, ctx)
+    assert result.warnings == [f"spot prefer: {said}: it runs on demand; ask at most 1 or let it use pool spot-8x"]
+    assert (applied(result) or "").endswith(f"; {said} (spot-1x: 1 per node); ask at most 1 or let it use spot-8x")
+
+
 @pytest.mark.parametrize("mode", ["prefer", "require"])
 def test_a_karpenter_nodepool_is_not_said_to_have_too_few_gpus_a_node(mode: str) -> None:
     """A Karpenter NodePool launches the instance type a pod needs: its spot nodes of 1 GPU now say nothing of the

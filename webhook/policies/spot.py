@@ -1242,7 +1242,7 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     if _spot_reachable(pod, ctx, gpus, gpu_pod):
         return
     spot = [g for g in ctx.cluster.groups if g.spot]
-    listed, advice, per_node = spot, "", ""
+    listed, advice, per_node, bigger = spot, "", "", []
     reached = [c.group for c in ctx.cluster.eligible(pod.spec, (), gpu_only=gpu_pod) if c.group.spot] if gpus else []
     if _launched_to_fit(gpus, reached, ctx):
         return
@@ -1253,9 +1253,14 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     elif short := _too_few(gpus, reached):
         name, listed = short
         have = sorted({g.allocatable[name] for g in listed})
-        why = detail = f"no spot node has {format_quantity(gpus[name])} {name}"
+        # spot nodes that have them, kept off by its own rules or steering: "add bigger spot nodes" was false (a review)
+        bigger = [g for g in spot if offers(g, {name: gpus[name]})]
+        why = detail = f"no spot node {'it can use ' if bigger else ''}has {format_quantity(gpus[name])} {name}"
         advice = f"; ask at most {format_quantity(have[-1])} "
-        advice += "for spot" if mode == "prefer" else "or add bigger spot nodes"
+        if bigger:
+            advice += "or let it use "
+        else:
+            advice += "for spot" if mode == "prefer" else "or add bigger spot nodes"
         per_node = f": {format_quantity(have[0])} per node" if len(have) == 1 else ""  # else "at most" says it
     elif reached:
         why = f"no spot pool offers its {', '.join(sorted(gpus))}"  # e.g. the MIG profile it was given
@@ -1268,16 +1273,25 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
         why = "its nodeSelector, affinity or tolerations exclude every spot pool"
         detail = f"{why}, as the webhook leaves them (its steering: {PREFIX}cuda, {PREFIX}mig)"
     head = f"spot {mode}: {why}"
+    pools = f"{', '.join(sorted({g.pool for g in listed}))}{per_node}"
     if mode == "prefer":
         head += ": it runs on demand"
-        out.annotations[APPLIED] += escaped(
-            f"; {detail}{advice} ({', '.join(sorted({g.pool for g in listed}))}{per_node})"
-        )
+        if bigger:  # the pools it can use first: after the bigger ones they read as theirs
+            out.annotations[APPLIED] += escaped(
+                f"; {detail} ({pools}){advice}{', '.join(sorted({g.pool for g in bigger}))}"
+            )
+        else:
+            out.annotations[APPLIED] += escaped(f"; {detail}{advice} ({pools})")
         if gpu_capacity_only:
             # Not warned: the only spot capacity is GPUs it does not ask for (kept off by their taint, as a rule).
             # Under a spot.default of prefer every CPU pod and workload was warned that its own rules kept it off
             # spot and it ran on demand (found by a review of user journeys); the annotation says why, for describe.
             return
+    if bigger:
+        out.warn(
+            clipped(f"{head}{advice}{pool_names(bigger, room=WARNING_LIMIT - len(head) - len(advice))}", WARNING_LIMIT)
+        )
+        return
     # the pools whole or cut with a '…' (a name cut at 119 characters read as another pool's: a review)
     room = WARNING_LIMIT - len(head) - len(advice) - len(per_node) - 3
     out.warn(clipped(f"{head}{advice} ({pool_names(listed, room=room)}{per_node})", WARNING_LIMIT))
