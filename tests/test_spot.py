@@ -1624,6 +1624,20 @@ def test_a_pod_that_asks_more_gpus_than_a_spot_node_has_is_told_so(gpus: tuple[s
     assert mutate(_asking_gpus("require", "4"), wide).warnings == []
 
 
+def test_the_too_few_warning_keeps_the_pool_name_whole_before_its_gpus_a_node() -> None:
+    """A spot pool named gpu-l4-spot-pool: prefer's too-few warning cut it to "gpu-l4-sp…" to keep ": 1 per node"
+    (found by a review), and a cut name reads as another pool's. The GPUs a node go first (the annotation keeps
+    them, and "ask at most 1" says them)."""
+    spot_node = node("s", {GKE_SPOT: "true", NODEPOOL: "gpu-l4-spot-pool"}, (f"{GKE_SPOT}=true:NoSchedule", GPU_TAINT))
+    ctx = context([_gke_gpu_pools()[0], spot_node], providers=("gke",))
+    result = mutate(_asking_gpus("prefer", "2"), ctx)
+    assert result.warnings == [
+        "spot prefer: no spot node has 2 nvidia.com/gpu: it runs on demand; ask at most 1 for spot "
+        "(pool gpu-l4-spot-pool)"
+    ]
+    assert (applied(result) or "").endswith("(gpu-l4-spot-pool: 1 per node)")
+
+
 def test_a_pod_whose_rules_exclude_the_bigger_spot_pool_is_told_which_it_can_use() -> None:
     """Spot pools of 1 and 8 GPUs a node, a pod that selects the pool of 1 and asks 2: it was told "no spot node has
     2 nvidia.com/gpu; ask at most 1 or add bigger spot nodes", and spot-8x has them (found by a review): its own

@@ -1292,7 +1292,10 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
             clipped(f"{head}{advice}{pool_names(bigger, room=WARNING_LIMIT - len(head) - len(advice))}", WARNING_LIMIT)
         )
         return
-    # the pools whole or cut with a '…' (a name cut at 119 characters read as another pool's: a review)
+    # the pools whole or cut with a '…' (a name cut at 119 characters read as another pool's: a review), their GPUs
+    # a node left out first ("ask at most" says them; a name cut to keep them read as another pool's: a review)
+    if len(f"{head}{advice} ({pool_names(listed)}{per_node})") > WARNING_LIMIT:
+        per_node = ""
     room = WARNING_LIMIT - len(head) - len(advice) - len(per_node) - 3
     out.warn(clipped(f"{head}{advice} ({pool_names(listed, room=room)}{per_node})", WARNING_LIMIT))
 
