@@ -1624,6 +1624,27 @@ def test_a_pod_that_asks_more_gpus_than_a_spot_node_has_is_told_so(gpus: tuple[s
     assert mutate(_asking_gpus("require", "4"), wide).warnings == []
 
 
+def test_the_too_few_words_name_the_container_that_asks_the_most() -> None:
+    """An init container that asks 4 GPUs beside an app container of 1, spot nodes of 1: "ask at most 1" read as
+    met, the app container asking 1 (found by a review). The words name the container that asks more than a spot
+    node has; the pools are counted, or left to the annotation, where the words leave no room for their names."""
+    ctx = context(_gke_gpu_pools(1), providers=("gke",))
+    obj = _asking_gpus("require", "1")
+    obj["spec"]["initContainers"] = [
+        {"name": "warm", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "4"}}}
+    ]
+    said = "no spot node has 4 nvidia.com/gpu"
+    assert mutate(obj, ctx).warnings == [
+        f"spot require: {said}; ask at most 1 in init container warm or add bigger spot nodes (1 pool)"
+    ]
+    obj["metadata"]["annotations"][ANNOTATION] = "prefer"
+    result = mutate(obj, ctx)
+    assert result.warnings == [f"spot prefer: {said}: it runs on demand; ask at most 1 in init container warm for spot"]
+    assert (applied(result) or "").endswith(
+        f"; {said}; ask at most 1 in init container warm for spot (spot-1x: 1 per node)"
+    )
+
+
 def test_the_too_few_warning_keeps_the_pool_name_whole_before_its_gpus_a_node() -> None:
     """A spot pool named gpu-l4-spot-pool: prefer's too-few warning cut it to "gpu-l4-sp…" to keep ": 1 per node"
     (found by a review), and a cut name reads as another pool's. The GPUs a node go first (the annotation keeps

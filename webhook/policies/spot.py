@@ -112,6 +112,7 @@ from webhook.cluster import (
     LEAVING_TOLERATIONS,
     NodeGroup,
     Taint,
+    container_resources,
     device_spec,
     gated_spec,
     offers,
@@ -1256,7 +1257,7 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
         # spot nodes that have them, kept off by its own rules or steering: "add bigger spot nodes" was false (a review)
         bigger = [g for g in spot if offers(g, {name: gpus[name]})]
         why = detail = f"no spot node {'it can use ' if bigger else ''}has {format_quantity(gpus[name])} {name}"
-        advice = f"; ask at most {format_quantity(have[-1])} "
+        advice = f"; ask at most {format_quantity(have[-1])}{_asking_most(pod, name, have[-1])} "
         if bigger:
             advice += "or let it use "
         else:
@@ -1297,7 +1298,24 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     if len(f"{head}{advice} ({pool_names(listed)}{per_node})") > WARNING_LIMIT:
         per_node = ""
     room = WARNING_LIMIT - len(head) - len(advice) - len(per_node) - 3
-    out.warn(clipped(f"{head}{advice} ({pool_names(listed, room=room)}{per_node})", WARNING_LIMIT))
+    tail = f" ({pool_names(listed, room=room)}{per_node})"
+    if len(head) + len(advice) + len(tail) > WARNING_LIMIT:  # not even their count: the words say what to change
+        tail = ""
+    out.warn(clipped(f"{head}{advice}{tail}", WARNING_LIMIT))
+
+
+def _asking_most(pod: PodView, name: str, have: Decimal) -> str:
+    """Where the container that asks the most of ``name`` alone asks more than ``have`` and another asks it too,
+    " in <that container>"; '' elsewhere. An init container of 4 GPUs beside an app container of 1 was told "ask at
+    most 1", which read as met (found by a review). A loop over the pod's containers."""
+    asking = [
+        (amount, f"{kind} {as_str(c.get('name'))}")
+        for kind, key in (("container", "containers"), ("init container", "initContainers"))
+        for c in as_list(pod.spec.get(key))
+        if (amount := container_resources(c).get(name, Decimal(0))) > 0
+    ]
+    most = max(asking, key=lambda a: a[0], default=None)
+    return f" in {most[1]}" if most and len(asking) > 1 and most[0] > have else ""
 
 
 def _kept_off_by_gpu_taints(pod: PodView, ctx: Context) -> bool:
