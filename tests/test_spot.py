@@ -1624,6 +1624,28 @@ def test_a_pod_that_asks_more_gpus_than_a_spot_node_has_is_told_so(gpus: tuple[s
     assert mutate(_asking_gpus("require", "4"), wide).warnings == []
 
 
+def test_the_too_few_words_are_worked_out_once_per_snapshot_and_pod_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the reached spot pools say of the GPUs a pod asks is kept per snapshot (``ClusterView.policy_memo``), by
+    the pod's node rules and amounts: it read every reached spot group on every request (4.1 ms a pod at 3,000 spot
+    groups, against 1.4 ms before the too-few words; found by a review). A workload's replicas ask it again."""
+    found: list[str] = []
+    work = spot._too_few
+
+    def counted(gpus: Any, reached: Any) -> Any:
+        found.append("once")
+        return work(gpus, reached)
+
+    monkeypatch.setattr(spot, "_too_few", counted)
+    ctx = context(_gke_gpu_pools(1), providers=("gke",))
+    said = mutate(_asking_gpus("prefer", "2"), ctx).warnings
+    once = len(found)
+    assert once and said
+    for _ in range(2):
+        assert mutate(_asking_gpus("prefer", "2"), ctx).warnings == said
+    assert len(found) == once, "worked out once for each shape of the pod"
+    assert mutate(_asking_gpus("prefer", "3"), ctx).warnings != said  # another amount: its own words
+
+
 def test_the_too_few_words_name_the_container_that_asks_the_most() -> None:
     """An init container that asks 4 GPUs beside an app container of 1, spot nodes of 1: "ask at most 1" read as
     met, the app container asking 1 (found by a review). The words name the container that asks more than a spot

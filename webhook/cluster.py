@@ -416,7 +416,7 @@ class ClusterView:
         if not isinstance(spec, dict):
             return []
         wanted = _wanted(resources)
-        key = _eligibility_key(spec, wanted, gpu_only)
+        key = eligibility_key(spec, wanted, gpu_only)
         if key is not None:
             cached = self._memo.get(key)
             if cached is not None:
@@ -454,7 +454,7 @@ DECISIONS_BYTES = 16 << 20
 """And at most this many bytes of keys (a 60 kB pod's shape is about 37 kB)."""
 
 
-def _eligibility_key(spec: JSON, wanted: Mapping[str, Decimal], gpu_only: bool) -> bytes | None:
+def eligibility_key(spec: JSON, wanted: Mapping[str, Decimal], gpu_only: bool) -> bytes | None:
     """Everything of a spec that ``eligible`` reads, as bytes (``marshal``: equal bytes only from equal values; a
     fifth of ``json.dumps``'s cost); None when it cannot be written down."""
     try:

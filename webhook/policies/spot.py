@@ -114,6 +114,7 @@ from webhook.cluster import (
     Taint,
     container_resources,
     device_spec,
+    eligibility_key,
     gated_spec,
     offers,
     pool_names,
@@ -1244,18 +1245,15 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
         return
     spot = [g for g in ctx.cluster.groups if g.spot]
     listed, advice, per_node, bigger = spot, "", "", []
-    reached = [c.group for c in ctx.cluster.eligible(pod.spec, (), gpu_only=gpu_pod) if c.group.spot] if gpus else []
-    if _launched_to_fit(gpus, reached, ctx):
+    amounts = _amounts(pod, ctx, gpus, gpu_pod)
+    if amounts.launched:
         return
     gpu_capacity_only = not gpu_pod and all(g.has_gpu for g in spot) and _kept_off_by_gpu_taints(pod, ctx)
     if gpu_capacity_only:
         why = detail = "every spot pool is a GPU pool and it asks no GPU"
         advice = "; add a CPU spot pool or use spot: prefer" if mode == "require" else ""
-    elif short := _too_few(gpus, reached):
-        name, listed = short
-        have = sorted({g.allocatable[name] for g in listed})
-        # spot nodes that have them, kept off by its own rules or steering: "add bigger spot nodes" was false (a review)
-        bigger = [g for g in spot if offers(g, {name: gpus[name]})]
+    elif name := amounts.short:
+        listed, have, bigger = list(amounts.listed), amounts.have, list(amounts.bigger)
         why = detail = f"no spot node {'it can use ' if bigger else ''}has {format_quantity(gpus[name])} {name}"
         advice = f"; ask at most {format_quantity(have[-1])}{_asking_most(pod, name, have[-1])} "
         if bigger:
@@ -1263,7 +1261,7 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
         else:
             advice += "for spot" if mode == "prefer" else "or add bigger spot nodes"
         per_node = f": {format_quantity(have[0])} per node" if len(have) == 1 else ""  # else "at most" says it
-    elif reached:
+    elif amounts.reached:
         why = f"no spot pool offers its {', '.join(sorted(gpus))}"  # e.g. the MIG profile it was given
         detail = why
     elif taint := _untolerated_gpu_taint(pod, ctx, gpus, gpu_pod):
@@ -1274,9 +1272,9 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
         why = "its nodeSelector, affinity or tolerations exclude every spot pool"
         detail = f"{why}, as the webhook leaves them (its steering: {PREFIX}cuda, {PREFIX}mig)"
     head = f"spot {mode}: {why}"
-    pools = f"{', '.join(sorted({g.pool for g in listed}))}{per_node}"
     if mode == "prefer":
         head += ": it runs on demand"
+        pools = f"{', '.join(sorted({g.pool for g in listed}))}{per_node}"
         if bigger:  # the pools it can use first: after the bigger ones they read as theirs
             out.annotations[APPLIED] += escaped(
                 f"; {detail} ({pools}){advice}{', '.join(sorted({g.pool for g in bigger}))}"
@@ -1295,13 +1293,56 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
         return
     # the pools whole or cut with a '…' (a name cut at 119 characters read as another pool's: a review), their GPUs
     # a node left out first ("ask at most" says them; a name cut to keep them read as another pool's: a review)
-    if len(f"{head}{advice} ({pool_names(listed)}{per_node})") > WARNING_LIMIT:
-        per_node = ""
-    room = WARNING_LIMIT - len(head) - len(advice) - len(per_node) - 3
-    tail = f" ({pool_names(listed, room=room)}{per_node})"
+    names = pool_names(listed)
+    if len(head) + len(advice) + len(names) + len(per_node) + 3 > WARNING_LIMIT:
+        per_node, names = "", pool_names(listed, room=WARNING_LIMIT - len(head) - len(advice) - 3)
+    tail = f" ({names}{per_node})"
     if len(head) + len(advice) + len(tail) > WARNING_LIMIT:  # not even their count: the words say what to change
         tail = ""
     out.warn(clipped(f"{head}{advice}{tail}", WARNING_LIMIT))
+
+
+@dataclass(frozen=True)
+class _Amounts:
+    """What the spot pools a pod's rules reach say of the NVIDIA resources it asks (``_amounts``)."""
+
+    reached: bool = False
+    """Its rules (without the amounts) reach a spot pool."""
+    launched: bool = False
+    """One of them launches what the pod needs (``_launched_to_fit``)."""
+    short: str = ""
+    """The resource it asks more of than a node of them has (``_too_few``), else ''."""
+    listed: tuple[NodeGroup, ...] = ()
+    """The reached spot groups that offer ``short``."""
+    have: tuple[Decimal, ...] = ()
+    """What their nodes have of it, sorted."""
+    bigger: tuple[NodeGroup, ...] = ()
+    """Spot groups that have the amount, kept off by its own rules or steering: "add bigger spot nodes" was said
+    beside them (found by a review)."""
+
+
+def _amounts(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal], gpu_pod: bool) -> _Amounts:
+    """``_Amounts`` of a pod that reaches no spot pool, kept per snapshot (``ClusterView.policy_memo``) by what it
+    depends on (``eligibility_key``: the spec's node rules and the amounts): it read every reached spot group on
+    every request (4.1 ms a pod at 3,000 spot groups against 1.4 before; found by a review)."""
+    if not gpus:
+        return _Amounts()
+    key = eligibility_key(pod.spec, gpus, gpu_pod)
+    memo_key = None if key is None else (REQUEST, "amounts", key)
+    if memo_key is not None and isinstance(kept := ctx.cluster.policy_memo.get(memo_key), _Amounts):
+        return kept
+    reached = [c.group for c in ctx.cluster.eligible(pod.spec, (), gpu_only=gpu_pod) if c.group.spot]
+    found = _Amounts(reached=bool(reached))
+    if _launched_to_fit(gpus, reached, ctx):
+        found = replace(found, launched=True)
+    elif short := _too_few(gpus, reached):
+        name, listed = short
+        bigger = tuple(g for g in ctx.cluster.groups if g.spot and offers(g, {name: gpus[name]}))
+        have = tuple(sorted({g.allocatable[name] for g in listed}))
+        found = replace(found, short=name, listed=tuple(listed), have=have, bigger=bigger)
+    if memo_key is not None:
+        ctx.cluster.policy_memo.put(memo_key, found, len(key or b""))
+    return found
 
 
 def _asking_most(pod: PodView, name: str, have: Decimal) -> str:
