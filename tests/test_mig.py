@@ -2457,6 +2457,39 @@ def test_too_few_devices_on_a_node_counts_every_container_of_the_pod(
     ) in result.message, result.message
 
 
+@pytest.mark.parametrize(
+    ("offers", "asks", "blocker", "advice"),
+    [
+        pytest.param(
+            {"3g.40gb": 1},
+            {"w": {GPU: "1"}, "a": {GPU: "0.5"}, "b": {GPU: "0.5"}},
+            "a80 (3g.40gb; container w (nvidia.com/gpu 1) asks whole GPUs, none offered there)",
+            " Run the whole-GPU containers in a pod of their own",
+            id="a-whole-gpu-not-offered",
+        ),
+        pytest.param(
+            {"7g.80gb": 2, "4g.40gb": 1},
+            {"a": {GPU: "0.75"}, "b": {GPU: "0.75"}, "c": {MEM: "20Gi"}, "d": {"nvidia.com/mig-1g.10gb": "1"}},
+            "a80 (4g.40gb, 7g.80gb; its other containers' nvidia.com/mig-1g.10gb, not offered there)",
+            " Run the containers that ask nvidia.com/mig-1g.10gb in a pod of their own",
+            id="a-named-profile-not-offered",
+        ),
+    ],
+)
+def test_too_few_devices_is_not_said_of_a_pool_the_pods_other_resources_keep_it_off(
+    offers: dict[str, int], asks: dict[str, dict[str, str]], blocker: str, advice: str
+) -> None:
+    """A pool that lacks what another container asks (a whole GPU on nodes whose GPUs are all MIG, a MIG profile it
+    does not offer) is out of reach whatever the count: the refusal names that blocker and its advice, not a number
+    of devices the pod would need there, which the count's check of the one device had said (and, for c: 20Gi, a
+    count of the 7g.80gb that a and b take, not of the 4g.40gb c would take; a review of MIG)."""
+    nodes = [mixed_node(f"n{i}", A100_80, offers, "a80", 81920) for i in range(2)]
+    result = review(pod(*(container(name, limits=limits) for name, limits in asks.items())), nodes)
+    assert not result.allowed and result.reason == "MIGNoProfile", result.message
+    assert "would need" not in result.message, result.message
+    assert f"MIG pools this pod cannot use: {blocker}.{advice}" in result.message, result.message
+
+
 @pytest.mark.parametrize("per_node", [1, 2])
 def test_a_whole_gpu_beside_fractions_on_a_single_strategy_pool_is_no_count_of_devices(per_node: int) -> None:
     """There every nvidia.com/gpu is a MIG device: the whole GPU would get a slice however many a node has, so the

@@ -1560,7 +1560,9 @@ def _too_few(
             continue
         barred = bool(req.whole) and option.strategy in SLICING
         trial = _trial(pod, pending, ask, option, plugin)
-        for cand in req.ctx.cluster.eligible(trial, resources={option.resource: Decimal(1)}, gpu_only=True):
+        # one device of the option, beside all else the pod asks (another container's whole GPU or named profile)
+        wanted = {**_gpu_only(requested_resources(trial)), option.resource: Decimal(1)}
+        for cand in req.ctx.cluster.eligible(trial, resources=wanted, gpu_only=True):
             budget.check()
             group = cand.group
             if id(group) in known or option.profile not in group.mig_profiles:
@@ -1569,6 +1571,8 @@ def _too_few(
             have = group.allocatable.get(option.resource, Decimal(0))
             if profile is None or have <= 0 or not _covers(ask, profile, coverage):
                 continue
+            if not barred and profile != _smallest_covering(req, group, ask):
+                continue  # the ask takes its smallest covering profile there: counted under that one alone
             if barred:
                 known.add(id(group))
                 full.append(Placement(group, profile, True))
