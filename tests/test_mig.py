@@ -2457,6 +2457,23 @@ def test_too_few_devices_on_a_node_counts_every_container_of_the_pod(
     ) in result.message, result.message
 
 
+def test_too_few_devices_is_said_once_a_pool() -> None:
+    """A pool whose nodes come in two shapes (one 3g.40gb a node; two beside a 1g.10gb the 0.1 takes) is one line,
+    with the larger count: it was said twice, 'would need 4' and 'would need 3' (a review of MIG)."""
+    nodes = [
+        mixed_node("n0", A100_80, {"3g.40gb": 1}, "a80", 81920),
+        mixed_node("n1", A100_80, {"3g.40gb": 2, "1g.10gb": 1}, "a80", 81920),
+    ]
+    asks = {"a": "0.5", "b": "0.5", "c": "0.5", "d": "0.1"}
+    result = review(pod(*(container(n, limits={GPU: v}) for n, v in asks.items())), nodes)
+    assert not result.allowed and result.reason == "MIGNoProfile", result.message
+    assert result.message.count("Pool a80 offers") == 1, result.message
+    assert (
+        " Pool a80 offers 3g.40gb, 1 a node, but with its other containers, this pod would need 4"
+        " nvidia.com/mig-3g.40gb on one node. Split the containers"
+    ) in result.message, result.message
+
+
 @pytest.mark.parametrize(
     ("offers", "asks", "blocker", "advice"),
     [

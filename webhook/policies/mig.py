@@ -1172,11 +1172,7 @@ def _refusal(
     short_groups = {id(g) for g, _ in short}
     if seen:
         tail = "" if unpinned else f" Eligible nodes offer: {_offered(seen, ask)}."
-        tail += "".join(
-            f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers, this pod would need"
-            f" {need} {resource} on one node."
-            for g, (profile, resource, have, need) in short[:3]
-        )
+        tail += _too_few_words(short)
     else:
         trial = _trial(pod, [*pending, ask], None, None, ctx.cluster.extended_resource_toleration)
         # Without its GPU request the trial lost the toleration ExtendedResourceToleration gave it: keep it.
@@ -1188,11 +1184,7 @@ def _refusal(
             if id(c.group) not in barred_groups | short_groups and not c.group.mig_profiles
         ]
         if short:
-            tail = "".join(
-                f" Pool {g.pool} offers {profile}, {have} a node, but with its other containers, this pod would need"
-                f" {need} {resource} on one node."
-                for g, (profile, resource, have, need) in short[:3]
-            )
+            tail = _too_few_words(short)
         elif gpus:
             tail = f" Eligible GPU nodes offer no MIG profiles: {_described(gpus)}."
             declare = _declare_layout(req, ask, [c.group for c in gpus])
@@ -1588,6 +1580,20 @@ def _too_few(
                 known.add(id(group))
                 out.append((group, (option.profile, option.resource, int(have), int(need))))
     return out, full
+
+
+def _too_few_words(short: Sequence[tuple[NodeGroup, tuple[str, str, int, int]]]) -> str:
+    """``_too_few``'s groups in words, one line a pool: of its groups, the one that needs the most (a pool of two
+    node shapes was said twice, with two counts: a review of MIG)."""
+    by_pool: dict[str, tuple[str, str, int, int]] = {}
+    for group, entry in short:
+        if group.pool not in by_pool or entry[3] > by_pool[group.pool][3]:
+            by_pool[group.pool] = entry
+    return "".join(
+        f" Pool {pool} offers {profile}, {have} a node, but with its other containers, this pod would need {need}"
+        f" {resource} on one node."
+        for pool, (profile, resource, have, need) in list(by_pool.items())[:3]
+    )
 
 
 def _smallest_covering(req: _Request, group: NodeGroup, ask: Ask) -> Profile | None:
