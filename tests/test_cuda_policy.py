@@ -1719,16 +1719,17 @@ def test_an_image_read_from_its_tag_runs_where_its_forward_compatibility_says(
         assert result.reason == "CUDAIncompatible"
 
 
-SPOT_ALONE = "cuda: only spot pools run its CUDA, steered there (it may be preempted): pool spot-new"
+ON_DEMAND_TOO = "cuda: for on-demand too, upgrade the driver of pool on-demand or use an image built for CUDA <= 12.2"
+SPOT_ALONE = ["cuda: only spot pools run its CUDA, steered there (it may be preempted): pool spot-new", ON_DEMAND_TOO]
 PREFERRED_ALONE = [
     "cuda: spot prefer, yet only spot pools run its CUDA: steered there alone (it may be preempted): pool spot-new",
-    "cuda: for on-demand too, upgrade the driver of pool on-demand or use an image built for CUDA <= 12.2",
+    ON_DEMAND_TOO,
 ]
 
 
 @pytest.mark.parametrize(
     ("mode", "said"),
-    [("tolerate", [SPOT_ALONE]), ("prefer", PREFERRED_ALONE), ("require", []), ("prefer-deployment", PREFERRED_ALONE)],
+    [("tolerate", SPOT_ALONE), ("prefer", PREFERRED_ALONE), ("require", []), ("prefer-deployment", PREFERRED_ALONE)],
 )
 def test_a_pod_steered_to_spot_pools_alone_is_told_it_may_be_preempted(mode: str, said: list[str]) -> None:
     """Only a spot pool's driver runs the pod's CUDA: the steering sends a pod that merely tolerates spot to

@@ -942,6 +942,7 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
         # a Kueue Job was steered to a spot pool, its only compatible one, without a word in kubectl)
         warning = f"cuda: only spot pools run its CUDA, steered there (it may be preempted): {plan.spot_only}"
         out.warn(clipped(warning, WARNING_LIMIT))
+        out.warn(_on_demand_too(plan.on_demand))
     steered = _added(plan.alternatives, held) if pod.is_template and plan.alternatives else None
     if pod.is_template and not steered:  # what ``forget`` kept, the manifest writing it too
         said = _said_steering(ctx.prior.get(POLICY, ""))
