@@ -1368,6 +1368,36 @@ def test_the_advice_to_target_a_pool_says_what_else_reaching_it_takes() -> None:
     ) in message, message
 
 
+def test_a_pod_bound_to_a_node_by_node_name_is_told_so_not_that_its_affinity_keeps_it_off() -> None:
+    """A pod whose spec.nodeName binds it to a GeForce node its CUDA does not run on was told to target the H100
+    pool "(its required node affinity keeps it off that pool too)": it has no affinity; nodeName binds it (a
+    review of the policies). Reaching that pool by its selector takes nodeName out, and so its taints too."""
+    rtx = gpu_node("rtx-a", "rtx", "550.120", product=RTX)
+    h100 = gpu_node("h100-a", "h100", "570.124.06", product=H100, taints=[SPOT_TAINT])
+    obj = pod(container(image=IMAGE_128))
+    obj["spec"]["nodeName"] = "rtx-a"
+    message = pipeline.validate(obj, context([rtx, h100])).message
+    assert (
+        f"target pool h100 (driver 570.124.06, CUDA 12.8) with nodeSelector {POOL_LABEL}: h100 and a toleration of "
+        "cloud.google.com/gke-spot=true:NoSchedule (or annotation gpu-admission.io/spot: tolerate) (the pod is bound "
+        "to node rtx-a by spec.nodeName: remove it, or set it to a node of that pool);"
+    ) in message, message
+    assert "Use an image built for CUDA <= 12.4" in message
+    assert "node affinity" not in message
+    # bound and kept off by its own affinity too: both are said
+    obj["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["rtx-a"]}]}
+                ]
+            }
+        }
+    }
+    message = pipeline.validate(obj, context([rtx, h100])).message
+    assert "set it to a node of that pool) (its required node affinity keeps it off that pool too)" in message, message
+
+
 @pytest.mark.parametrize("gfd", ["new", "old"])
 def test_a_pool_whose_nodes_run_two_drivers_is_steered_by_driver_label(gfd: str) -> None:
     # No CUDA runtime labels (an older GFD, or a node labeller of its own): the pool label selects both drivers'

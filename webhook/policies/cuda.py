@@ -1172,18 +1172,25 @@ def _left_out_products(requirements: tuple[Requirement, ...], ctx: Context) -> f
 
 def _reach(group: NodeGroup, selector: Mapping[str, str], a: Assessment, ctx: Context) -> str:
     """What else the pod needs to land on ``group`` once it selects it: tolerations of its taints (not of those
-    that say its nodes take no pod now, cordoned or not ready: what they say instead), or required node affinity
-    that lets it (spot: require keeps a pod off on-demand pools)."""
+    that say its nodes take no pod now, cordoned or not ready: what they say instead), no spec.nodeName that binds
+    it to another node, or required node affinity that lets it (spot: require keeps a pod off on-demand pools)."""
     if a.spec is None:
         return ""
-    trial = {**a.spec, "nodeSelector": dict(selector)}  # the advice: select that pool (instead of others)
+    # the advice: select that pool (instead of others) for the scheduler, with no spec.nodeName binding it to a node
+    # (nor skipping NoSchedule taints): a pod so bound had been told its required node affinity kept it off (a review)
+    trial = {k: v for k, v in a.spec.items() if k != "nodeName"} | {"nodeSelector": dict(selector)}
     taints, state = split_leaving(untolerated(group, trial, ctx.cluster.extended_resource_toleration))
     text = ""
+    bound = as_str(a.spec.get("nodeName"))
     if taints:
         shown = ", ".join(str(t) for t in taints[:3]) + (f" and {len(taints) - 3} more" if len(taints) > 3 else "")
         text = f" and a toleration of {shown}{spot.tolerate_hint(taints, ctx)}"
     if state:  # no toleration of a drain or a broken node: the pod waits for the pool (``split_leaving``)
         text += f" (its nodes are {state} now: the pod waits until one takes pods again)"
+    if bound and bound not in group.nodes:
+        text += (
+            f" (the pod is bound to node {bound[:80]} by spec.nodeName: remove it, or set it to a node of that pool)"
+        )
     if taints or state:
         trial["tolerations"] = [*as_list(a.spec.get("tolerations")), TOLERATES_ALL]  # affinity alone
     if not any(g is group for g in _eligible(trial, ctx, a.resources)):
