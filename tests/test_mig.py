@@ -31,7 +31,7 @@ from tests.mig_fixtures import (
     whole_node,
     workload,
 )
-from webhook import pipeline
+from webhook import cluster, pipeline
 from webhook.cluster import GKE_SHARING_LABEL
 from webhook.config import CudaSettings, PoolSettings
 from webhook.model import Outcome
@@ -1554,6 +1554,74 @@ def test_pools_without_mig_are_counted_by_their_nodes_and_the_rest_said():
         nodes[-1]["metadata"]["labels"]["example.com/rack"] = f"a{i}"
     result = review(frac("0.5"), nodes)
     assert result.message.count("a100 (3g.40gb; untolerated taint") == 1, result.message
+
+
+def _zoned_mig_pool() -> list[dict[str, Any]]:
+    """A tainted MIG pool over two zones and two racks, its first node in neither us-east-1a nor rack r2."""
+    taint = [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+    places = [("us-east-1b", "r1", {}), ("us-east-1a", "r2", {"example.com/opt": "v0"}), ("us-east-1b", "r2", {})]
+    return [
+        mixed_node(
+            f"a{i}",
+            A100_80,
+            {"3g.40gb": 2},
+            "a100",
+            81920,
+            extra_labels={"topology.kubernetes.io/zone": zone, "example.com/rack": rack, **extra},
+            taints=taint,
+        )
+        for i, (zone, rack, extra) in enumerate(places)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("obj", "kept_off"),
+    [
+        pytest.param(
+            pod(container(limits={GPU: "0.5"}), nodeSelector={"topology.kubernetes.io/zone": "us-east-1a"}),
+            "untolerated taint dedicated=ml:NoSchedule)",
+            id="a-node-in-the-zone",
+        ),
+        pytest.param(
+            pod(container(limits={GPU: "0.5"}), nodeSelector={"topology.kubernetes.io/zone": "us-west-2a"}),
+            "untolerated taint dedicated=ml:NoSchedule; its nodeSelector topology.kubernetes.io/zone: us-west-2a)",
+            id="no-node-in-the-zone",
+        ),
+        pytest.param(
+            pod(
+                container(limits={GPU: "0.5"}),
+                nodeSelector={"topology.kubernetes.io/zone": "us-east-1a", "example.com/rack": "r1"},
+            ),
+            "untolerated taint dedicated=ml:NoSchedule; its nodeSelector example.com/rack: r1)",
+            id="no-node-in-both-the-nearest-named",
+        ),
+        pytest.param(
+            pod(
+                container(limits={GPU: "0.5"}),
+                container("sidecar", limits={GPU: "1"}),
+                nodeSelector={"example.com/opt": "v0"},
+            ),
+            "untolerated taint dedicated=ml:NoSchedule; container sidecar (nvidia.com/gpu 1) asks whole GPUs, none"
+            " offered there)",
+            id="whole-gpus-not-the-selector",
+        ),
+    ],
+)
+def test_a_mig_pool_out_of_reach_is_told_the_same_where_labels_are_read_node_by_node(
+    obj: dict[str, Any], kept_off: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past MANY_GROUPS a zone or a rack is volatile, out of the group's labels and read node by node: the refusal
+    named 'its nodeSelector topology.kubernetes.io/zone: us-east-1a' of a pool with nodes there, and a pool whose
+    whole GPUs kept the pod off as kept off by its nodeSelector (a review of the groups at scale). The pool is told
+    what keeps the pod off its nearest node, as where each node is a group of its own."""
+    monkeypatch.setattr(cluster, "MANY_GROUPS", 1)
+    volatile = context(_zoned_mig_pool()).cluster
+    assert {"topology.kubernetes.io/zone", "example.com/rack"} <= volatile.volatile_labels
+    refused = review(obj, _zoned_mig_pool())
+    monkeypatch.setattr(cluster, "MANY_GROUPS", 10_000)  # a group of each node
+    grouped = review(obj, _zoned_mig_pool())
+    assert not refused.allowed and refused.message == grouped.message
+    assert f"MIG pools this pod cannot use: a100 (3g.40gb; {kept_off}." in refused.message, refused.message
 
 
 def test_the_profiles_offered_are_listed_within_bounds_and_the_advice_stays():

@@ -1301,13 +1301,18 @@ def _refusal(
 
 
 def _each_pool(groups: Sequence[NodeGroup], why: Callable[[NodeGroup], str]) -> str:
-    """'a100 (3g.40gb; why), b (...) and 5 more': the first 3 pools by name, each once (by its first group: where
-    each node is a group of its own, a pool was named once a node), the rest counted."""
-    first: dict[str, NodeGroup] = {}
-    for g in sorted(groups, key=lambda g: g.pool):
-        first.setdefault(g.pool, g)
-    shown = [f"{g.pool} ({', '.join(sorted(g.mig_profiles))}; {why(g)})" for g in list(first.values())[:3]]
-    return ", ".join(shown) + (f" and {len(first) - 3} more" if len(first) > 3 else "")
+    """'a100 (3g.40gb; why), b (...) and 5 more': the first 3 pools by name, each once (where each node is a group of
+    its own, a pool was named once a node), by its nearest group (the fewest words of why: its first group's was
+    told, a pool with nodes in the zone the pod selects told its zone where its first node was elsewhere; a review
+    of the groups at scale), the rest counted."""
+    by_pool: dict[str, list[NodeGroup]] = {}
+    for g in groups:
+        by_pool.setdefault(g.pool, []).append(g)
+    shown = []
+    for pool, members in sorted(by_pool.items())[:3]:
+        reason, g = min(((why(g), g) for g in members), key=lambda told: (len(told[0]), told[0]))
+        shown.append(f"{pool} ({', '.join(sorted(g.mig_profiles))}; {reason})")
+    return ", ".join(shown) + (f" and {len(by_pool) - 3} more" if len(by_pool) > 3 else "")
 
 
 LISTED_POOLS = 4
@@ -1496,7 +1501,7 @@ def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
     spec = device_spec(pod.spec)
     taints, state = split_leaving(untolerated(group, spec, ctx.cluster.extended_resource_toleration))
     selector = as_dict(pod.spec.get("nodeSelector"))
-    keys = sorted(k for k, v in selector.items() if group.labels.get(k) != v)
+    unmatched = _unmatched(group, selector, ctx.cluster.volatile_labels)
     devices = _unoffered(group, pod)
     parts = []
     if taints:
@@ -1504,8 +1509,8 @@ def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
         parts.append(f"untolerated taint{'s' if len(taints) > 1 else ''} {', '.join(map(str, taints[:3]))}{hint}")
     if state:  # not a taint to tolerate: a drain, a broken node (``split_leaving``)
         parts.append(f"its nodes are {state} now")
-    if keys:
-        parts.append(f"its nodeSelector {', '.join(f'{k}: {selector[k]}' for k in keys[:3])}")
+    if unmatched:
+        parts.append(f"its nodeSelector {unmatched}")
     if devices:
         parts.append(f"its other containers' {', '.join(devices[:3])}, not offered there")
     if whole and group.mig_strategy in SLICING:
@@ -1517,6 +1522,31 @@ def _kept_off(group: NodeGroup, pod: PodView, req: _Request) -> str:
     elif not parts and spot.kept_off_by_never(req.spot_mode, _placement_rules(pod), [group], ctx):
         parts.append(spot.KEPT_OFF_BY_NEVER)  # a spot pool: "its node affinity" named rules the user did not write
     return "; ".join(parts) or "its node affinity"
+
+
+def _unmatched(group: NodeGroup, selector: Mapping[str, str], volatile: frozenset[str]) -> str:
+    """The nodeSelector pairs the group's nodes do not match, in words ('k: v, ...'; '' where one matches them all).
+    A volatile key (``ClusterView.volatile_labels``: a zone, a rack, in a big cluster) is no label of the group but
+    each node's own (``group.node_labels``): the pairs its nearest node misses (the fewest words), as where each node
+    is a group of its own. It was named of every group, none of whose labels has it: a pool with nodes in the zone
+    was told 'its nodeSelector topology.kubernetes.io/zone: us-east-1a' (a review of the groups at scale). A pool
+    declared at zero is judged on its labels, as ``eligible`` judges it. Work: the group's nodes, where the selector
+    names a volatile key."""
+
+    def words(keys: Iterable[str]) -> str:
+        return ", ".join(f"{k}: {selector[k]}" for k in sorted(keys)[:3])
+
+    shared = [k for k, v in selector.items() if k not in volatile and group.labels.get(k) != v]
+    own = [(k, v) for k, v in selector.items() if k in volatile]
+    if not own or not group.nodes:
+        return words([*shared, *(k for k, v in own if group.labels.get(k) != v)])
+    nearest: str | None = None
+    for labels in group.node_labels.values():
+        budget.check()
+        text = words([*shared, *(k for k, v in own if labels.get(k) != v)])
+        if nearest is None or (len(text), text) < (len(nearest), nearest):
+            nearest = text
+    return nearest or ""
 
 
 def _kept_off_by_spot(groups: Sequence[NodeGroup], pod: PodView, req: _Request) -> bool:
