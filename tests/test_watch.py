@@ -1480,6 +1480,26 @@ def test_a_load_given_up_on_is_the_next_loads_of_the_same_files(stamp: str | Non
     assert in_time(lambda: 7, stamp="as read") == 7  # taken once at most
 
 
+def test_a_load_begun_and_not_waited_on_is_the_next_loads() -> None:
+    """Once a load outlasted its time, the next is begun and not waited on: its answer was thrown away, though a
+    token, and the plugin run once more (found by a review). It is kept for the next load of the same files as the
+    answer of one given up on is."""
+
+    def failing_late() -> Any:
+        time.sleep(0.4)
+        return _credentials(None)  # a plugin that failed past its time (kubelogin, nobody at the browser)
+
+    in_time = watch.InTime("a loader", timeout=0.2)
+    with pytest.raises(watch.CredentialsHung):
+        in_time(failing_late, stamp="as read")
+    time.sleep(0.4)  # it returned, past its time, without credentials: the next is not waited on
+    begun = _credentials("begun")
+    with pytest.raises(watch.CredentialsHung, match="not waited on until it returns in time"):
+        in_time(lambda: begun, stamp="as read")
+    time.sleep(0.1)  # it answered
+    assert in_time(lambda: _credentials("fresh"), stamp="as read") is begun
+
+
 def test_an_exec_plugin_that_hangs_at_a_token_refresh_of_a_live_client_is_said(
     api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

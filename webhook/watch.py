@@ -861,7 +861,9 @@ class InTime:
         self._slow = False
         """A wait gave up on a call, and no call has returned in time since: calls are not waited on."""
         self._late: Future[Any] | None = None
-        """The call a wait gave up on last, until the next call takes its answer (``_kept``) or is begun."""
+        """The call a wait gave up on last, or begun and not waited on (``_slow``), until the next call takes its
+        answer (``_kept``) or is begun: thrown away, the answer of one begun so had the plugin run again (found by a
+        review)."""
 
     def __call__(self, call: Callable[[], T], join: bool = True, stamp: object = None) -> T:
         """``call``'s result in time. ``join`` False: a call made while another runs in its time fails at once
@@ -883,6 +885,7 @@ class InTime:
                 self._late = None
                 self._hand(call, future)
                 if self._slow:  # begun, its result unwaited: if it returns in time, the next call is waited on
+                    self._late = future  # and its answer is the next load's, as one given up on is
                     raise self._hung()
             elif self._slow or time.monotonic() - held[0] >= self.timeout:
                 raise self._hung()
