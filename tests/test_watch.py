@@ -1228,6 +1228,21 @@ def _rewrite(kubeconfig: Path, token: str, server: str | None = None) -> None:
     fresh.rename(kubeconfig)
 
 
+def test_a_kubeconfig_rewritten_with_its_inode_mtime_and_size_kept_is_told_apart(tmp_path: Path) -> None:
+    """The files' stamp was their inode, mtime and size: a kubeconfig rewritten in place to as long a server's
+    address, its mtime kept (``cp -p``; ext4 reuses an inode freed by a rename over it too), was the same files, the
+    rewrite unseen and a load given up on before it taken for theirs (found by a review). Their bytes are stamped."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("server: https://10.0.0.1")
+    before = os.stat(kubeconfig)
+    stamps, files = watch.file_stamps((str(kubeconfig),)), watch.Rewritten((str(kubeconfig),))
+    kubeconfig.write_text("server: https://10.0.0.2")
+    os.utime(kubeconfig, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(kubeconfig)
+    assert (after.st_ino, after.st_mtime_ns, after.st_size) == (before.st_ino, before.st_mtime_ns, before.st_size)
+    assert watch.file_stamps((str(kubeconfig),)) != stamps and files.changed()
+
+
 def test_a_kubeconfig_rewritten_to_a_user_refused_everything_is_not_said_to_be_refused_the_watch_alone(
     api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

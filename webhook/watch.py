@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 import errno
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -197,26 +198,35 @@ class Backoff:
 
 FILES_CHECK_S = 1.0
 """How often at most the node watch (``LiveCluster._look_at_files``) and the Events relay (``ApiSink._fresh``) look
-whether their kubeconfig was rewritten: a stat of each file."""
+whether their kubeconfig was rewritten: a stat and a hash of each file (``file_stamps``)."""
 
 
-def file_stamps(paths: tuple[str, ...]) -> tuple[tuple[int, int, int] | None, ...]:
-    """Each file's inode, mtime and size (None: missing): whether it was rewritten since (``Rewritten``), and which
-    kubeconfig a load read (``InTime``'s ``stamp``)."""
-    found: list[tuple[int, int, int] | None] = []
+FileStamp = tuple[int, int, int, bytes]
+"""A file's inode, mtime, size and a hash of its bytes (``file_stamps``)."""
+
+
+def file_stamps(paths: tuple[str, ...]) -> tuple[FileStamp | None, ...]:
+    """Each file's inode, mtime, size and a hash of its bytes (None: missing or unreadable): whether it was rewritten
+    since (``Rewritten``), and which kubeconfig a load read (``InTime``'s ``stamp``). Inode, mtime and size alone
+    were the same for other contents (rewritten in place as long, its mtime kept: ``cp -p``; ext4 reuses an inode
+    freed by a rename over it): the rewrite unseen, and a load given up on before it taken for its (found by a
+    review). A kubeconfig is a few KiB: read and hashed once per ``FILES_CHECK_S`` at most, off the request path."""
+    found: list[FileStamp | None] = []
     for path in paths:
         try:
-            stat = os.stat(os.path.expanduser(path))
+            with open(os.path.expanduser(path), "rb") as file:
+                stat = os.fstat(file.fileno())
+                digest = hashlib.blake2b(file.read(), digest_size=16).digest()
         except OSError:
             found.append(None)
         else:
-            found.append((stat.st_ino, stat.st_mtime_ns, stat.st_size))
+            found.append((stat.st_ino, stat.st_mtime_ns, stat.st_size, digest))
     return tuple(found)
 
 
 class Rewritten:
     """Whether the files that credentials are read from (a kubeconfig's) were rewritten on disk (a Secret's mount,
-    k3s) since ``read``: each one's inode, mtime and size (None: missing), looked at once per ``every`` seconds at
+    k3s) since ``read``: each one's stamp (``file_stamps``; None: missing), looked at once per ``every`` seconds at
     most. The node watch and the Events relay make their API client anew where they were."""
 
     def __init__(self, paths: tuple[str, ...], every: float = 0.0) -> None:
@@ -226,7 +236,7 @@ class Rewritten:
         self._stamps = self._stat()
         self._checked = time.monotonic()
 
-    def _stat(self) -> tuple[tuple[int, int, int] | None, ...]:
+    def _stat(self) -> tuple[FileStamp | None, ...]:
         return file_stamps(self.paths)
 
     def read(self) -> None:
@@ -796,10 +806,11 @@ class LiveCluster:
         self._synced.set()
 
     def _look_at_files(self) -> None:
-        """While a watch is open, whether ``credentials_files`` were rewritten (once a second at most: a stat of each):
-        the watch is ended, and the watch loop makes its client anew from them. A watch brings nothing for minutes on
-        a quiet cluster, and the files were looked at only between watches: a kubeconfig rewritten to another server
-        left the view with the old server's nodes, watched, until its watch ended (found by a review)."""
+        """While a watch is open, whether ``credentials_files`` were rewritten (once a second at most: a stat and a
+        hash of each): the watch is ended, and the watch loop makes its client anew from them. A watch brings nothing
+        for minutes on a quiet cluster, and the files were looked at only between watches: a kubeconfig rewritten to
+        another server left the view with the old server's nodes, watched, until its watch ended (found by a
+        review)."""
         if self._watching and self._files.changed():
             self._rewritten.set()  # before the interrupt: a watch opened meanwhile sees it (``_watch``)
             self._interrupt()
