@@ -424,6 +424,9 @@ class ApiSink:
         """(namespace, name) -> (count, resourceVersion) of the Events this sink created or whose count it raised."""
         self._told_no_get = False
         """Whether the log said that a read of a count (a GET) was refused (``_read``)."""
+        self._log = LogSink()
+        """Where an Event goes whose credentials cannot be had in time (``send``)."""
+        self._hangs = _OnceAWhile()
 
     def _use(self, api_client: Any) -> None:
         configuration = api_client.configuration
@@ -545,6 +548,26 @@ class ApiSink:
             attempt += 1
 
     def send(self, body: JSON) -> None:
+        """The Event created or its count raised (``_create_or_raise``); where its credentials cannot be had in time
+        (``watch.CredentialsHung``: the exec plugin hangs at a token refresh, or is not waited on since one hung), to
+        the log, as while the relay awaits credentials (``AwaitingCredentials``), said at most once per FULL_TELL_S:
+        it failed, lost, and the relay never went back to logging (found by a review)."""
+        from webhook.watch import CredentialsHung
+
+        self._fresh()
+        try:
+            self._create_or_raise(body)
+        except CredentialsHung as err:
+            self._to_log(body, err)
+
+    def _to_log(self, body: JSON, err: Exception) -> None:
+        self._log.send(body)
+        count = self._hangs.count("hung")
+        if count is not None:
+            more = f" ({count} Events so since the last such line)" if count > 1 else ""
+            log.warning("events: %s: the Event goes to the log instead%s", err, more)
+
+    def _create_or_raise(self, body: JSON) -> None:
         """Create the Event; or, where it is there (its name is the report's, ``event_name``: the same report about
         the same object made before, by this relay or another replica's), raise its ``count`` by the body's (1, or the
         repeats the relay read at once: ``Sender.deliver_all``), set its ``lastTimestamp`` to the body's and its
@@ -567,7 +590,6 @@ class ApiSink:
         applied again, its N too high (a review's; left, and said in docs/observability.md)."""
         from kubernetes.client.exceptions import ApiException
 
-        self._fresh()
         meta = as_dict(body.get("metadata"))
         where = {"namespace": as_str(meta.get("namespace")), "name": as_str(meta.get("name"))}
         key = (where["namespace"], where["name"])

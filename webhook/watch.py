@@ -25,6 +25,7 @@ Node objects stay plain dicts (``_preload_content=False``): no round trip throug
 
 from __future__ import annotations
 
+import datetime
 import enum
 import errno
 import functools
@@ -831,6 +832,10 @@ class LiveCluster:
 INTIME_IDLE_S = 60.0
 """How long ``InTime``'s helper thread waits for a call before it ends."""
 
+KEPT_S = 300.0
+"""How long after it came at most the answer of a load given up on is the next load's (``InTime._kept``): older
+credentials are loaded anew (a token revoked meanwhile, a plugin's cache refreshed)."""
+
 
 class InTime:
     """Calls that load an API client's credentials (``call()``), each in a helper thread (one for all: ``_hand``) and
@@ -871,6 +876,8 @@ class InTime:
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         self._slow = False
         """A wait gave up on a call, and no call has returned in time since: calls are not waited on."""
+        self._returned = 0.0
+        """When the last call returned (``time.monotonic``): the age of ``_late``'s answer."""
         self._late: Future[Any] | None = None
         """The call a wait gave up on last, or begun and not waited on (``_slow``), until the next call takes its
         answer (``_kept``) or is begun: thrown away, the answer of one begun so had the plugin run again (found by a
@@ -912,16 +919,16 @@ class InTime:
 
     def _kept(self, stamp: object) -> Future[Any] | None:
         """The load given up on last, taken by this one (``stamp``): it returned at last with an answer (``_answered``:
-        a plugin that failed past its time gives none), and read the files as they are (a kubeconfig rewritten
-        meanwhile, to another server, is loaded anew); under ``_lock``. Its token expired meanwhile is refreshed
-        by its configuration's hook at its first request, in time (``_InTimeRefresh``), before it is sent."""
+        a plugin that failed past its time gives none, nor one whose token the client refreshes at once), ``KEPT_S``
+        ago at most, and read the files as they are (a kubeconfig rewritten meanwhile, to another server, is loaded
+        anew); under ``_lock``."""
         held = self._held
         if stamp is None or held is None or held[1] is not self._late or held[2] != stamp or not held[1].done():
             return None
         self._late = None  # taken once: the next load runs the plugin
         if held[1].exception() is not None or not _answered(held[1].result()):
             return None
-        return held[1]
+        return held[1] if time.monotonic() - self._returned <= KEPT_S else None
 
     def _hung(self) -> CredentialsHung:
         """That the call hangs, in the same words when a wait gives up on it and at each call while it runs: said
@@ -957,7 +964,8 @@ class InTime:
                 result, error = call(), None
             except BaseException as err:
                 result, error = None, err
-            if time.monotonic() - began <= self.timeout or (error is None and _answered(result)):
+            self._returned = time.monotonic()
+            if self._returned - began <= self.timeout or (error is None and _answered(result)):
                 self._slow = False  # it returns in time again, or answered at last: the next call is waited on
             if error is None:
                 future.set_result(result)
@@ -980,9 +988,32 @@ def _answered(result: Any) -> bool:
     """Whether a call of ``InTime`` gave credentials: a load's API client or configuration holds a token or a client
     certificate, a refresh (``_InTimeRefresh._refresh``) returns its configuration where it got a new token. The
     kubernetes client logs a plugin that failed and loads on without its credentials (a refresh keeps the expired
-    token): a run that failed past its time (kubelogin, nobody at the browser) returns as one that answered."""
+    token): a run that failed past its time (kubelogin, nobody at the browser) returns as one that answered. A token
+    the client refreshes before its next request (``_refreshed_at_once``) is none: taken as one, a late answer's
+    token valid 60 s was kept, and each request ran the plugin, slower than its time at each run, and failed, the
+    relay's Events with it; and the next load was waited on, the relay held up at every other Event (found by a
+    review)."""
     cfg = getattr(result, "configuration", result)
-    return bool(getattr(cfg, "api_key", None) or getattr(cfg, "cert_file", None))
+    return bool(getattr(cfg, "api_key", None) or getattr(cfg, "cert_file", None)) and not _refreshed_at_once(cfg)
+
+
+def _refreshed_at_once(cfg: Any) -> bool:
+    """Whether the kubernetes client refreshes the token of a client configuration before its next request:
+    its expiry, which the kubeconfig's loader keeps (its refresh hook is a closure over it), is within the client's
+    margin (``EXPIRY_SKEW_PREVENTION_DELAY``, 5 minutes). No expiry (a token that does not expire, a client
+    certificate): False."""
+    from kubernetes.config.kube_config import EXPIRY_SKEW_PREVENTION_DELAY
+
+    hook = getattr(cfg, "refresh_api_key_hook", None)
+    hook = hook.hook if isinstance(hook, _InTimeRefresh) else hook
+    for cell in getattr(hook, "__closure__", None) or ():
+        try:
+            expiry = vars(cell.cell_contents).get("expiry")
+        except (TypeError, ValueError):  # an empty cell, or what holds no attributes
+            continue
+        if isinstance(expiry, datetime.datetime):
+            return expiry - EXPIRY_SKEW_PREVENTION_DELAY <= datetime.datetime.now(datetime.UTC)
+    return False
 
 
 class _InTimeRefresh:
