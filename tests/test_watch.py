@@ -1218,10 +1218,12 @@ def test_a_kubeconfig_rewritten_to_a_user_the_rbac_lets_is_read_again(
         live.stop()
 
 
-def _rewrite(kubeconfig: Path, token: str, server: str | None = None) -> None:
-    """The kubeconfig rewritten as a Secret's mount is: a new file renamed over it."""
+def _rewrite(kubeconfig: Path, token: str | None, server: str | None = None) -> None:
+    """The kubeconfig rewritten as a Secret's mount is: a new file renamed over it (its user's ``token``, its
+    ``server``, where given)."""
     config = json.loads(kubeconfig.read_text())
-    config["users"][0]["user"]["token"] = token
+    if token is not None:
+        config["users"][0]["user"]["token"] = token
     if server is not None:
         config["clusters"][0]["cluster"]["server"] = server
     fresh = kubeconfig.with_name(kubeconfig.name + ".new")
@@ -1279,16 +1281,18 @@ def test_a_kubeconfig_rewritten_to_a_user_refused_everything_is_not_said_to_be_r
 
 
 @contextlib.contextmanager
-def _two_servers(api: KubeAPI, tmp_path: Path, watch_timeout: int) -> Iterator[tuple[LiveCluster, Path, KubeAPI]]:
+def _two_servers(
+    api: KubeAPI, tmp_path: Path, watch_timeout: int, backoff: float = 0.5
+) -> Iterator[tuple[LiveCluster, Path, KubeAPI]]:
     """A started node watch over ``api`` (node a) by a kubeconfig, and another API server (node b) to rewrite it to:
-    (the watch, its kubeconfig, the other server); both stopped after."""
+    (the watch, its kubeconfig, the other server); both stopped after. ``backoff``: its first pause after an error."""
     kubeconfig = Path(api.kubeconfig(str(tmp_path / "kubeconfig")))
     api.put("v1", "nodes", node("a"))
     other = KubeAPI().start()
     other.put("v1", "nodes", node("b"))
     live = live_cluster_from_environment(Settings(), {"KUBECONFIG": str(kubeconfig)})
     assert live is not None
-    live.resync_seconds, live.watch_timeout_seconds = 300, watch_timeout
+    live.resync_seconds, live.watch_timeout_seconds, live.backoff_initial = 300, watch_timeout, backoff
     try:
         live.start()
         yield live, kubeconfig, other
@@ -1309,6 +1313,24 @@ def test_a_kubeconfig_rewritten_to_another_server_is_listed_there_before_it_is_w
         wait_for(lambda: names(live) == {"b"}, "the other server's nodes")
         asked = [path for _, path in other.requests if "/nodes" in path]
         assert "watch=" not in asked[0], asked
+
+
+def test_a_client_made_anew_after_an_error_from_a_kubeconfig_rewritten_to_another_server_lists_there(
+    api: KubeAPI, tmp_path: Path
+) -> None:
+    """A client dropped for an error (a 401) and made anew from a kubeconfig rewritten meanwhile to another server
+    watched that one from the old server's resourceVersion, unlisted: the view kept the old server's nodes under the
+    new one's name (found by a review). A new client of another server lists there first, as a reload does."""
+    with _two_servers(api, tmp_path, watch_timeout=300, backoff=2.0) as (live, kubeconfig, other):
+        wait_for(lambda: names(live) == {"a"} and live._watching, "the first server's nodes, watched")
+        api.fail_next(1, 401)
+        api.drop_watches()
+        wait_for(lambda: "HTTP 401" in (live.problem() or ""), "the refused watch, its client dropped")
+        _rewrite(kubeconfig, "test-token", server=other.url)  # while the watch waits to retry, with no client
+        wait_for(lambda: any("/nodes" in path for _, path in other.requests), "the other server asked")
+        asked = [path for _, path in other.requests if "/nodes" in path]
+        assert "watch=" not in asked[0], asked
+        wait_for(lambda: names(live) == {"b"}, "the other server's nodes")
 
 
 def test_a_kubeconfig_rewritten_to_another_server_while_its_watch_is_open_is_followed_at_once(
@@ -1371,6 +1393,30 @@ def test_a_kubeconfig_rewritten_so_it_cannot_be_loaded_keeps_the_watch_that_work
         wait_for(lambda: live.lists > lists, "the nodes listed again with the kubeconfig mended")
     finally:
         live.stop()
+
+
+def test_a_kubeconfig_rewritten_while_its_plugin_hangs_says_the_watch_fails_with_it(
+    api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A kubeconfig rewritten while its exec plugin hangs cannot be loaded, and was said to leave the watch going on
+    with the credentials loaded before; the client there refreshes its token in the time of the same plugin, and
+    failed at once (found by a review). Said as it is: the watch fails with it."""
+    live, kubeconfig, hang = _exec_watch(api, tmp_path, monkeypatch, caplog, CREDENTIAL)
+    other = KubeAPI().start()
+    try:
+        live.start()
+        wait_for(lambda: names(live) == {"a"} and live._watching, "the nodes, watched")
+        hang.touch()
+        _rewrite(kubeconfig, None, server=other.url)
+        wait_for(lambda: "cannot be loaded" in caplog.text, "the kubeconfig said unloadable")
+        (warning,) = [r.getMessage() for r in caplog.records if "cannot be loaded" in r.getMessage()]
+        assert "goes on with the credentials loaded before" not in warning
+        assert "the node watch fails with it: the credentials loaded before are refreshed by the same plugin" in warning
+        wait_for(lambda: "has not returned in 1s" in (live.problem() or ""), "the watch failing with it, as said")
+    finally:
+        hang.unlink(missing_ok=True)
+        live.stop()
+        other.stop()
 
 
 def test_a_kubeconfig_whose_tls_material_cannot_be_read_at_start_is_said_and_loaded_again_until_mended(

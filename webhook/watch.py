@@ -325,6 +325,8 @@ class LiveCluster:
         """When the next periodic relist is due (``resync_seconds`` after the last list; sooner after one failed)."""
         self._generation = 0
         self._published = -1
+        self._made: tuple[object, str] | None = None
+        """The server and the credentials' loader (``loader``'s key) of the client last made (``_new_client``)."""
         self._in_times: dict[str, InTime] = {}
         """Loads of the client's credentials, each waited on ``credentials_timeout`` seconds at most: one ``InTime``
         per loader (``loader``'s key). One for the watch's life, named by the plugin seen at start, refused each load
@@ -430,6 +432,7 @@ class LiveCluster:
         backoff = Backoff(self.backoff_initial, self.backoff_max)
         client: Any = None
         need_list = True
+        unproven = False  # credentials other than those the nodes were listed with: listed again at once
         listed = _Listed.NO
         gone_streak = 0
         while not self._stop.is_set():
@@ -445,11 +448,17 @@ class LiveCluster:
                     fresh = self._reloaded()
                     if fresh is not None:
                         _close(client)
-                        client = fresh
-                        need_list, listed = True, _Listed.NO
-                        self._forbidden, self._watch_refused = None, False
+                        client, unproven = fresh, True
                 if client is None:
+                    # one made anew after an error, from a kubeconfig rewritten meanwhile to another server (or
+                    # user), watched the new server from the old one's resourceVersion, unlisted: the view kept the
+                    # old server's nodes under the new one's name (found by a review)
+                    made = self._made
                     client = self._new_client()
+                    unproven = self._made != made
+                if unproven:
+                    need_list, listed, unproven = True, _Listed.NO, False
+                    self._forbidden, self._watch_refused = None, False
                 from kubernetes import client as k8s
 
                 core = k8s.CoreV1Api(client)
@@ -574,11 +583,13 @@ class LiveCluster:
         and loaded again in the same time at each refresh (``_InTimeRefresh``)."""
         self._rewritten.clear()
         self._files.read()
-        in_time = InTime.of(self._in_times, self.loader(), self.credentials_timeout, self._stop)
+        loader = self.loader()
+        in_time = InTime.of(self._in_times, loader, self.credentials_timeout, self._stop)
         client = in_time(self.factory, stamp=file_stamps(self.credentials_files))
         _InTimeRefresh.install(getattr(client, "configuration", None), in_time)
         self.credentials = in_time.what
         host = getattr(getattr(client, "configuration", None), "host", None)
+        self._made = (host, loader[1])
         named = kubeconfig_server(host, self.credentials_files) if isinstance(host, str) else self.description
         if self.credentials_files and named != self.description:
             # a kubeconfig rewritten to another server: the log, /readyz and the view's source named the old one
@@ -590,18 +601,31 @@ class LiveCluster:
     def _reloaded(self) -> Any | None:
         """A new client from the rewritten ``credentials_files``; None where they cannot be loaded (half-written in
         place, a typo): said at WARNING, the client there is and its watch kept, and loaded again at their next
-        change. The client was closed before the new one was made, and the watch that worked ended within a second,
+        change (where the same exec plugin hangs, the client there fails too, its token refreshed by that plugin:
+        said so). The client was closed before the new one was made, and the watch that worked ended within a second,
         the nodes then not listed at each retry, the view frozen (found by a review)."""
         try:
             return self._new_client()
         except Exception as err:
             if self._stop.is_set():
                 raise
+            if isinstance(err, CredentialsHung) and self._made is not None and self.loader()[1] == self._made[1]:
+                # the client there refreshes its token in the time of the same plugin: it fails at once too (it was
+                # said to go on: found by a review)
+                then = (
+                    "the node watch fails with it: the credentials loaded before are refreshed by the same plugin,"
+                    " before each request; it is loaded again at each retry, and the watch resumes once the plugin"
+                    " answers"
+                )
+            else:
+                then = (
+                    "the node watch goes on with the credentials loaded before, and it is loaded again once rewritten"
+                )
             log.warning(
-                "cluster: the kubeconfig %s, rewritten, cannot be loaded (%s): the node watch goes on with the"
-                " credentials loaded before, and it is loaded again once rewritten",
+                "cluster: the kubeconfig %s, rewritten, cannot be loaded (%s): %s",
                 os.pathsep.join(self.credentials_files),
                 brief(err),
+                then,
             )
             return None
 
