@@ -2062,6 +2062,40 @@ def test_kubeconfig_rewrites_while_its_plugin_hangs_run_it_once_on_the_api(
         hang.unlink()
 
 
+def test_a_kubeconfig_rewritten_to_another_server_while_its_plugin_hangs_is_followed_once_it_answers(
+    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The relay sending to the API loads its kubeconfig rewritten to another server; the plugin hung, and its Events
+    went on to the old server for good: loaded again only at the next rewrite or a refusal (found by a review). A
+    reload that hung is tried again at the next Event, which takes its answer once it came: the Events go to the new
+    server, the plugin run no more."""
+    kubeconfig, hang = exec_kubeconfig(kubeapi, tmp_path, CREDENTIAL)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(watch, "FILES_CHECK_S", 0.0)
+    subject = subject_of(stored_pod())
+    other = KubeAPI().start()
+    try:
+        sink = events.api_sink_from_environment()
+        assert sink.name == "api"
+        hang.touch()
+        config = json.loads(kubeconfig.read_text())
+        config["clusters"][0]["cluster"]["server"] = other.url
+        kubeconfig.write_text(json.dumps(config))
+        sink.send(event_body(subject, "default", "held", CHECKED, "i"))  # the reload hangs: to the old server
+        sink.send(event_body(subject, "default", "hung", CHECKED, "i"))  # tried again, still hung: at once
+        hang.unlink()
+        time.sleep(0.3)  # it answered
+        sink.send(event_body(subject, "default", "after", CHECKED, "i"))
+        assert [e["involvedObject"]["name"] for e in other.list("v1", "events", "default")] == ["after"]
+        assert sorted(e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")) == ["held", "hung"]
+        assert len((tmp_path / "runs").read_text().splitlines()) == 2  # at start, and the one that hung
+    finally:
+        hang.unlink(missing_ok=True)
+        other.stop()
+
+
 def test_an_exec_plugin_slower_than_its_timeout_at_each_run_holds_up_the_relay_once(
     kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -404,6 +404,7 @@ class ApiSink:
         backoff: float = 0.2,
         remake: Callable[[], Any | None] | None = None,
         files: Rewritten | None = None,
+        loads: CredentialLoads | None = None,
     ) -> None:
         self.timeout, self.attempts, self.backoff = timeout, attempts, backoff
         self._use(api_client)
@@ -412,6 +413,13 @@ class ApiSink:
         API server refused its credentials (a 401, or a 403 to system:anonymous: ``_fresh``); None: the client given
         is kept."""
         self.files = files
+        self.loads = loads
+        """What ``remake``'s loads share: whether the last hung (``CredentialLoads.hung``)."""
+        self._again_at: float | None = None
+        """Where a load hung (an exec plugin), when the next Event loads again (once per ``watch.FILES_CHECK_S`` at
+        most); None: not. Loaded again only at the next rewrite or refusal, a kubeconfig rewritten to another server
+        while its plugin hung left the Events going to the old one for good (found by a review); loaded again, the
+        answer the plugin gave at last is taken (``watch.InTime``), and one still hung fails at once."""
         self._refused: str | None = None
         """Why the API server refused the credentials (a 401, a 403 to ``system:anonymous``), where they are to be
         loaded again at the next Event (``_fresh``); None: not."""
@@ -442,20 +450,27 @@ class ApiSink:
         (``api_client_from_environment`` says why). The loads run one at a time (``_reloading``): a slow one (an exec
         plugin) begun first installed its older credentials over those of a newer rewrite loaded meanwhile, kept until
         the next rewrite (found by a review). A thread that did not see the change does not wait on a load: it sends
-        with the client there is."""
+        with the client there is. A load that hung is tried again at the next Event (``_again_at``)."""
+        from webhook.watch import FILES_CHECK_S
+
         if self.remake is None or self.files is None:
             return
         refused, self._refused = self._refused, None
-        if refused is None and not self.files.changed():
+        again = self._again_at is not None and time.monotonic() >= self._again_at
+        if again:
+            self._again_at = None  # taken by this thread (as ``_refused`` is)
+        if refused is None and not again and not self.files.changed():
             return
         with self._reloading:
             if refused is not None:
                 log.info("events: the API server refused the credentials (%s); loading them again", refused)
-            else:
+            elif not again:  # a load that hung, tried again, is said once (``CredentialLoads``)
                 log.info("events: %s changed; loading the credentials again", ", ".join(self.files.paths))
             client = self.remake()  # reads the files as they are now: the last load begun reads the newest
             if client is not None:
                 self._use(client)
+            elif self.loads is not None and self.loads.hung:
+                self._again_at = time.monotonic() + FILES_CHECK_S
 
     def _here(self, server: _Server) -> _Direct | None:
         """This thread's connection to ``server`` (its ``direct``, apart); None for the client's own path. One to the
@@ -1287,6 +1302,9 @@ class CredentialLoads:
     def __init__(self) -> None:
         self.in_times: dict[str, InTime] = {}
         self.said: str | None = None
+        self.hung = False
+        """The last load failed for an exec plugin that hangs (``CredentialsHung``): ``ApiSink`` loads again at its
+        next Event."""
 
     def say(self, level: int, message: str) -> None:
         """``message`` logged at ``level``, unless it is the one said last."""
@@ -1326,6 +1344,7 @@ def api_client_from_environment(again: bool = False, loads: CredentialLoads | No
             configuration = load_kubeconfig(kubeconfig, loads.in_times)
         check_tls(configuration)
     except Exception as err:
+        loads.hung = isinstance(err, CredentialsHung)
         # a hung plugin names its command, TLS material its file: said whole
         why = str(err) if isinstance(err, (CredentialsHung, http1.UnreadableTLS)) else str(err)[:200]
         if again:  # after a rewrite or a refusal (``ApiSink._fresh`` says which); once in a row (found by a review)
@@ -1345,6 +1364,7 @@ def api_client_from_environment(again: bool = False, loads: CredentialLoads | No
     # load balancer from dropping them unseen, and finds one that died before an Event waits on it
     configuration.socket_options = http1.keepalive_options()
     loads.said = None  # loaded: a failure that comes back later is said again (it was not: found by a review)
+    loads.hung = False
     return client.ApiClient(configuration)
 
 
@@ -1360,7 +1380,7 @@ def _api_sink(loads: CredentialLoads) -> ApiSink | None:
     if api_client is None:
         return None
     remake = functools.partial(api_client_from_environment, again=True, loads=loads)
-    return ApiSink(api_client, remake=remake, files=files)
+    return ApiSink(api_client, remake=remake, files=files, loads=loads)
 
 
 class AwaitingCredentials:
