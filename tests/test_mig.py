@@ -512,6 +512,19 @@ def test_a_whole_gpu_that_may_land_on_a_pool_of_mig_slices_is_told(slices, profi
     assert mixed.allowed and _whole_on_slices(mixed) == ([], [])
 
 
+@pytest.mark.parametrize("key", ["eks.amazonaws.com/nodegroup", "karpenter.sh/nodepool"])
+def test_a_whole_gpu_beside_mig_slices_is_told_the_label_of_a_whole_gpu_pool_at_zero(key: str) -> None:
+    """Found by a review: where the whole-GPU pool was an EKS nodegroup or a Karpenter NodePool at zero, the Event
+    said to select nvidia.com/gpu.product, a GFD label that the node its autoscaler plans lacks: the pod that
+    followed it stayed Pending. Its pool's label is named, as for every other pin."""
+    slices = single_node("s", A100_40, "1g.5gb", 56, "a100mig", 4864)
+    slices["metadata"]["labels"][key] = "a100mig"
+    h100 = PoolSettings(name="h100", node_selector={key: "h100"}, gpu_product=H100, gpu_memory_mib=81559, gpu_count=8)
+    result = review(pod(container("main", limits={GPU: "1"})), [slices], settings([h100]))
+    (_,), (said,) = _whole_on_slices(result)
+    assert f"(nodeSelector {key}: h100)" in said, said
+
+
 def test_gke_partition_size_selector():
     nodes = [
         gke_node("g0", "nvidia-tesla-a100", "1g.5gb", 7, "mig-small"),
