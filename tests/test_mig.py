@@ -525,6 +525,17 @@ def test_a_whole_gpu_beside_mig_slices_is_told_the_label_of_a_whole_gpu_pool_at_
     assert f"(nodeSelector {key}: h100)" in said, said
 
 
+def test_a_whole_gpu_beside_slices_of_the_same_model_is_told_to_select_the_pool() -> None:
+    """Found by a review: beside a partitioned GKE A100 pool, a pool of whole A100s is told apart by its pool alone,
+    yet the warning said 'select the whole-GPU model', which the slices share."""
+    whole = gke_node("gw", "nvidia-tesla-a100", "", 8, "a100whole")
+    del whole["metadata"]["labels"]["cloud.google.com/gke-gpu-partition-size"]
+    slices = gke_node("g", "nvidia-tesla-a100", "1g.5gb", 7, "a100mig")
+    (warned,), (said,) = _whole_on_slices(review(pod(container("main", limits={GPU: "1"})), [slices, whole]))
+    assert warned.endswith(": select the whole-GPU pool or model, or ask a fraction") and len(warned) < 120, warned
+    assert "(nodeSelector cloud.google.com/gke-nodepool: a100whole)" in said, said
+
+
 def test_gke_partition_size_selector():
     nodes = [
         gke_node("g0", "nvidia-tesla-a100", "1g.5gb", 7, "mig-small"),

@@ -2343,7 +2343,7 @@ def _warn_whole_on_slices(pod: PodView, ctx: Context, out: Outcome, prior: Mappi
     first = whole[0].rpartition(" (")[0].removeprefix("init ").removeprefix("container ")  # 'init container b (..)'
     who = first if len(whole) == 1 else f"{first} and {len(whole) - 1} more"
     head = f"mig: {who}: {GPU_RESOURCE} is MIG {', '.join(profiles[:2])}{'…' if len(profiles) > 2 else ''} on "
-    out.warn(_pool_warning(head, slices, ": select the whole-GPU model or ask a fraction", first))
+    out.warn(_pool_warning(head, slices, ": select the whole-GPU pool or model, or ask a fraction", first))
     pin = _pin(gpus, slices, _pin_keys(ctx), ctx.cluster.presets.pool_steered)
     if pin is None:
         select = f"a nodeSelector or node affinity on a label of {_pools(gpus)} alone"
