@@ -501,6 +501,7 @@ def test_a_whole_gpu_that_may_land_on_a_pool_of_mig_slices_is_told(slices, profi
     (warned,), (said,) = _whole_on_slices(review(workload("Deployment", template), [slices, whole]))
     assert warned.startswith(f"mig: i and 1 more: {GPU} is MIG {profile} on pool a100mig: ")
     assert said.startswith("init container i (nvidia.com/gpu 1), container main (nvidia.com/gpu 2) ask for whole")
+    assert "there each gets one such slice per GPU it asks, not whole GPUs" in said, said
     # the pod that selects the whole GPUs, or a cluster of MIG slices alone: nothing to say
     obj["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": H100}
     assert _whole_on_slices(review(obj, [slices, whole])) == ([], [])
@@ -522,7 +523,7 @@ def test_a_whole_gpu_beside_mig_slices_is_told_the_label_of_a_whole_gpu_pool_at_
     h100 = PoolSettings(name="h100", node_selector={key: "h100"}, gpu_product=H100, gpu_memory_mib=81559, gpu_count=8)
     result = review(pod(container("main", limits={GPU: "1"})), [slices], settings([h100]))
     (_,), (said,) = _whole_on_slices(result)
-    assert f"(nodeSelector {key}: h100)" in said, said
+    assert f"use nodeSelector {key}: h100;" in said, said
 
 
 def test_a_whole_gpu_beside_slices_of_the_same_model_is_told_to_select_the_pool() -> None:
@@ -533,7 +534,22 @@ def test_a_whole_gpu_beside_slices_of_the_same_model_is_told_to_select_the_pool(
     slices = gke_node("g", "nvidia-tesla-a100", "1g.5gb", 7, "a100mig")
     (warned,), (said,) = _whole_on_slices(review(pod(container("main", limits={GPU: "1"})), [slices, whole]))
     assert warned.endswith(": select the whole-GPU pool or model, or ask a fraction") and len(warned) < 120, warned
-    assert "(nodeSelector cloud.google.com/gke-nodepool: a100whole)" in said, said
+    assert "use nodeSelector cloud.google.com/gke-nodepool: a100whole;" in said, said
+
+
+def test_a_whole_gpu_beside_slices_is_told_what_each_pool_gives_and_how_many_slices() -> None:
+    """Found by a review: a time-sliced pool was said to give whole GPUs, and nvidia.com/gpu: 8 was told it gets
+    'that slice' on the MIG pool, where it gets 8 of them."""
+    slices = single_node("s", A100_40, "1g.5gb", 56, "a100mig", 4864)
+    shared = whole_node("ts", H100, 8, "h100ts", sharing="time-slicing")
+    (_,), (said,) = _whole_on_slices(review(pod(container("main", limits={GPU: "8"})), [slices, shared]))
+    assert "pool h100ts, where each nvidia.com/gpu is a share of a GPU (time-slicing), and on pool a100mig" in said
+    assert "whole GPUs, and on" not in said and "there it gets 8 such slices, not 8 whole GPUs" in said, said
+    assert f"To keep it off the MIG slices, use nodeSelector nvidia.com/gpu.product: {H100};" in said
+    whole = whole_node("w", H100, 8, "h100")
+    (_,), (said,) = _whole_on_slices(review(pod(container("main", limits={GPU: "1"})), [slices, shared, whole]))
+    assert "pool h100, which gives whole GPUs, pool h100ts, where each nvidia.com/gpu is a share of a GPU" in said
+    assert "there it gets one such slice, not a whole GPU" in said, said
 
 
 def test_gke_partition_size_selector():

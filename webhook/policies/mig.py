@@ -2340,7 +2340,8 @@ def _warn_whole_on_slices(pod: PodView, ctx: Context, out: Outcome, prior: Mappi
     if not slices or not gpus:
         return
     profiles = sorted({_slice_of(g) for g in slices})
-    first = whole[0].rpartition(" (")[0].removeprefix("init ").removeprefix("container ")  # 'init container b (..)'
+    named_first, _, amount = whole[0].removesuffix(")").rpartition(f" ({GPU_RESOURCE} ")  # 'container b (.. 2)'
+    first = named_first.removeprefix("init ").removeprefix("container ")
     who = first if len(whole) == 1 else f"{first} and {len(whole) - 1} more"
     head = f"mig: {who}: {GPU_RESOURCE} is MIG {', '.join(profiles[:2])}{'…' if len(profiles) > 2 else ''} on "
     out.warn(_pool_warning(head, slices, ": select the whole-GPU pool or model, or ask a fraction", first))
@@ -2356,14 +2357,26 @@ def _warn_whole_on_slices(pod: PodView, ctx: Context, out: Outcome, prior: Mappi
         by_pool.setdefault(g.pool, set()).add(_slice_of(g))
     shown = "; ".join(f"pool {p} (MIG {', '.join(sorted(s))})" for p, s in sorted(by_pool.items())[:3])
     more = f" and {len(by_pool) - 3} more" if len(by_pool) > 3 else ""
+    gives: list[str] = []
+    if owned := [g for g in gpus if g.sharing == "none"]:  # time-sliced or MPS replicas are no whole GPUs
+        gives.append(f"{_pools(owned)}, which {'gives' if len({g.pool for g in owned}) == 1 else 'give'} whole GPUs")
+    if shared := [g for g in gpus if g.sharing != "none"]:
+        ways = ", ".join(sorted({g.sharing for g in shared}))
+        gives.append(f"{_pools(shared)}, where each {GPU_RESOURCE} is a share of a GPU ({ways})")
+    count = int(parse_quantity(amount))  # a whole number (``_whole_gpus``), written 2 or 2000m
+    if len(whole) > 1:
+        gets = "each gets one such slice per GPU it asks, not whole GPUs"
+    elif count == 1:
+        gets = "it gets one such slice, not a whole GPU"
+    else:
+        gets = f"it gets {count} such slices, not {count} whole GPUs"
     out.event(
         WHOLE_ON_SLICES,
         f"{', '.join(whole[:3])}{' and more' if len(whole) > 3 else ''} {'asks' if len(whole) == 1 else 'ask'} for"
-        f" whole GPUs, and the pod can land on"
-        f" {_pools(gpus)}, which {'gives' if len({g.pool for g in gpus}) == 1 else 'give'} whole GPUs, and on"
-        f" {shown}{more}, where every {GPU_RESOURCE} is a MIG device: there it gets that slice, not a whole GPU, as"
-        f" the scheduler places it. To get a whole GPU, select it ({select}); to get a slice on purpose, ask for a"
-        f" fraction ({GPU_RESOURCE}: 0.5) or a memory size ({GPU_MEMORY_RESOURCE}).",
+        f" whole GPUs, and the pod can land on {', '.join(gives)}, and on {shown}{more}, where every {GPU_RESOURCE}"
+        f" is a MIG device: there {gets}, as the scheduler places it. To keep it off the MIG slices, use {select};"
+        f" to get a slice on purpose, ask for a fraction ({GPU_RESOURCE}: 0.5) or a memory size"
+        f" ({GPU_MEMORY_RESOURCE}).",
         "Warning",
     )
     out.reasons.append(WHOLE_ON_SLICES)
