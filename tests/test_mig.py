@@ -1710,6 +1710,23 @@ def test_a_declared_pool_without_mig_is_told_to_declare_its_layout(product, said
         assert result.message.endswith(" or add MIG-partitioned nodes (or declare their pool)."), result.message
 
 
+def test_a_declared_pool_whose_model_has_no_profile_for_the_ask_is_not_told_to_declare_its_layout() -> None:
+    """Found by a review: gpu-memory 100Gi on a declared A100-80GB pool, which no MIG profile of it holds, was told to
+    set migStrategy and migProfiles on it; where one of two models has such a profile, that model's pool alone."""
+    a100 = PoolSettings(name="a100", node_selector={POOL: "a100"}, gpu_product=A100_80, gpu_memory_mib=81920)
+    result = review(pod(container("main", limits={MEM: "100Gi"})), [], settings([a100]))
+    assert not result.allowed and result.reason == "MIGNoProfile"
+    assert "migStrategy" not in result.message
+    assert result.message.endswith(" or add MIG-partitioned nodes (or declare their pool)."), result.message
+    a100_40 = replace(a100, name="a100-40", node_selector={POOL: "a100-40"}, gpu_product=A100_40, gpu_memory_mib=40960)
+    h100 = replace(a100, name="h100", node_selector={POOL: "h100"}, gpu_product=H100, gpu_memory_mib=81559)
+    result = review(pod(container("main", limits={MEM: "50Gi"})), [], settings([a100_40, h100]))
+    assert (
+        "where the GPUs of pool h100 (NVIDIA-H100-80GB-HBM3, which support MIG) are MIG-partitioned" in result.message
+    )
+    assert "a100-40" not in result.message.partition("Ask for")[2], result.message
+
+
 def test_the_same_refusal_of_several_containers_is_one_paragraph_naming_them_all() -> None:
     """Four containers refused alike read as four paragraphs that differed only in the name: one names them all,
     where the first was, and a refusal said of one alone stays whole, in its place."""

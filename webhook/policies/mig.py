@@ -1344,8 +1344,9 @@ def _described(candidates: Sequence[Candidate]) -> str:
 
 def _declare_layout(req: _Request, ask: Ask, groups: Sequence[NodeGroup]) -> str:
     """The advice for the pools declared in settings, at zero, without MIG (no ``migStrategy``) among ``groups``:
-    where their GPU model supports MIG (or is not declared), to set ``migStrategy`` and ``migProfiles`` on them,
-    with the profile of their model that covers ``ask``; '' where none is such a pool. install.md's pool a100 was
+    where their GPU model has a MIG profile that covers ``ask`` (or is not declared), to set ``migStrategy`` and
+    ``migProfiles`` on them, naming that profile; '' where none is such a pool (a model without MIG, or whose profiles
+    all hold less: gpu-memory 100Gi on an A100-80GB was told to set them, a review's). install.md's pool a100 was
     told to 'add MIG-partitioned nodes (or declare their pool)', a pool it had declared (a review of MIG)."""
     table, coverage = load_table(), req.ctx.settings.mig.coverage
     unknown: list[NodeGroup] = []
@@ -1357,19 +1358,19 @@ def _declare_layout(req: _Request, ask: Ask, groups: Sequence[NodeGroup]) -> str
         accelerator = g.labels.get(GKE_ACCELERATOR_LABEL, "")
         if not g.gpu_product and not accelerator:
             unknown.append(g)
-        elif model := table.model_for(g.gpu_product, accelerator, g.gpu_memory_mib):
+        elif (model := table.model_for(g.gpu_product, accelerator, g.gpu_memory_mib)) and (
+            fits := [p for p in model.profiles.values() if _covers(ask, p, coverage)]
+        ):
             capable.setdefault(_product(g), []).append(g)
-            if fits := [p for p in model.profiles.values() if _covers(ask, p, coverage)]:
-                covering.add(min(fits, key=lambda p: (p.gb, p.slices)).name)
+            covering.add(min(fits, key=lambda p: (p.gb, p.slices)).name)
     keys = "set migStrategy (mixed, single or gke) and migProfiles on"
     if capable:
         pools = [g for gs in capable.values() for g in gs]
         models = ", ".join(sorted(capable)[:2])
-        holds = f" ({' or '.join(sorted(covering))} covers it)" if covering else ""
         one = len({g.pool for g in pools}) == 1
         return (
             f"where the GPUs of {_pools(pools)} ({models}, which support MIG) are MIG-partitioned, {keys}"
-            f" {'it' if one else 'them'} in cluster.pools{holds}."
+            f" {'it' if one else 'them'} in cluster.pools ({' or '.join(sorted(covering))} covers it)."
         )
     if unknown:
         one = len({g.pool for g in unknown}) == 1
