@@ -1727,6 +1727,27 @@ def test_a_declared_pool_whose_model_has_no_profile_for_the_ask_is_not_told_to_d
     assert "a100-40" not in result.message.partition("Ask for")[2], result.message
 
 
+@pytest.mark.parametrize(
+    ("product", "said"),
+    [
+        pytest.param(
+            "", "if the GPUs of pool a100 are MIG-partitioned, set migStrategy (mixed or single)", id="unknown"
+        ),
+        pytest.param(
+            A100_80, "are MIG-partitioned, set migStrategy (mixed or single) and migProfiles on it", id="a100"
+        ),
+    ],
+)
+def test_a_declared_pool_off_gke_is_not_told_the_gke_strategy(product: str, said: str) -> None:
+    """Found by a review: an EKS nodegroup declared without MIG was told 'set migStrategy (mixed, single or gke)':
+    gke (GKE's partition-size label) is named for GKE's pools alone."""
+    eks = {"eks.amazonaws.com/nodegroup": "a100"}
+    pool = PoolSettings(name="a100", node_selector=eks, driver_version="550.54.15", gpu_product=product)
+    result = review(frac("0.5"), [], settings([pool]))
+    assert not result.allowed and said in result.message, result.message
+    assert "gke" not in result.message
+
+
 def test_the_same_refusal_of_several_containers_is_one_paragraph_naming_them_all() -> None:
     """Four containers refused alike read as four paragraphs that differed only in the name: one names them all,
     where the first was, and a refusal said of one alone stays whole, in its place."""

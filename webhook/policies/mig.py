@@ -1363,21 +1363,30 @@ def _declare_layout(req: _Request, ask: Ask, groups: Sequence[NodeGroup]) -> str
         ):
             capable.setdefault(_product(g), []).append(g)
             covering.add(min(fits, key=lambda p: (p.gb, p.slices)).name)
-    keys = "set migStrategy (mixed, single or gke) and migProfiles on"
     if capable:
         pools = [g for gs in capable.values() for g in gs]
         models = ", ".join(sorted(capable)[:2])
         one = len({g.pool for g in pools}) == 1
         return (
-            f"where the GPUs of {_pools(pools)} ({models}, which support MIG) are MIG-partitioned, {keys}"
-            f" {'it' if one else 'them'} in cluster.pools ({' or '.join(sorted(covering))} covers it)."
+            f"where the GPUs of {_pools(pools)} ({models}, which support MIG) are MIG-partitioned, set migStrategy"
+            f" {_strategies(req.ctx, pools)} and migProfiles on {'it' if one else 'them'} in cluster.pools"
+            f" ({' or '.join(sorted(covering))} covers it)."
         )
     if unknown:
         one = len({g.pool for g in unknown}) == 1
         return (
-            f"if the GPUs of {_pools(unknown)} are MIG-partitioned, {keys} {'it' if one else 'them'} in cluster.pools."
+            f"if the GPUs of {_pools(unknown)} are MIG-partitioned, set migStrategy {_strategies(req.ctx, unknown)}"
+            f" and migProfiles on {'it' if one else 'them'} in cluster.pools."
         )
     return ""
+
+
+def _strategies(ctx: Context, groups: Iterable[NodeGroup]) -> str:
+    """The MIG strategies the declared pools ``groups`` can be given, in words: gke (GKE's partition-size label)
+    only where one of them is a GKE pool (GKE's accelerator label, or a label of GKE's presets, names it); mixed and
+    single anywhere, GKE's pools run by the GPU Operator too. An EKS nodegroup was told gke (a review of MIG)."""
+    gke = any(GKE_ACCELERATOR_LABEL in g.labels or "gke" in ctx.cluster.presets.named_by(g.labels) for g in groups)
+    return "(mixed, single or gke)" if gke else "(mixed or single)"
 
 
 def _whole_gpu_covers(req: _Request, pod: PodView, pending: Sequence[Ask], ask: Ask) -> bool:
