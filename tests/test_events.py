@@ -2260,3 +2260,30 @@ def test_a_token_refresh_that_answered_past_its_time_loses_no_event_after_it(
     posted = sorted(e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default"))
     assert posted == [f"after-{n}" for n in range(4)]
     assert len((tmp_path / "runs").read_text().splitlines()) == 2  # t2 valid: each refresh after, waited on, runs none
+
+
+def test_a_repeat_whose_token_refresh_hangs_goes_to_the_log_as_a_new_event_does(
+    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An Event whose token refresh hangs goes to the log (``ApiSink.send``); a repeat, its count raised by a PATCH
+    (or read by a GET), had the hang wrapped as a count not raised (``NotRaised``) on its way: said so, failed, in
+    neither the API nor the log (found by a review)."""
+    kubeconfig, hang = exec_kubeconfig(kubeapi, tmp_path, EXPIRED)  # its token refreshed before each request
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 0.3)
+    sink = events.api_sink_from_environment()
+    assert isinstance(sink, events.ApiSink)
+    sender, subject = events.Sender(sink), subject_of(stored_pod())
+    sender.deliver_all([event_body(subject, "default", "trainer", CHECKED, "i")])
+    assert (sender.sent, sender.failed) == (1, 0)
+    hang.touch()
+    try:
+        with caplog.at_level(logging.INFO):
+            sender.deliver_all([event_body(subject, "default", "trainer", CHECKED, "i")])  # the same report again
+    finally:
+        hang.unlink()
+    assert (sender.sent, sender.failed) == (2, 0)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("the Event goes to the log instead" in m for m in said), said
+    assert not any("cannot raise the count" in m for m in said), said
