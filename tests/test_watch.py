@@ -1597,6 +1597,32 @@ def test_a_load_begun_and_not_waited_on_is_the_next_loads() -> None:
     assert in_time(lambda: _credentials("fresh"), stamp="as read") is begun
 
 
+def test_a_late_answer_whose_reading_raises_leaves_the_loads_after_it_working(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a late answer gave credentials is read in the kubernetes client's internals
+    (``_refreshed_at_once``): had that raised (a later client's naive expiry against an aware now), the worker thread
+    ended there, its call never answered, and each later load failed as hung, for good and unsaid (found by a
+    review). It is then no answer."""
+
+    def raising(cfg: Any) -> bool:
+        raise TypeError("can't compare offset-naive and offset-aware datetimes")
+
+    monkeypatch.setattr(watch, "_refreshed_at_once", raising)
+
+    def late() -> Any:
+        time.sleep(0.4)
+        return _credentials("late")
+
+    in_time = watch.InTime("a loader", timeout=0.2)
+    with pytest.raises(watch.CredentialsHung):
+        in_time(late, stamp="as read")
+    time.sleep(0.4)  # it returned past its time; what it gave could not be read: not waited on once, as no answer
+    with pytest.raises(watch.CredentialsHung, match="not waited on until it returns in time"):
+        in_time(lambda: _credentials("begun"), stamp="other")
+    time.sleep(0.1)  # that one returned in time: the next is waited on and answered
+    fresh = _credentials("fresh")
+    assert in_time(lambda: fresh, stamp="other") is fresh
+
+
 def test_an_exec_plugin_that_hangs_at_a_token_refresh_of_a_live_client_is_said(
     api: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -1016,9 +1016,14 @@ def _answered(result: Any) -> bool:
     the client refreshes before its next request (``_refreshed_at_once``) is none: taken as one, a late answer's
     token valid 60 s was kept, and each request ran the plugin, slower than its time at each run, and failed, the
     relay's Events with it; and the next load was waited on, the relay held up at every other Event (found by a
-    review)."""
+    review). Where reading the client's internals raises (a later client's naive expiry against an aware now), no
+    answer: raised in ``InTime``'s worker, it ended the thread, its call never answered, and each later load and
+    refresh of the plugin failed as hung, for good and unsaid (found by a review)."""
     cfg = getattr(result, "configuration", result)
-    return bool(getattr(cfg, "api_key", None) or getattr(cfg, "cert_file", None)) and not _refreshed_at_once(cfg)
+    try:
+        return bool(getattr(cfg, "api_key", None) or getattr(cfg, "cert_file", None)) and not _refreshed_at_once(cfg)
+    except Exception:  # whatever the client's internals hold
+        return False
 
 
 def _refreshed_at_once(cfg: Any) -> bool:
