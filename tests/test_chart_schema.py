@@ -403,8 +403,9 @@ def test_extra_env_gives_the_server_every_setting_but_those_the_chart_renders_fr
     """A setting given by a GPU_ADMISSION_ variable of extraEnv reaches the server and the config check, never the
     chart: GPU_ADMISSION_SPOT__DEFAULT=tolerate spot-tolerated the GPU pods alone, the matchConditions (widened by
     config.spot.default only) sending no CPU pod to the webhook (found by a review). Each setting whose change
-    changes the render (a refusal included) is refused as a variable, and so is each section that holds one; every
-    other setting and section renders as a variable."""
+    changes the render (a refusal included) is refused as a variable, and so is each section that holds one and each
+    entry of a map below one (GPU_ADMISSION_SPOT__NAMESPACE_DEFAULTS__team-a: no test failed where the chart let it
+    through, a review's); every other setting and section renders as a variable."""
     defaults, schema = settings_module.Settings(), config_schema()
     base: dict[str, Any] = {"cuda": {"registry": {"enabled": True}}}
     unchanged = _rendered_from(tmp_path, base)
@@ -420,14 +421,15 @@ def test_extra_env_gives_the_server_every_setting_but_those_the_chart_renders_fr
         assert "the specifications of the schema" not in rendered, (leaf, rendered)  # the chart is asked
         if rendered != unchanged:
             read.add(leaf)
-    for path in {leaf[:end] for leaf in _settings_leaves() for end in range(1, len(leaf) + 1)}:
+    below = {(*leaf, "team-a") for leaf in read}  # an entry of a map: GPU_ADMISSION_SPOT__NAMESPACE_DEFAULTS__team-a
+    for path in {leaf[:end] for leaf in _settings_leaves() for end in range(1, len(leaf) + 1)} | below:
         variable = ("--set", f"extraEnv[0].name={_variable(path)}", "--set", "extraEnv[0].value=x")
         if f"extraEnv: {_variable(path)} sets a setting the chart renders from" in _rendered_from(
             tmp_path, base, *variable
         ):
             refused.add(path)
     assert ("spot", "default") in read
-    holding = {leaf[:end] for leaf in read for end in range(1, len(leaf) + 1)}
+    holding = {leaf[:end] for leaf in read for end in range(1, len(leaf) + 1)} | below
     assert refused == holding, (sorted(refused - holding), sorted(holding - refused))
     named = re.findall(r"\b[a-z]+(?:\.[A-Za-z]+)+\b", _values_comment("extraEnv"))
     assert sorted(named) == sorted(".".join(map(_camel, leaf)) for leaf in read), "values.yaml's extraEnv comment"
