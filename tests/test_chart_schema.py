@@ -378,12 +378,12 @@ def _other_than(schema: dict[str, Any], current: Any) -> Any:
     return "example"
 
 
-def _rendered_from(tmp_path: Path, config: dict[str, Any], *args: str) -> str:
+def _rendered_from(tmp_path: Path, config: dict[str, Any], *args: str, network_policy: bool = True) -> str:
     """What the chart renders from ``config`` but the settings themselves (the settings ConfigMaps' file and the
-    checksum of it that rolls the pods), with the NetworkPolicy and the registry reader on, so that each setting they
-    read shows; or the render's refusal."""
+    checksum of it that rolls the pods), with the registry reader on and the NetworkPolicy as asked, so that each
+    setting they read shows; or the render's refusal."""
     path = tmp_path / "values.yaml"
-    path.write_text(yaml.safe_dump({"networkPolicy": {"enabled": True}, "config": config}))
+    path.write_text(yaml.safe_dump({"networkPolicy": {"enabled": network_policy}, "config": config}))
     proc = helm("template", "r", str(CHART), "-n", "gpu-admission", "-f", str(path), *args, check=False)
     if proc.returncode:
         return proc.stderr
@@ -399,17 +399,11 @@ def _variable(path: tuple[str, ...]) -> str:
     return "GPU_ADMISSION_" + "__".join(part.upper() for part in path)
 
 
-def test_extra_env_gives_the_server_every_setting_but_those_the_chart_renders_from(tmp_path):
-    """A setting given by a GPU_ADMISSION_ variable of extraEnv reaches the server and the config check, never the
-    chart: GPU_ADMISSION_SPOT__DEFAULT=tolerate spot-tolerated the GPU pods alone, the matchConditions (widened by
-    config.spot.default only) sending no CPU pod to the webhook (found by a review). Each setting whose change
-    changes the render (a refusal included) is refused as a variable, and so is each section that holds one and each
-    entry of a map below one (GPU_ADMISSION_SPOT__NAMESPACE_DEFAULTS__team-a: no test failed where the chart let it
-    through, a review's); every other setting and section renders as a variable."""
+def _read_by_the_chart(tmp_path: Path, base: dict[str, Any], network_policy: bool) -> set[tuple[str, ...]]:
+    """The settings whose change (to a value the values schema takes) changes the render, a refusal included."""
     defaults, schema = settings_module.Settings(), config_schema()
-    base: dict[str, Any] = {"cuda": {"registry": {"enabled": True}}}
-    unchanged = _rendered_from(tmp_path, base)
-    read, refused = set(), set()
+    unchanged = _rendered_from(tmp_path, base, network_policy=network_policy)
+    read = set()
     for leaf in _settings_leaves():
         config = copy.deepcopy(base)
         *sections, name = [_camel(part) for part in leaf]
@@ -417,21 +411,35 @@ def test_extra_env_gives_the_server_every_setting_but_those_the_chart_renders_fr
         current = section.get(name, functools.reduce(getattr, leaf, defaults))
         part = functools.reduce(lambda node, key: node["properties"][key], [*sections, name], schema)
         section[name] = _other_than(part, current)
-        rendered = _rendered_from(tmp_path, config)
+        rendered = _rendered_from(tmp_path, config, network_policy=network_policy)
         assert "the specifications of the schema" not in rendered, (leaf, rendered)  # the chart is asked
         if rendered != unchanged:
             read.add(leaf)
-    below = {(*leaf, "team-a") for leaf in read}  # an entry of a map: GPU_ADMISSION_SPOT__NAMESPACE_DEFAULTS__team-a
+    return read
+
+
+@pytest.mark.parametrize("network_policy", [True, False], ids=["network-policy", "no-network-policy"])
+def test_extra_env_gives_the_server_every_setting_but_those_the_chart_renders_from(tmp_path, network_policy):
+    """A setting given by a GPU_ADMISSION_ variable of extraEnv reaches the server and the config check, never the
+    chart: GPU_ADMISSION_SPOT__DEFAULT=tolerate spot-tolerated the GPU pods alone, the matchConditions (widened by
+    config.spot.default only) sending no CPU pod to the webhook (found by a review). Each setting whose change
+    changes the render (a refusal included) is refused as a variable, and so is each section that holds one and each
+    entry of a map below one; every other setting and section renders as a variable. The registry's settings the
+    NetworkPolicy alone reads were refused without one, failing upgrades they changed nothing in (a review's)."""
+    base: dict[str, Any] = {"cuda": {"registry": {"enabled": True}}}
+    read = _read_by_the_chart(tmp_path, base, network_policy)
+    below = {(*leaf, "team-a") for leaf in read}  # GPU_ADMISSION_SPOT__NAMESPACE_DEFAULTS__team-a: an entry of a map
+    refused = set()
     for path in {leaf[:end] for leaf in _settings_leaves() for end in range(1, len(leaf) + 1)} | below:
         variable = ("--set", f"extraEnv[0].name={_variable(path)}", "--set", "extraEnv[0].value=x")
-        if f"extraEnv: {_variable(path)} sets a setting the chart renders from" in _rendered_from(
-            tmp_path, base, *variable
-        ):
+        if f"extraEnv: {_variable(path)} " in _rendered_from(tmp_path, base, *variable, network_policy=network_policy):
             refused.add(path)
-    assert ("spot", "default") in read
+    assert ("spot", "default") in read and ("cuda", "registry", "ca_file") in read
+    assert (("cuda", "registry", "ecr") in read) == network_policy
     holding = {leaf[:end] for leaf in read for end in range(1, len(leaf) + 1)} | below
     assert refused == holding, (sorted(refused - holding), sorted(holding - refused))
-    named = re.findall(r"\b[a-z]+(?:\.[A-Za-z]+)+\b", _values_comment("extraEnv"))
+    always, _, with_network_policy = _values_comment("extraEnv").partition("where networkPolicy.enabled")
+    named = re.findall(r"\b[a-z]+(?:\.[A-Za-z]+)+\b", always + with_network_policy if network_policy else always)
     assert sorted(named) == sorted(".".join(map(_camel, leaf)) for leaf in read), "values.yaml's extraEnv comment"
 
 

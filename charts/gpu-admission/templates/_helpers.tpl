@@ -221,7 +221,9 @@ holds one: the server and the config check would take it, the chart would not (G
 spot-tolerated the GPU pods alone: the matchConditions, widened by config.spot.default only, never sent a CPU pod;
 found by a review). Honouring them would mean reading each variable's YAML as the server does, and one given by
 valueFrom cannot be read at render at all: they are given in config. A variable's path is compared as the server
-reads it (webhook/config.py): split at "__", in any case, "_" within a name left out (namespaceDefaults).
+reads it (webhook/config.py): split at "__", in any case, "_" within a name left out (namespaceDefaults). The
+registry's settings the NetworkPolicy alone reads are refused only where it is rendered: elsewhere they change nothing
+the chart renders, and refusing them failed upgrades (a review's).
 */}}
 {{- define "gpu-admission.checkExtraEnv" -}}
 {{- $read := dict
@@ -230,12 +232,13 @@ reads it (webhook/config.py): split at "__", in any case, "_" within a name left
   "spot.ownerdefaults" (list "config.spot.ownerDefaults" "which pods are sent to the webhooks")
   "exemptions.namespaces" (list "config.exemptions.namespaces" "which namespaces the webhooks leave out")
   "exemptions.allowoptoutlabel" (list "config.exemptions.allowOptOutLabel" "the webhooks' objectSelector")
-  "cuda.registry.enabled" (list "config.cuda.registry.enabled" "the NetworkPolicy's egress to registries")
-  "cuda.registry.registries" (list "config.cuda.registry.registries" "the NetworkPolicy's egress to registries")
-  "cuda.registry.plainhttp" (list "config.cuda.registry.plainHttp" "the NetworkPolicy's egress to registries")
-  "cuda.registry.ecr" (list "config.cuda.registry.ecr" "the NetworkPolicy's egress to registries")
   "cuda.registry.credentialsfile" (list "config.cuda.registry.credentialsFile" "the registry reader's mounts")
   "cuda.registry.cafile" (list "config.cuda.registry.caFile" "the registry reader's mounts") }}
+{{- if (.Values.networkPolicy | default dict).enabled }}
+{{- range list "enabled" "registries" "plainHttp" "ecr" }}
+{{- $_ := set $read (printf "cuda.registry.%s" (lower .)) (list (printf "config.cuda.registry.%s" .) "the NetworkPolicy's egress to registries") }}
+{{- end }}
+{{- end }}
 {{- range .Values.extraEnv }}
 {{- $name := .name | default "" | toString }}
 {{- if hasPrefix "GPU_ADMISSION_" $name }}
