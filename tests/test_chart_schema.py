@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import types
@@ -443,13 +444,24 @@ def test_extra_env_gives_the_server_every_setting_but_those_the_chart_renders_fr
     assert sorted(named) == sorted(".".join(map(_camel, leaf)) for leaf in read), "values.yaml's extraEnv comment"
 
 
+def _refusal(tmp_path: Path, extra_env: list[dict[str, Any]], network_policy: bool = True) -> str:
+    """The chart's refusal of ``extra_env``, past helm's own words (which name the template)."""
+    variables = ("--set-json", f"extraEnv={json.dumps(extra_env)}")
+    (line,) = [
+        ln
+        for ln in _rendered_from(tmp_path, {}, *variables, network_policy=network_policy).splitlines()
+        if ln.startswith("Error:")
+    ]
+    return line.split("): ", 1)[1]
+
+
 def test_a_settings_variable_the_chart_renders_from_is_refused_saying_what_to_set_instead(tmp_path):
-    variable = ("--set", "extraEnv[0].name=GPU_ADMISSION_SPOT__DEFAULT", "--set", "extraEnv[0].value=tolerate")
-    (line,) = [ln for ln in _rendered_from(tmp_path, {}, *variable).splitlines() if ln.startswith("Error:")]
-    assert line.split("): ", 1)[1] == (
-        "extraEnv: GPU_ADMISSION_SPOT__DEFAULT sets a setting the chart renders from (which pods are sent to the"
-        " webhooks), and the chart cannot read a variable: the server alone would take it. Set config.spot.default"
-        " in values instead, and take GPU_ADMISSION_SPOT__DEFAULT out of extraEnv"
+    assert _refusal(tmp_path, [{"name": "GPU_ADMISSION_SPOT__DEFAULT", "value": "tolerate"}]) == (
+        "extraEnv: GPU_ADMISSION_SPOT__DEFAULT sets config.spot.default, which the chart renders from (which pods are"
+        " sent to the webhooks), and the chart cannot read a variable: the server alone would take it. Set"
+        " config.spot.default in values instead. Drop GPU_ADMISSION_SPOT__DEFAULT: take it out of extraEnv in your"
+        " values files, and to helm upgrade --reuse-values (which reuses the release's extraEnv) give extraEnv"
+        " without it: --set-json 'extraEnv=[]'"
     )
     objects = template("--set", "config.spot.default=tolerate")  # what it says to do: every pod is sent
     sent = [
@@ -460,6 +472,53 @@ def test_a_settings_variable_the_chart_renders_from_is_refused_saying_what_to_se
         if condition["name"] == "gpu-related"
     ]
     assert sent and set(sent) == {"true"}
+
+
+@pytest.mark.parametrize(
+    ("name", "told", "not_told"),
+    [
+        pytest.param(
+            "GPU_ADMISSION_CUDA__REGISTRY__CA_FILE", "Set registryCA.configMapName in values instead",
+            "Set config.cuda.registry.caFile", id="ca-file",
+        ),
+        pytest.param(
+            "GPU_ADMISSION_CUDA__REGISTRY__CREDENTIALS_FILE", "Set registryCredentials.secretName in values instead",
+            "Set config.cuda.registry.credentialsFile", id="credentials-file",
+        ),
+        pytest.param(
+            "GPU_ADMISSION_CUDA", "Give that section in values, under config.cuda, instead, or one variable for each"
+            " of its fields the chart does not read (GPU_ADMISSION_CUDA__<FIELD>)",
+            "Set config.cuda.registry", id="section",
+        ),
+    ],
+)  # fmt: skip
+def test_a_refused_variable_is_told_the_value_that_takes_its_place(tmp_path, name, told, not_told):
+    """The registry reader's files were told to be set in config, which the chart refuses too (it sets them to what
+    it mounts); a section's variable (GPU_ADMISSION_CUDA='{mode: warn}') was told to set the registry's settings it
+    holds, not to give the section in config (a review's)."""
+    refusal = _refusal(tmp_path, [{"name": name, "value": "x"}])
+    assert told in refusal and not_told not in refusal, refusal
+
+
+def test_a_refused_variable_is_dropped_from_a_reused_release_by_the_step_the_refusal_gives(tmp_path):
+    """helm upgrade --reuse-values reuses the release's extraEnv whole: "take it out of extraEnv" left the user
+    nothing to type (a review's). The refusal gives the list without every refused entry, which renders with the
+    rest kept as they were."""
+    kept: list[dict[str, Any]] = [
+        {"name": "LOG_FORMAT", "value": "it's json"},
+        {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "x"}}},
+    ]
+    refused = [{"name": "GPU_ADMISSION_SPOT__DEFAULT", "value": "a"}, {"name": "GPU_ADMISSION_CUDA", "value": "b"}]
+    reused = [kept[0], refused[0], kept[1], refused[1]]
+    refusal = _refusal(tmp_path, reused)
+    assert all(re.search(rf"\b{entry['name']} (sets|gives) ", refusal) for entry in refused), refusal
+    given = re.search(r"--set-json '.*'\Z", refusal)
+    assert given, refusal
+    step = shlex.split(given.group())
+    path = tmp_path / "reused.yaml"
+    path.write_text(yaml.safe_dump({"extraEnv": reused}))
+    (container,) = find(template("-f", str(path), *step), "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert [e for e in container["env"] if e["name"] in ("LOG_FORMAT", "B")] == kept
 
 
 @pytest.mark.parametrize(

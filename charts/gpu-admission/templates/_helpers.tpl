@@ -216,47 +216,70 @@ not the value is given too: one check, one message, for each file (found by a re
 {{- end }}
 
 {{- /*
-Refuses a GPU_ADMISSION_ variable of extraEnv that sets a setting the chart reads itself to render, or a section that
-holds one: the server and the config check would take it, the chart would not (GPU_ADMISSION_SPOT__DEFAULT=tolerate
-spot-tolerated the GPU pods alone: the matchConditions, widened by config.spot.default only, never sent a CPU pod;
-found by a review). Honouring them would mean reading each variable's YAML as the server does, and one given by
-valueFrom cannot be read at render at all: they are given in config. A variable's path is compared as the server
-reads it (webhook/config.py): split at "__", in any case, "_" within a name left out (namespaceDefaults). The
-registry's settings the NetworkPolicy alone reads are refused only where it is rendered: elsewhere they change nothing
-the chart renders, and refusing them failed upgrades (a review's).
+Refuses a GPU_ADMISSION_ variable of extraEnv that sets a setting the chart reads itself to render, an entry of a map
+below one, or a section that holds one: the server and the config check would take it, the chart would not
+(GPU_ADMISSION_SPOT__DEFAULT=tolerate spot-tolerated the GPU pods alone: the matchConditions, widened by
+config.spot.default only, never sent a CPU pod; found by a review). Honouring them would mean reading each variable's
+YAML as the server does, and one given by valueFrom cannot be read at render at all: they are given in values. A
+variable's path is compared as the server reads it (webhook/config.py): split at "__", in any case, "_" within a name
+left out (namespaceDefaults). The registry's settings the NetworkPolicy alone reads are refused only where it is
+rendered: elsewhere they change nothing the chart renders, and refusing them failed upgrades (a review's).
+The refusal says, for each refused variable, what to set instead, and gives the rest of extraEnv for `helm upgrade
+--reuse-values`, which reuses the release's list whole (as webhook.objectOptOut's gives its --set).
 */}}
 {{- define "gpu-admission.checkExtraEnv" -}}
+{{- $matched := "which pods are sent to the webhooks" }}
+{{- $mounts := "the registry reader's mounts, whose files the chart names there" }}
+{{- /* Each setting, by its path as compared: its key in config, what the chart renders from it, what to set instead. */}}
 {{- $read := dict
-  "spot.default" (list "config.spot.default" "which pods are sent to the webhooks")
-  "spot.namespacedefaults" (list "config.spot.namespaceDefaults" "which pods are sent to the webhooks")
-  "spot.ownerdefaults" (list "config.spot.ownerDefaults" "which pods are sent to the webhooks")
-  "exemptions.namespaces" (list "config.exemptions.namespaces" "which namespaces the webhooks leave out")
-  "exemptions.allowoptoutlabel" (list "config.exemptions.allowOptOutLabel" "the webhooks' objectSelector")
-  "cuda.registry.credentialsfile" (list "config.cuda.registry.credentialsFile" "the registry reader's mounts")
-  "cuda.registry.cafile" (list "config.cuda.registry.caFile" "the registry reader's mounts") }}
+  "spot.default" (list "config.spot.default" $matched "config.spot.default")
+  "spot.namespacedefaults" (list "config.spot.namespaceDefaults" $matched "config.spot.namespaceDefaults")
+  "spot.ownerdefaults" (list "config.spot.ownerDefaults" $matched "config.spot.ownerDefaults")
+  "exemptions.namespaces" (list "config.exemptions.namespaces" "which namespaces the webhooks leave out" "config.exemptions.namespaces")
+  "exemptions.allowoptoutlabel" (list "config.exemptions.allowOptOutLabel" "the webhooks' objectSelector" "config.exemptions.allowOptOutLabel")
+  "cuda.registry.credentialsfile" (list "config.cuda.registry.credentialsFile" $mounts "registryCredentials.secretName")
+  "cuda.registry.cafile" (list "config.cuda.registry.caFile" $mounts "registryCA.configMapName") }}
 {{- if (.Values.networkPolicy | default dict).enabled }}
 {{- range list "enabled" "registries" "plainHttp" "ecr" }}
-{{- $_ := set $read (printf "cuda.registry.%s" (lower .)) (list (printf "config.cuda.registry.%s" .) "the NetworkPolicy's egress to registries") }}
+{{- $key := printf "config.cuda.registry.%s" . }}
+{{- $_ := set $read (printf "cuda.registry.%s" (lower .)) (list $key "the NetworkPolicy's egress to registries" $key) }}
 {{- end }}
 {{- end }}
+{{- $told := list }}
+{{- $names := list }}
+{{- $kept := list }}
 {{- range .Values.extraEnv }}
 {{- $name := .name | default "" | toString }}
-{{- if hasPrefix "GPU_ADMISSION_" $name }}
 {{- $parts := list }}
+{{- if hasPrefix "GPU_ADMISSION_" $name }}
 {{- range splitList "__" (trimPrefix "GPU_ADMISSION_" $name) }}{{ if . }}{{ $parts = append $parts (lower . | replace "_" "") }}{{ end }}{{ end }}
+{{- end }}
 {{- $path := join "." $parts }}
-{{- $keys := list }}
+{{- $held := list }}
 {{- $what := list }}
 {{- range $key := keys $read | sortAlpha }}
-{{- if or (eq $path $key) (hasPrefix (printf "%s." $path) $key) (hasPrefix (printf "%s." $key) $path) }}
-{{- $keys = append $keys (index (get $read $key) 0) }}
-{{- $what = append $what (index (get $read $key) 1) | uniq }}
+{{- $setting := get $read $key }}
+{{- if not $parts }}
+{{- else if or (eq $path $key) (hasPrefix (printf "%s." $key) $path) }}
+{{- $told = append $told (printf "%s sets %s, which the chart renders from (%s), and the chart cannot read a variable: the server alone would take it. Set %s in values instead." $name (index $setting 0) (index $setting 1) (index $setting 2)) }}
+{{- else if hasPrefix (printf "%s." $path) $key }}
+{{- $held = append $held (index $setting 0) }}
+{{- $what = append $what (index $setting 1) | uniq }}
 {{- end }}
 {{- end }}
-{{- if $keys }}
-{{- fail (printf "extraEnv: %s sets a setting the chart renders from (%s), and the chart cannot read a variable: the server alone would take it. Set %s in values instead, and take %s out of extraEnv" $name (join "; " $what) (join ", " $keys) $name) }}
+{{- if $held }}
+{{- $section := slice (splitList "." (first $held)) 0 (add 1 (len $parts)) | join "." }}
+{{- $told = append $told (printf "%s gives the section %s, which holds %s, which the chart renders from (%s), and the chart cannot read a variable: the server alone would take them. Give that section in values, under %s, instead, or one variable for each of its fields the chart does not read (%s__<FIELD>)." $name $section (join ", " $held) (join "; " $what) $section $name) }}
+{{- end }}
+{{- if eq (len $told) (len $names) }}
+{{- $kept = append $kept . }}
+{{- else }}
+{{- $names = append $names $name }}
 {{- end }}
 {{- end }}
+{{- if $told }}
+{{- $them := ternary "it" "them" (eq (len $names) 1) }}
+{{- fail (printf "extraEnv: %s Drop %s: take %s out of extraEnv in your values files, and to helm upgrade --reuse-values (which reuses the release's extraEnv) give extraEnv without %s: --set-json '%s'" (join " " $told) (join ", " $names) $them $them (printf "extraEnv=%s" (toJson $kept) | replace "'" "'\\''")) }}
 {{- end }}
 {{- end }}
 
