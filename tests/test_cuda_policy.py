@@ -167,6 +167,17 @@ def test_table_boundaries(driver: str, image: str, allowed: bool, runtime_labels
         assert result.reason == "CUDAIncompatible"
 
 
+def test_an_ngc_release_of_a_cuda_without_a_driver_row_is_not_refused_on_a_driver_newer_than_every_row() -> None:
+    """NGC 26.08-26.10 are CUDA 13.4 (Triton release notes), which the driver table has no row for. Read so, such a
+    tag is refused on a pool whose CUDA the webhook works out from its driver (a declared pool, a node with no
+    cuda.runtime-version label) whatever the driver: R620 is told "CUDA 13.3", the newest row it meets. Until 13.4
+    has a row those tags read no CUDA, and the pod is admitted with the warning that asks for its version."""
+    ctx = context([gpu_node("n", "pool-x", "620.10.01", runtime_labels=False)])
+    result = pipeline.review(pod(container(image="nvcr.io/nvidia/pytorch:26.10-py3")), ctx)
+    assert result.allowed, result.message
+    assert any("CUDA version unknown" in w for w in result.warnings), result.warnings
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Decisions
 

@@ -515,6 +515,10 @@ def test_image_rules(image: str, version: tuple[int, ...], secondary: bool) -> N
         pytest.param("tensorflow/tensorflow:latest-gpu", id="tensorflow-latest"),
         pytest.param("tensorflow/tensorflow:2.99.0-gpu", id="tensorflow-unknown-release"),
         pytest.param("nvcr.io/nvidia/pytorch:99.99-py3", id="ngc-unknown-release"),
+        pytest.param("nvcr.io/nvidia/pytorch:26.11-py3", id="ngc-26.11-no-source"),
+        # 26.08-26.10 are CUDA 13.4 (Triton release notes), which the driver table has no row for: not taken (see
+        # the NGC rule's comment in cuda-images.yaml)
+        pytest.param("nvcr.io/nvidia/pytorch:26.10-py3", id="ngc-26.10-cuda-without-a-driver-row"),
         pytest.param("nvcr.io/nvidia/nemo:24.05", id="ngc-other-product"),
         pytest.param("example.com/team/pytorch:24.05-py3", id="ngc-product-elsewhere"),  # not under nvidia/
         # RAPIDS 25.10 on also tags the CUDA major alone: no minor to read
@@ -707,6 +711,7 @@ def test_a_forward_branch_holds_on_data_center_gpus_of_its_platform_only() -> No
         pytest.param("ghcr.io/pytorch/pytorch-nightly:71739c4-cu12.9.1", (12, 9), id="pytorch-nightly"),
         pytest.param("nvcr.io/nvidia/pytorch:23.10-py3", (12, 2), id="ngc-23.10"),
         pytest.param("nvcr.io/nvidia/tritonserver:26.06-py3", (13, 3), id="ngc-26.06"),
+        pytest.param("nvcr.io/nvidia/pytorch:26.07-py3", (13, 3), id="ngc-26.07"),  # CUDA 13.3.1
     ],
 )
 def test_more_image_rules(image: str, version: tuple[int, int]) -> None:
