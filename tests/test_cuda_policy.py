@@ -968,6 +968,25 @@ def test_a_pod_asking_more_gpus_than_a_node_has_is_told_the_count() -> None:
     assert f"({because}); it stays Pending until a node it matches joins {AUTOSCALED}" in text
 
 
+def test_a_pool_of_nodes_of_any_size_is_not_the_count_of_its_gpus() -> None:
+    """A Karpenter NodePool launches a bigger instance for a pod that asks more GPUs than its nodes now have: its
+    count is no cause, and the pod is not told to ask fewer (a review: a 4-GPU pod was told "it stays Pending: ...
+    ask at most 1" of a NodePool). The count of a node group of one instance type still is."""
+    karpenter = gpu_node("k-1", "gpu-spot", "570.124.06", gpus="1", pool_label="karpenter.sh/nodepool")
+    ondemand = gpu_node("a-1", "a10g-ondemand", "570.124.06", gpus="1")
+    result = pipeline.review(pod(container(image=IMAGE_124, gpu="4")), context([karpenter, ondemand]))
+    assert result.allowed
+    text = annotation_of(result.object)
+    assert (
+        "(its 4 nvidia.com/gpu exceed a node of pool a10g-ondemand; its 4 nvidia.com/gpu exceed the nodes now in pool"
+        f" gpu-spot); it stays Pending until a node it matches joins {AUTOSCALED}; to land on pool a10g-ondemand, ask"
+        " at most 1 nvidia.com/gpu"
+    ) in text, text
+    text = annotation_of(pipeline.review(pod(container(image=IMAGE_124, gpu="4")), context([karpenter])).object)
+    assert f"now in pool gpu-spot); it stays Pending until a node it matches joins {AUTOSCALED}" in text, text
+    assert "ask at most" not in text
+
+
 def test_without_a_node_list_it_says_so_not_that_no_node_matches() -> None:
     """A worker serving before its live watch's first list (the API server unreachable when it started)."""
     ctx = context([])

@@ -410,9 +410,10 @@ class Unmatched:
     fixes: list[str]
     """What the pod would need to land on the pools a taint or the count of its GPUs keeps it off."""
     elsewhere: bool
-    """Its own nodeSelector or required node affinity keeps it off a pool, or no pool offers what it asks: it may be
-    meant for a pool the webhook does not know, an autoscaled one with no node now (not where the spot policy's
-    places keep it off what its spot mode says it does not want)."""
+    """Its own nodeSelector or required node affinity keeps it off a pool, or no pool offers what it asks, or a pool
+    of nodes of any size has none big enough now: it may be meant for a pool the webhook does not know, an autoscaled
+    one with no node now, or a bigger node (not where the spot policy's places keep it off what its spot mode says it
+    does not want)."""
 
     def text(self, room: int | None = None) -> str:
         """The reasons with their pools; in at most ``room`` characters where given (``_fitted``)."""
@@ -455,10 +456,14 @@ def unmatched(a: Assessment, ctx: Context) -> Unmatched | None:
     short_of: dict[tuple[str, Decimal], list[NodeGroup]] = {}
     tolerate: dict[tuple[Taint, ...], list[NodeGroup]] = {}
     ruled_out: list[NodeGroup] = []
+    bigger = False  # a pool of nodes of any size, whose nodes now have fewer than it asks
     for g in offering:
         if id(g) not in selected:
             ruled_out.append(g)
-        elif short := _too_few(g, a.resources):
+        elif (short := _too_few(g, a.resources)) and not _sized(g, ctx):
+            first.setdefault(g.pool, (f"its {short[1]} {short[0]} exceed the nodes now in ", g))
+            bigger = True
+        elif short:
             first.setdefault(g.pool, (f"its {short[1]} {short[0]} exceed a node of ", g))
             short_of.setdefault(short, []).append(g)
         elif kept := untolerated(g, a.spec, ctx.cluster.extended_resource_toleration):
@@ -486,7 +491,14 @@ def unmatched(a: Assessment, ctx: Context) -> Unmatched | None:
         for (name, _), groups in short_of.items()
     ]
     advice += [f"to land on {pool_names(groups)}, {_tolerations(t, a.spec, ctx)}" for t, groups in tolerate.items()]
-    return Unmatched(excluded, advice, bool(rest))
+    return Unmatched(excluded, advice, bool(rest) or bigger)
+
+
+def _sized(group: NodeGroup, ctx: Context) -> bool:
+    """A node of ``group`` has the size its nodes now have: not so in a pool of instance types of every size (a
+    Karpenter NodePool: ``Presets.mixed_pool_labels``), which launches a bigger node for a pod that asks more (a
+    review: a 4-GPU pod was told to ask at most 1 of one)."""
+    return ctx.cluster.presets.mixed_pool_labels.isdisjoint(group.labels)
 
 
 def _most(groups: Iterable[NodeGroup], name: str) -> Decimal:
