@@ -941,6 +941,13 @@ def test_a_pod_kept_off_every_pool_by_a_taint_is_told_the_toleration_not_to_decl
         ' Pending: to land on pool gpuspot, add the toleration {key: sku, operator: Equal, value: "gpu", effect:'
         " NoSchedule}"
     ) in text
+    # no spot pool known (scaled to zero): the spot pool it requires is one the webhook does not know
+    ondemand = gpu_node("od-1", "ondemand", "550.54.15", labels={"eks.amazonaws.com/capacityType": "ON_DEMAND"})
+    text = annotation_of(pipeline.review(required, context([ondemand])).object)
+    assert (
+        "(the spot capacity it requires excludes pool ondemand); it stays Pending until a node it matches joins"
+        f" {AUTOSCALED}"
+    ) in text, text
 
 
 def test_a_pod_asking_more_gpus_than_a_node_has_is_told_the_count() -> None:

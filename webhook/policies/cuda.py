@@ -411,9 +411,9 @@ class Unmatched:
     """What the pod would need to land on the pools a taint or the count of its GPUs keeps it off."""
     elsewhere: bool
     """Its own nodeSelector or required node affinity keeps it off a pool, or no pool offers what it asks, or a pool
-    of nodes of any size has none big enough now: it may be meant for a pool the webhook does not know, an autoscaled
-    one with no node now, or a bigger node (not where the spot policy's places keep it off what its spot mode says it
-    does not want)."""
+    of nodes of any size has none big enough now, or no pool of the spot capacity it requires is known: it may be
+    meant for a pool the webhook does not know, an autoscaled one with no node now, or a bigger node (not where the
+    spot policy's places keep it off what its spot mode says it does not want)."""
 
     def text(self, room: int | None = None) -> str:
         """The reasons with their pools; in at most ``room`` characters where given (``_fitted``)."""
@@ -456,13 +456,13 @@ def unmatched(a: Assessment, ctx: Context) -> Unmatched | None:
     short_of: dict[tuple[str, Decimal], list[NodeGroup]] = {}
     tolerate: dict[tuple[Taint, ...], list[NodeGroup]] = {}
     ruled_out: list[NodeGroup] = []
-    bigger = False  # a pool of nodes of any size, whose nodes now have fewer than it asks
+    coming = False  # a node it matches may join: a bigger one of a pool of any size; spot capacity not known now
     for g in offering:
         if id(g) not in selected:
             ruled_out.append(g)
         elif (short := _too_few(g, a.resources)) and not _sized(g, ctx):
             first.setdefault(g.pool, (f"its {short[1]} {short[0]} exceed the nodes now in ", g))
-            bigger = True
+            coming = True
         elif short:
             first.setdefault(g.pool, (f"its {short[1]} {short[0]} exceed a node of ", g))
             short_of.setdefault(short, []).append(g)
@@ -482,6 +482,8 @@ def unmatched(a: Assessment, ctx: Context) -> Unmatched | None:
     if ruled_out := [g for g in ruled_out if g.pool not in first]:
         if by_spot := spot.kept_off_by_require(a.spot_mode, tolerant, ruled_out, ctx, some):
             excluded.append((f"{spot.REQUIRED_CAPACITY} excludes ", by_spot))
+            # no spot pool it selects is known: the one it requires may be at zero (a review: it was told no more)
+            coming = coming or not any(g.spot for g in offering if id(g) in selected)
         elif by_spot := spot.kept_off_by_never(a.spot_mode, tolerant, ruled_out, ctx, some, steered(a.spec, ctx)):
             excluded.append((f"{spot.KEPT_OFF_BY_NEVER} excludes ", by_spot))
         if rest := [g for g in ruled_out if g not in by_spot]:
@@ -491,7 +493,7 @@ def unmatched(a: Assessment, ctx: Context) -> Unmatched | None:
         for (name, _), groups in short_of.items()
     ]
     advice += [f"to land on {pool_names(groups)}, {_tolerations(t, a.spec, ctx)}" for t, groups in tolerate.items()]
-    return Unmatched(excluded, advice, bool(rest) or bigger)
+    return Unmatched(excluded, advice, bool(rest) or coming)
 
 
 def _sized(group: NodeGroup, ctx: Context) -> bool:
