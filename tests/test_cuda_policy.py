@@ -892,6 +892,7 @@ def test_no_eligible_node_names_the_taint_it_does_not_tolerate() -> None:
 RTX_A6000 = "NVIDIA-RTX-A6000"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 AUTOSCALED = "(an autoscaled pool: declare it in cluster.pools to have it checked)"
+AKS_POOL = "kubernetes.azure.com/agentpool"
 
 
 def k3s_gpu_vm(**kw: Any) -> dict[str, Any]:
@@ -941,6 +942,21 @@ def test_a_pod_kept_off_every_pool_by_a_taint_is_told_the_toleration_not_to_decl
         ' Pending: to land on pool gpuspot, add the toleration {key: sku, operator: Equal, value: "gpu", effect:'
         " NoSchedule}"
     ) in text
+    # under spot: never, the spot taint is what never keeps it off, not a toleration to add (a review: it was told to)
+    # (AKS's own pool label: the spot policy writes nothing there, the spot taint keeping the pod off)
+    never = pod(container(image=IMAGE_124), annotations={"gpu-admission.io/spot": "never"})
+    aks = [
+        gpu_node("g-1", "gpu", "550.54.15", taints=[sku], pool_label=AKS_POOL),
+        gpu_node("s-1", "gpuspot", "550.54.15", taints=[sku, spot], labels={spot["key"]: "spot"}, pool_label=AKS_POOL),
+    ]
+    text = annotation_of(pipeline.review(never, context(aks)).object)
+    assert (
+        "(untolerated sku=gpu:NoSchedule of pool gpu; its spot: never excludes pool gpuspot); it stays Pending: to"
+        ' land on pool gpu, add the toleration {key: sku, operator: Equal, value: "gpu", effect: NoSchedule}'
+    ) in text, text
+    assert "scalesetpriority, operator" not in text
+    text = annotation_of(pipeline.review(never, context(aks[1:])).object)
+    assert text.endswith("constraints (its spot: never excludes pool gpuspot); it stays Pending"), text
     # no spot pool known (scaled to zero): the spot pool it requires is one the webhook does not know
     ondemand = gpu_node("od-1", "ondemand", "550.54.15", labels={"eks.amazonaws.com/capacityType": "ON_DEMAND"})
     text = annotation_of(pipeline.review(required, context([ondemand])).object)

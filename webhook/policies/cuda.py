@@ -460,15 +460,19 @@ def unmatched(a: Assessment, ctx: Context) -> Unmatched | None:
     for g in offering:
         if id(g) not in selected:
             ruled_out.append(g)
+            continue
+        # a cordoned or not-ready pool in words, not as a taint to tolerate (``split_leaving``)
+        tolerable, state = split_leaving(untolerated(g, a.spec, ctx.cluster.extended_resource_toleration))
+        if a.spot_mode == "never" and any(spot.is_spot_taint(t, ctx) for t in tolerable):
+            # what never keeps it off, not a toleration to add (a review: a never pod was told to add it)
+            first.setdefault(g.pool, ("its spot: never excludes ", g))
         elif (short := _too_few(g, a.resources)) and not _sized(g, ctx):
             first.setdefault(g.pool, (f"its {short[1]} {short[0]} exceed the nodes now in ", g))
             coming = True
         elif short:
             first.setdefault(g.pool, (f"its {short[1]} {short[0]} exceed a node of ", g))
             short_of.setdefault(short, []).append(g)
-        elif kept := untolerated(g, a.spec, ctx.cluster.extended_resource_toleration):
-            # a cordoned or not-ready pool in words, not as a taint to tolerate (``split_leaving``)
-            tolerable, state = split_leaving(kept)
+        elif tolerable or state:
             first.setdefault(g.pool, (f"untolerated {tolerable[0]} of " if tolerable else f"nodes {state} now in ", g))
             if tolerable:
                 tolerate.setdefault(tuple(tolerable), []).append(g)
@@ -933,7 +937,7 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     snapshot and settings, applied to each. A template's annotation names the terms the steering wrote
     (``STEERING``), for its next review to take out (``forget``); a pod's, which no later review reads, does not
     (the words, said again on a pod steered already, could be a forged annotation's)."""
-    spot_mode = spot.decided_mode(out)
+    spot_mode = spot.decided_mode(out) or spot.asked_mode(pod, ctx)  # under never, AKS's spot taints may say nothing
     plan = _planned("steer", pod, ctx, spot_mode, lambda mode, checks: plan_steering(pod, mode, checks, ctx, spot_mode))
     held = _held(pod) if pod.is_template and plan is not None and plan.alternatives else frozenset()
     if plan is None:
@@ -1492,7 +1496,8 @@ def validate(pod: PodView, ctx: Context, out: Outcome) -> None:
     Decided once per snapshot and settings for pods that declare the same CUDA and ask for the same places, as
     ``steer`` is."""
     ungated = pod.kind == "Pod" and ctx.operation == "UPDATE"  # the only pod update reviewed (pipeline.ungated)
-    spot_mode = spot.mode_of(as_str(pod.annotations.get(PREFIX + spot.APPLIED)))  # the final pod's words
+    # the final pod's words; under never, AKS's spot taints may have left none
+    spot_mode = spot.mode_of(as_str(pod.annotations.get(PREFIX + spot.APPLIED))) or spot.asked_mode(pod, ctx)
     decided = _planned(
         "ungated" if ungated else "validate",
         pod,

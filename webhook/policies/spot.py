@@ -493,8 +493,12 @@ def tolerate_hint(taints: Sequence[Taint], ctx: Context) -> str:
     """The advice's hint that this policy's tolerate would do, "(or annotation gpu-admission.io/spot: tolerate)",
     where every one of ``taints`` is a spot taint it tolerates (the presets' and ``extra_taints``): one place for the
     cuda and mig policies' advice on a pool they keep a pod off; '' otherwise."""
-    keys = {p.key for p in _spot_presets(ctx)}
-    return f" (or annotation {PREFIX}spot: tolerate)" if taints and all(t.key in keys for t in taints) else ""
+    return f" (or annotation {PREFIX}spot: tolerate)" if taints and all(is_spot_taint(t, ctx) for t in taints) else ""
+
+
+def is_spot_taint(taint: Taint, ctx: Context) -> bool:
+    """``taint`` is a spot taint, which tolerate tolerates and never does not (the presets' and ``extra_taints``)."""
+    return any(p.key == taint.key for p in _spot_presets(ctx))
 
 
 def kept_off_by_require(
@@ -614,6 +618,13 @@ def decided_mode(out: Outcome) -> str:
     the spot places of the cluster matched the pod's own affinity to spot capacity, and a pod that asked nothing was
     told to ask for prefer instead of require (found by a review of the spot policy)."""
     return mode_of(out.annotations.get(APPLIED, ""))
+
+
+def asked_mode(pod: PodView, ctx: Context) -> str:
+    """The spot mode the pod is under (its annotation, else its defaults) whatever this policy wrote: under never, it
+    writes nothing where the spot taints alone keep the pod off spot capacity (AKS), yet the cuda policy must say that
+    never, not a missing toleration, keeps it off a spot pool (found by a review: it was told to add the toleration)."""
+    return _asked(pod, ctx, Outcome())[0]
 
 
 def required_places(applied: str) -> list[Expression]:
