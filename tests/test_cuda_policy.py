@@ -991,6 +991,35 @@ def test_a_pod_asking_more_gpus_than_a_node_has_is_told_the_count() -> None:
     assert f"({because}); it stays Pending until a node it matches joins {AUTOSCALED}" in text
 
 
+def test_a_pod_bound_by_node_name_is_told_the_kubelet_rejects_it_not_that_it_stays_pending() -> None:
+    """A pod whose nodeName names a node without the GPUs it asks skips the scheduler: that node's kubelet rejects
+    it (OutOfnvidia.com/gpu). It was told "it stays Pending until a node it matches joins (an autoscaled pool ...)",
+    its nodeName taken for its own nodeSelector/affinity (a review)."""
+    cpu = gpu_node("server-1", "cpu", None, gfd="none", gpus="0")
+    nodes = [gpu_node("a-1", "gpu-a", "550.54.15", gpus="1"), gpu_node("b-1", "gpu-b", "550.54.15", gpus="1"), cpu]
+    bound = pod(container(image=IMAGE_124))
+    bound["spec"]["nodeName"] = "server-1"
+    result = pipeline.review(bound, context(nodes))
+    assert result.allowed
+    assert result.warnings == ["cuda: no known GPU node matches (its nodeName server-1 excludes pools gpu-a, gpu-b)"]
+    assert annotation_of(result.object).endswith(
+        "constraints (its nodeName server-1 excludes pools gpu-a, gpu-b); the kubelet of node server-1 rejects it"
+        " (OutOfnvidia.com/gpu)"
+    ), annotation_of(result.object)
+    bound["spec"]["nodeName"] = "gone-1"
+    assert annotation_of(pipeline.review(bound, context(nodes)).object).endswith(
+        "; no node gone-1 is known (the pod garbage collector deletes a pod bound to a node that is not there)"
+    )
+    # bound to a node of a pool with fewer GPUs than it asks
+    bound["spec"]["nodeName"] = "a-1"
+    bound["spec"]["containers"] = [container(image=IMAGE_124, gpu="2")]
+    text = annotation_of(pipeline.review(bound, context(nodes)).object)
+    assert text.endswith(
+        "constraints (its 2 nvidia.com/gpu exceed a node of pool gpu-a; its nodeName a-1 excludes pool gpu-b); the"
+        " kubelet of node a-1 rejects it (OutOfnvidia.com/gpu): to land on pool gpu-a, ask at most 1 nvidia.com/gpu"
+    ), text
+
+
 def test_a_pool_of_nodes_of_any_size_is_not_the_count_of_its_gpus() -> None:
     """A Karpenter NodePool launches a bigger instance for a pod that asks more GPUs than its nodes now have: its
     count is no cause, and the pod is not told to ask fewer (a review: a 4-GPU pod was told "it stays Pending: ...

@@ -873,12 +873,12 @@ class _Rules:
     def _names(self, group: NodeGroup) -> Iterable[str]:
         """The group's nodes worth checking one by one (narrowed by nodeName and matchFields ``In``)."""
         if self.node_name is not None:
-            return (self.node_name,) if _has_node(group, self.node_name) else ()
+            return (self.node_name,) if has_node(group, self.node_name) else ()
         if self.terms:
             narrowed = [t.names() for t in self.terms]
             if all(n is not None for n in narrowed):
                 wanted = frozenset().union(*(n for n in narrowed if n is not None))
-                return tuple(n for n in sorted(wanted) if _has_node(group, n))
+                return tuple(n for n in sorted(wanted) if has_node(group, n))
         return group.nodes
 
     def nodes_of(self, group: NodeGroup) -> tuple[str, ...] | None:
@@ -917,7 +917,8 @@ class _Rules:
         return tuple(kept) or None
 
 
-def _has_node(group: NodeGroup, name: str) -> bool:
+def has_node(group: NodeGroup, name: str) -> bool:
+    """``name`` is a node of ``group``."""
     return name in group.node_labels if group.node_labels else name in group.nodes
 
 

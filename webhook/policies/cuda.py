@@ -51,6 +51,7 @@ from webhook.cluster import (
     device_spec,
     extended_resource_names,
     gated_spec,
+    has_node,
     leaving,
     offers,
     pool_label_value,
@@ -414,6 +415,9 @@ class Unmatched:
     of nodes of any size has none big enough now, or no pool of the spot capacity it requires is known: it may be
     meant for a pool the webhook does not know, an autoscaled one with no node now, or a bigger node (not where the
     spot policy's places keep it off what its spot mode says it does not want)."""
+    rejected: str = ""
+    """Where its nodeName binds it to a node, what that node's kubelet does with it: it is never Pending for a node
+    to join (nor told to declare a pool)."""
 
     def text(self, room: int | None = None) -> str:
         """The reasons with their pools; in at most ``room`` characters where given (``_fitted``)."""
@@ -428,7 +432,7 @@ class Unmatched:
     @property
     def advice(self) -> str:
         """What then: that it stays Pending, and what would change that."""
-        pending = "it stays Pending"
+        pending = self.rejected or "it stays Pending"
         if self.elsewhere:
             pending += (
                 " until a node it matches joins (an autoscaled pool: declare it in cluster.pools to have it checked)"
@@ -456,8 +460,12 @@ def unmatched(a: Assessment, ctx: Context) -> Unmatched | None:
     short_of: dict[tuple[str, Decimal], list[NodeGroup]] = {}
     tolerate: dict[tuple[Taint, ...], list[NodeGroup]] = {}
     ruled_out: list[NodeGroup] = []
+    node = as_str(a.spec.get("nodeName"))  # it skips the scheduler: no other node, no node to come (a review)
+    off_node = {id(g) for g in offering if node and not has_node(g, node)}
     coming = False  # a node it matches may join: a bigger one of a pool of any size; spot capacity not known now
     for g in offering:
+        if id(g) in off_node:
+            continue
         if id(g) not in selected:
             ruled_out.append(g)
             continue
@@ -482,6 +490,8 @@ def unmatched(a: Assessment, ctx: Context) -> Unmatched | None:
     for _, (why, g) in sorted(first.items()):
         reasons.setdefault(why, []).append(g)
     excluded = list(reasons.items())
+    if off := [g for g in offering if id(g) in off_node and g.pool not in first]:
+        excluded.append((f"its nodeName {node} excludes ", off))
     rest: list[NodeGroup] = []
     if ruled_out := [g for g in ruled_out if g.pool not in first]:
         if by_spot := spot.kept_off_by_require(a.spot_mode, tolerant, ruled_out, ctx, some):
@@ -497,7 +507,22 @@ def unmatched(a: Assessment, ctx: Context) -> Unmatched | None:
         for (name, _), groups in short_of.items()
     ]
     advice += [f"to land on {pool_names(groups)}, {_tolerations(t, a.spec, ctx)}" for t, groups in tolerate.items()]
-    return Unmatched(excluded, advice, bool(rest) or coming)
+    return Unmatched(excluded, advice, (bool(rest) or coming) and not node, _rejected(node, offering, a, ctx))
+
+
+def _rejected(node: str, offering: Sequence[NodeGroup], a: Assessment, ctx: Context) -> str:
+    """What the kubelet of ``node``, the pod's nodeName, does with a pod no known GPU node matches ('' without one):
+    it rejects it, the resource it lacks named as its reason says (OutOfnvidia.com/gpu); a node not known is none
+    a kubelet runs."""
+    if not node:
+        return ""
+    if not any(has_node(g, node) for g in ctx.cluster.groups):
+        return f"no node {node} is known (the pod garbage collector deletes a pod bound to a node that is not there)"
+    own = next((g for g in offering if has_node(g, node)), None)
+    if own is None and not a.resources:  # its GPUs through NVIDIA_VISIBLE_DEVICES alone: nothing to reject it for
+        return f"it runs on node {node}, where no known GPU is"
+    short = _too_few(own, a.resources) if own is not None else min(a.resources.items())
+    return f"the kubelet of node {node} rejects it" + (f" (OutOf{short[0]})" if short else "")
 
 
 def _sized(group: NodeGroup, ctx: Context) -> bool:
