@@ -1020,6 +1020,23 @@ def test_a_pod_bound_by_node_name_is_told_the_kubelet_rejects_it_not_that_it_sta
     ), text
 
 
+def test_a_pool_both_too_small_and_tainted_is_told_both_and_fixes_past_six_are_counted() -> None:
+    """A pool whose nodes have fewer GPUs than the pod asks and a taint it does not tolerate was told the count
+    alone: asking fewer, it stayed Pending for the taint. Past six fixes, the rest were dropped unsaid (a review)."""
+    sku = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
+    nodes = [gpu_node("g-1", "gpu", "550.54.15", gpus="1", taints=[sku])]
+    text = annotation_of(pipeline.review(pod(container(image=IMAGE_124, gpu="2")), context(nodes)).object)
+    assert text.endswith(
+        "(its 2 nvidia.com/gpu exceed a node of pool gpu; untolerated sku=gpu:NoSchedule of pool gpu); it stays"
+        " Pending: to land on pool gpu, ask at most 1 nvidia.com/gpu; to land on pool gpu, add the toleration {key:"
+        ' sku, operator: Equal, value: "gpu", effect: NoSchedule}'
+    ), text
+    teams = [gpu_node(f"t-{i}", f"team-{i}", "550.54.15", taints=[{**sku, "value": f"team-{i}"}]) for i in range(8)]
+    text = annotation_of(pipeline.review(pod(container(image=IMAGE_124)), context(teams)).object)
+    assert text.count("to land on pool team-") == 6
+    assert text.endswith('value: "team-5", effect: NoSchedule}; and 2 more'), text
+
+
 def test_a_pool_of_nodes_of_any_size_is_not_the_count_of_its_gpus() -> None:
     """A Karpenter NodePool launches a bigger instance for a pod that asks more GPUs than its nodes now have: its
     count is no cause, and the pod is not told to ask fewer (a review: a 4-GPU pod was told "it stays Pending: ...

@@ -437,7 +437,8 @@ class Unmatched:
             pending += (
                 " until a node it matches joins (an autoscaled pool: declare it in cluster.pools to have it checked)"
             )
-        fixes = "; ".join(self.fixes[:MAX_LISTED])
+        more = len(self.fixes) - MAX_LISTED
+        fixes = "; ".join(self.fixes[:MAX_LISTED] + [f"and {more} more"] * (more > 0))
         return f"{pending}{'; ' if self.elsewhere else ': '}{fixes}" if fixes else pending
 
 
@@ -456,7 +457,7 @@ def unmatched(a: Assessment, ctx: Context) -> Unmatched | None:
         return Unmatched([(f"no known pool offers {', '.join(sorted(a.resources)) or 'a GPU'}", [])], [], True)
     tolerant = {**a.spec, "tolerations": [*as_list(a.spec.get("tolerations")), TOLERATES_ALL]}
     selected = {id(g) for g in _eligible(tolerant, ctx, some)}
-    first: dict[str, tuple[str, NodeGroup]] = {}
+    first: dict[str, tuple[list[str], NodeGroup]] = {}
     short_of: dict[tuple[str, Decimal], list[NodeGroup]] = {}
     tolerate: dict[tuple[Taint, ...], list[NodeGroup]] = {}
     ruled_out: list[NodeGroup] = []
@@ -471,24 +472,29 @@ def unmatched(a: Assessment, ctx: Context) -> Unmatched | None:
             continue
         # a cordoned or not-ready pool in words, not as a taint to tolerate (``split_leaving``)
         tolerable, state = split_leaving(untolerated(g, a.spec, ctx.cluster.extended_resource_toleration))
+        whys: list[str] = []  # each cause: the count alone was said of a pool tainted too (a review)
         if a.spot_mode == "never" and any(spot.is_spot_taint(t, ctx) for t in tolerable):
             # what never keeps it off, not a toleration to add (a review: a never pod was told to add it)
-            first.setdefault(g.pool, ("its spot: never excludes ", g))
+            whys.append("its spot: never excludes ")
+            tolerable, state = [], ""
         elif (short := _too_few(g, a.resources)) and not _sized(g, ctx):
-            first.setdefault(g.pool, (f"its {short[1]} {short[0]} exceed the nodes now in ", g))
+            whys.append(f"its {short[1]} {short[0]} exceed the nodes now in ")
             coming = True
         elif short:
-            first.setdefault(g.pool, (f"its {short[1]} {short[0]} exceed a node of ", g))
+            whys.append(f"its {short[1]} {short[0]} exceed a node of ")
             short_of.setdefault(short, []).append(g)
-        elif tolerable or state:
-            first.setdefault(g.pool, (f"untolerated {tolerable[0]} of " if tolerable else f"nodes {state} now in ", g))
+        if tolerable or state:
+            whys.append(f"untolerated {tolerable[0]} of " if tolerable else f"nodes {state} now in ")
             if tolerable:
                 tolerate.setdefault(tuple(tolerable), []).append(g)
+        if whys:
+            first.setdefault(g.pool, (whys, g))
     # the reason before the pools, their pools together: a warning is cut at 119 characters, and pool names are long
     # (a review of real manifests: only the pools were left; a pool's own reason, cut, kept 3 characters of its name)
     reasons: dict[str, list[NodeGroup]] = {}
-    for _, (why, g) in sorted(first.items()):
-        reasons.setdefault(why, []).append(g)
+    for _, (whys, g) in sorted(first.items()):
+        for why in whys:
+            reasons.setdefault(why, []).append(g)
     excluded = list(reasons.items())
     if off := [g for g in offering if id(g) in off_node and g.pool not in first]:
         excluded.append((f"its nodeName {node} excludes ", off))
