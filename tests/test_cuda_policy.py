@@ -1851,7 +1851,7 @@ def test_an_image_read_from_its_tag_runs_where_its_forward_compatibility_says(
 ON_DEMAND_TOO = "cuda: for on-demand too, upgrade the driver of pool on-demand or use an image built for CUDA <= 12.2"
 SPOT_ALONE = ["cuda: only spot pools run its CUDA, steered there (it may be preempted): pool spot-new", ON_DEMAND_TOO]
 PREFERRED_ALONE = [
-    "cuda: spot prefer, yet only spot pools run its CUDA: steered there alone (it may be preempted): pool spot-new",
+    "cuda: spot prefer, yet only spot runs its CUDA: steered to preemptible pool spot-new",
     ON_DEMAND_TOO,
 ]
 
@@ -1875,7 +1875,25 @@ def test_a_pod_steered_to_spot_pools_alone_is_told_it_may_be_preempted(mode: str
     assert result.allowed, result.message
     assert [w for w in result.warnings if w.startswith("cuda:")] == said, result.warnings
     both = pipeline.review(obj, context([old, spot, gpu_node("od-1", "od-new", "570.124.06")]))
-    assert not any("only spot pools" in w for w in both.warnings)  # an on-demand pool runs it too
+    assert not any("only spot" in w for w in both.warnings)  # an on-demand pool runs it too
+
+
+def test_a_prefer_pod_steered_to_spot_pools_alone_is_told_each_of_them_named_whole_or_counted() -> None:
+    """EKS's long node group names: the prefer warning's head left 23 characters, the first spot pool was cut and a
+    second one lost unsaid ('pools ml-l4-spot-us-ea…': a review)."""
+    capacity = "eks.amazonaws.com/capacityType"
+    nodes = [
+        gpu_node("n1", "ml-a10g-ondemand-us-east-1a", "535.216.03", labels={capacity: "ON_DEMAND"}),
+        gpu_node("n3", "ml-l40s-spot-us-east-1a", "570.124.06", labels={capacity: "SPOT"}),
+        gpu_node("n4", "ml-l4-spot-us-east-1c", "570.124.06", labels={capacity: "SPOT"}),
+    ]
+    obj = pod(container(image=IMAGE_128), annotations={"gpu-admission.io/spot": "prefer"})
+    warnings = [w for w in pipeline.review(obj, context(nodes)).warnings if w.startswith("cuda:")]
+    assert warnings[0] == (
+        "cuda: spot prefer, yet only spot runs its CUDA: steered to preemptible pools ml-l4-spot-us-east-1c and 1 more"
+    )
+    warnings = [w for w in pipeline.review(obj, context(nodes[:2])).warnings if w.startswith("cuda:")]
+    assert warnings[0].endswith("steered to preemptible pool ml-l40s-spot-us-east-1a")
 
 
 def test_a_declared_aks_spot_pool_at_zero_is_reached_only_with_the_toleration_of_its_spot_taint() -> None:

@@ -854,7 +854,7 @@ class Steering:
     alternatives: list[list[Expression]] | None
     audit: str
     annotation: str
-    spot_only: str = ""
+    spot_only: tuple[NodeGroup, ...] = ()
     """The pools steered to, when every one of them is spot capacity and a pool it is steered away from is not."""
     on_demand: tuple[NodeGroup, ...] = ()
     """Then, the on-demand pools it is steered away from."""
@@ -877,7 +877,7 @@ def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Conte
             words = annotation(steered, kept_off, ctx, mode, [g for g in kept_off if id(g) not in own])
             if all(g.spot for g in a.allowed_groups) and not all(g.spot for g in a.blocked_groups):
                 on_demand = tuple(g for g in a.blocked_groups if not g.spot)
-                return Steering(alternatives, audit, words, pool_names(a.allowed_groups), on_demand)
+                return Steering(alternatives, audit, words, a.allowed_groups, on_demand)
             return Steering(alternatives, audit, words)
     return Steering(None, "", annotation(a, _kept_off(a, pod.spec, ctx), ctx, mode))
 
@@ -983,13 +983,16 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     if plan.spot_only and "SpotPrefer" in out.reasons:
         # prefer allows on-demand capacity: the steering takes it away, said with what would give it back (a
         # user-journey review: a Deployment so written was steered to its spot pool alone without a word)
-        warning = "cuda: spot prefer, yet only spot pools run its CUDA: steered there alone (it may be preempted): "
-        out.warn(clipped(warning + plan.spot_only, WARNING_LIMIT))
+        # the pools named whole or counted: a longer head left 23 characters, and a second pool was lost (a review)
+        warning = "cuda: spot prefer, yet only spot runs its CUDA: steered to preemptible "
+        out.warn(clipped(warning + pool_names(plan.spot_only, room=WARNING_LIMIT - len(warning)), WARNING_LIMIT))
         out.warn(_on_demand_too(plan.on_demand))
     elif plan.spot_only and "SpotRequire" not in out.reasons:
         # a pod that only tolerates spot is sent to preemptible capacity alone: said (a review of real manifests:
         # a Kueue Job was steered to a spot pool, its only compatible one, without a word in kubectl)
-        warning = f"cuda: only spot pools run its CUDA, steered there (it may be preempted): {plan.spot_only}"
+        warning = (
+            f"cuda: only spot pools run its CUDA, steered there (it may be preempted): {pool_names(plan.spot_only)}"
+        )
         out.warn(clipped(warning, WARNING_LIMIT))
         out.warn(_on_demand_too(plan.on_demand))
     steered = _added(plan.alternatives, held) if pod.is_template and plan.alternatives else None
