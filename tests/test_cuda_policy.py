@@ -1878,6 +1878,26 @@ def test_a_pod_steered_to_spot_pools_alone_is_told_it_may_be_preempted(mode: str
     assert not any("only spot" in w for w in both.warnings)  # an on-demand pool runs it too
 
 
+def test_a_prefer_pod_steered_off_a_pool_of_unknown_driver_is_told_to_declare_it_not_to_upgrade_it() -> None:
+    """Under unknownDriver: deny, an on-demand pool whose driver is unknown is no place for the pod: it was said to
+    need its driver upgraded, and an image "built for an older CUDA" (a review); the denial's own words say what to
+    do, declare that driver."""
+    spot = gpu_node("spot-1", "spot-new", "570.124.06", taints=[SPOT_TAINT], labels={SPOT_TAINT["key"]: "true"})
+    unknown = gpu_node("od-1", "od-nodriver", None)
+    obj = pod(container(image=IMAGE_128), annotations={"gpu-admission.io/spot": "prefer"})
+    ctx = context([unknown, spot], settings({"unknownDriver": "deny"}))
+    said = [w for w in pipeline.review(obj, ctx).warnings if w.startswith("cuda:")]
+    assert said[1:] == [
+        "cuda: for on-demand too, declare the driver of pool od-nodriver (cluster.pools[].driverVersion)"
+    ]
+    old = gpu_node("old-1", "on-demand", "535.104.05")
+    said = [w for w in pipeline.review(obj, context([old, unknown, spot], ctx.settings)).warnings if "cuda:" in w]
+    assert said[1:] == [
+        "cuda: for on-demand too, upgrade the driver of pool on-demand or use an image built for CUDA <= 12.2",
+        "cuda: for on-demand too, declare the driver of pool od-nodriver (cluster.pools[].driverVersion)",
+    ]
+
+
 def test_a_prefer_pod_steered_to_spot_pools_alone_is_told_each_of_them_named_whole_or_counted() -> None:
     """EKS's long node group names: the prefer warning's head left 23 characters, the first spot pool was cut and a
     second one lost unsaid ('pools ml-l4-spot-us-ea…': a review)."""

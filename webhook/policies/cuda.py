@@ -986,7 +986,8 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
         # the pools named whole or counted: a longer head left 23 characters, and a second pool was lost (a review)
         warning = "cuda: spot prefer, yet only spot runs its CUDA: steered to preemptible "
         out.warn(clipped(warning + pool_names(plan.spot_only, room=WARNING_LIMIT - len(warning)), WARNING_LIMIT))
-        out.warn(_on_demand_too(plan.on_demand))
+        for line in _on_demand_too(plan.on_demand):
+            out.warn(line)
     elif plan.spot_only and "SpotRequire" not in out.reasons:
         # a pod that only tolerates spot is sent to preemptible capacity alone: said (a review of real manifests:
         # a Kueue Job was steered to a spot pool, its only compatible one, without a word in kubectl)
@@ -1013,13 +1014,24 @@ def _as_steered(words: str, ctx: Context) -> str:
     return prior if steering and said == words and "\n" not in pools else words
 
 
-def _on_demand_too(groups: Sequence[NodeGroup]) -> str:
+def _on_demand_too(groups: Sequence[NodeGroup]) -> list[str]:
     """What would let a pod steered to spot pools alone run on ``groups`` (on-demand ones) too: their driver, or
-    an image of a CUDA they run; the pools in the room the warning leaves (``pool_names``)."""
-    newest = max((g.cuda for g in groups if g.cuda), default=None)
+    an image of a CUDA they run; for those whose driver is unknown (unknownDriver: deny), a line of its own to declare
+    it, as the denial says (they were told to upgrade it: a review); the pools in the room each line leaves
+    (``pool_names``)."""
+    unknown = [g for g in groups if g.driver is None and g.cuda is None]  # ``_status``'s "unknown"
+    known = [g for g in groups if g not in unknown]
+    newest = max((g.cuda for g in known if g.cuda), default=None)
     image = f"an image built for CUDA <= {show_mm(newest)}" if newest else "an image built for an older CUDA"
-    head, tail = "cuda: for on-demand too, upgrade the driver of ", f" or use {image}"
-    return clipped(head + pool_names(groups, room=WARNING_LIMIT - len(head) - len(tail)) + tail, WARNING_LIMIT)
+    ways = [("upgrade the driver of ", known, f" or use {image}")] if known else []
+    ways += [("declare the driver of ", unknown, " (cluster.pools[].driverVersion)")] if unknown else []
+    head = "cuda: for on-demand too, "
+    return [
+        clipped(
+            head + before + pool_names(pools, room=WARNING_LIMIT - len(head + before + after)) + after, WARNING_LIMIT
+        )
+        for before, pools, after in ways
+    ]
 
 
 STEERING = "steering added by gpu-admission (required node affinity): "
