@@ -282,8 +282,23 @@ def test_some_compatible_steers_on_gfd_cuda_labels() -> None:
             "nodeSelectorTerms": [{"matchExpressions": [{"key": K3S_POOL, "operator": "In", "values": ["gpu-c"]}]}]
         }
     }
-    text = annotation_of(pipeline.review(pod(container(image=IMAGE_128), affinity={"nodeAffinity": on_c}), ctx).object)
+    obj = pipeline.review(pod(container(image=IMAGE_128), affinity={"nodeAffinity": on_c}), ctx).object
+    text = annotation_of(obj)
     assert text.endswith("pool gpu-b (driver 560.35.03, CUDA 12.6)"), text
+    # an earlier pass's clause is kept only where its pools are those this review finds the steering's: one written
+    # by hand was kept verbatim, control characters and all (a review)
+    assert annotation_of(forged(obj, text + f"; {cuda.STEERED_OFF}pool gpu-a", ctx)) == text
+    steered_text = annotation_of(result.object)
+    plain = steered_text.rpartition(f"; {cuda.STEERED_OFF}")[0]  # this review's words, its own clause not said
+    assert annotation_of(forged(result.object, steered_text + "\r\x1b[2Kdecision: denied", ctx)) == plain
+
+
+def forged(obj: dict[str, Any], words: str, ctx: Context) -> dict[str, Any]:
+    """``obj`` mutated again with ``words`` in place of its gpu-admission.io/cuda (a user's, or a forger's)."""
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["annotations"][CUDA_KEY] = words
+    again: dict[str, Any] = pipeline.mutate(obj, ctx).object
+    return again
 
 
 def test_steering_keeps_future_newer_nodes_eligible() -> None:

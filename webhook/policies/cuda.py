@@ -858,6 +858,9 @@ class Steering:
     """The pools steered to, when every one of them is spot capacity and a pool it is steered away from is not."""
     on_demand: tuple[NodeGroup, ...] = ()
     """Then, the on-demand pools it is steered away from."""
+    steered_off: str = ""
+    """Not steered now: the pools that the expressions the steering could have written (``steered``) keep it off,
+    named as ``STEERED_OFF`` names them: what an earlier pass's words must name to be kept (``_as_steered``)."""
 
 
 def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Context, spot_mode: str) -> Steering:
@@ -879,7 +882,20 @@ def plan_steering(pod: PodView, mode: str, checks: tuple[Check, ...], ctx: Conte
                 on_demand = tuple(g for g in a.blocked_groups if not g.spot)
                 return Steering(alternatives, audit, words, a.allowed_groups, on_demand)
             return Steering(alternatives, audit, words)
-    return Steering(None, "", annotation(a, _kept_off(a, pod.spec, ctx), ctx, mode))
+    kept_off = _kept_off(a, pod.spec, ctx)
+    return Steering(None, "", annotation(a, kept_off, ctx, mode), steered_off=_steered_off(a, kept_off, ctx))
+
+
+def _steered_off(a: Assessment, kept_off: Sequence[NodeGroup], ctx: Context) -> str:
+    """Of ``kept_off``, the pools the pod lands on once the expressions of its required node affinity that the
+    steering could have written (``steered``) are taken out, named (escaped, as the annotation's lines are); '' for
+    none. One eligibility pass more, only for a pod kept off pools that has such expressions."""
+    found = steered(a.spec, ctx) if kept_off and a.spec is not None else []
+    trial = PodView("Pod", {}, copy_json(a.spec or {}), "")  # unnarrow edits the terms in place
+    if not found or not unnarrow(trial, [[e] for e in found]):
+        return ""
+    freed = {id(g) for g in _eligible(trial.spec, ctx, a.resources)}
+    return escaped(pool_names(g for g in kept_off if id(g) in freed)) if freed & {id(g) for g in kept_off} else ""
 
 
 def _plan_key(
@@ -1000,18 +1016,19 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
     if pod.is_template and not steered:  # what ``forget`` kept, the manifest writing it too
         said = _said_steering(ctx.prior.get(POLICY, ""))
         steered = said[0] if said and could_steer(said[0], ctx) and holds(pod, said[0]) else None
-    words = plan.annotation if plan.alternatives else _as_steered(plan.annotation, ctx)
+    words = plan.annotation if plan.alternatives else _as_steered(plan, ctx)
     out.annotate(POLICY, words + (f"\n{STEERING}{_steering_text(steered)}" if steered else ""))
 
 
-def _as_steered(words: str, ctx: Context) -> str:
-    """The words an earlier pass wrote where they are ``words`` with the pools the steering keeps the pod off named
-    (``STEERED_OFF``): a pod called again (reinvocation), or made from a steered template, and a template whose
-    steering its manifest keeps, carry the affinity that pass added, which this one finds as if the pod's own. Else
-    ``words``."""
+def _as_steered(plan: Steering, ctx: Context) -> str:
+    """The plan's words with the pools the steering keeps the pod off named (``STEERED_OFF``), where an earlier pass
+    wrote them so: a pod called again (reinvocation), or made from a steered template, and a template whose steering
+    its manifest keeps, carry the affinity that pass added, which this one finds as if the pod's own. Only where the
+    earlier words name the pools this review finds (``Steering.steered_off``): they were kept whatever they named,
+    control characters too (a review). Else the plan's words."""
     prior = ctx.prior.get(POLICY, "").split(f"\n{STEERING}")[0]  # a template's line of the terms the steering added
-    said, steering, pools = prior.rpartition(f"; {STEERED_OFF}")
-    return prior if steering and said == words and "\n" not in pools else words
+    words = f"{plan.annotation}; {STEERED_OFF}{plan.steered_off}"
+    return words if plan.steered_off and prior == words else plan.annotation
 
 
 def _on_demand_too(groups: Sequence[NodeGroup]) -> list[str]:
