@@ -996,22 +996,20 @@ def steer(pod: PodView, ctx: Context, out: Outcome) -> None:
         out.mutated("cuda-affinity")
         out.reasons.append("CUDASteered")
         out.audit["cuda-steered"] = plan.audit
-    if plan.spot_only and "SpotPrefer" in out.reasons:
-        # prefer allows on-demand capacity: the steering takes it away, said with what would give it back (a
-        # user-journey review: a Deployment so written was steered to its spot pool alone without a word)
-        # the pools named whole or counted: a longer head left 23 characters, and a second pool was lost (a review)
-        warning = "cuda: spot prefer, yet only spot runs its CUDA: steered to preemptible "
+    if plan.spot_only and "SpotRequire" not in out.reasons:
+        # sent to preemptible capacity alone, said with what would give on-demand back: a pod that only tolerates
+        # spot (a review of real manifests: a Kueue Job was steered to a spot pool, its only compatible one, without
+        # a word in kubectl), and one under prefer, which allows on-demand capacity (a user-journey review: a
+        # Deployment so written was steered to its spot pool alone without a word); the pools named whole or
+        # counted: a longer head left 23 characters, and a second pool was lost (a review)
+        warning = (
+            "cuda: spot prefer, yet only spot runs its CUDA: steered to preemptible "
+            if "SpotPrefer" in out.reasons
+            else "cuda: only spot pools run its CUDA, steered there (it may be preempted): "
+        )
         out.warn(clipped(warning + pool_names(plan.spot_only, room=WARNING_LIMIT - len(warning)), WARNING_LIMIT))
         for line in _on_demand_too(plan.on_demand):
             out.warn(line)
-    elif plan.spot_only and "SpotRequire" not in out.reasons:
-        # a pod that only tolerates spot is sent to preemptible capacity alone: said (a review of real manifests:
-        # a Kueue Job was steered to a spot pool, its only compatible one, without a word in kubectl)
-        warning = (
-            f"cuda: only spot pools run its CUDA, steered there (it may be preempted): {pool_names(plan.spot_only)}"
-        )
-        out.warn(clipped(warning, WARNING_LIMIT))
-        out.warn(_on_demand_too(plan.on_demand))
     steered = _added(plan.alternatives, held) if pod.is_template and plan.alternatives else None
     if pod.is_template and not steered:  # what ``forget`` kept, the manifest writing it too
         said = _said_steering(ctx.prior.get(POLICY, ""))
