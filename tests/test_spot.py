@@ -2816,6 +2816,27 @@ def test_a_pod_without_gpus_kept_off_gpu_spot_pools_by_more_than_their_taint_is_
         assert mutate(obj, ctx).warnings == [f"spot {mode}: {why}{ran} (pool {pools})"]
 
 
+@pytest.mark.parametrize("leaving", ["unschedulable", "not-ready"])
+def test_a_pod_without_gpus_kept_off_a_leaving_gpu_spot_pool_by_its_taint_is_told_of_the_gpu_pool(
+    leaving: str,
+) -> None:
+    """A plain CPU pod whose only spot pool is a GPU pool, its nodes cordoned or not ready: the GPU taint keeps it
+    off whatever the drain, and the trial that tolerates the GPU taints did not pass the drain's taint, so a pod of
+    no rules was told "its nodeSelector, affinity or tolerations exclude every spot pool" (found by a review). The
+    GPU-pool words are said; under prefer only in the annotation, as of a GPU pool whose nodes are ready."""
+    leaving_node = _gke_gpu_pools(1)[1]
+    leaving_node["spec"]["taints"].append(taint(f"node.kubernetes.io/{leaving}:NoSchedule"))
+    cpu_od = {**_gke_cpu_spot_node(), "metadata": {"name": "cpu-od", "labels": {NODEPOOL: "default-pool"}}, "spec": {}}
+    ctx = context([_gke_gpu_pools()[0], leaving_node, cpu_od], providers=("gke",))
+    said = "every spot pool is a GPU pool and it asks no GPU"
+    assert mutate(pod("require", gpu=None), ctx).warnings == [
+        f"spot require: {said}; add a CPU spot pool or use spot: prefer (pool spot-1x)"
+    ]
+    result = mutate(pod("prefer", gpu=None), ctx)
+    assert result.warnings == []
+    assert (applied(result) or "").endswith(f"; {said} (spot-1x)")
+
+
 def test_the_cuda_words_name_the_spot_requirement_not_the_pods_own_rules() -> None:
     """A GPU pod that requires spot where only a CPU pool is spot: the cuda policy said that "its nodeSelector/
     affinity excludes" the on-demand GPU pool, and the pod had written none (found by a review of the docs against

@@ -1375,10 +1375,16 @@ def _kept_off_by_gpu_taints(pod: PodView, ctx: Context) -> bool:
     not cover: AKS's sku=gpu) would let a pod that asks no GPU onto a spot pool: only then is it the GPU pools'
     taint that keeps it off. "Every spot pool is a GPU pool and it asks no GPU; add a CPU spot pool" was said of a
     pod its own nodeSelector kept off an untainted EKS GPU node group, and of one whose only spot node was cordoned
-    (found by a review). One ``eligible`` call, memoized per snapshot."""
+    (found by a review). A cordon's or a node not ready's taint passes in both trials (``LEAVING_TOLERATIONS``): a
+    plain pod whose only spot pool, a GPU pool, was cordoned was told its own rules kept it off, and one that tolerates
+    the GPU taint is kept off by the drain alone (found by a review). Two ``eligible`` calls, memoized per snapshot."""
     gpu_taints = [Wanted(p.key, p.value, p.effect).toleration() for p in ctx.cluster.presets.gpu_taints.values()]
-    tolerations = [*as_list(pod.spec.get("tolerations")), GPU_TAINT_TOLERATION, *gpu_taints]
-    return any(c.group.spot for c in ctx.cluster.eligible({**pod.spec, "tolerations": tolerations}, gpu_only=False))
+    leaving = [*as_list(pod.spec.get("tolerations")), *LEAVING_TOLERATIONS]
+
+    def reaches_spot(tolerations: list[object]) -> bool:
+        return any(c.group.spot for c in ctx.cluster.eligible({**pod.spec, "tolerations": tolerations}, gpu_only=False))
+
+    return reaches_spot([*leaving, GPU_TAINT_TOLERATION, *gpu_taints]) and not reaches_spot(leaving)
 
 
 def _launched_to_fit(gpus: Mapping[str, Decimal], reached: Sequence[NodeGroup], ctx: Context) -> bool:
