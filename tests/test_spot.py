@@ -1581,12 +1581,15 @@ GPU_TAINT = "nvidia.com/gpu=present:NoSchedule"
 def _gke_gpu_pools(*spot_gpus: int) -> list[Any]:
     """A GKE cluster as its GPU pools come: an on-demand pool of 8 GPUs a node, and a spot pool of ``n`` GPUs a
     node for each ``n``, every GPU node with GKE's GPU taint."""
-    spot_taint = f"{GKE_SPOT}=true:NoSchedule"
-    spots = [
-        node(f"spot-{i}", {GKE_SPOT: "true", NODEPOOL: f"spot-{n}x"}, (spot_taint, GPU_TAINT), gpus=n)
-        for i, n in enumerate(spot_gpus)
-    ]
+    spots = [_gke_spot_node(f"spot-{i}", f"spot-{n}x", n) for i, n in enumerate(spot_gpus)]
     return [node("od-0", {NODEPOOL: "h100"}, (GPU_TAINT,), gpus=8), *spots]
+
+
+def _gke_spot_node(name: str, pool: str, gpus: int, *taints: str) -> Any:
+    """A node of GKE spot pool ``pool`` of ``gpus`` GPUs, with GKE's spot and GPU taints and ``taints``."""
+    return node(
+        name, {GKE_SPOT: "true", NODEPOOL: pool}, (f"{GKE_SPOT}=true:NoSchedule", GPU_TAINT, *taints), gpus=gpus
+    )
 
 
 def _asking_gpus(mode: str, *gpus: str) -> Any:
@@ -1689,11 +1692,34 @@ def test_a_pod_whose_rules_exclude_the_bigger_spot_pool_is_told_which_it_can_use
     said = "no spot node it can use has 2 nvidia.com/gpu"
     own = _asking_gpus("require", "2")
     own["spec"]["nodeSelector"] = {NODEPOOL: "spot-1x"}
-    assert mutate(own, ctx).warnings == [f"spot require: {said}; ask at most 1 or let it use pool spot-8x"]
+    assert mutate(own, ctx).warnings == [f"spot require: {said}; ask at most 1 or use pool spot-8x"]
     own["metadata"]["annotations"][ANNOTATION] = "prefer"
     result = mutate(own, ctx)
-    assert result.warnings == [f"spot prefer: {said}: it runs on demand; ask at most 1 or let it use pool spot-8x"]
-    assert (applied(result) or "").endswith(f"; {said} (spot-1x: 1 per node); ask at most 1 or let it use spot-8x")
+    assert result.warnings == [f"spot prefer: {said}: it runs on demand; ask at most 1 or use pool spot-8x"]
+    assert (applied(result) or "").endswith(f"; {said} (spot-1x: 1 per node); ask at most 1 or use spot-8x")
+
+
+@pytest.mark.parametrize("mode", ["prefer", "require"])
+def test_the_bigger_spot_pool_is_named_whole_and_only_where_its_nodes_take_pods(mode: str) -> None:
+    """A pod that selects a spot pool of 1 GPU a node and asks 2, the bigger spot pool of an ordinary name: under
+    prefer the words cut it ("...or let it use pool ml-prod…"), and with a container named lost it ("...warm or …"),
+    and a bigger pool whose nodes are all cordoned was offered (found by a review). The pool is named whole (under
+    prefer, "it runs on demand" goes first: "no spot node it can use" says it), and a cordoned pool is not named."""
+    cordoned = _gke_spot_node("spot-c", "a8-spot-draining", 8, "node.kubernetes.io/unschedulable:NoSchedule")
+    cordoned["spec"]["unschedulable"] = True
+    said = f"spot {mode}: no spot node it can use has 2 nvidia.com/gpu"
+    for big, gpus, containers in (
+        ("ml-prod-h100-spot-us-central1", ("2",), ""),
+        ("h100-spot", ("1",), " in init container warm"),
+    ):
+        ctx = context([*_gke_gpu_pools(1), _gke_spot_node("spot-8", big, 8), cordoned], providers=("gke",))
+        obj = _asking_gpus(mode, *gpus)
+        obj["spec"]["nodeSelector"] = {NODEPOOL: "spot-1x"}
+        if containers:
+            obj["spec"]["initContainers"] = [
+                {"name": "warm", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
+            ]
+        assert mutate(obj, ctx).warnings == [f"{said}; ask at most 1{containers} or use pool {big}"]
 
 
 @pytest.mark.parametrize("mode", ["prefer", "require"])

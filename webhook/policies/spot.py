@@ -116,6 +116,7 @@ from webhook.cluster import (
     device_spec,
     eligibility_key,
     gated_spec,
+    leaving,
     offers,
     pool_names,
     requested_resources,
@@ -1268,7 +1269,7 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
         why = detail = f"no spot node {'it can use ' if bigger else ''}has {format_quantity(gpus[name])} {name}"
         advice = f"; ask at most {format_quantity(have[-1])}{_asking_most(pod, name, have[-1])} "
         if bigger:
-            advice += "or let it use "
+            advice += "or use "
         else:
             advice += "for spot" if mode == "prefer" else "or add bigger spot nodes"
         per_node = f": {format_quantity(have[0])} per node" if len(have) == 1 else ""  # else "at most" says it
@@ -1282,9 +1283,11 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     else:
         why = "its nodeSelector, affinity or tolerations exclude every spot pool"
         detail = f"{why}, as the webhook leaves them (its steering: {PREFIX}cuda, {PREFIX}mig)"
-    head = f"spot {mode}: {why}"
+    ran = ": it runs on demand" if mode == "prefer" else ""
+    if bigger and len(f"spot {mode}: {why}{ran}{advice}{pool_names(bigger, limit=1)}") > WARNING_LIMIT:
+        ran = ""  # the pool to use named whole before these words: "no spot node it can use" says them (a review)
+    head = f"spot {mode}: {why}{ran}"
     if mode == "prefer":
-        head += ": it runs on demand"
         pools = f"{', '.join(sorted({g.pool for g in listed}))}{per_node}"
         if bigger:  # the pools it can use first: after the bigger ones they read as theirs
             out.annotations[APPLIED] += escaped(
@@ -1348,7 +1351,7 @@ def _amounts(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal], gpu_pod: b
         found = replace(found, launched=True)
     elif short := _too_few(gpus, reached):
         name, listed = short
-        bigger = tuple(g for g in ctx.cluster.groups if g.spot and offers(g, {name: gpus[name]}))
+        bigger = tuple(g for g in ctx.cluster.groups if g.spot and not leaving(g) and offers(g, {name: gpus[name]}))
         have = tuple(sorted({g.allocatable[name] for g in listed}))
         found = replace(found, short=name, listed=tuple(listed), have=have, bigger=bigger)
     if memo_key is not None:
