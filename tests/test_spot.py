@@ -1733,11 +1733,24 @@ def test_a_karpenter_nodepool_is_not_said_to_have_too_few_gpus_a_node(mode: str)
             "karpenter.sh/nodepool": "gpu",
             KARPENTER: capacity,
             "karpenter.k8s.aws/instance-gpu-count": str(gpus),
+            "node.kubernetes.io/instance-type": {1: "g5.xlarge", 8: "p4d.24xlarge"}[gpus],
         }
         return node(name, labels, gpus=gpus)
 
     ctx = context([launched("k1", "spot", 1), launched("k2", "on-demand", 8)], providers=("eks", "karpenter"))
     assert mutate(_asking_gpus(mode, "4"), ctx).warnings == []
+    # Pinned to the instance type of 1 GPU (or its GPU count), it launches no node of 4: it was Pending for good,
+    # not warned (found by a review)
+    ran = ": it runs on demand" if mode == "prefer" else ""
+    said = f"spot {mode}: no spot node has 4 nvidia.com/gpu{ran}; ask at most 1 or choose a bigger instance type"
+    for pin in (
+        {"nodeSelector": {"node.kubernetes.io/instance-type": "g5.xlarge"}},
+        {"affinity": with_terms({"matchExpressions": [expr("karpenter.k8s.aws/instance-gpu-count", "1")]})},
+    ):
+        obj = _asking_gpus(mode, "4")
+        obj["spec"].update(pin)
+        tail = "" if ran else " (pool gpu: 1 per node)"  # under prefer, no room for the pool: the annotation says it
+        assert mutate(obj, ctx).warnings == [f"{said}{tail}"], pin
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -109,6 +109,7 @@ from webhook.affinity import (
 )
 from webhook.cluster import (
     GPU_TAINT_TOLERATION,
+    INSTANCE_TYPE_LABEL,
     LEAVING_TOLERATIONS,
     NodeGroup,
     Taint,
@@ -1270,6 +1271,8 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
         advice = f"; ask at most {format_quantity(have[-1])}{_asking_most(pod, name, have[-1])} "
         if bigger:
             advice += "or use "
+        elif amounts.pinned:
+            advice += "or choose a bigger instance type"
         else:
             advice += "for spot" if mode == "prefer" else "or add bigger spot nodes"
         per_node = f": {format_quantity(have[0])} per node" if len(have) == 1 else ""  # else "at most" says it
@@ -1333,6 +1336,8 @@ class _Amounts:
     bigger: tuple[NodeGroup, ...] = ()
     """Spot groups that have the amount, kept off by its own rules or steering: "add bigger spot nodes" was said
     beside them (found by a review)."""
+    pinned: bool = False
+    """A reached pool launches the instance type a pod needs, but its rules pin the type (``_pins_instance``)."""
 
 
 def _amounts(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal], gpu_pod: bool) -> _Amounts:
@@ -1347,13 +1352,15 @@ def _amounts(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal], gpu_pod: b
         return kept
     reached = [c.group for c in ctx.cluster.eligible(pod.spec, (), gpu_only=gpu_pod) if c.group.spot]
     found = _Amounts(reached=bool(reached))
-    if _launched_to_fit(gpus, reached, ctx):
+    launched = _launched_to_fit(gpus, reached, ctx)
+    pinned = launched and _pins_instance(pod)
+    if launched and not pinned:
         found = replace(found, launched=True)
     elif short := _too_few(gpus, reached):
         name, listed = short
         bigger = tuple(g for g in ctx.cluster.groups if g.spot and not leaving(g) and offers(g, {name: gpus[name]}))
         have = tuple(sorted({g.allocatable[name] for g in listed}))
-        found = replace(found, short=name, listed=tuple(listed), have=have, bigger=bigger)
+        found = replace(found, short=name, listed=tuple(listed), have=have, bigger=bigger, pinned=pinned)
     if memo_key is not None:
         ctx.cluster.policy_memo.put(memo_key, found, len(key or b""))
     return found
@@ -1399,6 +1406,38 @@ def _launched_to_fit(gpus: Mapping[str, Decimal], reached: Sequence[NodeGroup], 
     return bool(gpus) and all(
         any(g.allocatable.get(name, Decimal(0)) > 0 and not mixed.isdisjoint(g.labels) for g in reached)
         for name in gpus
+    )
+
+
+INSTANCE_PINS = frozenset(
+    {
+        INSTANCE_TYPE_LABEL,
+        "beta.kubernetes.io/instance-type",
+        "karpenter.k8s.aws/instance-gpu-count",
+        "eks.amazonaws.com/instance-gpu-count",
+        "karpenter.azure.com/sku-name",
+        "karpenter.azure.com/sku-gpu-count",
+    }
+)
+"""Node labels whose value fixes a node's GPUs: the instance type (or VM size) and its GPU count, as Karpenter on AWS,
+EKS Auto Mode and Karpenter on Azure label them (``CAPACITY_BLIND_PREFIXES``)."""
+
+
+def _pins_instance(pod: PodView) -> bool:
+    """Whether the pod's nodeSelector, or each of its required node affinity terms (``In``, ``Gt``, ``Lt``), chooses
+    by an ``INSTANCE_PINS`` label: a pool that launches the instance type a pod needs (``_launched_to_fit``) launches
+    none of more GPUs for it. A pod pinned to g5.xlarge (1 GPU) that asked 4 was said nothing, Pending for good (found
+    by a review). A loop over its rules."""
+
+    def pins(term: JSON) -> bool:
+        return any(
+            isinstance(e, dict) and e.get("key") in INSTANCE_PINS and e.get("operator") in ("In", "Gt", "Lt")
+            for e in as_list(term.get("matchExpressions"))
+        )
+
+    terms = required_terms(pod)
+    return not INSTANCE_PINS.isdisjoint(as_dict(pod.spec.get("nodeSelector"))) or (
+        bool(terms) and all(pins(t) for t in terms)
     )
 
 
