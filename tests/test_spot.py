@@ -1722,6 +1722,20 @@ def test_the_bigger_spot_pool_is_named_whole_and_only_where_its_nodes_take_pods(
         assert mutate(obj, ctx).warnings == [f"{said}; ask at most 1{containers} or use pool {big}"]
 
 
+def test_the_prefer_annotation_names_six_pools_and_counts_the_rest() -> None:
+    """Under prefer the spot-applied annotation named every spot pool it speaks of: at 3,000 spot pools, 2,250 bigger
+    ones (15 kB) beside a pod that selects a pool of too few GPUs, and every pool beside a CPU pod kept off GPU pools
+    (20 kB; found by a review). Six are named, the rest counted, as the warnings do."""
+    big = [_gke_spot_node(f"b{i}", f"big-{i:02}", 8) for i in range(10)]
+    ctx = context([*_gke_gpu_pools(1), *big], providers=("gke",))
+    obj = _asking_gpus("prefer", "2")
+    obj["spec"]["nodeSelector"] = {NODEPOOL: "spot-1x"}
+    six = ", ".join(f"big-{i:02}" for i in range(6))
+    assert (applied(mutate(obj, ctx)) or "").endswith(f"; ask at most 1 or use {six} and 4 more")
+    said = "every spot pool is a GPU pool and it asks no GPU"
+    assert (applied(mutate(pod("prefer", gpu=None), ctx)) or "").endswith(f"; {said} ({six} and 5 more)")
+
+
 @pytest.mark.parametrize("mode", ["prefer", "require"])
 def test_a_karpenter_nodepool_is_not_said_to_have_too_few_gpus_a_node(mode: str) -> None:
     """A Karpenter NodePool launches the instance type a pod needs: its spot nodes of 1 GPU now say nothing of the

@@ -1772,7 +1772,12 @@ def pool_names(
     it): a caller that leaves less makes the room from its own words (``mig._pool_warning`` cuts its tail in the
     middle), or its warning's cut takes what follows the pools. ``what`` names them ('spot pool': 'spot pools a,
     b', '3 spot pools')."""
-    names = sorted({g.pool for g in groups})
+    return names_listed(sorted({g.pool for g in groups}), limit, room, what)
+
+
+def names_listed(names: Sequence[str], limit: int = MAX_LISTED, room: int | None = None, what: str = "pool") -> str:
+    """``pool_names`` of the pools named ``names``, sorted and each once: a caller that keeps them per snapshot reads
+    no group and sorts no name per request (thousands at 3,000 spot groups). At most ``limit`` names are joined."""
     if not names:
         return f"no {what}"
     head = f"{what} " if len(names) == 1 else f"{what}s "

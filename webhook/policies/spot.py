@@ -118,6 +118,7 @@ from webhook.cluster import (
     eligibility_key,
     gated_spec,
     leaving,
+    names_listed,
     offers,
     pool_names,
     requested_resources,
@@ -1257,7 +1258,9 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     if _spot_reachable(pod, ctx, gpus, gpu_pod):
         return
     spot = [g for g in ctx.cluster.groups if g.spot]
-    listed, advice, per_node, bigger = spot, "", "", []
+    advice, per_node = "", ""
+    listed: Sequence[str] = ()  # the pools' names, sorted: those of ``spot`` where no branch gives its own
+    bigger: Sequence[str] = ()
     amounts = _amounts(pod, ctx, gpus, gpu_pod)
     if amounts.launched:
         return
@@ -1266,7 +1269,7 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
         why = detail = "every spot pool is a GPU pool and it asks no GPU"
         advice = "; add a CPU spot pool or use spot: prefer" if mode == "require" else ""
     elif name := amounts.short:
-        listed, have, bigger = list(amounts.listed), amounts.have, list(amounts.bigger)
+        listed, have, bigger = amounts.listed, amounts.have, amounts.bigger
         why = detail = f"no spot node {'it can use ' if bigger else ''}has {format_quantity(gpus[name])} {name}"
         advice = f"; ask at most {format_quantity(have[-1])}{_asking_most(pod, name, have[-1])} "
         if bigger:
@@ -1286,16 +1289,16 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     else:
         why = "its nodeSelector, affinity or tolerations exclude every spot pool"
         detail = f"{why}, as the webhook leaves them (its steering: {PREFIX}cuda, {PREFIX}mig)"
+    listed = listed or sorted({g.pool for g in spot})
     ran = ": it runs on demand" if mode == "prefer" else ""
-    if bigger and len(f"spot {mode}: {why}{ran}{advice}{pool_names(bigger, limit=1)}") > WARNING_LIMIT:
+    if bigger and len(f"spot {mode}: {why}{ran}{advice}{names_listed(bigger, limit=1)}") > WARNING_LIMIT:
         ran = ""  # the pool to use named whole before these words: "no spot node it can use" says them (a review)
     head = f"spot {mode}: {why}{ran}"
     if mode == "prefer":
-        pools = f"{', '.join(sorted({g.pool for g in listed}))}{per_node}"
+        # six pools named, the rest counted: every one was (15 kB of 2,250 bigger pools; a review)
+        pools = f"{_names(listed)}{per_node}"
         if bigger:  # the pools it can use first: after the bigger ones they read as theirs
-            out.annotations[APPLIED] += escaped(
-                f"; {detail} ({pools}){advice}{', '.join(sorted({g.pool for g in bigger}))}"
-            )
+            out.annotations[APPLIED] += escaped(f"; {detail} ({pools}){advice}{_names(bigger)}")
         else:
             out.annotations[APPLIED] += escaped(f"; {detail}{advice} ({pools})")
         if gpu_capacity_only:
@@ -1305,14 +1308,16 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
             return
     if bigger:
         out.warn(
-            clipped(f"{head}{advice}{pool_names(bigger, room=WARNING_LIMIT - len(head) - len(advice))}", WARNING_LIMIT)
+            clipped(
+                f"{head}{advice}{names_listed(bigger, room=WARNING_LIMIT - len(head) - len(advice))}", WARNING_LIMIT
+            )
         )
         return
     # the pools whole or cut with a '…' (a name cut at 119 characters read as another pool's: a review), their GPUs
     # a node left out first ("ask at most" says them; a name cut to keep them read as another pool's: a review)
-    names = pool_names(listed)
+    names = names_listed(listed)
     if len(head) + len(advice) + len(names) + len(per_node) + 3 > WARNING_LIMIT:
-        per_node, names = "", pool_names(listed, room=WARNING_LIMIT - len(head) - len(advice) - 3)
+        per_node, names = "", names_listed(listed, room=WARNING_LIMIT - len(head) - len(advice) - 3)
     tail = f" ({names}{per_node})"
     if len(head) + len(advice) + len(tail) > WARNING_LIMIT:  # not even their count: the words say what to change
         tail = ""
@@ -1329,13 +1334,13 @@ class _Amounts:
     """One of them launches what the pod needs (``_launched_to_fit``)."""
     short: str = ""
     """The resource it asks more of than a node of them has (``_too_few``), else ''."""
-    listed: tuple[NodeGroup, ...] = ()
-    """The reached spot groups that offer ``short``."""
+    listed: tuple[str, ...] = ()
+    """The reached spot pools that offer ``short``, their names sorted (kept: a request sorts none)."""
     have: tuple[Decimal, ...] = ()
     """What their nodes have of it, sorted."""
-    bigger: tuple[NodeGroup, ...] = ()
-    """Spot groups that have the amount, kept off by its own rules or steering: "add bigger spot nodes" was said
-    beside them (found by a review)."""
+    bigger: tuple[str, ...] = ()
+    """Spot pools that have the amount, kept off by its own rules or steering, their names sorted: "add bigger spot
+    nodes" was said beside them (found by a review)."""
     pinned: bool = False
     """A reached pool launches the instance type a pod needs, but its rules pin the type (``_pins_instance``)."""
 
@@ -1358,12 +1363,19 @@ def _amounts(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal], gpu_pod: b
         found = replace(found, launched=True)
     elif short := _too_few(gpus, reached):
         name, listed = short
-        bigger = tuple(g for g in ctx.cluster.groups if g.spot and not leaving(g) and offers(g, {name: gpus[name]}))
+        bigger = {g.pool for g in ctx.cluster.groups if g.spot and not leaving(g) and offers(g, {name: gpus[name]})}
         have = tuple(sorted({g.allocatable[name] for g in listed}))
-        found = replace(found, short=name, listed=tuple(listed), have=have, bigger=bigger, pinned=pinned)
+        pools = tuple(sorted({g.pool for g in listed}))
+        found = replace(found, short=name, listed=pools, have=have, bigger=tuple(sorted(bigger)), pinned=pinned)
     if memo_key is not None:
         ctx.cluster.policy_memo.put(memo_key, found, len(key or b""))
     return found
+
+
+def _names(pools: Sequence[str]) -> str:
+    """The pools named ``pools`` (sorted) as the annotation says them: six named, the rest counted ('a, b, c, d, e,
+    f and 2994 more'; ``names_listed`` without its word 'pools')."""
+    return names_listed(pools).partition(" ")[2]
 
 
 def _asking_most(pod: PodView, name: str, have: Decimal) -> str:
