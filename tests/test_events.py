@@ -2032,17 +2032,26 @@ def test_a_kubeconfig_rewritten_to_another_env_of_its_hung_plugin_loads_at_once(
         hang.unlink()
 
 
+def _relay_by_exec_plugin(
+    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, timeout: float
+) -> tuple[Path, Path]:
+    """The relay's environment: a kubeconfig of ``kubeapi`` whose exec plugin (``exec_kubeconfig``) hangs while the
+    file it returns exists, waited on ``timeout`` seconds, the kubeconfig's files checked at each Event."""
+    kubeconfig, hang = exec_kubeconfig(kubeapi, tmp_path, CREDENTIAL)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", timeout)
+    monkeypatch.setattr(watch, "FILES_CHECK_S", 0.0)
+    return kubeconfig, hang
+
+
 def test_kubeconfig_rewrites_while_its_plugin_hangs_run_it_once_on_the_api(
     kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Once the relay sent to the API, its loads at each kubeconfig rewrite did not share the ``InTime`` of the
     loads before: each rewrite while the plugin hung ran one more plugin and held up the relay in full (found by a
     review). The first waits on it, and the next fail at once, keeping the credentials loaded before."""
-    kubeconfig, hang = exec_kubeconfig(kubeapi, tmp_path, CREDENTIAL)
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 1.0)
-    monkeypatch.setattr(watch, "FILES_CHECK_S", 0.0)
+    kubeconfig, hang = _relay_by_exec_plugin(kubeapi, tmp_path, monkeypatch, timeout=1.0)
     subject = subject_of(stored_pod())
     sink = events.api_sink_from_environment()
     assert sink.name == "api"
@@ -2069,11 +2078,7 @@ def test_a_kubeconfig_rewritten_to_another_server_while_its_plugin_hangs_is_foll
     went on to the old server for good: loaded again only at the next rewrite or a refusal (found by a review). A
     reload that hung is tried again at the next Event, which takes its answer once it came: the Events go to the new
     server, the plugin run no more."""
-    kubeconfig, hang = exec_kubeconfig(kubeapi, tmp_path, CREDENTIAL)
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.setattr(watch, "CREDENTIALS_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(watch, "FILES_CHECK_S", 0.0)
+    kubeconfig, hang = _relay_by_exec_plugin(kubeapi, tmp_path, monkeypatch, timeout=0.5)
     subject = subject_of(stored_pod())
     other = KubeAPI().start()
     try:
