@@ -552,6 +552,45 @@ def test_a_whole_gpu_beside_slices_is_told_what_each_pool_gives_and_how_many_sli
     assert "there it gets one such slice, not a whole GPU" in said, said
 
 
+def test_a_whole_gpu_steered_by_its_cuda_to_a_pool_of_mig_slices_alone_is_told() -> None:
+    """Found by a review: the whole-GPU pool's driver (535: CUDA 12.2) is too old for the image's CUDA 12.4, the MIG
+    pool's (550) is not; the cuda policy steered nvidia.com/gpu: 2 to the MIG pool alone, and the pod was admitted
+    without a word, to get two 1g.5gb slices. Only MIG pools reach it because of the webhook's own steering, not the
+    pod's: it is told, with what gives it whole GPUs again (an older CUDA, or the whole-GPU pool's driver)."""
+    slices = single_node("s", A100_40, "1g.5gb", 56, "a100mig", 4864)
+    slices["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"] = "550.54.15"
+    whole = whole_node("w", H100, 8, "h100whole")
+    whole["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"] = "535.104.05"
+    s = replace(settings(), cuda=CudaSettings())
+    image = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+    for obj in (
+        pod(container("main", limits={GPU: "2"}, image=image)),
+        workload("Deployment", pod(container("main", limits={GPU: "2"}, image=image))),
+    ):
+        result = review(obj, [slices, whole], s)
+        affinity = json.dumps(template_of(result.object)["spec"].get("affinity"))
+        assert result.allowed and '"values": ["a100mig"]' in affinity, (result.message, affinity)  # steered
+        (warned,), (said,) = _whole_on_slices(result)
+        assert warned.startswith(f"mig: main: {GPU} is MIG 1g.5gb on pool a100mig") and len(warned) < 120, warned
+        assert "CUDA" in warned, warned
+        assert "container main (nvidia.com/gpu 2)" in said and "2 such slices" in said, said
+        assert "only pool a100mig runs its CUDA" in said and "pool h100whole (driver 535.104.05, CUDA 12.2)" in said
+        assert "an image for CUDA 12.2 or older" in said and "upgrade the driver of pool h100whole" in said, said
+        assert "nodeSelector" not in said, said  # selecting the whole GPUs would be denied: their CUDA is too old
+    # the pod that selects the MIG pool itself is not steered there, and has nothing to be told
+    own = pod(container("main", limits={GPU: "2"}, image=image))
+    own["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": POOL, "operator": "In", "values": ["a100mig"]}]}]
+            }
+        }
+    }
+    result = review(own, [slices, whole], s)
+    assert result.allowed and result.object["spec"]["affinity"] == own["spec"]["affinity"], result.message
+    assert _whole_on_slices(result) == ([], [])
+
+
 def test_gke_partition_size_selector():
     nodes = [
         gke_node("g0", "nvidia-tesla-a100", "1g.5gb", 7, "mig-small"),

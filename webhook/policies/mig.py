@@ -119,6 +119,7 @@ from webhook.model import (
 from webhook.policies import cuda, spot
 from webhook.policies import mig_record as record
 from webhook.policies.mig_record import Line, Pin
+from webhook.policies.steering import steered
 from webhook.presets import NVIDIA
 from webhook.quantity import QuantityError, format_quantity, parse_quantity
 
@@ -2329,9 +2330,11 @@ def _warn_whole_on_slices(pod: PodView, ctx: Context, out: Outcome, prior: Mappi
     partitions): the scheduler may give it a slice there (a 1g.5gb of 4.8 GiB for an H100 asked; it was admitted
     without a word, its cuda line naming the MIG pool as one that supports it: a review of MIG). Warned, not
     steered (the lead's decision): a warning, a Warning Event and the reason in the decision log, naming the pools,
-    the slice and what to change. Nothing where only such pools reach it (the cluster's GPUs are slices). Its cost:
-    the groups of MIG slices, kept per snapshot; where there are some, one eligibility of the pod (memoized by the
-    view), over groups, not nodes."""
+    the slice and what to change. Nothing where only such pools reach it (the cluster's GPUs are slices), unless the
+    cuda policy's steering is what keeps it off the whole GPUs (``_steered_off_whole``): then the pools' CUDA is
+    said, with what gives it whole GPUs again. Its cost: the groups of MIG slices, kept per snapshot; where there are
+    some, one eligibility of the pod (memoized by the view), over groups, not nodes, and one more for a pod that only
+    slices reach and whose cuda line says the steering keeps it off pools."""
     slicing = ctx.cluster.policy_memo.per_settings(
         (POLICY, "slicing"),
         ctx.settings,
@@ -2347,6 +2350,8 @@ def _warn_whole_on_slices(pod: PodView, ctx: Context, out: Outcome, prior: Mappi
     served = _served(pod, ctx)
     slices = [g for g in served if g.mig_strategy in SLICING]
     gpus = [g for g in served if g.mig_strategy not in SLICING]
+    too_old = _steered_off_whole(pod, ctx) if slices and not gpus else []
+    gpus = gpus or too_old
     if not slices or not gpus:
         return
     profiles = sorted({_slice_of(g) for g in slices})
@@ -2354,25 +2359,24 @@ def _warn_whole_on_slices(pod: PodView, ctx: Context, out: Outcome, prior: Mappi
     first = named_first.removeprefix("init ").removeprefix("container ")
     who = first if len(whole) == 1 else f"{first} and {len(whole) - 1} more"
     head = f"mig: {who}: {GPU_RESOURCE} is MIG {', '.join(profiles[:2])}{'…' if len(profiles) > 2 else ''} on "
-    out.warn(_pool_warning(head, slices, ": select the whole-GPU pool or model, or ask a fraction", first))
-    pin = _pin(gpus, slices, _pin_keys(ctx), ctx.cluster.presets.pool_steered)
-    if pin is None:
-        select = f"a nodeSelector or node affinity on a label of {_pools(gpus)} alone"
-    elif len(pin[1]) == 1:
-        select = f"nodeSelector {pin[0]}: {pin[1][0]}"
-    else:
-        select = f"node affinity {pin[0]} In {', '.join(pin[1][:3])}{' and more' if len(pin[1]) > 3 else ''}"
     by_pool: dict[str, set[str]] = {}  # each pool once: where each node is a group of its own too
     for g in slices:
         by_pool.setdefault(g.pool, set()).add(_slice_of(g))
     shown = "; ".join(f"pool {p} (MIG {', '.join(sorted(s))})" for p, s in sorted(by_pool.items())[:3])
     more = f" and {len(by_pool) - 3} more" if len(by_pool) > 3 else ""
-    gives: list[str] = []
-    if owned := [g for g in gpus if g.sharing == "none"]:  # time-sliced or MPS replicas are no whole GPUs
-        gives.append(f"{_pools(owned)}, which {'gives' if len({g.pool for g in owned}) == 1 else 'give'} whole GPUs")
-    if shared := [g for g in gpus if g.sharing != "none"]:
-        ways = ", ".join(sorted({g.sharing for g in shared}))
-        gives.append(f"{_pools(shared)}, where each {GPU_RESOURCE} is a share of a GPU ({ways})")
+    if too_old:  # selecting the whole GPUs would be denied: their driver is too old for its CUDA
+        out.warn(_pool_warning(head, slices, ": alone runs its CUDA; use older CUDA or a newer driver", first))
+        newest = max((g for g in too_old if g.cuda), key=lambda g: g.cuda or (), default=None)
+        image = f"an image for CUDA {newest.cuda_text} or older" if newest else "an image for an older CUDA"
+        lands = (
+            f"only {_pools(slices)} {'runs' if len(by_pool) == 1 else 'run'} its CUDA (the steering gpu-admission"
+            f" added keeps it off {cuda.listing(too_old)}): {shown}{more}"
+        )
+        change = f"To get whole GPUs, use {image}, or upgrade the driver of {_pools(too_old)}"
+    else:
+        out.warn(_pool_warning(head, slices, ": select the whole-GPU pool or model, or ask a fraction", first))
+        lands = f"the pod can land on {', '.join(_gives(gpus))}, and on {shown}{more}"
+        change = f"To keep it off the MIG slices, use {_selection(gpus, slices, ctx)}"
     count = int(parse_quantity(amount))  # a whole number (``_whole_gpus``), written 2 or 2000m
     if len(whole) > 1:
         gets = "each gets one such slice per GPU it asks, not whole GPUs"
@@ -2383,13 +2387,45 @@ def _warn_whole_on_slices(pod: PodView, ctx: Context, out: Outcome, prior: Mappi
     out.event(
         WHOLE_ON_SLICES,
         f"{', '.join(whole[:3])}{' and more' if len(whole) > 3 else ''} {'asks' if len(whole) == 1 else 'ask'} for"
-        f" whole GPUs, and the pod can land on {', '.join(gives)}, and on {shown}{more}, where every {GPU_RESOURCE}"
-        f" is a MIG device: there {gets}, as the scheduler places it. To keep it off the MIG slices, use {select};"
-        f" to get a slice on purpose, ask for a fraction ({GPU_RESOURCE}: 0.5) or a memory size"
+        f" whole GPUs, and {lands}, where every {GPU_RESOURCE} is a MIG device: there {gets}, as the scheduler places"
+        f" it. {change}; to get a slice on purpose, ask for a fraction ({GPU_RESOURCE}: 0.5) or a memory size"
         f" ({GPU_MEMORY_RESOURCE}).",
         "Warning",
     )
     out.reasons.append(WHOLE_ON_SLICES)
+
+
+def _steered_off_whole(pod: PodView, ctx: Context) -> list[NodeGroup]:
+    """The whole-GPU groups (not MIG slices) that the cuda policy's steering keeps the pod off: those it reaches once
+    the expressions the steering could have written (``steered``) are taken out, where its cuda line says the
+    steering keeps it off pools (``cuda.STEERED_OFF``; a pod whose own affinity reads the same has no such words).
+    A review found a pod steered to a MIG pool alone, its whole GPUs given as slices without a word."""
+    found = steered(pod.spec, ctx) if cuda.STEERED_OFF in ctx.prior.get(cuda.POLICY, "") else []
+    trial = replace(pod, spec=copy_json(pod.spec))  # unnarrow edits the terms in place
+    if not found or not unnarrow(trial, [[e] for e in found]):
+        return []
+    return [g for g in _served(trial, ctx) if g.mig_strategy not in SLICING]
+
+
+def _gives(gpus: Sequence[NodeGroup]) -> list[str]:
+    """What the pools of ``gpus`` give: whole GPUs, or shares of one."""
+    gives: list[str] = []
+    if owned := [g for g in gpus if g.sharing == "none"]:  # time-sliced or MPS replicas are no whole GPUs
+        gives.append(f"{_pools(owned)}, which {'gives' if len({g.pool for g in owned}) == 1 else 'give'} whole GPUs")
+    if shared := [g for g in gpus if g.sharing != "none"]:
+        ways = ", ".join(sorted({g.sharing for g in shared}))
+        gives.append(f"{_pools(shared)}, where each {GPU_RESOURCE} is a share of a GPU ({ways})")
+    return gives
+
+
+def _selection(gpus: Sequence[NodeGroup], slices: Sequence[NodeGroup], ctx: Context) -> str:
+    """The nodeSelector or node affinity that keeps a pod on ``gpus``, off ``slices``."""
+    pin = _pin(gpus, slices, _pin_keys(ctx), ctx.cluster.presets.pool_steered)
+    if pin is None:
+        return f"a nodeSelector or node affinity on a label of {_pools(gpus)} alone"
+    if len(pin[1]) == 1:
+        return f"nodeSelector {pin[0]}: {pin[1][0]}"
+    return f"node affinity {pin[0]} In {', '.join(pin[1][:3])}{' and more' if len(pin[1]) > 3 else ''}"
 
 
 def _slice_of(group: NodeGroup) -> str:
