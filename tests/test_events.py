@@ -2072,12 +2072,14 @@ def test_kubeconfig_rewrites_while_its_plugin_hangs_run_it_once_on_the_api(
 
 
 def test_a_kubeconfig_rewritten_to_another_server_while_its_plugin_hangs_is_followed_once_it_answers(
-    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kubeapi: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The relay sending to the API loads its kubeconfig rewritten to another server; the plugin hung, and its Events
     went on to the old server for good: loaded again only at the next rewrite or a refusal (found by a review). A
     reload that hung is tried again at the next Event, which takes its answer once it came: the Events go to the new
-    server, the plugin run no more."""
+    server, the plugin run no more. Its warning says so: it said "loaded again once rewritten or refused", sending
+    an operator to rewrite the file for nothing (found by a review)."""
+    caplog.set_level(logging.INFO, logger=events.log.name)
     kubeconfig, hang = _relay_by_exec_plugin(kubeapi, tmp_path, monkeypatch, timeout=0.5)
     subject = subject_of(stored_pod())
     other = KubeAPI().start()
@@ -2096,6 +2098,8 @@ def test_a_kubeconfig_rewritten_to_another_server_while_its_plugin_hangs_is_foll
         assert [e["involvedObject"]["name"] for e in other.list("v1", "events", "default")] == ["after"]
         assert sorted(e["involvedObject"]["name"] for e in kubeapi.list("v1", "events", "default")) == ["held", "hung"]
         assert len((tmp_path / "runs").read_text().splitlines()) == 2  # at start, and the one that hung
+        (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warning.endswith("loaded again at the next Event, once a second at most"), warning
     finally:
         hang.unlink(missing_ok=True)
         other.stop()

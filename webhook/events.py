@@ -1353,10 +1353,13 @@ def api_client_from_environment(again: bool = False, loads: CredentialLoads | No
         # a hung plugin names its command, TLS material its file: said whole
         why = str(err) if isinstance(err, (CredentialsHung, http1.UnreadableTLS)) else str(err)[:200]
         if again:  # after a rewrite or a refusal (``ApiSink._fresh`` says which); once in a row (found by a review)
+            # a hung plugin's load is tried again at the next Event (``ApiSink._fresh``): said so, not "once
+            # rewritten", which sent an operator to rewrite the file for nothing (found by a review)
+            when = "at the next Event, once a second at most" if loads.hung else "once rewritten or refused"
             loads.say(
                 logging.WARNING,
                 f"events: the {where} cannot be loaded again ({why}): Events go on with the credentials loaded"
-                " before, and it is loaded again once rewritten or refused",
+                f" before, and it is loaded again {when}",
             )
         else:  # a mistake to mend, not a cluster without credentials
             loads.say(
