@@ -540,6 +540,16 @@ def test_an_extra_env_entry_that_is_no_env_var_is_refused_by_the_schema_where_it
     )
 
 
+def test_an_extra_env_entry_of_an_empty_value_renders_an_empty_variable(tmp_path: Path) -> None:
+    """`- name: NO_PROXY` with an empty `value:` rendered `value: null`, which Kubernetes takes as an empty
+    variable; the schema that took an extraEnv entry as an EnvVar alone refused it, and with it a release that had
+    one (`helm upgrade --reuse-values`; found by a review)."""
+    path = tmp_path / "values.yaml"
+    path.write_text("extraEnv:\n  - name: NO_PROXY\n    value:\n")
+    (container,) = find(template("-f", str(path)), "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert {"name": "NO_PROXY", "value": None} in container["env"], container["env"]
+
+
 REGISTRY_FILES = (
     "--set", "config.cuda.registry.enabled=true", "--set", "registryCredentials.secretName=pulls",
     "--set", "registryCA.configMapName=harbor-ca", "--set", "registryCA.key=root.pem",
