@@ -1627,6 +1627,34 @@ def test_a_pod_that_asks_more_gpus_than_a_spot_node_has_is_told_so(gpus: tuple[s
     assert mutate(_asking_gpus("require", "4"), wide).warnings == []
 
 
+def test_prefer_says_it_runs_on_demand_only_where_an_on_demand_pool_takes_it() -> None:
+    """A spot and an on-demand pool of 1 GPU a node, a pod that asks 2 under prefer: it was told "no spot node has 2
+    nvidia.com/gpu: it runs on demand", and no on-demand node has 2 either (found by a review: the cuda policy's
+    warning said it stays Pending). So too where an untolerated sku=gpu taint and its count keep it off every pool.
+    "It runs on demand" is said only where an on-demand pool its rules reach takes what it asks."""
+    small = context([node("od-0", {NODEPOOL: "h100"}, (GPU_TAINT,)), _gke_spot_node("s", "spot-1x", 1)])
+    assert mutate(_asking_gpus("prefer", "2"), small).warnings == [
+        "spot prefer: no spot node has 2 nvidia.com/gpu; ask at most 1 for spot (pool spot-1x: 1 per node)"
+    ]
+    tainted = (f"{AKS_SCALESET}=spot:NoSchedule", "sku=gpu:NoSchedule")
+    aks = [
+        node("aks-od", {AKS_POOL: "gpuod"}, ("sku=gpu:NoSchedule",)),
+        node("aks-spot", {AKS_POOL: "gpuspot", AKS_SCALESET: "spot"}, tainted),
+    ]
+    why = "spot prefer: its nodeSelector, affinity or tolerations exclude every spot pool"
+    assert mutate(pod("prefer", gpu="4"), context(aks)).warnings == [f"{why} (pool gpuspot)"]
+    # an on-demand pool that takes it: it runs there; so too a Karpenter NodePool, which launches a node of 4
+    taken = mutate(pod("prefer", gpu="1"), context([AKS_ON_DEMAND, aks[1]])).warnings
+    assert taken[0].endswith(": it runs on demand (pool gpuspot)")
+    spot_group = node("s", {EKS: "SPOT", NODE_GROUP: "g5-spot"})
+    karpenter = node("k", {"karpenter.sh/nodepool": "gpu", KARPENTER: "on-demand"})
+    launched = context([spot_group, karpenter], providers=("eks", "karpenter"))
+    assert mutate(pod("prefer", gpu="4"), launched).warnings == [
+        "spot prefer: no spot node has 4 nvidia.com/gpu: it runs on demand; ask at most 1 for spot "
+        "(pool g5-spot: 1 per node)"
+    ]
+
+
 def test_the_too_few_words_are_worked_out_once_per_snapshot_and_pod_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     """What the reached spot pools say of the GPUs a pod asks is kept per snapshot (``ClusterView.policy_memo``), by
     the pod's node rules and amounts: it read every reached spot group on every request (4.1 ms a pod at 3,000 spot
@@ -1695,7 +1723,7 @@ def test_a_pod_whose_rules_exclude_the_bigger_spot_pool_is_told_which_it_can_use
     assert mutate(own, ctx).warnings == [f"spot require: {said}; ask at most 1 or use pool spot-8x"]
     own["metadata"]["annotations"][ANNOTATION] = "prefer"
     result = mutate(own, ctx)
-    assert result.warnings == [f"spot prefer: {said}: it runs on demand; ask at most 1 or use pool spot-8x"]
+    assert result.warnings == [f"spot prefer: {said}; ask at most 1 or use pool spot-8x"]  # it selects spot-1x
     assert (applied(result) or "").endswith(f"; {said} (spot-1x: 1 per node); ask at most 1 or use spot-8x")
 
 
@@ -1755,16 +1783,15 @@ def test_a_karpenter_nodepool_is_not_said_to_have_too_few_gpus_a_node(mode: str)
     assert mutate(_asking_gpus(mode, "4"), ctx).warnings == []
     # Pinned to the instance type of 1 GPU (or its GPU count), it launches no node of 4: it was Pending for good,
     # not warned (found by a review)
-    ran = ": it runs on demand" if mode == "prefer" else ""
-    said = f"spot {mode}: no spot node has 4 nvidia.com/gpu{ran}; ask at most 1 or choose a bigger instance type"
+    said = f"spot {mode}: no spot node has 4 nvidia.com/gpu; ask at most 1 or choose a bigger instance type"
     for pin in (
         {"nodeSelector": {"node.kubernetes.io/instance-type": "g5.xlarge"}},
         {"affinity": with_terms({"matchExpressions": [expr("karpenter.k8s.aws/instance-gpu-count", "1")]})},
     ):
         obj = _asking_gpus(mode, "4")
         obj["spec"].update(pin)
-        tail = "" if ran else " (pool gpu: 1 per node)"  # under prefer, no room for the pool: the annotation says it
-        assert mutate(obj, ctx).warnings == [f"{said}{tail}"], pin
+        # no on-demand node of 4 either (the pin keeps it off those to come): not "it runs on demand" (a review)
+        assert mutate(obj, ctx).warnings == [f"{said} (pool gpu: 1 per node)"], pin
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -76,8 +76,9 @@ capacity it refused; and the view may lag an autoscaler that is about to add spo
 pool at zero: the labels of the providers whose spot nodes may come, none where no provider shows), so that the
 scheduler favours the spot nodes once they come; both say that no node carries them now. ``require`` warns when no
 node or pool is spot capacity now, and when the pod's own constraints (nodeSelector, affinity, tolerations) leave it
-no spot pool to run on; ``prefer`` warns of the latter too (it runs on demand), but not a pod that asks no GPU where
-every spot pool is a GPU pool: capacity it does not ask for, whose GPU taint keeps it off (``_warn_unplaceable``).
+no spot pool to run on; ``prefer`` warns of the latter too (it runs on demand, where an on-demand pool takes it), but
+not a pod that asks no GPU where every spot pool is a GPU pool: capacity it does not ask for, whose GPU taint keeps it
+off (``_warn_unplaceable``).
 
 Manners. A user's toleration is never removed or changed; a wanted toleration that an existing one already covers
 (an Exists on the same key, an empty-key Exists, an empty effect, an equal value; for the Exists of a preset of
@@ -1290,7 +1291,7 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
         why = "its nodeSelector, affinity or tolerations exclude every spot pool"
         detail = f"{why}, as the webhook leaves them (its steering: {PREFIX}cuda, {PREFIX}mig)"
     listed = listed or sorted({g.pool for g in spot})
-    ran = ": it runs on demand" if mode == "prefer" else ""
+    ran = ": it runs on demand" if mode == "prefer" and _on_demand_takes(pod, ctx, gpus, gpu_pod) else ""
     if bigger and len(f"spot {mode}: {why}{ran}{advice}{names_listed(bigger, limit=1)}") > WARNING_LIMIT:
         ran = ""  # the pool to use named whole before these words: "no spot node it can use" says them (a review)
     head = f"spot {mode}: {why}{ran}"
@@ -1322,6 +1323,19 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     if len(head) + len(advice) + len(tail) > WARNING_LIMIT:  # not even their count: the words say what to change
         tail = ""
     out.warn(clipped(f"{head}{advice}{tail}", WARNING_LIMIT))
+
+
+def _on_demand_takes(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal], gpu_pod: bool) -> bool:
+    """Whether an on-demand pool its rules reach takes what the pod asks: a node of it has the amount, or it launches
+    the instance type a pod needs (``_launched_to_fit``) and its rules pin none; a cordoned pool counts (it takes pods
+    again). "It runs on demand" was said of a pod of 4 GPUs beside spot and on-demand pools of 1 a node, which stays
+    Pending (found by a review). One ``eligible`` call, memoized per snapshot, on the warning's path alone."""
+    reach = {**pod.spec, "tolerations": [*as_list(pod.spec.get("tolerations")), *LEAVING_TOLERATIONS]}
+    some = {name: Decimal(0) for name in gpus}  # offered at all: a pool that launches to fit has none big enough now
+    on_demand = [c.group for c in ctx.cluster.eligible(reach, some, gpu_only=gpu_pod) if not c.group.spot]
+    return any(offers(g, gpus) for g in on_demand) or (
+        _launched_to_fit(gpus, on_demand, ctx) and not _pins_instance(pod)
+    )
 
 
 @dataclass(frozen=True)
