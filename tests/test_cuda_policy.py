@@ -1006,6 +1006,19 @@ def test_a_pod_asking_more_gpus_than_a_node_has_is_told_the_count() -> None:
     assert f"({because}); it stays Pending until a node it matches joins {AUTOSCALED}" in text
 
 
+def test_the_count_advice_names_the_container_that_asks_the_most() -> None:
+    """An init container of 4 GPUs beside an app container of 1, nodes of 1: "to land on pool gpu-a, ask at most 1
+    nvidia.com/gpu" read as met, the app container asking 1 (found by a review; the spot policy named the container).
+    The advice names it, as the spot policy's does; a pod of one container is told the count alone (above)."""
+    nodes = [gpu_node("a-1", "gpu-a", "550.54.15", gpus="1")]
+    obj = pod(container(image=IMAGE_124), init=[container(name="prep", image=IMAGE_124, gpu="4")])
+    text = annotation_of(pipeline.review(obj, context(nodes)).object)
+    assert text.endswith(
+        "(its 4 nvidia.com/gpu exceed a node of pool gpu-a); it stays Pending: to land on pool gpu-a, ask at most 1"
+        " nvidia.com/gpu in init container prep"
+    ), text
+
+
 def test_a_pod_bound_by_node_name_is_told_the_kubelet_rejects_it_not_that_it_stays_pending() -> None:
     """A pod whose nodeName names a node without the GPUs it asks skips the scheduler: that node's kubelet rejects
     it (OutOfnvidia.com/gpu). It was told "it stays Pending until a node it matches joins (an autoscaled pool ...)",

@@ -48,6 +48,7 @@ from webhook.cluster import (
     TOLERATES_ALL,
     NodeGroup,
     Taint,
+    asking_most,
     device_spec,
     extended_resource_names,
     gated_spec,
@@ -508,10 +509,10 @@ def unmatched(a: Assessment, ctx: Context) -> Unmatched | None:
             excluded.append((f"{spot.KEPT_OFF_BY_NEVER} excludes ", by_spot))
         if rest := [g for g in ruled_out if g not in by_spot]:
             excluded.append(("its nodeSelector/affinity excludes ", rest))
-    advice = [
-        f"to land on {pool_names(groups)}, ask at most {_most(groups, name)} {name}"
-        for (name, _), groups in short_of.items()
-    ]
+    advice: list[str] = []
+    for (name, _), groups in short_of.items():  # the container that asks it named where another asks it too
+        most = _most(groups, name)
+        advice.append(f"to land on {pool_names(groups)}, ask at most {most} {name}{asking_most(a.spec, name, most)}")
     advice += [f"to land on {pool_names(groups)}, {_tolerations(t, a.spec, ctx)}" for t, groups in tolerate.items()]
     return Unmatched(excluded, advice, (bool(rest) or coming) and not node, _rejected(node, offering, a, ctx))
 

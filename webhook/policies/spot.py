@@ -114,7 +114,7 @@ from webhook.cluster import (
     LEAVING_TOLERATIONS,
     NodeGroup,
     Taint,
-    container_resources,
+    asking_most,
     device_spec,
     eligibility_key,
     gated_spec,
@@ -1272,7 +1272,7 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     elif name := amounts.short:
         listed, have, bigger = amounts.listed, amounts.have, amounts.bigger
         why = detail = f"no spot node {'it can use ' if bigger else ''}has {format_quantity(gpus[name])} {name}"
-        advice = f"; ask at most {format_quantity(have[-1])}{_asking_most(pod, name, have[-1])} "
+        advice = f"; ask at most {format_quantity(have[-1])}{asking_most(pod.spec, name, have[-1])} "
         if bigger:
             advice += "or use "
         elif amounts.pinned:
@@ -1390,20 +1390,6 @@ def _names(pools: Sequence[str]) -> str:
     """The pools named ``pools`` (sorted) as the annotation says them: six named, the rest counted ('a, b, c, d, e,
     f and 2994 more'; ``names_listed`` without its word 'pools')."""
     return names_listed(pools).partition(" ")[2]
-
-
-def _asking_most(pod: PodView, name: str, have: Decimal) -> str:
-    """Where the container that asks the most of ``name`` alone asks more than ``have`` and another asks it too,
-    " in <that container>"; '' elsewhere. An init container of 4 GPUs beside an app container of 1 was told "ask at
-    most 1", which read as met (found by a review). A loop over the pod's containers."""
-    asking = [
-        (amount, f"{kind} {as_str(c.get('name'))}")
-        for kind, key in (("container", "containers"), ("init container", "initContainers"))
-        for c in as_list(pod.spec.get(key))
-        if (amount := container_resources(c).get(name, Decimal(0))) > 0
-    ]
-    most = max(asking, key=lambda a: a[0], default=None)
-    return f" in {most[1]}" if most and len(asking) > 1 and most[0] > have else ""
 
 
 def _kept_off_by_gpu_taints(pod: PodView, ctx: Context) -> bool:
