@@ -35,6 +35,7 @@ from webhook import cluster, pipeline
 from webhook.cluster import GKE_SHARING_LABEL
 from webhook.config import CudaSettings, PoolSettings
 from webhook.model import Outcome
+from webhook.policies import cuda
 from webhook.policies.mig import SHARING_LABEL
 
 GPU = "nvidia.com/gpu"
@@ -552,15 +553,19 @@ def test_a_whole_gpu_beside_slices_is_told_what_each_pool_gives_and_how_many_sli
     assert "there it gets one such slice, not a whole GPU" in said, said
 
 
+def _on_driver(node: dict[str, Any], version: str) -> dict[str, Any]:
+    """``node`` with GFD's full driver version label."""
+    node["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"] = version
+    return node
+
+
 def test_a_whole_gpu_steered_by_its_cuda_to_a_pool_of_mig_slices_alone_is_told() -> None:
     """Found by a review: the whole-GPU pool's driver (535: CUDA 12.2) is too old for the image's CUDA 12.4, the MIG
     pool's (550) is not; the cuda policy steered nvidia.com/gpu: 2 to the MIG pool alone, and the pod was admitted
     without a word, to get two 1g.5gb slices. Only MIG pools reach it because of the webhook's own steering, not the
     pod's: it is told, with what gives it whole GPUs again (an older CUDA, or the whole-GPU pool's driver)."""
-    slices = single_node("s", A100_40, "1g.5gb", 56, "a100mig", 4864)
-    slices["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"] = "550.54.15"
-    whole = whole_node("w", H100, 8, "h100whole")
-    whole["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"] = "535.104.05"
+    slices = _on_driver(single_node("s", A100_40, "1g.5gb", 56, "a100mig", 4864), "550.54.15")
+    whole = _on_driver(whole_node("w", H100, 8, "h100whole"), "535.104.05")
     s = replace(settings(), cuda=CudaSettings())
     image = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
     for obj in (
@@ -589,6 +594,39 @@ def test_a_whole_gpu_steered_by_its_cuda_to_a_pool_of_mig_slices_alone_is_told()
     result = review(own, [slices, whole], s)
     assert result.allowed and result.object["spec"]["affinity"] == own["spec"]["affinity"], result.message
     assert _whole_on_slices(result) == ([], [])
+
+
+def test_a_whole_gpu_on_mig_slices_by_its_own_affinity_is_not_told_the_steering_keeps_it_there() -> None:
+    """Found by a review: the user's own pool selection (two MIG pools, the steering keeping one, too old, out) or
+    a cuda line forged to name the steering was taken out with the steering's, and the pod was told the steering
+    keeps it off a whole-GPU pool whose driver runs its CUDA ('use an image for CUDA 12.4 or older'): false. Only
+    whole-GPU pools its CUDA cannot run on are the steering's doing, and the user's own expressions stay."""
+    image = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+    s = replace(settings(), cuda=CudaSettings())
+    slices = _on_driver(single_node("s", A100_40, "1g.5gb", 56, "a100mig", 4864), "550.54.15")
+    old_slices = _on_driver(single_node("o", A100_40, "1g.5gb", 56, "oldmig", 4864), "535.104.05")
+
+    def on(pools: list[str]) -> dict[str, Any]:
+        p = pod(container("main", limits={GPU: "2"}, image=image))
+        term = {"matchExpressions": [{"key": POOL, "operator": "In", "values": pools}]}
+        p["spec"]["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        }
+        return p
+
+    new_whole = _on_driver(whole_node("w", H100, 8, "h100whole"), "550.54.15")
+    result = review(on(["a100mig", "oldmig"]), [slices, old_slices, new_whole], s)
+    line = result.object["metadata"]["annotations"]["gpu-admission.io/cuda"]
+    assert cuda.STEERED_OFF + "pool oldmig" in line, line  # the steering took oldmig out, not h100whole
+    assert _whole_on_slices(result) == ([], []), result.warnings
+    forged = on(["a100mig"])
+    forged["metadata"]["annotations"] = {"gpu-admission.io/cuda": f"x; {cuda.STEERED_OFF}pool x"}
+    assert _whole_on_slices(review(forged, [slices, new_whole], s)) == ([], [])
+    # the user's own expression, in the manifest kubectl applied, stays: the old whole-GPU pool is the user's choice
+    old_whole = _on_driver(whole_node("w", H100, 8, "h100whole"), "535.104.05")
+    applied = on(["a100mig", "oldmig"])
+    applied["metadata"]["annotations"] = {LAST_APPLIED: json.dumps(on(["a100mig", "oldmig"]))}
+    assert _whole_on_slices(review(applied, [slices, old_slices, old_whole], s)) == ([], [])
 
 
 def test_gke_partition_size_selector():

@@ -73,7 +73,7 @@ from decimal import ROUND_CEILING, ROUND_DOWN, Decimal
 from typing import Literal
 
 from webhook import PREFIX, budget
-from webhook.affinity import expression, unnarrow
+from webhook.affinity import expression, manifest_expressions, unnarrow
 from webhook.cluster import (
     GFD,
     GKE_PARTITION_LABEL,
@@ -2333,8 +2333,8 @@ def _warn_whole_on_slices(pod: PodView, ctx: Context, out: Outcome, prior: Mappi
     the slice and what to change. Nothing where only such pools reach it (the cluster's GPUs are slices), unless the
     cuda policy's steering is what keeps it off the whole GPUs (``_steered_off_whole``): then the pools' CUDA is
     said, with what gives it whole GPUs again. Its cost: the groups of MIG slices, kept per snapshot; where there are
-    some, one eligibility of the pod (memoized by the view), over groups, not nodes, and one more for a pod that only
-    slices reach and whose cuda line says the steering keeps it off pools."""
+    some, one eligibility of the pod (memoized by the view), over groups, not nodes, and, for a pod that only slices
+    reach and whose cuda line says the steering keeps it off pools, one cuda assessment (groups by containers)."""
     slicing = ctx.cluster.policy_memo.per_settings(
         (POLICY, "slicing"),
         ctx.settings,
@@ -2398,13 +2398,17 @@ def _warn_whole_on_slices(pod: PodView, ctx: Context, out: Outcome, prior: Mappi
 def _steered_off_whole(pod: PodView, ctx: Context) -> list[NodeGroup]:
     """The whole-GPU groups (not MIG slices) that the cuda policy's steering keeps the pod off: those it reaches once
     the expressions the steering could have written (``steered``) are taken out, where its cuda line says the
-    steering keeps it off pools (``cuda.STEERED_OFF``; a pod whose own affinity reads the same has no such words).
-    A review found a pod steered to a MIG pool alone, its whole GPUs given as slices without a word."""
+    steering keeps it off pools (``cuda.STEERED_OFF``; a pod whose own affinity reads the same has no such words),
+    and that its CUDA cannot run on (``cuda.assess``'s blocked groups). The expressions of the manifest kubectl
+    applied stay, as ``cuda.forget`` keeps them. A review found a pod steered to a MIG pool alone, its whole GPUs
+    given as slices without a word; a later one, a pod told the steering kept it off a pool whose driver runs its
+    CUDA, the user's own pool selection taken out (or a cuda line forged to name the steering)."""
     found = steered(pod.spec, ctx) if cuda.STEERED_OFF in ctx.prior.get(cuda.POLICY, "") else []
     trial = replace(pod, spec=copy_json(pod.spec))  # unnarrow edits the terms in place
-    if not found or not unnarrow(trial, [[e] for e in found]):
+    if not found or not unnarrow(trial, [[e] for e in found], keep=manifest_expressions(pod)):
         return []
-    return [g for g in _served(trial, ctx) if g.mig_strategy not in SLICING]
+    blocked = cuda.assess(cuda.checks_of(pod, ctx), trial.spec, ctx, "").blocked_groups
+    return [g for g in blocked if g.mig_strategy not in SLICING]
 
 
 def _gives(gpus: Sequence[NodeGroup]) -> list[str]:
