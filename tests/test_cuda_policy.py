@@ -1017,6 +1017,12 @@ def test_the_count_advice_names_the_container_that_asks_the_most() -> None:
         "(its 4 nvidia.com/gpu exceed a node of pool gpu-a); it stays Pending: to land on pool gpu-a, ask at most 1"
         " nvidia.com/gpu in init container prep"
     ), text
+    # app containers run together: their GPUs add up, and what exceeds is their sum (found by a review: two of 1 each
+    # were told "ask at most 1", which read as met; two of 2, "ask at most 1 in container a")
+    for gpus in ("1", "2"):
+        both = pod(container(name="a", image=IMAGE_124, gpu=gpus), container(name="b", image=IMAGE_124, gpu=gpus))
+        text = annotation_of(pipeline.review(both, context(nodes)).object)
+        assert text.endswith("ask at most 1 nvidia.com/gpu in a and b together"), text
 
 
 def test_a_pod_bound_by_node_name_is_told_the_kubelet_rejects_it_not_that_it_stays_pending() -> None:
