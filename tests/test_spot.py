@@ -1793,6 +1793,18 @@ def test_a_karpenter_nodepool_is_not_said_to_have_too_few_gpus_a_node(mode: str)
         obj["spec"].update(pin)
         # no on-demand node of 4 either (the pin keeps it off those to come): not "it runs on demand" (a review)
         assert mutate(obj, ctx).warnings == [f"{said} (pool gpu: 1 per node)"], pin
+    # rules that let it onto a type of 4 or more, or a type no node of the pool has shown (the NodePool may launch
+    # it), pin no small instance: they were told to choose a bigger instance type (found by a review)
+    count = "karpenter.k8s.aws/instance-gpu-count"
+    for rule in (
+        expr("node.kubernetes.io/instance-type", "g5.xlarge", "g5.12xlarge"),
+        expr(count, "1", "4"),
+        {"key": count, "operator": "Lt", "values": ["9"]},
+        {"key": count, "operator": "Gt", "values": ["3"]},
+    ):
+        obj = _asking_gpus(mode, "4")
+        obj["spec"]["affinity"] = with_terms({"matchExpressions": [rule]})
+        assert not any("instance type" in w for w in mutate(obj, ctx).warnings), rule
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1334,7 +1334,7 @@ def _on_demand_takes(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal], gp
     some = {name: Decimal(0) for name in gpus}  # offered at all: a pool that launches to fit has none big enough now
     on_demand = [c.group for c in ctx.cluster.eligible(reach, some, gpu_only=gpu_pod) if not c.group.spot]
     return any(offers(g, gpus) for g in on_demand) or (
-        _launched_to_fit(gpus, on_demand, ctx) and not _pins_instance(pod)
+        _launched_to_fit(gpus, on_demand, ctx) and not _pins_instance(pod, gpus, on_demand)
     )
 
 
@@ -1372,7 +1372,7 @@ def _amounts(pod: PodView, ctx: Context, gpus: Mapping[str, Decimal], gpu_pod: b
     reached = [c.group for c in ctx.cluster.eligible(pod.spec, (), gpu_only=gpu_pod) if c.group.spot]
     found = _Amounts(reached=bool(reached))
     launched = _launched_to_fit(gpus, reached, ctx)
-    pinned = launched and _pins_instance(pod)
+    pinned = launched and _pins_instance(pod, gpus, reached)
     if launched and not pinned:
         found = replace(found, launched=True)
     elif short := _too_few(gpus, reached):
@@ -1435,21 +1435,32 @@ INSTANCE_PINS = frozenset(
 EKS Auto Mode and Karpenter on Azure label them (``CAPACITY_BLIND_PREFIXES``)."""
 
 
-def _pins_instance(pod: PodView) -> bool:
-    """Whether the pod's nodeSelector, or each of its required node affinity terms (``In``, ``Gt``, ``Lt``), chooses
-    by an ``INSTANCE_PINS`` label: a pool that launches the instance type a pod needs (``_launched_to_fit``) launches
-    none of more GPUs for it. A pod pinned to g5.xlarge (1 GPU) that asked 4 was said nothing, Pending for good (found
-    by a review). A loop over its rules."""
+GPU_COUNT_PINS = frozenset(k for k in INSTANCE_PINS if k.endswith("-gpu-count"))
+"""The ``INSTANCE_PINS`` labels whose value is the node's GPU count (the others name its instance type)."""
 
-    def pins(term: JSON) -> bool:
-        return any(
-            isinstance(e, dict) and e.get("key") in INSTANCE_PINS and e.get("operator") in ("In", "Gt", "Lt")
-            for e in as_list(term.get("matchExpressions"))
-        )
 
+def _pins_instance(pod: PodView, gpus: Mapping[str, Decimal], groups: Sequence[NodeGroup]) -> bool:
+    """Whether the pod's nodeSelector, or each of its required node affinity terms, keeps it on instances smaller than
+    its ask: a pool that launches the instance type a pod needs (``_launched_to_fit``) launches none of more GPUs for
+    it. A GPU count pins where every count it allows is below the ask (``In`` values, ``Lt``), an instance type where
+    every type it allows is one ``groups``' nodes have (what they have is too little). A pod pinned to g5.xlarge (1
+    GPU) that asked 4 was said nothing, Pending for good; one that allowed g5.12xlarge (4 GPUs), or counts below 9,
+    was told to choose a bigger instance type (found by reviews). A loop over its rules and the groups."""
+    amount = max(gpus.values(), default=Decimal(0))
+    seen = {g.labels.get(k) for g in groups for k in INSTANCE_PINS - GPU_COUNT_PINS} - {None}
+
+    def small(e: object) -> bool:
+        e = as_dict(e)
+        key, op, values = e.get("key"), e.get("operator"), [as_str(v) for v in as_list(e.get("values"))]
+        if key in GPU_COUNT_PINS and values and all(v.isdigit() for v in values):
+            counts = [Decimal(v) for v in values]
+            return (op == "In" and max(counts) < amount) or (op == "Lt" and counts[0] <= amount)
+        return key in INSTANCE_PINS - GPU_COUNT_PINS and op == "In" and bool(values) and set(values) <= seen
+
+    selector = [{"key": k, "operator": "In", "values": [v]} for k, v in as_dict(pod.spec.get("nodeSelector")).items()]
     terms = required_terms(pod)
-    return not INSTANCE_PINS.isdisjoint(as_dict(pod.spec.get("nodeSelector"))) or (
-        bool(terms) and all(pins(t) for t in terms)
+    return any(small(e) for e in selector) or (
+        bool(terms) and all(any(small(e) for e in as_list(t.get("matchExpressions"))) for t in terms)
     )
 
 
