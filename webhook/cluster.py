@@ -332,8 +332,8 @@ class ClusterView:
     request, and were worked out there from the groups each time (found by a review)."""
     gpu_pools: frozenset[str] = frozenset()
     """The pools with GPUs (one of their groups has them; a declared pool's nodes have its GPU by settings): what
-    ``joining`` reads of a node of any other pool, worked out when the view is built (lazily, the first request
-    after each rebuild paid for it)."""
+    ``joining`` reads of a node of any other pool, worked out when the view is built (a lazy cached_property before:
+    the first request after each rebuild paid for it)."""
     gpu_instance_types: frozenset[tuple[str, str]] = frozenset()
     """(pool, instance type) of the groups with GPUs (``INSTANCE_TYPE_LABEL``): what ``joining`` reads of a node of a
     pool of CPU and GPU instance types alike, worked out when the view is built."""

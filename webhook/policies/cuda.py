@@ -1267,7 +1267,7 @@ def _reach(group: NodeGroup, selector: Mapping[str, str], a: Assessment, ctx: Co
         text = f" and a toleration of {shown}{spot.tolerate_hint(taints, ctx)}"
     if state:  # no toleration of a drain or a broken node: the pod waits for the pool (``split_leaving``)
         text += f" (its nodes are {state} now: the pod waits until one takes pods again)"
-    if bound and bound not in group.nodes:
+    if bound and not has_node(group, bound):
         text += (
             f" (the pod is bound to node {bound[:80]} by spec.nodeName: remove it, or set it to a node of that pool)"
         )

@@ -82,6 +82,7 @@ from webhook.cluster import (
     GPU_TAINT_TOLERATION,
     INSTANCE_TYPE_LABEL,
     LEAVING_TOLERATIONS,
+    MAX_LISTED,
     MIG_CONFIG_LABEL,
     MIG_RESOURCE_PREFIX,
     PRODUCT_LABEL,
@@ -1116,10 +1117,6 @@ def _gib(amount: Decimal) -> str:
     return f"{format_quantity((amount / MIB).to_integral_value(rounding=ROUND_CEILING))}Mi"
 
 
-OFFERED_POOLS = 6
-"""Pools whose profiles a refusal lists; the rest are counted."""
-
-
 def _offered(places: Sequence[Placement], ask: Ask) -> str:
     """'pool a (NVIDIA-A100-SXM4-40GB, mixed): 1g.10gb (2/8 memory, 1/7 compute); pool b ... and 3 more'."""
     by_pool: dict[str, list[str]] = {}
@@ -1135,8 +1132,8 @@ def _offered(places: Sequence[Placement], ask: Ask) -> str:
             by_pool[label].append(text)
     listed = [f"pool {k}: {', '.join(v)}" for k, v in sorted(by_pool.items())]
     # bounded: over 450 pools the refusal was cut at its MESSAGE_LIMIT, its advice lost (a review of MIG)
-    more = len(listed) - OFFERED_POOLS
-    return "; ".join(listed[:OFFERED_POOLS]) + (f" and {more} more" if more > 0 else "")
+    more = len(listed) - MAX_LISTED
+    return "; ".join(listed[:MAX_LISTED]) + (f" and {more} more" if more > 0 else "")
 
 
 def _refusal(

@@ -1401,12 +1401,12 @@ def _kept_off_by_gpu_taints(pod: PodView, ctx: Context) -> bool:
     plain pod whose only spot pool, a GPU pool, was cordoned was told its own rules kept it off, and one that tolerates
     the GPU taint is kept off by the drain alone (found by a review). Two ``eligible`` calls, memoized per snapshot."""
     gpu_taints = [Wanted(p.key, p.value, p.effect).toleration() for p in ctx.cluster.presets.gpu_taints.values()]
-    leaving = [*as_list(pod.spec.get("tolerations")), *LEAVING_TOLERATIONS]
+    passing = [*as_list(pod.spec.get("tolerations")), *LEAVING_TOLERATIONS]
 
     def reaches_spot(tolerations: list[object]) -> bool:
         return any(c.group.spot for c in ctx.cluster.eligible({**pod.spec, "tolerations": tolerations}, gpu_only=False))
 
-    return reaches_spot([*leaving, GPU_TAINT_TOLERATION, *gpu_taints]) and not reaches_spot(leaving)
+    return reaches_spot([*passing, GPU_TAINT_TOLERATION, *gpu_taints]) and not reaches_spot(passing)
 
 
 def _launched_to_fit(gpus: Mapping[str, Decimal], reached: Sequence[NodeGroup], ctx: Context) -> bool:
