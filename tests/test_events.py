@@ -1601,10 +1601,16 @@ def test_api_sink_counts_an_api_server_that_is_away(tmp_path: Any) -> None:
 
 
 def test_every_event_reason_the_policies_emit_is_documented() -> None:
+    """Each reason an Event is made with, written out or by a module's constant (``WHOLE_ON_SLICES``: a reason so
+    named went undocumented, unseen by this test; found by a last read)."""
     emitted = set()
     for source in (REPO / "webhook").rglob("*.py"):
-        emitted |= set(re.findall(r"(?:\.event|\bEvent)\(\s*\"([A-Za-z]+)\"", source.read_text()))
-    assert {"SpotTolerated", "CUDAChecked", "UngateRefused"} <= emitted
+        text = source.read_text()
+        emitted |= set(re.findall(r"(?:\.event|\bEvent)\(\s*\"([A-Za-z]+)\"", text))
+        constants = dict(re.findall(r'^([A-Z_]+) = "([A-Z][A-Za-z]+)"$', text, re.MULTILINE))
+        named = re.findall(r"(?:\.event|\bEvent)\(\s*([A-Z_]+)\b", text)
+        emitted |= {constants[c] for c in named if c in constants}
+    assert {"SpotTolerated", "CUDAChecked", "UngateRefused", "MIGWholeOnSlices"} <= emitted
     docs = (REPO / "docs" / "observability.md").read_text()
     missing = sorted(r for r in emitted if f"| `{r}` |" not in docs)
     assert missing == [], f"document these Event reasons in docs/observability.md: {missing}"
