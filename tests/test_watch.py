@@ -140,9 +140,7 @@ def test_a_node_change_that_no_view_reads_builds_no_snapshot(api: KubeAPI, live:
     """Nodes are MODIFIED for their status all the time (conditions, heartbeats, images): a new snapshot for each
     would empty the stores of answers and templates that hang on the one in place, every debounce."""
     api.put("v1", "nodes", node("a"))
-    live.start()
-    wait_for(live.ready, "the first list")
-    wait_for(lambda: len(api.watches) == 1, "the watch")
+    _watching(live, api)
     view, before = live.snapshot(), live.builds
     for beat in range(20):
         heartbeat = node("a")
@@ -171,9 +169,7 @@ def test_a_labellers_timestamp_alone_builds_no_snapshot(api: KubeAPI, live: Live
     node: a new snapshot for each would empty the stores and, at 10,000 nodes, rebuild (0.13 s of CPU) every
     debounce."""
     api.put("v1", "nodes", node("a", **{STAMP: "1764576000"}))
-    live.start()
-    wait_for(live.ready, "the first list")
-    wait_for(lambda: len(api.watches) == 1, "the watch")
+    _watching(live, api)
     view, before = live.snapshot(), live.builds
     for run in range(1, 11):
         version = api.put("v1", "nodes", node("a", **{STAMP: str(1764576000 + 60 * run)}))["metadata"]
@@ -233,9 +229,7 @@ def test_a_relist_mends_a_view_whose_build_failed(
     live = make_live(kubeconfig, resync=2)
     try:
         api.put("v1", "nodes", node("a"))
-        live.start()
-        wait_for(live.ready, "the first list")
-        wait_for(lambda: len(api.watches) == 1, "the watch")
+        _watching(live, api)
         failing.set()
         api.put("v1", "nodes", node("a", driver="570.124.06"))
         wait_for(lambda: not failing.is_set(), "the build that fails")
@@ -251,9 +245,7 @@ def test_a_relist_mends_a_view_whose_build_failed(
 
 def test_gone_error_event_on_an_open_watch_relists(api: KubeAPI, live: LiveCluster) -> None:
     api.put("v1", "nodes", node("a"))
-    live.start()
-    wait_for(live.ready, "the first list")
-    wait_for(lambda: len(api.watches) == 1, "the watch")
+    _watching(live, api)
     api.gone_watches()  # ERROR 410 on the stream; watches from older versions are now refused too
     api.put("v1", "nodes", node("late"))
     wait_for(lambda: lists(api) >= 2, "a relist after 410 Gone")
@@ -263,9 +255,7 @@ def test_gone_error_event_on_an_open_watch_relists(api: KubeAPI, live: LiveClust
 
 def test_gone_status_on_watch_start_relists(api: KubeAPI, live: LiveCluster) -> None:
     api.put("v1", "nodes", node("a"))
-    live.start()
-    wait_for(live.ready, "the first list")
-    wait_for(lambda: len(api.watches) == 1, "the watch")
+    _watching(live, api)
     api.fail_next(1, 410)  # the next request, the new watch, gets HTTP 410
     api.drop_watches()
     wait_for(lambda: lists(api) >= 2, "a relist after a 410 on watch start")
@@ -275,9 +265,7 @@ def test_gone_status_on_watch_start_relists(api: KubeAPI, live: LiveCluster) -> 
 
 def test_expired_version_on_rewatch_relists(api: KubeAPI, live: LiveCluster) -> None:
     api.put("v1", "nodes", node("a"))
-    live.start()
-    wait_for(live.ready, "the first list")
-    wait_for(lambda: len(api.watches) == 1, "the watch")
+    _watching(live, api)
     api.put("v1", "nodes", node("b"))
     wait_for(lambda: names(live) == {"a", "b"}, "b")
     api.expire(api.rv + 1)  # history up to now is compacted: the re-watch gets an ERROR 410 at once
@@ -289,9 +277,7 @@ def test_expired_version_on_rewatch_relists(api: KubeAPI, live: LiveCluster) -> 
 
 def test_dropped_stream_reconnects_from_the_last_version(api: KubeAPI, live: LiveCluster) -> None:
     api.put("v1", "nodes", node("a"))
-    live.start()
-    wait_for(live.ready, "the first list")
-    wait_for(lambda: len(api.watches) == 1, "the watch")
+    _watching(live, api)
     api.drop_watches()
     api.put("v1", "nodes", node("b"))  # happens while no watch is open: the next watch replays it
     wait_for(lambda: names(live) == {"a", "b"}, "an event from the gap")
@@ -333,9 +319,7 @@ def test_server_gone_after_sync_keeps_the_snapshot_and_readiness(api: KubeAPI, k
     api.put("v1", "nodes", node("a"))
     live = make_live(kubeconfig)
     try:
-        live.start()
-        wait_for(live.ready, "the first list")
-        wait_for(lambda: len(api.watches) == 1, "the watch")
+        _watching(live, api)
         api.stop()
         wait_for(lambda: live.snapshot_age_seconds > 0.2, "the snapshot ageing")
         assert live.ready() and names(live) == {"a"}
@@ -352,9 +336,7 @@ def test_snapshot_age_recovers_after_a_410_or_a_dropped_watch(api: KubeAPI, kube
     api.put("v1", "nodes", node("a"))
     live = make_live(kubeconfig)
     try:
-        live.start()
-        wait_for(live.ready, "the first list")
-        wait_for(lambda: len(api.watches) == 1, "the watch")
+        _watching(live, api)
         # the stand-in counts the watch when its request comes, the client once the answer's head is read
         wait_for(lambda: live.snapshot_age_seconds == 0.0, "an open watch keeps the snapshot current")
         api.gone_watches() if fault == "gone" else api.drop_watches()
@@ -368,9 +350,7 @@ def test_snapshot_age_recovers_after_a_410_or_a_dropped_watch(api: KubeAPI, kube
 def test_burst_of_events_is_debounced(api: KubeAPI, kubeconfig: str) -> None:
     live = make_live(kubeconfig, debounce_seconds=0.2)
     try:
-        live.start()
-        wait_for(live.ready, "the first list")
-        wait_for(lambda: len(api.watches) == 1, "the watch")
+        _watching(live, api)
         before = live.builds
         for i in range(1500):
             api.put("v1", "nodes", node(f"n{i}", pool=f"p{i % 3}"))
@@ -605,9 +585,7 @@ def test_a_bookmark_moves_the_version_the_next_watch_resumes_from(api: KubeAPI, 
     api.put("v1", "nodes", node("a"))
     live = make_live(kubeconfig, resync=3600, watch_timeout_seconds=300)  # nothing but the cut ends the watch
     try:
-        live.start()
-        wait_for(live.ready, "the first list")
-        wait_for(lambda: len(api.watches) == 1, "the watch")
+        _watching(live, api)
         listed = live._rv
         assert watched_from(api) == [listed]
         # not a node: the resourceVersion moves past the watch's, which hears of it only through a bookmark
@@ -768,6 +746,13 @@ def test_an_api_server_whose_certificate_is_not_trusted_is_asked_a_few_times_at_
     assert len(accepted) <= 3, accepted
 
 
+def _watching(live: LiveCluster, api: KubeAPI) -> None:
+    """Start ``live`` and wait for its first list of ``api``'s nodes and its watch."""
+    live.start()
+    wait_for(live.ready, "the first list")
+    wait_for(lambda: len(api.watches) == 1, "the watch")
+
+
 def _exec_watch(
     api: KubeAPI,
     tmp_path: Path,
@@ -801,9 +786,7 @@ def test_an_exec_credential_plugin_that_hangs_is_waited_on_a_while_then_said(
     plugin = tmp_path / "get-token"
     readyz = create_app(Settings(), cluster=live).test_client()
     try:
-        live.start()
-        wait_for(live.ready, "the first list")
-        wait_for(lambda: len(api.watches) == 1, "the watch")
+        _watching(live, api)
         hang.touch()
         runs = len((tmp_path / "runs").read_text().splitlines())
         api.fail_next(1, 401)  # a token refused: the watcher makes a new client, which runs the plugin again
@@ -838,9 +821,7 @@ def test_a_kubeconfig_rewritten_to_another_plugin_is_loaded_while_the_old_one_ha
     Events relay's: the rewrite is loaded at once, and a 401 names the plugin that now gives the token."""
     live, kubeconfig, hang = _exec_watch(api, tmp_path, monkeypatch, caplog, CREDENTIAL)
     try:
-        live.start()
-        wait_for(live.ready, "the first list")
-        wait_for(lambda: len(api.watches) == 1, "the watch")
+        _watching(live, api)
         hang.touch()
         api.fail_next(1, 401)  # a token refused: the new client runs the plugin again, which hangs
         api.drop_watches()
@@ -1631,9 +1612,7 @@ def test_an_exec_plugin_that_hangs_at_a_token_refresh_of_a_live_client_is_said(
     token) froze the watch for good, unsaid (found by a review). Each refresh of a live client is bounded."""
     live, _, hang = _exec_watch(api, tmp_path, monkeypatch, caplog, EXPIRED)
     try:
-        live.start()
-        wait_for(live.ready, "the first list")
-        wait_for(lambda: len(api.watches) == 1, "the watch")
+        _watching(live, api)
         hang.touch()
         api.drop_watches()  # the same client watches again: its token expired, the plugin runs again
         said = "has not returned in 1s"
