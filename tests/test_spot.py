@@ -1678,6 +1678,18 @@ def test_the_too_few_words_are_worked_out_once_per_snapshot_and_pod_shape(monkey
     assert mutate(_asking_gpus("prefer", "3"), ctx).warnings != said  # another amount: its own words
 
 
+def test_the_spot_pools_a_warning_names_are_sorted_once_per_snapshot() -> None:
+    """A pod that reaches no spot pool (every CPU pod where spot.default is prefer and the spot pools are GPU pools)
+    had the names of every spot pool sorted, and every spot group read, at each request: work growing with the
+    cluster (found by a review). They are kept per snapshot (``ClusterView.policy_memo``), the same for each pod."""
+    ctx = context(_gke_gpu_pools(4, 1), providers=("gke",))
+    said = mutate(_asking_gpus("prefer", "8"), ctx).warnings
+    assert said and spot._spot_pools(ctx) == (("spot-1x", "spot-4x"), True), spot._spot_pools(ctx)
+    kept = spot._spot_pools(ctx)
+    assert mutate(_asking_gpus("prefer", "8"), ctx).warnings == said
+    assert spot._spot_pools(ctx) is kept, "made again for the same snapshot"
+
+
 def test_the_too_few_words_name_the_container_that_asks_the_most() -> None:
     """An init container that asks 4 GPUs beside an app container of 1, spot nodes of 1: "ask at most 1" read as
     met, the app container asking 1 (found by a review). The words name the container that asks more than a spot

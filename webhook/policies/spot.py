@@ -1239,6 +1239,18 @@ def _deny_unplaceable(pod: PodView, ctx: Context, out: Outcome, why: str) -> Non
     )
 
 
+def _spot_pools(ctx: Context) -> tuple[tuple[str, ...], bool]:
+    """The spot pools' names, sorted, and whether every spot group has GPUs: kept per snapshot (a pod kept off spot
+    under prefer, every CPU pod where spot.default is prefer, sorted every spot pool's name at each request: work
+    growing with the cluster, found by a review)."""
+
+    def make() -> tuple[tuple[str, ...], bool]:
+        spot = [g for g in ctx.cluster.groups if g.spot]
+        return tuple(sorted({g.pool for g in spot})), all(g.has_gpu for g in spot)
+
+    return ctx.cluster.policy_memo.per_settings(("spot", "pools"), ctx.settings, make, lambda v: len(v[0]) + 1)
+
+
 def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_now: bool) -> None:
     """Warn when a pod that requires or prefers spot capacity can land on none of it in the known cluster, and say
     what keeps it off: the GPU resource it asks for (a MIG profile no spot pool offers, or more GPUs than a spot
@@ -1258,14 +1270,14 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     gpu_pod = bool(gpus) or _is_gpu_pod(pod, requested)
     if _spot_reachable(pod, ctx, gpus, gpu_pod):
         return
-    spot = [g for g in ctx.cluster.groups if g.spot]
+    spot_pools, gpus_alone = _spot_pools(ctx)
     advice, per_node = "", ""
     listed: Sequence[str] = ()  # the pools' names, sorted: those of ``spot`` where no branch gives its own
     bigger: Sequence[str] = ()
     amounts = _amounts(pod, ctx, gpus, gpu_pod)
     if amounts.launched:
         return
-    gpu_capacity_only = not gpu_pod and all(g.has_gpu for g in spot) and _kept_off_by_gpu_taints(pod, ctx)
+    gpu_capacity_only = not gpu_pod and gpus_alone and _kept_off_by_gpu_taints(pod, ctx)
     if gpu_capacity_only:
         why = detail = "every spot pool is a GPU pool and it asks no GPU"
         advice = "; add a CPU spot pool or use spot: prefer" if mode == "require" else ""
@@ -1290,7 +1302,7 @@ def _warn_unplaceable(pod: PodView, ctx: Context, out: Outcome, mode: str, spot_
     else:
         why = "its nodeSelector, affinity or tolerations exclude every spot pool"
         detail = f"{why}, as the webhook leaves them (its steering: {PREFIX}cuda, {PREFIX}mig)"
-    listed = listed or sorted({g.pool for g in spot})
+    listed = listed or spot_pools
     ran = ": it runs on demand" if mode == "prefer" and _on_demand_takes(pod, ctx, gpus, gpu_pod) else ""
     if bigger and len(f"spot {mode}: {why}{ran}{advice}{names_listed(bigger, limit=1)}") > WARNING_LIMIT:
         ran = ""  # the pool to use named whole before these words: "no spot node it can use" says them (a review)
